@@ -1,0 +1,1 @@
+"""Chunked zarr stores for genomes and time series, datasets and Lightning data modules."""

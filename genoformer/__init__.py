@@ -1,0 +1,1 @@
+"""genoformer: transformers on very long scientific sequences."""

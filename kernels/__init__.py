@@ -1,0 +1,1 @@
+"""Attention kernels: reference, pure-PyTorch block-sparse, SDPA, flash-attn and Triton backends."""
