@@ -1,1 +1,33 @@
-"""Attention kernels: reference, pure-PyTorch block-sparse, SDPA, flash-attn and Triton backends."""
+"""Attention kernels: reference, pure-PyTorch block-sparse, SDPA, flash-attn and Triton backends.
+
+Public API:
+    attention(q, k, v, *, causal, layout, kv_lens, scale, backend)   the one entry point
+    Backend                                                           which implementation runs
+    BlockLayout                                                       block-sparse pattern
+    LayoutSpec, SlidingWindow, GlobalTokens, BigBird, Strided, Union  layout recipes for configs
+
+The Triton kernels (genoformer.kernels.triton_flash) are imported only when they run.
+"""
+
+from genoformer.kernels.attention import Backend, attention
+from genoformer.kernels.layout import (
+    BigBird,
+    BlockLayout,
+    GlobalTokens,
+    LayoutSpec,
+    SlidingWindow,
+    Strided,
+    Union,
+)
+
+__all__ = [
+    "attention",
+    "Backend",
+    "BlockLayout",
+    "LayoutSpec",
+    "SlidingWindow",
+    "GlobalTokens",
+    "BigBird",
+    "Strided",
+    "Union",
+]

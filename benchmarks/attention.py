@@ -1,0 +1,1017 @@
+"""Attention benchmark: our Triton kernels against FlashAttention-2 (SDPA) and FlexAttention.
+
+One run times forward and backward of `genoformer.kernels.triton_flash.triton_attention`
+("ours") against
+  * FA2: torch SDPA restricted to its flash backend (FlashAttention-2), dense causal or dense
+    bidirectional, the only patterns it can express;
+  * Flex: `torch.compile(flex_attention)` with a BlockMask built from the very same
+    `BlockLayout` that ours receives, so both compute the same function;
+and writes a results JSON, a plot and the `attention` section of BENCHMARKS.md.
+
+Run from the repository root (the GPU sweep takes about 5 minutes on an H200):
+
+    python -m benchmarks.attention --out OUT --markdown BENCHMARKS.md
+    python -m benchmarks.attention --quick                       # L = 16k only
+    python -m benchmarks.attention --device cpu --tiny --ours torch --out /tmp/b   # CPU smoke run
+    python -m benchmarks.attention --render-from OUT/attention.json --out DIR --markdown BENCHMARKS.md
+
+Method
+  * Shapes: bf16; L in 8k..64k; batch B = max(1, 16384 // L) (16k tokens per batch up to
+    L = 16k, one sequence beyond); heads H = 2048 // D, so the model width is the same for
+    every head dim D.
+  * Patterns (block size 128): `causal` (dense causal), `dense` (dense bidirectional, the
+    baseline of the density target), `sliding_window` (causal, 1024 tokens, block-granular as
+    `BlockLayout.sliding_window` defines it), `bigbird` (bidirectional: window 256 tokens +
+    1 global block + 3 seeded random blocks per query block; 7.7% dense at 16k).
+  * Times: median of `triton.testing.do_bench` (warm-up, L2 flushed between calls) in ms, with
+    autograd on (a training forward). The backward time is `out.backward(dout,
+    retain_graph=True)` replayed on one stored forward graph, gradients reset to None before
+    each call: backward alone, no forward in it. (AOTAutograd's donated buffers are switched
+    off so that the compiled Flex backward may be replayed.)
+  * FLOPs: 4 * B * H * pairs * D for the forward, 2.5 times that for the backward, where pairs
+    is the exact number of (query, key) pairs the pattern allows (causal diagonal blocks
+    counted by halves). "density" is pairs / (H * L^2), the fraction of the full score matrix.
+  * Correctness: once per configuration ours is run against a reference (FA2 for the dense
+    patterns, Flex for the block-sparse ones, our PyTorch block-sparse backend where Flex
+    failed) on the same inputs; the table shows max|ours - ref| / max|ref| of the output and
+    of (dq, dk, dv) (the worst of the three), flagged WRONG above 2e-2.
+  * Inputs: standard normal, drawn afresh for every configuration.
+  * Memory: peak `torch.cuda.max_memory_allocated` over one forward + backward (above what
+    the inputs already hold), dense causal, L = 64k, 16 heads of 128, ours vs FA2.
+  * Ceiling: bf16 8192^3 torch.matmul TFLOP/s in the same run.
+  * A kernel that raises (or a missing module, or a Flex compile failure) is recorded in the
+    results and the run goes on; `--budget-s` skips (and records) what is left when the run
+    gets too long for the GPU session.
+
+On a CPU (`--device cpu`), times come from a perf_counter loop, Flex runs uncompiled and
+forward only (PyTorch has no CPU Flex backward and compiling takes ~20 s per shape), and
+`--ours torch` substitutes `attention(..., backend="torch")` for the Triton kernels.
+
+Shape legend: B batch, H heads, L sequence length, D head dim, bs block size,
+Mb / Nb query / key blocks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import enum
+import gc
+import importlib
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable
+import functools
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+from benchmarks.common import (
+    command_line,
+    describe_environment,
+    environment_markdown,
+    markdown_table,
+    replace_markdown_section,
+)
+from genoformer.kernels.attention import Backend, attention
+from genoformer.kernels.layout import BlockLayout
+
+SECTION = "attention"
+"""Name of the BENCHMARKS.md section this script owns."""
+
+CHECK_TOLERANCE = 2e-2
+"""Largest max-normalised error (see the module docstring) before a result is flagged WRONG."""
+
+DENSITY_TARGET_MAX = 0.10
+"""The density-scaling target applies to patterns at most this dense."""
+
+
+# ----------------------------------------------------------------------------- what to run
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    """The shapes and pattern parameters of one run."""
+
+    lengths: tuple[int, ...]
+    head_dims: tuple[int, ...]
+    tokens: int  # B * L for L <= tokens; B = 1 beyond
+    width: int  # H * D
+    block_size: int
+    window: int  # sliding_window pattern, tokens
+    bigbird_window: int
+    bigbird_global_blocks: int
+    bigbird_random_blocks: int
+    memory_shape: tuple[int, int, int, int]  # (B, H, L, D) of the peak-memory comparison
+    matmul_n: int  # the ceiling multiplies two (n, n) matrices
+    dtype: str = "bfloat16"
+
+    def batch(self, seq_len: int) -> int:
+        return max(1, self.tokens // seq_len)
+
+    def heads(self, head_dim: int) -> int:
+        return self.width // head_dim
+
+
+FULL = Sweep(
+    lengths=(8192, 16384, 32768, 65536),
+    head_dims=(64, 128),
+    tokens=16384,
+    width=2048,
+    block_size=128,
+    window=1024,
+    bigbird_window=256,
+    bigbird_global_blocks=1,
+    bigbird_random_blocks=3,
+    memory_shape=(1, 16, 65536, 128),
+    matmul_n=8192,
+)
+
+TINY = Sweep(
+    lengths=(256,),
+    head_dims=(16, 32, 64),
+    tokens=512,
+    width=128,
+    block_size=32,
+    window=32,
+    bigbird_window=32,
+    bigbird_global_blocks=1,
+    bigbird_random_blocks=1,
+    memory_shape=(1, 2, 512, 64),
+    matmul_n=256,
+)
+
+
+class Pattern(str, enum.Enum):
+    """Which (query, key) pairs attend."""
+
+    CAUSAL = "causal"
+    DENSE = "dense"
+    SLIDING_WINDOW = "sliding_window"
+    BIGBIRD = "bigbird"
+
+    @property
+    def causal(self) -> bool:
+        return self in (Pattern.CAUSAL, Pattern.SLIDING_WINDOW)
+
+    @property
+    def has_flex(self) -> bool:
+        """Flex is compared on every pattern but `dense` (FA2's own ground, the density baseline)."""
+        return self is not Pattern.DENSE
+
+    def layout(self, sweep: Sweep, seq_len: int) -> BlockLayout | None:
+        """The layout ours receives (None: dense, with `causal` saying which half)."""
+        if self is Pattern.SLIDING_WINDOW:
+            return BlockLayout.sliding_window(seq_len, sweep.window, sweep.block_size).with_causal()
+        if self is Pattern.BIGBIRD:
+            return BlockLayout.bigbird(
+                seq_len,
+                sweep.bigbird_window,
+                sweep.bigbird_global_blocks,
+                sweep.bigbird_random_blocks,
+                sweep.block_size,
+            )
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One configuration of the sweep."""
+
+    head_dim: int
+    heads: int
+    batch: int
+    seq_len: int
+    pattern: Pattern
+
+    @property
+    def label(self) -> str:
+        return f"D={self.head_dim} L={_length_label(self.seq_len)} {self.pattern.value}"
+
+
+def allowed_pairs(layout: BlockLayout | None, causal: bool, seq_len: int, heads: int) -> int:
+    """Exact number of allowed (query, key) pairs summed over heads (one batch element).
+
+    A causal diagonal block of s tokens allows s * (s + 1) / 2 pairs; the last block may be
+    partial when seq_len is not a multiple of the block size.
+    """
+    if layout is None:
+        per_head = seq_len * (seq_len + 1) // 2 if causal else seq_len * seq_len
+        return per_head * heads
+    bs, Mb = layout.block_size, layout.num_q_blocks
+    sizes_M = torch.full((Mb,), bs, dtype=torch.int64)
+    sizes_M[-1] = seq_len - (Mb - 1) * bs
+    pairs_MN = sizes_M[:, None] * sizes_M[None, :]
+    if causal:
+        block_M = torch.arange(Mb)
+        below_MN = block_M[None, :] < block_M[:, None]
+        pairs_MN = torch.where(below_MN, pairs_MN, 0) + torch.diag(sizes_M * (sizes_M + 1) // 2)
+    per_layout_head_H = (layout.mask.to(torch.int64) * pairs_MN).sum((1, 2))
+    return int(per_layout_head_H.sum()) * (heads // layout.num_heads)
+
+
+# ------------------------------------------------------------------------- implementations
+@dataclasses.dataclass
+class Impl:
+    """A callable (q, k, v) -> out, or why there is none."""
+
+    fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None
+    error: str | None = None
+    backward_error: str | None = None  # set when it runs forward only on this device
+
+
+def fa2(causal: bool) -> Impl:
+    """SDPA restricted to the flash backend: FlashAttention-2."""
+
+    def run(q, k, v):
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return Impl(run)
+
+
+def _kv_block_lists(mask_HMN: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Counts (1, H, Mb) and indices (1, H, Mb, Nb) int32 of the True blocks, ascending first."""
+    counts_HM = mask_HMN.sum(-1, dtype=torch.int32)
+    # A stable sort of "not allowed" lists the allowed key blocks first, in ascending order.
+    indices_HMN = torch.argsort((~mask_HMN).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+    return counts_HM.unsqueeze(0), indices_HMN.unsqueeze(0)
+
+
+def flex_block_mask(layout: BlockLayout, causal: bool, heads: int, device: torch.device) -> BlockMask:
+    """The FlexAttention BlockMask of `layout` (+ causal), from the layout's own block lists.
+
+    Blocks the layout allows are "full" (no mask_mod call) except, when causal, the diagonal
+    blocks, which are "partial": there the mask_mod applies the token-level rule
+    layout.mask[h, q // bs, kv // bs] and kv <= q. Building from block lists, not with
+    `create_block_mask`, never materialises the (L, L) token mask (4 GiB per head at 64k);
+    the CPU test checks that both constructions agree.
+    """
+    bs = layout.block_size
+    if layout.q_len % bs:
+        raise ValueError(f"Flex comparison needs L ({layout.q_len}) to be a multiple of the block size {bs}.")
+    allowed_HMN = layout.mask.to(device)
+    block_M = torch.arange(layout.num_q_blocks, device=device)
+    if causal:
+        full_HMN = allowed_HMN & (block_M[None, :] < block_M[:, None])
+        partial_HMN = allowed_HMN & (block_M[None, :] == block_M[:, None])
+    else:
+        full_HMN = allowed_HMN
+        partial_HMN = torch.zeros_like(allowed_HMN)
+    # mask_mod sees the real head index; give it one mask per head.
+    lookup_HMN = allowed_HMN.expand(heads, -1, -1).contiguous()
+
+    if causal:
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            return lookup_HMN[h, q_idx // bs, kv_idx // bs] & (kv_idx <= q_idx)
+
+    else:
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            return lookup_HMN[h, q_idx // bs, kv_idx // bs]
+
+    partial_num, partial_idx = _kv_block_lists(partial_HMN)
+    full_num, full_idx = _kv_block_lists(full_HMN)
+    return BlockMask.from_kv_blocks(
+        partial_num,
+        partial_idx,
+        full_num,
+        full_idx,
+        BLOCK_SIZE=bs,
+        mask_mod=mask_mod,
+        seq_lengths=(layout.q_len, layout.kv_len),
+    )
+
+
+# ---------------------------------------------------------------------------------- timing
+class Timer:
+    """Median time of a call in ms: triton's do_bench on CUDA, a perf_counter loop on a CPU."""
+
+    def __init__(self, device: torch.device, warmup_ms: float, rep_ms: float) -> None:
+        self.device, self.warmup_ms, self.rep_ms = device, warmup_ms, rep_ms
+
+    def __call__(self, fn: Callable[[], object], grad_to_none: list[torch.Tensor] | None = None) -> float:
+        if self.device.type == "cuda":
+            import triton.testing
+
+            return float(
+                triton.testing.do_bench(
+                    fn, warmup=self.warmup_ms, rep=self.rep_ms, grad_to_none=grad_to_none, return_mode="median"
+                )
+            )
+        return self._cpu(fn, grad_to_none)
+
+    def _cpu(self, fn, grad_to_none) -> float:
+        def once() -> float:
+            for t in grad_to_none or ():
+                t.grad = None
+            start = time.perf_counter()
+            fn()
+            return (time.perf_counter() - start) * 1e3
+
+        estimate = max(once(), 1e-3)  # also the first warm-up call
+        for _ in range(min(100, int(self.warmup_ms / estimate))):
+            once()
+        return statistics.median(once() for _ in range(min(100, max(3, int(self.rep_ms / estimate)))))
+
+
+def _error_text(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    return text[:300]
+
+
+class Bench:
+    """State of one run: device, timer, implementations, FA2 baselines, errors, time budget."""
+
+    def __init__(self, args: argparse.Namespace, sweep: Sweep) -> None:
+        self.device = torch.device(args.device)
+        self.sweep = sweep
+        self.dtype = getattr(torch, sweep.dtype)
+        self.timer = Timer(self.device, args.warmup_ms, args.rep_ms)
+        self.ours_kind = args.ours
+        self.seed = args.seed
+        self.deadline = time.monotonic() + args.budget_s
+        self.budget_s = args.budget_s
+        self.tracebacks: list[str] = []
+        self.fa2_cache: dict[tuple[int, int, bool], dict] = {}
+        if self.device.type == "cuda":
+            # A recompile past the limit would silently fall back to eager Flex, which
+            # materialises L^2 scores: raise instead, and allow enough shapes for the sweep.
+            torch._dynamo.config.recompile_limit = 64
+            torch._dynamo.config.fail_on_recompile_limit_hit = True
+            # The backward is timed by replaying it on a retained graph, which donated
+            # buffers forbid.
+            torch._functorch.config.donated_buffer = False
+            self.flex = torch.compile(flex_attention)
+        else:
+            self.flex = flex_attention
+
+    def attempt(self, what: str, fn: Callable[[], object]) -> tuple[object, str | None]:
+        """fn() or, when it raises, (None, a one-line error); the traceback goes to the log."""
+        try:
+            return fn(), None
+        except Exception as exc:  # recorded in the results table; the sweep goes on
+            self.tracebacks.append(f"== {what}\n{traceback.format_exc()}")
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            return None, _error_text(exc)
+
+    def out_of_time(self) -> bool:
+        return time.monotonic() > self.deadline
+
+    # ----------------------------------------------------------------------- implementations
+    def ours(self, causal: bool, layout: BlockLayout | None, q, k, v) -> Impl:
+        if self.ours_kind == "torch":
+            return Impl(partial(attention, causal=causal, layout=layout, backend=Backend.TORCH))
+        module, error = self.triton_module
+        if error is not None:
+            return Impl(None, error=error)
+        reason = module.unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=None)
+        if reason is not None:
+            return Impl(None, error=f"unsupported: {reason}")
+        return Impl(partial(module.triton_attention, causal=causal, layout=layout))
+
+    @functools.cached_property
+    def triton_module(self):
+        """(genoformer.kernels.triton_flash, None), or (None, why it does not import)."""
+        return self.attempt("import genoformer.kernels.triton_flash", lambda: importlib.import_module("genoformer.kernels.triton_flash"))
+
+    def flex_impl(self, case: Case, layout: BlockLayout | None) -> Impl:
+        if layout is None:
+            layout = BlockLayout.dense(case.seq_len, block_size=self.sweep.block_size)
+        block_mask, error = self.attempt(
+            f"{case.label}: flex block mask",
+            lambda: flex_block_mask(layout, case.pattern.causal, case.heads, self.device),
+        )
+        if error is not None:
+            return Impl(None, error=error)
+        if self.device.type == "cuda":
+            return Impl(partial(self.flex, block_mask=block_mask))
+
+        def forward_only(q, k, v):
+            return self.flex(q.detach(), k.detach(), v.detach(), block_mask=block_mask)
+
+        return Impl(forward_only, backward_error="FlexAttention has no CPU backward")
+
+    # -------------------------------------------------------------------------- measurements
+    def inputs(self, batch: int, heads: int, seq_len: int, head_dim: int, salt: int):
+        generator = torch.Generator(self.device).manual_seed(self.seed * 1_000_003 + salt)
+        shape = (batch, heads, seq_len, head_dim)
+        q, k, v, dout = (
+            torch.randn(shape, generator=generator, device=self.device, dtype=self.dtype) for _ in range(4)
+        )
+        return q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), dout
+
+    def time_impl(self, what: str, impl: Impl, q, k, v, dout) -> dict:
+        """{"fwd_ms", "bwd_ms", "error"}: forward and backward-alone medians."""
+        result = {"fwd_ms": None, "bwd_ms": None, "error": impl.error}
+        if impl.fn is None:
+            return result
+        result["fwd_ms"], error = self.attempt(f"{what} fwd", lambda: self.timer(lambda: impl.fn(q, k, v)))
+        if error is not None:
+            result["error"] = f"fwd: {error}"
+            return result
+        if impl.backward_error is not None:
+            result["error"] = f"bwd: {impl.backward_error}"
+            return result
+
+        def backward_ms() -> float:
+            out = impl.fn(q, k, v)
+            return self.timer(lambda: out.backward(dout, retain_graph=True), grad_to_none=[q, k, v])
+
+        result["bwd_ms"], error = self.attempt(f"{what} bwd", backward_ms)
+        if error is not None:
+            result["error"] = f"bwd: {error}"
+        return result
+
+    def fa2_baseline(self, case: Case, causal: bool) -> dict:
+        """FA2 timing for the case's shape, measured once per (D, L, causal)."""
+        key = (case.head_dim, case.seq_len, causal)
+        if key not in self.fa2_cache:
+            q, k, v, dout = self.inputs(case.batch, case.heads, case.seq_len, case.head_dim, salt=_baseline_salt(key))
+            what = f"D={case.head_dim} L={case.seq_len} FA2 {'causal' if causal else 'dense'}"
+            self.fa2_cache[key] = self.time_impl(what, fa2(causal), q, k, v, dout)
+            del q, k, v, dout
+        return self.fa2_cache[key]
+
+    def outputs(self, impl: Impl, q, k, v, dout) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+        """out and (dq, dk, dv) of one forward + backward (grads None when forward only)."""
+        for t in (q, k, v):
+            t.grad = None
+        out = impl.fn(q, k, v)
+        if impl.backward_error is not None:
+            return out.detach(), None
+        out.backward(dout)
+        grads = (q.grad, k.grad, v.grad)
+        for t in (q, k, v):
+            t.grad = None
+        return out.detach(), grads
+
+    def check(self, case: Case, ours: Impl, references: list[tuple[str, Impl]], q, k, v, dout) -> dict:
+        """Max-normalised error of ours against the first reference that runs."""
+        result = {"reference": None, "fwd_rel_err": None, "bwd_rel_err": None, "ok": None, "error": None}
+        if ours.fn is None:
+            result["error"] = "ours unavailable"
+            return result
+        for name, ref in references:
+            if ref.fn is None:
+                continue
+            expected, error = self.attempt(f"{case.label}: {name} reference", lambda: self.outputs(ref, q, k, v, dout))
+            if error is None:
+                break
+            ref.fn, ref.error = None, error  # recorded with its timings, and not run again
+        else:
+            result["error"] = "no reference ran"
+            return result
+        result["reference"] = name
+        got, error = self.attempt(f"{case.label}: ours run", lambda: self.outputs(ours, q, k, v, dout))
+        if error is not None:
+            result["error"] = f"ours: {error}"  # the timings record where it fails
+            return result
+        result["fwd_rel_err"] = _rel_err(got[0], expected[0])
+        if got[1] is not None and expected[1] is not None:
+            result["bwd_rel_err"] = max(_rel_err(a, b) for a, b in zip(got[1], expected[1]))
+        errors = [e for e in (result["fwd_rel_err"], result["bwd_rel_err"]) if e is not None]
+        result["ok"] = all(e <= CHECK_TOLERANCE for e in errors)  # NaN compares False: never ok
+        return result
+
+    def run_case(self, case: Case, index: int) -> dict:
+        sweep = self.sweep
+        layout = case.pattern.layout(sweep, case.seq_len)
+        causal = case.pattern.causal
+        pairs = allowed_pairs(layout, causal, case.seq_len, case.heads)
+        fa2_pairs = allowed_pairs(None, causal, case.seq_len, case.heads)
+        record = {
+            "head_dim": case.head_dim,
+            "heads": case.heads,
+            "batch": case.batch,
+            "seq_len": case.seq_len,
+            "pattern": case.pattern.value,
+            "causal": causal,
+            "block_size": sweep.block_size if layout is not None else None,
+            "layout_block_density": layout.density if layout is not None else None,
+            "density": pairs / (case.heads * case.seq_len**2),
+            "fwd_flops": 4 * case.batch * pairs * case.head_dim,
+            "fa2_fwd_flops": 4 * case.batch * fa2_pairs * case.head_dim,
+            "fa2_dense_fwd_flops": 4 * case.batch * case.heads * case.seq_len**2 * case.head_dim,
+            "skipped": None,
+        }
+        if self.out_of_time():
+            record["skipped"] = f"time budget (--budget-s {self.budget_s:g}) spent"
+            return record
+
+        q, k, v, dout = self.inputs(case.batch, case.heads, case.seq_len, case.head_dim, salt=index)
+        ours = self.ours(causal, layout, q, k, v)
+        flex = self.flex_impl(case, layout) if case.pattern.has_flex else None
+        references = [("FA2", fa2(causal))] if layout is None else []
+        if flex is not None:
+            references.append(("Flex", flex))
+        if layout is not None:
+            references.append(("torch", Impl(partial(attention, causal=causal, layout=layout, backend=Backend.TORCH))))
+        record["check"] = self.check(case, ours, references, q, k, v, dout)
+        record["ours"] = self.time_impl(f"{case.label} ours", ours, q, k, v, dout)
+        record["flex"] = self.time_impl(f"{case.label} Flex", flex, q, k, v, dout) if flex is not None else None
+        del q, k, v, dout
+        self.release()
+        record["fa2"] = self.fa2_baseline(case, causal)
+        record["fa2_dense"] = self.fa2_baseline(case, False)
+        self.release()
+        return record
+
+    def release(self) -> None:
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def matmul_tflops(self) -> dict:
+        n = self.sweep.matmul_n
+        a = torch.randn(n, n, device=self.device, dtype=self.dtype)
+        b = torch.randn(n, n, device=self.device, dtype=self.dtype)
+        ms, error = self.attempt("matmul ceiling", lambda: self.timer(lambda: torch.matmul(a, b)))
+        return {"n": n, "ms": ms, "tflops": None if ms is None else 2 * n**3 / (ms * 1e9), "error": error}
+
+    def peak_memory(self) -> dict:
+        """Peak memory of one dense causal forward + backward above the inputs, ours vs FA2."""
+        B, H, L, D = self.sweep.memory_shape
+        result = {"batch": B, "heads": H, "seq_len": L, "head_dim": D, "pattern": "causal"}
+        if self.device.type != "cuda":
+            result["error"] = "peak memory is measured on CUDA only"
+            return result
+        q, k, v, dout = self.inputs(B, H, L, D, salt=-1)
+        for name, impl in (("ours", self.ours(True, None, q, k, v)), ("fa2", fa2(True))):
+            if impl.fn is None:
+                result[name] = {"peak_mib": None, "error": impl.error}
+                continue
+
+            def measure() -> float:
+                self.outputs(impl, q, k, v, dout)  # warm-up: compiles and autotunes outside the peak
+                self.release()
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                before = torch.cuda.memory_allocated()
+                out = impl.fn(q, k, v)
+                out.backward(dout)
+                torch.cuda.synchronize()
+                peak = torch.cuda.max_memory_allocated() - before
+                del out
+                for t in (q, k, v):
+                    t.grad = None
+                return peak / 2**20
+
+            peak, error = self.attempt(f"memory {name}", measure)
+            result[name] = {"peak_mib": peak, "error": error}
+        del q, k, v, dout
+        self.release()
+        return result
+
+
+def _baseline_salt(key: tuple[int, int, bool]) -> int:
+    """A seed offset of its own for each FA2 baseline shape (D, L, causal)."""
+    head_dim, seq_len, causal = key
+    return 1_000_000 + seq_len * 1_000 + head_dim * 2 + int(causal)
+
+
+def _rel_err(got: torch.Tensor, expected: torch.Tensor) -> float:
+    """max |got - expected| / max |expected|, in float32 (NaN in either gives NaN)."""
+    got, expected = got.float(), expected.float()
+    if not (torch.isfinite(got).all() and torch.isfinite(expected).all()):
+        return math.nan
+    return float((got - expected).abs().max() / expected.abs().max().clamp_min(1e-30))
+
+
+# ----------------------------------------------------------------------------- the sweep
+def build_cases(sweep: Sweep, patterns: list[Pattern]) -> list[Case]:
+    cases = []
+    for seq_len in sweep.lengths:
+        if seq_len % sweep.block_size:
+            raise ValueError(f"every length must be a multiple of the block size {sweep.block_size}, got {seq_len}.")
+        for head_dim in sweep.head_dims:
+            if sweep.width % head_dim:
+                raise ValueError(f"head dim {head_dim} does not divide the model width {sweep.width}.")
+            for pattern in patterns:
+                cases.append(Case(head_dim, sweep.heads(head_dim), sweep.batch(seq_len), seq_len, pattern))
+    return cases
+
+
+def run(args: argparse.Namespace, sweep: Sweep) -> dict:
+    bench = Bench(args, sweep)
+    started = time.monotonic()
+    results = {
+        "environment": describe_environment(bench.device),
+        "command": command_line(),
+        "settings": {
+            **dataclasses.asdict(sweep),
+            "patterns": [p.value for p in args.patterns],
+            "ours": args.ours, "warmup_ms": args.warmup_ms, "rep_ms": args.rep_ms},
+        "matmul": bench.matmul_tflops(),
+        "memory": bench.peak_memory(),
+        "cases": [],
+    }
+    print(f"matmul ceiling: {_fmt(results['matmul']['tflops'])} TFLOP/s", flush=True)
+    for index, case in enumerate(build_cases(sweep, args.patterns)):
+        record = bench.run_case(case, index)
+        results["cases"].append(record)
+        print(f"[{time.monotonic() - started:6.1f}s] {_progress_line(record)}", flush=True)
+    results["wall_s"] = time.monotonic() - started
+    results["tracebacks"] = bench.tracebacks
+    return results
+
+
+# -------------------------------------------------------------------------------- analysis
+def _length_label(seq_len: int) -> str:
+    return f"{seq_len // 1024}k" if seq_len % 1024 == 0 else str(seq_len)
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "—"
+    if math.isnan(value):
+        return "NaN"
+    if abs(value) >= 10**digits:
+        return f"{value:.0f}"
+    return f"{value:.{digits}g}"
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def _time(record: dict, impl: str, direction: str) -> float | None:
+    timing = record.get(impl)
+    return None if timing is None else timing.get(f"{direction}_ms")
+
+
+def _tflops(record: dict, impl: str, direction: str) -> float | None:
+    flops = record["fa2_fwd_flops"] if impl == "fa2" else record["fwd_flops"]
+    ms = _time(record, impl, direction)
+    if ms is None:
+        return None
+    return flops * (2.5 if direction == "bwd" else 1.0) / (ms * 1e9)
+
+
+def _pair(record: dict, value: Callable[[dict, str, str], float | None], *args: str) -> str:
+    return f"{_fmt(value(record, *args, 'fwd'))} / {_fmt(value(record, *args, 'bwd'))}"
+
+
+def _time_ratio(record: dict, impl: str, direction: str) -> float | None:
+    return _ratio(_time(record, "ours", direction), _time(record, impl, direction))
+
+
+def _check_text(record: dict) -> str:
+    check = record.get("check")
+    if not check or check.get("reference") is None:
+        return "—"
+    verdict = "ok" if check["ok"] else "WRONG"
+    bwd = f" / {_fmt(check['bwd_rel_err'], 2)}" if check["bwd_rel_err"] is not None else ""
+    return f"{verdict} {_fmt(check['fwd_rel_err'], 2)}{bwd} vs {check['reference']}"
+
+
+def _notes(record: dict) -> str:
+    if record.get("skipped"):
+        return f"skipped: {record['skipped']}"
+    notes = []
+    for impl, name in (("ours", "ours"), ("fa2", "FA2"), ("flex", "Flex")):
+        timing = record.get(impl)
+        if timing and timing.get("error"):
+            notes.append(f"{name}: {timing['error'][:160]}")
+    check = record.get("check") or {}
+    if check.get("error"):
+        notes.append(f"check: {check['error'][:160]}")
+    return "; ".join(dict.fromkeys(notes))
+
+
+def results_rows(results: dict) -> list[dict]:
+    rows = []
+    for r in results["cases"]:
+        flex = r["pattern"] != Pattern.DENSE.value
+        rows.append(
+            {
+                "D": r["head_dim"],
+                "L": _length_label(r["seq_len"]),
+                "B×H": f"{r['batch']}×{r['heads']}",
+                "pattern": r["pattern"],
+                "density": f"{r['density']:.3f}",
+                "ours ms": _pair(r, _time, "ours"),
+                "FA2 ms": _pair(r, _time, "fa2"),
+                "Flex ms": _pair(r, _time, "flex") if flex else "—",
+                "ours/FA2": _pair(r, _time_ratio, "fa2"),
+                "ours/Flex": _pair(r, _time_ratio, "flex") if flex else "—",
+                "ours TFLOP/s": _pair(r, _tflops, "ours"),
+                "FA2 TFLOP/s": _pair(r, _tflops, "fa2"),
+                "Flex TFLOP/s": _pair(r, _tflops, "flex") if flex else "—",
+                "check (fwd / bwd err)": _check_text(r),
+                "notes": _notes(r),
+            }
+        )
+    return rows
+
+
+def _worst(items: list[tuple[float | None, str]], higher_is_worse: bool) -> tuple[float | None, str, int]:
+    """(worst value, its label, number of missing values) over (value, label) items."""
+    present = [(v, label) for v, label in items if v is not None and not math.isnan(v)]
+    missing = len(items) - len(present)
+    if not present:
+        return None, "", missing
+    value, label = (max if higher_is_worse else min)(present, key=lambda item: item[0])
+    return value, label, missing
+
+
+def _target_row(name: str, criterion: str, items, limit: float, higher_is_worse: bool, unit: str, extra: str = "") -> dict:
+    worst, label, missing = _worst(items, higher_is_worse)
+    if worst is None:
+        return {"target": name, "criterion": criterion, "measured": "no measurement" + extra, "status": "NOT MEASURED"}
+    passed = worst <= limit if higher_is_worse else worst >= limit
+    measured = f"worst {worst:.2f}{unit} ({label}) over {len(items) - missing} measurements"
+    if missing:
+        measured += f"; {missing} failed or missing"
+    return {
+        "target": name,
+        "criterion": criterion,
+        "measured": measured + extra,
+        "status": "MET" if passed and not missing else "NOT MET",
+    }
+
+
+def evaluate_targets(results: dict) -> list[dict]:
+    cases = [r for r in results["cases"] if not r.get("skipped")]
+
+    def label(r: dict, direction: str) -> str:
+        return f"{r['pattern']} D={r['head_dim']} L={_length_label(r['seq_len'])} {direction}"
+
+    directions = ("fwd", "bwd")
+    floor = [
+        (_time_ratio(r, "fa2", d), label(r, d)) for r in cases if r["pattern"] == Pattern.CAUSAL.value for d in directions
+    ]
+    goal, flex_failed = [], 0
+    for r in cases:
+        if r.get("flex") is None:
+            continue
+        for d in directions:
+            if _time(r, "flex", d) is None and _time(r, "ours", d) is not None:
+                flex_failed += 1  # Flex could not be compared: not held against ours
+                continue
+            goal.append((_time_ratio(r, "flex", d), label(r, d)))
+    density = []
+    for r in cases:
+        if r["pattern"] in (Pattern.CAUSAL.value, Pattern.DENSE.value) or r["density"] > DENSITY_TARGET_MAX:
+            continue
+        required = 0.8 / r["density"]
+        for d in directions:
+            speedup = _ratio(_time(r, "fa2_dense", d), _time(r, "ours", d))
+            achieved = None if speedup is None else speedup / required
+            density.append((achieved, f"{label(r, d)}: {_fmt(speedup)}x vs {required:.1f}x needed"))
+
+    memory = results["memory"]
+    ours_mib = (memory.get("ours") or {}).get("peak_mib")
+    fa2_mib = (memory.get("fa2") or {}).get("peak_mib")
+    mem_label = (
+        f"ours {_fmt(ours_mib, 4)} MiB vs FA2 {_fmt(fa2_mib, 4)} MiB, causal, B={memory['batch']} "
+        f"H={memory['heads']} L={_length_label(memory['seq_len'])} D={memory['head_dim']}"
+    )
+    mem_note = ""
+    for name in ("ours", "fa2"):
+        error = memory.get("error") or (memory.get(name) or {}).get("error")
+        if error:
+            mem_note = f" ({error})"
+    return [
+        _target_row("floor", "causal: ours ≤ FA2 (time ratio ≤ 1, fwd and bwd)", floor, 1.0, True, "x"),
+        _target_row(
+            "goal",
+            "every masked pattern: ours ≤ Flex (time ratio ≤ 1)",
+            goal,
+            1.0,
+            True,
+            "x",
+            f"; Flex failed on {flex_failed} (not counted)" if flex_failed else "",
+        ),
+        _target_row(
+            "density scaling",
+            f"density ≤ {DENSITY_TARGET_MAX:.0%}: speed-up vs dense FA2 ≥ 0.8 / density (achieved / needed ≥ 1)",
+            density,
+            1.0,
+            False,
+            "",
+        ),
+        _target_row(
+            "memory",
+            f"peak fwd+bwd memory at L={_length_label(memory['seq_len'])}: ours ≤ 2× SDPA flash",
+            [(_ratio(ours_mib, fa2_mib), mem_label)],
+            2.0,
+            True,
+            "x",
+            mem_note,
+        ),
+    ]
+
+
+# --------------------------------------------------------------------------------- outputs
+_COLORS = {Pattern.CAUSAL: "C0", Pattern.DENSE: "C1", Pattern.SLIDING_WINDOW: "C2", Pattern.BIGBIRD: "C3"}
+
+
+def plot_ratios(results: dict, path: Path) -> Path:
+    """ours/Flex (solid) and ours/FA2 (dashed) time ratios vs L: one panel per head dim and direction."""
+    cases = [r for r in results["cases"] if not r.get("skipped")]
+    head_dims = sorted({r["head_dim"] for r in results["cases"]}) or [0]
+    fig = Figure(figsize=(11, 3.6 * len(head_dims) + 0.8))
+    FigureCanvasAgg(fig)
+    for row, head_dim in enumerate(head_dims):
+        for col, direction in enumerate(("fwd", "bwd")):
+            ax = fig.add_subplot(len(head_dims), 2, 2 * row + col + 1)
+            for pattern in Pattern:
+                mine = sorted((r for r in cases if r["head_dim"] == head_dim and r["pattern"] == pattern.value), key=lambda r: r["seq_len"])
+                for impl, style, name in (("flex", "-o", "Flex"), ("fa2", "--s", "FA2")):
+                    points = [(r["seq_len"], _time_ratio(r, impl, direction)) for r in mine]
+                    points = [(x, y) for x, y in points if y is not None and y > 0]
+                    if points:
+                        xs, ys = zip(*points)
+                        ax.plot(xs, ys, style, color=_COLORS[pattern], label=f"{pattern.value}: ours/{name}")
+            ax.axhline(1.0, color="grey", linewidth=0.8)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.minorticks_off()
+            lengths = sorted({r["seq_len"] for r in results["cases"]})
+            if lengths:
+                ax.set_xticks(lengths, [_length_label(x) for x in lengths])
+            ax.set_xlabel("sequence length L")
+            ax.set_ylabel("time ratio (< 1: ours faster)")
+            ax.set_title(f"D={head_dim}, {'forward' if direction == 'fwd' else 'backward'}")
+            ax.grid(True, which="both", alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
+    env = results["environment"]
+    fig.suptitle(f"Attention time ratios on {env['device']} (torch {env['torch']}, triton {env['triton']})", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", dpi=90)
+    return path
+
+
+def render_markdown(results: dict, figure_link: str | None) -> str:
+    settings = results["settings"]
+    matmul = results["matmul"]
+    on_cuda = results["environment"]["device_type"] == "cuda"
+    ceiling = f"{_fmt(matmul['tflops'])} TFLOP/s" if matmul.get("tflops") is not None else f"not measured ({matmul.get('error')})"
+    timer = "medians of `triton.testing.do_bench`" if on_cuda else "medians of a perf_counter loop (CPU)"
+    flex = (
+        "`torch.compile(flex_attention)`" if on_cuda else "uncompiled `flex_attention`, forward only (CPU)"
+    )
+    lines = [
+        "## Attention kernels",
+        "",
+        environment_markdown(results["environment"], results["command"]),
+        "",
+        f"{settings['dtype']}, B·L = {settings['tokens']} tokens (B = 1 beyond), H·D = {settings['width']}, "
+        f"block size {settings['block_size']}; ours = `{settings['ours']}`. Cells are forward / backward. "
+        f"Times are {timer} in ms; the backward is timed alone, replayed on a stored forward graph "
+        "(`out.backward(dout, retain_graph=True)`). FA2 is torch SDPA restricted to the flash "
+        "backend; for the masked patterns its column is the dense baseline of the same causality "
+        f"(causal for sliding_window, bidirectional for bigbird). Flex is {flex} with a BlockMask "
+        "built from the same BlockLayout. TFLOP/s count 4·B·H·pairs·D (forward) and 2.5× that "
+        "(backward) over the allowed pairs; density = allowed pairs / (H·L²). The check is "
+        "max|ours − ref| / max|ref| of the output and of the worst gradient, WRONG above "
+        f"{CHECK_TOLERANCE:g}. Matmul ceiling ({settings['dtype']} {matmul['n']}³ torch.matmul): "
+        f"**{ceiling}**. Wall time of the run: {_fmt(results.get('wall_s'))} s.",
+        "",
+        markdown_table(results_rows(results)),
+        "",
+        "### Targets",
+        "",
+        markdown_table(evaluate_targets(results)),
+    ]
+    if figure_link:
+        lines += ["", f"![attention time ratios: ours/Flex and ours/FA2 vs L]({figure_link})"]
+    return "\n".join(lines)
+
+
+def summary_text(results: dict) -> str:
+    """A compact plain table for the end of the log."""
+    rows = [
+        {
+            "D": r["D"],
+            "L": r["L"],
+            "pattern": r["pattern"],
+            "dens": r["density"],
+            "ours ms": r["ours ms"],
+            "FA2 ms": r["FA2 ms"],
+            "Flex ms": r["Flex ms"],
+            "ours/FA2": r["ours/FA2"],
+            "ours/Flex": r["ours/Flex"],
+            "check": r["check (fwd / bwd err)"],
+        }
+        for r in results_rows(results)
+    ]
+    errors = [f"  {r['D']} {r['L']} {r['pattern']}: {r['notes'][:200]}" for r in results_rows(results) if r["notes"]]
+    memory = results["memory"]
+    mem = {name: _fmt((memory.get(name) or {}).get("peak_mib"), 4) for name in ("ours", "fa2")}
+    parts = [
+        markdown_table(rows),
+        "",
+        markdown_table([{k: v for k, v in t.items() if k != "criterion"} for t in evaluate_targets(results)]),
+        "",
+        f"matmul ceiling {_fmt(results['matmul']['tflops'])} TFLOP/s; peak memory MiB ours {mem['ours']} "
+        f"FA2 {mem['fa2']}; wall {_fmt(results.get('wall_s'))} s",
+    ]
+    if errors:
+        parts += ["errors:"] + errors[:20]
+    return "\n".join(parts)
+
+
+def _progress_line(record: dict) -> str:
+    case = f"D={record['head_dim']} L={_length_label(record['seq_len'])} {record['pattern']}"
+    if record.get("skipped"):
+        return f"{case}: skipped ({record['skipped']})"
+    parts = [f"{name} {_pair(record, _time, impl)}" for impl, name in (("ours", "ours"), ("fa2", "FA2"), ("flex", "Flex"))]
+    text = f"{case} ms fwd/bwd: " + ", ".join(parts) + f"; check {_check_text(record)}"
+    notes = _notes(record)
+    return text + (f"; {notes}" if notes else "")
+
+
+def write_outputs(results: dict, out: Path | None, markdown: Path | None) -> None:
+    figure = None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "attention.json").write_text(json.dumps(results, indent=1))
+        if results.get("tracebacks"):
+            (out / "attention_errors.log").write_text("\n".join(results["tracebacks"]))
+        figure = plot_ratios(results, out / "attention.png")
+    if markdown is not None:
+        link = None if figure is None else Path(os.path.relpath(figure.resolve(), markdown.resolve().parent)).as_posix()
+        replace_markdown_section(markdown, SECTION, render_markdown(results, link))
+    if out is not None:
+        link = None if figure is None else figure.name
+        (out / "attention.md").write_text(render_markdown(results, link) + "\n")
+
+
+# ------------------------------------------------------------------------------------- CLI
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.attention",
+        description="Time our Triton attention kernels against FlashAttention-2 (SDPA flash) and "
+        "compiled FlexAttention on the same block masks; write JSON, a plot and BENCHMARKS.md.",
+    )
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="device to measure (default cuda)")
+    parser.add_argument("--tiny", action="store_true", help="tiny shapes (L=256, D 16..64) for a CPU smoke run of the harness")
+    lengths = parser.add_mutually_exclusive_group()
+    lengths.add_argument("--quick", action="store_true", help="a first check: L = 16k only")
+    lengths.add_argument("--lengths", type=int, nargs="+", help="sequence lengths (default 8192 16384 32768 65536)")
+    parser.add_argument("--head-dims", type=int, nargs="+", help="head dims (default 64 128; H = 2048 / D)")
+    parser.add_argument(
+        "--patterns", type=Pattern, nargs="+", default=list(Pattern), metavar="PATTERN",
+        help=f"patterns to run, of {', '.join(p.value for p in Pattern)} (default all)",
+    )
+    parser.add_argument(
+        "--ours", default="triton", choices=("triton", "torch"),
+        help="what 'ours' is: the Triton kernels (default) or attention(backend='torch') where Triton cannot run",
+    )
+    parser.add_argument("--out", type=Path, help="write attention.json, attention.png, attention.md (and attention_errors.log) here")
+    parser.add_argument("--markdown", type=Path, help="rewrite the 'attention' section of this file (e.g. BENCHMARKS.md)")
+    parser.add_argument("--render-from", type=Path, metavar="JSON", help="measure nothing: re-render --out / --markdown from an earlier attention.json")
+    parser.add_argument("--budget-s", type=float, default=450.0, help="skip (and record) the configurations left after this many seconds (default 450)")
+    parser.add_argument("--warmup-ms", type=float, help="do_bench warm-up in ms (default 25; 2 with --tiny)")
+    parser.add_argument("--rep-ms", type=float, help="do_bench measuring time in ms (default 100; 10 with --tiny)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    args = parser.parse_args(argv)
+    if args.warmup_ms is None:
+        args.warmup_ms = 2.0 if args.tiny else 25.0
+    if args.rep_ms is None:
+        args.rep_ms = 10.0 if args.tiny else 100.0
+    return args
+
+
+def sweep_from_args(args: argparse.Namespace) -> Sweep:
+    sweep = TINY if args.tiny else FULL
+    if args.quick:
+        sweep = dataclasses.replace(sweep, lengths=(16384,))
+    if args.lengths:
+        sweep = dataclasses.replace(sweep, lengths=tuple(args.lengths))
+    if args.head_dims:
+        sweep = dataclasses.replace(sweep, head_dims=tuple(args.head_dims))
+    return sweep
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    if args.render_from is not None:
+        results = json.loads(args.render_from.read_text())
+    else:
+        if args.device == "cuda" and not torch.cuda.is_available():
+            sys.exit("no CUDA device here: run the CPU smoke version with --device cpu --tiny --ours torch")
+        results = run(args, sweep_from_args(args))
+    write_outputs(results, args.out, args.markdown)
+    print(summary_text(results), flush=True)
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+"""Helpers shared by the benchmark scripts: where a number was measured, and BENCHMARKS.md upkeep.
+
+Every benchmark script writes its own section of BENCHMARKS.md between two markers,
+
+    <!-- NAME:start -->
+    ...generated text...
+    <!-- NAME:end -->
+
+so that re-running one script rewrites only its own section and leaves the rest of the file
+(hand-written prose, other scripts' sections) untouched. Each section opens with the header
+from `environment_markdown`: the device, the library versions, the date and the exact command.
+
+Run the scripts from the repository root as modules (`python -m benchmarks.attention ...`), so
+that `benchmarks.common` imports without any path set-up.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import importlib.util
+import platform
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+__all__ = [
+    "command_line",
+    "describe_environment",
+    "environment_markdown",
+    "markdown_table",
+    "replace_markdown_section",
+]
+
+
+def _cpu_model() -> str:
+    """The CPU's marketing name from /proc/cpuinfo (Linux), else what `platform` knows."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def _package_version(name: str) -> str:
+    if importlib.util.find_spec(name) is None:
+        return "not installed"
+    return importlib.metadata.version(name)
+
+
+def describe_environment(device: torch.device | str | None = None) -> dict[str, str]:
+    """Where and when a benchmark runs, as a flat dict of strings (JSON- and table-friendly).
+
+    Args:
+        device: the device the benchmark measures; None means CUDA when available, else CPU.
+
+    Returns keys: device (GPU name or CPU model), device_type, cuda (CUDA runtime of the torch
+    build, or "none"), gpu_count, cpu, torch, triton, python, platform, date_utc (ISO 8601).
+    """
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    cpu = _cpu_model()
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        major, minor = torch.cuda.get_device_capability(device)
+        memory_gib = torch.cuda.get_device_properties(device).total_memory / 2**30
+        device_name = f"{name} (sm_{major}{minor}, {memory_gib:.0f} GiB)"
+        gpu_count = str(torch.cuda.device_count())
+    else:
+        device_name = cpu
+        gpu_count = str(torch.cuda.device_count()) if torch.cuda.is_available() else "0"
+    return {
+        "device": device_name,
+        "device_type": device.type,
+        "cuda": torch.version.cuda or "none",
+        "gpu_count": gpu_count,
+        "cpu": cpu,
+        "torch": torch.__version__,
+        "triton": _package_version("triton"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def command_line(argv: Sequence[str] | None = None) -> str:
+    """The command that started this process, as a user would type it again.
+
+    `python -m package.module args` when run as a module, else `python path args` with the path
+    relative to the working directory when it lies below it. argv defaults to sys.argv.
+    """
+    argv = list(sys.argv if argv is None else argv)
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name and spec.name != "__main__":
+        program = ["python", "-m", spec.name.removesuffix(".__main__")]
+    else:
+        script = Path(argv[0]) if argv else Path("<unknown>")
+        if script.is_absolute() and script.is_relative_to(Path.cwd()):
+            script = script.relative_to(Path.cwd())
+        program = ["python", script.as_posix()]
+    return shlex.join(program + argv[1:])
+
+
+def environment_markdown(env: dict[str, str], command: str) -> str:
+    """The header line every BENCHMARKS.md section starts with: device, versions, date, command."""
+    cuda = f", CUDA {env['cuda']}" if env.get("device_type") == "cuda" else ""
+    return (
+        f"Measured on **{env['device']}**{cuda}, {env['date_utc']}; torch {env['torch']}, "
+        f"triton {env['triton']}, Python {env['python']}.\n\n"
+        f"Command (from the repository root): `{command}`"
+    )
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else f"{value:.4g}" if isinstance(value, float) else str(value)
+    # A pipe would end the cell and a newline the row; HTML line breaks keep both readable.
+    return text.replace("|", "\\|").replace("\r\n", "<br>").replace("\n", "<br>")
+
+
+def markdown_table(
+    rows: Sequence[dict[str, object]],
+    columns: Sequence[str] | None = None,
+    align: dict[str, str] | None = None,
+) -> str:
+    """A GitHub markdown table of `rows` (one dict per row).
+
+    Args:
+        rows: the rows; a missing key or None gives an empty cell; floats print with 4
+            significant digits (format them yourself for another precision).
+        columns: header and order of the columns; default: every key, in order of first appearance.
+        align: column -> "left", "right" or "center" (default left).
+
+    Returns the table without a trailing newline ("" for no rows and no columns).
+    """
+    if columns is None:
+        columns = list(dict.fromkeys(key for row in rows for key in row))
+    if not columns:
+        return ""
+    markers = {"left": "---", "right": "---:", "center": ":---:"}
+    align = align or {}
+    for column, how in align.items():
+        if how not in markers:
+            raise ValueError(f"align[{column!r}] must be one of {sorted(markers)}, got {how!r}.")
+    lines = [
+        "| " + " | ".join(_cell(c) for c in columns) + " |",
+        "| " + " | ".join(markers[align.get(c, "left")] for c in columns) + " |",
+    ]
+    lines += ["| " + " | ".join(_cell(row.get(c)) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _markers(name: str) -> tuple[str, str]:
+    if not name or any(ch.isspace() for ch in name) or "--" in name or ">" in name:
+        raise ValueError(
+            f"section name must be a non-empty word without spaces, '--' or '>', got {name!r}; "
+            "use e.g. 'attention' or 'data-loading'."
+        )
+    return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+
+
+def replace_markdown_section(path: str | Path, name: str, text: str) -> Path:
+    """Put `text` between the `<!-- name:start -->` and `<!-- name:end -->` markers of `path`.
+
+    Creates the file (with a "# Benchmarks" title) when it is missing and appends the section
+    when the file has no markers for `name`; otherwise only the text between the markers
+    changes. Raises ValueError when the markers are unbalanced or out of order, naming the
+    lines to fix. Returns the path.
+    """
+    path = Path(path)
+    start, end = _markers(name)
+    body = f"{start}\n{text.strip()}\n{end}"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# Benchmarks\n\n{body}\n")
+        return path
+
+    content = path.read_text()
+    n_start, n_end = content.count(start), content.count(end)
+    if n_start == 0 and n_end == 0:
+        path.write_text(content.rstrip("\n") + ("\n\n" if content.strip() else "") + body + "\n")
+        return path
+    if n_start != 1 or n_end != 1:
+        raise ValueError(
+            f"{path} has {n_start} '{start}' and {n_end} '{end}' markers; expected exactly one of "
+            "each: delete the extra or orphaned marker lines by hand, then run again."
+        )
+    i, j = content.index(start), content.index(end)
+    if j < i:
+        raise ValueError(f"{path}: '{end}' comes before '{start}'; swap or delete them by hand.")
+    path.write_text(content[:i] + body + content[j + len(end) :])
+    return path

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# One GPU session for the Triton FlashAttention kernels: install, check, tune, time.
+#
+#   bash benchmarks/gpu_session.sh STEP...      (from the repository root, on the GPU machine)
+#
+# Steps, run in the order given:
+#   tune     per-configuration timings of our forward / dK,dV / dQ kernels at L=16k, bf16,
+#            causal, head dims 64 and 128, beside SDPA FlashAttention-2 (the numbers behind
+#            kernels/triton_flash_configs.py)
+#   tests    the GPU test sweep and the rest of tests/kernels/test_triton_*.py on CUDA
+#   compile  the cross-compile / shared-memory test under this machine's Triton
+#   quick    python -m benchmarks.attention --quick   (L = 16k only)
+#   full     python -m benchmarks.attention           (L = 8k..64k, and peak memory)
+# Logs and result files go to $OUT (or ./gpu_out when OUT is unset).
+# Wheels for packages the GPU image lacks travel in .whl/ (copied from ../shared/wheels-cp312).
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 GENOFORMER_TRITON_AUTOTUNE=${GENOFORMER_TRITON_AUTOTUNE:-1}
+unset TRITON_INTERPRET
+
+log() { echo "== $(date +%H:%M:%S) $*" | tee -a "$OUT/session.log"; }
+
+setup() {
+    log setup
+    if ls .whl/*.whl >/dev/null 2>&1; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>&1 | tail -2
+        export PYTHONPATH=/tmp/site:$PWD
+    fi
+    python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tail -2 \
+        || python3 -m pip install -q --no-deps --no-build-isolation --no-index . 2>&1 | tail -2
+    python3 -c "import genoformer.kernels.triton_flash as t, torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name(), 'interpreted', t.INTERPRETED)" \
+        2>&1 | tee -a "$OUT/session.log"
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee -a "$OUT/session.log"
+}
+
+tune() {
+    log tune
+    timeout 200 python3 - <<'EOF' 2>&1 | tee "$OUT/tune.log"
+import json, os, torch, triton, triton.testing
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+import genoformer.kernels.triton_flash as tf
+from genoformer.kernels.triton_flash_configs import FwdConfig, BwdConfig
+
+def bench(fn):
+    return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
+
+# ceilings (METHOD.md): bf16 matmul and device copy
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+ms = bench(lambda: a @ a)
+print(f"ceiling matmul bf16 8192^3: {2 * 8192**3 / ms / 1e9:.0f} TFLOP/s")
+x = torch.randn(2**30 // 2, device="cuda", dtype=torch.bfloat16); y = torch.empty_like(x)
+ms = bench(lambda: y.copy_(x))
+print(f"ceiling copy: {2 * x.numel() * 2 / ms / 1e9:.0f} GB/s")
+del a, x, y
+
+FWD = [FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 3), FwdConfig(128, 64, 4, 3), FwdConfig(128, 64, 8, 4),
+       FwdConfig(64, 64, 4, 3), FwdConfig(128, 128, 8, 2)]
+DKDV = [(64, 128, 8, 2), (32, 128, 4, 3), (64, 128, 8, 3), (32, 128, 8, 3), (64, 64, 4, 3)]
+DQ = [(128, 64, 8, 2), (128, 32, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 128, 8, 2)]
+results = []
+L, dtype = 16384, torch.bfloat16
+for D in (128, 64):
+    H = 2048 // D
+    q, k, v, do = (torch.randn(1, H, L, D, device="cuda", dtype=dtype) for _ in range(4))
+    flops_fwd = 4 * H * L * L * D / 2
+    for causal in (True,):
+        f = flops_fwd * (1 if causal else 2)
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            fa_f = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+            qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+            o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+            fa_b = bench(lambda: torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True))
+        print(f"D={D} causal={causal} SDPA-FA2 fwd {fa_f:.3f} ms ({f/fa_f/1e9:.0f} TF/s) bwd {fa_b:.3f} ms ({2.5*f/fa_b/1e9:.0f} TF/s)")
+        results.append(dict(D=D, causal=causal, impl="fa2", fwd_ms=fa_f, bwd_ms=fa_b))
+        scale = D ** -0.5
+        ref_o, lse = None, None
+        for cfg in FWD:
+            tf.fwd_candidates = lambda *a, cfg=cfg: (cfg,)
+            try:
+                t = bench(lambda: tf.flash_fwd(q, k, v, None, None, None, 0, causal, scale))
+            except Exception as e:
+                print(f"  fwd {cfg}: FAILED {type(e).__name__}: {str(e)[:200]}"); continue
+            print(f"  fwd {cfg}: {t:.3f} ms ({f/t/1e9:.0f} TF/s, x{fa_f/t:.2f} of FA2)")
+            results.append(dict(D=D, causal=causal, kind="fwd", cfg=str(cfg), ms=t))
+        o, lse = tf.flash_fwd(q, k, v, None, None, None, 0, causal, scale)
+        base = BwdConfig(*DKDV[0], *DQ[0])
+        for part, options in (("dkdv", DKDV), ("dq", DQ)):
+            for opt in options:
+                cfg = BwdConfig(*opt, *DQ[0]) if part == "dkdv" else BwdConfig(*DKDV[0], *opt)
+                if part == "dq" and opt == DQ[0]:
+                    continue
+                tf.bwd_candidates = lambda *a, cfg=cfg: (cfg,)
+                try:
+                    t = bench(lambda: tf.flash_bwd(do, q, k, v, o, lse, None, None, None, None, None, 0, causal, scale))
+                except Exception as e:
+                    print(f"  bwd {part} {opt}: FAILED {type(e).__name__}: {str(e)[:200]}"); continue
+                print(f"  bwd {part} {opt} (other half default): {t:.3f} ms ({2.5*f/t/1e9:.0f} TF/s, x{fa_b/t:.2f} of FA2)")
+                results.append(dict(D=D, causal=causal, kind="bwd-" + part, cfg=str(opt), ms=t))
+    del q, k, v, do
+json.dump(results, open(os.environ["OUT"] + "/tune.json", "w"), indent=1)
+EOF
+}
+
+tests() {
+    log tests
+    timeout 270 python3 -m pytest -q -ra -p no:cacheprovider -n 8 tests/kernels/test_triton_attention.py \
+        2>&1 | tee "$OUT/tests.log" | tail -40
+}
+
+compile_test() {
+    log compile
+    timeout 90 python3 -m pytest -q -ra -p no:cacheprovider tests/kernels/test_triton_compile.py \
+        2>&1 | tee "$OUT/compile.log" | tail -15
+}
+
+bench() {
+    log "benchmark $*"
+    timeout 560 python3 -m benchmarks.attention --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -60
+}
+
+setup
+for step in "$@"; do
+    case "$step" in
+        tune) tune ;;
+        tests) tests ;;
+        compile) compile_test ;;
+        quick) bench --quick --budget-s 200 ;;
+        full) bench --budget-s 420 ;;
+        *) echo "unknown step $step (tune, tests, compile, quick, full)"; exit 2 ;;
+    esac
+done
+log done

@@ -1,0 +1,241 @@
+"""Lightning data modules for genome and time-series stores (LightningCLI builds them from YAML).
+
+Training draws random windows (:class:`ShardSampler` gives each DDP rank its own indices and
+Lightning sets its epoch); validation and test tile their splits. Batches:
+genome ``{"tokens": torch.uint8 (B, L), "contig": int64 (B,), "start": int64 (B,), ...}``;
+time series ``{"context": float32 (B, C, Lc), "target": float32 (B, C, H), ...}``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import lightning as L
+from torch.utils.data import DataLoader, Dataset
+
+from genoformer.data.genome_datasets import RandomWindowDataset, TiledWindowDataset
+from genoformer.data.genome_store import GenomeStore, prepare_genome_store
+from genoformer.data.sampling import ShardSampler
+from genoformer.data.splits import SequenceSource, SplitSpec, split_intervals
+from genoformer.data.timeseries_datasets import TimeSeriesWindowDataset
+from genoformer.data.timeseries_store import MissingPolicy, TimeSeriesStore, prepare_timeseries_store
+
+
+
+class _ShardedLoaders:
+    """DataLoader construction shared by both modules."""
+
+    batch_size: int
+    num_workers: int
+    multiprocessing_context: str | None
+    persistent_workers: bool
+    rank: int | None
+    world_size: int | None
+
+    def _loader(self, dataset: Dataset, train: bool) -> DataLoader:
+        sampler = ShardSampler(len(dataset), rank=self.rank, world_size=self.world_size, equal_shares=train)
+        return DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            sampler=sampler,
+            num_workers=self.num_workers,
+            multiprocessing_context=self.multiprocessing_context if self.num_workers > 0 else None,
+            persistent_workers=self.persistent_workers and self.num_workers > 0,
+            drop_last=train,
+        )
+
+
+class GenomeDataModule(_ShardedLoaders, L.LightningDataModule):
+    """Windows of a genome store for pre-training and evaluation.
+
+    Args:
+        store: Path of the genome store (a zarr directory).
+        fasta: FASTA/GenBank files to build ``store`` from when it does not exist yet
+            (in ``prepare_data``); ignored when the store exists.
+        window: Tokens per window (L).
+        batch_size: Windows per batch (per device).
+        num_workers: DataLoader worker processes; each opens the store itself.
+        samples_per_epoch: Random training windows per epoch (over all ranks).
+        split: How validation/test data are held out (region of every contig, contigs or files).
+        eval_stride: Step between validation/test tiles (default: ``window``, no overlap).
+        max_n_fraction: Training windows with more N than this fraction are redrawn.
+        reverse_complement: Reverse-complement training windows with probability 1/2.
+        max_shift: Random shift (bases) applied to training window starts.
+        seed: Seed of the sampling; sample i of epoch e depends only on (seed, e, i).
+        cache_mb: Decoded-chunk cache per process, in MiB.
+        multiprocessing_context: "fork", "spawn" or "forkserver" for workers (None: platform default).
+        persistent_workers: Keep workers alive between epochs.
+        rank: This process's rank for sharding (default: from torch.distributed, else 0).
+        world_size: Number of ranks (default: from torch.distributed, else 1).
+    """
+
+    def __init__(
+        self,
+        store: str,
+        fasta: list[str] | None = None,
+        window: int = 8192,
+        batch_size: int = 8,
+        num_workers: int = 2,
+        samples_per_epoch: int = 100_000,
+        split: SplitSpec | None = None,
+        eval_stride: int | None = None,
+        max_n_fraction: float = 0.1,
+        reverse_complement: bool = True,
+        max_shift: int = 0,
+        seed: int = 0,
+        cache_mb: int = 64,
+        multiprocessing_context: Literal["fork", "spawn", "forkserver"] | None = None,
+        persistent_workers: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.store_path = Path(store)
+        self.fasta = list(fasta) if fasta else []
+        self.window = window
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.samples_per_epoch = samples_per_epoch
+        self.split = split if split is not None else SplitSpec()
+        self.eval_stride = eval_stride
+        self.max_n_fraction = max_n_fraction
+        self.reverse_complement = reverse_complement
+        self.max_shift = max_shift
+        self.seed = seed
+        self.cache_bytes = cache_mb << 20
+        self.multiprocessing_context = multiprocessing_context
+        self.persistent_workers = persistent_workers
+        self.rank = rank
+        self.world_size = world_size
+        self.datasets: dict[str, Dataset] = {}
+
+    def prepare_data(self) -> None:
+        if self.store_path.exists():
+            return
+        if not self.fasta:
+            raise FileNotFoundError(f"genome store {self.store_path} does not exist and no `fasta` files were "
+                                    "given to build it; run `genoformer prepare` or set data.fasta")
+        prepare_genome_store(self.fasta, self.store_path)
+
+    def setup(self, stage: str | None = None) -> None:
+        store = GenomeStore(self.store_path, self.cache_bytes)
+        intervals = split_intervals([SequenceSource(c.name, c.length, c.source_name) for c in store.contigs], self.split)
+        self.datasets["train"] = RandomWindowDataset(
+            store, self.window, self.samples_per_epoch, intervals=intervals["train"], seed=self.seed,
+            max_n_fraction=self.max_n_fraction, reverse_complement=self.reverse_complement,
+            max_shift=self.max_shift, cache_bytes=self.cache_bytes,
+        )
+        for name in ("val", "test"):
+            if intervals[name]:
+                self.datasets[name] = TiledWindowDataset(store, self.window, self.eval_stride,
+                                                         intervals=intervals[name], cache_bytes=self.cache_bytes)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.datasets["train"], train=True)
+
+    def val_dataloader(self) -> DataLoader | list:
+        return self._loader(self.datasets["val"], train=False) if "val" in self.datasets else []
+
+    def test_dataloader(self) -> DataLoader | list:
+        return self._loader(self.datasets["test"], train=False) if "test" in self.datasets else []
+
+
+class TimeSeriesDataModule(_ShardedLoaders, L.LightningDataModule):
+    """Context + horizon windows of a time-series store, for forecasting.
+
+    Args:
+        store: Path of the time-series store (a zarr directory).
+        sources: CSV/.npy files to build ``store`` from when it does not exist yet.
+        sampling_rate: Samples per second, for building the store (or give ``time_column``).
+        time_column: CSV column with the time in seconds, for building the store.
+        missing: Missing-value policy for building the store: "error", "ffill", "zero", "linear".
+        context: Context length Lc (time steps).
+        horizon: Forecast horizon H (time steps).
+        batch_size: Windows per batch (per device).
+        num_workers: DataLoader worker processes.
+        samples_per_epoch: Random training windows per epoch (over all ranks).
+        split: How validation/test data are held out ("region" = the end of every series in
+            time order; "files"/"contigs" = whole series by file name).
+        eval_stride: Step between validation/test windows (default: ``horizon``).
+        normalize: Standardise channels with the store's per-channel mean and std.
+        seed: Seed of the sampling.
+        multiprocessing_context: "fork", "spawn" or "forkserver" for workers (None: platform default).
+        persistent_workers: Keep workers alive between epochs.
+        rank: This process's rank for sharding (default: from torch.distributed, else 0).
+        world_size: Number of ranks (default: from torch.distributed, else 1).
+    """
+
+    def __init__(
+        self,
+        store: str,
+        sources: list[str] | None = None,
+        sampling_rate: float | None = None,
+        time_column: str | None = None,
+        missing: MissingPolicy = "error",
+        context: int = 8192,
+        horizon: int = 256,
+        batch_size: int = 16,
+        num_workers: int = 2,
+        samples_per_epoch: int = 10_000,
+        split: SplitSpec | None = None,
+        eval_stride: int | None = None,
+        normalize: bool = True,
+        seed: int = 0,
+        multiprocessing_context: Literal["fork", "spawn", "forkserver"] | None = None,
+        persistent_workers: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.store_path = Path(store)
+        self.sources = list(sources) if sources else []
+        self.sampling_rate = sampling_rate
+        self.time_column = time_column
+        self.missing = missing
+        self.context = context
+        self.horizon = horizon
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.samples_per_epoch = samples_per_epoch
+        self.split = split if split is not None else SplitSpec(val_fraction=0.1)
+        self.eval_stride = eval_stride
+        self.normalize = normalize
+        self.seed = seed
+        self.multiprocessing_context = multiprocessing_context
+        self.persistent_workers = persistent_workers
+        self.rank = rank
+        self.world_size = world_size
+        self.datasets: dict[str, Dataset] = {}
+
+    def prepare_data(self) -> None:
+        if self.store_path.exists():
+            return
+        if not self.sources:
+            raise FileNotFoundError(f"time-series store {self.store_path} does not exist and no `sources` were "
+                                    "given to build it; run `genoformer prepare` or set data.sources")
+        prepare_timeseries_store(self.sources, self.store_path, sampling_rate=self.sampling_rate,
+                                 time_column=self.time_column, missing=self.missing)
+
+    def setup(self, stage: str | None = None) -> None:
+        store = TimeSeriesStore(self.store_path)
+        intervals = split_intervals([SequenceSource(s.name, s.length, s.source_name) for s in store.series], self.split)
+        self.datasets["train"] = TimeSeriesWindowDataset(
+            store, self.context, self.horizon, intervals=intervals["train"],
+            samples_per_epoch=self.samples_per_epoch, seed=self.seed, normalize=self.normalize,
+        )
+        for name in ("val", "test"):
+            if intervals[name]:
+                self.datasets[name] = TimeSeriesWindowDataset(
+                    store, self.context, self.horizon, intervals=intervals[name], stride=self.eval_stride,
+                    normalize=self.normalize,
+                )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.datasets["train"], train=True)
+
+    def val_dataloader(self) -> DataLoader | list:
+        return self._loader(self.datasets["val"], train=False) if "val" in self.datasets else []
+
+    def test_dataloader(self) -> DataLoader | list:
+        return self._loader(self.datasets["test"], train=False) if "test" in self.datasets else []

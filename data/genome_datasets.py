@@ -1,0 +1,242 @@
+"""Datasets of genome windows: random windows for training, tiles for evaluation and embedding.
+
+Legend: L = window length (tokens). A sample is a dict
+``{"tokens": torch.uint8 (L,), "contig": int, "start": int, "index": int, ...}``; the default
+collate turns a list of samples into ``{"tokens": torch.uint8 (B, L), "contig": int64 (B,), ...}``.
+
+Both datasets are map-style and take keys that are an index or an ``(epoch, index)`` pair
+(see :class:`genoformer.data.sampling.ShardSampler`). They hold the store path and metadata;
+the zarr handles and chunk cache are opened lazily in each process (DataLoader worker) that
+reads, after fork or spawn.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from genoformer.data.alphabet import N, PAD, encode, reverse_complement
+from genoformer.data.genome_store import DEFAULT_CACHE_BYTES, GenomeStore
+from genoformer.data.sampling import sample_rng, split_key
+from genoformer.data.splits import Interval
+
+log = logging.getLogger(__name__)
+
+
+class _StoreHolder:
+    """Opens the GenomeStore once per process; pickles without handles."""
+
+    def __init__(self, store: str | Path | GenomeStore, cache_bytes: int) -> None:
+        self._store = store if isinstance(store, GenomeStore) else GenomeStore(store, cache_bytes)
+        self._pid = os.getpid()
+
+    @property
+    def store(self) -> GenomeStore:
+        if self._pid != os.getpid():  # forked: open our own handles and cache
+            self._store = GenomeStore(self._store.path, self._store.cache_bytes)
+            self._pid = os.getpid()
+        return self._store
+
+    def __getstate__(self) -> dict:
+        return {"_store": self._store, "_pid": None}
+
+
+def whole_contigs(store: GenomeStore) -> list[Interval]:
+    return [Interval(c.index, 0, c.length) for c in store.contigs]
+
+
+class RandomWindowDataset(Dataset):
+    """Random windows of ``window`` bases for training, drawn uniformly over all valid starts
+    (so contigs are weighted by length) inside the given intervals.
+
+    Sample ``index`` of ``epoch`` is a pure function of (seed, epoch, index). A window with more
+    than ``max_n_fraction`` N bases is redrawn (up to ``max_attempts`` times). Intervals shorter
+    than the window and contigs that are all N are left out (logged).
+
+    Args:
+        store: Genome store path or an open GenomeStore.
+        window: Window length L in bases.
+        samples_per_epoch: ``len(dataset)``; the number of windows in an epoch.
+        intervals: Where windows may lie (a split); default every whole contig.
+        seed: Base seed.
+        max_n_fraction: Windows with more N than this fraction of L are redrawn.
+        reverse_complement: Reverse-complement each window with probability 1/2.
+        max_shift: Move the drawn start by a uniform shift in [-max_shift, max_shift] (kept
+            inside the interval): jitter for restricted intervals.
+        cache_bytes: Decoded-chunk cache per process.
+        max_attempts: Draws per sample before giving up with an error.
+    """
+
+    def __init__(self, store: str | Path | GenomeStore, window: int, samples_per_epoch: int, *,
+                 intervals: Sequence[Interval] | None = None, seed: int = 0, max_n_fraction: float = 0.1,
+                 reverse_complement: bool = False, max_shift: int = 0,
+                 cache_bytes: int = DEFAULT_CACHE_BYTES, max_attempts: int = 100) -> None:
+        if window < 1 or samples_per_epoch < 1:
+            raise ValueError(f"window ({window}) and samples_per_epoch ({samples_per_epoch}) must be >= 1")
+        if not 0 <= max_n_fraction <= 1:
+            raise ValueError(f"max_n_fraction={max_n_fraction} must be in [0, 1]")
+        self._holder = _StoreHolder(store, cache_bytes)
+        gs = self._holder.store
+        self.window = window
+        self.samples_per_epoch = samples_per_epoch
+        self.seed = seed
+        self.epoch = 0
+        self.max_n_fraction = max_n_fraction
+        self.reverse_complement = reverse_complement
+        self.max_shift = max_shift
+        self.max_attempts = max_attempts
+        usable = []
+        for iv in (whole_contigs(gs) if intervals is None else intervals):
+            contig = gs.contigs[iv.index]
+            if iv.length < window:
+                log.info("contig %s [%d, %d) is shorter than the window (%d): no random windows from it",
+                         contig.name, iv.start, iv.end, window)
+            elif contig.n_count == contig.length:
+                log.warning("contig %s is all N: no random windows from it", contig.name)
+            else:
+                usable.append(iv)
+        if not usable:
+            raise ValueError(f"no interval of {gs.path} is at least {window} bases long and not all N; "
+                             "use a shorter window or another split")
+        self.intervals = usable
+        # Valid starts per interval; a uniform draw over their total weights contigs by length.
+        starts = np.array([iv.length - window + 1 for iv in usable], dtype=np.int64)
+        self._cum_starts = np.cumsum(starts)
+
+    @property
+    def store(self) -> GenomeStore:
+        return self._holder.store
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.samples_per_epoch
+
+    def locate(self, epoch: int, index: int) -> tuple[int, int, bool]:
+        """(contig index, start, reverse) of sample ``index`` in ``epoch``, without N checks:
+        the first draw. ``__getitem__`` redraws while the window has too many N."""
+        return self._draw(sample_rng(self.seed, epoch, index))
+
+    def _draw(self, rng: np.random.Generator) -> tuple[int, int, bool]:
+        u = int(rng.integers(self._cum_starts[-1]))
+        j = int(np.searchsorted(self._cum_starts, u, side="right"))
+        iv = self.intervals[j]
+        start = iv.start + u - (int(self._cum_starts[j - 1]) if j else 0)
+        if self.max_shift:
+            shift = int(rng.integers(-self.max_shift, self.max_shift + 1))
+            start = min(max(start + shift, iv.start), iv.end - self.window)
+        reverse = bool(rng.random() < 0.5) if self.reverse_complement else False
+        return iv.index, start, reverse
+
+    def __getitem__(self, key: int | tuple[int, int]) -> dict:
+        epoch, index = split_key(key, self.epoch)
+        rng = sample_rng(self.seed, epoch, index)
+        store = self.store
+        limit = self.max_n_fraction * self.window
+        for _ in range(self.max_attempts):
+            contig, start, reverse = self._draw(rng)
+            codes = store.read(contig, start, start + self.window)
+            if limit >= self.window or np.count_nonzero(codes == N) <= limit:
+                break
+        else:
+            raise RuntimeError(f"no window of {self.window} bases with at most {self.max_n_fraction:.0%} N "
+                               f"found in {self.max_attempts} draws; raise max_n_fraction or shorten the window")
+        if reverse:
+            codes = reverse_complement(codes)
+        return {"tokens": torch.from_numpy(codes), "contig": contig, "start": start, "reverse": reverse,
+                "index": index}
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One tile of a sequence: ``tokens`` (L,) uint8 codes, PAD after ``end - start`` tokens."""
+
+    name: str
+    start: int
+    end: int
+    tokens: np.ndarray
+
+
+def tile_starts(length: int, window: int, stride: int) -> range:
+    """Start positions of the tiles that cover a sequence of ``length``: 0, stride, ...; the
+    last tile is the first that reaches the end (it may be shorter than ``window``)."""
+    if window < 1 or stride < 1:
+        raise ValueError(f"window ({window}) and stride ({stride}) must be >= 1")
+    if length <= 0:
+        return range(0)
+    count = 1 + -(-max(length - window, 0) // stride)
+    return range(0, count * stride, stride)
+
+
+def iter_tiles(records: Iterable[tuple[str, str | np.ndarray]], window: int, stride: int | None = None) -> Iterator[Tile]:
+    """Tile arbitrary sequences for embedding: yields :class:`Tile` for every window.
+
+    ``records`` are (name, sequence) pairs; a sequence is a nucleotide string (encoded with
+    :func:`genoformer.data.alphabet.encode`) or an array of codes. Tiles start every
+    ``stride`` (default ``window``) bases; a last tile shorter than ``window`` is padded with
+    PAD, and ``end`` marks where the real sequence stops.
+    """
+    stride = window if stride is None else stride
+    for name, seq in records:
+        codes = encode(seq) if isinstance(seq, (str, bytes)) else np.asarray(seq, dtype=np.uint8)
+        for start in tile_starts(len(codes), window, stride):
+            end = min(start + window, len(codes))
+            tokens = np.full(window, PAD, dtype=np.uint8)
+            tokens[:end - start] = codes[start:end]
+            yield Tile(name, start, end, tokens)
+
+
+class TiledWindowDataset(Dataset):
+    """Every tile of the given intervals, in order, for evaluation and embedding.
+
+    Tiles start every ``stride`` bases from each interval's start; the last tile of an interval
+    stops at the interval's end and is padded with PAD (``length`` = real tokens). Samples:
+    ``{"tokens": uint8 (L,), "contig", "start", "length", "index"}``. Keys may be an index or an
+    (epoch, index) pair; the epoch is ignored.
+    """
+
+    def __init__(self, store: str | Path | GenomeStore, window: int, stride: int | None = None, *,
+                 intervals: Sequence[Interval] | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        self._holder = _StoreHolder(store, cache_bytes)
+        self.window = window
+        self.stride = window if stride is None else stride
+        ivs = whole_contigs(self._holder.store) if intervals is None else list(intervals)
+        self.intervals = [iv for iv in ivs if iv.length > 0]
+        counts = np.array([len(tile_starts(iv.length, window, self.stride)) for iv in self.intervals], dtype=np.int64)
+        self._cum_tiles = np.cumsum(counts)
+
+    @property
+    def store(self) -> GenomeStore:
+        return self._holder.store
+
+    def set_epoch(self, epoch: int) -> None:
+        """Tiles do not depend on the epoch (kept for the sampler protocol)."""
+
+    def __len__(self) -> int:
+        return int(self._cum_tiles[-1]) if len(self._cum_tiles) else 0
+
+    def locate(self, index: int) -> tuple[int, int, int]:
+        """(contig index, start, end) of tile ``index``."""
+        if not 0 <= index < len(self):
+            raise IndexError(f"tile {index} out of range [0, {len(self)})")
+        j = int(np.searchsorted(self._cum_tiles, index, side="right"))
+        iv = self.intervals[j]
+        start = iv.start + (index - (int(self._cum_tiles[j - 1]) if j else 0)) * self.stride
+        return iv.index, start, min(start + self.window, iv.end)
+
+    def __getitem__(self, key: int | tuple[int, int]) -> dict:
+        _, index = split_key(key, 0)
+        contig, start, end = self.locate(index)
+        codes = self.store.read(contig, start, end)
+        if end - start < self.window:
+            codes = np.concatenate([codes, np.full(self.window - (end - start), PAD, dtype=np.uint8)])
+        return {"tokens": torch.from_numpy(codes), "contig": contig, "start": start, "length": end - start,
+                "index": index}

@@ -1,0 +1,163 @@
+"""What genome and time-series stores share: the metadata schema, atomic building, the chunk cache.
+
+A store is a zarr v3 group. Its attributes hold one key, ``"genoformer"``, a dict with
+``format`` ("genoformer.genome" or "genoformer.timeseries"), ``format_version``,
+``tool_version``, ``created`` (UTC ISO 8601), ``command``, ``arguments`` and ``complete``.
+``complete`` is written True only after every array was re-read and checked, and the store is
+built under a temporary name in the same directory and renamed into place afterwards; so an
+interrupted build never leaves anything at the final path, and :func:`open_store_group`
+refuses a group whose ``complete`` is not True.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import logging
+import os
+import shutil
+import sys
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import numpy as np
+import zarr
+
+log = logging.getLogger(__name__)
+
+METADATA_KEY = "genoformer"
+_TMP_MARK = ".tmp-"
+
+
+def tool_version() -> str:
+    try:
+        return version("genoformer")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown"
+
+
+def base_metadata(fmt: str, format_version: int, arguments: dict, command: str | None) -> dict:
+    """The store-level metadata every store carries (``complete`` starts False)."""
+    return {
+        "format": fmt,
+        "format_version": format_version,
+        "tool_version": tool_version(),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": command if command is not None else " ".join(sys.argv),
+        "arguments": arguments,
+        "complete": False,
+    }
+
+
+def read_metadata(path: Path) -> dict | None:
+    """The store metadata at ``path``, or None when there is no zarr group with it."""
+    try:
+        group = zarr.open_group(path, mode="r")
+    except (FileNotFoundError, zarr.errors.GroupNotFoundError, ValueError):
+        return None
+    meta = group.attrs.get(METADATA_KEY)
+    return dict(meta) if isinstance(meta, dict) else None
+
+
+def open_store_group(path: str | Path, fmt: str, supported_versions: tuple[int, ...]) -> tuple[zarr.Group, dict]:
+    """Open a complete store of format ``fmt`` read-only; clear errors otherwise."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"store not found: {path}; create it with `genoformer prepare` "
+                                f"(or prepare_{fmt.split('.')[-1]}_store)")
+    meta = read_metadata(path)
+    if meta is None:
+        raise ValueError(f"{path} is not a genoformer store (no zarr group with '{METADATA_KEY}' metadata)")
+    if meta.get("format") != fmt:
+        raise ValueError(f"{path} holds format {meta.get('format')!r}, expected {fmt!r}")
+    if meta.get("complete") is not True:
+        raise ValueError(f"{path} is incomplete (its build was interrupted or failed verification); "
+                         "prepare it again with overwrite=True")
+    if meta.get("format_version") not in supported_versions:
+        raise ValueError(f"{path} has format_version {meta.get('format_version')}, this genoformer reads "
+                         f"{supported_versions}; re-create the store with this version")
+    return zarr.open_group(path, mode="r"), meta
+
+
+def _remove_stale_temporaries(out: Path) -> None:
+    """Delete temporary builds of ``out`` left by processes that no longer run."""
+    for tmp in out.parent.glob(f".{out.name}{_TMP_MARK}*"):
+        pid_text = tmp.name[len(f".{out.name}{_TMP_MARK}"):].split("-", 1)[0]
+        if not pid_text.isdigit():
+            continue
+        try:
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            log.info("removing stale temporary store %s", tmp)
+            shutil.rmtree(tmp, ignore_errors=True)
+        except PermissionError:  # a live process of another user
+            continue
+
+
+@contextlib.contextmanager
+def atomic_build(out: Path, overwrite: bool) -> Iterator[Path]:
+    """Yield a temporary path beside ``out`` to build into; on success rename it to ``out``.
+
+    On any exception the temporary is deleted and ``out`` is left as it was. With ``overwrite``
+    an existing ``out`` is replaced only after the new store is complete.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temporaries(out)
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} exists; pass overwrite=True (--overwrite) to replace it")
+    tmp = out.parent / f".{out.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        yield tmp
+        if out.exists():
+            old = out.parent / f".{out.name}{_TMP_MARK}{os.getpid()}-old-{uuid.uuid4().hex[:8]}"
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+class ChunkCache:
+    """Per-process LRU cache of decoded chunks, bounded in bytes.
+
+    ``get(key, load)`` returns the cached array for ``key`` or calls ``load()`` and keeps the
+    result, evicting least-recently-used chunks beyond ``max_bytes``. Cached arrays are marked
+    read-only so that callers cannot corrupt them.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        if max_bytes < 0:
+            raise ValueError(f"cache size must be >= 0 bytes, got {max_bytes}")
+        self.max_bytes = max_bytes
+        self.nbytes = 0
+        self.hits = 0
+        self.misses = 0
+        self._items: OrderedDict[object, np.ndarray] = OrderedDict()
+
+    def get(self, key: object, load: Callable[[], np.ndarray]) -> np.ndarray:
+        items = self._items
+        chunk = items.get(key)
+        if chunk is not None:
+            items.move_to_end(key)
+            self.hits += 1
+            return chunk
+        self.misses += 1
+        chunk = load()
+        chunk.flags.writeable = False
+        if chunk.nbytes <= self.max_bytes:
+            items[key] = chunk
+            self.nbytes += chunk.nbytes
+            while self.nbytes > self.max_bytes:
+                _, evicted = items.popitem(last=False)
+                self.nbytes -= evicted.nbytes
+        return chunk
+
+    def clear(self) -> None:
+        self._items.clear()
+        self.nbytes = 0

@@ -1,0 +1,74 @@
+"""Lightning callbacks, usable from YAML under `trainer.callbacks` by class_path."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+
+class LossPlotCallback(L.Callback):
+    """At the end of fit, write a PNG of train and validation loss against the optimizer step,
+    with bits per base (loss / ln 2) on the right axis, into the run directory (the logger's
+    log_dir, else trainer.default_root_dir)."""
+
+    def __init__(self, filename: str = "loss.png", train_key: str = "train/loss", val_key: str = "val/loss") -> None:
+        """
+        Args:
+            filename: name of the PNG inside the run directory.
+            train_key: logged metric plotted as the training curve (one point per optimizer step).
+            val_key: logged metric plotted as the validation curve (one point per validation run).
+        """
+        self.filename = filename
+        self.train_key = train_key
+        self.val_key = val_key
+        self.train: dict[int, float] = {}
+        self.val: dict[int, float] = {}
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        value = trainer.callback_metrics.get(self.train_key)
+        if value is not None:
+            self.train[trainer.global_step] = float(value)
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        value = trainer.callback_metrics.get(self.val_key)
+        if value is not None and not trainer.sanity_checking:
+            self.val[trainer.global_step] = float(value)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"train": dict(self.train), "val": dict(self.val)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.train = dict(state_dict["train"])
+        self.val = dict(state_dict["val"])
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        run_dir = Path(trainer.log_dir or trainer.default_root_dir)  # every rank: log_dir broadcasts
+        if trainer.is_global_zero:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            self.plot(run_dir / self.filename)
+
+    def plot(self, path: Path) -> Path:
+        """Draw the recorded curves into `path` (PNG) and return it."""
+        figure = Figure(figsize=(7, 4.5), layout="constrained")
+        FigureCanvasAgg(figure)
+        ax = figure.add_subplot()
+        for key, points, style in ((self.train_key, self.train, "-"), (self.val_key, self.val, "o-")):
+            if points:
+                steps = sorted(points)
+                ax.plot(steps, [points[s] for s in steps], style, label=key, markersize=3)
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel("loss (nats per base)")
+        bits_axis = ax.secondary_yaxis("right", functions=(lambda nats: nats / math.log(2), lambda bits: bits * math.log(2)))
+        bits_axis.set_ylabel("bits per base")
+        ax.grid(alpha=0.3)
+        if self.train or self.val:
+            ax.legend()
+        else:
+            ax.text(0.5, 0.5, "no loss values were logged", ha="center", va="center", transform=ax.transAxes)
+        figure.savefig(path, dpi=120)
+        return path

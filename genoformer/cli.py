@@ -1,0 +1,210 @@
+"""The `genoformer` command (also `python cli.py`).
+
+Training verbs come from LightningCLI and read YAML configs from `configs/`:
+
+    genoformer fit --config configs/quickstart.yaml
+    genoformer validate | test | predict --config ... --ckpt_path ...
+    genoformer fit --config configs/genome_8k_gpu.yaml --print_config
+
+Configs are parsed in jsonargparse's "omegaconf+" mode: `${...model.transformer.max_seq_len}`
+style interpolation is resolved after the command line is applied, so overriding one value on
+the command line updates everything that refers to it.
+
+Data and inference verbs are typed functions whose `--help` comes from their docstrings:
+
+    genoformer prepare --fasta genome.fa.gz --out genome.zarr
+    genoformer prepare_timeseries --inputs ecg.csv --out ecg.zarr --time_column t_seconds
+    genoformer embed --checkpoint last.ckpt --inputs genome.fa.gz --out embeddings.npz
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from jsonargparse import CLI
+from lightning.pytorch import LightningDataModule
+from lightning.pytorch.cli import LightningCLI
+
+from genoformer.data.genome_store import prepare_genome_store
+from genoformer.data.timeseries_store import MissingPolicy, prepare_timeseries_store
+from genoformer.embeddings import Embedder, Pooling, save_embeddings
+from genoformer.kernels.attention import Backend
+from genoformer.lightning_module import GenoformerLM
+
+TRAINING_COMMANDS = ("fit", "validate", "test", "predict")
+
+
+def prepare(
+    *,
+    fasta: list[Path],
+    out: Path,
+    chunk_size: int = 1 << 16,
+    compression_level: int = 3,
+    keep_softmask: bool = True,
+    overwrite: bool = False,
+) -> Path:
+    """Build a chunked zarr genome store from FASTA or GenBank files (plain, .gz, .xz, .bz2).
+
+    The store is written under a temporary name, verified, then renamed: an interrupted run
+    leaves nothing that reads as complete, and re-running with the same inputs is a no-op.
+
+    Args:
+        fasta: Input files; repeat the option or give a list ("[a.fa,b.fa.gz]"). Record names
+            must be unique across all files.
+        out: Store directory to create, conventionally ending in .zarr.
+        chunk_size: Bases per chunk, the unit of reading and caching.
+        compression_level: zstd level, 1 (fastest) to 9 (smallest).
+        keep_softmask: Keep lowercase (soft-masked) positions as a separate mask.
+        overwrite: Always rebuild. Without it, a complete store built from the same files with the
+            same options is kept as it is, and any other existing `out` is an error.
+    """
+    path = prepare_genome_store(
+        fasta,
+        out,
+        chunk_size=chunk_size,
+        compression_level=compression_level,
+        keep_softmask=keep_softmask,
+        overwrite=overwrite,
+    )
+    print(f"genome store ready: {path}")
+    return path
+
+
+def prepare_timeseries(
+    *,
+    inputs: list[Path],
+    out: Path,
+    sampling_rate: Optional[float] = None,
+    time_column: Optional[str] = None,
+    missing: MissingPolicy = "error",
+    npy_channels_first: bool = False,
+    overwrite: bool = False,
+) -> Path:
+    """Build a chunked zarr time-series store from CSV or .npy files (one series per file).
+
+    Args:
+        inputs: Input files (.csv with a header row, or .npy); all must have the same channels.
+        out: Store directory to create, conventionally ending in .zarr.
+        sampling_rate: Samples per second; required unless time_column gives the times.
+        time_column: CSV column with the time in seconds (not stored as a channel).
+        missing: What to do with empty or NaN values: error, ffill, zero or linear.
+        npy_channels_first: .npy arrays are (channels, time) instead of (time, channels).
+        overwrite: Replace an existing store.
+    """
+    path = prepare_timeseries_store(
+        inputs,
+        out,
+        sampling_rate=sampling_rate,
+        time_column=time_column,
+        missing=missing,
+        npy_channels_first=npy_channels_first,
+        overwrite=overwrite,
+    )
+    print(f"time-series store ready: {path}")
+    return path
+
+
+def embed(
+    *,
+    checkpoint: Path,
+    inputs: list[str],
+    out: Path,
+    pooling: Pooling = Pooling.MEAN,
+    layer: int = -1,
+    batch_size: int = 8,
+    window: Optional[int] = None,
+    overlap: Optional[int] = None,
+    device: Optional[str] = None,
+    backend: Backend = Backend.AUTO,
+) -> Path:
+    """Embed sequences with a trained checkpoint and write them, with their names, to a file.
+
+    The output is .npz (numpy.load) or .zarr (zarr.open_group): `names`, `embeddings` (N, E)
+    when pooled, or all tokens (sum of lengths, E) with `offsets` when pooling is none.
+
+    Args:
+        checkpoint: A .ckpt file written by `genoformer fit`.
+        inputs: FASTA/GenBank files or literal DNA strings; repeat the option or give a list.
+        out: Output file, ending in .npz or .zarr.
+        pooling: One vector per sequence (mean, max, first, last) or per token (none).
+        layer: Hidden state to read: 0 is the token embeddings, -1 the last block.
+        batch_size: Windows per forward pass.
+        window: Window length for long sequences; default the trained context.
+        overlap: Tokens shared by neighbouring windows; default window // 4.
+        device: cpu, cuda or cuda:N; default CUDA when available.
+        backend: Attention backend; auto picks the fastest for the device.
+    """
+    embedder = Embedder.from_checkpoint(checkpoint, device=device, backend=backend)
+    sequences = [str(item) for item in inputs]
+    result = embedder.embed(
+        sequences[0] if len(sequences) == 1 else sequences,
+        pooling=pooling,
+        layer=layer,
+        batch_size=batch_size,
+        window=window,
+        overlap=overlap,
+    )
+    path = save_embeddings(result, out)
+    print(f"wrote {len(result)} embeddings to {path}")
+    return path
+
+
+TOOL_COMMANDS = {"prepare": prepare, "prepare_timeseries": prepare_timeseries, "embed": embed}
+
+
+def training_cli(args: Optional[Sequence[str]] = None, run: bool = True) -> LightningCLI:
+    """LightningCLI for GenoformerLM; the data module is chosen in the config by class_path.
+
+    `args` None reads the command line (sys.argv), as a console command does.
+    """
+    return LightningCLI(
+        GenoformerLM,
+        LightningDataModule,
+        subclass_mode_data=True,
+        parser_kwargs={"parser_mode": "omegaconf+"},
+        save_config_kwargs={"overwrite": True},
+        args=None if args is None else list(args),
+        run=run,
+    )
+
+
+def _usage() -> str:
+    lines = [
+        "usage: genoformer COMMAND [options]   (python cli.py COMMAND ... is the same)",
+        "",
+        "Training (LightningCLI; every option can come from a YAML file with --config):",
+    ]
+    for name in TRAINING_COMMANDS:
+        lines.append(f"  {name:<20}{_TRAINING_HELP[name]}")
+    lines += ["", "Data and inference:"]
+    for name, function in TOOL_COMMANDS.items():
+        lines.append(f"  {name:<20}{function.__doc__.strip().splitlines()[0]}")
+    lines += ["", "Run `genoformer COMMAND --help` for the options of one command."]
+    return "\n".join(lines)
+
+
+_TRAINING_HELP = {
+    "fit": "Train a model (e.g. --config configs/quickstart.yaml).",
+    "validate": "Run one evaluation epoch on the validation split.",
+    "test": "Run one evaluation epoch on the test split.",
+    "predict": "Run inference on the predict split.",
+}
+
+
+def main(args: Optional[Sequence[str]] = None) -> None:
+    """Entry point of `genoformer` and `python cli.py`."""
+    argv = list(sys.argv[1:] if args is None else args)
+    from_command_line = args is None
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return
+    command = argv[0]
+    if command in TOOL_COMMANDS:
+        CLI(TOOL_COMMANDS[command], args=argv[1:], as_positional=False)
+    elif command in TRAINING_COMMANDS:
+        training_cli(None if from_command_line else argv)
+    else:
+        print(f"genoformer: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
+        raise SystemExit(2)

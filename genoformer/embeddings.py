@@ -1,0 +1,388 @@
+"""Embeddings from a trained genoformer model: load a checkpoint, embed sequences, save them.
+
+    embedder = Embedder.from_checkpoint("runs/last.ckpt")
+    result = embedder.embed("genes.fa.gz", pooling="mean", layer=-1)
+    save_embeddings(result, "genes.npz")
+
+Sequences longer than the window (default: the context the model was trained on) are cut into
+windows that overlap by `overlap` tokens, all of the same length (the last one ends at the
+sequence end). Every position takes its vector from the window whose centre is nearest, i.e.
+where it sits farthest from a window edge (centre-crop stitching). Pooled vectors are computed
+over the stitched per-token vectors, so they do not depend on how a sequence was tiled or
+batched. A batch only holds windows of one length: no padding, so results never depend on what
+else is in the batch.
+
+Shape legend: B batch, W window length, E model width, L sequence length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import pickle
+import zipfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Optional, Union
+
+import numpy as np
+import torch
+import zarr
+from Bio.SeqRecord import SeqRecord
+from tqdm.auto import tqdm
+
+from genoformer.data.alphabet import encode
+from genoformer.data.seqfiles import read_records
+from genoformer.kernels.attention import Backend
+from genoformer.model import Transformer, TransformerConfig
+
+SEQUENCE_FILE_SUFFIXES = (".fa", ".fasta", ".fna", ".ffn", ".fas", ".gb", ".gbk", ".genbank")
+"""A str input ending in one of these (optionally plus .gz/.xz/.bz2) is read as a file."""
+_COMPRESSION_SUFFIXES = (".gz", ".xz", ".bz2")
+
+Inputs = Union[str, Path, SeqRecord, Iterable[Union[str, SeqRecord]]]
+
+
+class Pooling(str, enum.Enum):
+    """How per-token vectors of one sequence become its embedding."""
+
+    MEAN = "mean"
+    """Mean over all positions: (E,)."""
+    MAX = "max"
+    """Element-wise maximum over all positions: (E,)."""
+    FIRST = "first"
+    """The first position: (E,). With causal attention it has seen one base only."""
+    LAST = "last"
+    """The last position: (E,). With causal attention it has seen the whole window."""
+    NONE = "none"
+    """Every position: (L, E)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Embeddings:
+    """Embeddings of named sequences, in input order."""
+
+    names: list[str]
+    arrays: list[np.ndarray]
+    """float32: (E,) per sequence when pooled, (L_i, E) per sequence for Pooling.NONE."""
+    pooling: Pooling
+    layer: int
+    """Hidden state the vectors come from (0 = token embeddings, -1 = last layer)."""
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def stack(self) -> np.ndarray:
+        """Pooled embeddings as one float32 matrix (N, E)."""
+        if self.pooling is Pooling.NONE:
+            raise ValueError("per-token embeddings have different lengths; use .arrays (or pool them).")
+        return np.stack(self.arrays)
+
+
+class Embedder:
+    """Runs a `Transformer` in eval mode over sequences of any length (see the module docstring)."""
+
+    def __init__(self, model: Transformer, *, window: int, device: Optional[Union[str, torch.device]] = None) -> None:
+        """
+        Args:
+            model: the trained network.
+            window: default window length in tokens (at most model.config.max_seq_len).
+            device: where to run; None: CUDA when available, else CPU.
+        """
+        if not 0 < window <= model.config.max_seq_len:
+            raise ValueError(f"window must be in [1, max_seq_len={model.config.max_seq_len}], got {window}.")
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        self.window = window
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: Union[str, Path],
+        device: Optional[Union[str, torch.device]] = None,
+        backend: Backend = Backend.AUTO,
+    ) -> Embedder:
+        """Load a GenoformerLM Lightning checkpoint (.ckpt) for embedding.
+
+        Args:
+            path: the checkpoint file.
+            device: where to run; None: CUDA when available, else CPU.
+            backend: attention backend to run with (the training backend may not exist here);
+                AUTO picks per device.
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"checkpoint not found: {path}; pass the .ckpt file written by training "
+                "(e.g. <run dir>/checkpoints/last.ckpt)."
+            )
+        try:
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile) as exc:
+            raise ValueError(f"{path} is not a readable PyTorch checkpoint: {exc}") from exc
+        hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
+        if not isinstance(hparams, dict) or "transformer" not in hparams or "state_dict" not in checkpoint:
+            raise ValueError(
+                f"{path} is not a GenoformerLM checkpoint (no 'transformer' hyperparameters or no "
+                "state_dict); pass a checkpoint written by training a genoformer.lightning_module.GenoformerLM."
+            )
+        config = dataclasses.replace(
+            TransformerConfig.from_dict(hparams["transformer"]),
+            attention_backend=Backend(backend),
+            activation_checkpointing=False,
+        )
+        model = Transformer(config)
+        prefix = "model."
+        model.load_state_dict({k[len(prefix) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)})
+        window = min(checkpoint.get("trained_seq_len") or config.max_seq_len, config.max_seq_len)
+        return cls(model, window=window, device=device)
+
+    @torch.inference_mode()
+    def embed(
+        self,
+        inputs: Inputs,
+        *,
+        pooling: Union[Pooling, str] = Pooling.MEAN,
+        layer: int = -1,
+        batch_size: int = 8,
+        overlap: Optional[int] = None,
+        window: Optional[int] = None,
+        progress: bool = True,
+    ) -> Embeddings:
+        """Embed sequences.
+
+        Args:
+            inputs: a sequence string; a path (str ending in .fa/.fasta/.fna/... optionally .gz,
+                or any pathlib.Path) to a FASTA/GenBank file; a Bio SeqRecord; or a list of
+                strings / SeqRecords. Strings are named seq0, seq1, ...; records by their id.
+            pooling: "mean", "max", "first", "last" (one (E,) vector per sequence) or "none"
+                (an (L, E) array per sequence).
+            layer: hidden state to read: 0 = token embeddings, i = after block i, -1 = last
+                block (after the final norm); negative values count from the end.
+            batch_size: windows per forward pass.
+            overlap: tokens shared by neighbouring windows; default window // 4. Each position
+                keeps at least overlap // 2 tokens of context on both sides (except at sequence ends).
+            window: window length; default the trained context (at most max_seq_len).
+            progress: show a tqdm progress bar over windows.
+        """
+        pooling = Pooling(pooling)
+        window = self.window if window is None else window
+        if not 0 < window <= self.model.config.max_seq_len:
+            raise ValueError(f"window must be in [1, max_seq_len={self.model.config.max_seq_len}], got {window}.")
+        overlap = window // 4 if overlap is None else overlap
+        if not 0 <= overlap < window:
+            raise ValueError(f"overlap must be in [0, window={window}), got {overlap}.")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+        self.model.resolve_layer(layer)  # IndexError now rather than after reading the inputs
+
+        named = list(read_sequences(inputs))
+        if not named:
+            raise ValueError("no sequences to embed: the input is empty.")
+        names = [name for name, _ in named]
+        sequences = [codes for _, codes in named]
+        pools = [_Pool(pooling, len(codes), self.model.config.d_model) for codes in sequences]
+
+        tiles = [
+            (index, tile)
+            for index, codes in enumerate(sequences)
+            for tile in tile_windows(len(codes), window, overlap)
+        ]
+        tiles.sort(key=lambda item: -item[1].length)  # stable: equal lengths keep input order
+        with tqdm(total=len(tiles), unit="window", disable=not progress, desc="embedding") as bar:
+            for batch in _same_length_batches(tiles, batch_size):
+                tokens_BW = torch.from_numpy(np.stack([sequences[i][t.start : t.end] for i, t in batch]))
+                hidden_BWE = self.model.hidden_state(tokens_BW.to(self.device), layer=layer)
+                hidden_BWE = hidden_BWE.float().cpu().numpy()
+                for (index, tile), hidden_WE in zip(batch, hidden_BWE):
+                    pools[index].add(tile.keep_start, hidden_WE[tile.keep_start - tile.start : tile.keep_end - tile.start])
+                bar.update(len(batch))
+        return Embeddings(names, [pool.result() for pool in pools], pooling, layer)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tile:
+    """One window [start, end) of a sequence; it contributes positions [keep_start, keep_end)."""
+
+    start: int
+    end: int
+    keep_start: int
+    keep_end: int
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+
+def tile_windows(length: int, window: int, overlap: int) -> list[Tile]:
+    """Cover [0, length) with windows of `window` tokens (one shorter window if length < window)
+    overlapping by at least `overlap`; the kept ranges partition [0, length), each position kept
+    in the window whose centre is nearest (ties: the earlier window)."""
+    if length <= window:
+        return [Tile(0, length, 0, length)]
+    stride = window - overlap
+    starts = list(range(0, length - window, stride)) + [length - window]
+    # Window i keeps positions p with 2p <= s_i + s_{i+1} + window - 1 (nearer its centre).
+    cuts = [0] + [(a + b + window - 1) // 2 + 1 for a, b in zip(starts, starts[1:])] + [length]
+    return [Tile(s, s + window, lo, hi) for s, lo, hi in zip(starts, cuts, cuts[1:])]
+
+
+def _same_length_batches(tiles: list[tuple[int, Tile]], batch_size: int) -> Iterator[list[tuple[int, Tile]]]:
+    batch: list[tuple[int, Tile]] = []
+    for item in tiles:
+        if batch and (len(batch) == batch_size or batch[0][1].length != item[1].length):
+            yield batch
+            batch = []
+        batch.append(item)
+    if batch:
+        yield batch
+
+
+class _Pool:
+    """Accumulates the stitched per-token vectors (L, E) of one sequence into its embedding."""
+
+    def __init__(self, pooling: Pooling, length: int, width: int) -> None:
+        self.pooling = pooling
+        self.length = length
+        if pooling is Pooling.NONE:
+            self.value = np.empty((length, width), dtype=np.float32)
+        elif pooling is Pooling.MEAN:
+            self.value = np.zeros(width, dtype=np.float64)
+        elif pooling is Pooling.MAX:
+            self.value = np.full(width, -np.inf, dtype=np.float32)
+        else:
+            self.value = np.empty(width, dtype=np.float32)
+
+    def add(self, start: int, vectors_PE: np.ndarray) -> None:
+        """Positions [start, start + P) of the sequence."""
+        if self.pooling is Pooling.NONE:
+            self.value[start : start + len(vectors_PE)] = vectors_PE
+        elif self.pooling is Pooling.MEAN:
+            self.value += vectors_PE.sum(axis=0, dtype=np.float64)
+        elif self.pooling is Pooling.MAX:
+            np.maximum(self.value, vectors_PE.max(axis=0), out=self.value)
+        elif self.pooling is Pooling.FIRST and start == 0:
+            self.value[:] = vectors_PE[0]
+        elif self.pooling is Pooling.LAST and start + len(vectors_PE) == self.length:
+            self.value[:] = vectors_PE[-1]
+
+    def result(self) -> np.ndarray:
+        if self.pooling is Pooling.MEAN:
+            return (self.value / self.length).astype(np.float32)
+        return self.value
+
+
+# ----------------------------------------------------------------------------------- inputs
+def is_sequence_file_name(name: str) -> bool:
+    """True for names like genes.fa, genome.fasta.gz, contigs.fna.xz, record.gbk."""
+    lower = name.lower()
+    for suffix in _COMPRESSION_SUFFIXES:
+        if lower.endswith(suffix):
+            lower = lower[: -len(suffix)]
+            break
+    return lower.endswith(SEQUENCE_FILE_SUFFIXES)
+
+
+def read_sequences(inputs: Inputs) -> Iterator[tuple[str, np.ndarray]]:
+    """(name, uint8 codes) for every sequence in `inputs` (see `Embedder.embed`), in order.
+    Raises ValueError naming the sequence, the bad character and its position."""
+    if isinstance(inputs, Path) or (isinstance(inputs, str) and is_sequence_file_name(inputs)):
+        path = Path(inputs)
+        if not path.is_file():
+            raise FileNotFoundError(f"sequence file not found: {path}")
+        for record in read_records(path):
+            yield record.name, _encode(record.name, record.sequence)
+    elif isinstance(inputs, (str, SeqRecord)):
+        yield _named(0, inputs)
+    elif isinstance(inputs, Iterable):
+        for index, item in enumerate(inputs):
+            if not isinstance(item, (str, SeqRecord)):
+                raise TypeError(
+                    f"item {index} of the inputs is a {type(item).__name__}; a list may hold sequence "
+                    "strings or Bio.SeqRecord objects (pass a file path on its own)."
+                )
+            yield _named(index, item)
+    else:
+        raise TypeError(
+            f"cannot embed a {type(inputs).__name__}; pass a sequence string, a FASTA path, a "
+            "Bio.SeqRecord or a list of strings / SeqRecords."
+        )
+
+
+def _named(index: int, item: Union[str, SeqRecord]) -> tuple[str, np.ndarray]:
+    if isinstance(item, SeqRecord):
+        return item.id, _encode(item.id, str(item.seq))
+    return f"seq{index}", _encode(f"seq{index}", item)
+
+
+def _encode(name: str, sequence: Union[str, bytes]) -> np.ndarray:
+    try:
+        codes = encode(sequence)
+    except ValueError as exc:
+        hint = ""
+        if isinstance(sequence, str) and ("/" in sequence or "." in sequence):
+            hint = (
+                f" (a string is read as a sequence unless it ends in {', '.join(SEQUENCE_FILE_SUFFIXES)}, "
+                "optionally plus .gz/.xz/.bz2; pass a pathlib.Path for other file names)"
+            )
+        raise ValueError(f"sequence {name!r}: {exc}{hint}") from exc
+    if codes.size == 0:
+        raise ValueError(f"sequence {name!r} is empty; remove it from the inputs.")
+    return codes
+
+
+# ----------------------------------------------------------------------------------- saving
+def save_embeddings(result: Embeddings, path: Union[str, Path]) -> Path:
+    """Write embeddings to `path`: a .npz file or a .zarr directory (replaced if present).
+
+    Layout (both formats): `names` (N,) strings; `embeddings` float32, (N, E) when pooled or,
+    for per-token results, all sequences concatenated (sum L_i, E) with `offsets` (N + 1,) int64
+    so that sequence i is embeddings[offsets[i]:offsets[i + 1]]; `pooling` and `layer`
+    (npz: 0-d arrays; zarr: group attributes).
+    """
+    path = Path(path)
+    if path.suffix not in (".npz", ".zarr"):
+        raise ValueError(f"cannot tell the format of {path}: name it *.npz or *.zarr.")
+    arrays = {"names": np.array(result.names, dtype=str)}
+    if result.pooling is Pooling.NONE:
+        arrays["embeddings"] = np.concatenate(result.arrays).astype(np.float32, copy=False)
+        arrays["offsets"] = np.concatenate([[0], np.cumsum([len(a) for a in result.arrays])]).astype(np.int64)
+    else:
+        arrays["embeddings"] = result.stack().astype(np.float32, copy=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".npz":
+        np.savez(path, pooling=np.array(result.pooling.value), layer=np.array(result.layer), **arrays)
+        return path
+    group = zarr.open_group(path, mode="w")
+    group.attrs.update({"pooling": result.pooling.value, "layer": result.layer})
+    names = group.create_array("names", shape=arrays["names"].shape, dtype=str)
+    names[:] = arrays.pop("names")
+    for name, array in arrays.items():
+        group.create_array(name, data=array)
+    return path
+
+
+def load_embeddings(path: Union[str, Path]) -> Embeddings:
+    """Read what `save_embeddings` wrote."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"embeddings not found: {path}")
+    if path.suffix == ".npz":
+        with np.load(path, allow_pickle=False) as stored:
+            data = {key: stored[key] for key in stored.files}
+        pooling, layer = Pooling(str(data.pop("pooling"))), int(data.pop("layer"))
+    elif path.suffix == ".zarr":
+        group = zarr.open_group(path, mode="r")
+        data = {key: group[key][:] for key in ("names", "embeddings", "offsets") if key in group}
+        pooling, layer = Pooling(group.attrs["pooling"]), int(group.attrs["layer"])
+    else:
+        raise ValueError(f"cannot tell the format of {path}: expected *.npz or *.zarr.")
+    names = [str(name) for name in data["names"]]
+    if pooling is Pooling.NONE:
+        offsets = data["offsets"]
+        arrays = [data["embeddings"][a:b] for a, b in zip(offsets, offsets[1:])]
+    else:
+        arrays = list(data["embeddings"])
+    return Embeddings(names, arrays, pooling, layer)

@@ -1,0 +1,234 @@
+"""LightningModule: training objective, optimiser, schedule and metrics around `Transformer`.
+
+Batches come from genoformer.data: {"tokens": torch.uint8 (B, L), ...metadata}; tiled
+evaluation batches also carry "length" (B,): the real tokens before PAD, which attention then
+ignores. The tokens are cast to int64 on the device here. Metrics (per split: train, val, test):
+    <split>/loss  mean cross-entropy in nats over the predicted positions
+    <split>/bpb   bits per base = loss / ln 2
+
+Shape legend: B batch, L sequence length, E model width, V vocabulary size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections.abc import Mapping
+from typing import Any, Optional
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+
+from genoformer.data.alphabet import MASK, PAD, T
+from genoformer.model import Transformer, TransformerConfig
+
+LN2 = math.log(2.0)
+IGNORE = -100
+"""Target value that cross_entropy skips."""
+
+
+class Objective(str, enum.Enum):
+    """Training objective (YAML: the member name, e.g. `objective: MASKED_LM`)."""
+
+    CAUSAL_LM = "causal_lm"
+    """Predict each token from the ones before it; causal attention in every layer."""
+    MASKED_LM = "masked_lm"
+    """BERT-style: predict masked nucleotides from both sides; bidirectional attention."""
+
+
+def mask_tokens(
+    tokens_BL: torch.Tensor, mask_prob: float, generator: Optional[torch.Generator] = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT-style corruption for masked-LM training.
+
+    Each A/C/G/T position is selected with probability `mask_prob` (N and special tokens never
+    are); a selected position becomes MASK with probability 0.8, a uniformly random base A/C/G/T
+    with 0.1, and stays unchanged with 0.1.
+
+    Returns:
+        inputs_BL (int64): the corrupted tokens.
+        targets_BL (int64): the original token at selected positions, IGNORE elsewhere.
+    """
+    tokens_BL = tokens_BL.long()
+    rand_BL = torch.rand(tokens_BL.shape, device=tokens_BL.device, generator=generator)
+    action_BL = torch.rand(tokens_BL.shape, device=tokens_BL.device, generator=generator)
+    random_base_BL = torch.randint(0, T + 1, tokens_BL.shape, device=tokens_BL.device, generator=generator)
+    selected_BL = (rand_BL < mask_prob) & (tokens_BL <= T)
+    inputs_BL = torch.where(selected_BL & (action_BL < 0.8), MASK, tokens_BL)
+    inputs_BL = torch.where(selected_BL & (action_BL >= 0.8) & (action_BL < 0.9), random_base_BL, inputs_BL)
+    targets_BL = torch.where(selected_BL, tokens_BL, IGNORE)
+    return inputs_BL, targets_BL
+
+
+def warmup_cosine(step: int, *, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> float:
+    """Learning-rate multiplier: linear warmup to 1 over `warmup_steps`, then cosine decay to
+    `min_lr_ratio` at `total_steps` (held there afterwards)."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+class GenoformerLM(L.LightningModule):
+    """A genomic language model: `Transformer` + causal or masked LM objective + AdamW."""
+
+    def __init__(
+        self,
+        transformer: TransformerConfig,
+        objective: Objective = Objective.CAUSAL_LM,
+        mask_prob: float = 0.15,
+        learning_rate: float = 3e-4,
+        weight_decay: float = 0.1,
+        betas: tuple[float, float] = (0.9, 0.95),
+        warmup_steps: int = 1000,
+        total_steps: Optional[int] = None,
+        min_lr_ratio: float = 0.1,
+    ) -> None:
+        """
+        Args:
+            transformer: the architecture. Its `causal` field is set from `objective`. A mapping in
+                the layout of `TransformerConfig.to_dict()` is accepted too (checkpoints store that).
+            objective: CAUSAL_LM (next-token prediction) or MASKED_LM (BERT-style 80/10/10
+                masking, loss on the masked positions only, bidirectional attention).
+            mask_prob: fraction of A/C/G/T positions selected for prediction (MASKED_LM only).
+            learning_rate: peak AdamW learning rate, reached after warmup.
+            weight_decay: AdamW weight decay for matrices (embeddings and linear weights);
+                norm weights are never decayed.
+            betas: AdamW (beta1, beta2).
+            warmup_steps: optimizer steps of linear warmup from 0 to learning_rate.
+            total_steps: optimizer steps at which the cosine decay ends; None: the trainer's
+                estimated_stepping_batches (from max_steps or max_epochs).
+            min_lr_ratio: final learning rate as a fraction of learning_rate.
+        """
+        super().__init__()
+        objective = Objective(objective)
+        if isinstance(transformer, Mapping):
+            transformer = TransformerConfig.from_dict(transformer)
+        if not 0.0 < mask_prob < 1.0:
+            raise ValueError(f"mask_prob must be in (0, 1), got {mask_prob}.")
+        config = dataclasses.replace(transformer, causal=objective is Objective.CAUSAL_LM)
+        self.objective = objective
+        self.mask_prob = mask_prob
+        self.learning_rate = learning_rate
+        self.weight_decay = weight_decay
+        self.betas = tuple(betas)
+        self.warmup_steps = warmup_steps
+        self.total_steps = total_steps
+        self.min_lr_ratio = min_lr_ratio
+        self.model = Transformer(config)
+        self.trained_seq_len = 0  # longest training batch length so far: the default embedding window
+        # Plain values only, so checkpoints load with torch.load(weights_only=True) and
+        # GenoformerLM.load_from_checkpoint(path) rebuilds the module.
+        self.save_hyperparameters(
+            {
+                "transformer": config.to_dict(),
+                "objective": objective.value,
+                "mask_prob": mask_prob,
+                "learning_rate": learning_rate,
+                "weight_decay": weight_decay,
+                "betas": list(self.betas),
+                "warmup_steps": warmup_steps,
+                "total_steps": total_steps,
+                "min_lr_ratio": min_lr_ratio,
+            }
+        )
+
+    def forward(self, tokens_BL: torch.Tensor) -> torch.Tensor:
+        """Logits (B, L, V)."""
+        return self.model(tokens_BL)
+
+    # ---------------------------------------------------------------------------- objective
+    def loss(
+        self, tokens_BL: torch.Tensor, lengths_B: Optional[torch.Tensor] = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean cross-entropy in nats over the predicted positions, number of those positions
+        as a 0-d tensor; no host sync).
+
+        CAUSAL_LM predicts tokens 1..L-1 from their prefixes, skipping special-token targets;
+        MASKED_LM predicts the positions chosen by `mask_tokens`. lengths_B: real tokens per
+        row of a PAD-padded batch (keys beyond are masked in attention).
+        """
+        tokens_BL = tokens_BL.long()
+        if self.objective is Objective.CAUSAL_LM:
+            logits_BLV = self.model(tokens_BL, lengths_B)[:, :-1]
+            targets_BL = tokens_BL[:, 1:]
+            targets_BL = torch.where(targets_BL < PAD, targets_BL, IGNORE)
+        else:
+            inputs_BL, targets_BL = mask_tokens(tokens_BL, self.mask_prob)
+            logits_BLV = self.model(inputs_BL, lengths_B)
+        n_targets = (targets_BL != IGNORE).sum()
+        total = F.cross_entropy(
+            logits_BLV.reshape(-1, logits_BLV.shape[-1]).float(),
+            targets_BL.reshape(-1),
+            ignore_index=IGNORE,
+            reduction="sum",
+        )
+        return total / n_targets.clamp(min=1), n_targets
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        tokens_BL = batch["tokens"]
+        self.trained_seq_len = max(self.trained_seq_len, tokens_BL.shape[1])
+        loss, _ = self.loss(tokens_BL, batch.get("length"))
+        self.log("train/loss", loss, prog_bar=True, batch_size=tokens_BL.shape[0])
+        self.log("train/bpb", loss / LN2, batch_size=tokens_BL.shape[0])
+        return loss
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def _evaluate(self, batch: dict[str, Any], split: str) -> None:
+        loss, n_targets = self.loss(batch["tokens"], batch.get("length"))
+        n_targets = int(n_targets)  # weights the epoch mean, so it is the per-base mean
+        self.log(f"{split}/loss", loss, prog_bar=split == "val", batch_size=n_targets, sync_dist=True)
+        self.log(f"{split}/bpb", loss / LN2, batch_size=n_targets, sync_dist=True)
+
+    def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
+        """Mean-pooled last-layer embeddings: {"embeddings": float32 (B, E)} plus the batch's
+        other entries (metadata such as contig and start) passed through unchanged. PAD positions
+        are left out of the mean and masked in attention. For other layers, pooling and
+        long-sequence tiling use genoformer.embeddings.Embedder."""
+        tokens_BL = batch["tokens"].long()
+        hidden_BLE = self.model.hidden_state(tokens_BL, batch.get("length"), layer=-1).float()
+        keep_BL1 = (tokens_BL != PAD).unsqueeze(-1).float()
+        pooled_BE = (hidden_BLE * keep_BL1).sum(1) / keep_BL1.sum(1).clamp(min=1.0)
+        return {**{k: v for k, v in batch.items() if k != "tokens"}, "embeddings": pooled_BE}
+
+    # ----------------------------------------------------------------------- checkpointing
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["trained_seq_len"] = self.trained_seq_len
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.trained_seq_len = checkpoint.get("trained_seq_len", 0)
+
+    # --------------------------------------------------------------------------- optimiser
+    def configure_optimizers(self) -> dict[str, Any]:
+        decay, no_decay = [], []
+        for param in self.model.parameters():  # tied weights appear once
+            if param.requires_grad:
+                (decay if param.ndim >= 2 else no_decay).append(param)
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": self.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=self.learning_rate,
+            betas=self.betas,
+        )
+        total_steps = self.total_steps
+        if total_steps is None:
+            estimated = self.trainer.estimated_stepping_batches
+            if not math.isfinite(estimated):
+                raise ValueError(
+                    "cannot derive total_steps: the trainer has no max_steps or max_epochs; set "
+                    "model.init_args.total_steps or trainer.max_steps."
+                )
+            total_steps = int(estimated)
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer,
+            lambda step: warmup_cosine(
+                step, warmup_steps=self.warmup_steps, total_steps=total_steps, min_lr_ratio=self.min_lr_ratio
+            ),
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

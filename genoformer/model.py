@@ -1,0 +1,427 @@
+"""A pre-norm transformer for single-nucleotide genomic sequences: plain nn.Modules, one device.
+
+RMSNorm, rotary position embeddings (RoPE), SwiGLU MLP and multi-head attention with grouped
+key/value heads (GQA). Attention goes through `genoformer.kernels.attention.attention`; each
+layer's pattern (dense or a block-sparse layout spec) comes from `TransformerConfig.attention`,
+applied cyclically over the layers. The model knows nothing about DDP/FSDP or mixed precision
+policies: the Lightning strategy applies those.
+
+Shape legend (suffixes on tensor names):
+    B  batch                  L  sequence length (tokens)
+    E  model width (d_model)  F  SwiGLU hidden width
+    H  query heads            K  key/value heads (H % K == 0)
+    D  head dim               R  D // 2 (rotary frequency pairs)
+    V  vocabulary size
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from genoformer.data.alphabet import VOCAB_SIZE
+from genoformer.kernels.attention import Backend, attention
+from genoformer.kernels.layout import BlockLayout, LayoutSpec
+
+
+@dataclasses.dataclass
+class TransformerConfig:
+    """Architecture of a `Transformer`. Every field can be set from YAML.
+
+    Attributes:
+        vocab_size: Number of token ids (genoformer.data.alphabet: A C G T N PAD MASK BOS).
+        d_model: Model width E.
+        n_layers: Number of transformer blocks.
+        n_heads: Query heads H; the head dim is d_model // n_heads and must be even (RoPE).
+        n_kv_heads: Key/value heads K for grouped-query attention (n_heads % n_kv_heads == 0);
+            None: n_heads.
+        mlp_hidden: SwiGLU hidden width F; None: 8/3 * d_model rounded up to a multiple of 64.
+        max_seq_len: Longest sequence the model accepts in one forward pass (longer inputs: tile
+            them, as `genoformer.embeddings.Embedder` does).
+        rope_theta: RoPE base; raise it (e.g. 500000) for contexts well beyond 8k tokens.
+        dropout: Dropout on the embeddings and on each residual branch output.
+        causal: Every layer attends only to earlier positions. GenoformerLM sets this from its
+            objective (causal LM: True, masked LM: False), so leave it alone there.
+        attention: Attention pattern per layer, repeated cyclically over the layers: None is
+            dense; a layout spec (class_path from genoformer.kernels.layout) is block-sparse.
+            Example: [spec, spec, spec, None] makes every fourth layer dense.
+        attention_backend: Attention kernel (genoformer.kernels.attention.Backend); AUTO picks
+            per device and logs it.
+        activation_checkpointing: Recompute each block's activations in the backward pass (less
+            memory, ~30% more compute).
+        tie_embeddings: Share the input embedding matrix with the output projection.
+        norm_eps: RMSNorm epsilon.
+        init_std: Standard deviation of the normal weight initialisation.
+    """
+
+    vocab_size: int = VOCAB_SIZE
+    d_model: int = 256
+    n_layers: int = 4
+    n_heads: int = 4
+    n_kv_heads: Optional[int] = None
+    mlp_hidden: Optional[int] = None
+    max_seq_len: int = 8192
+    rope_theta: float = 10000.0
+    dropout: float = 0.0
+    causal: bool = True
+    attention: list[Optional[LayoutSpec]] = dataclasses.field(default_factory=lambda: [None])
+    attention_backend: Backend = Backend.AUTO
+    activation_checkpointing: bool = False
+    tie_embeddings: bool = True
+    norm_eps: float = 1e-6
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        self.attention = list(self.attention)
+        self.attention_backend = Backend(self.attention_backend)
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}.")
+        if self.head_dim % 2 != 0:
+            raise ValueError(
+                f"head dim d_model // n_heads = {self.head_dim} must be even for rotary embeddings; "
+                "change d_model or n_heads."
+            )
+        if self.n_heads % self.kv_heads != 0:
+            raise ValueError(
+                f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.kv_heads} (GQA groups)."
+            )
+        if not self.attention:
+            raise ValueError("attention must list at least one pattern; use [null] for all-dense layers.")
+        for spec in self.attention:
+            if spec is not None and not isinstance(spec, LayoutSpec):
+                raise TypeError(
+                    f"attention entries must be None (dense) or a LayoutSpec from "
+                    f"genoformer.kernels.layout, got {type(spec).__name__}."
+                )
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """n_kv_heads, or n_heads when unset."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def mlp_dim(self) -> int:
+        """mlp_hidden, or 8/3 * d_model rounded up to a multiple of 64 when unset."""
+        return 64 * math.ceil(8 * self.d_model / 3 / 64) if self.mlp_hidden is None else self.mlp_hidden
+
+    def pattern(self, layer: int) -> Optional[LayoutSpec]:
+        """The attention pattern of block `layer` (None: dense)."""
+        return self.attention[layer % len(self.attention)]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values only (safe for `torch.load(weights_only=True)`), in the YAML layout:
+        layout specs as {"class_path": ..., "init_args": ...}, the backend by name."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        values["attention"] = [_spec_to_dict(spec) for spec in self.attention]
+        values["attention_backend"] = self.attention_backend.name
+        return values
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> TransformerConfig:
+        """Inverse of `to_dict`. Layout spec classes must already be imported (the built-in ones
+        in genoformer.kernels.layout are); other modules are never imported from a checkpoint."""
+        values = dict(values)
+        values["attention"] = [_spec_from_dict(spec) for spec in values.get("attention", [None])]
+        if "attention_backend" in values:
+            values["attention_backend"] = Backend[values["attention_backend"]]
+        return cls(**values)
+
+
+def _spec_to_dict(spec: Any) -> Any:
+    """A layout spec (or a value inside one) as plain data; specs keep their init args as
+    attributes of the same names (the genoformer.kernels.layout convention)."""
+    if isinstance(spec, LayoutSpec):
+        cls = type(spec)
+        init_args = {name: _spec_to_dict(value) for name, value in vars(spec).items()}
+        return {"class_path": f"{cls.__module__}.{cls.__qualname__}", "init_args": init_args}
+    if isinstance(spec, (list, tuple)):
+        return [_spec_to_dict(value) for value in spec]
+    return spec
+
+
+def _spec_from_dict(value: Any) -> Any:
+    if isinstance(value, Mapping) and "class_path" in value:
+        module_name, _, name = value["class_path"].rpartition(".")
+        cls = getattr(sys.modules.get(module_name), name, None)
+        if not (isinstance(cls, type) and issubclass(cls, LayoutSpec)):
+            raise ValueError(
+                f"layout spec {value['class_path']!r} does not name an imported LayoutSpec subclass; "
+                "import the module that defines it before loading this config."
+            )
+        return cls(**{key: _spec_from_dict(arg) for key, arg in value.get("init_args", {}).items()})
+    if isinstance(value, list):
+        return [_spec_from_dict(item) for item in value]
+    return value
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm computed in float32, returned in the input dtype."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x_BLE: torch.Tensor) -> torch.Tensor:
+        y_BLE = F.rms_norm(x_BLE.float(), (x_BLE.shape[-1],), self.weight.float(), self.eps)
+        return y_BLE.to(x_BLE.dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """Cos/sin tables for RoPE (half-split convention), computed once per device in float64 and
+    stored in float32."""
+
+    def __init__(self, head_dim: int, theta: float, max_seq_len: int) -> None:
+        super().__init__()
+        self.head_dim = head_dim
+        self.theta = theta
+        self.max_seq_len = max_seq_len
+        self._tables: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def cos_sin(self, seq_len: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos_LR, sin_LR) float32 for positions 0..seq_len-1."""
+        if seq_len > self.max_seq_len:
+            raise ValueError(f"seq_len={seq_len} exceeds the rotary table size max_seq_len={self.max_seq_len}.")
+        if device not in self._tables:
+            self._tables[device] = self._build(device)
+        cos_LR, sin_LR = self._tables[device]
+        return cos_LR[:seq_len], sin_LR[:seq_len]
+
+    @torch.inference_mode(False)  # the cache is reused by training after eval under inference mode
+    def _build(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        inv_freq_R = self.theta ** (-torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim)
+        angle_LR = torch.arange(self.max_seq_len, dtype=torch.float64)[:, None] * inv_freq_R[None, :]
+        return (
+            angle_LR.cos().to(device=device, dtype=torch.float32),
+            angle_LR.sin().to(device=device, dtype=torch.float32),
+        )
+
+
+def apply_rotary(x_BHLD: torch.Tensor, cos_LR: torch.Tensor, sin_LR: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (x[..., r], x[..., r + D/2]) by angle position * theta^(-2r/D), in float32."""
+    x1_BHLR, x2_BHLR = x_BHLD.float().chunk(2, dim=-1)
+    y_BHLD = torch.cat((x1_BHLR * cos_LR - x2_BHLR * sin_LR, x1_BHLR * sin_LR + x2_BHLR * cos_LR), dim=-1)
+    return y_BHLD.to(x_BHLD.dtype)
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention with grouped key/value heads and RoPE."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.n_heads = config.n_heads
+        self.n_kv_heads = config.kv_heads
+        self.head_dim = config.head_dim
+        self.wq = nn.Linear(config.d_model, config.n_heads * config.head_dim, bias=False)
+        self.wk = nn.Linear(config.d_model, config.kv_heads * config.head_dim, bias=False)
+        self.wv = nn.Linear(config.d_model, config.kv_heads * config.head_dim, bias=False)
+        self.wo = nn.Linear(config.n_heads * config.head_dim, config.d_model, bias=False)
+
+    def forward(
+        self,
+        x_BLE: torch.Tensor,
+        cos_LR: torch.Tensor,
+        sin_LR: torch.Tensor,
+        *,
+        causal: bool,
+        layout: Optional[BlockLayout],
+        kv_lens_B: Optional[torch.Tensor],
+        backend: Backend,
+    ) -> torch.Tensor:
+        B, L, _ = x_BLE.shape
+        q_BHLD = self.wq(x_BLE).view(B, L, self.n_heads, self.head_dim).transpose(1, 2)
+        k_BKLD = self.wk(x_BLE).view(B, L, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v_BKLD = self.wv(x_BLE).view(B, L, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q_BHLD = apply_rotary(q_BHLD, cos_LR, sin_LR)
+        k_BKLD = apply_rotary(k_BKLD, cos_LR, sin_LR)
+        o_BHLD = attention(q_BHLD, k_BKLD, v_BKLD, causal=causal, layout=layout, kv_lens=kv_lens_B, backend=backend)
+        o_BLE = o_BHLD.transpose(1, 2).reshape(B, L, self.n_heads * self.head_dim)
+        return self.wo(o_BLE)
+
+
+class SwiGLU(nn.Module):
+    """down(silu(gate(x)) * up(x)); gate and up share one matmul."""
+
+    def __init__(self, d_model: int, hidden: int) -> None:
+        super().__init__()
+        self.w_gate_up = nn.Linear(d_model, 2 * hidden, bias=False)
+        self.w_down = nn.Linear(hidden, d_model, bias=False)
+
+    def forward(self, x_BLE: torch.Tensor) -> torch.Tensor:
+        gate_BLF, up_BLF = self.w_gate_up(x_BLE).chunk(2, dim=-1)
+        return self.w_down(F.silu(gate_BLF) * up_BLF)
+
+
+class Block(nn.Module):
+    """x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.attn_norm = RMSNorm(config.d_model, config.norm_eps)
+        self.attn = Attention(config)
+        self.mlp_norm = RMSNorm(config.d_model, config.norm_eps)
+        self.mlp = SwiGLU(config.d_model, config.mlp_dim)
+        self.drop = nn.Dropout(config.dropout)
+
+    def forward(
+        self,
+        x_BLE: torch.Tensor,
+        cos_LR: torch.Tensor,
+        sin_LR: torch.Tensor,
+        causal: bool,
+        layout: Optional[BlockLayout],
+        kv_lens_B: Optional[torch.Tensor],
+        backend: Backend,
+    ) -> torch.Tensor:
+        a_BLE = self.attn(
+            self.attn_norm(x_BLE), cos_LR, sin_LR, causal=causal, layout=layout, kv_lens_B=kv_lens_B, backend=backend
+        )
+        x_BLE = x_BLE + self.drop(a_BLE)
+        return x_BLE + self.drop(self.mlp(self.mlp_norm(x_BLE)))
+
+
+class Transformer(nn.Module):
+    """Token ids (B, L) -> logits (B, L, V); `hidden_state`/`hidden_states` for embeddings.
+
+    Hidden state numbering: 0 is the token embedding, i (1..n_layers) the output of block i;
+    the last one (n_layers, or -1) is taken after the final RMSNorm, i.e. what the LM head sees.
+    """
+
+    _LAYOUT_CACHE_SIZE = 64
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.norm = RMSNorm(config.d_model, config.norm_eps)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.max_seq_len)
+        # (pattern index, seq_len) -> layout, least recently used first; layouts live on the CPU.
+        self._layouts: OrderedDict[tuple[int, int], BlockLayout] = OrderedDict()
+        self.reset_parameters()
+        if config.tie_embeddings:
+            self.head.weight = self.embed.weight
+
+    def reset_parameters(self) -> None:
+        """Normal(0, init_std) weights; residual output projections scaled by 1/sqrt(2 n_layers)."""
+        std = self.config.init_std
+        nn.init.normal_(self.embed.weight, std=std)
+        nn.init.normal_(self.head.weight, std=std)
+        for block in self.blocks:
+            for linear in (block.attn.wq, block.attn.wk, block.attn.wv, block.mlp.w_gate_up):
+                nn.init.normal_(linear.weight, std=std)
+            for linear in (block.attn.wo, block.mlp.w_down):
+                nn.init.normal_(linear.weight, std=std / math.sqrt(2 * self.config.n_layers))
+
+    def layout(self, layer: int, seq_len: int) -> Optional[BlockLayout]:
+        """Block-sparse layout of block `layer` for sequences of `seq_len` tokens (None: dense).
+
+        Built on first use for each (pattern, seq_len) and cached; any seq_len works (the last
+        block row/column may be partial). Causal models get the layout without the blocks that lie
+        entirely above the diagonal, so kernels skip them.
+        """
+        index = layer % len(self.config.attention)
+        spec = self.config.pattern(layer)
+        if spec is None:
+            return None
+        key = (index, seq_len)
+        if key in self._layouts:
+            self._layouts.move_to_end(key)
+            return self._layouts[key]
+        with torch.inference_mode(False):  # cached layouts are reused by training after eval
+            built = spec.build(seq_len, self.config.n_heads)
+            if built.q_len != seq_len or built.kv_len != seq_len:
+                raise ValueError(
+                    f"{type(spec).__name__}.build({seq_len}, ...) returned a layout for "
+                    f"q_len={built.q_len}, kv_len={built.kv_len}; it must be built for seq_len={seq_len}."
+                )
+            if self.config.causal:
+                built = built.with_causal()
+        self._layouts[key] = built
+        if len(self._layouts) > self._LAYOUT_CACHE_SIZE:
+            self._layouts.popitem(last=False)
+        return built
+
+    def forward(self, tokens_BL: torch.Tensor, lengths_B: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Logits (B, L, V) for integer tokens (B, L).
+
+        lengths_B: optional true length of each row of a right-padded batch; keys at positions
+        >= lengths_B[b] are masked, so the outputs at positions < lengths_B[b] do not depend on the
+        padding. Outputs at padded positions are meaningless.
+        """
+        return self.head(self.hidden_state(tokens_BL, lengths_B, layer=-1))
+
+    def hidden_state(
+        self, tokens_BL: torch.Tensor, lengths_B: Optional[torch.Tensor] = None, *, layer: int = -1
+    ) -> torch.Tensor:
+        """Hidden state (B, L, E) of one layer (see the class docstring for the numbering;
+        negative indices count from the end). Stops after that layer."""
+        return self._trunk(tokens_BL, lengths_B, self.resolve_layer(layer), keep_all=False)[-1]
+
+    def hidden_states(self, tokens_BL: torch.Tensor, lengths_B: Optional[torch.Tensor] = None) -> list[torch.Tensor]:
+        """Hidden states of all n_layers + 1 layers, each (B, L, E)."""
+        return self._trunk(tokens_BL, lengths_B, self.config.n_layers, keep_all=True)
+
+    def resolve_layer(self, layer: int) -> int:
+        """Hidden-state index in 0..n_layers for `layer` (negative counts from the end);
+        IndexError when out of range."""
+        n_states = self.config.n_layers + 1
+        if not -n_states <= layer < n_states:
+            raise IndexError(
+                f"layer={layer} is out of range: this model has hidden states 0..{n_states - 1} "
+                f"(0 = embeddings, {n_states - 1} = last block), or -{n_states}..-1 from the end."
+            )
+        return layer % n_states
+
+    def _trunk(
+        self, tokens_BL: torch.Tensor, lengths_B: Optional[torch.Tensor], last: int, *, keep_all: bool
+    ) -> list[torch.Tensor]:
+        if tokens_BL.ndim != 2 or tokens_BL.is_floating_point() or tokens_BL.is_complex():
+            raise TypeError(
+                f"tokens must be an integer tensor of shape (batch, length), got {tuple(tokens_BL.shape)} "
+                f"{tokens_BL.dtype}; encode sequences with genoformer.data.alphabet.encode."
+            )
+        B, L = tokens_BL.shape
+        if L > self.config.max_seq_len:
+            raise ValueError(
+                f"sequence length {L} exceeds max_seq_len={self.config.max_seq_len}; tile longer "
+                "sequences (genoformer.embeddings.Embedder does) or raise max_seq_len in the config."
+            )
+        kv_lens_B = None
+        if lengths_B is not None:
+            if lengths_B.shape != (B,):
+                raise ValueError(f"lengths must have shape ({B},), got {tuple(lengths_B.shape)}.")
+            kv_lens_B = lengths_B.to(device=tokens_BL.device, dtype=torch.int32)
+        x_BLE = self.drop(self.embed(tokens_BL.long()))
+        states = [x_BLE]
+        cos_LR, sin_LR = self.rotary.cos_sin(L, x_BLE.device)
+        backend = self.config.attention_backend
+        for i in range(last):
+            block = self.blocks[i]
+            args = (cos_LR, sin_LR, self.config.causal, self.layout(i, L), kv_lens_B, backend)
+            if self.config.activation_checkpointing and self.training and torch.is_grad_enabled():
+                x_BLE = checkpoint(block, x_BLE, *args, use_reentrant=False)
+            else:
+                x_BLE = block(x_BLE, *args)
+            if i == self.config.n_layers - 1:
+                x_BLE = self.norm(x_BLE)
+            if keep_all:
+                states.append(x_BLE)
+            else:
+                states[-1] = x_BLE
+        return states

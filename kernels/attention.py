@@ -1,0 +1,259 @@
+"""The one attention entry point: checks inputs, picks a backend, runs it.
+
+Shape legend:
+    B    batch     Hq   query heads     Hkv  key/value heads (Hq % Hkv == 0; GQA when Hkv < Hq)
+    Lq   query length      Lk  key length      D   head dim
+
+Semantics (every backend, judged by `reference` in float64): query i of head h in batch b
+may attend key j iff
+    (layout is None or layout.mask[h_l, i // bs, j // bs])   h_l = h, or 0 for a shared layout
+    and (not causal or j <= i)
+    and (kv_lens is None or j < kv_lens[b]).
+A query row with no allowed key gives 0 and a zero gradient.
+
+Backends:
+    reference   dense float64 with an explicit mask (tests, tiny inputs)
+    torch       block-sparse in plain PyTorch, memory O(allowed blocks), any device
+    sdpa        torch's scaled_dot_product_attention; masks only as a bool tensor
+    flash_attn  the optional flash-attn package (CUDA fp16/bf16, no layouts)
+    triton      genoformer.kernels.triton_flash (CUDA, or CPU under TRITON_INTERPRET=1)
+    auto        CUDA: triton when it supports the inputs, else sdpa (dense) / torch (layout).
+                Elsewhere: sdpa for dense inputs (with key padding only while its bool mask has
+                at most SDPA_MASK_ELEMENTS elements), torch for block-sparse layouts.
+                A layout whose blocks are all allowed counts as dense.
+The choice of `auto` is logged once per situation on the "genoformer.kernels" logger.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib.util
+import logging
+import math
+
+import torch
+
+from genoformer.kernels import flash_attn_backend
+from genoformer.kernels.blocksparse_torch import blocksparse_attention
+from genoformer.kernels.layout import BlockLayout
+from genoformer.kernels.reference import reference_attention
+from genoformer.kernels.sdpa import mask_elements, sdpa_attention
+
+logger = logging.getLogger("genoformer.kernels")
+
+SDPA_MASK_ELEMENTS = 1 << 24
+"""Largest bool mask (elements) `auto` hands to SDPA for key padding; beyond it, torch runs."""
+
+_logged_choices: set[tuple] = set()
+
+
+class Backend(str, enum.Enum):
+    """Which implementation runs `attention`."""
+
+    AUTO = "auto"
+    REFERENCE = "reference"
+    TORCH = "torch"
+    SDPA = "sdpa"
+    FLASH_ATTN = "flash_attn"
+    TRITON = "triton"
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    layout: BlockLayout | None = None,
+    kv_lens: torch.Tensor | None = None,
+    scale: float | None = None,
+    backend: Backend | str = Backend.AUTO,
+) -> torch.Tensor:
+    """Scaled dot-product attention with optional causality, block-sparse layout and key padding.
+
+    Args:
+        q: (B, Hq, Lq, D) queries, a float dtype.
+        k: (B, Hkv, Lk, D) keys, same dtype and device as q, Hq % Hkv == 0.
+        v: (B, Hkv, Lk, D) values.
+        causal: key j is visible to query i only if j <= i (needs Lq == Lk).
+        layout: block-sparse pattern built for exactly these lengths (layout.q_len == Lq,
+            layout.kv_len == Lk) with 1 (shared) or Hq heads; None for dense attention.
+        kv_lens: (B,) integer tensor on q's device: keys at positions >= kv_lens[b] are masked.
+        scale: multiplier of q k^T; default 1 / sqrt(D).
+        backend: a `Backend` (or its value as a string); AUTO picks one (see the module docstring).
+
+    Returns:
+        (B, Hq, Lq, D) tensor in q's dtype.
+    """
+    backend = _as_backend(backend)
+    _check_inputs(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens)
+    scale = q.shape[-1] ** -0.5 if scale is None else _check_scale(scale)
+
+    if backend is Backend.AUTO:
+        if layout is not None and bool(layout.mask.all()):
+            layout = None  # every block allowed: dense, and the dense paths are faster
+        backend = _choose(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens)
+    else:
+        reason = unsupported_reason(backend, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens)
+        if reason is not None:
+            raise ValueError(f"backend {backend.value!r} cannot run these inputs: {reason}")
+
+    if backend is Backend.TRITON:
+        from genoformer.kernels.triton_flash import triton_attention
+
+        run = triton_attention
+    else:
+        run = _BACKENDS[backend]
+    return run(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, scale=scale)
+
+
+_BACKENDS = {
+    Backend.REFERENCE: reference_attention,
+    Backend.TORCH: blocksparse_attention,
+    Backend.SDPA: sdpa_attention,
+    Backend.FLASH_ATTN: flash_attn_backend.flash_attn_attention,
+}
+
+
+# ------------------------------------------------------------------------------- choosing
+def _triton_unsupported_reason(q, k, v, *, causal, layout, kv_lens) -> str | None:
+    if importlib.util.find_spec("triton") is None:
+        return "triton is not installed: pip install triton (or the extra: pip install 'genoformer[triton]')."
+    from genoformer.kernels import triton_flash
+
+    return triton_flash.unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens)
+
+
+def unsupported_reason(
+    backend: Backend | str,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    layout: BlockLayout | None = None,
+    kv_lens: torch.Tensor | None = None,
+) -> str | None:
+    """None when `backend` can run these (valid) inputs here, else a sentence saying why and what to do.
+
+    reference, torch and sdpa run every valid input; auto always finds a backend.
+    """
+    backend = _as_backend(backend)
+    if backend is Backend.FLASH_ATTN:
+        return flash_attn_backend.unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens)
+    if backend is Backend.TRITON:
+        return _triton_unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens)
+    return None
+
+
+def _choose(q, k, v, *, causal, layout, kv_lens) -> Backend:
+    situation = (
+        f"{'block-sparse' if layout is not None else 'dense'}, {'causal' if causal else 'bidirectional'}"
+        f"{', key padding' if kv_lens is not None else ''}{', GQA' if q.shape[1] != k.shape[1] else ''}"
+    )
+    reason = None
+    if q.device.type == "cuda":
+        reason = _triton_unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens)
+        if reason is None:
+            _log_once(q.device.type, Backend.TRITON, situation, None)
+            return Backend.TRITON
+    if layout is None and mask_elements(q, k, layout=None, kv_lens=kv_lens) <= SDPA_MASK_ELEMENTS:
+        choice = Backend.SDPA
+    else:
+        choice = Backend.TORCH
+    _log_once(q.device.type, choice, situation, reason)
+    return choice
+
+
+def _log_once(device_type: str, choice: Backend, situation: str, reason: str | None) -> None:
+    key = (device_type, choice, situation, reason)
+    if key in _logged_choices:
+        return
+    _logged_choices.add(key)
+    why = f" (triton not used: {reason})" if reason else ""
+    logger.info("attention on %s, %s: backend %r%s", device_type, situation, choice.value, why)
+
+
+# ------------------------------------------------------------------------------ validation
+def _as_backend(backend: Backend | str) -> Backend:
+    try:
+        return Backend(backend)
+    except ValueError:
+        choices = ", ".join(repr(b.value) for b in Backend)
+        raise ValueError(f"unknown attention backend {backend!r}; choose one of {choices}.") from None
+
+
+def _check_scale(scale) -> float:
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise ValueError(f"scale must be a finite float (or None for 1/sqrt(D)), got {scale!r}.")
+    return float(scale)
+
+
+def _check_inputs(q, k, v, *, causal: bool, layout: BlockLayout | None, kv_lens) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}.")
+        if t.dim() != 4:
+            raise ValueError(
+                f"{name} must be 4-D (B, H, L, D), got shape {tuple(t.shape)}; "
+                "split heads first, e.g. x.view(B, L, H, D).transpose(1, 2)."
+            )
+        if not t.is_floating_point():
+            raise ValueError(f"{name} must be a float tensor, got {t.dtype}.")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}; cast them.")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}.")
+    B, Hq, Lq, D = q.shape
+    if k.shape != v.shape:
+        raise ValueError(
+            f"k and v must have the same shape (B, Hkv, Lk, D), got {tuple(k.shape)} and {tuple(v.shape)}."
+        )
+    if k.shape[0] != B or k.shape[3] != D:
+        raise ValueError(
+            f"k, v (B, Hkv, Lk, D) = {tuple(k.shape)} must match q (B, Hq, Lq, D) = {tuple(q.shape)} "
+            "in batch size and head dim."
+        )
+    Hkv, Lk = k.shape[1], k.shape[2]
+    if Hkv == 0 or Hq % Hkv != 0:
+        raise ValueError(
+            f"query heads ({Hq}) must be a multiple of key/value heads ({Hkv}) for grouped-query "
+            "attention; choose num_kv_heads dividing num_heads."
+        )
+    if min(B, Lq, Lk, D) == 0:
+        raise ValueError(
+            f"empty inputs: q {tuple(q.shape)}, k {tuple(k.shape)}; batch, lengths and head dim must be > 0."
+        )
+    if causal and Lq != Lk:
+        raise ValueError(
+            f"causal attention needs Lq == Lk (got {Lq} and {Lk}); use causal=False with a layout "
+            "or kv_lens to mask cross-attention."
+        )
+    if layout is not None:
+        if not isinstance(layout, BlockLayout):
+            raise TypeError(
+                f"layout must be a BlockLayout (build one with a spec: spec.build(seq_len, num_heads)), "
+                f"got {type(layout).__name__}."
+            )
+        if (layout.q_len, layout.kv_len) != (Lq, Lk):
+            raise ValueError(
+                f"layout was built for q_len={layout.q_len}, kv_len={layout.kv_len} but the inputs have "
+                f"Lq={Lq}, Lk={Lk}; build the layout for the actual lengths."
+            )
+        if layout.num_heads not in (1, Hq):
+            raise ValueError(
+                f"layout has {layout.num_heads} heads; it must have 1 (shared) or Hq={Hq} (one per query head)."
+            )
+    if kv_lens is not None:
+        if not isinstance(kv_lens, torch.Tensor):
+            raise TypeError(f"kv_lens must be a (B,) integer tensor, got {type(kv_lens).__name__}.")
+        if kv_lens.shape != (B,) or kv_lens.is_floating_point() or kv_lens.is_complex() or kv_lens.dtype == torch.bool:
+            raise ValueError(
+                f"kv_lens must be an integer tensor of shape ({B},), got {kv_lens.dtype} "
+                f"{tuple(kv_lens.shape)}; e.g. torch.tensor(lengths, dtype=torch.int32)."
+            )
+        if kv_lens.device != q.device:
+            raise ValueError(f"kv_lens is on {kv_lens.device} but q on {q.device}; move it with kv_lens.to(q.device).")
+        low, high = torch.stack([kv_lens.min(), kv_lens.max()]).tolist()
+        if low < 0 or high > Lk:
+            raise ValueError(f"kv_lens values must lie in [0, Lk={Lk}], got min {low} and max {high}.")

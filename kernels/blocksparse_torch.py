@@ -1,0 +1,156 @@
+"""Block-sparse attention in plain PyTorch: memory grows with the allowed blocks, not with L^2.
+
+Shape legend:
+    B    batch              Hkv  key/value heads       G   query heads per kv head (Hq = Hkv * G)
+    Gl   layout groups: 1 when the layout is shared by all heads, else G
+    Hl   layout kv-heads: 1 when shared, else Hkv        (the layout is viewed as (Hl, Gl, ...))
+    bs   block size         Mb / Nb  query / key blocks  mc  query blocks in the current chunk
+    C    the most key blocks any query block attends (the padded width of layout.kv_indices)
+    D    head dim           W = C * bs   gathered key positions per query block
+
+How it works, per chunk of mc query blocks:
+  1. gather the C allowed key/value blocks of each query block (layout.kv_indices), giving
+     keys (B, Hkv, Gl, mc, W, D): only blocks the layout allows are ever touched;
+  2. scores (B, Hkv, G, mc, bs, W) = q_block @ keys^T * scale, in float32 (float64 for float64
+     inputs; half-precision inputs are upcast once, the output cast back);
+  3. mask the gathered positions: padding slots of kv_indices, keys past the sequence end,
+     causal (j <= i) and key padding (j < kv_lens[b]); softmax with fully masked rows -> 0;
+  4. out_block = probs @ values.
+
+Memory bound. A chunk holds O(B * Hq * mc * bs * W) scores (plus a bool mask and the
+probabilities of the same size) and O(B * Hkv * Gl * mc * W * D) gathered keys and values.
+mc is chosen so that this is at most `chunk_elements` (one query block at least), so the
+forward peak is O(chunk_elements + output), whatever L is. Under autograd, when there is more
+than one chunk, every chunk is wrapped in activation checkpointing, so training keeps only
+the chunk inputs and outputs (O(B * Hq * L * D)) and recomputes one chunk at a time in the
+backward pass: the peak stays O(chunk_elements + B * Hq * L * D), never L^2.
+Total work is proportional to the number of allowed blocks (layout.density * Mb * Nb).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from genoformer.kernels.layout import BlockLayout
+
+CHUNK_ELEMENTS = 1 << 24
+"""Default budget (elements) of one chunk's score matrix: 64 MiB of float32."""
+
+DENSE_BLOCK_SIZE = 64
+"""Block size used when no layout is given (dense attention treated as a full layout)."""
+
+
+def blocksparse_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    layout: BlockLayout | None = None,
+    kv_lens: torch.Tensor | None = None,
+    scale: float | None = None,
+    chunk_elements: int = CHUNK_ELEMENTS,
+) -> torch.Tensor:
+    """Block-sparse attention; q (B, Hq, L, D), k and v (B, Hkv, S, D) -> (B, Hq, L, D).
+
+    Same semantics as `reference_attention`. Inputs are assumed valid (`attention` checks them);
+    layout None means dense.
+    """
+    B, Hq, L, D = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    G = Hq // Hkv
+    scale = D**-0.5 if scale is None else scale
+    if layout is None:
+        layout = BlockLayout.dense(L, S, DENSE_BLOCK_SIZE)
+    if causal:
+        layout = layout.with_causal()
+    bs = layout.block_size
+    Mb, Nb = layout.num_q_blocks, layout.num_kv_blocks
+    Hl, Gl = (1, 1) if layout.num_heads == 1 else (Hkv, G)
+
+    counts_HM, indices_HMC = layout.kv_indices(q.device)
+    C = indices_HMC.shape[-1]
+    counts_HGM = counts_HM.view(Hl, Gl, Mb).long()
+    indices_HGMC = indices_HMC.view(Hl, Gl, Mb, C).long()
+
+    # Half-precision inputs compute in float32 (like a kernel's fp32 accumulators), which also
+    # keeps the sums of dk, dv over query blocks in float32. Zero-pad to whole blocks; padded
+    # keys are masked below, padded query rows are cropped.
+    compute_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    q_BHGMbD = F.pad(q.to(compute_dtype), (0, 0, 0, Mb * bs - L)).view(B, Hkv, G, Mb, bs, D)
+    k_BHNbD = F.pad(k.to(compute_dtype), (0, 0, 0, Nb * bs - S)).view(B, Hkv, Nb, bs, D)
+    v_BHNbD = F.pad(v.to(compute_dtype), (0, 0, 0, Nb * bs - S)).view(B, Hkv, Nb, bs, D)
+
+    per_q_block = B * Hq * bs * C * bs + 2 * B * Hkv * Gl * C * bs * D
+    mc = max(1, min(Mb, chunk_elements // per_q_block))
+    use_checkpoint = torch.is_grad_enabled() and Mb > mc and any(t.requires_grad for t in (q, k, v))
+
+    outs = []
+    for m0 in range(0, Mb, mc):
+        m1 = min(Mb, m0 + mc)
+        args = (
+            q_BHGMbD[:, :, :, m0:m1],
+            k_BHNbD,
+            v_BHNbD,
+            counts_HGM[:, :, m0:m1],
+            indices_HGMC[:, :, m0:m1],
+            m0,
+        )
+        kwargs = dict(block_size=bs, kv_len=S, causal=causal, kv_lens=kv_lens, scale=scale)
+        if use_checkpoint:
+            outs.append(checkpoint(_attend_chunk, *args, use_reentrant=False, **kwargs))
+        else:
+            outs.append(_attend_chunk(*args, **kwargs))
+    out_BHGMbD = torch.cat(outs, dim=3)  # (B, Hkv, G, Mb, bs, D)
+    return out_BHGMbD.reshape(B, Hq, Mb * bs, D)[:, :, :L].to(q.dtype)
+
+
+def _attend_chunk(
+    q_BHGmbD: torch.Tensor,
+    k_BHNbD: torch.Tensor,
+    v_BHNbD: torch.Tensor,
+    counts_HGm: torch.Tensor,
+    indices_HGmC: torch.Tensor,
+    m0: int,
+    *,
+    block_size: int,
+    kv_len: int,
+    causal: bool,
+    kv_lens: torch.Tensor | None,
+    scale: float,
+) -> torch.Tensor:
+    """Attention of query blocks m0 .. m0 + mc against their gathered key blocks."""
+    B, Hkv, G, mc, bs, D = q_BHGmbD.shape
+    Hl, Gl, _, C = indices_HGmC.shape
+    W = C * bs
+    device = q_BHGmbD.device
+
+    # 1. gather: keys (B, Hkv, Gl, mc, C, bs, D) -> (B, Hkv, Gl, mc, W, D)
+    heads_H111 = torch.arange(Hkv, device=device).view(Hkv, 1, 1, 1)
+    k_BHGmWD = k_BHNbD[:, heads_H111, indices_HGmC].reshape(B, Hkv, Gl, mc, W, D)
+    v_BHGmWD = v_BHNbD[:, heads_H111, indices_HGmC].reshape(B, Hkv, Gl, mc, W, D)
+
+    # 2. scores (B, Hkv, G, mc, bs, W); Gl == 1 broadcasts over the G query heads of a kv head
+    scores = torch.matmul(q_BHGmbD, k_BHGmWD.transpose(-1, -2)) * scale
+
+    # 3. which gathered positions are real allowed keys
+    offsets_bs = torch.arange(bs, device=device)
+    keys_HGmW = (indices_HGmC.unsqueeze(-1) * bs + offsets_bs).reshape(Hl, Gl, mc, W)
+    slot_ok_HGmC = torch.arange(C, device=device) < counts_HGm.unsqueeze(-1)
+    valid = slot_ok_HGmC.repeat_interleave(bs, dim=-1) & (keys_HGmW < kv_len)
+    valid = valid.view(1, Hl, Gl, mc, 1, W)
+    if causal:
+        queries_m1 = ((m0 + torch.arange(mc, device=device)) * bs).view(mc, 1) + offsets_bs  # (mc, bs)
+        valid = valid & (keys_HGmW.view(Hl, Gl, mc, 1, W) <= queries_m1.view(1, 1, mc, bs, 1))
+    if kv_lens is not None:
+        valid = valid & (keys_HGmW.unsqueeze(0) < kv_lens.view(-1, 1, 1, 1, 1)).unsqueeze(-2)
+
+    # Finite fill: fully masked rows get a uniform softmax that the product with `valid` zeroes,
+    # with a zero (never NaN) gradient.
+    scores = scores.masked_fill(~valid, torch.finfo(scores.dtype).min)
+    probs = torch.softmax(scores, dim=-1) * valid
+
+    # 4. weighted sum (B, Hkv, G, mc, bs, D)
+    return torch.matmul(probs, v_BHGmWD)

@@ -1,0 +1,530 @@
+"""Block-sparse attention layouts shared by every attention backend.
+
+A layout says, block by block, which keys each query may look at. Every backend (reference,
+pure-PyTorch block-sparse, SDPA, Triton) reads the same `BlockLayout` and gives it the same
+meaning, so a layout built once in the model config means the same thing everywhere.
+
+Shape legend (used in names and comments throughout this file):
+    H_l   layout heads: 1 (one pattern shared by all query heads) or Hq (one per query head)
+    bs    block_size: tokens per block side (a multiple of 16, what the Triton kernels tile by)
+    Mb    query blocks  = ceil(q_len / bs)
+    Nb    key blocks    = ceil(kv_len / bs)
+    C     the largest number of allowed blocks in one row (or column) of the mask
+
+Semantics: query token i may attend key token j (for query head h) iff
+    mask[h_l, i // bs, j // bs]          with h_l = h if H_l == Hq else 0,
+further restricted by causality (j <= i) and key padding (j < kv_lens[b]) given to `attention`.
+The last block row/column may be partial when a length is not a multiple of bs; its tokens
+beyond q_len / kv_len simply do not exist.
+
+Layouts are block-granular: a sliding window of `window` tokens becomes "every key block within
+ceil(window / bs) blocks of the query block", which covers every pair with |i - j| <= window
+and some pairs up to window + 2 * bs - 2 tokens apart. Builders are deterministic: the random
+ones draw from a `torch.Generator` seeded by their `seed` argument.
+
+Two ways to get a layout:
+  * builders on `BlockLayout` (`sliding_window`, `global_tokens`, `random_blocks`, `bigbird`,
+    `strided`, `from_block_mask`, `dense`), combined with `|` and `with_causal()`;
+  * small spec classes (`SlidingWindow`, `BigBird`, `Strided`, `GlobalTokens`, `Union`) that a
+    model config names with `class_path` and that build the layout once the sequence length
+    and head count are known: `spec.build(seq_len, num_heads)`.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+__all__ = [
+    "BlockLayout",
+    "LayoutSpec",
+    "SlidingWindow",
+    "GlobalTokens",
+    "BigBird",
+    "Strided",
+    "Union",
+]
+
+
+def _num_blocks(length: int, block_size: int) -> int:
+    return -(-length // block_size)
+
+
+def _check_block_size(block_size: int) -> None:
+    if not isinstance(block_size, int) or block_size <= 0 or block_size % 16 != 0:
+        raise ValueError(
+            f"block_size must be a positive multiple of 16 (the Triton tile granularity), got "
+            f"{block_size!r}; use 16, 32, 64 or 128."
+        )
+
+
+def _check_positive_length(name: str, value: int) -> None:
+    if not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int number of tokens, got {value!r}.")
+
+
+def _sorted_true_indices(mask_HRK: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each (head, row) of a (H, R, K) bool mask: count of True and their column indices.
+
+    Returns counts (H, R) int32 and indices (H, R, max(1, C)) int32, ascending, each row padded
+    with its last valid index (or 0 when the row is empty), as the layout contract says.
+    """
+    counts_HR = mask_HRK.sum(-1)
+    width = max(1, int(counts_HR.max()) if counts_HR.numel() else 1)
+    # A stable sort of "not allowed" puts the allowed columns first, in ascending order.
+    order_HRK = torch.argsort((~mask_HRK).to(torch.int8), dim=-1, stable=True)
+    indices_HRC = order_HRK[..., :width]
+    last_HR1 = indices_HRC.gather(-1, (counts_HR - 1).clamp_min(0).unsqueeze(-1))
+    last_HR1 = torch.where(counts_HR.unsqueeze(-1) > 0, last_HR1, torch.zeros_like(last_HR1))
+    slot_C = torch.arange(width)
+    indices_HRC = torch.where(slot_C < counts_HR.unsqueeze(-1), indices_HRC, last_HR1)
+    return counts_HR.to(torch.int32), indices_HRC.to(torch.int32)
+
+
+@dataclass(frozen=True, eq=False)
+class BlockLayout:
+    """Which (query block, key block) pairs may attend, for one or for every query head.
+
+    Immutable: the mask is copied to a contiguous CPU bool tensor at construction and must not
+    be modified afterwards (derived index tensors are cached per device).
+
+    Attributes:
+        block_size: tokens per block side, a positive multiple of 16.
+        mask: (H_l, Mb, Nb) bool on CPU; H_l is 1 (shared by all heads) or the number of query heads.
+        q_len: query length in tokens the layout was built for; Mb == ceil(q_len / block_size).
+        kv_len: key length in tokens the layout was built for; Nb == ceil(kv_len / block_size).
+    """
+
+    block_size: int
+    mask: torch.Tensor
+    q_len: int
+    kv_len: int
+    _cache: dict = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _check_block_size(self.block_size)
+        _check_positive_length("q_len", self.q_len)
+        _check_positive_length("kv_len", self.kv_len)
+        if not isinstance(self.mask, torch.Tensor) or self.mask.dtype != torch.bool or self.mask.dim() != 3:
+            raise ValueError(
+                "mask must be a 3-D bool tensor (H_l, Mb, Nb); got "
+                f"{type(self.mask).__name__} {getattr(self.mask, 'dtype', '')} "
+                f"{tuple(getattr(self.mask, 'shape', ()))}. Use BlockLayout.from_block_mask for 2-D masks."
+            )
+        expected = (_num_blocks(self.q_len, self.block_size), _num_blocks(self.kv_len, self.block_size))
+        if tuple(self.mask.shape[1:]) != expected or self.mask.shape[0] < 1:
+            raise ValueError(
+                f"mask shape {tuple(self.mask.shape)} does not match q_len={self.q_len}, "
+                f"kv_len={self.kv_len}, block_size={self.block_size}: expected (H_l, {expected[0]}, "
+                f"{expected[1]}) with H_l >= 1."
+            )
+        object.__setattr__(self, "mask", self.mask.detach().to("cpu", copy=True).contiguous())
+
+    # ----------------------------------------------------------------------------- properties
+    @property
+    def num_heads(self) -> int:
+        """H_l: 1 when the pattern is shared by all query heads, else the number of query heads."""
+        return self.mask.shape[0]
+
+    @property
+    def num_q_blocks(self) -> int:
+        return self.mask.shape[1]
+
+    @property
+    def num_kv_blocks(self) -> int:
+        return self.mask.shape[2]
+
+    @property
+    def density(self) -> float:
+        """Fraction of True blocks (1.0 is dense attention)."""
+        return float(self.mask.float().mean())
+
+    def __repr__(self) -> str:
+        return (
+            f"BlockLayout(block_size={self.block_size}, q_len={self.q_len}, kv_len={self.kv_len}, "
+            f"heads={self.num_heads}, blocks={self.num_q_blocks}x{self.num_kv_blocks}, "
+            f"density={self.density:.4f})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        """Same block size, lengths and mask (use `token_mask` to compare meaning across block sizes)."""
+        if not isinstance(other, BlockLayout):
+            return NotImplemented
+        return (
+            self.block_size == other.block_size
+            and self.q_len == other.q_len
+            and self.kv_len == other.kv_len
+            and self.mask.shape == other.mask.shape
+            and bool(torch.equal(self.mask, other.mask))
+        )
+
+    __hash__ = None  # a layout holds a tensor: compare with ==, do not use as a dict key
+
+    # ------------------------------------------------------------------------- derived indices
+    def kv_indices(self, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """Allowed key blocks of each (head, query block), cached per device.
+
+        Returns counts (H_l, Mb) int32 and indices (H_l, Mb, max(1, C)) int32: ascending key-block
+        indices, padded with the row's last valid index (or 0 when the row is empty).
+        """
+        return self._cached_indices("kv", torch.device(device), self.mask)
+
+    def q_indices(self, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """The transposed layout: for each (head, key block) the query blocks that attend to it.
+
+        Returns counts (H_l, Nb) int32 and indices (H_l, Nb, max(1, C)) int32, ascending, padded
+        like `kv_indices`. Backward kernels that accumulate dk, dv per key block walk these.
+        """
+        return self._cached_indices("q", torch.device(device), self.mask.transpose(1, 2))
+
+    def _cached_indices(self, kind: str, device: torch.device, mask_HRK: torch.Tensor):
+        key = (kind, str(device))
+        if key not in self._cache:
+            counts_HR, indices_HRC = _sorted_true_indices(mask_HRK)
+            self._cache[key] = (counts_HR.to(device), indices_HRC.to(device))
+        return self._cache[key]
+
+    # ----------------------------------------------------------------------------- transforms
+    def with_causal(self) -> BlockLayout:
+        """Drop the blocks that lie entirely above the diagonal (key block n > query block m).
+
+        Blocks on the diagonal stay; the token-level causal mask (j <= i) is applied by the
+        backends when `attention(..., causal=True)`. Needs q_len == kv_len. Cached.
+        """
+        if self.q_len != self.kv_len:
+            raise ValueError(
+                f"with_causal needs q_len == kv_len (got {self.q_len} and {self.kv_len}); causal "
+                "attention is only defined here for self-attention."
+            )
+        if "causal" not in self._cache:
+            lower_MN = torch.ones(self.num_q_blocks, self.num_kv_blocks, dtype=torch.bool).tril()
+            self._cache["causal"] = BlockLayout(self.block_size, self.mask & lower_MN, self.q_len, self.kv_len)
+        return self._cache["causal"]
+
+    def refine(self, block_size: int) -> BlockLayout:
+        """The same token-level meaning at a smaller block size that divides this one."""
+        _check_block_size(block_size)
+        if self.block_size % block_size != 0:
+            raise ValueError(
+                f"refine needs a block size that divides {self.block_size}, got {block_size}."
+            )
+        factor = self.block_size // block_size
+        fine_HMN = self.mask.repeat_interleave(factor, 1).repeat_interleave(factor, 2)
+        Mb, Nb = _num_blocks(self.q_len, block_size), _num_blocks(self.kv_len, block_size)
+        return BlockLayout(block_size, fine_HMN[:, :Mb, :Nb], self.q_len, self.kv_len)
+
+    def token_mask(self, causal: bool = False) -> torch.Tensor:
+        """(H_l, q_len, kv_len) bool token-level mask: for references and tests at small sizes."""
+        bs = self.block_size
+        tokens_HLS = self.mask.repeat_interleave(bs, 1).repeat_interleave(bs, 2)[:, : self.q_len, : self.kv_len]
+        if causal:
+            if self.q_len != self.kv_len:
+                raise ValueError("a causal token mask needs q_len == kv_len.")
+            tokens_HLS = tokens_HLS & torch.ones(self.q_len, self.kv_len, dtype=torch.bool).tril()
+        return tokens_HLS
+
+    def __or__(self, other: BlockLayout) -> BlockLayout:
+        """Union: a pair is allowed if either layout allows it.
+
+        Lengths must match. Block sizes may differ: both are refined to their greatest common
+        divisor. Head counts must be equal or one of them 1 (shared), which is broadcast.
+        """
+        if not isinstance(other, BlockLayout):
+            return NotImplemented
+        if (self.q_len, self.kv_len) != (other.q_len, other.kv_len):
+            raise ValueError(
+                f"cannot unite layouts built for different lengths: (q_len, kv_len) "
+                f"{(self.q_len, self.kv_len)} vs {(other.q_len, other.kv_len)}."
+            )
+        if self.num_heads != other.num_heads and 1 not in (self.num_heads, other.num_heads):
+            raise ValueError(
+                f"cannot unite layouts with {self.num_heads} and {other.num_heads} heads: use equal "
+                "head counts or a shared (1-head) layout."
+            )
+        block_size = math.gcd(self.block_size, other.block_size)
+        a, b = self.refine(block_size), other.refine(block_size)
+        return BlockLayout(block_size, a.mask | b.mask, self.q_len, self.kv_len)
+
+    # -------------------------------------------------------------------------------- plotting
+    def plot(self, path: str | Path, max_heads: int = 16) -> Path:
+        """Write a PNG of the block grid (one panel per head when per-head); returns the path.
+
+        Uses matplotlib's Agg canvas directly, so it never touches the global pyplot backend.
+        Only the first `max_heads` heads are drawn.
+        """
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        path = Path(path)
+        heads = min(self.num_heads, max_heads)
+        cols = min(heads, 4)
+        rows = -(-heads // cols)
+        fig = Figure(figsize=(3.2 * cols, 3.2 * rows + 0.6))
+        FigureCanvasAgg(fig)
+        for h in range(heads):
+            ax = fig.add_subplot(rows, cols, h + 1)
+            ax.imshow(self.mask[h].numpy(), cmap="Greys", vmin=0, vmax=1, interpolation="nearest")
+            ax.set_xlabel("key block")
+            ax.set_ylabel("query block")
+            if self.num_heads > 1:
+                ax.set_title(f"head {h} ({float(self.mask[h].float().mean()):.3f})", fontsize=9)
+        fig.suptitle(
+            f"{self.num_q_blocks}x{self.num_kv_blocks} blocks of {self.block_size} tokens, "
+            f"density {self.density:.3f}"
+        )
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, format="png", dpi=80)
+        return path
+
+    # -------------------------------------------------------------------------------- builders
+    @classmethod
+    def from_block_mask(
+        cls, mask: torch.Tensor, q_len: int, kv_len: int | None = None, block_size: int = 128
+    ) -> BlockLayout:
+        """From a block-level bool mask (Mb, Nb) (shared) or (H_l, Mb, Nb) (per head)."""
+        mask = torch.as_tensor(mask)
+        if mask.dtype != torch.bool:
+            raise ValueError(f"the block mask must be bool, got {mask.dtype}; use mask != 0.")
+        if mask.dim() == 2:
+            mask = mask.unsqueeze(0)
+        return cls(block_size, mask, q_len, q_len if kv_len is None else kv_len)
+
+    @classmethod
+    def dense(
+        cls, q_len: int, kv_len: int | None = None, block_size: int = 128, num_heads: int = 1
+    ) -> BlockLayout:
+        """Every block allowed (dense attention expressed as a layout)."""
+        kv_len = q_len if kv_len is None else kv_len
+        _check_block_size(block_size)
+        shape = (num_heads, _num_blocks(q_len, block_size), _num_blocks(kv_len, block_size))
+        return cls(block_size, torch.ones(shape, dtype=torch.bool), q_len, kv_len)
+
+    @classmethod
+    def sliding_window(cls, seq_len: int, window: int, block_size: int = 128) -> BlockLayout:
+        """Local attention: key blocks within ceil(window / block_size) blocks of the query block.
+
+        Block-granular: covers every pair with |i - j| <= window (window in tokens, >= 0),
+        plus some pairs a little further apart (see the module docstring).
+        """
+        _check_block_size(block_size)
+        if not isinstance(window, int) or window < 0:
+            raise ValueError(f"window must be a non-negative number of tokens, got {window!r}.")
+        radius = -(-window // block_size)
+        n = _num_blocks(seq_len, block_size)
+        m_M1 = torch.arange(n).unsqueeze(1)
+        n_1N = torch.arange(n).unsqueeze(0)
+        return cls(block_size, ((m_M1 - n_1N).abs() <= radius).unsqueeze(0), seq_len, seq_len)
+
+    @classmethod
+    def global_tokens(cls, seq_len: int, num_global_blocks: int, block_size: int = 128) -> BlockLayout:
+        """The first `num_global_blocks` blocks attend everywhere and are attended by every block."""
+        _check_block_size(block_size)
+        if not isinstance(num_global_blocks, int) or num_global_blocks < 0:
+            raise ValueError(f"num_global_blocks must be a non-negative int, got {num_global_blocks!r}.")
+        n = _num_blocks(seq_len, block_size)
+        mask_MN = torch.zeros(n, n, dtype=torch.bool)
+        mask_MN[:num_global_blocks, :] = True
+        mask_MN[:, :num_global_blocks] = True
+        return cls(block_size, mask_MN.unsqueeze(0), seq_len, seq_len)
+
+    @classmethod
+    def random_blocks(
+        cls,
+        seq_len: int,
+        num_random_blocks: int,
+        block_size: int = 128,
+        seed: int = 0,
+        num_heads: int = 1,
+        exclude: BlockLayout | None = None,
+    ) -> BlockLayout:
+        """`num_random_blocks` key blocks per query block, drawn without replacement, seeded.
+
+        num_heads > 1 draws an independent pattern per head. Blocks allowed by `exclude` are not
+        drawn (BigBird draws its random blocks among those the local and global parts leave out);
+        a row with fewer candidates than requested gets all of them.
+        """
+        _check_block_size(block_size)
+        if not isinstance(num_random_blocks, int) or num_random_blocks < 0:
+            raise ValueError(f"num_random_blocks must be a non-negative int, got {num_random_blocks!r}.")
+        n = _num_blocks(seq_len, block_size)
+        generator = torch.Generator().manual_seed(seed)
+        score_HMN = torch.rand(num_heads, n, n, generator=generator)  # uniform in [0, 1)
+        if exclude is not None:
+            if exclude.block_size != block_size or (exclude.q_len, exclude.kv_len) != (seq_len, seq_len):
+                raise ValueError("exclude must have the same block size and lengths as the random layout.")
+            score_HMN = score_HMN.masked_fill(exclude.mask, -1.0)  # never among the candidates
+        k = min(num_random_blocks, n)
+        mask_HMN = torch.zeros(num_heads, n, n, dtype=torch.bool)
+        if k > 0:
+            top_HMK = score_HMN.topk(k, dim=-1)
+            mask_HMN.scatter_(-1, top_HMK.indices, top_HMK.values >= 0)
+        return cls(block_size, mask_HMN, seq_len, seq_len)
+
+    @classmethod
+    def bigbird(
+        cls,
+        seq_len: int,
+        window: int,
+        num_global_blocks: int,
+        num_random_blocks: int,
+        block_size: int = 128,
+        seed: int = 0,
+        num_heads: int = 1,
+    ) -> BlockLayout:
+        """BigBird: sliding window | global blocks | r seeded random blocks per query block."""
+        fixed = cls.sliding_window(seq_len, window, block_size) | cls.global_tokens(
+            seq_len, num_global_blocks, block_size
+        )
+        random = cls.random_blocks(seq_len, num_random_blocks, block_size, seed, num_heads, exclude=fixed)
+        return fixed | random
+
+    @classmethod
+    def strided(
+        cls, seq_len: int, stride: int, block_size: int = 128, max_steps: int | None = None
+    ) -> BlockLayout:
+        """Strided / dilated: query block m attends key blocks n with (m - n) % stride == 0.
+
+        `stride` is in blocks. `max_steps` limits the pattern to |m - n| <= max_steps * stride
+        (a dilated sliding window); None reaches across the whole sequence.
+        """
+        _check_block_size(block_size)
+        if not isinstance(stride, int) or stride < 1:
+            raise ValueError(f"stride must be a positive number of blocks, got {stride!r}.")
+        n = _num_blocks(seq_len, block_size)
+        offset_MN = torch.arange(n).unsqueeze(1) - torch.arange(n).unsqueeze(0)
+        mask_MN = offset_MN % stride == 0
+        if max_steps is not None:
+            mask_MN &= offset_MN.abs() <= max_steps * stride
+        return cls(block_size, mask_MN.unsqueeze(0), seq_len, seq_len)
+
+
+# ------------------------------------------------------------------------------------ specs
+class LayoutSpec(abc.ABC):
+    """A layout recipe for a model config; the model calls `build` once it knows the lengths."""
+
+    @abc.abstractmethod
+    def build(self, seq_len: int, num_heads: int) -> BlockLayout:
+        """The layout for self-attention over `seq_len` tokens with `num_heads` query heads."""
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({args})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and vars(self) == vars(other)
+
+    __hash__ = None
+
+
+class SlidingWindow(LayoutSpec):
+    """Local attention within a window of tokens (block-granular)."""
+
+    def __init__(self, window: int = 1024, block_size: int = 128) -> None:
+        """
+        Args:
+            window: every key within this many tokens of the query is reachable (rounded up to blocks).
+            block_size: tokens per block side, a multiple of 16.
+        """
+        self.window = window
+        self.block_size = block_size
+
+    def build(self, seq_len: int, num_heads: int) -> BlockLayout:
+        return BlockLayout.sliding_window(seq_len, self.window, self.block_size)
+
+
+class GlobalTokens(LayoutSpec):
+    """The first blocks attend everywhere and are attended by all."""
+
+    def __init__(self, num_global_blocks: int = 1, block_size: int = 128) -> None:
+        """
+        Args:
+            num_global_blocks: how many leading blocks are global.
+            block_size: tokens per block side, a multiple of 16.
+        """
+        self.num_global_blocks = num_global_blocks
+        self.block_size = block_size
+
+    def build(self, seq_len: int, num_heads: int) -> BlockLayout:
+        return BlockLayout.global_tokens(seq_len, self.num_global_blocks, self.block_size)
+
+
+class BigBird(LayoutSpec):
+    """Sliding window + global blocks + seeded random blocks per query block (BigBird)."""
+
+    def __init__(
+        self,
+        window: int = 512,
+        num_global_blocks: int = 1,
+        num_random_blocks: int = 2,
+        seed: int = 0,
+        block_size: int = 128,
+        per_head: bool = False,
+    ) -> None:
+        """
+        Args:
+            window: sliding-window radius in tokens (rounded up to blocks).
+            num_global_blocks: leading blocks that attend and are attended everywhere.
+            num_random_blocks: random key blocks added to each query block.
+            seed: seed of the random blocks (the layout is a pure function of the arguments).
+            block_size: tokens per block side, a multiple of 16.
+            per_head: draw a different random pattern for every query head.
+        """
+        self.window = window
+        self.num_global_blocks = num_global_blocks
+        self.num_random_blocks = num_random_blocks
+        self.seed = seed
+        self.block_size = block_size
+        self.per_head = per_head
+
+    def build(self, seq_len: int, num_heads: int) -> BlockLayout:
+        return BlockLayout.bigbird(
+            seq_len,
+            self.window,
+            self.num_global_blocks,
+            self.num_random_blocks,
+            self.block_size,
+            self.seed,
+            num_heads if self.per_head else 1,
+        )
+
+
+class Strided(LayoutSpec):
+    """Strided / dilated blocks: query block m attends key blocks n with (m - n) % stride == 0."""
+
+    def __init__(self, stride: int = 4, max_steps: int | None = None, block_size: int = 128) -> None:
+        """
+        Args:
+            stride: distance between attended blocks, in blocks.
+            max_steps: keep only |m - n| <= max_steps * stride (a dilated window); None for all.
+            block_size: tokens per block side, a multiple of 16.
+        """
+        self.stride = stride
+        self.max_steps = max_steps
+        self.block_size = block_size
+
+    def build(self, seq_len: int, num_heads: int) -> BlockLayout:
+        return BlockLayout.strided(seq_len, self.stride, self.block_size, self.max_steps)
+
+
+class Union(LayoutSpec):
+    """The union of several layouts (block sizes may differ: the result uses their gcd)."""
+
+    def __init__(self, parts: list[LayoutSpec]) -> None:
+        """
+        Args:
+            parts: the layouts to unite; a pair is allowed if any part allows it.
+        """
+        if not parts:
+            raise ValueError("Union needs at least one part.")
+        self.parts = list(parts)
+
+    def build(self, seq_len: int, num_heads: int) -> BlockLayout:
+        layout = self.parts[0].build(seq_len, num_heads)
+        for part in self.parts[1:]:
+            layout = layout | part.build(seq_len, num_heads)
+        return layout

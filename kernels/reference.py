@@ -1,0 +1,77 @@
+"""Dense reference attention in float64: the judge of every other backend.
+
+Shape legend:
+    B    batch            Hq   query heads      Hkv  key/value heads (Hq % Hkv == 0)
+    L    query length     S    key length       D    head dim
+    Hm   mask heads: 1 when the mask is the same for every head, else Hq
+    Bm   mask batch: 1 without key padding, else B
+
+It materialises the full (B, Hq, L, S) score matrix, so it is meant for tests and small inputs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from genoformer.kernels.layout import BlockLayout
+
+
+def allowed_mask(
+    q_len: int,
+    kv_len: int,
+    *,
+    causal: bool,
+    layout: BlockLayout | None,
+    kv_lens: torch.Tensor | None,
+    device: torch.device | str = "cpu",
+) -> torch.Tensor | None:
+    """The token-level bool mask (Bm, Hm, L, S) of allowed (query, key) pairs, None if all allowed.
+
+    This is the single written-out form of the semantics in the interfaces contract:
+    layout block allowed, and (not causal or j <= i), and (kv_lens is None or j < kv_lens[b]).
+    """
+    mask_BHLS = None
+    if layout is not None:
+        mask_BHLS = layout.token_mask(causal).to(device).unsqueeze(0)  # (1, H_l, L, S)
+    elif causal:
+        mask_BHLS = torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril()[None, None]
+    if kv_lens is not None:
+        keys_S = torch.arange(kv_len, device=device)
+        padding_B11S = (keys_S < kv_lens.to(device).view(-1, 1)).view(-1, 1, 1, kv_len)
+        mask_BHLS = padding_B11S if mask_BHLS is None else mask_BHLS & padding_B11S
+    return mask_BHLS
+
+
+def reference_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    layout: BlockLayout | None = None,
+    kv_lens: torch.Tensor | None = None,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """softmax(q k^T * scale + mask) v computed in float64, cast back to q.dtype.
+
+    q: (B, Hq, L, D), k and v: (B, Hkv, S, D). A query row with no allowed key gives 0 and a
+    zero gradient. Inputs are assumed valid (the entry point `attention` checks them).
+    """
+    B, Hq, L, D = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    scale = D**-0.5 if scale is None else scale
+    group = Hq // Hkv
+    q64 = q.to(torch.float64)
+    k64 = k.to(torch.float64).repeat_interleave(group, dim=1)  # (B, Hq, S, D)
+    v64 = v.to(torch.float64).repeat_interleave(group, dim=1)  # (B, Hq, S, D)
+    scores_BHLS = torch.matmul(q64, k64.transpose(-1, -2)) * scale
+    mask_BHLS = allowed_mask(L, S, causal=causal, layout=layout, kv_lens=kv_lens, device=q.device)
+    if mask_BHLS is None:
+        probs_BHLS = torch.softmax(scores_BHLS, dim=-1)
+    else:
+        # A finite fill keeps fully masked rows NaN-free (their softmax is uniform); multiplying
+        # by the mask then zeroes them, and the gradient through the product is zero there too.
+        scores_BHLS = scores_BHLS.masked_fill(~mask_BHLS, torch.finfo(torch.float64).min)
+        probs_BHLS = torch.softmax(scores_BHLS, dim=-1) * mask_BHLS
+    out_BHLD = torch.matmul(probs_BHLS, v64)
+    return out_BHLD.to(q.dtype)

@@ -1,0 +1,395 @@
+"""Triton FlashAttention: dense, causal and block-sparse attention with forward and backward.
+
+Layers, in order (kernels in ``triton_flash_fwd.py`` / ``triton_flash_bwd.py``, launch
+configurations in ``triton_flash_configs.py``):
+  1. launchers ``flash_fwd`` / ``flash_bwd``: check every input, pick a configuration, launch;
+  2. torch custom ops ``genoformer::triton_flash_fwd`` / ``genoformer::triton_flash_bwd`` with
+     ``register_autograd`` and ``register_fake``, so torch.compile captures them without graph breaks;
+  3. ``triton_attention(...)``: the public, autograd-enabled function, and ``unsupported_reason(...)``
+     which the dispatcher in ``genoformer.kernels.attention`` asks before choosing this backend.
+
+Semantics (the float64 reference ``genoformer.kernels.reference`` is the judge): query i of head h
+attends key j iff the layout allows block (i // bs, j // bs) for h, j <= i when causal, and
+j < kv_lens[b] when given.  A row with no allowed key outputs 0 and passes back zero gradient.
+
+Legend: q (B, H, Lq, D); k, v (B, HKV, Lk, D); H % HKV == 0 (GQA, query head h reads kv head
+h // (H // HKV)); lse, delta (B, H, Lq) fp32; layout CSR lists: kv_counts (H_l, Mb) and kv_indices
+(H_l, Mb, W) per query block, q_counts (H_l, Nb) and q_indices (H_l, Nb, W') per key block.
+
+On a CPU the kernels run under Triton's interpreter when TRITON_INTERPRET=1 is set before this
+module is imported (slow; for tests at small sizes only).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import TYPE_CHECKING, Callable
+
+import torch
+import triton
+import triton.testing
+from triton.runtime.interpreter import InterpretedFunction
+
+from genoformer.kernels import triton_flash_configs as configs
+from genoformer.kernels.triton_flash_bwd import bwd_dkdv_kernel, bwd_dq_kernel, bwd_preprocess_kernel
+from genoformer.kernels.triton_flash_fwd import LOG2E, SCAN, attn_fwd_kernel
+
+if TYPE_CHECKING:
+    from genoformer.kernels.layout import BlockLayout
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+HEAD_DIMS = configs.HEAD_DIMS
+
+# True when this module was imported with TRITON_INTERPRET=1 (the kernels are then interpreted).
+INTERPRETED = isinstance(attn_fwd_kernel, InterpretedFunction)
+
+
+def autotune_enabled() -> bool:
+    """Time every candidate configuration once per shape bucket on a GPU (GENOFORMER_TRITON_AUTOTUNE=0: off)."""
+    return os.environ.get("GENOFORMER_TRITON_AUTOTUNE", "1") != "0"
+
+
+# --------------------------------------------------------------------------------------------
+# Input checks
+# --------------------------------------------------------------------------------------------
+
+
+def unsupported_reason(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    layout: BlockLayout | None,
+    kv_lens: torch.Tensor | None,
+) -> str | None:
+    """None when the Triton kernels can run these inputs here, else a sentence saying why and what to do."""
+    if q.device.type == "cuda":
+        if INTERPRETED:
+            return ("the Triton kernels were loaded in interpreter mode (TRITON_INTERPRET=1) and cannot "
+                    "take CUDA tensors; unset TRITON_INTERPRET before importing genoformer")
+        major, _ = torch.cuda.get_device_capability(q.device)
+        if major < 8:
+            return (f"the Triton kernels need a GPU of compute capability 8.0 or newer (bf16 tensor cores); "
+                    f"{torch.cuda.get_device_name(q.device)} is {major}.x: use the sdpa or torch backend")
+    elif q.device.type == "cpu":
+        if not INTERPRETED:
+            return ("the Triton kernels run on CPU tensors only under the interpreter: set TRITON_INTERPRET=1 "
+                    "before importing genoformer (slow, meant for tests), or use a CUDA GPU")
+    else:
+        return f"the Triton kernels run on CUDA tensors, got a tensor on {q.device.type}"
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        return f"q, k, v must be 4-D (B, H, L, D); got {q.dim()}-D, {k.dim()}-D, {v.dim()}-D"
+    if q.dtype not in SUPPORTED_DTYPES:
+        return f"the Triton kernels take float16 or bfloat16, got {q.dtype}: cast q, k, v (e.g. under autocast)"
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        return f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
+    if k.device != q.device or v.device != q.device:
+        return f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}"
+    B, H, Lq, D = q.shape
+    if D not in HEAD_DIMS:
+        return f"head dim {D} is not supported by the Triton kernels (supported: {HEAD_DIMS}); pad the head dim"
+    if k.shape[0] != B or v.shape[0] != B or k.shape[3] != D or v.shape[3] != D:
+        return f"k and v must be (B={B}, HKV, Lk, D={D}); got k {tuple(k.shape)}, v {tuple(v.shape)}"
+    if k.shape != v.shape:
+        return f"k and v must have one shape, got {tuple(k.shape)} and {tuple(v.shape)}"
+    HKV, Lk = k.shape[1], k.shape[2]
+    if HKV == 0 or H % HKV:
+        return f"query heads ({H}) must be a multiple of key/value heads ({HKV})"
+    if Lq == 0 or Lk == 0 or B == 0:
+        return f"empty input (B={B}, Lq={Lq}, Lk={Lk}): nothing for the kernels to do"
+    if causal and Lq != Lk:
+        return f"causal attention needs Lq == Lk, got {Lq} and {Lk}"
+    if kv_lens is not None:
+        if kv_lens.shape != (B,) or kv_lens.dtype not in (torch.int32, torch.int64):
+            return f"kv_lens must be an int32/int64 tensor of shape ({B},), got {kv_lens.dtype} {tuple(kv_lens.shape)}"
+        if kv_lens.device != q.device:
+            return f"kv_lens must be on q's device {q.device}, got {kv_lens.device}"
+    if layout is not None:
+        bs = layout.block_size
+        if bs % 16:
+            return f"layout block size {bs} must be a multiple of 16"
+        h_l, mb, nb = layout.mask.shape
+        if h_l not in (1, H):
+            return f"layout has {h_l} heads; it must have 1 (shared) or {H} (one per query head)"
+        if (mb, nb) != (triton.cdiv(Lq, bs), triton.cdiv(Lk, bs)):
+            return (f"layout is {mb}x{nb} blocks of {bs} but Lq={Lq}, Lk={Lk} need "
+                    f"{triton.cdiv(Lq, bs)}x{triton.cdiv(Lk, bs)}: build the layout for these lengths")
+    return None
+
+
+def _check(q, k, v, causal, layout, kv_lens) -> None:
+    reason = unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens)
+    if reason is not None:
+        raise ValueError(f"triton attention cannot run these inputs: {reason}")
+
+
+def _dot_f32(q: torch.Tensor) -> bool:
+    """Widen bf16 tiles before tl.dot under the interpreter (see ``triton_flash_fwd.mma``)."""
+    return INTERPRETED and q.dtype == torch.bfloat16
+
+
+def _check_last_dim_contiguous(**tensors: torch.Tensor) -> None:
+    for name, t in tensors.items():
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name} must be contiguous in its last (head) dim, got strides {t.stride()}: "
+                             f"call .contiguous() on it first")
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration choice (table per GPU generation and head dim, timed once per key when asked)
+# --------------------------------------------------------------------------------------------
+
+_TUNED: dict[tuple, object] = {}
+
+
+def _generation(device: torch.device) -> configs.Generation:
+    return configs.generation_for(torch.cuda.get_device_capability(device))
+
+
+def _choose(key: tuple, candidates: tuple, run: Callable[[object], None], device: torch.device):
+    """The fastest candidate for this key (timed once, cached), or the first when tuning is off."""
+    if key in _TUNED:
+        return _TUNED[key]
+    if len(candidates) == 1 or not autotune_enabled() or torch.cuda.is_current_stream_capturing():
+        return candidates[0]
+    times = [triton.testing.do_bench(lambda c=c: run(c), warmup=5, rep=20, return_mode="median")
+             for c in candidates]
+    best = candidates[min(range(len(candidates)), key=times.__getitem__)]
+    _TUNED[key] = best
+    return best
+
+
+def _bucket(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def fwd_candidates(device: torch.device, head_dim: int, block_size: int | None) -> tuple[configs.FwdConfig, ...]:
+    if device.type == "cpu":
+        return (configs.fit_fwd(configs.INTERPRETER_FWD, block_size),)
+    gen = _generation(device)
+    return tuple(dict.fromkeys(configs.fit_fwd(c, block_size) for c in configs.fwd_candidates(gen, head_dim)))
+
+
+def bwd_candidates(device: torch.device, head_dim: int, block_size: int | None) -> tuple[configs.BwdConfig, ...]:
+    if device.type == "cpu":
+        return (configs.fit_bwd(configs.INTERPRETER_BWD, block_size),)
+    gen = _generation(device)
+    return tuple(dict.fromkeys(configs.fit_bwd(c, block_size) for c in configs.bwd_candidates(gen, head_dim)))
+
+
+# --------------------------------------------------------------------------------------------
+# Launchers
+# --------------------------------------------------------------------------------------------
+
+
+def _csr_args(counts: torch.Tensor | None, indices: torch.Tensor | None, like: torch.Tensor):
+    """Pointers and strides of a CSR list; a shared layout (one head) gets head stride 0."""
+    if counts is None:
+        dummy = torch.zeros(1, dtype=torch.int32, device=like.device)
+        return dummy, dummy, 0, 0, 0
+    shared = counts.shape[0] == 1
+    return (counts, indices, 0 if shared else counts.stride(0),
+            0 if shared else indices.stride(0), indices.stride(1))
+
+
+def _check_csr(name: str, counts, indices, device) -> None:
+    if counts is None:
+        return
+    if (counts.dtype != torch.int32 or indices.dtype != torch.int32 or counts.device != device
+            or indices.device != device or not counts.is_contiguous() or not indices.is_contiguous()):
+        raise ValueError(f"{name} CSR lists must be contiguous int32 tensors on {device}; "
+                         f"get them from layout.kv_indices(device) / layout.q_indices(device)")
+
+
+def flash_fwd(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_lens: torch.Tensor | None,
+    kv_counts: torch.Tensor | None, kv_indices: torch.Tensor | None, block_size: int,
+    causal: bool, scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward launcher: returns o (B, H, Lq, D) in q's dtype and lse (B, H, Lq) fp32 (base 2)."""
+    _check_last_dim_contiguous(q=q, k=k, v=v)
+    _check_csr("kv", kv_counts, kv_indices, q.device)
+    if not scale > 0:
+        raise ValueError(f"scale must be a positive float, got {scale}")
+    B, H, Lq, D = q.shape
+    HKV, Lk = k.shape[1], k.shape[2]
+    sparse = kv_counts is not None
+    o = torch.empty((B, H, Lq, D), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)
+    cnt, idx, scnt_h, sidx_h, sidx_m = _csr_args(kv_counts, kv_indices, q)
+    lens = kv_lens if kv_lens is not None else cnt
+
+    def run(cfg: configs.FwdConfig) -> None:
+        grid = (B * H, triton.cdiv(Lq, cfg.block_m))
+        attn_fwd_kernel[grid](
+            q, k, v, o, lse, lens, cnt, idx,
+            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
+            scnt_h, sidx_h, sidx_m,
+            H, H // HKV, Lq, Lk, scale * LOG2E, block_size if sparse else 1,
+            D=D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal, SPARSE=sparse,
+            HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q),
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )
+
+    cands = fwd_candidates(q.device, D, block_size if sparse else None)
+    key = ("fwd", q.device.index, D, q.dtype, causal, sparse, block_size, _bucket(Lq), _bucket(Lk))
+    run(_choose(key, cands, run, q.device))
+    return o, lse
+
+
+def flash_bwd(
+    do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+    lse: torch.Tensor, kv_lens: torch.Tensor | None,
+    kv_counts: torch.Tensor | None, kv_indices: torch.Tensor | None,
+    q_counts: torch.Tensor | None, q_indices: torch.Tensor | None,
+    block_size: int, causal: bool, scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Backward launcher: returns dq, dk, dv (contiguous, in the inputs' dtype). Deterministic."""
+    _check_last_dim_contiguous(do=do, q=q, k=k, v=v, o=o)
+    _check_csr("kv", kv_counts, kv_indices, q.device)
+    _check_csr("q", q_counts, q_indices, q.device)
+    B, H, Lq, D = q.shape
+    HKV, Lk = k.shape[1], k.shape[2]
+    sparse = kv_counts is not None
+    if sparse and q_counts is None:
+        raise ValueError("block-sparse backward needs both CSR lists: layout.kv_indices and layout.q_indices")
+    dq = torch.empty((B, H, Lq, D), dtype=q.dtype, device=q.device)
+    dk = torch.empty((B, HKV, Lk, D), dtype=k.dtype, device=q.device)
+    dv = torch.empty((B, HKV, Lk, D), dtype=v.dtype, device=q.device)
+    delta = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)
+    pre_m = 64 if D <= 128 else 32
+    bwd_preprocess_kernel[(B * H, triton.cdiv(Lq, pre_m))](
+        o, do, delta, o.stride(0), o.stride(1), o.stride(2), do.stride(0), do.stride(1), do.stride(2),
+        H, Lq, D=D, BLOCK_M=pre_m,
+    )
+    kcnt, kidx, skcnt_h, skidx_h, skidx_m = _csr_args(kv_counts, kv_indices, q)
+    qcnt, qidx, sqcnt_h, sqidx_h, sqidx_n = _csr_args(q_counts, q_indices, q)
+    lens = kv_lens if kv_lens is not None else kcnt
+    bs = block_size if sparse else 1
+    qk_scale = scale * LOG2E
+
+    def run(cfg: configs.BwdConfig) -> None:
+        # a layout block ragged at Lq may list query tiles past Lq: keep the row masks then
+        even_q = Lq % (block_size if sparse else cfg.block_m1) == 0
+        bwd_dkdv_kernel[(B * HKV, triton.cdiv(Lk, cfg.block_n1))](
+            q, k, v, do, dk, dv, lse, delta, lens, qcnt, qidx,
+            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2),
+            dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
+            sqcnt_h, sqidx_h, sqidx_n,
+            H, HKV, H // HKV, Lq, Lk, qk_scale, scale, bs,
+            D=D, BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1, CAUSAL=causal, SPARSE=sparse,
+            HAS_KV_LENS=kv_lens is not None, EVEN_Q=even_q, SCAN_=SCAN, DOT_F32=_dot_f32(q),
+            num_warps=cfg.warps1, num_stages=cfg.stages1,
+        )
+        bwd_dq_kernel[(B * H, triton.cdiv(Lq, cfg.block_m2))](
+            q, k, v, do, dq, lse, delta, lens, kcnt, kidx,
+            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2),
+            dq.stride(0), dq.stride(1), dq.stride(2),
+            skcnt_h, skidx_h, skidx_m,
+            H, H // HKV, Lq, Lk, qk_scale, scale, bs,
+            D=D, BLOCK_M2=cfg.block_m2, BLOCK_N2=cfg.block_n2, CAUSAL=causal, SPARSE=sparse,
+            HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q),
+            num_warps=cfg.warps2, num_stages=cfg.stages2,
+        )
+
+    cands = bwd_candidates(q.device, D, block_size if sparse else None)
+    key = ("bwd", q.device.index, D, q.dtype, causal, sparse, block_size, H // HKV, _bucket(Lq), _bucket(Lk))
+    run(_choose(key, cands, run, q.device))
+    return dq, dk, dv
+
+
+# --------------------------------------------------------------------------------------------
+# Custom ops (torch.compile sees one opaque node per pass) and autograd
+# --------------------------------------------------------------------------------------------
+
+_FWD_SCHEMA = ("(Tensor q, Tensor k, Tensor v, Tensor? kv_lens, Tensor? kv_counts, Tensor? kv_indices, "
+               "Tensor? q_counts, Tensor? q_indices, int block_size, bool causal, float scale) -> (Tensor, Tensor)")
+_BWD_SCHEMA = ("(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor? kv_lens, "
+               "Tensor? kv_counts, Tensor? kv_indices, Tensor? q_counts, Tensor? q_indices, int block_size, "
+               "bool causal, float scale) -> (Tensor, Tensor, Tensor)")
+
+
+def _fwd_impl(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale):
+    return flash_fwd(q, k, v, kv_lens, kv_counts, kv_indices, block_size, causal, scale)
+
+
+def _bwd_impl(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale):
+    return flash_bwd(do.contiguous(), q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices,
+                     block_size, causal, scale)
+
+
+_fwd_op = torch.library.custom_op("genoformer::triton_flash_fwd", _fwd_impl, mutates_args=(), schema=_FWD_SCHEMA)
+_bwd_op = torch.library.custom_op("genoformer::triton_flash_bwd", _bwd_impl, mutates_args=(), schema=_BWD_SCHEMA)
+
+
+@_fwd_op.register_fake
+def _fwd_fake(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale):
+    B, H, Lq, D = q.shape
+    return q.new_empty((B, H, Lq, D)), q.new_empty((B, H, Lq), dtype=torch.float32)
+
+
+@_bwd_op.register_fake
+def _bwd_fake(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale):
+    return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape))
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices)
+    ctx.block_size, ctx.causal, ctx.scale = block_size, causal, scale
+
+
+def _backward(ctx, do, dlse):
+    # lse is an internal output: nothing downstream differentiates it
+    q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices = ctx.saved_tensors
+    dq, dk, dv = _bwd_op(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices,
+                         ctx.block_size, ctx.causal, ctx.scale)
+    return dq, dk, dv, None, None, None, None, None, None, None, None
+
+
+_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+# --------------------------------------------------------------------------------------------
+# Public entry point
+# --------------------------------------------------------------------------------------------
+
+
+def triton_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    layout: BlockLayout | None = None,
+    kv_lens: torch.Tensor | None = None,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """FlashAttention in Triton (forward and backward), dense, causal or block-sparse.
+
+    q: (B, H, Lq, D), k and v: (B, HKV, Lk, D), fp16 or bf16, D in {16, 32, 64, 128, 256},
+    H % HKV == 0.  Tensors whose head dim is strided are copied to contiguous; other strides
+    (for example a (B, L, H, D) buffer viewed as (B, H, L, D)) are read in place.
+    layout: a BlockLayout over (Lq, Lk); only its listed blocks are visited.  causal: j <= i
+    (needs Lq == Lk; combines with a layout).  kv_lens: (B,) int, keys >= kv_lens[b] are padding.
+    Returns (B, H, Lq, D) in q's dtype.  Raises ValueError saying what to change when the kernels
+    cannot run the inputs (see ``unsupported_reason``).
+    """
+    _check(q, k, v, causal, layout, kv_lens)
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if layout is None:
+        block_size = 0
+        kv_counts = kv_indices = q_counts = q_indices = None
+    else:
+        block_size = layout.block_size
+        kv_counts, kv_indices = layout.kv_indices(q.device)
+        q_counts, q_indices = layout.q_indices(q.device)
+    o, _ = _fwd_op(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale)
+    return o

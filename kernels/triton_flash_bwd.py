@@ -1,0 +1,260 @@
+"""Triton FlashAttention backward kernels, deterministic (no atomics).
+
+Three launches, in reading order:
+  1. ``bwd_preprocess_kernel``: delta = rowsum(dO * O)  (B, H, Lq) fp32.
+  2. ``bwd_dkdv_kernel``: one program per (batch, kv head, key tile); dK and dV stay in registers
+     while it walks the query tiles that attend to its key tile (the transposed layout's CSR list),
+     for each of the GROUP query heads of its kv head in turn: the GQA sum is a plain loop, so the
+     result does not depend on scheduling.
+  3. ``bwd_dq_kernel``: one program per (batch, query head, query tile); dQ in registers while it
+     walks the same key tiles as the forward (``row_tile_range``).
+
+Legend, base-2 scores and the lse convention: see ``triton_flash_fwd.py``.
+With p = exp2(s2 - lse) (the softmax) and dS = p * (dP - delta), dP = dO . V^T:
+  dV = P^T dO,   dK = scale * dS^T Q,   dQ = scale * dS K.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from genoformer.kernels.triton_flash_fwd import mma, row_tile_range, tile_start
+
+
+@triton.jit
+def bwd_preprocess_kernel(
+    O, DO, DELTA, so_b, so_h, so_l, sdo_b, sdo_h, sdo_l, H, Lq,
+    D: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    # grid: (B * H, cdiv(Lq, BLOCK_M))
+    bh = tl.program_id(0)
+    b = bh // H
+    h = bh % H
+    offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, D)
+    row_ok = offs_m < Lq
+    o = tl.load(O + b.to(tl.int64) * so_b + h.to(tl.int64) * so_h + offs_m[:, None] * so_l + offs_d[None, :],
+                mask=row_ok[:, None], other=0.0)
+    do = tl.load(DO + b.to(tl.int64) * sdo_b + h.to(tl.int64) * sdo_h + offs_m[:, None] * sdo_l + offs_d[None, :],
+                 mask=row_ok[:, None], other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    tl.store(DELTA + bh.to(tl.int64) * Lq + offs_m, delta, mask=row_ok)
+
+
+@triton.jit
+def _dkdv_steps(
+    dk, dv, k, v, q_base, do_base, lse_base, delta_base, sq_l, sdo_l,
+    idx_ptr, bs, TPB, t_lo, t_hi, offs_n, kv_end, Lq, qk_scale,
+    BLOCK_M1: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr, SPARSE: tl.constexpr,
+    MASK: tl.constexpr, EVEN_Q: tl.constexpr, DOT_F32: tl.constexpr,
+):
+    """Accumulate dK, dV (BLOCK_N1, D) over query tiles t_lo..t_hi (transposed: keys are rows)."""
+    offs_d = tl.arange(0, D)
+    for t in range(t_lo, t_hi):
+        start_m = tile_start(t, idx_ptr, bs, TPB, BLOCK_M1, SPARSE)
+        offs_m = start_m + tl.arange(0, BLOCK_M1)
+        q_ptrs = q_base + offs_m[:, None] * sq_l + offs_d[None, :]  # (BLOCK_M1, D)
+        do_ptrs = do_base + offs_m[:, None] * sdo_l + offs_d[None, :]
+        if EVEN_Q:
+            q = tl.load(q_ptrs)
+            lse = tl.load(lse_base + offs_m)
+        else:
+            # rows past Lq: q = 0 and lse = +inf make their p exactly 0
+            q = tl.load(q_ptrs, mask=offs_m[:, None] < Lq, other=0.0)
+            lse = tl.load(lse_base + offs_m, mask=offs_m < Lq, other=float("inf"))
+        s2T = mma(k, tl.trans(q), None, DOT_F32)  # (BLOCK_N1, BLOCK_M1)
+        pT = tl.math.exp2(s2T * qk_scale - lse[None, :])
+        if MASK:
+            keep = offs_n[:, None] < kv_end
+            if CAUSAL:
+                keep = keep & (offs_m[None, :] >= offs_n[:, None])
+            pT = tl.where(keep, pT, 0.0)
+        if EVEN_Q:
+            do = tl.load(do_ptrs)
+            delta = tl.load(delta_base + offs_m)
+        else:
+            do = tl.load(do_ptrs, mask=offs_m[:, None] < Lq, other=0.0)
+            delta = tl.load(delta_base + offs_m, mask=offs_m < Lq, other=0.0)
+        dv = mma(pT.to(do.dtype), do, dv, DOT_F32)
+        dpT = mma(v, tl.trans(do), None, DOT_F32)  # (BLOCK_N1, BLOCK_M1)
+        dsT = pT * (dpT - delta[None, :])
+        dk = mma(dsT.to(q.dtype), q, dk, DOT_F32)
+    return dk, dv
+
+
+@triton.jit
+def bwd_dkdv_kernel(
+    Q, K, V, DO, DK, DV, LSE, DELTA, KV_LENS, CNT, IDX,
+    sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, sdo_b, sdo_h, sdo_l,
+    sdk_b, sdk_h, sdk_l, sdv_b, sdv_h, sdv_l,
+    scnt_h, sidx_h, sidx_n,
+    H, HKV, GROUP, Lq, Lk, qk_scale, sm_scale, bs,
+    D: tl.constexpr, BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
+    CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, EVEN_Q: tl.constexpr,
+    SCAN_: tl.constexpr, DOT_F32: tl.constexpr,
+):
+    # grid: (B * HKV, cdiv(Lk, BLOCK_N1)); causal: key tile 0 has the most work and goes first
+    bhk = tl.program_id(0)
+    b = bhk // HKV
+    hk = bhk % HKV
+    start_n = tl.program_id(1) * BLOCK_N1
+    kv_end = Lk
+    if HAS_KV_LENS:
+        kv_end = tl.minimum(tl.maximum(tl.load(KV_LENS + b).to(tl.int32), 0), Lk)
+    key_partial = start_n + BLOCK_N1 > kv_end  # the key-padding edge or the ragged tail
+
+    offs_n = start_n + tl.arange(0, BLOCK_N1)
+    offs_d = tl.arange(0, D)
+    k_row_ok = offs_n[:, None] < Lk
+    # k and v stay in registers: (BLOCK_N1, D)
+    k = tl.load(K + b.to(tl.int64) * sk_b + hk.to(tl.int64) * sk_h + offs_n[:, None] * sk_l + offs_d[None, :],
+                mask=k_row_ok, other=0.0)
+    v = tl.load(V + b.to(tl.int64) * sv_b + hk.to(tl.int64) * sv_h + offs_n[:, None] * sv_l + offs_d[None, :],
+                mask=k_row_ok, other=0.0)
+    dk = tl.zeros([BLOCK_N1, D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N1, D], dtype=tl.float32)
+
+    for g in range(GROUP):
+        h = hk * GROUP + g
+        bh = b * H + h
+        q_base = Q + b.to(tl.int64) * sq_b + h.to(tl.int64) * sq_h
+        do_base = DO + b.to(tl.int64) * sdo_b + h.to(tl.int64) * sdo_h
+        lse_base = LSE + bh.to(tl.int64) * Lq
+        delta_base = DELTA + bh.to(tl.int64) * Lq
+        # query tiles [t_lo, t_mid) hold the causal diagonal (masked), [t_mid, t_end) need no mask
+        idx_ptr = IDX
+        TPB = 1
+        if SPARSE:
+            col = start_n // bs  # the layout column holding this whole key tile
+            count = tl.load(CNT + h * scnt_h + col)
+            idx_ptr = IDX + h * sidx_h + col * sidx_n
+            TPB = bs // BLOCK_M1
+            t_lo = 0
+            t_mid = 0
+            if CAUSAL:
+                # entries above the diagonal (query blocks before this column) are skipped
+                n_skip = 0
+                for c in range(0, count, SCAN_):
+                    offs = c + tl.arange(0, SCAN_)
+                    valid = offs < count
+                    blk = tl.load(idx_ptr + offs, mask=valid, other=0)
+                    n_skip += tl.sum((valid & (blk < col)).to(tl.int32), axis=0)
+                t_lo = n_skip * TPB
+                t_mid = t_lo
+                if n_skip < count:
+                    if tl.load(idx_ptr + n_skip) == col:
+                        t_lo = n_skip * TPB + (start_n - col * bs) // BLOCK_M1
+                        t_mid = n_skip * TPB + tl.cdiv(start_n + BLOCK_N1 - 1 - col * bs, BLOCK_M1)
+            t_end = count * TPB
+        else:
+            t_lo = 0
+            t_mid = 0
+            t_end = tl.cdiv(Lq, BLOCK_M1)
+            if CAUSAL:
+                t_lo = start_n // BLOCK_M1
+                t_mid = tl.minimum(tl.cdiv(start_n + BLOCK_N1 - 1, BLOCK_M1), t_end)
+        if key_partial:
+            t_mid = t_end
+        if start_n >= kv_end:  # every key of this tile is padding: dK = dV = 0
+            t_lo = t_end
+            t_mid = t_end
+        dk, dv = _dkdv_steps(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sq_l, sdo_l,
+                             idx_ptr, bs, TPB, t_lo, t_mid, offs_n, kv_end, Lq, qk_scale,
+                             BLOCK_M1, D, CAUSAL, SPARSE, True, EVEN_Q, DOT_F32)
+        dk, dv = _dkdv_steps(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sq_l, sdo_l,
+                             idx_ptr, bs, TPB, t_mid, t_end, offs_n, kv_end, Lq, qk_scale,
+                             BLOCK_M1, D, CAUSAL, SPARSE, False, EVEN_Q, DOT_F32)
+
+    dk = dk * sm_scale
+    tl.store(DK + b.to(tl.int64) * sdk_b + hk.to(tl.int64) * sdk_h + offs_n[:, None] * sdk_l + offs_d[None, :],
+             dk.to(DK.dtype.element_ty), mask=k_row_ok)
+    tl.store(DV + b.to(tl.int64) * sdv_b + hk.to(tl.int64) * sdv_h + offs_n[:, None] * sdv_l + offs_d[None, :],
+             dv.to(DV.dtype.element_ty), mask=k_row_ok)
+
+
+@triton.jit
+def _dq_steps(
+    dq, q, do, lse, delta, k_base, v_base, sk_l, sv_l,
+    idx_ptr, bs, TPB, t_lo, t_hi, offs_m, kv_end, qk_scale,
+    BLOCK_N2: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr, SPARSE: tl.constexpr,
+    MASK: tl.constexpr, DOT_F32: tl.constexpr,
+):
+    """Accumulate dQ (BLOCK_M2, D) over key tiles t_lo..t_hi."""
+    offs_d = tl.arange(0, D)
+    for t in range(t_lo, t_hi):
+        start_n = tile_start(t, idx_ptr, bs, TPB, BLOCK_N2, SPARSE)
+        offs_n = start_n + tl.arange(0, BLOCK_N2)
+        k_ptrs = k_base + offs_n[:, None] * sk_l + offs_d[None, :]  # (BLOCK_N2, D)
+        v_ptrs = v_base + offs_n[:, None] * sv_l + offs_d[None, :]
+        if MASK:
+            k = tl.load(k_ptrs, mask=offs_n[:, None] < kv_end, other=0.0)
+            v = tl.load(v_ptrs, mask=offs_n[:, None] < kv_end, other=0.0)
+        else:
+            k = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+        s2 = mma(q, tl.trans(k), None, DOT_F32)  # (BLOCK_M2, BLOCK_N2)
+        p = tl.math.exp2(s2 * qk_scale - lse[:, None])
+        if MASK:
+            keep = offs_n[None, :] < kv_end
+            if CAUSAL:
+                keep = keep & (offs_m[:, None] >= offs_n[None, :])
+            p = tl.where(keep, p, 0.0)
+        dp = mma(do, tl.trans(v), None, DOT_F32)  # (BLOCK_M2, BLOCK_N2)
+        ds = p * (dp - delta[:, None])
+        dq = mma(ds.to(k.dtype), k, dq, DOT_F32)
+    return dq
+
+
+@triton.jit
+def bwd_dq_kernel(
+    Q, K, V, DO, DQ, LSE, DELTA, KV_LENS, CNT, IDX,
+    sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, sdo_b, sdo_h, sdo_l, sdq_b, sdq_h, sdq_l,
+    scnt_h, sidx_h, sidx_m,
+    H, GROUP, Lq, Lk, qk_scale, sm_scale, bs,
+    D: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
+    CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, SCAN_: tl.constexpr,
+    DOT_F32: tl.constexpr,
+):
+    # grid: (B * H, cdiv(Lq, BLOCK_M2)); the longest causal rows are launched first
+    bh = tl.program_id(0)
+    pid_m = tl.num_programs(1) - 1 - tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    hk = h // GROUP
+    start_m = pid_m * BLOCK_M2
+    kv_end = Lk
+    if HAS_KV_LENS:
+        kv_end = tl.minimum(tl.maximum(tl.load(KV_LENS + b).to(tl.int32), 0), Lk)
+
+    offs_m = start_m + tl.arange(0, BLOCK_M2)
+    offs_d = tl.arange(0, D)
+    row_ok = offs_m < Lq
+    # q, dO, lse, delta stay in registers for the whole program
+    q = tl.load(Q + b.to(tl.int64) * sq_b + h.to(tl.int64) * sq_h + offs_m[:, None] * sq_l + offs_d[None, :],
+                mask=row_ok[:, None], other=0.0)
+    do = tl.load(DO + b.to(tl.int64) * sdo_b + h.to(tl.int64) * sdo_h + offs_m[:, None] * sdo_l + offs_d[None, :],
+                 mask=row_ok[:, None], other=0.0)
+    lse = tl.load(LSE + bh.to(tl.int64) * Lq + offs_m, mask=row_ok, other=float("inf"))
+    delta = tl.load(DELTA + bh.to(tl.int64) * Lq + offs_m, mask=row_ok, other=0.0)
+    k_base = K + b.to(tl.int64) * sk_b + hk.to(tl.int64) * sk_h
+    v_base = V + b.to(tl.int64) * sv_b + hk.to(tl.int64) * sv_h
+
+    count = 0
+    idx_ptr = IDX
+    TPB = 1
+    if SPARSE:
+        row = start_m // bs
+        count = tl.load(CNT + h * scnt_h + row)
+        idx_ptr = IDX + h * sidx_h + row * sidx_m
+        TPB = bs // BLOCK_N2
+    t_full, t_end = row_tile_range(start_m, kv_end, count, idx_ptr, bs, TPB,
+                                   BLOCK_M2, BLOCK_N2, CAUSAL, SPARSE, SCAN_)
+    dq = tl.zeros([BLOCK_M2, D], dtype=tl.float32)
+    dq = _dq_steps(dq, q, do, lse, delta, k_base, v_base, sk_l, sv_l, idx_ptr, bs, TPB, 0, t_full,
+                   offs_m, kv_end, qk_scale, BLOCK_N2, D, CAUSAL, SPARSE, False, DOT_F32)
+    dq = _dq_steps(dq, q, do, lse, delta, k_base, v_base, sk_l, sv_l, idx_ptr, bs, TPB, t_full, t_end,
+                   offs_m, kv_end, qk_scale, BLOCK_N2, D, CAUSAL, SPARSE, True, DOT_F32)
+    dq = dq * sm_scale
+    tl.store(DQ + b.to(tl.int64) * sdq_b + h.to(tl.int64) * sdq_h + offs_m[:, None] * sdq_l + offs_d[None, :],
+             dq.to(DQ.dtype.element_ty), mask=row_ok[:, None])

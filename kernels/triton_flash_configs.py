@@ -1,0 +1,157 @@
+"""Launch configurations for the Triton FlashAttention kernels, per GPU generation and head dim.
+
+Every configuration listed here can be chosen at run time, so every one must compile for its
+generation within that generation's shared-memory limit; ``tests/kernels/test_triton_compile.py``
+cross-compiles each of them on the CPU and checks ``compiled.metadata.shared``.
+
+Tile names (the same in the kernels):
+  fwd : BLOCK_M query rows x BLOCK_N key rows per step, one program per (batch*head, query tile).
+  dkdv: BLOCK_N1 key rows per program (the accumulators dK, dV live in registers),
+        BLOCK_M1 query rows per step.
+  dq  : BLOCK_M2 query rows per program (dQ in registers), BLOCK_N2 key rows per step.
+
+The first candidate of each list is the default; when autotuning is on (the default on a GPU, see
+``triton_flash.autotune_enabled``) the launcher times every candidate once per key and caches the
+fastest.  Hopper numbers: benchmarks/KERNEL_NOTES.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class FwdConfig:
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+@dataclasses.dataclass(frozen=True)
+class BwdConfig:
+    block_m1: int  # dK/dV kernel: query rows per step
+    block_n1: int  # dK/dV kernel: key rows per program
+    warps1: int
+    stages1: int
+    block_m2: int  # dQ kernel: query rows per program
+    block_n2: int  # dQ kernel: key rows per step
+    warps2: int
+    stages2: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Generation:
+    """A family of GPUs that share one table of configurations."""
+
+    name: str
+    compile_capability: int  # the compute capability the compile test builds for
+    shared_limit: int  # bytes of shared memory one program may use (opt-in maximum)
+
+
+HOPPER = Generation("sm_90", 90, 232448)  # H100 / H200: 227 KB per block
+AMPERE = Generation("sm_80", 80, 166912)  # A100: 163 KB per block
+SMALL_SMEM = Generation("sm_86+", 86, 101376)  # sm_86/89/120 consumer parts: 99 KB per block
+
+HEAD_DIMS = (16, 32, 64, 128, 256)
+
+# (generation name, head dim) -> candidates, default first.
+_FWD: dict[tuple[str, int], tuple[FwdConfig, ...]] = {
+    ("sm_90", 16): (FwdConfig(128, 64, 4, 3),),
+    ("sm_90", 32): (FwdConfig(128, 64, 4, 3), FwdConfig(128, 128, 8, 3)),
+    ("sm_90", 64): (FwdConfig(128, 64, 4, 3), FwdConfig(128, 128, 8, 3)),
+    ("sm_90", 128): (FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 3)),
+    ("sm_90", 256): (FwdConfig(128, 64, 8, 2), FwdConfig(64, 64, 4, 2)),
+    ("sm_80", 16): (FwdConfig(128, 64, 4, 3),),
+    ("sm_80", 32): (FwdConfig(128, 64, 4, 3),),
+    ("sm_80", 64): (FwdConfig(128, 64, 4, 3), FwdConfig(128, 128, 8, 3)),
+    ("sm_80", 128): (FwdConfig(128, 64, 8, 3), FwdConfig(128, 32, 4, 3)),
+    ("sm_80", 256): (FwdConfig(64, 64, 4, 2), FwdConfig(64, 32, 4, 2)),
+    ("sm_86+", 16): (FwdConfig(64, 64, 4, 2),),
+    ("sm_86+", 32): (FwdConfig(64, 64, 4, 2),),
+    ("sm_86+", 64): (FwdConfig(64, 64, 4, 2),),
+    ("sm_86+", 128): (FwdConfig(64, 32, 4, 2),),
+    ("sm_86+", 256): (FwdConfig(32, 32, 4, 1),),
+}
+
+_BWD: dict[tuple[str, int], tuple[BwdConfig, ...]] = {
+    ("sm_90", 16): (BwdConfig(64, 128, 8, 2, 128, 64, 8, 2),),
+    ("sm_90", 32): (BwdConfig(64, 128, 8, 2, 128, 64, 8, 2), BwdConfig(32, 128, 4, 3, 128, 32, 4, 3)),
+    ("sm_90", 64): (BwdConfig(64, 128, 8, 2, 128, 64, 8, 2), BwdConfig(32, 128, 4, 3, 128, 32, 4, 3)),
+    ("sm_90", 128): (BwdConfig(64, 128, 8, 2, 128, 64, 8, 2), BwdConfig(32, 128, 4, 3, 128, 32, 4, 3)),
+    ("sm_90", 256): (BwdConfig(32, 64, 8, 2, 64, 32, 8, 2),),
+    ("sm_80", 16): (BwdConfig(64, 128, 8, 2, 128, 64, 8, 2),),
+    ("sm_80", 32): (BwdConfig(64, 128, 8, 2, 128, 64, 8, 2),),
+    ("sm_80", 64): (BwdConfig(64, 128, 8, 2, 128, 64, 8, 2), BwdConfig(32, 128, 4, 3, 128, 32, 4, 3)),
+    ("sm_80", 128): (BwdConfig(64, 128, 8, 2, 128, 64, 8, 2), BwdConfig(32, 128, 4, 2, 128, 32, 4, 2)),
+    ("sm_80", 256): (BwdConfig(32, 64, 8, 1, 64, 32, 8, 1),),
+    ("sm_86+", 16): (BwdConfig(32, 64, 4, 2, 64, 32, 4, 2),),
+    ("sm_86+", 32): (BwdConfig(32, 64, 4, 2, 64, 32, 4, 2),),
+    ("sm_86+", 64): (BwdConfig(32, 64, 4, 2, 64, 32, 4, 2),),
+    ("sm_86+", 128): (BwdConfig(32, 64, 4, 1, 64, 32, 4, 1),),
+    ("sm_86+", 256): (BwdConfig(16, 32, 4, 1, 32, 16, 4, 1),),
+}
+
+# The TRITON_INTERPRET=1 CPU path: one small configuration, pipelining means nothing there.
+INTERPRETER_FWD = FwdConfig(32, 32, 4, 1)
+INTERPRETER_BWD = BwdConfig(16, 32, 4, 1, 32, 16, 4, 1)
+
+GENERATIONS = (HOPPER, AMPERE, SMALL_SMEM)
+
+
+def generation_for(capability: tuple[int, int]) -> Generation:
+    """The configuration family for a CUDA compute capability (major, minor)."""
+    major, minor = capability
+    if major == 9 or major == 10:  # Hopper; datacenter Blackwell has at least Hopper's shared memory
+        return HOPPER
+    if (major, minor) == (8, 0) or (major, minor) == (8, 7):  # A100/A800/A30; Orin has 163 KB too
+        return AMPERE
+    return SMALL_SMEM
+
+
+def fwd_candidates(generation: Generation, head_dim: int) -> tuple[FwdConfig, ...]:
+    return _FWD[(generation.name, head_dim)]
+
+
+def bwd_candidates(generation: Generation, head_dim: int) -> tuple[BwdConfig, ...]:
+    return _BWD[(generation.name, head_dim)]
+
+
+def _largest_dividing(tile: int, block_size: int) -> int:
+    """The largest power of two <= tile that divides block_size (a layout block holds whole tiles)."""
+    while block_size % tile:
+        tile //= 2
+    return tile
+
+
+def fit_fwd(config: FwdConfig, block_size: int | None) -> FwdConfig:
+    """Shrink tiles so that they divide a layout's block size (only ever smaller: fewer bytes)."""
+    if block_size is None:
+        return config
+    return dataclasses.replace(
+        config,
+        block_m=_largest_dividing(config.block_m, block_size),
+        block_n=_largest_dividing(config.block_n, block_size),
+    )
+
+
+def fit_bwd(config: BwdConfig, block_size: int | None) -> BwdConfig:
+    if block_size is None:
+        return config
+    return dataclasses.replace(
+        config,
+        block_m1=_largest_dividing(config.block_m1, block_size),
+        block_n1=_largest_dividing(config.block_n1, block_size),
+        block_m2=_largest_dividing(config.block_m2, block_size),
+        block_n2=_largest_dividing(config.block_n2, block_size),
+    )
+
+
+def all_configs() -> list[tuple[Generation, int, FwdConfig | BwdConfig]]:
+    """Every (generation, head dim, configuration) that the launcher can pick."""
+    out: list[tuple[Generation, int, FwdConfig | BwdConfig]] = []
+    for gen in GENERATIONS:
+        for d in HEAD_DIMS:
+            out.extend((gen, d, c) for c in fwd_candidates(gen, d))
+            out.extend((gen, d, c) for c in bwd_candidates(gen, d))
+    return out

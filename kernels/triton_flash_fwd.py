@@ -1,0 +1,199 @@
+"""Triton FlashAttention forward kernel (online softmax; the log-sum-exp is kept for the backward).
+
+Reading order: tile iteration helpers, the inner loop, the kernel.  The launcher, the autograd
+function and the public entry point live in ``triton_flash.py``; the backward kernels in
+``triton_flash_bwd.py``.
+
+Legend (also used in the backward file):
+  B batch, H query heads, HKV key/value heads, GROUP = H // HKV (GQA),
+  Lq / Lk query / key lengths, D head dim.
+  q, o, do, dq: (B, H, Lq, D)      k, v, dk, dv: (B, HKV, Lk, D)     lse, delta: (B, H, Lq) fp32
+  A "tile" is the kernel's unit (BLOCK_M query rows x BLOCK_N key rows); a "layout block" is
+  the BlockLayout's unit (bs x bs tokens), a multiple of every tile size used with it, so a tile
+  never straddles two layout blocks and a layout block holds TPB = bs // BLOCK_N key tiles.
+
+Scores are kept in base 2: s2 = (q . k) * scale * log2(e), p = exp2(s2 - m).  lse is stored in the
+same base-2 units (internal to this module).  A query row with no allowed key ends with l == 0:
+its output is 0 and its lse is +inf, so the backward's exp2(s2 - lse) is exactly 0 there.
+
+Which tiles a query tile visits (dense, causal or block-sparse) is decided once per program by
+``row_tile_range``: tiles [0, t_full) are entirely allowed and run without any mask; tiles
+[t_full, t_end) hold the causal diagonal, the key-padding edge or the ragged tail and are masked;
+tiles past t_end (above the diagonal, beyond kv_lens[b], or absent from the layout) are skipped.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2E)
+SCAN = 64  # layout entries inspected per step when counting a CSR list
+
+
+@triton.jit
+def mma(a, b, acc, DOT_F32: tl.constexpr):
+    """tl.dot(a, b, acc); DOT_F32 widens the tiles to fp32 first (exact for fp16/bf16 values).
+
+    Only the launcher's interpreter path sets DOT_F32: Triton's CPU interpreter (3.9) multiplies
+    bf16 tiles wrongly, while on a GPU the tensor cores take the 16-bit tiles directly.
+    """
+    if DOT_F32:
+        out = tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
+    else:
+        out = tl.dot(a, b, acc)
+    return out
+
+
+@triton.jit
+def tile_start(t, idx_ptr, bs, TPB, BLOCK: tl.constexpr, SPARSE: tl.constexpr):
+    """First token of the t-th visited tile: t * BLOCK when dense, else inside the layout's list."""
+    start = t * BLOCK
+    if SPARSE:
+        entry = t // TPB
+        start = tl.load(idx_ptr + entry) * bs + (t - entry * TPB) * BLOCK
+    return start
+
+
+@triton.jit
+def row_tile_range(
+    start_m, kv_end, count, idx_ptr, bs, TPB,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, SPARSE: tl.constexpr,
+    SCAN_: tl.constexpr,
+):
+    """(t_full, t_end) for the query tile [start_m, start_m + BLOCK_M) over its key tiles.
+
+    A key tile [n, n + BLOCK_N) needs no mask when n + BLOCK_N <= full_end, and is visited at all
+    when n < hi.  In sparse mode the key tiles are those of the row's CSR list (idx_ptr, count;
+    ascending layout-block indices), and the counts come from one vectorised pass over the list.
+    """
+    full_end = kv_end
+    hi = kv_end
+    if CAUSAL:
+        full_end = tl.minimum(start_m + 1, kv_end)
+        hi = tl.minimum(start_m + BLOCK_M, kv_end)
+    if SPARSE:
+        n_full = 0  # entries whose whole layout block is allowed for every row of this tile
+        n_part = 0  # entries that start before hi (visited at all)
+        for c in range(0, count, SCAN_):
+            offs = c + tl.arange(0, SCAN_)
+            valid = offs < count
+            blk = tl.load(idx_ptr + offs, mask=valid, other=0)
+            n_full += tl.sum((valid & ((blk + 1) * bs <= full_end)).to(tl.int32), axis=0)
+            n_part += tl.sum((valid & (blk * bs < hi)).to(tl.int32), axis=0)
+        t_full = n_full * TPB
+        if n_full < n_part:
+            # the first partial block may still start with unmasked tiles
+            blk = tl.load(idx_ptr + n_full)
+            t_full += tl.minimum(tl.maximum(full_end - blk * bs, 0) // BLOCK_N, TPB)
+        t_end = n_part * TPB
+        if n_part > 0:
+            blk = tl.load(idx_ptr + n_part - 1)
+            t_end = (n_part - 1) * TPB + tl.minimum(tl.cdiv(hi - blk * bs, BLOCK_N), TPB)
+    else:
+        t_full = tl.maximum(full_end, 0) // BLOCK_N
+        t_end = tl.cdiv(tl.maximum(hi, 0), BLOCK_N)
+    return t_full, t_end
+
+
+@triton.jit
+def _fwd_steps(
+    acc, l_i, m_i, q, k_base, v_base, sk_l, sv_l,
+    idx_ptr, bs, TPB, t_lo, t_hi, offs_m, kv_end, qk_scale,
+    BLOCK_N: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr, SPARSE: tl.constexpr,
+    MASK: tl.constexpr, DOT_F32: tl.constexpr,
+):
+    """Online-softmax update over key tiles t_lo..t_hi; MASK=False is the unmasked fast path."""
+    offs_d = tl.arange(0, D)
+    for t in range(t_lo, t_hi):
+        start_n = tile_start(t, idx_ptr, bs, TPB, BLOCK_N, SPARSE)
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k_ptrs = k_base + offs_n[:, None] * sk_l + offs_d[None, :]  # (BLOCK_N, D)
+        v_ptrs = v_base + offs_n[:, None] * sv_l + offs_d[None, :]
+        if MASK:
+            k = tl.load(k_ptrs, mask=offs_n[:, None] < kv_end, other=0.0)
+        else:
+            k = tl.load(k_ptrs)
+        s = mma(q, tl.trans(k), None, DOT_F32)  # (BLOCK_M, BLOCK_N) fp32, unscaled q . k
+        if MASK:
+            keep = offs_n[None, :] < kv_end
+            if CAUSAL:
+                keep = keep & (offs_m[:, None] >= offs_n[None, :])
+            s = tl.where(keep, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+            # a row with nothing allowed so far keeps m = -inf; subtract 0 to avoid inf - inf
+            m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+        else:
+            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+            m_sub = m_new
+        p = tl.math.exp2(s * qk_scale - m_sub[:, None])  # (BLOCK_M, BLOCK_N)
+        alpha = tl.math.exp2(m_i - m_sub)  # rescales what was accumulated with the old max
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        if MASK:
+            v = tl.load(v_ptrs, mask=offs_n[:, None] < kv_end, other=0.0)
+        else:
+            v = tl.load(v_ptrs)
+        acc = mma(p.to(v.dtype), v, acc, DOT_F32)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def attn_fwd_kernel(
+    Q, K, V, O, LSE, KV_LENS, CNT, IDX,
+    sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, so_b, so_h, so_l,
+    scnt_h, sidx_h, sidx_m,
+    H, GROUP, Lq, Lk, qk_scale, bs,
+    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, SCAN_: tl.constexpr,
+    DOT_F32: tl.constexpr,
+):
+    # grid: (B * H, cdiv(Lq, BLOCK_M)); the longest causal rows are launched first
+    bh = tl.program_id(0)
+    pid_m = tl.num_programs(1) - 1 - tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    hk = h // GROUP
+    start_m = pid_m * BLOCK_M
+    kv_end = Lk
+    if HAS_KV_LENS:
+        kv_end = tl.minimum(tl.maximum(tl.load(KV_LENS + b).to(tl.int32), 0), Lk)
+
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, D)
+    q_base = Q + b.to(tl.int64) * sq_b + h.to(tl.int64) * sq_h
+    k_base = K + b.to(tl.int64) * sk_b + hk.to(tl.int64) * sk_h
+    v_base = V + b.to(tl.int64) * sv_b + hk.to(tl.int64) * sv_h
+    # q stays in registers for the whole program: (BLOCK_M, D)
+    q = tl.load(q_base + offs_m[:, None] * sq_l + offs_d[None, :], mask=offs_m[:, None] < Lq, other=0.0)
+
+    count = 0
+    idx_ptr = IDX
+    TPB = 1
+    if SPARSE:
+        row = start_m // bs  # the layout row holding this whole tile
+        count = tl.load(CNT + h * scnt_h + row)
+        idx_ptr = IDX + h * sidx_h + row * sidx_m
+        TPB = bs // BLOCK_N
+    t_full, t_end = row_tile_range(start_m, kv_end, count, idx_ptr, bs, TPB,
+                                   BLOCK_M, BLOCK_N, CAUSAL, SPARSE, SCAN_)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running max of s2
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum of exp2(s2 - m)
+    acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
+    acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_base, v_base, sk_l, sv_l, idx_ptr, bs, TPB,
+                               0, t_full, offs_m, kv_end, qk_scale,
+                               BLOCK_N, D, CAUSAL, SPARSE, False, DOT_F32)
+    acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_base, v_base, sk_l, sv_l, idx_ptr, bs, TPB,
+                               t_full, t_end, offs_m, kv_end, qk_scale,
+                               BLOCK_N, D, CAUSAL, SPARSE, True, DOT_F32)
+
+    empty = l_i == 0.0  # rows with no allowed key: output 0, lse +inf
+    l_safe = tl.where(empty, 1.0, l_i)
+    o = acc / l_safe[:, None]
+    lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
+    o_base = O + b.to(tl.int64) * so_b + h.to(tl.int64) * so_h
+    row_ok = offs_m < Lq
+    tl.store(o_base + offs_m[:, None] * so_l + offs_d[None, :], o.to(O.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(LSE + bh.to(tl.int64) * Lq + offs_m, lse, mask=row_ok)

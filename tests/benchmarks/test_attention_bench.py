@@ -1,0 +1,219 @@
+"""CPU smoke test of the attention benchmark harness (benchmarks/attention.py and benchmarks/common.py).
+
+The harness is run end to end at tiny shapes on the CPU, with `attention(backend="torch")`
+standing in for the Triton kernels (`--ours torch`): every pattern, the correctness check,
+the JSON, the plot and the BENCHMARKS.md section writer. The GPU-only parts (do_bench,
+compiled Flex, peak memory) run on the GPU box; here they are recorded as not measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+
+OLD_FILE = """# Benchmarks
+
+Hand-written introduction.
+
+<!-- attention:start -->
+stale attention numbers
+<!-- attention:end -->
+
+<!-- data:start -->
+data loader numbers stay
+<!-- data:end -->
+"""
+
+
+@pytest.fixture(scope="module")
+def bench():
+    """The benchmark modules, imported as `python -m` would from the repository root."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(REPO))
+        import benchmarks.attention as attention_bench
+        import benchmarks.common as common
+
+        yield attention_bench, common
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """One CPU run of the script at tiny shapes, as a user would start it."""
+    tmp = tmp_path_factory.mktemp("bench")
+    markdown = tmp / "BENCHMARKS.md"
+    markdown.write_text(OLD_FILE)
+    out = tmp / "out"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    command = [
+        sys.executable, "-m", "benchmarks.attention", "--device", "cpu", "--tiny", "--ours", "torch",
+        "--head-dims", "16", "--warmup-ms", "0", "--rep-ms", "1", "--out", str(out), "--markdown", str(markdown),
+    ]
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc, out, markdown
+
+
+# ----------------------------------------------------------------------------- common.py
+def test_markdown_table_escapes_and_orders(bench):
+    _, common = bench
+    table = common.markdown_table([{"a": 1, "b": "x|y"}, {"b": None, "c": 0.123456}], align={"a": "right"})
+    assert table.splitlines() == [
+        "| a | b | c |",
+        "| ---: | --- | --- |",
+        "| 1 | x\\|y |  |",
+        "|  |  | 0.1235 |",
+    ]
+    assert common.markdown_table([]) == ""
+
+
+def test_replace_markdown_section_creates_appends_and_replaces(bench, tmp_path):
+    _, common = bench
+    path = tmp_path / "sub" / "B.md"
+    common.replace_markdown_section(path, "attention", "first")
+    assert path.read_text() == "# Benchmarks\n\n<!-- attention:start -->\nfirst\n<!-- attention:end -->\n"
+
+    common.replace_markdown_section(path, "data", "rows\n")
+    common.replace_markdown_section(path, "attention", "second")
+    text = path.read_text()
+    assert "first" not in text and "second" in text and "rows" in text
+    assert text.index("<!-- attention:start -->") < text.index("<!-- data:start -->")
+
+    path.write_text(text + "<!-- attention:end -->\n")
+    with pytest.raises(ValueError, match="expected exactly one"):
+        common.replace_markdown_section(path, "attention", "third")
+    with pytest.raises(ValueError, match="section name"):
+        common.replace_markdown_section(path, "two words", "x")
+
+
+def test_describe_environment_on_cpu(bench):
+    _, common = bench
+    env = common.describe_environment("cpu")
+    assert env["device_type"] == "cpu" and env["device"] == env["cpu"]
+    assert env["torch"] == torch.__version__ and env["date_utc"].endswith("UTC")
+    header = common.environment_markdown(env, "python -m benchmarks.x --flag")
+    assert env["device"] in header and "`python -m benchmarks.x --flag`" in header
+
+
+# -------------------------------------------------------------------- attention.py pieces
+@pytest.mark.parametrize("seq_len", [256, 200])
+def test_allowed_pairs_counts_the_token_mask(bench, seq_len):
+    attention_bench, _ = bench
+    from genoformer.kernels.layout import BlockLayout
+
+    heads = 4
+    layouts = [
+        BlockLayout.sliding_window(seq_len, 32, 32).with_causal(),
+        BlockLayout.bigbird(seq_len, 32, 1, 1, 32, num_heads=heads),
+        BlockLayout.dense(seq_len, block_size=32),
+    ]
+    for layout in layouts:
+        for causal in (False, True):
+            expected = int(layout.token_mask(causal).sum()) * (heads // layout.num_heads)
+            assert attention_bench.allowed_pairs(layout, causal, seq_len, heads) == expected
+    dense = BlockLayout.dense(seq_len, block_size=32)
+    for causal in (False, True):
+        assert attention_bench.allowed_pairs(None, causal, seq_len, heads) == int(dense.token_mask(causal).sum()) * heads
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flex_block_mask_is_the_layout(bench, causal):
+    """The BlockMask built from block lists equals create_block_mask's, and the layout itself."""
+    attention_bench, _ = bench
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from genoformer.kernels.layout import BlockLayout
+
+    seq_len, heads, bs = 256, 2, 32
+    layout = BlockLayout.bigbird(seq_len, 32, 1, 1, bs, seed=3)
+    block_mask = attention_bench.flex_block_mask(layout, causal, heads, torch.device("cpu"))
+    reference = create_block_mask(block_mask.mask_mod, 1, heads, seq_len, seq_len, device="cpu", BLOCK_SIZE=bs)
+    dense = block_mask.to_dense()  # (1, H_l, Mb, Nb): allowed blocks, full or partial
+    assert torch.equal(dense.expand_as(reference.to_dense()).bool(), reference.to_dense().bool())
+    expected = (layout.with_causal() if causal else layout).mask
+    assert torch.equal(dense[0].bool(), expected)
+    # Only the causal diagonal needs the mask_mod; everything else is a full block.
+    assert int(block_mask.kv_num_blocks.sum()) == (int(layout.mask.diagonal(dim1=1, dim2=2).sum()) if causal else 0)
+
+
+def test_failing_kernel_is_recorded_and_the_run_goes_on(bench, tmp_path, monkeypatch):
+    attention_bench, _ = bench
+
+    def broken(q, k, v):
+        raise RuntimeError("kernel exploded")
+
+    monkeypatch.setattr(attention_bench.Bench, "ours", lambda self, *a: attention_bench.Impl(broken))
+    md = tmp_path / "B.md"
+    results = attention_bench.main(
+        ["--device", "cpu", "--tiny", "--head-dims", "32", "--patterns", "dense", "causal",
+         "--warmup-ms", "0", "--rep-ms", "1", "--markdown", str(md)]
+    )
+    for case in results["cases"]:
+        assert case["ours"]["error"] == "fwd: RuntimeError: kernel exploded"
+        assert case["fa2"]["fwd_ms"] > 0 and case["fa2"]["bwd_ms"] > 0  # the baselines still ran
+        assert case["check"]["error"] == "ours: RuntimeError: kernel exploded"
+    text = md.read_text()
+    assert "ours: fwd: RuntimeError: kernel exploded" in text
+    floor = next(t for t in attention_bench.evaluate_targets(results) if t["target"] == "floor")
+    assert floor["status"] == "NOT MEASURED"
+
+
+def test_time_budget_skips_and_records(bench):
+    attention_bench, _ = bench
+    results = attention_bench.main(["--device", "cpu", "--tiny", "--ours", "torch", "--budget-s", "0"])
+    assert results["cases"] and all(case["skipped"].startswith("time budget") for case in results["cases"])
+    assert all(row["notes"].startswith("skipped") for row in attention_bench.results_rows(results))
+
+
+# ------------------------------------------------------------------------------ end to end
+def test_end_to_end_tiny_cpu_run(tiny_run):
+    proc, out, markdown = tiny_run
+    results = json.loads((out / "attention.json").read_text())
+    assert [c["pattern"] for c in results["cases"]] == ["causal", "dense", "sliding_window", "bigbird"]
+    for case in results["cases"]:
+        assert case["skipped"] is None
+        assert case["ours"]["fwd_ms"] > 0 and case["ours"]["bwd_ms"] > 0, case
+        assert case["fa2"]["fwd_ms"] > 0 and case["fa2_dense"]["bwd_ms"] > 0, case
+        assert case["check"]["ok"] is True, case["check"]
+        assert 0 < case["density"] <= 1 and case["fwd_flops"] > 0
+        if case["pattern"] != "dense":
+            assert case["flex"]["fwd_ms"] > 0 and "no CPU backward" in case["flex"]["error"]
+    assert results["cases"][0]["check"]["reference"] == "FA2"
+    assert results["cases"][3]["check"]["reference"] == "Flex"
+    assert results["matmul"]["tflops"] > 0
+    assert results["memory"]["error"] == "peak memory is measured on CUDA only"
+    assert results["command"].startswith("python -m benchmarks.attention --device cpu --tiny")
+
+    assert (out / "attention.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "attention.md").read_text().startswith("## Attention kernels")
+
+    text = markdown.read_text()
+    assert "stale attention numbers" not in text
+    assert "Hand-written introduction." in text and "data loader numbers stay" in text
+    section = text[text.index("<!-- attention:start -->") : text.index("<!-- attention:end -->")]
+    for needle in ("## Attention kernels", "| sliding_window |", "### Targets", "| floor |", "| goal |",
+                   "| density scaling |", "| memory |", "NOT MEASURED", results["environment"]["date_utc"]):
+        assert needle in section, needle
+    link = section.split("](")[-1].split(")")[0]
+    assert (markdown.parent / link).resolve() == (out / "attention.png").resolve()
+
+    assert "| target" in proc.stdout and "matmul ceiling" in proc.stdout  # the closing summary
+
+
+def test_render_from_json_rewrites_outputs(bench, tiny_run, tmp_path):
+    attention_bench, _ = bench
+    _, out, markdown = tiny_run
+    md = tmp_path / "BENCHMARKS.md"
+    attention_bench.main(["--render-from", str(out / "attention.json"), "--out", str(tmp_path / "fig"), "--markdown", str(md)])
+    assert (tmp_path / "fig" / "attention.png").is_file()
+    rendered, original = md.read_text(), markdown.read_text()
+    section = lambda text: text[text.index("| D |") : text.index("### Targets")]  # noqa: E731
+    assert section(rendered) == section(original)
+    assert "](fig/attention.png)" in rendered

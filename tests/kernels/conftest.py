@@ -1,0 +1,77 @@
+"""Shared helpers for the attention tests: inputs, and comparison against the float64 reference.
+
+Shape legend: q (B, Hq, L, D), k and v (B, Hkv, S, D), out (B, Hq, L, D).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from genoformer.kernels.attention import attention
+from genoformer.kernels.reference import allowed_mask
+
+
+@dataclass
+class Result:
+    out: torch.Tensor
+    dq: torch.Tensor
+    dk: torch.Tensor
+    dv: torch.Tensor
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {"out": self.out, "dq": self.dq, "dk": self.dk, "dv": self.dv}
+
+
+def make_qkv(B=2, Hq=4, Hkv=2, L=97, S=None, D=16, dtype=torch.float64, seed=0):
+    """Random q, k, v and an upstream gradient dout, all in `dtype` on CPU."""
+    S = L if S is None else S
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, Hq, L, D, generator=g, dtype=torch.float64)
+    k = torch.randn(B, Hkv, S, D, generator=g, dtype=torch.float64)
+    v = torch.randn(B, Hkv, S, D, generator=g, dtype=torch.float64)
+    dout = torch.randn(B, Hq, L, D, generator=g, dtype=torch.float64)
+    return tuple(t.to(dtype) for t in (q, k, v, dout))
+
+
+def run_with_grads(fn, q, k, v, dout, **kwargs) -> Result:
+    """out = fn(q, k, v, **kwargs) and the gradients of <out, dout> w.r.t. q, k, v."""
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    out = fn(q, k, v, **kwargs)
+    out.backward(dout)
+    return Result(out.detach(), q.grad, k.grad, v.grad)
+
+
+def naive_attention(q, k, v, *, causal=False, layout=None, kv_lens=None, scale=None):
+    """Dense attention computed in the inputs' own dtype: the same-precision baseline."""
+    B, Hq, L, D = q.shape
+    group = Hq // k.shape[1]
+    scale = D**-0.5 if scale is None else scale
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    scores = (q @ k.transpose(-1, -2)) * scale
+    mask = allowed_mask(L, k.shape[2], causal=causal, layout=layout, kv_lens=kv_lens)
+    if mask is None:
+        return torch.softmax(scores, -1) @ v
+    probs = torch.softmax(scores.masked_fill(~mask, torch.finfo(q.dtype).min), -1) * mask
+    return probs @ v
+
+
+def reference(q, k, v, dout, **kwargs) -> Result:
+    return run_with_grads(attention, q, k, v, dout, backend="reference", **kwargs)
+
+
+def assert_matches_reference(result: Result, expected: Result, atol=1e-10, rtol=1e-8) -> None:
+    """float64 comparison of output and all three gradients; NaN never passes."""
+    for name, value in result.tensors().items():
+        assert not value.isnan().any(), f"{name} has NaN"
+        torch.testing.assert_close(value, expected.tensors()[name], atol=atol, rtol=rtol, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.fixture
+def attn():
+    """The helpers above, as one object: attn.make_qkv, attn.reference, ..."""
+    helpers = (make_qkv, run_with_grads, naive_attention, reference, assert_matches_reference)
+    return SimpleNamespace(**{fn.__name__: fn for fn in helpers})

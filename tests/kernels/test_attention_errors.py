@@ -1,0 +1,78 @@
+"""Bad inputs and unavailable backends fail with messages that say what to do."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from genoformer.kernels import Backend, BlockLayout, attention
+
+flash_attn_backend = importlib.import_module("genoformer.kernels.flash_attn_backend")
+
+
+def _qkv(B=2, Hq=4, Hkv=2, L=32, S=None, D=16, dtype=torch.float32):
+    S = L if S is None else S
+    q = torch.randn(B, Hq, L, D, dtype=dtype)
+    return q, torch.randn(B, Hkv, S, D, dtype=dtype), torch.randn(B, Hkv, S, D, dtype=dtype)
+
+
+@pytest.mark.parametrize(
+    "make, kwargs, match",
+    [
+        (lambda: (torch.randn(2, 32, 16), *_qkv()[1:]), {}, r"4-D \(B, H, L, D\)"),
+        (lambda: _qkv(Hq=3, Hkv=2), {}, "multiple of key/value heads"),
+        (lambda: (_qkv()[0], *_qkv(B=3)[1:]), {}, "batch size and head dim"),
+        (lambda: (_qkv()[0], *_qkv(D=8)[1:]), {}, "batch size and head dim"),
+        (lambda: (_qkv()[0], _qkv()[1], _qkv(S=30)[2]), {}, "same shape"),
+        (lambda: _qkv(dtype=torch.float64)[:2] + (_qkv()[2],), {}, "one dtype"),
+        (lambda: tuple(t.long() for t in _qkv()), {}, "float tensor"),
+        (lambda: _qkv(S=40), {"causal": True}, "Lq == Lk"),
+        (lambda: _qkv(), {"layout": BlockLayout.sliding_window(64, 16, 16)}, "built for q_len=64"),
+        (lambda: _qkv(), {"layout": BlockLayout.random_blocks(32, 1, 16, num_heads=3)}, "1 \\(shared\\) or Hq=4"),
+        (lambda: _qkv(), {"layout": "sliding"}, "spec.build"),
+        (lambda: _qkv(), {"kv_lens": torch.tensor([3])}, r"shape \(2,\)"),
+        (lambda: _qkv(), {"kv_lens": torch.tensor([3.0, 4.0])}, "integer tensor"),
+        (lambda: _qkv(), {"kv_lens": torch.tensor([3, 33])}, r"\[0, Lk=32\]"),
+        (lambda: _qkv(), {"kv_lens": torch.tensor([-1, 3])}, r"\[0, Lk=32\]"),
+        (lambda: _qkv(), {"scale": float("nan")}, "finite float"),
+        (lambda: _qkv(), {"backend": "cudnn"}, "unknown attention backend 'cudnn'; choose one of"),
+    ],
+)
+def test_bad_inputs_raise_clear_errors(make, kwargs, match):
+    q, k, v = make()
+    with pytest.raises((ValueError, TypeError), match=match):
+        attention(q, k, v, **kwargs)
+
+
+def _pretend_installed(monkeypatch, package: str, installed: bool) -> None:
+    real_find_spec = importlib.util.find_spec
+    fake_spec = None if not installed else object()
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: fake_spec if name == package else real_find_spec(name, *a)
+    )
+
+
+def test_flash_attn_not_installed_says_how_to_install(monkeypatch):
+    _pretend_installed(monkeypatch, "flash_attn", installed=False)
+    with pytest.raises(ValueError, match="pip install flash-attn --no-build-isolation"):
+        attention(*_qkv(), backend=Backend.FLASH_ATTN)
+
+
+def test_flash_attn_unsupported_inputs_say_why(monkeypatch):
+    """With the package present (pretended here), CPU tensors and layouts are still refused."""
+    _pretend_installed(monkeypatch, "flash_attn", installed=True)
+    with pytest.raises(ValueError, match="CUDA only"):
+        attention(*_qkv(), backend="flash_attn")
+    q, k, v = _qkv()
+    reason = flash_attn_backend.unsupported_reason(
+        q, k, v, causal=False, layout=BlockLayout.sliding_window(32, 16, 16), kv_lens=None
+    )
+    assert "CUDA" in reason  # device is checked first; the layout check needs CUDA tensors
+
+
+def test_triton_not_installed_says_how_to_install(monkeypatch):
+    _pretend_installed(monkeypatch, "triton", installed=False)
+    with pytest.raises(ValueError, match="pip install triton"):
+        attention(*_qkv(), backend="triton")

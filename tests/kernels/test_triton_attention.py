@@ -1,0 +1,209 @@
+"""Triton FlashAttention kernels against the float64 reference: output and dq, dk, dv.
+
+Criterion (as in flash-attention's tests): for each of out, dq, dk, dv the kernel's largest error
+against the float64 reference is at most twice the error of the same computation done densely in
+PyTorch at the same precision (fp16/bf16), plus one unit in the last place of the largest
+reference value; NaN never passes.
+
+On a CPU the kernels run under Triton's interpreter: this module sets TRITON_INTERPRET=1 before
+anything imports Triton's kernels (the variable is read when ``@triton.jit`` runs, i.e. when
+``genoformer.kernels.triton_flash`` is first imported).  If an earlier test module imported it
+without the variable, these tests skip saying so; run them alone then (``pytest tests/kernels``).
+The CPU subset uses tiny shapes (the interpreter is slow); ``@pytest.mark.gpu`` holds the full sweep.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+pytest.importorskip("triton", reason="triton is not installed: pip install triton")
+
+from genoformer.kernels.layout import BlockLayout  # noqa: E402
+from genoformer.kernels.triton_flash import (  # noqa: E402
+    INTERPRETED,
+    flash_fwd,
+    triton_attention,
+    unsupported_reason,
+)
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+if DEVICE.type == "cpu" and not INTERPRETED:
+    pytest.skip("genoformer.kernels.triton_flash was imported before TRITON_INTERPRET=1 was set; "
+                "run `pytest tests/kernels/test_triton_attention.py` on its own", allow_module_level=True)
+
+
+def _inputs(B, Hq, Hkv, L, S, D, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(B, Hq, L, D), (B, Hkv, S, D), (B, Hkv, S, D), (B, Hq, L, D)]
+    return [torch.randn(s, generator=g, dtype=torch.float64).to(DEVICE) for s in shapes]
+
+
+def _max_errors(attn, q, k, v, dout, dtype, **kwargs):
+    """{name: (kernel error, same-precision PyTorch error, floor)} against the float64 reference."""
+    exact = attn.reference(q, k, v, dout, **kwargs)
+    low = [t.to(dtype) for t in (q, k, v, dout)]
+    naive = attn.run_with_grads(attn.naive_attention, *low, **kwargs)
+    got = attn.run_with_grads(triton_attention, *low, **kwargs)
+    out = {}
+    for name, ref in exact.tensors().items():
+        value = got.tensors()[name]
+        assert value.dtype == dtype, f"{name} has dtype {value.dtype}, expected {dtype}"
+        assert not value.isnan().any(), f"{name} has NaN"
+        err = (value.double() - ref).abs().max().item()
+        base = (naive.tensors()[name].double() - ref).abs().max().item()
+        floor = torch.finfo(dtype).eps * ref.abs().max().item()
+        out[name] = (err, base, floor)
+    return out
+
+
+def _assert_close_to_reference(attn, q, k, v, dout, dtype, **kwargs):
+    for name, (err, base, floor) in _max_errors(attn, q, k, v, dout, dtype, **kwargs).items():
+        assert err <= 2 * base + floor, (
+            f"{name}: triton error {err:.3e} > 2 x same-precision PyTorch error {base:.3e} + {floor:.1e}")
+
+
+def _layout_with_empty_rows(L, bs, heads, seed):
+    """A random per-head layout in which some query blocks have no key block at all."""
+    g = torch.Generator().manual_seed(seed)
+    n = -(-L // bs)
+    mask = torch.rand(heads, n, n, generator=g) < 0.5
+    mask[:, 1, :] = False
+    return BlockLayout.from_block_mask(mask, L, block_size=bs)
+
+
+# name -> (B, Hq, Hkv, L, S, D, dtype, kwargs factory): tiny, for the interpreter
+CPU_CASES = {
+    "dense_gqa_odd": (2, 4, 2, 97, 97, 32, torch.float16, lambda: {}),
+    "causal_bf16": (1, 2, 2, 130, 130, 64, torch.bfloat16, lambda: {"causal": True}),
+    "causal_padding_empty_batch": (2, 2, 1, 75, 75, 16, torch.float16,
+                                   lambda: {"causal": True, "kv_lens": torch.tensor([40, 0], device=DEVICE)}),
+    "cross_lengths": (1, 2, 1, 60, 100, 32, torch.bfloat16, lambda: {}),
+    "window_causal_ragged": (1, 2, 1, 150, 150, 32, torch.float16,
+                             lambda: {"causal": True, "layout": BlockLayout.sliding_window(150, 32, block_size=32)}),
+    "per_head_random_padding": (1, 2, 1, 120, 120, 64, torch.bfloat16,
+                                lambda: {"layout": BlockLayout.random_blocks(120, 2, 32, seed=3, num_heads=2),
+                                         "kv_lens": torch.tensor([77], device=DEVICE)}),
+    "bigbird_bs64_causal": (1, 2, 2, 160, 160, 16, torch.bfloat16,
+                            lambda: {"causal": True, "layout": BlockLayout.bigbird(160, 64, 1, 1, block_size=64)}),
+    "empty_rows_custom_scale": (1, 2, 1, 96, 96, 32, torch.float16,
+                                lambda: {"layout": _layout_with_empty_rows(96, 16, 2, 5), "scale": 0.3}),
+}
+
+
+@pytest.mark.parametrize("case", list(CPU_CASES))
+def test_matches_reference(attn, case):
+    B, Hq, Hkv, L, S, D, dtype, kwargs = CPU_CASES[case]
+    q, k, v, dout = _inputs(B, Hq, Hkv, L, S, D, dtype, seed=list(CPU_CASES).index(case))
+    _assert_close_to_reference(attn, q, k, v, dout, dtype, **kwargs())
+
+
+def test_fully_masked_rows_give_zero_output_and_gradient(attn):
+    q, k, v, dout = (t.to(torch.float16) for t in _inputs(2, 2, 2, 64, 64, 16, torch.float16, seed=1))
+    lens = torch.tensor([0, 20], device=DEVICE)
+    got = attn.run_with_grads(triton_attention, q, k, v, dout, kv_lens=lens)
+    assert torch.all(got.out[0] == 0) and torch.all(got.dq[0] == 0)
+    assert torch.all(got.dk[0] == 0) and torch.all(got.dv[0] == 0)
+    assert torch.all(got.dk[1, :, 20:] == 0) and torch.all(got.dv[1, :, 20:] == 0)
+
+
+def test_strided_inputs_read_in_place(attn):
+    """q, k, v viewed from a (B, L, H, D) buffer: same result as their contiguous copies."""
+    q, k, v, dout = (t.to(torch.bfloat16) for t in _inputs(1, 2, 2, 70, 70, 32, torch.bfloat16, seed=2))
+    strided = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v)]
+    assert strided[0].stride(-1) == 1 and not strided[0].is_contiguous()
+    a = triton_attention(*strided, causal=True)
+    b = triton_attention(q, k, v, causal=True)
+    torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+def test_backward_is_deterministic(attn):
+    q, k, v, dout = (t.to(torch.float16) for t in _inputs(1, 4, 1, 96, 96, 32, torch.float16, seed=3))
+    layout = BlockLayout.random_blocks(96, 2, 32, seed=1, num_heads=4)
+    first = attn.run_with_grads(triton_attention, q, k, v, dout, layout=layout, causal=True)
+    second = attn.run_with_grads(triton_attention, q, k, v, dout, layout=layout, causal=True)
+    for name, value in first.tensors().items():
+        assert torch.equal(value, second.tensors()[name]), f"{name} differs between two identical runs"
+
+
+def test_unsupported_inputs_say_why():
+    q = torch.randn(1, 2, 64, 32, device=DEVICE, dtype=torch.float16)
+    assert unsupported_reason(q, q, q, causal=False, layout=None, kv_lens=None) is None
+    assert "float16 or bfloat16" in unsupported_reason(q.float(), q.float(), q.float(), causal=False,
+                                                       layout=None, kv_lens=None)
+    q48 = torch.randn(1, 2, 64, 48, device=DEVICE, dtype=torch.float16)
+    assert "head dim 48" in unsupported_reason(q48, q48, q48, causal=False, layout=None, kv_lens=None)
+    k = torch.randn(1, 2, 80, 32, device=DEVICE, dtype=torch.float16)
+    assert "Lq == Lk" in unsupported_reason(q, k, k, causal=True, layout=None, kv_lens=None)
+    k3 = torch.randn(1, 3, 64, 32, device=DEVICE, dtype=torch.float16)
+    assert "multiple" in unsupported_reason(q, k3, k3, causal=False, layout=None, kv_lens=None)
+    wrong = BlockLayout.sliding_window(128, 32, block_size=32)
+    assert "build the layout" in unsupported_reason(q, q, q, causal=False, layout=wrong, kv_lens=None)
+    with pytest.raises(ValueError, match="float16 or bfloat16"):
+        triton_attention(q.float(), q.float(), q.float())
+
+
+def test_launcher_checks_its_inputs():
+    q = torch.randn(1, 2, 64, 32, device=DEVICE, dtype=torch.float16)
+    with pytest.raises(ValueError, match="contiguous in its last"):
+        flash_fwd(q.transpose(2, 3).contiguous().transpose(2, 3), q, q, None, None, None, 0, False, 0.1)
+    with pytest.raises(ValueError, match="positive"):
+        flash_fwd(q, q, q, None, None, None, 0, False, -1.0)
+    counts = torch.zeros(1, 4, dtype=torch.int64, device=DEVICE)
+    with pytest.raises(ValueError, match="int32"):
+        flash_fwd(q, q, q, None, counts, counts[..., None], 16, False, 0.1)
+
+
+def test_torch_compile_captures_one_graph(attn):
+    """The custom ops compile with fullgraph=True (no graph break), forward and backward."""
+    q, k, v, dout = (t.to(torch.float16) for t in _inputs(1, 2, 1, 64, 64, 16, torch.float16, seed=4))
+    layout = BlockLayout.sliding_window(64, 16, block_size=16)
+    layout.kv_indices(DEVICE), layout.q_indices(DEVICE)  # the CSR lists are built once, outside the graph
+
+    def f(q, k, v):
+        return triton_attention(q, k, v, causal=True, layout=layout) * 2
+
+    backend = "inductor" if DEVICE.type == "cuda" else "aot_eager"
+    compiled = torch.compile(f, fullgraph=True, backend=backend)
+    eager = attn.run_with_grads(f, q, k, v, dout)
+    got = attn.run_with_grads(compiled, q, k, v, dout)
+    for name, value in got.tensors().items():
+        torch.testing.assert_close(value, eager.tensors()[name], atol=0, rtol=0, msg=name)
+
+
+# ----------------------------------------------------------------------------- GPU sweep
+
+
+def _gpu_cases():
+    for D in (32, 64, 128, 256):
+        for dtype in (torch.float16, torch.bfloat16):
+            yield pytest.param(D, dtype, "causal", id=f"d{D}-{str(dtype)[6:]}-causal")
+            yield pytest.param(D, dtype, "dense_gqa_padding", id=f"d{D}-{str(dtype)[6:]}-dense_gqa_padding")
+            yield pytest.param(D, dtype, "window_causal", id=f"d{D}-{str(dtype)[6:]}-window_causal")
+            yield pytest.param(D, dtype, "bigbird_per_head", id=f"d{D}-{str(dtype)[6:]}-bigbird_per_head")
+            yield pytest.param(D, dtype, "empty_rows_bs64", id=f"d{D}-{str(dtype)[6:]}-empty_rows_bs64")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the full sweep at real tile sizes)")
+@pytest.mark.parametrize(("D", "dtype", "kind"), list(_gpu_cases()))
+def test_gpu_sweep(attn, D, dtype, kind):
+    L = 1029  # not a multiple of any tile or layout block
+    if kind == "causal":
+        shape, kwargs = (2, 4, 4, L, L), {"causal": True}
+    elif kind == "dense_gqa_padding":
+        shape, kwargs = (2, 8, 2, L, 1500), {"kv_lens": torch.tensor([1500, 601], device=DEVICE)}
+    elif kind == "window_causal":
+        shape, kwargs = (1, 4, 2, L, L), {"causal": True, "layout": BlockLayout.sliding_window(L, 256, 128)}
+    elif kind == "bigbird_per_head":
+        layout = BlockLayout.bigbird(L, 128, 1, 2, block_size=128, seed=7, num_heads=4)
+        shape, kwargs = (2, 4, 1, L, L), {"layout": layout, "kv_lens": torch.tensor([L, 900], device=DEVICE)}
+    else:
+        shape, kwargs = (1, 4, 4, L, L), {"layout": _layout_with_empty_rows(L, 64, 4, 9), "causal": True}
+    q, k, v, dout = _inputs(*shape, D, dtype, seed=D)
+    _assert_close_to_reference(attn, q, k, v, dout, dtype, **kwargs)

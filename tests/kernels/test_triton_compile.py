@@ -1,0 +1,127 @@
+"""Every launch configuration the Triton launcher can choose compiles for its GPU generation
+within that generation's shared-memory limit (cross-compiled on the CPU: no GPU needed).
+
+``triton.compile(ASTSource(...), target=GPUTarget("cuda", cc, 32))`` runs the whole pipeline down
+to a cubin with the ptxas that ships with Triton; ``compiled.metadata.shared`` is the bytes of
+shared memory one program needs (the driver refuses a launch above the per-block limit).
+Each kernel is built in its largest variant (causal, block-sparse, key padding, ragged query
+tail): the other variants drop code and use no more shared memory.
+
+The compiles run in a child process (this file run as a script), one worker per core: the test
+session may have set TRITON_INTERPRET=1 for the interpreter tests, and kernels defined under it
+cannot be compiled.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from genoformer.kernels import triton_flash_configs as configs
+
+COMMON = {"CAUSAL": True, "SPARSE": True, "HAS_KV_LENS": True, "DOT_F32": False}
+
+
+def _cases() -> list[tuple[str, str, int, str, tuple]]:
+    """(test id, generation name, head dim, kernel, config fields) for every selectable config."""
+    out = []
+    for gen, d, cfg in configs.all_configs():
+        fields = tuple(cfg.__dict__.values())
+        if isinstance(cfg, configs.FwdConfig):
+            out.append((f"{gen.name}-d{d}-fwd-{cfg.block_m}x{cfg.block_n}-w{cfg.num_warps}s{cfg.num_stages}",
+                        gen.name, d, "fwd", fields))
+        else:
+            out.append((f"{gen.name}-d{d}-dkdv-{cfg.block_m1}x{cfg.block_n1}-w{cfg.warps1}s{cfg.stages1}",
+                        gen.name, d, "dkdv", fields))
+            out.append((f"{gen.name}-d{d}-dq-{cfg.block_m2}x{cfg.block_n2}-w{cfg.warps2}s{cfg.stages2}",
+                        gen.name, d, "dq", fields))
+    # a dK/dV or dQ half shared by two candidates is compiled once
+    return list({case[0]: case for case in out}.values())
+
+
+def _compile_one(case: tuple) -> dict:
+    """Child process: compile one case and report its shared memory (or the error)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from genoformer.kernels.triton_flash_bwd import bwd_dkdv_kernel, bwd_dq_kernel
+    from genoformer.kernels.triton_flash_fwd import SCAN, attn_fwd_kernel
+
+    case_id, gen_name, d, kind, fields = case
+    gen = next(g for g in configs.GENERATIONS if g.name == gen_name)
+    if kind == "fwd":
+        cfg = configs.FwdConfig(*fields)
+        kernel, constexprs = attn_fwd_kernel, {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n}
+        warps, stages = cfg.num_warps, cfg.num_stages
+    else:
+        cfg = configs.BwdConfig(*fields)
+        if kind == "dkdv":
+            kernel = bwd_dkdv_kernel
+            constexprs = {"BLOCK_M1": cfg.block_m1, "BLOCK_N1": cfg.block_n1, "EVEN_Q": False}
+            warps, stages = cfg.warps1, cfg.stages1
+        else:
+            kernel, constexprs = bwd_dq_kernel, {"BLOCK_M2": cfg.block_m2, "BLOCK_N2": cfg.block_n2}
+            warps, stages = cfg.warps2, cfg.stages2
+    constexprs = {"D": d, "SCAN_": SCAN, **COMMON, **constexprs}
+    signature = {}
+    for name in kernel.arg_names:
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif name in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV"):
+            signature[name] = "*bf16"
+        elif name in ("LSE", "DELTA"):
+            signature[name] = "*fp32"
+        elif name in ("KV_LENS", "CNT", "IDX"):
+            signature[name] = "*i32"
+        elif name in ("qk_scale", "sm_scale"):
+            signature[name] = "fp32"
+        else:
+            signature[name] = "i32"
+    t0 = time.perf_counter()
+    try:
+        compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs),
+                                  target=GPUTarget("cuda", gen.compile_capability, 32),
+                                  options={"num_warps": warps, "num_stages": stages})
+    except Exception as error:  # reported to the parent test, which fails with it
+        return {"id": case_id, "error": f"{type(error).__name__}: {error}"}
+    return {"id": case_id, "shared": compiled.metadata.shared, "limit": gen.shared_limit,
+            "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def _compile_all() -> list[dict]:
+    workers = max(1, min(8, os.cpu_count() or 1))
+    with concurrent.futures.ProcessPoolExecutor(workers) as pool:
+        return list(pool.map(_compile_one, _cases()))
+
+
+@pytest.fixture(scope="session")
+def compiled() -> dict[str, dict]:
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("triton is not installed: pip install triton")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=1200)
+    if proc.returncode != 0:
+        pytest.fail(f"the compile child process failed:\n{proc.stderr[-4000:]}")
+    return {r["id"]: r for r in json.loads(proc.stdout.strip().splitlines()[-1])}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", _cases(), ids=lambda c: c[0])
+def test_config_compiles_within_shared_memory(compiled, case):
+    result = compiled[case[0]]
+    assert "error" not in result, f"{case[0]} does not compile: {result.get('error')}"
+    assert result["shared"] <= result["limit"], (
+        f"{case[0]} needs {result['shared']} B of shared memory, over the {result['limit']} B limit of its "
+        f"GPU generation: shrink its tiles or stages in kernels/triton_flash_configs.py")
+
+
+if __name__ == "__main__":
+    print(json.dumps(_compile_all()))
