@@ -8,15 +8,20 @@ One run times forward and backward of `genoformer.kernels.triton_flash.triton_at
     `BlockLayout` that ours receives, so both compute the same function;
 and writes a results JSON, a plot and the `attention` section of BENCHMARKS.md.
 
-Run from the repository root (the GPU sweep takes about 5 minutes on an H200):
+Run from the repository root (the full GPU sweep should take 4 to 6 minutes on an H200,
+most of it compiling):
 
     python -m benchmarks.attention --out OUT --markdown BENCHMARKS.md
     python -m benchmarks.attention --quick                       # L = 16k only
     python -m benchmarks.attention --device cpu --tiny --ours torch --out /tmp/b   # CPU smoke run
     python -m benchmarks.attention --render-from OUT/attention.json --out DIR --markdown BENCHMARKS.md
 
+The last one measures nothing: it redraws the plot and rewrites the markdown section from a
+results JSON, e.g. on a workstation after a GPU run whose only output was OUT.
+
 Method
-  * Shapes: bf16; L in 8k..64k; batch B = max(1, 16384 // L) (16k tokens per batch up to
+  * Shapes: bf16; L in 8k..64k, largest first (a `--budget-s` cut drops the least telling);
+    batch B = max(1, 16384 // L) (16k tokens per batch up to
     L = 16k, one sequence beyond); heads H = 2048 // D, so the model width is the same for
     every head dim D.
   * Patterns (block size 128): `causal` (dense causal), `dense` (dense bidirectional, the
@@ -27,14 +32,23 @@ Method
     autograd on (a training forward). The backward time is `out.backward(dout,
     retain_graph=True)` replayed on one stored forward graph, gradients reset to None before
     each call: backward alone, no forward in it. (AOTAutograd's donated buffers are switched
-    off so that the compiled Flex backward may be replayed.)
+    off so that the compiled Flex backward may be replayed.) Compiling and autotuning happen
+    in the correctness check or in do_bench's first call, outside the timed calls.
+  * Flex is compiled once for all shapes where torch.compile's automatic dynamic shapes allow
+    (the second length of a head dim recompiles with dynamic lengths); the recompile limit is
+    raised to 64 and hitting it raises, instead of silently running eager Flex (which would
+    materialise the L^2 scores).
   * FLOPs: 4 * B * H * pairs * D for the forward, 2.5 times that for the backward, where pairs
     is the exact number of (query, key) pairs the pattern allows (causal diagonal blocks
     counted by halves). "density" is pairs / (H * L^2), the fraction of the full score matrix.
   * Correctness: once per configuration ours is run against a reference (FA2 for the dense
     patterns, Flex for the block-sparse ones, our PyTorch block-sparse backend where Flex
-    failed) on the same inputs; the table shows max|ours - ref| / max|ref| of the output and
-    of (dq, dk, dv) (the worst of the three), flagged WRONG above 2e-2.
+    failed) on the same inputs. The error of a row (one query's output, one token's gradient)
+    is max|ours - ref| over its D entries divided by max|ref| over them (at least the median
+    row's, so that rows which are zero up to rounding, like dq of the first causal query, do
+    not count); the table shows the worst row of the output and of (dq, dk, dv),
+    flagged WRONG above 3e-2 (output) and 6e-2 (gradients). Per row, so that a few wrong rows
+    (a skipped block) stand out instead of vanishing beside the largest entry of the tensor.
   * Inputs: standard normal, drawn afresh for every configuration.
   * Memory: peak `torch.cuda.max_memory_allocated` over one forward + backward (above what
     the inputs already hold), dense causal, L = 64k, 16 heads of 128, ours vs FA2.
@@ -56,6 +70,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import enum
+import functools
 import gc
 import importlib
 import json
@@ -65,12 +80,13 @@ import statistics
 import sys
 import time
 import traceback
+import warnings
 from collections.abc import Callable
-import functools
-from functools import partial
 from pathlib import Path
 
 import torch
+import torch._dynamo.config
+import torch._functorch.config
 import torch.nn.functional as F
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -90,8 +106,10 @@ from genoformer.kernels.layout import BlockLayout
 SECTION = "attention"
 """Name of the BENCHMARKS.md section this script owns."""
 
-CHECK_TOLERANCE = 2e-2
-"""Largest max-normalised error (see the module docstring) before a result is flagged WRONG."""
+CHECK_TOLERANCE = {"fwd": 3e-2, "bwd": 6e-2}
+"""Largest row error (see the module docstring) before a result is flagged WRONG: a few bf16
+ulps of the row's largest entry. Two correct bf16 kernels differ by about 1e-2 (gradients) and
+8e-3 (output); a skipped or misplaced block changes rows by 0.1 and more."""
 
 DENSITY_TARGET_MAX = 0.10
 """The density-scaling target applies to patterns at most this dense."""
@@ -123,7 +141,7 @@ class Sweep:
 
 
 FULL = Sweep(
-    lengths=(8192, 16384, 32768, 65536),
+    lengths=(65536, 32768, 16384, 8192),  # largest first: a time-budget cut drops the least telling
     head_dims=(64, 128),
     tokens=16384,
     width=2048,
@@ -355,6 +373,8 @@ class Bench:
             torch._functorch.config.donated_buffer = False
             self.flex = torch.compile(flex_attention)
         else:
+            # Uncompiled Flex on purpose (see the module docstring): its advice to compile is noise here.
+            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
             self.flex = flex_attention
 
     def attempt(self, what: str, fn: Callable[[], object]) -> tuple[object, str | None]:
@@ -373,19 +393,21 @@ class Bench:
     # ----------------------------------------------------------------------- implementations
     def ours(self, causal: bool, layout: BlockLayout | None, q, k, v) -> Impl:
         if self.ours_kind == "torch":
-            return Impl(partial(attention, causal=causal, layout=layout, backend=Backend.TORCH))
+            return Impl(functools.partial(attention, causal=causal, layout=layout, backend=Backend.TORCH))
         module, error = self.triton_module
         if error is not None:
             return Impl(None, error=error)
         reason = module.unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=None)
         if reason is not None:
             return Impl(None, error=f"unsupported: {reason}")
-        return Impl(partial(module.triton_attention, causal=causal, layout=layout))
+        return Impl(functools.partial(module.triton_attention, causal=causal, layout=layout))
 
     @functools.cached_property
     def triton_module(self):
         """(genoformer.kernels.triton_flash, None), or (None, why it does not import)."""
-        return self.attempt("import genoformer.kernels.triton_flash", lambda: importlib.import_module("genoformer.kernels.triton_flash"))
+        return self.attempt(
+            "import genoformer.kernels.triton_flash", lambda: importlib.import_module("genoformer.kernels.triton_flash")
+        )
 
     def flex_impl(self, case: Case, layout: BlockLayout | None) -> Impl:
         if layout is None:
@@ -397,7 +419,7 @@ class Bench:
         if error is not None:
             return Impl(None, error=error)
         if self.device.type == "cuda":
-            return Impl(partial(self.flex, block_mask=block_mask))
+            return Impl(functools.partial(self.flex, block_mask=block_mask))
 
         def forward_only(q, k, v):
             return self.flex(q.detach(), k.detach(), v.detach(), block_mask=block_mask)
@@ -428,7 +450,10 @@ class Bench:
 
         def backward_ms() -> float:
             out = impl.fn(q, k, v)
-            return self.timer(lambda: out.backward(dout, retain_graph=True), grad_to_none=[q, k, v])
+            ms = self.timer(lambda: out.backward(dout, retain_graph=True), grad_to_none=[q, k, v])
+            for t in (q, k, v):
+                t.grad = None
+            return ms
 
         result["bwd_ms"], error = self.attempt(f"{what} bwd", backward_ms)
         if error is not None:
@@ -459,39 +484,41 @@ class Bench:
         return out.detach(), grads
 
     def check(self, case: Case, ours: Impl, references: list[tuple[str, Impl]], q, k, v, dout) -> dict:
-        """Max-normalised error of ours against the first reference that runs."""
+        """Row errors (see `_rel_err`) of ours against the first reference that runs."""
         result = {"reference": None, "fwd_rel_err": None, "bwd_rel_err": None, "ok": None, "error": None}
         if ours.fn is None:
             result["error"] = "ours unavailable"
             return result
+        expected = None
         for name, ref in references:
             if ref.fn is None:
                 continue
-            expected, error = self.attempt(f"{case.label}: {name} reference", lambda: self.outputs(ref, q, k, v, dout))
+            expected, error = self.attempt(
+                f"{case.label}: {name} reference", functools.partial(self.outputs, ref, q, k, v, dout)
+            )
             if error is None:
+                result["reference"] = name
                 break
             ref.fn, ref.error = None, error  # recorded with its timings, and not run again
-        else:
+        if expected is None:
             result["error"] = "no reference ran"
             return result
-        result["reference"] = name
         got, error = self.attempt(f"{case.label}: ours run", lambda: self.outputs(ours, q, k, v, dout))
         if error is not None:
             result["error"] = f"ours: {error}"  # the timings record where it fails
             return result
         result["fwd_rel_err"] = _rel_err(got[0], expected[0])
         if got[1] is not None and expected[1] is not None:
-            result["bwd_rel_err"] = max(_rel_err(a, b) for a, b in zip(got[1], expected[1]))
-        errors = [e for e in (result["fwd_rel_err"], result["bwd_rel_err"]) if e is not None]
-        result["ok"] = all(e <= CHECK_TOLERANCE for e in errors)  # NaN compares False: never ok
+            result["bwd_rel_err"] = max(_rel_err(a, b) for a, b in zip(got[1], expected[1], strict=True))
+        errors = [(result[f"{d}_rel_err"], CHECK_TOLERANCE[d]) for d in ("fwd", "bwd")]
+        result["ok"] = all(e <= tol for e, tol in errors if e is not None)  # NaN compares False: never ok
         return result
 
     def run_case(self, case: Case, index: int) -> dict:
-        sweep = self.sweep
-        layout = case.pattern.layout(sweep, case.seq_len)
+        """The case's record: its shape, pattern and FLOPs, then the measurements (or why none)."""
+        layout = case.pattern.layout(self.sweep, case.seq_len)
         causal = case.pattern.causal
         pairs = allowed_pairs(layout, causal, case.seq_len, case.heads)
-        fa2_pairs = allowed_pairs(None, causal, case.seq_len, case.heads)
         record = {
             "head_dim": case.head_dim,
             "heads": case.heads,
@@ -499,18 +526,25 @@ class Bench:
             "seq_len": case.seq_len,
             "pattern": case.pattern.value,
             "causal": causal,
-            "block_size": sweep.block_size if layout is not None else None,
+            "block_size": self.sweep.block_size if layout is not None else None,
             "layout_block_density": layout.density if layout is not None else None,
             "density": pairs / (case.heads * case.seq_len**2),
             "fwd_flops": 4 * case.batch * pairs * case.head_dim,
-            "fa2_fwd_flops": 4 * case.batch * fa2_pairs * case.head_dim,
-            "fa2_dense_fwd_flops": 4 * case.batch * case.heads * case.seq_len**2 * case.head_dim,
+            "fa2_fwd_flops": 4 * case.batch * allowed_pairs(None, causal, case.seq_len, case.heads) * case.head_dim,
             "skipped": None,
         }
         if self.out_of_time():
             record["skipped"] = f"time budget (--budget-s {self.budget_s:g}) spent"
             return record
+        _, error = self.attempt(case.label, lambda: self.measure_case(case, layout, index, record))
+        if error is not None:
+            record["skipped"] = f"failed: {error}"
+        self.release()
+        return record
 
+    def measure_case(self, case: Case, layout: BlockLayout | None, index: int, record: dict) -> None:
+        """Fill `record` with the check and the timings of ours, Flex and the FA2 baselines."""
+        causal = case.pattern.causal
         q, k, v, dout = self.inputs(case.batch, case.heads, case.seq_len, case.head_dim, salt=index)
         ours = self.ours(causal, layout, q, k, v)
         flex = self.flex_impl(case, layout) if case.pattern.has_flex else None
@@ -518,7 +552,9 @@ class Bench:
         if flex is not None:
             references.append(("Flex", flex))
         if layout is not None:
-            references.append(("torch", Impl(partial(attention, causal=causal, layout=layout, backend=Backend.TORCH))))
+            references.append(
+                ("torch", Impl(functools.partial(attention, causal=causal, layout=layout, backend=Backend.TORCH)))
+            )
         record["check"] = self.check(case, ours, references, q, k, v, dout)
         record["ours"] = self.time_impl(f"{case.label} ours", ours, q, k, v, dout)
         record["flex"] = self.time_impl(f"{case.label} Flex", flex, q, k, v, dout) if flex is not None else None
@@ -526,8 +562,6 @@ class Bench:
         self.release()
         record["fa2"] = self.fa2_baseline(case, causal)
         record["fa2_dense"] = self.fa2_baseline(case, False)
-        self.release()
-        return record
 
     def release(self) -> None:
         gc.collect()
@@ -548,32 +582,30 @@ class Bench:
         if self.device.type != "cuda":
             result["error"] = "peak memory is measured on CUDA only"
             return result
-        q, k, v, dout = self.inputs(B, H, L, D, salt=-1)
+        q, k, v, dout = self.inputs(B, H, L, D, salt=999_999)
         for name, impl in (("ours", self.ours(True, None, q, k, v)), ("fa2", fa2(True))):
             if impl.fn is None:
                 result[name] = {"peak_mib": None, "error": impl.error}
                 continue
-
-            def measure() -> float:
-                self.outputs(impl, q, k, v, dout)  # warm-up: compiles and autotunes outside the peak
-                self.release()
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
-                before = torch.cuda.memory_allocated()
-                out = impl.fn(q, k, v)
-                out.backward(dout)
-                torch.cuda.synchronize()
-                peak = torch.cuda.max_memory_allocated() - before
-                del out
-                for t in (q, k, v):
-                    t.grad = None
-                return peak / 2**20
-
-            peak, error = self.attempt(f"memory {name}", measure)
+            peak, error = self.attempt(f"memory {name}", functools.partial(self._peak_mib, impl, q, k, v, dout))
             result[name] = {"peak_mib": peak, "error": error}
         del q, k, v, dout
         self.release()
         return result
+
+    def _peak_mib(self, impl: Impl, q, k, v, dout) -> float:
+        """Peak allocated MiB of one forward + backward, above what was allocated before it."""
+        self.outputs(impl, q, k, v, dout)  # warm-up: compiles and autotunes outside the peak
+        self.release()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        impl.fn(q, k, v).backward(dout)
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - before
+        for t in (q, k, v):
+            t.grad = None
+        return peak / 2**20
 
 
 def _baseline_salt(key: tuple[int, int, bool]) -> int:
@@ -583,11 +615,18 @@ def _baseline_salt(key: tuple[int, int, bool]) -> int:
 
 
 def _rel_err(got: torch.Tensor, expected: torch.Tensor) -> float:
-    """max |got - expected| / max |expected|, in float32 (NaN in either gives NaN)."""
-    got, expected = got.float(), expected.float()
+    """Worst row of max |got - expected| / max |expected| over the last dim (NaN anywhere: NaN).
+
+    A row's scale is floored at the median row scale: rows that are zero up to rounding (a
+    query with one allowed key has dq = 0) are judged against typical rows.
+    """
+    got, expected = got.detach().float(), expected.detach().float()
     if not (torch.isfinite(got).all() and torch.isfinite(expected).all()):
         return math.nan
-    return float((got - expected).abs().max() / expected.abs().max().clamp_min(1e-30))
+    diff_rows = (got - expected).abs().amax(-1)
+    scale_rows = expected.abs().amax(-1)
+    floor = scale_rows.median().clamp_min(torch.finfo(torch.float32).tiny)
+    return float((diff_rows / scale_rows.clamp_min(floor)).max())
 
 
 # ----------------------------------------------------------------------------- the sweep
@@ -613,7 +652,10 @@ def run(args: argparse.Namespace, sweep: Sweep) -> dict:
         "settings": {
             **dataclasses.asdict(sweep),
             "patterns": [p.value for p in args.patterns],
-            "ours": args.ours, "warmup_ms": args.warmup_ms, "rep_ms": args.rep_ms},
+            "ours": args.ours,
+            "warmup_ms": args.warmup_ms,
+            "rep_ms": args.rep_ms,
+        },
         "matmul": bench.matmul_tflops(),
         "memory": bench.peak_memory(),
         "cases": [],
@@ -623,6 +665,10 @@ def run(args: argparse.Namespace, sweep: Sweep) -> dict:
         record = bench.run_case(case, index)
         results["cases"].append(record)
         print(f"[{time.monotonic() - started:6.1f}s] {_progress_line(record)}", flush=True)
+        results["wall_s"] = time.monotonic() - started
+        results["tracebacks"] = bench.tracebacks
+        if args.out is not None:  # kept current, so that a killed run still leaves its numbers
+            _write_json(results, args.out)
     results["wall_s"] = time.monotonic() - started
     results["tracebacks"] = bench.tracebacks
     return results
@@ -670,8 +716,8 @@ def _time_ratio(record: dict, impl: str, direction: str) -> float | None:
 
 def _check_text(record: dict) -> str:
     check = record.get("check")
-    if not check or check.get("reference") is None:
-        return "—"
+    if not check or check.get("reference") is None or check.get("ok") is None:
+        return "—"  # not checked: the notes say why
     verdict = "ok" if check["ok"] else "WRONG"
     bwd = f" / {_fmt(check['bwd_rel_err'], 2)}" if check["bwd_rel_err"] is not None else ""
     return f"{verdict} {_fmt(check['fwd_rel_err'], 2)}{bwd} vs {check['reference']}"
@@ -691,9 +737,14 @@ def _notes(record: dict) -> str:
     return "; ".join(dict.fromkeys(notes))
 
 
+def _display_order(results: dict) -> list[dict]:
+    order = {p.value: i for i, p in enumerate(Pattern)}
+    return sorted(results["cases"], key=lambda r: (r["head_dim"], r["seq_len"], order[r["pattern"]]))
+
+
 def results_rows(results: dict) -> list[dict]:
     rows = []
-    for r in results["cases"]:
+    for r in _display_order(results):
         flex = r["pattern"] != Pattern.DENSE.value
         rows.append(
             {
@@ -727,14 +778,19 @@ def _worst(items: list[tuple[float | None, str]], higher_is_worse: bool) -> tupl
     return value, label, missing
 
 
-def _target_row(name: str, criterion: str, items, limit: float, higher_is_worse: bool, unit: str, extra: str = "") -> dict:
+def _target_row(
+    name: str, criterion: str, items, limit: float, higher_is_worse: bool, unit: str, extra: str = ""
+) -> dict:
     worst, label, missing = _worst(items, higher_is_worse)
+    if not items:
+        return {"target": name, "criterion": criterion, "measured": "not in this run" + extra, "status": "NOT MEASURED"}
     if worst is None:
-        return {"target": name, "criterion": criterion, "measured": "no measurement" + extra, "status": "NOT MEASURED"}
+        measured = f"no valid measurement: {missing} failed, wrong or missing" + extra
+        return {"target": name, "criterion": criterion, "measured": measured, "status": "NOT MET"}
     passed = worst <= limit if higher_is_worse else worst >= limit
     measured = f"worst {worst:.2f}{unit} ({label}) over {len(items) - missing} measurements"
     if missing:
-        measured += f"; {missing} failed or missing"
+        measured += f"; {missing} failed, wrong or missing"
     return {
         "target": name,
         "criterion": criterion,
@@ -744,31 +800,40 @@ def _target_row(name: str, criterion: str, items, limit: float, higher_is_worse:
 
 
 def evaluate_targets(results: dict) -> list[dict]:
-    cases = [r for r in results["cases"] if not r.get("skipped")]
+    """The four targets. A configuration that failed, was skipped, or whose check flagged ours
+    WRONG counts as missing, and a target with anything missing is NOT MET."""
+    cases = results["cases"]
 
     def label(r: dict, direction: str) -> str:
         return f"{r['pattern']} D={r['head_dim']} L={_length_label(r['seq_len'])} {direction}"
 
+    def ours(r: dict, direction: str) -> float | None:
+        """Our time, unless the check found our result wrong (a fast wrong kernel meets nothing)."""
+        return None if (r.get("check") or {}).get("ok") is False else _time(r, "ours", direction)
+
+    def ratio_to(r: dict, impl: str, direction: str) -> float | None:
+        return _ratio(ours(r, direction), _time(r, impl, direction))
+
     directions = ("fwd", "bwd")
     floor = [
-        (_time_ratio(r, "fa2", d), label(r, d)) for r in cases if r["pattern"] == Pattern.CAUSAL.value for d in directions
+        (ratio_to(r, "fa2", d), label(r, d)) for r in cases if r["pattern"] == Pattern.CAUSAL.value for d in directions
     ]
     goal, flex_failed = [], 0
     for r in cases:
-        if r.get("flex") is None:
+        if not Pattern(r["pattern"]).has_flex:
             continue
         for d in directions:
-            if _time(r, "flex", d) is None and _time(r, "ours", d) is not None:
+            if _time(r, "flex", d) is None and ours(r, d) is not None:
                 flex_failed += 1  # Flex could not be compared: not held against ours
                 continue
-            goal.append((_time_ratio(r, "flex", d), label(r, d)))
+            goal.append((ratio_to(r, "flex", d), label(r, d)))
     density = []
     for r in cases:
         if r["pattern"] in (Pattern.CAUSAL.value, Pattern.DENSE.value) or r["density"] > DENSITY_TARGET_MAX:
             continue
         required = 0.8 / r["density"]
         for d in directions:
-            speedup = _ratio(_time(r, "fa2_dense", d), _time(r, "ours", d))
+            speedup = _ratio(_time(r, "fa2_dense", d), ours(r, d))
             achieved = None if speedup is None else speedup / required
             density.append((achieved, f"{label(r, d)}: {_fmt(speedup)}x vs {required:.1f}x needed"))
 
@@ -806,7 +871,7 @@ def evaluate_targets(results: dict) -> list[dict]:
         _target_row(
             "memory",
             f"peak fwd+bwd memory at L={_length_label(memory['seq_len'])}: ours ≤ 2× SDPA flash",
-            [(_ratio(ours_mib, fa2_mib), mem_label)],
+            [] if memory.get("error") else [(_ratio(ours_mib, fa2_mib), mem_label)],
             2.0,
             True,
             "x",
@@ -829,13 +894,21 @@ def plot_ratios(results: dict, path: Path) -> Path:
         for col, direction in enumerate(("fwd", "bwd")):
             ax = fig.add_subplot(len(head_dims), 2, 2 * row + col + 1)
             for pattern in Pattern:
-                mine = sorted((r for r in cases if r["head_dim"] == head_dim and r["pattern"] == pattern.value), key=lambda r: r["seq_len"])
+                mine = sorted(
+                    (r for r in cases if r["head_dim"] == head_dim and r["pattern"] == pattern.value),
+                    key=lambda r: r["seq_len"],
+                )
                 for impl, style, name in (("flex", "-o", "Flex"), ("fa2", "--s", "FA2")):
                     points = [(r["seq_len"], _time_ratio(r, impl, direction)) for r in mine]
                     points = [(x, y) for x, y in points if y is not None and y > 0]
                     if points:
-                        xs, ys = zip(*points)
-                        ax.plot(xs, ys, style, color=_COLORS[pattern], label=f"{pattern.value}: ours/{name}")
+                        ax.plot(
+                            [x for x, _ in points],
+                            [y for _, y in points],
+                            style,
+                            color=_COLORS[pattern],
+                            label=f"{pattern.value}: ours/{name}",
+                        )
             ax.axhline(1.0, color="grey", linewidth=0.8)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
@@ -850,7 +923,9 @@ def plot_ratios(results: dict, path: Path) -> Path:
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=7)
     env = results["environment"]
-    fig.suptitle(f"Attention time ratios on {env['device']} (torch {env['torch']}, triton {env['triton']})", fontsize=10)
+    fig.suptitle(
+        f"Attention time ratios on {env['device']} (torch {env['torch']}, triton {env['triton']})", fontsize=10
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png", dpi=90)
@@ -861,11 +936,13 @@ def render_markdown(results: dict, figure_link: str | None) -> str:
     settings = results["settings"]
     matmul = results["matmul"]
     on_cuda = results["environment"]["device_type"] == "cuda"
-    ceiling = f"{_fmt(matmul['tflops'])} TFLOP/s" if matmul.get("tflops") is not None else f"not measured ({matmul.get('error')})"
-    timer = "medians of `triton.testing.do_bench`" if on_cuda else "medians of a perf_counter loop (CPU)"
-    flex = (
-        "`torch.compile(flex_attention)`" if on_cuda else "uncompiled `flex_attention`, forward only (CPU)"
+    ceiling = (
+        f"{_fmt(matmul['tflops'])} TFLOP/s"
+        if matmul.get("tflops") is not None
+        else f"not measured ({matmul.get('error')})"
     )
+    timer = "medians of `triton.testing.do_bench`" if on_cuda else "medians of a perf_counter loop (CPU)"
+    flex = "`torch.compile(flex_attention)`" if on_cuda else "uncompiled `flex_attention`, forward only (CPU)"
     lines = [
         "## Attention kernels",
         "",
@@ -879,9 +956,11 @@ def render_markdown(results: dict, figure_link: str | None) -> str:
         f"(causal for sliding_window, bidirectional for bigbird). Flex is {flex} with a BlockMask "
         "built from the same BlockLayout. TFLOP/s count 4·B·H·pairs·D (forward) and 2.5× that "
         "(backward) over the allowed pairs; density = allowed pairs / (H·L²). The check is "
-        "max|ours − ref| / max|ref| of the output and of the worst gradient, WRONG above "
-        f"{CHECK_TOLERANCE:g}. Matmul ceiling ({settings['dtype']} {matmul['n']}³ torch.matmul): "
-        f"**{ceiling}**. Wall time of the run: {_fmt(results.get('wall_s'))} s.",
+        "max|ours − ref| / max|ref| within a row (one query's output, one token's gradient), worst "
+        "row of the output / of dq, dk, dv (see benchmarks/attention.py), WRONG above "
+        f"{CHECK_TOLERANCE['fwd']:g} / {CHECK_TOLERANCE['bwd']:g}. Matmul ceiling "
+        f"({settings['dtype']} {matmul['n']}³ torch.matmul): **{ceiling}**. "
+        f"Wall time of the run: {_fmt(results.get('wall_s'))} s.",
         "",
         markdown_table(results_rows(results)),
         "",
@@ -911,7 +990,7 @@ def summary_text(results: dict) -> str:
         }
         for r in results_rows(results)
     ]
-    errors = [f"  {r['D']} {r['L']} {r['pattern']}: {r['notes'][:200]}" for r in results_rows(results) if r["notes"]]
+    errors = [f"  {r['D']} {r['L']} {r['pattern']}: {r['notes'][:160]}" for r in results_rows(results) if r["notes"]]
     memory = results["memory"]
     mem = {name: _fmt((memory.get(name) or {}).get("peak_mib"), 4) for name in ("ours", "fa2")}
     parts = [
@@ -923,7 +1002,7 @@ def summary_text(results: dict) -> str:
         f"FA2 {mem['fa2']}; wall {_fmt(results.get('wall_s'))} s",
     ]
     if errors:
-        parts += ["errors:"] + errors[:20]
+        parts += ["errors (all in the JSON and attention_errors.log):"] + errors[:12]
     return "\n".join(parts)
 
 
@@ -931,17 +1010,25 @@ def _progress_line(record: dict) -> str:
     case = f"D={record['head_dim']} L={_length_label(record['seq_len'])} {record['pattern']}"
     if record.get("skipped"):
         return f"{case}: skipped ({record['skipped']})"
-    parts = [f"{name} {_pair(record, _time, impl)}" for impl, name in (("ours", "ours"), ("fa2", "FA2"), ("flex", "Flex"))]
+    parts = [
+        f"{name} {_pair(record, _time, impl)}" for impl, name in (("ours", "ours"), ("fa2", "FA2"), ("flex", "Flex"))
+    ]
     text = f"{case} ms fwd/bwd: " + ", ".join(parts) + f"; check {_check_text(record)}"
     notes = _notes(record)
     return text + (f"; {notes}" if notes else "")
 
 
+def _write_json(results: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    partial_path = out / "attention.json.tmp"
+    partial_path.write_text(json.dumps(results, indent=1))
+    partial_path.replace(out / "attention.json")
+
+
 def write_outputs(results: dict, out: Path | None, markdown: Path | None) -> None:
     figure = None
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "attention.json").write_text(json.dumps(results, indent=1))
+        _write_json(results, out)
         if results.get("tracebacks"):
             (out / "attention_errors.log").write_text("\n".join(results["tracebacks"]))
         figure = plot_ratios(results, out / "attention.png")
@@ -961,23 +1048,48 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "compiled FlexAttention on the same block masks; write JSON, a plot and BENCHMARKS.md.",
     )
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="device to measure (default cuda)")
-    parser.add_argument("--tiny", action="store_true", help="tiny shapes (L=256, D 16..64) for a CPU smoke run of the harness")
+    parser.add_argument(
+        "--tiny", action="store_true", help="tiny shapes (L=256, D 16..64) for a CPU smoke run of the harness"
+    )
     lengths = parser.add_mutually_exclusive_group()
     lengths.add_argument("--quick", action="store_true", help="a first check: L = 16k only")
-    lengths.add_argument("--lengths", type=int, nargs="+", help="sequence lengths (default 8192 16384 32768 65536)")
+    lengths.add_argument(
+        "--lengths", type=int, nargs="+", help="sequence lengths, run in this order (default 65536 32768 16384 8192)"
+    )
     parser.add_argument("--head-dims", type=int, nargs="+", help="head dims (default 64 128; H = 2048 / D)")
     parser.add_argument(
-        "--patterns", type=Pattern, nargs="+", default=list(Pattern), metavar="PATTERN",
+        "--patterns",
+        type=Pattern,
+        nargs="+",
+        default=list(Pattern),
+        metavar="PATTERN",
         help=f"patterns to run, of {', '.join(p.value for p in Pattern)} (default all)",
     )
     parser.add_argument(
-        "--ours", default="triton", choices=("triton", "torch"),
+        "--ours",
+        default="triton",
+        choices=("triton", "torch"),
         help="what 'ours' is: the Triton kernels (default) or attention(backend='torch') where Triton cannot run",
     )
-    parser.add_argument("--out", type=Path, help="write attention.json, attention.png, attention.md (and attention_errors.log) here")
-    parser.add_argument("--markdown", type=Path, help="rewrite the 'attention' section of this file (e.g. BENCHMARKS.md)")
-    parser.add_argument("--render-from", type=Path, metavar="JSON", help="measure nothing: re-render --out / --markdown from an earlier attention.json")
-    parser.add_argument("--budget-s", type=float, default=450.0, help="skip (and record) the configurations left after this many seconds (default 450)")
+    parser.add_argument(
+        "--out", type=Path, help="write attention.json, attention.png, attention.md (and attention_errors.log) here"
+    )
+    parser.add_argument(
+        "--markdown", type=Path, help="rewrite the 'attention' section of this file (e.g. BENCHMARKS.md)"
+    )
+    parser.add_argument(
+        "--render-from",
+        type=Path,
+        metavar="JSON",
+        help="measure nothing: re-render --out / --markdown from an earlier attention.json",
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=330.0,
+        help="skip (and record) the configurations left after this many seconds; keep it below the session's "
+        "timeout with a minute to spare (default 330)",
+    )
     parser.add_argument("--warmup-ms", type=float, help="do_bench warm-up in ms (default 25; 2 with --tiny)")
     parser.add_argument("--rep-ms", type=float, help="do_bench measuring time in ms (default 100; 10 with --tiny)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
@@ -1008,8 +1120,8 @@ def main(argv: list[str] | None = None) -> dict:
         if args.device == "cuda" and not torch.cuda.is_available():
             sys.exit("no CUDA device here: run the CPU smoke version with --device cpu --tiny --ours torch")
         results = run(args, sweep_from_args(args))
-    write_outputs(results, args.out, args.markdown)
     print(summary_text(results), flush=True)
+    write_outputs(results, args.out, args.markdown)
     return results
 
 

@@ -52,7 +52,7 @@ ms = bench(lambda: a @ a)
 print(f"ceiling matmul bf16 8192^3: {2 * 8192**3 / ms / 1e9:.0f} TFLOP/s")
 x = torch.randn(2**30 // 2, device="cuda", dtype=torch.bfloat16); y = torch.empty_like(x)
 ms = bench(lambda: y.copy_(x))
-print(f"ceiling copy: {2 * x.numel() * 2 / ms / 1e9:.0f} GB/s")
+print(f"ceiling copy: {2 * x.numel() * 2 / ms / 1e9:.2f} TB/s (read + write)")
 del a, x, y
 
 FWD = [FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 3), FwdConfig(128, 64, 4, 3), FwdConfig(128, 64, 8, 4),
@@ -105,7 +105,7 @@ EOF
 
 tests() {
     log tests
-    timeout 270 python3 -m pytest -q -ra -p no:cacheprovider -n 8 tests/kernels/test_triton_attention.py \
+    timeout ${TESTS_TIMEOUT:-150} python3 -m pytest -q -ra -p no:cacheprovider -n 8 tests/kernels/test_triton_attention.py \
         2>&1 | tee "$OUT/tests.log" | tail -40
 }
 
@@ -117,7 +117,7 @@ compile_test() {
 
 bench() {
     log "benchmark $*"
-    timeout 560 python3 -m benchmarks.attention --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -60
+    timeout ${BENCH_TIMEOUT:-400} python3 -m benchmarks.attention --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -60
 }
 
 setup
@@ -127,7 +127,7 @@ for step in "$@"; do
         tests) tests ;;
         compile) compile_test ;;
         quick) bench --quick --budget-s 200 ;;
-        full) bench --budget-s 420 ;;
+        full) bench --budget-s ${BENCH_BUDGET:-330} ;;
         *) echo "unknown step $step (tune, tests, compile, quick, full)"; exit 2 ;;
     esac
 done

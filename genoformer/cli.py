@@ -19,9 +19,10 @@ Data and inference verbs are typed functions whose `--help` comes from their doc
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 from jsonargparse import CLI
 from lightning.pytorch import LightningDataModule
@@ -29,7 +30,7 @@ from lightning.pytorch.cli import LightningCLI
 
 from genoformer.data.genome_store import prepare_genome_store
 from genoformer.data.timeseries_store import MissingPolicy, prepare_timeseries_store
-from genoformer.embeddings import Embedder, Pooling, save_embeddings
+from genoformer.embeddings import Embedder, Embeddings, Pooling, is_sequence_file_name, save_embeddings
 from genoformer.kernels.attention import Backend
 from genoformer.lightning_module import GenoformerLM
 
@@ -38,7 +39,7 @@ TRAINING_COMMANDS = ("fit", "validate", "test", "predict")
 
 def prepare(
     *,
-    fasta: list[Path],
+    fasta: Union[str, list[str]],
     out: Path,
     chunk_size: int = 1 << 16,
     compression_level: int = 3,
@@ -51,7 +52,7 @@ def prepare(
     leaves nothing that reads as complete, and re-running with the same inputs is a no-op.
 
     Args:
-        fasta: Input files; repeat the option or give a list ("[a.fa,b.fa.gz]"). Record names
+        fasta: Input file, or several as a list ("[a.fa,b.fa.gz]" or --fasta a.fa --fasta+ b.fa). Record names
             must be unique across all files.
         out: Store directory to create, conventionally ending in .zarr.
         chunk_size: Bases per chunk, the unit of reading and caching.
@@ -61,7 +62,7 @@ def prepare(
             same options is kept as it is, and any other existing `out` is an error.
     """
     path = prepare_genome_store(
-        fasta,
+        [fasta] if isinstance(fasta, str) else fasta,
         out,
         chunk_size=chunk_size,
         compression_level=compression_level,
@@ -74,7 +75,7 @@ def prepare(
 
 def prepare_timeseries(
     *,
-    inputs: list[Path],
+    inputs: Union[str, list[str]],
     out: Path,
     sampling_rate: Optional[float] = None,
     time_column: Optional[str] = None,
@@ -85,7 +86,8 @@ def prepare_timeseries(
     """Build a chunked zarr time-series store from CSV or .npy files (one series per file).
 
     Args:
-        inputs: Input files (.csv with a header row, or .npy); all must have the same channels.
+        inputs: Input file (.csv with a header row, or .npy), or several as a list ("[a.csv,b.csv]");
+            all must have the same channels.
         out: Store directory to create, conventionally ending in .zarr.
         sampling_rate: Samples per second; required unless time_column gives the times.
         time_column: CSV column with the time in seconds (not stored as a channel).
@@ -94,7 +96,7 @@ def prepare_timeseries(
         overwrite: Replace an existing store.
     """
     path = prepare_timeseries_store(
-        inputs,
+        [inputs] if isinstance(inputs, str) else inputs,
         out,
         sampling_rate=sampling_rate,
         time_column=time_column,
@@ -109,7 +111,7 @@ def prepare_timeseries(
 def embed(
     *,
     checkpoint: Path,
-    inputs: list[str],
+    inputs: Union[str, list[str]],
     out: Path,
     pooling: Pooling = Pooling.MEAN,
     layer: int = -1,
@@ -126,7 +128,8 @@ def embed(
 
     Args:
         checkpoint: A .ckpt file written by `genoformer fit`.
-        inputs: FASTA/GenBank files or literal DNA strings; repeat the option or give a list.
+        inputs: A FASTA/GenBank file or a literal DNA string, or several as a list ("[a.fa,b.fa]");
+            strings are named seq0, seq1, ... in their order, records by their id.
         out: Output file, ending in .npz or .zarr.
         pooling: One vector per sequence (mean, max, first, last) or per token (none).
         layer: Hidden state to read: 0 is the token embeddings, -1 the last block.
@@ -137,14 +140,18 @@ def embed(
         backend: Attention backend; auto picks the fastest for the device.
     """
     embedder = Embedder.from_checkpoint(checkpoint, device=device, backend=backend)
-    sequences = [str(item) for item in inputs]
-    result = embedder.embed(
-        sequences[0] if len(sequences) == 1 else sequences,
-        pooling=pooling,
-        layer=layer,
-        batch_size=batch_size,
-        window=window,
-        overlap=overlap,
+    options = dict(pooling=pooling, layer=layer, batch_size=batch_size, window=window, overlap=overlap)
+    items = [inputs] if isinstance(inputs, str) else inputs
+    files = [item for item in items if is_sequence_file_name(item)]
+    strings = [item for item in items if not is_sequence_file_name(item)]
+    parts = [embedder.embed(Path(item), **options) for item in files]
+    if strings:
+        parts.append(embedder.embed(strings, **options))
+    result = Embeddings(
+        [name for part in parts for name in part.names],
+        [array for part in parts for array in part.arrays],
+        pooling,
+        layer,
     )
     path = save_embeddings(result, out)
     print(f"wrote {len(result)} embeddings to {path}")
@@ -157,7 +164,8 @@ TOOL_COMMANDS = {"prepare": prepare, "prepare_timeseries": prepare_timeseries, "
 def training_cli(args: Optional[Sequence[str]] = None, run: bool = True) -> LightningCLI:
     """LightningCLI for GenoformerLM; the data module is chosen in the config by class_path.
 
-    `args` None reads the command line (sys.argv), as a console command does.
+    `args` None reads the command line (sys.argv), as a console command does. With run=False
+    the args take no subcommand: the model, data module and trainer are only instantiated.
     """
     return LightningCLI(
         GenoformerLM,
@@ -201,10 +209,18 @@ def main(args: Optional[Sequence[str]] = None) -> None:
         print(_usage())
         return
     command = argv[0]
-    if command in TOOL_COMMANDS:
-        CLI(TOOL_COMMANDS[command], args=argv[1:], as_positional=False)
-    elif command in TRAINING_COMMANDS:
-        training_cli(None if from_command_line else argv)
-    else:
+    if command not in TOOL_COMMANDS and command not in TRAINING_COMMANDS:
         print(f"genoformer: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
         raise SystemExit(2)
+    try:
+        if command in TOOL_COMMANDS:
+            CLI(TOOL_COMMANDS[command], args=argv[1:], as_positional=False)
+        else:
+            training_cli(None if from_command_line else argv)
+    except (FileNotFoundError, FileExistsError, ValueError) as error:
+        # Bad input (a missing or malformed file, a wrong option value): its message says what to
+        # do, so show that rather than a traceback, unless asked for the traceback.
+        if os.environ.get("GENOFORMER_TRACEBACK"):
+            raise
+        print(f"genoformer {command}: error: {error}\n(set GENOFORMER_TRACEBACK=1 to see the traceback)", file=sys.stderr)
+        raise SystemExit(1) from error

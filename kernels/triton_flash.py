@@ -185,13 +185,20 @@ def bwd_candidates(device: torch.device, head_dim: int, block_size: int | None) 
 
 
 def _csr_args(counts: torch.Tensor | None, indices: torch.Tensor | None, like: torch.Tensor):
-    """Pointers and strides of a CSR list; a shared layout (one head) gets head stride 0."""
+    """Kernel arguments of a CSR list: counts, indices, order, and their head and row strides.
+
+    order (H_l, rows) int32 lists each head's rows by descending count: the kernels launch the
+    longest rows first (longest-processing-time scheduling: a global row of a BigBird layout
+    visits every block and would otherwise be the last program running).  A shared layout (one
+    head) gets head stride 0.
+    """
     if counts is None:
         dummy = torch.zeros(1, dtype=torch.int32, device=like.device)
-        return dummy, dummy, 0, 0, 0
+        return dummy, dummy, dummy, 0, 0, 0, 0
+    order = torch.argsort(counts, dim=-1, descending=True, stable=True).to(torch.int32)
     shared = counts.shape[0] == 1
-    return (counts, indices, 0 if shared else counts.stride(0),
-            0 if shared else indices.stride(0), indices.stride(1))
+    return (counts, indices, order, 0 if shared else counts.stride(0),
+            0 if shared else indices.stride(0), indices.stride(1), 0 if shared else order.stride(0))
 
 
 def _check_csr(name: str, counts, indices, device) -> None:
@@ -218,16 +225,16 @@ def flash_fwd(
     sparse = kv_counts is not None
     o = torch.empty((B, H, Lq, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)
-    cnt, idx, scnt_h, sidx_h, sidx_m = _csr_args(kv_counts, kv_indices, q)
+    cnt, idx, order, scnt_h, sidx_h, sidx_m, sord_h = _csr_args(kv_counts, kv_indices, q)
     lens = kv_lens if kv_lens is not None else cnt
 
     def run(cfg: configs.FwdConfig) -> None:
-        grid = (B * H, triton.cdiv(Lq, cfg.block_m))
-        attn_fwd_kernel[grid](
-            q, k, v, o, lse, lens, cnt, idx,
+        tiles = kv_counts.shape[1] * (block_size // cfg.block_m) if sparse else triton.cdiv(Lq, cfg.block_m)
+        attn_fwd_kernel[(B * H, tiles)](
+            q, k, v, o, lse, lens, cnt, idx, order,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
-            scnt_h, sidx_h, sidx_m,
+            scnt_h, sidx_h, sidx_m, sord_h,
             H, H // HKV, Lq, Lk, scale * LOG2E, block_size if sparse else 1,
             D=D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal, SPARSE=sparse,
             HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q),
@@ -265,8 +272,8 @@ def flash_bwd(
         o, do, delta, o.stride(0), o.stride(1), o.stride(2), do.stride(0), do.stride(1), do.stride(2),
         H, Lq, D=D, BLOCK_M=pre_m,
     )
-    kcnt, kidx, skcnt_h, skidx_h, skidx_m = _csr_args(kv_counts, kv_indices, q)
-    qcnt, qidx, sqcnt_h, sqidx_h, sqidx_n = _csr_args(q_counts, q_indices, q)
+    kcnt, kidx, korder, skcnt_h, skidx_h, skidx_m, skord_h = _csr_args(kv_counts, kv_indices, q)
+    qcnt, qidx, qorder, sqcnt_h, sqidx_h, sqidx_n, sqord_h = _csr_args(q_counts, q_indices, q)
     lens = kv_lens if kv_lens is not None else kcnt
     bs = block_size if sparse else 1
     qk_scale = scale * LOG2E
@@ -274,23 +281,25 @@ def flash_bwd(
     def run(cfg: configs.BwdConfig) -> None:
         # a layout block ragged at Lq may list query tiles past Lq: keep the row masks then
         even_q = Lq % (block_size if sparse else cfg.block_m1) == 0
-        bwd_dkdv_kernel[(B * HKV, triton.cdiv(Lk, cfg.block_n1))](
-            q, k, v, do, dk, dv, lse, delta, lens, qcnt, qidx,
+        key_tiles = q_counts.shape[1] * (bs // cfg.block_n1) if sparse else triton.cdiv(Lk, cfg.block_n1)
+        bwd_dkdv_kernel[(B * HKV, key_tiles)](
+            q, k, v, do, dk, dv, lse, delta, lens, qcnt, qidx, qorder,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2),
             dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
-            sqcnt_h, sqidx_h, sqidx_n,
+            sqcnt_h, sqidx_h, sqidx_n, sqord_h,
             H, HKV, H // HKV, Lq, Lk, qk_scale, scale, bs,
             D=D, BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1, CAUSAL=causal, SPARSE=sparse,
             HAS_KV_LENS=kv_lens is not None, EVEN_Q=even_q, SCAN_=SCAN, DOT_F32=_dot_f32(q),
             num_warps=cfg.warps1, num_stages=cfg.stages1,
         )
-        bwd_dq_kernel[(B * H, triton.cdiv(Lq, cfg.block_m2))](
-            q, k, v, do, dq, lse, delta, lens, kcnt, kidx,
+        query_tiles = kv_counts.shape[1] * (bs // cfg.block_m2) if sparse else triton.cdiv(Lq, cfg.block_m2)
+        bwd_dq_kernel[(B * H, query_tiles)](
+            q, k, v, do, dq, lse, delta, lens, kcnt, kidx, korder,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2),
             dq.stride(0), dq.stride(1), dq.stride(2),
-            skcnt_h, skidx_h, skidx_m,
+            skcnt_h, skidx_h, skidx_m, skord_h,
             H, H // HKV, Lq, Lk, qk_scale, scale, bs,
             D=D, BLOCK_M2=cfg.block_m2, BLOCK_N2=cfg.block_n2, CAUSAL=causal, SPARSE=sparse,
             HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q),

@@ -85,20 +85,27 @@ def _dkdv_steps(
 
 @triton.jit
 def bwd_dkdv_kernel(
-    Q, K, V, DO, DK, DV, LSE, DELTA, KV_LENS, CNT, IDX,
+    Q, K, V, DO, DK, DV, LSE, DELTA, KV_LENS, CNT, IDX, ORDER,
     sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, sdo_b, sdo_h, sdo_l,
     sdk_b, sdk_h, sdk_l, sdv_b, sdv_h, sdv_l,
-    scnt_h, sidx_h, sidx_n,
+    scnt_h, sidx_h, sidx_n, sord_h,
     H, HKV, GROUP, Lq, Lk, qk_scale, sm_scale, bs,
     D: tl.constexpr, BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
     CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, EVEN_Q: tl.constexpr,
     SCAN_: tl.constexpr, DOT_F32: tl.constexpr,
 ):
-    # grid: (B * HKV, cdiv(Lk, BLOCK_N1)); causal: key tile 0 has the most work and goes first
+    # grid: (B * HKV, key tiles), the longest columns launched first: dense causal, key tile 0;
+    # sparse, the layout columns in ORDER (by descending count, taken from the group's first
+    # query head), each as bs // BLOCK_N1 tiles
     bhk = tl.program_id(0)
     b = bhk // HKV
     hk = bhk % HKV
-    start_n = tl.program_id(1) * BLOCK_N1
+    if SPARSE:
+        tiles_per_col = bs // BLOCK_N1
+        col = tl.load(ORDER + hk * GROUP * sord_h + tl.program_id(1) // tiles_per_col)
+        start_n = col * bs + (tl.program_id(1) % tiles_per_col) * BLOCK_N1
+    else:
+        start_n = tl.program_id(1) * BLOCK_N1
     kv_end = Lk
     if HAS_KV_LENS:
         kv_end = tl.minimum(tl.maximum(tl.load(KV_LENS + b).to(tl.int32), 0), Lk)
@@ -126,7 +133,6 @@ def bwd_dkdv_kernel(
         idx_ptr = IDX
         TPB = 1
         if SPARSE:
-            col = start_n // bs  # the layout column holding this whole key tile
             count = tl.load(CNT + h * scnt_h + col)
             idx_ptr = IDX + h * sidx_h + col * sidx_n
             TPB = bs // BLOCK_M1
@@ -208,21 +214,25 @@ def _dq_steps(
 
 @triton.jit
 def bwd_dq_kernel(
-    Q, K, V, DO, DQ, LSE, DELTA, KV_LENS, CNT, IDX,
+    Q, K, V, DO, DQ, LSE, DELTA, KV_LENS, CNT, IDX, ORDER,
     sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, sdo_b, sdo_h, sdo_l, sdq_b, sdq_h, sdq_l,
-    scnt_h, sidx_h, sidx_m,
+    scnt_h, sidx_h, sidx_m, sord_h,
     H, GROUP, Lq, Lk, qk_scale, sm_scale, bs,
     D: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
     CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, SCAN_: tl.constexpr,
     DOT_F32: tl.constexpr,
 ):
-    # grid: (B * H, cdiv(Lq, BLOCK_M2)); the longest causal rows are launched first
+    # grid: (B * H, query tiles), the longest rows launched first (as in the forward)
     bh = tl.program_id(0)
-    pid_m = tl.num_programs(1) - 1 - tl.program_id(1)
     b = bh // H
     h = bh % H
     hk = h // GROUP
-    start_m = pid_m * BLOCK_M2
+    if SPARSE:
+        tiles_per_row = bs // BLOCK_M2
+        row = tl.load(ORDER + h * sord_h + tl.program_id(1) // tiles_per_row)
+        start_m = row * bs + (tl.program_id(1) % tiles_per_row) * BLOCK_M2
+    else:
+        start_m = (tl.num_programs(1) - 1 - tl.program_id(1)) * BLOCK_M2
     kv_end = Lk
     if HAS_KV_LENS:
         kv_end = tl.minimum(tl.maximum(tl.load(KV_LENS + b).to(tl.int32), 0), Lk)
@@ -244,8 +254,8 @@ def bwd_dq_kernel(
     idx_ptr = IDX
     TPB = 1
     if SPARSE:
-        row = start_m // bs
         count = tl.load(CNT + h * scnt_h + row)
+        count = tl.where(start_m < Lq, count, 0)
         idx_ptr = IDX + h * sidx_h + row * sidx_m
         TPB = bs // BLOCK_N2
     t_full, t_end = row_tile_range(start_m, kv_end, count, idx_ptr, bs, TPB,

@@ -55,16 +55,18 @@ SMALL_SMEM = Generation("sm_86+", 86, 101376)  # sm_86/89/120 consumer parts: 99
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
 
-# (generation name, head dim) -> candidates, default first.
+# (generation name, head dim) -> candidates, default first.  sm_90 rows for head dims 64 and 128
+# come from the H200 timings in benchmarks/KERNEL_NOTES.md (L=16k, bf16, causal); the others are
+# scaled from them (fewer stages or smaller tiles where shared memory or registers run short).
 _FWD: dict[tuple[str, int], tuple[FwdConfig, ...]] = {
-    ("sm_90", 16): (FwdConfig(128, 64, 4, 3),),
-    ("sm_90", 32): (FwdConfig(128, 64, 4, 3), FwdConfig(128, 128, 8, 3)),
-    ("sm_90", 64): (FwdConfig(128, 64, 4, 3), FwdConfig(128, 128, 8, 3)),
-    ("sm_90", 128): (FwdConfig(128, 64, 8, 3), FwdConfig(128, 128, 8, 3)),
+    ("sm_90", 16): (FwdConfig(64, 64, 4, 3),),
+    ("sm_90", 32): (FwdConfig(64, 64, 4, 3), FwdConfig(128, 64, 4, 3)),
+    ("sm_90", 64): (FwdConfig(64, 64, 4, 3), FwdConfig(128, 64, 4, 3)),
+    ("sm_90", 128): (FwdConfig(128, 128, 8, 3), FwdConfig(128, 64, 8, 4)),
     ("sm_90", 256): (FwdConfig(128, 64, 8, 2), FwdConfig(64, 64, 4, 2)),
-    ("sm_80", 16): (FwdConfig(128, 64, 4, 3),),
-    ("sm_80", 32): (FwdConfig(128, 64, 4, 3),),
-    ("sm_80", 64): (FwdConfig(128, 64, 4, 3), FwdConfig(128, 128, 8, 3)),
+    ("sm_80", 16): (FwdConfig(64, 64, 4, 3),),
+    ("sm_80", 32): (FwdConfig(64, 64, 4, 3),),
+    ("sm_80", 64): (FwdConfig(64, 64, 4, 3), FwdConfig(128, 64, 4, 3)),
     ("sm_80", 128): (FwdConfig(128, 64, 8, 3), FwdConfig(128, 32, 4, 3)),
     ("sm_80", 256): (FwdConfig(64, 64, 4, 2), FwdConfig(64, 32, 4, 2)),
     ("sm_86+", 16): (FwdConfig(64, 64, 4, 2),),
@@ -74,15 +76,16 @@ _FWD: dict[tuple[str, int], tuple[FwdConfig, ...]] = {
     ("sm_86+", 256): (FwdConfig(32, 32, 4, 1),),
 }
 
+# BwdConfig(dK/dV: block_m1, block_n1, warps, stages,  dQ: block_m2, block_n2, warps, stages)
 _BWD: dict[tuple[str, int], tuple[BwdConfig, ...]] = {
-    ("sm_90", 16): (BwdConfig(64, 128, 8, 2, 128, 64, 8, 2),),
-    ("sm_90", 32): (BwdConfig(64, 128, 8, 2, 128, 64, 8, 2), BwdConfig(32, 128, 4, 3, 128, 32, 4, 3)),
-    ("sm_90", 64): (BwdConfig(64, 128, 8, 2, 128, 64, 8, 2), BwdConfig(32, 128, 4, 3, 128, 32, 4, 3)),
-    ("sm_90", 128): (BwdConfig(64, 128, 8, 2, 128, 64, 8, 2), BwdConfig(32, 128, 4, 3, 128, 32, 4, 3)),
+    ("sm_90", 16): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2),),
+    ("sm_90", 32): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2), BwdConfig(32, 128, 4, 3, 64, 64, 4, 3)),
+    ("sm_90", 64): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2), BwdConfig(32, 128, 4, 3, 64, 64, 4, 3)),
+    ("sm_90", 128): (BwdConfig(64, 128, 8, 3, 128, 64, 8, 3), BwdConfig(32, 128, 8, 3, 128, 32, 4, 3)),
     ("sm_90", 256): (BwdConfig(32, 64, 8, 2, 64, 32, 8, 2),),
-    ("sm_80", 16): (BwdConfig(64, 128, 8, 2, 128, 64, 8, 2),),
-    ("sm_80", 32): (BwdConfig(64, 128, 8, 2, 128, 64, 8, 2),),
-    ("sm_80", 64): (BwdConfig(64, 128, 8, 2, 128, 64, 8, 2), BwdConfig(32, 128, 4, 3, 128, 32, 4, 3)),
+    ("sm_80", 16): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2),),
+    ("sm_80", 32): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2),),
+    ("sm_80", 64): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2), BwdConfig(32, 128, 4, 3, 128, 32, 4, 3)),
     ("sm_80", 128): (BwdConfig(64, 128, 8, 2, 128, 64, 8, 2), BwdConfig(32, 128, 4, 2, 128, 32, 4, 2)),
     ("sm_80", 256): (BwdConfig(32, 64, 8, 1, 64, 32, 8, 1),),
     ("sm_86+", 16): (BwdConfig(32, 64, 4, 2, 64, 32, 4, 2),),

@@ -141,21 +141,27 @@ def _fwd_steps(
 
 @triton.jit
 def attn_fwd_kernel(
-    Q, K, V, O, LSE, KV_LENS, CNT, IDX,
+    Q, K, V, O, LSE, KV_LENS, CNT, IDX, ORDER,
     sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, so_b, so_h, so_l,
-    scnt_h, sidx_h, sidx_m,
+    scnt_h, sidx_h, sidx_m, sord_h,
     H, GROUP, Lq, Lk, qk_scale, bs,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, SCAN_: tl.constexpr,
     DOT_F32: tl.constexpr,
 ):
-    # grid: (B * H, cdiv(Lq, BLOCK_M)); the longest causal rows are launched first
+    # grid: (B * H, query tiles), the longest rows launched first: dense, the last tiles (the
+    # longest causal rows); sparse, the layout rows in ORDER (by descending count), each as
+    # bs // BLOCK_M tiles, so that a long row (a global block) does not finish last
     bh = tl.program_id(0)
-    pid_m = tl.num_programs(1) - 1 - tl.program_id(1)
     b = bh // H
     h = bh % H
     hk = h // GROUP
-    start_m = pid_m * BLOCK_M
+    if SPARSE:
+        tiles_per_row = bs // BLOCK_M
+        row = tl.load(ORDER + h * sord_h + tl.program_id(1) // tiles_per_row)
+        start_m = row * bs + (tl.program_id(1) % tiles_per_row) * BLOCK_M
+    else:
+        start_m = (tl.num_programs(1) - 1 - tl.program_id(1)) * BLOCK_M
     kv_end = Lk
     if HAS_KV_LENS:
         kv_end = tl.minimum(tl.maximum(tl.load(KV_LENS + b).to(tl.int32), 0), Lk)
@@ -172,8 +178,8 @@ def attn_fwd_kernel(
     idx_ptr = IDX
     TPB = 1
     if SPARSE:
-        row = start_m // bs  # the layout row holding this whole tile
         count = tl.load(CNT + h * scnt_h + row)
+        count = tl.where(start_m < Lq, count, 0)  # a tile past Lq in the ragged last row: no work
         idx_ptr = IDX + h * sidx_h + row * sidx_m
         TPB = bs // BLOCK_N
     t_full, t_end = row_tile_range(start_m, kv_end, count, idx_ptr, bs, TPB,

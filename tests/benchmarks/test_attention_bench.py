@@ -52,10 +52,8 @@ def tiny_run(tmp_path_factory):
     markdown.write_text(OLD_FILE)
     out = tmp / "out"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    command = [
-        sys.executable, "-m", "benchmarks.attention", "--device", "cpu", "--tiny", "--ours", "torch",
-        "--head-dims", "16", "--warmup-ms", "0", "--rep-ms", "1", "--out", str(out), "--markdown", str(markdown),
-    ]
+    args = "--device cpu --tiny --ours torch --head-dims 16 --warmup-ms 0 --rep-ms 1".split()
+    command = [sys.executable, "-m", "benchmarks.attention", *args, "--out", str(out), "--markdown", str(markdown)]
     proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, out, markdown
@@ -120,16 +118,17 @@ def test_allowed_pairs_counts_the_token_mask(bench, seq_len):
             assert attention_bench.allowed_pairs(layout, causal, seq_len, heads) == expected
     dense = BlockLayout.dense(seq_len, block_size=32)
     for causal in (False, True):
-        assert attention_bench.allowed_pairs(None, causal, seq_len, heads) == int(dense.token_mask(causal).sum()) * heads
+        assert (
+            attention_bench.allowed_pairs(None, causal, seq_len, heads) == int(dense.token_mask(causal).sum()) * heads
+        )
 
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_flex_block_mask_is_the_layout(bench, causal):
     """The BlockMask built from block lists equals create_block_mask's, and the layout itself."""
     attention_bench, _ = bench
-    from torch.nn.attention.flex_attention import create_block_mask
-
     from genoformer.kernels.layout import BlockLayout
+    from torch.nn.attention.flex_attention import create_block_mask
 
     seq_len, heads, bs = 256, 2, 32
     layout = BlockLayout.bigbird(seq_len, 32, 1, 1, bs, seed=3)
@@ -151,10 +150,8 @@ def test_failing_kernel_is_recorded_and_the_run_goes_on(bench, tmp_path, monkeyp
 
     monkeypatch.setattr(attention_bench.Bench, "ours", lambda self, *a: attention_bench.Impl(broken))
     md = tmp_path / "B.md"
-    results = attention_bench.main(
-        ["--device", "cpu", "--tiny", "--head-dims", "32", "--patterns", "dense", "causal",
-         "--warmup-ms", "0", "--rep-ms", "1", "--markdown", str(md)]
-    )
+    argv = "--device cpu --tiny --head-dims 16 --patterns dense causal --warmup-ms 0 --rep-ms 1".split()
+    results = attention_bench.main(argv + ["--markdown", str(md)])
     for case in results["cases"]:
         assert case["ours"]["error"] == "fwd: RuntimeError: kernel exploded"
         assert case["fa2"]["fwd_ms"] > 0 and case["fa2"]["bwd_ms"] > 0  # the baselines still ran
@@ -162,7 +159,7 @@ def test_failing_kernel_is_recorded_and_the_run_goes_on(bench, tmp_path, monkeyp
     text = md.read_text()
     assert "ours: fwd: RuntimeError: kernel exploded" in text
     floor = next(t for t in attention_bench.evaluate_targets(results) if t["target"] == "floor")
-    assert floor["status"] == "NOT MEASURED"
+    assert floor["status"] == "NOT MET" and floor["measured"].startswith("no valid measurement")
 
 
 def test_time_budget_skips_and_records(bench):
@@ -198,8 +195,17 @@ def test_end_to_end_tiny_cpu_run(tiny_run):
     assert "stale attention numbers" not in text
     assert "Hand-written introduction." in text and "data loader numbers stay" in text
     section = text[text.index("<!-- attention:start -->") : text.index("<!-- attention:end -->")]
-    for needle in ("## Attention kernels", "| sliding_window |", "### Targets", "| floor |", "| goal |",
-                   "| density scaling |", "| memory |", "NOT MEASURED", results["environment"]["date_utc"]):
+    for needle in (
+        "## Attention kernels",
+        "| sliding_window |",
+        "### Targets",
+        "| floor |",
+        "| goal |",
+        "| density scaling |",
+        "| memory |",
+        "NOT MEASURED",
+        results["environment"]["date_utc"],
+    ):
         assert needle in section, needle
     link = section.split("](")[-1].split(")")[0]
     assert (markdown.parent / link).resolve() == (out / "attention.png").resolve()
@@ -211,9 +217,68 @@ def test_render_from_json_rewrites_outputs(bench, tiny_run, tmp_path):
     attention_bench, _ = bench
     _, out, markdown = tiny_run
     md = tmp_path / "BENCHMARKS.md"
-    attention_bench.main(["--render-from", str(out / "attention.json"), "--out", str(tmp_path / "fig"), "--markdown", str(md)])
+    attention_bench.main(
+        ["--render-from", str(out / "attention.json"), "--out", str(tmp_path / "fig"), "--markdown", str(md)]
+    )
     assert (tmp_path / "fig" / "attention.png").is_file()
     rendered, original = md.read_text(), markdown.read_text()
     section = lambda text: text[text.index("| D |") : text.index("### Targets")]  # noqa: E731
     assert section(rendered) == section(original)
     assert "](fig/attention.png)" in rendered
+
+
+def test_row_error_flags_a_wrong_row_but_not_rounding(bench):
+    attention_bench, _ = bench
+    expected = torch.randn(2, 3, 64, 16, generator=torch.Generator().manual_seed(0))
+    rounded = expected.bfloat16().float()
+    assert attention_bench._rel_err(rounded, expected) < 1e-2
+    wrong = rounded.clone()
+    wrong[1, 2, 40] = torch.randn(16)  # one query's output from the wrong keys
+    assert attention_bench._rel_err(wrong, expected) > 0.3
+    near_zero = expected.clone()
+    near_zero[0, 0, 0] = 1e-8  # e.g. dq of the first causal query: zero up to rounding
+    assert attention_bench._rel_err(near_zero + 1e-7, near_zero) < 1e-5
+    wrong[0, 0, 0, 0] = float("nan")
+    assert attention_bench._rel_err(wrong, expected) != attention_bench._rel_err(wrong, expected)  # NaN
+
+
+def _record(pattern, density, ours, fa2, flex, fa2_dense, ok=True):
+    timing = lambda pair: {"fwd_ms": pair[0], "bwd_ms": pair[1], "error": None}  # noqa: E731
+    return {
+        "pattern": pattern,
+        "head_dim": 64,
+        "seq_len": 65536,
+        "density": density,
+        "ours": timing(ours),
+        "fa2": timing(fa2),
+        "flex": timing(flex),
+        "fa2_dense": timing(fa2_dense),
+        "check": {"ok": ok},
+    }
+
+
+def test_targets_met_not_met_and_wrong_results(bench):
+    attention_bench, _ = bench
+    memory = {
+        "batch": 1,
+        "heads": 16,
+        "seq_len": 65536,
+        "head_dim": 128,
+        "ours": {"peak_mib": 1500.0},
+        "fa2": {"peak_mib": 1000.0},
+    }
+    cases = [
+        _record("causal", 0.5, (9, 20), (10, 25), (12, 30), (20, 50)),
+        _record("sliding_window", 0.02, (0.5, 1.2), (10, 25), (0.6, 1.5), (20, 50)),  # 40x, 41.7x vs 40x needed
+    ]
+    status = {t["target"]: t["status"] for t in attention_bench.evaluate_targets({"cases": cases, "memory": memory})}
+    assert status == {"floor": "MET", "goal": "MET", "density scaling": "MET", "memory": "MET"}
+
+    cases[0]["check"]["ok"] = False  # fast but wrong: meets nothing
+    cases[1]["ours"]["bwd_ms"] = 2.0  # 25x where 40x is needed
+    memory["ours"]["peak_mib"] = 2500.0
+    targets = attention_bench.evaluate_targets({"cases": cases, "memory": memory})
+    status = {t["target"]: t["status"] for t in targets}
+    assert status == {"floor": "NOT MET", "goal": "NOT MET", "density scaling": "NOT MET", "memory": "NOT MET"}
+    goal = next(t for t in targets if t["target"] == "goal")
+    assert "2 failed, wrong or missing" in goal["measured"]  # the wrong causal case, fwd and bwd

@@ -44,15 +44,23 @@ def _inputs(B, Hq, Hkv, L, S, D, dtype, seed):
     return [torch.randn(s, generator=g, dtype=torch.float64).to(DEVICE) for s in shapes]
 
 
+def _on_cpu(kwargs: dict) -> dict:
+    return {name: value.cpu() if isinstance(value, torch.Tensor) else value for name, value in kwargs.items()}
+
+
 def _max_errors(attn, q, k, v, dout, dtype, **kwargs):
-    """{name: (kernel error, same-precision PyTorch error, floor)} against the float64 reference."""
-    exact = attn.reference(q, k, v, dout, **kwargs)
+    """{name: (kernel error, same-precision PyTorch error, floor)} against the float64 reference.
+
+    The reference and the same-precision PyTorch baseline run on CPU copies (the conftest helpers
+    build their masks on the CPU); only the kernel runs on DEVICE.
+    """
     low = [t.to(dtype) for t in (q, k, v, dout)]
-    naive = attn.run_with_grads(attn.naive_attention, *low, **kwargs)
     got = attn.run_with_grads(triton_attention, *low, **kwargs)
+    exact = attn.reference(*(t.cpu() for t in (q, k, v, dout)), **_on_cpu(kwargs))
+    naive = attn.run_with_grads(attn.naive_attention, *(t.cpu() for t in low), **_on_cpu(kwargs))
     out = {}
     for name, ref in exact.tensors().items():
-        value = got.tensors()[name]
+        value = got.tensors()[name].cpu()
         assert value.dtype == dtype, f"{name} has dtype {value.dtype}, expected {dtype}"
         assert not value.isnan().any(), f"{name} has NaN"
         err = (value.double() - ref).abs().max().item()
@@ -197,7 +205,7 @@ def test_gpu_sweep(attn, D, dtype, kind):
     if kind == "causal":
         shape, kwargs = (2, 4, 4, L, L), {"causal": True}
     elif kind == "dense_gqa_padding":
-        shape, kwargs = (2, 8, 2, L, 1500), {"kv_lens": torch.tensor([1500, 601], device=DEVICE)}
+        shape, kwargs = (2, 4, 2, L, 1100), {"kv_lens": torch.tensor([1100, 601], device=DEVICE)}
     elif kind == "window_causal":
         shape, kwargs = (1, 4, 2, L, L), {"causal": True, "layout": BlockLayout.sliding_window(L, 256, 128)}
     elif kind == "bigbird_per_head":

@@ -79,7 +79,7 @@ def _compile_one(case: tuple) -> dict:
             signature[name] = "*bf16"
         elif name in ("LSE", "DELTA"):
             signature[name] = "*fp32"
-        elif name in ("KV_LENS", "CNT", "IDX"):
+        elif name in ("KV_LENS", "CNT", "IDX", "ORDER"):
             signature[name] = "*i32"
         elif name in ("qk_scale", "sm_scale"):
             signature[name] = "fp32"

@@ -1,0 +1,116 @@
+"""The `genoformer` command: help texts, bad input, and prepare -> fit -> embed end to end."""
+
+from __future__ import annotations
+
+import gzip
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from genoformer.cli import main
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+LAMBDA = REPO_ROOT / "examples" / "lambda_phage.fasta.gz"
+
+
+def test_top_level_help_lists_every_command(capsys):
+    main([])
+    out = capsys.readouterr().out
+    for command in ("fit", "validate", "test", "predict", "prepare", "prepare_timeseries", "embed"):
+        assert f"  {command} " in out
+
+
+@pytest.mark.parametrize(
+    "command, expected",
+    [
+        ("prepare", "Bases per chunk"),
+        ("prepare_timeseries", "Samples per second"),
+        ("embed", "Hidden state to read"),
+        ("fit", "--model.transformer.d_model"),
+    ],
+)
+def test_command_help_comes_from_docstrings(capsys, command, expected):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    assert expected in capsys.readouterr().out
+
+
+def test_python_cli_py_is_the_same_command():
+    result = subprocess.run([sys.executable, "cli.py", "--help"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    assert "prepare" in result.stdout and "fit" in result.stdout
+
+
+def test_unknown_command_fails_with_usage(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train"])
+    assert exit_info.value.code == 2
+    assert "unknown command 'train'" in capsys.readouterr().err
+
+
+def test_prepare_missing_file_is_a_clear_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["prepare", "--fasta", str(tmp_path / "nope.fa"), "--out", str(tmp_path / "x.zarr")])
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err
+    assert "nope.fa" in err and "not found" in err
+    assert not (tmp_path / "x.zarr").exists()
+
+
+def test_prepare_non_fasta_file_is_a_clear_error(tmp_path, capsys):
+    bogus = tmp_path / "notes.txt"
+    bogus.write_text("these are my notes, not a genome\n")
+    with pytest.raises(SystemExit):
+        main(["prepare", "--fasta", str(bogus), "--out", str(tmp_path / "x.zarr")])
+    assert "notes.txt" in capsys.readouterr().err
+    assert not (tmp_path / "x.zarr").exists()
+
+
+def test_unknown_config_key_is_rejected(tmp_path, capsys):
+    config = tmp_path / "bad.yaml"
+    config.write_text((REPO_ROOT / "configs" / "quickstart.yaml").read_text().replace("d_model:", "d_modle:"))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(config)])
+    assert exit_info.value.code != 0
+    assert "d_modle" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_prepare_fit_embed_end_to_end(tmp_path, capsys):
+    """The quick start in miniature: the shipped config with a tiny model and context."""
+    store = tmp_path / "lambda.zarr"
+    main(["prepare", "--fasta", str(LAMBDA), "--out", str(store)])
+    assert store.is_dir()
+    run_dir = tmp_path / "run"
+    main([
+        "fit", "--config", str(REPO_ROOT / "configs" / "quickstart.yaml"),
+        "--trainer.default_root_dir", str(run_dir),
+        "--trainer.max_steps", "3", "--trainer.val_check_interval", "3", "--trainer.log_every_n_steps", "1",
+        "--trainer.enable_progress_bar", "false",
+        "--model.transformer.d_model", "32", "--model.transformer.n_layers", "1", "--model.transformer.n_heads", "2",
+        # the data window follows the context through the config's interpolation
+        "--model.transformer.max_seq_len", "512",
+        "--model.transformer.attention", "[{class_path: genoformer.kernels.layout.SlidingWindow, init_args: {window: 128, block_size: 64}}]",
+        "--data.init_args.store", str(store), "--data.init_args.num_workers", "0",
+        "--data.init_args.split", "{by: region, val_fraction: 0.1}",
+    ])
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    assert checkpoint.is_file()
+    assert (run_dir / "loss.png").is_file()
+    assert (run_dir / "metrics.csv").is_file()
+
+    out = tmp_path / "emb.npz"
+    main(["embed", "--checkpoint", str(checkpoint), "--inputs", str(LAMBDA), "--out", str(out), "--batch_size", "4"])
+    saved = np.load(out)
+    with gzip.open(LAMBDA, "rt") as handle:
+        name = handle.readline()[1:].split()[0]
+    assert list(saved["names"]) == [name]
+    assert saved["embeddings"].shape == (1, 32)
+    assert np.isfinite(saved["embeddings"]).all()
+
+    with pytest.raises(SystemExit):
+        main(["embed", "--checkpoint", str(checkpoint), "--inputs", "ACGTXACGT", "--out", str(tmp_path / "bad.npz")])
+    assert "'X'" in capsys.readouterr().err
