@@ -1,8 +1,8 @@
 # Two commands set everything up on a fresh machine:
 #   make quickstart   install into .venv, then train on the lambda-phage genome shipped in examples/
 #   make test         install into .venv (with the test extras), then run the whole test suite
-# PYTHON picks the interpreter (3.10 to 3.12); TORCH picks the torch build
-# (the default is the CPU wheel; use e.g. TORCH='torch==2.13.0' --index-url of your CUDA build on a GPU box).
+# PYTHON picks the interpreter (3.10 to 3.12); TORCH the torch requirement (pip configured for a
+# CUDA index gives a CUDA build of the same version).
 
 PYTHON ?= python3
 TORCH ?= torch==2.13.0
@@ -25,8 +25,8 @@ install-dev: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 
 quickstart: install
-	$(BIN)/genoformer prepare --fasta examples/lambda_phage.fasta.gz --out $(RUN_DIR)/lambda.zarr --overwrite true
-	$(BIN)/genoformer fit --config configs/quickstart.yaml
+	$(BIN)/genoformer prepare --fasta examples/ecoli_k12_mg1655.fasta.gz --out $(RUN_DIR)/ecoli.zarr
+	$(BIN)/genoformer fit --config configs/quickstart.yaml --trainer.default_root_dir $(RUN_DIR) --data.init_args.store $(RUN_DIR)/ecoli.zarr
 	$(BIN)/genoformer embed --checkpoint $(RUN_DIR)/checkpoints/last.ckpt --inputs examples/lambda_phage.fasta.gz --out $(RUN_DIR)/embeddings.npz
 
 test: install-dev

@@ -263,7 +263,7 @@ class BlockLayout:
         heads = min(self.num_heads, max_heads)
         cols = min(heads, 4)
         rows = -(-heads // cols)
-        fig = Figure(figsize=(3.2 * cols, 3.2 * rows + 0.6))
+        fig = Figure(figsize=(max(4.2, 3.2 * cols), 3.2 * rows + 0.8))
         FigureCanvasAgg(fig)
         for h in range(heads):
             ax = fig.add_subplot(rows, cols, h + 1)
@@ -273,12 +273,13 @@ class BlockLayout:
             if self.num_heads > 1:
                 ax.set_title(f"head {h} ({float(self.mask[h].float().mean()):.3f})", fontsize=9)
         fig.suptitle(
-            f"{self.num_q_blocks}x{self.num_kv_blocks} blocks of {self.block_size} tokens, "
-            f"density {self.density:.3f}"
+            f"{self.q_len:,} x {self.kv_len:,} tokens: {self.num_q_blocks} x {self.num_kv_blocks} "
+            f"blocks of {self.block_size}\ndensity {self.density:.3f}",
+            fontsize=10,
         )
         fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format="png", dpi=80)
+        fig.savefig(path, format="png", dpi=100)
         return path
 
     # -------------------------------------------------------------------------------- builders
