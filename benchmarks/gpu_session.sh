@@ -11,7 +11,11 @@
 #   compile  the cross-compile / shared-memory test under this machine's Triton
 #   quick    python -m benchmarks.attention --quick   (L = 16k only)
 #   full     python -m benchmarks.attention           (L = 8k..64k, and peak memory)
-# Logs and result files go to $OUT (or ./gpu_out when OUT is unset).
+#   model    python -m benchmarks.train_step (training-step time of configs/genome_8k_gpu.yaml's
+#            model per attention backend), then 40 steps of `genoformer fit` with that config
+# Logs and result files go to $OUT (or ./gpu_out when OUT is unset); the benchmark keeps its
+# working files in /tmp and copies only its JSON and error log there (the device tool brings
+# back at most 8 files).
 # Wheels for packages the GPU image lacks travel in .whl/ (copied from ../shared/wheels-cp312).
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu_out}
@@ -117,7 +121,23 @@ compile_test() {
 
 bench() {
     log "benchmark $*"
-    timeout ${BENCH_TIMEOUT:-400} python3 -m benchmarks.attention --out "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -60
+    mkdir -p /tmp/bench
+    timeout ${BENCH_TIMEOUT:-400} python3 -m benchmarks.attention --out /tmp/bench "$@" 2>&1 | tee -a "$OUT/session.log" | tail -60
+    cp /tmp/bench/attention.json "$OUT/"
+    cp /tmp/bench/attention_errors.log "$OUT/" 2>/dev/null
+}
+
+model() {
+    log "model: training step per backend"
+    timeout ${MODEL_TIMEOUT:-200} python3 -m benchmarks.train_step --out /tmp/train_step 2>&1 | tee -a "$OUT/session.log" | tail -25
+    cp /tmp/train_step/train_step.json "$OUT/"
+    log "model: genoformer fit, configs/genome_8k_gpu.yaml, 40 steps"
+    timeout ${FIT_TIMEOUT:-200} python3 cli.py fit --config configs/genome_8k_gpu.yaml --trainer.max_steps 40 \
+        --trainer.val_check_interval 40 --trainer.limit_val_batches 2 --trainer.log_every_n_steps 5 \
+        --trainer.enable_progress_bar false --trainer.default_root_dir /tmp/fit8k \
+        --data.init_args.store /tmp/fit8k/ecoli.zarr 2>&1 | tee -a "$OUT/session.log" | tail -25
+    cp /tmp/fit8k/metrics.csv "$OUT/fit8k_metrics.csv"
+    cp /tmp/fit8k/loss.png "$OUT/fit8k_loss.png"
 }
 
 setup
@@ -128,7 +148,8 @@ for step in "$@"; do
         compile) compile_test ;;
         quick) bench --quick --budget-s 200 ;;
         full) bench --budget-s ${BENCH_BUDGET:-330} ;;
-        *) echo "unknown step $step (tune, tests, compile, quick, full)"; exit 2 ;;
+        model) model ;;
+        *) echo "unknown step $step (tune, tests, compile, quick, full, model)"; exit 2 ;;
     esac
 done
 log done

@@ -284,6 +284,8 @@ class GenomeStore:
         self._arrays: dict[int, zarr.Array] = {}
         self._readers: dict[int, ShardedArrayReader] = {}
         self._cache = ChunkCache(self.cache_bytes)
+        # The cache can hold no chunk at all: read straight from the shards, no cache calls.
+        self._uncached = self.direct_reads and self.cache_bytes < self.chunk_size
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -326,13 +328,17 @@ class GenomeStore:
             self._arrays[key] = array
         return array
 
+    def _reader(self, index: int, kind: str = "contigs") -> ShardedArrayReader:
+        key = index if kind == "contigs" else -1 - index
+        reader = self._readers.get(key)
+        if reader is None:
+            reader = self._readers[key] = ShardedArrayReader(self.path / kind / str(index))
+        return reader
+
     def _load_chunk(self, index: int, chunk: int) -> np.ndarray:
         if not self.direct_reads:
             return self._array(index)[chunk * self.chunk_size:(chunk + 1) * self.chunk_size]
-        reader = self._readers.get(index)
-        if reader is None:
-            reader = self._readers[index] = ShardedArrayReader(self._array(index), self.path)
-        return reader.read_chunk(chunk)
+        return self._reader(index).read_chunk(chunk)
 
     def _chunk(self, index: int, chunk: int) -> np.ndarray:
         return self._cache.get((index, chunk), lambda: self._load_chunk(index, chunk))
@@ -344,10 +350,13 @@ class GenomeStore:
         if not 0 <= start <= end <= length:
             raise IndexError(f"window [{start}, {end}) is outside contig {self.contigs[index].name!r} "
                              f"of length {length}")
-        cs = self.chunk_size
-        first, last = start // cs, (end - 1) // cs
         if end <= start:
             return np.empty(0, dtype=np.uint8)
+        if self._uncached:
+            reader = self._readers.get(index) or self._reader(index)
+            return reader.read(start, end)
+        cs = self.chunk_size
+        first, last = start // cs, (end - 1) // cs
         if first == last:
             return self._chunk(index, first)[start - first * cs:end - first * cs].copy()
         out = np.empty(end - start, dtype=np.uint8)
@@ -368,4 +377,6 @@ class GenomeStore:
             raise IndexError(f"window [{start}, {end}) is outside contig {info.name!r} of length {info.length}")
         if not info.softmasked:
             return np.zeros(end - start, dtype=bool)
-        return self._array(info.index, "softmask")[start:end]
+        if not self.direct_reads:
+            return self._array(info.index, "softmask")[start:end]
+        return self._reader(info.index, "softmask").read(start, end) if end > start else np.zeros(0, dtype=bool)

@@ -154,7 +154,7 @@ def _choose(key: tuple, candidates: tuple, run: Callable[[object], None], device
         return _TUNED[key]
     if len(candidates) == 1 or not autotune_enabled() or torch.cuda.is_current_stream_capturing():
         return candidates[0]
-    times = [triton.testing.do_bench(lambda c=c: run(c), warmup=5, rep=20, return_mode="median")
+    times = [triton.testing.do_bench(lambda c=c: run(c), warmup=10, rep=50, return_mode="median")
              for c in candidates]
     best = candidates[min(range(len(candidates)), key=times.__getitem__)]
     _TUNED[key] = best
