@@ -92,7 +92,7 @@ def measure(module: GenoformerLM, tokens_BL: torch.Tensor, backend: Backend, dty
         loss, _ = module.loss(tokens_BL)
     loss.backward()
     grads = {name: p.grad.detach().float().clone() for name, p in module.named_parameters() if p.grad is not None}
-    first_loss = float(loss)
+    first_loss = float(loss.detach())
 
     optimizer = torch.optim.AdamW(module.parameters(), lr=1e-4)
     for _ in range(warmup):
@@ -162,7 +162,12 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="a small model and context, for a CPU smoke run")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results")
     parser.add_argument("--markdown", type=Path, default=None, help="rewrite the `training` section of this file")
+    parser.add_argument("--render-from", type=Path, default=None, help="measure nothing: re-render from an earlier train_step.json")
     args = parser.parse_args()
+    if args.render_from is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        publish(json.loads(args.render_from.read_text()), args.out, args.markdown)
+        return
 
     device = torch.device(args.device)
     overrides = []
@@ -189,47 +194,60 @@ def main() -> None:
         result.pop("grads")
         result["speedup_of_first"] = result["step_ms"] / base["step_ms"]
 
-    env = describe_environment(device)
     config = module.model.config
     summary = {
-        "environment": env,
+        "environment": describe_environment(device),
         "command": command_line(),
         "config": str(args.config.relative_to(REPO_ROOT) if args.config.is_relative_to(REPO_ROOT) else args.config),
         "model": {"d_model": config.d_model, "n_layers": config.n_layers, "n_heads": config.n_heads,
                   "n_kv_heads": config.kv_heads, "seq_len": seq_len, "batch_size": args.batch_size,
-                  "parameters": sum(p.numel() for p in module.parameters())},
+                  "parameters": sum(p.numel() for p in module.parameters()),
+                  "dtype": str(dtype).removeprefix("torch."), "steps": args.steps, "warmup": args.warmup},
         "auto_log": auto_messages,
         "results": results,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "train_step.json").write_text(json.dumps(summary, indent=2))
+    publish(summary, args.out, args.markdown)
 
+
+def render_markdown(summary: dict) -> str:
+    """The `training` section of BENCHMARKS.md for one run's summary."""
+    results = summary["results"]
+    base = results[0]["backend"]
     rows = [
         {
             "backend": r["backend"],
             "step (ms)": f"{r['step_ms']:.1f}",
             "tokens/s": f"{r['tokens_per_s']:,.0f}",
-            f"time vs {base['backend']}": f"{r['speedup_of_first']:.2f}x",
+            f"time vs {base}": f"{r['speedup_of_first']:.2f}x",
             "peak memory (GiB)": "" if r["peak_gib"] is None else f"{r['peak_gib']:.1f}",
             "loss at init": f"{r['loss_at_init']:.4f}",
-            f"max grad rel. diff vs {base['backend']}": f"{r['max_grad_rel_diff_vs_first']:.1e}",
+            f"max grad rel. diff vs {base}": f"{r['max_grad_rel_diff_vs_first']:.1e}",
         }
         for r in results
     ]
     model = summary["model"]
-    text = "\n\n".join([
+    messages = summary["auto_log"]
+    return "\n\n".join([
         "## Training step (model of a shipped config)",
-        environment_markdown(env, summary["command"]),
+        environment_markdown(summary["environment"], summary["command"]),
         f"Model of `{summary['config']}`: {model['parameters'] / 1e6:.1f} M parameters, {model['n_layers']} layers, "
         f"d_model {model['d_model']}, {model['n_heads']} query / {model['n_kv_heads']} key-value heads, "
-        f"batch {model['batch_size']} x {model['seq_len']:,} tokens of E. coli, {str(dtype).removeprefix('torch.')} autocast, "
-        f"AdamW; median of {args.steps} steps after {args.warmup} warm-up steps, identical weights and batch for every backend.",
+        f"batch {model['batch_size']} x {model['seq_len']:,} tokens of E. coli, {model['dtype']} autocast, AdamW; "
+        f"median of {model['steps']} steps after {model['warmup']} warm-up steps, identical weights and batch "
+        "for every backend. `sdpa` runs dense layers on SDPA's FlashAttention-2 backend and block-sparse "
+        "layers on SDPA with the layout expanded to a boolean mask.",
         markdown_table(rows),
-        "`auto` logged: " + ("; ".join(f"`{m}`" for m in auto_messages) if auto_messages else "(nothing)"),
+        "`auto` logged: " + ("; ".join(f"`{m}`" for m in messages) if messages else "(nothing)"),
     ])
-    (args.out / "train_step.md").write_text(text + "\n")
-    if args.markdown is not None:
-        replace_markdown_section(args.markdown, "training", text)
+
+
+def publish(summary: dict, out: Path, markdown: Path | None) -> None:
+    text = render_markdown(summary)
+    (out / "train_step.md").write_text(text + "\n")
+    if markdown is not None:
+        replace_markdown_section(markdown, "training", text)
     print(text)
 
 

@@ -10,18 +10,24 @@ Layout (zarr v3 group)::
     <store>/softmask/<i>       (length,) bool, True = lowercase in the source; only for contigs
                                that had lowercase bases and when keep_softmask=True
 
-Arrays are chunked along the sequence (``chunk_size`` bases, default 128 Ki) and compressed with
-Blosc(zstd, bit-shuffle): the bit-shuffle puts the two low bits of every code into two bit
-planes and the always-zero high bits into planes zstd removes, so ACGT sequence costs just over
-2 bits per base (0.25 B/base) with standard codecs any zarr reader can decode. Chunks are
-grouped into shards (zarr's sharding codec) of ``shard_chunks`` chunks, one file each, so a
-large genome does not become tens of thousands of files. The shards are encoded by
+Arrays are chunked along the sequence (``chunk_size`` bases, default 16 Ki) and compressed with
+Blosc(blosclz, bit-shuffle): the bit-shuffle puts the two low bits of every code into bit planes
+of their own and the always-zero high bits into planes the compressor removes, so ACGT sequence
+costs just over 2 bits per base (about 0.265 B/base; zstd instead of blosclz: 0.255 B/base,
+decoding 2.5x slower) with standard codecs any zarr reader can decode. Chunks are grouped into shards
+(zarr's sharding codec) of ``shard_chunks`` chunks (8 Mi bases by default), one file each, so a
+large genome does not become hundreds of thousands of files. The shards are encoded by
 ``shards.write_sharded`` (zarr's per-chunk write overhead would dominate ``prepare``), and every
 array is read back through zarr and checked before the store is marked complete.
 
-Reading (:class:`GenomeStore`): each process opens the group lazily and keeps an LRU cache of
-decoded chunks (``cache_bytes``). A window is sliced from at most two cached chunks, so after
-warm-up a read costs a memcpy and no zarr call; a miss reads one chunk through zarr.
+Reading (:class:`GenomeStore`): ``shards.ShardedArrayReader`` memory-maps each shard file on
+first use, keeps its parsed index, and decodes the chunks a window touches with one Blosc call
+each, no zarr call and no system call on the way. Chunks are small because a random read
+decodes about ``window + chunk_size`` bases: 16 Ki-base chunks make an uncached 8 Ki-base window
+cost about 11 us on one core, faster than pyfaidx on the plain FASTA (benchmarks/data.py). On top, each
+process keeps an LRU cache of decoded chunks (``cache_bytes``); a cached window is a slice copy.
+The cache only helps while the decoded genome (1 byte/base) mostly fits; ``cache_bytes=0`` skips
+it.
 """
 
 from __future__ import annotations
@@ -54,7 +60,9 @@ log = logging.getLogger(__name__)
 
 GENOME_FORMAT = "genoformer.genome"
 GENOME_FORMAT_VERSION = 1
-DEFAULT_CHUNK_SIZE = 1 << 17
+DEFAULT_CHUNK_SIZE = 1 << 14
+DEFAULT_SHARD_CHUNKS = 512
+COMPRESSORS = ("blosclz", "lz4", "zstd")
 DEFAULT_CACHE_BYTES = 64 << 20
 
 
@@ -85,8 +93,12 @@ def _sha256_files(paths: Sequence[Path]) -> list[str]:
     return digests
 
 
-def _codec(level: int) -> BloscCodec:
-    return BloscCodec(cname="zstd", clevel=level, shuffle="bitshuffle", typesize=1)
+def _codec(compressor: str, level: int) -> BloscCodec:
+    # typesize 2 on 1-byte codes: Blosc bit-shuffles pairs of bases (16 bit planes instead of 8)
+    # and splits each block into two streams; any reader decodes it the same way (the typesize is
+    # in every chunk's header), and decoding runs 1.5x faster than with typesize 1 (c-blosc
+    # 1.21, numcodecs 0.16; benchmarks/DATA_NOTES.md) for 0.3% more bytes.
+    return BloscCodec(cname=compressor, clevel=level, shuffle="bitshuffle", typesize=2)
 
 
 def _encode_record(path: Path, record: SequenceRecord) -> np.ndarray:
@@ -103,7 +115,8 @@ def prepare_genome_store(
     out: str | Path,
     *,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
-    shard_chunks: int = 64,
+    shard_chunks: int = DEFAULT_SHARD_CHUNKS,
+    compressor: str = "blosclz",
     compression_level: int = 3,
     keep_softmask: bool = True,
     overwrite: bool = False,
@@ -117,9 +130,15 @@ def prepare_genome_store(
             with one or more records. Record names (first word of the header) must be unique
             across all files.
         out: Directory of the zarr store to create (conventionally ``*.zarr``).
-        chunk_size: Bases per chunk (the unit of reading and caching).
-        shard_chunks: Chunks per shard (one file holds this many chunks).
-        compression_level: zstd level inside Blosc (1 fastest .. 9 smallest).
+        chunk_size: Bases per chunk, the unit of decoding and caching. An uncached read of L
+            bases decodes about L + chunk_size bases in L / chunk_size + 1 Blosc calls; the
+            default 16 Ki is close to the fastest for 8 Ki..128 Ki-base windows.
+        shard_chunks: Chunks per shard file (default 512: 8 Mi bases per file at the default
+            chunk size); a contig shorter than a shard gets one shard of just its chunks.
+        compressor: Blosc compressor behind the bit-shuffle: "blosclz" (default: fastest to
+            decode, about 0.265 bytes/base on bacterial genomes), "lz4" or "zstd" (about 4%
+            smaller, 2.5x slower to decode at 16 Ki chunks).
+        compression_level: Blosc compression level (1 fastest .. 9 smallest).
         keep_softmask: Keep lowercase (soft-masked) positions as a ``softmask/<i>`` bool array.
         overwrite: Rebuild and replace an existing store. Without it, a complete store built
             from the same files (same SHA-256) with the same options is kept as it is (the call
@@ -144,12 +163,15 @@ def prepare_genome_store(
         raise ValueError(f"the same input file is given twice: {[str(p) for p in paths]}")
     if shard_chunks < 1:
         raise ValueError(f"shard_chunks={shard_chunks} must be >= 1")
+    if compressor not in COMPRESSORS:
+        raise ValueError(f"compressor={compressor!r}; choose one of {COMPRESSORS}")
     if chunk_size < 1024:
         raise ValueError(f"chunk_size={chunk_size} is too small; use >= 1024 bases (default {DEFAULT_CHUNK_SIZE})")
     arguments = {
         "fasta_paths": [str(p.resolve()) for p in paths],
         "chunk_size": chunk_size,
         "shard_chunks": shard_chunks,
+        "compressor": compressor,
         "compression_level": compression_level,
         "keep_softmask": keep_softmask,
     }
@@ -167,14 +189,14 @@ def prepare_genome_store(
                 return out
 
     with atomic_build(out, overwrite) as tmp:
-        _write_genome(tmp, paths, arguments, command, chunk_size, shard_chunks, compression_level,
+        _write_genome(tmp, paths, arguments, command, chunk_size, shard_chunks, _codec(compressor, compression_level),
                       keep_softmask, progress)
     log.info("wrote genome store %s", out)
     return out
 
 
 def _write_genome(tmp: Path, paths: list[Path], arguments: dict, command: str | None, chunk_size: int,
-                  shard_chunks: int, level: int, keep_softmask: bool, progress: bool) -> None:
+                  shard_chunks: int, codec: BloscCodec, keep_softmask: bool, progress: bool) -> None:
     group = zarr.open_group(tmp, mode="w-")
     meta = base_metadata(GENOME_FORMAT, GENOME_FORMAT_VERSION, arguments, command)
     meta["alphabet"] = TOKEN_CODES
@@ -202,9 +224,10 @@ def _write_genome(tmp: Path, paths: list[Path], arguments: dict, command: str | 
                 codes = _encode_record(path, record)
                 index = len(contigs)
                 n = codes.shape[0]
+                shard = chunk_size * min(shard_chunks, -(-n // chunk_size))  # short contig: one small shard
                 array = contigs_group.create_array(
                     str(index), shape=(n,), dtype="uint8", chunks=(chunk_size,),
-                    shards=(chunk_size * shard_chunks,), compressors=_codec(level), fill_value=N,
+                    shards=(shard,), compressors=codec, fill_value=N,
                 )
                 write_sharded(array, tmp, codes, N)
                 softmasked = 0
@@ -213,7 +236,7 @@ def _write_genome(tmp: Path, paths: list[Path], arguments: dict, command: str | 
                     softmasked = int(np.count_nonzero(mask))
                     mask_array = mask_group.create_array(
                         str(index), shape=(n,), dtype="bool", chunks=(chunk_size,),
-                        shards=(chunk_size * shard_chunks,), compressors=_codec(level), fill_value=False,
+                        shards=(shard,), compressors=codec, fill_value=False,
                     )
                     write_sharded(mask_array, tmp, mask, False)
                 contigs.append({
@@ -258,12 +281,16 @@ def _verify(tmp: Path, contigs: list[dict]) -> None:
 class GenomeStore:
     """Read-only access to a genome store, with a per-process LRU cache of decoded chunks.
 
-    Cache misses read one chunk straight from its shard file (``direct_reads=True``, see
-    ``shards.ShardedArrayReader``) or through zarr (``direct_reads=False``, the reference).
+    Chunks are decoded straight from their shard files (``direct_reads=True``, see
+    ``shards.ShardedArrayReader``) or through zarr (``direct_reads=False``, the reference the
+    tests compare with). With ``cache_bytes`` smaller than one chunk (e.g. 0) reads skip the
+    cache entirely; that is the fastest setting when the decoded genome is much larger than
+    any cache one would give it and windows are random.
 
-    ``GenomeStore(path)`` checks that the store is complete and reads its metadata. Arrays are
-    opened lazily on first read; pickling (for DataLoader workers under spawn) drops the open
-    handles and the cache, so each worker opens the store itself.
+    ``GenomeStore(path)`` checks that the store is complete and reads its metadata. Shards are
+    mapped lazily on first read; mappings made before a fork stay valid in the child; pickling
+    (for DataLoader workers under spawn) drops the mappings and the cache, so each worker maps
+    the store itself. Not thread-safe (one store per thread).
     """
 
     def __init__(self, path: str | Path, cache_bytes: int = DEFAULT_CACHE_BYTES, direct_reads: bool = True) -> None:
@@ -335,38 +362,43 @@ class GenomeStore:
             reader = self._readers[key] = ShardedArrayReader(self.path / kind / str(index))
         return reader
 
-    def _load_chunk(self, index: int, chunk: int) -> np.ndarray:
-        if not self.direct_reads:
-            return self._array(index)[chunk * self.chunk_size:(chunk + 1) * self.chunk_size]
-        return self._reader(index).read_chunk(chunk)
-
     def _chunk(self, index: int, chunk: int) -> np.ndarray:
-        return self._cache.get((index, chunk), lambda: self._load_chunk(index, chunk))
+        key = (index, chunk)
+        data = self._cache.lookup(key)
+        if data is None:
+            if self.direct_reads:
+                data = self._reader(index).read_chunk(chunk)
+            else:
+                data = self._array(index)[chunk * self.chunk_size:(chunk + 1) * self.chunk_size]
+            self._cache.put(key, data)
+        return data
 
     def read(self, contig: str | int, start: int, end: int) -> np.ndarray:
         """Codes of ``contig`` in [start, end) as a new writable ``np.uint8`` array (end - start,)."""
         index = self.contig(contig).index if isinstance(contig, str) else contig
         length = self._lengths[index]
-        if not 0 <= start <= end <= length:
+        if not 0 <= start < end <= length:
+            if start == end and 0 <= start <= length:
+                return np.empty(0, dtype=np.uint8)
             raise IndexError(f"window [{start}, {end}) is outside contig {self.contigs[index].name!r} "
                              f"of length {length}")
-        if end <= start:
-            return np.empty(0, dtype=np.uint8)
         if self._uncached:
-            reader = self._readers.get(index) or self._reader(index)
-            return reader.read(start, end)
+            return (self._readers.get(index) or self._reader(index)).read(start, end)
         cs = self.chunk_size
         first, last = start // cs, (end - 1) // cs
         if first == last:
             return self._chunk(index, first)[start - first * cs:end - first * cs].copy()
+        if last == first + 1:
+            return np.concatenate((self._chunk(index, first)[start - first * cs:], self._chunk(index, last)[:end - last * cs]))
         out = np.empty(end - start, dtype=np.uint8)
-        pos = 0
-        for chunk in range(first, last + 1):
+        lo = start - first * cs
+        out[:cs - lo] = self._chunk(index, first)[lo:]
+        pos = cs - lo
+        for chunk in range(first + 1, last + 1):
             data = self._chunk(index, chunk)
-            lo = max(start - chunk * cs, 0)
-            hi = min(end - chunk * cs, cs)
-            out[pos:pos + hi - lo] = data[lo:hi]
-            pos += hi - lo
+            n = min(end - start - pos, cs)
+            out[pos:pos + n] = data[:n]
+            pos += n
         return out
 
     def read_softmask(self, contig: str | int, start: int, end: int) -> np.ndarray:

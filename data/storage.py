@@ -127,8 +127,9 @@ class ChunkCache:
     """Per-process LRU cache of decoded chunks, bounded in bytes.
 
     ``get(key, load)`` returns the cached array for ``key`` or calls ``load()`` and keeps the
-    result, evicting least-recently-used chunks beyond ``max_bytes``. Cached arrays are marked
-    read-only so that callers cannot corrupt them.
+    result; ``lookup(key)`` / ``put(key, chunk)`` are the same in two steps, for hot paths that
+    should not build a closure per call. Chunks beyond ``max_bytes`` are evicted least recently
+    used first. Cached arrays are marked read-only so that callers cannot corrupt them.
     """
 
     def __init__(self, max_bytes: int) -> None:
@@ -140,23 +141,32 @@ class ChunkCache:
         self.misses = 0
         self._items: OrderedDict[object, np.ndarray] = OrderedDict()
 
-    def get(self, key: object, load: Callable[[], np.ndarray]) -> np.ndarray:
-        items = self._items
-        chunk = items.get(key)
-        if chunk is not None:
-            items.move_to_end(key)
-            self.hits += 1
-            return chunk
-        self.misses += 1
-        chunk = load()
+    def lookup(self, key: object) -> np.ndarray | None:
+        """The cached chunk for ``key`` (now the most recently used), or None (a miss)."""
+        chunk = self._items.get(key)
+        if chunk is None:
+            self.misses += 1
+            return None
+        self._items.move_to_end(key)
+        self.hits += 1
+        return chunk
+
+    def put(self, key: object, chunk: np.ndarray) -> np.ndarray:
+        """Keep ``chunk`` (marked read-only) under ``key``, a key not in the cache, evicting as
+        needed; a chunk larger than the whole cache is not kept. Returns ``chunk``."""
         chunk.flags.writeable = False
         if chunk.nbytes <= self.max_bytes:
+            items = self._items
             items[key] = chunk
             self.nbytes += chunk.nbytes
             while self.nbytes > self.max_bytes:
                 _, evicted = items.popitem(last=False)
                 self.nbytes -= evicted.nbytes
         return chunk
+
+    def get(self, key: object, load: Callable[[], np.ndarray]) -> np.ndarray:
+        chunk = self.lookup(key)
+        return self.put(key, load()) if chunk is None else chunk
 
     def clear(self) -> None:
         self._items.clear()

@@ -245,3 +245,105 @@ def test_direct_chunk_reads_equal_zarr_reads(small_store, real_store):
                 lo = chunk * direct.chunk_size
                 hi = min(lo + direct.chunk_size, contig.length)
                 assert np.array_equal(direct.read(contig.index, lo, hi), reference.read(contig.index, lo, hi))
+
+
+@pytest.fixture(scope="module")
+def odd_store(tmp_path_factory, small_records) -> Path:
+    """zstd, 1,536-base chunks (not a power of two), 3 chunks per shard, a contig shorter than
+    one chunk: the reader must follow whatever geometry the metadata says."""
+    root = tmp_path_factory.mktemp("odd_store")
+    records = small_records + [("tiny", "ACGTN" * 100)]
+    fasta = write_fasta(root / "odd.fa", records)
+    return prepare_genome_store([fasta], root / "odd.zarr", chunk_size=1536, shard_chunks=3, compressor="zstd",
+                                progress=False)
+
+
+@pytest.mark.parametrize("cache_bytes", [0, 8192, 1 << 20])
+def test_windows_equal_plain_zarr_for_every_cache_size(small_store, odd_store, cache_bytes):
+    """Uncached (cache_bytes=0 or smaller than a chunk), thrashing and roomy caches all return the
+    slice a plain ``zarr.open_array`` returns: windows inside one chunk, across two, across many,
+    at both ends and of length 1."""
+    rng = np.random.default_rng(cache_bytes)
+    for path in (small_store, odd_store):
+        store = GenomeStore(path, cache_bytes=cache_bytes)
+        cs = store.chunk_size
+        for contig in store.contigs:
+            codes = zarr.open_array(path / "contigs" / str(contig.index), mode="r")[:]
+            n = contig.length
+            windows = [(0, n), (0, 1), (n - 1, n), (0, min(cs, n)), (max(n - cs - 7, 0), n),
+                       (min(cs - 3, n - 1), min(cs + 5, n)), (min(cs, n - 1), min(3 * cs + 1, n))]
+            for _ in range(30):
+                start = int(rng.integers(n))
+                windows.append((start, min(n, start + int(rng.integers(1, 4 * cs)))))
+            for start, end in windows:
+                window = store.read(contig.index, start, end)
+                assert window.flags.writeable and window.dtype == np.uint8
+                assert np.array_equal(window, codes[start:end]), (path.name, contig.name, start, end)
+            assert store.read(contig.index, n, n).shape == (0,)
+
+
+def test_softmask_direct_reads_equal_zarr(small_store, small_records):
+    store = GenomeStore(small_store, cache_bytes=0)
+    mask = zarr.open_array(small_store / "softmask" / "1", mode="r")[:]
+    expected = np.array([ch.islower() for ch in small_records[1][1]])
+    assert np.array_equal(mask, expected)
+    for start, end in [(0, 33_000), (19_990, 20_010), (4095, 4097), (5, 5)]:
+        assert np.array_equal(store.read_softmask("chrB", start, end), expected[start:end])
+
+
+def test_chunks_are_encoded_as_the_metadata_says(small_store, odd_store):
+    """Each chunk's Blosc header (byte 3: typesize) matches the array metadata plain zarr reads."""
+    for path in (small_store, odd_store):
+        array = zarr.open_array(path / "contigs" / "0", mode="r")
+        blosc = array.metadata.codecs[0].codecs[-1]
+        shard = (path / "contigs" / "0" / "c" / "0").read_bytes()
+        assert shard[3] == blosc.typesize == 2 and blosc.shuffle.value == "bitshuffle"
+
+
+def test_short_contigs_get_a_shard_of_their_own_size(odd_store):
+    tiny = zarr.open_array(odd_store / "contigs" / "3", mode="r")
+    assert tiny.shape == (500,) and tiny.shards == (1536,) and tiny.chunks == (1536,)
+    # chrA: 50,000 bases in 33 chunks of 1,536: 11 full shards of 3 chunks
+    assert len(list((odd_store / "contigs" / "0" / "c").iterdir())) == 11
+
+
+_INHERITED: list[GenomeStore] = []  # a store a forked child finds in its copy of our memory
+
+
+def _read_in_child(store: GenomeStore | None = None) -> bytes:
+    store = _INHERITED[0] if store is None else store
+    return store.read("chrA", 4000, 13_000).tobytes() + store.read("chrB", 0, 9000).tobytes()
+
+
+def test_reads_after_fork_and_pickle(small_store):
+    import multiprocessing
+    import pickle
+
+    store = GenomeStore(small_store, cache_bytes=0)
+    expected = _read_in_child(store)  # maps chrA's and chrB's first shards in this process
+    _INHERITED[:] = [store]
+    try:
+        with multiprocessing.get_context("fork").Pool(1) as pool:  # the child reuses the mappings
+            assert pool.apply(_read_in_child) == expected
+    finally:
+        _INHERITED.clear()
+    assert _read_in_child(pickle.loads(pickle.dumps(store))) == expected  # spawn: maps afresh
+
+
+def test_corrupt_shard_fails_clearly(tmp_path, small_store):
+    import shutil
+
+    copy = tmp_path / "copy.zarr"
+    shutil.copytree(small_store, copy)
+    shard = copy / "contigs" / "0" / "c" / "0"
+    data = bytearray(shard.read_bytes())
+    data[-10] ^= 0xFF  # inside the index
+    shard.write_bytes(bytes(data))
+    with pytest.raises(OSError, match="checksum mismatch.*prepare it again"):
+        GenomeStore(copy, cache_bytes=0).read("chrA", 0, 10)
+
+
+def test_unknown_compressor(tmp_path):
+    path = write_fasta(tmp_path / "a.fa", [("a", "ACGT" * 1000)])
+    with pytest.raises(ValueError, match="compressor='gzip'"):
+        prepare_genome_store([path], tmp_path / "s.zarr", compressor="gzip", progress=False)
