@@ -100,7 +100,7 @@ from benchmarks.common import (
     markdown_table,
     replace_markdown_section,
 )
-from genoformer.kernels.attention import Backend, attention
+from genoformer.kernels.dispatch import Backend, attention
 from genoformer.kernels.layout import BlockLayout
 
 SECTION = "attention"

@@ -39,7 +39,7 @@ from benchmarks.common import (
 )
 from genoformer.cli import training_cli
 from genoformer.data.genome_store import GenomeStore, prepare_genome_store
-from genoformer.kernels.attention import Backend
+from genoformer.kernels.dispatch import Backend
 from genoformer.lightning_module import GenoformerLM
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -31,7 +31,7 @@ from lightning.pytorch.cli import LightningCLI
 from genoformer.data.genome_store import prepare_genome_store
 from genoformer.data.timeseries_store import MissingPolicy, prepare_timeseries_store
 from genoformer.embeddings import Embedder, Embeddings, Pooling, is_sequence_file_name, save_embeddings
-from genoformer.kernels.attention import Backend
+from genoformer.kernels.dispatch import Backend
 from genoformer.lightning_module import GenoformerLM
 
 TRAINING_COMMANDS = ("fit", "validate", "test", "predict")

@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 
 from genoformer.data.alphabet import encode
 from genoformer.data.seqfiles import read_records
-from genoformer.kernels.attention import Backend
+from genoformer.kernels.dispatch import Backend
 from genoformer.model import Transformer, TransformerConfig
 
 SEQUENCE_FILE_SUFFIXES = (".fa", ".fasta", ".fna", ".ffn", ".fas", ".gb", ".gbk", ".genbank")

@@ -1,7 +1,7 @@
 """A pre-norm transformer for single-nucleotide genomic sequences: plain nn.Modules, one device.
 
 RMSNorm, rotary position embeddings (RoPE), SwiGLU MLP and multi-head attention with grouped
-key/value heads (GQA). Attention goes through `genoformer.kernels.attention.attention`; each
+key/value heads (GQA). Attention goes through `genoformer.kernels.dispatch.attention`; each
 layer's pattern (dense or a block-sparse layout spec) comes from `TransformerConfig.attention`,
 applied cyclically over the layers. The model knows nothing about DDP/FSDP or mixed precision
 policies: the Lightning strategy applies those.
@@ -29,7 +29,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from genoformer.data.alphabet import VOCAB_SIZE
-from genoformer.kernels.attention import Backend, attention
+from genoformer.kernels.dispatch import Backend, attention
 from genoformer.kernels.layout import BlockLayout, LayoutSpec
 
 
@@ -54,7 +54,7 @@ class TransformerConfig:
         attention: Attention pattern per layer, repeated cyclically over the layers: None is
             dense; a layout spec (class_path from genoformer.kernels.layout) is block-sparse.
             Example: [spec, spec, spec, None] makes every fourth layer dense.
-        attention_backend: Attention kernel (genoformer.kernels.attention.Backend); AUTO picks
+        attention_backend: Attention kernel (genoformer.kernels.dispatch.Backend); AUTO picks
             per device and logs it.
         activation_checkpointing: Recompute each block's activations in the backward pass (less
             memory, ~30% more compute).

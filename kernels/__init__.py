@@ -9,7 +9,7 @@ Public API:
 The Triton kernels (genoformer.kernels.triton_flash) are imported only when they run.
 """
 
-from genoformer.kernels.attention import Backend, attention
+from genoformer.kernels.dispatch import Backend, attention
 from genoformer.kernels.layout import (
     BigBird,
     BlockLayout,

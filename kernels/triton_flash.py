@@ -6,7 +6,7 @@ configurations in ``triton_flash_configs.py``):
   2. torch custom ops ``genoformer::triton_flash_fwd`` / ``genoformer::triton_flash_bwd`` with
      ``register_autograd`` and ``register_fake``, so torch.compile captures them without graph breaks;
   3. ``triton_attention(...)``: the public, autograd-enabled function, and ``unsupported_reason(...)``
-     which the dispatcher in ``genoformer.kernels.attention`` asks before choosing this backend.
+     which the dispatcher in ``genoformer.kernels.dispatch`` asks before choosing this backend.
 
 Semantics (the float64 reference ``genoformer.kernels.reference`` is the judge): query i of head h
 attends key j iff the layout allows block (i // bs, j // bs) for h, j <= i when causal, and

@@ -7,9 +7,17 @@ reason when the folder is absent.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+import torch
+
+# Without a CUDA GPU the Triton kernels run in Triton's CPU interpreter. The variable is read when
+# a kernel is defined, so it must be set before any test module imports the Triton backend; the
+# cross-compile test builds its kernels in a child process without it.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"

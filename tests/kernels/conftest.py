@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from genoformer.kernels.attention import attention
+from genoformer.kernels.dispatch import attention
 from genoformer.kernels.reference import allowed_mask
 
 
@@ -52,7 +52,7 @@ def naive_attention(q, k, v, *, causal=False, layout=None, kv_lens=None, scale=N
     scale = D**-0.5 if scale is None else scale
     k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     scores = (q @ k.transpose(-1, -2)) * scale
-    mask = allowed_mask(L, k.shape[2], causal=causal, layout=layout, kv_lens=kv_lens)
+    mask = allowed_mask(L, k.shape[2], causal=causal, layout=layout, kv_lens=kv_lens, device=q.device)
     if mask is None:
         return torch.softmax(scores, -1) @ v
     probs = torch.softmax(scores.masked_fill(~mask, torch.finfo(q.dtype).min), -1) * mask

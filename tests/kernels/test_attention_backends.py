@@ -5,18 +5,15 @@ Shape legend: q (B, Hq, L, D), k and v (B, Hkv, S, D); layouts (H_l, Mb, Nb).
 
 from __future__ import annotations
 
-import importlib
 import logging
 
 import pytest
 import torch
 
 from genoformer.kernels import Backend, BlockLayout, attention
-from genoformer.kernels.attention import unsupported_reason
+from genoformer.kernels import dispatch as attention_module
 from genoformer.kernels.blocksparse_torch import blocksparse_attention
-
-# The package attribute `attention` is the function, so reach the module through importlib.
-attention_module = importlib.import_module("genoformer.kernels.attention")
+from genoformer.kernels.dispatch import unsupported_reason
 
 BACKENDS = [Backend.TORCH, Backend.SDPA]
 

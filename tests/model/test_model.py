@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from genoformer.data.alphabet import VOCAB_SIZE
-from genoformer.kernels.attention import Backend
+from genoformer.kernels.dispatch import Backend
 from genoformer.kernels.layout import BigBird, SlidingWindow, Strided, Union
 from genoformer.model import RotaryEmbedding, TransformerConfig, apply_rotary
 
