@@ -5,10 +5,12 @@ Shape legend:
     Gl   layout groups: 1 when the layout is shared by all heads, else G
     Hl   layout kv-heads: 1 when shared, else Hkv        (the layout is viewed as (Hl, Gl, ...))
     bs   block size         Mb / Nb  query / key blocks  mc  query blocks in the current chunk
-    C    the most key blocks any query block attends (the padded width of layout.kv_indices)
+    C    the most key blocks any query block of the current chunk attends
     D    head dim           W = C * bs   gathered key positions per query block
 
-How it works, per chunk of mc query blocks:
+How it works: query blocks are sorted by how many key blocks they attend and grouped into
+chunks of similar width C (so one wide row, a BigBird global block say, does not pad every other
+row to its width); per chunk of mc query blocks:
   1. gather the C allowed key/value blocks of each query block (layout.kv_indices), giving
      keys (B, Hkv, Gl, mc, W, D): only blocks the layout allows are ever touched;
   2. scores (B, Hkv, G, mc, bs, W) = q_block @ keys^T * scale, in float32 (float64 for float64
@@ -19,7 +21,7 @@ How it works, per chunk of mc query blocks:
 
 Memory bound. A chunk holds O(B * Hq * mc * bs * W) scores (plus a bool mask and the
 probabilities of the same size) and O(B * Hkv * Gl * mc * W * D) gathered keys and values.
-mc is chosen so that this is at most `chunk_elements` (one query block at least), so the
+mc is chosen per chunk so that this is at most `chunk_elements` (one query block at least), so the
 forward peak is O(chunk_elements + output), whatever L is. Under autograd, when there is more
 than one chunk, every chunk is wrapped in activation checkpointing, so training keeps only
 the chunk inputs and outputs (O(B * Hq * L * D)) and recomputes one chunk at a time in the
@@ -83,28 +85,53 @@ def blocksparse_attention(
     k_BHNbD = F.pad(k.to(compute_dtype), (0, 0, 0, Nb * bs - S)).view(B, Hkv, Nb, bs, D)
     v_BHNbD = F.pad(v.to(compute_dtype), (0, 0, 0, Nb * bs - S)).view(B, Hkv, Nb, bs, D)
 
-    per_q_block = B * Hq * bs * C * bs + 2 * B * Hkv * Gl * C * bs * D
-    mc = max(1, min(Mb, chunk_elements // per_q_block))
-    use_checkpoint = torch.is_grad_enabled() and Mb > mc and any(t.requires_grad for t in (q, k, v))
-
+    chunks = _chunks_by_width(counts_HGM.amax(dim=(0, 1)), B * Hq * bs * bs + 2 * B * Hkv * Gl * bs * D, chunk_elements)
+    use_checkpoint = (
+        torch.is_grad_enabled() and len(chunks) > 1 and any(t.requires_grad for t in (q, k, v))
+    )
+    kwargs = dict(block_size=bs, kv_len=S, causal=causal, kv_lens=kv_lens, scale=scale)
     outs = []
-    for m0 in range(0, Mb, mc):
-        m1 = min(Mb, m0 + mc)
+    for rows_m, width in chunks:
         args = (
-            q_BHGMbD[:, :, :, m0:m1],
+            q_BHGMbD.index_select(3, rows_m),
             k_BHNbD,
             v_BHNbD,
-            counts_HGM[:, :, m0:m1],
-            indices_HGMC[:, :, m0:m1],
-            m0,
+            counts_HGM.index_select(2, rows_m),
+            indices_HGMC.index_select(2, rows_m)[..., :width],
+            rows_m,
         )
-        kwargs = dict(block_size=bs, kv_len=S, causal=causal, kv_lens=kv_lens, scale=scale)
         if use_checkpoint:
             outs.append(checkpoint(_attend_chunk, *args, use_reentrant=False, **kwargs))
         else:
             outs.append(_attend_chunk(*args, **kwargs))
-    out_BHGMbD = torch.cat(outs, dim=3)  # (B, Hkv, G, Mb, bs, D)
+    # Chunks hold the query blocks sorted by width; put them back in order.
+    order_M = torch.cat([rows_m for rows_m, _ in chunks])
+    out_BHGMbD = torch.cat(outs, dim=3).index_select(3, torch.argsort(order_M))  # (B, Hkv, G, Mb, bs, D)
     return out_BHGMbD.reshape(B, Hq, Mb * bs, D)[:, :, :L].to(q.dtype)
+
+
+def _chunks_by_width(
+    width_M: torch.Tensor, elements_per_block_pair: int, chunk_elements: int
+) -> list[tuple[torch.Tensor, int]]:
+    """Group the query blocks into chunks of similar width (allowed key blocks).
+
+    Each chunk pads its rows to its widest row only, so rows are sorted by width first: a few
+    wide rows (a BigBird global block, the bottom of a causal layout) then no longer pad every
+    other row to their width. A chunk of n rows of width w costs about
+    n * w * elements_per_block_pair elements, kept within chunk_elements (one row at least).
+    Returns [(query-block indices (n,) int64, width)], the indices on width_M's device.
+    """
+    order_M = torch.argsort(width_M, stable=True)
+    widths = width_M[order_M].tolist()
+    chunks = []
+    start = 0
+    while start < len(widths):
+        end = start + 1
+        while end < len(widths) and (end + 1 - start) * max(1, widths[end]) * elements_per_block_pair <= chunk_elements:
+            end += 1
+        chunks.append((order_M[start:end], max(1, widths[end - 1])))
+        start = end
+    return chunks
 
 
 def _attend_chunk(
@@ -113,7 +140,7 @@ def _attend_chunk(
     v_BHNbD: torch.Tensor,
     counts_HGm: torch.Tensor,
     indices_HGmC: torch.Tensor,
-    m0: int,
+    rows_m: torch.Tensor,
     *,
     block_size: int,
     kv_len: int,
@@ -121,7 +148,7 @@ def _attend_chunk(
     kv_lens: torch.Tensor | None,
     scale: float,
 ) -> torch.Tensor:
-    """Attention of query blocks m0 .. m0 + mc against their gathered key blocks."""
+    """Attention of the query blocks `rows_m` (mc,) against their gathered key blocks."""
     B, Hkv, G, mc, bs, D = q_BHGmbD.shape
     Hl, Gl, _, C = indices_HGmC.shape
     W = C * bs
@@ -142,7 +169,7 @@ def _attend_chunk(
     valid = slot_ok_HGmC.repeat_interleave(bs, dim=-1) & (keys_HGmW < kv_len)
     valid = valid.view(1, Hl, Gl, mc, 1, W)
     if causal:
-        queries_m1 = ((m0 + torch.arange(mc, device=device)) * bs).view(mc, 1) + offsets_bs  # (mc, bs)
+        queries_m1 = (rows_m * bs).view(mc, 1) + offsets_bs  # (mc, bs)
         valid = valid & (keys_HGmW.view(Hl, Gl, mc, 1, W) <= queries_m1.view(1, 1, mc, bs, 1))
     if kv_lens is not None:
         valid = valid & (keys_HGmW.unsqueeze(0) < kv_lens.view(-1, 1, 1, 1, 1)).unsqueeze(-2)
