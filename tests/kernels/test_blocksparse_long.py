@@ -30,3 +30,18 @@ def test_32k_sliding_window_runs_and_matches_the_reference_on_its_last_rows():
     probs = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
     expected = (probs @ v[:, :, keys].double()).float()
     torch.testing.assert_close(out[:, :, rows], expected, atol=1e-5, rtol=1e-4)
+
+
+def test_work_follows_the_allowed_blocks_not_the_widest_row():
+    """A BigBird global row attends every block; the other rows must not be padded to its width."""
+    from genoformer.kernels.blocksparse_torch import _chunks_by_width
+
+    layout = BlockLayout.bigbird(seq_len=8192, window=512, num_global_blocks=1, num_random_blocks=2, block_size=128)
+    counts_M = layout.kv_indices("cpu")[0][0].long()
+    allowed = int(counts_M.sum())
+    assert int(counts_M.max()) == layout.num_kv_blocks  # the global row is as wide as the sequence
+    chunks = _chunks_by_width(counts_M, elements_per_block_pair=1, chunk_elements=256)
+    padded = sum(len(rows) * width for rows, width in chunks)
+    assert padded <= 1.25 * allowed, f"{padded} block pairs computed for {allowed} allowed"
+    covered = torch.sort(torch.cat([rows for rows, _ in chunks])).values
+    assert torch.equal(covered, torch.arange(layout.num_q_blocks))
