@@ -130,6 +130,8 @@ class GenomeDataModule(_ShardedLoaders, L.LightningDataModule):
             if intervals[name]:
                 self.datasets[name] = TiledWindowDataset(store, self.window, self.eval_stride,
                                                          intervals=intervals[name], cache_bytes=self.cache_bytes)
+        # Prediction covers every contig whole, whatever the split.
+        self.datasets["predict"] = TiledWindowDataset(store, self.window, self.eval_stride, cache_bytes=self.cache_bytes)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.datasets["train"], train=True)
@@ -139,6 +141,14 @@ class GenomeDataModule(_ShardedLoaders, L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader | list:
         return self._loader(self.datasets["test"], train=False) if "test" in self.datasets else []
+
+    def predict_dataloader(self) -> DataLoader:
+        """Tiles of every contig (``eval_stride`` apart), for `genoformer predict`."""
+        return self._loader(self.datasets["predict"], train=False)
+
+    def contig_names(self) -> list[str]:
+        """Names of the store's contigs, indexed like the batches' ``contig`` entries."""
+        return [contig.name for contig in GenomeStore(self.store_path, 0).contigs]
 
 
 class TimeSeriesDataModule(_ShardedLoaders, L.LightningDataModule):

@@ -7,6 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import BasePredictionWriter
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -72,3 +75,37 @@ class LossPlotCallback(L.Callback):
             ax.text(0.5, 0.5, "no loss values were logged", ha="center", va="center", transform=ax.transAxes)
         figure.savefig(path, dpi=120)
         return path
+
+
+class PredictionWriter(BasePredictionWriter):
+    """At the end of `genoformer predict`, write every tile's embedding to a .npz file in the run
+    directory: `embeddings` float32 (N, E), `contig` (N,) index, `contig_name` (N,), `start` and
+    `length` (N,) in bases; one file per rank under DDP (`<stem>.rank<r>.npz`)."""
+
+    def __init__(self, filename: str = "predictions.npz") -> None:
+        """
+        Args:
+            filename: name of the .npz file inside the run directory.
+        """
+        super().__init__(write_interval="epoch")
+        self.filename = filename
+
+    def write_on_epoch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, predictions: Any, batch_indices: Any
+    ) -> None:
+        batches = predictions[0] if predictions and isinstance(predictions[0], list) else predictions
+        if not batches:
+            return
+        columns = {
+            key: torch.cat([batch[key].detach().cpu() for batch in batches]).numpy()
+            for key in ("embeddings", "contig", "start", "length")
+        }
+        names = trainer.datamodule.contig_names() if hasattr(trainer.datamodule, "contig_names") else []
+        if names:
+            columns["contig_name"] = np.array([names[i] for i in columns["contig"]], dtype=str)
+        run_dir = Path(trainer.log_dir or trainer.default_root_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        path = run_dir / self.filename
+        if trainer.world_size > 1:
+            path = path.with_name(f"{path.stem}.rank{trainer.global_rank}{path.suffix}")
+        np.savez(path, **columns)

@@ -32,9 +32,9 @@ IGNORE = -100
 class Objective(str, enum.Enum):
     """Training objective (YAML: the member name, e.g. `objective: MASKED_LM`)."""
 
-    CAUSAL_LM = "causal_lm"
+    CAUSAL_LM = "CAUSAL_LM"
     """Predict each token from the ones before it; causal attention in every layer."""
-    MASKED_LM = "masked_lm"
+    MASKED_LM = "MASKED_LM"
     """BERT-style: predict masked nucleotides from both sides; bidirectional attention."""
 
 

@@ -16,6 +16,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 LAMBDA = REPO_ROOT / "examples" / "lambda_phage.fasta.gz"
 
 
+def name_in_fasta(path: Path) -> str:
+    with gzip.open(path, "rt") as handle:
+        return handle.readline()[1:].split()[0]
+
+
 def test_top_level_help_lists_every_command(capsys):
     main([])
     out = capsys.readouterr().out
@@ -102,12 +107,26 @@ def test_prepare_fit_embed_end_to_end(tmp_path, capsys):
     assert (run_dir / "loss.png").is_file()
     assert (run_dir / "metrics.csv").is_file()
 
+    # predict: every tile of the genome through the model, written by the config's PredictionWriter
+    main([
+        "predict", "--config", str(REPO_ROOT / "configs" / "quickstart.yaml"), "--ckpt_path", str(checkpoint),
+        "--trainer.default_root_dir", str(run_dir), "--trainer.enable_progress_bar", "false",
+        "--model.transformer.d_model", "32", "--model.transformer.n_layers", "1", "--model.transformer.n_heads", "2",
+        "--model.transformer.max_seq_len", "512",
+        "--model.transformer.attention", "[{class_path: genoformer.kernels.layout.SlidingWindow, init_args: {window: 128, block_size: 64}}]",
+        "--data.init_args.store", str(store), "--data.init_args.num_workers", "0",
+    ])
+    predictions = np.load(run_dir / "predictions.npz")
+    genome_length = 48_502
+    assert predictions["embeddings"].shape == (-(-genome_length // 512), 32)
+    assert list(predictions["start"][:3]) == [0, 512, 1024]
+    assert predictions["length"].sum() == genome_length
+    assert set(predictions["contig_name"]) == {name_in_fasta(LAMBDA)}
+
     out = tmp_path / "emb.npz"
     main(["embed", "--checkpoint", str(checkpoint), "--inputs", str(LAMBDA), "--out", str(out), "--batch_size", "4"])
     saved = np.load(out)
-    with gzip.open(LAMBDA, "rt") as handle:
-        name = handle.readline()[1:].split()[0]
-    assert list(saved["names"]) == [name]
+    assert list(saved["names"]) == [name_in_fasta(LAMBDA)]
     assert saved["embeddings"].shape == (1, 32)
     assert np.isfinite(saved["embeddings"]).all()
 

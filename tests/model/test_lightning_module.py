@@ -52,7 +52,7 @@ def test_warmup_cosine_schedule():
 
 def test_objective_sets_attention_direction_and_initial_loss_is_uniform():
     causal = GenoformerLM(tiny_config(causal=False), objective=Objective.CAUSAL_LM)
-    masked = GenoformerLM(tiny_config(), objective="masked_lm")
+    masked = GenoformerLM(tiny_config(), objective="MASKED_LM")
     assert causal.model.config.causal and not masked.model.config.causal
     tokens_BL = random_tokens(4, 64)
     for module in (causal, masked):
@@ -90,7 +90,7 @@ def test_short_fit_logs_metrics_checkpoints_and_plots(tmp_path):
     path = tmp_path / "final.ckpt"
     trainer.save_checkpoint(path)
     checkpoint = torch.load(path, weights_only=True)
-    assert checkpoint["hyper_parameters"]["objective"] == "causal_lm"
+    assert checkpoint["hyper_parameters"]["objective"] == "CAUSAL_LM"
     assert checkpoint["trained_seq_len"] == WINDOW
     restored = GenoformerLM.load_from_checkpoint(path)
     assert restored.model.config == module.model.config and restored.trained_seq_len == WINDOW
@@ -163,7 +163,7 @@ def test_fit_and_test_on_a_genome_data_module(tmp_path):
         store=str(tmp_path / "toy.zarr"), fasta=[str(fasta)], window=128, batch_size=4, num_workers=0,
         samples_per_epoch=16, split=SplitSpec(val_fraction=0.1, test_fraction=0.05),
     )
-    module = GenoformerLM(tiny_config(attention=[SlidingWindow(window=32, block_size=16), None]), objective="masked_lm")
+    module = GenoformerLM(tiny_config(attention=[SlidingWindow(window=32, block_size=16), None]), objective="MASKED_LM")
     trainer = L.Trainer(
         max_steps=2, accelerator="cpu", logger=False, enable_checkpointing=False, default_root_dir=tmp_path,
         enable_progress_bar=False, enable_model_summary=False, val_check_interval=2,
