@@ -1,5 +1,6 @@
 # Two commands set everything up on a fresh machine:
-#   make quickstart   install into .venv, then train on the lambda-phage genome shipped in examples/
+#   make quickstart   install into .venv, then train on the E. coli genome shipped in examples/
+#                     and embed the lambda phage genome with the trained model
 #   make test         install into .venv (with the test extras), then run the whole test suite
 # PYTHON picks the interpreter (3.10 to 3.12); TORCH the torch requirement (pip configured for a
 # CUDA index gives a CUDA build of the same version).

@@ -119,19 +119,30 @@ class GenomeDataModule(_ShardedLoaders, L.LightningDataModule):
         prepare_genome_store(self.fasta, self.store_path)
 
     def setup(self, stage: str | None = None) -> None:
+        """Build the datasets the stage needs: fit (train + val), validate, test or predict.
+
+        Raises ValueError when `validate` or `test` asks for a split that holds no data, naming
+        the option that creates it.
+        """
         store = GenomeStore(self.store_path, self.cache_bytes)
+        if stage == "predict":
+            # Prediction covers every contig whole, whatever the split.
+            self.datasets["predict"] = TiledWindowDataset(store, self.window, self.eval_stride, cache_bytes=self.cache_bytes)
+            return
         intervals = split_intervals([SequenceSource(c.name, c.length, c.source_name) for c in store.contigs], self.split)
-        self.datasets["train"] = RandomWindowDataset(
-            store, self.window, self.samples_per_epoch, intervals=intervals["train"], seed=self.seed,
-            max_n_fraction=self.max_n_fraction, reverse_complement=self.reverse_complement,
-            max_shift=self.max_shift, cache_bytes=self.cache_bytes,
-        )
-        for name in ("val", "test"):
+        if stage in ("fit", None):
+            self.datasets["train"] = RandomWindowDataset(
+                store, self.window, self.samples_per_epoch, intervals=intervals["train"], seed=self.seed,
+                max_n_fraction=self.max_n_fraction, reverse_complement=self.reverse_complement,
+                max_shift=self.max_shift, cache_bytes=self.cache_bytes,
+            )
+        for name, needed_by in (("val", "validate"), ("test", "test")):
             if intervals[name]:
                 self.datasets[name] = TiledWindowDataset(store, self.window, self.eval_stride,
                                                          intervals=intervals[name], cache_bytes=self.cache_bytes)
-        # Prediction covers every contig whole, whatever the split.
-        self.datasets["predict"] = TiledWindowDataset(store, self.window, self.eval_stride, cache_bytes=self.cache_bytes)
+            elif stage == needed_by:
+                raise ValueError(f"the {name} split of {self.store_path} is empty: set data.init_args.split."
+                                 f"{name}_fraction (e.g. 0.02) or name {name} contigs/files with split.by")
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.datasets["train"], train=True)

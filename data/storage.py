@@ -16,6 +16,7 @@ import datetime as _dt
 import logging
 import os
 import shutil
+import socket
 import sys
 import uuid
 from collections import OrderedDict
@@ -82,11 +83,20 @@ def open_store_group(path: str | Path, fmt: str, supported_versions: tuple[int, 
     return zarr.open_group(path, mode="r"), meta
 
 
+def _temporary_name(out: Path, kind: str) -> Path:
+    """A unique build path beside ``out``: ``.NAME.tmp-PID@HOST-KIND-RANDOM``."""
+    return out.parent / f".{out.name}{_TMP_MARK}{os.getpid()}@{socket.gethostname()}-{kind}-{uuid.uuid4().hex[:8]}"
+
+
 def _remove_stale_temporaries(out: Path) -> None:
-    """Delete temporary builds of ``out`` left by processes that no longer run."""
+    """Delete temporary builds of ``out`` left by processes of this host that no longer run.
+
+    Builds of other hosts (a shared file system under multi-node training) are left alone: their
+    process ids mean nothing here.
+    """
     for tmp in out.parent.glob(f".{out.name}{_TMP_MARK}*"):
-        pid_text = tmp.name[len(f".{out.name}{_TMP_MARK}"):].split("-", 1)[0]
-        if not pid_text.isdigit():
+        pid_text, _, rest = tmp.name[len(f".{out.name}{_TMP_MARK}"):].partition("@")
+        if not pid_text.isdigit() or not rest.startswith(f"{socket.gethostname()}-"):
             continue
         try:
             os.kill(int(pid_text), 0)
@@ -108,11 +118,11 @@ def atomic_build(out: Path, overwrite: bool) -> Iterator[Path]:
     _remove_stale_temporaries(out)
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} exists; pass overwrite=True (--overwrite) to replace it")
-    tmp = out.parent / f".{out.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp = _temporary_name(out, "new")
     try:
         yield tmp
         if out.exists():
-            old = out.parent / f".{out.name}{_TMP_MARK}{os.getpid()}-old-{uuid.uuid4().hex[:8]}"
+            old = _temporary_name(out, "old")
             os.replace(out, old)
             os.replace(tmp, out)
             shutil.rmtree(old, ignore_errors=True)

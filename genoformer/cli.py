@@ -36,6 +36,10 @@ from genoformer.lightning_module import GenoformerLM
 
 TRAINING_COMMANDS = ("fit", "validate", "test", "predict")
 
+# The command line takes the enums' values (mean, triton), as the Python API does.
+PoolingName = Literal[tuple(member.value for member in Pooling)]
+BackendName = Literal[tuple(member.value for member in Backend)]
+
 
 def prepare(
     *,
@@ -118,13 +122,13 @@ def embed(
     checkpoint: Path,
     inputs: Union[str, list[str]],
     out: Path,
-    pooling: Pooling = Pooling.MEAN,
+    pooling: PoolingName = "mean",
     layer: int = -1,
     batch_size: int = 8,
     window: Optional[int] = None,
     overlap: Optional[int] = None,
     device: Optional[str] = None,
-    backend: Backend = Backend.AUTO,
+    backend: BackendName = "auto",
 ) -> Path:
     """Embed sequences with a trained checkpoint and write them, with their names, to a file.
 
@@ -133,8 +137,9 @@ def embed(
 
     Args:
         checkpoint: A .ckpt file written by `genoformer fit`.
-        inputs: A FASTA/GenBank file or a literal DNA string, or several as a list ("[a.fa,b.fa]");
-            strings are named seq0, seq1, ... in their order, records by their id.
+        inputs: A FASTA/GenBank file or a literal DNA string, or several as a list ("[a.fa,ACGT]").
+            Outputs keep the input order; a string is named seqI after its place I in the list,
+            a record by its id; names must be unique.
         out: Output file, ending in .npz or .zarr.
         pooling: One vector per sequence (mean, max, first, last) or per token (none).
         layer: Hidden state to read: 0 is the token embeddings, -1 the last block.
@@ -142,22 +147,33 @@ def embed(
         window: Window length for long sequences; default the trained context.
         overlap: Tokens shared by neighbouring windows; default window // 4.
         device: cpu, cuda or cuda:N; default CUDA when available.
-        backend: Attention backend; auto picks the fastest for the device.
+        backend: Attention backend; auto picks the fastest for the device (on CUDA the model runs
+            under bfloat16 autocast, which the Triton kernels need).
     """
-    embedder = Embedder.from_checkpoint(checkpoint, device=device, backend=backend)
-    options = dict(pooling=pooling, layer=layer, batch_size=batch_size, window=window, overlap=overlap)
-    items = [inputs] if isinstance(inputs, str) else inputs
-    files = [item for item in items if is_sequence_file_name(item)]
-    strings = [item for item in items if not is_sequence_file_name(item)]
-    parts = [embedder.embed(Path(item), **options) for item in files]
-    if strings:
-        parts.append(embedder.embed(strings, **options))
-    result = Embeddings(
-        [name for part in parts for name in part.names],
-        [array for part in parts for array in part.arrays],
-        pooling,
-        layer,
-    )
+    embedder = Embedder.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
+    options = dict(pooling=Pooling(pooling), layer=layer, batch_size=batch_size, window=window, overlap=overlap)
+    items = [inputs] if isinstance(inputs, str) else list(inputs)
+    names: list[str] = []
+    arrays: list = []
+    start = 0
+    while start < len(items):
+        if is_sequence_file_name(items[start]):
+            part = embedder.embed(Path(items[start]), **options)
+            names += part.names
+            end = start + 1
+        else:  # a run of literal strings goes through in one call, so they share batches
+            end = start
+            while end < len(items) and not is_sequence_file_name(items[end]):
+                end += 1
+            part = embedder.embed(items[start:end], **options)
+            names += [f"seq{index}" for index in range(start, end)]
+        arrays += part.arrays
+        start = end
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"sequence names must be unique in one output file; repeated: {repeated[:5]}. "
+                         "Rename the records, or embed the files into separate outputs.")
+    result = Embeddings(names, arrays, Pooling(pooling), layer)
     path = save_embeddings(result, out)
     print(f"wrote {len(result)} embeddings to {path}")
     return path
@@ -166,13 +182,32 @@ def embed(
 TOOL_COMMANDS = {"prepare": prepare, "prepare_timeseries": prepare_timeseries, "embed": embed}
 
 
+class GenoformerCLI(LightningCLI):
+    """LightningCLI whose validate, test and predict runs log beside the training run.
+
+    The shipped configs log straight into `trainer.default_root_dir` (a CSVLogger with an empty
+    name and version), which is where `fit` writes metrics.csv, config.yaml, loss.png and the
+    checkpoints. Run with the same config, `validate`, `test` and `predict` would overwrite those
+    files, so their logger version becomes the subcommand: `<run dir>/test/metrics.csv`,
+    `<run dir>/predict/predictions.npz`, each with its own config.yaml.
+    """
+
+    def before_instantiate_classes(self) -> None:
+        if self.subcommand in (None, "fit"):
+            return
+        logger = self.config[self.subcommand].trainer.logger
+        init_args = getattr(logger, "init_args", None)
+        if init_args is not None and "version" in init_args and not init_args.version:
+            init_args.version = self.subcommand
+
+
 def training_cli(args: Optional[Sequence[str]] = None, run: bool = True) -> LightningCLI:
     """LightningCLI for GenoformerLM; the data module is chosen in the config by class_path.
 
     `args` None reads the command line (sys.argv), as a console command does. With run=False
     the args take no subcommand: the model, data module and trainer are only instantiated.
     """
-    return LightningCLI(
+    return GenoformerCLI(
         GenoformerLM,
         LightningDataModule,
         subclass_mode_data=True,

@@ -82,12 +82,22 @@ class Embeddings:
 class Embedder:
     """Runs a `Transformer` in eval mode over sequences of any length (see the module docstring)."""
 
-    def __init__(self, model: Transformer, *, window: int, device: Optional[Union[str, torch.device]] = None) -> None:
+    def __init__(
+        self,
+        model: Transformer,
+        *,
+        window: int,
+        device: Optional[Union[str, torch.device]] = None,
+        autocast_dtype: Optional[torch.dtype] = None,
+    ) -> None:
         """
         Args:
             model: the trained network.
             window: default window length in tokens (at most model.config.max_seq_len).
             device: where to run; None: CUDA when available, else CPU.
+            autocast_dtype: run the model under torch.autocast with this dtype; None: bfloat16 on
+                CUDA (as training does, and as the Triton kernels need), full float32 on the CPU.
+                Outputs are float32 either way.
         """
         if not 0 < window <= model.config.max_seq_len:
             raise ValueError(f"window must be in [1, max_seq_len={model.config.max_seq_len}], got {window}.")
@@ -96,6 +106,9 @@ class Embedder:
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
         self.window = window
+        if autocast_dtype is None and self.device.type == "cuda":
+            autocast_dtype = torch.bfloat16
+        self.autocast_dtype = autocast_dtype
 
     @classmethod
     def from_checkpoint(
@@ -103,6 +116,7 @@ class Embedder:
         path: Union[str, Path],
         device: Optional[Union[str, torch.device]] = None,
         backend: Backend = Backend.AUTO,
+        autocast_dtype: Optional[torch.dtype] = None,
     ) -> Embedder:
         """Load a GenoformerLM Lightning checkpoint (.ckpt) for embedding.
 
@@ -111,6 +125,7 @@ class Embedder:
             device: where to run; None: CUDA when available, else CPU.
             backend: attention backend to run with (the training backend may not exist here);
                 AUTO picks per device.
+            autocast_dtype: see `Embedder`; None: bfloat16 autocast on CUDA, float32 on the CPU.
         """
         path = Path(path)
         if not path.is_file():
@@ -137,7 +152,7 @@ class Embedder:
         prefix = "model."
         model.load_state_dict({k[len(prefix) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)})
         window = min(checkpoint.get("trained_seq_len") or config.max_seq_len, config.max_seq_len)
-        return cls(model, window=window, device=device)
+        return cls(model, window=window, device=device, autocast_dtype=autocast_dtype)
 
     @torch.inference_mode()
     def embed(
@@ -194,7 +209,10 @@ class Embedder:
         with tqdm(total=len(tiles), unit="window", disable=not progress, desc="embedding") as bar:
             for batch in _same_length_batches(tiles, batch_size):
                 tokens_BW = torch.from_numpy(np.stack([sequences[i][t.start : t.end] for i, t in batch]))
-                hidden_BWE = self.model.hidden_state(tokens_BW.to(self.device), layer=layer)
+                with torch.autocast(
+                    self.device.type, dtype=self.autocast_dtype or torch.float32, enabled=self.autocast_dtype is not None
+                ):
+                    hidden_BWE = self.model.hidden_state(tokens_BW.to(self.device), layer=layer)
                 hidden_BWE = hidden_BWE.float().cpu().numpy()
                 for (index, tile), hidden_WE in zip(batch, hidden_BWE):
                     pools[index].add(tile.keep_start, hidden_WE[tile.keep_start - tile.start : tile.keep_end - tile.start])

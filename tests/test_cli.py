@@ -100,23 +100,28 @@ def test_prepare_fit_embed_end_to_end(tmp_path, capsys):
         "--model.transformer.max_seq_len", "512",
         "--model.transformer.attention", "[{class_path: genoformer.kernels.layout.SlidingWindow, init_args: {window: 128, block_size: 64}}]",
         "--data.init_args.store", str(store), "--data.init_args.num_workers", "0",
-        "--data.init_args.split", "{by: region, val_fraction: 0.1}",
+        "--data.init_args.split", "{by: region, val_fraction: 0.1, test_fraction: 0.1}",
     ])
     checkpoint = run_dir / "checkpoints" / "last.ckpt"
     assert checkpoint.is_file()
     assert (run_dir / "loss.png").is_file()
     assert (run_dir / "metrics.csv").is_file()
 
-    # predict: every tile of the genome through the model, written by the config's PredictionWriter
-    main([
-        "predict", "--config", str(REPO_ROOT / "configs" / "quickstart.yaml"), "--ckpt_path", str(checkpoint),
-        "--trainer.default_root_dir", str(run_dir), "--trainer.enable_progress_bar", "false",
-        "--model.transformer.d_model", "32", "--model.transformer.n_layers", "1", "--model.transformer.n_heads", "2",
-        "--model.transformer.max_seq_len", "512",
-        "--model.transformer.attention", "[{class_path: genoformer.kernels.layout.SlidingWindow, init_args: {window: 128, block_size: 64}}]",
-        "--data.init_args.store", str(store), "--data.init_args.num_workers", "0",
-    ])
-    predictions = np.load(run_dir / "predictions.npz")
+    training_metrics = (run_dir / "metrics.csv").read_text()
+    # test and predict with the same config log beside the training run, never over it
+    for command in ("test", "predict"):
+        main([
+            command, "--config", str(REPO_ROOT / "configs" / "quickstart.yaml"), "--ckpt_path", str(checkpoint),
+            "--trainer.default_root_dir", str(run_dir), "--trainer.enable_progress_bar", "false",
+            "--model.transformer.d_model", "32", "--model.transformer.n_layers", "1", "--model.transformer.n_heads", "2",
+            "--model.transformer.max_seq_len", "512",
+            "--model.transformer.attention", "[{class_path: genoformer.kernels.layout.SlidingWindow, init_args: {window: 128, block_size: 64}}]",
+            "--data.init_args.store", str(store), "--data.init_args.num_workers", "0",
+            "--data.init_args.split", "{by: region, val_fraction: 0.1, test_fraction: 0.1}",
+        ])
+    assert (run_dir / "metrics.csv").read_text() == training_metrics
+    assert "test/bpb" in (run_dir / "test" / "metrics.csv").read_text()
+    predictions = np.load(run_dir / "predict" / "predictions.npz")
     genome_length = 48_502
     assert predictions["embeddings"].shape == (-(-genome_length // 512), 32)
     assert list(predictions["start"][:3]) == [0, 512, 1024]
@@ -133,3 +138,31 @@ def test_prepare_fit_embed_end_to_end(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["embed", "--checkpoint", str(checkpoint), "--inputs", "ACGTXACGT", "--out", str(tmp_path / "bad.npz")])
     assert "'X'" in capsys.readouterr().err
+
+
+def test_embed_keeps_input_order_and_rejects_repeated_names(tmp_path, capsys):
+    """Strings and files mixed in one call come out in input order; names must be unique."""
+    from lightning import Trainer
+
+    from genoformer.kernels.layout import SlidingWindow
+    from genoformer.lightning_module import GenoformerLM
+    from genoformer.model import TransformerConfig
+
+    module = GenoformerLM(TransformerConfig(d_model=16, n_layers=1, n_heads=2, max_seq_len=256,
+                                            attention=[SlidingWindow(window=64, block_size=32)]))
+    trainer = Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, max_steps=0)
+    trainer.strategy.connect(module)
+    checkpoint = tmp_path / "tiny.ckpt"
+    trainer.save_checkpoint(checkpoint)
+    fasta = tmp_path / "two.fa"
+    fasta.write_text(">r1\nACGTACGTAC\n>r2\nGGGCCCAATT\n")
+    out = tmp_path / "mixed.npz"
+    main(["embed", "--checkpoint", str(checkpoint), "--inputs", f"[ACGTAC,{fasta},TTGACA]", "--out", str(out),
+          "--pooling", "max"])
+    saved = np.load(out)
+    assert list(saved["names"]) == ["seq0", "r1", "r2", "seq2"]
+    assert saved["embeddings"].shape == (4, 16)
+
+    with pytest.raises(SystemExit):
+        main(["embed", "--checkpoint", str(checkpoint), "--inputs", f"[{fasta},{fasta}]", "--out", str(tmp_path / "dup.npz")])
+    assert "repeated" in capsys.readouterr().err

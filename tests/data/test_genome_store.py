@@ -7,6 +7,7 @@ import bz2
 import gzip
 import lzma
 import os
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -200,10 +201,13 @@ def test_incomplete_store_refuses_to_open_and_stale_temporaries_go(tmp_path):
         GenomeStore(out)
     # a crashed build (dead pid) leaves a temporary: the next prepare removes it
     dead = max(int(p) for p in os.listdir("/proc") if p.isdigit()) + 10_000 if os.path.isdir("/proc") else 999_999
-    stale = tmp_path / f".s.zarr.tmp-{dead}-deadbeef"
+    stale = tmp_path / f".s.zarr.tmp-{dead}@{socket.gethostname()}-new-deadbeef"
+    other_host = tmp_path / f".s.zarr.tmp-{dead}@another-host.example-new-deadbeef"
+    other_host.mkdir()
     stale.mkdir()
     prepare_genome_store([path], out, overwrite=True, progress=False)
     assert not stale.exists() and GenomeStore(out).contigs[0].length == 4000
+    assert other_host.exists(), "another host's build in progress must survive"
 
 
 def test_rerun_skips_identical_and_refuses_different(tmp_path):

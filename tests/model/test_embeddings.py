@@ -167,3 +167,16 @@ def test_save_and_load_round_trip(embedder, tmp_path, suffix, pooling):
         save_embeddings(result, tmp_path / "out.csv")
     with pytest.raises(FileNotFoundError, match="embeddings not found"):
         load_embeddings(tmp_path / "missing.npz")
+
+
+def test_bfloat16_autocast_stays_close_to_float32(mlm_checkpoint):
+    """On CUDA the Embedder runs under bfloat16 autocast by default (the Triton kernels need it);
+    the same path on the CPU must give float32 outputs close to the full-precision ones."""
+    full = Embedder.from_checkpoint(mlm_checkpoint, device="cpu")
+    half = Embedder.from_checkpoint(mlm_checkpoint, device="cpu", autocast_dtype=torch.bfloat16)
+    assert full.autocast_dtype is None and half.autocast_dtype is torch.bfloat16
+    sequence = random_sequence(300, seed=3)
+    a = full.embed(sequence, pooling="none", progress=False).arrays[0]
+    b = half.embed(sequence, pooling="none", progress=False).arrays[0]
+    assert b.dtype == np.float32
+    assert np.abs(a - b).max() / np.abs(a).max() < 0.05
