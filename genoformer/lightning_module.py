@@ -71,6 +71,17 @@ def warmup_cosine(step: int, *, warmup_steps: int, total_steps: int, min_lr_rati
     return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def _tokens(batch: dict[str, Any]) -> torch.Tensor:
+    """The (B, L) token ids of a batch; a clear error for batches of another kind."""
+    if "tokens" not in batch:
+        raise TypeError(
+            f"GenoformerLM trains on token batches ({{'tokens': (B, L), ...}}, as GenomeDataModule "
+            f"gives), got a batch with keys {sorted(batch)}; time-series batches have no model in "
+            "this release."
+        )
+    return batch["tokens"]
+
+
 class GenoformerLM(L.LightningModule):
     """A genomic language model: `Transformer` + causal or masked LM objective + AdamW."""
 
@@ -168,7 +179,7 @@ class GenoformerLM(L.LightningModule):
         return total / n_targets.clamp(min=1), n_targets
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
-        tokens_BL = batch["tokens"]
+        tokens_BL = _tokens(batch)
         self.trained_seq_len = max(self.trained_seq_len, tokens_BL.shape[1])
         loss, _ = self.loss(tokens_BL, batch.get("length"))
         self.log("train/loss", loss, prog_bar=True, batch_size=tokens_BL.shape[0])
@@ -182,7 +193,7 @@ class GenoformerLM(L.LightningModule):
         self._evaluate(batch, "test")
 
     def _evaluate(self, batch: dict[str, Any], split: str) -> None:
-        loss, n_targets = self.loss(batch["tokens"], batch.get("length"))
+        loss, n_targets = self.loss(_tokens(batch), batch.get("length"))
         n_targets = int(n_targets)  # weights the epoch mean, so it is the per-base mean
         self.log(f"{split}/loss", loss, prog_bar=split == "val", batch_size=n_targets, sync_dist=True)
         self.log(f"{split}/bpb", loss / LN2, batch_size=n_targets, sync_dist=True)
@@ -192,7 +203,7 @@ class GenoformerLM(L.LightningModule):
         other entries (metadata such as contig and start) passed through unchanged. PAD positions
         are left out of the mean and masked in attention. For other layers, pooling and
         long-sequence tiling use genoformer.embeddings.Embedder."""
-        tokens_BL = batch["tokens"].long()
+        tokens_BL = _tokens(batch).long()
         hidden_BLE = self.model.hidden_state(tokens_BL, batch.get("length"), layer=-1).float()
         keep_BL1 = (tokens_BL != PAD).unsqueeze(-1).float()
         pooled_BE = (hidden_BLE * keep_BL1).sum(1) / keep_BL1.sum(1).clamp(min=1.0)

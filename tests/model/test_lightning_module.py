@@ -172,3 +172,9 @@ def test_fit_and_test_on_a_genome_data_module(tmp_path):
     assert torch.isfinite(trainer.callback_metrics["val/loss"])
     (results,) = trainer.test(module, datamodule=data, verbose=False)
     assert results["test/bpb"] == pytest.approx(results["test/loss"] / math.log(2), rel=1e-5)
+
+
+def test_batches_without_tokens_get_a_clear_error():
+    module = GenoformerLM(tiny_config())
+    with pytest.raises(TypeError, match="time-series batches"):
+        module.training_step({"context": torch.zeros(2, 1, 8), "target": torch.zeros(2, 1, 4)}, 0)
