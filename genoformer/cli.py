@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Literal, Optional, Sequence, Union
 
@@ -169,7 +170,7 @@ def embed(
             names += [f"seq{index}" for index in range(start, end)]
         arrays += part.arrays
         start = end
-    repeated = sorted({name for name in names if names.count(name) > 1})
+    repeated = sorted(name for name, count in Counter(names).items() if count > 1)
     if repeated:
         raise ValueError(f"sequence names must be unique in one output file; repeated: {repeated[:5]}. "
                          "Rename the records, or embed the files into separate outputs.")
