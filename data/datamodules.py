@@ -1,26 +1,80 @@
 """Lightning data modules for genome and time-series stores (LightningCLI builds them from YAML).
 
 Training draws random windows (:class:`ShardSampler` gives each DDP rank its own indices and
-Lightning sets its epoch); validation and test tile their splits. Batches:
+Lightning sets its epoch); validation and test tile their splits. Checkpoints carry how far
+training got into its epoch, and a run resumed from one skips the samples already
+consumed instead of replaying them (:class:`ResumableDataLoader`). Batches:
 genome ``{"tokens": torch.uint8 (B, L), "contig": int64 (B,), "start": int64 (B,), ...}``;
 time series ``{"context": float32 (B, C, Lc), "target": float32 (B, C, H), ...}``.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import lightning as L
 from torch.utils.data import DataLoader, Dataset
 
 from genoformer.data.genome_datasets import RandomWindowDataset, TiledWindowDataset
-from genoformer.data.genome_store import GenomeStore, prepare_genome_store
+from genoformer.data.genome_store import GenomeStore, _sha256_files, prepare_genome_store
 from genoformer.data.sampling import ShardSampler
 from genoformer.data.splits import SequenceSource, SplitSpec, split_intervals
 from genoformer.data.timeseries_datasets import TimeSeriesWindowDataset
+from genoformer.data.storage import read_metadata
 from genoformer.data.timeseries_store import MissingPolicy, TimeSeriesStore, prepare_timeseries_store
 
+log = logging.getLogger(__name__)
+
+
+def store_built_from(store: Path, files: list[str], records_key: str, option: str) -> bool:
+    """Whether ``store`` exists (False: build it), after checking that it was built from exactly
+    ``files``, compared by SHA-256 in order; a store built from other files is an error naming
+    both lists and the config option, so that a changed config never trains on stale data."""
+    if not store.exists():
+        return False
+    if not files:
+        return True
+    for path in files:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"{option}: input file not found: {path}")
+    meta = read_metadata(store) or {}
+    records = meta.get(records_key, [])
+    built_from = list(dict.fromkeys(record["source_sha256"] for record in records))
+    if meta.get("complete") is True and built_from == _sha256_files([Path(p) for p in files]):
+        return True
+    sources = list(dict.fromkeys(record["source"] for record in records)) or "an unreadable or incomplete build"
+    raise FileExistsError(
+        f"store {store} was not built from the files that {option} names ({files}); it holds {sources}. "
+        f"Point the store option at a new path to build one from these files, or delete {store} to rebuild it"
+    )
+
+
+class ResumableDataLoader(DataLoader):
+    """The training DataLoader: Lightning saves its ``state_dict`` in every checkpoint (the epoch,
+    and how many samples all ranks together had consumed in it) and hands it back to
+    ``load_state_dict`` on resume, so that the next pass starts right after those samples.
+
+    ``position`` returns (epoch, batches this rank consumed in it); the data module reads it from
+    its trainer.
+    """
+
+    def __init__(self, *args: Any, position: Callable[[], tuple[int, int]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.position = position
+
+    def state_dict(self) -> dict[str, int]:
+        epoch, batches = self.position()
+        return {"epoch": epoch, "samples_consumed": batches * self.batch_size * self.sampler.num_replicas}
+
+    def load_state_dict(self, state_dict: dict[str, int]) -> None:
+        epoch, consumed = int(state_dict["epoch"]), int(state_dict["samples_consumed"])
+        if consumed >= self.sampler.total:  # saved at the end of an epoch: the next one starts whole
+            epoch, consumed = epoch + 1, 0
+        log.info("resuming the training data at epoch %d after %d consumed samples", epoch, consumed)
+        self.sampler.resume_from(epoch, consumed)
 
 
 class _ShardedLoaders:
@@ -33,9 +87,14 @@ class _ShardedLoaders:
     rank: int | None
     world_size: int | None
 
+    def _training_position(self) -> tuple[int, int]:
+        fit_loop = self.trainer.fit_loop
+        return fit_loop.epoch_progress.current.completed, fit_loop.epoch_loop.batch_progress.current.processed
+
     def _loader(self, dataset: Dataset, train: bool) -> DataLoader:
         sampler = ShardSampler(len(dataset), rank=self.rank, world_size=self.world_size, equal_shares=train)
-        return DataLoader(
+        kind, extra = (ResumableDataLoader, {"position": self._training_position}) if train else (DataLoader, {})
+        return kind(
             dataset,
             batch_size=self.batch_size,
             sampler=sampler,
@@ -43,6 +102,7 @@ class _ShardedLoaders:
             multiprocessing_context=self.multiprocessing_context if self.num_workers > 0 else None,
             persistent_workers=self.persistent_workers and self.num_workers > 0,
             drop_last=train,
+            **extra,
         )
 
 
@@ -52,7 +112,8 @@ class GenomeDataModule(_ShardedLoaders, L.LightningDataModule):
     Args:
         store: Path of the genome store (a zarr directory).
         fasta: FASTA/GenBank files to build ``store`` from when it does not exist yet
-            (in ``prepare_data``); ignored when the store exists.
+            (in ``prepare_data``); an existing store must have been built from exactly these
+            files (checked by SHA-256), else training stops with a message saying what to do.
         window: Tokens per window (L).
         batch_size: Windows per batch (per device).
         num_workers: DataLoader worker processes; each opens the store itself.
@@ -111,7 +172,9 @@ class GenomeDataModule(_ShardedLoaders, L.LightningDataModule):
         self.datasets: dict[str, Dataset] = {}
 
     def prepare_data(self) -> None:
-        if self.store_path.exists():
+        """Build the store from ``fasta`` when it does not exist; an existing store must have been
+        built from exactly these files (same SHA-256), else FileExistsError says what to do."""
+        if store_built_from(self.store_path, self.fasta, "contigs", "data.init_args.fasta"):
             return
         if not self.fasta:
             raise FileNotFoundError(f"genome store {self.store_path} does not exist and no `fasta` files were "
@@ -161,13 +224,25 @@ class GenomeDataModule(_ShardedLoaders, L.LightningDataModule):
         """Names of the store's contigs, indexed like the batches' ``contig`` entries."""
         return [contig.name for contig in GenomeStore(self.store_path, 0).contigs]
 
+    def describe_batch(self, batch: dict[str, Any]) -> str:
+        """Where a batch's windows come from, for error reports: the store, then per row the
+        contig, the 0-based half-open range and the strand."""
+        names = self.contig_names()
+        rows = []
+        for row, (contig, start) in enumerate(zip(batch["contig"].tolist(), batch["start"].tolist())):
+            length = int(batch["length"][row]) if "length" in batch else batch["tokens"].shape[1]
+            strand = " (reverse complement)" if "reverse" in batch and bool(batch["reverse"][row]) else ""
+            rows.append(f"{names[contig]}[{start}:{start + length}){strand}")
+        return f"store {self.store_path}: " + ", ".join(rows[:8]) + (", ..." if len(rows) > 8 else "")
+
 
 class TimeSeriesDataModule(_ShardedLoaders, L.LightningDataModule):
     """Context + horizon windows of a time-series store, for forecasting.
 
     Args:
         store: Path of the time-series store (a zarr directory).
-        sources: CSV/.npy files to build ``store`` from when it does not exist yet.
+        sources: CSV/.npy files to build ``store`` from when it does not exist yet; an existing
+            store must have been built from exactly these files.
         sampling_rate: Samples per second, for building the store (or give ``time_column``).
         time_column: CSV column with the time in seconds, for building the store.
         missing: Missing-value policy for building the store: "error", "ffill", "zero", "linear".
@@ -230,7 +305,9 @@ class TimeSeriesDataModule(_ShardedLoaders, L.LightningDataModule):
         self.datasets: dict[str, Dataset] = {}
 
     def prepare_data(self) -> None:
-        if self.store_path.exists():
+        """Build the store from ``sources`` when it does not exist; an existing store must have
+        been built from exactly these files, else FileExistsError says what to do."""
+        if store_built_from(self.store_path, self.sources, "series", "data.init_args.sources"):
             return
         if not self.sources:
             raise FileNotFoundError(f"time-series store {self.store_path} does not exist and no `sources` were "
@@ -260,3 +337,12 @@ class TimeSeriesDataModule(_ShardedLoaders, L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader | list:
         return self._loader(self.datasets["test"], train=False) if "test" in self.datasets else []
+
+    def describe_batch(self, batch: dict[str, Any]) -> str:
+        """Where a batch's windows come from, for error reports: the store, then per row the
+        series and the 0-based half-open range of context + horizon."""
+        names = [series.name for series in TimeSeriesStore(self.store_path).series]
+        span = self.context + self.horizon
+        rows = [f"{names[series]}[{start}:{start + span})"
+                for series, start in zip(batch["series"].tolist(), batch["start"].tolist())]
+        return f"store {self.store_path}: " + ", ".join(rows[:8]) + (", ..." if len(rows) > 8 else "")

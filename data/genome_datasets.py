@@ -58,7 +58,8 @@ class RandomWindowDataset(Dataset):
 
     Sample ``index`` of ``epoch`` is a pure function of (seed, epoch, index). A window with more
     than ``max_n_fraction`` N bases is redrawn (up to ``max_attempts`` times). Intervals shorter
-    than the window and contigs that are all N are left out (logged).
+    than the window and contigs that are all N are left out, with a WARNING that gives their count
+    and total length.
 
     Args:
         store: Genome store path or an open GenomeStore.
@@ -92,16 +93,20 @@ class RandomWindowDataset(Dataset):
         self.reverse_complement = reverse_complement
         self.max_shift = max_shift
         self.max_attempts = max_attempts
-        usable = []
+        usable, short = [], []
         for iv in (whole_contigs(gs) if intervals is None else intervals):
             contig = gs.contigs[iv.index]
             if iv.length < window:
-                log.info("contig %s [%d, %d) is shorter than the window (%d): no random windows from it",
-                         contig.name, iv.start, iv.end, window)
+                short.append(iv)
             elif contig.n_count == contig.length:
                 log.warning("contig %s is all N: no random windows from it", contig.name)
             else:
                 usable.append(iv)
+        if short:
+            names = ", ".join(f"{gs.contigs[iv.index].name}[{iv.start}:{iv.end})" for iv in short[:5])
+            log.warning("%d interval(s) of %s, %d bases in total, are shorter than the window (%d) and give no "
+                        "training windows: %s%s", len(short), gs.path, sum(iv.length for iv in short), window,
+                        names, ", ..." if len(short) > 5 else "")
         if not usable:
             raise ValueError(f"no interval of {gs.path} is at least {window} bases long and not all N; "
                              "use a shorter window or another split")

@@ -6,6 +6,11 @@ Every random choice for sample ``index`` of epoch ``epoch`` comes from
 hands each rank the indices ``rank, rank + world_size, ...`` as ``(epoch, index)`` keys, so no
 index is served twice across ranks within an epoch, and DataLoader workers then split a rank's
 keys between them (map-style datasets: each key goes to exactly one worker).
+
+Exact resume: :meth:`ShardSampler.resume_from` makes the next pass start in a given epoch and
+leave out the indices below a count of samples already consumed (over all ranks), so a run
+restarted from a mid-epoch checkpoint sees the rest of that epoch, not its beginning again, even
+with another number of ranks.
 """
 
 from __future__ import annotations
@@ -66,16 +71,31 @@ class ShardSampler(DistributedSampler):
         self.total = num_samples
         self.equal_shares = equal_shares
         self.epoch = start_epoch
+        self.skip = 0  # indices below this are left out of the next pass only (see resume_from)
+
+    def resume_from(self, epoch: int, consumed: int) -> None:
+        """Make the next pass (only) run epoch ``epoch`` without its first ``consumed`` indices:
+        the samples that all ranks together had already trained on before a checkpoint."""
+        if consumed < 0:
+            raise ValueError(f"consumed must be >= 0, got {consumed}")
+        self.epoch = epoch
+        self.skip = consumed
 
     def _stop(self) -> int:
         if self.equal_shares:
             return math.ceil(self.total / self.num_replicas) * self.num_replicas
         return self.total
 
+    def _indices(self, skip: int) -> range:
+        first = self.rank + self.num_replicas * max(0, -(-(skip - self.rank) // self.num_replicas))
+        return range(first, self._stop(), self.num_replicas)
+
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        epoch = self.epoch
-        for index in range(self.rank, self._stop(), self.num_replicas):
+        epoch, skip = self.epoch, self.skip
+        self.skip = 0
+        for index in self._indices(skip):
             yield (epoch, index)
 
     def __len__(self) -> int:
-        return len(range(self.rank, self._stop(), self.num_replicas))
+        """Keys of a whole epoch (Lightning counts a resumed epoch's batches from its start)."""
+        return len(self._indices(0))

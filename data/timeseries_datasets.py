@@ -9,6 +9,7 @@ per-channel statistics. Keys are an index or an (epoch, index) pair, as for geno
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +21,8 @@ from torch.utils.data import Dataset
 from genoformer.data.sampling import sample_rng, split_key
 from genoformer.data.splits import Interval
 from genoformer.data.timeseries_store import TimeSeriesStore
+
+log = logging.getLogger(__name__)
 
 
 class TimeSeriesWindowDataset(Dataset):
@@ -52,6 +55,10 @@ class TimeSeriesWindowDataset(Dataset):
         self.normalize = normalize
         ivs = [Interval(s.index, 0, s.length) for s in self._store.series] if intervals is None else list(intervals)
         self.intervals = [iv for iv in ivs if iv.length >= self.span]
+        short = [iv for iv in ivs if iv.length < self.span]
+        if short:
+            log.warning("%d interval(s) of %s, %d time steps in total, are shorter than context + horizon (%d) "
+                        "and give no windows", len(short), self._store.path, sum(iv.length for iv in short), self.span)
         if not self.intervals:
             raise ValueError(f"no interval of {self._store.path} holds context + horizon = {self.span} steps; "
                              "shorten them or change the split")

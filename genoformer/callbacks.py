@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 import math
+import signal
+import sys
+import threading
+from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Optional
 
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import BasePredictionWriter
+from lightning.pytorch.callbacks import BasePredictionWriter, ModelCheckpoint
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+log = logging.getLogger(__name__)
 
 
 class LossPlotCallback(L.Callback):
@@ -109,3 +116,192 @@ class PredictionWriter(BasePredictionWriter):
         if trainer.world_size > 1:
             path = path.with_name(f"{path.stem}.rank{trainer.global_rank}{path.suffix}")
         np.savez(path, **columns)
+
+
+class Preempted(SystemExit):
+    """Training stopped on a signal after saving its state; the exit status is 128 + the signal
+    number, as a shell reports a process ended by that signal."""
+
+
+class ResumeCheckpoint(L.Callback):
+    """Keep `last.ckpt` (of the ModelCheckpoint with `save_last: true`) resumable at the moments
+    the periodic checkpoints miss: when the job is told to stop (SIGTERM, SIGUSR1: what SLURM and
+    most schedulers send before they kill a job) and when training ends between two periodic saves.
+
+    A signal only sets a flag; the checkpoint is written at the end of the training step that is
+    running (so weights, optimizer, scheduler, data position and step counters agree), or, when the
+    signal arrives while validating, as soon as Lightning stops. Then the process exits with status
+    128 + the signal number. `genoformer fit ... --ckpt_path last` continues from there.
+    """
+
+    def __init__(self, signals: tuple[str, ...] = ("SIGTERM", "SIGUSR1")) -> None:
+        """
+        Args:
+            signals: names of the signals that mean "save and stop".
+        """
+        unknown = [name for name in signals if not isinstance(getattr(signal, name, None), signal.Signals)]
+        if unknown:
+            raise ValueError(f"unknown signal name(s) {unknown}; use names such as SIGTERM or SIGUSR1")
+        self.signals = tuple(getattr(signal, name) for name in signals)
+        self.received: Optional[signal.Signals] = None
+        self.saved_path: Optional[Path] = None
+        self._previous: dict[signal.Signals, Any] = {}
+
+    def last_checkpoint_path(self, trainer: L.Trainer) -> Path:
+        """The `last.ckpt` that `--ckpt_path last` resumes from."""
+        for callback in trainer.checkpoint_callbacks:
+            if isinstance(callback, ModelCheckpoint) and callback.save_last and callback.dirpath:
+                return Path(callback.dirpath) / f"{callback.CHECKPOINT_NAME_LAST}{callback.FILE_EXTENSION}"
+        raise ValueError("ResumeCheckpoint writes the last.ckpt of a ModelCheckpoint with save_last: true; "
+                         "add one to trainer.callbacks (see configs/quickstart.yaml)")
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        self.last_checkpoint_path(trainer)
+        self.received = None
+        if threading.current_thread() is threading.main_thread():  # signal handlers live there only
+            for signum in self.signals:
+                self._previous[signum] = signal.signal(signum, self._on_signal)
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.received = signal.Signals(signum)
+        previous = self._previous.get(self.received)
+        if callable(previous):  # e.g. Lightning's SIGTERM handler, which stops DDP workers
+            previous(signum, frame)
+
+    def _requested(self, trainer: L.Trainer) -> bool:
+        requested = self.received is not None
+        if trainer.world_size > 1:  # one rank may get the signal: all stop together
+            requested = trainer.strategy.reduce_boolean_decision(requested, all=False)
+        return requested
+
+    def _save_and_exit(self, trainer: L.Trainer) -> None:
+        path = self.last_checkpoint_path(trainer)
+        trainer.save_checkpoint(path)
+        self.saved_path = path
+        received = self.received or signal.SIGTERM
+        if trainer.is_global_zero:
+            print(f"genoformer: {received.name} received; saved {path} at step {trainer.global_step}. Resume with "
+                  "the same command plus --ckpt_path last", file=sys.stderr, flush=True)
+        raise Preempted(128 + int(received))
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        if self._requested(trainer):
+            self._save_and_exit(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        trainer.save_checkpoint(self.last_checkpoint_path(trainer))
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        # Lightning ends validation on SIGTERM with its own exception: save then
+        if self.received is not None and self.saved_path is None and not isinstance(exception, Preempted):
+            path = self.last_checkpoint_path(trainer)
+            trainer.save_checkpoint(path)
+            self.saved_path = path
+            if trainer.is_global_zero:
+                print(f"genoformer: {self.received.name} received; saved {path} at step {trainer.global_step}. "
+                      "Resume with the same command plus --ckpt_path last", file=sys.stderr, flush=True)
+
+
+class NonFiniteError(FloatingPointError):
+    """A training step produced a non-finite loss or gradient (NonFiniteGuard with policy stop)."""
+
+
+class NonFiniteGuard(L.Callback):
+    """Find a non-finite loss or gradient at the step where it appears, say where its batch came
+    from (store, record, position: the data module's `describe_batch`), and apply a policy:
+
+    - stop: raise NonFiniteError with that report (the default);
+    - skip: leave the weights and optimizer state untouched for that step (its gradients are
+      dropped), log a WARNING with the report, and count it in `train/skipped_batches` (kept in
+      checkpoints); stop once more than `max_skipped` steps were skipped.
+
+    Costs one device-to-host copy of two flags per optimizer step. Under fp16 mixed precision the
+    gradient scaler already skips overflowing steps, so only the loss is checked there.
+    """
+
+    def __init__(self, policy: Literal["stop", "skip"] = "stop", max_skipped: Optional[int] = 100) -> None:
+        """
+        Args:
+            policy: stop (raise at the first non-finite step) or skip (drop that step and count it).
+            max_skipped: with skip, the number of skipped steps after which training stops anyway
+                (None: no limit).
+        """
+        if policy not in ("stop", "skip"):
+            raise ValueError(f"policy must be 'stop' or 'skip', got {policy!r}")
+        self.policy = policy
+        self.max_skipped = max_skipped
+        self.skipped = 0
+        # the micro-batches of the optimizer step that is running (several with gradient accumulation)
+        self._batches: deque[tuple[int, Any]] = deque(maxlen=1)
+        self._losses: deque[torch.Tensor] = deque(maxlen=1)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._batches = deque(maxlen=trainer.accumulate_grad_batches)
+        self._losses = deque(maxlen=trainer.accumulate_grad_batches)
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+        self._batches.append((batch_idx, batch))
+
+    def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor) -> None:
+        self._losses.append(loss.detach())
+
+    def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any) -> None:
+        params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        check_grads = getattr(trainer.precision_plugin, "scaler", None) is None and params
+        losses = torch.stack([loss.float().reshape(()) for loss in self._losses]) if self._losses else None
+        flags = [torch.isfinite(losses).all() if losses is not None else torch.tensor(True)]
+        if check_grads:
+            norms = torch.stack([torch.linalg.vector_norm(p.grad.detach().float()) for p in params])
+            flags.append(torch.isfinite(norms).all())
+        finite = [bool(flag) for flag in torch.stack([f.to(flags[0].device) for f in flags]).tolist()]
+        loss_ok, grads_ok = finite[0], finite[-1]
+        bad = not (loss_ok and grads_ok)
+        if trainer.world_size > 1:
+            bad = trainer.strategy.reduce_boolean_decision(bad, all=False)
+        if bad:
+            self._handle(trainer, optimizer, "loss" if not loss_ok else "gradient" if not grads_ok else
+                         "loss or gradient (on another rank)")
+        self._losses.clear()
+        self._batches.clear()
+
+    def _handle(self, trainer: L.Trainer, optimizer: Any, what: str) -> None:
+        report = (f"non-finite {what} at global step {trainer.global_step} (epoch {trainer.current_epoch}); "
+                  f"{self._describe(trainer)}")
+        if self.policy == "stop":
+            raise NonFiniteError(f"{report}. To skip such steps and count them instead, add "
+                                 "genoformer.callbacks.NonFiniteGuard with policy: skip to trainer.callbacks")
+        self.skipped += 1
+        if self.max_skipped is not None and self.skipped > self.max_skipped:
+            raise NonFiniteError(f"{report}; {self.skipped} steps were non-finite, more than max_skipped="
+                                 f"{self.max_skipped}: stopping (lower the learning rate or check the data)")
+        log.warning("skipping step: %s (%d skipped so far)", report, self.skipped)
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                param.grad = None  # the optimizer leaves parameters without gradients untouched
+
+    def _describe(self, trainer: L.Trainer) -> str:
+        describe = getattr(trainer.datamodule, "describe_batch", None)
+        parts = []
+        for batch_idx, batch in self._batches:
+            where = describe(batch) if describe is not None else f"keys {sorted(batch) if isinstance(batch, dict) else type(batch).__name__}"
+            parts.append(f"batch {batch_idx}: {where}")
+        return "; ".join(parts) if parts else "no batch recorded"
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        if self.policy == "skip":
+            pl_module.log("train/skipped_batches", float(self.skipped), on_step=True, on_epoch=False)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"skipped": self.skipped}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.skipped = int(state_dict.get("skipped", 0))

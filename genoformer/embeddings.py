@@ -31,9 +31,10 @@ import zarr
 from Bio.SeqRecord import SeqRecord
 from tqdm.auto import tqdm
 
-from genoformer.data.alphabet import encode
+from genoformer.data.alphabet import TOKEN_CODES, encode
 from genoformer.data.seqfiles import read_records
 from genoformer.kernels.dispatch import Backend
+from genoformer.lightning_module import canonical_state_dict
 from genoformer.model import Transformer, TransformerConfig
 
 SEQUENCE_FILE_SUFFIXES = (".fa", ".fasta", ".fna", ".ffn", ".fas", ".gb", ".gbk", ".genbank")
@@ -148,9 +149,14 @@ class Embedder:
             attention_backend=Backend(backend),
             activation_checkpointing=False,
         )
+        alphabet = checkpoint.get("alphabet", TOKEN_CODES)
+        if alphabet != TOKEN_CODES:
+            raise ValueError(f"{path}: the model reads the token codes {alphabet}, this genoformer encodes "
+                             f"{TOKEN_CODES}; embed with the genoformer version that trained it")
         model = Transformer(config)
         prefix = "model."
-        model.load_state_dict({k[len(prefix) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)})
+        state_dict = canonical_state_dict(checkpoint["state_dict"])
+        model.load_state_dict({k[len(prefix) :]: v for k, v in state_dict.items() if k.startswith(prefix)})
         window = min(checkpoint.get("trained_seq_len") or config.max_seq_len, config.max_seq_len)
         return cls(model, window=window, device=device, autocast_dtype=autocast_dtype)
 

@@ -6,6 +6,13 @@ ignores. The tokens are cast to int64 on the device here. Metrics (per split: tr
     <split>/loss  mean cross-entropy in nats over the predicted positions
     <split>/bpb   bits per base = loss / ln 2
 
+Exact resume: every random draw of training step s (masking, dropout) comes from generators
+seeded by (seed, s, rank), so a run resumed from a checkpoint at step s draws what the
+uninterrupted run drew, whatever ran in between (validation, a restart). Checkpoints are
+portable: model keys are saved without torch.compile's wrapper prefix, the alphabet is saved and
+checked on load, and settings of how the model runs rather than what it is (attention backend,
+activation checkpointing) are not saved, so the config that loads a checkpoint chooses them.
+
 Shape legend: B batch, L sequence length, E model width, V vocabulary size.
 """
 
@@ -18,15 +25,31 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 import lightning as L
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from genoformer.data.alphabet import MASK, PAD, T
+from genoformer.data.alphabet import MASK, PAD, T, TOKEN_CODES
 from genoformer.model import Transformer, TransformerConfig
 
 LN2 = math.log(2.0)
 IGNORE = -100
 """Target value that cross_entropy skips."""
+RUNTIME_SETTINGS = ("attention_backend", "activation_checkpointing")
+"""TransformerConfig fields that say how the model runs, not what it is: left out of checkpoints."""
+COMPILED_PREFIX = "_orig_mod."
+"""What torch.compile's wrapper module inserts into parameter names."""
+
+
+def step_seed(seed: int, step: int, rank: int) -> int:
+    """The seed of training step `step` on rank `rank`: well mixed, a pure function of its inputs."""
+    return int(np.random.SeedSequence([seed, step, rank]).generate_state(1)[0])
+
+
+def canonical_state_dict(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`state_dict` with torch.compile's `_orig_mod.` left out of every key, so that a checkpoint
+    of a compiled model loads into a plain one and the other way round."""
+    return {key.replace(COMPILED_PREFIX, ""): value for key, value in state_dict.items()}
 
 
 class Objective(str, enum.Enum):
@@ -130,11 +153,13 @@ class GenoformerLM(L.LightningModule):
         self.min_lr_ratio = min_lr_ratio
         self.model = Transformer(config)
         self.trained_seq_len = 0  # longest training batch length so far: the default embedding window
+        self.base_seed: Optional[int] = None  # base of the per-step seeds: the global seed at the first fit
         # Plain values only, so checkpoints load with torch.load(weights_only=True) and
         # GenoformerLM.load_from_checkpoint(path) rebuilds the module.
+        architecture = {k: v for k, v in config.to_dict().items() if k not in RUNTIME_SETTINGS}
         self.save_hyperparameters(
             {
-                "transformer": config.to_dict(),
+                "transformer": architecture,
                 "objective": objective.value,
                 "mask_prob": mask_prob,
                 "learning_rate": learning_rate,
@@ -178,6 +203,13 @@ class GenoformerLM(L.LightningModule):
         )
         return total / n_targets.clamp(min=1), n_targets
 
+    def on_fit_start(self) -> None:
+        if self.base_seed is None:  # a resumed run keeps the seed of its checkpoint
+            self.base_seed = torch.initial_seed()
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        torch.manual_seed(step_seed(self.base_seed, self.global_step, self.global_rank))
+
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         tokens_BL = _tokens(batch)
         self.trained_seq_len = max(self.trained_seq_len, tokens_BL.shape[1])
@@ -211,10 +243,21 @@ class GenoformerLM(L.LightningModule):
 
     # ----------------------------------------------------------------------- checkpointing
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["state_dict"] = canonical_state_dict(checkpoint["state_dict"])
         checkpoint["trained_seq_len"] = self.trained_seq_len
+        checkpoint["alphabet"] = dict(TOKEN_CODES)
+        checkpoint["seed"] = self.base_seed
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        alphabet = checkpoint.get("alphabet", TOKEN_CODES)
+        if alphabet != TOKEN_CODES:
+            raise ValueError(f"the checkpoint's model reads the token codes {alphabet}, this genoformer encodes "
+                             f"{TOKEN_CODES}; load it with the genoformer version that trained it")
+        state_dict = canonical_state_dict(checkpoint["state_dict"])
+        own_keys = {key.replace(COMPILED_PREFIX, ""): key for key in self.state_dict()}
+        checkpoint["state_dict"] = {own_keys.get(key, key): value for key, value in state_dict.items()}
         self.trained_seq_len = checkpoint.get("trained_seq_len", 0)
+        self.base_seed = checkpoint.get("seed")
 
     # --------------------------------------------------------------------------- optimiser
     def configure_optimizers(self) -> dict[str, Any]:
