@@ -99,7 +99,7 @@ def test_prepare_fit_embed_end_to_end(tmp_path, capsys):
         # the data window follows the context through the config's interpolation
         "--model.transformer.max_seq_len", "512",
         "--model.transformer.attention", "[{class_path: genoformer.kernels.layout.SlidingWindow, init_args: {window: 128, block_size: 64}}]",
-        "--data.init_args.store", str(store), "--data.init_args.num_workers", "0",
+        "--data.init_args.store", str(store), "--data.init_args.fasta", f"[{LAMBDA}]", "--data.init_args.num_workers", "0",
         "--data.init_args.split", "{by: region, val_fraction: 0.1, test_fraction: 0.1}",
     ])
     checkpoint = run_dir / "checkpoints" / "last.ckpt"
@@ -116,7 +116,7 @@ def test_prepare_fit_embed_end_to_end(tmp_path, capsys):
             "--model.transformer.d_model", "32", "--model.transformer.n_layers", "1", "--model.transformer.n_heads", "2",
             "--model.transformer.max_seq_len", "512",
             "--model.transformer.attention", "[{class_path: genoformer.kernels.layout.SlidingWindow, init_args: {window: 128, block_size: 64}}]",
-            "--data.init_args.store", str(store), "--data.init_args.num_workers", "0",
+            "--data.init_args.store", str(store), "--data.init_args.fasta", f"[{LAMBDA}]", "--data.init_args.num_workers", "0",
             "--data.init_args.split", "{by: region, val_fraction: 0.1, test_fraction: 0.1}",
         ])
     assert (run_dir / "metrics.csv").read_text() == training_metrics
