@@ -65,5 +65,7 @@ def test_timeseries_module_batches(tmp_path):
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))
     assert batch["context"].shape == (5, 3, 256) and batch["target"].shape == (5, 3, 32)
-    for b in dm.val_dataloader():  # validation windows lie in the last 10 % of the series
+    val = list(dm.val_dataloader())
+    assert sum(len(b["start"]) for b in val) == 1 + (400 - 288) // 32  # every tile of the last 10 %
+    for b in val:  # validation windows lie in the last 10 % of the series
         assert (b["start"] >= 3600).all() and (b["start"] + 288 <= 4000).all()

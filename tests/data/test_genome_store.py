@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import zarr
 from Bio import SeqIO
-from data_helpers import GENOMES, random_bases, require_shared, write_fasta
+from data_helpers import EXAMPLES, GENOMES, random_bases, require_shared, write_fasta
 
 from genoformer.data import GenomeStore, encode, prepare_genome_store
 from genoformer.data import genome_store as genome_store_module
@@ -31,21 +31,32 @@ def assert_nothing_complete(out: Path) -> None:
     assert not list(out.parent.glob(f".{out.name}.tmp-*")), "temporary store left behind"
 
 
-@pytest.fixture(scope="module")
-def real_store(tmp_path_factory) -> tuple[Path, list[Path]]:
-    paths = sorted(require_shared(GENOMES).glob("*.fasta.gz"))
-    out = tmp_path_factory.mktemp("real") / "genomes.zarr"
-    return prepare_genome_store(paths, out, progress=False), paths
-
-
-def test_real_genomes_every_base_round_trips(real_store):
-    out, paths = real_store
+def _assert_round_trip(out: Path, paths: list[Path]) -> GenomeStore:
     store = GenomeStore(out)
     expected = [(name, seq, path) for path in paths for name, seq in biopython_records(path)]
     assert [c.name for c in store.contigs] == [name for name, _, _ in expected]
     for contig, (name, seq, path) in zip(store.contigs, expected):
         assert contig.length == len(seq) and contig.source_name == path.name
         assert np.array_equal(store.read(name, 0, contig.length), encode(seq)), name
+    return store
+
+
+@pytest.fixture(scope="module")
+def real_store(tmp_path_factory) -> tuple[Path, list[Path]]:
+    """The E. coli and lambda genomes that ship in examples/ (no skip in a user's clone)."""
+    paths = sorted(EXAMPLES.glob("*.fasta.gz"))
+    assert len(paths) == 2
+    out = tmp_path_factory.mktemp("real") / "genomes.zarr"
+    return prepare_genome_store(paths, out, progress=False), paths
+
+
+def test_real_genomes_every_base_round_trips(real_store):
+    _assert_round_trip(*real_store)
+
+
+def test_shared_genomes_with_a_multi_record_file_round_trip(tmp_path):
+    paths = sorted(require_shared(GENOMES).glob("*.fasta.gz"))
+    store = _assert_round_trip(prepare_genome_store(paths, tmp_path / "genomes.zarr", progress=False), paths)
     vcholerae = [c for c in store.contigs if c.source_name.startswith("vcholerae")]
     assert len(vcholerae) == 2 and vcholerae[0].source_sha256 == vcholerae[1].source_sha256
 

@@ -150,7 +150,8 @@ def test_custom_scale_and_string_backend(attn):
         attn.assert_matches_reference(result, expected)
 
 
-def test_auto_choice_logged_once_per_situation(attn, caplog):
+def test_auto_choice_logged_once_per_situation(attn, caplog, monkeypatch):
+    monkeypatch.setattr(attention_module, "_logged_choices", set())  # forget what earlier tests logged
     q, k, v, _ = attn.make_qkv(B=1, Hq=2, Hkv=2, L=64, S=64, D=16)
     sparse = BlockLayout.sliding_window(64, 16, block_size=16)
     full = BlockLayout.dense(64, block_size=16)
@@ -159,10 +160,9 @@ def test_auto_choice_logged_once_per_situation(attn, caplog):
             attention(q, k, v, layout=sparse, scale=0.123)
             attention(q, k, v, layout=full, scale=0.123)
     messages = [r.getMessage() for r in caplog.records if r.name == "genoformer.kernels"]
-    # Earlier tests may already have logged one of these situations: each appears at most once.
-    assert sum("block-sparse, bidirectional: backend 'torch'" in m for m in messages) <= 1
-    assert sum("dense, bidirectional: backend 'sdpa'" in m for m in messages) <= 1
-    assert len(messages) == len(set(messages))
+    assert sum("block-sparse, bidirectional: backend 'torch'" in m for m in messages) == 1
+    assert sum("dense, bidirectional: backend 'sdpa'" in m for m in messages) == 1
+    assert len(messages) == len(set(messages)) == 2
 
 
 def _recording(fn, backend, log):

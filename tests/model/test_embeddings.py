@@ -121,8 +121,8 @@ def test_inputs_from_records_and_fasta_files(embedder, tmp_path):
     assert single.names == ["only"] and len(single) == 1
 
 
-def test_real_genome_fasta(embedder, shared_data):
-    result = embedder.embed(shared_data / "genomes" / "lambda_phage.fasta.gz", pooling="mean", window=96, overlap=0, batch_size=64, progress=False)
+def test_real_genome_fasta(embedder, repo_root):
+    result = embedder.embed(repo_root / "examples" / "lambda_phage.fasta.gz", pooling="mean", window=96, overlap=0, batch_size=64, progress=False)
     assert len(result) == 1 and result.stack().shape == (1, 32) and np.isfinite(result.stack()).all()
 
 
