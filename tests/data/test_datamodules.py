@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import logging
+
 import lightning as L
+import pytest
 import torch
 import yaml
 from data_helpers import write_fasta
 from jsonargparse import ArgumentParser
 
-from genoformer.data import GenomeDataModule, SplitSpec, TimeSeriesDataModule, prepare_timeseries_store
+from genoformer.data import (
+    GenomeDataModule,
+    RandomWindowDataset,
+    SplitSpec,
+    TimeSeriesDataModule,
+    prepare_timeseries_store,
+)
 
 
 def test_genome_module_from_yaml_prepares_store(tmp_path, small_records):
@@ -69,3 +78,23 @@ def test_timeseries_module_batches(tmp_path):
     assert sum(len(b["start"]) for b in val) == 1 + (400 - 288) // 32  # every tile of the last 10 %
     for b in val:  # validation windows lie in the last 10 % of the series
         assert (b["start"] >= 3600).all() and (b["start"] + 288 <= 4000).all()
+
+
+def test_store_built_from_other_files_is_refused_with_what_to_do(tmp_path, small_store, small_records):
+    same = GenomeDataModule(str(small_store), fasta=[str(small_store.parent / "small.fa.gz")], num_workers=0)
+    same.prepare_data()  # built from exactly these files: kept as it is
+    other = write_fasta(tmp_path / "other.fa", small_records[:1])
+    with pytest.raises(FileExistsError, match="was not built from the files that data.init_args.fasta names") as caught:
+        GenomeDataModule(str(small_store), fasta=[str(other)], num_workers=0).prepare_data()
+    assert "small.fa.gz" in str(caught.value) and f"delete {small_store}" in str(caught.value)
+    with pytest.raises(FileNotFoundError, match=r"data.init_args.fasta: input file not found: .*missing.fa"):
+        GenomeDataModule(str(small_store), fasta=[str(tmp_path / "missing.fa")], num_workers=0).prepare_data()
+
+
+def test_short_intervals_are_reported_at_warning_with_their_total_length(small_store, caplog):
+    with caplog.at_level(logging.WARNING, logger="genoformer.data"):
+        RandomWindowDataset(small_store, window=25_000, samples_per_epoch=4)
+    (record,) = [r for r in caplog.records if "shorter than the window" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert "1 interval(s)" in record.getMessage() and "21000 bases in total" in record.getMessage()
+    assert "chrC[0:21000)" in record.getMessage()
