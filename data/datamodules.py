@@ -33,13 +33,14 @@ def store_built_from(store: Path, files: list[str], records_key: str, option: st
     """Whether ``store`` exists (False: build it), after checking that it was built from exactly
     ``files``, compared by SHA-256 in order; a store built from other files is an error naming
     both lists and the config option, so that a changed config never trains on stale data."""
+    for path in files:
+        if not Path(path).is_file():
+            where = "" if Path(path).is_absolute() else f" (relative to the current directory {Path.cwd()})"
+            raise FileNotFoundError(f"{option}: input file not found: {path}{where}")
     if not store.exists():
         return False
     if not files:
         return True
-    for path in files:
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"{option}: input file not found: {path}")
     meta = read_metadata(store) or {}
     records = meta.get(records_key, [])
     built_from = list(dict.fromkeys(record["source_sha256"] for record in records))
