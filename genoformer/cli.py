@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from collections import Counter
 from pathlib import Path
 from typing import Literal, Optional, Sequence, Union
@@ -242,6 +243,12 @@ _TRAINING_HELP = {
 }
 
 
+def _raised_inside_loops(error: BaseException) -> bool:
+    """Whether `error` came from a running training/evaluation/prediction step (not the set-up)."""
+    loops = os.path.join("lightning", "pytorch", "loops") + os.sep
+    return any(loops in frame.filename for frame in traceback.extract_tb(error.__traceback__))
+
+
 def main(args: Optional[Sequence[str]] = None) -> None:
     """Entry point of `genoformer` and `python cli.py`."""
     argv = list(sys.argv[1:] if args is None else args)
@@ -260,8 +267,9 @@ def main(args: Optional[Sequence[str]] = None) -> None:
             training_cli(None if from_command_line else argv)
     except (FileNotFoundError, FileExistsError, ValueError) as error:
         # Bad input (a missing or malformed file, a wrong option value): its message says what to
-        # do, so show that rather than a traceback, unless asked for the traceback.
-        if os.environ.get("GENOFORMER_TRACEBACK"):
+        # do, so show that rather than a traceback, unless asked for the traceback. An error from
+        # inside the training, evaluation or prediction loops keeps its traceback.
+        if os.environ.get("GENOFORMER_TRACEBACK") or _raised_inside_loops(error):
             raise
         print(f"genoformer {command}: error: {error}\n(set GENOFORMER_TRACEBACK=1 to see the traceback)", file=sys.stderr)
         raise SystemExit(1) from error

@@ -7,6 +7,7 @@ them: tests/kernels/test_attention_errors.py, tests/data/).
 
 from __future__ import annotations
 
+import traceback
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,20 @@ def test_missing_checkpoint_names_the_path(tmp_path, capsys, repo_root):
                       "--data.init_args.store", str(store),
                       "--data.init_args.fasta", f"[{repo_root / 'examples' / 'lambda_phage.fasta.gz'}]")
     assert code == 1 and str(missing) in err
+
+
+def test_an_error_inside_a_training_step_keeps_its_traceback(tmp_path, monkeypatch, repo_root):
+    """Bad input stays a one-line message; a ValueError from deep inside a step propagates whole."""
+    from genoformer.lightning_module import GenoformerLM
+
+    def broken_loss(self, tokens_BL, lengths_B=None):
+        raise ValueError("deep inside the model")
+
+    monkeypatch.setattr(GenoformerLM, "loss", broken_loss)
+    with pytest.raises(ValueError, match="deep inside the model") as caught:
+        main(["fit", "--config", str(QUICKSTART), "--trainer.default_root_dir", str(tmp_path / "run"),
+              "--data.init_args.store", str(tmp_path / "lambda.zarr"),
+              "--data.init_args.fasta", f"[{repo_root / 'examples' / 'lambda_phage.fasta.gz'}]",
+              "--model.transformer.max_seq_len", "256", "--data.init_args.num_workers", "0",
+              "--trainer.enable_progress_bar", "false"])
+    assert any(frame.name == "broken_loss" for frame in traceback.extract_tb(caught.value.__traceback__))
