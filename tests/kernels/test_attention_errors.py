@@ -76,3 +76,47 @@ def test_triton_not_installed_says_how_to_install(monkeypatch):
     _pretend_installed(monkeypatch, "triton", installed=False)
     with pytest.raises(ValueError, match="pip install triton"):
         attention(*_qkv(), backend="triton")
+
+
+def _bf16(B=1, H=2, HKV=1, L=32, S=None, D=16):
+    S = L if S is None else S
+    return (torch.randn(B, H, L, D, dtype=torch.bfloat16), torch.randn(B, HKV, S, D, dtype=torch.bfloat16),
+            torch.randn(B, HKV, S, D, dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize(
+    "make, kwargs, match",
+    [
+        (lambda: tuple(t.float() for t in _bf16()), {}, "take float16 or bfloat16, got torch.float32"),
+        (lambda: _bf16()[:2] + (_bf16()[2].half(),), {}, "must share one dtype"),
+        (lambda: tuple(t.to("meta") for t in _bf16()), {}, "run on CUDA tensors, got a tensor on meta"),
+        (lambda: _bf16(D=24), {}, r"head dim 24 is not supported by the Triton kernels \(supported: \(16, 32, 64, 128, 256\)\)"),
+        (lambda: (_bf16()[0], *_bf16(B=2)[1:]), {}, r"k and v must be \(B=1, HKV, Lk, D=16\)"),
+        (lambda: _bf16(H=3, HKV=2), {}, r"query heads \(3\) must be a multiple of key/value heads \(2\)"),
+        (lambda: _bf16(S=48), {"causal": True}, "causal attention needs Lq == Lk"),
+        (lambda: _bf16(), {"kv_lens": torch.tensor([3.0])}, "kv_lens must be an int32/int64 tensor"),
+        (lambda: _bf16(), {"layout": BlockLayout.sliding_window(64, 16, 16)}, "build the layout for these lengths"),
+        (lambda: _bf16(L=0), {}, "empty input"),
+    ],
+    ids=["dtype", "mixed_dtype", "device", "head_dim", "shape", "gqa_heads", "causal_lengths", "kv_lens_dtype",
+         "layout_size", "empty"],
+)
+def test_triton_launcher_says_what_is_supported(make, kwargs, match):
+    """The launcher's checks, through the public function (kernels interpreted on a CPU)."""
+    triton_flash = pytest.importorskip("genoformer.kernels.triton_flash", reason="needs the triton package")
+    q, k, v = make()
+    with pytest.raises(ValueError, match=f"triton attention cannot run these inputs: .*{match}"):
+        triton_flash.triton_attention(q, k, v, **kwargs)
+
+
+def test_triton_launchers_refuse_a_strided_head_dim():
+    triton_flash = pytest.importorskip("genoformer.kernels.triton_flash", reason="needs the triton package")
+    q, k, v = _bf16()
+    strided = torch.randn(1, 2, 32, 32, dtype=torch.bfloat16)[..., ::2]  # head dim with stride 2
+    with pytest.raises(ValueError, match=r"q must be contiguous in its last \(head\) dim.*call .contiguous\(\)"):
+        triton_flash.flash_fwd(strided, k, v, None, None, None, 0, False, 0.25)
+    o, lse = torch.empty_like(q), torch.zeros(1, 2, 32)
+    with pytest.raises(ValueError, match=r"do must be contiguous in its last \(head\) dim"):
+        triton_flash.flash_bwd(strided, q, k, v, o, lse, None, None, None, None, None, 0, False, 0.25)
+    with pytest.raises(ValueError, match="scale must be a positive float"):
+        triton_flash.flash_fwd(q, k, v, None, None, None, 0, False, -1.0)
