@@ -73,7 +73,18 @@ def _read_csv(path: Path, time_column: str | None) -> tuple[list[str], np.ndarra
         raise ValueError(f"{path}: the file is empty; expected a CSV with a header row")
     if b"\x00" in raw[:4096]:
         raise ValueError(f"{path}: binary data, not a CSV file")
-    reader = csv.reader(io.StringIO(raw.decode("utf-8-sig")))
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save the CSV as UTF-8") from None
+    try:
+        return _parse_csv(path, text, time_column)
+    except csv.Error as exc:
+        raise ValueError(f"{path}: malformed CSV ({exc})") from None
+
+
+def _parse_csv(path: Path, text: str, time_column: str | None) -> tuple[list[str], np.ndarray, np.ndarray | None]:
+    reader = csv.reader(io.StringIO(text, newline=""))  # newline="": \n, \r\n and \r all end a row
     header = [h.strip() for h in next(reader)]
     if all(_is_number(h) for h in header):
         raise ValueError(f"{path}: the first row is numeric; the CSV needs a header row naming the columns")
