@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
+import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
 from genoformer.data.genome_datasets import RandomWindowDataset, TiledWindowDataset
@@ -338,6 +339,24 @@ class TimeSeriesDataModule(_ShardedLoaders, L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader | list:
         return self._loader(self.datasets["test"], train=False) if "test" in self.datasets else []
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint must carry to read new data the way the model was trained: the
+        channels, the sampling rate and the normalization (per-channel mean and std)."""
+        store = TimeSeriesStore(self.store_path)
+        return {"channel_names": store.channel_names, "sampling_rate": store.sampling_rate,
+                "normalize": self.normalize, "mean": store.mean.tolist(), "std": store.std.tolist()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """On resume or evaluation: refuse a store whose channels or statistics differ from the
+        ones the checkpoint's model was trained with."""
+        current = self.state_dict()
+        if not state_dict or state_dict["channel_names"] != current["channel_names"] or not (
+                np.allclose(state_dict["mean"], current["mean"]) and np.allclose(state_dict["std"], current["std"])):
+            raise ValueError(f"time-series store {self.store_path} does not match the checkpoint: it has channels "
+                             f"{current['channel_names']} (mean {current['mean']}, std {current['std']}), the model "
+                             f"was trained on {state_dict.get('channel_names')} (mean {state_dict.get('mean')}, std "
+                             f"{state_dict.get('std')}); set data.init_args.store to the store it was trained on")
 
     def describe_batch(self, batch: dict[str, Any]) -> str:
         """Where a batch's windows come from, for error reports: the store, then per row the

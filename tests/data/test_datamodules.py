@@ -98,3 +98,21 @@ def test_short_intervals_are_reported_at_warning_with_their_total_length(small_s
     assert record.levelno == logging.WARNING
     assert "1 interval(s)" in record.getMessage() and "21000 bases in total" in record.getMessage()
     assert "chrC[0:21000)" in record.getMessage()
+
+
+def test_timeseries_checkpoint_carries_the_normalization_and_refuses_other_data(tmp_path):
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    np.save(tmp_path / "a.npy", rng.normal(2.0, 3.0, size=(500, 2)).astype(np.float32))
+    np.save(tmp_path / "b.npy", rng.normal(0.0, 1.0, size=(500, 2)).astype(np.float32))
+    trained = TimeSeriesDataModule(str(prepare_timeseries_store([tmp_path / "a.npy"], tmp_path / "a.zarr",
+                                                                sampling_rate=10.0, progress=False)))
+    state = trained.state_dict()
+    assert state["channel_names"] == ["ch0", "ch1"] and state["sampling_rate"] == 10.0
+    assert np.allclose(state["mean"], [2.0, 2.0], atol=0.5) and np.allclose(state["std"], [3.0, 3.0], atol=0.5)
+    trained.load_state_dict(state)  # the same store: accepted
+    other = TimeSeriesDataModule(str(prepare_timeseries_store([tmp_path / "b.npy"], tmp_path / "b.zarr",
+                                                              sampling_rate=10.0, progress=False)))
+    with pytest.raises(ValueError, match="does not match the checkpoint"):
+        other.load_state_dict(state)
