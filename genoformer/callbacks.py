@@ -129,9 +129,10 @@ class ResumeCheckpoint(L.Callback):
     most schedulers send before they kill a job) and when training ends between two periodic saves.
 
     A signal only sets a flag; the checkpoint is written at the end of the training step that is
-    running (so weights, optimizer, scheduler, data position and step counters agree), or, when the
-    signal arrives while validating, as soon as Lightning stops. Then the process exits with status
-    128 + the signal number. `genoformer fit ... --ckpt_path last` continues from there.
+    running (so weights, optimizer, scheduler, data position and step counters agree) and the
+    process exits with status 128 + the signal number. A SIGTERM that arrives while validating
+    makes Lightning stop at once (exit status 0): the checkpoint is written then, with the same
+    training state. `genoformer fit ... --ckpt_path last` continues from there.
     """
 
     def __init__(self, signals: tuple[str, ...] = ("SIGTERM", "SIGUSR1")) -> None:
@@ -159,7 +160,7 @@ class ResumeCheckpoint(L.Callback):
         if stage != "fit":
             return
         self.last_checkpoint_path(trainer)
-        self.received = None
+        self.received, self.saved_path = None, None
         if threading.current_thread() is threading.main_thread():  # signal handlers live there only
             for signum in self.signals:
                 self._previous[signum] = signal.signal(signum, self._on_signal)
@@ -181,20 +182,21 @@ class ResumeCheckpoint(L.Callback):
             requested = trainer.strategy.reduce_boolean_decision(requested, all=False)
         return requested
 
-    def _save_and_exit(self, trainer: L.Trainer) -> None:
+    def _save(self, trainer: L.Trainer) -> None:
         path = self.last_checkpoint_path(trainer)
         trainer.save_checkpoint(path)
         self.saved_path = path
-        received = self.received or signal.SIGTERM
         if trainer.is_global_zero:
-            print(f"genoformer: {received.name} received; saved {path} at step {trainer.global_step}. Resume with "
-                  "the same command plus --ckpt_path last", file=sys.stderr, flush=True)
-        raise Preempted(128 + int(received))
+            name = (self.received or signal.SIGTERM).name
+            print(f"genoformer: {name} received; saved {path} at step {trainer.global_step}. Resume with the same "
+                  "command plus --ckpt_path last", file=sys.stderr, flush=True)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        if self._requested(trainer):
-            self._save_and_exit(trainer)
+        # between optimizer steps only: mid-accumulation gradients are not in a checkpoint
+        if (batch_idx + 1) % trainer.accumulate_grad_batches == 0 and self._requested(trainer):
+            self._save(trainer)
+            raise Preempted(128 + int(self.received or signal.SIGTERM))
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         trainer.save_checkpoint(self.last_checkpoint_path(trainer))
@@ -202,12 +204,7 @@ class ResumeCheckpoint(L.Callback):
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         # Lightning ends validation on SIGTERM with its own exception: save then
         if self.received is not None and self.saved_path is None and not isinstance(exception, Preempted):
-            path = self.last_checkpoint_path(trainer)
-            trainer.save_checkpoint(path)
-            self.saved_path = path
-            if trainer.is_global_zero:
-                print(f"genoformer: {self.received.name} received; saved {path} at step {trainer.global_step}. "
-                      "Resume with the same command plus --ckpt_path last", file=sys.stderr, flush=True)
+            self._save(trainer)
 
 
 class NonFiniteError(FloatingPointError):
