@@ -19,7 +19,11 @@ Shapes: positions are plain ints; nothing here touches tensors.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
+
+Key = TypeVar("Key")
 
 
 class Keep(str, enum.Enum):
@@ -67,3 +71,17 @@ def tile_windows(length: int, window: int, overlap: int, keep: Keep = Keep.CENTR
         inner = [a + window for a in starts[:-1]]
     cuts = [0, *inner, length]
     return [Tile(s, s + window, lo, hi) for s, lo, hi in zip(starts, cuts, cuts[1:])]
+
+
+def same_length_batches(tiles: Sequence[tuple[Key, Tile]], batch_size: int) -> Iterator[list[tuple[Key, Tile]]]:
+    """Consecutive runs of at most `batch_size` (key, tile) pairs whose tiles have one length, so
+    a batch needs no padding and a result never depends on what else was in its batch. Sort the
+    tiles by length first to get few, full batches."""
+    batch: list[tuple[Key, Tile]] = []
+    for item in tiles:
+        if batch and (len(batch) == batch_size or batch[0][1].length != item[1].length):
+            yield batch
+            batch = []
+        batch.append(item)
+    if batch:
+        yield batch

@@ -31,6 +31,7 @@ from lightning.pytorch.cli import LightningCLI
 
 from genoformer.data.genome_store import DEFAULT_CHUNK_SIZE, prepare_genome_store
 from genoformer.data.timeseries_store import MissingPolicy, prepare_timeseries_store
+from genoformer.evaluate import evaluate
 from genoformer.embeddings import Embedder, Embeddings, Pooling, is_sequence_file_name, save_embeddings
 from genoformer.kernels.dispatch import Backend
 from genoformer.lightning_module import GenoformerLM
@@ -180,7 +181,12 @@ def embed(
     return path
 
 
-TOOL_COMMANDS = {"prepare": prepare, "prepare_timeseries": prepare_timeseries, "embed": embed}
+TOOL_COMMANDS = {
+    "prepare": prepare,
+    "prepare_timeseries": prepare_timeseries,
+    "embed": embed,
+    "evaluate": evaluate,
+}
 
 
 class GenoformerCLI(LightningCLI):

@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 
 from genoformer.data.alphabet import encode
 from genoformer.data.seqfiles import read_records
-from genoformer.data.tiling import Keep, Tile, tile_windows
+from genoformer.data.tiling import Keep, same_length_batches, tile_windows
 from genoformer.kernels.dispatch import Backend
 from genoformer.model import Transformer, TransformerConfig
 
@@ -208,7 +208,7 @@ class Embedder:
         ]
         tiles.sort(key=lambda item: -item[1].length)  # stable: equal lengths keep input order
         with tqdm(total=len(tiles), unit="window", disable=not progress, desc="embedding") as bar:
-            for batch in _same_length_batches(tiles, batch_size):
+            for batch in same_length_batches(tiles, batch_size):
                 tokens_BW = torch.from_numpy(np.stack([sequences[i][t.start : t.end] for i, t in batch]))
                 with torch.autocast(
                     self.device.type, dtype=self.autocast_dtype or torch.float32, enabled=self.autocast_dtype is not None
@@ -219,17 +219,6 @@ class Embedder:
                     pools[index].add(tile.keep_start, hidden_WE[tile.keep_start - tile.start : tile.keep_end - tile.start])
                 bar.update(len(batch))
         return Embeddings(names, [pool.result() for pool in pools], pooling, layer)
-
-
-def _same_length_batches(tiles: list[tuple[int, Tile]], batch_size: int) -> Iterator[list[tuple[int, Tile]]]:
-    batch: list[tuple[int, Tile]] = []
-    for item in tiles:
-        if batch and (len(batch) == batch_size or batch[0][1].length != item[1].length):
-            yield batch
-            batch = []
-        batch.append(item)
-    if batch:
-        yield batch
 
 
 class _Pool:
