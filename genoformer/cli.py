@@ -32,6 +32,7 @@ from lightning.pytorch.cli import LightningCLI
 from genoformer.data.genome_store import DEFAULT_CHUNK_SIZE, prepare_genome_store
 from genoformer.data.timeseries_store import MissingPolicy, prepare_timeseries_store
 from genoformer.evaluate import evaluate
+from genoformer.export import export
 from genoformer.embeddings import Embedder, Embeddings, Pooling, is_sequence_file_name, save_embeddings
 from genoformer.kernels.dispatch import Backend
 from genoformer.lightning_module import GenoformerLM
@@ -186,6 +187,7 @@ TOOL_COMMANDS = {
     "prepare_timeseries": prepare_timeseries,
     "embed": embed,
     "evaluate": evaluate,
+    "export": export,
 }
 
 

@@ -131,3 +131,19 @@ def test_evaluate_errors_name_the_problem(causal_checkpoint, tmp_path):
     good = write_fasta(tmp_path / "g.fa.gz", [("a", "ACGT" * 10)])
     with pytest.raises(ValueError, match="context"):
         evaluate(checkpoint=causal_checkpoint, inputs=[str(good)], context=10**6, device="cpu")
+
+
+def test_exported_checkpoint_is_smaller_and_scores_the_same(causal_checkpoint, tmp_path):
+    from genoformer.export import export
+
+    small = export(checkpoint=causal_checkpoint, out=tmp_path / "small.ckpt")
+    assert small.stat().st_size < causal_checkpoint.stat().st_size / 2
+    codes = random_tokens(1, 120, seed=9)[0].numpy()
+    full = Scorer.from_checkpoint(causal_checkpoint, device="cpu").log2_likelihood(codes, context=64)
+    again = Scorer.from_checkpoint(small, device="cpu").log2_likelihood(codes, context=64)
+    np.testing.assert_array_equal(full, again)
+    half = export(checkpoint=causal_checkpoint, out=tmp_path / "half.ckpt", dtype="bfloat16")
+    rounded = Scorer.from_checkpoint(half, device="cpu").log2_likelihood(codes, context=64)
+    np.testing.assert_allclose(rounded, full, atol=0.05)
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        export(checkpoint=causal_checkpoint, out=small)
