@@ -56,9 +56,11 @@ from genoformer.data.sequence_inputs import NamedSequence, check_sequence_inputs
 #: 2-bit codes of a 31-base context and a target fill the 64 bits of one key.
 MAX_ORDER = 31
 DEFAULT_MAX_ORDER = 16
-#: Smoothing values tried in model selection (d = 0 is plain Dirichlet interpolation).
+#: Smoothing values tried in model selection (d = 0 is plain Dirichlet interpolation). On bacterial
+#: genomes the best concentration is large (about 256 at k = 8..16, where d hardly matters); on
+#: sequences with exact structure (repeats, periodic tests) it is small.
 DISCOUNTS = (0.0, 0.5, 0.75, 0.9)
-CONCENTRATIONS = (0.25, 1.0, 4.0, 16.0)
+CONCENTRATIONS = (1.0, 4.0, 16.0, 64.0, 256.0, 1024.0)
 #: The last tenth of every training record is held out to choose k, d and a.
 HELD_OUT_FRACTION = 0.1
 #: Positions looked up at once (memory: about 12 * (k + 1) bytes per position).
@@ -109,31 +111,47 @@ def _context(keys_P: np.ndarray, order: int, j: int) -> np.ndarray:
     return keys_P >> np.uint64(2 + 2 * (order - j))
 
 
-def _remove_counts(keys_C: np.ndarray, counts_C4: np.ndarray, drop_P: np.ndarray, order: int, j: int
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """The order-j table less one count for each key in ``drop_P``, without contexts left at 0."""
-    if drop_P.size == 0:
-        return keys_C, counts_C4
-    rows_P = np.searchsorted(keys_C, _context(drop_P, order, j))
-    counts_C4 = counts_C4.copy()
-    np.subtract.at(counts_C4, (rows_P, (drop_P & _THREE).astype(np.intp)), np.uint32(1))
-    keep_C = counts_C4.any(axis=1)
-    return keys_C[keep_C], counts_C4[keep_C]
+def _pack_strands(sequences: Iterable[np.ndarray], order: int, both_strands: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Keys and usable orders (:func:`pack_positions`) of every sequence, and of its reverse
+    complement too when ``both_strands``, concatenated: (P,) uint64 and (P,) uint8."""
+    parts_keys, parts_usable = [np.empty(0, np.uint64)], [np.empty(0, np.uint8)]
+    for codes_L in sequences:
+        for strand_L in (codes_L, reverse_complement(codes_L)) if both_strands else (codes_L,):
+            keys_P, usable_P, _ = pack_positions(strand_L, order)
+            parts_keys.append(keys_P)
+            parts_usable.append(usable_P)
+    return np.concatenate(parts_keys), np.concatenate(parts_usable)
 
 
-def count_tables(keys_P: np.ndarray, usable_P: np.ndarray, order: int, progress: bool = False
-                 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Per order j = 0..order: sorted context keys (C_j,) uint64 and counts (C_j, 4) uint32.
+def _parents(keys_C: np.ndarray, counts_C4: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The order-(j-1) table from the order-j one: a context's parent drops its farthest base (the
+    lowest 2 bits), so the children of a parent are adjacent, and there are at most four."""
+    parent_C = keys_C >> _TWO
+    first_G = np.flatnonzero(np.r_[True, parent_C[1:] != parent_C[:-1]])
+    children_G = np.diff(np.r_[first_G, keys_C.size])
+    parent_counts_G4 = counts_C4[first_G]
+    for child in range(1, 4):  # cheaper than np.add.reduceat when most parents have one child
+        more_G = np.flatnonzero(children_G > child)
+        if more_G.size == 0:
+            break
+        parent_counts_G4[more_G] += counts_C4[first_G[more_G] + child]
+    return parent_C[first_G], parent_counts_G4
+
+
+def iter_count_tables(keys_P: np.ndarray, usable_P: np.ndarray, order: int, progress: bool = False
+                      ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """Yield (j, sorted context keys (C_j,) uint64, counts (C_j, 4) uint32) for j = order..0.
 
     ``keys_P`` and ``usable_P`` come from :func:`pack_positions` (several strands and records
     concatenated); ``keys_P`` is sorted in place. A position counts at order j when
-    ``usable_P >= j``.
+    ``usable_P >= j``. A table may hold contexts whose counts are all 0 (the far end of a
+    position that counts only at lower orders); they act as unseen contexts.
     """
     total = keys_P.size
     if total >= 1 << 32:
         raise ValueError(f"{total:,} positions overflow the uint32 counts; train on fewer than 2**32 "
                          "positions (2 Gbp on both strands)")
-    short_P = usable_P < order
+    short_P = usable_P < order  # record starts and bases after an N: their far context bits are not bases
     short_keys, short_usable = keys_P[short_P], usable_P[short_P]
     keys_P.sort()
     with tqdm(total=order + 1, desc="counting", unit="order", disable=not progress) as bar:
@@ -148,16 +166,38 @@ def count_tables(keys_P: np.ndarray, usable_P: np.ndarray, order: int, progress:
         counts_C4 = np.zeros((keys_C.size, 4), dtype=np.uint32)
         counts_C4[rows_D, (distinct_D & _THREE).astype(np.intp)] = runs_D
         del distinct_D, runs_D, context_D, new_D, rows_D
-        keys: list[np.ndarray] = [np.empty(0, np.uint64)] * (order + 1)
-        counts: list[np.ndarray] = [np.empty((0, 4), np.uint32)] * (order + 1)
+        # The sort counted every position at every order; take the short ones out of the top order
+        # and put each back at its own usable order on the way down.
         for j in range(order, -1, -1):
-            if j < order:  # the parent of a context drops its farthest base, the lowest 2 bits
-                parent_C = keys_C >> _TWO
-                first_C = np.flatnonzero(np.r_[True, parent_C[1:] != parent_C[:-1]])
-                keys_C, counts_C4 = parent_C[first_C], np.add.reduceat(counts_C4, first_C, axis=0)
-            keys[j], counts[j] = _remove_counts(keys_C, counts_C4, short_keys[short_usable < j], order, j)
+            if j < order:
+                keys_C, counts_C4 = _parents(keys_C, counts_C4)
+            change_S = short_usable < j if j == order else short_usable == j
+            if np.any(change_S):
+                changed = short_keys[change_S]
+                rows_S = np.searchsorted(keys_C, _context(changed, order, j))
+                ufunc = np.subtract if j == order else np.add
+                ufunc.at(counts_C4, (rows_S, (changed & _THREE).astype(np.intp)), np.uint32(1))
+            yield j, keys_C, counts_C4
             bar.update()
-    return keys, counts
+
+
+def _lookup_order(keys_C: np.ndarray, counts_C4: np.ndarray, context_P: np.ndarray, targets_P: np.ndarray,
+                  usable_P: Optional[np.ndarray], out: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+    """Write n(c, x), n(c) and u(c) of each position's order-j context into ``out`` (three (P,)
+    uint32 arrays, left as they are where the context was not seen or ``usable_P`` is False)."""
+    if keys_C.size == 0:
+        return
+    rows_P = np.minimum(np.searchsorted(keys_C, context_P), keys_C.size - 1)
+    found_P = keys_C[rows_P] == context_P
+    if usable_P is not None:
+        found_P &= usable_P
+    found_F = np.flatnonzero(found_P)
+    counts_F4 = counts_C4[rows_P[found_F]]
+    count_P, context_count_P, distinct_P = out
+    count_P[found_F] = counts_F4[np.arange(found_F.size), targets_P[found_F]]
+    columns = counts_F4.T  # four (F,) views: column sums are much faster than reductions along axis 1
+    context_count_P[found_F] = columns[0] + columns[1] + columns[2] + columns[3]
+    distinct_P[found_F] = (columns[0] > 0).view(np.uint8) + (columns[1] > 0) + (columns[2] > 0) + (columns[3] > 0)
 
 
 @dataclass(frozen=True)
@@ -203,18 +243,13 @@ class MarkovModel:
         """
         _check_order(order)
         _check_smoothing(discount, concentration)
-        parts_keys, parts_usable = [], []
-        for codes_L in sequences:
-            for strand_L in (codes_L, reverse_complement(codes_L)) if both_strands else (codes_L,):
-                keys_P, usable_P, _ = pack_positions(strand_L, order)
-                parts_keys.append(keys_P)
-                parts_usable.append(usable_P)
-        keys_P = np.concatenate(parts_keys) if parts_keys else np.empty(0, np.uint64)
+        keys_P, usable_P = _pack_strands(sequences, order, both_strands)
         if keys_P.size == 0:
             raise ValueError("no A/C/G/T bases to train on: the training sequences are empty or all N")
-        usable_P = np.concatenate(parts_usable)
-        del parts_keys, parts_usable
-        keys, counts = count_tables(keys_P, usable_P, order, progress=progress)
+        keys: list[np.ndarray] = [np.empty(0, np.uint64)] * (order + 1)
+        counts: list[np.ndarray] = [np.empty((0, 4), np.uint32)] * (order + 1)
+        for j, keys_C, counts_C4 in iter_count_tables(keys_P, usable_P, order, progress=progress):
+            keys[j], counts[j] = keys_C, counts_C4
         return cls(order, float(discount), float(concentration), keys, counts, int(keys_P.size))
 
     def with_smoothing(self, discount: float, concentration: float) -> MarkovModel:
@@ -232,25 +267,12 @@ class MarkovModel:
         Zero where the context was not seen or is not usable. ``keys_P`` are packed for this
         model's order; the lookups are fastest when they are sorted.
         """
-        count_K1P = np.zeros((self.order + 1, keys_P.size), dtype=np.uint32)
-        context_K1P = np.zeros_like(count_K1P)
-        distinct_K1P = np.zeros_like(count_K1P)
+        lookups = tuple(np.zeros((self.order + 1, keys_P.size), dtype=np.uint32) for _ in range(3))
         targets_P = (keys_P & _THREE).astype(np.intp)
         for j, (keys_C, counts_C4) in enumerate(zip(self.keys, self.counts)):
-            if keys_C.size == 0:
-                continue
-            context_P = _context(keys_P, self.order, j)
-            rows_P = np.minimum(np.searchsorted(keys_C, context_P), keys_C.size - 1)
-            found_P = keys_C[rows_P] == context_P
-            if j:
-                found_P &= usable_P >= j
-            found_F = np.flatnonzero(found_P)
-            counts_F4 = counts_C4[rows_P[found_F]]
-            count_K1P[j, found_F] = counts_F4[np.arange(found_F.size), targets_P[found_F]]
-            columns = counts_F4.T  # four (F,) views: column sums are much faster than reductions along axis 1
-            context_K1P[j, found_F] = columns[0] + columns[1] + columns[2] + columns[3]
-            distinct_K1P[j, found_F] = (columns[0] > 0).view(np.uint8) + (columns[1] > 0) + (columns[2] > 0) + (columns[3] > 0)
-        return count_K1P, context_K1P, distinct_K1P
+            _lookup_order(keys_C, counts_C4, _context(keys_P, self.order, j), targets_P, usable_P >= j if j else None,
+                          (lookups[0][j], lookups[1][j], lookups[2][j]))
+        return lookups
 
     def _log2_probabilities(self, keys_P: np.ndarray, usable_P: np.ndarray,
                             on_progress: Optional[Callable[[int], None]] = None) -> np.ndarray:
@@ -342,32 +364,40 @@ def select_markov_model(sequences: Sequence[np.ndarray], orders: Sequence[int],
         raise ValueError(f"held_out_fraction={held_out_fraction} must be between 0 and 1")
     cut = [len(codes_L) - int(len(codes_L) * held_out_fraction) for codes_L in sequences]
     top = max(orders)
-    model = MarkovModel.fit((codes_L[:c] for codes_L, c in zip(sequences, cut)), top, both_strands=both_strands,
-                            progress=progress)
     packed = [pack_positions(codes_L[c:], top) for codes_L, c in zip(sequences, cut)]
-    keys_P = np.concatenate([keys for keys, _, _ in packed])
-    usable_P = np.concatenate([usable for _, usable, _ in packed])
-    if keys_P.size == 0:
+    held_keys_P = np.concatenate([np.empty(0, np.uint64)] + [keys for keys, _, _ in packed])
+    held_usable_P = np.concatenate([np.empty(0, np.uint8)] + [usable for _, usable, _ in packed])
+    if held_keys_P.size == 0:
         raise ValueError("too little training data to choose the order and smoothing on a held-out part: the "
                          f"last {held_out_fraction:.0%} of the training records has no A/C/G/T base; give the "
                          "order, discount and concentration (--order, --discount, --concentration)")
-    sort_P = np.argsort(keys_P)
-    keys_P, usable_P = keys_P[sort_P], usable_P[sort_P]
+    sort_P = np.argsort(held_keys_P)  # sorted queries make every order's lookups sequential
+    held_keys_P, held_usable_P = held_keys_P[sort_P], held_usable_P[sort_P]
+    targets_P = (held_keys_P & _THREE).astype(np.intp)
+    train_keys_P, train_usable_P = _pack_strands((codes_L[:c] for codes_L, c in zip(sequences, cut)), top, both_strands)
+    if train_keys_P.size == 0:
+        raise ValueError("no A/C/G/T bases to train on: the training sequences are empty or all N")
+    # Each order's table is looked up as soon as it is counted and then dropped: memory holds
+    # about two tables, not k + 1.
+    lookups = tuple(np.zeros((top + 1, held_keys_P.size), dtype=np.uint32) for _ in range(3))
+    for j, keys_C, counts_C4 in iter_count_tables(train_keys_P, train_usable_P, top, progress=progress):
+        _lookup_order(keys_C, counts_C4, _context(held_keys_P, top, j), targets_P, held_usable_P >= j if j else None,
+                      (lookups[0][j], lookups[1][j], lookups[2][j]))
+    del train_keys_P, train_usable_P
     bits = np.zeros((len(discounts), len(concentrations), top + 1))
-    with tqdm(total=keys_P.size, desc="choosing k", unit="base", unit_scale=True, disable=not progress) as bar:
-        for start in range(0, keys_P.size, _CHUNK):
-            lookups = model._lookups(keys_P[start:start + _CHUNK], usable_P[start:start + _CHUNK])
-            for di, discount in enumerate(discounts):
-                for ci, concentration in enumerate(concentrations):
-                    for j, p_P in enumerate(interpolate(lookups, discount, concentration)):
-                        bits[di, ci, j] -= np.log2(p_P).sum()
-            bar.update(min(_CHUNK, keys_P.size - start))
+    with tqdm(total=bits.shape[0] * bits.shape[1], desc="choosing k", unit="smoothing", disable=not progress) as bar:
+        for di, discount in enumerate(discounts):
+            for ci, concentration in enumerate(concentrations):
+                for j, p_P in enumerate(interpolate(lookups, discount, concentration)):
+                    bits[di, ci, j] = -np.log2(p_P).sum()
+                bar.update()
+    held_out_bases = held_keys_P.size
     table = [{"order": int(order), "discount": float(discount), "concentration": float(concentration),
-              "bits_per_base": float(bits[di, ci, order] / keys_P.size)}
+              "bits_per_base": float(bits[di, ci, order] / held_out_bases)}
              for order in orders for di, discount in enumerate(discounts)
              for ci, concentration in enumerate(concentrations)]
     best = min(table, key=lambda row: row["bits_per_base"])
-    return Selection(best["order"], best["discount"], best["concentration"], int(keys_P.size), table)
+    return Selection(best["order"], best["discount"], best["concentration"], int(held_out_bases), table)
 
 
 def fit_markov_model(sequences: Sequence[np.ndarray], order: Optional[int] = None, discount: Optional[float] = None,
@@ -460,7 +490,7 @@ def baseline(
         out: JSON file to write (replaced whole, never left half written).
         order: Markov order k, 0 to 31 (the context length); default: chosen from 0..max_order.
         discount: Discount d in [0, 1); default: chosen from 0, 0.5, 0.75, 0.9.
-        concentration: Concentration a > 0; default: chosen from 0.25, 1, 4, 16.
+        concentration: Concentration a > 0; default: chosen from 1, 4, 16, 64, 256, 1024.
         max_order: The highest order tried when the order is chosen (memory grows with it: about
             3 GB at 16 for 10 Mbp of training sequence).
         both_strands: Score each record on both strands (its reverse complement as well) and

@@ -16,7 +16,14 @@ from genoformer.cli import main
 from genoformer.data.alphabet import decode, encode, reverse_complement
 from genoformer.data.genome_store import prepare_genome_store
 from genoformer.data.sequence_inputs import read_sequences
-from genoformer.markov import MarkovModel, fit_markov_model, pack_positions, select_markov_model
+from genoformer.markov import (
+    CONCENTRATIONS,
+    DISCOUNTS,
+    MarkovModel,
+    fit_markov_model,
+    pack_positions,
+    select_markov_model,
+)
 
 
 def reference_log2_probabilities(train: list[np.ndarray], test: np.ndarray, order: int, discount: float,
@@ -187,7 +194,7 @@ def test_selection_finds_the_order_of_a_simulated_chain():
     assert selection.order == 3
     best = {row["order"]: row["bits_per_base"] for row in selection.best_per_order()}
     assert best[3] < best[2] - 0.05 and best[3] < best[6]
-    assert len(selection.table) == 7 * 4 * 4 and selection.held_out_bases == 15_000
+    assert len(selection.table) == 7 * len(DISCOUNTS) * len(CONCENTRATIONS) and selection.held_out_bases == 15_000
 
 
 def test_fixed_values_skip_the_selection():
@@ -272,7 +279,7 @@ def test_baseline_command_writes_the_json_shape(tmp_path, chain_files, capsys):
     assert model["order"] >= 2
     assert {"discount", "concentration", "selection", "train_files", "train_bases"} <= set(model)
     assert model["train_bases"] == 50_000 and len(model["train_files"]) == 2
-    assert len(model["selection"]) == 6 * 4 * 4
+    assert len(model["selection"]) == 6 * len(DISCOUNTS) * len(CONCENTRATIONS)
     assert 1.0 < result["total"]["bits_per_base"] < 1.9
     assert "t2" in stdout and "total" in stdout and "skipped" in stdout
     assert not list(out.parent.glob(".*tmp*"))
