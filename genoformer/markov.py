@@ -20,20 +20,29 @@ base before it in bits 2 + 2(k - m), so the nearest base sits highest. The order
 key is ``key >> (2 + 2(k - j))``, and the order-j context is the order-(j+1) context shifted
 right by 2 (its farthest base dropped). One in-place sort of all keys therefore sorts every
 order at once: the order-k table comes from run lengths of the sorted keys, and each lower
-order from its parent by adding adjacent rows (``np.add.reduceat``), with no further sort.
+order from the one above by adding the (at most four) adjacent rows of each parent, with no
+further sort.
 Positions with fewer than k usable bases before them (record starts, bases after an N: a few
-per record) are sorted with the rest and their counts removed again from the orders they must
-not count in. Per order the model keeps the sorted context keys (C_j,) uint64 and the counts
-(C_j, 4) uint32. Lookups are ``np.searchsorted`` of the scored positions' contexts, sorted by
-their order-k key first so that every order's queries arrive in increasing order.
+per record) are sorted with the rest, taken out of the order-k counts and put back at their own
+usable order on the way down; the contexts only they reached stay in the tables with zero counts,
+where they act as unseen contexts. Per order the model keeps the sorted context keys (C_j,)
+uint64 and the counts (C_j, 4) uint32 (1.8 GB at k = 16 for 9 Mbp counted on both strands). Lookups are
+``np.searchsorted`` of the scored positions' contexts, sorted by their order-k key first so that
+every order's queries arrive in increasing order; a position whose order-j context was never
+seen is not looked up at higher orders.
 
 Choosing k, d and a (:func:`fit_markov_model`): hold out the last 10% of every training
 record, count the rest (both strands), score the held-out parts (forward strand) at every
 order 0..max_order and every (d, a) of a small grid (one pass over the orders gives all k at
 once per (d, a)), take the lowest bits per base, then count all the training data again.
+Each order's table is looked up as soon as it is counted and then dropped, so the selection
+holds about two tables at a time.
 
-Names: ``L`` bases of one record, ``P`` positions scored or counted (those whose base is
-A/C/G/T), ``C_j`` contexts of order j seen in training, ``K1`` = k + 1 orders.
+Shape letters in names: ``L`` bases of one record, ``P`` positions scored or counted (those
+whose base is A/C/G/T), ``C`` contexts of one order seen in training, ``K1`` = k + 1 orders,
+``Q`` queries of one table and ``F`` those found, ``A`` positions still looked up, ``G`` parent
+contexts, ``D`` distinct keys, ``S`` short positions (fewer than k usable bases before them),
+``U`` usable positions.
 """
 
 from __future__ import annotations
@@ -181,23 +190,23 @@ def iter_count_tables(keys_P: np.ndarray, usable_P: np.ndarray, order: int, prog
             bar.update()
 
 
-def _lookup_order(keys_C: np.ndarray, counts_C4: np.ndarray, context_P: np.ndarray, targets_P: np.ndarray,
-                  usable_P: Optional[np.ndarray], out: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
-    """Write n(c, x), n(c) and u(c) of each position's order-j context into ``out`` (three (P,)
-    uint32 arrays, left as they are where the context was not seen or ``usable_P`` is False)."""
+def _lookup_order(keys_C: np.ndarray, counts_C4: np.ndarray, context_Q: np.ndarray, targets_Q: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Look up Q order-j contexts (fastest when sorted) in an order-j table.
+
+    Returns the indices F of the queries whose context is in the table and, for those, n(c, x)
+    of their target x, n(c) and u(c): four (F,) arrays.
+    """
     if keys_C.size == 0:
-        return
-    rows_P = np.minimum(np.searchsorted(keys_C, context_P), keys_C.size - 1)
-    found_P = keys_C[rows_P] == context_P
-    if usable_P is not None:
-        found_P &= usable_P
-    found_F = np.flatnonzero(found_P)
-    counts_F4 = counts_C4[rows_P[found_F]]
-    count_P, context_count_P, distinct_P = out
-    count_P[found_F] = counts_F4[np.arange(found_F.size), targets_P[found_F]]
+        return (np.empty(0, np.intp),) + tuple(np.empty(0, np.uint32) for _ in range(3))
+    rows_Q = np.minimum(np.searchsorted(keys_C, context_Q), keys_C.size - 1)
+    found_F = np.flatnonzero(keys_C[rows_Q] == context_Q)
+    counts_F4 = counts_C4[rows_Q[found_F]]
     columns = counts_F4.T  # four (F,) views: column sums are much faster than reductions along axis 1
-    context_count_P[found_F] = columns[0] + columns[1] + columns[2] + columns[3]
-    distinct_P[found_F] = (columns[0] > 0).view(np.uint8) + (columns[1] > 0) + (columns[2] > 0) + (columns[3] > 0)
+    return (found_F,
+            counts_F4[np.arange(found_F.size), targets_Q[found_F]],
+            columns[0] + columns[1] + columns[2] + columns[3],
+            (columns[0] > 0).view(np.uint8) + (columns[1] > 0) + (columns[2] > 0) + (columns[3] > 0))
 
 
 @dataclass(frozen=True)
@@ -267,12 +276,17 @@ class MarkovModel:
         Zero where the context was not seen or is not usable. ``keys_P`` are packed for this
         model's order; the lookups are fastest when they are sorted.
         """
-        lookups = tuple(np.zeros((self.order + 1, keys_P.size), dtype=np.uint32) for _ in range(3))
-        targets_P = (keys_P & _THREE).astype(np.intp)
+        count_K1P, total_K1P, distinct_K1P = (np.zeros((self.order + 1, keys_P.size), dtype=np.uint32) for _ in range(3))
+        alive_A = np.arange(keys_P.size)  # positions whose context was seen at every order so far
         for j, (keys_C, counts_C4) in enumerate(zip(self.keys, self.counts)):
-            _lookup_order(keys_C, counts_C4, _context(keys_P, self.order, j), targets_P, usable_P >= j if j else None,
-                          (lookups[0][j], lookups[1][j], lookups[2][j]))
-        return lookups
+            if j:
+                alive_A = alive_A[usable_P[alive_A] >= j]
+            keys_A = keys_P[alive_A]
+            found_F, count_F, total_F, distinct_F = _lookup_order(
+                keys_C, counts_C4, _context(keys_A, self.order, j), (keys_A & _THREE).astype(np.intp))
+            alive_A = alive_A[found_F]  # a context never seen has no longer context that was
+            count_K1P[j, alive_A], total_K1P[j, alive_A], distinct_K1P[j, alive_A] = count_F, total_F, distinct_F
+        return count_K1P, total_K1P, distinct_K1P
 
     def _log2_probabilities(self, keys_P: np.ndarray, usable_P: np.ndarray,
                             on_progress: Optional[Callable[[int], None]] = None) -> np.ndarray:
@@ -381,8 +395,10 @@ def select_markov_model(sequences: Sequence[np.ndarray], orders: Sequence[int],
     # about two tables, not k + 1.
     lookups = tuple(np.zeros((top + 1, held_keys_P.size), dtype=np.uint32) for _ in range(3))
     for j, keys_C, counts_C4 in iter_count_tables(train_keys_P, train_usable_P, top, progress=progress):
-        _lookup_order(keys_C, counts_C4, _context(held_keys_P, top, j), targets_P, held_usable_P >= j if j else None,
-                      (lookups[0][j], lookups[1][j], lookups[2][j]))
+        usable_U = np.flatnonzero(held_usable_P >= j)
+        found_F, *values = _lookup_order(keys_C, counts_C4, _context(held_keys_P[usable_U], top, j), targets_P[usable_U])
+        for lookup, value_F in zip(lookups, values):
+            lookup[j, usable_U[found_F]] = value_F
     del train_keys_P, train_usable_P
     bits = np.zeros((len(discounts), len(concentrations), top + 1))
     with tqdm(total=bits.shape[0] * bits.shape[1], desc="choosing k", unit="smoothing", disable=not progress) as bar:
