@@ -36,6 +36,7 @@ from genoformer.export import export
 from genoformer.embeddings import Embedder, Embeddings, Pooling, is_sequence_file_name, save_embeddings
 from genoformer.kernels.dispatch import Backend
 from genoformer.lightning_module import GenoformerLM
+from genoformer.markov import baseline
 
 TRAINING_COMMANDS = ("fit", "validate", "test", "predict")
 
@@ -187,6 +188,7 @@ TOOL_COMMANDS = {
     "prepare_timeseries": prepare_timeseries,
     "embed": embed,
     "evaluate": evaluate,
+    "baseline": baseline,
     "export": export,
 }
 

@@ -13,44 +13,19 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional
 
 import numpy as np
 import torch
 
 from genoformer.data.alphabet import T, reverse_complement
-from genoformer.data.genome_store import GenomeStore
-from genoformer.embeddings import read_sequences
+from genoformer.data.sequence_inputs import read_sequences
 from genoformer.kernels.dispatch import Backend
 from genoformer.scoring import Scorer
 
 BackendName = Literal[tuple(member.value for member in Backend)]
-
-
-@dataclass(frozen=True)
-class NamedSequence:
-    name: str
-    codes: np.ndarray  # uint8 (L,)
-    source: str
-
-
-def read_inputs(inputs: Sequence[Union[str, Path]]) -> Iterator[NamedSequence]:
-    """Every record of FASTA/GenBank files and every contig of genome stores (.zarr folders), in
-    order. Raises FileNotFoundError for a missing input and ValueError for an empty record."""
-    for item in inputs:
-        path = Path(item)
-        if path.is_dir():
-            store = GenomeStore(path)
-            for contig in store.contigs:
-                yield NamedSequence(contig.name, store.read(contig.index, 0, contig.length), str(path))
-        elif path.is_file():
-            for name, codes in read_sequences(path):
-                yield NamedSequence(name, codes, str(path))
-        else:
-            raise FileNotFoundError(f"input not found: {path}; pass FASTA/GenBank files or genome stores (.zarr).")
 
 
 def summarize(names: Sequence[str], sources: Sequence[str], log2p: Sequence[Sequence[np.ndarray]]) -> dict[str, Any]:
@@ -120,7 +95,7 @@ def evaluate(
     scorer = Scorer.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
     context = scorer.context if context is None else context
     overlap = scorer.check_context(context, overlap)
-    records = list(read_inputs(inputs))
+    records = list(read_sequences(inputs))
     if not records:
         raise ValueError(f"no sequences in {inputs}; pass FASTA files or genome stores with at least one record.")
     sequences = [r.codes for r in records]
