@@ -121,7 +121,10 @@ def train(args: argparse.Namespace) -> None:
                     "--batch_size", str(args.batch_size)], check=True)
     command_seconds = time.perf_counter() - began
     rate = json.loads(rate_json.read_text())
+    from benchmarks.common import command_line, describe_environment
+
     results = {
+        "environment": {**describe_environment(), "command": command_line()},
         "config": args.config, "held_out": args.held_out, "fit_seconds": fit_seconds, "minutes": minutes,
         "steps": last_step(out / "metrics.csv"), "contexts": contexts,
         "evaluate_genome": {"bits_per_base": rate["total"]["bits_per_base"], "bases": rate["total"]["bases"],
@@ -195,6 +198,9 @@ def bootstrap_difference(a: dict, b: dict, draws: int = 2000, seed: int = 0) -> 
     return float(point), float(low), float(high)
 
 
+LABELS = {"test": "held-out regions (the test split)", "val+test": "held-out genome (validation + test contigs)"}
+
+
 def report(args: argparse.Namespace) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -204,43 +210,125 @@ def report(args: argparse.Namespace) -> None:
     root = Path(args.results)
     experiments = [d for d in sorted(root.iterdir()) if (d / "results.json").is_file()]
     rows, summary = [], {}
-    figure = Figure(figsize=(7, 4.5), layout="constrained")
+    figure = Figure(figsize=(11, 4.5), layout="constrained")
     FigureCanvasAgg(figure)
-    ax = figure.add_subplot()
+    absolute, gain = figure.subplots(1, 2)
     for directory in experiments:
         results = json.loads((directory / "results.json").read_text())
         base = json.loads((directory / "baseline.json").read_text()) if (directory / "baseline.json").is_file() else None
+        label = f"{directory.name}: {LABELS[results['held_out']]}"
         contexts = sorted(results["contexts"], key=int)
         bpb = {c: _total(results["contexts"][c]) for c in contexts}
         low, high = contexts[0], contexts[-1]
-        diff = bootstrap_difference(results["contexts"][low], results["contexts"][high])
-        name = directory.name
-        summary[name] = {"bits_per_base": bpb, "difference": {"contexts": [low, high], "point": diff[0], "ci95": diff[1:]},
-                         "markov": None if base is None else {"order": base["model"]["order"], "bits_per_base": base["total"]["bits_per_base"],
-                                                               "bases": base["total"]["bases"]},
-                         "steps": results["steps"], "fit_seconds": results["fit_seconds"],
-                         "evaluate_genome": results["evaluate_genome"]}
-        row = {"held out": name, "Markov k": "-" if base is None else base["model"]["order"],
-               "Markov bits/base": "-" if base is None else f"{base['total']['bits_per_base']:.4f}"}
-        row.update({f"model @ {int(c) // 1024}k": f"{bpb[c]:.4f}" for c in contexts})
-        row[f"{int(low) // 1024}k - {int(high) // 1024}k (95% CI)"] = f"{diff[0]:+.4f} ({diff[1]:+.4f}, {diff[2]:+.4f})"
+        # bits per base saved by each context over the shortest, with block-bootstrap intervals
+        saved = {c: bootstrap_difference(results["contexts"][low], results["contexts"][c]) for c in contexts}
+        summary[directory.name] = {
+            "label": label, "bits_per_base": bpb,
+            "saved_vs_shortest": {c: {"point": v[0], "ci95": v[1:]} for c, v in saved.items()},
+            "markov": None if base is None else {"order": base["model"]["order"], "bits_per_base": base["total"]["bits_per_base"],
+                                                 "discount": base["model"]["discount"], "concentration": base["model"]["concentration"]},
+            "steps": results["steps"], "fit_seconds": results["fit_seconds"], "evaluate_genome": results["evaluate_genome"],
+        }
+        genome_of = genome_names(Path(results["config"]))
+        for genome, records in group_records(results["contexts"][low]["records"], genome_of).items():
+            markov = [r for r in base["records"] if genome_of[r["name"].rsplit(":", 1)[0]] == genome] if base else []
+            row = {"held out": directory.name, "genome": genome, "Markov k": base["model"]["order"] if base else "-",
+                   "Markov bits/base": f"{_mean_bits(markov):.4f}" if markov else "-"}
+            for c in contexts:
+                chosen = group_records(results["contexts"][c]["records"], genome_of)[genome]
+                row[f"model @ {int(c) // 1024}k"] = f"{_total({'records': chosen}):.4f}"
+            rows.append(row)
+        row = {"held out": directory.name, "genome": "**all**", "Markov k": "-" if base is None else base["model"]["order"],
+               "Markov bits/base": "-" if base is None else f"**{base['total']['bits_per_base']:.4f}**"}
+        row.update({f"model @ {int(c) // 1024}k": f"**{bpb[c]:.4f}**" for c in contexts})
+        point, lo, hi = saved[high]
+        row[f"{int(low) // 1024}k - {int(high) // 1024}k (95% CI)"] = f"{point:+.4f} ({lo:+.4f}, {hi:+.4f})"
         rows.append(row)
-        line, = ax.plot([int(c) for c in contexts], [bpb[c] for c in contexts], "o-", label=f"genoformer, {name}")
+        xs = [int(c) for c in contexts]
+        line, = absolute.plot(xs, [bpb[c] for c in contexts], "o-", label=f"genoformer, {directory.name}")
         if base is not None:
-            ax.axhline(base["total"]["bits_per_base"], color=line.get_color(), linestyle="--",
-                       label=f"order-{base['model']['order']} Markov, {name}")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("context (tokens)")
-    ax.set_ylabel("bits per base (held-out, both strands)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+            absolute.axhline(base["total"]["bits_per_base"], color=line.get_color(), linestyle="--",
+                             label=f"order-{base['model']['order']} Markov, {directory.name}")
+        points = np.array([saved[c] for c in contexts])
+        gain.errorbar(xs, points[:, 0], yerr=[points[:, 0] - points[:, 1], points[:, 2] - points[:, 0]], fmt="o-",
+                      capsize=3, color=line.get_color(), label=label)
+    for ax in (absolute, gain):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("context (tokens)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    absolute.set_ylabel("bits per base (held out, both strands)")
+    absolute.set_title("model and Markov baseline")
+    gain.set_ylabel(f"bits per base saved over a {int(contexts[0]) // 1024}k context")
+    gain.set_title("what the longer context adds (95% block bootstrap)")
     figure.savefig(root / "context_curve.png", dpi=120)
     (root / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     table = markdown_table(rows)
     (root / "table.md").write_text(table + "\n")
     if args.benchmarks_md:
-        replace_markdown_section(args.benchmarks_md, "genome-science", table)
+        replace_markdown_section(args.benchmarks_md, "genome-science", section(summary, experiments, table, root))
     print(table)
+
+
+def section(summary: dict, experiments: list[Path], table: str, root: Path) -> str:
+    """The BENCHMARKS.md section: where and how it was measured, the table, the curve, the targets."""
+    first = json.loads((experiments[0] / "results.json").read_text())
+    env = first["environment"]
+    lines = [
+        "## Genome science: held-out DNA against an order-k Markov model",
+        "",
+        f"Trained and scored on **{env['device']}**, {env['date_utc']}; torch {env['torch']}, triton {env['triton']}. "
+        f"Command: `{env['command']}`; Markov baselines on the 2-core CPU: "
+        "`python -m benchmarks.genome_science baseline --config CONFIG --out DIR` (the model's exact training "
+        "intervals, scored on the same held-out bases); this section: "
+        "`python -m benchmarks.genome_science report --benchmarks_md BENCHMARKS.md`.",
+        "",
+    ]
+    for name, item in summary.items():
+        config = json.loads((root / name / "results.json").read_text())["config"]
+        lines.append(f"- **{name}**: `{config}`, {item['steps']} optimizer steps in {item['fit_seconds'] / 60:.1f} min "
+                     f"of wall clock; held out: {item['label'].split(': ', 1)[1]}.")
+    lines += ["", "Bits per base on the held-out data, both strands (lower is better):", "", table, "",
+              f"![bits per base against context](benchmarks/results/genome_science/context_curve.png)", "",
+              "### Targets", ""]
+    for name, item in summary.items():
+        contexts = sorted(item["bits_per_base"], key=int)
+        model, markov = item["bits_per_base"][contexts[-1]], item["markov"]
+        saved = item["saved_vs_shortest"][contexts[-1]]
+        if markov is not None:
+            verdict = "MET" if model < markov["bits_per_base"] else "MISSED"
+            lines.append(f"- {name}, model below the best Markov model: {verdict}: {model:.4f} vs {markov['bits_per_base']:.4f} "
+                         f"(order {markov['order']}, concentration {markov['concentration']:g}, discount {markov['discount']:g}).")
+        verdict = "MET" if saved["ci95"][0] > 0 else "MISSED"
+        lines.append(f"- {name}, {int(contexts[-1]) // 1024}k context below {int(contexts[0]) // 1024}k by more than the noise: "
+                     f"{verdict}: {saved['point']:+.4f} bits per base, 95% block-bootstrap interval "
+                     f"({saved['ci95'][0]:+.4f}, {saved['ci95'][1]:+.4f}).")
+    rate = summary[next(iter(summary))]["evaluate_genome"]
+    lines.append(f"- `genoformer evaluate` of a {rate['bases'] / 1e6:.1f} Mbp genome at the 8k context on the GPU: "
+                 f"{rate['seconds']:.1f} s of scoring ({rate['bases_per_second']:,.0f} bases/s; {rate['command_seconds']:.0f} s for "
+                 "the whole command with start-up and reading).")
+    return "\n".join(lines)
+
+
+def genome_names(config: Path) -> dict[str, str]:
+    """Contig name -> the genome file it comes from, for the genomes a config names."""
+    from genoformer.data.sequence_inputs import read_sequences
+    from genoformer.cli import training_cli
+
+    cli = training_cli(["--config", str(config), "--trainer.accelerator", "cpu", "--trainer.precision", "32-true"], run=False)
+    return {record.name: Path(record.source).name.split(".")[0] for record in read_sequences(cli.datamodule.fasta)}
+
+
+def group_records(records: list[dict], genome_of: dict[str, str]) -> dict[str, list[dict]]:
+    """Scored intervals ("contig:start-end") grouped by genome, in order of first appearance."""
+    groups: dict[str, list[dict]] = {}
+    for record in records:
+        groups.setdefault(genome_of[record["name"].rsplit(":", 1)[0]], []).append(record)
+    return groups
+
+
+def _mean_bits(records: list[dict]) -> float:
+    return sum(r["bits_per_base"] * r["bases"] for r in records) / sum(r["bases"] for r in records)
 
 
 def _total(context_result: dict) -> float:
