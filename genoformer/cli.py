@@ -31,12 +31,13 @@ from lightning.pytorch.cli import LightningCLI
 
 from genoformer.data.genome_store import DEFAULT_CHUNK_SIZE, prepare_genome_store
 from genoformer.data.timeseries_store import MissingPolicy, prepare_timeseries_store
-from genoformer.evaluate import evaluate
+from genoformer.evaluate import evaluate, score
 from genoformer.export import export
 from genoformer.embeddings import Embedder, Embeddings, Pooling, is_sequence_file_name, save_embeddings
 from genoformer.kernels.dispatch import Backend
 from genoformer.lightning_module import GenoformerLM
 from genoformer.markov import baseline
+from genoformer.variants import variant_effect
 
 TRAINING_COMMANDS = ("fit", "validate", "test", "predict")
 
@@ -190,6 +191,8 @@ TOOL_COMMANDS = {
     "evaluate": evaluate,
     "baseline": baseline,
     "export": export,
+    "score": score,
+    "variant_effect": variant_effect,
 }
 
 
