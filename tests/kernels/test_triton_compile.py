@@ -7,6 +7,11 @@ shared memory one program needs (the driver refuses a launch above the per-block
 Each kernel is built in its largest variant (causal, block-sparse, key padding, ragged query
 tail): the other variants drop code and use no more shared memory.
 
+Configurations are chosen per tile width (the head dim rounded up to a power of two); each is
+built at its tile width and, on sm_80 and sm_90, again at one padded head dim of that tile
+(``PADDED_DIMS``): the head-dim masks change the loads and stores, not the tiles held in shared
+memory, but they must compile and pipeline in every configuration.
+
 The compiles run in a child process (this file run as a script), one worker per core: the test
 session may have set TRITON_INTERPRET=1 for the interpreter tests, and kernels defined under it
 cannot be compiled.
@@ -28,11 +33,18 @@ from genoformer.kernels import triton_flash_configs as configs
 
 COMMON = {"CAUSAL": True, "SPARSE": True, "HAS_KV_LENS": True, "DOT_F32": False}
 
+PADDED_DIMS = {32: 24, 64: 40, 128: 96, 256: 160}
+"""tile width -> a head dim padded to it, compiled too on the generations in PADDED_GENERATIONS"""
+PADDED_GENERATIONS = ("sm_80", "sm_90")
+
 
 def _cases() -> list[tuple[str, str, int, str, tuple]]:
     """(test id, generation name, head dim, kernel, config fields) for every selectable config."""
     out = []
-    for gen, d, cfg in configs.all_configs():
+    built = [(gen, tile, cfg) for gen, tile, cfg in configs.all_configs()]
+    built += [(gen, PADDED_DIMS[tile], cfg) for gen, tile, cfg in configs.all_configs()
+              if tile in PADDED_DIMS and gen.name in PADDED_GENERATIONS]
+    for gen, d, cfg in built:
         fields = tuple(cfg.__dict__.values())
         if isinstance(cfg, configs.FwdConfig):
             out.append((f"{gen.name}-d{d}-fwd-{cfg.block_m}x{cfg.block_n}-w{cfg.num_warps}s{cfg.num_stages}",
@@ -70,7 +82,7 @@ def _compile_one(case: tuple) -> dict:
         else:
             kernel, constexprs = bwd_dq_kernel, {"BLOCK_M2": cfg.block_m2, "BLOCK_N2": cfg.block_n2}
             warps, stages = cfg.warps2, cfg.stages2
-    constexprs = {"D": d, "SCAN_": SCAN, **COMMON, **constexprs}
+    constexprs = {"D": d, "D_TILE": configs.tile_dim(d), "SCAN_": SCAN, **COMMON, **constexprs}
     signature = {}
     for name in kernel.arg_names:
         if name in constexprs:
