@@ -131,6 +131,16 @@ def _dot_f32(q: torch.Tensor) -> bool:
     return INTERPRETED and q.dtype == torch.bfloat16
 
 
+def _align8(head_dim: int, *tensors: torch.Tensor) -> bool:
+    """Whether the kernels may declare row and head offsets multiples of 8 elements (``ALIGN8``).
+
+    Only for D % 16 == 8 (24, 40, ...): Triton specialises integer arguments on divisibility by
+    16, which contiguous tensors of other head dims already have.  Every stride but the head
+    dim's must be a multiple of 8; the launcher's own outputs always are (D % 8 == 0).
+    """
+    return head_dim % 16 == 8 and all(s % 8 == 0 for t in tensors for s in t.stride()[:-1])
+
+
 def _check_last_dim_contiguous(**tensors: torch.Tensor) -> None:
     for name, t in tensors.items():
         if t.stride(-1) != 1:
@@ -229,6 +239,7 @@ def flash_fwd(
     cnt, idx, order, scnt_h, sidx_h, sidx_m, sord_h = _csr_args(kv_counts, kv_indices, q)
     lens = kv_lens if kv_lens is not None else cnt
     d_tile = configs.tile_dim(D)  # the kernels mask the head-dim padding D..d_tile
+    align8 = _align8(D, q, k, v)
 
     def run(cfg: configs.FwdConfig) -> None:
         tiles = kv_counts.shape[1] * (block_size // cfg.block_m) if sparse else triton.cdiv(Lq, cfg.block_m)
@@ -239,7 +250,7 @@ def flash_fwd(
             scnt_h, sidx_h, sidx_m, sord_h,
             H, H // HKV, Lq, Lk, scale * LOG2E, block_size if sparse else 1,
             D=D, D_TILE=d_tile, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal, SPARSE=sparse,
-            HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q),
+            HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
 
@@ -270,10 +281,11 @@ def flash_bwd(
     dv = torch.empty((B, HKV, Lk, D), dtype=v.dtype, device=q.device)
     delta = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)
     d_tile = configs.tile_dim(D)  # the kernels mask the head-dim padding D..d_tile
+    align8 = _align8(D, q, k, v, o, do)
     pre_m = 64 if d_tile <= 128 else 32
     bwd_preprocess_kernel[(B * H, triton.cdiv(Lq, pre_m))](
         o, do, delta, o.stride(0), o.stride(1), o.stride(2), do.stride(0), do.stride(1), do.stride(2),
-        H, Lq, D=D, D_TILE=d_tile, BLOCK_M=pre_m,
+        H, Lq, D=D, D_TILE=d_tile, BLOCK_M=pre_m, ALIGN8=align8,
     )
     kcnt, kidx, korder, skcnt_h, skidx_h, skidx_m, skord_h = _csr_args(kv_counts, kv_indices, q)
     qcnt, qidx, qorder, sqcnt_h, sqidx_h, sqidx_n, sqord_h = _csr_args(q_counts, q_indices, q)
@@ -293,7 +305,7 @@ def flash_bwd(
             sqcnt_h, sqidx_h, sqidx_n, sqord_h,
             H, HKV, H // HKV, Lq, Lk, qk_scale, scale, bs,
             D=D, D_TILE=d_tile, BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1, CAUSAL=causal, SPARSE=sparse,
-            HAS_KV_LENS=kv_lens is not None, EVEN_Q=even_q, SCAN_=SCAN, DOT_F32=_dot_f32(q),
+            HAS_KV_LENS=kv_lens is not None, EVEN_Q=even_q, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8,
             num_warps=cfg.warps1, num_stages=cfg.stages1,
         )
         query_tiles = kv_counts.shape[1] * (bs // cfg.block_m2) if sparse else triton.cdiv(Lq, cfg.block_m2)
@@ -305,7 +317,7 @@ def flash_bwd(
             skcnt_h, skidx_h, skidx_m, skord_h,
             H, H // HKV, Lq, Lk, qk_scale, scale, bs,
             D=D, D_TILE=d_tile, BLOCK_M2=cfg.block_m2, BLOCK_N2=cfg.block_n2, CAUSAL=causal, SPARSE=sparse,
-            HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q),
+            HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8,
             num_warps=cfg.warps2, num_stages=cfg.stages2,
         )
 

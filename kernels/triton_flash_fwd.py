@@ -10,6 +10,10 @@ Legend (also used in the backward file):
   D_TILE the tiles' width in the head dim: the next power of two >= D (Triton's block shapes are
   powers of two).  Columns D..D_TILE of a tile are padding: loads fill them with 0, stores skip
   them, so q . k and p . v see zeros there and nothing beyond D is ever read or written.
+  ALIGN8: the launcher found every stride of q, k, v (but the head dim's) a multiple of 8 elements
+  and D % 16 == 8.  Row and head offsets are then declared multiples of 8 (16 bytes): Triton
+  specialises integer arguments on divisibility by 16 only, and without the hint a row stride of,
+  say, 40 would turn every tile load into scalar loads without cp.async pipelining.
   q, o, do, dq: (B, H, Lq, D)      k, v, dk, dv: (B, HKV, Lk, D)     lse, delta: (B, H, Lq) fp32
   A "tile" is the kernel's unit (BLOCK_M query rows x BLOCK_N key rows); a "layout block" is
   the BlockLayout's unit (bs x bs tokens), a multiple of every tile size used with it, so a tile
@@ -46,6 +50,24 @@ def mma(a, b, acc, DOT_F32: tl.constexpr):
     else:
         out = tl.dot(a, b, acc)
     return out
+
+
+@triton.jit
+def head_ptr(ptr, b, stride_b, h, stride_h, ALIGN8: tl.constexpr):
+    """ptr + b * stride_b + h * stride_h (int64): the start of one (batch, head) slice."""
+    offset = b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h
+    if ALIGN8:
+        offset = tl.multiple_of(offset, 8)
+    return ptr + offset
+
+
+@triton.jit
+def tile_ptrs(base, offs, stride, offs_d, ALIGN8: tl.constexpr):
+    """Pointers of the (rows, D_TILE) tile base + offs[:, None] * stride + offs_d[None, :]."""
+    rows = offs[:, None] * stride
+    if ALIGN8:
+        rows = tl.multiple_of(rows, [8, 1])
+    return base + rows + offs_d[None, :]
 
 
 @triton.jit
@@ -130,15 +152,15 @@ def _fwd_steps(
     acc, l_i, m_i, q, k_base, v_base, sk_l, sv_l,
     idx_ptr, bs, TPB, t_lo, t_hi, offs_m, kv_end, qk_scale,
     BLOCK_N: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr, CAUSAL: tl.constexpr,
-    SPARSE: tl.constexpr, MASK: tl.constexpr, DOT_F32: tl.constexpr,
+    SPARSE: tl.constexpr, MASK: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
 ):
     """Online-softmax update over key tiles t_lo..t_hi; MASK=False is the unmasked fast path."""
     offs_d = tl.arange(0, D_TILE)
     for t in range(t_lo, t_hi):
         start_n = tile_start(t, idx_ptr, bs, TPB, BLOCK_N, SPARSE)
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k_ptrs = k_base + offs_n[:, None] * sk_l + offs_d[None, :]  # (BLOCK_N, D_TILE)
-        v_ptrs = v_base + offs_n[:, None] * sv_l + offs_d[None, :]
+        k_ptrs = tile_ptrs(k_base, offs_n, sk_l, offs_d, ALIGN8)  # (BLOCK_N, D_TILE)
+        v_ptrs = tile_ptrs(v_base, offs_n, sv_l, offs_d, ALIGN8)
         k = load_tile(k_ptrs, offs_n < kv_end, offs_d, D, D_TILE, MASK)
         s = mma(q, tl.trans(k), None, DOT_F32)  # (BLOCK_M, BLOCK_N) fp32, unscaled q . k
         if MASK:
@@ -170,7 +192,7 @@ def attn_fwd_kernel(
     H, GROUP, Lq, Lk, qk_scale, bs,
     D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, SCAN_: tl.constexpr,
-    DOT_F32: tl.constexpr,
+    DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
 ):
     # grid: (B * H, query tiles), the longest rows launched first: dense, the last tiles (the
     # longest causal rows); sparse, the layout rows in ORDER (by descending count), each as
@@ -192,11 +214,11 @@ def attn_fwd_kernel(
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, D_TILE)
     row_ok = offs_m < Lq
-    q_base = Q + b.to(tl.int64) * sq_b + h.to(tl.int64) * sq_h
-    k_base = K + b.to(tl.int64) * sk_b + hk.to(tl.int64) * sk_h
-    v_base = V + b.to(tl.int64) * sv_b + hk.to(tl.int64) * sv_h
+    q_base = head_ptr(Q, b, sq_b, h, sq_h, ALIGN8)
+    k_base = head_ptr(K, b, sk_b, hk, sk_h, ALIGN8)
+    v_base = head_ptr(V, b, sv_b, hk, sv_h, ALIGN8)
     # q stays in registers for the whole program: (BLOCK_M, D_TILE)
-    q = load_tile(q_base + offs_m[:, None] * sq_l + offs_d[None, :], row_ok, offs_d, D, D_TILE, True)
+    q = load_tile(tile_ptrs(q_base, offs_m, sq_l, offs_d, ALIGN8), row_ok, offs_d, D, D_TILE, True)
 
     count = 0
     idx_ptr = IDX
@@ -214,15 +236,15 @@ def attn_fwd_kernel(
     acc = tl.zeros([BLOCK_M, D_TILE], dtype=tl.float32)
     acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_base, v_base, sk_l, sv_l, idx_ptr, bs, TPB,
                                0, t_full, offs_m, kv_end, qk_scale,
-                               BLOCK_N, D, D_TILE, CAUSAL, SPARSE, False, DOT_F32)
+                               BLOCK_N, D, D_TILE, CAUSAL, SPARSE, False, DOT_F32, ALIGN8)
     acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_base, v_base, sk_l, sv_l, idx_ptr, bs, TPB,
                                t_full, t_end, offs_m, kv_end, qk_scale,
-                               BLOCK_N, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32)
+                               BLOCK_N, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8)
 
     empty = l_i == 0.0  # rows with no allowed key: output 0, lse +inf
     l_safe = tl.where(empty, 1.0, l_i)
     o = acc / l_safe[:, None]
     lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
-    o_base = O + b.to(tl.int64) * so_b + h.to(tl.int64) * so_h
-    store_tile(o_base + offs_m[:, None] * so_l + offs_d[None, :], o.to(O.dtype.element_ty), row_ok, offs_d, D, D_TILE)
+    o_ptrs = tile_ptrs(head_ptr(O, b, so_b, h, so_h, ALIGN8), offs_m, so_l, offs_d, ALIGN8)
+    store_tile(o_ptrs, o.to(O.dtype.element_ty), row_ok, offs_d, D, D_TILE)
     tl.store(LSE + bh.to(tl.int64) * Lq + offs_m, lse, mask=row_ok)

@@ -4,6 +4,9 @@ within that generation's shared-memory limit (cross-compiled on the CPU: no GPU 
 ``triton.compile(ASTSource(...), target=GPUTarget("cuda", cc, 32))`` runs the whole pipeline down
 to a cubin with the ptxas that ships with Triton; ``compiled.metadata.shared`` is the bytes of
 shared memory one program needs (the driver refuses a launch above the per-block limit).
+The arguments carry the divisibility a real launch gives them (``_launch_attrs``): without it
+Triton sees unaligned pointers, pipelines no load through shared memory, and reports a fraction
+of the shared memory the launch needs (64 KB instead of 224 KB for the sm_90 D=128 forward).
 Each kernel is built in its largest variant (causal, block-sparse, key padding, ragged query
 tail): the other variants drop code and use no more shared memory.
 
@@ -58,6 +61,19 @@ def _cases() -> list[tuple[str, str, int, str, tuple]]:
     return list({case[0]: case for case in out}.values())
 
 
+TENSOR_STRIDES = ("sq", "sk", "sv", "so", "sdo", "sdq", "sdk", "sdv")
+
+
+def _launch_attrs(kernel, signature: dict[str, str], head_dim: int) -> dict:
+    """The divisibility Triton's launcher specialises on for contiguous inputs: every pointer is
+    16-byte aligned (torch allocations), and the strides of q, k, v, o and their gradients are
+    multiples of 16 elements when D % 16 == 0 (D % 16 == 8: not, the kernels' ALIGN8 hint covers them)."""
+    divisible = [i for i, name in enumerate(kernel.arg_names) if signature[name].startswith("*")]
+    if head_dim % 16 == 0:
+        divisible += [i for i, name in enumerate(kernel.arg_names) if name.split("_")[0] in TENSOR_STRIDES]
+    return {(i,): [["tt.divisibility", 16]] for i in divisible}
+
+
 def _compile_one(case: tuple) -> dict:
     """Child process: compile one case and report its shared memory (or the error)."""
     import triton
@@ -82,7 +98,8 @@ def _compile_one(case: tuple) -> dict:
         else:
             kernel, constexprs = bwd_dq_kernel, {"BLOCK_M2": cfg.block_m2, "BLOCK_N2": cfg.block_n2}
             warps, stages = cfg.warps2, cfg.stages2
-    constexprs = {"D": d, "D_TILE": configs.tile_dim(d), "SCAN_": SCAN, **COMMON, **constexprs}
+    # ALIGN8 is what the launcher sets for contiguous inputs of these head dims
+    constexprs = {"D": d, "D_TILE": configs.tile_dim(d), "ALIGN8": d % 16 == 8, "SCAN_": SCAN, **COMMON, **constexprs}
     signature = {}
     for name in kernel.arg_names:
         if name in constexprs:
@@ -99,7 +116,8 @@ def _compile_one(case: tuple) -> dict:
             signature[name] = "i32"
     t0 = time.perf_counter()
     try:
-        compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs),
+        source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=_launch_attrs(kernel, signature, d))
+        compiled = triton.compile(source,
                                   target=GPUTarget("cuda", gen.compile_capability, 32),
                                   options={"num_warps": warps, "num_stages": stages})
     except Exception as error:  # reported to the parent test, which fails with it
