@@ -153,5 +153,16 @@ def test_config_compiles_within_shared_memory(compiled, case):
         f"GPU generation: shrink its tiles or stages in kernels/triton_flash_configs.py")
 
 
+def test_padded_head_dims_use_their_tile_configs():
+    assert [configs.tile_dim(d) for d in (16, 24, 32, 40, 64, 72, 96, 128, 136, 192, 256)] == [
+        16, 32, 32, 64, 64, 128, 128, 128, 256, 256, 256]
+    for gen in configs.GENERATIONS:
+        assert configs.fwd_candidates(gen, 96) == configs.fwd_candidates(gen, 128)
+        assert configs.bwd_candidates(gen, 40) == configs.bwd_candidates(gen, 64)
+    for bad in (8, 20, 100, 264):
+        with pytest.raises(ValueError, match="multiple of 8 from 16 to 256"):
+            configs.tile_dim(bad)
+
+
 if __name__ == "__main__":
     print(json.dumps(_compile_all()))
