@@ -167,26 +167,35 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b == 0 else a / b
 
 
+def _ms(record: dict, impl: str, direction: str) -> float | None:
+    return record[impl][f"{direction}_ms"]
+
+
+def _pair(value: Callable[[str], float | None]) -> str:
+    """A "forward / backward" cell."""
+    return f"{_fmt(value('fwd'))} / {_fmt(value('bwd'))}"
+
+
 def rows(results: dict) -> list[dict]:
     """One table row per head dim (cells are forward / backward)."""
-    reference = next((r for r in results["cases"] if r["head_dim"] == results["shapes"]["reference_dim"]), None)
+    ref_dim = results["shapes"]["reference_dim"]
+    ref = next((r for r in results["cases"] if r["head_dim"] == ref_dim), None)
     out = []
     for r in results["cases"]:
-        def pair(value: Callable[[str], float | None]) -> str:
-            return f"{_fmt(value('fwd'))} / {_fmt(value('bwd'))}"
-
-        ours = lambda d, r=r: r["ours"][f"{d}_ms"]  # noqa: E731
         check = r["check"]
+        verdict = "ok" if check["ok"] else "WRONG"
+        # each lambda below is called by _pair at once, within this iteration
         out.append({
             "D": r["head_dim"],
-            "ours ms": pair(ours),
-            "FA2 ms": pair(lambda d, r=r: r["fa2"][f"{d}_ms"]),
-            "ours/FA2": pair(lambda d, r=r: _ratio(ours(d), r["fa2"][f"{d}_ms"])),
-            f"ours/ours(D={results['shapes']['reference_dim']})":
-                pair(lambda d: _ratio(ours(d), reference["ours"][f"{d}_ms"] if reference else None)),
-            "ours TFLOP/s": pair(lambda d, r=r: r["fwd_flops"] * (2.5 if d == "bwd" else 1) / (ours(d) * 1e9)),
-            "check vs FA2 (fwd / bwd err)": f"{'ok' if check['ok'] else 'WRONG'} "
-                                            f"{_fmt(check['fwd_rel_err'], 2)} / {_fmt(check['bwd_rel_err'], 2)}",
+            "ours ms": _pair(lambda d: _ms(r, "ours", d)),
+            "FA2 ms": _pair(lambda d: _ms(r, "fa2", d)),
+            "ours/FA2": _pair(lambda d: _ratio(_ms(r, "ours", d), _ms(r, "fa2", d))),
+            f"ours/ours(D={ref_dim})": _pair(
+                lambda d: _ratio(_ms(r, "ours", d), _ms(ref, "ours", d) if ref else None)),
+            "ours TFLOP/s": _pair(
+                lambda d: r["fwd_flops"] * (2.5 if d == "bwd" else 1) / (_ms(r, "ours", d) * 1e9)),
+            "check vs FA2 (fwd / bwd err)":
+                f"{verdict} {_fmt(check['fwd_rel_err'], 2)} / {_fmt(check['bwd_rel_err'], 2)}",
         })
     return out
 
@@ -200,9 +209,9 @@ def targets(results: dict) -> list[dict]:
         if r["head_dim"] == ref_dim:
             continue
         for d in ("fwd", "bwd"):
-            ours = r["ours"][f"{d}_ms"] if r["check"]["ok"] else None
-            to_pow2 = _ratio(ours, by_dim[ref_dim]["ours"][f"{d}_ms"]) if ref_dim in by_dim else None
-            to_fa2 = _ratio(ours, r["fa2"][f"{d}_ms"])
+            ours = _ms(r, "ours", d) if r["check"]["ok"] else None
+            to_pow2 = _ratio(ours, _ms(by_dim[ref_dim], "ours", d)) if ref_dim in by_dim else None
+            to_fa2 = _ratio(ours, _ms(r, "fa2", d))
             out.append({"target": f"D={r['head_dim']} {d}: ours ≤ {TIME_RATIO_TO_POW2}× ours at D={ref_dim}",
                         "measured": f"{_fmt(to_pow2)}×",
                         "status": "MET" if to_pow2 is not None and to_pow2 <= TIME_RATIO_TO_POW2 else "NOT MET"})
