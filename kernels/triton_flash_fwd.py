@@ -1,8 +1,8 @@
 """Triton FlashAttention forward kernel (online softmax; the log-sum-exp is kept for the backward).
 
-Reading order: the tile load/store helpers, tile iteration helpers, the inner loop, the kernel.  The launcher, the autograd
-function and the public entry point live in ``triton_flash.py``; the backward kernels in
-``triton_flash_bwd.py``.
+Reading order: tile addressing, load and store helpers, tile iteration helpers, the inner loop,
+the kernel.  The launcher, the autograd function and the public entry point live in
+``triton_flash.py``; the backward kernels in ``triton_flash_bwd.py``.
 
 Legend (also used in the backward file):
   B batch, H query heads, HKV key/value heads, GROUP = H // HKV (GQA),
@@ -10,14 +10,14 @@ Legend (also used in the backward file):
   D_TILE the tiles' width in the head dim: the next power of two >= D (Triton's block shapes are
   powers of two).  Columns D..D_TILE of a tile are padding: loads fill them with 0, stores skip
   them, so q . k and p . v see zeros there and nothing beyond D is ever read or written.
-  ALIGN8: the launcher found every stride of q, k, v (but the head dim's) a multiple of 8 elements
-  and D % 16 == 8.  Row and head offsets are then declared multiples of 8 (16 bytes): Triton
-  specialises integer arguments on divisibility by 16 only, and without the hint a row stride of,
-  say, 40 would turn every tile load into scalar loads without cp.async pipelining.
   q, o, do, dq: (B, H, Lq, D)      k, v, dk, dv: (B, HKV, Lk, D)     lse, delta: (B, H, Lq) fp32
   A "tile" is the kernel's unit (BLOCK_M query rows x BLOCK_N key rows); a "layout block" is
   the BlockLayout's unit (bs x bs tokens), a multiple of every tile size used with it, so a tile
   never straddles two layout blocks and a layout block holds TPB = bs // BLOCK_N key tiles.
+  ALIGN8: the launcher found every stride of q, k, v (but the head dim's) a multiple of 8 elements
+  and D % 16 == 8.  Row and head offsets are then declared multiples of 8 (16 bytes): Triton
+  specialises integer arguments on divisibility by 16 only, and without the hint a row stride of,
+  say, 40 would turn every tile load into scalar loads without cp.async pipelining.
 
 Scores are kept in base 2: s2 = (q . k) * scale * log2(e), p = exp2(s2 - m).  lse is stored in the
 same base-2 units (internal to this module).  A query row with no allowed key ends with l == 0:
