@@ -156,6 +156,17 @@ def test_head_dim_padding_is_never_read(attn):
         torch.testing.assert_close(value, expected.tensors()[name], atol=0, rtol=0, msg=name)
 
 
+def test_align8_hint_is_given_only_where_it_holds():
+    """The kernels declare offsets multiples of 8 (ALIGN8) only for D % 16 == 8 and strides that are."""
+    from genoformer.kernels.triton_flash import _align8
+
+    q24 = torch.empty(1, 2, 64, 24)
+    assert _align8(24, q24, q24, q24)
+    assert not _align8(24, torch.empty(1, 2, 64, 28)[..., :24], q24, q24)  # row stride 28
+    assert not _align8(96, *[torch.empty(1, 2, 64, 96)] * 3)  # Triton specialises stride 96 itself
+    assert not _align8(64, q24, q24, q24)
+
+
 def test_every_multiple_of_8_is_supported():
     assert HEAD_DIMS == tuple(range(16, 257, 8))
     for D in HEAD_DIMS:
