@@ -7,8 +7,9 @@
 For each tool, one child process runs under `compute-sanitizer --tool TOOL` and calls the forward
 and backward of `triton_attention` on every case below: lengths that are not a multiple of any
 tile (97, 333, 520), grouped-query heads, key padding with an empty batch row, block-sparse
-layouts with per-head patterns and empty query-block rows, causal and not, head dims 16 to 256,
-bfloat16 and float16. Under memcheck every candidate launch configuration of the GPU's table runs
+layouts with per-head patterns and empty query-block rows, causal and not, head dims 16 to 256 including the
+padded ones (24, 40: the kernels pad them to the next multiple of 16 and must never read the
+padding), bfloat16 and float16. Under memcheck every candidate launch configuration of the GPU's table runs
 once per case (`--default-config-only`: only the default one); racecheck, much slower per
 launch, runs the default configuration. The child checks each result
 against the float64 reference, so a kernel that silently did nothing is caught too.
@@ -60,10 +61,11 @@ class Case:
     dtype: str = "bfloat16"
 
     def smoke(self) -> Case:
-        """The same case at interpreter size: short, head dim 16, blocks of 16."""
+        """The same case at interpreter size: short, blocks of 16, head dim 16 unless it is a
+        padded one (not a multiple of 16)."""
         length = min(self.L, 50)
-        lens = None if self.kv_lens is None else tuple(min(n, length) for n in self.kv_lens)
-        return dataclasses.replace(self, L=length, D=16, kv_lens=lens, block_size=16)
+        lens = None if self.kv_lens is None else tuple(min(n, length - 7) if n else 0 for n in self.kv_lens)
+        return dataclasses.replace(self, L=length, D=self.D if self.D % 16 else 16, kv_lens=lens, block_size=16)
 
 
 CASES = (
@@ -78,6 +80,8 @@ CASES = (
     Case("head_dim_16", B=1, H=2, HKV=1, L=97, D=16, causal=True),
     Case("head_dim_32_sparse", B=1, H=2, HKV=2, L=130, D=32, layout="bigbird", block_size=32),
     Case("head_dim_256", B=1, H=2, HKV=2, L=97, D=256, causal=True),
+    Case("head_dim_40_padded", B=1, H=2, HKV=1, L=130, D=40, causal=True, kv_lens=(111,)),
+    Case("head_dim_24_padded_sparse", B=2, H=2, HKV=2, L=97, D=24, layout="bigbird", block_size=32, kv_lens=(97, 0)),
 )
 
 

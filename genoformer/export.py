@@ -17,7 +17,8 @@ import torch
 
 from genoformer.embeddings import Embedder
 
-KEPT_KEYS = ("state_dict", "hyper_parameters", "trained_seq_len", "pytorch-lightning_version", "epoch", "global_step")
+KEPT_KEYS = ("state_dict", "hyper_parameters", "trained_seq_len", "alphabet", "pytorch-lightning_version", "epoch",
+             "global_step")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
