@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"  # E. coli and lambda genomes, shipped
-GENOMES = SHARED_DATA / "genomes"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"  # the shipped genomes
 ECG_CSV = SHARED_DATA / "timeseries" / "ecg_mitbih208_360hz.csv"
 
 

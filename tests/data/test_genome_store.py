@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import zarr
 from Bio import SeqIO
-from data_helpers import EXAMPLES, GENOMES, random_bases, require_shared, write_fasta
+from data_helpers import EXAMPLES, random_bases, write_fasta
 
 from genoformer.data import GenomeStore, encode, prepare_genome_store
 from genoformer.data import genome_store as genome_store_module
@@ -43,20 +43,15 @@ def _assert_round_trip(out: Path, paths: list[Path]) -> GenomeStore:
 
 @pytest.fixture(scope="module")
 def real_store(tmp_path_factory) -> tuple[Path, list[Path]]:
-    """The E. coli and lambda genomes that ship in examples/ (no skip in a user's clone)."""
+    """The genomes that ship in examples/ (no skip in a user's clone)."""
     paths = sorted(EXAMPLES.glob("*.fasta.gz"))
-    assert len(paths) == 2
     out = tmp_path_factory.mktemp("real") / "genomes.zarr"
     return prepare_genome_store(paths, out, progress=False), paths
 
 
 def test_real_genomes_every_base_round_trips(real_store):
-    _assert_round_trip(*real_store)
-
-
-def test_shared_genomes_with_a_multi_record_file_round_trip(tmp_path):
-    paths = sorted(require_shared(GENOMES).glob("*.fasta.gz"))
-    store = _assert_round_trip(prepare_genome_store(paths, tmp_path / "genomes.zarr", progress=False), paths)
+    out, paths = real_store
+    store = _assert_round_trip(out, paths)
     vcholerae = [c for c in store.contigs if c.source_name.startswith("vcholerae")]
     assert len(vcholerae) == 2 and vcholerae[0].source_sha256 == vcholerae[1].source_sha256
 
