@@ -135,8 +135,8 @@ def run_case(case: Case, device: str) -> dict:
     expected = forward_backward(reference_attention, rounded, kv_lens)
     # error relative to the largest expected value: a few roundings of the dtype for a working
     # kernel, about 1 for one that skipped work or wrote the wrong rows
-    errors = {name: float((value.double().cpu() - expected[name]).abs().max() / expected[name].abs().max().clamp(min=1e-9))
-              for name, value in result.items()}
+    errors = {name: float((value.double().cpu() - expected[name]).abs().max()
+                          / expected[name].abs().max().clamp(min=1e-9)) for name, value in result.items()}
     finite = all(bool(torch.isfinite(value).all()) for value in result.values())
     tolerance = 0.05 if case.dtype == "bfloat16" else 0.01
     return {"case": case.name, "relative_errors": errors, "finite": finite,
@@ -232,6 +232,17 @@ def run_tool(tool: str, sanitizer: str, out: Path, all_configs: bool, timeout: i
     return summary
 
 
+def describe_case(case: Case) -> str:
+    parts = [f"B={case.B} H={case.H} HKV={case.HKV} L={case.L} D={case.D} {case.dtype}"]
+    if case.causal:
+        parts.append("causal")
+    if case.layout:
+        parts.append(f"layout={case.layout} (blocks of {case.block_size})")
+    if case.kv_lens:
+        parts.append(f"kv_lens={list(case.kv_lens)}")
+    return " ".join(parts)
+
+
 def write_summary(out: Path, summaries: list[dict], environment: dict) -> str:
     (out / "summary.json").write_text(json.dumps({"environment": environment, "tools": summaries}, indent=1))
     lines = ["| tool | launch configs | errors | warnings | cases matching float64 | seconds | result |",
@@ -239,12 +250,11 @@ def write_summary(out: Path, summaries: list[dict], environment: dict) -> str:
     for s in summaries:
         matched = sum(c["ok"] for c in s["cases"])
         configs = "every candidate" if s.get("all_configs") else "default"
-        lines.append(f"| {s['tool']} | {configs} | {s['errors']} | {s['warnings']} | {matched}/{len(CASES)} | {s['seconds']} | "
+        lines.append(f"| {s['tool']} | {configs} | {s['errors']} | {s['warnings']} | {matched}/{len(CASES)} | "
+                     f"{s['seconds']} | "
                      f"{'clean' if s['clean'] else 'FAILED (exit ' + str(s['exit_status']) + ')'} |")
     table = "\n".join(lines)
-    cases = "\n".join(f"- `{c.name}`: B={c.B} H={c.H} HKV={c.HKV} L={c.L} D={c.D} {c.dtype}"
-                      f"{' causal' if c.causal else ''}{' layout=' + c.layout + f' (blocks of {c.block_size})' if c.layout else ''}"
-                      f"{' kv_lens=' + str(list(c.kv_lens)) if c.kv_lens else ''}" for c in CASES)
+    cases = "\n".join(f"- `{c.name}`: {describe_case(c)}" for c in CASES)
     env = ", ".join(f"{k} {v}" for k, v in environment.items())
     (out / "summary.md").write_text(f"## compute-sanitizer over the Triton kernels\n\n{env}\n\n{table}\n\nCases "
                                     f"(forward and backward each):\n{cases}\n")
@@ -291,8 +301,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     else:
         sanitizer = find_sanitizer()
         if sanitizer is None:
-            print("compute-sanitizer not found: install the CUDA toolkit (or pip install nvidia-cuda-sanitizer-api-cu12) "
-                  "or put it on PATH", file=sys.stderr)
+            print("compute-sanitizer not found: install the CUDA toolkit (or pip install "
+                  "nvidia-cuda-sanitizer-api-cu12) or put it on PATH", file=sys.stderr)
             return 2
         environment["compute-sanitizer"] = sanitizer
         summaries = [run_tool(tool, sanitizer, args.out, tool == "memcheck" and not args.default_config_only,

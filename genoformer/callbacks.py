@@ -272,7 +272,8 @@ class NonFiniteGuard(L.Callback):
         self._batches = deque(maxlen=trainer.accumulate_grad_batches)
         self._losses = deque(maxlen=trainer.accumulate_grad_batches)
 
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
         self._batches.append((batch_idx, batch))
 
     def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor) -> None:
@@ -316,7 +317,10 @@ class NonFiniteGuard(L.Callback):
         describe = getattr(trainer.datamodule, "describe_batch", None)
         parts = []
         for batch_idx, batch in self._batches:
-            where = describe(batch) if describe is not None else f"keys {sorted(batch) if isinstance(batch, dict) else type(batch).__name__}"
+            if describe is not None:
+                where = describe(batch)
+            else:
+                where = f"keys {sorted(batch)}" if isinstance(batch, dict) else type(batch).__name__
             parts.append(f"batch {batch_idx}: {where}")
         return "; ".join(parts) if parts else "no batch recorded"
 
