@@ -134,7 +134,7 @@ def run_sweep(device: torch.device, timeout_s: float, log: Path) -> dict:
     """The pytest sweep of the padded head dims in a child process; its summary line and exit code."""
     command = [sys.executable, *SWEEP_COMMAND]
     if device.type == "cuda" and importlib.util.find_spec("xdist") is not None:
-        command += ["-n", str(max(1, min(8, os.cpu_count() or 1)))]
+        command += ["-n", str(max(1, min(16, os.cpu_count() or 1)))]  # compiles dominate: one worker per core
     env = dict(os.environ)
     if device.type == "cuda":
         env.pop("TRITON_INTERPRET", None)  # the GPU sweep needs compiled kernels
