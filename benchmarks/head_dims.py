@@ -153,7 +153,7 @@ def run_sweep(device: torch.device, timeout_s: float, log: Path) -> dict:
     except subprocess.TimeoutExpired as exc:
         text = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         log.write_text(text)
-        return {"command": " ".join(command[1:]), "returncode": None, "summary": f"timed out after {timeout_s:g} s",
+        return {"command": "python " + " ".join(command[1:]), "returncode": None, "summary": f"timed out after {timeout_s:g} s",
                 "counts": {}, "wall_s": time.monotonic() - started}
     log.write_text(proc.stdout + proc.stderr)
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
