@@ -528,10 +528,10 @@ def baseline(
             raise ValueError(f"{record.source}: record {record.name!r} has no A/C/G/T base to score (all "
                              f"{record.codes.size:,} bases are N); remove it from the inputs")
 
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     model, selection = fit_markov_model([record.codes for record in train_records], order, discount, concentration,
                                         max_order=max_order, progress=True)
-    fit_seconds = time.perf_counter() - start
+    fit_seconds, fit_cpu_seconds = time.perf_counter() - start, time.process_time() - start_cpu
     if selection is not None:
         print(f"chosen on {selection.held_out_bases:,} held-out bases (best smoothing per order):")
         for row in selection.best_per_order():
@@ -539,7 +539,7 @@ def baseline(
             print(f"  k={row['order']:<2}  d={row['discount']:<4}  a={row['concentration']:<5}  "
                   f"{row['bits_per_base']:.4f} bits/base{mark}")
     print(f"order-{model.order} Markov model, discount {model.discount}, concentration {model.concentration}: "
-          f"{train_bases:,} training bases (both strands counted), {fit_seconds:.1f} s, "
+          f"{train_bases:,} training bases (both strands counted), {fit_seconds:.1f} s ({fit_cpu_seconds:.1f} s CPU), "
           f"{model.nbytes / 2**20:.0f} MiB of counts")
 
     strands = 2 if both_strands else 1
@@ -575,6 +575,8 @@ def baseline(
             "counted_positions": model.positions,
             "contexts_per_order": [int(keys.size) for keys in model.keys],
             "fit_seconds": fit_seconds,
+            "fit_cpu_seconds": fit_cpu_seconds,
+            "memory_bytes": model.nbytes,
         },
         "skipped_bases": skipped,
         "strands": strands,
