@@ -53,11 +53,13 @@ from genoformer.embeddings import (
     Embedder,
     Embeddings,
     Pooling,
+    UNREADABLE_CHECKPOINT_ERRORS,
     check_checkpoint_file,
     check_unique_names,
     is_sequence_file_name,
     read_checkpoint,
     save_embeddings,
+    unreadable_checkpoint_error,
 )
 from genoformer.kernels.dispatch import Backend
 from genoformer.lightning_module import GenoformerLM
@@ -320,6 +322,18 @@ class GenoformerCLI(LightningCLI):
         parser.groups["data"].title = _DATA_TITLE
 
     # ------------------------------------------------------------------- checks
+    def _parse_ckpt_path(self) -> None:
+        # LightningCLI reads the hyperparameters of a --ckpt_path file while parsing; a broken
+        # file gets our message there rather than torch's.
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if ckpt_path and Path(ckpt_path).is_file():
+            check_checkpoint_file(ckpt_path)
+        try:
+            super()._parse_ckpt_path()
+        except UNREADABLE_CHECKPOINT_ERRORS as error:
+            raise unreadable_checkpoint_error(Path(ckpt_path)) from error
+
     def before_instantiate_classes(self) -> None:
         config = self.config if self.subcommand is None else self.config[self.subcommand]
         self._refuse_missing_gpu(config.trainer)
@@ -367,8 +381,8 @@ class GenoformerCLI(LightningCLI):
                     "resume from; start a new run in another directory (or delete this one first):\n"
                     f"  {self._command_with('--trainer.default_root_dir', 'NEW_DIR')}"
                 )
-            if resolved is None:
-                print(f"genoformer fit: no run to resume in {run_dir}; starting a new one")
+            print(f"genoformer fit: no run to resume in {run_dir}; starting a new one" if resolved is None
+                  else f"genoformer fit: resuming from {resolved}")
             self.config_init["fit"]["ckpt_path"] = None if resolved is None else str(resolved)
         elif ckpt_path is None and existing:
             raise FileExistsError(
@@ -378,7 +392,7 @@ class GenoformerCLI(LightningCLI):
                 "or start a new run in another directory (or delete this one first):\n"
                 f"  {self._command_with('--trainer.default_root_dir', 'NEW_DIR')}"
             )
-        elif ckpt_path is not None:
+        elif ckpt_path is not None and not _lightning_keyword(ckpt_path):
             check_checkpoint_file(ckpt_path)
 
     def before_validate(self) -> None:
@@ -392,17 +406,19 @@ class GenoformerCLI(LightningCLI):
 
     def _prepare_evaluation(self, subcommand: str) -> None:
         config = self.config_init[subcommand]
-        if config.ckpt_path in ("last", "best"):
-            resolved = self._find_checkpoint(config.ckpt_path)
+        which = config.ckpt_path
+        if which in ("last", "best"):
+            resolved = self._find_checkpoint(which)
             if resolved is None:
                 raise FileNotFoundError(
-                    f"--ckpt_path {config.ckpt_path}: {self.trainer.default_root_dir} holds no checkpoint "
+                    f"--ckpt_path {which}: {self.trainer.default_root_dir} holds no checkpoint "
                     f"({', '.join(self._checkpoint_dir_names())} has no last.ckpt); train there first with "
                     "`genoformer fit` and the same config, or pass --ckpt_path PATH to a .ckpt file"
                 )
             config.ckpt_path = str(resolved)
-        elif config.ckpt_path is not None:
-            check_checkpoint_file(config.ckpt_path)
+            print(f"genoformer {subcommand}: --ckpt_path {which} is {resolved}")
+        elif which is not None and not _lightning_keyword(which):
+            check_checkpoint_file(which)
         results = [path for path in self._result_files(subcommand) if path.exists()]
         if results and not config.overwrite:
             raise FileExistsError(
@@ -472,6 +488,11 @@ class GenoformerCLI(LightningCLI):
     def _command_with(self, *extra: str) -> str:
         """The command being run, plus `extra` options (later options win)."""
         return shlex.join(["genoformer", self.subcommand or "fit", *self.command_line, *extra])
+
+
+def _lightning_keyword(ckpt_path: str) -> bool:
+    """Lightning's other --ckpt_path keywords (hpc, registry[:...]), passed through as they are."""
+    return str(ckpt_path) == "hpc" or str(ckpt_path).startswith("registry")
 
 
 def training_cli(args: Optional[Sequence[str]] = None, run: bool = True) -> LightningCLI:

@@ -221,6 +221,10 @@ class Embedder:
         return Embeddings(names, [pool.result() for pool in pools], pooling, layer)
 
 
+UNREADABLE_CHECKPOINT_ERRORS = (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, OSError)
+"""What torch.load raises for a file that is not a complete checkpoint of plain values and tensors."""
+
+
 def check_checkpoint_file(path: Union[str, Path]) -> Path:
     """`path` as a Path when it looks like a checkpoint file (exists, complete zip container, as
     torch.save writes); FileNotFoundError or ValueError, in our words, otherwise. Cheap: reads the
@@ -232,7 +236,7 @@ def check_checkpoint_file(path: Union[str, Path]) -> Path:
             "(e.g. <run dir>/checkpoints/last.ckpt)."
         )
     if not zipfile.is_zipfile(path):
-        raise _unreadable_checkpoint(path)
+        raise unreadable_checkpoint_error(path)
     return path
 
 
@@ -246,11 +250,12 @@ def read_checkpoint(path: Union[str, Path]) -> dict:
     path = check_checkpoint_file(path)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, OSError) as exc:
-        raise _unreadable_checkpoint(path) from exc
+    except UNREADABLE_CHECKPOINT_ERRORS as exc:
+        raise unreadable_checkpoint_error(path) from exc
 
 
-def _unreadable_checkpoint(path: Path) -> ValueError:
+def unreadable_checkpoint_error(path: Path) -> ValueError:
+    """Our message for a checkpoint file torch cannot read (rather than torch's own advice)."""
     return ValueError(
         f"{path} is not a readable genoformer checkpoint: the file is truncated (an interrupted copy or "
         "save) or was not written by `genoformer fit`. Pass a .ckpt file written by training, e.g. "
