@@ -16,6 +16,7 @@ import datetime as _dt
 import hashlib
 import logging
 import os
+import shlex
 import shutil
 import socket
 import sys
@@ -28,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from genoformer.data.hints import option
+from genoformer.data.hints import hint, option
 
 log = logging.getLogger(__name__)
 
@@ -95,17 +96,20 @@ def reusable_store(out: Path, fmt: str, arguments: dict, paths_key: str) -> dict
 def open_store_group(path: str | Path, fmt: str, supported_versions: tuple[int, ...]) -> tuple[zarr.Group, dict]:
     """Open a complete store of format ``fmt`` read-only; clear errors otherwise."""
     path = Path(path)
+    kind = fmt.split(".")[-1]
+    command = "prepare" if kind == "genome" else f"prepare_{kind}"
     if not path.exists():
-        raise FileNotFoundError(f"store not found: {path}; create it with `genoformer prepare` "
-                                f"(or prepare_{fmt.split('.')[-1]}_store)")
+        raise FileNotFoundError(f"store not found: {path}; create it with "
+                                + hint(f"prepare_{kind}_store", f"`genoformer {command} --out {shlex.quote(str(path))}`"))
     meta = read_metadata(path)
     if meta is None:
         raise ValueError(f"{path} is not a genoformer store (no zarr group with '{METADATA_KEY}' metadata)")
     if meta.get("format") != fmt:
         raise ValueError(f"{path} holds format {meta.get('format')!r}, expected {fmt!r}")
     if meta.get("complete") is not True:
-        raise ValueError(f"{path} is incomplete (its build was interrupted or failed verification); "
-                         f"prepare it again with {option('overwrite')}")
+        raise ValueError(f"{path} is incomplete (its build was interrupted or failed verification); rebuild it: "
+                         + hint(f"prepare_{kind}_store(INPUTS, {str(path)!r}, overwrite=True)",
+                                f"genoformer {command} --out {shlex.quote(str(path))} --overwrite and its input files"))
     if meta.get("format_version") not in supported_versions:
         raise ValueError(f"{path} has format_version {meta.get('format_version')}, this genoformer reads "
                          f"{supported_versions}; re-create the store with this version")
