@@ -3,7 +3,9 @@
 A message raised from Python code names options as Python keywords (``overwrite=True``); the same
 message printed by the ``genoformer`` command names them as command-line options (``--overwrite``),
 so that a hint can be typed as it is. The command sets the style with :func:`command_line_hints`
-around the work it runs; everything else gets the Python style.
+around the work it runs, with the prefix its options need (``genoformer fit`` reaches the data
+code through the data module: ``--data.init_args.missing ffill``); everything else gets the
+Python style.
 
     raise FileExistsError(f"{out} exists; pass {option('overwrite')} to replace it")
 """
@@ -14,22 +16,23 @@ import contextlib
 import contextvars
 from collections.abc import Iterator
 
-_COMMAND_LINE = contextvars.ContextVar("genoformer_command_line_hints", default=False)
+_OPTION_PREFIX: contextvars.ContextVar[str | None] = contextvars.ContextVar("genoformer_option_prefix", default=None)
 
 
 @contextlib.contextmanager
-def command_line_hints() -> Iterator[None]:
-    """Within this block, :func:`option` and :func:`hint` give the command-line form."""
-    token = _COMMAND_LINE.set(True)
+def command_line_hints(prefix: str = "") -> Iterator[None]:
+    """Within this block, :func:`option` and :func:`hint` give the command-line form, and
+    :func:`option` puts ``prefix`` before option names (``--{prefix}{name}``)."""
+    token = _OPTION_PREFIX.set(prefix)
     try:
         yield
     finally:
-        _COMMAND_LINE.reset(token)
+        _OPTION_PREFIX.reset(token)
 
 
 def hint(python: str, command_line: str) -> str:
     """``command_line`` inside :func:`command_line_hints`, else ``python``."""
-    return command_line if _COMMAND_LINE.get() else python
+    return python if _OPTION_PREFIX.get() is None else command_line
 
 
 def option(name: str, value: object = True, *, metavar: str | None = None) -> str:
@@ -38,8 +41,9 @@ def option(name: str, value: object = True, *, metavar: str | None = None) -> st
     A True value is a bare flag on the command line (``--overwrite``). ``metavar`` stands for a
     value the reader chooses (``sampling_rate=HZ`` / ``--sampling_rate HZ``).
     """
+    flag = f"--{_OPTION_PREFIX.get() or ''}{name}"
     if metavar is not None:
-        return hint(f"{name}={metavar}", f"--{name} {metavar}")
+        return hint(f"{name}={metavar}", f"{flag} {metavar}")
     if value is True:
-        return hint(f"{name}=True", f"--{name}")
-    return hint(f"{name}={value!r}", f"--{name} {value}")
+        return hint(f"{name}=True", flag)
+    return hint(f"{name}={value!r}", f"{flag} {value}")

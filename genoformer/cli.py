@@ -593,11 +593,12 @@ def main(args: Optional[Sequence[str]] = None) -> None:
         print(f"genoformer: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
         raise SystemExit(2)
     try:
-        with command_line_hints():
-            if command in TOOL_COMMANDS:
-                function = TOOL_COMMANDS[command]
+        if command in TOOL_COMMANDS:
+            function = TOOL_COMMANDS[command]
+            with command_line_hints():
                 CLI(function, args=_tool_arguments(function, argv[1:]), as_positional=False)
-            else:
+        else:
+            with command_line_hints(prefix="data.init_args."):  # the data code runs inside the data module
                 training_cli(None if from_command_line else argv)
     except (FileNotFoundError, FileExistsError, ValueError) as error:
         # Bad input (a missing or malformed file, a wrong option value): its message says what to

@@ -19,6 +19,7 @@ import zarr
 
 from genoformer.cli import _tool_arguments, main, prepare, training_cli
 from genoformer.data import GenomeStore, TimeSeriesStore, prepare_genome_store, prepare_timeseries_store
+from genoformer.data.hints import command_line_hints
 from genoformer.data.storage import METADATA_KEY
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -261,3 +262,20 @@ def test_progress_bar_ends_its_line_before_an_error(tmp_path):
     error_line = next(index for index, line in enumerate(lines) if "error:" in line)
     assert lines[error_line].startswith("genoformer prepare: error:")  # not on the bar's line
     assert "prepare:" not in "\n".join(lines[error_line + 1:])  # and the bar is not drawn again
+
+
+def test_data_hints_under_a_training_command_name_the_data_module_options(tmp_path):
+    """Inside `genoformer fit` the data code runs in the data module: its hints carry the prefix
+    that reaches the data module's own options, and work as typed there."""
+    csv = tmp_path / "gaps.csv"
+    csv.write_text("a,b\n1,2\n3,\n5,6\n")
+    args = ["--model.transformer", "{d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 64}",
+            "--data", "TimeSeriesDataModule", "--data.init_args.store", str(tmp_path / "s.zarr"),
+            "--data.init_args.sources", f"[{csv}]", "--data.init_args.sampling_rate", "10",
+            "--trainer.default_root_dir", str(tmp_path / "run")]
+    cli = training_cli(args, run=False)
+    with command_line_hints(prefix="data.init_args."), pytest.raises(ValueError) as error:
+        cli.datamodule.prepare_data()
+    typed = hinted(str(error.value), r"--data\.init_args\.missing ffill")
+    training_cli(args + typed, run=False).datamodule.prepare_data()
+    assert TimeSeriesStore(tmp_path / "s.zarr").read(0, 0, 3).tolist() == [[1.0, 3.0, 5.0], [2.0, 2.0, 6.0]]
