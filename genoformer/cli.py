@@ -27,6 +27,7 @@ Data and inference verbs are typed functions whose `--help` comes from their doc
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shlex
@@ -44,11 +45,11 @@ from lightning.pytorch.loggers import CSVLogger
 from tqdm.auto import tqdm
 
 import genoformer.data.datamodules  # defines the shipped data modules: `--data.help GenomeDataModule` finds them
+from genoformer.callbacks import PredictionWriter
 from genoformer.data.genome_store import DEFAULT_CHUNK_SIZE, prepare_genome_store
 from genoformer.data.hints import command_line_hints
 from genoformer.data.storage import refuse_existing, tool_version
 from genoformer.data.timeseries_store import MissingPolicy, prepare_timeseries_store
-from genoformer.callbacks import PredictionWriter
 from genoformer.embeddings import (
     Embedder,
     Embeddings,
@@ -296,6 +297,7 @@ class GenoformerCLI(LightningCLI):
 
     def __init__(self, *args: Any, command_line: Sequence[str] = (), **kwargs: Any) -> None:
         self.command_line = list(command_line)
+        self.ckpt_keyword: Optional[str] = None  # "last" or "best" when --ckpt_path gave one
         super().__init__(*args, **kwargs)
 
     # ------------------------------------------------------------------- parsers and help
@@ -323,16 +325,32 @@ class GenoformerCLI(LightningCLI):
 
     # ------------------------------------------------------------------- checks
     def _parse_ckpt_path(self) -> None:
-        # LightningCLI reads the hyperparameters of a --ckpt_path file while parsing; a broken
-        # file gets our message there rather than torch's.
+        # Runs right after parsing, before anything is built. `last` and `best` become the run's
+        # file here, so that LightningCLI applies that checkpoint's hyperparameters as it does for
+        # a path; a broken file gets our message rather than torch's.
         subcommand = self.config.get("subcommand")
-        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
-        if ckpt_path and Path(ckpt_path).is_file():
-            check_checkpoint_file(ckpt_path)
+        if subcommand is None:
+            return
+        config = self.config[subcommand]
+        self.ckpt_keyword = config.ckpt_path if config.ckpt_path in ("last", "best") else None
+        if self.ckpt_keyword is not None:
+            resolved = self._find_checkpoint(config.trainer, self.ckpt_keyword)
+            if resolved is None and subcommand != "fit":
+                folders = ", ".join(str(folder) for folder, _, _ in self._checkpoint_dirs(config.trainer)) or "(none configured)"
+                raise FileNotFoundError(
+                    f"--ckpt_path {self.ckpt_keyword}: the run in {config.trainer.default_root_dir} has no "
+                    f"checkpoint (no last.ckpt in {folders}); train it first with `genoformer fit` and the same "
+                    "config, or pass --ckpt_path PATH to a .ckpt file"
+                )
+            if resolved is not None:
+                print(f"genoformer {subcommand}: --ckpt_path {self.ckpt_keyword} is {resolved}")
+            config.ckpt_path = None if resolved is None else str(resolved)
+        elif config.ckpt_path is not None and not _lightning_keyword(config.ckpt_path):
+            check_checkpoint_file(config.ckpt_path)
         try:
             super()._parse_ckpt_path()
         except UNREADABLE_CHECKPOINT_ERRORS as error:
-            raise unreadable_checkpoint_error(Path(ckpt_path)) from error
+            raise unreadable_checkpoint_error(Path(config.ckpt_path)) from error
 
     def before_instantiate_classes(self) -> None:
         config = self.config if self.subcommand is None else self.config[self.subcommand]
@@ -370,57 +388,38 @@ class GenoformerCLI(LightningCLI):
         )
 
     def before_fit(self) -> None:
-        ckpt_path = self.config_init["fit"]["ckpt_path"]
         existing = self._run_files()
         run_dir = self.trainer.default_root_dir
-        if ckpt_path in ("last", "best"):
-            resolved = self._find_checkpoint(ckpt_path)
-            if resolved is None and existing:
-                raise FileNotFoundError(
-                    f"--ckpt_path {ckpt_path}: {run_dir} holds a run ({existing[0]}) but no checkpoint of it to "
-                    "resume from; start a new run in another directory (or delete this one first):\n"
-                    f"  {self._command_with('--trainer.default_root_dir', 'NEW_DIR')}"
-                )
-            print(f"genoformer fit: no run to resume in {run_dir}; starting a new one" if resolved is None
-                  else f"genoformer fit: resuming from {resolved}")
-            self.config_init["fit"]["ckpt_path"] = None if resolved is None else str(resolved)
-        elif ckpt_path is None and existing:
-            raise FileExistsError(
-                f"{run_dir} already holds a training run ({', '.join(str(path) for path in existing[:3])}). "
-                "Resume it (its checkpoints, metrics and plot continue):\n"
-                f"  {self._command_with('--ckpt_path', 'last')}\n"
-                "or start a new run in another directory (or delete this one first):\n"
+        if self.config_init["fit"]["ckpt_path"] is not None or not existing:
+            if self.ckpt_keyword is not None and not existing:
+                print(f"genoformer fit: no run to resume in {run_dir}; starting a new one")
+            return
+        if self.ckpt_keyword is not None:
+            raise FileNotFoundError(
+                f"--ckpt_path {self.ckpt_keyword}: {run_dir} holds a run ({existing[0]}) but no checkpoint of it "
+                "to resume from; start a new run in another directory (or delete this one first):\n"
                 f"  {self._command_with('--trainer.default_root_dir', 'NEW_DIR')}"
             )
-        elif ckpt_path is not None and not _lightning_keyword(ckpt_path):
-            check_checkpoint_file(ckpt_path)
+        raise FileExistsError(
+            f"{run_dir} already holds a training run ({', '.join(str(path) for path in existing[:3])}). "
+            "Resume it (its checkpoints, metrics and plot continue):\n"
+            f"  {self._command_with('--ckpt_path', 'last')}\n"
+            "or start a new run in another directory (or delete this one first):\n"
+            f"  {self._command_with('--trainer.default_root_dir', 'NEW_DIR')}"
+        )
 
     def before_validate(self) -> None:
-        self._prepare_evaluation("validate")
+        self._refuse_to_replace_results("validate")
 
     def before_test(self) -> None:
-        self._prepare_evaluation("test")
+        self._refuse_to_replace_results("test")
 
     def before_predict(self) -> None:
-        self._prepare_evaluation("predict")
+        self._refuse_to_replace_results("predict")
 
-    def _prepare_evaluation(self, subcommand: str) -> None:
-        config = self.config_init[subcommand]
-        which = config.ckpt_path
-        if which in ("last", "best"):
-            resolved = self._find_checkpoint(which)
-            if resolved is None:
-                raise FileNotFoundError(
-                    f"--ckpt_path {which}: {self.trainer.default_root_dir} holds no checkpoint "
-                    f"({', '.join(self._checkpoint_dir_names())} has no last.ckpt); train there first with "
-                    "`genoformer fit` and the same config, or pass --ckpt_path PATH to a .ckpt file"
-                )
-            config.ckpt_path = str(resolved)
-            print(f"genoformer {subcommand}: --ckpt_path {which} is {resolved}")
-        elif which is not None and not _lightning_keyword(which):
-            check_checkpoint_file(which)
+    def _refuse_to_replace_results(self, subcommand: str) -> None:
         results = [path for path in self._result_files(subcommand) if path.exists()]
-        if results and not config.overwrite:
+        if results and not self.config_init[subcommand].overwrite:
             raise FileExistsError(
                 f"{', '.join(map(str, results))} already holds the result of an earlier `genoformer "
                 f"{subcommand}`; to replace it:\n  {self._command_with('--overwrite')}"
@@ -430,32 +429,38 @@ class GenoformerCLI(LightningCLI):
                 path.unlink()
 
     # ------------------------------------------------------------------- the run directory
-    def _checkpoint_callbacks(self) -> list[ModelCheckpoint]:
-        return [callback for callback in self.trainer.checkpoint_callbacks if isinstance(callback, ModelCheckpoint)]
-
-    def _checkpoint_dir(self, callback: ModelCheckpoint) -> Path:
-        return Path(callback.dirpath) if callback.dirpath else Path(self.trainer.default_root_dir) / "checkpoints"
+    @staticmethod
+    def _checkpoint_dirs(trainer: Any) -> list[tuple[Path, type[ModelCheckpoint], bool]]:
+        """(folder, class, save_last) of every ModelCheckpoint in the parsed trainer config; a
+        callback without dirpath saves into `<default_root_dir>/checkpoints`."""
+        callbacks = trainer.callbacks or []
+        found = []
+        for callback in callbacks if isinstance(callbacks, list) else [callbacks]:
+            module, _, name = callback.class_path.rpartition(".")
+            kind = getattr(importlib.import_module(module), name)
+            if isinstance(kind, type) and issubclass(kind, ModelCheckpoint):
+                init_args = callback.get("init_args") or {}
+                dirpath = init_args.get("dirpath")
+                folder = Path(dirpath) if dirpath else Path(trainer.default_root_dir or ".") / "checkpoints"
+                found.append((folder, kind, bool(init_args.get("save_last"))))
+        return found
 
     def _run_files(self) -> list[Path]:
         """What marks the configured directory as holding a run: its metrics.csv and the files in
         its checkpoint folders."""
         found = [Path(self.trainer.log_dir or self.trainer.default_root_dir) / "metrics.csv"]
-        for callback in self._checkpoint_callbacks():
-            folder = self._checkpoint_dir(callback)
+        for folder, _, _ in self._checkpoint_dirs(self.config[self.subcommand].trainer):
             if folder.is_dir():
                 found += sorted(folder.iterdir())
         return [path for path in dict.fromkeys(found) if path.exists()]
 
-    def _checkpoint_dir_names(self) -> list[str]:
-        return sorted({str(self._checkpoint_dir(callback)) for callback in self._checkpoint_callbacks()})
-
-    def _find_checkpoint(self, which: str) -> Optional[Path]:
+    def _find_checkpoint(self, trainer: Any, which: str) -> Optional[Path]:
         """The run's newest `last.ckpt` (which="last"), or the best checkpoint recorded in it
         (which="best"); None when the run has no last.ckpt."""
         lasts = {
-            self._checkpoint_dir(callback) / f"{callback.CHECKPOINT_NAME_LAST}{callback.FILE_EXTENSION}"
-            for callback in self._checkpoint_callbacks()
-            if callback.save_last
+            folder / f"{kind.CHECKPOINT_NAME_LAST}{kind.FILE_EXTENSION}"
+            for folder, kind, save_last in self._checkpoint_dirs(trainer)
+            if save_last
         }
         lasts = sorted((path for path in lasts if path.is_file()), key=lambda path: path.stat().st_mtime)
         if not lasts:
@@ -471,7 +476,7 @@ class GenoformerCLI(LightningCLI):
         best = [path for path in best if path.is_file()]
         if not best:
             raise FileNotFoundError(
-                f"--ckpt_path best: the run in {self.trainer.default_root_dir} recorded no best checkpoint "
+                f"--ckpt_path best: the run in {trainer.default_root_dir} recorded no best checkpoint "
                 "(its ModelCheckpoint has no monitor, or saved none yet); pass --ckpt_path last or --ckpt_path PATH"
             )
         return check_checkpoint_file(best[0])

@@ -198,6 +198,6 @@ def test_unreadable_or_missing_checkpoints_get_our_message(tmp_path, store, caps
     err = fails(capsys, command("validate", tmp_path / "run", store, "--ckpt_path", str(a_zip)))
     assert "not a readable genoformer checkpoint" in err and "weights_only" not in err
     err = fails(capsys, command("validate", tmp_path / "run", store, "--ckpt_path", "last"))
-    assert "holds no checkpoint" in err
+    assert "has no checkpoint" in err
     err = fails(capsys, ["embed", "--checkpoint", str(broken), "--inputs", "ACGT", "--out", str(tmp_path / "e.npz")])
     assert "not a readable genoformer checkpoint" in err and "weights_only" not in err
