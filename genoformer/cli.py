@@ -54,13 +54,11 @@ from genoformer.embeddings import (
     Embedder,
     Embeddings,
     Pooling,
-    UNREADABLE_CHECKPOINT_ERRORS,
     check_checkpoint_file,
     check_unique_names,
     is_sequence_file_name,
     read_checkpoint,
     save_embeddings,
-    unreadable_checkpoint_error,
 )
 from genoformer.kernels.dispatch import Backend
 from genoformer.lightning_module import GenoformerLM
@@ -292,7 +290,8 @@ class GenoformerCLI(LightningCLI):
     - A config that asks for a GPU on a machine without one is refused with the overrides that
       run it on the CPU.
 
-    `command_line` (the arguments after `genoformer`) makes the hints whole commands.
+    `command_line` holds the arguments after `genoformer` (the subcommand first): hints repeat
+    them as whole commands, and a checkpoint's hyperparameters are applied by parsing them again.
     """
 
     def __init__(self, *args: Any, command_line: Sequence[str] = (), **kwargs: Any) -> None:
@@ -325,9 +324,9 @@ class GenoformerCLI(LightningCLI):
 
     # ------------------------------------------------------------------- checks
     def _parse_ckpt_path(self) -> None:
-        # Runs right after parsing, before anything is built. `last` and `best` become the run's
-        # file here, so that LightningCLI applies that checkpoint's hyperparameters as it does for
-        # a path; a broken file gets our message rather than torch's.
+        # Runs right after parsing, before anything is built (in place of LightningCLI's own).
+        # `last` and `best` become the run's file; a broken file gets our message rather than
+        # torch's; the checkpoint's model hyperparameters replace the configured ones.
         subcommand = self.config.get("subcommand")
         if subcommand is None:
             return
@@ -342,15 +341,21 @@ class GenoformerCLI(LightningCLI):
                     f"checkpoint (no last.ckpt in {folders}); train it first with `genoformer fit` and the same "
                     "config, or pass --ckpt_path PATH to a .ckpt file"
                 )
-            if resolved is not None:
-                print(f"genoformer {subcommand}: --ckpt_path {self.ckpt_keyword} is {resolved}")
-            config.ckpt_path = None if resolved is None else str(resolved)
-        elif config.ckpt_path is not None and not _lightning_keyword(config.ckpt_path):
-            check_checkpoint_file(config.ckpt_path)
-        try:
-            super()._parse_ckpt_path()
-        except UNREADABLE_CHECKPOINT_ERRORS as error:
-            raise unreadable_checkpoint_error(Path(config.ckpt_path)) from error
+            if resolved is None:
+                config.ckpt_path = None
+                return
+            print(f"genoformer {subcommand}: --ckpt_path {self.ckpt_keyword} is {resolved}")
+            config.ckpt_path = str(resolved)
+        if config.ckpt_path is None or _lightning_keyword(config.ckpt_path):
+            return
+        hparams = dict(read_checkpoint(config.ckpt_path).get("hyper_parameters") or {})
+        hparams.pop("_instantiator", None)
+        if hparams:
+            # Given after the user's options, as a command-line override would be, so that what
+            # the config derives from the model (the data window) follows it.
+            self.config = self.parser.parse_args(
+                [*self.command_line, "--model", json.dumps(hparams), "--ckpt_path", config.ckpt_path]
+            )
 
     def before_instantiate_classes(self) -> None:
         config = self.config if self.subcommand is None else self.config[self.subcommand]
@@ -492,7 +497,8 @@ class GenoformerCLI(LightningCLI):
 
     def _command_with(self, *extra: str) -> str:
         """The command being run, plus `extra` options (later options win)."""
-        return shlex.join(["genoformer", self.subcommand or "fit", *self.command_line, *extra])
+        subcommand = ["fit"] if self.subcommand is None else []  # run=False parses no subcommand
+        return shlex.join(["genoformer", *subcommand, *self.command_line, *extra])
 
 
 def _lightning_keyword(ckpt_path: str) -> bool:
@@ -517,7 +523,7 @@ def training_cli(args: Optional[Sequence[str]] = None, run: bool = True) -> Ligh
         auto_configure_optimizers=False,
         args=None if args is None else list(args),
         run=run,
-        command_line=argv[1:] if run and argv and argv[0] in TRAINING_COMMANDS else argv,
+        command_line=argv,
     )
 
 

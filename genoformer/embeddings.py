@@ -221,7 +221,7 @@ class Embedder:
         return Embeddings(names, [pool.result() for pool in pools], pooling, layer)
 
 
-UNREADABLE_CHECKPOINT_ERRORS = (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, OSError)
+_UNREADABLE_CHECKPOINT_ERRORS = (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, OSError)
 """What torch.load raises for a file that is not a complete checkpoint of plain values and tensors."""
 
 
@@ -236,7 +236,7 @@ def check_checkpoint_file(path: Union[str, Path]) -> Path:
             "(e.g. <run dir>/checkpoints/last.ckpt)."
         )
     if not zipfile.is_zipfile(path):
-        raise unreadable_checkpoint_error(path)
+        raise _unreadable_checkpoint_error(path)
     return path
 
 
@@ -250,11 +250,11 @@ def read_checkpoint(path: Union[str, Path]) -> dict:
     path = check_checkpoint_file(path)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except UNREADABLE_CHECKPOINT_ERRORS as exc:
-        raise unreadable_checkpoint_error(path) from exc
+    except _UNREADABLE_CHECKPOINT_ERRORS as exc:
+        raise _unreadable_checkpoint_error(path) from exc
 
 
-def unreadable_checkpoint_error(path: Path) -> ValueError:
+def _unreadable_checkpoint_error(path: Path) -> ValueError:
     """Our message for a checkpoint file torch cannot read (rather than torch's own advice)."""
     return ValueError(
         f"{path} is not a readable genoformer checkpoint: the file is truncated (an interrupted copy or "

@@ -20,13 +20,16 @@ from genoformer.cli import main
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LAMBDA = REPO_ROOT / "examples" / "lambda_phage.fasta.gz"
 QUICKSTART = REPO_ROOT / "configs" / "quickstart.yaml"
-TINY = [
-    "--trainer.enable_progress_bar", "false", "--trainer.log_every_n_steps", "1",
+MODEL_OPTIONS = [
     "--model.transformer.d_model", "32", "--model.transformer.n_layers", "1", "--model.transformer.n_heads", "2",
     "--model.transformer.max_seq_len", "512",
     "--model.transformer.attention", "[{class_path: genoformer.kernels.layout.SlidingWindow, init_args: {window: 128, block_size: 64}}]",
+]
+DATA_OPTIONS = [
+    "--trainer.enable_progress_bar", "false", "--trainer.log_every_n_steps", "1",
     "--data.init_args.num_workers", "0", "--data.init_args.split", "{by: region, val_fraction: 0.1, test_fraction: 0.1}",
 ]
+TINY = MODEL_OPTIONS + DATA_OPTIONS
 
 
 @pytest.fixture(scope="module")
@@ -201,3 +204,14 @@ def test_unreadable_or_missing_checkpoints_get_our_message(tmp_path, store, caps
     assert "has no checkpoint" in err
     err = fails(capsys, ["embed", "--checkpoint", str(broken), "--inputs", "ACGT", "--out", str(tmp_path / "e.npz")])
     assert "not a readable genoformer checkpoint" in err and "weights_only" not in err
+
+
+@pytest.mark.slow
+def test_evaluation_takes_the_model_from_the_checkpoint(tmp_path, store):
+    """`--ckpt_path last` builds the trained model, whatever the config's model options say, and
+    what the config derives from the model (the data window) follows it."""
+    run_dir = tmp_path / "run"
+    fit(run_dir, store, 1)
+    main(["validate", "--config", str(QUICKSTART), "--trainer.default_root_dir", str(run_dir),
+          "--data.init_args.store", str(store), *DATA_OPTIONS, "--ckpt_path", "last"])
+    assert metric_rows(run_dir / "validate")[-1]["val/bpb"]
