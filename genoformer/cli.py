@@ -60,8 +60,12 @@ from genoformer.embeddings import (
     read_checkpoint,
     save_embeddings,
 )
+from genoformer.evaluate import evaluate, score
+from genoformer.export import export
 from genoformer.kernels.dispatch import Backend
 from genoformer.lightning_module import GenoformerLM
+from genoformer.markov import baseline
+from genoformer.variants import variant_effect
 
 TRAINING_COMMANDS = ("fit", "validate", "test", "predict")
 EVALUATION_COMMANDS = ("validate", "test", "predict")
@@ -243,7 +247,16 @@ def _input_files(
     return found
 
 
-TOOL_COMMANDS = {"prepare": prepare, "prepare_timeseries": prepare_timeseries, "embed": embed}
+TOOL_COMMANDS = {
+    "prepare": prepare,
+    "prepare_timeseries": prepare_timeseries,
+    "embed": embed,
+    "evaluate": evaluate,
+    "baseline": baseline,
+    "export": export,
+    "score": score,
+    "variant_effect": variant_effect,
+}
 
 
 _FIT_CKPT_HELP = (
@@ -560,7 +573,7 @@ def _tool_arguments(function: Callable[..., Any], args: Sequence[str]) -> list[s
     lists = {
         f"--{name}"
         for name, kind in types.items()
-        if any(typing.get_origin(arm) is list for arm in typing.get_args(kind))
+        if any(typing.get_origin(arm) is list for arm in (kind, *typing.get_args(kind)))
     }
     result: list[str] = []
     index = 0
