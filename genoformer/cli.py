@@ -42,7 +42,7 @@ from lightning.pytorch import LightningDataModule
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger
-from tqdm.auto import tqdm
+from tqdm.std import tqdm  # the base class: its _instances holds every open bar, Lightning's too
 
 import genoformer.data.datamodules  # defines the shipped data modules: `--data.help GenomeDataModule` finds them
 from genoformer.callbacks import PredictionWriter
@@ -598,7 +598,7 @@ def _tool_arguments(function: Callable[..., Any], args: Sequence[str]) -> list[s
 
 def _end_progress_bars() -> None:
     """Close every open tqdm bar, so that its line ends and it is not redrawn after an error."""
-    for bar in list(getattr(tqdm, "_instances", ())):
+    for bar in list(tqdm._instances):
         bar.close()
 
 
