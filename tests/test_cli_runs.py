@@ -215,3 +215,25 @@ def test_evaluation_takes_the_model_from_the_checkpoint(tmp_path, store):
     main(["validate", "--config", str(QUICKSTART), "--trainer.default_root_dir", str(run_dir),
           "--data.init_args.store", str(store), *DATA_OPTIONS, "--ckpt_path", "last"])
     assert metric_rows(run_dir / "validate")[-1]["val/bpb"]
+
+
+@pytest.mark.slow
+def test_ckpt_path_last_starts_a_new_run_where_there_is_none(tmp_path, store, capsys):
+    """What `make quickstart` relies on: `--ckpt_path last` in an empty directory starts the run,
+    and the same command again resumes it."""
+    run_dir = tmp_path / "run"
+    capsys.readouterr()
+    fit(run_dir, store, 1, "--ckpt_path", "last")
+    assert "no run to resume" in capsys.readouterr().out
+    fit(run_dir, store, 2, "--ckpt_path", "last")
+    assert f"--ckpt_path last is {run_dir / 'checkpoints' / 'last.ckpt'}" in capsys.readouterr().out
+    assert checkpoint_step(run_dir / "checkpoints" / "last.ckpt") == 2
+
+    # metrics but no checkpoint (killed before its first save): nothing to resume, say so
+    for path in (run_dir / "checkpoints").iterdir():
+        path.unlink()
+    err = fails(capsys, command("fit", run_dir, store, "--ckpt_path", "last"))
+    assert "no checkpoint of it to resume from" in err
+    new_dir = tmp_path / "new"
+    main([str(new_dir) if word == "NEW_DIR" else word for word in suggested(err, "NEW_DIR")] + ["--trainer.max_steps", "1"])
+    assert checkpoint_step(new_dir / "checkpoints" / "last.ckpt") == 1
