@@ -2,7 +2,7 @@
 
 One run, from the repository root, on one GPU (about 3 minutes on an H200):
 
-    python -m benchmarks.head_dims --out OUT
+    python -m benchmarks.head_dims --out OUT [--markdown BENCHMARKS.md]
     TRITON_INTERPRET=1 python -m benchmarks.head_dims --device cpu --smoke --out /tmp/h   # CPU smoke run
 
 It does two things and writes OUT/head_dims.json, OUT/head_dims.md and OUT/head_dims_tests.log:
@@ -43,9 +43,18 @@ from pathlib import Path
 import torch
 
 from benchmarks.attention import CHECK_TOLERANCE, Timer, _rel_err, allowed_pairs, fa2
-from benchmarks.common import command_line, describe_environment, environment_markdown, markdown_table
+from benchmarks.common import (
+    command_line,
+    describe_environment,
+    environment_markdown,
+    markdown_table,
+    replace_markdown_section,
+)
 
 REPO = Path(__file__).resolve().parents[1]
+
+SECTION = "head_dims"
+"""Name of the BENCHMARKS.md section this script owns (written with --markdown)."""
 
 TIME_RATIO_TO_POW2 = 1.05
 """Target: a padded head dim takes at most this times our own time at the reference head dim."""
@@ -134,7 +143,7 @@ def run_sweep(device: torch.device, timeout_s: float, log: Path) -> dict:
     """The pytest sweep of the padded head dims in a child process; its summary line and exit code."""
     command = [sys.executable, *SWEEP_COMMAND]
     if device.type == "cuda" and importlib.util.find_spec("xdist") is not None:
-        command += ["-n", str(max(1, min(8, os.cpu_count() or 1)))]
+        command += ["-n", str(max(1, min(16, os.cpu_count() or 1)))]  # compiles dominate: one worker per core
     env = dict(os.environ)
     if device.type == "cuda":
         env.pop("TRITON_INTERPRET", None)  # the GPU sweep needs compiled kernels
@@ -144,7 +153,7 @@ def run_sweep(device: torch.device, timeout_s: float, log: Path) -> dict:
     except subprocess.TimeoutExpired as exc:
         text = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         log.write_text(text)
-        return {"command": " ".join(command[1:]), "returncode": None, "summary": f"timed out after {timeout_s:g} s",
+        return {"command": "python " + " ".join(command[1:]), "returncode": None, "summary": f"timed out after {timeout_s:g} s",
                 "counts": {}, "wall_s": time.monotonic() - started}
     log.write_text(proc.stdout + proc.stderr)
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
@@ -259,6 +268,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "16 heads) and run the GPU test sweep of the padded head dims; write JSON and Markdown to --out.",
     )
     parser.add_argument("--out", type=Path, required=True, help="folder for head_dims.json, .md and _tests.log")
+    parser.add_argument("--markdown", type=Path, help="rewrite the 'head_dims' section of this file (BENCHMARKS.md)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="device to measure (default cuda)")
     parser.add_argument("--smoke", action="store_true",
                         help="tiny shapes (L=40, H=1) for a CPU run of the script under Triton's interpreter")
@@ -302,6 +312,8 @@ def main(argv: list[str] | None = None) -> dict:
     results["wall_s"] = time.monotonic() - started
     _write_atomically(args.out / "head_dims.json", json.dumps(results, indent=1))
     _write_atomically(args.out / "head_dims.md", render_markdown(results) + "\n")
+    if args.markdown is not None:
+        replace_markdown_section(args.markdown, SECTION, render_markdown(results))
     print(markdown_table(rows(results)) + "\n\n" + markdown_table(targets(results)), flush=True)
     return results
 

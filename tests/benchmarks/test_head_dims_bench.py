@@ -35,7 +35,10 @@ def bench():
 def smoke_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("head_dims")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    command = [sys.executable, "-m", "benchmarks.head_dims", "--device", "cpu", "--smoke", "--out", str(out)]
+    markdown = out / "BENCHMARKS.md"
+    markdown.write_text("# Benchmarks\n\nKept.\n")
+    command = [sys.executable, "-m", "benchmarks.head_dims", "--device", "cpu", "--smoke", "--out", str(out),
+               "--markdown", str(markdown)]
     proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, out
@@ -57,6 +60,8 @@ def test_smoke_run_writes_results_and_runs_the_sweep(smoke_run):
     markdown = (out / "head_dims.md").read_text()
     assert markdown.startswith("## Padded head dims") and "| D=96 bwd: ours < FA2 at D=96 |" in markdown
     assert proc.stdout.rstrip().splitlines()[-1].startswith("| GPU sweep")  # the table comes last
+    section = (out / "BENCHMARKS.md").read_text()
+    assert "Kept." in section and "<!-- head_dims:start -->\n## Padded head dims" in section
 
 
 def _case(head_dim, ours, fa2, ok=True):
