@@ -20,12 +20,12 @@ import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
 from genoformer.data.genome_datasets import RandomWindowDataset, TiledWindowDataset
-from genoformer.data.genome_store import GenomeStore, _sha256_files, prepare_genome_store
+from genoformer.data.genome_store import GenomeStore, prepare_genome_store
 from genoformer.data.hints import hint
 from genoformer.data.sampling import ShardSampler
 from genoformer.data.splits import SequenceSource, SplitSpec, split_intervals
 from genoformer.data.timeseries_datasets import TimeSeriesWindowDataset
-from genoformer.data.storage import read_metadata
+from genoformer.data.storage import read_metadata, sha256_files
 from genoformer.data.timeseries_store import MissingPolicy, TimeSeriesStore, prepare_timeseries_store
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def store_built_from(store: Path, files: list[str], records_key: str, option: st
     meta = read_metadata(store) or {}
     records = meta.get(records_key, [])
     built_from = list(dict.fromkeys(record["source_sha256"] for record in records))
-    if meta.get("complete") is True and built_from == _sha256_files([Path(p) for p in files]):
+    if meta.get("complete") is True and built_from == sha256_files([Path(p) for p in files]):
         return True
     sources = list(dict.fromkeys(record["source"] for record in records)) or "an unreadable or incomplete build"
     raise FileExistsError(
