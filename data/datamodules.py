@@ -43,12 +43,13 @@ def store_built_from(store: Path, files: list[str], records_key: str, option: st
         return False
     if not files:
         return True
-    meta = read_metadata(store) or {}
+    meta = read_metadata(store)
+    if meta is None or meta.get("complete") is not True:
+        return True  # opening it says what is wrong: not a store, or an interrupted build
     records = meta.get(records_key, [])
-    built_from = list(dict.fromkeys(record["source_sha256"] for record in records))
-    if meta.get("complete") is True and built_from == sha256_files([Path(p) for p in files]):
+    if list(dict.fromkeys(record["source_sha256"] for record in records)) == sha256_files([Path(p) for p in files]):
         return True
-    sources = list(dict.fromkeys(record["source"] for record in records)) or "an unreadable or incomplete build"
+    sources = list(dict.fromkeys(record["source"] for record in records))
     raise FileExistsError(
         f"store {store} was not built from the files that {option} names ({files}); it holds {sources}. "
         f"Point the store option at a new path to build one from these files, or delete {store} to rebuild it"

@@ -199,18 +199,27 @@ class ResumeCheckpoint(L.Callback):
         self.saved_path: Optional[Path] = None
         self._previous: dict[signal.Signals, Any] = {}
 
-    def last_checkpoint_path(self, trainer: L.Trainer) -> Path:
-        """The `last.ckpt` that `--ckpt_path last` resumes from."""
+    @staticmethod
+    def _last_checkpoint(trainer: L.Trainer) -> tuple[ModelCheckpoint, Path]:
+        """The ModelCheckpoint with save_last and its `last.ckpt`, which `--ckpt_path last` resumes from."""
         for callback in trainer.checkpoint_callbacks:
             if isinstance(callback, ModelCheckpoint) and callback.save_last and callback.dirpath:
-                return Path(callback.dirpath) / f"{callback.CHECKPOINT_NAME_LAST}{callback.FILE_EXTENSION}"
+                return callback, Path(callback.dirpath) / f"{callback.CHECKPOINT_NAME_LAST}{callback.FILE_EXTENSION}"
         raise ValueError("ResumeCheckpoint writes the last.ckpt of a ModelCheckpoint with save_last: true; "
                          "add one to trainer.callbacks (see configs/quickstart.yaml)")
+
+    def _write_last(self, trainer: L.Trainer) -> Path:
+        callback, path = self._last_checkpoint(trainer)
+        # recorded before saving (it is part of the saved state), so that the ModelCheckpoint
+        # overwrites this file later instead of starting last-v1.ckpt beside it
+        callback.last_model_path = str(path)
+        trainer.save_checkpoint(path)
+        return path
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        self.last_checkpoint_path(trainer)
+        self._last_checkpoint(trainer)  # a config error now, not at the first signal
         self.received, self.saved_path = None, None
         if threading.current_thread() is threading.main_thread():  # signal handlers live there only
             for signum in self.signals:
@@ -234,9 +243,7 @@ class ResumeCheckpoint(L.Callback):
         return requested
 
     def _save(self, trainer: L.Trainer) -> None:
-        path = self.last_checkpoint_path(trainer)
-        trainer.save_checkpoint(path)
-        self.saved_path = path
+        path = self.saved_path = self._write_last(trainer)
         if trainer.is_global_zero:
             name = (self.received or signal.SIGTERM).name
             print(f"genoformer: {name} received; saved {path} at step {trainer.global_step}. Resume with the same "
@@ -250,7 +257,7 @@ class ResumeCheckpoint(L.Callback):
             raise Preempted(128 + int(self.received or signal.SIGTERM))
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        trainer.save_checkpoint(self.last_checkpoint_path(trainer))
+        self._write_last(trainer)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         # Lightning ends validation on SIGTERM with its own exception: save then

@@ -158,7 +158,7 @@ def test_empty_split_hint_works_as_typed(tmp_path, capsys):
     main(["prepare", "--fasta", str(LAMBDA), "--out", str(store)])
     args = ["validate", "--config", str(REPO_ROOT / "configs" / "quickstart.yaml"), "--untrained",
             "--trainer.default_root_dir", str(tmp_path / "run"), "--data.init_args.store", str(store),
-            "--data.init_args.num_workers", "0", "--trainer.enable_progress_bar", "false",
+            "--data.init_args.fasta", f"[{LAMBDA}]", "--data.init_args.num_workers", "0", "--trainer.enable_progress_bar", "false",
             "--model.transformer.d_model", "32", "--model.transformer.n_layers", "1", "--model.transformer.n_heads", "2",
             "--model.transformer.max_seq_len", "512",
             "--model.transformer.attention", "[{class_path: genoformer.kernels.layout.SlidingWindow, init_args: {window: 128, block_size: 64}}]",

@@ -28,6 +28,7 @@ MODEL_OPTIONS = [
 DATA_OPTIONS = [
     "--trainer.enable_progress_bar", "false", "--trainer.log_every_n_steps", "1",
     "--data.init_args.num_workers", "0", "--data.init_args.split", "{by: region, val_fraction: 0.1, test_fraction: 0.1}",
+    "--data.init_args.fasta", f"[{LAMBDA}]",  # what the store is built from
 ]
 TINY = MODEL_OPTIONS + DATA_OPTIONS
 
