@@ -565,10 +565,12 @@ _TRAINING_HELP = {
 }
 
 
-def _raised_inside_loops(error: BaseException) -> bool:
-    """Whether `error` came from a running training/evaluation/prediction step (not the set-up)."""
-    loops = os.path.join("lightning", "pytorch", "loops") + os.sep
-    return any(loops in frame.filename for frame in traceback.extract_tb(error.__traceback__))
+STEP_FUNCTIONS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
+
+
+def _raised_inside_a_step(error: BaseException) -> bool:
+    """Whether `error` came from inside a training/evaluation/prediction step (not the set-up)."""
+    return any(frame.name in STEP_FUNCTIONS for frame in traceback.extract_tb(error.__traceback__))
 
 
 def _tool_arguments(function: Callable[..., Any], args: Sequence[str]) -> list[str]:
@@ -634,9 +636,9 @@ def main(args: Optional[Sequence[str]] = None) -> None:
     except (FileNotFoundError, FileExistsError, ValueError) as error:
         # Bad input (a missing or malformed file, a wrong option value): its message says what to
         # do, so show that rather than a traceback, unless asked for the traceback. An error from
-        # inside the training, evaluation or prediction loops keeps its traceback.
+        # inside a training, evaluation or prediction step keeps its traceback.
         _end_progress_bars()
-        if os.environ.get("GENOFORMER_TRACEBACK") or _raised_inside_loops(error):
+        if os.environ.get("GENOFORMER_TRACEBACK") or _raised_inside_a_step(error):
             raise
         print(f"genoformer {command}: error: {error}\n(set GENOFORMER_TRACEBACK=1 to see the traceback)", file=sys.stderr)
         raise SystemExit(1) from error
