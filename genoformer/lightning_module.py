@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from genoformer.data.alphabet import MASK, PAD, T
-from genoformer.model import Transformer, TransformerConfig
+from genoformer.model import Transformer, TransformerConfig, compile_blocks, fused
 
 LN2 = math.log(2.0)
 IGNORE = -100
@@ -71,6 +71,13 @@ def warmup_cosine(step: int, *, warmup_steps: int, total_steps: int, min_lr_rati
     return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def cross_entropy_sum(logits_BLV: torch.Tensor, targets_BL: torch.Tensor) -> torch.Tensor:
+    """Summed cross-entropy in nats (float32) over the targets that are not IGNORE."""
+    return F.cross_entropy(
+        logits_BLV.reshape(-1, logits_BLV.shape[-1]).float(), targets_BL.reshape(-1), ignore_index=IGNORE, reduction="sum"
+    )
+
+
 def _tokens(batch: dict[str, Any]) -> torch.Tensor:
     """The (B, L) token ids of a batch; a clear error for batches of another kind."""
     if "tokens" not in batch:
@@ -96,6 +103,7 @@ class GenoformerLM(L.LightningModule):
         warmup_steps: int = 1000,
         total_steps: Optional[int] = None,
         min_lr_ratio: float = 0.1,
+        compile: bool = False,
     ) -> None:
         """
         Args:
@@ -112,6 +120,11 @@ class GenoformerLM(L.LightningModule):
             total_steps: optimizer steps at which the cosine decay ends; None: the trainer's
                 estimated_stepping_batches (from max_steps or max_epochs).
             min_lr_ratio: final learning rate as a fraction of learning_rate.
+            compile: compile every transformer block with torch.compile when training or
+                evaluating through a Trainer (`genoformer fit`, `validate`, ...): faster steps
+                after a first step that compiles (tens of seconds on a GPU); the attention
+                kernels run inside the compiled graph. A choice of how to run, not of the
+                model, so checkpoints do not record it.
         """
         super().__init__()
         objective = Objective(objective)
@@ -128,6 +141,8 @@ class GenoformerLM(L.LightningModule):
         self.warmup_steps = warmup_steps
         self.total_steps = total_steps
         self.min_lr_ratio = min_lr_ratio
+        self.use_compile = compile
+        self._blocks_compiled = False
         self.model = Transformer(config)
         self.trained_seq_len = 0  # longest training batch length so far: the default embedding window
         # Plain values only, so checkpoints load with torch.load(weights_only=True) and
@@ -145,6 +160,12 @@ class GenoformerLM(L.LightningModule):
                 "min_lr_ratio": min_lr_ratio,
             }
         )
+
+    def configure_model(self) -> None:
+        """Lightning's hook before a run (fit, validate, test, predict): compile when asked."""
+        if self.use_compile and not self._blocks_compiled:
+            compile_blocks(self.model)
+            self._blocks_compiled = True
 
     def forward(self, tokens_BL: torch.Tensor) -> torch.Tensor:
         """Logits (B, L, V)."""
@@ -170,12 +191,8 @@ class GenoformerLM(L.LightningModule):
             inputs_BL, targets_BL = mask_tokens(tokens_BL, self.mask_prob)
             logits_BLV = self.model(inputs_BL, lengths_B)
         n_targets = (targets_BL != IGNORE).sum()
-        total = F.cross_entropy(
-            logits_BLV.reshape(-1, logits_BLV.shape[-1]).float(),
-            targets_BL.reshape(-1),
-            ignore_index=IGNORE,
-            reduction="sum",
-        )
+        fuse = self.model.config.fused_elementwise or self.use_compile
+        total = fused(cross_entropy_sum, fuse, logits_BLV)(logits_BLV, targets_BL)
         return total / n_targets.clamp(min=1), n_targets
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
@@ -226,6 +243,8 @@ class GenoformerLM(L.LightningModule):
             [{"params": decay, "weight_decay": self.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
             lr=self.learning_rate,
             betas=self.betas,
+            # one kernel for all parameters instead of several per tensor group
+            fused=all(param.is_cuda for param in decay + no_decay),
         )
         total_steps = self.total_steps
         if total_steps is None:

@@ -6,6 +6,14 @@ layer's pattern (dense or a block-sparse layout spec) comes from `TransformerCon
 applied cyclically over the layers. The model knows nothing about DDP/FSDP or mixed precision
 policies: the Lightning strategy applies those.
 
+Speed. The elementwise work (RMSNorm, RoPE, SwiGLU's gate) has a plain PyTorch reference
+(`rms_norm`, `apply_rotary`, `swiglu`), which is what runs on a CPU and what a compiled model
+traces. On a CUDA GPU an eager model runs the same functions through `torch.compile` as small
+fused regions (`TransformerConfig.fused_elementwise`): one kernel each instead of several
+float32 round trips through memory. `compile_blocks` compiles every block whole (attention
+included: the Triton kernels are custom ops, and `plan_attention` resolves the backend before
+the blocks run, so nothing breaks the graph).
+
 Shape legend (suffixes on tensor names):
     B  batch                  L  sequence length (tokens)
     E  model width (d_model)  F  SwiGLU hidden width
@@ -17,10 +25,11 @@ Shape legend (suffixes on tensor names):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import sys
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
 import torch
@@ -29,7 +38,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from genoformer.data.alphabet import VOCAB_SIZE
-from genoformer.kernels.dispatch import Backend, attention
+from genoformer.kernels.dispatch import AttentionPlan, Backend, attention, plan_attention
 from genoformer.kernels.layout import BlockLayout, LayoutSpec
 
 
@@ -58,6 +67,9 @@ class TransformerConfig:
             per device and logs it.
         activation_checkpointing: Recompute each block's activations in the backward pass (less
             memory, ~30% more compute).
+        fused_elementwise: On CUDA, run RMSNorm, RoPE and the SwiGLU gate of an eager model as
+            torch.compile'd fused regions (compiled on first use, a few seconds); False runs the
+            plain PyTorch reference ops. No effect on a CPU or inside a compiled model.
         tie_embeddings: Share the input embedding matrix with the output projection.
         norm_eps: RMSNorm epsilon.
         init_std: Standard deviation of the normal weight initialisation.
@@ -76,6 +88,7 @@ class TransformerConfig:
     attention: list[Optional[LayoutSpec]] = dataclasses.field(default_factory=lambda: [None])
     attention_backend: Backend = Backend.AUTO
     activation_checkpointing: bool = False
+    fused_elementwise: bool = True
     tie_embeddings: bool = True
     norm_eps: float = 1e-6
     init_std: float = 0.02
@@ -167,17 +180,55 @@ def _spec_from_dict(value: Any) -> Any:
     return value
 
 
+# ------------------------------------------------------------------- elementwise work
+def rms_norm(x_BLE: torch.Tensor, weight_E: torch.Tensor, eps: float) -> torch.Tensor:
+    """Root-mean-square norm computed in float32, returned in x's dtype (the reference)."""
+    y_BLE = F.rms_norm(x_BLE.float(), (x_BLE.shape[-1],), weight_E.float(), eps)
+    return y_BLE.to(x_BLE.dtype)
+
+
+def apply_rotary(x_BHLD: torch.Tensor, cos_LR: torch.Tensor, sin_LR: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (x[..., r], x[..., r + D/2]) by angle position * theta^(-2r/D), in float32."""
+    x1_BHLR, x2_BHLR = x_BHLD.float().chunk(2, dim=-1)
+    y_BHLD = torch.cat((x1_BHLR * cos_LR - x2_BHLR * sin_LR, x1_BHLR * sin_LR + x2_BHLR * cos_LR), dim=-1)
+    return y_BHLD.to(x_BHLD.dtype)
+
+
+def rotary_qk(
+    q_BHLD: torch.Tensor, k_BKLD: torch.Tensor, cos_LR: torch.Tensor, sin_LR: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`apply_rotary` on queries and keys (one fused region on a GPU)."""
+    return apply_rotary(q_BHLD, cos_LR, sin_LR), apply_rotary(k_BKLD, cos_LR, sin_LR)
+
+
+def swiglu(gate_up_BLF2: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up for the two halves (gate, up) of the last dim."""
+    gate_BLF, up_BLF = gate_up_BLF2.chunk(2, dim=-1)
+    return F.silu(gate_BLF) * up_BLF
+
+
+@functools.cache
+def _compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return torch.compile(fn, fullgraph=True)
+
+
+def fused(fn: Callable[..., Any], enabled: bool, x: torch.Tensor) -> Callable[..., Any]:
+    """`fn` as one torch.compile region (compiled on first call per shape, then cached) when
+    `enabled` and x is a CUDA tensor outside a compiled graph; else `fn` itself."""
+    return _compiled(fn) if enabled and x.is_cuda and not torch.compiler.is_compiling() else fn
+
+
 class RMSNorm(nn.Module):
     """Root-mean-square norm computed in float32, returned in the input dtype."""
 
-    def __init__(self, dim: int, eps: float) -> None:
+    def __init__(self, dim: int, eps: float, fused_elementwise: bool = False) -> None:
         super().__init__()
         self.eps = eps
+        self.fused_elementwise = fused_elementwise
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x_BLE: torch.Tensor) -> torch.Tensor:
-        y_BLE = F.rms_norm(x_BLE.float(), (x_BLE.shape[-1],), self.weight.float(), self.eps)
-        return y_BLE.to(x_BLE.dtype)
+        return fused(rms_norm, self.fused_elementwise, x_BLE)(x_BLE, self.weight, self.eps)
 
 
 class RotaryEmbedding(nn.Module):
@@ -210,13 +261,6 @@ class RotaryEmbedding(nn.Module):
         )
 
 
-def apply_rotary(x_BHLD: torch.Tensor, cos_LR: torch.Tensor, sin_LR: torch.Tensor) -> torch.Tensor:
-    """Rotate pairs (x[..., r], x[..., r + D/2]) by angle position * theta^(-2r/D), in float32."""
-    x1_BHLR, x2_BHLR = x_BHLD.float().chunk(2, dim=-1)
-    y_BHLD = torch.cat((x1_BHLR * cos_LR - x2_BHLR * sin_LR, x1_BHLR * sin_LR + x2_BHLR * cos_LR), dim=-1)
-    return y_BHLD.to(x_BHLD.dtype)
-
-
 class Attention(nn.Module):
     """Multi-head self-attention with grouped key/value heads and RoPE."""
 
@@ -225,6 +269,7 @@ class Attention(nn.Module):
         self.n_heads = config.n_heads
         self.n_kv_heads = config.kv_heads
         self.head_dim = config.head_dim
+        self.fused_elementwise = config.fused_elementwise
         self.wq = nn.Linear(config.d_model, config.n_heads * config.head_dim, bias=False)
         self.wk = nn.Linear(config.d_model, config.kv_heads * config.head_dim, bias=False)
         self.wv = nn.Linear(config.d_model, config.kv_heads * config.head_dim, bias=False)
@@ -245,8 +290,7 @@ class Attention(nn.Module):
         q_BHLD = self.wq(x_BLE).view(B, L, self.n_heads, self.head_dim).transpose(1, 2)
         k_BKLD = self.wk(x_BLE).view(B, L, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v_BKLD = self.wv(x_BLE).view(B, L, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        q_BHLD = apply_rotary(q_BHLD, cos_LR, sin_LR)
-        k_BKLD = apply_rotary(k_BKLD, cos_LR, sin_LR)
+        q_BHLD, k_BKLD = fused(rotary_qk, self.fused_elementwise, x_BLE)(q_BHLD, k_BKLD, cos_LR, sin_LR)
         o_BHLD = attention(q_BHLD, k_BKLD, v_BKLD, causal=causal, layout=layout, kv_lens=kv_lens_B, backend=backend)
         o_BLE = o_BHLD.transpose(1, 2).reshape(B, L, self.n_heads * self.head_dim)
         return self.wo(o_BLE)
@@ -255,14 +299,15 @@ class Attention(nn.Module):
 class SwiGLU(nn.Module):
     """down(silu(gate(x)) * up(x)); gate and up share one matmul."""
 
-    def __init__(self, d_model: int, hidden: int) -> None:
+    def __init__(self, d_model: int, hidden: int, fused_elementwise: bool = False) -> None:
         super().__init__()
+        self.fused_elementwise = fused_elementwise
         self.w_gate_up = nn.Linear(d_model, 2 * hidden, bias=False)
         self.w_down = nn.Linear(hidden, d_model, bias=False)
 
     def forward(self, x_BLE: torch.Tensor) -> torch.Tensor:
-        gate_BLF, up_BLF = self.w_gate_up(x_BLE).chunk(2, dim=-1)
-        return self.w_down(F.silu(gate_BLF) * up_BLF)
+        gate_up_BLF2 = self.w_gate_up(x_BLE)
+        return self.w_down(fused(swiglu, self.fused_elementwise, gate_up_BLF2)(gate_up_BLF2))
 
 
 class Block(nn.Module):
@@ -270,10 +315,10 @@ class Block(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.attn_norm = RMSNorm(config.d_model, config.norm_eps)
+        self.attn_norm = RMSNorm(config.d_model, config.norm_eps, config.fused_elementwise)
         self.attn = Attention(config)
-        self.mlp_norm = RMSNorm(config.d_model, config.norm_eps)
-        self.mlp = SwiGLU(config.d_model, config.mlp_dim)
+        self.mlp_norm = RMSNorm(config.d_model, config.norm_eps, config.fused_elementwise)
+        self.mlp = SwiGLU(config.d_model, config.mlp_dim, config.fused_elementwise)
         self.drop = nn.Dropout(config.dropout)
 
     def forward(
@@ -308,7 +353,7 @@ class Transformer(nn.Module):
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
-        self.norm = RMSNorm(config.d_model, config.norm_eps)
+        self.norm = RMSNorm(config.d_model, config.norm_eps, config.fused_elementwise)
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.max_seq_len)
         # (pattern index, seq_len) -> layout, least recently used first; layouts live on the CPU.
@@ -331,14 +376,15 @@ class Transformer(nn.Module):
     def layout(self, layer: int, seq_len: int) -> Optional[BlockLayout]:
         """Block-sparse layout of block `layer` for sequences of `seq_len` tokens (None: dense).
 
-        Built on first use for each (pattern, seq_len) and cached; any seq_len works (the last
+        Built on first use for each (distinct pattern, seq_len) and cached; any seq_len works (the last
         block row/column may be partial). Causal models get the layout without the blocks that lie
         entirely above the diagonal, so kernels skip them.
         """
-        index = layer % len(self.config.attention)
         spec = self.config.pattern(layer)
         if spec is None:
             return None
+        # Equal specs share one layout (and one compiled graph of a compiled model).
+        index = self.config.attention.index(spec)
         key = (index, seq_len)
         if key in self._layouts:
             self._layouts.move_to_end(key)
@@ -377,6 +423,20 @@ class Transformer(nn.Module):
         """Hidden states of all n_layers + 1 layers, each (B, L, E)."""
         return self._trunk(tokens_BL, lengths_B, self.config.n_layers, keep_all=True)
 
+    def attention_plan(self, layer: int, x_BLE: torch.Tensor, kv_lens_B: Optional[torch.Tensor]) -> AttentionPlan:
+        """Backend and layout of block `layer`'s attention for the hidden state x_BLE, chosen
+        eagerly (outside any compiled block): the attention inputs have x's shape split into
+        heads and the autocast dtype when autocast is on."""
+        B, L, _ = x_BLE.shape
+        device = x_BLE.device
+        dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else x_BLE.dtype
+        config = self.config
+        return plan_attention(
+            config.attention_backend, batch=B, q_heads=config.n_heads, kv_heads=config.kv_heads, q_len=L,
+            kv_len=L, head_dim=config.head_dim, dtype=dtype, device=device, causal=config.causal,
+            layout=self.layout(layer, L), kv_lens=kv_lens_B,
+        )
+
     def resolve_layer(self, layer: int) -> int:
         """Hidden-state index in 0..n_layers for `layer` (negative counts from the end);
         IndexError when out of range."""
@@ -410,10 +470,10 @@ class Transformer(nn.Module):
         x_BLE = self.drop(self.embed(tokens_BL.long()))
         states = [x_BLE]
         cos_LR, sin_LR = self.rotary.cos_sin(L, x_BLE.device)
-        backend = self.config.attention_backend
         for i in range(last):
             block = self.blocks[i]
-            args = (cos_LR, sin_LR, self.config.causal, self.layout(i, L), kv_lens_B, backend)
+            plan = self.attention_plan(i, x_BLE, kv_lens_B)
+            args = (cos_LR, sin_LR, self.config.causal, plan.layout, kv_lens_B, plan.backend)
             if self.config.activation_checkpointing and self.training and torch.is_grad_enabled():
                 x_BLE = checkpoint(block, x_BLE, *args, use_reentrant=False)
             else:
@@ -425,3 +485,16 @@ class Transformer(nn.Module):
             else:
                 states[-1] = x_BLE
         return states
+
+
+def compile_blocks(model: Transformer, backend: str = "inductor") -> None:
+    """Compile every block of `model` and its final norm in place with torch.compile.
+
+    `nn.Module.compile` keeps parameter names, so checkpoints stay as they are. Blocks share
+    one compiled graph per kind of layer (dense or a layout; training or evaluation) with the
+    attention kernels inside it. The first step compiles (tens of seconds on a GPU). `backend`
+    is torch.compile's (the tests use "aot_eager", which skips code generation).
+    """
+    for block in model.blocks:
+        block.compile(backend=backend)
+    model.norm.compile(backend=backend)
