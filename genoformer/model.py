@@ -495,6 +495,9 @@ def compile_blocks(model: Transformer, backend: str = "inductor") -> None:
     attention kernels inside it. The first step compiles (tens of seconds on a GPU). `backend`
     is torch.compile's (the tests use "aot_eager", which skips code generation).
     """
+    # Compiled modules share the frame of nn.Module._call_impl: one cache entry per kind of layer,
+    # train or eval, and shape. The default limit of 8 would send a long run back to eager.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     for block in model.blocks:
         block.compile(backend=backend)
     model.norm.compile(backend=backend)
