@@ -358,6 +358,7 @@ class Transformer(nn.Module):
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.max_seq_len)
         # (pattern index, seq_len) -> layout, least recently used first; layouts live on the CPU.
         self._layouts: OrderedDict[tuple[int, int], BlockLayout] = OrderedDict()
+        self._plans: dict[tuple, tuple[Optional[BlockLayout], AttentionPlan]] = {}  # see attention_plan
         self.reset_parameters()
         if config.tie_embeddings:
             self.head.weight = self.embed.weight
@@ -431,11 +432,19 @@ class Transformer(nn.Module):
         device = x_BLE.device
         dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else x_BLE.dtype
         config = self.config
-        return plan_attention(
-            config.attention_backend, batch=B, q_heads=config.n_heads, kv_heads=config.kv_heads, q_len=L,
-            kv_len=L, head_dim=config.head_dim, dtype=dtype, device=device, causal=config.causal,
-            layout=self.layout(layer, L), kv_lens=kv_lens_B,
-        )
+        layout = self.layout(layer, L)
+        # plans depend on these only (kv_lens by presence, dtype, device, shape); ~50 us each to make
+        key = (config.attention_backend, id(layout), B, L, dtype, device, config.causal, kv_lens_B is None)
+        if key not in self._plans:
+            plan = plan_attention(
+                config.attention_backend, batch=B, q_heads=config.n_heads, kv_heads=config.kv_heads, q_len=L,
+                kv_len=L, head_dim=config.head_dim, dtype=dtype, device=device, causal=config.causal,
+                layout=layout, kv_lens=kv_lens_B,
+            )
+            self._plans[key] = (layout, plan)  # the layout stays alive while its id is a key
+            if len(self._plans) > self._LAYOUT_CACHE_SIZE:
+                self._plans.pop(next(iter(self._plans)))
+        return self._plans[key][1]
 
     def resolve_layer(self, layer: int) -> int:
         """Hidden-state index in 0..n_layers for `layer` (negative counts from the end);
