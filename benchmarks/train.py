@@ -37,6 +37,7 @@ import fnmatch
 import gc
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -133,22 +134,26 @@ GROUPS: dict[str, list[Case]] = {
         *_steps(8192, impl="sdpa", mode="eager"),
         *_steps(8192, mode="plain"),
         Case("profile", mode="eager"),
+        *_steps(8192, 16384, 32768, impl="math", mode="eager"),
     ],
-    "compiled-causal": [
+    # one process: the fit cases reuse the step cases' compiled graphs
+    "compiled-8k": [
         *_steps(8192, mode="compiled"),
         Case("profile", mode="compiled"),
-        *_steps(32768, 65536, 131072, 16384, mode="compiled"),
+        Case("fit", mode="compiled", data="synthetic"),
+        Case("fit", mode="compiled", data="real"),
     ],
     "flex-compiled-8k": [
         *_steps(8192, impl="flex", mode="compiled"),
         *_steps(8192, impl="flex", pattern="window", mode="compiled"),
     ],
-    "fit": [Case("fit", mode="compiled", data="synthetic"), Case("fit", mode="compiled", data="real")],
-    "window-compiled": _steps(8192, 32768, 65536, 131072, pattern="window", mode="compiled"),
+    "compiled-long": [
+        Case("step", context=c, pattern=p, mode="compiled")
+        for c in (32768, 65536, 131072) for p in ("causal", "window")
+    ] + _steps(8192, pattern="window", mode="compiled") + _steps(16384, mode="compiled"),
     "eager-long": [
         *_steps(8192, pattern="window", mode="eager"),
         *_steps(32768, 65536, 131072, 16384, mode="eager"),
-        *_steps(8192, 16384, 32768, impl="math", mode="eager"),
     ],
     "anchors-more": [
         *_steps(8192, impl="sdpa", mode="compiled"),
@@ -213,6 +218,12 @@ class Worker:
               + (f", {values['tokens_per_s']:,.0f} tokens/s" if values.get("tokens_per_s") else ""), flush=True)
 
     def run(self, cases: list[Case]) -> None:
+        try:
+            self._run(cases)
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _run(self, cases: list[Case]) -> None:
         oom_math_at: Optional[int] = None
         for case in cases:
             if case.impl == "math" and oom_math_at is not None and case.context > oom_math_at:
@@ -685,7 +696,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results" / "train")
     parser.add_argument("--cases", default=None, help="comma-separated case names or globs (default: all)")
-    parser.add_argument("--budget-s", type=float, default=360.0, help="stop starting groups after this many seconds")
+    parser.add_argument("--budget-s", type=float, default=360.0,
+                        help="seconds for the whole run: groups still running then are stopped, later ones skipped")
     parser.add_argument("--smoke", action="store_true", help="tiny CPU run of every code path (tests)")
     parser.add_argument("--list", action="store_true", help="print the case names in run order and exit")
     parser.add_argument("--render", action="store_true", help="measure nothing: rewrite OUT/train.md from OUT/train.json")

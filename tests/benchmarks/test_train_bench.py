@@ -47,8 +47,8 @@ def test_smoke_run_writes_every_section(tmp_path):
 
 def test_case_selection_by_glob_keeps_groups_and_order():
     chosen = select("genoformer-causal-*-compiled", smoke=False)
-    assert list(chosen) == ["compiled-causal"]
-    assert [c.context for c in chosen["compiled-causal"]] == [8192, 32768, 65536, 131072, 16384]
+    assert list(chosen) == ["compiled-8k", "compiled-long"]
+    assert [c.context for c in chosen["compiled-long"]] == [32768, 65536, 131072, 16384]
     with pytest.raises(SystemExit, match="no case matches"):
         select("nonsense-case", smoke=False)
     names = [case.name for cases in GROUPS.values() for case in cases]
