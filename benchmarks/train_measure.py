@@ -56,7 +56,10 @@ def matmul_ceiling_tflops(device: torch.device, size: int = 8192, repeats: int =
 
 # ----------------------------------------------------------------------- profile breakdown
 
-PARTS = ("attention", "matmuls", "norms, RoPE, SwiGLU, residual", "loss", "optimizer", "data (host to device)", "other")
+PARTS = (
+    "attention", "matmuls", "norms, RoPE, SwiGLU, other elementwise", "loss", "optimizer", "data (host to device)",
+    "other",
+)
 
 # Kernel names (GPU) or operator names (CPU) -> part; first match wins, checked in order.
 _KERNEL_RULES = (
@@ -67,7 +70,7 @@ _KERNEL_RULES = (
     ("matmuls", ("gemm", "nvjet", "cutlass", "xmma", "cublas", "sm90_", "sm80_", "aten::mm", "aten::addmm",
                  "aten::bmm", "aten::matmul", "aten::linear", "mm_", "splitk")),
     ("data (host to device)", ("memcpy htod", "memcpy h2d", "aten::_to_copy_h2d")),
-    ("norms, RoPE, SwiGLU, residual", ("rms", "norm", "elementwise", "vectorized", "triton_poi", "triton_red",
+    ("norms, RoPE, SwiGLU, other elementwise", ("rms", "norm", "elementwise", "vectorized", "triton_poi", "triton_red",
                                        "triton_per", "reduce", "silu", "mul", "add", "cat", "copy", "fill",
                                        "embedding", "index", "where", "sum", "aten::")),
 )

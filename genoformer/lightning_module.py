@@ -6,7 +6,7 @@ ignores. The tokens are cast to int64 on the device here. Metrics (per split: tr
     <split>/loss  mean cross-entropy in nats over the predicted positions
     <split>/bpb   bits per base = loss / ln 2
 
-Shape legend: B batch, L sequence length, E model width, V vocabulary size.
+Shape legend: B batch, L sequence length, E model width, V vocabulary size, N = B * L.
 """
 
 from __future__ import annotations
@@ -73,9 +73,8 @@ def warmup_cosine(step: int, *, warmup_steps: int, total_steps: int, min_lr_rati
 
 def cross_entropy_sum(logits_BLV: torch.Tensor, targets_BL: torch.Tensor) -> torch.Tensor:
     """Summed cross-entropy in nats (float32) over the targets that are not IGNORE."""
-    return F.cross_entropy(
-        logits_BLV.reshape(-1, logits_BLV.shape[-1]).float(), targets_BL.reshape(-1), ignore_index=IGNORE, reduction="sum"
-    )
+    logits_NV = logits_BLV.reshape(-1, logits_BLV.shape[-1]).float()
+    return F.cross_entropy(logits_NV, targets_BL.reshape(-1), ignore_index=IGNORE, reduction="sum")
 
 
 def _tokens(batch: dict[str, Any]) -> torch.Tensor:

@@ -71,7 +71,7 @@ def test_flops_count_is_the_issue_formula_for_causal_attention():
     ("kernel", "parents", "part"),
     [
         ("attn_fwd_kernel", [], "attention"),
-        ("triton_poi_fused_mul_silu_0", ["## Call CompiledFxGraph ##"], "norms, RoPE, SwiGLU, residual"),
+        ("triton_poi_fused_mul_silu_0", ["## Call CompiledFxGraph ##"], "norms, RoPE, SwiGLU, other elementwise"),
         ("sm90_xmma_gemm_bf16bf16_bf16f32", ["aten::mm", "aten::linear"], "matmuls"),
         ("nvjet_tst_128x256", ["aten::mm"], "matmuls"),
         ("void at::native::elementwise_kernel", ["aten::mul_", "Optimizer.step#AdamW.step"], "optimizer"),
