@@ -8,9 +8,9 @@ policies: the Lightning strategy applies those.
 
 Speed. The elementwise work (RMSNorm, RoPE, SwiGLU's gate) has a plain PyTorch reference
 (`rms_norm`, `apply_rotary`, `swiglu`), which is what runs on a CPU and what a compiled model
-traces. On a CUDA GPU an eager model runs the same functions through `torch.compile` as small
-fused regions (`TransformerConfig.fused_elementwise`): one kernel each instead of several
-float32 round trips through memory. `compile_blocks` compiles every block whole (attention
+traces. On a CUDA GPU an eager model trains with the same functions run through
+`torch.compile` as small fused regions (`TransformerConfig.fused_elementwise`): one kernel
+each instead of several float32 round trips through memory. `compile_blocks` compiles every block whole (attention
 included: the Triton kernels are custom ops, and `plan_attention` resolves the backend before
 the blocks run, so nothing breaks the graph).
 
@@ -67,9 +67,10 @@ class TransformerConfig:
             per device and logs it.
         activation_checkpointing: Recompute each block's activations in the backward pass (less
             memory, ~30% more compute).
-        fused_elementwise: On CUDA, run RMSNorm, RoPE and the SwiGLU gate of an eager model as
-            torch.compile'd fused regions (compiled on first use, a few seconds); False runs the
-            plain PyTorch reference ops. No effect on a CPU or inside a compiled model.
+        fused_elementwise: On CUDA, run RMSNorm, RoPE and the SwiGLU gate (and GenoformerLM's
+            loss) of an eager model's training steps as torch.compile'd fused regions (compiled
+            on first use, a few seconds); False runs the plain PyTorch reference ops. No effect
+            on a CPU, in inference or inside a compiled model.
         tie_embeddings: Share the input embedding matrix with the output projection.
         norm_eps: RMSNorm epsilon.
         init_std: Standard deviation of the normal weight initialisation.
@@ -214,8 +215,11 @@ def _compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def fused(fn: Callable[..., Any], enabled: bool, x: torch.Tensor) -> Callable[..., Any]:
     """`fn` as one torch.compile region (compiled on first call per shape, then cached) when
-    `enabled` and x is a CUDA tensor outside a compiled graph; else `fn` itself."""
-    return _compiled(fn) if enabled and x.is_cuda and not torch.compiler.is_compiling() else fn
+    `enabled` and x is a CUDA tensor in a training step (autograd on) outside a compiled graph;
+    else `fn` itself. Inference keeps the references: no compile pause before a short
+    `genoformer embed`."""
+    use = enabled and x.is_cuda and torch.is_grad_enabled() and not torch.compiler.is_compiling()
+    return _compiled(fn) if use else fn
 
 
 class RMSNorm(nn.Module):
