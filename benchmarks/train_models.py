@@ -76,7 +76,12 @@ def fit_arguments(
 
 
 def build_genoformer(arguments: list[str]) -> GenoformerLM:
-    """The LightningModule exactly as `genoformer fit ARGUMENTS` builds it (on the CPU, fp32)."""
+    """The LightningModule exactly as `genoformer fit ARGUMENTS` builds it (on the CPU, fp32);
+    config paths are relative to the repository root, wherever this runs from."""
+    arguments = [
+        str(REPO_ROOT / value) if previous == "--config" and not Path(value).is_absolute() else value
+        for previous, value in zip([None, *arguments], arguments)
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         cli = training_cli(
             [*arguments, "--trainer.accelerator", "cpu", "--trainer.precision", "32-true",

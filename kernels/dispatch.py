@@ -54,8 +54,6 @@ SDPA_MASK_ELEMENTS = 1 << 24
 
 _logged_choices: set[tuple] = set()
 
-_TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
-
 
 class Backend(str, enum.Enum):
     """Which implementation runs `attention`."""
@@ -183,7 +181,8 @@ _BACKENDS = {
 
 # ------------------------------------------------------------------------------- choosing
 def _triton_unsupported_reason(q, k, v, *, causal, layout, kv_lens) -> str | None:
-    if not _TRITON_INSTALLED:
+    # (a compiled graph cannot trace find_spec; plan_attention asked it before the graph)
+    if not torch.compiler.is_compiling() and importlib.util.find_spec("triton") is None:
         return "triton is not installed: pip install triton (or the extra: pip install 'genoformer[triton]')."
     from genoformer.kernels import triton_flash
 
