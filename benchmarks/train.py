@@ -4,7 +4,8 @@
     python -m benchmarks.train --out DIR --cases 'fit-synthetic-8k,ddp-synthetic-8k-x2'   (two GPUs)
     python -m benchmarks.train --out DIR --smoke             (a tiny CPU run of every code path)
     python -m benchmarks.train --list                        (the case names, in run order)
-    python -m benchmarks.train --out DIR --render --markdown BENCHMARKS.md   (re-render, measure nothing)
+    python -m benchmarks.train --out DIR --render --markdown BENCHMARKS.md --update-configs
+                                                 (measure nothing: BENCHMARKS.md and the configs' comments)
 
 What runs (every genoformer model is built by the LightningCLI parser of `genoformer fit` from a
 shipped config plus overrides, recorded per case as `fit_args`):
@@ -627,16 +628,47 @@ def profile_sections(summary: dict) -> list[str]:
     return sections
 
 
-def config_lines(summary: dict) -> list[str]:
-    """The comment lines the long-context configs carry (window pattern, compiled: what they run)."""
+MEASURED = "# Measured (python -m benchmarks.train, H200):"
+"""How the long-context configs' comment line with their speed and memory starts."""
+
+
+def config_comments(summary: dict) -> dict[str, str]:
+    """config file name -> its measured comment line (window pattern, compiled: what it runs)."""
     by = _by_name(summary)
-    lines = []
+    comments = {}
     for tag in ("32k", "64k", "128k"):
-        r = by.get(f"genoformer-window-{tag}-compiled")
+        name = f"genoformer-window-{tag}-compiled"
+        r = by.get(name)
+        needs_checkpointing = not _ok(r) and _ok(by.get(name + "-ckpt"))
+        r = by.get(name + "-ckpt") if needs_checkpointing else r
         if _ok(r):
-            lines.append(f"- configs/genome_{tag}_gpu.yaml: `# Measured (python -m benchmarks.train, H200): "
-                         f"{r['tokens_per_s']:,.0f} tokens/s, {r['step_ms'] / 1e3:.2f} s per step"
-                         f"{_gib(r, ', peak {:.1f} GiB')}, MFU {100 * r['mfu']:.1f}% (allowed pairs)`")
+            comments[f"genome_{tag}_gpu.yaml"] = (
+                f"{MEASURED} {r['tokens_per_s']:,.0f} tokens/s, {r['step_ms'] / 1e3:.2f} s per step"
+                f"{_gib(r, ', peak {:.1f} GiB')}, MFU {100 * r['mfu']:.1f}% (allowed pairs)"
+                + ("; out of memory without activation checkpointing: set it true" if needs_checkpointing else "")
+            )
+    return comments
+
+
+def update_configs(summary: dict, configs: Path) -> list[Path]:
+    """Rewrite the measured comment line of each long-context config this run measured."""
+    changed = []
+    for name, comment in config_comments(summary).items():
+        path = configs / name
+        lines = path.read_text().splitlines(keepends=True)
+        at = [i for i, line in enumerate(lines) if line.startswith(MEASURED)]
+        if len(at) != 1:
+            raise ValueError(f"{path} needs exactly one line starting with {MEASURED!r}; found {len(at)}.")
+        lines[at[0]] = comment + "\n"
+        _write(path, "".join(lines))
+        changed.append(path)
+    return changed
+
+
+def config_lines(summary: dict) -> list[str]:
+    """The long-context configs' measured lines, and where dense (math) attention runs out of memory."""
+    by = _by_name(summary)
+    lines = [f"- configs/{name}: `{comment}`" for name, comment in config_comments(summary).items()]
     math_oom = [r for r in summary["records"] if r["impl"] == "math" and r.get("status") == "OOM"]
     math_ok = [r for r in summary["records"] if r["impl"] == "math" and _ok(r)]
     if math_oom or math_ok:
@@ -704,6 +736,8 @@ def main() -> None:
     parser.add_argument("--list", action="store_true", help="print the case names in run order and exit")
     parser.add_argument("--render", action="store_true", help="measure nothing: rewrite OUT/train.md from OUT/train.json")
     parser.add_argument("--markdown", type=Path, default=None, help="also rewrite the `training-speed` section of this file")
+    parser.add_argument("--update-configs", action="store_true",
+                        help="with --render: write the measured speed and memory into configs/genome_{32k,64k,128k}_gpu.yaml")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.list:
@@ -719,6 +753,9 @@ def main() -> None:
         _write(args.out / "train.md", render_markdown(summary) + "\n")
         if args.markdown is not None:
             replace_markdown_section(args.markdown, "training-speed", render_markdown(summary))
+        if args.update_configs:
+            for path in update_configs(summary, REPO_ROOT / "configs"):
+                print(f"updated {path.relative_to(REPO_ROOT)}")
         print(short_table(summary))
         return
     if not args.smoke and not torch.cuda.is_available():

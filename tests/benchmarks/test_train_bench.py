@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.train import GROUPS, Case, select, targets
+from benchmarks.train import GROUPS, MEASURED, select, targets, update_configs
 from benchmarks.train_measure import classify
 from benchmarks.train_models import REFERENCE, build_genoformer, fit_arguments, model_flops_per_token, parameter_count
 
@@ -98,3 +98,24 @@ def test_targets_judge_the_measured_ratios():
     assert verdicts["8k compiled vs plain PyTorch + compiled Flex"] == "MET"  # exactly 1.30x
     assert verdicts["8k eager MFU"] == "not measured"
     assert verdicts["128k trains on one GPU (batch 1)"] == "MET"  # with activation checkpointing
+
+
+def test_render_writes_the_measured_line_into_the_long_context_configs(tmp_path):
+    def record(name, **values):
+        return {"name": name, "kind": "step", "status": "ok", "impl": "genoformer", "mode": "compiled", **values}
+
+    measured = dict(tokens_per_s=123456.0, step_ms=265.4, peak_gib=17.25, mfu=0.31)
+    summary = {"records": [
+        record("genoformer-window-32k-compiled", **measured),
+        {"name": "genoformer-window-128k-compiled", "kind": "step", "status": "OOM", "impl": "genoformer"},
+        record("genoformer-window-128k-compiled-ckpt", **measured),
+    ]}
+    for tag in ("32k", "64k", "128k"):
+        (tmp_path / f"genome_{tag}_gpu.yaml").write_text(
+            (REPO_ROOT / "configs" / f"genome_{tag}_gpu.yaml").read_text())
+    changed = update_configs(summary, tmp_path)
+    assert sorted(path.name for path in changed) == ["genome_128k_gpu.yaml", "genome_32k_gpu.yaml"]
+    line = next(l for l in (tmp_path / "genome_32k_gpu.yaml").read_text().splitlines() if l.startswith(MEASURED))
+    assert "123,456 tokens/s" in line and "peak 17.2 GiB" in line and "MFU 31.0%" in line
+    assert "set it true" in (tmp_path / "genome_128k_gpu.yaml").read_text()
+    assert "not measured yet" in (tmp_path / "genome_64k_gpu.yaml").read_text()  # untouched
