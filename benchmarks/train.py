@@ -734,7 +734,8 @@ def main() -> None:
                         help="seconds for the whole run: groups still running then are stopped, later ones skipped")
     parser.add_argument("--smoke", action="store_true", help="tiny CPU run of every code path (tests)")
     parser.add_argument("--list", action="store_true", help="print the case names in run order and exit")
-    parser.add_argument("--render", action="store_true", help="measure nothing: rewrite OUT/train.md from OUT/train.json")
+    parser.add_argument("--render", action="store_true",
+                        help="measure nothing: render OUT/train.json (for --markdown, --update-configs)")
     parser.add_argument("--markdown", type=Path, default=None, help="also rewrite the `training-speed` section of this file")
     parser.add_argument("--update-configs", action="store_true",
                         help="with --render: write the measured speed and memory into configs/genome_{32k,64k,128k}_gpu.yaml")
@@ -749,8 +750,7 @@ def main() -> None:
         Worker(args).run([case for cases in groups.values() for case in cases])
         return
     if args.render:
-        summary = json.loads((args.out / "train.json").read_text())
-        _write(args.out / "train.md", render_markdown(summary) + "\n")
+        summary = json.loads((args.out / "train.json").read_text())  # OUT may be read-only: not written
         if args.markdown is not None:
             replace_markdown_section(args.markdown, "training-speed", render_markdown(summary))
         if args.update_configs:
