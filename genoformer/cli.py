@@ -31,9 +31,13 @@ from lightning.pytorch.cli import LightningCLI
 
 from genoformer.data.genome_store import DEFAULT_CHUNK_SIZE, prepare_genome_store
 from genoformer.data.timeseries_store import MissingPolicy, prepare_timeseries_store
+from genoformer.evaluate import evaluate, score
+from genoformer.export import export
 from genoformer.embeddings import Embedder, Embeddings, Pooling, is_sequence_file_name, save_embeddings
 from genoformer.kernels.dispatch import Backend
 from genoformer.lightning_module import GenoformerLM
+from genoformer.markov import baseline
+from genoformer.variants import variant_effect
 
 TRAINING_COMMANDS = ("fit", "validate", "test", "predict")
 
@@ -180,7 +184,16 @@ def embed(
     return path
 
 
-TOOL_COMMANDS = {"prepare": prepare, "prepare_timeseries": prepare_timeseries, "embed": embed}
+TOOL_COMMANDS = {
+    "prepare": prepare,
+    "prepare_timeseries": prepare_timeseries,
+    "embed": embed,
+    "evaluate": evaluate,
+    "baseline": baseline,
+    "export": export,
+    "score": score,
+    "variant_effect": variant_effect,
+}
 
 
 class GenoformerCLI(LightningCLI):
