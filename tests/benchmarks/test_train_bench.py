@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.train import GROUPS, MEASURED, select, targets, update_configs
+from benchmarks.train import GROUPS, select
+from benchmarks.train_report import MEASURED, targets, update_configs
 from benchmarks.train_measure import classify
 from benchmarks.train_models import REFERENCE, build_genoformer, fit_arguments, model_flops_per_token, parameter_count
 

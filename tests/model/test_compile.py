@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from model_helpers import random_tokens, tiny_config
 from torch._dynamo.utils import counters
 
@@ -143,3 +144,10 @@ def test_inductor_regions_match_the_references(dynamo_counters):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     for name, want in results[0][1].items():
         torch.testing.assert_close(results[1][1][name], want, atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_every_gpu_config_compiles():
+    gpu_configs = [path for path in sorted((REPO_ROOT / "configs").glob("*.yaml"))
+                   if yaml.safe_load(path.read_text())["trainer"].get("accelerator") == "gpu"]
+    assert len(gpu_configs) >= 5
+    assert [p.name for p in gpu_configs if yaml.safe_load(p.read_text())["model"].get("compile") is not True] == []
