@@ -206,7 +206,7 @@ def render_markdown(summary: dict) -> str:
         head += ["### Inside Trainer.fit (compiled, causal 8k x 4 per GPU)",
                  "Mean step time over the timed steps of `Trainer.fit` (the config's trainer: bf16-mixed, "
                  "gradient clipping, LR schedule, CSV logger; no checkpoints or validation). `real`: the "
-                 "config's GenomeDataModule (worker processes reading the E. coli store); `synthetic`: one "
+                 "config's GenomeDataModule (worker processes reading the E. coli store, pinned batches); `synthetic`: one "
                  "batch already on the GPU.", markdown_table(rows)]
     head += profile_sections(summary)
     lines = config_lines(summary)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 import lightning as L
+import torch
 from torch.utils.data import DataLoader, Dataset
 
 from genoformer.data.genome_datasets import RandomWindowDataset, TiledWindowDataset
@@ -30,6 +31,9 @@ class _ShardedLoaders:
     num_workers: int
     multiprocessing_context: str | None
     persistent_workers: bool
+    pin_memory: bool = True
+    """Page-locked batches on a CUDA machine: the copy to the GPU then starts without waiting for
+    the previous step's kernels, so the host can queue the next step while the GPU still runs."""
     rank: int | None
     world_size: int | None
 
@@ -42,6 +46,7 @@ class _ShardedLoaders:
             num_workers=self.num_workers,
             multiprocessing_context=self.multiprocessing_context if self.num_workers > 0 else None,
             persistent_workers=self.persistent_workers and self.num_workers > 0,
+            pin_memory=self.pin_memory and torch.cuda.is_available(),
             drop_last=train,
         )
 

@@ -67,3 +67,12 @@ def test_timeseries_module_batches(tmp_path):
     assert batch["context"].shape == (5, 3, 256) and batch["target"].shape == (5, 3, 32)
     for b in dm.val_dataloader():  # validation windows lie in the last 10 % of the series
         assert (b["start"] >= 3600).all() and (b["start"] + 288 <= 4000).all()
+
+
+def test_batches_are_page_locked_on_cuda_machines(small_store, monkeypatch):
+    """Pinned batches let the copy to the GPU overlap the previous step (see _ShardedLoaders)."""
+    module = GenomeDataModule(store=str(small_store), window=64, batch_size=2, num_workers=0, samples_per_epoch=8)
+    module.setup("fit")
+    assert module.train_dataloader().pin_memory is torch.cuda.is_available()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert module.train_dataloader().pin_memory and module.val_dataloader().pin_memory
