@@ -10,9 +10,9 @@ Speed. The elementwise work (RMSNorm, RoPE, SwiGLU's gate) has a plain PyTorch r
 (`rms_norm`, `apply_rotary`, `swiglu`), which is what runs on a CPU and what a compiled model
 traces. On a CUDA GPU an eager model trains with the same functions run through
 `torch.compile` as small fused regions (`TransformerConfig.fused_elementwise`): one kernel
-each instead of several float32 round trips through memory. `compile_blocks` compiles every block whole (attention
-included: the Triton kernels are custom ops, and `plan_attention` resolves the backend before
-the blocks run, so nothing breaks the graph).
+each instead of several float32 round trips through memory. `compile_blocks` compiles every
+block whole, attention included: the Triton kernels are custom ops, and `plan_attention`
+resolves the backend before the blocks run, so nothing breaks the graph.
 
 Shape legend (suffixes on tensor names):
     B  batch                  L  sequence length (tokens)
@@ -381,8 +381,8 @@ class Transformer(nn.Module):
     def layout(self, layer: int, seq_len: int) -> Optional[BlockLayout]:
         """Block-sparse layout of block `layer` for sequences of `seq_len` tokens (None: dense).
 
-        Built on first use for each (distinct pattern, seq_len) and cached; any seq_len works (the last
-        block row/column may be partial). Causal models get the layout without the blocks that lie
+        Built on first use for each (distinct pattern, seq_len) and cached; any seq_len works (the
+        last block row/column may be partial). Causal models get the layout without the blocks that lie
         entirely above the diagonal, so kernels skip them.
         """
         spec = self.config.pattern(layer)
