@@ -509,7 +509,8 @@ def publish(args: argparse.Namespace, skipped: list[tuple[str, str]], wall_s: fl
 # ------------------------------------------------------------------------------------ main
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results" / "train")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results" / "train",
+                        help="folder for cases.jsonl (one line per case), train.json and train.md")
     parser.add_argument("--cases", default=None, help="comma-separated case names or globs (default: all)")
     parser.add_argument("--budget-s", type=float, default=360.0,
                         help="seconds for the whole run: groups still running then are stopped, later ones skipped")
