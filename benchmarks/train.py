@@ -4,7 +4,7 @@
     python -m benchmarks.train --out DIR --cases 'fit-synthetic-8k,ddp-synthetic-8k-x2'   (two GPUs)
     python -m benchmarks.train --out DIR --smoke             (a tiny CPU run of every code path)
     python -m benchmarks.train --list                        (the case names, in run order)
-    python -m benchmarks.train --out DIR --render --markdown BENCHMARKS.md --update-configs
+    python -m benchmarks.train --out DIR [--merge DIR2] --render --markdown BENCHMARKS.md --update-configs
                                                  (measure nothing: BENCHMARKS.md and the configs' comments)
 
 What runs (every genoformer model is built by the LightningCLI parser of `genoformer fit` from a
@@ -73,7 +73,7 @@ from benchmarks.train_models import (
     parameter_count,
     sdpa_flash_only,
 )
-from benchmarks.train_report import render_markdown, short_table, update_configs, write_atomically
+from benchmarks.train_report import merge_runs, render_markdown, short_table, update_configs, write_atomically
 
 PEAK_TFLOPS = 989.0
 """H200 dense bf16 tensor-core peak, the issue's MFU denominator."""
@@ -519,6 +519,8 @@ def main() -> None:
     parser.add_argument("--render", action="store_true",
                         help="measure nothing: render OUT/train.json (for --markdown, --update-configs)")
     parser.add_argument("--markdown", type=Path, default=None, help="also rewrite the `training-speed` section of this file")
+    parser.add_argument("--merge", type=Path, action="append", default=[], metavar="DIR",
+                        help="with --render: add the cases of another run's folder (repeatable; later runs win)")
     parser.add_argument("--update-configs", action="store_true",
                         help="with --render: write the measured speed and memory into configs/genome_{32k,64k,128k}_gpu.yaml")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -532,7 +534,8 @@ def main() -> None:
         Worker(args).run([case for cases in groups.values() for case in cases])
         return
     if args.render:
-        summary = json.loads((args.out / "train.json").read_text())  # OUT may be read-only: not written
+        # OUT (and the merged folders) may be read-only: nothing is written there
+        summary = merge_runs([json.loads((out / "train.json").read_text()) for out in [args.out, *args.merge]])
         if args.markdown is not None:
             replace_markdown_section(args.markdown, "training-speed", render_markdown(summary))
         if args.update_configs:

@@ -16,6 +16,22 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 
+def merge_runs(summaries: list[dict]) -> dict:
+    """One summary from several runs (a one-GPU and a two-GPU call, say): the first run's header,
+    every run's cases, a later run's case replacing an earlier one of the same name, and each
+    command kept."""
+    records: dict[str, dict] = {}
+    for summary in summaries:
+        records.update({record["name"]: record for record in summary["records"]})
+    merged = dict(summaries[0])
+    merged["records"] = list(records.values())
+    skipped = {entry["name"]: entry for summary in summaries for entry in summary["skipped"]}
+    merged["skipped"] = [entry for name, entry in skipped.items() if name not in records]
+    merged["command"] = "; then ".join(summary["command"] for summary in summaries)
+    merged["wall_s"] = sum(summary["wall_s"] for summary in summaries)
+    return merged
+
+
 def _by_name(summary: dict) -> dict[str, dict]:
     return {r["name"]: r for r in summary["records"]}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.train import GROUPS, select
-from benchmarks.train_report import MEASURED, targets, update_configs
+from benchmarks.train_report import MEASURED, merge_runs, targets, update_configs
 from benchmarks.train_measure import classify
 from benchmarks.train_models import REFERENCE, build_genoformer, fit_arguments, model_flops_per_token, parameter_count
 
@@ -120,3 +120,22 @@ def test_render_writes_the_measured_line_into_the_long_context_configs(tmp_path)
     assert "123,456 tokens/s" in line and "peak 17.2 GiB" in line and "MFU 31.0%" in line
     assert "set it true" in (tmp_path / "genome_128k_gpu.yaml").read_text()
     assert "not measured yet" in (tmp_path / "genome_64k_gpu.yaml").read_text()  # untouched
+
+
+def test_merged_runs_pair_the_two_gpu_case_with_its_own_one_gpu_twin():
+    def run(command, *records, skipped=()):
+        return {"command": command, "wall_s": 10.0, "records": list(records), "skipped": list(skipped),
+                "environment": {}, "smoke": False, "peak_tflops": 989.0}
+
+    def fit(name, tokens_per_s):
+        return {"name": name, "kind": "fit", "status": "ok", "tokens_per_s": tokens_per_s, "step_ms": 1.0}
+
+    one_gpu = run("python -m benchmarks.train", fit("fit-synthetic-8k", 100.0),
+                  skipped=[{"name": "ddp-synthetic-8k-x2", "status": "needs 2 GPUs"}])
+    two_gpus = run("python -m benchmarks.train --cases ...", fit("fit-synthetic-8k", 110.0),
+                   fit("ddp-synthetic-8k-x2", 209.0))
+    merged = merge_runs([one_gpu, two_gpus])
+    assert merged["skipped"] == [] and merged["wall_s"] == 20.0
+    assert "; then " in merged["command"]
+    verdicts = {row["target"]: row for row in targets(merged)}
+    assert verdicts["2 GPUs (DDP) vs 1 GPU, 8k, Trainer.fit"]["measured"].startswith("1.90x")
