@@ -127,15 +127,17 @@ def test_merged_runs_pair_the_two_gpu_case_with_its_own_one_gpu_twin():
         return {"command": command, "wall_s": 10.0, "records": list(records), "skipped": list(skipped),
                 "environment": {}, "smoke": False, "peak_tflops": 989.0}
 
-    def fit(name, tokens_per_s):
-        return {"name": name, "kind": "fit", "status": "ok", "tokens_per_s": tokens_per_s, "step_ms": 1.0}
+    def fit(name, tokens_per_s, step_ms=1.0):
+        return {"name": name, "kind": "fit", "status": "ok", "tokens_per_s": tokens_per_s, "step_ms": step_ms}
 
-    one_gpu = run("python -m benchmarks.train", fit("fit-synthetic-8k", 100.0),
+    one_gpu = run("python -m benchmarks.train", fit("fit-synthetic-8k", 100.0), fit("fit-real-8k", 99.0),
                   skipped=[{"name": "ddp-synthetic-8k-x2", "status": "needs 2 GPUs"}])
-    two_gpus = run("python -m benchmarks.train --cases ...", fit("fit-synthetic-8k", 110.0),
+    two_gpus = run("python -m benchmarks.train --cases ...", fit("fit-synthetic-8k", 110.0, step_ms=2.0),
                    fit("ddp-synthetic-8k-x2", 209.0))
     merged = merge_runs([one_gpu, two_gpus])
     assert merged["skipped"] == [] and merged["wall_s"] == 20.0
     assert "; then " in merged["command"]
     verdicts = {row["target"]: row for row in targets(merged)}
-    assert verdicts["2 GPUs (DDP) vs 1 GPU, 8k, Trainer.fit"]["measured"].startswith("1.90x")
+    assert verdicts["2 GPUs (DDP) vs 1 GPU, 8k, Trainer.fit"]["measured"].startswith("1.90x")  # 209 / 110
+    # the real-data case pairs with the synthetic case of its own run (1.0 ms), not the other's (2.0)
+    assert verdicts["real data module vs batch on the GPU, step time"]["measured"].startswith("+0.0%")
