@@ -63,7 +63,7 @@ def step_rows(summary: dict) -> list[dict]:
         ok = _ok(r)
         rows.append({
             "case": r["name"],
-            "tokens": f"{r['tokens_per_step'] // r['batch']:,} x {r['batch']}",
+            "tokens": f"{r['context']:,} x {r['batch']}",
             "step (ms)": f"{r['step_ms']:.1f}" if ok else "",
             "tokens/s": f"{r['tokens_per_s']:,.0f}" if ok else r.get("status", "")[:60],
             "MFU (989)": f"{100 * r['mfu']:.1f}%" if ok else "",
