@@ -6,7 +6,7 @@ Training verbs come from LightningCLI and read YAML configs from `configs/`:
     genoformer validate | test | predict --config ... --ckpt_path ...
     genoformer fit --config configs/genome_8k_gpu.yaml --print_config
 
-Configs are parsed in jsonargparse's "omegaconf+" mode: `${...model.transformer.max_seq_len}`
+Configs are parsed in jsonargparse's "omegaconf+" mode: `${...model.init_args.transformer.max_seq_len}`
 style interpolation is resolved after the command line is applied, so overriding one value on
 the command line updates everything that refers to it.
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Literal, Optional, Sequence, Union
 
 from jsonargparse import CLI
-from lightning.pytorch import LightningDataModule
+from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.cli import LightningCLI
 
 from genoformer.data.genome_store import DEFAULT_CHUNK_SIZE, prepare_genome_store
@@ -193,6 +193,11 @@ class GenoformerCLI(LightningCLI):
     `<run dir>/predict/predictions.npz`, each with its own config.yaml.
     """
 
+    def add_arguments_to_parser(self, parser) -> None:
+        # A config without model.class_path trains a GenoformerLM; time-series configs name
+        # genoformer.timeseries_module.TimeSeriesForecaster.
+        parser.set_defaults({"model": {"class_path": f"{GenoformerLM.__module__}.{GenoformerLM.__qualname__}"}})
+
     def before_instantiate_classes(self) -> None:
         if self.subcommand in (None, "fit"):
             return
@@ -203,14 +208,16 @@ class GenoformerCLI(LightningCLI):
 
 
 def training_cli(args: Optional[Sequence[str]] = None, run: bool = True) -> LightningCLI:
-    """LightningCLI for GenoformerLM; the data module is chosen in the config by class_path.
+    """LightningCLI for GenoformerLM or another LightningModule named by model.class_path (such as
+    TimeSeriesForecaster); the data module is chosen in the config by class_path.
 
     `args` None reads the command line (sys.argv), as a console command does. With run=False
     the args take no subcommand: the model, data module and trainer are only instantiated.
     """
     return GenoformerCLI(
-        GenoformerLM,
+        LightningModule,
         LightningDataModule,
+        subclass_mode_model=True,
         subclass_mode_data=True,
         parser_kwargs={"parser_mode": "omegaconf+"},
         save_config_kwargs={"overwrite": True},

@@ -293,35 +293,32 @@ class Block(nn.Module):
         return x_BLE + self.drop(self.mlp(self.mlp_norm(x_BLE)))
 
 
-class Transformer(nn.Module):
-    """Token ids (B, L) -> logits (B, L, V); `hidden_state`/`hidden_states` for embeddings.
+class TransformerTrunk(nn.Module):
+    """The block stack every model family shares: input vectors (B, L, E) -> hidden states.
 
-    Hidden state numbering: 0 is the token embedding, i (1..n_layers) the output of block i;
-    the last one (n_layers, or -1) is taken after the final RMSNorm, i.e. what the LM head sees.
+    A family subclasses it, passes the module that turns its inputs into vectors (`embed`: token
+    ids for `Transformer`, value patches for `genoformer.timeseries_model`), adds its heads and
+    calls `run_blocks` on the embedded inputs. Hidden state numbering: 0 is the input embedding,
+    i (1..n_layers) the output of block i; the last one (n_layers, or -1) is taken after the final
+    RMSNorm, i.e. what the heads see.
     """
 
     _LAYOUT_CACHE_SIZE = 64
 
-    def __init__(self, config: TransformerConfig) -> None:
+    def __init__(self, config: TransformerConfig, embed: nn.Module) -> None:
         super().__init__()
         self.config = config
-        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.embed = embed
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = RMSNorm(config.d_model, config.norm_eps)
-        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.max_seq_len)
         # (pattern index, seq_len) -> layout, least recently used first; layouts live on the CPU.
         self._layouts: OrderedDict[tuple[int, int], BlockLayout] = OrderedDict()
-        self.reset_parameters()
-        if config.tie_embeddings:
-            self.head.weight = self.embed.weight
 
-    def reset_parameters(self) -> None:
-        """Normal(0, init_std) weights; residual output projections scaled by 1/sqrt(2 n_layers)."""
+    def reset_blocks(self) -> None:
+        """Normal(0, init_std) block weights; residual output projections scaled by 1/sqrt(2 n_layers)."""
         std = self.config.init_std
-        nn.init.normal_(self.embed.weight, std=std)
-        nn.init.normal_(self.head.weight, std=std)
         for block in self.blocks:
             for linear in (block.attn.wq, block.attn.wk, block.attn.wv, block.mlp.w_gate_up):
                 nn.init.normal_(linear.weight, std=std)
@@ -357,6 +354,72 @@ class Transformer(nn.Module):
             self._layouts.popitem(last=False)
         return built
 
+    def resolve_layer(self, layer: int) -> int:
+        """Hidden-state index in 0..n_layers for `layer` (negative counts from the end);
+        IndexError when out of range."""
+        n_states = self.config.n_layers + 1
+        if not -n_states <= layer < n_states:
+            raise IndexError(
+                f"layer={layer} is out of range: this model has hidden states 0..{n_states - 1} "
+                f"(0 = embeddings, {n_states - 1} = last block), or -{n_states}..-1 from the end."
+            )
+        return layer % n_states
+
+    def run_blocks(
+        self, x_BLE: torch.Tensor, lengths_B: Optional[torch.Tensor], last: int, *, keep_all: bool
+    ) -> list[torch.Tensor]:
+        """Hidden states 0..last of embedded inputs x_BLE (all of them with keep_all, else only
+        the last). lengths_B: optional true length of each row of a right-padded batch; keys at
+        positions >= lengths_B[b] are masked."""
+        B, L, _ = x_BLE.shape
+        if L > self.config.max_seq_len:
+            raise ValueError(
+                f"sequence length {L} exceeds max_seq_len={self.config.max_seq_len}; tile longer "
+                "sequences (genoformer.embeddings.Embedder does) or raise max_seq_len in the config."
+            )
+        kv_lens_B = None
+        if lengths_B is not None:
+            if lengths_B.shape != (B,):
+                raise ValueError(f"lengths must have shape ({B},), got {tuple(lengths_B.shape)}.")
+            kv_lens_B = lengths_B.to(device=x_BLE.device, dtype=torch.int32)
+        x_BLE = self.drop(x_BLE)
+        states = [x_BLE]
+        cos_LR, sin_LR = self.rotary.cos_sin(L, x_BLE.device)
+        backend = self.config.attention_backend
+        for i in range(last):
+            block = self.blocks[i]
+            args = (cos_LR, sin_LR, self.config.causal, self.layout(i, L), kv_lens_B, backend)
+            if self.config.activation_checkpointing and self.training and torch.is_grad_enabled():
+                x_BLE = checkpoint(block, x_BLE, *args, use_reentrant=False)
+            else:
+                x_BLE = block(x_BLE, *args)
+            if i == self.config.n_layers - 1:
+                x_BLE = self.norm(x_BLE)
+            if keep_all:
+                states.append(x_BLE)
+            else:
+                states[-1] = x_BLE
+        return states
+
+
+class Transformer(TransformerTrunk):
+    """Token ids (B, L) -> logits (B, L, V); `hidden_state`/`hidden_states` for embeddings
+    (numbered as in `TransformerTrunk`)."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__(config, nn.Embedding(config.vocab_size, config.d_model))
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.reset_parameters()
+        if config.tie_embeddings:
+            self.head.weight = self.embed.weight
+
+    def reset_parameters(self) -> None:
+        """Normal(0, init_std) weights; residual output projections scaled by 1/sqrt(2 n_layers)."""
+        std = self.config.init_std
+        nn.init.normal_(self.embed.weight, std=std)
+        nn.init.normal_(self.head.weight, std=std)
+        self.reset_blocks()
+
     def forward(self, tokens_BL: torch.Tensor, lengths_B: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Logits (B, L, V) for integer tokens (B, L).
 
@@ -377,17 +440,6 @@ class Transformer(nn.Module):
         """Hidden states of all n_layers + 1 layers, each (B, L, E)."""
         return self._trunk(tokens_BL, lengths_B, self.config.n_layers, keep_all=True)
 
-    def resolve_layer(self, layer: int) -> int:
-        """Hidden-state index in 0..n_layers for `layer` (negative counts from the end);
-        IndexError when out of range."""
-        n_states = self.config.n_layers + 1
-        if not -n_states <= layer < n_states:
-            raise IndexError(
-                f"layer={layer} is out of range: this model has hidden states 0..{n_states - 1} "
-                f"(0 = embeddings, {n_states - 1} = last block), or -{n_states}..-1 from the end."
-            )
-        return layer % n_states
-
     def _trunk(
         self, tokens_BL: torch.Tensor, lengths_B: Optional[torch.Tensor], last: int, *, keep_all: bool
     ) -> list[torch.Tensor]:
@@ -396,32 +448,4 @@ class Transformer(nn.Module):
                 f"tokens must be an integer tensor of shape (batch, length), got {tuple(tokens_BL.shape)} "
                 f"{tokens_BL.dtype}; encode sequences with genoformer.data.alphabet.encode."
             )
-        B, L = tokens_BL.shape
-        if L > self.config.max_seq_len:
-            raise ValueError(
-                f"sequence length {L} exceeds max_seq_len={self.config.max_seq_len}; tile longer "
-                "sequences (genoformer.embeddings.Embedder does) or raise max_seq_len in the config."
-            )
-        kv_lens_B = None
-        if lengths_B is not None:
-            if lengths_B.shape != (B,):
-                raise ValueError(f"lengths must have shape ({B},), got {tuple(lengths_B.shape)}.")
-            kv_lens_B = lengths_B.to(device=tokens_BL.device, dtype=torch.int32)
-        x_BLE = self.drop(self.embed(tokens_BL.long()))
-        states = [x_BLE]
-        cos_LR, sin_LR = self.rotary.cos_sin(L, x_BLE.device)
-        backend = self.config.attention_backend
-        for i in range(last):
-            block = self.blocks[i]
-            args = (cos_LR, sin_LR, self.config.causal, self.layout(i, L), kv_lens_B, backend)
-            if self.config.activation_checkpointing and self.training and torch.is_grad_enabled():
-                x_BLE = checkpoint(block, x_BLE, *args, use_reentrant=False)
-            else:
-                x_BLE = block(x_BLE, *args)
-            if i == self.config.n_layers - 1:
-                x_BLE = self.norm(x_BLE)
-            if keep_all:
-                states.append(x_BLE)
-            else:
-                states[-1] = x_BLE
-        return states
+        return self.run_blocks(self.embed(tokens_BL.long()), lengths_B, last, keep_all=keep_all)
