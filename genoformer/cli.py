@@ -34,6 +34,7 @@ from genoformer.data.timeseries_store import MissingPolicy, prepare_timeseries_s
 from genoformer.embeddings import Embedder, Embeddings, Pooling, is_sequence_file_name, save_embeddings
 from genoformer.kernels.dispatch import Backend
 from genoformer.lightning_module import GenoformerLM
+from genoformer.timeseries_commands import evaluate_forecast, forecast
 
 TRAINING_COMMANDS = ("fit", "validate", "test", "predict")
 
@@ -180,7 +181,13 @@ def embed(
     return path
 
 
-TOOL_COMMANDS = {"prepare": prepare, "prepare_timeseries": prepare_timeseries, "embed": embed}
+TOOL_COMMANDS = {
+    "prepare": prepare,
+    "prepare_timeseries": prepare_timeseries,
+    "embed": embed,
+    "forecast": forecast,
+    "evaluate_forecast": evaluate_forecast,
+}
 
 
 class GenoformerCLI(LightningCLI):

@@ -164,16 +164,23 @@ def evaluate_protocol(
 
 
 # ------------------------------------------------------------------------------------ baselines
-def autocorrelation_period(values_T: np.ndarray, max_lag: Optional[int] = None) -> int:
-    """The dominant period of a series: the lag of the highest (biased) autocorrelation after the
-    autocorrelation first turns negative. ValueError when it never does (no periodicity)."""
-    x_T = np.asarray(values_T, dtype=np.float64)
-    x_T = x_T - x_T.mean()
-    n = len(x_T)
-    max_lag = n // 2 if max_lag is None else min(max_lag, n - 1)
-    size = 1 << (2 * n - 1).bit_length()
-    spectrum = np.fft.rfft(x_T, size)
-    acf = np.fft.irfft(spectrum * np.conj(spectrum), size)[: max_lag + 1]
+def autocorrelation_period(parts_T: Sequence[np.ndarray], max_lag: Optional[int] = None) -> int:
+    """The dominant period of one channel: the lag of the highest autocorrelation after the
+    autocorrelation first turns negative. The autocorrelation is that of the first differences
+    (slow drift, such as an ECG's baseline wander, would otherwise dominate every lag), summed
+    over the parts (one per series). ValueError when it never turns negative (no period)."""
+    diffs = [np.diff(np.asarray(part, dtype=np.float64)) for part in parts_T]
+    diffs = [d - d.mean() for d in diffs if len(d) > 2]
+    if not diffs:
+        raise ValueError("the training part is too short to find a period; use the ar baseline.")
+    longest = max(len(d) for d in diffs)
+    max_lag = longest // 2 if max_lag is None else min(max_lag, longest - 1)
+    acf = np.zeros(max_lag + 1)
+    for d in diffs:
+        size = 1 << (2 * len(d) - 1).bit_length()
+        spectrum = np.fft.rfft(d, size)
+        lags = np.fft.irfft(spectrum * np.conj(spectrum), size)[: min(max_lag + 1, len(d))]
+        acf[: len(lags)] += lags
     if acf[0] <= 0:
         raise ValueError("the training part is constant: it has no period; use the ar baseline.")
     negative = np.flatnonzero(acf < 0)
@@ -193,9 +200,10 @@ class SeasonalNaive:
     periods: list[int]
 
     @classmethod
-    def fit(cls, train_CT: np.ndarray, max_lag: Optional[int] = None) -> SeasonalNaive:
-        """Periods from the autocorrelation of each channel of the (z-scored) training part."""
-        return cls([autocorrelation_period(channel_T, max_lag) for channel_T in np.asarray(train_CT)])
+    def fit(cls, train_parts: Sequence[np.ndarray], max_lag: Optional[int] = None) -> SeasonalNaive:
+        """Periods from the autocorrelation of each channel of the training parts (C, T_i)."""
+        n_channels = np.asarray(train_parts[0]).shape[0]
+        return cls([autocorrelation_period([np.asarray(p)[c] for p in train_parts], max_lag) for c in range(n_channels)])
 
     @property
     def lookback(self) -> int:
@@ -265,39 +273,48 @@ class DirectAR:
         return cls(solution[:order], solution[order])
 
     @classmethod
-    def fit_select(cls, train_CT: np.ndarray, val_context_CT: np.ndarray, val_start: int, horizon: int,
+    def fit_select(cls, series: Sequence[np.ndarray], splits: Sequence[ProtocolSplit], horizon: int,
                    orders: Sequence[int]) -> tuple[DirectAR, dict[int, float]]:
-        """Fit one model per order on `train_CT` and keep the one with the lowest MSE on the
-        validation windows: starts t >= val_start of `val_context_CT` (training part followed by
-        the validation part) whose horizon fits, each seeing [t - order, t). Returns the model and
-        the validation MSE of every order."""
-        scores = {}
+        """Fit one model per order on the training parts of the (z-scored) series (C, T_i) and keep
+        the one with the lowest MSE on their validation parts: every start t in the validation
+        part whose horizon fits in it, seeing [t - order, t). Returns the model and the
+        validation MSE of every order tried (orders longer than a training part are skipped)."""
+        scores: dict[int, float] = {}
         best: Optional[DirectAR] = None
+        shortest = min(split.train_end for split in splits)
         for order in sorted(set(int(o) for o in orders)):
-            if order > val_start:
+            if order + horizon > shortest:
                 continue
-            model = cls.fit([train_CT], order, horizon)
-            scores[order] = model.mse_on(val_context_CT, val_start)
+            model = cls.fit([values[:, : split.train_end] for values, split in zip(series, splits)], order, horizon)
+            scores[order] = model.mse_on(
+                [values[:, : split.test_start] for values, split in zip(series, splits)],
+                [split.train_end for split in splits],
+            )
             if best is None or scores[order] < scores[best.order]:
                 best = model
         if best is None:
-            raise ValueError(f"no AR order in {list(orders)} fits before the validation part (step {val_start}).")
+            raise ValueError(
+                f"no AR order in {sorted(orders)} fits in the training part ({shortest} steps) with horizon {horizon}."
+            )
         return best, scores
 
-    def mse_on(self, values_CT: np.ndarray, first: int, chunk: int = 4096) -> float:
-        """MSE of the horizon-`self.horizon` forecasts from every start t >= first (stride 1)."""
-        values_CT = np.asarray(values_CT, dtype=np.float64)
+    def mse_on(self, parts: Sequence[np.ndarray], firsts: Sequence[int], chunk: int = 4096) -> float:
+        """MSE of the horizon-`self.horizon` forecasts from every start t >= first of each part
+        (C, T_i) whose horizon fits in it (stride 1)."""
         span = self.order + self.horizon
         total, count = 0.0, 0
-        for channel_T in values_CT:
-            view_NS = sliding_window_view(channel_T[first - self.order :], span)
-            for lo in range(0, len(view_NS), chunk):
-                block_NS = view_NS[lo : lo + chunk]
-                err_NH = block_NS[:, : self.order] @ self.coef_PH + self.intercept_H - block_NS[:, self.order :]
-                total += float(np.square(err_NH).sum())
-                count += err_NH.size
+        for part_CT, first in zip(parts, firsts):
+            for channel_T in np.asarray(part_CT, dtype=np.float64):
+                if len(channel_T) - first < self.horizon:
+                    continue
+                view_NS = sliding_window_view(channel_T[first - self.order :], span)
+                for lo in range(0, len(view_NS), chunk):
+                    block_NS = view_NS[lo : lo + chunk]
+                    err_NH = block_NS[:, : self.order] @ self.coef_PH + self.intercept_H - block_NS[:, self.order :]
+                    total += float(np.square(err_NH).sum())
+                    count += err_NH.size
         if count == 0:
-            raise ValueError(f"the validation part is shorter than the horizon {self.horizon}.")
+            raise ValueError(f"every validation part is shorter than the horizon {self.horizon}.")
         return total / count
 
     def __call__(self, context_NCP: np.ndarray, horizon: int) -> np.ndarray:
