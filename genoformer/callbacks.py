@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -17,18 +18,31 @@ from matplotlib.figure import Figure
 class LossPlotCallback(L.Callback):
     """At the end of fit, write a PNG of train and validation loss against the optimizer step,
     with bits per base (loss / ln 2) on the right axis, into the run directory (the logger's
-    log_dir, else trainer.default_root_dir)."""
+    log_dir, else trainer.default_root_dir).
 
-    def __init__(self, filename: str = "loss.png", train_key: str = "train/loss", val_key: str = "val/loss") -> None:
+    When the run directory holds a baseline report (by default `baseline.json`, as written by
+    `genoformer baseline --out <run dir>/baseline.json` on the validation data), its total bits
+    per base is drawn as a horizontal line, so the curve is read against the classical model."""
+
+    def __init__(
+        self,
+        filename: str = "loss.png",
+        train_key: str = "train/loss",
+        val_key: str = "val/loss",
+        baseline_filename: str = "baseline.json",
+    ) -> None:
         """
         Args:
             filename: name of the PNG inside the run directory.
             train_key: logged metric plotted as the training curve (one point per optimizer step).
             val_key: logged metric plotted as the validation curve (one point per validation run).
+            baseline_filename: baseline report inside the run directory, drawn when present
+                ({"total": {"bits_per_base": ...}, "model": {"order": k}} as `genoformer baseline` writes).
         """
         self.filename = filename
         self.train_key = train_key
         self.val_key = val_key
+        self.baseline_filename = baseline_filename
         self.train: dict[int, float] = {}
         self.val: dict[int, float] = {}
 
@@ -53,10 +67,11 @@ class LossPlotCallback(L.Callback):
         run_dir = Path(trainer.log_dir or trainer.default_root_dir)  # every rank: log_dir broadcasts
         if trainer.is_global_zero:
             run_dir.mkdir(parents=True, exist_ok=True)
-            self.plot(run_dir / self.filename)
+            self.plot(run_dir / self.filename, baseline=read_baseline(run_dir / self.baseline_filename))
 
-    def plot(self, path: Path) -> Path:
-        """Draw the recorded curves into `path` (PNG) and return it."""
+    def plot(self, path: Path, baseline: tuple[float, str] | None = None) -> Path:
+        """Draw the recorded curves into `path` (PNG) and return it; `baseline` is (bits per base,
+        label) of a horizontal reference line."""
         figure = Figure(figsize=(7, 4.5), layout="constrained")
         FigureCanvasAgg(figure)
         ax = figure.add_subplot()
@@ -69,12 +84,25 @@ class LossPlotCallback(L.Callback):
         bits_axis = ax.secondary_yaxis("right", functions=(lambda nats: nats / math.log(2), lambda bits: bits * math.log(2)))
         bits_axis.set_ylabel("bits per base")
         ax.grid(alpha=0.3)
+        if baseline is not None:
+            bits, label = baseline
+            ax.axhline(bits * math.log(2), color="black", linestyle="--", linewidth=1, label=f"{label}: {bits:.3f} bits/base")
         if self.train or self.val:
             ax.legend()
         else:
             ax.text(0.5, 0.5, "no loss values were logged", ha="center", va="center", transform=ax.transAxes)
         figure.savefig(path, dpi=120)
         return path
+
+
+def read_baseline(path: Path) -> tuple[float, str] | None:
+    """(bits per base, label) from a `genoformer baseline` report, or None when there is none."""
+    if not path.is_file():
+        return None
+    report = json.loads(path.read_text())
+    order = report.get("model", {}).get("order")
+    label = "Markov baseline" if order is None else f"order-{order} Markov baseline"
+    return float(report["total"]["bits_per_base"]), label
 
 
 class PredictionWriter(BasePredictionWriter):

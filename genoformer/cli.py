@@ -31,9 +31,12 @@ from lightning.pytorch.cli import LightningCLI
 
 from genoformer.data.genome_store import DEFAULT_CHUNK_SIZE, prepare_genome_store
 from genoformer.data.timeseries_store import MissingPolicy, prepare_timeseries_store
+from genoformer.evaluate import evaluate
+from genoformer.export import export
 from genoformer.embeddings import Embedder, Embeddings, Pooling, is_sequence_file_name, save_embeddings
 from genoformer.kernels.dispatch import Backend
 from genoformer.lightning_module import GenoformerLM
+from genoformer.markov import baseline
 from genoformer.timeseries_commands import evaluate_forecast, forecast
 
 TRAINING_COMMANDS = ("fit", "validate", "test", "predict")
@@ -185,6 +188,9 @@ TOOL_COMMANDS = {
     "prepare": prepare,
     "prepare_timeseries": prepare_timeseries,
     "embed": embed,
+    "evaluate": evaluate,
+    "baseline": baseline,
+    "export": export,
     "forecast": forecast,
     "evaluate_forecast": evaluate_forecast,
 }

@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 
 from genoformer.data.alphabet import encode
 from genoformer.data.seqfiles import read_records
+from genoformer.data.tiling import Keep, same_length_batches, tile_windows
 from genoformer.kernels.dispatch import Backend
 from genoformer.model import Transformer, TransformerConfig
 
@@ -203,11 +204,11 @@ class Embedder:
         tiles = [
             (index, tile)
             for index, codes in enumerate(sequences)
-            for tile in tile_windows(len(codes), window, overlap)
+            for tile in tile_windows(len(codes), window, overlap, Keep.CENTRE)
         ]
         tiles.sort(key=lambda item: -item[1].length)  # stable: equal lengths keep input order
         with tqdm(total=len(tiles), unit="window", disable=not progress, desc="embedding") as bar:
-            for batch in _same_length_batches(tiles, batch_size):
+            for batch in same_length_batches(tiles, batch_size):
                 tokens_BW = torch.from_numpy(np.stack([sequences[i][t.start : t.end] for i, t in batch]))
                 with torch.autocast(
                     self.device.type, dtype=self.autocast_dtype or torch.float32, enabled=self.autocast_dtype is not None
@@ -218,44 +219,6 @@ class Embedder:
                     pools[index].add(tile.keep_start, hidden_WE[tile.keep_start - tile.start : tile.keep_end - tile.start])
                 bar.update(len(batch))
         return Embeddings(names, [pool.result() for pool in pools], pooling, layer)
-
-
-@dataclasses.dataclass(frozen=True)
-class Tile:
-    """One window [start, end) of a sequence; it contributes positions [keep_start, keep_end)."""
-
-    start: int
-    end: int
-    keep_start: int
-    keep_end: int
-
-    @property
-    def length(self) -> int:
-        return self.end - self.start
-
-
-def tile_windows(length: int, window: int, overlap: int) -> list[Tile]:
-    """Cover [0, length) with windows of `window` tokens (one shorter window if length < window)
-    overlapping by at least `overlap`; the kept ranges partition [0, length), each position kept
-    in the window whose centre is nearest (ties: the earlier window)."""
-    if length <= window:
-        return [Tile(0, length, 0, length)]
-    stride = window - overlap
-    starts = list(range(0, length - window, stride)) + [length - window]
-    # Window i keeps positions p with 2p <= s_i + s_{i+1} + window - 1 (nearer its centre).
-    cuts = [0] + [(a + b + window - 1) // 2 + 1 for a, b in zip(starts, starts[1:])] + [length]
-    return [Tile(s, s + window, lo, hi) for s, lo, hi in zip(starts, cuts, cuts[1:])]
-
-
-def _same_length_batches(tiles: list[tuple[int, Tile]], batch_size: int) -> Iterator[list[tuple[int, Tile]]]:
-    batch: list[tuple[int, Tile]] = []
-    for item in tiles:
-        if batch and (len(batch) == batch_size or batch[0][1].length != item[1].length):
-            yield batch
-            batch = []
-        batch.append(item)
-    if batch:
-        yield batch
 
 
 class _Pool:

@@ -21,14 +21,15 @@ import dataclasses
 import math
 import pickle
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional, Union
 
 import numpy as np
 import torch
 
-from genoformer.embeddings import Pooling, tile_windows
+from genoformer.data.tiling import Keep, same_length_batches, tile_windows
+from genoformer.embeddings import Pooling
 from genoformer.kernels.dispatch import Backend
 from genoformer.model import TransformerConfig
 from genoformer.timeseries_model import ForecastConfig, TimeSeriesTransformer
@@ -193,18 +194,21 @@ class Forecaster:
         for values_CL in items:
             n_patches = math.ceil(values_CL.shape[1] / cfg.patch_len)
             padded = n_patches * cfg.patch_len - values_CL.shape[1]
-            tiles = tile_windows(n_patches, window_patches, overlap_patches)
+            tiles = tile_windows(n_patches, window_patches, overlap_patches, Keep.CENTRE)
             # sample range of each tile; the first one starts inside the left padding
-            pieces = [(t, values_CL[:, max(0, t.start * cfg.patch_len - padded):t.end * cfg.patch_len - padded])
+            pieces = [(values_CL[:, max(0, t.start * cfg.patch_len - padded):t.end * cfg.patch_len - padded], t)
                       for t in tiles]
             stitched_XTE: Optional[np.ndarray] = None
-            for batch in _same_length_batches(pieces, batch_size):
-                context_BCL = torch.from_numpy(np.stack([window_CL for _, window_CL in batch])).to(self.device)
+            # the first window is shorter in samples when the first patch is partial: on its own
+            batches = [pieces[:1], *same_length_batches(pieces[1:], batch_size)] if padded else \
+                same_length_batches(pieces, batch_size)
+            for batch in batches:
+                context_BCL = torch.from_numpy(np.stack([window_CL for window_CL, _ in batch])).to(self.device)
                 with self._autocast():
                     hidden_BXTE = self.model.patch_embeddings(context_BCL, layer).float().cpu().numpy()
                 if stitched_XTE is None:
                     stitched_XTE = np.empty((hidden_BXTE.shape[1], n_patches, hidden_BXTE.shape[3]), np.float32)
-                for (tile, _), hidden_XTE in zip(batch, hidden_BXTE):
+                for (_, tile), hidden_XTE in zip(batch, hidden_BXTE):
                     keep = slice(tile.keep_start - tile.start, tile.keep_end - tile.start)
                     stitched_XTE[:, tile.keep_start:tile.keep_end] = hidden_XTE[:, keep]
             outputs.append(_pool(stitched_XTE, pooling))
@@ -263,18 +267,6 @@ class Forecaster:
                     f"{channel}, position {position}; fill them first (e.g. prepare_timeseries --missing linear)."
                 )
         return [np.ascontiguousarray(v, dtype=np.float32) for v in items], layout, like
-
-
-def _same_length_batches(pieces: list, batch_size: int) -> Iterator[list]:
-    """Consecutive (tile, window) pairs in batches of at most batch_size windows of one length."""
-    batch: list = []
-    for piece in pieces:
-        if batch and (len(batch) == batch_size or batch[0][1].shape[1] != piece[1].shape[1]):
-            yield batch
-            batch = []
-        batch.append(piece)
-    if batch:
-        yield batch
 
 
 def _to_numpy(value: Union[np.ndarray, torch.Tensor]) -> np.ndarray:

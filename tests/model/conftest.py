@@ -20,3 +20,13 @@ def mlm_checkpoint(tmp_path_factory) -> Path:
     path = root / "final.ckpt"
     trainer.save_checkpoint(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def causal_checkpoint(tmp_path_factory) -> Path:
+    """A causal-LM checkpoint after 3 steps (dense attention)."""
+    root = tmp_path_factory.mktemp("clm_run")
+    trainer, _ = fit_tiny(root, Objective.CAUSAL_LM)
+    path = root / "final.ckpt"
+    trainer.save_checkpoint(path)
+    return path

@@ -13,7 +13,8 @@ from model_helpers import WINDOW, random_tokens, tiny_model
 
 from genoformer.data.alphabet import decode
 from genoformer.kernels.layout import SlidingWindow
-from genoformer.embeddings import Embedder, Embeddings, Pooling, load_embeddings, save_embeddings, tile_windows
+from genoformer.data.tiling import tile_windows
+from genoformer.embeddings import Embedder, Embeddings, Pooling, load_embeddings, save_embeddings
 
 
 def random_sequence(length: int, seed: int) -> str:
@@ -69,28 +70,6 @@ def test_deterministic_and_independent_of_batching(embedder):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     alone = embedder.embed(sequences[3], pooling="none", progress=False).arrays[0]
     np.testing.assert_allclose(alone, runs[2].arrays[3], rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.parametrize("length,window,overlap", [(1, 8, 2), (8, 8, 2), (9, 8, 2), (100, 16, 0), (1001, 64, 16), (997, 96, 31), (130, 32, 20)])
-def test_tiles_partition_the_sequence_and_keep_the_centre(length, window, overlap):
-    tiles = tile_windows(length, window, overlap)
-    assert tiles[0].keep_start == 0 and tiles[-1].keep_end == length
-    for tile, following in zip(tiles, tiles[1:]):
-        assert tile.keep_end == following.keep_start
-        assert following.start - tile.start <= window - overlap
-    for tile in tiles:
-        assert tile.length == min(window, length) and 0 <= tile.start and tile.end <= length
-        assert tile.start <= tile.keep_start < tile.keep_end <= tile.end
-        positions = np.arange(tile.keep_start, tile.keep_end)
-        # the kept window is the one whose centre is nearest (farthest from an edge)
-        centres = np.array([t.start + (t.end - t.start - 1) / 2 for t in tiles])
-        nearest = np.abs(positions[:, None] - centres[None, :]).argmin(1)
-        assert (np.array(tiles)[nearest] == tile).all()
-        margin = overlap // 2
-        if tile.start > 0:
-            assert tile.keep_start - tile.start >= margin
-        if tile.end < length:
-            assert tile.end - tile.keep_end >= margin
 
 
 def test_tiled_embedding_equals_untiled_for_a_local_model():

@@ -178,3 +178,18 @@ def test_batches_without_tokens_get_a_clear_error():
     module = GenoformerLM(tiny_config())
     with pytest.raises(TypeError, match="time-series batches"):
         module.training_step({"context": torch.zeros(2, 1, 8), "target": torch.zeros(2, 1, 4)}, 0)
+
+
+def test_loss_plot_draws_the_baseline_of_the_run_directory(tmp_path):
+    import json
+
+    from genoformer.callbacks import read_baseline
+
+    assert read_baseline(tmp_path / "baseline.json") is None
+    (tmp_path / "baseline.json").write_text(json.dumps({"total": {"bits_per_base": 1.9, "bases": 10}, "model": {"order": 11}}))
+    assert read_baseline(tmp_path / "baseline.json") == (1.9, "order-11 Markov baseline")
+    callback = LossPlotCallback()
+    callback.train = {1: 1.4, 2: 1.35}
+    plain = callback.plot(tmp_path / "plain.png").read_bytes()
+    drawn = callback.plot(tmp_path / "drawn.png", baseline=read_baseline(tmp_path / "baseline.json")).read_bytes()
+    assert plain != drawn
