@@ -126,6 +126,7 @@ def evaluate_forecast(
     lookback: Optional[int] = None,
     train_fraction: float = 0.7,
     test_fraction: float = 0.2,
+    ar_orders: list[int] = list(DEFAULT_AR_ORDERS),
     batch_size: int = 256,
     device: Optional[str] = None,
     backend: Literal["auto", "reference", "torch", "sdpa", "flash_attn", "triton"] = "auto",
@@ -148,6 +149,7 @@ def evaluate_forecast(
         lookback: Samples the model sees before each forecast start; default its context.
         train_fraction: Fraction of each series for training (int(fraction * length) steps).
         test_fraction: Fraction of each series for test, at its end.
+        ar_orders: AR orders to try on the validation part (those that fit in the training part).
         batch_size: Windows per forward pass.
         device: cpu, cuda or cuda:N; default CUDA when available.
         backend: Attention backend; auto picks the fastest for the device.
@@ -158,7 +160,7 @@ def evaluate_forecast(
     forecaster = None if checkpoint is None else Forecaster.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
     payload = protocol_results(opened, forecaster=forecaster, baseline=baseline, horizons=tuple(horizons),
                                lookback=lookback, train_fraction=train_fraction, test_fraction=test_fraction,
-                               batch_size=batch_size)
+                               ar_orders=tuple(ar_orders), batch_size=batch_size)
     payload.update({"store": str(store), "checkpoint": None if checkpoint is None else str(checkpoint)})
     path = _write_json(out, payload)
     for row in payload["results"]:
