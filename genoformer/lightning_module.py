@@ -76,8 +76,9 @@ def _tokens(batch: dict[str, Any]) -> torch.Tensor:
     if "tokens" not in batch:
         raise TypeError(
             f"GenoformerLM trains on token batches ({{'tokens': (B, L), ...}}, as GenomeDataModule "
-            f"gives), got a batch with keys {sorted(batch)}; time-series batches have no model in "
-            "this release."
+            f"gives), got a batch with keys {sorted(batch)}; time-series batches train "
+            "genoformer.timeseries_module.TimeSeriesForecaster (model.class_path, as in "
+            "configs/timeseries_tiny_cpu.yaml)."
         )
     return batch["tokens"]
 
