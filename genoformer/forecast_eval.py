@@ -133,6 +133,8 @@ def evaluate_protocol(
         for h in horizons:
             window_starts(split, h, lookback)  # the same checks for every horizon
         looks_CNP = sliding_window_view(z_CT, lookback, axis=1)  # view: window k covers [k, k + P)
+        z64_CT = z_CT.astype(np.float64)
+        truths_CNH = {h: sliding_window_view(z64_CT, h, axis=1) for h in horizons}  # truth from start k
         for first in tqdm(range(starts.start, starts.stop, batch_size), desc="forecast windows",
                           unit="batch", disable=not progress):
             batch = range(first, min(first + batch_size, starts.stop))
@@ -144,18 +146,15 @@ def evaluate_protocol(
                     f"{z_CT.shape[0]} channels; expected {(len(batch), z_CT.shape[0], longest)}."
                 )
             for h in horizons:
-                valid = [i for i, t in enumerate(batch) if t + h <= split.length]
-                if not valid:
+                stop = min(batch.stop, split.length - h + 1)  # starts whose horizon fits
+                if stop <= batch.start:
                     continue
-                lo = batch.start
-                truth_NCH = np.stack(
-                    [z_CT[:, lo + i : lo + i + h] for i in valid]
-                ).astype(np.float64)
-                err_NCH = pred_NCH[valid, :, :h] - truth_NCH
+                truth_NCH = truths_CNH[h][:, batch.start : stop].transpose(1, 0, 2)
+                err_NCH = pred_NCH[: stop - batch.start, :, :h] - truth_NCH
                 sq_sum[h] += float(np.square(err_NCH).sum())
                 abs_sum[h] += float(np.abs(err_NCH).sum())
                 count[h] += err_NCH.size
-                windows[h] += len(valid)
+                windows[h] += stop - batch.start
     return [
         {"horizon": h, "mse": sq_sum[h] / count[h], "mae": abs_sum[h] / count[h], "lookback": lookback,
          "windows": windows[h]}

@@ -180,7 +180,8 @@ def test_fit_tiny_config_then_forecast_embed_and_evaluate(tmp_path, capsys, monk
     run = tmp_path / "run"
     main(["fit", "--config", "configs/timeseries_tiny_cpu.yaml", "--trainer.default_root_dir", str(run),
           "--data.init_args.store", str(store), "--trainer.max_steps", "80", "--trainer.val_check_interval", "40", "--model.init_args.warmup_steps", "5",
-          "--trainer.limit_val_batches", "2", "--trainer.enable_progress_bar", "false"])
+          "--trainer.limit_val_batches", "2", "--trainer.enable_progress_bar", "false",
+          "--data.init_args.batch_size", "16"])
     checkpoint = run / "checkpoints" / "last.ckpt"
     assert checkpoint.is_file()
 
@@ -200,7 +201,8 @@ def test_fit_tiny_config_then_forecast_embed_and_evaluate(tmp_path, capsys, monk
     rows = json.loads(out.read_text())["results"]
     assert [(row["horizon"], row["lookback"], row["windows"]) for row in rows] == [(16, 256, 1585), (96, 256, 1505)]
     baseline = tmp_path / "ar.json"
-    main(["evaluate_forecast", "--store", str(store), "--baseline", "ar", "--out", str(baseline), "--horizons", "[96]"])
+    main(["evaluate_forecast", "--store", str(store), "--baseline", "ar", "--out", str(baseline), "--horizons", "[96]",
+          "--ar_orders", "[4, 64]"])
     assert json.loads(baseline.read_text())["results"][0]["mse"] < 0.05  # a noisy sine is linear-predictable
 
     npz = tmp_path / "forecast.npz"
