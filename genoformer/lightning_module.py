@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
 import lightning as L
@@ -220,7 +220,7 @@ class GenoformerLM(L.LightningModule):
     # --------------------------------------------------------------------------- optimiser
     def configure_optimizers(self) -> dict[str, Any]:
         return adamw_warmup_cosine(
-            self.model, self.trainer, learning_rate=self.learning_rate, weight_decay=self.weight_decay,
+            self.model, lambda: self.trainer.estimated_stepping_batches, learning_rate=self.learning_rate, weight_decay=self.weight_decay,
             betas=self.betas, warmup_steps=self.warmup_steps, total_steps=self.total_steps,
             min_lr_ratio=self.min_lr_ratio,
         )
@@ -228,7 +228,7 @@ class GenoformerLM(L.LightningModule):
 
 def adamw_warmup_cosine(
     model: torch.nn.Module,
-    trainer: L.Trainer,
+    estimated_steps: Callable[[], float],
     *,
     learning_rate: float,
     weight_decay: float,
@@ -238,7 +238,8 @@ def adamw_warmup_cosine(
     min_lr_ratio: float,
 ) -> dict[str, Any]:
     """AdamW (weight decay on matrices only) with `warmup_cosine` per step, as Lightning's
-    configure_optimizers returns it; total_steps None: the trainer's estimated_stepping_batches."""
+    configure_optimizers returns it; total_steps None: `estimated_steps()` (the trainer's
+    estimated_stepping_batches)."""
     decay, no_decay = [], []
     for param in model.parameters():  # tied weights appear once
         if param.requires_grad:
@@ -249,7 +250,7 @@ def adamw_warmup_cosine(
         betas=betas,
     )
     if total_steps is None:
-        estimated = trainer.estimated_stepping_batches
+        estimated = estimated_steps()
         if not math.isfinite(estimated):
             raise ValueError(
                 "cannot derive total_steps: the trainer has no max_steps or max_epochs; set "

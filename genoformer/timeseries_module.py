@@ -152,7 +152,7 @@ class TimeSeriesForecaster(L.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         return adamw_warmup_cosine(
-            self.model, self.trainer, learning_rate=self.learning_rate, weight_decay=self.weight_decay,
+            self.model, lambda: self.trainer.estimated_stepping_batches, learning_rate=self.learning_rate, weight_decay=self.weight_decay,
             betas=self.betas, warmup_steps=self.warmup_steps, total_steps=self.total_steps,
             min_lr_ratio=self.min_lr_ratio,
         )
