@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -47,9 +48,12 @@ def cli(*args: str, log: Path) -> None:
         subprocess.run([sys.executable, "cli.py", *args], check=True, stdout=handle, stderr=subprocess.STDOUT)
 
 
-def start_cli(*args: str, log: Path) -> tuple[subprocess.Popen, object]:
+def start_cli(*args: str, log: Path, threads: int) -> tuple[subprocess.Popen, object]:
+    """Start `python cli.py ARGS` in the background with at most `threads` BLAS/OpenMP threads (so
+    that it leaves CPU cores to the training's data loaders)."""
     handle = open(log, "w")
-    return subprocess.Popen([sys.executable, "cli.py", *args], stdout=handle, stderr=subprocess.STDOUT), handle
+    env = {**os.environ, **{name: str(threads) for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}}
+    return subprocess.Popen([sys.executable, "cli.py", *args], stdout=handle, stderr=subprocess.STDOUT, env=env), handle
 
 
 def measure_step_seconds(overrides: list[str], steps: int) -> float:
@@ -164,7 +168,7 @@ def main() -> None:
         extra = ["--ar_orders", f"[{', '.join(map(str, ar_orders))}]"] if ar_orders and name == "ar" else []
         running.append(start_cli("evaluate_forecast", "--store", str(store), "--baseline", name, "--horizons",
                                  horizon_list, "--out", str(out / f"baseline_{name}.json"), *extra,
-                                 log=logs / f"baseline_{name}.log"))
+                                 log=logs / f"baseline_{name}.log", threads=4))
 
     step_seconds = measure_step_seconds(overrides, steps=3 if args.smoke else 30)
     train_seconds = 6.0 if args.smoke else args.minutes * 60
