@@ -223,3 +223,21 @@ def test_command_errors_name_what_to_do(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["evaluate_forecast", "--store", str(store), "--out", str(tmp_path / "x.json")])
     assert "exactly one of --checkpoint CKPT or --baseline" in capsys.readouterr().err
+
+
+def test_ecg_8k_config_takes_a_training_step_on_the_cpu(tmp_path):
+    from genoformer.cli import training_cli
+
+    cli = training_cli(["--config", str(REPO_ROOT / "configs" / "ecg_8k_gpu.yaml"), "--trainer.accelerator", "cpu",
+                        "--trainer.precision", "32-true", "--trainer.default_root_dir", str(tmp_path),
+                        "--data.init_args.store", str(tmp_path / "ecg.zarr")], run=False)
+    module = cli.model
+    forecast = module.forecast_config
+    assert (forecast.context, forecast.horizon, forecast.patch_len) == (8192, 720, 16)
+    generator = torch.Generator().manual_seed(0)
+    context = torch.randn(2, 1, 8192, generator=generator)
+    target = torch.randn(2, 1, 720, generator=generator)
+    losses = module.losses(context, target)
+    losses["loss"].backward()
+    assert torch.isfinite(losses["loss"])
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in module.parameters())
