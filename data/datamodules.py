@@ -179,6 +179,8 @@ class TimeSeriesDataModule(_ShardedLoaders, L.LightningDataModule):
         split: How validation/test data are held out ("region" = the end of every series in
             time order; "files"/"contigs" = whole series by file name).
         eval_stride: Step between validation/test windows (default: ``horizon``).
+        eval_context_before_split: Validation/test windows need only their horizon inside the
+            split; their context may reach back into earlier data (the long-horizon protocol).
         normalize: Standardise channels with the store's per-channel mean and std.
         seed: Seed of the sampling.
         multiprocessing_context: "fork", "spawn" or "forkserver" for workers (None: platform default).
@@ -201,6 +203,7 @@ class TimeSeriesDataModule(_ShardedLoaders, L.LightningDataModule):
         samples_per_epoch: int = 10_000,
         split: SplitSpec | None = None,
         eval_stride: int | None = None,
+        eval_context_before_split: bool = False,
         normalize: bool = True,
         seed: int = 0,
         multiprocessing_context: Literal["fork", "spawn", "forkserver"] | None = None,
@@ -211,6 +214,7 @@ class TimeSeriesDataModule(_ShardedLoaders, L.LightningDataModule):
         super().__init__()
         self.store_path = Path(store)
         self.sources = list(sources) if sources else []
+        self.eval_context_before_split = eval_context_before_split
         self.sampling_rate = sampling_rate
         self.time_column = time_column
         self.missing = missing
@@ -258,7 +262,7 @@ class TimeSeriesDataModule(_ShardedLoaders, L.LightningDataModule):
             if intervals[name]:
                 self.datasets[name] = TimeSeriesWindowDataset(
                     store, self.context, self.horizon, intervals=intervals[name], stride=self.eval_stride,
-                    normalize=self.normalize,
+                    normalize=self.normalize, context_before_interval=self.eval_context_before_split,
                 )
             elif stage == needed_by:
                 raise ValueError(f"the {name} split of {self.store_path} is empty: set data.init_args.split."
