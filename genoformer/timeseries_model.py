@@ -158,7 +158,8 @@ class TimeSeriesTransformer(TransformerTrunk):
             raise ValueError(f"context must be (batch, channels, length), got shape {tuple(context_BCL.shape)}.")
         if context_BCL.shape[1] != cfg.n_channels:
             raise ValueError(
-                f"the model was trained on {cfg.n_channels} channel(s), got {context_BCL.shape[1]}."
+                f"the model takes {cfg.n_channels} channel(s) (forecast.n_channels), got {context_BCL.shape[1]}; "
+                "set model.init_args.forecast.n_channels to the store's number of channels."
             )
         if context_BCL.shape[2] < cfg.patch_len:
             raise ValueError(
