@@ -1,6 +1,7 @@
 # Two commands set everything up on a fresh machine:
 #   make quickstart   install into .venv, then train on the E. coli genome shipped in examples/
-#                     and embed the lambda phage genome with the trained model
+#                     and embed the lambda phage genome with the trained model (run it again:
+#                     the run resumes from its last.ckpt, and the embeddings are replaced)
 #   make test         install into .venv (with the test extras), then run the whole test suite
 # PYTHON picks the interpreter (3.10 to 3.12); TORCH the torch requirement (pip configured for a
 # CUDA index gives a CUDA build of the same version).
@@ -27,8 +28,8 @@ install-dev: $(BIN)/python
 
 quickstart: install
 	$(BIN)/genoformer prepare --fasta examples/ecoli_k12_mg1655.fasta.gz --out $(RUN_DIR)/ecoli.zarr
-	$(BIN)/genoformer fit --config configs/quickstart.yaml --trainer.default_root_dir $(RUN_DIR) --data.init_args.store $(RUN_DIR)/ecoli.zarr
-	$(BIN)/genoformer embed --checkpoint $(RUN_DIR)/checkpoints/last.ckpt --inputs examples/lambda_phage.fasta.gz --out $(RUN_DIR)/embeddings.npz
+	$(BIN)/genoformer fit --config configs/quickstart.yaml --trainer.default_root_dir $(RUN_DIR) --data.init_args.store $(RUN_DIR)/ecoli.zarr --ckpt_path last
+	$(BIN)/genoformer embed --checkpoint $(RUN_DIR)/checkpoints/last.ckpt --inputs examples/lambda_phage.fasta.gz --out $(RUN_DIR)/embeddings.npz --overwrite
 
 test: install-dev
 	$(BIN)/python -m pytest tests -q -ra --timeout=900

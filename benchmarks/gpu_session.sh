@@ -11,6 +11,8 @@
 #   compile  the cross-compile / shared-memory test under this machine's Triton
 #   quick    python -m benchmarks.attention --quick   (L = 16k only)
 #   full     python -m benchmarks.attention           (L = 8k..64k, and peak memory)
+#   headdims python -m benchmarks.head_dims: head dims 80 / 96 / 128 causal at 16k vs FA2, and the
+#            GPU sweep of the padded head dims (24 ... 192); results in $OUT/head_dims (~3 min)
 #   model    python -m benchmarks.train_step (training-step time of configs/genome_8k_gpu.yaml's
 #            model per attention backend), then 40 steps of `genoformer fit` with that config
 # Logs and result files go to $OUT (or ./gpu_out when OUT is unset); the benchmark keeps its
@@ -109,7 +111,7 @@ EOF
 
 tests() {
     log tests
-    timeout ${TESTS_TIMEOUT:-150} python3 -m pytest -q -ra -p no:cacheprovider -n 8 tests/kernels/test_triton_attention.py \
+    timeout ${TESTS_TIMEOUT:-300} python3 -m pytest -q -ra -p no:cacheprovider -n 8 tests/kernels/test_triton_attention.py \
         2>&1 | tee "$OUT/tests.log" | tail -40
 }
 
@@ -125,6 +127,11 @@ bench() {
     timeout ${BENCH_TIMEOUT:-400} python3 -m benchmarks.attention --out /tmp/bench "$@" 2>&1 | tee -a "$OUT/session.log" | tail -60
     cp /tmp/bench/attention.json "$OUT/"
     cp /tmp/bench/attention_errors.log "$OUT/" 2>/dev/null
+}
+
+headdims() {
+    log "padded head dims"
+    timeout ${HEADDIMS_TIMEOUT:-280} python3 -m benchmarks.head_dims --out "$OUT/head_dims" 2>&1 | tee -a "$OUT/session.log" | tail -25
 }
 
 model() {
@@ -148,8 +155,9 @@ for step in "$@"; do
         compile) compile_test ;;
         quick) bench --quick --budget-s 200 ;;
         full) bench --budget-s ${BENCH_BUDGET:-330} ;;
+        headdims) headdims ;;
         model) model ;;
-        *) echo "unknown step $step (tune, tests, compile, quick, full, model)"; exit 2 ;;
+        *) echo "unknown step $step (tune, tests, compile, quick, full, headdims, model)"; exit 2 ;;
     esac
 done
 log done

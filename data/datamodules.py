@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from genoformer.data.genome_datasets import RandomWindowDataset, TiledWindowDataset
 from genoformer.data.genome_store import GenomeStore, prepare_genome_store
+from genoformer.data.hints import hint
 from genoformer.data.sampling import ShardSampler
 from genoformer.data.splits import SequenceSource, SplitSpec, split_intervals
 from genoformer.data.timeseries_datasets import TimeSeriesWindowDataset
@@ -141,8 +142,11 @@ class GenomeDataModule(_ShardedLoaders, L.LightningDataModule):
                 self.datasets[name] = TiledWindowDataset(store, self.window, self.eval_stride,
                                                          intervals=intervals[name], cache_bytes=self.cache_bytes)
             elif stage == needed_by:
-                raise ValueError(f"the {name} split of {self.store_path} is empty: set data.init_args.split."
-                                 f"{name}_fraction (e.g. 0.02) or name {name} contigs/files with split.by")
+                raise ValueError(
+                    f"the {name} split of {self.store_path} is empty: hold out a part with "
+                    + hint(f"split=SplitSpec({name}_fraction=0.02)", f"--data.init_args.split.{name}_fraction 0.02")
+                    + f", or name {name} contigs or files (split.by)"
+                )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.datasets["train"], train=True)

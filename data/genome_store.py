@@ -53,7 +53,8 @@ from genoformer.data.storage import (
     atomic_build,
     base_metadata,
     open_store_group,
-    read_metadata,
+    reusable_store,
+    sha256_files,
 )
 
 log = logging.getLogger(__name__)
@@ -80,17 +81,6 @@ class ContigInfo:
     n_count: int  # bases coded N
     softmasked: int  # lowercase bases in the source (0 when not kept)
     codes_sha256: str  # SHA-256 of the uint8 codes, checked when the store is verified
-
-
-def _sha256_files(paths: Sequence[Path]) -> list[str]:
-    digests = []
-    for path in paths:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            while block := f.read(1 << 22):
-                h.update(block)
-        digests.append(h.hexdigest())
-    return digests
 
 
 def _codec(compressor: str, level: int) -> BloscCodec:
@@ -176,17 +166,12 @@ def prepare_genome_store(
         "keep_softmask": keep_softmask,
     }
 
-    if out.exists() and not overwrite:
-        existing = read_metadata(out)
-        if existing is not None and existing.get("complete") is True and existing.get("format") == GENOME_FORMAT:
-            same_options = {k: v for k, v in existing.get("arguments", {}).items() if k != "fasta_paths"} == {
-                k: v for k, v in arguments.items() if k != "fasta_paths"
-            }
-            stored = [c["source_sha256"] for c in existing["contigs"]]
-            stored_unique = list(dict.fromkeys(stored))
-            if same_options and stored_unique == _sha256_files(paths):
-                log.info("%s is up to date (same input checksums and options); keeping it", out)
-                return out
+    existing = None if overwrite else reusable_store(out, GENOME_FORMAT, arguments, "fasta_paths")
+    if existing is not None:
+        stored = list(dict.fromkeys(c["source_sha256"] for c in existing["contigs"]))
+        if stored == sha256_files(paths):
+            log.info("%s is up to date (same input checksums and options); keeping it", out)
+            return out
 
     with atomic_build(out, overwrite) as tmp:
         _write_genome(tmp, paths, arguments, command, chunk_size, shard_chunks, _codec(compressor, compression_level),

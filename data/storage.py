@@ -13,19 +13,23 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import hashlib
 import logging
 import os
+import shlex
 import shutil
 import socket
 import sys
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
 import zarr
+
+from genoformer.data.hints import hint, option
 
 log = logging.getLogger(__name__)
 
@@ -63,20 +67,49 @@ def read_metadata(path: Path) -> dict | None:
     return dict(meta) if isinstance(meta, dict) else None
 
 
+def sha256_files(paths: Sequence[Path]) -> list[str]:
+    """The SHA-256 hex digest of each file, read in 4 MiB blocks."""
+    digests = []
+    for path in paths:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while block := f.read(1 << 22):
+                h.update(block)
+        digests.append(h.hexdigest())
+    return digests
+
+
+def reusable_store(out: Path, fmt: str, arguments: dict, paths_key: str) -> dict | None:
+    """The metadata of a complete store of format ``fmt`` at ``out`` built with the same
+    ``arguments`` except the input paths (``arguments[paths_key]``; a moved file is the same
+    input), else None. The caller compares the inputs' checksums with the ones it recorded."""
+    if not out.exists():
+        return None
+    existing = read_metadata(out)
+    if existing is None or existing.get("complete") is not True or existing.get("format") != fmt:
+        return None
+    options = {k: v for k, v in arguments.items() if k != paths_key}
+    stored = {k: v for k, v in existing.get("arguments", {}).items() if k != paths_key}
+    return existing if stored == options else None
+
+
 def open_store_group(path: str | Path, fmt: str, supported_versions: tuple[int, ...]) -> tuple[zarr.Group, dict]:
     """Open a complete store of format ``fmt`` read-only; clear errors otherwise."""
     path = Path(path)
+    kind = fmt.split(".")[-1]
+    command = "prepare" if kind == "genome" else f"prepare_{kind}"
     if not path.exists():
-        raise FileNotFoundError(f"store not found: {path}; create it with `genoformer prepare` "
-                                f"(or prepare_{fmt.split('.')[-1]}_store)")
+        raise FileNotFoundError(f"store not found: {path}; create it with "
+                                + hint(f"prepare_{kind}_store", f"`genoformer {command} --out {shlex.quote(str(path))}`"))
     meta = read_metadata(path)
     if meta is None:
         raise ValueError(f"{path} is not a genoformer store (no zarr group with '{METADATA_KEY}' metadata)")
     if meta.get("format") != fmt:
         raise ValueError(f"{path} holds format {meta.get('format')!r}, expected {fmt!r}")
     if meta.get("complete") is not True:
-        raise ValueError(f"{path} is incomplete (its build was interrupted or failed verification); "
-                         "prepare it again with overwrite=True")
+        raise ValueError(f"{path} is incomplete (its build was interrupted or failed verification); rebuild it: "
+                         + hint(f"prepare_{kind}_store(INPUTS, {str(path)!r}, overwrite=True)",
+                                f"genoformer {command} --out {shlex.quote(str(path))} --overwrite and its input files"))
     if meta.get("format_version") not in supported_versions:
         raise ValueError(f"{path} has format_version {meta.get('format_version')}, this genoformer reads "
                          f"{supported_versions}; re-create the store with this version")
@@ -84,8 +117,9 @@ def open_store_group(path: str | Path, fmt: str, supported_versions: tuple[int, 
 
 
 def _temporary_name(out: Path, kind: str) -> Path:
-    """A unique build path beside ``out``: ``.NAME.tmp-PID@HOST-KIND-RANDOM``."""
-    return out.parent / f".{out.name}{_TMP_MARK}{os.getpid()}@{socket.gethostname()}-{kind}-{uuid.uuid4().hex[:8]}"
+    """A unique build path beside ``out``: ``.NAME.tmp-PID@HOST-KIND-RANDOM.SUFFIX``."""
+    unique = f"{os.getpid()}@{socket.gethostname()}-{kind}-{uuid.uuid4().hex[:8]}"
+    return out.parent / f".{out.name}{_TMP_MARK}{unique}{out.suffix}"
 
 
 def _remove_stale_temporaries(out: Path) -> None:
@@ -101,23 +135,39 @@ def _remove_stale_temporaries(out: Path) -> None:
         try:
             os.kill(int(pid_text), 0)
         except ProcessLookupError:
-            log.info("removing stale temporary store %s", tmp)
-            shutil.rmtree(tmp, ignore_errors=True)
+            log.info("removing stale temporary %s", tmp)
+            _remove(tmp)
         except PermissionError:  # a live process of another user
             continue
 
 
+def _remove(path: Path) -> None:
+    """Delete a file or a directory tree; a missing path is fine."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def refuse_existing(out: Path, overwrite: bool) -> None:
+    """Raise FileExistsError when ``out`` exists and ``overwrite`` is False (checked again by
+    :func:`atomic_build`; call it first to refuse before any long computation)."""
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} exists; pass {option('overwrite')} to replace it")
+
+
 @contextlib.contextmanager
 def atomic_build(out: Path, overwrite: bool) -> Iterator[Path]:
-    """Yield a temporary path beside ``out`` to build into; on success rename it to ``out``.
+    """Yield a temporary path beside ``out`` to build into (a store directory or a single file);
+    on success rename it to ``out``.
 
     On any exception the temporary is deleted and ``out`` is left as it was. With ``overwrite``
-    an existing ``out`` is replaced only after the new store is complete.
+    an existing ``out`` is replaced only after the new one is complete. The temporary path keeps
+    ``out``'s suffix, so writers that go by the suffix (``numpy.savez``) write it as named.
     """
+    refuse_existing(out, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_temporaries(out)
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} exists; pass overwrite=True (--overwrite) to replace it")
     tmp = _temporary_name(out, "new")
     try:
         yield tmp
@@ -125,12 +175,12 @@ def atomic_build(out: Path, overwrite: bool) -> Iterator[Path]:
             old = _temporary_name(out, "old")
             os.replace(out, old)
             os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
+            _remove(old)
         else:
             os.replace(tmp, out)
     finally:
         if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+            _remove(tmp)
 
 
 class ChunkCache:

@@ -35,7 +35,16 @@ import zarr
 from tqdm.auto import tqdm
 from zarr.codecs import BloscCodec
 
-from genoformer.data.storage import METADATA_KEY, ChunkCache, atomic_build, base_metadata, open_store_group
+from genoformer.data.hints import option
+from genoformer.data.storage import (
+    METADATA_KEY,
+    ChunkCache,
+    atomic_build,
+    base_metadata,
+    open_store_group,
+    reusable_store,
+    sha256_files,
+)
 
 
 TIMESERIES_FORMAT = "genoformer.timeseries"
@@ -135,7 +144,8 @@ def _fill_missing(values: np.ndarray, policy: str, path: Path, names: list[str],
     if policy == "error":
         row, col = np.argwhere(missing)[0]
         raise ValueError(f"{path}: missing value at {row_word} {row + row_offset}, column {names[col]!r} "
-                         f"({sum(counts)} missing in all); pass missing='ffill', 'zero' or 'linear' to fill")
+                         f"({sum(counts)} missing in all); to fill them pass {option('missing', 'ffill')}, "
+                         f"{option('missing', 'zero')} or {option('missing', 'linear')}")
     for col in range(values.shape[1]):
         gaps = missing[:, col]
         if not gaps.any():
@@ -184,7 +194,9 @@ def prepare_timeseries_store(
         missing: "error" (default), "ffill", "zero" or "linear"; see the module docstring.
         npy_channels_first: .npy arrays are (C, T) instead of (T, C).
         chunk_size: Time steps per chunk.
-        overwrite: Replace an existing store at ``out``.
+        overwrite: Always rebuild. Without it, a complete store built from the same files (same
+            SHA-256) with the same options is kept as it is (the call returns at once) and any other
+            existing ``out`` is an error.
         progress: Show a tqdm progress bar over the files.
         command: Command line recorded in the metadata (default: ``sys.argv``).
     """
@@ -199,6 +211,12 @@ def prepare_timeseries_store(
             raise ValueError(f"{path}: unsupported file type {path.suffix!r}; use .csv or .npy")
     if missing not in ("error", "ffill", "zero", "linear"):
         raise ValueError(f"missing={missing!r}: use 'error', 'ffill', 'zero' or 'linear'")
+    arguments = {"paths": [str(p.resolve()) for p in paths], "sampling_rate": sampling_rate,
+                 "time_column": time_column, "missing": missing, "npy_channels_first": npy_channels_first,
+                 "chunk_size": chunk_size, "channel_names": None if channel_names is None else list(channel_names)}
+    existing = None if overwrite else reusable_store(out, TIMESERIES_FORMAT, arguments, "paths")
+    if existing is not None and [s["source_sha256"] for s in existing["series"]] == sha256_files(paths):
+        return out
     names_seen: list[str] | None = list(channel_names) if channel_names is not None else None
     rate = sampling_rate
     loaded = []
@@ -235,10 +253,8 @@ def prepare_timeseries_store(
                 raise ValueError(f"{path}: sampling rate {file_rate:g} Hz from {time_column!r} differs from {rate:g} Hz")
         loaded.append((path, values.astype(np.float32).T.copy(), filled))  # (C, T)
     if rate is None or not rate > 0:
-        raise ValueError("sampling rate unknown: pass sampling_rate=... (Hz) or a time_column")
-    arguments = {"paths": [str(p.resolve()) for p in paths], "sampling_rate": sampling_rate,
-                 "time_column": time_column, "missing": missing, "npy_channels_first": npy_channels_first,
-                 "chunk_size": chunk_size}
+        raise ValueError(f"sampling rate unknown: pass {option('sampling_rate', metavar='HZ')} (samples per "
+                         f"second) or {option('time_column', metavar='COLUMN')} (a column of times in seconds)")
     with atomic_build(out, overwrite) as tmp:
         group = zarr.open_group(tmp, mode="w-")
         meta = base_metadata(TIMESERIES_FORMAT, TIMESERIES_FORMAT_VERSION, arguments, command)

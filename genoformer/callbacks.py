@@ -14,6 +14,8 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from genoformer.data.storage import atomic_build
+
 
 class LossPlotCallback(L.Callback):
     """At the end of fit, write a PNG of train and validation loss against the optimizer step,
@@ -108,7 +110,14 @@ def read_baseline(path: Path) -> tuple[float, str] | None:
 class PredictionWriter(BasePredictionWriter):
     """At the end of `genoformer predict`, write every tile's embedding to a .npz file in the run
     directory: `embeddings` float32 (N, E), `contig` (N,) index, `contig_name` (N,), `start` and
-    `length` (N,) in bases; one file per rank under DDP (`<stem>.rank<r>.npz`)."""
+    `length` (N,) in bases; one file per rank under DDP (`<stem>.rank<r>.npz`). The file also
+    records what was computed, as 0-d arrays: `pooling` ("mean", as GenoformerLM.predict_step
+    pools), `layer` (-1, the last block), `window` and `stride` (tokens per tile and the step
+    between tile starts, from the data module) and `checkpoint` (the weights' file).
+
+    Written under a temporary name and renamed when complete; the command line refuses to
+    replace an earlier file unless given --overwrite (`genoformer.cli.GenoformerCLI`).
+    """
 
     def __init__(self, filename: str = "predictions.npz") -> None:
         """
@@ -117,6 +126,13 @@ class PredictionWriter(BasePredictionWriter):
         """
         super().__init__(write_interval="epoch")
         self.filename = filename
+
+    def output_path(self, trainer: L.Trainer) -> Path:
+        """Where this rank writes: `<log_dir>/<filename>`, or `<stem>.rank<r>.npz` under DDP."""
+        path = Path(trainer.log_dir or trainer.default_root_dir) / self.filename
+        if trainer.world_size > 1:
+            path = path.with_name(f"{path.stem}.rank{trainer.global_rank}{path.suffix}")
+        return path
 
     def write_on_epoch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, predictions: Any, batch_indices: Any
@@ -128,12 +144,19 @@ class PredictionWriter(BasePredictionWriter):
             key: torch.cat([batch[key].detach().cpu() for batch in batches]).numpy()
             for key in ("embeddings", "contig", "start", "length")
         }
-        names = trainer.datamodule.contig_names() if hasattr(trainer.datamodule, "contig_names") else []
+        datamodule = trainer.datamodule
+        names = datamodule.contig_names() if hasattr(datamodule, "contig_names") else []
         if names:
             columns["contig_name"] = np.array([names[i] for i in columns["contig"]], dtype=str)
-        run_dir = Path(trainer.log_dir or trainer.default_root_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        path = run_dir / self.filename
-        if trainer.world_size > 1:
-            path = path.with_name(f"{path.stem}.rank{trainer.global_rank}{path.suffix}")
-        np.savez(path, **columns)
+        window = int(datamodule.window)
+        columns.update(
+            pooling=np.array("mean"),
+            layer=np.array(-1),
+            window=np.array(window),
+            stride=np.array(int(datamodule.eval_stride or window)),
+            checkpoint=np.array(str(trainer.ckpt_path or "")),
+        )
+        path = self.output_path(trainer)
+        with atomic_build(path, overwrite=True) as tmp:
+            np.savez(tmp, **columns)
+        print(f"wrote {len(columns['embeddings'])} tile embeddings to {path}")

@@ -3,8 +3,15 @@
 Training verbs come from LightningCLI and read YAML configs from `configs/`:
 
     genoformer fit --config configs/quickstart.yaml
-    genoformer validate | test | predict --config ... --ckpt_path ...
+    genoformer fit --config configs/quickstart.yaml --ckpt_path last     # resume that run
+    genoformer validate | test | predict --config configs/quickstart.yaml --ckpt_path last
     genoformer fit --config configs/genome_8k_gpu.yaml --print_config
+
+One run directory (`trainer.default_root_dir`) holds one run: `fit` into a directory that holds a
+run refuses unless resuming it with `--ckpt_path last`; a run that fails before its first step
+changes nothing there. `validate`, `test` and `predict` need trained weights (`--ckpt_path last`,
+`best` or a path; `--untrained` on purpose) and never replace an earlier result unless given
+`--overwrite`.
 
 Configs are parsed in jsonargparse's "omegaconf+" mode: `${...model.init_args.transformer.max_seq_len}`
 style interpolation is resolved after the command line is applied, so overriding one value on
@@ -13,33 +20,56 @@ the command line updates everything that refers to it.
 Data and inference verbs are typed functions whose `--help` comes from their docstrings:
 
     genoformer prepare --fasta genome.fa.gz --out genome.zarr
+    genoformer prepare --fasta genomes/*.fa.gz --out genomes.zarr       # or a folder, or "[a.fa,b.fa]"
     genoformer prepare_timeseries --inputs ecg.csv --out ecg.zarr --time_column t_seconds
     genoformer embed --checkpoint last.ckpt --inputs genome.fa.gz --out embeddings.npz
 """
 
 from __future__ import annotations
 
+import importlib
+import json
 import os
+import shlex
 import sys
-from collections import Counter
+import typing
 from pathlib import Path
-from typing import Literal, Optional, Sequence, Union
+from typing import Any, Callable, Literal, Optional, Sequence, Union
 
-from jsonargparse import CLI
+import torch
+from jsonargparse import CLI, ActionYesNo
 from lightning.pytorch import LightningDataModule, LightningModule
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.loggers import CSVLogger
+from tqdm.std import tqdm  # the base class: its _instances holds every open bar, Lightning's too
 
+import genoformer.data.datamodules  # defines the shipped data modules: `--data.help GenomeDataModule` finds them
+from genoformer.callbacks import PredictionWriter
 from genoformer.data.genome_store import DEFAULT_CHUNK_SIZE, prepare_genome_store
+from genoformer.data.hints import command_line_hints
+from genoformer.data.storage import refuse_existing, tool_version
 from genoformer.data.timeseries_store import MissingPolicy, prepare_timeseries_store
-from genoformer.evaluate import evaluate
+from genoformer.embeddings import (
+    Embedder,
+    Embeddings,
+    Pooling,
+    check_checkpoint_file,
+    check_unique_names,
+    is_sequence_file_name,
+    read_checkpoint,
+    save_embeddings,
+)
+from genoformer.evaluate import evaluate, score
 from genoformer.export import export
-from genoformer.embeddings import Embedder, Embeddings, Pooling, is_sequence_file_name, save_embeddings
 from genoformer.kernels.dispatch import Backend
 from genoformer.lightning_module import GenoformerLM
 from genoformer.markov import baseline
 from genoformer.timeseries_commands import evaluate_forecast, forecast
+from genoformer.variants import variant_effect
 
 TRAINING_COMMANDS = ("fit", "validate", "test", "predict")
+EVALUATION_COMMANDS = ("validate", "test", "predict")
 
 # The command line takes the enums' values (mean, triton), as the Python API does.
 PoolingName = Literal[tuple(member.value for member in Pooling)]
@@ -62,8 +92,9 @@ def prepare(
     leaves nothing that reads as complete, and re-running with the same inputs is a no-op.
 
     Args:
-        fasta: Input file, or several as a list ("[a.fa,b.fa.gz]" or --fasta a.fa --fasta+ b.fa). Record names
-            must be unique across all files.
+        fasta: Input files: several after one flag (--fasta a.fa b.fa.gz, so a shell glob such as
+            --fasta genomes/*.fa.gz works), a folder (every FASTA/GenBank file in it), or a list
+            ("[a.fa,b.fa.gz]"). Record names must be unique across all files.
         out: Store directory to create, conventionally ending in .zarr.
         chunk_size: Bases per chunk, the unit of decoding and caching (16 Ki suits windows of
             8 Ki to 128 Ki bases).
@@ -71,11 +102,11 @@ def prepare(
             bytes per base); zstd is about 4% smaller and 2.5 times slower to decode.
         compression_level: Compression level, 1 (fastest) to 9 (smallest).
         keep_softmask: Keep lowercase (soft-masked) positions as a separate mask.
-        overwrite: Always rebuild. Without it, a complete store built from the same files with the
-            same options is kept as it is, and any other existing `out` is an error.
+        overwrite: A flag: always rebuild. Without it, a complete store built from the same files
+            with the same options is kept as it is, and any other existing `out` is an error.
     """
     path = prepare_genome_store(
-        [fasta] if isinstance(fasta, str) else fasta,
+        _input_files(fasta, "--fasta", is_sequence_file_name, "FASTA/GenBank"),
         out,
         chunk_size=chunk_size,
         compressor=compressor,
@@ -99,18 +130,22 @@ def prepare_timeseries(
 ) -> Path:
     """Build a chunked zarr time-series store from CSV or .npy files (one series per file).
 
+    As with `prepare`, re-running with the same inputs and options is a no-op.
+
     Args:
-        inputs: Input file (.csv with a header row, or .npy), or several as a list ("[a.csv,b.csv]");
-            all must have the same channels.
+        inputs: Input files (.csv with a header row, or .npy): several after one flag (--inputs
+            a.csv b.csv, so a shell glob works), a folder (every .csv and .npy file in it), or a
+            list ("[a.csv,b.csv]"); all must have the same channels.
         out: Store directory to create, conventionally ending in .zarr.
         sampling_rate: Samples per second; required unless time_column gives the times.
         time_column: CSV column with the time in seconds (not stored as a channel).
         missing: What to do with empty or NaN values: error, ffill, zero or linear.
-        npy_channels_first: .npy arrays are (channels, time) instead of (time, channels).
-        overwrite: Replace an existing store.
+        npy_channels_first: A flag: .npy arrays are (channels, time) instead of (time, channels).
+        overwrite: A flag: always rebuild. Without it, a complete store built from the same files
+            with the same options is kept as it is, and any other existing `out` is an error.
     """
     path = prepare_timeseries_store(
-        [inputs] if isinstance(inputs, str) else inputs,
+        _input_files(inputs, "--inputs", _is_timeseries_file_name, ".csv/.npy"),
         out,
         sampling_rate=sampling_rate,
         time_column=time_column,
@@ -134,6 +169,7 @@ def embed(
     overlap: Optional[int] = None,
     device: Optional[str] = None,
     backend: BackendName = "auto",
+    overwrite: bool = False,
 ) -> Path:
     """Embed sequences with a trained checkpoint and write them, with their names, to a file.
 
@@ -142,10 +178,11 @@ def embed(
 
     Args:
         checkpoint: A .ckpt file written by `genoformer fit`.
-        inputs: A FASTA/GenBank file or a literal DNA string, or several as a list ("[a.fa,ACGT]").
-            Outputs keep the input order; a string is named seqI after its place I in the list,
-            a record by its id; names must be unique.
-        out: Output file, ending in .npz or .zarr.
+        inputs: FASTA/GenBank files, folders of them, or literal DNA strings: several after one
+            flag (--inputs a.fa ACGT b.fa) or a list ("[a.fa,ACGT]"). Outputs keep the input order;
+            a string is named seqI after its place I in the list, a record by its id; names must
+            be unique.
+        out: Output file, ending in .npz or .zarr; an existing one is an error without --overwrite.
         pooling: One vector per sequence (mean, max, first, last) or per token (none).
         layer: Hidden state to read: 0 is the token embeddings, -1 the last block.
         batch_size: Windows per forward pass.
@@ -154,10 +191,12 @@ def embed(
         device: cpu, cuda or cuda:N; default CUDA when available.
         backend: Attention backend; auto picks the fastest for the device (on CUDA the model runs
             under bfloat16 autocast, which the Triton kernels need).
+        overwrite: A flag: replace an existing `out`.
     """
+    refuse_existing(out, overwrite)  # before the model runs, not after
     embedder = Embedder.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
     options = dict(pooling=Pooling(pooling), layer=layer, batch_size=batch_size, window=window, overlap=overlap)
-    items = [inputs] if isinstance(inputs, str) else list(inputs)
+    items = _input_files(inputs, "--inputs", is_sequence_file_name, "FASTA/GenBank", literals=True)
     names: list[str] = []
     arrays: list = []
     start = 0
@@ -174,14 +213,39 @@ def embed(
             names += [f"seq{index}" for index in range(start, end)]
         arrays += part.arrays
         start = end
-    repeated = sorted(name for name, count in Counter(names).items() if count > 1)
-    if repeated:
-        raise ValueError(f"sequence names must be unique in one output file; repeated: {repeated[:5]}. "
-                         "Rename the records, or embed the files into separate outputs.")
+    check_unique_names(names)
     result = Embeddings(names, arrays, Pooling(pooling), layer)
-    path = save_embeddings(result, out)
+    path = save_embeddings(result, out, overwrite=overwrite)
     print(f"wrote {len(result)} embeddings to {path}")
     return path
+
+
+def _is_timeseries_file_name(name: str) -> bool:
+    return name.lower().endswith((".csv", ".npy"))
+
+
+def _input_files(
+    items: Union[str, list[str]], flag: str, is_input: Callable[[str], bool], kind: str, literals: bool = False
+) -> list[str]:
+    """`items` with every folder replaced by the input files in it (`is_input(name)`, sorted by
+    name). Without `literals`, a missing path that holds commas is reported as a list written
+    the wrong way."""
+    found: list[str] = []
+    for item in [items] if isinstance(items, str) else items:
+        path = Path(item)
+        if path.is_dir():
+            files = sorted(str(child) for child in path.iterdir() if child.is_file() and is_input(child.name))
+            if not files:
+                raise FileNotFoundError(f"folder {path} holds no {kind} files")
+            found += files
+        elif not literals and "," in item and not path.exists():
+            raise FileNotFoundError(
+                f"input file not found: {item}; give several files after one flag ({flag} a b) or as a "
+                f"list in brackets ({flag} '[a,b]')"
+            )
+        else:
+            found.append(item)
+    return found
 
 
 TOOL_COMMANDS = {
@@ -191,33 +255,278 @@ TOOL_COMMANDS = {
     "evaluate": evaluate,
     "baseline": baseline,
     "export": export,
+    "score": score,
+    "variant_effect": variant_effect,
     "forecast": forecast,
     "evaluate_forecast": evaluate_forecast,
 }
 
 
-class GenoformerCLI(LightningCLI):
-    """LightningCLI whose validate, test and predict runs log beside the training run.
+_FIT_CKPT_HELP = (
+    "Resume the run in trainer.default_root_dir: last (its newest checkpoint, "
+    "<checkpoints dir>/last.ckpt), best (its best checkpoint by the ModelCheckpoint's monitor) or a "
+    ".ckpt path. Without it, fit starts a new run and refuses a directory that already holds one."
+)
+_EVAL_CKPT_HELP = (
+    "The weights to evaluate: last or best (of the run in trainer.default_root_dir, as for fit) or "
+    "a .ckpt path. Required, unless --untrained."
+)
+_MODEL_TITLE = (
+    "Model (--model CLASS_NAME, then --model.OPTION VALUE); a config without model.class_path trains "
+    "GenoformerLM, the time-series configs TimeSeriesForecaster. Their options: genoformer fit "
+    "--model.help GenoformerLM (or TimeSeriesForecaster)"
+)
+_DATA_TITLE = (
+    "Data module (--data CLASS_NAME, then --data.OPTION VALUE); the shipped ones are GenomeDataModule "
+    "and TimeSeriesDataModule. Their options: genoformer fit --data.help GenomeDataModule (or "
+    "TimeSeriesDataModule)"
+)
 
-    The shipped configs log straight into `trainer.default_root_dir` (a CSVLogger with an empty
-    name and version), which is where `fit` writes metrics.csv, config.yaml, loss.png and the
-    checkpoints. Run with the same config, `validate`, `test` and `predict` would overwrite those
-    files, so their logger version becomes the subcommand: `<run dir>/test/metrics.csv`,
-    `<run dir>/predict/predictions.npz`, each with its own config.yaml.
+
+class RunConfigSaver(SaveConfigCallback):
+    """Writes config.yaml as LightningCLI does, except that `fit` writes it after its first
+    training batch: a run that fails before then leaves the run directory as it was."""
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage != "fit":
+            super().setup(trainer, pl_module, stage)
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        super().setup(trainer, pl_module, "fit")  # a no-op once saved
+
+
+class GenoformerCLI(LightningCLI):
+    """LightningCLI that keeps runs apart and evaluates trained weights only.
+
+    - One run directory (`trainer.default_root_dir`) holds one run. `fit` without `--ckpt_path`
+      refuses a directory that holds a run (a metrics.csv, or files in a checkpoints folder) and
+      says how to resume it or start elsewhere; `--ckpt_path last` (or `best`) resolves to that
+      run's checkpoint, so checkpoints, metrics.csv (appended to by AppendingCSVLogger),
+      config.yaml and loss.png keep describing one run.
+    - `validate`, `test` and `predict` need `--ckpt_path` (`last`, `best` or a path) or
+      `--untrained`. The shipped configs log straight into the run directory (a CSVLogger with an
+      empty name and version), so these commands' logger version becomes the subcommand:
+      `<run dir>/test/metrics.csv`, `<run dir>/predict/predictions.npz`, each with its own
+      config.yaml; a result that is already there is replaced only with `--overwrite`.
+    - A config that asks for a GPU on a machine without one is refused with the overrides that
+      run it on the CPU.
+
+    `command_line` holds the arguments after `genoformer` (the subcommand first): hints repeat
+    them as whole commands, and a checkpoint's hyperparameters are applied by parsing them again.
     """
 
-    def add_arguments_to_parser(self, parser) -> None:
-        # A config without model.class_path trains a GenoformerLM; time-series configs name
-        # genoformer.timeseries_module.TimeSeriesForecaster.
+    def __init__(self, *args: Any, command_line: Sequence[str] = (), **kwargs: Any) -> None:
+        self.command_line = list(command_line)
+        self.ckpt_keyword: Optional[str] = None  # "last" or "best" when --ckpt_path gave one
+        super().__init__(*args, **kwargs)
+
+    # ------------------------------------------------------------------- parsers and help
+    def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs: Any) -> LightningArgumentParser:
+        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        for action in parser._actions:
+            if action.dest == "ckpt_path":
+                action.help = _FIT_CKPT_HELP if subcommand == "fit" else _EVAL_CKPT_HELP
+        if subcommand in EVALUATION_COMMANDS:
+            parser.add_argument(
+                "--untrained", action=ActionYesNo(no_prefix=None), default=False,
+                help="Evaluate the model as initialised, without trained weights (instead of --ckpt_path).",
+            )
+            parser.add_argument(
+                "--overwrite", action=ActionYesNo(no_prefix=None), default=False,
+                help=f"Replace the result of an earlier `genoformer {subcommand}` into the same run directory.",
+            )
+        return parser
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        # Group titles come from docstrings; these two read as cut off (a sentence fragment, and
+        # LightningDataModule's docstring up to "The main advantage is").
+        parser.groups["model"].title = _MODEL_TITLE
+        parser.groups["data"].title = _DATA_TITLE
+        # A config without model.class_path trains a GenoformerLM.
         parser.set_defaults({"model": {"class_path": f"{GenoformerLM.__module__}.{GenoformerLM.__qualname__}"}})
 
-    def before_instantiate_classes(self) -> None:
-        if self.subcommand in (None, "fit"):
+    # ------------------------------------------------------------------- checks
+    def _parse_ckpt_path(self) -> None:
+        # Runs right after parsing, before anything is built (in place of LightningCLI's own).
+        # `last` and `best` become the run's file; a broken file gets our message rather than
+        # torch's; the checkpoint's model hyperparameters replace the configured ones.
+        subcommand = self.config.get("subcommand")
+        if subcommand is None:
             return
-        logger = self.config[self.subcommand].trainer.logger
+        config = self.config[subcommand]
+        self.ckpt_keyword = config.ckpt_path if config.ckpt_path in ("last", "best") else None
+        if self.ckpt_keyword is not None:
+            resolved = self._find_checkpoint(config.trainer, self.ckpt_keyword)
+            if resolved is None and subcommand != "fit":
+                folders = ", ".join(str(folder) for folder, _, _ in self._checkpoint_dirs(config.trainer)) or "(none configured)"
+                raise FileNotFoundError(
+                    f"--ckpt_path {self.ckpt_keyword}: the run in {config.trainer.default_root_dir} has no "
+                    f"checkpoint (no last.ckpt in {folders}); train it first with `genoformer fit` and the same "
+                    "config, or pass --ckpt_path PATH to a .ckpt file"
+                )
+            if resolved is None:
+                config.ckpt_path = None
+                return
+            print(f"genoformer {subcommand}: --ckpt_path {self.ckpt_keyword} is {resolved}")
+            config.ckpt_path = str(resolved)
+        if config.ckpt_path is None or _lightning_keyword(config.ckpt_path):
+            return
+        hparams = dict(read_checkpoint(config.ckpt_path).get("hyper_parameters") or {})
+        hparams.pop("_instantiator", None)
+        if hparams:
+            # Given after the user's options, as a command-line override would be, so that what
+            # the config derives from the model (the data window) follows it.
+            self.config = self.parser.parse_args(
+                [*self.command_line, "--model", json.dumps(hparams), "--ckpt_path", config.ckpt_path]
+            )
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config if self.subcommand is None else self.config[self.subcommand]
+        self._refuse_missing_gpu(config.trainer)
+        if self.subcommand not in EVALUATION_COMMANDS:
+            return
+        if config.ckpt_path is None and not config.untrained:
+            raise ValueError(
+                f"genoformer {self.subcommand} evaluates trained weights; say which:\n"
+                f"  {self._command_with('--ckpt_path', 'last')}\n"
+                "(or --ckpt_path best, or --ckpt_path PATH to a .ckpt file); to evaluate the untrained "
+                f"model on purpose:\n  {self._command_with('--untrained')}"
+            )
+        if config.ckpt_path is not None and config.untrained:
+            raise ValueError("--untrained and --ckpt_path contradict each other; pass one of them")
+        logger = config.trainer.logger
         init_args = getattr(logger, "init_args", None)
         if init_args is not None and "version" in init_args and not init_args.version:
             init_args.version = self.subcommand
+
+    def _refuse_missing_gpu(self, trainer: Any) -> None:
+        accelerator = trainer.accelerator
+        if not isinstance(accelerator, str) or accelerator not in ("gpu", "cuda") or torch.cuda.is_available():
+            return
+        overrides = ["--trainer.accelerator", "cpu"]
+        if str(trainer.precision) not in ("32", "32-true"):
+            overrides += ["--trainer.precision", "32-true"]
+        if str(trainer.devices) not in ("1", "auto"):
+            overrides += ["--trainer.devices", "1"]
+        raise ValueError(
+            f"this configuration asks for a GPU (trainer.accelerator: {accelerator}), but torch "
+            f"{torch.__version__} sees no CUDA GPU here. To run it on the CPU anyway (slow: a model "
+            f"sized for a GPU trains many times slower on a CPU), add {shlex.join(overrides)}:\n"
+            f"  {self._command_with(*overrides)}"
+        )
+
+    def before_fit(self) -> None:
+        existing = self._run_files()
+        run_dir = self.trainer.default_root_dir
+        if self.config_init["fit"]["ckpt_path"] is not None or not existing:
+            if self.ckpt_keyword is not None and not existing:
+                print(f"genoformer fit: no run to resume in {run_dir}; starting a new one")
+            return
+        if self.ckpt_keyword is not None:
+            raise FileNotFoundError(
+                f"--ckpt_path {self.ckpt_keyword}: {run_dir} holds a run ({existing[0]}) but no checkpoint of it "
+                "to resume from; start a new run in another directory (or delete this one first):\n"
+                f"  {self._command_with('--trainer.default_root_dir', 'NEW_DIR')}"
+            )
+        raise FileExistsError(
+            f"{run_dir} already holds a training run ({', '.join(str(path) for path in existing[:3])}). "
+            "Resume it (its checkpoints, metrics and plot continue):\n"
+            f"  {self._command_with('--ckpt_path', 'last')}\n"
+            "or start a new run in another directory (or delete this one first):\n"
+            f"  {self._command_with('--trainer.default_root_dir', 'NEW_DIR')}"
+        )
+
+    def before_validate(self) -> None:
+        self._refuse_to_replace_results("validate")
+
+    def before_test(self) -> None:
+        self._refuse_to_replace_results("test")
+
+    def before_predict(self) -> None:
+        self._refuse_to_replace_results("predict")
+
+    def _refuse_to_replace_results(self, subcommand: str) -> None:
+        results = [path for path in self._result_files(subcommand) if path.exists()]
+        if results and not self.config_init[subcommand].overwrite:
+            raise FileExistsError(
+                f"{', '.join(map(str, results))} already holds the result of an earlier `genoformer "
+                f"{subcommand}`; to replace it:\n  {self._command_with('--overwrite')}"
+            )
+        for path in results:
+            if path.name == "metrics.csv":  # the logger appends; a replaced result starts empty
+                path.unlink()
+
+    # ------------------------------------------------------------------- the run directory
+    @staticmethod
+    def _checkpoint_dirs(trainer: Any) -> list[tuple[Path, type[ModelCheckpoint], bool]]:
+        """(folder, class, save_last) of every ModelCheckpoint in the parsed trainer config; a
+        callback without dirpath saves into `<default_root_dir>/checkpoints`."""
+        callbacks = trainer.callbacks or []
+        found = []
+        for callback in callbacks if isinstance(callbacks, list) else [callbacks]:
+            module, _, name = callback.class_path.rpartition(".")
+            kind = getattr(importlib.import_module(module), name)
+            if isinstance(kind, type) and issubclass(kind, ModelCheckpoint):
+                init_args = callback.get("init_args") or {}
+                dirpath = init_args.get("dirpath")
+                folder = Path(dirpath) if dirpath else Path(trainer.default_root_dir or ".") / "checkpoints"
+                found.append((folder, kind, bool(init_args.get("save_last"))))
+        return found
+
+    def _run_files(self) -> list[Path]:
+        """What marks the configured directory as holding a run: its metrics.csv and the files in
+        its checkpoint folders."""
+        found = [Path(self.trainer.log_dir or self.trainer.default_root_dir) / "metrics.csv"]
+        for folder, _, _ in self._checkpoint_dirs(self.config[self.subcommand].trainer):
+            if folder.is_dir():
+                found += sorted(folder.iterdir())
+        return [path for path in dict.fromkeys(found) if path.exists()]
+
+    def _find_checkpoint(self, trainer: Any, which: str) -> Optional[Path]:
+        """The run's newest `last.ckpt` (which="last"), or the best checkpoint recorded in it
+        (which="best"); None when the run has no last.ckpt."""
+        lasts = {
+            folder / f"{kind.CHECKPOINT_NAME_LAST}{kind.FILE_EXTENSION}"
+            for folder, kind, save_last in self._checkpoint_dirs(trainer)
+            if save_last
+        }
+        lasts = sorted((path for path in lasts if path.is_file()), key=lambda path: path.stat().st_mtime)
+        if not lasts:
+            return None
+        if which == "last":
+            return check_checkpoint_file(lasts[-1])
+        states = read_checkpoint(lasts[-1]).get("callbacks", {})
+        best = [
+            Path(state["best_model_path"])
+            for key, state in states.items()
+            if str(key).startswith("ModelCheckpoint") and state.get("best_model_path")
+        ]
+        best = [path for path in best if path.is_file()]
+        if not best:
+            raise FileNotFoundError(
+                f"--ckpt_path best: the run in {trainer.default_root_dir} recorded no best checkpoint "
+                "(its ModelCheckpoint has no monitor, or saved none yet); pass --ckpt_path last or --ckpt_path PATH"
+            )
+        return check_checkpoint_file(best[0])
+
+    def _result_files(self, subcommand: str) -> list[Path]:
+        """Files an evaluation command writes that hold its result."""
+        paths = []
+        if isinstance(self.trainer.logger, CSVLogger) and subcommand != "predict":
+            paths.append(Path(self.trainer.log_dir) / "metrics.csv")
+        if subcommand == "predict":
+            paths += [c.output_path(self.trainer) for c in self.trainer.callbacks if isinstance(c, PredictionWriter)]
+        return paths
+
+    def _command_with(self, *extra: str) -> str:
+        """The command being run, plus `extra` options (later options win)."""
+        subcommand = ["fit"] if self.subcommand is None else []  # run=False parses no subcommand
+        return shlex.join(["genoformer", *subcommand, *self.command_line, *extra])
+
+
+def _lightning_keyword(ckpt_path: str) -> bool:
+    """Lightning's other --ckpt_path keywords (hpc, registry[:...]), passed through as they are."""
+    return str(ckpt_path) == "hpc" or str(ckpt_path).startswith("registry")
 
 
 def training_cli(args: Optional[Sequence[str]] = None, run: bool = True) -> LightningCLI:
@@ -227,21 +536,26 @@ def training_cli(args: Optional[Sequence[str]] = None, run: bool = True) -> Ligh
     `args` None reads the command line (sys.argv), as a console command does. With run=False
     the args take no subcommand: the model, data module and trainer are only instantiated.
     """
+    argv = list(sys.argv[1:] if args is None else args)
     return GenoformerCLI(
         LightningModule,
         LightningDataModule,
         subclass_mode_model=True,
         subclass_mode_data=True,
         parser_kwargs={"parser_mode": "omegaconf+"},
+        save_config_callback=RunConfigSaver,
         save_config_kwargs={"overwrite": True},
+        auto_configure_optimizers=False,
         args=None if args is None else list(args),
         run=run,
+        command_line=argv,
     )
 
 
 def _usage() -> str:
     lines = [
         "usage: genoformer COMMAND [options]   (python cli.py COMMAND ... is the same)",
+        "       genoformer --version",
         "",
         "Training (LightningCLI; every option can come from a YAML file with --config):",
     ]
@@ -255,11 +569,49 @@ def _usage() -> str:
 
 
 _TRAINING_HELP = {
-    "fit": "Train a model (e.g. --config configs/quickstart.yaml).",
-    "validate": "Run one evaluation epoch on the validation split.",
-    "test": "Run one evaluation epoch on the test split.",
-    "predict": "Run inference on the predict split.",
+    "fit": "Train a model (e.g. --config configs/quickstart.yaml); --ckpt_path last resumes the run.",
+    "validate": "Evaluate a checkpoint (--ckpt_path last|best|PATH) on the validation split.",
+    "test": "Evaluate a checkpoint (--ckpt_path last|best|PATH) on the test split.",
+    "predict": "Embed every tile of the genome with a checkpoint (--ckpt_path last|best|PATH).",
 }
+
+
+def _tool_arguments(function: Callable[..., Any], args: Sequence[str]) -> list[str]:
+    """`args` for a tool command, made ready for jsonargparse: a bool option given alone is a
+    flag (`--overwrite` means `--overwrite true`), and several values after a list option
+    (`--fasta a.fa b.fa`, as a shell glob expands) become one list."""
+    types = typing.get_type_hints(function)
+    flags = {f"--{name}" for name, kind in types.items() if kind is bool}
+    lists = {
+        f"--{name}"
+        for name, kind in types.items()
+        if any(typing.get_origin(arm) is list for arm in (kind, *typing.get_args(kind)))
+    }
+    result: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        result.append(arg)
+        index += 1
+        if arg in flags:
+            if index < len(args) and args[index].lower() in ("true", "false"):
+                result.append(args[index])
+                index += 1
+            else:
+                result.append("true")
+        elif arg in lists:
+            values = []
+            while index < len(args) and not args[index].startswith("-"):
+                values.append(args[index])
+                index += 1
+            result += values if len(values) < 2 else [json.dumps(values)]
+    return result
+
+
+def _end_progress_bars() -> None:
+    """Close every open tqdm bar, so that its line ends and it is not redrawn after an error."""
+    for bar in list(tqdm._instances):
+        bar.close()
 
 
 def main(args: Optional[Sequence[str]] = None) -> None:
@@ -269,18 +621,25 @@ def main(args: Optional[Sequence[str]] = None) -> None:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return
+    if argv[0] in ("-V", "--version"):
+        print(f"genoformer {tool_version()}")
+        return
     command = argv[0]
     if command not in TOOL_COMMANDS and command not in TRAINING_COMMANDS:
         print(f"genoformer: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
         raise SystemExit(2)
     try:
         if command in TOOL_COMMANDS:
-            CLI(TOOL_COMMANDS[command], args=argv[1:], as_positional=False)
+            function = TOOL_COMMANDS[command]
+            with command_line_hints():
+                CLI(function, args=_tool_arguments(function, argv[1:]), as_positional=False)
         else:
-            training_cli(None if from_command_line else argv)
+            with command_line_hints(prefix="data.init_args."):  # the data code runs inside the data module
+                training_cli(None if from_command_line else argv)
     except (FileNotFoundError, FileExistsError, ValueError) as error:
         # Bad input (a missing or malformed file, a wrong option value): its message says what to
         # do, so show that rather than a traceback, unless asked for the traceback.
+        _end_progress_bars()
         if os.environ.get("GENOFORMER_TRACEBACK"):
             raise
         print(f"genoformer {command}: error: {error}\n(set GENOFORMER_TRACEBACK=1 to see the traceback)", file=sys.stderr)

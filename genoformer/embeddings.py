@@ -21,6 +21,7 @@ import dataclasses
 import enum
 import pickle
 import zipfile
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Optional, Union
@@ -32,7 +33,9 @@ from Bio.SeqRecord import SeqRecord
 from tqdm.auto import tqdm
 
 from genoformer.data.alphabet import encode
+from genoformer.data.hints import option
 from genoformer.data.seqfiles import read_records
+from genoformer.data.storage import atomic_build
 from genoformer.data.tiling import Keep, same_length_batches, tile_windows
 from genoformer.kernels.dispatch import Backend
 from genoformer.model import Transformer, TransformerConfig
@@ -105,6 +108,12 @@ class Embedder:
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(
+                f"device {str(device)!r} asks for a CUDA GPU, but this torch build ({torch.__version__}) sees "
+                f"none; pass {option('device', 'cpu')} to run on the CPU, or leave device unset to pick CUDA "
+                "when it is available."
+            )
         self.model = model.to(self.device).eval()
         self.window = window
         if autocast_dtype is None and self.device.type == "cuda":
@@ -128,16 +137,7 @@ class Embedder:
                 AUTO picks per device.
             autocast_dtype: see `Embedder`; None: bfloat16 autocast on CUDA, float32 on the CPU.
         """
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"checkpoint not found: {path}; pass the .ckpt file written by training "
-                "(e.g. <run dir>/checkpoints/last.ckpt)."
-            )
-        try:
-            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-        except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile) as exc:
-            raise ValueError(f"{path} is not a readable PyTorch checkpoint: {exc}") from exc
+        checkpoint = read_checkpoint(path)
         hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
         if not isinstance(hparams, dict) or "transformer" not in hparams or "state_dict" not in checkpoint:
             raise ValueError(
@@ -198,6 +198,7 @@ class Embedder:
         if not named:
             raise ValueError("no sequences to embed: the input is empty.")
         names = [name for name, _ in named]
+        check_unique_names(names)
         sequences = [codes for _, codes in named]
         pools = [_Pool(pooling, len(codes), self.model.config.d_model) for codes in sequences]
 
@@ -219,6 +220,56 @@ class Embedder:
                     pools[index].add(tile.keep_start, hidden_WE[tile.keep_start - tile.start : tile.keep_end - tile.start])
                 bar.update(len(batch))
         return Embeddings(names, [pool.result() for pool in pools], pooling, layer)
+
+
+_UNREADABLE_CHECKPOINT_ERRORS = (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, OSError)
+"""What torch.load raises for a file that is not a complete checkpoint of plain values and tensors."""
+
+
+def check_checkpoint_file(path: Union[str, Path]) -> Path:
+    """`path` as a Path when it looks like a checkpoint file (exists, complete zip container, as
+    torch.save writes); FileNotFoundError or ValueError, in our words, otherwise. Cheap: reads the
+    end of the file only."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"checkpoint not found: {path}; pass the .ckpt file written by training "
+            "(e.g. <run dir>/checkpoints/last.ckpt)."
+        )
+    if not zipfile.is_zipfile(path):
+        raise _unreadable_checkpoint_error(path)
+    return path
+
+
+def read_checkpoint(path: Union[str, Path]) -> dict:
+    """The contents of a checkpoint file written by `genoformer fit` (tensors on the CPU).
+
+    Raises FileNotFoundError for a missing file and ValueError, in our words, for a file that
+    torch cannot read (truncated, or not a checkpoint) or that holds objects other than plain
+    values and tensors.
+    """
+    path = check_checkpoint_file(path)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except _UNREADABLE_CHECKPOINT_ERRORS as exc:
+        raise _unreadable_checkpoint_error(path) from exc
+
+
+def _unreadable_checkpoint_error(path: Path) -> ValueError:
+    """Our message for a checkpoint file torch cannot read (rather than torch's own advice)."""
+    return ValueError(
+        f"{path} is not a readable genoformer checkpoint: the file is truncated (an interrupted copy or "
+        "save) or was not written by `genoformer fit`. Pass a .ckpt file written by training, e.g. "
+        "<run dir>/checkpoints/last.ckpt."
+    )
+
+
+def check_unique_names(names: list[str]) -> None:
+    """Raise ValueError naming the repeated ones; outputs are keyed by sequence name."""
+    repeated = sorted(name for name, count in Counter(names).items() if count > 1)
+    if repeated:
+        raise ValueError(f"sequence names must be unique in one result; repeated: {repeated[:5]}. "
+                         "Rename the records, or embed them in separate calls.")
 
 
 class _Pool:
@@ -315,8 +366,12 @@ def _encode(name: str, sequence: Union[str, bytes]) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------- saving
-def save_embeddings(result: Embeddings, path: Union[str, Path]) -> Path:
-    """Write embeddings to `path`: a .npz file or a .zarr directory (replaced if present).
+def save_embeddings(result: Embeddings, path: Union[str, Path], *, overwrite: bool = False) -> Path:
+    """Write embeddings to `path`: a .npz file or a .zarr directory.
+
+    The output is written under a temporary name beside `path` and renamed when complete, so an
+    interrupted write never leaves a partial file at `path`. An existing `path` is an error
+    unless `overwrite` (then it is replaced only once the new output is complete).
 
     Layout (both formats): `names` (N,) strings; `embeddings` float32, (N, E) when pooled or,
     for per-token results, all sequences concatenated (sum L_i, E) with `offsets` (N + 1,) int64
@@ -332,16 +387,16 @@ def save_embeddings(result: Embeddings, path: Union[str, Path]) -> Path:
         arrays["offsets"] = np.concatenate([[0], np.cumsum([len(a) for a in result.arrays])]).astype(np.int64)
     else:
         arrays["embeddings"] = result.stack().astype(np.float32, copy=False)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".npz":
-        np.savez(path, pooling=np.array(result.pooling.value), layer=np.array(result.layer), **arrays)
-        return path
-    group = zarr.open_group(path, mode="w")
-    group.attrs.update({"pooling": result.pooling.value, "layer": result.layer})
-    names = group.create_array("names", shape=arrays["names"].shape, dtype=str)
-    names[:] = arrays.pop("names")
-    for name, array in arrays.items():
-        group.create_array(name, data=array)
+    with atomic_build(path, overwrite) as tmp:
+        if path.suffix == ".npz":
+            np.savez(tmp, pooling=np.array(result.pooling.value), layer=np.array(result.layer), **arrays)
+        else:
+            group = zarr.open_group(tmp, mode="w-")
+            group.attrs.update({"pooling": result.pooling.value, "layer": result.layer})
+            names = group.create_array("names", shape=arrays["names"].shape, dtype=str)
+            names[:] = arrays.pop("names")
+            for name, array in arrays.items():
+                group.create_array(name, data=array)
     return path
 
 

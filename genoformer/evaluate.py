@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -53,14 +53,19 @@ def format_table(report: dict[str, Any], title: str) -> str:
     return "\n".join(lines)
 
 
-def write_json(payload: dict[str, Any], path: Path) -> Path:
-    """Write JSON next to its final name, then rename: readers never see a partial file."""
+def write_text(text: str, path: Path) -> Path:
+    """Write a text file next to its final name, then rename: readers never see a partial file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n")
+    tmp.write_text(text)
     os.replace(tmp, path)
     return path
+
+
+def write_json(payload: dict[str, Any], path: Path) -> Path:
+    """Write JSON atomically (see `write_text`)."""
+    return write_text(json.dumps(payload, indent=2) + "\n", path)
 
 
 def evaluate(
@@ -131,3 +136,64 @@ def evaluate(
     if out is not None:
         print(f"wrote {write_json(report, out)}")
     return report
+
+
+def bedgraph_lines(name: str, log2p_L: np.ndarray) -> Iterator[str]:
+    """bedGraph rows (0-based, half-open) of the scored bases of one record; runs of equal values
+    share a row."""
+    scored_L = np.isfinite(log2p_L)
+    values = np.where(scored_L, log2p_L, 0.0)
+    # a new row starts where scoring starts, stops or the value changes
+    change = np.flatnonzero((np.diff(values) != 0) | (np.diff(scored_L) != 0)) + 1
+    starts = np.concatenate([[0], change])
+    ends = np.concatenate([change, [len(log2p_L)]])
+    for start, end in zip(starts, ends):
+        if scored_L[start]:
+            yield f"{name}\t{start}\t{end}\t{values[start]:.5g}"
+
+
+def score(
+    *,
+    checkpoint: Path,
+    inputs: list[str],
+    out: Path,
+    context: Optional[int] = None,
+    overlap: Optional[int] = None,
+    batch_size: int = 8,
+    device: Optional[str] = None,
+    backend: BackendName = "auto",
+    overwrite: bool = False,
+) -> Path:
+    """Write the per-base log-likelihood (log2 p, in bits) of every record as a bedGraph track.
+
+    Bases are scored as `genoformer evaluate` scores them (tiled, with up to `context` bases of
+    preceding context for causal models, pseudo-likelihood for masked ones); unscored bases (N,
+    and the first base of a record for causal models) have no row. Values are <= 0; lower means
+    less expected by the model.
+
+    Args:
+        checkpoint: A .ckpt file written by `genoformer fit`.
+        inputs: FASTA/GenBank files (plain, .gz, .xz, .bz2) or genome stores (.zarr folders).
+        out: The bedGraph file to write (e.g. track.bedgraph).
+        context: Tokens of context per window; default the context the model was trained at.
+        overlap: Tokens shared by neighbouring windows; default context // 2.
+        batch_size: Windows per forward pass.
+        device: cpu, cuda or cuda:N; default CUDA when available.
+        backend: Attention backend; auto picks the fastest for the device.
+        overwrite: Replace an existing `out`.
+    """
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} exists; pass --overwrite to replace it, or choose another --out.")
+    scorer = Scorer.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
+    records = list(read_sequences(inputs))
+    if not records:
+        raise ValueError(f"no sequences in {inputs}; pass FASTA files or genome stores with at least one record.")
+    log2p = scorer.score_many([r.codes for r in records], context=context, overlap=overlap, batch_size=batch_size)
+    header = f'track type=bedGraph name="{Path(checkpoint).stem}" description="log2 p(base), bits"'
+    lines = [header]
+    for record, values in zip(records, log2p):
+        lines.extend(bedgraph_lines(record.name, values))
+    path = write_text("\n".join(lines) + "\n", out)
+    print(f"wrote {path} ({sum(int(np.isfinite(v).sum()) for v in log2p):,} scored bases in {len(records)} records)")
+    return path

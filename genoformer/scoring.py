@@ -148,8 +148,8 @@ class Scorer:
             result[codes > T] = np.nan  # N (and any special token) is never a scored base
         return results
 
-    def _log_probs(self, tokens_BW: torch.Tensor) -> torch.Tensor:
-        """log2 softmax of the logits, float32 (B, W, V), on the CPU."""
+    def log2_probabilities(self, tokens_BW: torch.Tensor) -> torch.Tensor:
+        """log2 softmax of the model's logits for token ids (B, W): float32 (B, W, V), on the CPU."""
         enabled = self.autocast_dtype is not None
         with torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32, enabled=enabled):
             logits_BWV = self.model(tokens_BW.to(self.device))
@@ -158,7 +158,7 @@ class Scorer:
     def _score_causal(self, tokens_BW: torch.Tensor, batch: list[tuple[int, Tile]], results: list[np.ndarray]) -> None:
         # logits at window offset i predict the token at offset i + 1
         target_BW1 = tokens_BW[:, 1:, None].clamp(max=T)
-        log2p_BW = self._log_probs(tokens_BW)[:, :-1].gather(-1, target_BW1)[..., 0].double().numpy()
+        log2p_BW = self.log2_probabilities(tokens_BW)[:, :-1].gather(-1, target_BW1)[..., 0].double().numpy()
         for (index, tile), log2p_W in zip(batch, log2p_BW):
             lo = max(tile.keep_start, tile.start + 1)
             results[index][lo:tile.keep_end] = log2p_W[lo - tile.start - 1:tile.keep_end - tile.start - 1]
@@ -171,7 +171,7 @@ class Scorer:
         for phase in range(self.mask_period):
             masked_BW = position_BW % self.mask_period == phase
             inputs_BW = torch.where(masked_BW & (tokens_BW <= T), MASK, tokens_BW)
-            log2p = self._log_probs(inputs_BW).gather(-1, target_BW1)[..., 0].double()
+            log2p = self.log2_probabilities(inputs_BW).gather(-1, target_BW1)[..., 0].double()
             log2p_BW = torch.where(masked_BW, log2p, log2p_BW)
         for (index, tile), log2p_W in zip(batch, log2p_BW.numpy()):
             results[index][tile.keep_start:tile.keep_end] = log2p_W[tile.keep_start - tile.start:tile.keep_end - tile.start]

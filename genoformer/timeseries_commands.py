@@ -29,6 +29,7 @@ from genoformer.forecast_eval import (
     zscore_stats,
 )
 from genoformer.forecasting import Forecaster
+import genoformer.timeseries_module  # noqa: F401 - defines TimeSeriesForecaster: `fit --model.help TimeSeriesForecaster` finds it
 from genoformer.kernels.dispatch import Backend
 
 DEFAULT_AR_ORDERS = (8, 32, 128, 360, 512, 720, 1024, 1536, 2048)

@@ -16,7 +16,8 @@ Backends:
     torch       block-sparse in plain PyTorch, memory O(allowed blocks), any device
     sdpa        torch's scaled_dot_product_attention; masks only as a bool tensor
     flash_attn  the optional flash-attn package (CUDA fp16/bf16, no layouts)
-    triton      genoformer.kernels.triton_flash (CUDA, or CPU under TRITON_INTERPRET=1)
+    triton      genoformer.kernels.triton_flash (CUDA, or CPU under TRITON_INTERPRET=1); fp16/bf16,
+                head dims that are multiples of 8 from 16 to 256
     auto        CUDA: triton when it supports the inputs, else sdpa (dense) / torch (layout).
                 Elsewhere: sdpa for dense inputs (with key padding only while its bool mask has
                 at most SDPA_MASK_ELEMENTS elements), torch for block-sparse layouts.

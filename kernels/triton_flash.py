@@ -89,7 +89,8 @@ def unsupported_reason(
         return f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}"
     B, H, Lq, D = q.shape
     if D not in HEAD_DIMS:
-        return f"head dim {D} is not supported by the Triton kernels (supported: {HEAD_DIMS}); pad the head dim"
+        return (f"head dim {D} is not supported by the Triton kernels (they take the multiples of 8 from 16 to 256): "
+                f"choose such a head dim, or use the sdpa or torch backend")
     if k.shape[0] != B or v.shape[0] != B or k.shape[3] != D or v.shape[3] != D:
         return f"k and v must be (B={B}, HKV, Lk, D={D}); got k {tuple(k.shape)}, v {tuple(v.shape)}"
     if k.shape != v.shape:
@@ -128,6 +129,16 @@ def _check(q, k, v, causal, layout, kv_lens) -> None:
 def _dot_f32(q: torch.Tensor) -> bool:
     """Widen bf16 tiles before tl.dot under the interpreter (see ``triton_flash_fwd.mma``)."""
     return INTERPRETED and q.dtype == torch.bfloat16
+
+
+def _align8(head_dim: int, *tensors: torch.Tensor) -> bool:
+    """Whether the kernels may declare row and head offsets multiples of 8 elements (``ALIGN8``).
+
+    Only for D % 16 == 8 (24, 40, ...): Triton specialises integer arguments on divisibility by
+    16, which contiguous tensors of other head dims already have.  Every stride but the head
+    dim's must be a multiple of 8; the launcher's own outputs always are (D % 8 == 0).
+    """
+    return head_dim % 16 == 8 and all(s % 8 == 0 for t in tensors for s in t.stride()[:-1])
 
 
 def _check_last_dim_contiguous(**tensors: torch.Tensor) -> None:
@@ -227,6 +238,8 @@ def flash_fwd(
     lse = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)
     cnt, idx, order, scnt_h, sidx_h, sidx_m, sord_h = _csr_args(kv_counts, kv_indices, q)
     lens = kv_lens if kv_lens is not None else cnt
+    d_tile = configs.tile_dim(D)  # the kernels mask the head-dim padding D..d_tile
+    align8 = _align8(D, q, k, v)
 
     def run(cfg: configs.FwdConfig) -> None:
         tiles = kv_counts.shape[1] * (block_size // cfg.block_m) if sparse else triton.cdiv(Lq, cfg.block_m)
@@ -236,8 +249,8 @@ def flash_fwd(
             v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
             scnt_h, sidx_h, sidx_m, sord_h,
             H, H // HKV, Lq, Lk, scale * LOG2E, block_size if sparse else 1,
-            D=D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal, SPARSE=sparse,
-            HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q),
+            D=D, D_TILE=d_tile, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal, SPARSE=sparse,
+            HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
 
@@ -267,10 +280,12 @@ def flash_bwd(
     dk = torch.empty((B, HKV, Lk, D), dtype=k.dtype, device=q.device)
     dv = torch.empty((B, HKV, Lk, D), dtype=v.dtype, device=q.device)
     delta = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)
-    pre_m = 64 if D <= 128 else 32
+    d_tile = configs.tile_dim(D)  # the kernels mask the head-dim padding D..d_tile
+    align8 = _align8(D, q, k, v, o, do)
+    pre_m = 64 if d_tile <= 128 else 32
     bwd_preprocess_kernel[(B * H, triton.cdiv(Lq, pre_m))](
         o, do, delta, o.stride(0), o.stride(1), o.stride(2), do.stride(0), do.stride(1), do.stride(2),
-        H, Lq, D=D, BLOCK_M=pre_m,
+        H, Lq, D=D, D_TILE=d_tile, BLOCK_M=pre_m, ALIGN8=align8,
     )
     kcnt, kidx, korder, skcnt_h, skidx_h, skidx_m, skord_h = _csr_args(kv_counts, kv_indices, q)
     qcnt, qidx, qorder, sqcnt_h, sqidx_h, sqidx_n, sqord_h = _csr_args(q_counts, q_indices, q)
@@ -289,8 +304,8 @@ def flash_bwd(
             dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
             sqcnt_h, sqidx_h, sqidx_n, sqord_h,
             H, HKV, H // HKV, Lq, Lk, qk_scale, scale, bs,
-            D=D, BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1, CAUSAL=causal, SPARSE=sparse,
-            HAS_KV_LENS=kv_lens is not None, EVEN_Q=even_q, SCAN_=SCAN, DOT_F32=_dot_f32(q),
+            D=D, D_TILE=d_tile, BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1, CAUSAL=causal, SPARSE=sparse,
+            HAS_KV_LENS=kv_lens is not None, EVEN_Q=even_q, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8,
             num_warps=cfg.warps1, num_stages=cfg.stages1,
         )
         query_tiles = kv_counts.shape[1] * (bs // cfg.block_m2) if sparse else triton.cdiv(Lq, cfg.block_m2)
@@ -301,8 +316,8 @@ def flash_bwd(
             dq.stride(0), dq.stride(1), dq.stride(2),
             skcnt_h, skidx_h, skidx_m, skord_h,
             H, H // HKV, Lq, Lk, qk_scale, scale, bs,
-            D=D, BLOCK_M2=cfg.block_m2, BLOCK_N2=cfg.block_n2, CAUSAL=causal, SPARSE=sparse,
-            HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q),
+            D=D, D_TILE=d_tile, BLOCK_M2=cfg.block_m2, BLOCK_N2=cfg.block_n2, CAUSAL=causal, SPARSE=sparse,
+            HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8,
             num_warps=cfg.warps2, num_stages=cfg.stages2,
         )
 
@@ -382,7 +397,8 @@ def triton_attention(
 ) -> torch.Tensor:
     """FlashAttention in Triton (forward and backward), dense, causal or block-sparse.
 
-    q: (B, H, Lq, D), k and v: (B, HKV, Lk, D), fp16 or bf16, D in {16, 32, 64, 128, 256},
+    q: (B, H, Lq, D), k and v: (B, HKV, Lk, D), fp16 or bf16, D a multiple of 8 from 16 to 256
+    (a D that is not a power of two runs in tiles of the next power of two, the padding masked),
     H % HKV == 0.  Tensors whose head dim is strided are copied to contiguous; other strides
     (for example a (B, L, H, D) buffer viewed as (B, H, L, D)) are read in place.
     layout: a BlockLayout over (Lq, Lk); only its listed blocks are visited.  causal: j <= i

@@ -9,7 +9,9 @@ Three launches, in reading order:
   3. ``bwd_dq_kernel``: one program per (batch, query head, query tile); dQ in registers while it
      walks the same key tiles as the forward (``row_tile_range``).
 
-Legend, base-2 scores and the lse convention: see ``triton_flash_fwd.py``.
+Legend (D head dim, D_TILE the tiles' padded width), base-2 scores and the lse convention: see
+``triton_flash_fwd.py``.  The padding columns d >= D of q, k, v, dO read 0, so the matmuls over the
+head dim see zeros there and dQ, dK, dV come out 0 in those columns, which the stores skip.
 With p = exp2(s2 - lse) (the softmax) and dS = p * (dP - delta), dP = dO . V^T:
   dV = P^T dO,   dK = scale * dS^T Q,   dQ = scale * dS K.
 """
@@ -19,25 +21,33 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from genoformer.kernels.triton_flash_fwd import mma, row_tile_range, tile_start
+from genoformer.kernels.triton_flash_fwd import (
+    head_ptr,
+    load_tile,
+    mma,
+    row_tile_range,
+    store_tile,
+    tile_ptrs,
+    tile_start,
+)
 
 
 @triton.jit
 def bwd_preprocess_kernel(
     O, DO, DELTA, so_b, so_h, so_l, sdo_b, sdo_h, sdo_l, H, Lq,
-    D: tl.constexpr, BLOCK_M: tl.constexpr,
+    D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M: tl.constexpr, ALIGN8: tl.constexpr,
 ):
     # grid: (B * H, cdiv(Lq, BLOCK_M))
     bh = tl.program_id(0)
     b = bh // H
     h = bh % H
     offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, D)
+    offs_d = tl.arange(0, D_TILE)
     row_ok = offs_m < Lq
-    o = tl.load(O + b.to(tl.int64) * so_b + h.to(tl.int64) * so_h + offs_m[:, None] * so_l + offs_d[None, :],
-                mask=row_ok[:, None], other=0.0)
-    do = tl.load(DO + b.to(tl.int64) * sdo_b + h.to(tl.int64) * sdo_h + offs_m[:, None] * sdo_l + offs_d[None, :],
-                 mask=row_ok[:, None], other=0.0)
+    o = load_tile(tile_ptrs(head_ptr(O, b, so_b, h, so_h, ALIGN8), offs_m, so_l, offs_d, ALIGN8),
+                  row_ok, offs_d, D, D_TILE, True)
+    do = load_tile(tile_ptrs(head_ptr(DO, b, sdo_b, h, sdo_h, ALIGN8), offs_m, sdo_l, offs_d, ALIGN8),
+                   row_ok, offs_d, D, D_TILE, True)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
     tl.store(DELTA + bh.to(tl.int64) * Lq + offs_m, delta, mask=row_ok)
 
@@ -46,22 +56,21 @@ def bwd_preprocess_kernel(
 def _dkdv_steps(
     dk, dv, k, v, q_base, do_base, lse_base, delta_base, sq_l, sdo_l,
     idx_ptr, bs, TPB, t_lo, t_hi, offs_n, kv_end, Lq, qk_scale,
-    BLOCK_M1: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr, SPARSE: tl.constexpr,
-    MASK: tl.constexpr, EVEN_Q: tl.constexpr, DOT_F32: tl.constexpr,
+    BLOCK_M1: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr, CAUSAL: tl.constexpr,
+    SPARSE: tl.constexpr, MASK: tl.constexpr, EVEN_Q: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
 ):
-    """Accumulate dK, dV (BLOCK_N1, D) over query tiles t_lo..t_hi (transposed: keys are rows)."""
-    offs_d = tl.arange(0, D)
+    """Accumulate dK, dV (BLOCK_N1, D_TILE) over query tiles t_lo..t_hi (transposed: keys are rows)."""
+    offs_d = tl.arange(0, D_TILE)
     for t in range(t_lo, t_hi):
         start_m = tile_start(t, idx_ptr, bs, TPB, BLOCK_M1, SPARSE)
         offs_m = start_m + tl.arange(0, BLOCK_M1)
-        q_ptrs = q_base + offs_m[:, None] * sq_l + offs_d[None, :]  # (BLOCK_M1, D)
-        do_ptrs = do_base + offs_m[:, None] * sdo_l + offs_d[None, :]
+        q_ptrs = tile_ptrs(q_base, offs_m, sq_l, offs_d, ALIGN8)  # (BLOCK_M1, D_TILE)
+        do_ptrs = tile_ptrs(do_base, offs_m, sdo_l, offs_d, ALIGN8)
+        # rows past Lq (unless EVEN_Q): q = 0 and lse = +inf make their p exactly 0
+        q = load_tile(q_ptrs, offs_m < Lq, offs_d, D, D_TILE, not EVEN_Q)
         if EVEN_Q:
-            q = tl.load(q_ptrs)
             lse = tl.load(lse_base + offs_m)
         else:
-            # rows past Lq: q = 0 and lse = +inf make their p exactly 0
-            q = tl.load(q_ptrs, mask=offs_m[:, None] < Lq, other=0.0)
             lse = tl.load(lse_base + offs_m, mask=offs_m < Lq, other=float("inf"))
         s2T = mma(k, tl.trans(q), None, DOT_F32)  # (BLOCK_N1, BLOCK_M1)
         pT = tl.math.exp2(s2T * qk_scale - lse[None, :])
@@ -70,11 +79,10 @@ def _dkdv_steps(
             if CAUSAL:
                 keep = keep & (offs_m[None, :] >= offs_n[:, None])
             pT = tl.where(keep, pT, 0.0)
+        do = load_tile(do_ptrs, offs_m < Lq, offs_d, D, D_TILE, not EVEN_Q)
         if EVEN_Q:
-            do = tl.load(do_ptrs)
             delta = tl.load(delta_base + offs_m)
         else:
-            do = tl.load(do_ptrs, mask=offs_m[:, None] < Lq, other=0.0)
             delta = tl.load(delta_base + offs_m, mask=offs_m < Lq, other=0.0)
         dv = mma(pT.to(do.dtype), do, dv, DOT_F32)
         dpT = mma(v, tl.trans(do), None, DOT_F32)  # (BLOCK_N1, BLOCK_M1)
@@ -90,9 +98,9 @@ def bwd_dkdv_kernel(
     sdk_b, sdk_h, sdk_l, sdv_b, sdv_h, sdv_l,
     scnt_h, sidx_h, sidx_n, sord_h,
     H, HKV, GROUP, Lq, Lk, qk_scale, sm_scale, bs,
-    D: tl.constexpr, BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
+    D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
     CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, EVEN_Q: tl.constexpr,
-    SCAN_: tl.constexpr, DOT_F32: tl.constexpr,
+    SCAN_: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
 ):
     # grid: (B * HKV, key tiles), the longest columns launched first: dense causal, key tile 0;
     # sparse, the layout columns in ORDER (by descending count, taken from the group's first
@@ -112,21 +120,21 @@ def bwd_dkdv_kernel(
     key_partial = start_n + BLOCK_N1 > kv_end  # the key-padding edge or the ragged tail
 
     offs_n = start_n + tl.arange(0, BLOCK_N1)
-    offs_d = tl.arange(0, D)
-    k_row_ok = offs_n[:, None] < Lk
-    # k and v stay in registers: (BLOCK_N1, D)
-    k = tl.load(K + b.to(tl.int64) * sk_b + hk.to(tl.int64) * sk_h + offs_n[:, None] * sk_l + offs_d[None, :],
-                mask=k_row_ok, other=0.0)
-    v = tl.load(V + b.to(tl.int64) * sv_b + hk.to(tl.int64) * sv_h + offs_n[:, None] * sv_l + offs_d[None, :],
-                mask=k_row_ok, other=0.0)
-    dk = tl.zeros([BLOCK_N1, D], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N1, D], dtype=tl.float32)
+    offs_d = tl.arange(0, D_TILE)
+    k_row_ok = offs_n < Lk
+    # k and v stay in registers: (BLOCK_N1, D_TILE)
+    k = load_tile(tile_ptrs(head_ptr(K, b, sk_b, hk, sk_h, ALIGN8), offs_n, sk_l, offs_d, ALIGN8),
+                  k_row_ok, offs_d, D, D_TILE, True)
+    v = load_tile(tile_ptrs(head_ptr(V, b, sv_b, hk, sv_h, ALIGN8), offs_n, sv_l, offs_d, ALIGN8),
+                  k_row_ok, offs_d, D, D_TILE, True)
+    dk = tl.zeros([BLOCK_N1, D_TILE], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N1, D_TILE], dtype=tl.float32)
 
     for g in range(GROUP):
         h = hk * GROUP + g
         bh = b * H + h
-        q_base = Q + b.to(tl.int64) * sq_b + h.to(tl.int64) * sq_h
-        do_base = DO + b.to(tl.int64) * sdo_b + h.to(tl.int64) * sdo_h
+        q_base = head_ptr(Q, b, sq_b, h, sq_h, ALIGN8)
+        do_base = head_ptr(DO, b, sdo_b, h, sdo_h, ALIGN8)
         lse_base = LSE + bh.to(tl.int64) * Lq
         delta_base = DELTA + bh.to(tl.int64) * Lq
         # query tiles [t_lo, t_mid) hold the causal diagonal (masked), [t_mid, t_end) need no mask
@@ -167,38 +175,34 @@ def bwd_dkdv_kernel(
             t_mid = t_end
         dk, dv = _dkdv_steps(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sq_l, sdo_l,
                              idx_ptr, bs, TPB, t_lo, t_mid, offs_n, kv_end, Lq, qk_scale,
-                             BLOCK_M1, D, CAUSAL, SPARSE, True, EVEN_Q, DOT_F32)
+                             BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, True, EVEN_Q, DOT_F32, ALIGN8)
         dk, dv = _dkdv_steps(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sq_l, sdo_l,
                              idx_ptr, bs, TPB, t_mid, t_end, offs_n, kv_end, Lq, qk_scale,
-                             BLOCK_M1, D, CAUSAL, SPARSE, False, EVEN_Q, DOT_F32)
+                             BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, False, EVEN_Q, DOT_F32, ALIGN8)
 
     dk = dk * sm_scale
-    tl.store(DK + b.to(tl.int64) * sdk_b + hk.to(tl.int64) * sdk_h + offs_n[:, None] * sdk_l + offs_d[None, :],
-             dk.to(DK.dtype.element_ty), mask=k_row_ok)
-    tl.store(DV + b.to(tl.int64) * sdv_b + hk.to(tl.int64) * sdv_h + offs_n[:, None] * sdv_l + offs_d[None, :],
-             dv.to(DV.dtype.element_ty), mask=k_row_ok)
+    store_tile(tile_ptrs(head_ptr(DK, b, sdk_b, hk, sdk_h, ALIGN8), offs_n, sdk_l, offs_d, ALIGN8),
+               dk.to(DK.dtype.element_ty), k_row_ok, offs_d, D, D_TILE)
+    store_tile(tile_ptrs(head_ptr(DV, b, sdv_b, hk, sdv_h, ALIGN8), offs_n, sdv_l, offs_d, ALIGN8),
+               dv.to(DV.dtype.element_ty), k_row_ok, offs_d, D, D_TILE)
 
 
 @triton.jit
 def _dq_steps(
     dq, q, do, lse, delta, k_base, v_base, sk_l, sv_l,
     idx_ptr, bs, TPB, t_lo, t_hi, offs_m, kv_end, qk_scale,
-    BLOCK_N2: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr, SPARSE: tl.constexpr,
-    MASK: tl.constexpr, DOT_F32: tl.constexpr,
+    BLOCK_N2: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr, CAUSAL: tl.constexpr,
+    SPARSE: tl.constexpr, MASK: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
 ):
-    """Accumulate dQ (BLOCK_M2, D) over key tiles t_lo..t_hi."""
-    offs_d = tl.arange(0, D)
+    """Accumulate dQ (BLOCK_M2, D_TILE) over key tiles t_lo..t_hi."""
+    offs_d = tl.arange(0, D_TILE)
     for t in range(t_lo, t_hi):
         start_n = tile_start(t, idx_ptr, bs, TPB, BLOCK_N2, SPARSE)
         offs_n = start_n + tl.arange(0, BLOCK_N2)
-        k_ptrs = k_base + offs_n[:, None] * sk_l + offs_d[None, :]  # (BLOCK_N2, D)
-        v_ptrs = v_base + offs_n[:, None] * sv_l + offs_d[None, :]
-        if MASK:
-            k = tl.load(k_ptrs, mask=offs_n[:, None] < kv_end, other=0.0)
-            v = tl.load(v_ptrs, mask=offs_n[:, None] < kv_end, other=0.0)
-        else:
-            k = tl.load(k_ptrs)
-            v = tl.load(v_ptrs)
+        k_ptrs = tile_ptrs(k_base, offs_n, sk_l, offs_d, ALIGN8)  # (BLOCK_N2, D_TILE)
+        v_ptrs = tile_ptrs(v_base, offs_n, sv_l, offs_d, ALIGN8)
+        k = load_tile(k_ptrs, offs_n < kv_end, offs_d, D, D_TILE, MASK)
+        v = load_tile(v_ptrs, offs_n < kv_end, offs_d, D, D_TILE, MASK)
         s2 = mma(q, tl.trans(k), None, DOT_F32)  # (BLOCK_M2, BLOCK_N2)
         p = tl.math.exp2(s2 * qk_scale - lse[:, None])
         if MASK:
@@ -218,9 +222,9 @@ def bwd_dq_kernel(
     sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, sdo_b, sdo_h, sdo_l, sdq_b, sdq_h, sdq_l,
     scnt_h, sidx_h, sidx_m, sord_h,
     H, GROUP, Lq, Lk, qk_scale, sm_scale, bs,
-    D: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
+    D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
     CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, SCAN_: tl.constexpr,
-    DOT_F32: tl.constexpr,
+    DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
 ):
     # grid: (B * H, query tiles), the longest rows launched first (as in the forward)
     bh = tl.program_id(0)
@@ -238,17 +242,17 @@ def bwd_dq_kernel(
         kv_end = tl.minimum(tl.maximum(tl.load(KV_LENS + b).to(tl.int32), 0), Lk)
 
     offs_m = start_m + tl.arange(0, BLOCK_M2)
-    offs_d = tl.arange(0, D)
+    offs_d = tl.arange(0, D_TILE)
     row_ok = offs_m < Lq
     # q, dO, lse, delta stay in registers for the whole program
-    q = tl.load(Q + b.to(tl.int64) * sq_b + h.to(tl.int64) * sq_h + offs_m[:, None] * sq_l + offs_d[None, :],
-                mask=row_ok[:, None], other=0.0)
-    do = tl.load(DO + b.to(tl.int64) * sdo_b + h.to(tl.int64) * sdo_h + offs_m[:, None] * sdo_l + offs_d[None, :],
-                 mask=row_ok[:, None], other=0.0)
+    q = load_tile(tile_ptrs(head_ptr(Q, b, sq_b, h, sq_h, ALIGN8), offs_m, sq_l, offs_d, ALIGN8),
+                  row_ok, offs_d, D, D_TILE, True)
+    do = load_tile(tile_ptrs(head_ptr(DO, b, sdo_b, h, sdo_h, ALIGN8), offs_m, sdo_l, offs_d, ALIGN8),
+                   row_ok, offs_d, D, D_TILE, True)
     lse = tl.load(LSE + bh.to(tl.int64) * Lq + offs_m, mask=row_ok, other=float("inf"))
     delta = tl.load(DELTA + bh.to(tl.int64) * Lq + offs_m, mask=row_ok, other=0.0)
-    k_base = K + b.to(tl.int64) * sk_b + hk.to(tl.int64) * sk_h
-    v_base = V + b.to(tl.int64) * sv_b + hk.to(tl.int64) * sv_h
+    k_base = head_ptr(K, b, sk_b, hk, sk_h, ALIGN8)
+    v_base = head_ptr(V, b, sv_b, hk, sv_h, ALIGN8)
 
     count = 0
     idx_ptr = IDX
@@ -260,11 +264,11 @@ def bwd_dq_kernel(
         TPB = bs // BLOCK_N2
     t_full, t_end = row_tile_range(start_m, kv_end, count, idx_ptr, bs, TPB,
                                    BLOCK_M2, BLOCK_N2, CAUSAL, SPARSE, SCAN_)
-    dq = tl.zeros([BLOCK_M2, D], dtype=tl.float32)
+    dq = tl.zeros([BLOCK_M2, D_TILE], dtype=tl.float32)
     dq = _dq_steps(dq, q, do, lse, delta, k_base, v_base, sk_l, sv_l, idx_ptr, bs, TPB, 0, t_full,
-                   offs_m, kv_end, qk_scale, BLOCK_N2, D, CAUSAL, SPARSE, False, DOT_F32)
+                   offs_m, kv_end, qk_scale, BLOCK_N2, D, D_TILE, CAUSAL, SPARSE, False, DOT_F32, ALIGN8)
     dq = _dq_steps(dq, q, do, lse, delta, k_base, v_base, sk_l, sv_l, idx_ptr, bs, TPB, t_full, t_end,
-                   offs_m, kv_end, qk_scale, BLOCK_N2, D, CAUSAL, SPARSE, True, DOT_F32)
+                   offs_m, kv_end, qk_scale, BLOCK_N2, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8)
     dq = dq * sm_scale
-    tl.store(DQ + b.to(tl.int64) * sdq_b + h.to(tl.int64) * sdq_h + offs_m[:, None] * sdq_l + offs_d[None, :],
-             dq.to(DQ.dtype.element_ty), mask=row_ok[:, None])
+    store_tile(tile_ptrs(head_ptr(DQ, b, sdq_b, h, sdq_h, ALIGN8), offs_m, sdq_l, offs_d, ALIGN8),
+               dq.to(DQ.dtype.element_ty), row_ok, offs_d, D, D_TILE)

@@ -1,4 +1,11 @@
-"""Launch configurations for the Triton FlashAttention kernels, per GPU generation and head dim.
+"""Launch configurations for the Triton FlashAttention kernels, per GPU generation and tile width.
+
+The kernels take every head dim that is a multiple of 8 from 16 to 256 (``HEAD_DIMS``).  Their
+tiles are ``tile_dim(D)`` wide in the head dim, the next power of two (``TILE_DIMS``): Triton's
+block shapes are powers of two, so a head dim of 96 runs in 128-wide tiles whose last 32 columns
+the loads fill with zeros and the stores skip (masks on the head dim, nothing copied).  The tables
+below are keyed by that tile width: a padded head dim uses the configurations of its tile, whose
+registers and shared memory it needs (see benchmarks/KERNEL_NOTES.md for the costs).
 
 Every configuration listed here can be chosen at run time, so every one must compile for its
 generation within that generation's shared-memory limit; ``tests/kernels/test_triton_compile.py``
@@ -53,9 +60,19 @@ HOPPER = Generation("sm_90", 90, 232448)  # H100 / H200: 227 KB per block
 AMPERE = Generation("sm_80", 80, 166912)  # A100: 163 KB per block
 SMALL_SMEM = Generation("sm_86+", 86, 101376)  # sm_86/89/120 consumer parts: 99 KB per block
 
-HEAD_DIMS = (16, 32, 64, 128, 256)
+TILE_DIMS = (16, 32, 64, 128, 256)
+HEAD_DIMS = tuple(range(16, 257, 8))
+"""Head dims the kernels take: the multiples of 8 from 16 to 256."""
 
-# (generation name, head dim) -> candidates, default first.  sm_90 rows for head dims 64 and 128
+
+def tile_dim(head_dim: int) -> int:
+    """The width of the kernels' tiles in the head dim: the smallest of TILE_DIMS >= head_dim."""
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"head dim {head_dim} is not a multiple of 8 from 16 to 256")
+    return next(t for t in TILE_DIMS if t >= head_dim)
+
+
+# (generation name, tile width) -> candidates, default first.  sm_90 rows for head dims 64 and 128
 # come from the H200 timings in benchmarks/KERNEL_NOTES.md (L=16k, bf16, causal); the others are
 # scaled from them (fewer stages or smaller tiles where shared memory or registers run short).
 _FWD: dict[tuple[str, int], tuple[FwdConfig, ...]] = {
@@ -113,11 +130,13 @@ def generation_for(capability: tuple[int, int]) -> Generation:
 
 
 def fwd_candidates(generation: Generation, head_dim: int) -> tuple[FwdConfig, ...]:
-    return _FWD[(generation.name, head_dim)]
+    """Forward candidates for a head dim (those of its tile width), the default first."""
+    return _FWD[(generation.name, tile_dim(head_dim))]
 
 
 def bwd_candidates(generation: Generation, head_dim: int) -> tuple[BwdConfig, ...]:
-    return _BWD[(generation.name, head_dim)]
+    """Backward candidates for a head dim (those of its tile width), the default first."""
+    return _BWD[(generation.name, tile_dim(head_dim))]
 
 
 def _largest_dividing(tile: int, block_size: int) -> int:
@@ -151,10 +170,10 @@ def fit_bwd(config: BwdConfig, block_size: int | None) -> BwdConfig:
 
 
 def all_configs() -> list[tuple[Generation, int, FwdConfig | BwdConfig]]:
-    """Every (generation, head dim, configuration) that the launcher can pick."""
+    """Every (generation, tile width, configuration) that the launcher can pick."""
     out: list[tuple[Generation, int, FwdConfig | BwdConfig]] = []
     for gen in GENERATIONS:
-        for d in HEAD_DIMS:
+        for d in TILE_DIMS:
             out.extend((gen, d, c) for c in fwd_candidates(gen, d))
             out.extend((gen, d, c) for c in bwd_candidates(gen, d))
     return out

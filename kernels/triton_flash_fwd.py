@@ -1,16 +1,23 @@
 """Triton FlashAttention forward kernel (online softmax; the log-sum-exp is kept for the backward).
 
-Reading order: tile iteration helpers, the inner loop, the kernel.  The launcher, the autograd
-function and the public entry point live in ``triton_flash.py``; the backward kernels in
-``triton_flash_bwd.py``.
+Reading order: tile addressing, load and store helpers, tile iteration helpers, the inner loop,
+the kernel.  The launcher, the autograd function and the public entry point live in
+``triton_flash.py``; the backward kernels in ``triton_flash_bwd.py``.
 
 Legend (also used in the backward file):
   B batch, H query heads, HKV key/value heads, GROUP = H // HKV (GQA),
-  Lq / Lk query / key lengths, D head dim.
+  Lq / Lk query / key lengths, D head dim (a multiple of 8 from 16 to 256),
+  D_TILE the tiles' width in the head dim: the next power of two >= D (Triton's block shapes are
+  powers of two).  Columns D..D_TILE of a tile are padding: loads fill them with 0, stores skip
+  them, so q . k and p . v see zeros there and nothing beyond D is ever read or written.
   q, o, do, dq: (B, H, Lq, D)      k, v, dk, dv: (B, HKV, Lk, D)     lse, delta: (B, H, Lq) fp32
   A "tile" is the kernel's unit (BLOCK_M query rows x BLOCK_N key rows); a "layout block" is
   the BlockLayout's unit (bs x bs tokens), a multiple of every tile size used with it, so a tile
   never straddles two layout blocks and a layout block holds TPB = bs // BLOCK_N key tiles.
+  ALIGN8: the launcher found every stride of q, k, v (but the head dim's) a multiple of 8 elements
+  and D % 16 == 8.  Row and head offsets are then declared multiples of 8 (16 bytes): Triton
+  specialises integer arguments on divisibility by 16 only, and without the hint a row stride of,
+  say, 40 would turn every tile load into scalar loads without cp.async pipelining.
 
 Scores are kept in base 2: s2 = (q . k) * scale * log2(e), p = exp2(s2 - m).  lse is stored in the
 same base-2 units (internal to this module).  A query row with no allowed key ends with l == 0:
@@ -43,6 +50,50 @@ def mma(a, b, acc, DOT_F32: tl.constexpr):
     else:
         out = tl.dot(a, b, acc)
     return out
+
+
+@triton.jit
+def head_ptr(ptr, b, stride_b, h, stride_h, ALIGN8: tl.constexpr):
+    """ptr + b * stride_b + h * stride_h (int64): the start of one (batch, head) slice."""
+    offset = b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h
+    if ALIGN8:
+        offset = tl.multiple_of(offset, 8)
+    return ptr + offset
+
+
+@triton.jit
+def tile_ptrs(base, offs, stride, offs_d, ALIGN8: tl.constexpr):
+    """Pointers of the (rows, D_TILE) tile base + offs[:, None] * stride + offs_d[None, :]."""
+    rows = offs[:, None] * stride
+    if ALIGN8:
+        rows = tl.multiple_of(rows, [8, 1])
+    return base + rows + offs_d[None, :]
+
+
+@triton.jit
+def load_tile(ptrs, rows_ok, offs_d, D: tl.constexpr, D_TILE: tl.constexpr, MASK_ROWS: tl.constexpr):
+    """A (rows, D_TILE) tile of q, k, v, o or dO: rows where rows_ok is False (when MASK_ROWS) and
+    the head-dim padding d >= D read 0.  A power-of-two head dim has no padding and no column mask."""
+    if MASK_ROWS:
+        if D < D_TILE:
+            tile = tl.load(ptrs, mask=rows_ok[:, None] & (offs_d[None, :] < D), other=0.0)
+        else:
+            tile = tl.load(ptrs, mask=rows_ok[:, None], other=0.0)
+    else:
+        if D < D_TILE:
+            tile = tl.load(ptrs, mask=offs_d[None, :] < D, other=0.0)
+        else:
+            tile = tl.load(ptrs)
+    return tile
+
+
+@triton.jit
+def store_tile(ptrs, value, rows_ok, offs_d, D: tl.constexpr, D_TILE: tl.constexpr):
+    """Store a (rows, D_TILE) tile where rows_ok, skipping the head-dim padding d >= D."""
+    if D < D_TILE:
+        tl.store(ptrs, value, mask=rows_ok[:, None] & (offs_d[None, :] < D))
+    else:
+        tl.store(ptrs, value, mask=rows_ok[:, None])
 
 
 @triton.jit
@@ -100,20 +151,17 @@ def row_tile_range(
 def _fwd_steps(
     acc, l_i, m_i, q, k_base, v_base, sk_l, sv_l,
     idx_ptr, bs, TPB, t_lo, t_hi, offs_m, kv_end, qk_scale,
-    BLOCK_N: tl.constexpr, D: tl.constexpr, CAUSAL: tl.constexpr, SPARSE: tl.constexpr,
-    MASK: tl.constexpr, DOT_F32: tl.constexpr,
+    BLOCK_N: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr, CAUSAL: tl.constexpr,
+    SPARSE: tl.constexpr, MASK: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
 ):
     """Online-softmax update over key tiles t_lo..t_hi; MASK=False is the unmasked fast path."""
-    offs_d = tl.arange(0, D)
+    offs_d = tl.arange(0, D_TILE)
     for t in range(t_lo, t_hi):
         start_n = tile_start(t, idx_ptr, bs, TPB, BLOCK_N, SPARSE)
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k_ptrs = k_base + offs_n[:, None] * sk_l + offs_d[None, :]  # (BLOCK_N, D)
-        v_ptrs = v_base + offs_n[:, None] * sv_l + offs_d[None, :]
-        if MASK:
-            k = tl.load(k_ptrs, mask=offs_n[:, None] < kv_end, other=0.0)
-        else:
-            k = tl.load(k_ptrs)
+        k_ptrs = tile_ptrs(k_base, offs_n, sk_l, offs_d, ALIGN8)  # (BLOCK_N, D_TILE)
+        v_ptrs = tile_ptrs(v_base, offs_n, sv_l, offs_d, ALIGN8)
+        k = load_tile(k_ptrs, offs_n < kv_end, offs_d, D, D_TILE, MASK)
         s = mma(q, tl.trans(k), None, DOT_F32)  # (BLOCK_M, BLOCK_N) fp32, unscaled q . k
         if MASK:
             keep = offs_n[None, :] < kv_end
@@ -130,10 +178,7 @@ def _fwd_steps(
         alpha = tl.math.exp2(m_i - m_sub)  # rescales what was accumulated with the old max
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        if MASK:
-            v = tl.load(v_ptrs, mask=offs_n[:, None] < kv_end, other=0.0)
-        else:
-            v = tl.load(v_ptrs)
+        v = load_tile(v_ptrs, offs_n < kv_end, offs_d, D, D_TILE, MASK)
         acc = mma(p.to(v.dtype), v, acc, DOT_F32)
         m_i = m_new
     return acc, l_i, m_i
@@ -145,9 +190,9 @@ def attn_fwd_kernel(
     sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, so_b, so_h, so_l,
     scnt_h, sidx_h, sidx_m, sord_h,
     H, GROUP, Lq, Lk, qk_scale, bs,
-    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, SCAN_: tl.constexpr,
-    DOT_F32: tl.constexpr,
+    DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
 ):
     # grid: (B * H, query tiles), the longest rows launched first: dense, the last tiles (the
     # longest causal rows); sparse, the layout rows in ORDER (by descending count), each as
@@ -167,12 +212,13 @@ def attn_fwd_kernel(
         kv_end = tl.minimum(tl.maximum(tl.load(KV_LENS + b).to(tl.int32), 0), Lk)
 
     offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, D)
-    q_base = Q + b.to(tl.int64) * sq_b + h.to(tl.int64) * sq_h
-    k_base = K + b.to(tl.int64) * sk_b + hk.to(tl.int64) * sk_h
-    v_base = V + b.to(tl.int64) * sv_b + hk.to(tl.int64) * sv_h
-    # q stays in registers for the whole program: (BLOCK_M, D)
-    q = tl.load(q_base + offs_m[:, None] * sq_l + offs_d[None, :], mask=offs_m[:, None] < Lq, other=0.0)
+    offs_d = tl.arange(0, D_TILE)
+    row_ok = offs_m < Lq
+    q_base = head_ptr(Q, b, sq_b, h, sq_h, ALIGN8)
+    k_base = head_ptr(K, b, sk_b, hk, sk_h, ALIGN8)
+    v_base = head_ptr(V, b, sv_b, hk, sv_h, ALIGN8)
+    # q stays in registers for the whole program: (BLOCK_M, D_TILE)
+    q = load_tile(tile_ptrs(q_base, offs_m, sq_l, offs_d, ALIGN8), row_ok, offs_d, D, D_TILE, True)
 
     count = 0
     idx_ptr = IDX
@@ -187,19 +233,18 @@ def attn_fwd_kernel(
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running max of s2
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum of exp2(s2 - m)
-    acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, D_TILE], dtype=tl.float32)
     acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_base, v_base, sk_l, sv_l, idx_ptr, bs, TPB,
                                0, t_full, offs_m, kv_end, qk_scale,
-                               BLOCK_N, D, CAUSAL, SPARSE, False, DOT_F32)
+                               BLOCK_N, D, D_TILE, CAUSAL, SPARSE, False, DOT_F32, ALIGN8)
     acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_base, v_base, sk_l, sv_l, idx_ptr, bs, TPB,
                                t_full, t_end, offs_m, kv_end, qk_scale,
-                               BLOCK_N, D, CAUSAL, SPARSE, True, DOT_F32)
+                               BLOCK_N, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8)
 
     empty = l_i == 0.0  # rows with no allowed key: output 0, lse +inf
     l_safe = tl.where(empty, 1.0, l_i)
     o = acc / l_safe[:, None]
     lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
-    o_base = O + b.to(tl.int64) * so_b + h.to(tl.int64) * so_h
-    row_ok = offs_m < Lq
-    tl.store(o_base + offs_m[:, None] * so_l + offs_d[None, :], o.to(O.dtype.element_ty), mask=row_ok[:, None])
+    o_ptrs = tile_ptrs(head_ptr(O, b, so_b, h, so_h, ALIGN8), offs_m, so_l, offs_d, ALIGN8)
+    store_tile(o_ptrs, o.to(O.dtype.element_ty), row_ok, offs_d, D, D_TILE)
     tl.store(LSE + bh.to(tl.int64) * Lq + offs_m, lse, mask=row_ok)

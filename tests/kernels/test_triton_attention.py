@@ -10,6 +10,9 @@ anything imports Triton's kernels (the variable is read when ``@triton.jit`` run
 ``genoformer.kernels.triton_flash`` is first imported).  If an earlier test module imported it
 without the variable, these tests skip saying so; run them alone then (``pytest tests/kernels``).
 The CPU subset uses tiny shapes (the interpreter is slow); ``@pytest.mark.gpu`` holds the full sweep.
+Head dims that are not powers of two (24 ... 192) run in padded tiles: ``PADDED_CPU_CASES`` and
+``test_gpu_sweep_padded_head_dims`` hold them, and ``test_head_dim_padding_is_never_read`` checks
+that the padding columns of the tiles never reach memory.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ if not torch.cuda.is_available():
 
 pytest.importorskip("triton", reason="triton is not installed: pip install triton")
 
+from genoformer.kernels import dispatch  # noqa: E402
 from genoformer.kernels.layout import BlockLayout  # noqa: E402
 from genoformer.kernels.triton_flash import (  # noqa: E402
+    HEAD_DIMS,
     INTERPRETED,
     flash_fwd,
     triton_attention,
@@ -104,11 +109,74 @@ CPU_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CPU_CASES))
+# Head dims that are not powers of two: padded tiles (24 -> 32, 40 and 48 -> 64, 80 .. 112 -> 128,
+# 160 and 192 -> 256), each with a different mix of the awkward cases above
+PADDED_CPU_CASES = {
+    "d24_causal_gqa_odd": (1, 4, 2, 75, 75, 24, torch.float16, lambda: {"causal": True}),
+    "d40_cross_padding": (2, 2, 1, 60, 90, 40, torch.bfloat16,
+                          lambda: {"kv_lens": torch.tensor([90, 33], device=DEVICE)}),
+    "d48_window_causal_ragged": (1, 2, 1, 100, 100, 48, torch.float16,
+                                 lambda: {"causal": True, "layout": BlockLayout.sliding_window(100, 32, block_size=32)}),
+    "d80_dense_odd": (1, 2, 2, 97, 97, 80, torch.bfloat16, lambda: {}),
+    "d96_per_head_random_padding": (1, 2, 1, 96, 96, 96, torch.bfloat16,
+                                    lambda: {"layout": BlockLayout.random_blocks(96, 2, 32, seed=4, num_heads=2),
+                                             "kv_lens": torch.tensor([61], device=DEVICE)}),
+    "d112_empty_rows": (1, 2, 1, 80, 80, 112, torch.float16,
+                        lambda: {"layout": _layout_with_empty_rows(80, 16, 2, 6), "causal": True}),
+    "d160_causal_odd": (1, 2, 1, 70, 70, 160, torch.bfloat16, lambda: {"causal": True}),
+    "d192_dense_gqa": (1, 2, 1, 50, 50, 192, torch.float16, lambda: {}),
+}
+
+
+ALL_CPU_CASES = {**CPU_CASES, **PADDED_CPU_CASES}
+
+
+@pytest.mark.parametrize("case", list(ALL_CPU_CASES))
 def test_matches_reference(attn, case):
-    B, Hq, Hkv, L, S, D, dtype, kwargs = CPU_CASES[case]
-    q, k, v, dout = _inputs(B, Hq, Hkv, L, S, D, dtype, seed=list(CPU_CASES).index(case))
+    B, Hq, Hkv, L, S, D, dtype, kwargs = ALL_CPU_CASES[case]
+    q, k, v, dout = _inputs(B, Hq, Hkv, L, S, D, dtype, seed=list(ALL_CPU_CASES).index(case))
     _assert_close_to_reference(attn, q, k, v, dout, dtype, **kwargs())
+
+
+def test_head_dim_padding_is_never_read(attn):
+    """q, k, v, dO as views of buffers whose columns past D hold NaN: the masked loads never read
+    them (the result equals that of contiguous copies) and the gradients come out NaN-free."""
+    D, width = 40, 64  # a 40-wide head runs in 64-wide tiles: the views' next 24 columns are NaN
+    q, k, v, dout = (t.to(torch.float16) for t in _inputs(1, 2, 1, 70, 70, D, torch.float16, seed=5))
+    views = []
+    for t in (q, k, v, dout):
+        buffer = torch.full((*t.shape[:-1], width), float("nan"), dtype=t.dtype, device=DEVICE)
+        buffer[..., :D] = t
+        views.append(buffer[..., :D])
+    assert views[0].stride(2) == width and not views[0].is_contiguous()
+    got = attn.run_with_grads(triton_attention, *views, causal=True)
+    expected = attn.run_with_grads(triton_attention, q, k, v, dout, causal=True)
+    for name, value in got.tensors().items():
+        assert value.shape[-1] == D and value.is_contiguous(), name
+        torch.testing.assert_close(value, expected.tensors()[name], atol=0, rtol=0, msg=name)
+
+
+def test_align8_hint_is_given_only_where_it_holds():
+    """The kernels declare offsets multiples of 8 (ALIGN8) only for D % 16 == 8 and strides that are."""
+    from genoformer.kernels.triton_flash import _align8
+
+    q24 = torch.empty(1, 2, 64, 24)
+    assert _align8(24, q24, q24, q24)
+    assert not _align8(24, torch.empty(1, 2, 64, 28)[..., :24], q24, q24)  # row stride 28
+    assert not _align8(96, *[torch.empty(1, 2, 64, 96)] * 3)  # Triton specialises stride 96 itself
+    assert not _align8(64, q24, q24, q24)
+
+
+def test_every_multiple_of_8_is_supported():
+    assert HEAD_DIMS == tuple(range(16, 257, 8))
+    for D in HEAD_DIMS:
+        q = torch.empty(1, 2, 64, D, device=DEVICE, dtype=torch.bfloat16)
+        assert unsupported_reason(q, q, q, causal=True, layout=None, kv_lens=None) is None, D
+        assert dispatch.unsupported_reason("triton", q, q, q, causal=True) is None, D
+    for D in (8, 20, 100, 264):
+        q = torch.empty(1, 2, 64, D, device=DEVICE, dtype=torch.bfloat16)
+        reason = unsupported_reason(q, q, q, causal=False, layout=None, kv_lens=None)
+        assert f"head dim {D} is not supported" in reason and "multiples of 8 from 16 to 256" in reason
 
 
 def test_fully_masked_rows_give_zero_output_and_gradient(attn):
@@ -144,8 +212,8 @@ def test_unsupported_inputs_say_why():
     assert unsupported_reason(q, q, q, causal=False, layout=None, kv_lens=None) is None
     assert "float16 or bfloat16" in unsupported_reason(q.float(), q.float(), q.float(), causal=False,
                                                        layout=None, kv_lens=None)
-    q48 = torch.randn(1, 2, 64, 48, device=DEVICE, dtype=torch.float16)
-    assert "head dim 48" in unsupported_reason(q48, q48, q48, causal=False, layout=None, kv_lens=None)
+    q100 = torch.randn(1, 2, 64, 100, device=DEVICE, dtype=torch.float16)
+    assert "head dim 100" in unsupported_reason(q100, q100, q100, causal=False, layout=None, kv_lens=None)
     k = torch.randn(1, 2, 80, 32, device=DEVICE, dtype=torch.float16)
     assert "Lq == Lk" in unsupported_reason(q, k, k, causal=True, layout=None, kv_lens=None)
     k3 = torch.randn(1, 3, 64, 32, device=DEVICE, dtype=torch.float16)
@@ -187,20 +255,51 @@ def test_torch_compile_captures_one_graph(attn):
 # ----------------------------------------------------------------------------- GPU sweep
 
 
-def _gpu_cases():
-    for D in (32, 64, 128, 256):
-        for dtype in (torch.float16, torch.bfloat16):
-            yield pytest.param(D, dtype, "causal", id=f"d{D}-{str(dtype)[6:]}-causal")
-            yield pytest.param(D, dtype, "dense_gqa_padding", id=f"d{D}-{str(dtype)[6:]}-dense_gqa_padding")
-            yield pytest.param(D, dtype, "window_causal", id=f"d{D}-{str(dtype)[6:]}-window_causal")
-            yield pytest.param(D, dtype, "bigbird_per_head", id=f"d{D}-{str(dtype)[6:]}-bigbird_per_head")
-            yield pytest.param(D, dtype, "empty_rows_bs64", id=f"d{D}-{str(dtype)[6:]}-empty_rows_bs64")
+GPU_KINDS = ("causal", "dense_gqa_padding", "window_causal", "bigbird_per_head", "empty_rows_bs64")
+
+
+def _gpu_cases(head_dims, dtypes_of):
+    for D in head_dims:
+        for dtype in dtypes_of(D):
+            for kind in GPU_KINDS:
+                yield pytest.param(D, dtype, kind, id=f"d{D}-{str(dtype)[6:]}-{kind}")
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the full sweep at real tile sizes)")
-@pytest.mark.parametrize(("D", "dtype", "kind"), list(_gpu_cases()))
+@pytest.mark.parametrize(("D", "dtype", "kind"),
+                         list(_gpu_cases((32, 64, 128, 256), lambda D: (torch.float16, torch.bfloat16))))
 def test_gpu_sweep(attn, D, dtype, kind):
+    _gpu_case(attn, D, dtype, kind)
+
+
+PADDED_GPU_DIMS = (24, 40, 48, 80, 96, 112, 160, 192)
+
+
+def _padded_dtypes(D):
+    """Both dtypes for the common 80 and 96; the others alternate, to keep the sweep short."""
+    if D in (80, 96):
+        return (torch.float16, torch.bfloat16)
+    return (torch.bfloat16,) if PADDED_GPU_DIMS.index(D) % 2 else (torch.float16,)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the full sweep at real tile sizes)")
+@pytest.mark.parametrize(("D", "dtype", "kind"), list(_gpu_cases(PADDED_GPU_DIMS, _padded_dtypes)))
+def test_gpu_sweep_padded_head_dims(attn, D, dtype, kind):
+    _gpu_case(attn, D, dtype, kind)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (auto picks triton only on CUDA)")
+def test_auto_chooses_triton_for_padded_head_dims():
+    for D in PADDED_GPU_DIMS:
+        q = torch.randn(1, 2, 128, D, device=DEVICE, dtype=torch.bfloat16)
+        choice = dispatch._choose(q, q, q, causal=True, layout=None, kv_lens=None)
+        assert choice is dispatch.Backend.TRITON, D
+
+
+def _gpu_case(attn, D, dtype, kind):
     L = 1029  # not a multiple of any tile or layout block
     if kind == "causal":
         shape, kwargs = (2, 4, 4, L, L), {"causal": True}

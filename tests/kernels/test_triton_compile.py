@@ -4,8 +4,16 @@ within that generation's shared-memory limit (cross-compiled on the CPU: no GPU 
 ``triton.compile(ASTSource(...), target=GPUTarget("cuda", cc, 32))`` runs the whole pipeline down
 to a cubin with the ptxas that ships with Triton; ``compiled.metadata.shared`` is the bytes of
 shared memory one program needs (the driver refuses a launch above the per-block limit).
+The arguments carry the divisibility a real launch gives them (``_launch_attrs``): without it
+Triton sees unaligned pointers, pipelines no load through shared memory, and reports a fraction
+of the shared memory the launch needs (64 KB instead of 224 KB for the sm_90 D=128 forward).
 Each kernel is built in its largest variant (causal, block-sparse, key padding, ragged query
 tail): the other variants drop code and use no more shared memory.
+
+Configurations are chosen per tile width (the head dim rounded up to a power of two); each is
+built at its tile width and, on sm_80 and sm_90, again at one padded head dim of that tile
+(``PADDED_DIMS``): the head-dim masks change the loads and stores, not the tiles held in shared
+memory, but they must compile and pipeline in every configuration.
 
 The compiles run in a child process (this file run as a script), one worker per core: the test
 session may have set TRITON_INTERPRET=1 for the interpreter tests, and kernels defined under it
@@ -28,11 +36,18 @@ from genoformer.kernels import triton_flash_configs as configs
 
 COMMON = {"CAUSAL": True, "SPARSE": True, "HAS_KV_LENS": True, "DOT_F32": False}
 
+PADDED_DIMS = {32: 24, 64: 40, 128: 96, 256: 160}
+"""tile width -> a head dim padded to it, compiled too on the generations in PADDED_GENERATIONS"""
+PADDED_GENERATIONS = ("sm_80", "sm_90")
+
 
 def _cases() -> list[tuple[str, str, int, str, tuple]]:
     """(test id, generation name, head dim, kernel, config fields) for every selectable config."""
     out = []
-    for gen, d, cfg in configs.all_configs():
+    built = [(gen, tile, cfg) for gen, tile, cfg in configs.all_configs()]
+    built += [(gen, PADDED_DIMS[tile], cfg) for gen, tile, cfg in configs.all_configs()
+              if tile in PADDED_DIMS and gen.name in PADDED_GENERATIONS]
+    for gen, d, cfg in built:
         fields = tuple(cfg.__dict__.values())
         if isinstance(cfg, configs.FwdConfig):
             out.append((f"{gen.name}-d{d}-fwd-{cfg.block_m}x{cfg.block_n}-w{cfg.num_warps}s{cfg.num_stages}",
@@ -44,6 +59,19 @@ def _cases() -> list[tuple[str, str, int, str, tuple]]:
                         gen.name, d, "dq", fields))
     # a dK/dV or dQ half shared by two candidates is compiled once
     return list({case[0]: case for case in out}.values())
+
+
+TENSOR_STRIDES = ("sq", "sk", "sv", "so", "sdo", "sdq", "sdk", "sdv")
+
+
+def _launch_attrs(kernel, signature: dict[str, str], head_dim: int) -> dict:
+    """The divisibility Triton's launcher specialises on for contiguous inputs: every pointer is
+    16-byte aligned (torch allocations), and the strides of q, k, v, o and their gradients are
+    multiples of 16 elements when D % 16 == 0 (D % 16 == 8: not, the kernels' ALIGN8 hint covers them)."""
+    divisible = [i for i, name in enumerate(kernel.arg_names) if signature[name].startswith("*")]
+    if head_dim % 16 == 0:
+        divisible += [i for i, name in enumerate(kernel.arg_names) if name.split("_")[0] in TENSOR_STRIDES]
+    return {(i,): [["tt.divisibility", 16]] for i in divisible}
 
 
 def _compile_one(case: tuple) -> dict:
@@ -70,7 +98,8 @@ def _compile_one(case: tuple) -> dict:
         else:
             kernel, constexprs = bwd_dq_kernel, {"BLOCK_M2": cfg.block_m2, "BLOCK_N2": cfg.block_n2}
             warps, stages = cfg.warps2, cfg.stages2
-    constexprs = {"D": d, "SCAN_": SCAN, **COMMON, **constexprs}
+    # ALIGN8 is what the launcher sets for contiguous inputs of these head dims
+    constexprs = {"D": d, "D_TILE": configs.tile_dim(d), "ALIGN8": d % 16 == 8, "SCAN_": SCAN, **COMMON, **constexprs}
     signature = {}
     for name in kernel.arg_names:
         if name in constexprs:
@@ -87,7 +116,8 @@ def _compile_one(case: tuple) -> dict:
             signature[name] = "i32"
     t0 = time.perf_counter()
     try:
-        compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs),
+        source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=_launch_attrs(kernel, signature, d))
+        compiled = triton.compile(source,
                                   target=GPUTarget("cuda", gen.compile_capability, 32),
                                   options={"num_warps": warps, "num_stages": stages})
     except Exception as error:  # reported to the parent test, which fails with it
@@ -121,6 +151,17 @@ def test_config_compiles_within_shared_memory(compiled, case):
     assert result["shared"] <= result["limit"], (
         f"{case[0]} needs {result['shared']} B of shared memory, over the {result['limit']} B limit of its "
         f"GPU generation: shrink its tiles or stages in kernels/triton_flash_configs.py")
+
+
+def test_padded_head_dims_use_their_tile_configs():
+    assert [configs.tile_dim(d) for d in (16, 24, 32, 40, 64, 72, 96, 128, 136, 192, 256)] == [
+        16, 32, 32, 64, 64, 128, 128, 128, 256, 256, 256]
+    for gen in configs.GENERATIONS:
+        assert configs.fwd_candidates(gen, 96) == configs.fwd_candidates(gen, 128)
+        assert configs.bwd_candidates(gen, 40) == configs.bwd_candidates(gen, 64)
+    for bad in (8, 20, 100, 264):
+        with pytest.raises(ValueError, match="multiple of 8 from 16 to 256"):
+            configs.tile_dim(bad)
 
 
 if __name__ == "__main__":

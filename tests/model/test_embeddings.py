@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import gzip
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import zarr
 from Bio.Seq import Seq
 from Bio.SeqRecord import SeqRecord
 from model_helpers import WINDOW, random_tokens, tiny_model
@@ -124,8 +126,14 @@ def test_bad_inputs_raise_clear_errors(embedder, tmp_path, mlm_checkpoint):
         Embedder.from_checkpoint(tmp_path / "nope.ckpt")
     garbage = tmp_path / "garbage.ckpt"
     garbage.write_text("not a checkpoint")
-    with pytest.raises(ValueError, match="not a readable PyTorch checkpoint"):
+    with pytest.raises(ValueError, match="not a readable genoformer checkpoint") as error:
         Embedder.from_checkpoint(garbage)
+    assert "weights_only" not in str(error.value)
+    truncated = tmp_path / "truncated.ckpt"
+    truncated.write_bytes(mlm_checkpoint.read_bytes()[:1000])
+    with pytest.raises(ValueError, match="truncated") as error:
+        Embedder.from_checkpoint(truncated)
+    assert "weights_only" not in str(error.value)
     other = tmp_path / "other.ckpt"
     torch.save({"state_dict": {}}, other)
     with pytest.raises(ValueError, match="not a GenoformerLM checkpoint"):
@@ -159,3 +167,43 @@ def test_bfloat16_autocast_stays_close_to_float32(mlm_checkpoint):
     b = half.embed(sequence, pooling="none", progress=False).arrays[0]
     assert b.dtype == np.float32
     assert np.abs(a - b).max() / np.abs(a).max() < 0.05
+
+
+def test_save_embeddings_is_atomic_and_refuses_to_replace(embedder, tmp_path, monkeypatch):
+    """A write that fails leaves neither a partial file nor a temporary; an existing output is
+    replaced only with overwrite=True, and only once the new one is complete."""
+    first = embedder.embed(["ACGTACGT", "TTTTGGGG"], progress=False)
+    second = embedder.embed(["CCCCAAAA"], progress=False)
+    for suffix in (".npz", ".zarr"):
+        out = tmp_path / f"emb{suffix}"
+        save_embeddings(first, out)
+        with pytest.raises(FileExistsError, match="overwrite=True"):
+            save_embeddings(second, out)
+        assert load_embeddings(out).names == ["seq0", "seq1"]
+
+        def fail_half_way(target, *args, **kwargs):
+            if not isinstance(target, zarr.Group):  # numpy.savez(file, ...): leave a partial file
+                Path(target).write_bytes(b"PK partial")
+            raise OSError("disk full")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(np, "savez", fail_half_way)
+            patch.setattr(zarr.Group, "create_array", fail_half_way)
+            with pytest.raises(OSError, match="disk full"):
+                save_embeddings(second, out, overwrite=True)
+        assert load_embeddings(out).names == ["seq0", "seq1"]  # the old output, untouched
+        save_embeddings(second, out, overwrite=True)
+        assert load_embeddings(out).names == ["seq0"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["emb.npz", "emb.zarr"]  # no temporaries
+
+
+def test_repeated_names_are_an_error_in_the_python_api(embedder):
+    records = [SeqRecord(Seq("ACGTACGT"), id="chr1"), SeqRecord(Seq("GGGGCCCC"), id="chr1")]
+    with pytest.raises(ValueError, match=r"repeated: \['chr1'\]"):
+        embedder.embed(records, progress=False)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_cuda_device_without_cuda_is_a_clear_error(mlm_checkpoint):
+    with pytest.raises(ValueError, match="sees none; pass device='cpu'"):
+        Embedder.from_checkpoint(mlm_checkpoint, device="cuda")

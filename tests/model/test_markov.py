@@ -117,7 +117,7 @@ def test_periodic_sequence_is_predicted_perfectly_once_k_reaches_the_period(peri
         model = MarkovModel.fit([train], order, discount=0.5, concentration=1.0)
         assert model.score(test).bits_per_base < 0.01
     if period > 1:
-        assert MarkovModel.fit([train], 0).score(test).bits_per_base > 1.0
+        assert MarkovModel.fit([train], 0, 0.5, 1.0).score(test).bits_per_base > 1.0
 
 
 def test_uniform_random_sequence_costs_two_bits_per_base():
@@ -153,19 +153,19 @@ def test_probabilities_sum_to_one_on_real_counts():
 def test_both_strands_counting_is_strand_symmetric():
     rng = np.random.default_rng(3)
     codes = random_codes(rng, 3000, n_fraction=0.02)
-    forward = MarkovModel.fit([codes], 5)
-    reverse = MarkovModel.fit([reverse_complement(codes)], 5)
+    forward = MarkovModel.fit([codes], 5, 0.5, 1.0)
+    reverse = MarkovModel.fit([reverse_complement(codes)], 5, 0.5, 1.0)
     assert forward.positions == reverse.positions == 2 * int(np.count_nonzero(codes < 4))
     for j in range(6):
         np.testing.assert_array_equal(forward.keys[j], reverse.keys[j])
         np.testing.assert_array_equal(forward.counts[j], reverse.counts[j])
-    one_strand = MarkovModel.fit([codes], 5, both_strands=False)
+    one_strand = MarkovModel.fit([codes], 5, 0.5, 1.0, both_strands=False)
     assert one_strand.positions == forward.positions // 2
     assert not np.array_equal(one_strand.counts[1], forward.counts[1])
 
 
 def test_kmers_spanning_n_are_not_counted():
-    model = MarkovModel.fit([encode("AAAANCCCC")], 1, both_strands=False)
+    model = MarkovModel.fit([encode("AAAANCCCC")], 1, 0.5, 1.0, both_strands=False)
     np.testing.assert_array_equal(model.keys[0], [0])
     np.testing.assert_array_equal(model.counts[0], [[4, 4, 0, 0]])
     np.testing.assert_array_equal(model.keys[1], [0, 1])  # contexts A and C; nothing after or before the N
@@ -219,7 +219,7 @@ def test_bad_settings_are_clear_errors(kwargs, message):
 
 def test_nothing_to_count_is_a_clear_error():
     with pytest.raises(ValueError, match="no A/C/G/T bases to train on"):
-        MarkovModel.fit([encode("NNNN")], 2)
+        MarkovModel.fit([encode("NNNN")], 2, 0.5, 1.0)
     with pytest.raises(ValueError, match="--order"):
         fit_markov_model([encode("ACGTACG")])  # too short to hold anything out
 
