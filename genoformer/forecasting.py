@@ -199,9 +199,10 @@ class Forecaster:
             pieces = [(values_CL[:, max(0, t.start * cfg.patch_len - padded):t.end * cfg.patch_len - padded], t)
                       for t in tiles]
             stitched_XTE: Optional[np.ndarray] = None
-            # the first window is shorter in samples when the first patch is partial: on its own
-            batches = [pieces[:1], *same_length_batches(pieces[1:], batch_size)] if padded else \
-                same_length_batches(pieces, batch_size)
+            if padded:  # the first window is shorter in samples (its first patch is partial): on its own
+                batches = [pieces[:1], *same_length_batches(pieces[1:], batch_size)]
+            else:
+                batches = list(same_length_batches(pieces, batch_size))
             for batch in batches:
                 context_BCL = torch.from_numpy(np.stack([window_CL for window_CL, _ in batch])).to(self.device)
                 with self._autocast():
