@@ -28,6 +28,7 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
+from genoformer.data.hints import hint, option
 from genoformer.data.tiling import Keep, same_length_batches, tile_windows
 from genoformer.embeddings import Pooling
 from genoformer.kernels.dispatch import Backend
@@ -70,6 +71,12 @@ class Forecaster:
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(
+                f"device {str(device)!r} asks for a CUDA GPU, but this torch build ({torch.__version__}) sees "
+                f"none; pass {option('device', 'cpu')} to run on the CPU, or leave device unset to pick CUDA "
+                "when it is available."
+            )
         self.model = model.to(self.device).eval()
         self.config: ForecastConfig = model.forecast_config
         if autocast_dtype is None and self.device.type == "cuda":
@@ -265,7 +272,9 @@ class Forecaster:
                 channel, position = (int(v) for v in np.argwhere(bad)[0])
                 raise ValueError(
                     f"series {index} holds {int(bad.sum())} NaN or infinite value(s), the first at channel "
-                    f"{channel}, position {position}; fill them first (e.g. prepare_timeseries --missing linear)."
+                    f"{channel}, position {position}; fill them first (e.g. "
+                    + hint("prepare_timeseries_store(..., missing='linear')", "genoformer prepare_timeseries --missing linear")
+                    + ")."
                 )
         return [np.ascontiguousarray(v, dtype=np.float32) for v in items], layout, like
 

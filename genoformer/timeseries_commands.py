@@ -19,6 +19,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from genoformer.data.hints import hint, option
 from genoformer.data.timeseries_store import TimeSeriesStore
 from genoformer.forecast_eval import (
     PROTOCOL_HORIZONS,
@@ -38,10 +39,10 @@ DEFAULT_AR_ORDERS = (8, 32, 128, 360, 512, 720, 1024, 1536, 2048)
 
 def _open_store(store: Path) -> TimeSeriesStore:
     if not Path(store).exists():
-        raise FileNotFoundError(
-            f"time-series store not found: {store}; build it with `genoformer prepare_timeseries --inputs "
-            f"FILE.csv --out {store} --time_column t_seconds` (or --sampling_rate HZ)."
-        )
+        build = hint(f"prepare_timeseries_store(['FILE.csv'], {str(store)!r}, time_column='t_seconds')",
+                     f"genoformer prepare_timeseries --inputs FILE.csv --out {store} --time_column t_seconds")
+        raise FileNotFoundError(f"time-series store not found: {store}; build it with `{build}` (or give the "
+                                "sampling rate instead of a time column).")
     return TimeSeriesStore(store)
 
 
@@ -71,7 +72,7 @@ def protocol_results(
     """Evaluate a model or a baseline on every series of `store` under the protocol of
     `genoformer.forecast_eval`; returns {"results": [...], "protocol": {...}, ...}."""
     if (forecaster is None) == (baseline is None):
-        raise ValueError("evaluate either a checkpoint or a baseline: give exactly one of them.")
+        raise ValueError("evaluate either a forecaster or a baseline: give exactly one of them.")
     raw = [store.read(info.index, 0, info.length) for info in store.series]
     splits = [ProtocolSplit.of(values.shape[1], train_fraction, test_fraction) for values in raw]
     protocol = {"train_fraction": train_fraction, "test_fraction": test_fraction, "horizons": list(horizons),
@@ -83,8 +84,8 @@ def protocol_results(
         cfg = forecaster.config
         if max(horizons) > cfg.horizon:
             raise ValueError(
-                f"the model forecasts at most {cfg.horizon} steps; evaluate --horizons up to {cfg.horizon} "
-                "or train with a longer forecast.horizon."
+                f"the model forecasts at most {cfg.horizon} steps; evaluate horizons up to {cfg.horizon} "
+                f"({option('horizons', metavar=f'[96,...,{cfg.horizon}]')}) or train with a longer forecast.horizon."
             )
         lookback = cfg.context if lookback is None else lookback
         if not cfg.patch_len <= lookback <= cfg.context:
@@ -98,7 +99,8 @@ def protocol_results(
                                                                    "horizon": cfg.horizon,
                                                                    "patch_len": cfg.patch_len}}
     if lookback is not None:
-        raise ValueError("--lookback applies to checkpoints; a baseline's look-back is its period or AR order.")
+        raise ValueError(f"{option('lookback', metavar='N')} applies to checkpoints; a baseline's look-back is its "
+                         "period or AR order.")
     zscored = []
     for values, split in zip(raw, splits):
         mean_C, std_C = zscore_stats(values[:, : split.train_end])
@@ -156,7 +158,8 @@ def evaluate_forecast(
         backend: Attention backend; auto picks the fastest for the device.
     """
     if (checkpoint is None) == (baseline is None):
-        raise ValueError("give exactly one of --checkpoint CKPT or --baseline seasonal_naive|ar.")
+        raise ValueError(f"give exactly one of {option('checkpoint', metavar='CKPT')} or "
+                         f"{option('baseline', metavar='seasonal_naive|ar')}.")
     opened = _open_store(store)
     forecaster = None if checkpoint is None else Forecaster.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
     payload = protocol_results(opened, forecaster=forecaster, baseline=baseline, horizons=tuple(horizons),
@@ -202,7 +205,7 @@ def forecast(
     """
     out = Path(out)
     if out.suffix != ".npz":
-        raise ValueError(f"--out must end in .npz, got {out}.")
+        raise ValueError(f"the output must end in .npz ({option('out', metavar='FILE.npz')}), got {out}.")
     opened = _open_store(store)
     names = [info.name for info in opened.series]
     if series in names:
@@ -214,7 +217,8 @@ def forecast(
     length = opened.series[index].length
     at = length if at is None else at
     if not 0 < at <= length:
-        raise ValueError(f"--at must be in [1, {length}] for series {names[index]!r}, got {at}.")
+        raise ValueError(f"the forecast origin must be in [1, {length}] for series {names[index]!r} "
+                         f"({option('at', metavar='T')}), got {at}.")
     forecaster = Forecaster.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
     cfg = forecaster.config
     horizon = cfg.horizon if horizon is None else horizon

@@ -100,7 +100,7 @@ def test_forecasts_are_in_the_units_of_the_input():
 def test_bad_inputs_are_clear_errors():
     forecaster = tiny_forecaster()
     good = np.zeros(50, np.float32)
-    with pytest.raises(ValueError, match="NaN or infinite value.*channel 0, position 7"):
+    with pytest.raises(ValueError, match="NaN or infinite value.*channel 0, position 7.*missing='linear'"):
         forecaster.forecast(np.where(np.arange(50) == 7, np.nan, good))
     with pytest.raises(ValueError, match=r"horizon must be in \[1, 20\]"):
         forecaster.forecast(good, horizon=21)
@@ -113,6 +113,9 @@ def test_bad_inputs_are_clear_errors():
     with pytest.raises(ValueError, match="max_seq_len=15 is too short.*at least 16"):
         TimeSeriesTransformer(TransformerConfig(d_model=32, n_heads=4, max_seq_len=15),
                               ForecastConfig(patch_len=8, context=100, horizon=20))
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="sees none; pass device='cpu'"):
+            Forecaster(forecaster.model, device="cuda")
 
 
 @pytest.mark.parametrize("causal", [False, True])
