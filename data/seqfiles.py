@@ -174,3 +174,18 @@ def read_records(path: str | Path) -> Iterator[SequenceRecord]:
     """Convenience: yield the records of one file (see :class:`SequenceFileReader`)."""
     with SequenceFileReader(path) as reader:
         yield from reader.records()
+
+
+SEQUENCE_FILE_SUFFIXES = (".fa", ".fasta", ".fna", ".ffn", ".fas", ".gb", ".gbk", ".genbank")
+"""A str input ending in one of these (optionally plus .gz/.xz/.bz2) is read as a file."""
+_COMPRESSION_SUFFIXES = (".gz", ".xz", ".bz2")
+
+
+def is_sequence_file_name(name: str) -> bool:
+    """True for names like genes.fa, genome.fasta.gz, contigs.fna.xz, record.gbk."""
+    lower = name.lower()
+    for suffix in _COMPRESSION_SUFFIXES:
+        if lower.endswith(suffix):
+            lower = lower[: -len(suffix)]
+            break
+    return lower.endswith(SEQUENCE_FILE_SUFFIXES)

@@ -20,7 +20,8 @@ import numpy as np
 
 from genoformer.data.alphabet import InvalidBaseError, encode_bytes
 from genoformer.data.genome_store import GenomeStore
-from genoformer.data.seqfiles import read_records
+from genoformer.data.seqfiles import is_sequence_file_name, read_records
+from genoformer.data.storage import read_metadata
 
 
 @dataclass(frozen=True)
@@ -33,17 +34,26 @@ class NamedSequence:
 
 
 def check_sequence_inputs(paths: Sequence[str | Path]) -> list[Path]:
-    """The paths as Path objects; FileNotFoundError naming the first that does not exist.
+    """The inputs as Path objects, each a sequence file or a genome store; FileNotFoundError
+    naming the first that does not exist.
 
-    A folder is read as a genome store, anything else as a sequence file.
+    A genome store folder stays as it is; any other folder stands for every FASTA/GenBank file in
+    it (sorted by name).
     """
     if not paths:
         raise ValueError("no input given; pass FASTA/GenBank files or genome stores (.zarr folders)")
-    checked = [Path(path) for path in paths]
-    for path in checked:
+    checked: list[Path] = []
+    for path in map(Path, paths):
         if not path.exists():
             raise FileNotFoundError(f"input not found: {path} (expected a FASTA/GenBank file, plain or "
                                     "gzip/xz/bzip2 compressed, or a genome store folder from `genoformer prepare`)")
+        if path.is_dir() and read_metadata(path) is None:
+            files = sorted(child for child in path.iterdir() if child.is_file() and is_sequence_file_name(child.name))
+            if not files:
+                raise FileNotFoundError(f"folder {path} is neither a genome store nor holds FASTA/GenBank files")
+            checked += files
+        else:
+            checked.append(path)
     return checked
 
 

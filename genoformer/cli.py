@@ -48,6 +48,7 @@ import genoformer.data.datamodules  # defines the shipped data modules: `--data.
 from genoformer.callbacks import PredictionWriter
 from genoformer.data.genome_store import DEFAULT_CHUNK_SIZE, prepare_genome_store
 from genoformer.data.hints import command_line_hints
+from genoformer.data.seqfiles import is_sequence_file_name
 from genoformer.data.storage import refuse_existing, tool_version
 from genoformer.data.timeseries_store import MissingPolicy, prepare_timeseries_store
 from genoformer.embeddings import (
@@ -56,7 +57,6 @@ from genoformer.embeddings import (
     Pooling,
     check_checkpoint_file,
     check_unique_names,
-    is_sequence_file_name,
     read_checkpoint,
     save_embeddings,
 )

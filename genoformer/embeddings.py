@@ -34,15 +34,11 @@ from tqdm.auto import tqdm
 
 from genoformer.data.alphabet import encode
 from genoformer.data.hints import option
-from genoformer.data.seqfiles import read_records
+from genoformer.data.seqfiles import SEQUENCE_FILE_SUFFIXES, is_sequence_file_name, read_records
 from genoformer.data.storage import atomic_build
 from genoformer.data.tiling import Keep, same_length_batches, tile_windows
 from genoformer.kernels.dispatch import Backend
 from genoformer.model import Transformer, TransformerConfig
-
-SEQUENCE_FILE_SUFFIXES = (".fa", ".fasta", ".fna", ".ffn", ".fas", ".gb", ".gbk", ".genbank")
-"""A str input ending in one of these (optionally plus .gz/.xz/.bz2) is read as a file."""
-_COMPRESSION_SUFFIXES = (".gz", ".xz", ".bz2")
 
 Inputs = Union[str, Path, SeqRecord, Iterable[Union[str, SeqRecord]]]
 
@@ -307,16 +303,6 @@ class _Pool:
 
 
 # ----------------------------------------------------------------------------------- inputs
-def is_sequence_file_name(name: str) -> bool:
-    """True for names like genes.fa, genome.fasta.gz, contigs.fna.xz, record.gbk."""
-    lower = name.lower()
-    for suffix in _COMPRESSION_SUFFIXES:
-        if lower.endswith(suffix):
-            lower = lower[: -len(suffix)]
-            break
-    return lower.endswith(SEQUENCE_FILE_SUFFIXES)
-
-
 def read_sequences(inputs: Inputs) -> Iterator[tuple[str, np.ndarray]]:
     """(name, uint8 codes) for every sequence in `inputs` (see `Embedder.embed`), in order.
     Raises ValueError naming the sequence, the bad character and its position."""

@@ -11,7 +11,6 @@ first base of each record for causal models, which has no context.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -22,6 +21,7 @@ import torch
 
 from genoformer.data.alphabet import T, reverse_complement
 from genoformer.data.sequence_inputs import read_sequences
+from genoformer.data.storage import atomic_build, refuse_existing
 from genoformer.kernels.dispatch import Backend
 from genoformer.scoring import Scorer
 
@@ -54,12 +54,11 @@ def format_table(report: dict[str, Any], title: str) -> str:
 
 
 def write_text(text: str, path: Path) -> Path:
-    """Write a text file next to its final name, then rename: readers never see a partial file."""
+    """Write a text file next to its final name, then rename: readers never see a partial file.
+    (Callers refuse an existing file first, unless asked to overwrite it.)"""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    with atomic_build(path, overwrite=True) as tmp:
+        tmp.write_text(text)
     return path
 
 
@@ -79,6 +78,7 @@ def evaluate(
     batch_size: int = 8,
     device: Optional[str] = None,
     backend: BackendName = "auto",
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Bits per base of a trained checkpoint on DNA, per record and in total.
 
@@ -96,7 +96,10 @@ def evaluate(
         batch_size: Windows per forward pass.
         device: cpu, cuda or cuda:N; default CUDA when available.
         backend: Attention backend; auto picks the fastest for the device.
+        overwrite: Replace an existing `out`.
     """
+    if out is not None:
+        refuse_existing(Path(out), overwrite)
     scorer = Scorer.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
     context = scorer.context if context is None else context
     overlap = scorer.check_context(context, overlap)
@@ -183,8 +186,7 @@ def score(
         overwrite: Replace an existing `out`.
     """
     out = Path(out)
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} exists; pass --overwrite to replace it, or choose another --out.")
+    refuse_existing(out, overwrite)
     scorer = Scorer.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
     records = list(read_sequences(inputs))
     if not records:

@@ -9,11 +9,12 @@ unchanged; it cannot resume training.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Literal
 
 import torch
+
+from genoformer.data.storage import atomic_build, refuse_existing
 
 from genoformer.embeddings import Embedder
 
@@ -38,8 +39,7 @@ def export(
         overwrite: Replace an existing `out`.
     """
     out = Path(out)
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} exists; pass --overwrite true to replace it, or choose another --out.")
+    refuse_existing(out, overwrite)
     Embedder.from_checkpoint(checkpoint, device="cpu")  # a clear error now if it is not ours
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     exported = {key: state[key] for key in KEPT_KEYS if key in state}
@@ -47,9 +47,7 @@ def export(
         name: tensor.to(DTYPES[dtype]) if tensor.is_floating_point() else tensor
         for name, tensor in state["state_dict"].items()
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    torch.save(exported, tmp)
-    os.replace(tmp, out)
+    with atomic_build(out, overwrite) as tmp:
+        torch.save(exported, tmp)
     print(f"wrote {out} ({out.stat().st_size / 2**20:.1f} MiB, {dtype} weights)")
     return out

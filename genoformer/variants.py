@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 from genoformer.data.alphabet import MASK, T, encode
 from genoformer.data.sequence_inputs import read_sequences
+from genoformer.data.storage import refuse_existing
 from genoformer.data.tiling import Tile, same_length_batches
 from genoformer.evaluate import BackendName, write_text
 from genoformer.kernels.dispatch import Backend
@@ -220,8 +221,7 @@ def variant_effect(
         overwrite: Replace an existing `out`.
     """
     out = Path(out)
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} exists; pass --overwrite to replace it, or choose another --out.")
+    refuse_existing(out, overwrite)
     scorer = Scorer.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
     genome = {record.name: record.codes for record in read_sequences(reference)}
     columns, rows = read_variants(variants)

@@ -43,3 +43,17 @@ def test_missing_input_is_a_clear_error(tmp_path):
         list(read_sequences([tmp_path / "nope.zarr"]))
     with pytest.raises(ValueError, match="no input given"):
         list(read_sequences([]))
+
+
+def test_a_plain_folder_stands_for_its_sequence_files(tmp_path):
+    from genoformer.data.sequence_inputs import read_sequences
+
+    folder = tmp_path / "genomes"
+    folder.mkdir()
+    (folder / "b.fa").write_text(">b\nACGT\n")
+    (folder / "a.fasta").write_text(">a\nGGCC\n")
+    (folder / "notes.txt").write_text("not a genome\n")
+    assert [r.name for r in read_sequences([folder])] == ["a", "b"]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="neither a genome store"):
+        list(read_sequences([tmp_path / "empty"]))

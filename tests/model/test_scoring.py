@@ -145,5 +145,5 @@ def test_exported_checkpoint_is_smaller_and_scores_the_same(causal_checkpoint, t
     half = export(checkpoint=causal_checkpoint, out=tmp_path / "half.ckpt", dtype="bfloat16")
     rounded = Scorer.from_checkpoint(half, device="cpu").log2_likelihood(codes, context=64)
     np.testing.assert_allclose(rounded, full, atol=0.05)
-    with pytest.raises(FileExistsError, match="--overwrite"):
+    with pytest.raises(FileExistsError, match="overwrite=True"):
         export(checkpoint=causal_checkpoint, out=small)

@@ -60,7 +60,7 @@ def test_score_writes_the_per_base_log_likelihood_as_bedgraph(which, genome, tmp
     for p, value in expected.items():
         assert values[("chr1", p)] == pytest.approx(value, abs=1e-4)
     assert ("chr2", 4) not in values  # the N of chr2 has no row
-    with pytest.raises(FileExistsError, match="--overwrite"):
+    with pytest.raises(FileExistsError, match="overwrite=True"):
         score(checkpoint=checkpoint, inputs=[str(path)], out=out, device="cpu")
 
 
