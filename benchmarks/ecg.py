@@ -166,7 +166,7 @@ def main() -> None:
     for name in ("seasonal_naive", "ar"):
         extra = ["--ar_orders", f"[{', '.join(map(str, ar_orders))}]"] if ar_orders and name == "ar" else []
         running.append(start_cli("evaluate_forecast", "--store", str(store), "--baseline", name, "--horizons",
-                                 horizon_list, "--out", str(out / f"baseline_{name}.json"), *extra,
+                                 horizon_list, "--out", str(out / f"baseline_{name}.json"), "--overwrite", *extra,
                                  log=logs / f"baseline_{name}.log", threads=4))
 
     step_seconds = measure_step_seconds(overrides, steps=3 if args.smoke else 30)
@@ -188,7 +188,7 @@ def main() -> None:
     for lookback in lookbacks:
         path = out / f"model_lookback{lookback}.json"
         cli("evaluate_forecast", "--store", str(store), "--checkpoint", str(checkpoint), "--horizons", horizon_list,
-            "--lookback", str(lookback), "--out", str(path), log=logs / f"evaluate_{lookback}.log")
+            "--lookback", str(lookback), "--out", str(path), "--overwrite", log=logs / f"evaluate_{lookback}.log")
         model[lookback] = json.loads(path.read_text())["results"]
     for process, handle in running:
         if process.wait() != 0:
@@ -201,7 +201,7 @@ def main() -> None:
     length = sum(1 for _ in open(source)) - 1
     origin = length - int(0.2 * length) + int(0.1 * length)  # inside the test part, truth known
     cli("forecast", "--checkpoint", str(checkpoint), "--store", str(store), "--at", str(origin),
-        "--out", str(out / "forecast.npz"), "--history", str(2 * max(horizons)), log=logs / "forecast.log")
+        "--out", str(out / "forecast.npz"), "--history", str(2 * max(horizons)), "--overwrite", log=logs / "forecast.log")
     plot_lookback_curve(model, baselines, out / "lookback_curve.png")
 
     longest = max(lookbacks)

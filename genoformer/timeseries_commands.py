@@ -11,7 +11,6 @@ Shape legend: C channels, T time steps, H horizon, K quantile levels, N windows,
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -20,6 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from genoformer.data.hints import hint, option
+from genoformer.data.storage import atomic_build, refuse_existing
 from genoformer.data.timeseries_store import TimeSeriesStore
 from genoformer.forecast_eval import (
     PROTOCOL_HORIZONS,
@@ -44,16 +44,6 @@ def _open_store(store: Path) -> TimeSeriesStore:
         raise FileNotFoundError(f"time-series store not found: {store}; build it with `{build}` (or give the "
                                 "sampling rate instead of a time column).")
     return TimeSeriesStore(store)
-
-
-def _write_json(path: Path, payload: dict[str, Any]) -> Path:
-    """Write atomically: a temporary file in the same folder, then a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n")
-    os.replace(tmp, path)
-    return path
 
 
 def protocol_results(
@@ -133,6 +123,7 @@ def evaluate_forecast(
     batch_size: int = 256,
     device: Optional[str] = None,
     backend: Literal["auto", "reference", "torch", "sdpa", "flash_attn", "triton"] = "auto",
+    overwrite: bool = False,
 ) -> Path:
     """Score forecasts under the long-horizon protocol (MSE and MAE on z-scored values) and write JSON.
 
@@ -156,7 +147,10 @@ def evaluate_forecast(
         batch_size: Windows per forward pass.
         device: cpu, cuda or cuda:N; default CUDA when available.
         backend: Attention backend; auto picks the fastest for the device.
+        overwrite: Replace an existing `out`.
     """
+    out = Path(out)
+    refuse_existing(out, overwrite)
     if (checkpoint is None) == (baseline is None):
         raise ValueError(f"give exactly one of {option('checkpoint', metavar='CKPT')} or "
                          f"{option('baseline', metavar='seasonal_naive|ar')}.")
@@ -166,11 +160,12 @@ def evaluate_forecast(
                                lookback=lookback, train_fraction=train_fraction, test_fraction=test_fraction,
                                ar_orders=tuple(ar_orders), batch_size=batch_size)
     payload.update({"store": str(store), "checkpoint": None if checkpoint is None else str(checkpoint)})
-    path = _write_json(out, payload)
+    with atomic_build(out, overwrite) as tmp:
+        tmp.write_text(json.dumps(payload, indent=2) + "\n")
     for row in payload["results"]:
         print(f"horizon {row['horizon']:>5}  mse {row['mse']:.4f}  mae {row['mae']:.4f}  lookback {row['lookback']}")
-    print(f"wrote {path}")
-    return path
+    print(f"wrote {out}")
+    return out
 
 
 def forecast(
@@ -184,6 +179,7 @@ def forecast(
     history: Optional[int] = None,
     device: Optional[str] = None,
     backend: Literal["auto", "reference", "torch", "sdpa", "flash_attn", "triton"] = "auto",
+    overwrite: bool = False,
 ) -> Path:
     """Forecast one series of a store with a checkpoint; write .npz and a PNG beside it.
 
@@ -202,10 +198,14 @@ def forecast(
         history: Samples of history to draw (default: 4 horizons); the model always sees its context.
         device: cpu, cuda or cuda:N; default CUDA when available.
         backend: Attention backend; auto picks the fastest for the device.
+        overwrite: Replace an existing `out` and its PNG.
     """
     out = Path(out)
+    png = out.with_suffix(".png")
     if out.suffix != ".npz":
         raise ValueError(f"the output must end in .npz ({option('out', metavar='FILE.npz')}), got {out}.")
+    refuse_existing(out, overwrite)
+    refuse_existing(png, overwrite)
     opened = _open_store(store)
     names = [info.name for info in opened.series]
     if series in names:
@@ -233,17 +233,17 @@ def forecast(
     }
     if result.quantiles is not None:
         arrays.update(quantiles=result.quantiles, levels=np.array(result.levels))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.stem}.tmp{os.getpid()}.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, out)
-    png = plot_forecast(arrays, out.with_suffix(".png"), title=f"{names[index]}: forecast from sample {at}")
+    with atomic_build(out, overwrite) as tmp:
+        np.savez(tmp, **arrays)
+    with atomic_build(png, overwrite) as tmp:
+        plot_forecast(arrays, tmp, title=f"{names[index]}: forecast from sample {at}")
     print(f"wrote {out} and {png}")
     return out
 
 
 def plot_forecast(arrays: dict[str, Any], path: Path, *, title: str = "") -> Path:
-    """Draw history, truth, forecast and the widest quantile band of each channel into a PNG."""
+    """Draw history, truth, forecast and the widest quantile band of each channel into a PNG
+    (`forecast` writes it atomically)."""
     history_CT, forecast_CH, truth_CX = arrays["history"], arrays["forecast"], arrays["truth"]
     at, rate = int(arrays["at"]), float(arrays["sampling_rate"])
     names = [str(name) for name in arrays["channel_names"]]
@@ -267,8 +267,5 @@ def plot_forecast(arrays: dict[str, Any], path: Path, *, title: str = "") -> Pat
     axes[0].legend(loc="upper left", fontsize=8)
     axes[0].set_title(title)
     axes[-1].set_xlabel("time (s)")
-    path = Path(path)
-    tmp = path.with_name(f".{path.stem}.tmp{os.getpid()}.png")
-    figure.savefig(tmp, dpi=120)
-    os.replace(tmp, path)
-    return path
+    figure.savefig(path, dpi=120)
+    return Path(path)

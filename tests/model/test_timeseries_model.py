@@ -244,3 +244,16 @@ def test_ecg_8k_config_takes_a_training_step_on_the_cpu(tmp_path):
     losses["loss"].backward()
     assert torch.isfinite(losses["loss"])
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in module.parameters())
+
+
+def test_commands_refuse_to_replace_a_result(tmp_path, capsys):
+    store = _sine_store(tmp_path)
+    out = tmp_path / "sn.json"
+    out.write_text("{}")
+    with pytest.raises(SystemExit):
+        main(["evaluate_forecast", "--store", str(store), "--baseline", "seasonal_naive", "--out", str(out)])
+    assert f"{out} exists; pass --overwrite" in capsys.readouterr().err
+    assert out.read_text() == "{}"
+    main(["evaluate_forecast", "--store", str(store), "--baseline", "seasonal_naive", "--out", str(out),
+          "--horizons", "[96]", "--overwrite"])
+    assert json.loads(out.read_text())["baseline"]["periods"] == [50]  # the sine's period
