@@ -257,3 +257,12 @@ def test_commands_refuse_to_replace_a_result(tmp_path, capsys):
     main(["evaluate_forecast", "--store", str(store), "--baseline", "seasonal_naive", "--out", str(out),
           "--horizons", "[96]", "--overwrite"])
     assert json.loads(out.read_text())["baseline"]["periods"] == [50]  # the sine's period
+
+
+@pytest.mark.parametrize("model, option", [("GenoformerLM", "--model.transformer.d_model"),
+                                           ("TimeSeriesForecaster", "--model.forecast.patch_len")])
+def test_fit_help_names_each_model_options(capsys, model, option):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--model.help", model])
+    assert exit_info.value.code == 0
+    assert option in capsys.readouterr().out
