@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
 import lightning as L
@@ -82,8 +82,9 @@ def _tokens(batch: dict[str, Any]) -> torch.Tensor:
     if "tokens" not in batch:
         raise TypeError(
             f"GenoformerLM trains on token batches ({{'tokens': (B, L), ...}}, as GenomeDataModule "
-            f"gives), got a batch with keys {sorted(batch)}; time-series batches have no model in "
-            "this release."
+            f"gives), got a batch with keys {sorted(batch)}; time-series batches train "
+            "genoformer.timeseries_module.TimeSeriesForecaster (model.class_path, as in "
+            "configs/timeseries_tiny_cpu.yaml)."
         )
     return batch["tokens"]
 
@@ -234,30 +235,50 @@ class GenoformerLM(L.LightningModule):
 
     # --------------------------------------------------------------------------- optimiser
     def configure_optimizers(self) -> dict[str, Any]:
-        decay, no_decay = [], []
-        for param in self.model.parameters():  # tied weights appear once
-            if param.requires_grad:
-                (decay if param.ndim >= 2 else no_decay).append(param)
-        optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": self.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=self.learning_rate,
-            betas=self.betas,
-            # one kernel for all parameters instead of several per tensor group
-            fused=all(param.is_cuda for param in decay + no_decay),
+        return adamw_warmup_cosine(
+            self.model, lambda: self.trainer.estimated_stepping_batches, learning_rate=self.learning_rate, weight_decay=self.weight_decay,
+            betas=self.betas, warmup_steps=self.warmup_steps, total_steps=self.total_steps,
+            min_lr_ratio=self.min_lr_ratio,
         )
-        total_steps = self.total_steps
-        if total_steps is None:
-            estimated = self.trainer.estimated_stepping_batches
-            if not math.isfinite(estimated):
-                raise ValueError(
-                    "cannot derive total_steps: the trainer has no max_steps or max_epochs; set "
-                    "model.init_args.total_steps or trainer.max_steps."
-                )
-            total_steps = int(estimated)
-        schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer,
-            lambda step: warmup_cosine(
-                step, warmup_steps=self.warmup_steps, total_steps=total_steps, min_lr_ratio=self.min_lr_ratio
-            ),
-        )
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+def adamw_warmup_cosine(
+    model: torch.nn.Module,
+    estimated_steps: Callable[[], float],
+    *,
+    learning_rate: float,
+    weight_decay: float,
+    betas: tuple[float, float],
+    warmup_steps: int,
+    total_steps: Optional[int],
+    min_lr_ratio: float,
+) -> dict[str, Any]:
+    """AdamW (weight decay on matrices only) with `warmup_cosine` per step, as Lightning's
+    configure_optimizers returns it; total_steps None: `estimated_steps()` (the trainer's
+    estimated_stepping_batches)."""
+    decay, no_decay = [], []
+    for param in model.parameters():  # tied weights appear once
+        if param.requires_grad:
+            (decay if param.ndim >= 2 else no_decay).append(param)
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=learning_rate,
+        betas=betas,
+        # one kernel for all parameters instead of several per tensor group
+        fused=all(param.is_cuda for param in decay + no_decay),
+    )
+    if total_steps is None:
+        estimated = estimated_steps()
+        if not math.isfinite(estimated):
+            raise ValueError(
+                "cannot derive total_steps: the trainer has no max_steps or max_epochs; set "
+                "model.init_args.total_steps or trainer.max_steps."
+            )
+        total_steps = int(estimated)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda step: warmup_cosine(
+            step, warmup_steps=warmup_steps, total_steps=total_steps, min_lr_ratio=min_lr_ratio
+        ),
+    )
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

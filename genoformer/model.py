@@ -342,36 +342,33 @@ class Block(nn.Module):
         return x_BLE + self.drop(self.mlp(self.mlp_norm(x_BLE)))
 
 
-class Transformer(nn.Module):
-    """Token ids (B, L) -> logits (B, L, V); `hidden_state`/`hidden_states` for embeddings.
+class TransformerTrunk(nn.Module):
+    """The block stack every model family shares: input vectors (B, L, E) -> hidden states.
 
-    Hidden state numbering: 0 is the token embedding, i (1..n_layers) the output of block i;
-    the last one (n_layers, or -1) is taken after the final RMSNorm, i.e. what the LM head sees.
+    A family subclasses it, passes the module that turns its inputs into vectors (`embed`: token
+    ids for `Transformer`, value patches for `genoformer.timeseries_model`), adds its heads and
+    calls `run_blocks` on the embedded inputs. Hidden state numbering: 0 is the input embedding,
+    i (1..n_layers) the output of block i; the last one (n_layers, or -1) is taken after the final
+    RMSNorm, i.e. what the heads see.
     """
 
     _LAYOUT_CACHE_SIZE = 64
 
-    def __init__(self, config: TransformerConfig) -> None:
+    def __init__(self, config: TransformerConfig, embed: nn.Module) -> None:
         super().__init__()
         self.config = config
-        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.embed = embed
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = RMSNorm(config.d_model, config.norm_eps, config.fused_elementwise)
-        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.max_seq_len)
         # (pattern index, seq_len) -> layout, least recently used first; layouts live on the CPU.
         self._layouts: OrderedDict[tuple[int, int], BlockLayout] = OrderedDict()
         self._plans: dict[tuple, tuple[Optional[BlockLayout], AttentionPlan]] = {}  # see attention_plan
-        self.reset_parameters()
-        if config.tie_embeddings:
-            self.head.weight = self.embed.weight
 
-    def reset_parameters(self) -> None:
-        """Normal(0, init_std) weights; residual output projections scaled by 1/sqrt(2 n_layers)."""
+    def reset_blocks(self) -> None:
+        """Normal(0, init_std) block weights; residual output projections scaled by 1/sqrt(2 n_layers)."""
         std = self.config.init_std
-        nn.init.normal_(self.embed.weight, std=std)
-        nn.init.normal_(self.head.weight, std=std)
         for block in self.blocks:
             for linear in (block.attn.wq, block.attn.wk, block.attn.wv, block.mlp.w_gate_up):
                 nn.init.normal_(linear.weight, std=std)
@@ -408,26 +405,6 @@ class Transformer(nn.Module):
             self._layouts.popitem(last=False)
         return built
 
-    def forward(self, tokens_BL: torch.Tensor, lengths_B: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Logits (B, L, V) for integer tokens (B, L).
-
-        lengths_B: optional true length of each row of a right-padded batch; keys at positions
-        >= lengths_B[b] are masked, so the outputs at positions < lengths_B[b] do not depend on the
-        padding. Outputs at padded positions are meaningless.
-        """
-        return self.head(self.hidden_state(tokens_BL, lengths_B, layer=-1))
-
-    def hidden_state(
-        self, tokens_BL: torch.Tensor, lengths_B: Optional[torch.Tensor] = None, *, layer: int = -1
-    ) -> torch.Tensor:
-        """Hidden state (B, L, E) of one layer (see the class docstring for the numbering;
-        negative indices count from the end). Stops after that layer."""
-        return self._trunk(tokens_BL, lengths_B, self.resolve_layer(layer), keep_all=False)[-1]
-
-    def hidden_states(self, tokens_BL: torch.Tensor, lengths_B: Optional[torch.Tensor] = None) -> list[torch.Tensor]:
-        """Hidden states of all n_layers + 1 layers, each (B, L, E)."""
-        return self._trunk(tokens_BL, lengths_B, self.config.n_layers, keep_all=True)
-
     def attention_plan(self, layer: int, x_BLE: torch.Tensor, kv_lens_B: Optional[torch.Tensor]) -> AttentionPlan:
         """Backend and layout of block `layer`'s attention for the hidden state x_BLE, chosen
         eagerly (outside any compiled block): the attention inputs have x's shape split into
@@ -461,15 +438,13 @@ class Transformer(nn.Module):
             )
         return layer % n_states
 
-    def _trunk(
-        self, tokens_BL: torch.Tensor, lengths_B: Optional[torch.Tensor], last: int, *, keep_all: bool
+    def run_blocks(
+        self, x_BLE: torch.Tensor, lengths_B: Optional[torch.Tensor], last: int, *, keep_all: bool
     ) -> list[torch.Tensor]:
-        if tokens_BL.ndim != 2 or tokens_BL.is_floating_point() or tokens_BL.is_complex():
-            raise TypeError(
-                f"tokens must be an integer tensor of shape (batch, length), got {tuple(tokens_BL.shape)} "
-                f"{tokens_BL.dtype}; encode sequences with genoformer.data.alphabet.encode."
-            )
-        B, L = tokens_BL.shape
+        """Hidden states 0..last of embedded inputs x_BLE (all of them with keep_all, else only
+        the last). lengths_B: optional true length of each row of a right-padded batch; keys at
+        positions >= lengths_B[b] are masked."""
+        B, L, _ = x_BLE.shape
         if L > self.config.max_seq_len:
             raise ValueError(
                 f"sequence length {L} exceeds max_seq_len={self.config.max_seq_len}; tile longer "
@@ -479,8 +454,8 @@ class Transformer(nn.Module):
         if lengths_B is not None:
             if lengths_B.shape != (B,):
                 raise ValueError(f"lengths must have shape ({B},), got {tuple(lengths_B.shape)}.")
-            kv_lens_B = lengths_B.to(device=tokens_BL.device, dtype=torch.int32)
-        x_BLE = self.drop(self.embed(tokens_BL.long()))
+            kv_lens_B = lengths_B.to(device=x_BLE.device, dtype=torch.int32)
+        x_BLE = self.drop(x_BLE)
         states = [x_BLE]
         cos_LR, sin_LR = self.rotary.cos_sin(L, x_BLE.device)
         for i in range(last):
@@ -500,7 +475,56 @@ class Transformer(nn.Module):
         return states
 
 
-def compile_blocks(model: Transformer, backend: str = "inductor") -> None:
+class Transformer(TransformerTrunk):
+    """Token ids (B, L) -> logits (B, L, V); `hidden_state`/`hidden_states` for embeddings
+    (numbered as in `TransformerTrunk`)."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__(config, nn.Embedding(config.vocab_size, config.d_model))
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.reset_parameters()
+        if config.tie_embeddings:
+            self.head.weight = self.embed.weight
+
+    def reset_parameters(self) -> None:
+        """Normal(0, init_std) weights; residual output projections scaled by 1/sqrt(2 n_layers)."""
+        std = self.config.init_std
+        nn.init.normal_(self.embed.weight, std=std)
+        nn.init.normal_(self.head.weight, std=std)
+        self.reset_blocks()
+
+    def forward(self, tokens_BL: torch.Tensor, lengths_B: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Logits (B, L, V) for integer tokens (B, L).
+
+        lengths_B: optional true length of each row of a right-padded batch; keys at positions
+        >= lengths_B[b] are masked, so the outputs at positions < lengths_B[b] do not depend on the
+        padding. Outputs at padded positions are meaningless.
+        """
+        return self.head(self.hidden_state(tokens_BL, lengths_B, layer=-1))
+
+    def hidden_state(
+        self, tokens_BL: torch.Tensor, lengths_B: Optional[torch.Tensor] = None, *, layer: int = -1
+    ) -> torch.Tensor:
+        """Hidden state (B, L, E) of one layer (see the class docstring for the numbering;
+        negative indices count from the end). Stops after that layer."""
+        return self._trunk(tokens_BL, lengths_B, self.resolve_layer(layer), keep_all=False)[-1]
+
+    def hidden_states(self, tokens_BL: torch.Tensor, lengths_B: Optional[torch.Tensor] = None) -> list[torch.Tensor]:
+        """Hidden states of all n_layers + 1 layers, each (B, L, E)."""
+        return self._trunk(tokens_BL, lengths_B, self.config.n_layers, keep_all=True)
+
+    def _trunk(
+        self, tokens_BL: torch.Tensor, lengths_B: Optional[torch.Tensor], last: int, *, keep_all: bool
+    ) -> list[torch.Tensor]:
+        if tokens_BL.ndim != 2 or tokens_BL.is_floating_point() or tokens_BL.is_complex():
+            raise TypeError(
+                f"tokens must be an integer tensor of shape (batch, length), got {tuple(tokens_BL.shape)} "
+                f"{tokens_BL.dtype}; encode sequences with genoformer.data.alphabet.encode."
+            )
+        return self.run_blocks(self.embed(tokens_BL.long()), lengths_B, last, keep_all=keep_all)
+
+
+def compile_blocks(model: TransformerTrunk, backend: str = "inductor") -> None:
     """Compile every block of `model` and its final norm in place with torch.compile.
 
     `nn.Module.compile` keeps parameter names, so checkpoints stay as they are. Blocks share
