@@ -15,6 +15,9 @@
 #            GPU sweep of the padded head dims (24 ... 192); results in $OUT/head_dims (~3 min)
 #   model    python -m benchmarks.train_step (training-step time of configs/genome_8k_gpu.yaml's
 #            model per attention backend), then 40 steps of `genoformer fit` with that config
+#   train    python -m benchmarks.train (end-to-end speed of the 85M reference model, 8k..128k,
+#            eager and compiled, plain PyTorch anchors, profile, data module; TRAIN_BUDGET s)
+#   train2   the same script's two-GPU DDP case beside its one-GPU twin (a machine with 2 GPUs)
 # Logs and result files go to $OUT (or ./gpu_out when OUT is unset); the benchmark keeps its
 # working files in /tmp and copies only its JSON and error log there (the device tool brings
 # back at most 8 files).
@@ -147,6 +150,18 @@ model() {
     cp /tmp/fit8k/loss.png "$OUT/fit8k_loss.png"
 }
 
+train() {
+    log "train: end-to-end training speed, budget ${TRAIN_BUDGET:-330} s"
+    timeout $(( ${TRAIN_BUDGET:-330} + 60 )) python3 -m benchmarks.train --out "$OUT/train" \
+        --budget-s ${TRAIN_BUDGET:-330} 2>&1 | tee -a "$OUT/session.log" | tail -45
+}
+
+train2() {
+    log "train2: two GPUs, DDP, against one"
+    timeout ${TRAIN2_TIMEOUT:-300} python3 -m benchmarks.train --out "$OUT/train2" \
+        --cases 'fit-synthetic-8k,ddp-synthetic-8k-x2' --budget-s 240 2>&1 | tee -a "$OUT/session.log" | tail -25
+}
+
 setup
 for step in "$@"; do
     case "$step" in
@@ -157,7 +172,9 @@ for step in "$@"; do
         full) bench --budget-s ${BENCH_BUDGET:-330} ;;
         headdims) headdims ;;
         model) model ;;
-        *) echo "unknown step $step (tune, tests, compile, quick, full, headdims, model)"; exit 2 ;;
+        train) train ;;
+        train2) train2 ;;
+        *) echo "unknown step $step (tune, tests, compile, quick, full, headdims, model, train, train2)"; exit 2 ;;
     esac
 done
 log done

@@ -19,11 +19,12 @@ from genoformer.data.alphabet import (
     encode,
     reverse_complement,
 )
-from genoformer.data.genome_datasets import RandomWindowDataset, Tile, TiledWindowDataset, iter_tiles, tile_starts
+from genoformer.data.genome_datasets import RandomWindowDataset, TiledWindowDataset, tile_starts
 from genoformer.data.genome_store import ContigInfo, GenomeStore, prepare_genome_store
 from genoformer.data.sampling import ShardSampler
 from genoformer.data.seqfiles import SequenceRecord, read_records
 from genoformer.data.splits import Interval, SplitSpec, split_intervals
+from genoformer.data.tiling import Keep, Tile, tile_windows
 from genoformer.data.timeseries_datasets import TimeSeriesWindowDataset
 from genoformer.data.timeseries_store import SeriesInfo, TimeSeriesStore, prepare_timeseries_store
 
@@ -43,7 +44,7 @@ __all__ = [
     "encode", "decode", "reverse_complement",
     "prepare_genome_store", "GenomeStore", "ContigInfo",
     "prepare_timeseries_store", "TimeSeriesStore", "SeriesInfo",
-    "RandomWindowDataset", "TiledWindowDataset", "TimeSeriesWindowDataset", "Tile", "iter_tiles", "tile_starts",
+    "RandomWindowDataset", "TiledWindowDataset", "TimeSeriesWindowDataset", "Tile", "Keep", "tile_windows", "tile_starts",
     "ShardSampler", "SplitSpec", "Interval", "split_intervals",
     "GenomeDataModule", "TimeSeriesDataModule", "SequenceRecord", "read_records",
 ]

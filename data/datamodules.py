@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import lightning as L
 import numpy as np
+import torch
 from torch.utils.data import DataLoader, Dataset
 
 from genoformer.data.genome_datasets import RandomWindowDataset, TiledWindowDataset
@@ -88,6 +89,9 @@ class _ShardedLoaders:
     num_workers: int
     multiprocessing_context: str | None
     persistent_workers: bool
+    pin_memory: bool = True
+    """Page-locked batches on a CUDA machine: the copy to the GPU then starts without waiting for
+    the previous step's kernels, so the host can queue the next step while the GPU still runs."""
     rank: int | None
     world_size: int | None
 
@@ -105,6 +109,7 @@ class _ShardedLoaders:
             num_workers=self.num_workers,
             multiprocessing_context=self.multiprocessing_context if self.num_workers > 0 else None,
             persistent_workers=self.persistent_workers and self.num_workers > 0,
+            pin_memory=self.pin_memory and torch.cuda.is_available(),
             drop_last=train,
             **extra,
         )
@@ -261,6 +266,8 @@ class TimeSeriesDataModule(_ShardedLoaders, L.LightningDataModule):
         split: How validation/test data are held out ("region" = the end of every series in
             time order; "files"/"contigs" = whole series by file name).
         eval_stride: Step between validation/test windows (default: ``horizon``).
+        eval_context_before_split: Validation/test windows need only their horizon inside the
+            split; their context may reach back into earlier data (the long-horizon protocol).
         normalize: Standardise channels with the store's per-channel mean and std.
         seed: Seed of the sampling.
         multiprocessing_context: "fork", "spawn" or "forkserver" for workers (None: platform default).
@@ -283,6 +290,7 @@ class TimeSeriesDataModule(_ShardedLoaders, L.LightningDataModule):
         samples_per_epoch: int = 10_000,
         split: SplitSpec | None = None,
         eval_stride: int | None = None,
+        eval_context_before_split: bool = False,
         normalize: bool = True,
         seed: int = 0,
         multiprocessing_context: Literal["fork", "spawn", "forkserver"] | None = None,
@@ -293,6 +301,7 @@ class TimeSeriesDataModule(_ShardedLoaders, L.LightningDataModule):
         super().__init__()
         self.store_path = Path(store)
         self.sources = list(sources) if sources else []
+        self.eval_context_before_split = eval_context_before_split
         self.sampling_rate = sampling_rate
         self.time_column = time_column
         self.missing = missing
@@ -318,23 +327,35 @@ class TimeSeriesDataModule(_ShardedLoaders, L.LightningDataModule):
             return
         if not self.sources:
             raise FileNotFoundError(f"time-series store {self.store_path} does not exist and no `sources` were "
-                                    "given to build it; run `genoformer prepare` or set data.sources")
+                                    "given to build it; run `genoformer prepare_timeseries` or set data.init_args.sources")
         prepare_timeseries_store(self.sources, self.store_path, sampling_rate=self.sampling_rate,
                                  time_column=self.time_column, missing=self.missing)
 
     def setup(self, stage: str | None = None) -> None:
+        """Build the datasets the stage needs: fit (train + val), validate or test.
+
+        Raises ValueError when `validate` or `test` asks for a split that holds no data, naming
+        the option that creates it.
+        """
+        if not self.store_path.exists():
+            raise FileNotFoundError(f"time-series store {self.store_path} does not exist; build it with "
+                                    "`genoformer prepare_timeseries` or set data.init_args.sources")
         store = TimeSeriesStore(self.store_path)
         intervals = split_intervals([SequenceSource(s.name, s.length, s.source_name) for s in store.series], self.split)
-        self.datasets["train"] = TimeSeriesWindowDataset(
-            store, self.context, self.horizon, intervals=intervals["train"],
-            samples_per_epoch=self.samples_per_epoch, seed=self.seed, normalize=self.normalize,
-        )
-        for name in ("val", "test"):
+        if stage in ("fit", None):
+            self.datasets["train"] = TimeSeriesWindowDataset(
+                store, self.context, self.horizon, intervals=intervals["train"],
+                samples_per_epoch=self.samples_per_epoch, seed=self.seed, normalize=self.normalize,
+            )
+        for name, needed_by in (("val", "validate"), ("test", "test")):
             if intervals[name]:
                 self.datasets[name] = TimeSeriesWindowDataset(
                     store, self.context, self.horizon, intervals=intervals[name], stride=self.eval_stride,
-                    normalize=self.normalize,
+                    normalize=self.normalize, context_before_interval=self.eval_context_before_split,
                 )
+            elif stage == needed_by:
+                raise ValueError(f"the {name} split of {self.store_path} is empty: set data.init_args.split."
+                                 f"{name}_fraction (e.g. 0.1) or name {name} series with split.by")
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.datasets["train"], train=True)

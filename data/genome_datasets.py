@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from genoformer.data.alphabet import N, PAD, encode, reverse_complement
+from genoformer.data.alphabet import N, PAD, reverse_complement
 from genoformer.data.genome_store import DEFAULT_CACHE_BYTES, GenomeStore
 from genoformer.data.sampling import sample_rng, split_key
 from genoformer.data.splits import Interval
@@ -160,16 +159,6 @@ class RandomWindowDataset(Dataset):
                 "index": index}
 
 
-@dataclass(frozen=True)
-class Tile:
-    """One tile of a sequence: ``tokens`` (L,) uint8 codes, PAD after ``end - start`` tokens."""
-
-    name: str
-    start: int
-    end: int
-    tokens: np.ndarray
-
-
 def tile_starts(length: int, window: int, stride: int) -> range:
     """Start positions of the tiles that cover a sequence of ``length``: 0, stride, ...; the
     last tile is the first that reaches the end (it may be shorter than ``window``)."""
@@ -179,24 +168,6 @@ def tile_starts(length: int, window: int, stride: int) -> range:
         return range(0)
     count = 1 + -(-max(length - window, 0) // stride)
     return range(0, count * stride, stride)
-
-
-def iter_tiles(records: Iterable[tuple[str, str | np.ndarray]], window: int, stride: int | None = None) -> Iterator[Tile]:
-    """Tile arbitrary sequences for embedding: yields :class:`Tile` for every window.
-
-    ``records`` are (name, sequence) pairs; a sequence is a nucleotide string (encoded with
-    :func:`genoformer.data.alphabet.encode`) or an array of codes. Tiles start every
-    ``stride`` (default ``window``) bases; a last tile shorter than ``window`` is padded with
-    PAD, and ``end`` marks where the real sequence stops.
-    """
-    stride = window if stride is None else stride
-    for name, seq in records:
-        codes = encode(seq) if isinstance(seq, (str, bytes)) else np.asarray(seq, dtype=np.uint8)
-        for start in tile_starts(len(codes), window, stride):
-            end = min(start + window, len(codes))
-            tokens = np.full(window, PAD, dtype=np.uint8)
-            tokens[:end - start] = codes[start:end]
-            yield Tile(name, start, end, tokens)
 
 
 class TiledWindowDataset(Dataset):

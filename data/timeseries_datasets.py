@@ -37,11 +37,15 @@ class TimeSeriesWindowDataset(Dataset):
         stride: Step between tiled windows (default: ``horizon``); ignored for random windows.
         seed: Base seed; random sample ``index`` of ``epoch`` depends only on (seed, epoch, index).
         normalize: Standardise each channel with the store's mean and std.
+        context_before_interval: Only the target must lie in an interval; the context may reach
+            back before the interval's start into earlier steps of the same series (as the
+            long-horizon protocol does for validation and test windows).
     """
 
     def __init__(self, store: str | Path | TimeSeriesStore, context: int, horizon: int, *,
                  intervals: Sequence[Interval] | None = None, samples_per_epoch: int | None = None,
-                 stride: int | None = None, seed: int = 0, normalize: bool = True) -> None:
+                 stride: int | None = None, seed: int = 0, normalize: bool = True,
+                 context_before_interval: bool = False) -> None:
         if context < 1 or horizon < 1:
             raise ValueError(f"context ({context}) and horizon ({horizon}) must be >= 1")
         self._store = store if isinstance(store, TimeSeriesStore) else TimeSeriesStore(store)
@@ -54,6 +58,8 @@ class TimeSeriesWindowDataset(Dataset):
         self.epoch = 0
         self.normalize = normalize
         ivs = [Interval(s.index, 0, s.length) for s in self._store.series] if intervals is None else list(intervals)
+        if context_before_interval:
+            ivs = [Interval(iv.index, max(0, iv.start - context), iv.end) for iv in ivs]
         self.intervals = [iv for iv in ivs if iv.length >= self.span]
         short = [iv for iv in ivs if iv.length < self.span]
         if short:

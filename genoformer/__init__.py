@@ -7,6 +7,11 @@ or `import genoformer.kernels` stays light):
     genoformer.callbacks           LossPlotCallback, PredictionWriter
     genoformer.loggers             AppendingCSVLogger (resumed runs append to metrics.csv)
     genoformer.embeddings          Embedder, Embeddings, Pooling, save_embeddings, load_embeddings
+    genoformer.timeseries_model    ForecastConfig, TimeSeriesTransformer (time series on the same trunk)
+    genoformer.timeseries_module   TimeSeriesForecaster (MSE + pinball, optimiser, metrics)
+    genoformer.forecasting         Forecaster (forecast, embed), ForecastResult
+    genoformer.forecast_eval       the long-horizon protocol, SeasonalNaive and DirectAR baselines
+    genoformer.timeseries_commands `genoformer forecast` and `genoformer evaluate_forecast`
     genoformer.kernels             attention backends and block-sparse layouts (folder kernels/)
     genoformer.data                stores, datasets and data modules (folder data/)
 """

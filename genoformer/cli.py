@@ -13,7 +13,7 @@ changes nothing there. `validate`, `test` and `predict` need trained weights (`-
 `best` or a path; `--untrained` on purpose) and never replace an earlier result unless given
 `--overwrite`.
 
-Configs are parsed in jsonargparse's "omegaconf+" mode: `${...model.transformer.max_seq_len}`
+Configs are parsed in jsonargparse's "omegaconf+" mode: `${...model.init_args.transformer.max_seq_len}`
 style interpolation is resolved after the command line is applied, so overriding one value on
 the command line updates everything that refers to it.
 
@@ -39,7 +39,7 @@ from typing import Any, Callable, Literal, Optional, Sequence, Union
 
 import torch
 from jsonargparse import CLI, ActionYesNo
-from lightning.pytorch import LightningDataModule
+from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger
@@ -66,6 +66,7 @@ from genoformer.export import export
 from genoformer.kernels.dispatch import Backend
 from genoformer.lightning_module import GenoformerLM
 from genoformer.markov import baseline
+from genoformer.timeseries_commands import evaluate_forecast, forecast
 from genoformer.variants import variant_effect
 
 TRAINING_COMMANDS = ("fit", "validate", "test", "predict")
@@ -257,6 +258,8 @@ TOOL_COMMANDS = {
     "export": export,
     "score": score,
     "variant_effect": variant_effect,
+    "forecast": forecast,
+    "evaluate_forecast": evaluate_forecast,
 }
 
 
@@ -268,6 +271,11 @@ _FIT_CKPT_HELP = (
 _EVAL_CKPT_HELP = (
     "The weights to evaluate: last or best (of the run in trainer.default_root_dir, as for fit) or "
     "a .ckpt path. Required, unless --untrained."
+)
+_MODEL_TITLE = (
+    "Model (--model CLASS_NAME, then --model.OPTION VALUE); a config without model.class_path trains "
+    "GenoformerLM, the time-series configs TimeSeriesForecaster. Their options: genoformer fit "
+    "--model.help GenoformerLM (or TimeSeriesForecaster)"
 )
 _DATA_TITLE = (
     "Data module (--data CLASS_NAME, then --data.OPTION VALUE); the shipped ones are GenomeDataModule "
@@ -333,8 +341,10 @@ class GenoformerCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         # Group titles come from docstrings; these two read as cut off (a sentence fragment, and
         # LightningDataModule's docstring up to "The main advantage is").
-        parser.groups["model.transformer"].title = "Model architecture (genoformer.model.TransformerConfig)"
+        parser.groups["model"].title = _MODEL_TITLE
         parser.groups["data"].title = _DATA_TITLE
+        # A config without model.class_path trains a GenoformerLM.
+        parser.set_defaults({"model": {"class_path": f"{GenoformerLM.__module__}.{GenoformerLM.__qualname__}"}})
 
     # ------------------------------------------------------------------- checks
     def _parse_ckpt_path(self) -> None:
@@ -521,15 +531,17 @@ def _lightning_keyword(ckpt_path: str) -> bool:
 
 
 def training_cli(args: Optional[Sequence[str]] = None, run: bool = True) -> LightningCLI:
-    """LightningCLI for GenoformerLM; the data module is chosen in the config by class_path.
+    """LightningCLI for GenoformerLM or another LightningModule named by model.class_path (such as
+    TimeSeriesForecaster); the data module is chosen in the config by class_path.
 
     `args` None reads the command line (sys.argv), as a console command does. With run=False
     the args take no subcommand: the model, data module and trainer are only instantiated.
     """
     argv = list(sys.argv[1:] if args is None else args)
     return GenoformerCLI(
-        GenoformerLM,
+        LightningModule,
         LightningDataModule,
+        subclass_mode_model=True,
         subclass_mode_data=True,
         parser_kwargs={"parser_mode": "omegaconf+"},
         save_config_callback=RunConfigSaver,

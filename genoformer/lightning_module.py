@@ -11,9 +11,10 @@ seeded by (seed, s, rank), so a run resumed from a checkpoint at step s draws wh
 uninterrupted run drew, whatever ran in between (validation, a restart). Checkpoints are
 portable: model keys are saved without torch.compile's wrapper prefix, the alphabet is saved and
 checked on load, and settings of how the model runs rather than what it is (attention backend,
-activation checkpointing) are not saved, so the config that loads a checkpoint chooses them.
+activation checkpointing, fused elementwise regions, compile) are not saved, so the config that
+loads a checkpoint chooses them.
 
-Shape legend: B batch, L sequence length, E model width, V vocabulary size.
+Shape legend: B batch, L sequence length, E model width, V vocabulary size, N = B * L.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
 import lightning as L
@@ -30,12 +31,12 @@ import torch
 import torch.nn.functional as F
 
 from genoformer.data.alphabet import MASK, PAD, T, TOKEN_CODES
-from genoformer.model import Transformer, TransformerConfig
+from genoformer.model import Transformer, TransformerConfig, compile_blocks, fused
 
 LN2 = math.log(2.0)
 IGNORE = -100
 """Target value that cross_entropy skips."""
-RUNTIME_SETTINGS = ("attention_backend", "activation_checkpointing")
+RUNTIME_SETTINGS = ("attention_backend", "activation_checkpointing", "fused_elementwise")
 """TransformerConfig fields that say how the model runs, not what it is: left out of checkpoints."""
 COMPILED_PREFIX = "_orig_mod."
 """What torch.compile's wrapper module inserts into parameter names."""
@@ -94,13 +95,20 @@ def warmup_cosine(step: int, *, warmup_steps: int, total_steps: int, min_lr_rati
     return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def cross_entropy_sum(logits_BLV: torch.Tensor, targets_BL: torch.Tensor) -> torch.Tensor:
+    """Summed cross-entropy in nats (float32) over the targets that are not IGNORE."""
+    logits_NV = logits_BLV.reshape(-1, logits_BLV.shape[-1]).float()
+    return F.cross_entropy(logits_NV, targets_BL.reshape(-1), ignore_index=IGNORE, reduction="sum")
+
+
 def _tokens(batch: dict[str, Any]) -> torch.Tensor:
     """The (B, L) token ids of a batch; a clear error for batches of another kind."""
     if "tokens" not in batch:
         raise TypeError(
             f"GenoformerLM trains on token batches ({{'tokens': (B, L), ...}}, as GenomeDataModule "
-            f"gives), got a batch with keys {sorted(batch)}; time-series batches have no model in "
-            "this release."
+            f"gives), got a batch with keys {sorted(batch)}; time-series batches train "
+            "genoformer.timeseries_module.TimeSeriesForecaster (model.class_path, as in "
+            "configs/timeseries_tiny_cpu.yaml)."
         )
     return batch["tokens"]
 
@@ -119,6 +127,7 @@ class GenoformerLM(L.LightningModule):
         warmup_steps: int = 1000,
         total_steps: Optional[int] = None,
         min_lr_ratio: float = 0.1,
+        compile: bool = False,
     ) -> None:
         """
         Args:
@@ -135,6 +144,11 @@ class GenoformerLM(L.LightningModule):
             total_steps: optimizer steps at which the cosine decay ends; None: the trainer's
                 estimated_stepping_batches (from max_steps or max_epochs).
             min_lr_ratio: final learning rate as a fraction of learning_rate.
+            compile: compile every transformer block with torch.compile when training or
+                evaluating through a Trainer (`genoformer fit`, `validate`, ...): faster steps
+                after a first step that compiles (tens of seconds on a GPU); the attention
+                kernels run inside the compiled graph. A choice of how to run, not of the
+                model, so checkpoints do not record it.
         """
         super().__init__()
         objective = Objective(objective)
@@ -151,6 +165,8 @@ class GenoformerLM(L.LightningModule):
         self.warmup_steps = warmup_steps
         self.total_steps = total_steps
         self.min_lr_ratio = min_lr_ratio
+        self.use_compile = compile
+        self._blocks_compiled = False
         self.model = Transformer(config)
         self.trained_seq_len = 0  # longest training batch length so far: the default embedding window
         self.base_seed: Optional[int] = None  # base of the per-step seeds: the global seed at the first fit
@@ -170,6 +186,12 @@ class GenoformerLM(L.LightningModule):
                 "min_lr_ratio": min_lr_ratio,
             }
         )
+
+    def configure_model(self) -> None:
+        """Lightning's hook before a run (fit, validate, test, predict): compile when asked."""
+        if self.use_compile and not self._blocks_compiled:
+            compile_blocks(self.model)
+            self._blocks_compiled = True
 
     def forward(self, tokens_BL: torch.Tensor) -> torch.Tensor:
         """Logits (B, L, V)."""
@@ -195,12 +217,8 @@ class GenoformerLM(L.LightningModule):
             inputs_BL, targets_BL = mask_tokens(tokens_BL, self.mask_prob)
             logits_BLV = self.model(inputs_BL, lengths_B)
         n_targets = (targets_BL != IGNORE).sum()
-        total = F.cross_entropy(
-            logits_BLV.reshape(-1, logits_BLV.shape[-1]).float(),
-            targets_BL.reshape(-1),
-            ignore_index=IGNORE,
-            reduction="sum",
-        )
+        fuse = self.model.config.fused_elementwise or self.use_compile
+        total = fused(cross_entropy_sum, fuse, logits_BLV)(logits_BLV, targets_BL)
         return total / n_targets.clamp(min=1), n_targets
 
     def on_fit_start(self) -> None:
@@ -261,28 +279,50 @@ class GenoformerLM(L.LightningModule):
 
     # --------------------------------------------------------------------------- optimiser
     def configure_optimizers(self) -> dict[str, Any]:
-        decay, no_decay = [], []
-        for param in self.model.parameters():  # tied weights appear once
-            if param.requires_grad:
-                (decay if param.ndim >= 2 else no_decay).append(param)
-        optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": self.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=self.learning_rate,
-            betas=self.betas,
+        return adamw_warmup_cosine(
+            self.model, lambda: self.trainer.estimated_stepping_batches, learning_rate=self.learning_rate, weight_decay=self.weight_decay,
+            betas=self.betas, warmup_steps=self.warmup_steps, total_steps=self.total_steps,
+            min_lr_ratio=self.min_lr_ratio,
         )
-        total_steps = self.total_steps
-        if total_steps is None:
-            estimated = self.trainer.estimated_stepping_batches
-            if not math.isfinite(estimated):
-                raise ValueError(
-                    "cannot derive total_steps: the trainer has no max_steps or max_epochs; set "
-                    "model.init_args.total_steps or trainer.max_steps."
-                )
-            total_steps = int(estimated)
-        schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer,
-            lambda step: warmup_cosine(
-                step, warmup_steps=self.warmup_steps, total_steps=total_steps, min_lr_ratio=self.min_lr_ratio
-            ),
-        )
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+def adamw_warmup_cosine(
+    model: torch.nn.Module,
+    estimated_steps: Callable[[], float],
+    *,
+    learning_rate: float,
+    weight_decay: float,
+    betas: tuple[float, float],
+    warmup_steps: int,
+    total_steps: Optional[int],
+    min_lr_ratio: float,
+) -> dict[str, Any]:
+    """AdamW (weight decay on matrices only) with `warmup_cosine` per step, as Lightning's
+    configure_optimizers returns it; total_steps None: `estimated_steps()` (the trainer's
+    estimated_stepping_batches)."""
+    decay, no_decay = [], []
+    for param in model.parameters():  # tied weights appear once
+        if param.requires_grad:
+            (decay if param.ndim >= 2 else no_decay).append(param)
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=learning_rate,
+        betas=betas,
+        # one kernel for all parameters instead of several per tensor group
+        fused=all(param.is_cuda for param in decay + no_decay),
+    )
+    if total_steps is None:
+        estimated = estimated_steps()
+        if not math.isfinite(estimated):
+            raise ValueError(
+                "cannot derive total_steps: the trainer has no max_steps or max_epochs; set "
+                "model.init_args.total_steps or trainer.max_steps."
+            )
+        total_steps = int(estimated)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda step: warmup_cosine(
+            step, warmup_steps=warmup_steps, total_steps=total_steps, min_lr_ratio=min_lr_ratio
+        ),
+    )
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

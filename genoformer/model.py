@@ -6,6 +6,14 @@ layer's pattern (dense or a block-sparse layout spec) comes from `TransformerCon
 applied cyclically over the layers. The model knows nothing about DDP/FSDP or mixed precision
 policies: the Lightning strategy applies those.
 
+Speed. The elementwise work (RMSNorm, RoPE, SwiGLU's gate) has a plain PyTorch reference
+(`rms_norm`, `apply_rotary`, `swiglu`), which is what runs on a CPU and what a compiled model
+traces. On a CUDA GPU an eager model trains with the same functions run through
+`torch.compile` as small fused regions (`TransformerConfig.fused_elementwise`): one kernel
+each instead of several float32 round trips through memory. `compile_blocks` compiles every
+block whole, attention included: the Triton kernels are custom ops, and `plan_attention`
+resolves the backend before the blocks run, so nothing breaks the graph.
+
 Shape legend (suffixes on tensor names):
     B  batch                  L  sequence length (tokens)
     E  model width (d_model)  F  SwiGLU hidden width
@@ -17,10 +25,11 @@ Shape legend (suffixes on tensor names):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import sys
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
 import torch
@@ -29,7 +38,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from genoformer.data.alphabet import VOCAB_SIZE
-from genoformer.kernels.dispatch import Backend, attention
+from genoformer.kernels.dispatch import AttentionPlan, Backend, attention, plan_attention
 from genoformer.kernels.layout import BlockLayout, LayoutSpec
 
 
@@ -58,6 +67,10 @@ class TransformerConfig:
             per device and logs it.
         activation_checkpointing: Recompute each block's activations in the backward pass (less
             memory, ~30% more compute).
+        fused_elementwise: On CUDA, run RMSNorm, RoPE and the SwiGLU gate (and GenoformerLM's
+            loss) of an eager model's training steps as torch.compile'd fused regions (compiled
+            on first use, a few seconds); False runs the plain PyTorch reference ops. No effect
+            on a CPU, in inference or inside a compiled model.
         tie_embeddings: Share the input embedding matrix with the output projection.
         norm_eps: RMSNorm epsilon.
         init_std: Standard deviation of the normal weight initialisation.
@@ -76,6 +89,7 @@ class TransformerConfig:
     attention: list[Optional[LayoutSpec]] = dataclasses.field(default_factory=lambda: [None])
     attention_backend: Backend = Backend.AUTO
     activation_checkpointing: bool = False
+    fused_elementwise: bool = True
     tie_embeddings: bool = True
     norm_eps: float = 1e-6
     init_std: float = 0.02
@@ -167,17 +181,58 @@ def _spec_from_dict(value: Any) -> Any:
     return value
 
 
+# ------------------------------------------------------------------- elementwise work
+def rms_norm(x_BLE: torch.Tensor, weight_E: torch.Tensor, eps: float) -> torch.Tensor:
+    """Root-mean-square norm computed in float32, returned in x's dtype (the reference)."""
+    y_BLE = F.rms_norm(x_BLE.float(), (x_BLE.shape[-1],), weight_E.float(), eps)
+    return y_BLE.to(x_BLE.dtype)
+
+
+def apply_rotary(x_BHLD: torch.Tensor, cos_LR: torch.Tensor, sin_LR: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (x[..., r], x[..., r + D/2]) by angle position * theta^(-2r/D), in float32."""
+    x1_BHLR, x2_BHLR = x_BHLD.float().chunk(2, dim=-1)
+    y_BHLD = torch.cat((x1_BHLR * cos_LR - x2_BHLR * sin_LR, x1_BHLR * sin_LR + x2_BHLR * cos_LR), dim=-1)
+    return y_BHLD.to(x_BHLD.dtype)
+
+
+def rotary_qk(
+    q_BHLD: torch.Tensor, k_BKLD: torch.Tensor, cos_LR: torch.Tensor, sin_LR: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`apply_rotary` on queries and keys (one fused region on a GPU)."""
+    return apply_rotary(q_BHLD, cos_LR, sin_LR), apply_rotary(k_BKLD, cos_LR, sin_LR)
+
+
+def swiglu(gate_up_BLF2: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up for the two halves (gate, up) of the last dim."""
+    gate_BLF, up_BLF = gate_up_BLF2.chunk(2, dim=-1)
+    return F.silu(gate_BLF) * up_BLF
+
+
+@functools.cache
+def _compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return torch.compile(fn, fullgraph=True)
+
+
+def fused(fn: Callable[..., Any], enabled: bool, x: torch.Tensor) -> Callable[..., Any]:
+    """`fn` as one torch.compile region (compiled on first call per shape, then cached) when
+    `enabled` and x is a CUDA tensor in a training step (autograd on) outside a compiled graph;
+    else `fn` itself. Inference keeps the references: no compile pause before a short
+    `genoformer embed`."""
+    use = enabled and x.is_cuda and torch.is_grad_enabled() and not torch.compiler.is_compiling()
+    return _compiled(fn) if use else fn
+
+
 class RMSNorm(nn.Module):
     """Root-mean-square norm computed in float32, returned in the input dtype."""
 
-    def __init__(self, dim: int, eps: float) -> None:
+    def __init__(self, dim: int, eps: float, fused_elementwise: bool = False) -> None:
         super().__init__()
         self.eps = eps
+        self.fused_elementwise = fused_elementwise
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x_BLE: torch.Tensor) -> torch.Tensor:
-        y_BLE = F.rms_norm(x_BLE.float(), (x_BLE.shape[-1],), self.weight.float(), self.eps)
-        return y_BLE.to(x_BLE.dtype)
+        return fused(rms_norm, self.fused_elementwise, x_BLE)(x_BLE, self.weight, self.eps)
 
 
 class RotaryEmbedding(nn.Module):
@@ -210,13 +265,6 @@ class RotaryEmbedding(nn.Module):
         )
 
 
-def apply_rotary(x_BHLD: torch.Tensor, cos_LR: torch.Tensor, sin_LR: torch.Tensor) -> torch.Tensor:
-    """Rotate pairs (x[..., r], x[..., r + D/2]) by angle position * theta^(-2r/D), in float32."""
-    x1_BHLR, x2_BHLR = x_BHLD.float().chunk(2, dim=-1)
-    y_BHLD = torch.cat((x1_BHLR * cos_LR - x2_BHLR * sin_LR, x1_BHLR * sin_LR + x2_BHLR * cos_LR), dim=-1)
-    return y_BHLD.to(x_BHLD.dtype)
-
-
 class Attention(nn.Module):
     """Multi-head self-attention with grouped key/value heads and RoPE."""
 
@@ -225,6 +273,7 @@ class Attention(nn.Module):
         self.n_heads = config.n_heads
         self.n_kv_heads = config.kv_heads
         self.head_dim = config.head_dim
+        self.fused_elementwise = config.fused_elementwise
         self.wq = nn.Linear(config.d_model, config.n_heads * config.head_dim, bias=False)
         self.wk = nn.Linear(config.d_model, config.kv_heads * config.head_dim, bias=False)
         self.wv = nn.Linear(config.d_model, config.kv_heads * config.head_dim, bias=False)
@@ -245,8 +294,7 @@ class Attention(nn.Module):
         q_BHLD = self.wq(x_BLE).view(B, L, self.n_heads, self.head_dim).transpose(1, 2)
         k_BKLD = self.wk(x_BLE).view(B, L, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v_BKLD = self.wv(x_BLE).view(B, L, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        q_BHLD = apply_rotary(q_BHLD, cos_LR, sin_LR)
-        k_BKLD = apply_rotary(k_BKLD, cos_LR, sin_LR)
+        q_BHLD, k_BKLD = fused(rotary_qk, self.fused_elementwise, x_BLE)(q_BHLD, k_BKLD, cos_LR, sin_LR)
         o_BHLD = attention(q_BHLD, k_BKLD, v_BKLD, causal=causal, layout=layout, kv_lens=kv_lens_B, backend=backend)
         o_BLE = o_BHLD.transpose(1, 2).reshape(B, L, self.n_heads * self.head_dim)
         return self.wo(o_BLE)
@@ -255,14 +303,15 @@ class Attention(nn.Module):
 class SwiGLU(nn.Module):
     """down(silu(gate(x)) * up(x)); gate and up share one matmul."""
 
-    def __init__(self, d_model: int, hidden: int) -> None:
+    def __init__(self, d_model: int, hidden: int, fused_elementwise: bool = False) -> None:
         super().__init__()
+        self.fused_elementwise = fused_elementwise
         self.w_gate_up = nn.Linear(d_model, 2 * hidden, bias=False)
         self.w_down = nn.Linear(hidden, d_model, bias=False)
 
     def forward(self, x_BLE: torch.Tensor) -> torch.Tensor:
-        gate_BLF, up_BLF = self.w_gate_up(x_BLE).chunk(2, dim=-1)
-        return self.w_down(F.silu(gate_BLF) * up_BLF)
+        gate_up_BLF2 = self.w_gate_up(x_BLE)
+        return self.w_down(fused(swiglu, self.fused_elementwise, gate_up_BLF2)(gate_up_BLF2))
 
 
 class Block(nn.Module):
@@ -270,10 +319,10 @@ class Block(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.attn_norm = RMSNorm(config.d_model, config.norm_eps)
+        self.attn_norm = RMSNorm(config.d_model, config.norm_eps, config.fused_elementwise)
         self.attn = Attention(config)
-        self.mlp_norm = RMSNorm(config.d_model, config.norm_eps)
-        self.mlp = SwiGLU(config.d_model, config.mlp_dim)
+        self.mlp_norm = RMSNorm(config.d_model, config.norm_eps, config.fused_elementwise)
+        self.mlp = SwiGLU(config.d_model, config.mlp_dim, config.fused_elementwise)
         self.drop = nn.Dropout(config.dropout)
 
     def forward(
@@ -293,35 +342,33 @@ class Block(nn.Module):
         return x_BLE + self.drop(self.mlp(self.mlp_norm(x_BLE)))
 
 
-class Transformer(nn.Module):
-    """Token ids (B, L) -> logits (B, L, V); `hidden_state`/`hidden_states` for embeddings.
+class TransformerTrunk(nn.Module):
+    """The block stack every model family shares: input vectors (B, L, E) -> hidden states.
 
-    Hidden state numbering: 0 is the token embedding, i (1..n_layers) the output of block i;
-    the last one (n_layers, or -1) is taken after the final RMSNorm, i.e. what the LM head sees.
+    A family subclasses it, passes the module that turns its inputs into vectors (`embed`: token
+    ids for `Transformer`, value patches for `genoformer.timeseries_model`), adds its heads and
+    calls `run_blocks` on the embedded inputs. Hidden state numbering: 0 is the input embedding,
+    i (1..n_layers) the output of block i; the last one (n_layers, or -1) is taken after the final
+    RMSNorm, i.e. what the heads see.
     """
 
     _LAYOUT_CACHE_SIZE = 64
 
-    def __init__(self, config: TransformerConfig) -> None:
+    def __init__(self, config: TransformerConfig, embed: nn.Module) -> None:
         super().__init__()
         self.config = config
-        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.embed = embed
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
-        self.norm = RMSNorm(config.d_model, config.norm_eps)
-        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.norm = RMSNorm(config.d_model, config.norm_eps, config.fused_elementwise)
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.max_seq_len)
         # (pattern index, seq_len) -> layout, least recently used first; layouts live on the CPU.
         self._layouts: OrderedDict[tuple[int, int], BlockLayout] = OrderedDict()
-        self.reset_parameters()
-        if config.tie_embeddings:
-            self.head.weight = self.embed.weight
+        self._plans: dict[tuple, tuple[Optional[BlockLayout], AttentionPlan]] = {}  # see attention_plan
 
-    def reset_parameters(self) -> None:
-        """Normal(0, init_std) weights; residual output projections scaled by 1/sqrt(2 n_layers)."""
+    def reset_blocks(self) -> None:
+        """Normal(0, init_std) block weights; residual output projections scaled by 1/sqrt(2 n_layers)."""
         std = self.config.init_std
-        nn.init.normal_(self.embed.weight, std=std)
-        nn.init.normal_(self.head.weight, std=std)
         for block in self.blocks:
             for linear in (block.attn.wq, block.attn.wk, block.attn.wv, block.mlp.w_gate_up):
                 nn.init.normal_(linear.weight, std=std)
@@ -331,14 +378,15 @@ class Transformer(nn.Module):
     def layout(self, layer: int, seq_len: int) -> Optional[BlockLayout]:
         """Block-sparse layout of block `layer` for sequences of `seq_len` tokens (None: dense).
 
-        Built on first use for each (pattern, seq_len) and cached; any seq_len works (the last
-        block row/column may be partial). Causal models get the layout without the blocks that lie
+        Built on first use for each (distinct pattern, seq_len) and cached; any seq_len works (the
+        last block row/column may be partial). Causal models get the layout without the blocks that lie
         entirely above the diagonal, so kernels skip them.
         """
-        index = layer % len(self.config.attention)
         spec = self.config.pattern(layer)
         if spec is None:
             return None
+        # Equal specs share one layout (and one compiled graph of a compiled model).
+        index = self.config.attention.index(spec)
         key = (index, seq_len)
         if key in self._layouts:
             self._layouts.move_to_end(key)
@@ -356,6 +404,94 @@ class Transformer(nn.Module):
         if len(self._layouts) > self._LAYOUT_CACHE_SIZE:
             self._layouts.popitem(last=False)
         return built
+
+    def attention_plan(self, layer: int, x_BLE: torch.Tensor, kv_lens_B: Optional[torch.Tensor]) -> AttentionPlan:
+        """Backend and layout of block `layer`'s attention for the hidden state x_BLE, chosen
+        eagerly (outside any compiled block): the attention inputs have x's shape split into
+        heads and the autocast dtype when autocast is on."""
+        B, L, _ = x_BLE.shape
+        device = x_BLE.device
+        dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else x_BLE.dtype
+        config = self.config
+        layout = self.layout(layer, L)
+        # plans depend on these only (kv_lens by presence, dtype, device, shape); ~50 us each to make
+        key = (config.attention_backend, id(layout), B, L, dtype, device, config.causal, kv_lens_B is None)
+        if key not in self._plans:
+            plan = plan_attention(
+                config.attention_backend, batch=B, q_heads=config.n_heads, kv_heads=config.kv_heads, q_len=L,
+                kv_len=L, head_dim=config.head_dim, dtype=dtype, device=device, causal=config.causal,
+                layout=layout, kv_lens=kv_lens_B,
+            )
+            self._plans[key] = (layout, plan)  # the layout stays alive while its id is a key
+            if len(self._plans) > self._LAYOUT_CACHE_SIZE:
+                self._plans.pop(next(iter(self._plans)))
+        return self._plans[key][1]
+
+    def resolve_layer(self, layer: int) -> int:
+        """Hidden-state index in 0..n_layers for `layer` (negative counts from the end);
+        IndexError when out of range."""
+        n_states = self.config.n_layers + 1
+        if not -n_states <= layer < n_states:
+            raise IndexError(
+                f"layer={layer} is out of range: this model has hidden states 0..{n_states - 1} "
+                f"(0 = embeddings, {n_states - 1} = last block), or -{n_states}..-1 from the end."
+            )
+        return layer % n_states
+
+    def run_blocks(
+        self, x_BLE: torch.Tensor, lengths_B: Optional[torch.Tensor], last: int, *, keep_all: bool
+    ) -> list[torch.Tensor]:
+        """Hidden states 0..last of embedded inputs x_BLE (all of them with keep_all, else only
+        the last). lengths_B: optional true length of each row of a right-padded batch; keys at
+        positions >= lengths_B[b] are masked."""
+        B, L, _ = x_BLE.shape
+        if L > self.config.max_seq_len:
+            raise ValueError(
+                f"sequence length {L} exceeds max_seq_len={self.config.max_seq_len}; tile longer "
+                "sequences (genoformer.embeddings.Embedder does) or raise max_seq_len in the config."
+            )
+        kv_lens_B = None
+        if lengths_B is not None:
+            if lengths_B.shape != (B,):
+                raise ValueError(f"lengths must have shape ({B},), got {tuple(lengths_B.shape)}.")
+            kv_lens_B = lengths_B.to(device=x_BLE.device, dtype=torch.int32)
+        x_BLE = self.drop(x_BLE)
+        states = [x_BLE]
+        cos_LR, sin_LR = self.rotary.cos_sin(L, x_BLE.device)
+        for i in range(last):
+            block = self.blocks[i]
+            plan = self.attention_plan(i, x_BLE, kv_lens_B)
+            args = (cos_LR, sin_LR, self.config.causal, plan.layout, kv_lens_B, plan.backend)
+            if self.config.activation_checkpointing and self.training and torch.is_grad_enabled():
+                x_BLE = checkpoint(block, x_BLE, *args, use_reentrant=False)
+            else:
+                x_BLE = block(x_BLE, *args)
+            if i == self.config.n_layers - 1:
+                x_BLE = self.norm(x_BLE)
+            if keep_all:
+                states.append(x_BLE)
+            else:
+                states[-1] = x_BLE
+        return states
+
+
+class Transformer(TransformerTrunk):
+    """Token ids (B, L) -> logits (B, L, V); `hidden_state`/`hidden_states` for embeddings
+    (numbered as in `TransformerTrunk`)."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__(config, nn.Embedding(config.vocab_size, config.d_model))
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.reset_parameters()
+        if config.tie_embeddings:
+            self.head.weight = self.embed.weight
+
+    def reset_parameters(self) -> None:
+        """Normal(0, init_std) weights; residual output projections scaled by 1/sqrt(2 n_layers)."""
+        std = self.config.init_std
+        nn.init.normal_(self.embed.weight, std=std)
+        nn.init.normal_(self.head.weight, std=std)
+        self.reset_blocks()
 
     def forward(self, tokens_BL: torch.Tensor, lengths_B: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Logits (B, L, V) for integer tokens (B, L).
@@ -377,17 +513,6 @@ class Transformer(nn.Module):
         """Hidden states of all n_layers + 1 layers, each (B, L, E)."""
         return self._trunk(tokens_BL, lengths_B, self.config.n_layers, keep_all=True)
 
-    def resolve_layer(self, layer: int) -> int:
-        """Hidden-state index in 0..n_layers for `layer` (negative counts from the end);
-        IndexError when out of range."""
-        n_states = self.config.n_layers + 1
-        if not -n_states <= layer < n_states:
-            raise IndexError(
-                f"layer={layer} is out of range: this model has hidden states 0..{n_states - 1} "
-                f"(0 = embeddings, {n_states - 1} = last block), or -{n_states}..-1 from the end."
-            )
-        return layer % n_states
-
     def _trunk(
         self, tokens_BL: torch.Tensor, lengths_B: Optional[torch.Tensor], last: int, *, keep_all: bool
     ) -> list[torch.Tensor]:
@@ -396,32 +521,20 @@ class Transformer(nn.Module):
                 f"tokens must be an integer tensor of shape (batch, length), got {tuple(tokens_BL.shape)} "
                 f"{tokens_BL.dtype}; encode sequences with genoformer.data.alphabet.encode."
             )
-        B, L = tokens_BL.shape
-        if L > self.config.max_seq_len:
-            raise ValueError(
-                f"sequence length {L} exceeds max_seq_len={self.config.max_seq_len}; tile longer "
-                "sequences (genoformer.embeddings.Embedder does) or raise max_seq_len in the config."
-            )
-        kv_lens_B = None
-        if lengths_B is not None:
-            if lengths_B.shape != (B,):
-                raise ValueError(f"lengths must have shape ({B},), got {tuple(lengths_B.shape)}.")
-            kv_lens_B = lengths_B.to(device=tokens_BL.device, dtype=torch.int32)
-        x_BLE = self.drop(self.embed(tokens_BL.long()))
-        states = [x_BLE]
-        cos_LR, sin_LR = self.rotary.cos_sin(L, x_BLE.device)
-        backend = self.config.attention_backend
-        for i in range(last):
-            block = self.blocks[i]
-            args = (cos_LR, sin_LR, self.config.causal, self.layout(i, L), kv_lens_B, backend)
-            if self.config.activation_checkpointing and self.training and torch.is_grad_enabled():
-                x_BLE = checkpoint(block, x_BLE, *args, use_reentrant=False)
-            else:
-                x_BLE = block(x_BLE, *args)
-            if i == self.config.n_layers - 1:
-                x_BLE = self.norm(x_BLE)
-            if keep_all:
-                states.append(x_BLE)
-            else:
-                states[-1] = x_BLE
-        return states
+        return self.run_blocks(self.embed(tokens_BL.long()), lengths_B, last, keep_all=keep_all)
+
+
+def compile_blocks(model: TransformerTrunk, backend: str = "inductor") -> None:
+    """Compile every block of `model` and its final norm in place with torch.compile.
+
+    `nn.Module.compile` keeps parameter names, so checkpoints stay as they are. Blocks share
+    one compiled graph per kind of layer (dense or a layout; training or evaluation) with the
+    attention kernels inside it. The first step compiles (tens of seconds on a GPU). `backend`
+    is torch.compile's (the tests use "aot_eager", which skips code generation).
+    """
+    # Compiled modules share the frame of nn.Module._call_impl: one cache entry per kind of layer,
+    # train or eval, and shape. The default limit of 8 would send a long run back to eager.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    for block in model.blocks:
+        block.compile(backend=backend)
+    model.norm.compile(backend=backend)

@@ -22,11 +22,19 @@ Backends:
                 Elsewhere: sdpa for dense inputs (with key padding only while its bool mask has
                 at most SDPA_MASK_ELEMENTS elements), torch for block-sparse layouts.
                 A layout whose blocks are all allowed counts as dense.
-The choice of `auto` is logged once per situation on the "genoformer.kernels" logger.
+The choice of `auto` is logged once per situation on the "genoformer.kernels" logger: at INFO
+level, and at WARNING level when it falls back from the Triton kernels on a CUDA GPU (with the
+reason), since that costs speed a user should know about.
+
+Compiled models: `attention` traces into a torch.compile graph without breaks once the backend
+is concrete and a layout's block lists are on the device. `plan_attention` does both outside
+the graph (the model calls it per layer before running the blocks), so the choice of `auto`,
+its log message and the layout preparation never enter a compiled region.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import importlib.util
 import logging
@@ -82,6 +90,8 @@ def attention(
         kv_lens: (B,) integer tensor on q's device: keys at positions >= kv_lens[b] are masked.
         scale: multiplier of q k^T; default 1 / sqrt(D).
         backend: a `Backend` (or its value as a string); AUTO picks one (see the module docstring).
+            Inside a compiled graph pass the backend of `plan_attention` instead: choosing
+            reads the layout on the host, which would break the graph.
 
     Returns:
         (B, Hq, Lq, D) tensor in q's dtype.
@@ -91,8 +101,7 @@ def attention(
     scale = q.shape[-1] ** -0.5 if scale is None else _check_scale(scale)
 
     if backend is Backend.AUTO:
-        if layout is not None and bool(layout.mask.all()):
-            layout = None  # every block allowed: dense, and the dense paths are faster
+        layout = _dense_if_full(layout)
         backend = _choose(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens)
     else:
         reason = unsupported_reason(backend, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens)
@@ -108,6 +117,61 @@ def attention(
     return run(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, scale=scale)
 
 
+@dataclasses.dataclass(frozen=True)
+class AttentionPlan:
+    """What `attention` runs for one kind of input: a concrete backend and the layout to pass."""
+
+    backend: Backend
+    """Never AUTO."""
+    layout: BlockLayout | None
+    """The layout given, or None where auto found every block allowed (the dense paths are faster)."""
+
+
+def plan_attention(
+    backend: Backend | str,
+    *,
+    batch: int,
+    q_heads: int,
+    kv_heads: int,
+    q_len: int,
+    kv_len: int,
+    head_dim: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    causal: bool = False,
+    layout: BlockLayout | None = None,
+    kv_lens: torch.Tensor | None = None,
+) -> AttentionPlan:
+    """The backend and layout `attention` would use for inputs of this description, resolved eagerly.
+
+    AUTO is chosen (and logged once, see the module docstring); an explicit backend is checked
+    (ValueError saying why when it cannot run such inputs). For the Triton backend the layout's
+    block lists are built on `device` here, so that a compiled caller finds them ready.
+    Cheap to call on every forward pass: nothing is allocated beyond one element per call.
+    """
+    backend = _as_backend(backend)
+    # One real element, expanded: backends judge device, dtype and shapes, never the values.
+    one = torch.empty((1, 1, 1, 1), device=device, dtype=dtype)
+    q = one.expand(batch, q_heads, q_len, head_dim)
+    k = one.expand(batch, kv_heads, kv_len, head_dim)
+    if backend is Backend.AUTO:
+        layout = _dense_if_full(layout)
+        backend = _choose(q, k, k, causal=causal, layout=layout, kv_lens=kv_lens)
+    else:
+        reason = unsupported_reason(backend, q, k, k, causal=causal, layout=layout, kv_lens=kv_lens)
+        if reason is not None:
+            raise ValueError(f"backend {backend.value!r} cannot run these inputs: {reason}")
+    if backend is Backend.TRITON and layout is not None:
+        layout.kv_indices(device)
+        layout.q_indices(device)
+    return AttentionPlan(backend, layout)
+
+
+def _dense_if_full(layout: BlockLayout | None) -> BlockLayout | None:
+    """None for a layout whose blocks are all allowed: it is dense, and the dense paths are faster."""
+    return None if layout is not None and bool(layout.mask.all()) else layout
+
+
 _BACKENDS = {
     Backend.REFERENCE: reference_attention,
     Backend.TORCH: blocksparse_attention,
@@ -118,7 +182,8 @@ _BACKENDS = {
 
 # ------------------------------------------------------------------------------- choosing
 def _triton_unsupported_reason(q, k, v, *, causal, layout, kv_lens) -> str | None:
-    if importlib.util.find_spec("triton") is None:
+    # (a compiled graph cannot trace find_spec; plan_attention asked it before the graph)
+    if not torch.compiler.is_compiling() and importlib.util.find_spec("triton") is None:
         return "triton is not installed: pip install triton (or the extra: pip install 'genoformer[triton]')."
     from genoformer.kernels import triton_flash
 
@@ -171,12 +236,20 @@ def _log_once(device_type: str, choice: Backend, situation: str, reason: str | N
     if key in _logged_choices:
         return
     _logged_choices.add(key)
-    why = f" (triton not used: {reason})" if reason else ""
-    logger.info("attention on %s, %s: backend %r%s", device_type, situation, choice.value, why)
+    if device_type == "cuda" and reason:
+        # Falling back from our kernels on a GPU is slow: say so where a user sees it.
+        logger.warning(
+            "attention on cuda, %s: backend %r, not the Triton kernels, because %s",
+            situation, choice.value, reason,
+        )
+    else:
+        logger.info("attention on %s, %s: backend %r", device_type, situation, choice.value)
 
 
 # ------------------------------------------------------------------------------ validation
 def _as_backend(backend: Backend | str) -> Backend:
+    if isinstance(backend, Backend):
+        return backend
     try:
         return Backend(backend)
     except ValueError:
@@ -255,6 +328,8 @@ def _check_inputs(q, k, v, *, causal: bool, layout: BlockLayout | None, kv_lens)
             )
         if kv_lens.device != q.device:
             raise ValueError(f"kv_lens is on {kv_lens.device} but q on {q.device}; move it with kv_lens.to(q.device).")
+        if torch.compiler.is_compiling():
+            return  # the value check reads the tensor on the host: a graph break; eager calls make it
         low, high = torch.stack([kv_lens.min(), kv_lens.max()]).tolist()
         if low < 0 or high > Lk:
             raise ValueError(f"kv_lens values must lie in [0, Lk={Lk}], got min {low} and max {high}.")

@@ -34,7 +34,7 @@ def test_top_level_help_lists_every_command(capsys):
         ("prepare", "Bases per chunk"),
         ("prepare_timeseries", "Samples per second"),
         ("embed", "Hidden state to read"),
-        ("fit", "--model.transformer.d_model"),
+        ("fit", "--model.help"),
     ],
 )
 def test_command_help_comes_from_docstrings(capsys, command, expected):

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from genoformer.cli import training_cli
-from genoformer.data.datamodules import GenomeDataModule
+from genoformer.data.datamodules import GenomeDataModule, TimeSeriesDataModule
 from genoformer.lightning_module import GenoformerLM
+from genoformer.timeseries_module import TimeSeriesForecaster
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
 
@@ -21,6 +22,7 @@ def test_configs_are_shipped():
     names = {path.name for path in CONFIGS}
     assert "quickstart.yaml" in names
     assert {"genome_8k_cpu.yaml", "genome_8k_gpu.yaml"} <= names
+    assert {"ecg_8k_gpu.yaml", "timeseries_tiny_cpu.yaml"} <= names
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda path: path.name)
@@ -34,16 +36,24 @@ def test_config_instantiates(config, tmp_path):
         ],
         run=False,
     )
+    for callback in cli.trainer.callbacks:
+        dirpath = getattr(callback, "dirpath", None)
+        if dirpath is not None:
+            assert str(dirpath).startswith(str(tmp_path)), "a config writes outside its run directory"
+    if isinstance(cli.model, TimeSeriesForecaster):
+        assert isinstance(cli.datamodule, TimeSeriesDataModule)
+        # omegaconf interpolation ties the data windows to the model's context and horizon
+        forecast = cli.model.forecast_config
+        assert (cli.datamodule.context, cli.datamodule.horizon) == (forecast.context, forecast.horizon)
+        for source in cli.datamodule.sources:
+            assert Path(source).is_file(), f"{config.name} names a series file that is not shipped: {source}"
+        return
     assert isinstance(cli.model, GenoformerLM)
     assert isinstance(cli.datamodule, GenomeDataModule)
     transformer = cli.model.model.config
     # omegaconf interpolation ties the data window to the model context
     assert cli.datamodule.window == transformer.max_seq_len
     assert sum(p.numel() for p in cli.model.parameters()) > 0
-    for callback in cli.trainer.callbacks:
-        dirpath = getattr(callback, "dirpath", None)
-        if dirpath is not None:
-            assert str(dirpath).startswith(str(tmp_path)), "a config writes outside its run directory"
     for fasta in cli.datamodule.fasta:
         assert Path(fasta).is_file(), f"{config.name} names a FASTA file that is not shipped: {fasta}"
 

@@ -116,3 +116,12 @@ def test_timeseries_checkpoint_carries_the_normalization_and_refuses_other_data(
                                                               sampling_rate=10.0, progress=False)))
     with pytest.raises(ValueError, match="does not match the checkpoint"):
         other.load_state_dict(state)
+
+
+def test_batches_are_page_locked_on_cuda_machines(small_store, monkeypatch):
+    """Pinned batches let the copy to the GPU overlap the previous step (see _ShardedLoaders)."""
+    module = GenomeDataModule(store=str(small_store), window=64, batch_size=2, num_workers=0, samples_per_epoch=8)
+    module.setup("fit")
+    assert module.train_dataloader().pin_memory is torch.cuda.is_available()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert module.train_dataloader().pin_memory and module.val_dataloader().pin_memory

@@ -19,7 +19,6 @@ from genoformer.data import (
     SplitSpec,
     TiledWindowDataset,
     encode,
-    iter_tiles,
     prepare_genome_store,
     reverse_complement,
     split_intervals,
@@ -87,12 +86,6 @@ def test_tiles_cover_every_base_once(small_store):
         assert (s["tokens"][s["length"]:] == PAD).all()
         assert np.array_equal(s["tokens"][:s["length"]].numpy(), store.read(s["contig"], s["start"], s["start"] + s["length"]))
     assert all((c == 1).all() for c in covered.values())
-
-
-def test_iter_tiles_for_embedding():
-    tiles = list(iter_tiles([("x", "ACGTACGTAC"), ("y", encode("GG"))], window=4, stride=3))
-    assert [(t.name, t.start, t.end) for t in tiles] == [("x", 0, 4), ("x", 3, 7), ("x", 6, 10), ("y", 0, 2)]
-    assert tiles[-1].tokens.tolist() == [2, 2, PAD, PAD]
 
 
 @pytest.mark.parametrize("spec", [

@@ -7,7 +7,7 @@ import pytest
 import torch
 from data_helpers import ECG_CSV, require_shared
 
-from genoformer.data import TimeSeriesStore, TimeSeriesWindowDataset, prepare_timeseries_store
+from genoformer.data import Interval, TimeSeriesStore, TimeSeriesWindowDataset, prepare_timeseries_store
 
 
 def write_csv(path, header, rows):
@@ -79,3 +79,16 @@ def test_ragged_row_and_other_bad_inputs(tmp_path):
     with pytest.raises(ValueError, match="line 3, column 'a': 'hello' is not a number"):
         prepare_timeseries_store([text], tmp_path / "s.zarr", sampling_rate=1.0, progress=False)
     assert not (tmp_path / "s.zarr").exists()
+
+
+def test_context_may_reach_before_the_interval(tmp_path):
+    np.save(tmp_path / "x.npy", np.arange(1000, dtype=np.float32))
+    path = prepare_timeseries_store([tmp_path / "x.npy"], tmp_path / "s.zarr", sampling_rate=1.0, progress=False)
+    test_part = [Interval(0, 800, 1000)]
+    inside = TimeSeriesWindowDataset(path, 100, 50, intervals=test_part, stride=1, normalize=False)
+    protocol = TimeSeriesWindowDataset(path, 100, 50, intervals=test_part, stride=1, normalize=False,
+                                       context_before_interval=True)
+    assert len(inside) == 200 - 150 + 1 and len(protocol) == 200 - 50 + 1
+    first, last = protocol[0], protocol[len(protocol) - 1]
+    assert first["target"][0, 0] == 800 and first["context"][0, 0] == 700  # context from the earlier part
+    assert last["target"][0, -1] == 999

@@ -216,3 +216,40 @@ def test_triton_matches_reference_when_it_can_run_here(attn, case):
     naive = attn.run_with_grads(attn.naive_attention, q, k, v, dout, **kwargs)
     result = attn.run_with_grads(attention, q, k, v, dout, backend=Backend.TRITON, **kwargs)
     _assert_within_twice_naive_error(result, naive, exact, torch.bfloat16)
+
+
+def test_gpu_fallback_is_a_warning_once_with_the_reason(caplog):
+    """auto leaving our kernels on a GPU costs speed: WARNING (once, with the reason); other
+    choices stay at INFO. (No GPU here: the logging step is called as `_choose` calls it.)"""
+    reason = "head dim 72 is not supported by the Triton kernels (supported: (16, 32, 64, 128, 256)); pad the head dim"
+    with caplog.at_level(logging.INFO, logger="genoformer.kernels"):
+        for _ in range(3):
+            attention_module._log_once("cuda", Backend.SDPA, "dense, causal (test)", reason)
+            attention_module._log_once("cuda", Backend.TRITON, "dense, causal (test)", None)
+    records = [r for r in caplog.records if r.name == "genoformer.kernels" and "(test)" in r.getMessage()]
+    warnings = [r for r in records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and reason in warnings[0].getMessage() and "'sdpa'" in warnings[0].getMessage()
+    assert [r.levelno for r in records if r not in warnings] == [logging.INFO]
+
+
+def test_plan_attention_resolves_auto_and_checks_explicit_backends():
+    shape = dict(batch=2, q_heads=4, kv_heads=2, q_len=64, kv_len=64, head_dim=16, device=torch.device("cpu"))
+    window = BlockLayout.sliding_window(64, 32, block_size=16).with_causal()
+    full = BlockLayout.dense(64, block_size=16)
+    assert attention_module.plan_attention("auto", dtype=torch.float32, causal=True, **shape).backend is Backend.SDPA
+    plan = attention_module.plan_attention(Backend.AUTO, dtype=torch.float32, causal=True, layout=window, **shape)
+    assert plan == attention_module.AttentionPlan(Backend.TORCH, window)
+    # a layout that allows every block is dense to auto
+    assert attention_module.plan_attention("auto", dtype=torch.float32, layout=full, **shape).layout is None
+    with pytest.raises(ValueError, match="backend 'triton' cannot run these inputs: .*float16 or bfloat16"):
+        attention_module.plan_attention("triton", dtype=torch.float32, **shape)
+
+
+def test_plan_attention_prepares_the_triton_block_lists():
+    """Compiled callers find the layout's block lists built (outside the graph)."""
+    layout = BlockLayout.sliding_window(64, 32, block_size=16)
+    shape = dict(batch=1, q_heads=2, kv_heads=2, q_len=64, kv_len=64, head_dim=16, device=torch.device("cpu"))
+    plan = attention_module.plan_attention("triton", dtype=torch.bfloat16, layout=layout, **shape)
+    assert plan.backend is Backend.TRITON
+    assert layout.kv_indices("cpu") is layout.kv_indices("cpu")  # cached, not rebuilt
+    assert {key[0] for key in layout._cache if isinstance(key, tuple)} >= {"kv", "q"}

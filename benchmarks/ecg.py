@@ -1,0 +1,246 @@
+"""ECG forecasting: does a transformer with an 8,192-sample look-back, trained for a few minutes on
+one GPU, beat the classical baselines under the long-horizon protocol, and does the long look-back
+help?
+
+    python -m benchmarks.ecg OUT [--minutes 5]       # one GPU, about 8 minutes in all
+    python -m benchmarks.ecg OUT --smoke             # seconds on a CPU (what the test runs)
+
+Steps, all through the real commands (`cli.py ...`):
+1. `prepare_timeseries` on the MIT-BIH record 208 excerpt shipped in examples/ (108,000 samples at
+   360 Hz); the baselines start right away on the CPU (`evaluate_forecast --baseline
+   seasonal_naive` and `--baseline ar`) while the GPU trains;
+2. a few timed training steps of `configs/ecg_8k_gpu.yaml` to size the run: max_steps (and with it
+   the cosine schedule) is set so that training fills `--minutes`;
+3. `fit` (checkpoint with the best validation MSE kept);
+4. `evaluate_forecast` of that checkpoint with look-backs 8,192 (the protocol result), 2,048 and
+   512, at horizons 96, 192, 336 and 720 (stride-1 test windows: about 21,000 per horizon);
+5. `forecast` from a point of the test part (PNG), the look-back curve, results.json and
+   results.md (a table), and a short table printed last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from benchmarks.common import command_line, describe_environment, environment_markdown, markdown_table
+
+ECG_CSV = Path("examples/ecg_mitbih208_360hz.csv")
+CONFIG = Path("configs/ecg_8k_gpu.yaml")
+HORIZONS = (96, 192, 336, 720)
+LOOKBACKS = (512, 2048, 8192)
+
+
+def cli(*args: str, log: Path) -> None:
+    """Run `python cli.py ARGS` from the repository root; its output goes to `log`."""
+    with open(log, "w") as handle:
+        subprocess.run([sys.executable, "cli.py", *args], check=True, stdout=handle, stderr=subprocess.STDOUT)
+
+
+def start_cli(*args: str, log: Path, threads: int) -> tuple[subprocess.Popen, object]:
+    """Start `python cli.py ARGS` in the background with at most `threads` BLAS/OpenMP threads (so
+    that it leaves CPU cores to the training's data loaders)."""
+    handle = open(log, "w")
+    env = {**os.environ, **{name: str(threads) for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}}
+    return subprocess.Popen([sys.executable, "cli.py", *args], stdout=handle, stderr=subprocess.STDOUT, env=env), handle
+
+
+def measure_step_seconds(overrides: list[str], steps: int) -> float:
+    """Seconds per optimizer step of the configured model on its own batches (after 3 warm-up
+    steps), measured in this process with the precision of the config."""
+    import torch
+
+    from genoformer.cli import training_cli
+
+    built = training_cli(["--config", str(CONFIG), *overrides], run=False)
+    module, data = built.model, built.datamodule
+    data.prepare_data()
+    data.setup("fit")
+    device = built.trainer.strategy.root_device
+    module.to(device).train()
+    optimizer = torch.optim.AdamW(module.parameters(), lr=1e-4)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+    batches = iter(data.train_dataloader())
+    began = 0.0
+    for step in range(3 + steps):
+        if step == 3:
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            began = time.perf_counter()
+        batch = next(batches)
+        with autocast:
+            loss = module.losses(batch["context"].to(device), batch["target"].to(device))["loss"]
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    seconds = (time.perf_counter() - began) / steps
+    del module, optimizer, built
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return seconds
+
+
+def last_step(metrics_csv: Path) -> int:
+    if not metrics_csv.is_file():
+        return 0
+    with open(metrics_csv) as handle:
+        steps = [int(row["step"]) for row in csv.DictReader(handle) if row.get("step")]
+    return max(steps) if steps else 0
+
+
+def plot_lookback_curve(model: dict[int, list[dict]], baselines: dict[str, list[dict]], path: Path) -> Path:
+    """Test MSE against look-back, one line per horizon; the baselines as dashed levels."""
+    figure = Figure(figsize=(7.5, 4.5), layout="constrained")
+    FigureCanvasAgg(figure)
+    ax = figure.add_subplot()
+    lookbacks = sorted(model)
+    horizons = [row["horizon"] for row in model[lookbacks[-1]]]
+    colors = dict(zip(horizons, ("tab:blue", "tab:orange", "tab:green", "tab:red")))
+    for index, horizon in enumerate(horizons):
+        mse = [next(r["mse"] for r in model[lb] if r["horizon"] == horizon) for lb in lookbacks]
+        ax.plot(lookbacks, mse, "o-", color=colors[horizon], label=f"transformer, horizon {horizon}")
+        ar = next(r["mse"] for r in baselines["ar"] if r["horizon"] == horizon)
+        ax.axhline(ar, color=colors[horizon], ls="--", lw=0.8, label="AR baseline (dashed)" if index == 0 else None)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lookbacks, [f"{lb:,}" for lb in lookbacks])
+    ax.set_xlabel("look-back (samples at 360 Hz)")
+    ax.set_ylabel("test MSE (z-scored)")
+    ax.set_title("ECG (MIT-BIH 208): forecast error against look-back")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    figure.savefig(path, dpi=120)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path, help="folder for results.json, results.md and the PNGs")
+    parser.add_argument("--minutes", type=float, default=5.0, help="training wall-clock budget")
+    parser.add_argument("--smoke", action="store_true", help="a tiny CPU run of every step (seconds)")
+    parser.add_argument("--run_dir", type=Path, default=Path("/tmp/ecg_bench_run"), help="scratch run directory")
+    args = parser.parse_args()
+    began = time.perf_counter()
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    run_dir: Path = args.run_dir
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    store = run_dir / "ecg.zarr"
+    logs = out / "logs"
+    logs.mkdir(exist_ok=True)
+
+    source = ECG_CSV
+    horizons, lookbacks, ar_orders = HORIZONS, LOOKBACKS, None
+    overrides = ["--trainer.default_root_dir", str(run_dir), "--data.init_args.store", str(store)]
+    if args.smoke:  # the first 20 s of the record, a tiny model, short horizons and look-backs
+        source = run_dir / "ecg_head.csv"
+        with open(ECG_CSV) as handle:
+            source.write_text("".join(handle.readline() for _ in range(7201)))
+        horizons, lookbacks, ar_orders = (16, 48), (64, 128, 256), (8, 32)
+        overrides += ["--trainer.accelerator", "cpu", "--trainer.precision", "32-true",
+                      "--trainer.val_check_interval", "4", "--trainer.limit_val_batches", "2",
+                      "--data.init_args.num_workers", "0", "--data.init_args.batch_size", "8",
+                      "--data.init_args.eval_stride", "64",
+                      "--model.init_args.forecast.context", "256", "--model.init_args.forecast.horizon", "48",
+                      "--model.init_args.transformer.d_model", "32", "--model.init_args.transformer.n_layers", "1",
+                      "--model.init_args.transformer.max_seq_len", "32", "--model.init_args.warmup_steps", "2"]
+    horizon_list = f"[{', '.join(map(str, horizons))}]"
+    cli("prepare_timeseries", "--inputs", str(source), "--out", str(store), "--time_column", "t_seconds",
+        log=logs / "prepare.log")
+
+    # the baselines need no GPU: they run on the CPU while the model trains
+    running = []
+    for name in ("seasonal_naive", "ar"):
+        extra = ["--ar_orders", f"[{', '.join(map(str, ar_orders))}]"] if ar_orders and name == "ar" else []
+        running.append(start_cli("evaluate_forecast", "--store", str(store), "--baseline", name, "--horizons",
+                                 horizon_list, "--out", str(out / f"baseline_{name}.json"), "--overwrite", *extra,
+                                 log=logs / f"baseline_{name}.log", threads=4))
+
+    step_seconds = measure_step_seconds(overrides, steps=3 if args.smoke else 30)
+    train_seconds = 6.0 if args.smoke else args.minutes * 60
+    # validation every 500 steps and the checkpoints take a few percent of the time
+    max_steps = max(10, int(0.93 * train_seconds / step_seconds))
+    budget = f"00:00:{int(args.minutes + 1):02d}:00"  # a safety net above the sized run
+    fit_began = time.perf_counter()
+    cli("fit", "--config", str(CONFIG), *overrides, "--trainer.max_steps", str(max_steps), "--trainer.max_time", budget,
+        "--model.init_args.total_steps", str(max_steps), "--trainer.enable_progress_bar", "false", log=logs / "fit.log")
+    fit_seconds = time.perf_counter() - fit_began
+    checkpoint = run_dir / "checkpoints" / "best.ckpt"
+    if not checkpoint.is_file():
+        checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    if (run_dir / "metrics.csv").is_file():
+        shutil.copy(run_dir / "metrics.csv", out / "metrics.csv")
+
+    model: dict[int, list[dict]] = {}
+    for lookback in lookbacks:
+        path = out / f"model_lookback{lookback}.json"
+        cli("evaluate_forecast", "--store", str(store), "--checkpoint", str(checkpoint), "--horizons", horizon_list,
+            "--lookback", str(lookback), "--out", str(path), "--overwrite", log=logs / f"evaluate_{lookback}.log")
+        model[lookback] = json.loads(path.read_text())["results"]
+    for process, handle in running:
+        if process.wait() != 0:
+            raise SystemExit(f"a baseline failed; see {handle.name}")
+        handle.close()
+    baselines = {name: json.loads((out / f"baseline_{name}.json").read_text())["results"] for name in ("seasonal_naive", "ar")}
+    baseline_details = {name: json.loads((out / f"baseline_{name}.json").read_text())["baseline"]
+                        for name in ("seasonal_naive", "ar")}
+
+    length = sum(1 for _ in open(source)) - 1
+    origin = length - int(0.2 * length) + int(0.1 * length)  # inside the test part, truth known
+    cli("forecast", "--checkpoint", str(checkpoint), "--store", str(store), "--at", str(origin),
+        "--out", str(out / "forecast.npz"), "--history", str(2 * max(horizons)), "--overwrite", log=logs / "forecast.log")
+    plot_lookback_curve(model, baselines, out / "lookback_curve.png")
+
+    longest = max(lookbacks)
+    rows = []
+    for index, horizon in enumerate(horizons):
+        row = {"horizon": horizon}
+        for lookback in lookbacks:
+            row[f"transformer, look-back {lookback:,}"] = model[lookback][index]["mse"]
+        row["seasonal naive"] = baselines["seasonal_naive"][index]["mse"]
+        row["AR"] = baselines["ar"][index]["mse"]
+        row["AR order"] = baselines["ar"][index]["lookback"]
+        row["beats both"] = "yes" if row[f"transformer, look-back {longest:,}"] < min(row["seasonal naive"], row["AR"]) else "no"
+        rows.append(row)
+    mae_rows = [{"horizon": h, f"transformer ({longest:,})": model[longest][i]["mae"],
+                 "seasonal naive": baselines["seasonal_naive"][i]["mae"], "AR": baselines["ar"][i]["mae"]}
+                for i, h in enumerate(horizons)]
+    env = describe_environment()
+    results = {
+        "environment": {**env, "command": command_line()}, "smoke": args.smoke, "config": str(CONFIG),
+        "step_seconds_measured": step_seconds, "max_steps": max_steps, "steps_done": last_step(out / "metrics.csv"),
+        "fit_seconds": fit_seconds, "checkpoint": checkpoint.name, "model": {str(k): v for k, v in model.items()},
+        "baselines": baselines, "baseline_details": baseline_details, "forecast_origin": origin,
+        "total_seconds": time.perf_counter() - began,
+    }
+    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    markdown = "\n\n".join([
+        environment_markdown(env, command_line()),
+        f"Trained {results['steps_done']:,} steps in {fit_seconds / 60:.1f} min (`{CONFIG}`, checkpoint "
+        f"`{checkpoint.name}` chosen on validation MSE). Test MSE on z-scored values, protocol split 70/10/20, "
+        f"stride-1 windows; periods of seasonal naive {baseline_details['seasonal_naive']['periods']}.",
+        markdown_table(rows),
+        "MAE:",
+        markdown_table(mae_rows),
+        "![forecast](forecast.png) ![look-back curve](lookback_curve.png)",
+    ])
+    (out / "results.md").write_text(markdown + "\n")
+    print(markdown_table(rows))
+    print(f"total {results['total_seconds'] / 60:.1f} min; results in {out}")
+
+
+if __name__ == "__main__":
+    main()

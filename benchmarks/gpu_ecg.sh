@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# One GPU call for the ECG forecasting figures (BENCHMARKS.md, "Time series: ECG"):
+# prepares the store, trains configs/ecg_8k_gpu.yaml for MINUTES, evaluates it at look-backs
+# 512, 2,048 and 8,192 and both baselines under the protocol, draws the forecast and the
+# look-back curve, and prints the table last.
+#   bash benchmarks/gpu_ecg.sh [MINUTES]    (repository root, on the GPU machine; OUT set)
+# Wheels for packages the GPU image lacks travel in .whl/ (as for gpu_genome_science.sh).
+set -uo pipefail
+MINUTES=${1:-5}
+OUT=${OUT:-$PWD/gpu_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>&1 | tail -2
+    export PYTHONPATH=/tmp/site:$PWD
+fi
+python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tail -2
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+python3 -m benchmarks.ecg "$OUT/ecg" --minutes "$MINUTES" --run_dir /tmp/ecg_run 2>&1 | tail -n 30

@@ -1,0 +1,327 @@
+"""The common long-horizon forecasting protocol, and the classical baselines it judges models against.
+
+Protocol (as in the long-horizon literature: Informer, Autoformer, PatchTST, ...), per series of
+n time steps:
+
+* chronological split: train [0, n_train), validation [n_train, n - n_test), test [n - n_test, n)
+  with ``n_train = int(train_fraction * n)`` and ``n_test = int(test_fraction * n)`` (0.7 and
+  0.2 by default); the validation part is the rest;
+* every channel z-scored with the mean and standard deviation of the training part;
+* for each horizon H (96, 192, 336, 720 by default) every forecast start t in the test part whose
+  whole horizon fits in it (stride 1, nothing dropped): the forecaster sees [t - lookback, t),
+  which may reach back into the validation and training parts, and predicts [t, t + H);
+* MSE and MAE over all those windows, steps and channels, on the z-scored values.
+
+Baselines, fitted on the training part only (model choices on the validation part):
+
+* `SeasonalNaive`: the last period repeated; the period per channel is the lag of the highest
+  autocorrelation of the training part after the autocorrelation first turns negative.
+* `DirectAR`: a linear autoregression of order p fitted by least squares, in the direct
+  multi-horizon form (one linear map from the last p values to each of the next H values, with an
+  intercept); p is chosen on the validation part, separately for each horizon.
+
+Shape legend: N windows, C channels, T time steps, P look-back (order), H horizon.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from typing import Optional
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+from tqdm.auto import tqdm
+
+PROTOCOL_HORIZONS = (96, 192, 336, 720)
+"""The horizons of the long-horizon protocol."""
+
+Forecast = Callable[[np.ndarray, int], np.ndarray]
+"""A forecaster under evaluation: (look-back windows (N, C, P) float32 z-scored, horizon H) ->
+forecasts (N, C, H)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ProtocolSplit:
+    """The chronological split of one series of `length` steps: train [0, train_end),
+    validation [train_end, test_start), test [test_start, length)."""
+
+    length: int
+    train_end: int
+    test_start: int
+
+    @classmethod
+    def of(cls, length: int, train_fraction: float = 0.7, test_fraction: float = 0.2) -> ProtocolSplit:
+        """n_train = int(train_fraction * n), n_test = int(test_fraction * n), validation the
+        rest; every part must hold at least one step."""
+        if not (0 < train_fraction < 1 and 0 < test_fraction < 1 and train_fraction + test_fraction < 1):
+            raise ValueError(
+                f"train_fraction={train_fraction} and test_fraction={test_fraction} must be in (0, 1) "
+                "and sum to less than 1 (validation is the rest)."
+            )
+        n_train, n_test = int(train_fraction * length), int(test_fraction * length)
+        split = cls(length, n_train, length - n_test)
+        if min(split.train_end, split.test_start - split.train_end, length - split.test_start) < 1:
+            raise ValueError(
+                f"a series of {length} steps is too short for a {train_fraction}/{test_fraction} "
+                "train/test split: one of train, validation, test would be empty."
+            )
+        return split
+
+    @property
+    def n_test(self) -> int:
+        return self.length - self.test_start
+
+
+def zscore_stats(train_CT: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel (mean (C,), std (C,)) of the training part, float64; a constant channel gets
+    std 1 so that z-scoring only centres it."""
+    mean_C = train_CT.mean(axis=1, dtype=np.float64)
+    std_C = train_CT.std(axis=1, dtype=np.float64)
+    return mean_C, np.where(std_C > 0, std_C, 1.0)
+
+
+def window_starts(split: ProtocolSplit, horizon: int, lookback: int) -> range:
+    """Forecast starts t of the test part whose horizon [t, t + horizon) fits in it, stride 1."""
+    if horizon > split.n_test:
+        raise ValueError(
+            f"horizon {horizon} is longer than the test part ({split.n_test} steps); use shorter "
+            "horizons or a larger test_fraction."
+        )
+    if lookback > split.test_start:
+        raise ValueError(
+            f"a look-back of {lookback} steps reaches before the start of the series (the test part "
+            f"starts at step {split.test_start}); use a look-back of at most {split.test_start}."
+        )
+    return range(split.test_start, split.length - horizon + 1)
+
+
+def evaluate_protocol(
+    forecast: Forecast,
+    series: Sequence[np.ndarray],
+    *,
+    lookback: int,
+    horizons: Sequence[int] = PROTOCOL_HORIZONS,
+    train_fraction: float = 0.7,
+    test_fraction: float = 0.2,
+    batch_size: int = 256,
+    progress: bool = True,
+) -> list[dict[str, float]]:
+    """MSE and MAE of `forecast` under the protocol (module docstring) on raw series (C, T_i).
+
+    The forecaster is called once per batch of starts with the longest horizon; shorter horizons
+    score the first steps of the same forecasts (a forecast of step t + h never sees anything
+    after t). Errors are summed over all series, then divided by the number of predicted values.
+
+    Returns one row per horizon: {"horizon", "mse", "mae", "lookback", "windows"}.
+    """
+    horizons = sorted(int(h) for h in horizons)
+    if not horizons or horizons[0] < 1:
+        raise ValueError(f"horizons must be positive integers, got {horizons}.")
+    longest = horizons[-1]
+    sq_sum = dict.fromkeys(horizons, 0.0)
+    abs_sum = dict.fromkeys(horizons, 0.0)
+    count = dict.fromkeys(horizons, 0)
+    windows = dict.fromkeys(horizons, 0)
+    for values_CT in series:
+        values_CT = np.asarray(values_CT)
+        split = ProtocolSplit.of(values_CT.shape[1], train_fraction, test_fraction)
+        mean_C, std_C = zscore_stats(values_CT[:, : split.train_end])
+        z_CT = ((values_CT - mean_C[:, None]) / std_C[:, None]).astype(np.float32)
+        starts = window_starts(split, horizons[0], lookback)
+        for h in horizons:
+            window_starts(split, h, lookback)  # the same checks for every horizon
+        looks_CNP = sliding_window_view(z_CT, lookback, axis=1)  # view: window k covers [k, k + P)
+        z64_CT = z_CT.astype(np.float64)
+        truths_CNH = {h: sliding_window_view(z64_CT, h, axis=1) for h in horizons}  # truth from start k
+        for first in tqdm(range(starts.start, starts.stop, batch_size), desc="forecast windows",
+                          unit="batch", disable=not progress):
+            batch = range(first, min(first + batch_size, starts.stop))
+            context_NCP = np.ascontiguousarray(looks_CNP[:, batch.start - lookback : batch.stop - lookback].transpose(1, 0, 2))
+            pred_NCH = np.asarray(forecast(context_NCP, longest), dtype=np.float64)
+            if pred_NCH.shape != (len(batch), z_CT.shape[0], longest):
+                raise ValueError(
+                    f"the forecaster returned shape {pred_NCH.shape} for {len(batch)} windows of "
+                    f"{z_CT.shape[0]} channels; expected {(len(batch), z_CT.shape[0], longest)}."
+                )
+            for h in horizons:
+                stop = min(batch.stop, split.length - h + 1)  # starts whose horizon fits
+                if stop <= batch.start:
+                    continue
+                truth_NCH = truths_CNH[h][:, batch.start : stop].transpose(1, 0, 2)
+                err_NCH = pred_NCH[: stop - batch.start, :, :h] - truth_NCH
+                sq_sum[h] += float(np.square(err_NCH).sum())
+                abs_sum[h] += float(np.abs(err_NCH).sum())
+                count[h] += err_NCH.size
+                windows[h] += stop - batch.start
+    return [
+        {"horizon": h, "mse": sq_sum[h] / count[h], "mae": abs_sum[h] / count[h], "lookback": lookback,
+         "windows": windows[h]}
+        for h in horizons
+    ]
+
+
+# ------------------------------------------------------------------------------------ baselines
+def autocorrelation_period(parts_T: Sequence[np.ndarray], max_lag: Optional[int] = None) -> int:
+    """The dominant period of one channel: the lag of the highest autocorrelation after the
+    autocorrelation first turns negative. The autocorrelation is that of the first differences
+    (slow drift, such as an ECG's baseline wander, would otherwise dominate every lag), summed
+    over the parts (one per series). ValueError when it never turns negative (no period)."""
+    diffs = [np.diff(np.asarray(part, dtype=np.float64)) for part in parts_T]
+    diffs = [d - d.mean() for d in diffs if len(d) > 2]
+    if not diffs:
+        raise ValueError("the training part is too short to find a period; use the ar baseline.")
+    longest = max(len(d) for d in diffs)
+    max_lag = longest // 2 if max_lag is None else min(max_lag, longest - 1)
+    acf = np.zeros(max_lag + 1)
+    for d in diffs:
+        size = 1 << (2 * len(d) - 1).bit_length()
+        spectrum = np.fft.rfft(d, size)
+        lags = np.fft.irfft(spectrum * np.conj(spectrum), size)[: min(max_lag + 1, len(d))]
+        acf[: len(lags)] += lags
+    if acf[0] <= 0:
+        raise ValueError("the training part is constant: it has no period; use the ar baseline.")
+    negative = np.flatnonzero(acf < 0)
+    if len(negative) == 0:
+        raise ValueError(
+            f"no period found: the autocorrelation of the training part never turns negative up to lag "
+            f"{max_lag}; use the ar baseline."
+        )
+    first = int(negative[0])
+    return first + int(np.argmax(acf[first:]))
+
+
+@dataclasses.dataclass
+class SeasonalNaive:
+    """Forecasts the last `period` values repeated; one period per channel."""
+
+    periods: list[int]
+
+    @classmethod
+    def fit(cls, train_parts: Sequence[np.ndarray], max_lag: Optional[int] = None) -> SeasonalNaive:
+        """Periods from the autocorrelation of each channel of the training parts (C, T_i)."""
+        n_channels = np.asarray(train_parts[0]).shape[0]
+        return cls([autocorrelation_period([np.asarray(p)[c] for p in train_parts], max_lag) for c in range(n_channels)])
+
+    @property
+    def lookback(self) -> int:
+        return max(self.periods)
+
+    def __call__(self, context_NCP: np.ndarray, horizon: int) -> np.ndarray:
+        N, C, P = context_NCP.shape
+        if C != len(self.periods):
+            raise ValueError(f"the baseline was fitted on {len(self.periods)} channels, got {C}.")
+        out_NCH = np.empty((N, C, horizon), dtype=np.float32)
+        for c, period in enumerate(self.periods):
+            if P < period:
+                raise ValueError(f"seasonal naive needs a look-back of at least one period ({period}), got {P}.")
+            last_NM = context_NCP[:, c, P - period :]
+            out_NCH[:, c] = np.tile(last_NM, (1, math.ceil(horizon / period)))[:, :horizon]
+        return out_NCH
+
+
+@dataclasses.dataclass
+class DirectAR:
+    """Linear autoregression of order p, direct multi-horizon form, shared by all channels.
+
+    forecast[t + h] = intercept[h] + sum_j coef[j, h] * x[t - p + j] for h < horizon.
+    """
+
+    coef_PH: np.ndarray
+    intercept_H: np.ndarray
+
+    @property
+    def order(self) -> int:
+        return self.coef_PH.shape[0]
+
+    @property
+    def horizon(self) -> int:
+        return self.coef_PH.shape[1]
+
+    lookback = order
+
+    @classmethod
+    def fit(cls, parts: Sequence[np.ndarray], order: int, horizon: int, ridge: float = 1e-6,
+            chunk: int = 8192) -> DirectAR:
+        """Least squares on every (order + horizon)-step window of each series part (C, T), every
+        channel alike. `ridge` (relative to the mean diagonal) only keeps the solve stable."""
+        if order < 1 or horizon < 1:
+            raise ValueError(f"order ({order}) and horizon ({horizon}) must be >= 1.")
+        gram = np.zeros((order + 1, order + 1))
+        cross = np.zeros((order + 1, horizon))
+        rows = 0
+        for part_CT in parts:
+            for channel_T in np.asarray(part_CT, dtype=np.float64):
+                if len(channel_T) < order + horizon:
+                    continue
+                view_NS = sliding_window_view(channel_T, order + horizon)
+                for lo in range(0, len(view_NS), chunk):
+                    block_NS = view_NS[lo : lo + chunk]
+                    x_NP1 = np.concatenate([block_NS[:, :order], np.ones((len(block_NS), 1))], axis=1)
+                    gram += x_NP1.T @ x_NP1
+                    cross += x_NP1.T @ block_NS[:, order:]
+                    rows += len(block_NS)
+        if rows <= order:
+            raise ValueError(
+                f"too little training data for an AR model of order {order} and horizon {horizon} "
+                f"({rows} windows)."
+            )
+        gram[np.diag_indices(order)] += ridge * np.trace(gram[:order, :order]) / order
+        solution = np.linalg.solve(gram, cross)
+        return cls(solution[:order], solution[order])
+
+    @classmethod
+    def fit_select(cls, series: Sequence[np.ndarray], splits: Sequence[ProtocolSplit], horizon: int,
+                   orders: Sequence[int]) -> tuple[DirectAR, dict[int, float]]:
+        """Fit one model per order on the training parts of the (z-scored) series (C, T_i) and keep
+        the one with the lowest MSE on their validation parts: every start t in the validation
+        part whose horizon fits in it, seeing [t - order, t). Returns the model and the
+        validation MSE of every order tried (orders longer than a training part are skipped)."""
+        scores: dict[int, float] = {}
+        best: Optional[DirectAR] = None
+        shortest = min(split.train_end for split in splits)
+        for order in sorted(set(int(o) for o in orders)):
+            if order + horizon > shortest:
+                continue
+            model = cls.fit([values[:, : split.train_end] for values, split in zip(series, splits)], order, horizon)
+            scores[order] = model.mse_on(
+                [values[:, : split.test_start] for values, split in zip(series, splits)],
+                [split.train_end for split in splits],
+            )
+            if best is None or scores[order] < scores[best.order]:
+                best = model
+        if best is None:
+            raise ValueError(
+                f"no AR order in {sorted(orders)} fits in the training part ({shortest} steps) with horizon {horizon}."
+            )
+        return best, scores
+
+    def mse_on(self, parts: Sequence[np.ndarray], firsts: Sequence[int], chunk: int = 4096) -> float:
+        """MSE of the horizon-`self.horizon` forecasts from every start t >= first of each part
+        (C, T_i) whose horizon fits in it (stride 1)."""
+        span = self.order + self.horizon
+        total, count = 0.0, 0
+        for part_CT, first in zip(parts, firsts):
+            for channel_T in np.asarray(part_CT, dtype=np.float64):
+                if len(channel_T) - first < self.horizon:
+                    continue
+                view_NS = sliding_window_view(channel_T[first - self.order :], span)
+                for lo in range(0, len(view_NS), chunk):
+                    block_NS = view_NS[lo : lo + chunk]
+                    err_NH = block_NS[:, : self.order] @ self.coef_PH + self.intercept_H - block_NS[:, self.order :]
+                    total += float(np.square(err_NH).sum())
+                    count += err_NH.size
+        if count == 0:
+            raise ValueError(f"every validation part is shorter than the horizon {self.horizon}.")
+        return total / count
+
+    def __call__(self, context_NCP: np.ndarray, horizon: int) -> np.ndarray:
+        if horizon > self.horizon:
+            raise ValueError(f"this AR model was fitted for horizons up to {self.horizon}, asked for {horizon}.")
+        N, C, P = context_NCP.shape
+        if P < self.order:
+            raise ValueError(f"an AR model of order {self.order} needs a look-back of {self.order}, got {P}.")
+        lags_MP = context_NCP[:, :, P - self.order :].reshape(N * C, self.order).astype(np.float64)
+        out_MH = lags_MP @ self.coef_PH[:, :horizon] + self.intercept_H[:horizon]
+        return out_MH.reshape(N, C, horizon).astype(np.float32)

@@ -1,0 +1,215 @@
+"""Time-series forecasters on the shared transformer trunk: patches of values in, a horizon out.
+
+A window of C channels and L samples is instance-normalised per channel (its mean and standard
+deviation are kept to undo it), cut into patches of `patch_len` samples aligned to the window's
+end (the first patch is left-padded when L is not a multiple, and an observed-mask tells the model
+which samples are padding), and each patch becomes one token. After the context tokens come
+ceil(horizon / patch_len) forecast tokens (learned vectors, one per horizon patch); the trunk
+(`genoformer.model.TransformerTrunk`: causal or bidirectional, dense or block-sparse attention
+through `genoformer.kernels.dispatch.attention`) runs over all of them, and a linear head turns
+each forecast token into `patch_len` future values: the point forecast (trained with MSE) and,
+when configured, quantiles (trained with the pinball loss). The horizon is predicted directly, in
+one pass.
+
+Channels are independent by default (every channel is its own sequence through the same weights,
+so any one channel sees only its own past); with `channel_independent: false` one token holds the
+patch of every channel.
+
+Shape legend: B batch, C channels, G channels per token (1, or C when joint), S sequences
+through the trunk (B * C, or B), L context samples, T context tokens, Q forecast tokens,
+P patch length, H horizon samples, K quantile levels, E model width.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+from genoformer.model import TransformerConfig, TransformerTrunk
+
+
+@dataclasses.dataclass
+class ForecastConfig:
+    """What a forecaster reads and predicts. Every field can be set from YAML.
+
+    Attributes:
+        patch_len: Samples per token P (1: one token per sample).
+        context: Longest look-back in samples; longer inputs use their last `context` samples.
+        horizon: Longest forecast in samples; the model predicts it in one pass.
+        n_channels: Channels C of the series the model is trained on.
+        channel_independent: Every channel is its own sequence through shared weights (the
+            default); false: one token holds the patch of every channel.
+        quantiles: Quantile levels in (0, 1) for a quantile head trained with the pinball loss
+            beside the point head; empty: point forecasts only.
+        norm_eps: Added to the variance of instance normalisation (constant windows stay finite).
+    """
+
+    patch_len: int = 16
+    context: int = 8192
+    horizon: int = 720
+    n_channels: int = 1
+    channel_independent: bool = True
+    quantiles: list[float] = dataclasses.field(default_factory=list)
+    norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        self.quantiles = [float(q) for q in self.quantiles]
+        for name in ("patch_len", "context", "horizon", "n_channels"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
+        if self.context < self.patch_len:
+            raise ValueError(f"context ({self.context}) must hold at least one patch of {self.patch_len} samples.")
+        if any(not 0.0 < q < 1.0 for q in self.quantiles) or sorted(set(self.quantiles)) != self.quantiles:
+            raise ValueError(f"quantiles must be increasing, distinct and in (0, 1), got {self.quantiles}.")
+
+    @property
+    def context_tokens(self) -> int:
+        return math.ceil(self.context / self.patch_len)
+
+    @property
+    def horizon_tokens(self) -> int:
+        return math.ceil(self.horizon / self.patch_len)
+
+    @property
+    def channels_per_token(self) -> int:
+        return 1 if self.channel_independent else self.n_channels
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> ForecastConfig:
+        return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class InstanceStats:
+    """Per-window, per-channel statistics of instance normalisation: mean and scale (B, C, 1)."""
+
+    mean_BC1: torch.Tensor
+    scale_BC1: torch.Tensor
+
+    def undo(self, y_BCX: torch.Tensor) -> torch.Tensor:
+        """Back to the input's units: y * scale + mean (any trailing length X; extra trailing
+        dims such as quantiles need the stats unsqueezed by the caller)."""
+        return y_BCX * self.scale_BC1 + self.mean_BC1
+
+
+def instance_normalize(x_BCL: torch.Tensor, eps: float = 1e-5) -> tuple[torch.Tensor, InstanceStats]:
+    """(x - mean) / sqrt(var + eps) per window and channel, in float32, with the statistics."""
+    x_BCL = x_BCL.float()
+    mean_BC1 = x_BCL.mean(dim=-1, keepdim=True)
+    scale_BC1 = torch.sqrt(x_BCL.var(dim=-1, keepdim=True, unbiased=False) + eps)
+    return (x_BCL - mean_BC1) / scale_BC1, InstanceStats(mean_BC1, scale_BC1)
+
+
+def patchify(x_SGL: torch.Tensor, patch_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cut (S, G, L) into T = ceil(L / P) patches aligned to the end; the first is left-padded
+    with zeros. Returns values (S, T, G * P) and the observed mask (S, T, G * P), 1.0 for real
+    samples, in the layout [channel 0's P samples, channel 1's, ...] per token."""
+    S, G, L = x_SGL.shape
+    T = math.ceil(L / patch_len)
+    pad = T * patch_len - L
+    values_SGL = nn.functional.pad(x_SGL, (pad, 0))
+    observed_SGL = nn.functional.pad(torch.ones_like(x_SGL), (pad, 0))
+    def tokens(v_SGL: torch.Tensor) -> torch.Tensor:
+        return v_SGL.view(S, G, T, patch_len).transpose(1, 2).reshape(S, T, G * patch_len)
+    return tokens(values_SGL), tokens(observed_SGL)
+
+
+class TimeSeriesTransformer(TransformerTrunk):
+    """Context windows (B, C, L) -> point forecasts (B, C, H) and quantiles (B, C, H, K)."""
+
+    def __init__(self, config: TransformerConfig, forecast: ForecastConfig) -> None:
+        needed = forecast.context_tokens + forecast.horizon_tokens
+        if config.max_seq_len < needed:
+            raise ValueError(
+                f"max_seq_len={config.max_seq_len} is too short for {forecast.context_tokens} context tokens "
+                f"(context {forecast.context} / patch_len {forecast.patch_len}) plus {forecast.horizon_tokens} "
+                f"forecast tokens (horizon {forecast.horizon}); set transformer.max_seq_len to at least {needed}."
+            )
+        width = forecast.channels_per_token * forecast.patch_len
+        super().__init__(config, nn.Linear(2 * width, config.d_model))
+        self.forecast_config = forecast
+        self.horizon_queries_QE = nn.Parameter(torch.empty(forecast.horizon_tokens, config.d_model))
+        self.n_outputs = 1 + len(forecast.quantiles)
+        self.head = nn.Linear(config.d_model, width * self.n_outputs)
+        self.register_buffer("quantile_levels_K", torch.tensor(forecast.quantiles, dtype=torch.float32), persistent=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        std = self.config.init_std
+        nn.init.normal_(self.embed.weight, std=std)
+        nn.init.zeros_(self.embed.bias)
+        nn.init.normal_(self.horizon_queries_QE, std=std)
+        nn.init.normal_(self.head.weight, std=std)
+        nn.init.zeros_(self.head.bias)
+        self.reset_blocks()
+
+    def check_input(self, context_BCL: torch.Tensor) -> None:
+        """Shape, channel count, length and finiteness; ValueError saying what to pass."""
+        cfg = self.forecast_config
+        if context_BCL.ndim != 3:
+            raise ValueError(f"context must be (batch, channels, length), got shape {tuple(context_BCL.shape)}.")
+        if context_BCL.shape[1] != cfg.n_channels:
+            raise ValueError(
+                f"the model takes {cfg.n_channels} channel(s) (forecast.n_channels), got {context_BCL.shape[1]}; "
+                "set model.init_args.forecast.n_channels to the store's number of channels."
+            )
+        if context_BCL.shape[2] < cfg.patch_len:
+            raise ValueError(
+                f"a series of {context_BCL.shape[2]} samples is shorter than one patch "
+                f"({cfg.patch_len} samples); give at least {cfg.patch_len}."
+            )
+        if context_BCL.shape[2] > cfg.context:
+            raise ValueError(
+                f"context of {context_BCL.shape[2]} samples exceeds the model's {cfg.context}; pass its last "
+                f"{cfg.context} samples."
+            )
+
+    def hidden(self, context_BCL: torch.Tensor, layer: int = -1) -> tuple[torch.Tensor, InstanceStats]:
+        """Hidden states (S, T + Q, E) of `layer` for the context tokens followed by the forecast
+        tokens, and the instance statistics of the window."""
+        self.check_input(context_BCL)
+        cfg = self.forecast_config
+        B, C, L = context_BCL.shape
+        x_BCL, stats = instance_normalize(context_BCL, cfg.norm_eps)
+        x_SGL = x_BCL.reshape(B * C, 1, L) if cfg.channel_independent else x_BCL
+        values_STW, observed_STW = patchify(x_SGL, cfg.patch_len)
+        tokens_STE = self.embed(torch.cat([values_STW, observed_STW], dim=-1))
+        queries_SQE = self.horizon_queries_QE.to(tokens_STE.dtype).expand(tokens_STE.shape[0], -1, -1)
+        x_SNE = torch.cat([tokens_STE, queries_SQE], dim=1)
+        return self.run_blocks(x_SNE, None, self.resolve_layer(layer), keep_all=False)[-1], stats
+
+    def forward(self, context_BCL: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """(point forecasts (B, C, H) float32, quantiles (B, C, H, K) float32 or None), in the
+        input's units, H = the configured horizon."""
+        cfg = self.forecast_config
+        B, C, _ = context_BCL.shape
+        hidden_SNE, stats = self.hidden(context_BCL)
+        Q, G, P, K1 = cfg.horizon_tokens, cfg.channels_per_token, cfg.patch_len, self.n_outputs
+        out_SQX = self.head(hidden_SNE[:, -Q:]).float()  # X = G * P * K1
+        out_BCHK1 = out_SQX.view(B, C // G, Q, G, P, K1).permute(0, 1, 3, 2, 4, 5).reshape(B, C, Q * P, K1)
+        out_BCHK1 = out_BCHK1[:, :, : cfg.horizon]
+        out_BCHK1 = out_BCHK1 * stats.scale_BC1.unsqueeze(-1) + stats.mean_BC1.unsqueeze(-1)
+        point_BCH = out_BCHK1[..., 0]
+        quantiles_BCHK = out_BCHK1[..., 1:] if K1 > 1 else None
+        return point_BCH, quantiles_BCHK
+
+    def patch_embeddings(self, context_BCL: torch.Tensor, layer: int = -1) -> torch.Tensor:
+        """Hidden states of the context tokens (B, C', T, E), C' = C (channel-independent) or 1."""
+        B = context_BCL.shape[0]
+        hidden_SNE, _ = self.hidden(context_BCL, layer)
+        T = math.ceil(context_BCL.shape[2] / self.forecast_config.patch_len)
+        return hidden_SNE[:, :T].reshape(B, -1, T, hidden_SNE.shape[-1])
+
+
+def pinball_loss(quantiles_BCHK: torch.Tensor, target_BCH: torch.Tensor, levels_K: torch.Tensor) -> torch.Tensor:
+    """Mean pinball (quantile) loss: max(q (y - f), (q - 1)(y - f)) averaged over everything."""
+    diff_BCHK = target_BCH.unsqueeze(-1) - quantiles_BCHK
+    return torch.maximum(levels_K * diff_BCHK, (levels_K - 1.0) * diff_BCHK).mean()

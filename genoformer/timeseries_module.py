@@ -1,0 +1,159 @@
+"""LightningModule for time-series forecasting: `TimeSeriesTransformer` + MSE/pinball + AdamW.
+
+Batches come from `genoformer.data.datamodules.TimeSeriesDataModule`:
+{"context": float32 (B, C, Lc), "target": float32 (B, C, H), ...}; the data module's horizon
+must equal the model's (configs link them). Metrics (per split: train, val, test):
+    <split>/loss      the training objective: MSE of the point forecast (+ mean pinball loss
+                      when the model has quantiles)
+    <split>/mse, /mae of the point forecast, on the data module's (z-scored) values
+
+Shape legend: B batch, C channels, L context samples, H horizon samples, K quantile levels.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Optional
+
+import lightning as L
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from genoformer.lightning_module import adamw_warmup_cosine
+from genoformer.model import TransformerConfig
+from genoformer.timeseries_model import ForecastConfig, TimeSeriesTransformer, pinball_loss
+
+
+def _context_and_target(batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    if "context" not in batch or "target" not in batch:
+        raise TypeError(
+            f"TimeSeriesForecaster trains on time-series batches ({{'context': (B, C, L), 'target': (B, C, H)}}, as "
+            f"TimeSeriesDataModule gives), got a batch with keys {sorted(batch)}; genome batches train "
+            "genoformer.lightning_module.GenoformerLM."
+        )
+    return batch["context"], batch["target"]
+
+
+class TimeSeriesForecaster(L.LightningModule):
+    """A forecaster: `TimeSeriesTransformer` trained on context/horizon windows."""
+
+    def __init__(
+        self,
+        transformer: TransformerConfig,
+        forecast: ForecastConfig,
+        lookback_jitter: float = 0.0,
+        learning_rate: float = 1e-3,
+        weight_decay: float = 0.05,
+        betas: tuple[float, float] = (0.9, 0.95),
+        warmup_steps: int = 200,
+        total_steps: Optional[int] = None,
+        min_lr_ratio: float = 0.05,
+        seed: int = 0,
+    ) -> None:
+        """
+        Args:
+            transformer: the trunk; `causal` picks causal or bidirectional attention, `attention`
+                dense or block-sparse layers; `vocab_size` and `tie_embeddings` are unused. A mapping
+                in the layout of `TransformerConfig.to_dict()` is accepted too (checkpoints store that).
+            forecast: patch length, context, horizon, channels, quantiles (`ForecastConfig`).
+            lookback_jitter: fraction of training batches whose look-back is cut to a random
+                length (log-uniform between one patch and the context), so that the model also
+                forecasts well from short inputs.
+            learning_rate: peak AdamW learning rate, reached after warmup.
+            weight_decay: AdamW weight decay for matrices.
+            betas: AdamW (beta1, beta2).
+            warmup_steps: optimizer steps of linear warmup.
+            total_steps: optimizer steps at which the cosine decay ends; None: the trainer's
+                estimated_stepping_batches (from max_steps or max_epochs).
+            min_lr_ratio: final learning rate as a fraction of learning_rate.
+            seed: seed of the look-back jitter.
+        """
+        super().__init__()
+        if isinstance(transformer, Mapping):
+            transformer = TransformerConfig.from_dict(transformer)
+        if isinstance(forecast, Mapping):
+            forecast = ForecastConfig.from_dict(forecast)
+        if not 0.0 <= lookback_jitter <= 1.0:
+            raise ValueError(f"lookback_jitter must be in [0, 1], got {lookback_jitter}.")
+        self.forecast_config = forecast
+        self.lookback_jitter = lookback_jitter
+        self.learning_rate = learning_rate
+        self.weight_decay = weight_decay
+        self.betas = tuple(betas)
+        self.warmup_steps = warmup_steps
+        self.total_steps = total_steps
+        self.min_lr_ratio = min_lr_ratio
+        self.model = TimeSeriesTransformer(transformer, forecast)
+        self._jitter_rng = np.random.default_rng(seed)
+        self.save_hyperparameters(
+            {
+                "transformer": transformer.to_dict(),
+                "forecast": forecast.to_dict(),
+                "lookback_jitter": lookback_jitter,
+                "learning_rate": learning_rate,
+                "weight_decay": weight_decay,
+                "betas": list(self.betas),
+                "warmup_steps": warmup_steps,
+                "total_steps": total_steps,
+                "min_lr_ratio": min_lr_ratio,
+                "seed": seed,
+            }
+        )
+
+    def forward(self, context_BCL: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """(point (B, C, H), quantiles (B, C, H, K) or None)."""
+        return self.model(context_BCL)
+
+    def losses(self, context_BCL: torch.Tensor, target_BCH: torch.Tensor) -> dict[str, torch.Tensor]:
+        """{"loss", "mse", "mae"} of one batch (0-d tensors)."""
+        cfg = self.forecast_config
+        if target_BCH.shape[-1] != cfg.horizon:
+            raise ValueError(
+                f"the batches have horizon {target_BCH.shape[-1]} but the model predicts {cfg.horizon}; "
+                "set data.init_args.horizon to model.init_args.forecast.horizon."
+            )
+        if context_BCL.shape[-1] > cfg.context:
+            context_BCL = context_BCL[..., -cfg.context :]
+        point_BCH, quantiles_BCHK = self.model(context_BCL)
+        target_BCH = target_BCH.float()
+        mse = F.mse_loss(point_BCH, target_BCH)
+        loss = mse
+        if quantiles_BCHK is not None:
+            loss = loss + pinball_loss(quantiles_BCHK, target_BCH, self.model.quantile_levels_K)
+        return {"loss": loss, "mse": mse, "mae": F.l1_loss(point_BCH, target_BCH)}
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        context_BCL, target_BCH = _context_and_target(batch)
+        cfg = self.forecast_config
+        if self.lookback_jitter > 0 and self._jitter_rng.random() < self.lookback_jitter:
+            longest = min(cfg.context, context_BCL.shape[-1])
+            keep = int(math.exp(self._jitter_rng.uniform(math.log(cfg.patch_len), math.log(longest))))
+            context_BCL = context_BCL[..., -max(cfg.patch_len, keep) :]
+        values = self.losses(context_BCL, target_BCH)
+        batch_size = context_BCL.shape[0]
+        self.log("train/loss", values["loss"], prog_bar=True, batch_size=batch_size)
+        self.log("train/mse", values["mse"], batch_size=batch_size)
+        return values["loss"]
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def _evaluate(self, batch: dict[str, Any], split: str) -> None:
+        context_BCL, target_BCH = _context_and_target(batch)
+        values = self.losses(context_BCL, target_BCH)
+        for name, value in values.items():
+            self.log(f"{split}/{name}", value, prog_bar=split == "val" and name == "mse",
+                     batch_size=context_BCL.shape[0], sync_dist=True)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        return adamw_warmup_cosine(
+            self.model, lambda: self.trainer.estimated_stepping_batches, learning_rate=self.learning_rate, weight_decay=self.weight_decay,
+            betas=self.betas, warmup_steps=self.warmup_steps, total_steps=self.total_steps,
+            min_lr_ratio=self.min_lr_ratio,
+        )
+

@@ -1,0 +1,32 @@
+"""The ECG benchmark runs every step end to end on the CPU at a tiny size (the figures come from
+one GPU: `python -m benchmarks.ecg OUT`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_ecg_benchmark_smoke_run(tmp_path):
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.ecg", str(out), "--smoke", "--run_dir", str(tmp_path / "run")],
+        cwd=REPO_ROOT, capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["model"]) == {"64", "128", "256"}
+    for rows in [*results["model"].values(), *results["baselines"].values()]:
+        assert [row["horizon"] for row in rows] == [16, 48]
+        assert all(row["mse"] > 0 and row["windows"] > 0 for row in rows)
+    assert [row["lookback"] for row in results["model"]["256"]] == [256, 256]
+    for name in ("forecast.png", "lookback_curve.png", "results.md"):
+        assert (out / name).stat().st_size > 100
+    assert "| horizon |" in result.stdout  # the table is printed last

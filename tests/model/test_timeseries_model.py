@@ -1,0 +1,268 @@
+"""Time-series forecasters: instance normalisation, patching, the model, the Python API, a short
+fit through `genoformer fit` and the forecast/evaluate commands."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from genoformer.cli import main
+from genoformer.data.datamodules import TimeSeriesDataModule
+from genoformer.data.splits import SplitSpec
+from genoformer.data.timeseries_store import prepare_timeseries_store
+from genoformer.forecasting import Forecaster
+from genoformer.kernels.layout import SlidingWindow
+from genoformer.model import TransformerConfig
+from genoformer.timeseries_model import (
+    ForecastConfig,
+    TimeSeriesTransformer,
+    instance_normalize,
+    patchify,
+    pinball_loss,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def tiny_forecaster(seed: int = 0, *, n_channels: int = 1, channel_independent: bool = True,
+                    quantiles=(0.1, 0.5, 0.9), causal: bool = False, attention=(None,), **forecast) -> Forecaster:
+    torch.manual_seed(seed)
+    values = dict(patch_len=8, context=100, horizon=20, n_channels=n_channels,
+                  channel_independent=channel_independent, quantiles=list(quantiles))
+    values.update(forecast)
+    model = TimeSeriesTransformer(
+        TransformerConfig(d_model=32, n_layers=2, n_heads=4, max_seq_len=64, causal=causal, attention=list(attention)),
+        ForecastConfig(**values),
+    )
+    return Forecaster(model, device="cpu")
+
+
+def test_instance_normalization_round_trip():
+    x_BCL = torch.randn(3, 2, 50, dtype=torch.float64) * torch.tensor([[[5.0], [0.5]]]) + 7
+    z_BCL, stats = instance_normalize(x_BCL)
+    assert torch.allclose(z_BCL.mean(-1), torch.zeros(3, 2), atol=1e-5)
+    assert torch.allclose(z_BCL.std(-1, unbiased=False), torch.ones(3, 2), atol=1e-3)
+    assert torch.allclose(stats.undo(z_BCL).double(), x_BCL, atol=1e-4)
+    constant = torch.full((1, 1, 10), 3.0)
+    z_const, stats_const = instance_normalize(constant)
+    assert torch.isfinite(z_const).all() and torch.allclose(stats_const.undo(z_const), constant)
+
+
+@pytest.mark.parametrize("length", [1, 7, 8, 9, 30])
+def test_patching_aligns_to_the_end_and_marks_padding(length):
+    x_SGL = torch.arange(1, 2 * length + 1, dtype=torch.float32).view(1, 2, length)
+    values, observed = patchify(x_SGL, 8)
+    n_patches = -(-length // 8)
+    pad = n_patches * 8 - length
+    assert values.shape == observed.shape == (1, n_patches, 16)
+    # the last token holds the last 8 samples of channel 0, then of channel 1
+    channel0 = torch.cat([torch.zeros(pad), x_SGL[0, 0]])
+    channel1 = torch.cat([torch.zeros(pad), x_SGL[0, 1]])
+    assert torch.equal(values[0, :, :8].reshape(-1), channel0)
+    assert torch.equal(values[0, :, 8:].reshape(-1), channel1)
+    assert observed[0].sum() == 2 * length and observed[0, 0, :pad].sum() == 0
+
+
+@pytest.mark.parametrize("channel_independent", [True, False])
+def test_forecast_shapes_univariate_and_multivariate(channel_independent):
+    uni = tiny_forecaster()
+    series = np.sin(np.arange(150) / 5).astype(np.float32)
+    result = uni.forecast(series)
+    assert result.point.shape == (20,) and result.quantiles.shape == (20, 3) and result.levels == [0.1, 0.5, 0.9]
+    assert uni.forecast(series[None], horizon=7).point.shape == (1, 7)
+    assert uni.forecast(np.stack([series[None]] * 4)).point.shape == (4, 1, 20)
+    as_torch = uni.forecast(torch.from_numpy(series))
+    assert isinstance(as_torch.point, torch.Tensor) and torch.allclose(as_torch.point, torch.from_numpy(result.point))
+    # a list of different lengths (longer ones use their tail) gives one batch of forecasts
+    listed = uni.forecast([series, series[:13 + 8], series[-100:]])
+    assert listed.point.shape == (3, 1, 20)
+    assert np.allclose(listed.point[2, 0], result.point, atol=1e-5)  # the tail of 150 is the last 100
+
+    multi = tiny_forecaster(n_channels=3, channel_independent=channel_independent, quantiles=())
+    block = np.stack([series, 2 * series, -series])
+    out = multi.forecast(block)
+    assert out.point.shape == (3, 20) and out.quantiles is None
+    if channel_independent:  # each channel is its own sequence: scaling one scales its forecast
+        assert np.allclose(out.point[1], multi.forecast(np.stack([series, series, -series])).point[1] * 2, atol=1e-4)
+
+
+def test_forecasts_are_in_the_units_of_the_input():
+    forecaster = tiny_forecaster(seed=3)
+    series = np.cos(np.arange(100) / 4).astype(np.float32)
+    base = forecaster.forecast(series).point
+    assert np.allclose(forecaster.forecast(series * 100 + 5).point, base * 100 + 5, rtol=1e-4, atol=1e-3)
+
+
+def test_bad_inputs_are_clear_errors():
+    forecaster = tiny_forecaster()
+    good = np.zeros(50, np.float32)
+    with pytest.raises(ValueError, match="NaN or infinite value.*channel 0, position 7.*missing='linear'"):
+        forecaster.forecast(np.where(np.arange(50) == 7, np.nan, good))
+    with pytest.raises(ValueError, match=r"horizon must be in \[1, 20\]"):
+        forecaster.forecast(good, horizon=21)
+    with pytest.raises(ValueError, match="has 2 channel.*trained on 1"):
+        forecaster.forecast(np.zeros((2, 50), np.float32))
+    with pytest.raises(ValueError, match="shorter than one patch"):
+        forecaster.forecast(np.zeros(7, np.float32))
+    with pytest.raises(ValueError, match="shorter than one patch"):
+        forecaster.embed([good, good[:3]])
+    with pytest.raises(ValueError, match="max_seq_len=15 is too short.*at least 16"):
+        TimeSeriesTransformer(TransformerConfig(d_model=32, n_heads=4, max_seq_len=15),
+                              ForecastConfig(patch_len=8, context=100, horizon=20))
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="sees none; pass device='cpu'"):
+            Forecaster(forecaster.model, device="cuda")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_causal_and_block_sparse_layouts_run(causal):
+    # patches of 2 samples: 50 context tokens and 10 forecast tokens, 4 blocks of 16
+    sparse = (SlidingWindow(window=16, block_size=16), None)
+    forecaster = tiny_forecaster(causal=causal, attention=sparse, patch_len=2)
+    series = np.random.default_rng(0).normal(size=100).astype(np.float32)
+    assert forecaster.forecast(series).point.shape == (20,)
+    dense = tiny_forecaster(causal=causal, patch_len=2)
+    assert not np.allclose(forecaster.forecast(series).point, dense.forecast(series).point)
+
+
+def test_pinball_loss_by_hand():
+    target = torch.tensor([[[1.0, 2.0]]])
+    quantiles = torch.tensor([[[[0.0, 2.0], [2.0, 2.0]]]])  # (1, 1, 2, K=2)
+    levels = torch.tensor([0.1, 0.9])
+    # step 0: y - f = (1, -1): 0.1 * 1 = 0.1 and (0.9 - 1) * -1 = 0.1; step 1: (0, 0): 0, 0
+    assert pinball_loss(quantiles, target, levels).item() == pytest.approx(0.05)
+
+
+def test_embeddings_are_tiled_and_stitched():
+    forecaster = tiny_forecaster(quantiles=())
+    series = np.random.default_rng(0).normal(size=(1, 300)).astype(np.float32)
+    per_patch = forecaster.embed(series, pooling="none", window=96, overlap=32)[0]
+    assert per_patch.shape == (1, 38, 32)  # ceil(300 / 8) patches
+    pooled = forecaster.embed(series, window=96, overlap=32)[0]
+    assert np.allclose(pooled, per_patch.mean(axis=1), atol=1e-5)
+    # the last window covers the last 12 patches whole: the stitched tail is that window's output
+    direct = forecaster.model.patch_embeddings(torch.from_numpy(series[None, :, -96:]))[0].detach().numpy()
+    assert np.allclose(per_patch[:, -4:], direct[:, -4:], atol=1e-5)
+    # a series within one window is embedded in one pass
+    short = forecaster.embed(series[:, :50], pooling="none")[0]
+    whole = forecaster.model.patch_embeddings(torch.from_numpy(series[None, :, :50]))[0].detach().numpy()
+    assert np.allclose(short, whole, atol=1e-5)
+    assert isinstance(forecaster.embed(torch.from_numpy(series))[0], torch.Tensor)
+
+
+# ------------------------------------------------------------------------ data, fit and commands
+def _sine_store(tmp_path: Path, length: int = 3000) -> Path:
+    t = np.arange(length)
+    rng = np.random.default_rng(0)
+    values = (np.sin(2 * np.pi * t / 50) + 0.05 * rng.normal(size=length)).astype(np.float32)
+    np.save(tmp_path / "sine.npy", values)
+    return prepare_timeseries_store([tmp_path / "sine.npy"], tmp_path / "sine.zarr", sampling_rate=50.0, progress=False)
+
+
+def test_empty_validation_or_test_split_is_an_error(tmp_path):
+    store = _sine_store(tmp_path)
+    module = TimeSeriesDataModule(str(store), context=64, horizon=16, num_workers=0,
+                                  split=SplitSpec(val_fraction=0.1, test_fraction=0.0))
+    with pytest.raises(ValueError, match="test split .* is empty: set data.init_args.split.test_fraction"):
+        module.setup("test")
+    module.setup("fit")
+    assert {"train", "val"} <= set(module.datasets)
+    missing = TimeSeriesDataModule(str(tmp_path / "none.zarr"), context=64, horizon=16)
+    with pytest.raises(FileNotFoundError, match="genoformer prepare_timeseries"):
+        missing.prepare_data()
+
+
+@pytest.mark.slow
+def test_fit_tiny_config_then_forecast_embed_and_evaluate(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)  # the config names examples/ecg_mitbih208_360hz.csv
+    store = _sine_store(tmp_path, length=8000)
+    run = tmp_path / "run"
+    main(["fit", "--config", "configs/timeseries_tiny_cpu.yaml", "--trainer.default_root_dir", str(run),
+          "--data.init_args.store", str(store), "--trainer.max_steps", "80", "--trainer.val_check_interval", "40", "--model.init_args.warmup_steps", "5",
+          "--trainer.limit_val_batches", "2", "--trainer.enable_progress_bar", "false",
+          "--data.init_args.batch_size", "16"])
+    checkpoint = run / "checkpoints" / "last.ckpt"
+    assert checkpoint.is_file()
+
+    forecaster = Forecaster.from_checkpoint(checkpoint, device="cpu")
+    t = np.arange(700)
+    sine = np.sin(2 * np.pi * t / 50).astype(np.float32)
+    result = forecaster.forecast(sine[:600])
+    assert result.point.shape == (96,) and result.quantiles.shape == (96, 3)
+    # 80 steps on a sine already beat forecasting its mean (the error of zero is 0.5)
+    assert np.mean((result.point - sine[600:696]) ** 2) < 0.5
+    assert forecaster.embed(sine, pooling="mean")[0].shape == (1, 64)
+    assert forecaster.embed(sine, pooling="none")[0].shape == (1, 44, 64)
+
+    out = tmp_path / "model.json"
+    main(["evaluate_forecast", "--store", str(store), "--checkpoint", str(checkpoint), "--out", str(out),
+          "--horizons", "[16, 96]", "--lookback", "256", "--device", "cpu"])
+    rows = json.loads(out.read_text())["results"]
+    assert [(row["horizon"], row["lookback"], row["windows"]) for row in rows] == [(16, 256, 1585), (96, 256, 1505)]
+    baseline = tmp_path / "ar.json"
+    main(["evaluate_forecast", "--store", str(store), "--baseline", "ar", "--out", str(baseline), "--horizons", "[96]",
+          "--ar_orders", "[4, 64]"])
+    assert json.loads(baseline.read_text())["results"][0]["mse"] < 0.05  # a noisy sine is linear-predictable
+
+    npz = tmp_path / "forecast.npz"
+    main(["forecast", "--checkpoint", str(checkpoint), "--store", str(store), "--at", "5000", "--out", str(npz),
+          "--device", "cpu"])
+    with np.load(npz) as saved:
+        assert saved["forecast"].shape == (1, 96) and saved["truth"].shape == (1, 96)
+        assert saved["quantiles"].shape == (1, 96, 3) and int(saved["at"]) == 5000
+    assert npz.with_suffix(".png").stat().st_size > 1000
+    capsys.readouterr()
+
+
+def test_command_errors_name_what_to_do(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["evaluate_forecast", "--store", str(tmp_path / "none.zarr"), "--baseline", "ar", "--out", str(tmp_path / "x.json")])
+    assert "genoformer prepare_timeseries" in capsys.readouterr().err
+    store = _sine_store(tmp_path)
+    with pytest.raises(SystemExit):
+        main(["evaluate_forecast", "--store", str(store), "--out", str(tmp_path / "x.json")])
+    assert "exactly one of --checkpoint CKPT or --baseline" in capsys.readouterr().err
+
+
+def test_ecg_8k_config_takes_a_training_step_on_the_cpu(tmp_path):
+    from genoformer.cli import training_cli
+
+    cli = training_cli(["--config", str(REPO_ROOT / "configs" / "ecg_8k_gpu.yaml"), "--trainer.accelerator", "cpu",
+                        "--trainer.precision", "32-true", "--trainer.default_root_dir", str(tmp_path),
+                        "--data.init_args.store", str(tmp_path / "ecg.zarr")], run=False)
+    module = cli.model
+    forecast = module.forecast_config
+    assert (forecast.context, forecast.horizon, forecast.patch_len) == (8192, 720, 16)
+    generator = torch.Generator().manual_seed(0)
+    context = torch.randn(2, 1, 8192, generator=generator)
+    target = torch.randn(2, 1, 720, generator=generator)
+    losses = module.losses(context, target)
+    losses["loss"].backward()
+    assert torch.isfinite(losses["loss"])
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in module.parameters())
+
+
+def test_commands_refuse_to_replace_a_result(tmp_path, capsys):
+    store = _sine_store(tmp_path)
+    out = tmp_path / "sn.json"
+    out.write_text("{}")
+    with pytest.raises(SystemExit):
+        main(["evaluate_forecast", "--store", str(store), "--baseline", "seasonal_naive", "--out", str(out)])
+    assert f"{out} exists; pass --overwrite" in capsys.readouterr().err
+    assert out.read_text() == "{}"
+    main(["evaluate_forecast", "--store", str(store), "--baseline", "seasonal_naive", "--out", str(out),
+          "--horizons", "[96]", "--overwrite"])
+    assert json.loads(out.read_text())["baseline"]["periods"] == [50]  # the sine's period
+
+
+@pytest.mark.parametrize("model, option", [("GenoformerLM", "--model.transformer.d_model"),
+                                           ("TimeSeriesForecaster", "--model.forecast.patch_len")])
+def test_fit_help_names_each_model_options(capsys, model, option):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--model.help", model])
+    assert exit_info.value.code == 0
+    assert option in capsys.readouterr().out
