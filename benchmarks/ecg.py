@@ -150,7 +150,8 @@ def main() -> None:
         with open(ECG_CSV) as handle:
             source.write_text("".join(handle.readline() for _ in range(7201)))
         horizons, lookbacks, ar_orders = (16, 48), (64, 128, 256), (8, 32)
-        overrides += ["--trainer.accelerator", "cpu", "--trainer.precision", "32-true",
+        overrides += ["--data.init_args.sources", f"[{source}]",  # what the store is built from
+                      "--trainer.accelerator", "cpu", "--trainer.precision", "32-true",
                       "--trainer.val_check_interval", "4", "--trainer.limit_val_batches", "2",
                       "--data.init_args.num_workers", "0", "--data.init_args.batch_size", "8",
                       "--data.init_args.eval_stride", "64",

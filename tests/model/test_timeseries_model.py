@@ -182,7 +182,8 @@ def test_fit_tiny_config_then_forecast_embed_and_evaluate(tmp_path, capsys, monk
     store = _sine_store(tmp_path, length=8000)
     run = tmp_path / "run"
     main(["fit", "--config", "configs/timeseries_tiny_cpu.yaml", "--trainer.default_root_dir", str(run),
-          "--data.init_args.store", str(store), "--trainer.max_steps", "80", "--trainer.val_check_interval", "40", "--model.init_args.warmup_steps", "5",
+          "--data.init_args.store", str(store), "--data.init_args.sources", f"[{tmp_path / 'sine.npy'}]",
+          "--trainer.max_steps", "80", "--trainer.val_check_interval", "40", "--model.init_args.warmup_steps", "5",
           "--trainer.limit_val_batches", "2", "--trainer.enable_progress_bar", "false",
           "--data.init_args.batch_size", "16"])
     checkpoint = run / "checkpoints" / "last.ckpt"
