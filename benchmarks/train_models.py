@@ -61,14 +61,16 @@ def window_pattern() -> list:
 def fit_arguments(
     arch: Architecture, context: int, batch: int, window: bool, compiled: bool, fused: bool, checkpointing: bool = False
 ) -> list[str]:
-    """The `genoformer fit` arguments of one benchmark model (the config first, then overrides)."""
+    """The `genoformer fit` arguments of one benchmark model (the config first, then overrides).
+    Values that are null (dense layers, no grouped heads) travel in an inline second config: the
+    model's class_path mode takes no null from a single command-line option."""
     pattern = window_pattern() if window else [None]
+    nulls = {"model": {"transformer": {"attention": pattern, "n_kv_heads": None}}}
     return [
-        "--config", str(base_config(context).relative_to(REPO_ROOT)),
+        "--config", str(base_config(context).relative_to(REPO_ROOT)), "--config", json.dumps(nulls),
         "--model.transformer.d_model", str(arch.d_model), "--model.transformer.n_layers", str(arch.n_layers),
-        "--model.transformer.n_heads", str(arch.n_heads), "--model.transformer.n_kv_heads", "null",
+        "--model.transformer.n_heads", str(arch.n_heads),
         "--model.transformer.max_seq_len", str(context),
-        "--model.transformer.attention", json.dumps(pattern),
         "--model.transformer.fused_elementwise", str(fused).lower(),
         "--model.transformer.activation_checkpointing", str(checkpointing).lower(),
         "--model.compile", str(compiled).lower(), "--data.init_args.batch_size", str(batch),
@@ -79,7 +81,7 @@ def build_genoformer(arguments: list[str]) -> GenoformerLM:
     """The LightningModule exactly as `genoformer fit ARGUMENTS` builds it (on the CPU, fp32);
     config paths are relative to the repository root, wherever this runs from."""
     arguments = [
-        str(REPO_ROOT / value) if previous == "--config" and not Path(value).is_absolute() else value
+        str(REPO_ROOT / value) if previous == "--config" and not value.startswith("{") and not Path(value).is_absolute() else value
         for previous, value in zip([None, *arguments], arguments)
     ]
     with tempfile.TemporaryDirectory() as tmp:

@@ -596,6 +596,7 @@ def _tool_arguments(function: Callable[..., Any], args: Sequence[str]) -> list[s
         for name, kind in types.items()
         if any(typing.get_origin(arm) is list for arm in (kind, *typing.get_args(kind)))
     }
+    only_lists = {f"--{name}" for name, kind in types.items() if typing.get_origin(kind) is list}
     result: list[str] = []
     index = 0
     while index < len(args):
@@ -613,7 +614,10 @@ def _tool_arguments(function: Callable[..., Any], args: Sequence[str]) -> list[s
             while index < len(args) and not args[index].startswith("-"):
                 values.append(args[index])
                 index += 1
-            result += values if len(values) < 2 else [json.dumps(values)]
+            single = len(values) == 1 and not values[0].startswith("[")
+            if len(values) > 1 or (single and arg in only_lists):  # one plain value of a list-only option too
+                values = [json.dumps(values)]
+            result += values
     return result
 
 

@@ -279,3 +279,15 @@ def test_data_hints_under_a_training_command_name_the_data_module_options(tmp_pa
     typed = hinted(str(error.value), r"--data\.init_args\.missing ffill")
     training_cli(args + typed, run=False).datamodule.prepare_data()
     assert TimeSeriesStore(tmp_path / "s.zarr").read(0, 0, 3).tolist() == [[1.0, 3.0, 5.0], [2.0, 2.0, 6.0]]
+
+
+def test_one_plain_value_of_a_list_option_is_a_list_of_one():
+    """`genoformer evaluate --inputs genome.fa` (README's example) reads one file, as
+    `--inputs a.fa b.fa` reads two and `--inputs "[a.fa,b.fa]"` a list."""
+    from genoformer.cli import _tool_arguments
+    from genoformer.evaluate import evaluate
+
+    assert _tool_arguments(evaluate, ["--inputs", "a.fa"]) == ["--inputs", '["a.fa"]']
+    assert _tool_arguments(evaluate, ["--inputs", "a.fa", "b.fa", "--both_strands"]) == [
+        "--inputs", '["a.fa", "b.fa"]', "--both_strands", "true"]
+    assert _tool_arguments(evaluate, ["--inputs", "[a.fa,b.fa]"]) == ["--inputs", "[a.fa,b.fa]"]

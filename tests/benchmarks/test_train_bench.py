@@ -111,9 +111,10 @@ def test_render_writes_the_measured_line_into_the_long_context_configs(tmp_path)
         {"name": "genoformer-window-128k-compiled", "kind": "step", "status": "OOM", "impl": "genoformer"},
         record("genoformer-window-128k-compiled-ckpt", **measured),
     ]}
-    for tag in ("32k", "64k", "128k"):
-        (tmp_path / f"genome_{tag}_gpu.yaml").write_text(
-            (REPO_ROOT / "configs" / f"genome_{tag}_gpu.yaml").read_text())
+    for tag in ("32k", "64k", "128k"):  # the shipped configs, as before any measurement
+        lines = (REPO_ROOT / "configs" / f"genome_{tag}_gpu.yaml").read_text().splitlines()
+        lines = [f"{MEASURED} not measured yet." if line.startswith(MEASURED) else line for line in lines]
+        (tmp_path / f"genome_{tag}_gpu.yaml").write_text("\n".join(lines) + "\n")
     changed = update_configs(summary, tmp_path)
     assert sorted(path.name for path in changed) == ["genome_128k_gpu.yaml", "genome_32k_gpu.yaml"]
     line = next(l for l in (tmp_path / "genome_32k_gpu.yaml").read_text().splitlines() if l.startswith(MEASURED))
