@@ -29,6 +29,7 @@ import torch
 
 __all__ = [
     "command_line",
+    "last_logged_step",
     "describe_environment",
     "environment_markdown",
     "markdown_table",
@@ -196,3 +197,14 @@ def replace_markdown_section(path: str | Path, name: str, text: str) -> Path:
         raise ValueError(f"{path}: '{end}' comes before '{start}'; swap or delete them by hand.")
     path.write_text(content[:i] + body + content[j + len(end) :])
     return path
+
+
+def last_logged_step(metrics_csv: Path) -> int:
+    """The last optimizer step in a run's metrics.csv (CSVLogger), 0 when nothing was logged."""
+    import csv
+
+    if not metrics_csv.is_file():
+        return 0
+    with open(metrics_csv) as handle:
+        steps = [int(row["step"]) for row in csv.DictReader(handle) if row.get("step")]
+    return max(steps) if steps else 0

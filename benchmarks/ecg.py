@@ -21,7 +21,6 @@ Steps, all through the real commands (`cli.py ...`):
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import shutil
@@ -33,7 +32,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from benchmarks.common import command_line, describe_environment, environment_markdown, markdown_table
+from benchmarks.common import command_line, describe_environment, environment_markdown, last_logged_step, markdown_table
 
 ECG_CSV = Path("examples/ecg_mitbih208_360hz.csv")
 CONFIG = Path("configs/ecg_8k_gpu.yaml")
@@ -90,14 +89,6 @@ def measure_step_seconds(overrides: list[str], steps: int) -> float:
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return seconds
-
-
-def last_step(metrics_csv: Path) -> int:
-    if not metrics_csv.is_file():
-        return 0
-    with open(metrics_csv) as handle:
-        steps = [int(row["step"]) for row in csv.DictReader(handle) if row.get("step")]
-    return max(steps) if steps else 0
 
 
 def plot_lookback_curve(model: dict[int, list[dict]], baselines: dict[str, list[dict]], path: Path) -> Path:
@@ -222,7 +213,7 @@ def main() -> None:
     env = describe_environment()
     results = {
         "environment": {**env, "command": command_line()}, "smoke": args.smoke, "config": str(CONFIG),
-        "step_seconds_measured": step_seconds, "max_steps": max_steps, "steps_done": last_step(out / "metrics.csv"),
+        "step_seconds_measured": step_seconds, "max_steps": max_steps, "steps_done": last_logged_step(out / "metrics.csv"),
         "fit_seconds": fit_seconds, "checkpoint": checkpoint.name, "model": {str(k): v for k, v in model.items()},
         "baselines": baselines, "baseline_details": baseline_details, "forecast_origin": origin,
         "total_seconds": time.perf_counter() - began,

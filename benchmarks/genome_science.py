@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.common import command_line, describe_environment, last_logged_step, markdown_table, replace_markdown_section
 from genoformer.data.alphabet import decode, reverse_complement
 from genoformer.data.genome_store import GenomeStore
 from genoformer.data.splits import SequenceSource, split_intervals
@@ -121,12 +122,11 @@ def train(args: argparse.Namespace) -> None:
                     "--batch_size", str(args.batch_size)], check=True)
     command_seconds = time.perf_counter() - began
     rate = json.loads(rate_json.read_text())
-    from benchmarks.common import command_line, describe_environment
 
     results = {
         "environment": {**describe_environment(), "command": command_line()},
         "config": args.config, "held_out": args.held_out, "fit_seconds": fit_seconds, "minutes": minutes,
-        "steps": last_step(out / "metrics.csv"), "contexts": contexts,
+        "steps": last_logged_step(out / "metrics.csv"), "contexts": contexts,
         "evaluate_genome": {"bits_per_base": rate["total"]["bits_per_base"], "bases": rate["total"]["bases"],
                            "seconds": rate["seconds"], "bases_per_second": rate["bases_per_second"],
                            "command_seconds": command_seconds, "device": rate["device"]},
@@ -152,16 +152,6 @@ def block_sums(records: list[tuple[str, np.ndarray]], log2p: list[np.ndarray]) -
             bases.append(int(finite.sum()))
         result.append({"name": name, "bits": bits, "bases": bases})
     return result
-
-
-def last_step(metrics_csv: Path) -> int:
-    import csv
-
-    if not metrics_csv.is_file():
-        return 0
-    with open(metrics_csv) as handle:
-        steps = [int(row["step"]) for row in csv.DictReader(handle) if row.get("step")]
-    return max(steps) if steps else 0
 
 
 # ---------------------------------------------------------------------------------- baseline
@@ -208,8 +198,6 @@ LABELS = {"test": "held-out regions (the test split)", "val+test": "held-out gen
 def report(args: argparse.Namespace) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-
-    from benchmarks.common import markdown_table, replace_markdown_section
 
     root = Path(args.results)
     experiments = [d for d in sorted(root.iterdir()) if (d / "results.json").is_file()]

@@ -10,10 +10,6 @@ MINUTES=${1:-5}
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-if ls .whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>&1 | tail -2
-    export PYTHONPATH=/tmp/site:$PWD
-fi
-python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tail -2
+source benchmarks/gpu_setup.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
 python3 -m benchmarks.ecg "$OUT/ecg" --minutes "$MINUTES" --run_dir /tmp/ecg_run 2>&1 | tail -n 30
