@@ -1,6 +1,7 @@
 # Sourced by the GPU session scripts (repository root, on the GPU machine): installs the wheels
 # the GPU image lacks (carried in .whl/, copied from ../shared/wheels-cp312 plus vcfpy) and this
-# package, so that genoformer.data and genoformer.kernels import.
+# package, so that genoformer.data and genoformer.kernels import. Fill .whl/ here first with
+#   mkdir -p .whl && cp ../shared/wheels-cp312/*.whl .whl/ && pip download --no-deps -d .whl vcfpy==0.14.2
 if ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>&1 | tail -2
     export PYTHONPATH=/tmp/site:$PWD
