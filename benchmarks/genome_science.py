@@ -297,7 +297,7 @@ def section(summary: dict, experiments: list[Path], table: str, root: Path) -> s
         lines.append(f"- **{name}**: `{config}`, {item['steps']} optimizer steps in {item['fit_seconds'] / 60:.1f} min "
                      f"of wall clock; held out: {item['label'].split(': ', 1)[1]}.")
     lines += ["", RECIPE_NOTES, "", "Bits per base on the held-out data, both strands (lower is better):", "", table, "",
-              f"![bits per base against context](benchmarks/results/genome_science/context_curve.png)", "",
+              "![bits per base against context](benchmarks/results/genome_science/context_curve.png)", "",
               "### Targets", ""]
     for name, item in summary.items():
         contexts = sorted(item["bits_per_base"], key=int)

@@ -102,20 +102,10 @@ class Embedder:
         """
         if not 0 < window <= model.config.max_seq_len:
             raise ValueError(f"window must be in [1, max_seq_len={model.config.max_seq_len}], got {window}.")
-        if device is None:
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(
-                f"device {str(device)!r} asks for a CUDA GPU, but this torch build ({torch.__version__}) sees "
-                f"none; pass {option('device', 'cpu')} to run on the CPU, or leave device unset to pick CUDA "
-                "when it is available."
-            )
+        self.device = inference_device(device)
         self.model = model.to(self.device).eval()
         self.window = window
-        if autocast_dtype is None and self.device.type == "cuda":
-            autocast_dtype = torch.bfloat16
-        self.autocast_dtype = autocast_dtype
+        self.autocast_dtype = default_autocast_dtype(self.device, autocast_dtype)
 
     @classmethod
     def from_checkpoint(
@@ -241,6 +231,29 @@ def check_checkpoint_file(path: Union[str, Path]) -> Path:
     if not zipfile.is_zipfile(path):
         raise _unreadable_checkpoint_error(path)
     return path
+
+
+def inference_device(device: Optional[Union[str, torch.device]]) -> torch.device:
+    """The device to run a trained model on: `device`, or CUDA when available, else the CPU; a
+    clear error when CUDA is asked for and this torch build sees no GPU."""
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"device {str(device)!r} asks for a CUDA GPU, but this torch build ({torch.__version__}) sees "
+            f"none; pass {option('device', 'cpu')} to run on the CPU, or leave device unset to pick CUDA "
+            "when it is available."
+        )
+    return resolved
+
+
+def default_autocast_dtype(device: torch.device, autocast_dtype: Optional[torch.dtype]) -> Optional[torch.dtype]:
+    """`autocast_dtype`, or bfloat16 on CUDA (as training runs, and as the Triton kernels need),
+    None (full float32) elsewhere."""
+    if autocast_dtype is None and device.type == "cuda":
+        return torch.bfloat16
+    return autocast_dtype
 
 
 def read_checkpoint(path: Union[str, Path]) -> dict:

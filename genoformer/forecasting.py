@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import pickle
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional, Union
@@ -28,9 +26,9 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
-from genoformer.data.hints import hint, option
+from genoformer.data.hints import hint
 from genoformer.data.tiling import Keep, same_length_batches, tile_windows
-from genoformer.embeddings import Pooling
+from genoformer.embeddings import Pooling, default_autocast_dtype, inference_device, read_checkpoint
 from genoformer.kernels.dispatch import Backend
 from genoformer.model import TransformerConfig
 from genoformer.timeseries_model import ForecastConfig, TimeSeriesTransformer
@@ -68,20 +66,10 @@ class Forecaster:
             autocast_dtype: run under torch.autocast with this dtype; None: bfloat16 on CUDA (as
                 training does, and as the Triton kernels need), float32 on the CPU.
         """
-        if device is None:
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(
-                f"device {str(device)!r} asks for a CUDA GPU, but this torch build ({torch.__version__}) sees "
-                f"none; pass {option('device', 'cpu')} to run on the CPU, or leave device unset to pick CUDA "
-                "when it is available."
-            )
+        self.device = inference_device(device)
         self.model = model.to(self.device).eval()
         self.config: ForecastConfig = model.forecast_config
-        if autocast_dtype is None and self.device.type == "cuda":
-            autocast_dtype = torch.bfloat16
-        self.autocast_dtype = autocast_dtype
+        self.autocast_dtype = default_autocast_dtype(self.device, autocast_dtype)
 
     @classmethod
     def from_checkpoint(
@@ -92,16 +80,7 @@ class Forecaster:
         autocast_dtype: Optional[torch.dtype] = None,
     ) -> Forecaster:
         """Load a TimeSeriesForecaster Lightning checkpoint (.ckpt written by `genoformer fit`)."""
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"checkpoint not found: {path}; pass the .ckpt file written by training "
-                "(e.g. <run dir>/checkpoints/last.ckpt)."
-            )
-        try:
-            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-        except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile) as exc:
-            raise ValueError(f"{path} is not a readable PyTorch checkpoint: {exc}") from exc
+        checkpoint = read_checkpoint(path)
         hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
         if not isinstance(hparams, dict) or "forecast" not in hparams or "state_dict" not in checkpoint:
             raise ValueError(

@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 
 from genoformer.data.alphabet import MASK, T
 from genoformer.data.tiling import Keep, Tile, same_length_batches, tile_windows
-from genoformer.embeddings import Embedder
+from genoformer.embeddings import Embedder, default_autocast_dtype, inference_device
 from genoformer.kernels.dispatch import Backend
 from genoformer.model import Transformer
 
@@ -65,11 +65,11 @@ class Scorer:
         """
         if mask_period < 2:
             raise ValueError(f"mask_period must be at least 2, got {mask_period}.")
-        # Embedder owns device placement, eval mode and the autocast policy; scoring shares them.
-        self._runner = Embedder(model, window=context, device=device, autocast_dtype=autocast_dtype)
-        self.model = self._runner.model
-        self.device = self._runner.device
-        self.autocast_dtype = self._runner.autocast_dtype
+        if not 0 < context <= model.config.max_seq_len:
+            raise ValueError(f"context must be in [1, max_seq_len={model.config.max_seq_len}], got {context}.")
+        self.device = inference_device(device)
+        self.model = model.to(self.device).eval()
+        self.autocast_dtype = default_autocast_dtype(self.device, autocast_dtype)
         self.context = context
         self.mask_period = mask_period
 
