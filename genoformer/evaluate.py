@@ -104,8 +104,6 @@ def evaluate(
     context = scorer.context if context is None else context
     overlap = scorer.check_context(context, overlap)
     records = list(read_sequences(inputs))
-    if not records:
-        raise ValueError(f"no sequences in {inputs}; pass FASTA files or genome stores with at least one record.")
     sequences = [r.codes for r in records]
     if both_strands:
         sequences += [reverse_complement(r.codes) for r in records]
@@ -189,8 +187,6 @@ def score(
     refuse_existing(out, overwrite)
     scorer = Scorer.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
     records = list(read_sequences(inputs))
-    if not records:
-        raise ValueError(f"no sequences in {inputs}; pass FASTA files or genome stores with at least one record.")
     log2p = scorer.score_many([r.codes for r in records], context=context, overlap=overlap, batch_size=batch_size)
     header = f'track type=bedGraph name="{Path(checkpoint).stem}" description="log2 p(base), bits"'
     lines = [header]
