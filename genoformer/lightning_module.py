@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
 import lightning as L
+from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -282,8 +283,43 @@ class GenoformerLM(L.LightningModule):
         return adamw_warmup_cosine(
             self.model, lambda: self.trainer.estimated_stepping_batches, learning_rate=self.learning_rate, weight_decay=self.weight_decay,
             betas=self.betas, warmup_steps=self.warmup_steps, total_steps=self.total_steps,
-            min_lr_ratio=self.min_lr_ratio,
+            min_lr_ratio=self.min_lr_ratio, fused=fused_adamw_allowed(self),
         )
+
+    def configure_gradient_clipping(
+        self, optimizer: torch.optim.Optimizer, gradient_clip_val: Optional[float] = None,
+        gradient_clip_algorithm: Optional[str] = None,
+    ) -> None:
+        clip_gradients(self, optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+
+def fused_adamw_allowed(module: L.LightningModule) -> bool:
+    """Whether the module's optimizer may be the fused AdamW: every parameter on CUDA, whole
+    gradients on every device (one device or DDP, not FSDP's shards), and no GradScaler (16-mixed
+    scales the loss, and a fused step unscales inside, after clipping)."""
+    trainer = module.trainer
+    on_cuda = all(param.is_cuda for param in module.parameters())
+    whole_gradients = isinstance(trainer.strategy, (SingleDeviceStrategy, DDPStrategy))
+    return on_cuda and whole_gradients and getattr(trainer.precision_plugin, "scaler", None) is None
+
+
+def clip_gradients(
+    module: L.LightningModule, optimizer: torch.optim.Optimizer, clip_val: Optional[float], algorithm: Optional[str]
+) -> None:
+    """Lightning's gradient clipping, made to work with a fused optimizer.
+
+    Lightning refuses to clip for any optimizer that unscales gradients in its step (fused
+    AdamW), a rule that matters only under a GradScaler. `fused_adamw_allowed` keeps fused
+    optimizers away from one, so here the gradients are in their true scale and are clipped
+    directly, exactly as Lightning would clip them for an unfused optimizer."""
+    if clip_val and optimizer.defaults.get("fused"):
+        params = [param for group in optimizer.param_groups for param in group["params"] if param.grad is not None]
+        if algorithm == "value":
+            torch.nn.utils.clip_grad_value_(params, clip_val)
+        else:
+            torch.nn.utils.clip_grad_norm_(params, clip_val)
+        return
+    module.clip_gradients(optimizer, clip_val, algorithm)
 
 
 def adamw_warmup_cosine(
@@ -296,6 +332,7 @@ def adamw_warmup_cosine(
     warmup_steps: int,
     total_steps: Optional[int],
     min_lr_ratio: float,
+    fused: bool = False,
 ) -> dict[str, Any]:
     """AdamW (weight decay on matrices only) with `warmup_cosine` per step, as Lightning's
     configure_optimizers returns it; total_steps None: `estimated_steps()` (the trainer's
@@ -308,8 +345,8 @@ def adamw_warmup_cosine(
         [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=learning_rate,
         betas=betas,
-        # one kernel for all parameters instead of several per tensor group
-        fused=all(param.is_cuda for param in decay + no_decay),
+        # fused (CUDA): one kernel for all parameters instead of several per tensor group
+        fused=fused,
     )
     if total_steps is None:
         estimated = estimated_steps()

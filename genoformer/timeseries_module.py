@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from genoformer.lightning_module import adamw_warmup_cosine
+from genoformer.lightning_module import adamw_warmup_cosine, clip_gradients, fused_adamw_allowed
 from genoformer.model import TransformerConfig
 from genoformer.timeseries_model import ForecastConfig, TimeSeriesTransformer, pinball_loss
 
@@ -154,6 +154,12 @@ class TimeSeriesForecaster(L.LightningModule):
         return adamw_warmup_cosine(
             self.model, lambda: self.trainer.estimated_stepping_batches, learning_rate=self.learning_rate, weight_decay=self.weight_decay,
             betas=self.betas, warmup_steps=self.warmup_steps, total_steps=self.total_steps,
-            min_lr_ratio=self.min_lr_ratio,
+            min_lr_ratio=self.min_lr_ratio, fused=fused_adamw_allowed(self),
         )
+
+    def configure_gradient_clipping(
+        self, optimizer: torch.optim.Optimizer, gradient_clip_val: Optional[float] = None,
+        gradient_clip_algorithm: Optional[str] = None,
+    ) -> None:
+        clip_gradients(self, optimizer, gradient_clip_val, gradient_clip_algorithm)
 

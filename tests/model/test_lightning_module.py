@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 from lightning.pytorch.cli import LightningCLI
-from model_helpers import WINDOW, fit_tiny, random_tokens, tiny_config
+from model_helpers import WINDOW, fit_tiny, random_tokens, tiny_config, token_loader
 
 from genoformer.callbacks import LossPlotCallback
 from genoformer.data import GenomeDataModule, SplitSpec
@@ -194,3 +194,38 @@ def test_loss_plot_draws_the_baseline_of_the_run_directory(tmp_path):
     plain = callback.plot(tmp_path / "plain.png").read_bytes()
     drawn = callback.plot(tmp_path / "drawn.png", baseline=read_baseline(tmp_path / "baseline.json")).read_bytes()
     assert plain != drawn
+
+
+def test_fused_adamw_trains_with_gradient_clipping_under_bf16(tmp_path, monkeypatch):
+    """GPU configs clip gradients and run bf16-mixed with the fused AdamW, a pair Lightning's own
+    clipping refuses ("does not allow for gradient clipping"). The CPU has a fused AdamW too, so
+    the same path runs here with the CUDA check lifted; clipping must really bound the norm."""
+    import genoformer.lightning_module as lightning_module
+
+    monkeypatch.setattr(lightning_module, "fused_adamw_allowed", lambda module: True)
+    module = GenoformerLM(tiny_config(), warmup_steps=1, learning_rate=1e-3)
+    norms = []
+
+    class Spy(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):  # after the clipped step
+            assert trainer.optimizers[0].defaults["fused"]
+            grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
+            norms.append(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item())
+
+    trainer = L.Trainer(
+        max_steps=2, accelerator="cpu", precision="bf16-mixed", gradient_clip_val=1e-3, logger=False,
+        enable_checkpointing=False, default_root_dir=tmp_path, enable_progress_bar=False,
+        enable_model_summary=False, limit_val_batches=0, callbacks=[Spy()],
+    )
+    trainer.fit(module, token_loader(8, WINDOW, 4, seed=1))
+    assert len(norms) == 2 and all(norm == pytest.approx(1e-3, rel=1e-3) for norm in norms)
+
+
+def test_fused_adamw_only_where_clipping_stays_exact(tmp_path):
+    """Fused needs CUDA parameters, one device or DDP, and no GradScaler: on the CPU, never."""
+    from genoformer.lightning_module import fused_adamw_allowed
+
+    module = GenoformerLM(tiny_config(), total_steps=10)
+    module.trainer = L.Trainer(accelerator="cpu", logger=False, default_root_dir=tmp_path)
+    assert not fused_adamw_allowed(module)
+    assert not module.configure_optimizers()["optimizer"].defaults["fused"]
