@@ -297,8 +297,10 @@ def fused_adamw_allowed(module: L.LightningModule) -> bool:
     """Whether the module's optimizer may be the fused AdamW: every parameter on CUDA, whole
     gradients on every device (one device or DDP, not FSDP's shards), and no GradScaler (16-mixed
     scales the loss, and a fused step unscales inside, after clipping)."""
-    trainer = module.trainer
     on_cuda = all(param.is_cuda for param in module.parameters())
+    trainer = module._trainer  # None when called outside a Trainer (benchmarks, tests): no strategy, no scaler
+    if trainer is None:
+        return on_cuda
     whole_gradients = isinstance(trainer.strategy, (SingleDeviceStrategy, DDPStrategy))
     return on_cuda and whole_gradients and getattr(trainer.precision_plugin, "scaler", None) is None
 
