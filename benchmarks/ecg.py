@@ -2,26 +2,31 @@
 one GPU, beat the classical baselines under the long-horizon protocol, and does the long look-back
 help?
 
-    python -m benchmarks.ecg OUT [--minutes 5]       # one GPU, about 8 minutes in all
+    python -m benchmarks.ecg OUT [--minutes 4]       # the GPUs of one machine, about 8 minutes in all
     python -m benchmarks.ecg OUT --smoke             # seconds on a CPU (what the test runs)
 
 Steps, all through the real commands (`cli.py ...`):
 1. `prepare_timeseries` on the MIT-BIH record 208 excerpt shipped in examples/ (108,000 samples at
    360 Hz); the baselines start right away on the CPU (`evaluate_forecast --baseline
-   seasonal_naive` and `--baseline ar`) while the GPU trains;
-2. a few timed training steps of `configs/ecg_8k_gpu.yaml` to size the run: max_steps (and with it
-   the cosine schedule) is set so that training fills `--minutes`;
-3. `fit` (checkpoint with the best validation MSE kept);
-4. `evaluate_forecast` of that checkpoint with look-backs 8,192 (the protocol result), 2,048 and
-   512, at horizons 96, 192, 336 and 720 (stride-1 test windows: about 21,000 per horizon);
+   seasonal_naive` and `--baseline ar`) while the GPUs train;
+2. a few timed training steps of every variant of `configs/ecg_8k_gpu.yaml` (VARIANTS: the config
+   itself and regularised versions of it, for a training part of only 75,600 samples) to size each
+   run: max_steps (and with it the cosine schedule) is set so that training fills `--minutes` with
+   the variants sharing the GPUs;
+3. `fit` of every variant at once, spread over the GPUs (checkpoint with the best validation MSE
+   kept); the variant with the lowest validation MSE is chosen (the test part is never looked at);
+4. `evaluate_forecast` of the chosen checkpoint with look-backs 8,192 (the protocol result), 2,048
+   and 512, at horizons 96, 192, 336 and 720 (stride-1 test windows: about 21,000 per horizon);
 5. `forecast` from a point of the test part (PNG), the look-back curve, results.json and
-   results.md (a table), and a short table printed last.
+   results.md (tables), and a short table printed last.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -38,6 +43,16 @@ ECG_CSV = Path("examples/ecg_mitbih208_360hz.csv")
 CONFIG = Path("configs/ecg_8k_gpu.yaml")
 HORIZONS = (96, 192, 336, 720)
 LOOKBACKS = (512, 2048, 8192)
+# name -> overrides of configs/ecg_8k_gpu.yaml; the first is the config as shipped
+VARIANTS: dict[str, list[str]] = {
+    "config": [],
+    "stretch": ["--model.init_args.time_stretch", "0.25", "--model.init_args.transformer.dropout", "0.2"],
+    "stretch-small": ["--model.init_args.time_stretch", "0.25", "--model.init_args.transformer.dropout", "0.2",
+                      "--model.init_args.transformer.d_model", "128", "--model.init_args.transformer.n_layers", "4"],
+    "stretch-small-jitter": ["--model.init_args.time_stretch", "0.25", "--model.init_args.transformer.dropout", "0.3",
+                             "--model.init_args.transformer.d_model", "128", "--model.init_args.transformer.n_layers", "4",
+                             "--model.init_args.lookback_jitter", "0.5", "--model.init_args.weight_decay", "0.1"],
+}
 
 
 def cli(*args: str, log: Path) -> None:
@@ -46,12 +61,31 @@ def cli(*args: str, log: Path) -> None:
         subprocess.run([sys.executable, "cli.py", *args], check=True, stdout=handle, stderr=subprocess.STDOUT)
 
 
-def start_cli(*args: str, log: Path, threads: int) -> tuple[subprocess.Popen, object]:
+def start_cli(*args: str, log: Path, threads: int, gpu: int | None = None) -> tuple[subprocess.Popen, object]:
     """Start `python cli.py ARGS` in the background with at most `threads` BLAS/OpenMP threads (so
-    that it leaves CPU cores to the training's data loaders)."""
+    that it leaves CPU cores to the training's data loaders), on GPU `gpu` alone when given."""
     handle = open(log, "w")
     env = {**os.environ, **{name: str(threads) for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}}
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     return subprocess.Popen([sys.executable, "cli.py", *args], stdout=handle, stderr=subprocess.STDOUT, env=env), handle
+
+
+def wait_all(running: list[tuple[subprocess.Popen, object]], what: str) -> None:
+    """Wait for every process; SystemExit naming the log of the first that failed."""
+    failed = []
+    for process, handle in running:
+        if process.wait() != 0:
+            failed.append(handle.name)
+        handle.close()
+    if failed:
+        raise SystemExit(f"{what} failed; see {', '.join(failed)}")
+
+
+def best_validation_mse(metrics_csv: Path) -> float:
+    """The lowest val/mse logged in a run's metrics.csv (inf when none was)."""
+    values = [float(row["val/mse"]) for row in csv.DictReader(open(metrics_csv)) if row.get("val/mse")]
+    return min(values, default=math.inf)
 
 
 def measure_step_seconds(overrides: list[str], steps: int) -> float:
@@ -135,7 +169,7 @@ def main() -> None:
 
     source = ECG_CSV
     horizons, lookbacks, ar_orders = HORIZONS, LOOKBACKS, None
-    overrides = ["--trainer.default_root_dir", str(run_dir), "--data.init_args.store", str(store)]
+    overrides = ["--data.init_args.store", str(store)]  # each variant adds its own run directory
     if args.smoke:  # the first 20 s of the record, a tiny model, short horizons and look-backs
         source = run_dir / "ecg_head.csv"
         with open(ECG_CSV) as handle:
@@ -161,31 +195,53 @@ def main() -> None:
                                  horizon_list, "--out", str(out / f"baseline_{name}.json"), "--overwrite", *extra,
                                  log=logs / f"baseline_{name}.log", threads=4))
 
-    step_seconds = measure_step_seconds(overrides, steps=3 if args.smoke else 30)
-    train_seconds = 6.0 if args.smoke else args.minutes * 60
-    # validation every 500 steps and the checkpoints take a few percent of the time
-    max_steps = max(10, int(0.93 * train_seconds / step_seconds))
-    budget = f"00:00:{int(args.minutes + 1):02d}:00"  # a safety net above the sized run
-    fit_began = time.perf_counter()
-    cli("fit", "--config", str(CONFIG), *overrides, "--trainer.max_steps", str(max_steps), "--trainer.max_time", budget,
-        "--model.init_args.total_steps", str(max_steps), "--trainer.enable_progress_bar", "false", log=logs / "fit.log")
-    fit_seconds = time.perf_counter() - fit_began
-    checkpoint = run_dir / "checkpoints" / "best.ckpt"
-    if not checkpoint.is_file():
-        checkpoint = run_dir / "checkpoints" / "last.ckpt"
-    if (run_dir / "metrics.csv").is_file():
-        shutil.copy(run_dir / "metrics.csv", out / "metrics.csv")
+    import torch
 
-    model: dict[int, list[dict]] = {}
-    for lookback in lookbacks:
-        path = out / f"model_lookback{lookback}.json"
-        cli("evaluate_forecast", "--store", str(store), "--checkpoint", str(checkpoint), "--horizons", horizon_list,
-            "--lookback", str(lookback), "--out", str(path), "--overwrite", log=logs / f"evaluate_{lookback}.log")
-        model[lookback] = json.loads(path.read_text())["results"]
-    for process, handle in running:
-        if process.wait() != 0:
-            raise SystemExit(f"a baseline failed; see {handle.name}")
-        handle.close()
+    gpus = torch.cuda.device_count()
+    slots = [None] if gpus == 0 else list(range(gpus))
+    variants = dict(list(VARIANTS.items())[:2]) if args.smoke else VARIANTS
+    per_slot = math.ceil(len(variants) / len(slots))  # runs sharing one GPU (or the CPU)
+    train_seconds = 6.0 if args.smoke else args.minutes * 60
+    budget = f"00:00:{int(args.minutes + 1):02d}:00"  # a safety net above the sized runs
+    fits, sizing = [], {}
+    for index, (name, extra) in enumerate(variants.items()):
+        run = run_dir / name
+        variant_overrides = [*overrides, "--trainer.default_root_dir", str(run), *extra]
+        step_seconds = measure_step_seconds(variant_overrides, steps=3 if args.smoke else 20)
+        # validation every 500 steps and the checkpoints take a few percent of the time
+        max_steps = max(10, int(0.9 * train_seconds / (step_seconds * per_slot)))
+        sizing[name] = {"overrides": extra, "step_seconds_alone": step_seconds, "max_steps": max_steps,
+                        "gpu": slots[index % len(slots)]}
+    fit_began = time.perf_counter()
+    for name, extra in variants.items():
+        run = run_dir / name
+        fits.append(start_cli("fit", "--config", str(CONFIG), *overrides, "--trainer.default_root_dir", str(run), *extra,
+                              "--trainer.max_steps", str(sizing[name]["max_steps"]), "--trainer.max_time", budget,
+                              "--model.init_args.total_steps", str(sizing[name]["max_steps"]),
+                              "--trainer.enable_progress_bar", "false", log=logs / f"fit_{name}.log",
+                              threads=2, gpu=sizing[name]["gpu"]))
+    wait_all(fits, "a fit")
+    fit_seconds = time.perf_counter() - fit_began
+    for name in variants:
+        metrics = run_dir / name / "metrics.csv"
+        sizing[name]["best_val_mse"] = best_validation_mse(metrics)
+        sizing[name]["steps_done"] = last_logged_step(metrics)
+    chosen = min(variants, key=lambda name: sizing[name]["best_val_mse"])
+    chosen_dir = run_dir / chosen
+    checkpoint = chosen_dir / "checkpoints" / "best.ckpt"
+    if not checkpoint.is_file():
+        checkpoint = chosen_dir / "checkpoints" / "last.ckpt"
+    shutil.copy(chosen_dir / "metrics.csv", out / "metrics.csv")
+
+    evaluations = []
+    for index, lookback in enumerate(lookbacks):
+        evaluations.append(start_cli(
+            "evaluate_forecast", "--store", str(store), "--checkpoint", str(checkpoint), "--horizons", horizon_list,
+            "--lookback", str(lookback), "--out", str(out / f"model_lookback{lookback}.json"), "--overwrite",
+            log=logs / f"evaluate_{lookback}.log", threads=2, gpu=slots[index % len(slots)]))
+    wait_all(evaluations, "an evaluation")
+    model = {lb: json.loads((out / f"model_lookback{lb}.json").read_text())["results"] for lb in lookbacks}
+    wait_all(running, "a baseline")
     baselines = {name: json.loads((out / f"baseline_{name}.json").read_text())["results"] for name in ("seasonal_naive", "ar")}
     baseline_details = {name: json.loads((out / f"baseline_{name}.json").read_text())["baseline"]
                         for name in ("seasonal_naive", "ar")}
@@ -213,7 +269,7 @@ def main() -> None:
     env = describe_environment()
     results = {
         "environment": {**env, "command": command_line()}, "smoke": args.smoke, "config": str(CONFIG),
-        "step_seconds_measured": step_seconds, "max_steps": max_steps, "steps_done": last_logged_step(out / "metrics.csv"),
+        "gpus": gpus, "variants": sizing, "chosen": chosen, "steps_done": sizing[chosen]["steps_done"],
         "fit_seconds": fit_seconds, "checkpoint": checkpoint.name, "model": {str(k): v for k, v in model.items()},
         "baselines": baselines, "baseline_details": baseline_details, "forecast_origin": origin,
         "total_seconds": time.perf_counter() - began,
@@ -221,10 +277,16 @@ def main() -> None:
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     markdown = "\n\n".join([
         environment_markdown(env, command_line()),
-        f"Trained {results['steps_done']:,} steps in {fit_seconds / 60:.1f} min (`{CONFIG}`, checkpoint "
-        f"`{checkpoint.name}` chosen on validation MSE). Test MSE on z-scored values, protocol split 70/10/20, "
-        f"stride-1 windows; periods of seasonal naive {baseline_details['seasonal_naive']['periods']}.",
+        f"{len(variants)} variants of `{CONFIG}` trained at once on {max(gpus, 1)} "
+        f"{'GPU(s)' if gpus else 'CPU'} for {fit_seconds / 60:.1f} min; the one with the lowest validation MSE "
+        f"(`{chosen}`, {results['steps_done']:,} steps, checkpoint `{checkpoint.name}`) is evaluated. Test MSE on "
+        f"z-scored values, protocol split 70/10/20, stride-1 windows; periods of seasonal naive "
+        f"{baseline_details['seasonal_naive']['periods']}.",
         markdown_table(rows),
+        "Variants (chosen on validation MSE, the test part unseen):",
+        markdown_table([{"variant": name, "overrides": " ".join(v["overrides"]) or "(the config)", "GPU": v["gpu"],
+                         "steps": v["steps_done"], "best validation MSE": v["best_val_mse"],
+                         "chosen": "yes" if name == chosen else ""} for name, v in sizing.items()]),
         "MAE:",
         markdown_table(mae_rows),
         "![forecast](forecast.png) ![look-back curve](lookback_curve.png)",

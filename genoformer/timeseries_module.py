@@ -36,6 +36,20 @@ def _context_and_target(batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tens
     return batch["context"], batch["target"]
 
 
+def stretch_time(context_BCL: torch.Tensor, target_BCH: torch.Tensor, rate: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Slow a window down by `rate` >= 1 around the forecast origin, keeping both lengths.
+
+    With the origin at time 0 (context at times -L..-1, target at 0..H-1), the stretched window
+    at time t holds the original value at t / rate, linearly interpolated (float32)."""
+    L, H = context_BCL.shape[-1], target_BCH.shape[-1]
+    series_BCN = torch.cat([context_BCL, target_BCH], dim=-1).float()
+    position_N = torch.arange(-L, H, device=series_BCN.device, dtype=torch.float64) / rate + L
+    left_N = position_N.floor().long().clamp(max=L + H - 2)
+    weight_N = (position_N - left_N).to(series_BCN.dtype)
+    stretched_BCN = series_BCN[..., left_N] * (1 - weight_N) + series_BCN[..., left_N + 1] * weight_N
+    return stretched_BCN[..., :L], stretched_BCN[..., L:]
+
+
 class TimeSeriesForecaster(L.LightningModule):
     """A forecaster: `TimeSeriesTransformer` trained on context/horizon windows."""
 
@@ -44,6 +58,7 @@ class TimeSeriesForecaster(L.LightningModule):
         transformer: TransformerConfig,
         forecast: ForecastConfig,
         lookback_jitter: float = 0.0,
+        time_stretch: float = 0.0,
         learning_rate: float = 1e-3,
         weight_decay: float = 0.05,
         betas: tuple[float, float] = (0.9, 0.95),
@@ -61,6 +76,11 @@ class TimeSeriesForecaster(L.LightningModule):
             lookback_jitter: fraction of training batches whose look-back is cut to a random
                 length (log-uniform between one patch and the context), so that the model also
                 forecasts well from short inputs.
+            time_stretch: augmentation against memorising a short training series: each
+                training batch is slowed down by a random factor r in [1, 1 + time_stretch]
+                (linear interpolation around the forecast origin: the last L / r context samples
+                become L, the first H / r target samples become H). 0 turns it off. For series
+                whose dynamics keep their shape at other speeds (heartbeats, gait, machinery).
             learning_rate: peak AdamW learning rate, reached after warmup.
             weight_decay: AdamW weight decay for matrices.
             betas: AdamW (beta1, beta2).
@@ -68,7 +88,7 @@ class TimeSeriesForecaster(L.LightningModule):
             total_steps: optimizer steps at which the cosine decay ends; None: the trainer's
                 estimated_stepping_batches (from max_steps or max_epochs).
             min_lr_ratio: final learning rate as a fraction of learning_rate.
-            seed: seed of the look-back jitter.
+            seed: seed of the look-back jitter and the time stretch.
         """
         super().__init__()
         if isinstance(transformer, Mapping):
@@ -78,7 +98,10 @@ class TimeSeriesForecaster(L.LightningModule):
         if not 0.0 <= lookback_jitter <= 1.0:
             raise ValueError(f"lookback_jitter must be in [0, 1], got {lookback_jitter}.")
         self.forecast_config = forecast
+        if time_stretch < 0.0:
+            raise ValueError(f"time_stretch must be at least 0, got {time_stretch}.")
         self.lookback_jitter = lookback_jitter
+        self.time_stretch = time_stretch
         self.learning_rate = learning_rate
         self.weight_decay = weight_decay
         self.betas = tuple(betas)
@@ -92,6 +115,7 @@ class TimeSeriesForecaster(L.LightningModule):
                 "transformer": transformer.to_dict(),
                 "forecast": forecast.to_dict(),
                 "lookback_jitter": lookback_jitter,
+                "time_stretch": time_stretch,
                 "learning_rate": learning_rate,
                 "weight_decay": weight_decay,
                 "betas": list(self.betas),
@@ -127,6 +151,9 @@ class TimeSeriesForecaster(L.LightningModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         context_BCL, target_BCH = _context_and_target(batch)
         cfg = self.forecast_config
+        if self.time_stretch > 0:
+            rate = 1.0 + self._jitter_rng.uniform(0.0, self.time_stretch)
+            context_BCL, target_BCH = stretch_time(context_BCL, target_BCH, rate)
         if self.lookback_jitter > 0 and self._jitter_rng.random() < self.lookback_jitter:
             longest = min(cfg.context, context_BCL.shape[-1])
             keep = int(math.exp(self._jitter_rng.uniform(math.log(cfg.patch_len), math.log(longest))))

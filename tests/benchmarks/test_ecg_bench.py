@@ -27,6 +27,10 @@ def test_ecg_benchmark_smoke_run(tmp_path):
         assert [row["horizon"] for row in rows] == [16, 48]
         assert all(row["mse"] > 0 and row["windows"] > 0 for row in rows)
     assert [row["lookback"] for row in results["model"]["256"]] == [256, 256]
+    # two variants trained; the one with the lower validation MSE was evaluated
+    variants = results["variants"]
+    assert len(variants) == 2 and results["chosen"] in variants
+    assert variants[results["chosen"]]["best_val_mse"] == min(v["best_val_mse"] for v in variants.values())
     for name in ("forecast.png", "lookback_curve.png", "results.md"):
         assert (out / name).stat().st_size > 100
     assert "| horizon |" in result.stdout  # the table is printed last

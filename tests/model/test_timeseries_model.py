@@ -267,3 +267,22 @@ def test_fit_help_names_each_model_options(capsys, model, option):
         main(["fit", "--model.help", model])
     assert exit_info.value.code == 0
     assert option in capsys.readouterr().out
+
+
+def test_time_stretch_slows_a_window_around_the_forecast_origin():
+    from genoformer.timeseries_module import TimeSeriesForecaster, stretch_time
+
+    t = torch.arange(-400, 100, dtype=torch.float32)  # the origin at t = 0
+    series = torch.sin(2 * torch.pi * t / 50).view(1, 1, -1)
+    context_BCL, target_BCH = series[..., :400], series[..., 400:]
+    same_context, same_target = stretch_time(context_BCL, target_BCH, 1.0)
+    assert torch.allclose(same_context, context_BCL) and torch.allclose(same_target, target_BCH)
+    slow_context, slow_target = stretch_time(context_BCL, target_BCH, 2.0)
+    assert slow_context.shape == context_BCL.shape and slow_target.shape == target_BCH.shape
+    # twice as slow: the period of 50 samples becomes 100, on both sides of the origin
+    expected = torch.sin(2 * torch.pi * torch.arange(-400, 100, dtype=torch.float32) / 100)
+    assert torch.allclose(slow_context[0, 0], expected[:400], atol=2e-3)
+    assert torch.allclose(slow_target[0, 0], expected[400:], atol=2e-3)
+    with pytest.raises(ValueError, match="time_stretch"):
+        TimeSeriesForecaster(TransformerConfig(d_model=32, n_layers=1, n_heads=4, max_seq_len=64),
+                             ForecastConfig(patch_len=8, context=100, horizon=20), time_stretch=-0.1)
