@@ -19,9 +19,13 @@ def write_atomically(path: Path, text: str) -> None:
 def merge_runs(summaries: list[dict]) -> dict:
     """One summary from several runs (a one-GPU and a two-GPU call, say): the first run's header,
     every run's cases tagged with the run's index (`run`), each command kept. Where two runs
-    measured the same case the later one shows in the table; ratios pair cases of one run."""
+    measured the same case the later one shows in the table (a failed or unrun case of an earlier
+    run is dropped); ratios pair cases of one run."""
     merged = dict(summaries[0])
-    merged["records"] = [{**record, "run": i} for i, summary in enumerate(summaries) for record in summary["records"]]
+    records = [{**record, "run": i} for i, summary in enumerate(summaries) for record in summary["records"]]
+    # a case that failed or was not run in one run and ran in a later one: only the later shows
+    last_run = {record["name"]: record["run"] for record in records}
+    merged["records"] = [r for r in records if r.get("status") == "ok" or r["run"] == last_run[r["name"]]]
     measured = {record["name"] for record in merged["records"]}
     skipped = {entry["name"]: entry for summary in summaries for entry in summary["skipped"]}
     merged["skipped"] = [entry for name, entry in skipped.items() if name not in measured]
