@@ -12,7 +12,7 @@ Steps, all through the real commands (`cli.py ...`):
 2. a few timed training steps of every variant of `configs/ecg_8k_gpu.yaml` (VARIANTS: the config
    itself and regularised versions of it, for a training part of only 75,600 samples) to size each
    run: max_steps (and with it the cosine schedule) is set so that training fills `--minutes` with
-   the variants sharing the GPUs;
+   the variants sharing the GPUs, but never past the config's max_steps;
 3. `fit` of every variant at once, spread over the GPUs (checkpoint with the best validation MSE
    kept); the variant with the lowest validation MSE is chosen (the test part is never looked at);
 4. `evaluate_forecast` of the chosen checkpoint with look-backs 8,192 (the protocol result), 2,048
@@ -34,6 +34,7 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -44,14 +45,15 @@ CONFIG = Path("configs/ecg_8k_gpu.yaml")
 HORIZONS = (96, 192, 336, 720)
 LOOKBACKS = (512, 2048, 8192)
 # name -> overrides of configs/ecg_8k_gpu.yaml; the first is the config as shipped
+STRETCH = ["--model.init_args.time_stretch", "0.5"]
 VARIANTS: dict[str, list[str]] = {
     "config": [],
-    "stretch": ["--model.init_args.time_stretch", "0.25", "--model.init_args.transformer.dropout", "0.2"],
-    "stretch-small": ["--model.init_args.time_stretch", "0.25", "--model.init_args.transformer.dropout", "0.2",
-                      "--model.init_args.transformer.d_model", "128", "--model.init_args.transformer.n_layers", "4"],
-    "stretch-small-jitter": ["--model.init_args.time_stretch", "0.25", "--model.init_args.transformer.dropout", "0.3",
-                             "--model.init_args.transformer.d_model", "128", "--model.init_args.transformer.n_layers", "4",
-                             "--model.init_args.lookback_jitter", "0.5", "--model.init_args.weight_decay", "0.1"],
+    "stretch-0.5": STRETCH,
+    "stretch-0.5-width-64": [*STRETCH, "--model.init_args.transformer.d_model", "64"],
+    "stretch-0.5-dropout-0.3-lr-5e-4": [*STRETCH, "--model.init_args.transformer.dropout", "0.3",
+                                        "--model.init_args.learning_rate", "5e-4"],
+    "stretch-0.5-patch-32": [*STRETCH, "--model.init_args.forecast.patch_len", "32"],
+    "stretch-0.5-jitter-0.75": [*STRETCH, "--model.init_args.lookback_jitter", "0.75"],
 }
 
 
@@ -204,12 +206,13 @@ def main() -> None:
     train_seconds = 6.0 if args.smoke else args.minutes * 60
     budget = f"00:00:{int(args.minutes + 1):02d}:00"  # a safety net above the sized runs
     fits, sizing = [], {}
+    config_max_steps = yaml.safe_load(CONFIG.read_text())["trainer"]["max_steps"]
     for index, (name, extra) in enumerate(variants.items()):
         run = run_dir / name
         variant_overrides = [*overrides, "--trainer.default_root_dir", str(run), *extra]
         step_seconds = measure_step_seconds(variant_overrides, steps=3 if args.smoke else 20)
-        # validation every 500 steps and the checkpoints take a few percent of the time
-        max_steps = max(10, int(0.9 * train_seconds / (step_seconds * per_slot)))
+        # validation and the checkpoints take a few percent of the time; never past the config's max_steps
+        max_steps = max(10, min(config_max_steps, int(0.9 * train_seconds / (step_seconds * per_slot))))
         sizing[name] = {"overrides": extra, "step_seconds_alone": step_seconds, "max_steps": max_steps,
                         "gpu": slots[index % len(slots)]}
     fit_began = time.perf_counter()
