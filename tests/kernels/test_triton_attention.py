@@ -384,6 +384,15 @@ def test_auto_chooses_triton_for_padded_head_dims():
         assert choice is dispatch.Backend.TRITON, D
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (auto picks triton only on CUDA)")
+def test_auto_chooses_triton_for_packed_inputs():
+    q = torch.randn(2, 2, 128, 64, device=DEVICE, dtype=torch.bfloat16)
+    for layout in (None, BlockLayout.sliding_window(128, 32, block_size=32)):
+        choice = dispatch._choose(q, q, q, causal=True, layout=layout, kv_lens=None, cu_seqlens=_cu([[100, 28], [128]]))
+        assert choice is dispatch.Backend.TRITON, layout
+
+
 def _gpu_case(attn, D, dtype, kind):
     L = 1029  # not a multiple of any tile or layout block
     if kind == "causal":
