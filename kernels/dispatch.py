@@ -167,8 +167,9 @@ def plan_attention(
 
     AUTO is chosen (and logged once, see the module docstring); an explicit backend is checked
     (ValueError saying why when it cannot run such inputs). Pass the batch's cu_seqlens (or any
-    tensor of that kind) when the inputs are packed: only its presence, dtype and device are read. For the Triton backend the layout's
-    block lists are built on `device` here, so that a compiled caller finds them ready.
+    tensor of that kind) when the inputs are packed: only its presence, dtype and device are
+    read. For the Triton backend the layout's block lists are built on `device` here, so that a
+    compiled caller finds them ready.
     Cheap to call on every forward pass: nothing is allocated beyond one element per call.
     """
     backend = _as_backend(backend)

@@ -10,8 +10,9 @@ Three launches, in reading order:
      walks the same key tiles as the forward (``row_tile_range``).
 
 Legend (D head dim, D_TILE the tiles' padded width), base-2 scores, the lse convention and the
-packed documents (HAS_DOCS, DOC_START / DOC_END): see ``triton_flash_fwd.py``.  The padding columns d >= D of q, k, v, dO read 0, so the matmuls over the
-head dim see zeros there and dQ, dK, dV come out 0 in those columns, which the stores skip.
+packed documents (HAS_DOCS, DOC_START / DOC_END): see ``triton_flash_fwd.py``.  The padding
+columns d >= D of q, k, v, dO read 0, so the matmuls over the head dim see zeros there and dQ,
+dK, dV come out 0 in those columns, which the stores skip.
 With p = exp2(s2 - lse) (the softmax) and dS = p * (dP - delta), dP = dO . V^T:
   dV = P^T dO,   dK = scale * dS^T Q,   dQ = scale * dS K.
 """

@@ -70,8 +70,9 @@ def cu_seqlens_of(docs: list[list[int]]) -> torch.Tensor:
 def per_document(q, k, v, docs: list[list[int]], *, causal=False, layout=None, scale=None):
     """Attention of each document alone, written back in place: the independent judge of packing.
 
-    Every document [s, e) of row b runs through `masked_attention` as its own sequence; with a layout, its (e-s) x (e-s) corner of the layout's token mask is passed as
-    an explicit mask, since a layout applies to positions within the row. Differentiable.
+    Every document [s, e) of row b runs through `masked_attention` as its own sequence; with a
+    layout, its (e-s) x (e-s) corner of the layout's token mask is passed as an explicit mask,
+    since a layout applies to positions within the row. Differentiable.
     """
     rows = []
     for b, lengths in enumerate(docs):
@@ -79,8 +80,8 @@ def per_document(q, k, v, docs: list[list[int]], *, causal=False, layout=None, s
         for n in lengths:
             end = start + n
             mask = None if layout is None else layout.token_mask(causal)[:, start:end, start:end]
-            pieces.append(masked_attention(q[b : b + 1, :, start:end], k[b : b + 1, :, start:end], v[b : b + 1, :, start:end],
-                                           causal=causal, mask=mask, scale=scale))
+            q1, k1, v1 = (t[b : b + 1, :, start:end] for t in (q, k, v))
+            pieces.append(masked_attention(q1, k1, v1, causal=causal, mask=mask, scale=scale))
             start = end
         assert start == q.shape[2], f"row {b}: documents cover {start} of {q.shape[2]} tokens"
         rows.append(torch.cat(pieces, dim=2))
