@@ -7,8 +7,10 @@ shared memory one program needs (the driver refuses a launch above the per-block
 The arguments carry the divisibility a real launch gives them (``_launch_attrs``): without it
 Triton sees unaligned pointers, pipelines no load through shared memory, and reports a fraction
 of the shared memory the launch needs (64 KB instead of 224 KB for the sm_90 D=128 forward).
-Each kernel is built in its largest variant (causal, block-sparse, key padding, ragged query
-tail): the other variants drop code and use no more shared memory.
+Each kernel is built in its largest variant (causal, block-sparse, key padding, packed documents,
+ragged query tail): the other variants drop code and use no more shared memory.  Dense packed
+rows take one branch of their own (the launch order of their tiles, ``DENSE_PACKED``): each
+generation's default configurations of the common head dims are built that way too.
 
 Configurations are chosen per tile width (the head dim rounded up to a power of two); each is
 built at its tile width and, on sm_80 and sm_90, again at one padded head dim of that tile
@@ -34,28 +36,35 @@ import pytest
 
 from genoformer.kernels import triton_flash_configs as configs
 
-COMMON = {"CAUSAL": True, "SPARSE": True, "HAS_KV_LENS": True, "DOT_F32": False}
+COMMON = {"CAUSAL": True, "SPARSE": True, "HAS_KV_LENS": True, "HAS_DOCS": True, "DOT_F32": False}
 
 PADDED_DIMS = {32: 24, 64: 40, 128: 96, 256: 160}
 """tile width -> a head dim padded to it, compiled too on the generations in PADDED_GENERATIONS"""
 PADDED_GENERATIONS = ("sm_80", "sm_90")
 
+DENSE_PACKED = {"SPARSE": False, "HAS_KV_LENS": False}
+"""constexprs of a dense packed launch, built for the default configs of DENSE_PACKED_DIMS on sm_80, sm_90"""
+DENSE_PACKED_DIMS = (64, 128)
+
 
 def _cases() -> list[tuple[str, str, int, str, tuple]]:
     """(test id, generation name, head dim, kernel, config fields) for every selectable config."""
     out = []
-    built = [(gen, tile, cfg) for gen, tile, cfg in configs.all_configs()]
-    built += [(gen, PADDED_DIMS[tile], cfg) for gen, tile, cfg in configs.all_configs()
+    built = [(gen, tile, cfg, "") for gen, tile, cfg in configs.all_configs()]
+    built += [(gen, PADDED_DIMS[tile], cfg, "") for gen, tile, cfg in configs.all_configs()
               if tile in PADDED_DIMS and gen.name in PADDED_GENERATIONS]
-    for gen, d, cfg in built:
+    built += [(gen, d, candidates(gen, d)[0], "-dense-packed") for gen in configs.GENERATIONS
+              if gen.name in PADDED_GENERATIONS for d in DENSE_PACKED_DIMS
+              for candidates in (configs.fwd_candidates, configs.bwd_candidates)]
+    for gen, d, cfg, variant in built:
         fields = tuple(cfg.__dict__.values())
         if isinstance(cfg, configs.FwdConfig):
-            out.append((f"{gen.name}-d{d}-fwd-{cfg.block_m}x{cfg.block_n}-w{cfg.num_warps}s{cfg.num_stages}",
+            out.append((f"{gen.name}-d{d}-fwd-{cfg.block_m}x{cfg.block_n}-w{cfg.num_warps}s{cfg.num_stages}{variant}",
                         gen.name, d, "fwd", fields))
         else:
-            out.append((f"{gen.name}-d{d}-dkdv-{cfg.block_m1}x{cfg.block_n1}-w{cfg.warps1}s{cfg.stages1}",
+            out.append((f"{gen.name}-d{d}-dkdv-{cfg.block_m1}x{cfg.block_n1}-w{cfg.warps1}s{cfg.stages1}{variant}",
                         gen.name, d, "dkdv", fields))
-            out.append((f"{gen.name}-d{d}-dq-{cfg.block_m2}x{cfg.block_n2}-w{cfg.warps2}s{cfg.stages2}",
+            out.append((f"{gen.name}-d{d}-dq-{cfg.block_m2}x{cfg.block_n2}-w{cfg.warps2}s{cfg.stages2}{variant}",
                         gen.name, d, "dq", fields))
     # a dK/dV or dQ half shared by two candidates is compiled once
     return list({case[0]: case for case in out}.values())
@@ -99,7 +108,9 @@ def _compile_one(case: tuple) -> dict:
             kernel, constexprs = bwd_dq_kernel, {"BLOCK_M2": cfg.block_m2, "BLOCK_N2": cfg.block_n2}
             warps, stages = cfg.warps2, cfg.stages2
     # ALIGN8 is what the launcher sets for contiguous inputs of these head dims
-    constexprs = {"D": d, "D_TILE": configs.tile_dim(d), "ALIGN8": d % 16 == 8, "SCAN_": SCAN, **COMMON, **constexprs}
+    variant = DENSE_PACKED if case_id.endswith("-dense-packed") else {}
+    constexprs = {"D": d, "D_TILE": configs.tile_dim(d), "ALIGN8": d % 16 == 8, "SCAN_": SCAN, **COMMON, **variant,
+                  **constexprs}
     signature = {}
     for name in kernel.arg_names:
         if name in constexprs:
@@ -108,7 +119,7 @@ def _compile_one(case: tuple) -> dict:
             signature[name] = "*bf16"
         elif name in ("LSE", "DELTA"):
             signature[name] = "*fp32"
-        elif name in ("KV_LENS", "CNT", "IDX", "ORDER"):
+        elif name in ("KV_LENS", "CNT", "IDX", "ORDER", "DOC_START", "DOC_END", "DOC_ORDER"):
             signature[name] = "*i32"
         elif name in ("qk_scale", "sm_scale"):
             signature[name] = "fp32"
