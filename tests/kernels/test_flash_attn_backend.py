@@ -122,6 +122,24 @@ def test_packed_rows_map_to_varlen(attn, fakes, version, causal):
     attn.assert_matches_reference(result, expected)
 
 
+def test_attention_entry_point_takes_packed_rows(attn, fakes):
+    q, k, v, dout = attn.make_qkv(B=2, Hq=2, Hkv=1, L=40, dtype=torch.bfloat16)
+    cu_seqlens = torch.tensor([0, 7, 40, 41, 80], dtype=torch.int32)
+    for backend in ("flash_attn_2", "flash_attn_4", "flash_attn"):
+        result = attn.run_with_grads(attention, q, k, v, dout, causal=True, cu_seqlens=cu_seqlens, backend=backend)
+        expected = attn.run_with_grads(attention, q, k, v, dout, causal=True, cu_seqlens=cu_seqlens, backend="reference")
+        for name, value in result.tensors().items():
+            torch.testing.assert_close(value, expected.tensors()[name], msg=lambda m: f"{backend} {name}: {m}")
+    layout = BlockLayout.global_tokens(80, 1, block_size=128)
+    reason = dispatch.unsupported_reason("flash_attn_4", q, k, v, layout=layout, cu_seqlens=cu_seqlens)
+    assert reason is None  # one block: the layout is dense
+    q, k, v, dout = attn.make_qkv(B=1, Hq=2, Hkv=1, L=256, dtype=torch.bfloat16)
+    layout = BlockLayout.global_tokens(256, 1, block_size=128).with_causal()
+    cu_seqlens = torch.tensor([0, 100, 256], dtype=torch.int32)
+    with pytest.raises(ValueError, match="flash-attn-4 cannot combine block sparsity with packed sequences"):
+        attention(q, k, v, causal=True, layout=layout, cu_seqlens=cu_seqlens, backend="flash_attn_4")
+
+
 def test_fake_aligns_causal_to_the_bottom_right(fakes):
     """The fakes keep the trap the adapters must avoid: with fewer keys than queries, causal in
     flash-attn shifts the diagonal (query i sees j <= i + S - L), unlike our j <= i."""
@@ -233,9 +251,11 @@ def _no_triton(q, k, v, **conditions):
     return "(test) no Triton here"
 
 
-def _auto(q, **kwargs):
-    chosen = dispatch._choose(q, q, q, causal=True, layout=kwargs.get("layout"), kv_lens=kwargs.get("kv_lens"))
-    return chosen
+def _auto(q, **conditions):
+    """The backend auto takes on this (faked) GPU for causal inputs shaped like q."""
+    B, H, L, D = q.shape
+    shape = dict(batch=B, q_heads=H, kv_heads=H, q_len=L, kv_len=L, head_dim=D, dtype=q.dtype, device=q.device)
+    return dispatch.plan_attention("auto", causal=True, **shape, **conditions).backend
 
 
 def test_auto_follows_the_measured_table_on_sm90(fakes, caplog):
@@ -243,6 +263,7 @@ def test_auto_follows_the_measured_table_on_sm90(fakes, caplog):
     with caplog.at_level(logging.INFO, logger="genoformer.kernels"):
         assert _auto(q) is Backend.FLASH_ATTN_4
         assert _auto(q, layout=BlockLayout.global_tokens(256, 1, block_size=128)) is Backend.FLASH_ATTN_4
+        assert _auto(q, cu_seqlens=torch.tensor([0, 100, 256], dtype=torch.int32)) is Backend.FLASH_ATTN_4
     assert all(r.levelno == logging.INFO for r in caplog.records)
     assert dispatch.FASTEST_FIRST[(9, 0)].dense[0] is Backend.FLASH_ATTN_4
 
