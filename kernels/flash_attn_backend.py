@@ -36,6 +36,9 @@ How our inputs map (both take (B, L, H, D) tensors and handle GQA themselves):
                              as such). Every other band is unsupported for flash-attn 2, and runs
                              as a block-sparse layout on flash-attn-4.
 A layout whose blocks are all allowed is dense attention and runs as such.
+Compiled models: flash-attn's kernels are not traceable, so both entry points here run outside
+torch.compile graphs (`torch.compiler.disable`: the graph breaks around them, and the rest of
+the block stays compiled); our Triton kernels are the backend that compiles into one graph.
 `unsupported_reason` says why an input cannot run and what to do; nothing imports flash-attn
 before that check.
 """
@@ -113,6 +116,7 @@ def _arch(capability: tuple[int, int]) -> str:
 
 
 # ------------------------------------------------------------------------------ what it runs
+@torch.compiler.disable
 def unsupported_reason(
     versions: tuple[FlashAttn, ...],
     q: torch.Tensor,
@@ -246,6 +250,7 @@ def is_block_band(layout: BlockLayout) -> bool:
 
 
 # ---------------------------------------------------------------------------------- running
+@torch.compiler.disable
 def flash_attn_attention(
     versions: tuple[FlashAttn, ...],
     q: torch.Tensor,

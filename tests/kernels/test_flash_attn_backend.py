@@ -140,6 +140,19 @@ def test_attention_entry_point_takes_packed_rows(attn, fakes):
         attention(q, k, v, causal=True, layout=layout, cu_seqlens=cu_seqlens, backend="flash_attn_4")
 
 
+def test_compiled_callers_run_flash_attn_outside_the_graph(attn, fakes):
+    """torch.compile breaks the graph around the flash-attn entry points instead of tracing them."""
+    q, k, v, dout = attn.make_qkv(B=1, Hq=2, Hkv=1, L=64, dtype=torch.bfloat16)
+
+    def causal_attention(q, k, v):
+        return attention(q, k, v, causal=True, backend="flash_attn_4") * 2
+
+    eager = attn.run_with_grads(causal_attention, q, k, v, dout)
+    compiled = attn.run_with_grads(torch.compile(causal_attention, backend="aot_eager"), q, k, v, dout)
+    for name, value in compiled.tensors().items():
+        assert torch.equal(value, eager.tensors()[name]), name
+
+
 def test_fake_aligns_causal_to_the_bottom_right(fakes):
     """The fakes keep the trap the adapters must avoid: with fewer keys than queries, causal in
     flash-attn shifts the diagonal (query i sees j <= i + S - L), unlike our j <= i."""
