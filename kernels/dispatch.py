@@ -46,7 +46,8 @@ the reason and what to install), since that costs speed a user should know about
 Compiled models: `attention` traces into a torch.compile graph without breaks once the backend
 is concrete and a layout's block lists are on the device. `plan_attention` does both outside
 the graph (the model calls it per layer before running the blocks), so the choice of `auto`,
-its log message and the layout preparation never enter a compiled region.
+its log message and the layout preparation never enter a compiled region. The flash-attn
+backends are the exception: their kernels are not traceable, so the graph breaks around them.
 """
 
 from __future__ import annotations
@@ -62,9 +63,9 @@ from typing import NamedTuple
 import torch
 
 from genoformer.kernels import flash_attn_backend
-from genoformer.kernels.flash_attn_backend import FlashAttn
 from genoformer.kernels.blocksparse_torch import blocksparse_attention
 from genoformer.kernels.documents import check_cu_seqlens
+from genoformer.kernels.flash_attn_backend import FlashAttn
 from genoformer.kernels.layout import BlockLayout
 from genoformer.kernels.reference import reference_attention
 from genoformer.kernels.sdpa import mask_elements, sdpa_attention
