@@ -9,7 +9,8 @@ One command for the lead after installing flash-attn-4 (or flash-attn 2):
   2. for each situation below (H200 sizes: bf16, 16 heads of 128), times every backend that can
      run it through `genoformer.kernels.attention` (forward, and forward + backward), and records
      the reason of those that cannot and the backend `auto` picks;
-  3. writes flash_attn_check.json and .md to --out (atomically) and prints the table last.
+  3. writes flash_attn_check.json and .md to --out (atomically), with --markdown BENCHMARKS.md
+     also its section there, and prints the table last.
 
 The times say whether auto's measured table (`FASTEST_FIRST` in kernels/dispatch.py) still holds
 for our adapters. `--smoke` runs tiny shapes on a CPU (a test runs it); there the flash-attn and
@@ -32,11 +33,19 @@ from typing import Callable
 
 import torch
 
-from benchmarks.common import command_line, describe_environment, environment_markdown, markdown_table
+from benchmarks.common import (
+    command_line,
+    describe_environment,
+    environment_markdown,
+    markdown_table,
+    replace_markdown_section,
+)
 from genoformer.kernels import Backend, BlockLayout, attention
 from genoformer.kernels.dispatch import plan_attention, unsupported_reason
 
 REPO = Path(__file__).resolve().parents[1]
+SECTION = "flash-attn-check"
+"""Its section of BENCHMARKS.md (--markdown), appended at the end the first time."""
 SWEEP = ["-m", "pytest", "tests/kernels/test_backends_gpu.py", "-q", "-rs", "-p", "no:cacheprovider"]
 TIMED = (Backend.FLASH_ATTN_4, Backend.FLASH_ATTN_2, Backend.TRITON, Backend.SDPA, Backend.TORCH)
 
@@ -188,6 +197,8 @@ def rows(results: dict) -> list[dict]:
 def render_markdown(results: dict) -> str:
     sweep = results.get("sweep")
     lines = [
+        "## flash-attn backends on the GPU: equivalence, auto's choice, speed",
+        "",
         environment_markdown(results["environment"], results["command"]),
         "",
         "flash-attn installs: " + ", ".join(f"{name}: {status}" for name, status in results["installs"].items()) + ".",
@@ -216,6 +227,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "situation (16k tokens, 16 heads of 128, bf16) and record auto's choices; write JSON and Markdown to --out.",
     )
     parser.add_argument("--out", type=Path, required=True, help="folder for flash_attn_check.json, .md and _tests.log")
+    parser.add_argument("--markdown", type=Path, help="rewrite the 'flash-attn-check' section of this file (BENCHMARKS.md)")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on a CPU (checks the script, times nothing real)")
     parser.add_argument("--no-sweep", dest="sweep", action="store_false", help="skip the pytest sweep")
     parser.add_argument("--sweep-timeout", type=float, default=420.0, help="seconds before the sweep is stopped")
@@ -250,6 +262,8 @@ def main(argv: list[str] | None = None) -> dict:
     results["wall_s"] = time.monotonic() - started
     _write_atomically(args.out / "flash_attn_check.json", json.dumps(results, indent=1))
     _write_atomically(args.out / "flash_attn_check.md", render_markdown(results) + "\n")
+    if args.markdown is not None:
+        replace_markdown_section(args.markdown, SECTION, render_markdown(results))
     print(markdown_table(rows(results)), flush=True)
     return results
 

@@ -18,8 +18,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_smoke_run_writes_results_and_prints_the_table(tmp_path):
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    benchmarks_md = tmp_path / "BENCHMARKS.md"
+    benchmarks_md.write_text("# Benchmarks\n\nKept.\n")
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.flash_attn_check", "--smoke", "--out", str(tmp_path)],
+        [sys.executable, "-m", "benchmarks.flash_attn_check", "--smoke", "--out", str(tmp_path),
+         "--markdown", str(benchmarks_md)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -39,4 +42,5 @@ def test_smoke_run_writes_results_and_prints_the_table(tmp_path):
     assert "pip install flash-attn-4" in results["situations"][0]["backends"]["flash_attn_4"]["reason"]
     markdown = (tmp_path / "flash_attn_check.md").read_text()
     assert "Equivalence sweep (`python -m pytest tests/kernels/test_backends_gpu.py" in markdown
+    assert benchmarks_md.read_text().startswith("# Benchmarks\n\nKept.\n\n<!-- flash-attn-check:start -->\n## flash-attn")
     assert done.stdout.strip().splitlines()[-6].startswith("| dense causal | sdpa |")
