@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -160,11 +162,14 @@ def measure(situation: Situation, shapes: Shapes, device: torch.device) -> dict:
     return record
 
 
-def run_sweep(timeout_s: float, log: Path) -> dict:
+def run_sweep(device: torch.device, timeout_s: float, log: Path) -> dict:
     """The pytest sweep of installed backends in a child process: its summary line and counts."""
+    command = [sys.executable, *SWEEP]
+    if device.type == "cuda" and importlib.util.find_spec("xdist") is not None:
+        command += ["-n", str(max(1, min(8, os.cpu_count() or 1)))]  # first-use compiles dominate
     started = time.monotonic()
     try:
-        proc = subprocess.run([sys.executable, *SWEEP], cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:
         output = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         log.write_text(output)
@@ -253,7 +258,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     if args.sweep:
         print(f"[{time.monotonic() - started:6.1f}s] sweep: python {' '.join(SWEEP)}", flush=True)
-        results["sweep"] = run_sweep(args.sweep_timeout, args.out / "flash_attn_check_tests.log")
+        results["sweep"] = run_sweep(device, args.sweep_timeout, args.out / "flash_attn_check_tests.log")
         print(f"[{time.monotonic() - started:6.1f}s] sweep: {results['sweep']['summary']}", flush=True)
     for situation in situations(shapes):
         results["situations"].append(measure(situation, shapes, device))
