@@ -167,8 +167,9 @@ def test_fake_aligns_causal_to_the_bottom_right(fakes):
 
 def test_attention_entry_point_runs_both_installs_in_bfloat16(attn, fakes):
     """Through `attention`: the checks pass, the backends route, the 2x error rule holds."""
-    q, k, v, dout = attn.make_qkv(B=1, Hq=4, Hkv=2, L=256, D=16, dtype=torch.bfloat16)
-    layout = BlockLayout.bigbird(256, 128, 1, 0, block_size=128)
+    q, k, v, dout = attn.make_qkv(B=1, Hq=4, Hkv=2, L=384, D=16, dtype=torch.bfloat16)
+    layout = BlockLayout.sliding_window(384, 0, block_size=128) | BlockLayout.global_tokens(384, 1, block_size=128)
+    assert not layout.mask.all()  # block-sparse: flash-attn-4's block lists run it
     exact = attn.reference(*(t.double() for t in (q, k, v, dout)), causal=True, layout=layout)
     naive = attn.run_with_grads(attn.naive_attention, q, k, v, dout, causal=True, layout=layout)
     for backend in ("flash_attn_4", "flash_attn"):
@@ -179,7 +180,7 @@ def test_attention_entry_point_runs_both_installs_in_bfloat16(attn, fakes):
             rounding = (exact.tensors()[name].to(torch.bfloat16).double() - exact.tensors()[name]).abs().max()
             assert value.dtype == torch.bfloat16 and err <= 2 * naive_err + rounding, (backend, name)
     with pytest.raises(ValueError, match="backend 'flash_attn_2' cannot run these inputs: flash-attn 2 has no"):
-        attention(q, k, v, layout=BlockLayout.global_tokens(256, 1, block_size=128), backend="flash_attn_2")
+        attention(q, k, v, layout=layout, backend="flash_attn_2")
 
 
 def test_flash_attn_prefers_flash_attn_4_and_falls_back_to_flash_attn_2(fakes):
