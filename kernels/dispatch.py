@@ -26,37 +26,46 @@ Backends:
     reference   dense float64 with an explicit mask (tests, tiny inputs)
     torch       block-sparse in plain PyTorch, memory O(allowed blocks), any device
     sdpa        torch's scaled_dot_product_attention; masks only as a bool tensor
-    flash_attn  the optional flash-attn package (CUDA fp16/bf16, no layouts, no cu_seqlens)
+    flash_attn_2  flash-attn 2 (`from flash_attn import flash_attn_func`; A100 and older; no layouts)
+    flash_attn_4  flash-attn-4 (`import flash_attn.cute`; Hopper, Blackwell; layouts on sm_90)
+    flash_attn  whichever flash-attn install can run the inputs, flash-attn-4 first (kept for
+                existing configs; `genoformer.kernels.flash_attn_backend` documents both)
     triton      genoformer.kernels.triton_flash (CUDA, or CPU under TRITON_INTERPRET=1); fp16/bf16,
                 head dims that are multiples of 8 from 16 to 256
-    auto        CUDA: triton when it supports the inputs, else sdpa (dense) / torch (layout).
+    auto        CUDA: the first backend that supports the inputs in the measured order for the
+                GPU's generation (`FASTEST_FIRST`: flash_attn_4 before triton on sm_90; triton
+                on generations not measured), else sdpa (dense) / torch (layout).
                 Elsewhere: sdpa for dense inputs (with key padding or documents only while its
                 bool mask has at most SDPA_MASK_ELEMENTS elements), torch for block-sparse layouts.
                 Documents are never dropped: every backend runs them or refuses with the reason.
                 A layout whose blocks are all allowed counts as dense.
 The choice of `auto` is logged once per situation on the "genoformer.kernels" logger: at INFO
-level, and at WARNING level when it falls back from the Triton kernels on a CUDA GPU (with the
-reason), since that costs speed a user should know about.
+level, and at WARNING level when on a CUDA GPU it passes over the fastest measured backend (with
+the reason and what to install), since that costs speed a user should know about.
 
 Compiled models: `attention` traces into a torch.compile graph without breaks once the backend
 is concrete and a layout's block lists are on the device. `plan_attention` does both outside
 the graph (the model calls it per layer before running the blocks), so the choice of `auto`,
-its log message and the layout preparation never enter a compiled region.
+its log message and the layout preparation never enter a compiled region. The flash-attn
+backends are the exception: their kernels are not traceable, so the graph breaks around them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import importlib.util
 import logging
 import math
+from typing import NamedTuple
 
 import torch
 
 from genoformer.kernels import flash_attn_backend
 from genoformer.kernels.blocksparse_torch import blocksparse_attention
 from genoformer.kernels.documents import check_cu_seqlens
+from genoformer.kernels.flash_attn_backend import FlashAttn
 from genoformer.kernels.layout import BlockLayout
 from genoformer.kernels.reference import reference_attention
 from genoformer.kernels.sdpa import mask_elements, sdpa_attention
@@ -77,7 +86,17 @@ class Backend(str, enum.Enum):
     TORCH = "torch"
     SDPA = "sdpa"
     FLASH_ATTN = "flash_attn"
+    FLASH_ATTN_2 = "flash_attn_2"
+    FLASH_ATTN_4 = "flash_attn_4"
     TRITON = "triton"
+
+
+_FLASH_ATTN_VERSIONS = {
+    Backend.FLASH_ATTN: (FlashAttn.V4, FlashAttn.V2),
+    Backend.FLASH_ATTN_2: (FlashAttn.V2,),
+    Backend.FLASH_ATTN_4: (FlashAttn.V4,),
+}
+"""The flash-attn installs each flash-attn backend may run, in the order it tries them."""
 
 
 def attention(
@@ -201,7 +220,10 @@ _BACKENDS = {
     Backend.REFERENCE: reference_attention,
     Backend.TORCH: blocksparse_attention,
     Backend.SDPA: sdpa_attention,
-    Backend.FLASH_ATTN: flash_attn_backend.flash_attn_attention,
+    **{
+        backend: functools.partial(flash_attn_backend.flash_attn_attention, versions)
+        for backend, versions in _FLASH_ATTN_VERSIONS.items()
+    },
 }
 
 
@@ -232,15 +254,40 @@ def unsupported_reason(
     reference, torch and sdpa run every valid input; auto always finds a backend.
     """
     backend = _as_backend(backend)
-    if backend is Backend.FLASH_ATTN:
-        if cu_seqlens is not None:
-            return "the flash_attn backend does not take packed documents (cu_seqlens); use backend 'sdpa' or 'torch'."
-        return flash_attn_backend.unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens)
+    if backend in _FLASH_ATTN_VERSIONS:
+        return flash_attn_backend.unsupported_reason(
+            _FLASH_ATTN_VERSIONS[backend], q, k, v, causal=causal, layout=layout, kv_lens=kv_lens,
+            cu_seqlens=cu_seqlens,
+        )
     if backend is Backend.TRITON:
         return _triton_unsupported_reason(
             q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens
         )
     return None
+
+
+class FastestFirst(NamedTuple):
+    """Backends for one GPU generation, fastest first as measured; auto takes the first that runs."""
+
+    dense: tuple[Backend, ...]
+    block_sparse: tuple[Backend, ...]
+
+
+FASTEST_FIRST = {
+    # H200 (sm_90), bf16, 16 heads of 128, 8k to 32k tokens: the benchmarks/attention.py run quoted
+    # in issue 11 (2026-11-30; results/attention.json holds our and SDPA's columns). flash-attn-4
+    # took 1/1.3 to 1/1.6 of our time, dense causal, forward and backward; FlexAttention's FLASH
+    # backend (flash-attn-4's block sparsity) 1/1.3 to 1/1.8 on causal, window and BigBird layouts;
+    # ours took 0.64x to 0.82x the time of FlashAttention-2 (SDPA's flash backend) everywhere.
+    (9, 0): FastestFirst(
+        dense=(Backend.FLASH_ATTN_4, Backend.TRITON, Backend.FLASH_ATTN_2),
+        block_sparse=(Backend.FLASH_ATTN_4, Backend.TRITON),
+    ),
+}
+"""Measured order per compute capability; rerun benchmarks/attention.py on a GPU to add a row."""
+
+UNMEASURED = FastestFirst(dense=(Backend.TRITON,), block_sparse=(Backend.TRITON,))
+"""Generations without a measured row (sm_80, sm_100, ...): our kernels, then sdpa / torch."""
 
 
 def _choose(q, k, v, *, causal, layout, kv_lens, cu_seqlens=None) -> Backend:
@@ -250,19 +297,30 @@ def _choose(q, k, v, *, causal, layout, kv_lens, cu_seqlens=None) -> Backend:
         f"{', packed documents' if cu_seqlens is not None else ''}"
     )
     reason = None
-    if q.device.type == "cuda":
-        reason = _triton_unsupported_reason(
-            q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens
-        )
-        if reason is None:
-            _log_once(q.device.type, Backend.TRITON, situation, None)
-            return Backend.TRITON
+    capability = flash_attn_backend.device_capability(q.device)  # None off CUDA
+    if capability is not None:
+        order = FASTEST_FIRST.get(capability, UNMEASURED)
+        measured = f" (measured faster on sm_{capability[0]}{capability[1]})" if capability in FASTEST_FIRST else ""
+        passed_over = []
+        for candidate in order.block_sparse if layout is not None else order.dense:
+            why = unsupported_reason(
+                candidate, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens
+            )
+            if why is None:
+                break
+            passed_over.append(f"{candidate.value!r}{measured}: {why}")
+        else:
+            candidate = None
+        reason = " ".join(passed_over) or None
+        if candidate is not None:
+            _log_once("cuda", candidate, situation, reason)
+            return candidate
     elements = mask_elements(q, k, layout=None, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
     if layout is None and elements <= SDPA_MASK_ELEMENTS:
         choice = Backend.SDPA
     else:
         choice = Backend.TORCH
-    _log_once(q.device.type, choice, situation, reason)
+    _log_once("cuda" if capability is not None else q.device.type, choice, situation, reason)
     return choice
 
 
@@ -274,7 +332,7 @@ def _log_once(device_type: str, choice: Backend, situation: str, reason: str | N
     if device_type == "cuda" and reason:
         # Falling back from our kernels on a GPU is slow: say so where a user sees it.
         logger.warning(
-            "attention on cuda, %s: backend %r, not the Triton kernels, because %s",
+            "attention on cuda, %s: backend %r, not a faster one, because %s",
             situation, choice.value, reason,
         )
     else:

@@ -1,29 +1,124 @@
-"""Attention through the optional flash-attn package (Dao et al.), CUDA fp16/bf16 only.
+"""Attention through the optional flash-attn packages (Dao et al.): flash-attn 2 and flash-attn-4.
 
 Shape legend:
     B    batch     Hq   query heads     Hkv  key/value heads (Hq % Hkv == 0)
     L    query length      S   key length      D   head dim
-    T    total unpadded key tokens of the batch (sum of kv_lens)
+    T    tokens of a packed (variable-length) batch: documents or unpadded rows one after another
+    Mb, Nb   query / key blocks of a layout;  C  the most blocks in one row of its lists
 
-flash-attn takes (B, L, H, D) tensors and handles GQA itself. Key padding goes through its
-variable-length entry point: keys and values are packed to (T, Hkv, D) with cumulative lengths.
-It has no block-sparse layouts. The package is optional: `unsupported_reason` says how to
-install it when it is missing, and nothing here imports it before that check.
+Two installs a user may have, detected by what imports (the package name is the same):
+    flash-attn 2   `from flash_attn import flash_attn_func, flash_attn_varlen_func`
+                   (A100 and older: sm_80 and newer; pip install flash-attn --no-build-isolation)
+    flash-attn-4   `import flash_attn.cute` (CuTe DSL kernels for Hopper and Blackwell;
+                   pip install flash-attn-4). It installs `flash_attn` as a namespace package,
+                   so `import flash_attn` succeeds while `from flash_attn import flash_attn_func`
+                   does not: only the two imports above tell the installs apart.
+
+How our inputs map (both take (B, L, H, D) tensors and handle GQA themselves):
+    dense, causal or not     flash_attn_func(causal=...)
+    key padding (kv_lens)    flash_attn_varlen_func: keys packed to (T, Hkv, D). Both libraries
+                             align a causal mask to the bottom right when a query sequence is
+                             longer than its keys, so causal with key padding runs in two calls:
+                             the queries before kv_lens[b] causally against their equal-length
+                             key prefix, the queries from kv_lens[b] on (which see every valid
+                             key) without the causal flag.
+    packed rows (cu_seqlens) flash_attn_varlen_func with the same cumulative lengths for queries
+                             and keys: exactly its document semantics.
+    block-sparse layouts     flash-attn-4 on sm_90 only, through its block-sparsity interface
+                             (the lists of allowed key blocks per query block, and the
+                             transposed lists for the backward), at its 128 x 128 tiles: a
+                             layout whose block size is a multiple of 128 is refined to 128.
+                             flash-attn 2 has no block sparsity.
+    sliding windows          `window_size` is a token band (i - left <= j <= i + right). Our
+                             layouts are block-granular: a band of blocks allows pairs whose
+                             distance depends on where i lies in its block, so it equals a token
+                             band only when it covers every block, which is dense attention (run
+                             as such). Every other band is unsupported for flash-attn 2, and runs
+                             as a block-sparse layout on flash-attn-4.
+A layout whose blocks are all allowed is dense attention and runs as such.
+Compiled models: flash-attn's kernels are not traceable, so both entry points here run outside
+torch.compile graphs (`torch.compiler.disable`: the graph breaks around them, and the rest of
+the block stays compiled); our Triton kernels are the backend that compiles into one graph.
+`unsupported_reason` says why an input cannot run and what to do; nothing imports flash-attn
+before that check.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import enum
+import functools
+import importlib
 
 import torch
 import torch.nn.functional as F
 
 from genoformer.kernels.layout import BlockLayout
 
-INSTALL_HINT = "pip install flash-attn --no-build-isolation (or the extra: pip install 'genoformer[flash-attn]')"
+FA2_INSTALL = "pip install flash-attn --no-build-isolation"
+FA4_INSTALL = "pip install flash-attn-4"
+FA4_SPARSE_BLOCK = 128
+"""flash-attn-4's block-sparse tile on sm_90 for head dims up to 128 (query and key side)."""
 
 
+class FlashAttn(enum.Enum):
+    """Which flash-attn install runs: the two have different entry points and GPU support."""
+
+    V2 = "flash-attn 2"
+    V4 = "flash-attn-4"
+
+
+# ------------------------------------------------------------------------------- detection
+@functools.cache
+def import_error(version: FlashAttn) -> str | None:
+    """None when `version` imports here, else the ImportError's message (cached per process).
+
+    Import errors are reported, never hidden: `unsupported_reason` puts the message in its
+    sentence, and the backends import again (raising) when they run.
+    """
+    try:
+        _entry_points(version)
+    except ImportError as error:
+        return str(error)
+    return None
+
+
+def _entry_points(version: FlashAttn):
+    """(flash_attn_func, flash_attn_varlen_func) of `version`; ImportError when not installed."""
+    if version is FlashAttn.V2:
+        from flash_attn import flash_attn_func, flash_attn_varlen_func
+    else:
+        cute = importlib.import_module("flash_attn.cute")
+        flash_attn_func, flash_attn_varlen_func = cute.flash_attn_func, cute.flash_attn_varlen_func
+    return flash_attn_func, flash_attn_varlen_func
+
+
+def device_capability(device: torch.device) -> tuple[int, int] | None:
+    """(major, minor) compute capability of a CUDA device, None for any other device."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.get_device_capability(device)
+
+
+def _install_line(version: FlashAttn) -> str:
+    if version is FlashAttn.V2:
+        return (
+            f"flash-attn 2 is for A100 and older GPUs: {FA2_INSTALL} "
+            f"(on Hopper or Blackwell install flash-attn-4 instead: {FA4_INSTALL})"
+        )
+    return (
+        f"flash-attn-4 is for Hopper and Blackwell GPUs: {FA4_INSTALL} "
+        f"(on an A100 or older install flash-attn 2 instead: {FA2_INSTALL})"
+    )
+
+
+def _arch(capability: tuple[int, int]) -> str:
+    return f"sm_{capability[0]}{capability[1]}"
+
+
+# ------------------------------------------------------------------------------ what it runs
+@torch.compiler.disable
 def unsupported_reason(
+    versions: tuple[FlashAttn, ...],
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -31,27 +126,133 @@ def unsupported_reason(
     causal: bool,
     layout: BlockLayout | None,
     kv_lens: torch.Tensor | None,
+    cu_seqlens: torch.Tensor | None = None,
 ) -> str | None:
-    """None when flash-attn can run these inputs here, else a sentence saying why and what to do."""
-    if importlib.util.find_spec("flash_attn") is None:
-        return f"the flash-attn package is not installed: {INSTALL_HINT}."
-    if q.device.type != "cuda":
-        return f"flash-attn runs on CUDA only (inputs are on {q.device.type}); use backend 'sdpa' or 'torch'."
-    if q.dtype not in (torch.float16, torch.bfloat16):
-        return f"flash-attn supports float16 and bfloat16 only (got {q.dtype}); cast q, k, v or use 'sdpa'."
-    if layout is not None:
-        return "flash-attn has no block-sparse layouts; use backend 'triton' or 'torch' with a layout."
-    if q.shape[-1] > 256 or q.shape[-1] % 8 != 0:
-        return f"flash-attn needs a head dim that is a multiple of 8 and at most 256 (got {q.shape[-1]})."
-    if causal and kv_lens is not None:
+    """None when one of `versions` can run these (valid) inputs here, else why not and what to do."""
+    reasons = [
+        _version_reason(version, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
+        for version in versions
+    ]
+    if None in reasons:
+        return None
+    if len(reasons) == 1:
+        return reasons[0]
+    return "no flash-attn install here can run these inputs: " + " ".join(
+        f"({i}) {reason}" for i, reason in enumerate(reasons, 1)
+    )
+
+
+def first_runnable(versions: tuple[FlashAttn, ...], q, k, v, **conditions) -> FlashAttn:
+    """The first of `versions` that can run these inputs (call after `unsupported_reason` is None)."""
+    return next(version for version in versions if _version_reason(version, q, k, v, **conditions) is None)
+
+
+def _version_reason(
+    version: FlashAttn,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    layout: BlockLayout | None,
+    kv_lens: torch.Tensor | None,
+    cu_seqlens: torch.Tensor | None = None,
+) -> str | None:
+    """None when `version` can run these (valid) inputs here, else a sentence saying why and what to do."""
+    error = import_error(version)
+    if error is not None:
+        importing = "from flash_attn import flash_attn_func" if version is FlashAttn.V2 else "import flash_attn.cute"
+        return f"{version.value} is not installed ({importing} failed: {error}); {_install_line(version)}."
+    capability = device_capability(q.device)
+    if capability is None:
+        return f"{version.value} runs on CUDA GPUs only (inputs are on {q.device.type}); use backend 'sdpa' or 'torch'."
+    if version is FlashAttn.V2 and capability < (8, 0):
         return (
-            "flash-attn aligns its causal mask to the bottom right for unequal lengths, so it cannot "
-            "combine causal with kv_lens; use backend 'triton', 'sdpa' or 'torch'."
+            f"flash-attn 2 needs an Ampere or newer GPU (sm_80+), this one is {_arch(capability)}; "
+            "use backend 'sdpa' or 'torch'."
+        )
+    if version is FlashAttn.V4 and capability[0] not in (9, 10, 11, 12):
+        return (
+            f"flash-attn-4 trains on Hopper and Blackwell GPUs (sm_90, sm_100 and newer), this one is "
+            f"{_arch(capability)}; {_install_line(FlashAttn.V2)} and use backend 'flash_attn_2', or use 'triton'."
+        )
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        return f"{version.value} supports float16 and bfloat16 only (got {q.dtype}); cast q, k, v or use 'sdpa'."
+    D = q.shape[-1]
+    if version is FlashAttn.V4 and capability[0] != 9:
+        head_dims_ok = D % 8 == 0 and (8 <= D <= 128 or D == 256)
+        allowed = "a multiple of 8 from 8 to 128, or 256"
+    else:
+        head_dims_ok = D % 8 == 0 and 8 <= D <= 256
+        allowed = "a multiple of 8 from 8 to 256"
+    if not head_dims_ok:
+        return f"{version.value} on {_arch(capability)} needs a head dim that is {allowed} (got {D}); use 'triton' or 'sdpa'."
+    if layout is None or bool(layout.mask.all()):
+        return None
+    return _layout_reason(version, capability, q, layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
+
+
+def _layout_reason(version, capability, q, layout: BlockLayout, *, kv_lens, cu_seqlens) -> str | None:
+    """Why this (not dense) layout cannot run on `version`, or None when flash-attn-4 can run it."""
+    if version is FlashAttn.V2:
+        if is_block_band(layout):
+            return (
+                "flash-attn 2's window_size is a token band (i - left <= j <= i + right) and this layout is "
+                "a band of blocks, which allows pairs whose distance depends on their place in the block: the two "
+                "differ unless the band covers every block; use backend 'triton' (or flash-attn-4 on Hopper, "
+                "which runs it as a block-sparse layout)."
+            )
+        return (
+            "flash-attn 2 has no block-sparse layouts; use backend 'triton' or 'torch' (or flash-attn-4 on "
+            "Hopper, whose block sparsity runs layouts with a block size that is a multiple of 128)."
+        )
+    if capability[0] != 9:
+        return (
+            f"flash-attn-4's block sparsity is wired here for Hopper (sm_90) only, this GPU is {_arch(capability)}; "
+            "use backend 'triton' for block-sparse layouts."
+        )
+    if q.shape[-1] > FA4_SPARSE_BLOCK:
+        return (
+            f"flash-attn-4's block sparsity on sm_90 uses 128 x 128 tiles only up to head dim 128 (got "
+            f"{q.shape[-1]}); use backend 'triton'."
+        )
+    if layout.block_size % FA4_SPARSE_BLOCK != 0:
+        return (
+            f"flash-attn-4's block sparsity works on tiles of {FA4_SPARSE_BLOCK} x {FA4_SPARSE_BLOCK} tokens, and "
+            f"this layout's block size is {layout.block_size}; build the layout with block_size=128 (or a "
+            "multiple of it), or use backend 'triton'."
+        )
+    if kv_lens is not None:
+        return (
+            "flash-attn-4 cannot combine block sparsity with key padding (its backward has no variable "
+            "lengths with block sparsity); use backend 'triton', or drop kv_lens."
+        )
+    if cu_seqlens is not None:
+        return (
+            "flash-attn-4 cannot combine block sparsity with packed sequences (cu_seqlens) in its "
+            "backward; use backend 'triton'."
         )
     return None
 
 
+def is_block_band(layout: BlockLayout) -> bool:
+    """True when every head's mask is {(m, n): -left <= n - m <= right} for some block radii."""
+    Mb, Nb = layout.num_q_blocks, layout.num_kv_blocks
+    offsets_MN = torch.arange(Nb).unsqueeze(0) - torch.arange(Mb).unsqueeze(1)  # n - m
+    for mask_MN in layout.mask:
+        if not mask_MN.any():
+            return False
+        allowed = offsets_MN[mask_MN]
+        band_MN = (offsets_MN >= allowed.min()) & (offsets_MN <= allowed.max())
+        if not torch.equal(band_MN, mask_MN):
+            return False
+    return True
+
+
+# ---------------------------------------------------------------------------------- running
+@torch.compiler.disable
 def flash_attn_attention(
+    versions: tuple[FlashAttn, ...],
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -60,36 +261,125 @@ def flash_attn_attention(
     layout: BlockLayout | None = None,
     kv_lens: torch.Tensor | None = None,
     scale: float | None = None,
+    cu_seqlens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """flash-attn attention; q (B, Hq, L, D), k and v (B, Hkv, S, D) -> (B, Hq, L, D).
 
-    Call only when `unsupported_reason(...)` is None (the entry point `attention` does).
+    Runs the first of `versions` that can. Call only when `unsupported_reason(versions, ...)` is
+    None (the entry point `attention` does).
     """
-    from flash_attn import flash_attn_func, flash_attn_varlen_func
-
-    B, Hq, L, D = q.shape
-    S = k.shape[2]
+    version = versions[0]
+    if len(versions) > 1:
+        conditions = dict(causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
+        version = first_runnable(versions, q, k, v, **conditions)
+    func, varlen = _entry_points(version)
+    if version is FlashAttn.V4:
+        # flash-attn-4 returns (out, lse); flash-attn 2 the output alone
+        func, varlen = _first(func), _first(varlen)
+    if layout is not None and bool(layout.mask.all()):
+        layout = None
     q_BLHD, k_BSHD, v_BSHD = (t.transpose(1, 2) for t in (q, k, v))
-    if kv_lens is None:
-        out_BLHD = flash_attn_func(q_BLHD, k_BSHD, v_BSHD, softmax_scale=scale, causal=causal)
-        return out_BLHD.transpose(1, 2)
+    if layout is not None:
+        out_BLHD = _block_sparse(func, q_BLHD, k_BSHD, v_BSHD, layout=layout, causal=causal, scale=scale)
+    elif cu_seqlens is not None:
+        out_BLHD = _packed(varlen, q_BLHD, k_BSHD, v_BSHD, cu_seqlens=cu_seqlens, causal=causal, scale=scale)
+    elif kv_lens is not None:
+        out_BLHD = _key_padding(varlen, q_BLHD, k_BSHD, v_BSHD, kv_lens=kv_lens, causal=causal, scale=scale)
+    else:
+        out_BLHD = func(q_BLHD, k_BSHD, v_BSHD, softmax_scale=scale, causal=causal)
+    return out_BLHD.transpose(1, 2)
 
-    # Empty key sets are given one key and their output zeroed afterwards (0 and zero gradient).
-    lens_B = kv_lens.clamp_min(1).to(torch.int32)
-    keep_BS = torch.arange(S, device=q.device) < lens_B.unsqueeze(1)
-    k_THD, v_THD = k_BSHD[keep_BS], v_BSHD[keep_BS]
-    cu_k = F.pad(lens_B.cumsum(0, dtype=torch.int32), (1, 0))
-    cu_q = torch.arange(0, (B + 1) * L, L, device=q.device, dtype=torch.int32)
-    out_TqHD = flash_attn_varlen_func(
-        q_BLHD.reshape(B * L, Hq, D),
-        k_THD,
-        v_THD,
-        cu_seqlens_q=cu_q,
-        cu_seqlens_k=cu_k,
-        max_seqlen_q=L,
-        max_seqlen_k=int(lens_B.max()),
+
+def _first(fn):
+    @functools.wraps(fn)
+    def out_only(*args, **kwargs):
+        return fn(*args, **kwargs)[0]
+
+    return out_only
+
+
+def _cumulative(lens_N: torch.Tensor) -> torch.Tensor:
+    """(N + 1,) int32 cumulative lengths starting at 0: flash-attn's cu_seqlens."""
+    return F.pad(lens_N.cumsum(0, dtype=torch.int32), (1, 0))
+
+
+def _packed(varlen, q_BLHD, k_BLHD, v_BLHD, *, cu_seqlens, causal, scale) -> torch.Tensor:
+    """Documents packed along the flattened token axis: one varlen call, same lengths for q and k."""
+    B, L, Hq, D = q_BLHD.shape
+    Hkv = k_BLHD.shape[2]
+    cu_N1 = cu_seqlens.to(torch.int32)
+    longest = int((cu_N1[1:] - cu_N1[:-1]).max())
+    out_THD = varlen(
+        q=q_BLHD.reshape(B * L, Hq, D),
+        k=k_BLHD.reshape(B * L, Hkv, D),
+        v=v_BLHD.reshape(B * L, Hkv, D),
+        cu_seqlens_q=cu_N1,
+        cu_seqlens_k=cu_N1,
+        max_seqlen_q=longest,
+        max_seqlen_k=longest,
         softmax_scale=scale,
-        causal=False,
+        causal=causal,
     )
-    out_BHLD = out_TqHD.view(B, L, Hq, D).transpose(1, 2)
-    return out_BHLD * (kv_lens > 0).view(B, 1, 1, 1).to(out_BHLD.dtype)
+    return out_THD.view(B, L, Hq, D)
+
+
+def _key_padding(varlen, q_BLHD, k_BSHD, v_BSHD, *, kv_lens, causal, scale) -> torch.Tensor:
+    """Keys at positions >= kv_lens[b] masked: valid keys packed to (T, Hkv, D).
+
+    A batch with no valid key is given one key and its output zeroed afterwards (0 output and
+    zero gradients, as the semantics ask).
+    """
+    B, L, Hq, D = q_BLHD.shape
+    S = k_BSHD.shape[1]
+    lens_B = kv_lens.clamp_min(1).to(torch.int32)
+    keep_BS = torch.arange(S, device=q_BLHD.device) < lens_B.unsqueeze(1)
+    k_THD, v_THD = k_BSHD[keep_BS], v_BSHD[keep_BS]
+    cu_k = _cumulative(lens_B)
+    longest_k = int(lens_B.max())
+    if not causal:
+        out_THD = varlen(
+            q=q_BLHD.reshape(B * L, Hq, D), k=k_THD, v=v_THD,
+            cu_seqlens_q=_cumulative(torch.full_like(lens_B, L)), cu_seqlens_k=cu_k,
+            max_seqlen_q=L, max_seqlen_k=longest_k, softmax_scale=scale, causal=False,
+        )
+        out_BLHD = out_THD.view(B, L, Hq, D)
+    else:
+        # (L == S) queries i < kv_lens[b]: causal against the key prefix of the same length.
+        # Queries i >= kv_lens[b] see every valid key (j < kv_lens[b] <= i): not causal.
+        before_BL = keep_BS
+        out_BLHD = q_BLHD.new_empty(B, L, Hq, D)
+        out_BLHD[before_BL] = varlen(
+            q=q_BLHD[before_BL], k=k_THD, v=v_THD, cu_seqlens_q=cu_k, cu_seqlens_k=cu_k,
+            max_seqlen_q=longest_k, max_seqlen_k=longest_k, softmax_scale=scale, causal=True,
+        )
+        after_B = L - lens_B
+        if int(after_B.max()) > 0:
+            out_BLHD[~before_BL] = varlen(
+                q=q_BLHD[~before_BL], k=k_THD, v=v_THD, cu_seqlens_q=_cumulative(after_B), cu_seqlens_k=cu_k,
+                max_seqlen_q=int(after_B.max()), max_seqlen_k=longest_k, softmax_scale=scale, causal=False,
+            )
+    return out_BLHD * (kv_lens > 0).view(B, 1, 1, 1).to(out_BLHD.dtype)
+
+
+def _block_sparse(func, q_BLHD, k_BSHD, v_BSHD, *, layout: BlockLayout, causal, scale) -> torch.Tensor:
+    """flash-attn-4 with the layout's block lists at 128 x 128 tiles (refined first, then causal-cut)."""
+    from flash_attn.cute.block_sparsity import BlockSparseTensorsTorch
+
+    tiles = layout.refine(FA4_SPARSE_BLOCK) if layout.block_size != FA4_SPARSE_BLOCK else layout
+    if causal:
+        tiles = tiles.with_causal()  # no tile entirely above the diagonal in the lists
+    device = q_BLHD.device
+    kv_counts_HM, kv_index_HMC = tiles.kv_indices(device)  # forward: key tiles of each query tile
+    q_counts_HN, q_index_HNC = tiles.q_indices(device)  # backward: query tiles of each key tile
+    block = (FA4_SPARSE_BLOCK, FA4_SPARSE_BLOCK)
+    # A leading batch dim of 1 and a head dim of 1 (shared layout) broadcast inside flash-attn-4.
+    forward_lists = BlockSparseTensorsTorch(
+        mask_block_cnt=kv_counts_HM.unsqueeze(0), mask_block_idx=kv_index_HMC.unsqueeze(0), block_size=block
+    )
+    backward_lists = BlockSparseTensorsTorch(
+        mask_block_cnt=q_counts_HN.unsqueeze(0), mask_block_idx=q_index_HNC.unsqueeze(0), block_size=block
+    )
+    return func(
+        q_BLHD, k_BSHD, v_BSHD, softmax_scale=scale, causal=causal,
+        block_sparse_tensors=forward_lists, block_sparse_tensors_bwd=backward_lists,
+    )

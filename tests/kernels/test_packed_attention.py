@@ -110,13 +110,6 @@ def test_cu_seqlens_needs_equal_lengths():
         attention(q, kv, kv, cu_seqlens=torch.tensor([0, 8], dtype=torch.int32))
 
 
-def test_flash_attn_refuses_packed_inputs_with_the_reason():
-    q, k, v = _qkv()
-    cu = torch.tensor([0, 8, 16], dtype=torch.int32)
-    reason = attention_module.unsupported_reason(Backend.FLASH_ATTN, q, k, v, cu_seqlens=cu)
-    assert "cu_seqlens" in reason and "'sdpa'" in reason
-
-
 def test_auto_keeps_the_documents_and_says_so(attn, caplog, monkeypatch):
     """auto never drops cu_seqlens: sdpa takes them as a mask while small, torch beyond."""
     monkeypatch.setattr(attention_module, "_logged_choices", set())
@@ -142,5 +135,3 @@ def test_plan_attention_with_packed_inputs():
     cu = torch.tensor([0, 10, 64, 128], dtype=torch.int32)
     plan = attention_module.plan_attention("auto", dtype=torch.float32, causal=True, cu_seqlens=cu, **shape)
     assert plan.backend is Backend.SDPA
-    with pytest.raises(ValueError, match="backend 'flash_attn' cannot run these inputs: .*cu_seqlens"):
-        attention_module.plan_attention("flash_attn", dtype=torch.float32, cu_seqlens=cu, **shape)

@@ -1,0 +1,314 @@
+"""The flash-attn 2 and flash-attn-4 adapters on a CPU, against fake packages (fake_flash_attn.py).
+
+The fakes compute the documented flash-attn semantics in float64, so every case below checks
+that our adapters map our semantics (causal, GQA, key padding, packed documents, layouts) onto
+flash-attn's (bottom-right causal alignment, varlen, block lists) exactly: output and all three
+gradients against the float64 reference. Then the messages, and auto's measured table.
+
+Shape legend: q (B, Hq, L, D), k and v (B, Hkv, S, D); layouts (H_l, Mb, Nb).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import fake_flash_attn  # tests/kernels/fake_flash_attn.py: the stand-in packages
+import pytest
+import torch
+
+from genoformer.kernels import Backend, BlockLayout, attention
+from genoformer.kernels import dispatch, flash_attn_backend
+from genoformer.kernels.flash_attn_backend import FlashAttn, flash_attn_attention
+from genoformer.kernels.reference import reference_attention
+
+
+@pytest.fixture
+def fakes(monkeypatch):
+    """Both fake installs, and a GPU the checks take for an H200 (sm_90)."""
+    fake_flash_attn.install(monkeypatch)
+    monkeypatch.setattr(flash_attn_backend, "device_capability", lambda device: (9, 0))
+    monkeypatch.setattr(dispatch, "_logged_choices", set())
+    yield monkeypatch
+    flash_attn_backend.import_error.cache_clear()
+
+
+def _per_document_reference(q, k, v, cu_seqlens, **kwargs):
+    """Independent judge for packed rows: each document alone through the float64 reference."""
+    B, Hq, L, D = q.shape
+    out = torch.zeros_like(q)
+    bounds = cu_seqlens.tolist()
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        b, s, e = start // L, start % L, start % L + (end - start)
+        out[b, :, s:e] = reference_attention(q[b : b + 1, :, s:e], k[b : b + 1, :, s:e], v[b : b + 1, :, s:e], **kwargs)[0]
+    return out
+
+
+def _layout_128(L, heads, density, seed, empty_rows=()):
+    g = torch.Generator().manual_seed(seed)
+    n = -(-L // 128)
+    mask = torch.rand(heads, n, n, generator=g) < density
+    for h, m in empty_rows:
+        mask[h, m] = False
+    return BlockLayout.from_block_mask(mask, L, L, 128)
+
+
+# Each case: shapes, then attention keywords (built lazily), then the installs that run it.
+BOTH, V4 = (FlashAttn.V2, FlashAttn.V4), (FlashAttn.V4,)
+CASES = {
+    "dense": (dict(B=2, Hq=2, Hkv=2, L=97), lambda: dict(), BOTH),
+    "dense_causal_gqa": (dict(B=2, Hq=4, Hkv=1, L=97), lambda: dict(causal=True), BOTH),
+    "cross_attention": (dict(B=2, Hq=2, Hkv=1, L=40, S=97), lambda: dict(), BOTH),
+    "padding": (dict(B=3, Hq=2, Hkv=2, L=50, S=70), lambda: dict(kv_lens=torch.tensor([70, 33, 0])), BOTH),
+    # causal with key padding: the bottom-right alignment of flash-attn must not leak in
+    "padding_causal_gqa": (
+        dict(B=3, Hq=4, Hkv=2, L=50),
+        lambda: dict(causal=True, kv_lens=torch.tensor([50, 17, 0], dtype=torch.int32)),
+        BOTH,
+    ),
+    "padding_causal_full": (dict(B=2, Hq=2, Hkv=2, L=33), lambda: dict(causal=True, kv_lens=torch.tensor([33, 33])), BOTH),
+    "full_layout_is_dense": (
+        dict(B=1, Hq=2, Hkv=2, L=64),
+        lambda: dict(causal=True, layout=BlockLayout.dense(64, block_size=16)),
+        BOTH,
+    ),
+    "layout_causal_shared": (dict(B=2, Hq=4, Hkv=2, L=300), lambda: dict(causal=True, layout=_layout_128(300, 1, 0.6, 1)), V4),
+    "layout_per_head_gqa_empty_rows": (
+        dict(B=1, Hq=4, Hkv=2, L=300),
+        lambda: dict(layout=_layout_128(300, 4, 0.5, 2, empty_rows=[(0, 1), (3, 2)])),
+        V4,
+    ),
+    "layout_bigbird_256_refined_causal": (
+        dict(B=1, Hq=2, Hkv=2, L=1100),
+        lambda: dict(causal=True, layout=BlockLayout.bigbird(1100, 0, 1, 1, block_size=256, seed=3)),
+        V4,
+    ),
+    "sliding_window_band": (
+        dict(B=1, Hq=2, Hkv=1, L=600),
+        lambda: dict(layout=BlockLayout.sliding_window(600, 100, block_size=128)),
+        V4,
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "version, case",
+    [(version, case) for case, (_, _, versions) in CASES.items() for version in versions],
+    ids=lambda x: getattr(x, "name", x),
+)
+def test_adapter_maps_every_case_onto_flash_attn(attn, fakes, version, case):
+    """(flash-attn 2 has no layouts: test_messages_say_why_and_what_to_do checks it says so.)"""
+    shapes, make_kwargs, _ = CASES[case]
+    q, k, v, dout = attn.make_qkv(**shapes)
+    kwargs = make_kwargs()
+    if case.startswith(("layout", "sliding")):
+        assert not kwargs["layout"].mask.all(), "a full layout runs as dense: this case would not test the lists"
+    expected = attn.reference(q, k, v, dout, **kwargs)
+    result = attn.run_with_grads(functools.partial(flash_attn_attention, (version,)), q, k, v, dout, **kwargs)
+    attn.assert_matches_reference(result, expected)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+@pytest.mark.parametrize("version", list(FlashAttn), ids=lambda v: v.name)
+def test_packed_rows_map_to_varlen(attn, fakes, version, causal):
+    """cu_seqlens: documents of 30, 1, 19 tokens in row 0 and one of 50 in row 1 (GQA)."""
+    q, k, v, dout = attn.make_qkv(B=2, Hq=4, Hkv=2, L=50)
+    cu_seqlens = torch.tensor([0, 30, 31, 50, 100], dtype=torch.int32)
+
+    def per_document(q, k, v, **kwargs):
+        return _per_document_reference(q, k, v, cu_seqlens, causal=causal)
+
+    expected = attn.run_with_grads(per_document, q, k, v, dout)
+    adapter = functools.partial(flash_attn_attention, (version,))
+    result = attn.run_with_grads(adapter, q, k, v, dout, causal=causal, cu_seqlens=cu_seqlens)
+    attn.assert_matches_reference(result, expected)
+
+
+def test_attention_entry_point_takes_packed_rows(attn, fakes):
+    q, k, v, dout = attn.make_qkv(B=2, Hq=2, Hkv=1, L=40, dtype=torch.bfloat16)
+    cu_seqlens = torch.tensor([0, 7, 40, 41, 80], dtype=torch.int32)
+    for backend in ("flash_attn_2", "flash_attn_4", "flash_attn"):
+        result = attn.run_with_grads(attention, q, k, v, dout, causal=True, cu_seqlens=cu_seqlens, backend=backend)
+        expected = attn.run_with_grads(attention, q, k, v, dout, causal=True, cu_seqlens=cu_seqlens, backend="reference")
+        for name, value in result.tensors().items():
+            torch.testing.assert_close(value, expected.tensors()[name], msg=lambda m: f"{backend} {name}: {m}")
+    layout = BlockLayout.global_tokens(80, 1, block_size=128)
+    reason = dispatch.unsupported_reason("flash_attn_4", q, k, v, layout=layout, cu_seqlens=cu_seqlens)
+    assert reason is None  # one block: the layout is dense
+    q, k, v, dout = attn.make_qkv(B=1, Hq=2, Hkv=1, L=256, dtype=torch.bfloat16)
+    layout = BlockLayout.global_tokens(256, 1, block_size=128).with_causal()
+    cu_seqlens = torch.tensor([0, 100, 256], dtype=torch.int32)
+    with pytest.raises(ValueError, match="flash-attn-4 cannot combine block sparsity with packed sequences"):
+        attention(q, k, v, causal=True, layout=layout, cu_seqlens=cu_seqlens, backend="flash_attn_4")
+
+
+def test_compiled_callers_run_flash_attn_outside_the_graph(attn, fakes):
+    """torch.compile breaks the graph around the flash-attn entry points instead of tracing them."""
+    q, k, v, dout = attn.make_qkv(B=1, Hq=2, Hkv=1, L=64, dtype=torch.bfloat16)
+
+    def causal_attention(q, k, v):
+        return attention(q, k, v, causal=True, backend="flash_attn_4") * 2
+
+    eager = attn.run_with_grads(causal_attention, q, k, v, dout)
+    compiled = attn.run_with_grads(torch.compile(causal_attention, backend="aot_eager"), q, k, v, dout)
+    for name, value in compiled.tensors().items():
+        assert torch.equal(value, eager.tensors()[name]), name
+
+
+def test_fake_aligns_causal_to_the_bottom_right(fakes):
+    """The fakes keep the trap the adapters must avoid: with fewer keys than queries, causal in
+    flash-attn shifts the diagonal (query i sees j <= i + S - L), unlike our j <= i."""
+    q = torch.randn(1, 6, 1, 8, dtype=torch.float64)
+    k = v = torch.randn(1, 4, 1, 8, dtype=torch.float64)
+    out = fake_flash_attn.v2_flash_attn_func(q, k, v, causal=True)
+    assert (out[0, :2] == 0).all() and (out[0, 2:] != 0).all()
+    ours = reference_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=False,
+                               kv_lens=torch.tensor([4]))
+    assert (ours[0, 0, :2] != 0).all()
+
+
+def test_attention_entry_point_runs_both_installs_in_bfloat16(attn, fakes):
+    """Through `attention`: the checks pass, the backends route, the 2x error rule holds."""
+    q, k, v, dout = attn.make_qkv(B=1, Hq=4, Hkv=2, L=384, D=16, dtype=torch.bfloat16)
+    layout = BlockLayout.sliding_window(384, 0, block_size=128) | BlockLayout.global_tokens(384, 1, block_size=128)
+    assert not layout.mask.all()  # block-sparse: flash-attn-4's block lists run it
+    exact = attn.reference(*(t.double() for t in (q, k, v, dout)), causal=True, layout=layout)
+    naive = attn.run_with_grads(attn.naive_attention, q, k, v, dout, causal=True, layout=layout)
+    for backend in ("flash_attn_4", "flash_attn"):
+        result = attn.run_with_grads(attention, q, k, v, dout, causal=True, layout=layout, backend=backend)
+        for name, value in result.tensors().items():
+            err = (value.double() - exact.tensors()[name]).abs().max()
+            naive_err = (naive.tensors()[name].double() - exact.tensors()[name]).abs().max()
+            rounding = (exact.tensors()[name].to(torch.bfloat16).double() - exact.tensors()[name]).abs().max()
+            assert value.dtype == torch.bfloat16 and err <= 2 * naive_err + rounding, (backend, name)
+    with pytest.raises(ValueError, match="backend 'flash_attn_2' cannot run these inputs: flash-attn 2 has no"):
+        attention(q, k, v, layout=layout, backend="flash_attn_2")
+
+
+def test_flash_attn_prefers_flash_attn_4_and_falls_back_to_flash_attn_2(fakes):
+    q = torch.randn(1, 2, 64, 16, dtype=torch.bfloat16)
+    assert flash_attn_backend.first_runnable((FlashAttn.V4, FlashAttn.V2), q, q, q, causal=True, layout=None,
+                                             kv_lens=None) is FlashAttn.V4
+    fakes.setattr(flash_attn_backend, "device_capability", lambda device: (8, 0))  # an A100
+    assert flash_attn_backend.first_runnable((FlashAttn.V4, FlashAttn.V2), q, q, q, causal=True, layout=None,
+                                             kv_lens=None) is FlashAttn.V2
+    fakes.setattr(flash_attn_backend, "device_capability", lambda device: (7, 5))
+    reason = dispatch.unsupported_reason("flash_attn", q, q, q, causal=True)
+    assert reason.startswith("no flash-attn install here can run these inputs: (1) flash-attn-4 trains on Hopper")
+    assert "(2) flash-attn 2 needs an Ampere or newer GPU (sm_80+), this one is sm_75" in reason
+
+
+def _reason(backend, shape=(1, 2, 256, 16), dtype=torch.bfloat16, **kwargs):
+    q = torch.zeros(shape, dtype=dtype)
+    return dispatch.unsupported_reason(backend, q, q, q, **kwargs)
+
+
+def test_messages_say_why_and_what_to_do(fakes):
+    assert _reason("flash_attn_2") is None and _reason("flash_attn_4") is None
+    # no GPU
+    fakes.setattr(flash_attn_backend, "device_capability", lambda device: None)
+    assert _reason("flash_attn_4") == (
+        "flash-attn-4 runs on CUDA GPUs only (inputs are on cpu); use backend 'sdpa' or 'torch'."
+    )
+    fakes.setattr(flash_attn_backend, "device_capability", lambda device: (8, 0))
+    assert "this one is sm_80; flash-attn 2 is for A100 and older GPUs: pip install flash-attn --no-build-isolation" in _reason("flash_attn_4")
+    fakes.setattr(flash_attn_backend, "device_capability", lambda device: (9, 0))
+    assert "float16 and bfloat16 only (got torch.float32)" in _reason("flash_attn_2", dtype=torch.float32)
+    assert "head dim that is a multiple of 8 from 8 to 256 (got 12)" in _reason("flash_attn_4", shape=(1, 2, 64, 12))
+    # layouts
+    window = BlockLayout.sliding_window(256, 64, block_size=64)
+    assert "window_size is a token band" in _reason("flash_attn_2", layout=window)
+    assert "this layout's block size is 64; build the layout with block_size=128" in _reason("flash_attn_4", layout=window)
+    layout = BlockLayout.global_tokens(256, 1, block_size=128)
+    assert "flash-attn 2 has no block-sparse layouts" in _reason("flash_attn_2", layout=layout)
+    assert _reason("flash_attn_4", layout=layout) is None
+    assert "key padding" in _reason("flash_attn_4", layout=layout, kv_lens=torch.tensor([100]))
+    assert "up to head dim 128 (got 256)" in _reason("flash_attn_4", shape=(1, 2, 256, 256), layout=layout)
+    fakes.setattr(flash_attn_backend, "device_capability", lambda device: (10, 0))
+    assert "wired here for Hopper (sm_90) only, this GPU is sm_100" in _reason("flash_attn_4", layout=layout)
+    assert "a multiple of 8 from 8 to 128, or 256 (got 192)" in _reason("flash_attn_4", shape=(1, 2, 64, 192))
+
+
+def test_flash_attn_4_alone_breaks_the_flash_attn_2_import_and_says_so(monkeypatch):
+    """With flash-attn-4 alone, `import flash_attn` works and `from flash_attn import
+    flash_attn_func` does not: the flash-attn 2 backend says which package to install."""
+    fake_flash_attn.install(monkeypatch, v2=False, v4=True)
+    monkeypatch.setattr(flash_attn_backend, "device_capability", lambda device: (9, 0))
+    try:
+        reason = _reason("flash_attn_2")
+        assert reason.startswith("flash-attn 2 is not installed (from flash_attn import flash_attn_func failed: ")
+        assert reason.endswith(
+            "flash-attn 2 is for A100 and older GPUs: pip install flash-attn --no-build-isolation "
+            "(on Hopper or Blackwell install flash-attn-4 instead: pip install flash-attn-4)."
+        )
+        assert _reason("flash_attn_4") is None and _reason("flash_attn") is None
+        fake_flash_attn.install(monkeypatch, v2=True, v4=False)
+        assert _reason("flash_attn_4").startswith("flash-attn-4 is not installed (import flash_attn.cute failed: ")
+        assert "pip install flash-attn-4 (on an A100 or older" in _reason("flash_attn_4")
+    finally:
+        flash_attn_backend.import_error.cache_clear()
+
+
+@pytest.mark.parametrize(
+    "layout, expected",
+    [
+        (BlockLayout.sliding_window(512, 100, block_size=64), True),
+        (BlockLayout.sliding_window(512, 100, block_size=64).with_causal(), True),
+        (BlockLayout.global_tokens(512, 1, block_size=64), False),
+        (BlockLayout.from_block_mask(torch.zeros(4, 4, dtype=torch.bool), 256, 256, 64), False),
+    ],
+)
+def test_block_band_detection(layout, expected):
+    assert flash_attn_backend.is_block_band(layout) is expected
+
+
+# ------------------------------------------------------------------------------ auto's table
+def _no_triton(q, k, v, **conditions):
+    return "(test) no Triton here"
+
+
+def _auto(q, **conditions):
+    """The backend auto takes on this (faked) GPU for causal inputs shaped like q."""
+    B, H, L, D = q.shape
+    shape = dict(batch=B, q_heads=H, kv_heads=H, q_len=L, kv_len=L, head_dim=D, dtype=q.dtype, device=q.device)
+    return dispatch.plan_attention("auto", causal=True, **shape, **conditions).backend
+
+
+def test_auto_follows_the_measured_table_on_sm90(fakes, caplog):
+    q = torch.zeros(1, 2, 256, 16, dtype=torch.bfloat16)
+    with caplog.at_level(logging.INFO, logger="genoformer.kernels"):
+        assert _auto(q) is Backend.FLASH_ATTN_4
+        assert _auto(q, layout=BlockLayout.global_tokens(256, 1, block_size=128)) is Backend.FLASH_ATTN_4
+        assert _auto(q, cu_seqlens=torch.tensor([0, 100, 256], dtype=torch.int32)) is Backend.FLASH_ATTN_4
+    assert all(r.levelno == logging.INFO for r in caplog.records)
+    assert dispatch.FASTEST_FIRST[(9, 0)].dense[0] is Backend.FLASH_ATTN_4
+
+
+def test_auto_warns_once_when_it_passes_over_a_faster_backend(fakes, caplog):
+    """Without flash-attn-4 on sm_90 (and with Triton unable to run), auto takes flash-attn 2 for
+    dense inputs and torch for a layout at block 64, warning once each with the reasons."""
+    fake_flash_attn.install(fakes, v2=True, v4=False)
+    fakes.setattr(dispatch, "_triton_unsupported_reason", _no_triton)
+    q = torch.zeros(1, 2, 256, 16, dtype=torch.bfloat16)
+    window = BlockLayout.sliding_window(256, 64, block_size=64)
+    with caplog.at_level(logging.INFO, logger="genoformer.kernels"):
+        for _ in range(3):
+            assert _auto(q) is Backend.FLASH_ATTN_2
+            assert _auto(q, layout=window) is Backend.TORCH
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2
+    assert "backend 'flash_attn_2', not a faster one, because 'flash_attn_4' (measured faster on sm_90): " in warnings[0]
+    assert "pip install flash-attn-4" in warnings[0] and "'triton' (measured faster on sm_90): " in warnings[0]
+    assert "backend 'torch'" in warnings[1] and "flash-attn-4 is not installed" in warnings[1]
+
+
+def test_auto_on_an_unmeasured_generation_keeps_our_kernels_first(fakes, caplog):
+    fakes.setattr(flash_attn_backend, "device_capability", lambda device: (8, 0))
+    fakes.setattr(dispatch, "_triton_unsupported_reason", _no_triton)
+    assert dispatch.FASTEST_FIRST.get((8, 0), dispatch.UNMEASURED) == dispatch.UNMEASURED
+    q = torch.zeros(1, 2, 256, 16, dtype=torch.bfloat16)
+    with caplog.at_level(logging.INFO, logger="genoformer.kernels"):
+        chosen = _auto(q)
+    assert chosen is Backend.SDPA  # flash-attn is not in the (unmeasured) sm_80 order
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.endswith("backend 'sdpa', not a faster one, because 'triton': (test) no Triton here")
