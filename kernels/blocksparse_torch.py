@@ -16,7 +16,8 @@ row to its width); per chunk of mc query blocks:
   2. scores (B, Hkv, G, mc, bs, W) = q_block @ keys^T * scale, in float32 (float64 for float64
      inputs; half-precision inputs are upcast once, the output cast back);
   3. mask the gathered positions: padding slots of kv_indices, keys past the sequence end,
-     causal (j <= i) and key padding (j < kv_lens[b]); softmax with fully masked rows -> 0;
+     causal (j <= i), key padding (j < kv_lens[b]) and packed documents (j inside the query's
+     document, `genoformer.kernels.documents`); softmax with fully masked rows -> 0;
   4. out_block = probs @ values.
 
 Memory bound. A chunk holds O(B * Hq * mc * bs * W) scores (plus a bool mask and the
@@ -35,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from genoformer.kernels.documents import document_bounds
 from genoformer.kernels.layout import BlockLayout
 
 CHUNK_ELEMENTS = 1 << 24
@@ -54,6 +56,7 @@ def blocksparse_attention(
     kv_lens: torch.Tensor | None = None,
     scale: float | None = None,
     chunk_elements: int = CHUNK_ELEMENTS,
+    cu_seqlens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Block-sparse attention; q (B, Hq, L, D), k and v (B, Hkv, S, D) -> (B, Hq, L, D).
 
@@ -89,7 +92,9 @@ def blocksparse_attention(
     use_checkpoint = (
         torch.is_grad_enabled() and len(chunks) > 1 and any(t.requires_grad for t in (q, k, v))
     )
-    kwargs = dict(block_size=bs, kv_len=S, causal=causal, kv_lens=kv_lens, scale=scale)
+    # packed documents: each query's allowed key span [start, end) within its row, (B, L) each
+    doc_bounds = None if cu_seqlens is None else document_bounds(cu_seqlens, B, L)
+    kwargs = dict(block_size=bs, kv_len=S, causal=causal, kv_lens=kv_lens, doc_bounds=doc_bounds, scale=scale)
     outs = []
     for rows_m, width in chunks:
         args = (
@@ -146,6 +151,7 @@ def _attend_chunk(
     kv_len: int,
     causal: bool,
     kv_lens: torch.Tensor | None,
+    doc_bounds: tuple[torch.Tensor, torch.Tensor] | None,
     scale: float,
 ) -> torch.Tensor:
     """Attention of the query blocks `rows_m` (mc,) against their gathered key blocks."""
@@ -168,11 +174,19 @@ def _attend_chunk(
     slot_ok_HGmC = torch.arange(C, device=device) < counts_HGm.unsqueeze(-1)
     valid = slot_ok_HGmC.repeat_interleave(bs, dim=-1) & (keys_HGmW < kv_len)
     valid = valid.view(1, Hl, Gl, mc, 1, W)
+    queries_mbs = (rows_m * bs).view(mc, 1) + offsets_bs  # (mc, bs)
     if causal:
-        queries_m1 = (rows_m * bs).view(mc, 1) + offsets_bs  # (mc, bs)
-        valid = valid & (keys_HGmW.view(Hl, Gl, mc, 1, W) <= queries_m1.view(1, 1, mc, bs, 1))
+        valid = valid & (keys_HGmW.view(Hl, Gl, mc, 1, W) <= queries_mbs.view(1, 1, mc, bs, 1))
     if kv_lens is not None:
         valid = valid & (keys_HGmW.unsqueeze(0) < kv_lens.view(-1, 1, 1, 1, 1)).unsqueeze(-2)
+    if doc_bounds is not None:
+        starts_BL, ends_BL = doc_bounds
+        # query rows past L (block padding) are cropped later: give them the last row's span
+        rows_mbs = queries_mbs.clamp_max(starts_BL.shape[1] - 1)
+        starts_B11mb1 = starts_BL[:, rows_mbs].view(-1, 1, 1, mc, bs, 1)
+        ends_B11mb1 = ends_BL[:, rows_mbs].view(-1, 1, 1, mc, bs, 1)
+        keys_1HGm1W = keys_HGmW.view(1, Hl, Gl, mc, 1, W)
+        valid = valid & (keys_1HGm1W >= starts_B11mb1) & (keys_1HGm1W < ends_B11mb1)
 
     # Finite fill: fully masked rows get a uniform softmax that the product with `valid` zeroes,
     # with a zero (never NaN) gradient.

@@ -3,24 +3,36 @@
 Shape legend:
     B    batch     Hq   query heads     Hkv  key/value heads (Hq % Hkv == 0; GQA when Hkv < Hq)
     Lq   query length      Lk  key length      D   head dim
+    N    packed documents in the batch (cu_seqlens has N + 1 entries)
 
 Semantics (every backend, judged by `reference` in float64): query i of head h in batch b
 may attend key j iff
     (layout is None or layout.mask[h_l, i // bs, j // bs])   h_l = h, or 0 for a shared layout
     and (not causal or j <= i)
-    and (kv_lens is None or j < kv_lens[b]).
+    and (kv_lens is None or j < kv_lens[b])
+    and (cu_seqlens is None or i and j lie in the same document of row b).
 A query row with no allowed key gives 0 and a zero gradient.
+
+Packed variable-length sequences (`cu_seqlens`, flash-attn's varlen convention): several
+documents share one row, and the int32 tensor cu_seqlens (N + 1,) gives the cumulative document
+lengths over the flattened B * L tokens of the batch, row after row: cu_seqlens[0] == 0,
+cu_seqlens[-1] == B * L, strictly increasing, and every row boundary (each multiple of L) is an
+entry, so no document crosses a row. It needs Lq == Lk and excludes kv_lens (a row's padding is
+simply its last document). A layout's blocks apply to positions within the row: the packed row is
+one sequence to the layout, and causal means j <= i within the row (hence within the document).
+Running each document alone gives the same rows as running the packed batch.
 
 Backends:
     reference   dense float64 with an explicit mask (tests, tiny inputs)
     torch       block-sparse in plain PyTorch, memory O(allowed blocks), any device
     sdpa        torch's scaled_dot_product_attention; masks only as a bool tensor
-    flash_attn  the optional flash-attn package (CUDA fp16/bf16, no layouts)
+    flash_attn  the optional flash-attn package (CUDA fp16/bf16, no layouts, no cu_seqlens)
     triton      genoformer.kernels.triton_flash (CUDA, or CPU under TRITON_INTERPRET=1); fp16/bf16,
                 head dims that are multiples of 8 from 16 to 256
     auto        CUDA: triton when it supports the inputs, else sdpa (dense) / torch (layout).
-                Elsewhere: sdpa for dense inputs (with key padding only while its bool mask has
-                at most SDPA_MASK_ELEMENTS elements), torch for block-sparse layouts.
+                Elsewhere: sdpa for dense inputs (with key padding or documents only while its
+                bool mask has at most SDPA_MASK_ELEMENTS elements), torch for block-sparse layouts.
+                Documents are never dropped: every backend runs them or refuses with the reason.
                 A layout whose blocks are all allowed counts as dense.
 The choice of `auto` is logged once per situation on the "genoformer.kernels" logger: at INFO
 level, and at WARNING level when it falls back from the Triton kernels on a CUDA GPU (with the
@@ -44,6 +56,7 @@ import torch
 
 from genoformer.kernels import flash_attn_backend
 from genoformer.kernels.blocksparse_torch import blocksparse_attention
+from genoformer.kernels.documents import check_cu_seqlens
 from genoformer.kernels.layout import BlockLayout
 from genoformer.kernels.reference import reference_attention
 from genoformer.kernels.sdpa import mask_elements, sdpa_attention
@@ -77,6 +90,7 @@ def attention(
     kv_lens: torch.Tensor | None = None,
     scale: float | None = None,
     backend: Backend | str = Backend.AUTO,
+    cu_seqlens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Scaled dot-product attention with optional causality, block-sparse layout and key padding.
 
@@ -92,19 +106,23 @@ def attention(
         backend: a `Backend` (or its value as a string); AUTO picks one (see the module docstring).
             Inside a compiled graph pass the backend of `plan_attention` instead: choosing
             reads the layout on the host, which would break the graph.
+        cu_seqlens: (N+1,) int32 tensor on q's device: packed documents (see the module docstring);
+            query i attends key j only inside its own document. Needs Lq == Lk; not with kv_lens.
 
     Returns:
         (B, Hq, Lq, D) tensor in q's dtype.
     """
     backend = _as_backend(backend)
-    _check_inputs(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens)
+    _check_inputs(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
     scale = q.shape[-1] ** -0.5 if scale is None else _check_scale(scale)
 
     if backend is Backend.AUTO:
         layout = _dense_if_full(layout)
-        backend = _choose(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens)
+        backend = _choose(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
     else:
-        reason = unsupported_reason(backend, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens)
+        reason = unsupported_reason(
+            backend, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens
+        )
         if reason is not None:
             raise ValueError(f"backend {backend.value!r} cannot run these inputs: {reason}")
 
@@ -114,7 +132,9 @@ def attention(
         run = triton_attention
     else:
         run = _BACKENDS[backend]
-    return run(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, scale=scale)
+    # only packed inputs pass cu_seqlens: a backend that has no such keyword refused them above
+    packed = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}
+    return run(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, scale=scale, **packed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,11 +161,13 @@ def plan_attention(
     causal: bool = False,
     layout: BlockLayout | None = None,
     kv_lens: torch.Tensor | None = None,
+    cu_seqlens: torch.Tensor | None = None,
 ) -> AttentionPlan:
     """The backend and layout `attention` would use for inputs of this description, resolved eagerly.
 
     AUTO is chosen (and logged once, see the module docstring); an explicit backend is checked
-    (ValueError saying why when it cannot run such inputs). For the Triton backend the layout's
+    (ValueError saying why when it cannot run such inputs). Pass the batch's cu_seqlens (or any
+    tensor of that kind) when the inputs are packed: only its presence, dtype and device are read. For the Triton backend the layout's
     block lists are built on `device` here, so that a compiled caller finds them ready.
     Cheap to call on every forward pass: nothing is allocated beyond one element per call.
     """
@@ -156,9 +178,11 @@ def plan_attention(
     k = one.expand(batch, kv_heads, kv_len, head_dim)
     if backend is Backend.AUTO:
         layout = _dense_if_full(layout)
-        backend = _choose(q, k, k, causal=causal, layout=layout, kv_lens=kv_lens)
+        backend = _choose(q, k, k, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
     else:
-        reason = unsupported_reason(backend, q, k, k, causal=causal, layout=layout, kv_lens=kv_lens)
+        reason = unsupported_reason(
+            backend, q, k, k, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens
+        )
         if reason is not None:
             raise ValueError(f"backend {backend.value!r} cannot run these inputs: {reason}")
     if backend is Backend.TRITON and layout is not None:
@@ -181,10 +205,12 @@ _BACKENDS = {
 
 
 # ------------------------------------------------------------------------------- choosing
-def _triton_unsupported_reason(q, k, v, *, causal, layout, kv_lens) -> str | None:
+def _triton_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens) -> str | None:
     # (a compiled graph cannot trace find_spec; plan_attention asked it before the graph)
     if not torch.compiler.is_compiling() and importlib.util.find_spec("triton") is None:
         return "triton is not installed: pip install triton (or the extra: pip install 'genoformer[triton]')."
+    if cu_seqlens is not None:
+        return "the Triton kernels do not take packed documents (cu_seqlens) yet; use backend 'sdpa' or 'torch'."
     from genoformer.kernels import triton_flash
 
     return triton_flash.unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens)
@@ -199,6 +225,7 @@ def unsupported_reason(
     causal: bool = False,
     layout: BlockLayout | None = None,
     kv_lens: torch.Tensor | None = None,
+    cu_seqlens: torch.Tensor | None = None,
 ) -> str | None:
     """None when `backend` can run these (valid) inputs here, else a sentence saying why and what to do.
 
@@ -206,24 +233,32 @@ def unsupported_reason(
     """
     backend = _as_backend(backend)
     if backend is Backend.FLASH_ATTN:
+        if cu_seqlens is not None:
+            return "the flash_attn backend does not take packed documents (cu_seqlens); use backend 'sdpa' or 'torch'."
         return flash_attn_backend.unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens)
     if backend is Backend.TRITON:
-        return _triton_unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens)
+        return _triton_unsupported_reason(
+            q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens
+        )
     return None
 
 
-def _choose(q, k, v, *, causal, layout, kv_lens) -> Backend:
+def _choose(q, k, v, *, causal, layout, kv_lens, cu_seqlens) -> Backend:
     situation = (
         f"{'block-sparse' if layout is not None else 'dense'}, {'causal' if causal else 'bidirectional'}"
         f"{', key padding' if kv_lens is not None else ''}{', GQA' if q.shape[1] != k.shape[1] else ''}"
+        f"{', packed documents' if cu_seqlens is not None else ''}"
     )
     reason = None
     if q.device.type == "cuda":
-        reason = _triton_unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens)
+        reason = _triton_unsupported_reason(
+            q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens
+        )
         if reason is None:
             _log_once(q.device.type, Backend.TRITON, situation, None)
             return Backend.TRITON
-    if layout is None and mask_elements(q, k, layout=None, kv_lens=kv_lens) <= SDPA_MASK_ELEMENTS:
+    elements = mask_elements(q, k, layout=None, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
+    if layout is None and elements <= SDPA_MASK_ELEMENTS:
         choice = Backend.SDPA
     else:
         choice = Backend.TORCH
@@ -263,7 +298,7 @@ def _check_scale(scale) -> float:
     return float(scale)
 
 
-def _check_inputs(q, k, v, *, causal: bool, layout: BlockLayout | None, kv_lens) -> None:
+def _check_inputs(q, k, v, *, causal: bool, layout: BlockLayout | None, kv_lens, cu_seqlens=None) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}.")
@@ -318,6 +353,15 @@ def _check_inputs(q, k, v, *, causal: bool, layout: BlockLayout | None, kv_lens)
             raise ValueError(
                 f"layout has {layout.num_heads} heads; it must have 1 (shared) or Hq={Hq} (one per query head)."
             )
+    if cu_seqlens is not None:
+        if kv_lens is not None:
+            raise ValueError(
+                "cu_seqlens and kv_lens cannot be combined: with packed documents a row's padding is its "
+                "last document; pass kv_lens=None and end cu_seqlens' row with that document."
+            )
+        if Lq != Lk:
+            raise ValueError(f"cu_seqlens (packed documents) needs Lq == Lk, got {Lq} and {Lk}.")
+        check_cu_seqlens(cu_seqlens, batch=B, seq_len=Lq, device=q.device)
     if kv_lens is not None:
         if not isinstance(kv_lens, torch.Tensor):
             raise TypeError(f"kv_lens must be a (B,) integer tensor, got {type(kv_lens).__name__}.")

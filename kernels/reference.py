@@ -7,12 +7,14 @@ Shape legend:
     Bm   mask batch: 1 without key padding, else B
 
 It materialises the full (B, Hq, L, S) score matrix, so it is meant for tests and small inputs.
+Packed rows (`cu_seqlens`, see `genoformer.kernels.documents`) add the same-document condition.
 """
 
 from __future__ import annotations
 
 import torch
 
+from genoformer.kernels.documents import document_mask
 from genoformer.kernels.layout import BlockLayout
 
 
@@ -24,11 +26,15 @@ def allowed_mask(
     layout: BlockLayout | None,
     kv_lens: torch.Tensor | None,
     device: torch.device | str = "cpu",
+    cu_seqlens: torch.Tensor | None = None,
+    batch: int = 1,
 ) -> torch.Tensor | None:
     """The token-level bool mask (Bm, Hm, L, S) of allowed (query, key) pairs, None if all allowed.
 
     This is the single written-out form of the semantics in the interfaces contract:
-    layout block allowed, and (not causal or j <= i), and (kv_lens is None or j < kv_lens[b]).
+    layout block allowed, and (not causal or j <= i), and (kv_lens is None or j < kv_lens[b]),
+    and (cu_seqlens is None or i and j lie in the same document). `batch` is B, read only with
+    cu_seqlens (whose documents cover the B * L tokens of the batch; then Bm = B).
     """
     mask_BHLS = None
     if layout is not None:
@@ -39,6 +45,9 @@ def allowed_mask(
         keys_S = torch.arange(kv_len, device=device)
         padding_B11S = (keys_S < kv_lens.to(device).view(-1, 1)).view(-1, 1, 1, kv_len)
         mask_BHLS = padding_B11S if mask_BHLS is None else mask_BHLS & padding_B11S
+    if cu_seqlens is not None:
+        same_doc_B1LS = document_mask(cu_seqlens.to(device), batch, q_len)
+        mask_BHLS = same_doc_B1LS if mask_BHLS is None else mask_BHLS & same_doc_B1LS
     return mask_BHLS
 
 
@@ -51,6 +60,7 @@ def reference_attention(
     layout: BlockLayout | None = None,
     kv_lens: torch.Tensor | None = None,
     scale: float | None = None,
+    cu_seqlens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """softmax(q k^T * scale + mask) v computed in float64, cast back to q.dtype.
 
@@ -65,7 +75,9 @@ def reference_attention(
     k64 = k.to(torch.float64).repeat_interleave(group, dim=1)  # (B, Hq, S, D)
     v64 = v.to(torch.float64).repeat_interleave(group, dim=1)  # (B, Hq, S, D)
     scores_BHLS = torch.matmul(q64, k64.transpose(-1, -2)) * scale
-    mask_BHLS = allowed_mask(L, S, causal=causal, layout=layout, kv_lens=kv_lens, device=q.device)
+    mask_BHLS = allowed_mask(
+        L, S, causal=causal, layout=layout, kv_lens=kv_lens, device=q.device, cu_seqlens=cu_seqlens, batch=B
+    )
     if mask_BHLS is None:
         probs_BHLS = torch.softmax(scores_BHLS, dim=-1)
     else:

@@ -5,9 +5,9 @@ Shape legend:
     L    query length      S   key length      D   head dim
     Bm / Hm  batch / heads of the bool mask (1 when the same for all)
 
-Without key padding and without a layout, SDPA runs mask-free (`is_causal` for causal), which
-lets PyTorch pick its fused flash / memory-efficient kernels. Key padding and block-sparse
-layouts go in as a (Bm, Hm, L, S) bool mask: that costs Bm * Hm * L * S bytes, so the dispatcher
+Without key padding, packed documents (cu_seqlens) and a layout, SDPA runs mask-free (`is_causal` for causal), which
+lets PyTorch pick its fused flash / memory-efficient kernels. Key padding, documents and
+block-sparse layouts go in as a (Bm, Hm, L, S) bool mask: that costs Bm * Hm * L * S bytes, so the dispatcher
 only picks SDPA with a mask when `mask_elements` is small (`attention` documents the limit).
 
 SDPA returns NaN for a query row whose bool mask is all False. Such rows are opened to every
@@ -24,14 +24,16 @@ from genoformer.kernels.layout import BlockLayout
 from genoformer.kernels.reference import allowed_mask
 
 
-def mask_elements(q: torch.Tensor, k: torch.Tensor, *, layout: BlockLayout | None, kv_lens) -> int:
+def mask_elements(
+    q: torch.Tensor, k: torch.Tensor, *, layout: BlockLayout | None, kv_lens, cu_seqlens=None
+) -> int:
     """Elements of the bool mask SDPA would need (0 when it runs mask-free)."""
     B, Hq, L, _ = q.shape
     S = k.shape[2]
-    if layout is None and kv_lens is None:
+    if layout is None and kv_lens is None and cu_seqlens is None:
         return 0
     heads = 1 if layout is None else layout.num_heads
-    batch = 1 if kv_lens is None else B
+    batch = 1 if kv_lens is None and cu_seqlens is None else B
     return batch * heads * L * S
 
 
@@ -44,14 +46,16 @@ def sdpa_attention(
     layout: BlockLayout | None = None,
     kv_lens: torch.Tensor | None = None,
     scale: float | None = None,
+    cu_seqlens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """SDPA attention; q (B, Hq, L, D), k and v (B, Hkv, S, D) -> (B, Hq, L, D)."""
     gqa = q.shape[1] != k.shape[1]
-    if layout is None and kv_lens is None:
+    if layout is None and kv_lens is None and cu_seqlens is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=gqa)
 
     mask_BHLS = allowed_mask(
-        q.shape[2], k.shape[2], causal=causal, layout=layout, kv_lens=kv_lens, device=q.device
+        q.shape[2], k.shape[2], causal=causal, layout=layout, kv_lens=kv_lens, device=q.device,
+        cu_seqlens=cu_seqlens, batch=q.shape[0],
     )
     row_ok_BHL1 = mask_BHLS.any(dim=-1, keepdim=True)
     mask_BHLS = mask_BHLS | ~row_ok_BHL1  # open empty rows: no NaN, zeroed just below

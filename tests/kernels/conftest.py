@@ -1,6 +1,7 @@
 """Shared helpers for the attention tests: inputs, and comparison against the float64 reference.
 
 Shape legend: q (B, Hq, L, D), k and v (B, Hkv, S, D), out (B, Hq, L, D).
+Packed rows: `docs` lists each row's document lengths, e.g. [[30, 67], [97]] for B=2, L=97.
 """
 
 from __future__ import annotations
@@ -45,17 +46,58 @@ def run_with_grads(fn, q, k, v, dout, **kwargs) -> Result:
     return Result(out.detach(), q.grad, k.grad, v.grad)
 
 
-def naive_attention(q, k, v, *, causal=False, layout=None, kv_lens=None, scale=None):
+def naive_attention(q, k, v, *, causal=False, layout=None, kv_lens=None, scale=None, cu_seqlens=None):
     """Dense attention computed in the inputs' own dtype: the same-precision baseline."""
     B, Hq, L, D = q.shape
     group = Hq // k.shape[1]
     scale = D**-0.5 if scale is None else scale
     k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     scores = (q @ k.transpose(-1, -2)) * scale
-    mask = allowed_mask(L, k.shape[2], causal=causal, layout=layout, kv_lens=kv_lens, device=q.device)
+    mask = allowed_mask(L, k.shape[2], causal=causal, layout=layout, kv_lens=kv_lens, device=q.device,
+                        cu_seqlens=cu_seqlens, batch=B)
     if mask is None:
         return torch.softmax(scores, -1) @ v
     probs = torch.softmax(scores.masked_fill(~mask, torch.finfo(q.dtype).min), -1) * mask
+    return probs @ v
+
+
+def cu_seqlens_of(docs: list[list[int]]) -> torch.Tensor:
+    """The (N+1,) int32 cu_seqlens of rows packed with documents of the given lengths."""
+    lengths = [n for row in docs for n in row]
+    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+
+
+def per_document(q, k, v, docs: list[list[int]], *, causal=False, layout=None, scale=None):
+    """Attention of each document alone, written back in place: the independent judge of packing.
+
+    Every document [s, e) of row b runs through `masked_attention` as its own sequence; with a layout, its (e-s) x (e-s) corner of the layout's token mask is passed as
+    an explicit mask, since a layout applies to positions within the row. Differentiable.
+    """
+    rows = []
+    for b, lengths in enumerate(docs):
+        pieces, start = [], 0
+        for n in lengths:
+            end = start + n
+            mask = None if layout is None else layout.token_mask(causal)[:, start:end, start:end]
+            pieces.append(masked_attention(q[b : b + 1, :, start:end], k[b : b + 1, :, start:end], v[b : b + 1, :, start:end],
+                                           causal=causal, mask=mask, scale=scale))
+            start = end
+        assert start == q.shape[2], f"row {b}: documents cover {start} of {q.shape[2]} tokens"
+        rows.append(torch.cat(pieces, dim=2))
+    return torch.cat(rows, dim=0)
+
+
+def masked_attention(q, k, v, *, causal=False, mask=None, scale=None):
+    """Dense attention of one sequence with an optional explicit (Hm, L, S) bool mask, in q's dtype."""
+    group = q.shape[1] // k.shape[1]
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    scores = (q @ k.transpose(-1, -2)) * scale
+    L, S = scores.shape[-2:]
+    allowed = torch.ones(L, S, dtype=torch.bool).tril() if causal else torch.ones(L, S, dtype=torch.bool)
+    if mask is not None:
+        allowed = allowed & mask
+    probs = torch.softmax(scores.masked_fill(~allowed, torch.finfo(q.dtype).min), -1) * allowed
     return probs @ v
 
 
@@ -73,5 +115,6 @@ def assert_matches_reference(result: Result, expected: Result, atol=1e-10, rtol=
 @pytest.fixture
 def attn():
     """The helpers above, as one object: attn.make_qkv, attn.reference, ..."""
-    helpers = (make_qkv, run_with_grads, naive_attention, reference, assert_matches_reference)
+    helpers = (make_qkv, run_with_grads, naive_attention, reference, assert_matches_reference,
+               cu_seqlens_of, per_document, masked_attention)
     return SimpleNamespace(**{fn.__name__: fn for fn in helpers})
