@@ -16,7 +16,7 @@ from model_helpers import random_tokens, tiny_config, tiny_model
 from torch._dynamo.utils import counters
 
 from genoformer.cli import main
-from genoformer.data import GenomeDataModule, read_records
+from genoformer.data import GenomeDataModule, SplitSpec, read_records
 from genoformer.data.packing import cu_seqlens_of
 from genoformer.kernels.layout import SlidingWindow
 from genoformer.lightning_module import GenoformerLM, Objective
@@ -164,3 +164,31 @@ def test_fit_with_pack_on_a_fasta_of_short_records(tmp_path):
     unpacked = GenomeDataModule(str(tmp_path / "pieces.zarr"), window=2048, num_workers=0)
     with pytest.raises(ValueError, match="no interval of .* is at least 2048 bases long"):
         unpacked.setup("fit")
+
+
+def test_packed_validation_scores_every_tile_as_unpacked(tmp_path):
+    """Evaluation packs the usual tiles, one document each: the summed loss and the number of
+    predicted bases equal those of the padded, one-tile-per-row batches."""
+    from genoformer.data import prepare_genome_store
+
+    records = list(read_records(LAMBDA))[0].sequence.decode("ascii")
+    fasta = tmp_path / "short.fa"
+    fasta.write_text("".join(f">r{i}\n{records[a:a + n]}\n" for i, (a, n) in
+                             enumerate([(0, 97), (500, 300), (1000, 700), (2000, 257), (3000, 1500)])))
+    store = prepare_genome_store([fasta], tmp_path / "short.zarr", progress=False)
+    torch.manual_seed(0)
+    module = GenoformerLM(tiny_config(attention_backend="torch"), objective=Objective.CAUSAL_LM).eval()
+    totals = {}
+    for pack in (False, True):
+        dm = GenomeDataModule(str(store), window=256, batch_size=3, num_workers=0, pack=pack,
+                              split=SplitSpec(by="contigs", val=["r0", "r1", "r2", "r3", "r4"]))
+        dm.setup("validate")
+        loss_sum, count = 0.0, 0
+        with torch.no_grad():
+            for batch in dm.val_dataloader():
+                loss, n = module.loss(batch["tokens"], batch.get("length"), batch.get("cu_seqlens"))
+                loss_sum, count = loss_sum + loss.item() * int(n), count + int(n)
+        totals[pack] = (loss_sum, count, len(dm.val_dataloader()))
+    assert totals[True][1] == totals[False][1] == 97 + 300 + 700 + 257 + 1500 - 14  # 14 tiles of <= 256 bases
+    assert totals[True][0] == pytest.approx(totals[False][0], rel=1e-5)
+    assert totals[True][2] < totals[False][2]  # fewer, fuller batches
