@@ -6,7 +6,8 @@ training got into its epoch, and a run resumed from one skips the samples alread
 consumed instead of replaying them (:class:`ResumableDataLoader`). Batches:
 genome ``{"tokens": torch.uint8 (B, L), "contig": int64 (B,), "start": int64 (B,), ...}``, or with
 ``pack`` ``{"tokens": torch.uint8 (B, L), "cu_seqlens": int32 (N + 1,), "doc_contig": int64 (N,), ...}``
-for N documents (see genoformer.data.packing); time series ``{"context": float32 (B, C, Lc), "target": float32 (B, C, H), ...}``.
+for N documents (see genoformer.data.packing); time series
+``{"context": float32 (B, C, Lc), "target": float32 (B, C, H), ...}``.
 """
 
 from __future__ import annotations
@@ -254,7 +255,8 @@ class GenomeDataModule(_ShardedLoaders, L.LightningDataModule):
         """The loader of split `name` (packed batches with `pack`); [] for a split without data."""
         if name not in self.datasets:
             return []
-        return self._loader(self.datasets[name], train=name == "train", collate_fn=collate_packed if self.pack else None)
+        collate_fn = collate_packed if self.pack else None
+        return self._loader(self.datasets[name], train=name == "train", collate_fn=collate_fn)
 
     def train_dataloader(self) -> DataLoader:
         return self._split_loader("train")

@@ -2,9 +2,10 @@
 
 Batches come from genoformer.data: {"tokens": torch.uint8 (B, L), ...metadata}; tiled
 evaluation batches also carry "length" (B,): the real tokens before PAD, which attention then
-ignores. Packed batches (GenomeDataModule's `pack`) carry "cu_seqlens" (documents + 1,) instead: documents
-end to end in each row, which the model keeps apart (see genoformer.model), and the causal LM does
-not predict a document's first token from the document before it. The tokens are cast to int64 on the device here. Metrics (per split: train, val, test):
+ignores. Packed batches (GenomeDataModule's `pack`) carry "cu_seqlens" (documents + 1,)
+instead: documents end to end in each row, which the model keeps apart (see genoformer.model),
+and the causal LM does not predict a document's first token from the document before it. The
+tokens are cast to int64 on the device here. Metrics (per split: train, val, test):
     <split>/loss  mean cross-entropy in nats over the predicted positions
     <split>/bpb   bits per base = loss / ln 2
 

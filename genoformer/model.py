@@ -319,7 +319,8 @@ class Attention(nn.Module):
         v_BKLD = self.wv(x_BLE).view(B, L, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q_BHLD, k_BKLD = fused(rotary_qk, self.fused_elementwise, x_BLE)(q_BHLD, k_BKLD, cos_LR, sin_LR)
         o_BHLD = attention(
-            q_BHLD, k_BKLD, v_BKLD, causal=causal, layout=layout, kv_lens=kv_lens_B, backend=backend, cu_seqlens=cu_seqlens
+            q_BHLD, k_BKLD, v_BKLD, causal=causal, layout=layout, kv_lens=kv_lens_B, backend=backend,
+            cu_seqlens=cu_seqlens,
         )
         o_BLE = o_BHLD.transpose(1, 2).reshape(B, L, self.n_heads * self.head_dim)
         return self.wo(o_BLE)
