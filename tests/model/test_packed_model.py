@@ -112,10 +112,12 @@ def test_compiled_blocks_take_packed_batches_without_graph_breaks(backend):
     compiled = tiny_model(attention_backend=backend)
     compile_blocks(compiled, backend="aot_eager")
     tokens_BL, cu_seqlens = packed_batch()
+    other_cu_seqlens = cu_seqlens_of(torch.tensor([96, 48, 48, 10, 20, 30, 36]))  # another number of documents
     counters.clear()
     with torch.no_grad():
-        torch.testing.assert_close(compiled(tokens_BL, cu_seqlens=cu_seqlens), eager(tokens_BL, cu_seqlens=cu_seqlens),
-                                   atol=2e-5, rtol=1e-5)
+        for cu in (cu_seqlens, other_cu_seqlens):
+            torch.testing.assert_close(compiled(tokens_BL, cu_seqlens=cu), eager(tokens_BL, cu_seqlens=cu),
+                                       atol=2e-5, rtol=1e-5)
     assert dict(counters["graph_break"]) == {}
     assert counters["stats"]["unique_graphs"] >= 1
 
