@@ -1,7 +1,7 @@
 """Attention kernels: reference, pure-PyTorch block-sparse, SDPA, flash-attn and Triton backends.
 
 Public API:
-    attention(q, k, v, *, causal, layout, kv_lens, scale, backend)   the one entry point
+    attention(q, k, v, *, causal, layout, kv_lens, scale, backend, cu_seqlens)   the one entry point
     Backend                                                           which implementation runs
     BlockLayout                                                       block-sparse pattern
     LayoutSpec, SlidingWindow, GlobalTokens, BigBird, Strided, Union  layout recipes for configs

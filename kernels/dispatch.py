@@ -205,15 +205,14 @@ _BACKENDS = {
 
 
 # ------------------------------------------------------------------------------- choosing
-def _triton_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens) -> str | None:
+def _triton_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens=None) -> str | None:
     # (a compiled graph cannot trace find_spec; plan_attention asked it before the graph)
     if not torch.compiler.is_compiling() and importlib.util.find_spec("triton") is None:
         return "triton is not installed: pip install triton (or the extra: pip install 'genoformer[triton]')."
-    if cu_seqlens is not None:
-        return "the Triton kernels do not take packed documents (cu_seqlens) yet; use backend 'sdpa' or 'torch'."
     from genoformer.kernels import triton_flash
 
-    return triton_flash.unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens)
+    return triton_flash.unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens,
+                                           cu_seqlens=cu_seqlens)
 
 
 def unsupported_reason(
@@ -243,7 +242,7 @@ def unsupported_reason(
     return None
 
 
-def _choose(q, k, v, *, causal, layout, kv_lens, cu_seqlens) -> Backend:
+def _choose(q, k, v, *, causal, layout, kv_lens, cu_seqlens=None) -> Backend:
     situation = (
         f"{'block-sparse' if layout is not None else 'dense'}, {'causal' if causal else 'bidirectional'}"
         f"{', key padding' if kv_lens is not None else ''}{', GQA' if q.shape[1] != k.shape[1] else ''}"

@@ -9,12 +9,15 @@ configurations in ``triton_flash_configs.py``):
      which the dispatcher in ``genoformer.kernels.dispatch`` asks before choosing this backend.
 
 Semantics (the float64 reference ``genoformer.kernels.reference`` is the judge): query i of head h
-attends key j iff the layout allows block (i // bs, j // bs) for h, j <= i when causal, and
-j < kv_lens[b] when given.  A row with no allowed key outputs 0 and passes back zero gradient.
+attends key j iff the layout allows block (i // bs, j // bs) for h, j <= i when causal,
+j < kv_lens[b] when given, and i, j lie in one document when cu_seqlens packs several documents
+per row.  A row with no allowed key outputs 0 and passes back zero gradient.
 
 Legend: q (B, H, Lq, D); k, v (B, HKV, Lk, D); H % HKV == 0 (GQA, query head h reads kv head
 h // (H // HKV)); lse, delta (B, H, Lq) fp32; layout CSR lists: kv_counts (H_l, Mb) and kv_indices
-(H_l, Mb, W) per query block, q_counts (H_l, Nb) and q_indices (H_l, Nb, W') per key block.
+(H_l, Mb, W) per query block, q_counts (H_l, Nb) and q_indices (H_l, Nb, W') per key block;
+cu_seqlens (N+1,) int32 and, from it, doc_start / doc_end (B, L) int32 (each token's document
+span in its row, ``genoformer.kernels.documents``) and doc_order (B, tiles) int32.
 
 On a CPU the kernels run under Triton's interpreter when TRITON_INTERPRET=1 is set before this
 module is imported (slow; for tests at small sizes only).
@@ -32,6 +35,7 @@ import triton.testing
 from triton.runtime.interpreter import InterpretedFunction
 
 from genoformer.kernels import triton_flash_configs as configs
+from genoformer.kernels.documents import document_bounds
 from genoformer.kernels.triton_flash_bwd import bwd_dkdv_kernel, bwd_dq_kernel, bwd_preprocess_kernel
 from genoformer.kernels.triton_flash_fwd import LOG2E, SCAN, attn_fwd_kernel
 
@@ -63,8 +67,11 @@ def unsupported_reason(
     causal: bool,
     layout: BlockLayout | None,
     kv_lens: torch.Tensor | None,
+    cu_seqlens: torch.Tensor | None = None,
 ) -> str | None:
-    """None when the Triton kernels can run these inputs here, else a sentence saying why and what to do."""
+    """None when the Triton kernels can run these inputs here, else a sentence saying why and what to do.
+
+    cu_seqlens' values are checked by the entry point (``genoformer.kernels.documents``), not here."""
     if q.device.type == "cuda":
         if INTERPRETED:
             return ("the Triton kernels were loaded in interpreter mode (TRITON_INTERPRET=1) and cannot "
@@ -107,6 +114,14 @@ def unsupported_reason(
             return f"kv_lens must be an int32/int64 tensor of shape ({B},), got {kv_lens.dtype} {tuple(kv_lens.shape)}"
         if kv_lens.device != q.device:
             return f"kv_lens must be on q's device {q.device}, got {kv_lens.device}"
+    if cu_seqlens is not None:
+        if kv_lens is not None:
+            return "cu_seqlens and kv_lens cannot be combined: end each row with its last document instead"
+        if Lq != Lk:
+            return f"cu_seqlens (packed documents) needs Lq == Lk, got {Lq} and {Lk}"
+        if cu_seqlens.dim() != 1 or cu_seqlens.dtype != torch.int32 or cu_seqlens.device != q.device:
+            return (f"cu_seqlens must be an int32 tensor of shape (N+1,) on {q.device}, got {cu_seqlens.dtype} "
+                    f"{tuple(cu_seqlens.shape)} on {cu_seqlens.device}")
     if layout is not None:
         bs = layout.block_size
         if bs % 16:
@@ -120,8 +135,8 @@ def unsupported_reason(
     return None
 
 
-def _check(q, k, v, causal, layout, kv_lens) -> None:
-    reason = unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens)
+def _check(q, k, v, causal, layout, kv_lens, cu_seqlens) -> None:
+    reason = unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
     if reason is not None:
         raise ValueError(f"triton attention cannot run these inputs: {reason}")
 
@@ -212,6 +227,33 @@ def _csr_args(counts: torch.Tensor | None, indices: torch.Tensor | None, like: t
             0 if shared else indices.stride(0), indices.stride(1), 0 if shared else order.stride(0))
 
 
+def _doc_args(cu_seqlens: torch.Tensor | None, batch: int, seq_len: int, like: torch.Tensor):
+    """Kernel arguments of packed documents: doc_start, doc_end (B, L) int32, or dummies without."""
+    if cu_seqlens is None:
+        dummy = torch.zeros(1, dtype=torch.int32, device=like.device)
+        return dummy, dummy
+    return document_bounds(cu_seqlens, batch, seq_len)
+
+
+def _doc_order(doc_start: torch.Tensor, doc_end: torch.Tensor, block: int, causal: bool, keys: bool) -> torch.Tensor:
+    """(B, tiles) int32: each row's tiles of `block` tokens by descending work (longest first).
+
+    A tile's work is the length of the token span it meets: a query tile sees the keys
+    [start(first), end(last)) (causal: up to its own end), a key tile is seen by the queries
+    [start(first), end(last)) (causal: from its own start).  Dense inputs only: a layout's rows
+    keep the layout's order.
+    """
+    L = doc_start.shape[1]
+    first_T = torch.arange(0, L, block, device=doc_start.device)
+    last_T = (first_T + block).clamp_max(L) - 1
+    lo_BT, hi_BT = doc_start[:, first_T], doc_end[:, last_T]
+    if causal and keys:
+        lo_BT = torch.maximum(lo_BT, first_T.to(lo_BT.dtype))
+    elif causal:
+        hi_BT = torch.minimum(hi_BT, (last_T + 1).to(hi_BT.dtype))
+    return torch.argsort(hi_BT - lo_BT, dim=1, descending=True, stable=True).to(torch.int32).contiguous()
+
+
 def _check_csr(name: str, counts, indices, device) -> None:
     if counts is None:
         return
@@ -224,7 +266,7 @@ def _check_csr(name: str, counts, indices, device) -> None:
 def flash_fwd(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_lens: torch.Tensor | None,
     kv_counts: torch.Tensor | None, kv_indices: torch.Tensor | None, block_size: int,
-    causal: bool, scale: float,
+    causal: bool, scale: float, cu_seqlens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward launcher: returns o (B, H, Lq, D) in q's dtype and lse (B, H, Lq) fp32 (base 2)."""
     _check_last_dim_contiguous(q=q, k=k, v=v)
@@ -238,24 +280,27 @@ def flash_fwd(
     lse = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)
     cnt, idx, order, scnt_h, sidx_h, sidx_m, sord_h = _csr_args(kv_counts, kv_indices, q)
     lens = kv_lens if kv_lens is not None else cnt
+    docs = cu_seqlens is not None
+    doc_start, doc_end = _doc_args(cu_seqlens, B, Lq, q)
     d_tile = configs.tile_dim(D)  # the kernels mask the head-dim padding D..d_tile
     align8 = _align8(D, q, k, v)
 
     def run(cfg: configs.FwdConfig) -> None:
         tiles = kv_counts.shape[1] * (block_size // cfg.block_m) if sparse else triton.cdiv(Lq, cfg.block_m)
+        doc_order = _doc_order(doc_start, doc_end, cfg.block_m, causal, keys=False) if docs and not sparse else cnt
         attn_fwd_kernel[(B * H, tiles)](
-            q, k, v, o, lse, lens, cnt, idx, order,
+            q, k, v, o, lse, lens, cnt, idx, order, doc_start, doc_end, doc_order,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
             scnt_h, sidx_h, sidx_m, sord_h,
             H, H // HKV, Lq, Lk, scale * LOG2E, block_size if sparse else 1,
             D=D, D_TILE=d_tile, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal, SPARSE=sparse,
-            HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8,
+            HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8, HAS_DOCS=docs,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
 
     cands = fwd_candidates(q.device, D, block_size if sparse else None)
-    key = ("fwd", q.device.index, D, q.dtype, causal, sparse, block_size, _bucket(Lq), _bucket(Lk))
+    key = ("fwd", q.device.index, D, q.dtype, causal, sparse, docs, block_size, _bucket(Lq), _bucket(Lk))
     run(_choose(key, cands, run, q.device))
     return o, lse
 
@@ -265,7 +310,7 @@ def flash_bwd(
     lse: torch.Tensor, kv_lens: torch.Tensor | None,
     kv_counts: torch.Tensor | None, kv_indices: torch.Tensor | None,
     q_counts: torch.Tensor | None, q_indices: torch.Tensor | None,
-    block_size: int, causal: bool, scale: float,
+    block_size: int, causal: bool, scale: float, cu_seqlens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward launcher: returns dq, dk, dv (contiguous, in the inputs' dtype). Deterministic."""
     _check_last_dim_contiguous(do=do, q=q, k=k, v=v, o=o)
@@ -292,13 +337,16 @@ def flash_bwd(
     lens = kv_lens if kv_lens is not None else kcnt
     bs = block_size if sparse else 1
     qk_scale = scale * LOG2E
+    docs = cu_seqlens is not None
+    doc_start, doc_end = _doc_args(cu_seqlens, B, Lq, q)
 
     def run(cfg: configs.BwdConfig) -> None:
         # a layout block ragged at Lq may list query tiles past Lq: keep the row masks then
         even_q = Lq % (block_size if sparse else cfg.block_m1) == 0
         key_tiles = q_counts.shape[1] * (bs // cfg.block_n1) if sparse else triton.cdiv(Lk, cfg.block_n1)
+        key_order = _doc_order(doc_start, doc_end, cfg.block_n1, causal, keys=True) if docs and not sparse else qcnt
         bwd_dkdv_kernel[(B * HKV, key_tiles)](
-            q, k, v, do, dk, dv, lse, delta, lens, qcnt, qidx, qorder,
+            q, k, v, do, dk, dv, lse, delta, lens, qcnt, qidx, qorder, doc_start, doc_end, key_order,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2),
             dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
@@ -306,23 +354,24 @@ def flash_bwd(
             H, HKV, H // HKV, Lq, Lk, qk_scale, scale, bs,
             D=D, D_TILE=d_tile, BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1, CAUSAL=causal, SPARSE=sparse,
             HAS_KV_LENS=kv_lens is not None, EVEN_Q=even_q, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8,
-            num_warps=cfg.warps1, num_stages=cfg.stages1,
+            HAS_DOCS=docs, num_warps=cfg.warps1, num_stages=cfg.stages1,
         )
         query_tiles = kv_counts.shape[1] * (bs // cfg.block_m2) if sparse else triton.cdiv(Lq, cfg.block_m2)
+        query_order = _doc_order(doc_start, doc_end, cfg.block_m2, causal, keys=False) if docs and not sparse else kcnt
         bwd_dq_kernel[(B * H, query_tiles)](
-            q, k, v, do, dq, lse, delta, lens, kcnt, kidx, korder,
+            q, k, v, do, dq, lse, delta, lens, kcnt, kidx, korder, doc_start, doc_end, query_order,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2),
             dq.stride(0), dq.stride(1), dq.stride(2),
             skcnt_h, skidx_h, skidx_m, skord_h,
             H, H // HKV, Lq, Lk, qk_scale, scale, bs,
             D=D, D_TILE=d_tile, BLOCK_M2=cfg.block_m2, BLOCK_N2=cfg.block_n2, CAUSAL=causal, SPARSE=sparse,
-            HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8,
+            HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8, HAS_DOCS=docs,
             num_warps=cfg.warps2, num_stages=cfg.stages2,
         )
 
     cands = bwd_candidates(q.device, D, block_size if sparse else None)
-    key = ("bwd", q.device.index, D, q.dtype, causal, sparse, block_size, H // HKV, _bucket(Lq), _bucket(Lk))
+    key = ("bwd", q.device.index, D, q.dtype, causal, sparse, docs, block_size, H // HKV, _bucket(Lq), _bucket(Lk))
     run(_choose(key, cands, run, q.device))
     return dq, dk, dv
 
@@ -332,19 +381,21 @@ def flash_bwd(
 # --------------------------------------------------------------------------------------------
 
 _FWD_SCHEMA = ("(Tensor q, Tensor k, Tensor v, Tensor? kv_lens, Tensor? kv_counts, Tensor? kv_indices, "
-               "Tensor? q_counts, Tensor? q_indices, int block_size, bool causal, float scale) -> (Tensor, Tensor)")
+               "Tensor? q_counts, Tensor? q_indices, int block_size, bool causal, float scale, "
+               "Tensor? cu_seqlens) -> (Tensor, Tensor)")
 _BWD_SCHEMA = ("(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor? kv_lens, "
                "Tensor? kv_counts, Tensor? kv_indices, Tensor? q_counts, Tensor? q_indices, int block_size, "
-               "bool causal, float scale) -> (Tensor, Tensor, Tensor)")
+               "bool causal, float scale, Tensor? cu_seqlens) -> (Tensor, Tensor, Tensor)")
 
 
-def _fwd_impl(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale):
-    return flash_fwd(q, k, v, kv_lens, kv_counts, kv_indices, block_size, causal, scale)
+def _fwd_impl(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens):
+    return flash_fwd(q, k, v, kv_lens, kv_counts, kv_indices, block_size, causal, scale, cu_seqlens)
 
 
-def _bwd_impl(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale):
+def _bwd_impl(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
+              cu_seqlens):
     return flash_bwd(do.contiguous(), q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices,
-                     block_size, causal, scale)
+                     block_size, causal, scale, cu_seqlens)
 
 
 _fwd_op = torch.library.custom_op("genoformer::triton_flash_fwd", _fwd_impl, mutates_args=(), schema=_FWD_SCHEMA)
@@ -352,29 +403,30 @@ _bwd_op = torch.library.custom_op("genoformer::triton_flash_bwd", _bwd_impl, mut
 
 
 @_fwd_op.register_fake
-def _fwd_fake(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale):
+def _fwd_fake(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens):
     B, H, Lq, D = q.shape
     return q.new_empty((B, H, Lq, D)), q.new_empty((B, H, Lq), dtype=torch.float32)
 
 
 @_bwd_op.register_fake
-def _bwd_fake(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale):
+def _bwd_fake(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
+              cu_seqlens):
     return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape))
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale = inputs
+    q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens = inputs
     o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices)
+    ctx.save_for_backward(q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, cu_seqlens)
     ctx.block_size, ctx.causal, ctx.scale = block_size, causal, scale
 
 
 def _backward(ctx, do, dlse):
     # lse is an internal output: nothing downstream differentiates it
-    q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices = ctx.saved_tensors
+    q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, cu_seqlens = ctx.saved_tensors
     dq, dk, dv = _bwd_op(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices,
-                         ctx.block_size, ctx.causal, ctx.scale)
-    return dq, dk, dv, None, None, None, None, None, None, None, None
+                         ctx.block_size, ctx.causal, ctx.scale, cu_seqlens)
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None
 
 
 _fwd_op.register_autograd(_backward, setup_context=_setup_context)
@@ -394,8 +446,9 @@ def triton_attention(
     layout: BlockLayout | None = None,
     kv_lens: torch.Tensor | None = None,
     scale: float | None = None,
+    cu_seqlens: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """FlashAttention in Triton (forward and backward), dense, causal or block-sparse.
+    """FlashAttention in Triton (forward and backward), dense, causal or block-sparse, packed or not.
 
     q: (B, H, Lq, D), k and v: (B, HKV, Lk, D), fp16 or bf16, D a multiple of 8 from 16 to 256
     (a D that is not a power of two runs in tiles of the next power of two, the padding masked),
@@ -403,10 +456,13 @@ def triton_attention(
     (for example a (B, L, H, D) buffer viewed as (B, H, L, D)) are read in place.
     layout: a BlockLayout over (Lq, Lk); only its listed blocks are visited.  causal: j <= i
     (needs Lq == Lk; combines with a layout).  kv_lens: (B,) int, keys >= kv_lens[b] are padding.
+    cu_seqlens: (N+1,) int32, documents packed in the rows (valid as ``genoformer.kernels.documents``
+    checks it; Lq == Lk, no kv_lens): a token attends only inside its document, and a tile's work
+    is cut to its documents' span.
     Returns (B, H, Lq, D) in q's dtype.  Raises ValueError saying what to change when the kernels
     cannot run the inputs (see ``unsupported_reason``).
     """
-    _check(q, k, v, causal, layout, kv_lens)
+    _check(q, k, v, causal, layout, kv_lens, cu_seqlens)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     if layout is None:
@@ -416,5 +472,6 @@ def triton_attention(
         block_size = layout.block_size
         kv_counts, kv_indices = layout.kv_indices(q.device)
         q_counts, q_indices = layout.q_indices(q.device)
-    o, _ = _fwd_op(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale)
+    o, _ = _fwd_op(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
+                   cu_seqlens)
     return o

@@ -9,8 +9,8 @@ Three launches, in reading order:
   3. ``bwd_dq_kernel``: one program per (batch, query head, query tile); dQ in registers while it
      walks the same key tiles as the forward (``row_tile_range``).
 
-Legend (D head dim, D_TILE the tiles' padded width), base-2 scores and the lse convention: see
-``triton_flash_fwd.py``.  The padding columns d >= D of q, k, v, dO read 0, so the matmuls over the
+Legend (D head dim, D_TILE the tiles' padded width), base-2 scores, the lse convention and the
+packed documents (HAS_DOCS, DOC_START / DOC_END): see ``triton_flash_fwd.py``.  The padding columns d >= D of q, k, v, dO read 0, so the matmuls over the
 head dim see zeros there and dQ, dK, dV come out 0 in those columns, which the stores skip.
 With p = exp2(s2 - lse) (the softmax) and dS = p * (dP - delta), dP = dO . V^T:
   dV = P^T dO,   dK = scale * dS^T Q,   dQ = scale * dS K.
@@ -22,13 +22,17 @@ import triton
 import triton.language as tl
 
 from genoformer.kernels.triton_flash_fwd import (
+    doc_span,
     head_ptr,
     load_tile,
     mma,
+    order_ranges,
     row_tile_range,
     store_tile,
     tile_ptrs,
     tile_start,
+    tiles_ending_by,
+    tiles_starting_before,
 )
 
 
@@ -55,11 +59,14 @@ def bwd_preprocess_kernel(
 @triton.jit
 def _dkdv_steps(
     dk, dv, k, v, q_base, do_base, lse_base, delta_base, sq_l, sdo_l,
-    idx_ptr, bs, TPB, t_lo, t_hi, offs_n, kv_end, Lq, qk_scale,
+    idx_ptr, bs, TPB, t_lo, t_hi, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
     BLOCK_M1: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr, CAUSAL: tl.constexpr,
     SPARSE: tl.constexpr, MASK: tl.constexpr, EVEN_Q: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
+    HAS_DOCS: tl.constexpr,
 ):
-    """Accumulate dK, dV (BLOCK_N1, D_TILE) over query tiles t_lo..t_hi (transposed: keys are rows)."""
+    """Accumulate dK, dV (BLOCK_N1, D_TILE) over query tiles t_lo..t_hi (transposed: keys are rows).
+
+    doc_lo, doc_hi (BLOCK_N1,): each key's document span, the queries that may see it (HAS_DOCS)."""
     offs_d = tl.arange(0, D_TILE)
     for t in range(t_lo, t_hi):
         start_m = tile_start(t, idx_ptr, bs, TPB, BLOCK_M1, SPARSE)
@@ -78,6 +85,8 @@ def _dkdv_steps(
             keep = offs_n[:, None] < kv_end
             if CAUSAL:
                 keep = keep & (offs_m[None, :] >= offs_n[:, None])
+            if HAS_DOCS:
+                keep = keep & (offs_m[None, :] >= doc_lo[:, None]) & (offs_m[None, :] < doc_hi[:, None])
             pT = tl.where(keep, pT, 0.0)
         do = load_tile(do_ptrs, offs_m < Lq, offs_d, D, D_TILE, not EVEN_Q)
         if EVEN_Q:
@@ -93,18 +102,19 @@ def _dkdv_steps(
 
 @triton.jit
 def bwd_dkdv_kernel(
-    Q, K, V, DO, DK, DV, LSE, DELTA, KV_LENS, CNT, IDX, ORDER,
+    Q, K, V, DO, DK, DV, LSE, DELTA, KV_LENS, CNT, IDX, ORDER, DOC_START, DOC_END, DOC_ORDER,
     sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, sdo_b, sdo_h, sdo_l,
     sdk_b, sdk_h, sdk_l, sdv_b, sdv_h, sdv_l,
     scnt_h, sidx_h, sidx_n, sord_h,
     H, HKV, GROUP, Lq, Lk, qk_scale, sm_scale, bs,
     D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
     CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, EVEN_Q: tl.constexpr,
-    SCAN_: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
+    SCAN_: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr,
 ):
-    # grid: (B * HKV, key tiles), the longest columns launched first: dense causal, key tile 0;
-    # sparse, the layout columns in ORDER (by descending count, taken from the group's first
-    # query head), each as bs // BLOCK_N1 tiles
+    # grid: (B * HKV, key tiles), the longest columns launched first: dense causal, key tile 0,
+    # or with documents the tiles in DOC_ORDER (B, tiles) (by descending span); sparse, the
+    # layout columns in ORDER (by descending count, taken from the group's first query head),
+    # each as bs // BLOCK_N1 tiles
     bhk = tl.program_id(0)
     b = bhk // HKV
     hk = bhk % HKV
@@ -112,6 +122,8 @@ def bwd_dkdv_kernel(
         tiles_per_col = bs // BLOCK_N1
         col = tl.load(ORDER + hk * GROUP * sord_h + tl.program_id(1) // tiles_per_col)
         start_n = col * bs + (tl.program_id(1) % tiles_per_col) * BLOCK_N1
+    elif HAS_DOCS:
+        start_n = tl.load(DOC_ORDER + b * tl.num_programs(1) + tl.program_id(1)) * BLOCK_N1
     else:
         start_n = tl.program_id(1) * BLOCK_N1
     kv_end = Lk
@@ -129,6 +141,27 @@ def bwd_dkdv_kernel(
                   k_row_ok, offs_d, D, D_TILE, True)
     dk = tl.zeros([BLOCK_N1, D_TILE], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N1, D_TILE], dtype=tl.float32)
+    # queries that may see this key tile: causal, [start_n, ...); every one of its keys, from
+    # start_n + BLOCK_N1 - 1; with documents, within the keys' documents (see doc_span)
+    q_lo = 0
+    q_full_lo = 0
+    q_full_hi = Lq
+    q_hi = Lq
+    if CAUSAL:
+        q_lo = start_n
+        q_full_lo = start_n + BLOCK_N1 - 1
+    doc_base = b.to(tl.int64) * Lk
+    doc_lo = offs_n  # each key's document span (HAS_DOCS only): keys past Lk see no query
+    doc_hi = offs_n
+    if HAS_DOCS:
+        doc_lo = tl.load(DOC_START + doc_base + offs_n, mask=k_row_ok, other=0)
+        doc_hi = tl.load(DOC_END + doc_base + offs_n, mask=k_row_ok, other=0)
+        lo, full_lo, full_hi, hi = doc_span(DOC_START, DOC_END, doc_base, start_n,
+                                            tl.minimum(start_n + BLOCK_N1, Lk) - 1)
+        q_lo = tl.maximum(q_lo, lo)
+        q_full_lo = tl.maximum(q_full_lo, full_lo)
+        q_full_hi = full_hi
+        q_hi = hi
 
     for g in range(GROUP):
         h = hk * GROUP + g
@@ -137,48 +170,46 @@ def bwd_dkdv_kernel(
         do_base = head_ptr(DO, b, sdo_b, h, sdo_h, ALIGN8)
         lse_base = LSE + bh.to(tl.int64) * Lq
         delta_base = DELTA + bh.to(tl.int64) * Lq
-        # query tiles [t_lo, t_mid) hold the causal diagonal (masked), [t_mid, t_end) need no mask
+        # query tiles [t_lo, t_mid) and [t_full, t_end) are masked (the causal diagonal, the
+        # documents' edges), [t_mid, t_full) need no mask; the column's other tiles are skipped
+        count = 0
         idx_ptr = IDX
         TPB = 1
         if SPARSE:
             count = tl.load(CNT + h * scnt_h + col)
             idx_ptr = IDX + h * sidx_h + col * sidx_n
             TPB = bs // BLOCK_M1
-            t_lo = 0
-            t_mid = 0
-            if CAUSAL:
-                # entries above the diagonal (query blocks before this column) are skipped
-                n_skip = 0
-                for c in range(0, count, SCAN_):
-                    offs = c + tl.arange(0, SCAN_)
-                    valid = offs < count
-                    blk = tl.load(idx_ptr + offs, mask=valid, other=0)
-                    n_skip += tl.sum((valid & (blk < col)).to(tl.int32), axis=0)
-                t_lo = n_skip * TPB
-                t_mid = t_lo
-                if n_skip < count:
-                    if tl.load(idx_ptr + n_skip) == col:
-                        t_lo = n_skip * TPB + (start_n - col * bs) // BLOCK_M1
-                        t_mid = n_skip * TPB + tl.cdiv(start_n + BLOCK_N1 - 1 - col * bs, BLOCK_M1)
+        t_lo = 0
+        t_mid = 0
+        if CAUSAL or HAS_DOCS:
+            t_lo = tiles_ending_by(q_lo, count, idx_ptr, bs, TPB, BLOCK_M1, SPARSE, SCAN_)
+            t_mid = tiles_starting_before(q_full_lo, count, idx_ptr, bs, TPB, BLOCK_M1, SPARSE, SCAN_)
+        if SPARSE:
             t_end = count * TPB
         else:
-            t_lo = 0
-            t_mid = 0
             t_end = tl.cdiv(Lq, BLOCK_M1)
-            if CAUSAL:
-                t_lo = start_n // BLOCK_M1
-                t_mid = tl.minimum(tl.cdiv(start_n + BLOCK_N1 - 1, BLOCK_M1), t_end)
+        t_full = t_end
+        if HAS_DOCS:
+            t_full = tiles_ending_by(q_full_hi, count, idx_ptr, bs, TPB, BLOCK_M1, SPARSE, SCAN_)
+            t_end = tiles_starting_before(q_hi, count, idx_ptr, bs, TPB, BLOCK_M1, SPARSE, SCAN_)
+        t_lo, t_mid, t_full, t_end = order_ranges(t_lo, t_mid, t_full, t_end)
         if key_partial:
             t_mid = t_end
+            t_full = t_end
         if start_n >= kv_end:  # every key of this tile is padding: dK = dV = 0
             t_lo = t_end
             t_mid = t_end
+            t_full = t_end
         dk, dv = _dkdv_steps(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sq_l, sdo_l,
-                             idx_ptr, bs, TPB, t_lo, t_mid, offs_n, kv_end, Lq, qk_scale,
-                             BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, True, EVEN_Q, DOT_F32, ALIGN8)
+                             idx_ptr, bs, TPB, t_lo, t_mid, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
+                             BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, True, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS)
         dk, dv = _dkdv_steps(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sq_l, sdo_l,
-                             idx_ptr, bs, TPB, t_mid, t_end, offs_n, kv_end, Lq, qk_scale,
-                             BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, False, EVEN_Q, DOT_F32, ALIGN8)
+                             idx_ptr, bs, TPB, t_mid, t_full, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
+                             BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, False, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS)
+        if HAS_DOCS:  # the end of the documents' span
+            dk, dv = _dkdv_steps(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sq_l, sdo_l,
+                                 idx_ptr, bs, TPB, t_full, t_end, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
+                                 BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, True, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS)
 
     dk = dk * sm_scale
     store_tile(tile_ptrs(head_ptr(DK, b, sdk_b, hk, sdk_h, ALIGN8), offs_n, sdk_l, offs_d, ALIGN8),
@@ -190,11 +221,12 @@ def bwd_dkdv_kernel(
 @triton.jit
 def _dq_steps(
     dq, q, do, lse, delta, k_base, v_base, sk_l, sv_l,
-    idx_ptr, bs, TPB, t_lo, t_hi, offs_m, kv_end, qk_scale,
+    idx_ptr, bs, TPB, t_lo, t_hi, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
     BLOCK_N2: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr, CAUSAL: tl.constexpr,
     SPARSE: tl.constexpr, MASK: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
+    HAS_DOCS: tl.constexpr,
 ):
-    """Accumulate dQ (BLOCK_M2, D_TILE) over key tiles t_lo..t_hi."""
+    """Accumulate dQ (BLOCK_M2, D_TILE) over key tiles t_lo..t_hi (doc_lo, doc_hi: as in the forward)."""
     offs_d = tl.arange(0, D_TILE)
     for t in range(t_lo, t_hi):
         start_n = tile_start(t, idx_ptr, bs, TPB, BLOCK_N2, SPARSE)
@@ -209,6 +241,8 @@ def _dq_steps(
             keep = offs_n[None, :] < kv_end
             if CAUSAL:
                 keep = keep & (offs_m[:, None] >= offs_n[None, :])
+            if HAS_DOCS:
+                keep = keep & (offs_n[None, :] >= doc_lo[:, None]) & (offs_n[None, :] < doc_hi[:, None])
             p = tl.where(keep, p, 0.0)
         dp = mma(do, tl.trans(v), None, DOT_F32)  # (BLOCK_M2, BLOCK_N2)
         ds = p * (dp - delta[:, None])
@@ -218,13 +252,13 @@ def _dq_steps(
 
 @triton.jit
 def bwd_dq_kernel(
-    Q, K, V, DO, DQ, LSE, DELTA, KV_LENS, CNT, IDX, ORDER,
+    Q, K, V, DO, DQ, LSE, DELTA, KV_LENS, CNT, IDX, ORDER, DOC_START, DOC_END, DOC_ORDER,
     sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, sdo_b, sdo_h, sdo_l, sdq_b, sdq_h, sdq_l,
     scnt_h, sidx_h, sidx_m, sord_h,
     H, GROUP, Lq, Lk, qk_scale, sm_scale, bs,
     D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
     CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, SCAN_: tl.constexpr,
-    DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
+    DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr,
 ):
     # grid: (B * H, query tiles), the longest rows launched first (as in the forward)
     bh = tl.program_id(0)
@@ -235,6 +269,8 @@ def bwd_dq_kernel(
         tiles_per_row = bs // BLOCK_M2
         row = tl.load(ORDER + h * sord_h + tl.program_id(1) // tiles_per_row)
         start_m = row * bs + (tl.program_id(1) % tiles_per_row) * BLOCK_M2
+    elif HAS_DOCS:
+        start_m = tl.load(DOC_ORDER + b * tl.num_programs(1) + tl.program_id(1)) * BLOCK_M2
     else:
         start_m = (tl.num_programs(1) - 1 - tl.program_id(1)) * BLOCK_M2
     kv_end = Lk
@@ -262,13 +298,26 @@ def bwd_dq_kernel(
         count = tl.where(start_m < Lq, count, 0)
         idx_ptr = IDX + h * sidx_h + row * sidx_m
         TPB = bs // BLOCK_N2
-    t_full, t_end = row_tile_range(start_m, kv_end, count, idx_ptr, bs, TPB,
-                                   BLOCK_M2, BLOCK_N2, CAUSAL, SPARSE, SCAN_)
+    doc_base = b.to(tl.int64) * Lq
+    doc_lo = offs_m  # each row's document span (HAS_DOCS only): rows past Lq see no key
+    doc_hi = offs_m
+    if HAS_DOCS:
+        doc_lo = tl.load(DOC_START + doc_base + offs_m, mask=row_ok, other=0)
+        doc_hi = tl.load(DOC_END + doc_base + offs_m, mask=row_ok, other=0)
+    t_lo, t_first, t_full, t_end = row_tile_range(start_m, kv_end, count, idx_ptr, bs, TPB,
+                                                  DOC_START, DOC_END, doc_base, Lq,
+                                                  BLOCK_M2, BLOCK_N2, CAUSAL, SPARSE, HAS_DOCS, SCAN_)
     dq = tl.zeros([BLOCK_M2, D_TILE], dtype=tl.float32)
-    dq = _dq_steps(dq, q, do, lse, delta, k_base, v_base, sk_l, sv_l, idx_ptr, bs, TPB, 0, t_full,
-                   offs_m, kv_end, qk_scale, BLOCK_N2, D, D_TILE, CAUSAL, SPARSE, False, DOT_F32, ALIGN8)
+    if HAS_DOCS:  # the start of the documents' span
+        dq = _dq_steps(dq, q, do, lse, delta, k_base, v_base, sk_l, sv_l, idx_ptr, bs, TPB, t_lo, t_first,
+                       offs_m, kv_end, qk_scale, doc_lo, doc_hi,
+                       BLOCK_N2, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS)
+    dq = _dq_steps(dq, q, do, lse, delta, k_base, v_base, sk_l, sv_l, idx_ptr, bs, TPB, t_first, t_full,
+                   offs_m, kv_end, qk_scale, doc_lo, doc_hi,
+                   BLOCK_N2, D, D_TILE, CAUSAL, SPARSE, False, DOT_F32, ALIGN8, HAS_DOCS)
     dq = _dq_steps(dq, q, do, lse, delta, k_base, v_base, sk_l, sv_l, idx_ptr, bs, TPB, t_full, t_end,
-                   offs_m, kv_end, qk_scale, BLOCK_N2, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8)
+                   offs_m, kv_end, qk_scale, doc_lo, doc_hi,
+                   BLOCK_N2, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS)
     dq = dq * sm_scale
     store_tile(tile_ptrs(head_ptr(DQ, b, sdq_b, h, sdq_h, ALIGN8), offs_m, sdq_l, offs_d, ALIGN8),
                dq.to(DQ.dtype.element_ty), row_ok, offs_d, D, D_TILE)

@@ -24,9 +24,18 @@ same base-2 units (internal to this module).  A query row with no allowed key en
 its output is 0 and its lse is +inf, so the backward's exp2(s2 - lse) is exactly 0 there.
 
 Which tiles a query tile visits (dense, causal or block-sparse) is decided once per program by
-``row_tile_range``: tiles [0, t_full) are entirely allowed and run without any mask; tiles
+``row_tile_range``: tiles [t_first, t_full) are entirely allowed and run without any mask; tiles
 [t_full, t_end) hold the causal diagonal, the key-padding edge or the ragged tail and are masked;
 tiles past t_end (above the diagonal, beyond kv_lens[b], or absent from the layout) are skipped.
+
+Packed documents (HAS_DOCS; see ``genoformer.kernels.documents``): DOC_START / DOC_END (B, L)
+int32 give each token's document span [start, end) within its row, non-decreasing along the row.
+A query tile's rows together see the keys [start(first row), end(last row)), and every row sees
+[start(last row), end(first row)) (empty when the tile spans two documents). Tiles before the
+first span are skipped, so a row packed with short documents costs about sum(len_i^2), not L^2;
+tiles [t_lo, t_first) at the start of the span and [t_full, t_end) at its end are masked, those
+in between run unmasked.  The dK/dV kernel does the same over query tiles with the key tile's
+documents (queries and keys share the row's documents).
 """
 
 from __future__ import annotations
@@ -107,15 +116,77 @@ def tile_start(t, idx_ptr, bs, TPB, BLOCK: tl.constexpr, SPARSE: tl.constexpr):
 
 
 @triton.jit
-def row_tile_range(
-    start_m, kv_end, count, idx_ptr, bs, TPB,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, SPARSE: tl.constexpr,
-    SCAN_: tl.constexpr,
-):
-    """(t_full, t_end) for the query tile [start_m, start_m + BLOCK_M) over its key tiles.
+def tiles_ending_by(x, count, idx_ptr, bs, TPB, BLOCK: tl.constexpr, SPARSE: tl.constexpr, SCAN_: tl.constexpr):
+    """How many of the visited tiles (ascending; see ``tile_start``) end at or before token x."""
+    if SPARSE:
+        n = 0  # layout blocks of the list that end by x
+        for c in range(0, count, SCAN_):
+            offs = c + tl.arange(0, SCAN_)
+            valid = offs < count
+            blk = tl.load(idx_ptr + offs, mask=valid, other=0)
+            n += tl.sum((valid & ((blk + 1) * bs <= x)).to(tl.int32), axis=0)
+        t = n * TPB
+        if n < count:
+            blk = tl.load(idx_ptr + n)
+            t += tl.minimum(tl.maximum(x - blk * bs, 0) // BLOCK, TPB)
+    else:
+        t = tl.maximum(x, 0) // BLOCK
+    return t
 
-    A key tile [n, n + BLOCK_N) needs no mask when n + BLOCK_N <= full_end, and is visited at all
-    when n < hi.  In sparse mode the key tiles are those of the row's CSR list (idx_ptr, count;
+
+@triton.jit
+def tiles_starting_before(x, count, idx_ptr, bs, TPB, BLOCK: tl.constexpr, SPARSE: tl.constexpr,
+                          SCAN_: tl.constexpr):
+    """How many of the visited tiles (ascending; see ``tile_start``) start before token x."""
+    if SPARSE:
+        n = 0  # layout blocks of the list that start before x
+        for c in range(0, count, SCAN_):
+            offs = c + tl.arange(0, SCAN_)
+            valid = offs < count
+            blk = tl.load(idx_ptr + offs, mask=valid, other=0)
+            n += tl.sum((valid & (blk * bs < x)).to(tl.int32), axis=0)
+        t = n * TPB
+        if n > 0:
+            blk = tl.load(idx_ptr + n - 1)
+            t = (n - 1) * TPB + tl.minimum(tl.cdiv(x - blk * bs, BLOCK), TPB)
+    else:
+        t = tl.cdiv(tl.maximum(x, 0), BLOCK)
+    return t
+
+
+@triton.jit
+def doc_span(DOC_START, DOC_END, doc_base, first, last):
+    """(lo, full_lo, full_hi, hi) of the consecutive tokens first..last of one row: together they
+    see [lo, hi), each of them sees [full_lo, full_hi) (empty when they span two documents)."""
+    lo = tl.load(DOC_START + doc_base + first)
+    full_lo = tl.load(DOC_START + doc_base + last)
+    full_hi = tl.load(DOC_END + doc_base + first)
+    hi = tl.load(DOC_END + doc_base + last)
+    return lo, full_lo, full_hi, hi
+
+
+@triton.jit
+def order_ranges(t_lo, t_first, t_full, t_end):
+    """Clamp the four tile bounds so that [t_lo, t_first) masked, [t_first, t_full) unmasked and
+    [t_full, t_end) masked cover every visited tile exactly once."""
+    t_lo = tl.minimum(t_lo, t_end)
+    t_first = tl.minimum(tl.maximum(t_first, t_lo), t_end)
+    t_full = tl.minimum(tl.maximum(t_full, t_first), t_end)
+    return t_lo, t_first, t_full, t_end
+
+
+@triton.jit
+def row_tile_range(
+    start_m, kv_end, count, idx_ptr, bs, TPB, DOC_START, DOC_END, doc_base, Lq,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, SPARSE: tl.constexpr,
+    HAS_DOCS: tl.constexpr, SCAN_: tl.constexpr,
+):
+    """(t_lo, t_first, t_full, t_end) for the query tile [start_m, start_m + BLOCK_M) over its key tiles.
+
+    Key tiles [t_lo, t_first) and [t_full, t_end) are masked, [t_first, t_full) need no mask; the
+    rest are skipped.  Without documents t_lo = t_first = 0.  A key tile [n, n + BLOCK_N) needs no
+    mask when lo_full <= n and n + BLOCK_N <= full_end, and is visited at all when it overlaps
+    [lo, hi).  In sparse mode the key tiles are those of the row's CSR list (idx_ptr, count;
     ascending layout-block indices), and the counts come from one vectorised pass over the list.
     """
     full_end = kv_end
@@ -123,6 +194,16 @@ def row_tile_range(
     if CAUSAL:
         full_end = tl.minimum(start_m + 1, kv_end)
         hi = tl.minimum(start_m + BLOCK_M, kv_end)
+    t_lo = 0
+    t_first = 0
+    if HAS_DOCS:
+        # (a sparse tile past Lq, in the ragged last layout row, has count 0: nothing to visit)
+        lo, full_lo, doc_full_hi, doc_hi = doc_span(DOC_START, DOC_END, doc_base, tl.minimum(start_m, Lq - 1),
+                                                    tl.minimum(start_m + BLOCK_M, Lq) - 1)
+        full_end = tl.minimum(full_end, doc_full_hi)
+        hi = tl.minimum(hi, doc_hi)
+        t_lo = tiles_ending_by(lo, count, idx_ptr, bs, TPB, BLOCK_N, SPARSE, SCAN_)
+        t_first = tiles_starting_before(full_lo, count, idx_ptr, bs, TPB, BLOCK_N, SPARSE, SCAN_)
     if SPARSE:
         n_full = 0  # entries whose whole layout block is allowed for every row of this tile
         n_part = 0  # entries that start before hi (visited at all)
@@ -144,17 +225,22 @@ def row_tile_range(
     else:
         t_full = tl.maximum(full_end, 0) // BLOCK_N
         t_end = tl.cdiv(tl.maximum(hi, 0), BLOCK_N)
-    return t_full, t_end
+    if HAS_DOCS:
+        t_lo, t_first, t_full, t_end = order_ranges(t_lo, t_first, t_full, t_end)
+    return t_lo, t_first, t_full, t_end
 
 
 @triton.jit
 def _fwd_steps(
     acc, l_i, m_i, q, k_base, v_base, sk_l, sv_l,
-    idx_ptr, bs, TPB, t_lo, t_hi, offs_m, kv_end, qk_scale,
+    idx_ptr, bs, TPB, t_lo, t_hi, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
     BLOCK_N: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr, CAUSAL: tl.constexpr,
     SPARSE: tl.constexpr, MASK: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
+    HAS_DOCS: tl.constexpr,
 ):
-    """Online-softmax update over key tiles t_lo..t_hi; MASK=False is the unmasked fast path."""
+    """Online-softmax update over key tiles t_lo..t_hi; MASK=False is the unmasked fast path.
+
+    doc_lo, doc_hi (BLOCK_M,): each query row's document span (read only when HAS_DOCS)."""
     offs_d = tl.arange(0, D_TILE)
     for t in range(t_lo, t_hi):
         start_n = tile_start(t, idx_ptr, bs, TPB, BLOCK_N, SPARSE)
@@ -167,6 +253,8 @@ def _fwd_steps(
             keep = offs_n[None, :] < kv_end
             if CAUSAL:
                 keep = keep & (offs_m[:, None] >= offs_n[None, :])
+            if HAS_DOCS:
+                keep = keep & (offs_n[None, :] >= doc_lo[:, None]) & (offs_n[None, :] < doc_hi[:, None])
             s = tl.where(keep, s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
             # a row with nothing allowed so far keeps m = -inf; subtract 0 to avoid inf - inf
@@ -186,17 +274,18 @@ def _fwd_steps(
 
 @triton.jit
 def attn_fwd_kernel(
-    Q, K, V, O, LSE, KV_LENS, CNT, IDX, ORDER,
+    Q, K, V, O, LSE, KV_LENS, CNT, IDX, ORDER, DOC_START, DOC_END, DOC_ORDER,
     sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, so_b, so_h, so_l,
     scnt_h, sidx_h, sidx_m, sord_h,
     H, GROUP, Lq, Lk, qk_scale, bs,
     D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, SCAN_: tl.constexpr,
-    DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
+    DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr,
 ):
     # grid: (B * H, query tiles), the longest rows launched first: dense, the last tiles (the
-    # longest causal rows); sparse, the layout rows in ORDER (by descending count), each as
-    # bs // BLOCK_M tiles, so that a long row (a global block) does not finish last
+    # longest causal rows), or with documents the tiles in DOC_ORDER (B, tiles) (by descending
+    # span); sparse, the layout rows in ORDER (by descending count), each as bs // BLOCK_M
+    # tiles, so that a long row (a global block) does not finish last
     bh = tl.program_id(0)
     b = bh // H
     h = bh % H
@@ -205,6 +294,8 @@ def attn_fwd_kernel(
         tiles_per_row = bs // BLOCK_M
         row = tl.load(ORDER + h * sord_h + tl.program_id(1) // tiles_per_row)
         start_m = row * bs + (tl.program_id(1) % tiles_per_row) * BLOCK_M
+    elif HAS_DOCS:
+        start_m = tl.load(DOC_ORDER + b * tl.num_programs(1) + tl.program_id(1)) * BLOCK_M
     else:
         start_m = (tl.num_programs(1) - 1 - tl.program_id(1)) * BLOCK_M
     kv_end = Lk
@@ -228,18 +319,29 @@ def attn_fwd_kernel(
         count = tl.where(start_m < Lq, count, 0)  # a tile past Lq in the ragged last row: no work
         idx_ptr = IDX + h * sidx_h + row * sidx_m
         TPB = bs // BLOCK_N
-    t_full, t_end = row_tile_range(start_m, kv_end, count, idx_ptr, bs, TPB,
-                                   BLOCK_M, BLOCK_N, CAUSAL, SPARSE, SCAN_)
+    doc_base = b.to(tl.int64) * Lq
+    doc_lo = offs_m  # each row's document span (HAS_DOCS only): rows past Lq see no key
+    doc_hi = offs_m
+    if HAS_DOCS:
+        doc_lo = tl.load(DOC_START + doc_base + offs_m, mask=row_ok, other=0)
+        doc_hi = tl.load(DOC_END + doc_base + offs_m, mask=row_ok, other=0)
+    t_lo, t_first, t_full, t_end = row_tile_range(start_m, kv_end, count, idx_ptr, bs, TPB,
+                                                  DOC_START, DOC_END, doc_base, Lq,
+                                                  BLOCK_M, BLOCK_N, CAUSAL, SPARSE, HAS_DOCS, SCAN_)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running max of s2
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum of exp2(s2 - m)
     acc = tl.zeros([BLOCK_M, D_TILE], dtype=tl.float32)
+    if HAS_DOCS:  # the start of the documents' span
+        acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_base, v_base, sk_l, sv_l, idx_ptr, bs, TPB,
+                                   t_lo, t_first, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
+                                   BLOCK_N, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS)
     acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_base, v_base, sk_l, sv_l, idx_ptr, bs, TPB,
-                               0, t_full, offs_m, kv_end, qk_scale,
-                               BLOCK_N, D, D_TILE, CAUSAL, SPARSE, False, DOT_F32, ALIGN8)
+                               t_first, t_full, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
+                               BLOCK_N, D, D_TILE, CAUSAL, SPARSE, False, DOT_F32, ALIGN8, HAS_DOCS)
     acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_base, v_base, sk_l, sv_l, idx_ptr, bs, TPB,
-                               t_full, t_end, offs_m, kv_end, qk_scale,
-                               BLOCK_N, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8)
+                               t_full, t_end, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
+                               BLOCK_N, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS)
 
     empty = l_i == 0.0  # rows with no allowed key: output 0, lse +inf
     l_safe = tl.where(empty, 1.0, l_i)

@@ -97,9 +97,13 @@ def _bf16(B=1, H=2, HKV=1, L=32, S=None, D=16):
         (lambda: _bf16(), {"kv_lens": torch.tensor([3.0])}, "kv_lens must be an int32/int64 tensor"),
         (lambda: _bf16(), {"layout": BlockLayout.sliding_window(64, 16, 16)}, "build the layout for these lengths"),
         (lambda: _bf16(L=0), {}, "empty input"),
+        (lambda: _bf16(), {"kv_lens": torch.tensor([3]), "cu_seqlens": torch.tensor([0, 32], dtype=torch.int32)},
+         "cu_seqlens and kv_lens cannot be combined"),
+        (lambda: _bf16(S=48), {"cu_seqlens": torch.tensor([0, 32], dtype=torch.int32)}, "needs Lq == Lk, got 32 and 48"),
+        (lambda: _bf16(), {"cu_seqlens": torch.tensor([0, 32])}, r"cu_seqlens must be an int32 tensor of shape \(N\+1,\)"),
     ],
     ids=["dtype", "mixed_dtype", "device", "head_dim", "shape", "gqa_heads", "causal_lengths", "kv_lens_dtype",
-         "layout_size", "empty"],
+         "layout_size", "empty", "cu_seqlens_with_kv_lens", "cu_seqlens_lengths", "cu_seqlens_dtype"],
 )
 def test_triton_launcher_says_what_is_supported(make, kwargs, match):
     """The launcher's checks, through the public function (kernels interpreted on a CPU)."""

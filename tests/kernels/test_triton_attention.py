@@ -128,7 +128,32 @@ PADDED_CPU_CASES = {
 }
 
 
-ALL_CPU_CASES = {**CPU_CASES, **PADDED_CPU_CASES}
+def _cu(docs):
+    """cu_seqlens on DEVICE for rows packed with documents of these lengths."""
+    lengths = torch.tensor([n for row in docs for n in row])
+    return torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)]).to(torch.int32).to(DEVICE)
+
+
+# Packed documents (cu_seqlens): documents shorter than, equal to and across tiles; tiles of the
+# interpreter configuration are 16 or 32 wide, so most tiles here hold a document edge
+PACKED_CPU_CASES = {
+    "packed_causal_gqa": (2, 2, 1, 97, 97, 32, torch.float16,
+                          lambda: {"causal": True, "cu_seqlens": _cu([[30, 1, 66], [97]])}),
+    "packed_bidirectional": (1, 2, 2, 130, 130, 16, torch.bfloat16,
+                             lambda: {"cu_seqlens": _cu([[5, 60, 65]])}),
+    "packed_many_short_causal": (1, 4, 2, 64, 64, 16, torch.float16,
+                                 lambda: {"causal": True, "cu_seqlens": _cu([[1] * 8 + [3, 5, 16, 32]])}),
+    "packed_window_causal": (2, 2, 1, 150, 150, 32, torch.bfloat16,
+                             lambda: {"causal": True, "layout": BlockLayout.sliding_window(150, 32, block_size=32),
+                                      "cu_seqlens": _cu([[40, 70, 40], [3, 147]])}),
+    "packed_bigbird_per_head": (1, 2, 1, 96, 96, 16, torch.float16,
+                                lambda: {"layout": BlockLayout.bigbird(96, 16, 1, 1, block_size=16, seed=2,
+                                                                       num_heads=2),
+                                         "cu_seqlens": _cu([[17, 31, 48]])}),
+}
+
+
+ALL_CPU_CASES = {**CPU_CASES, **PADDED_CPU_CASES, **PACKED_CPU_CASES}
 
 
 @pytest.mark.parametrize("case", list(ALL_CPU_CASES))
@@ -154,6 +179,40 @@ def test_head_dim_padding_is_never_read(attn):
     for name, value in got.tensors().items():
         assert value.shape[-1] == D and value.is_contiguous(), name
         torch.testing.assert_close(value, expected.tensors()[name], atol=0, rtol=0, msg=name)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+@pytest.mark.parametrize("layout", [None, "window"], ids=["dense", "window"])
+def test_packed_tiles_never_read_other_documents(attn, causal, layout):
+    """Tiles outside a query tile's documents are skipped, not masked: with documents on tile
+    edges, NaN in every other document (q, k, v and dO) never reaches this document's results,
+    which equal those of the document run alone. (A masked visit would multiply NaN by 0.)"""
+    B, H, L, D = 1, 2, 128, 16  # documents [0, 32), [32, 96), [96, 128): the outer two are NaN
+    q, k, v, dout = (t.to(torch.float16) for t in _inputs(B, H, H, L, L, D, torch.float16, seed=8))
+    if layout == "window":
+        layout = BlockLayout.sliding_window(L, 64, block_size=32)
+    for t in (q, k, v, dout):
+        t[:, :, :32] = float("nan")
+        t[:, :, 96:] = float("nan")
+    got = attn.run_with_grads(triton_attention, q, k, v, dout, causal=causal, layout=layout,
+                              cu_seqlens=_cu([[32, 64, 32]]))
+    alone_layout = None if layout is None else BlockLayout.from_block_mask(layout.mask[:, 1:3, 1:3], 64, 64, 32)
+    alone = attn.run_with_grads(triton_attention, *(t[:, :, 32:96] for t in (q, k, v, dout)), causal=causal,
+                                layout=alone_layout)
+    for name, value in got.tensors().items():
+        torch.testing.assert_close(value[:, :, 32:96], alone.tensors()[name], atol=0, rtol=0, msg=name)
+
+
+def test_packed_launch_order_is_longest_first():
+    """Dense packed inputs launch each row's tiles by descending span (the longest documents first)."""
+    from genoformer.kernels.documents import document_bounds
+    from genoformer.kernels.triton_flash import _doc_order
+
+    starts, ends = document_bounds(_cu([[16, 64, 32, 16]]).cpu(), 1, 128)
+    assert _doc_order(starts, ends, 16, causal=False, keys=False).tolist() == [[1, 2, 3, 4, 5, 6, 0, 7]]
+    # causal: a query tile sees up to its own end, a key tile is seen from its own start
+    assert _doc_order(starts, ends, 16, causal=True, keys=False).tolist() == [[4, 3, 2, 6, 0, 1, 5, 7]]
+    assert _doc_order(starts, ends, 16, causal=True, keys=True).tolist() == [[1, 2, 3, 5, 0, 4, 6, 7]]
 
 
 def test_align8_hint_is_given_only_where_it_holds():
@@ -235,6 +294,22 @@ def test_launcher_checks_its_inputs():
         flash_fwd(q, q, q, None, counts, counts[..., None], 16, False, 0.1)
 
 
+def test_torch_compile_captures_one_graph_packed(attn):
+    """Packed documents through the custom ops compile with fullgraph=True, forward and backward."""
+    q, k, v, dout = (t.to(torch.float16) for t in _inputs(2, 2, 1, 48, 48, 16, torch.float16, seed=6))
+    cu_seqlens = _cu([[5, 43], [20, 20, 8]])
+
+    def f(q, k, v):
+        return dispatch.attention(q, k, v, causal=True, cu_seqlens=cu_seqlens, backend="triton") * 2
+
+    backend = "inductor" if DEVICE.type == "cuda" else "aot_eager"
+    compiled = torch.compile(f, fullgraph=True, backend=backend)
+    eager = attn.run_with_grads(f, q, k, v, dout)
+    got = attn.run_with_grads(compiled, q, k, v, dout)
+    for name, value in got.tensors().items():
+        torch.testing.assert_close(value, eager.tensors()[name], atol=0, rtol=0, msg=name)
+
+
 def test_torch_compile_captures_one_graph(attn):
     """The custom ops compile with fullgraph=True (no graph break), forward and backward."""
     q, k, v, dout = (t.to(torch.float16) for t in _inputs(1, 2, 1, 64, 64, 16, torch.float16, seed=4))
@@ -256,12 +331,13 @@ def test_torch_compile_captures_one_graph(attn):
 
 
 GPU_KINDS = ("causal", "dense_gqa_padding", "window_causal", "bigbird_per_head", "empty_rows_bs64")
+PACKED_GPU_KINDS = ("packed_causal_gqa", "packed_bidirectional", "packed_window_causal", "packed_bigbird")
 
 
-def _gpu_cases(head_dims, dtypes_of):
+def _gpu_cases(head_dims, dtypes_of, kinds=GPU_KINDS):
     for D in head_dims:
         for dtype in dtypes_of(D):
-            for kind in GPU_KINDS:
+            for kind in kinds:
                 yield pytest.param(D, dtype, kind, id=f"d{D}-{str(dtype)[6:]}-{kind}")
 
 
@@ -270,6 +346,15 @@ def _gpu_cases(head_dims, dtypes_of):
 @pytest.mark.parametrize(("D", "dtype", "kind"),
                          list(_gpu_cases((32, 64, 128, 256), lambda D: (torch.float16, torch.bfloat16))))
 def test_gpu_sweep(attn, D, dtype, kind):
+    _gpu_case(attn, D, dtype, kind)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the full sweep at real tile sizes)")
+@pytest.mark.parametrize(("D", "dtype", "kind"),
+                         list(_gpu_cases((64, 96, 128), lambda D: (torch.float16, torch.bfloat16), PACKED_GPU_KINDS)))
+def test_gpu_sweep_packed(attn, D, dtype, kind):
+    """Packed documents (cu_seqlens) at the real tile sizes of the GPU's configurations."""
     _gpu_case(attn, D, dtype, kind)
 
 
@@ -299,6 +384,15 @@ def test_auto_chooses_triton_for_padded_head_dims():
         assert choice is dispatch.Backend.TRITON, D
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (auto picks triton only on CUDA)")
+def test_auto_chooses_triton_for_packed_inputs():
+    q = torch.randn(2, 2, 128, 64, device=DEVICE, dtype=torch.bfloat16)
+    for layout in (None, BlockLayout.sliding_window(128, 32, block_size=32)):
+        choice = dispatch._choose(q, q, q, causal=True, layout=layout, kv_lens=None, cu_seqlens=_cu([[100, 28], [128]]))
+        assert choice is dispatch.Backend.TRITON, layout
+
+
 def _gpu_case(attn, D, dtype, kind):
     L = 1029  # not a multiple of any tile or layout block
     if kind == "causal":
@@ -310,6 +404,16 @@ def _gpu_case(attn, D, dtype, kind):
     elif kind == "bigbird_per_head":
         layout = BlockLayout.bigbird(L, 128, 1, 2, block_size=128, seed=7, num_heads=4)
         shape, kwargs = (2, 4, 1, L, L), {"layout": layout, "kv_lens": torch.tensor([L, 900], device=DEVICE)}
+    elif kind == "packed_causal_gqa":  # documents of 1 token, under a tile, across tiles, and a whole row
+        shape, kwargs = (2, 4, 2, L, L), {"causal": True, "cu_seqlens": _cu([[1, 100, 128, 300, 500], [L]])}
+    elif kind == "packed_bidirectional":
+        shape, kwargs = (2, 4, 4, L, L), {"cu_seqlens": _cu([[64, 64, 901], [3, 1000, 26]])}
+    elif kind == "packed_window_causal":
+        layout = BlockLayout.sliding_window(L, 256, 128)
+        shape, kwargs = (1, 4, 2, L, L), {"causal": True, "layout": layout, "cu_seqlens": _cu([[129, 260, 640]])}
+    elif kind == "packed_bigbird":
+        layout = BlockLayout.bigbird(L, 128, 1, 2, block_size=128, seed=3, num_heads=4)
+        shape, kwargs = (1, 4, 1, L, L), {"layout": layout, "cu_seqlens": _cu([[700, 329]])}
     else:
         shape, kwargs = (1, 4, 4, L, L), {"layout": _layout_with_empty_rows(L, 64, 4, 9), "causal": True}
     q, k, v, dout = _inputs(*shape, D, dtype, seed=D)

@@ -7,8 +7,8 @@ shared memory one program needs (the driver refuses a launch above the per-block
 The arguments carry the divisibility a real launch gives them (``_launch_attrs``): without it
 Triton sees unaligned pointers, pipelines no load through shared memory, and reports a fraction
 of the shared memory the launch needs (64 KB instead of 224 KB for the sm_90 D=128 forward).
-Each kernel is built in its largest variant (causal, block-sparse, key padding, ragged query
-tail): the other variants drop code and use no more shared memory.
+Each kernel is built in its largest variant (causal, block-sparse, key padding, packed documents,
+ragged query tail): the other variants drop code and use no more shared memory.
 
 Configurations are chosen per tile width (the head dim rounded up to a power of two); each is
 built at its tile width and, on sm_80 and sm_90, again at one padded head dim of that tile
@@ -34,7 +34,7 @@ import pytest
 
 from genoformer.kernels import triton_flash_configs as configs
 
-COMMON = {"CAUSAL": True, "SPARSE": True, "HAS_KV_LENS": True, "DOT_F32": False}
+COMMON = {"CAUSAL": True, "SPARSE": True, "HAS_KV_LENS": True, "HAS_DOCS": True, "DOT_F32": False}
 
 PADDED_DIMS = {32: 24, 64: 40, 128: 96, 256: 160}
 """tile width -> a head dim padded to it, compiled too on the generations in PADDED_GENERATIONS"""
@@ -108,7 +108,7 @@ def _compile_one(case: tuple) -> dict:
             signature[name] = "*bf16"
         elif name in ("LSE", "DELTA"):
             signature[name] = "*fp32"
-        elif name in ("KV_LENS", "CNT", "IDX", "ORDER"):
+        elif name in ("KV_LENS", "CNT", "IDX", "ORDER", "DOC_START", "DOC_END", "DOC_ORDER"):
             signature[name] = "*i32"
         elif name in ("qk_scale", "sm_scale"):
             signature[name] = "fp32"
