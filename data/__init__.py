@@ -19,7 +19,13 @@ from genoformer.data.alphabet import (
     encode,
     reverse_complement,
 )
-from genoformer.data.genome_datasets import RandomWindowDataset, TiledWindowDataset, tile_starts
+from genoformer.data.genome_datasets import (
+    PackedRandomWindowDataset,
+    PackedTiledWindowDataset,
+    RandomWindowDataset,
+    TiledWindowDataset,
+    tile_starts,
+)
 from genoformer.data.genome_store import ContigInfo, GenomeStore, prepare_genome_store
 from genoformer.data.sampling import ShardSampler
 from genoformer.data.seqfiles import SequenceRecord, read_records
@@ -44,7 +50,7 @@ __all__ = [
     "encode", "decode", "reverse_complement",
     "prepare_genome_store", "GenomeStore", "ContigInfo",
     "prepare_timeseries_store", "TimeSeriesStore", "SeriesInfo",
-    "RandomWindowDataset", "TiledWindowDataset", "TimeSeriesWindowDataset", "Tile", "Keep", "tile_windows", "tile_starts",
+    "RandomWindowDataset", "TiledWindowDataset", "PackedRandomWindowDataset", "PackedTiledWindowDataset", "TimeSeriesWindowDataset", "Tile", "Keep", "tile_windows", "tile_starts",
     "ShardSampler", "SplitSpec", "Interval", "split_intervals",
     "GenomeDataModule", "TimeSeriesDataModule", "SequenceRecord", "read_records",
 ]

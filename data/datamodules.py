@@ -4,8 +4,10 @@ Training draws random windows (:class:`ShardSampler` gives each DDP rank its own
 Lightning sets its epoch); validation and test tile their splits. Checkpoints carry how far
 training got into its epoch, and a run resumed from one skips the samples already
 consumed instead of replaying them (:class:`ResumableDataLoader`). Batches:
-genome ``{"tokens": torch.uint8 (B, L), "contig": int64 (B,), "start": int64 (B,), ...}``;
-time series ``{"context": float32 (B, C, Lc), "target": float32 (B, C, H), ...}``.
+genome ``{"tokens": torch.uint8 (B, L), "contig": int64 (B,), "start": int64 (B,), ...}``, or with
+``pack`` ``{"tokens": torch.uint8 (B, L), "cu_seqlens": int32 (N + 1,), "doc_contig": int64 (N,), ...}``
+for N documents (see genoformer.data.packing); time series
+``{"context": float32 (B, C, Lc), "target": float32 (B, C, H), ...}``.
 """
 
 from __future__ import annotations
@@ -20,9 +22,15 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from genoformer.data.genome_datasets import RandomWindowDataset, TiledWindowDataset
+from genoformer.data.genome_datasets import (
+    PackedRandomWindowDataset,
+    PackedTiledWindowDataset,
+    RandomWindowDataset,
+    TiledWindowDataset,
+)
 from genoformer.data.genome_store import GenomeStore, prepare_genome_store
 from genoformer.data.hints import hint
+from genoformer.data.packing import collate_packed
 from genoformer.data.sampling import ShardSampler
 from genoformer.data.splits import SequenceSource, SplitSpec, split_intervals
 from genoformer.data.timeseries_datasets import TimeSeriesWindowDataset
@@ -99,7 +107,8 @@ class _ShardedLoaders:
         fit_loop = self.trainer.fit_loop
         return fit_loop.epoch_progress.current.completed, fit_loop.epoch_loop.batch_progress.current.processed
 
-    def _loader(self, dataset: Dataset, train: bool) -> DataLoader:
+    def _loader(self, dataset: Dataset, train: bool, collate_fn: Callable[[list], Any] | None = None) -> DataLoader:
+        """The DataLoader of one split; collate_fn None: the default collate."""
         sampler = ShardSampler(len(dataset), rank=self.rank, world_size=self.world_size, equal_shares=train)
         kind, extra = (ResumableDataLoader, {"position": self._training_position}) if train else (DataLoader, {})
         return kind(
@@ -111,6 +120,7 @@ class _ShardedLoaders:
             persistent_workers=self.persistent_workers and self.num_workers > 0,
             pin_memory=self.pin_memory and torch.cuda.is_available(),
             drop_last=train,
+            collate_fn=collate_fn,
             **extra,
         )
 
@@ -131,7 +141,16 @@ class GenomeDataModule(_ShardedLoaders, L.LightningDataModule):
         eval_stride: Step between validation/test tiles (default: ``window``, no overlap).
         max_n_fraction: Training windows with more N than this fraction are redrawn.
         reverse_complement: Reverse-complement training windows with probability 1/2.
-        max_shift: Random shift (bases) applied to training window starts.
+        max_shift: Random shift (bases) applied to training window starts (0 with ``pack``,
+            whose pieces start anywhere already).
+        pack: Fill every training, validation and test window end to end with several records or
+            record pieces instead of one, so that records shorter than the window (plasmids,
+            contigs) train without padding: training windows draw whole short records and pieces
+            of long ones, evaluation packs the usual tiles (same losses as unpacked). Batches then
+            carry ``cu_seqlens`` (the documents' cumulative lengths over the flattened batch), with
+            which the model keeps documents apart: attention within a document only, positions
+            from 0 at each document start, no prediction of a document's first token. Prediction
+            (embeddings) stays one tile per row.
         seed: Seed of the sampling; sample i of epoch e depends only on (seed, e, i).
         cache_mb: Decoded-chunk cache per process, in MiB.
         multiprocessing_context: "fork", "spawn" or "forkserver" for workers (None: platform default).
@@ -153,6 +172,7 @@ class GenomeDataModule(_ShardedLoaders, L.LightningDataModule):
         max_n_fraction: float = 0.1,
         reverse_complement: bool = True,
         max_shift: int = 0,
+        pack: bool = False,
         seed: int = 0,
         cache_mb: int = 64,
         multiprocessing_context: Literal["fork", "spawn", "forkserver"] | None = None,
@@ -161,6 +181,9 @@ class GenomeDataModule(_ShardedLoaders, L.LightningDataModule):
         world_size: int | None = None,
     ) -> None:
         super().__init__()
+        if pack and max_shift:
+            raise ValueError(f"max_shift={max_shift} does nothing with pack=True (packed pieces start anywhere "
+                             "already); set max_shift to 0 or pack to false")
         self.store_path = Path(store)
         self.fasta = list(fasta) if fasta else []
         self.window = window
@@ -172,6 +195,7 @@ class GenomeDataModule(_ShardedLoaders, L.LightningDataModule):
         self.max_n_fraction = max_n_fraction
         self.reverse_complement = reverse_complement
         self.max_shift = max_shift
+        self.pack = pack
         self.seed = seed
         self.cache_bytes = cache_mb << 20
         self.multiprocessing_context = multiprocessing_context
@@ -198,20 +222,28 @@ class GenomeDataModule(_ShardedLoaders, L.LightningDataModule):
         """
         store = GenomeStore(self.store_path, self.cache_bytes)
         if stage == "predict":
-            # Prediction covers every contig whole, whatever the split.
+            # Prediction covers every contig whole, whatever the split, one tile per row (packed or not).
             self.datasets["predict"] = TiledWindowDataset(store, self.window, self.eval_stride, cache_bytes=self.cache_bytes)
             return
         intervals = split_intervals([SequenceSource(c.name, c.length, c.source_name) for c in store.contigs], self.split)
         if stage in ("fit", None):
-            self.datasets["train"] = RandomWindowDataset(
-                store, self.window, self.samples_per_epoch, intervals=intervals["train"], seed=self.seed,
-                max_n_fraction=self.max_n_fraction, reverse_complement=self.reverse_complement,
-                max_shift=self.max_shift, cache_bytes=self.cache_bytes,
-            )
+            if self.pack:
+                self.datasets["train"] = PackedRandomWindowDataset(
+                    store, self.window, self.samples_per_epoch, intervals=intervals["train"], seed=self.seed,
+                    max_n_fraction=self.max_n_fraction, reverse_complement=self.reverse_complement,
+                    cache_bytes=self.cache_bytes,
+                )
+            else:
+                self.datasets["train"] = RandomWindowDataset(
+                    store, self.window, self.samples_per_epoch, intervals=intervals["train"], seed=self.seed,
+                    max_n_fraction=self.max_n_fraction, reverse_complement=self.reverse_complement,
+                    max_shift=self.max_shift, cache_bytes=self.cache_bytes,
+                )
+        tiled = PackedTiledWindowDataset if self.pack else TiledWindowDataset
         for name, needed_by in (("val", "validate"), ("test", "test")):
             if intervals[name]:
-                self.datasets[name] = TiledWindowDataset(store, self.window, self.eval_stride,
-                                                         intervals=intervals[name], cache_bytes=self.cache_bytes)
+                self.datasets[name] = tiled(store, self.window, self.eval_stride, intervals=intervals[name],
+                                            cache_bytes=self.cache_bytes)
             elif stage == needed_by:
                 raise ValueError(
                     f"the {name} split of {self.store_path} is empty: hold out a part with "
@@ -219,14 +251,21 @@ class GenomeDataModule(_ShardedLoaders, L.LightningDataModule):
                     + f", or name {name} contigs or files (split.by)"
                 )
 
+    def _split_loader(self, name: str) -> DataLoader | list:
+        """The loader of split `name` (packed batches with `pack`); [] for a split without data."""
+        if name not in self.datasets:
+            return []
+        collate_fn = collate_packed if self.pack else None
+        return self._loader(self.datasets[name], train=name == "train", collate_fn=collate_fn)
+
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.datasets["train"], train=True)
+        return self._split_loader("train")
 
     def val_dataloader(self) -> DataLoader | list:
-        return self._loader(self.datasets["val"], train=False) if "val" in self.datasets else []
+        return self._split_loader("val")
 
     def test_dataloader(self) -> DataLoader | list:
-        return self._loader(self.datasets["test"], train=False) if "test" in self.datasets else []
+        return self._split_loader("test")
 
     def predict_dataloader(self) -> DataLoader:
         """Tiles of every contig (``eval_stride`` apart), for `genoformer predict`."""
@@ -237,15 +276,33 @@ class GenomeDataModule(_ShardedLoaders, L.LightningDataModule):
         return [contig.name for contig in GenomeStore(self.store_path, 0).contigs]
 
     def describe_batch(self, batch: dict[str, Any]) -> str:
-        """Where a batch's windows come from, for error reports: the store, then per row the
-        contig, the 0-based half-open range and the strand."""
+        """Where a batch's windows come from, for error reports: the store, then per row (per
+        document of a packed batch) the contig, the 0-based half-open range and the strand."""
         names = self.contig_names()
+        if "cu_seqlens" in batch:
+            return f"store {self.store_path}: " + describe_documents(batch, names)
         rows = []
         for row, (contig, start) in enumerate(zip(batch["contig"].tolist(), batch["start"].tolist())):
             length = int(batch["length"][row]) if "length" in batch else batch["tokens"].shape[1]
             strand = " (reverse complement)" if "reverse" in batch and bool(batch["reverse"][row]) else ""
             rows.append(f"{names[contig]}[{start}:{start + length}){strand}")
         return f"store {self.store_path}: " + ", ".join(rows[:8]) + (", ..." if len(rows) > 8 else "")
+
+
+def describe_documents(batch: dict[str, Any], names: list[str]) -> str:
+    """The documents of a packed genome batch: contig[start:end) (strand) per document, rows
+    separated by " | ", PAD documents as "PAD x n"."""
+    cu_seqlens = batch["cu_seqlens"].tolist()
+    row_length = batch["tokens"].shape[1]
+    rows: list[list[str]] = []
+    for doc, (contig, start, reverse) in enumerate(zip(batch["doc_contig"].tolist(), batch["doc_start"].tolist(),
+                                                       batch["doc_reverse"].tolist())):
+        length = cu_seqlens[doc + 1] - cu_seqlens[doc]
+        if cu_seqlens[doc] % row_length == 0:
+            rows.append([])
+        strand = " (reverse complement)" if reverse else ""
+        rows[-1].append(f"PAD x {length}" if contig < 0 else f"{names[contig]}[{start}:{start + length}){strand}")
+    return " | ".join(", ".join(row) for row in rows[:8]) + (" | ..." if len(rows) > 8 else "")
 
 
 class TimeSeriesDataModule(_ShardedLoaders, L.LightningDataModule):

@@ -1,8 +1,12 @@
-"""Datasets of genome windows: random windows for training, tiles for evaluation and embedding.
+"""Datasets of genome windows: random windows for training, tiles for evaluation and embedding,
+and their packed variants (several records or record pieces per window, see
+genoformer.data.packing) for records shorter than the window.
 
-Legend: L = window length (tokens). A sample is a dict
+Legend: L = window length (tokens), P = documents in a packed window. A sample is a dict
 ``{"tokens": torch.uint8 (L,), "contig": int, "start": int, "index": int, ...}``; the default
 collate turns a list of samples into ``{"tokens": torch.uint8 (B, L), "contig": int64 (B,), ...}``.
+Packed samples carry per-document entries instead (``doc_lens``, ``doc_contig``, ... (P,)), batched
+by ``genoformer.data.packing.collate_packed``.
 
 Both datasets are map-style and take keys that are an index or an ``(epoch, index)`` pair
 (see :class:`genoformer.data.sampling.ShardSampler`). They hold the store path and metadata;
@@ -23,6 +27,7 @@ from torch.utils.data import Dataset
 
 from genoformer.data.alphabet import N, PAD, reverse_complement
 from genoformer.data.genome_store import DEFAULT_CACHE_BYTES, GenomeStore
+from genoformer.data.packing import pack_lengths
 from genoformer.data.sampling import sample_rng, split_key
 from genoformer.data.splits import Interval
 
@@ -216,3 +221,141 @@ class TiledWindowDataset(Dataset):
             codes = np.concatenate([codes, np.full(self.window - (end - start), PAD, dtype=np.uint8)])
         return {"tokens": torch.from_numpy(codes), "contig": contig, "start": start, "length": end - start,
                 "index": index}
+
+
+def _packed_sample(pieces: list[tuple[int, int, int, bool]], codes: list[np.ndarray], index: int) -> dict:
+    """A packed sample (see genoformer.data.packing) of documents (contig, start, length, reverse)."""
+    contig_P, start_P, len_P, reverse_P = (np.array(column) for column in zip(*pieces))
+    return {"tokens": torch.from_numpy(np.concatenate(codes)), "doc_lens": torch.from_numpy(len_P.astype(np.int64)),
+            "doc_contig": torch.from_numpy(contig_P.astype(np.int64)),
+            "doc_start": torch.from_numpy(start_P.astype(np.int64)),
+            "doc_reverse": torch.from_numpy(reverse_P.astype(bool)), "index": index}
+
+
+class PackedRandomWindowDataset(Dataset):
+    """Random training windows filled end to end with documents: whole records shorter than the
+    window, and pieces of longer ones, so that no record is left out for being short.
+
+    A window is drawn as: while room is left, draw an interval with weight max(length, window)
+    (so every base of a short record is about as likely to be trained on as a base of a long
+    contig) and append it whole if it fits, else a piece of it, at a uniform position, that fills
+    the room. A window on a long contig is therefore usually one piece of it. Each document is
+    reverse-complemented on its own with probability 1/2 (``reverse_complement``). A window with
+    more than ``max_n_fraction`` N is redrawn whole. Sample ``index`` of ``epoch`` is a pure
+    function of (seed, epoch, index).
+
+    Samples (see genoformer.data.packing): ``{"tokens": uint8 (L,), "doc_lens", "doc_contig",
+    "doc_start", "doc_reverse": (P,), "index"}``; ``doc_start`` is the document's first base on
+    the forward strand, whatever its strand. Arguments as for :class:`RandomWindowDataset`.
+    """
+
+    def __init__(self, store: str | Path | GenomeStore, window: int, samples_per_epoch: int, *,
+                 intervals: Sequence[Interval] | None = None, seed: int = 0, max_n_fraction: float = 0.1,
+                 reverse_complement: bool = False, cache_bytes: int = DEFAULT_CACHE_BYTES,
+                 max_attempts: int = 100) -> None:
+        if window < 1 or samples_per_epoch < 1:
+            raise ValueError(f"window ({window}) and samples_per_epoch ({samples_per_epoch}) must be >= 1")
+        if not 0 <= max_n_fraction <= 1:
+            raise ValueError(f"max_n_fraction={max_n_fraction} must be in [0, 1]")
+        self._holder = _StoreHolder(store, cache_bytes)
+        gs = self._holder.store
+        self.window = window
+        self.samples_per_epoch = samples_per_epoch
+        self.seed = seed
+        self.epoch = 0
+        self.max_n_fraction = max_n_fraction
+        self.reverse_complement = reverse_complement
+        self.max_attempts = max_attempts
+        usable = []
+        for iv in (whole_contigs(gs) if intervals is None else intervals):
+            contig = gs.contigs[iv.index]
+            if contig.n_count == contig.length:
+                log.warning("contig %s is all N: no training documents from it", contig.name)
+            elif iv.length > 0:
+                usable.append(iv)
+        if not usable:
+            raise ValueError(f"no interval of {gs.path} holds a base that is not N; use another split")
+        self.intervals = usable
+        self._cum_weights = np.cumsum(np.array([max(iv.length, window) for iv in usable], dtype=np.int64))
+
+    @property
+    def store(self) -> GenomeStore:
+        return self._holder.store
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.samples_per_epoch
+
+    def locate(self, epoch: int, index: int) -> list[tuple[int, int, int, bool]]:
+        """Documents (contig index, start, length, reverse) of sample ``index`` in ``epoch``,
+        without N checks: the first draw. ``__getitem__`` redraws while the window has too many N."""
+        return self._draw(sample_rng(self.seed, epoch, index))
+
+    def _draw(self, rng: np.random.Generator) -> list[tuple[int, int, int, bool]]:
+        pieces, room = [], self.window
+        while room:
+            j = int(np.searchsorted(self._cum_weights, rng.integers(self._cum_weights[-1]), side="right"))
+            iv = self.intervals[j]
+            length = min(iv.length, room)
+            start = iv.start + int(rng.integers(iv.length - length + 1))
+            reverse = bool(rng.random() < 0.5) if self.reverse_complement else False
+            pieces.append((iv.index, start, length, reverse))
+            room -= length
+        return pieces
+
+    def __getitem__(self, key: int | tuple[int, int]) -> dict:
+        epoch, index = split_key(key, self.epoch)
+        rng = sample_rng(self.seed, epoch, index)
+        store = self.store
+        limit = self.max_n_fraction * self.window
+        for _ in range(self.max_attempts):
+            pieces = self._draw(rng)
+            codes = [store.read(contig, start, start + length) for contig, start, length, _ in pieces]
+            if limit >= self.window or sum(np.count_nonzero(c == N) for c in codes) <= limit:
+                break
+        else:
+            raise RuntimeError(f"no window of {self.window} bases with at most {self.max_n_fraction:.0%} N "
+                               f"found in {self.max_attempts} draws; raise max_n_fraction or shorten the window")
+        codes = [reverse_complement(c) if piece[3] else c for c, piece in zip(codes, pieces)]
+        return _packed_sample(pieces, codes, index)
+
+
+class PackedTiledWindowDataset(Dataset):
+    """The tiles of :class:`TiledWindowDataset` (same starts, same ends), packed into windows
+    with :func:`genoformer.data.packing.pack_lengths` instead of padded one per window: each tile
+    is one document, so a model that keeps documents apart scores every tile exactly as unpacked.
+    The room a window has left is one PAD document (``doc_contig`` -1). Samples as
+    :class:`PackedRandomWindowDataset`'s (``doc_reverse`` all False); keys may be an index or an
+    (epoch, index) pair, the epoch is ignored.
+    """
+
+    def __init__(self, store: str | Path | GenomeStore, window: int, stride: int | None = None, *,
+                 intervals: Sequence[Interval] | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        tiles = TiledWindowDataset(store, window, stride, intervals=intervals, cache_bytes=cache_bytes)
+        self._holder = tiles._holder
+        self.window = window
+        self.tiles = [tiles.locate(i) for i in range(len(tiles))]
+        self.packs = pack_lengths([end - start for _, start, end in self.tiles], window)
+
+    @property
+    def store(self) -> GenomeStore:
+        return self._holder.store
+
+    def set_epoch(self, epoch: int) -> None:
+        """Packs do not depend on the epoch (kept for the sampler protocol)."""
+
+    def __len__(self) -> int:
+        return len(self.packs)
+
+    def __getitem__(self, key: int | tuple[int, int]) -> dict:
+        _, index = split_key(key, 0)
+        tiles = [self.tiles[i] for i in self.packs[index]]
+        pieces = [(contig, start, end - start, False) for contig, start, end in tiles]
+        codes = [self.store.read(contig, start, start + length) for contig, start, length, _ in pieces]
+        room = self.window - sum(piece[2] for piece in pieces)
+        if room:
+            pieces.append((-1, 0, room, False))
+            codes.append(np.full(room, PAD, dtype=np.uint8))
+        return _packed_sample(pieces, codes, index)

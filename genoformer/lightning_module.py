@@ -2,7 +2,10 @@
 
 Batches come from genoformer.data: {"tokens": torch.uint8 (B, L), ...metadata}; tiled
 evaluation batches also carry "length" (B,): the real tokens before PAD, which attention then
-ignores. The tokens are cast to int64 on the device here. Metrics (per split: train, val, test):
+ignores. Packed batches (GenomeDataModule's `pack`) carry "cu_seqlens" (documents + 1,)
+instead: documents end to end in each row, which the model keeps apart (see genoformer.model),
+and the causal LM does not predict a document's first token from the document before it. The
+tokens are cast to int64 on the device here. Metrics (per split: train, val, test):
     <split>/loss  mean cross-entropy in nats over the predicted positions
     <split>/bpb   bits per base = loss / ln 2
 
@@ -32,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from genoformer.data.alphabet import MASK, PAD, T, TOKEN_CODES
-from genoformer.model import Transformer, TransformerConfig, compile_blocks, fused
+from genoformer.model import Transformer, TransformerConfig, compile_blocks, document_positions, fused
 
 LN2 = math.log(2.0)
 IGNORE = -100
@@ -194,29 +197,38 @@ class GenoformerLM(L.LightningModule):
             compile_blocks(self.model)
             self._blocks_compiled = True
 
-    def forward(self, tokens_BL: torch.Tensor) -> torch.Tensor:
-        """Logits (B, L, V)."""
-        return self.model(tokens_BL)
+    def forward(self, tokens_BL: torch.Tensor, cu_seqlens: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Logits (B, L, V); cu_seqlens: optional packed documents (see genoformer.model)."""
+        return self.model(tokens_BL, cu_seqlens=cu_seqlens)
 
     # ---------------------------------------------------------------------------- objective
     def loss(
-        self, tokens_BL: torch.Tensor, lengths_B: Optional[torch.Tensor] = None
+        self,
+        tokens_BL: torch.Tensor,
+        lengths_B: Optional[torch.Tensor] = None,
+        cu_seqlens: Optional[torch.Tensor] = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(mean cross-entropy in nats over the predicted positions, number of those positions
         as a 0-d tensor; no host sync).
 
         CAUSAL_LM predicts tokens 1..L-1 from their prefixes, skipping special-token targets;
         MASKED_LM predicts the positions chosen by `mask_tokens`. lengths_B: real tokens per
-        row of a PAD-padded batch (keys beyond are masked in attention).
+        row of a PAD-padded batch (keys beyond are masked in attention). cu_seqlens: packed
+        documents (one entry per document, plus one); CAUSAL_LM then also skips every
+        document's first token, which only the previous document precedes.
         """
         tokens_BL = tokens_BL.long()
         if self.objective is Objective.CAUSAL_LM:
-            logits_BLV = self.model(tokens_BL, lengths_B)[:, :-1]
+            logits_BLV = self.model(tokens_BL, lengths_B, cu_seqlens)[:, :-1]
             targets_BL = tokens_BL[:, 1:]
             targets_BL = torch.where(targets_BL < PAD, targets_BL, IGNORE)
+            if cu_seqlens is not None:
+                B, L = tokens_BL.shape
+                first_BL = document_positions(cu_seqlens.to(tokens_BL.device), B, L)[:, 1:] == 0
+                targets_BL = torch.where(first_BL, IGNORE, targets_BL)
         else:
             inputs_BL, targets_BL = mask_tokens(tokens_BL, self.mask_prob)
-            logits_BLV = self.model(inputs_BL, lengths_B)
+            logits_BLV = self.model(inputs_BL, lengths_B, cu_seqlens)
         n_targets = (targets_BL != IGNORE).sum()
         fuse = self.model.config.fused_elementwise or self.use_compile
         total = fused(cross_entropy_sum, fuse, logits_BLV)(logits_BLV, targets_BL)
@@ -232,7 +244,7 @@ class GenoformerLM(L.LightningModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         tokens_BL = _tokens(batch)
         self.trained_seq_len = max(self.trained_seq_len, tokens_BL.shape[1])
-        loss, _ = self.loss(tokens_BL, batch.get("length"))
+        loss, _ = self.loss(tokens_BL, batch.get("length"), batch.get("cu_seqlens"))
         self.log("train/loss", loss, prog_bar=True, batch_size=tokens_BL.shape[0])
         self.log("train/bpb", loss / LN2, batch_size=tokens_BL.shape[0])
         return loss
@@ -244,7 +256,7 @@ class GenoformerLM(L.LightningModule):
         self._evaluate(batch, "test")
 
     def _evaluate(self, batch: dict[str, Any], split: str) -> None:
-        loss, n_targets = self.loss(_tokens(batch), batch.get("length"))
+        loss, n_targets = self.loss(_tokens(batch), batch.get("length"), batch.get("cu_seqlens"))
         n_targets = int(n_targets)  # weights the epoch mean, so it is the per-base mean
         self.log(f"{split}/loss", loss, prog_bar=split == "val", batch_size=n_targets, sync_dist=True)
         self.log(f"{split}/bpb", loss / LN2, batch_size=n_targets, sync_dist=True)

@@ -14,12 +14,18 @@ each instead of several float32 round trips through memory. `compile_blocks` com
 block whole, attention included: the Triton kernels are custom ops, and `plan_attention`
 resolves the backend before the blocks run, so nothing breaks the graph.
 
+Packed documents. A batch may hold several documents per row (`cu_seqlens`, the cumulative
+document lengths over the flattened B * L tokens, as `genoformer.kernels.dispatch.attention`
+takes them): every layer's attention then stays inside each document and RoPE positions restart
+at 0 at every document start (`document_positions`), so each document is computed exactly as if
+it ran alone.
+
 Shape legend (suffixes on tensor names):
     B  batch                  L  sequence length (tokens)
     E  model width (d_model)  F  SwiGLU hidden width
     H  query heads            K  key/value heads (H % K == 0)
     D  head dim               R  D // 2 (rotary frequency pairs)
-    V  vocabulary size
+    V  vocabulary size        N  packed documents in the batch (cu_seqlens has N + 1 entries)
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from torch.utils.checkpoint import checkpoint
 
 from genoformer.data.alphabet import VOCAB_SIZE
 from genoformer.kernels.dispatch import AttentionPlan, Backend, attention, plan_attention
+from genoformer.kernels.documents import document_bounds
 from genoformer.kernels.layout import BlockLayout, LayoutSpec
 
 
@@ -189,7 +196,9 @@ def rms_norm(x_BLE: torch.Tensor, weight_E: torch.Tensor, eps: float) -> torch.T
 
 
 def apply_rotary(x_BHLD: torch.Tensor, cos_LR: torch.Tensor, sin_LR: torch.Tensor) -> torch.Tensor:
-    """Rotate pairs (x[..., r], x[..., r + D/2]) by angle position * theta^(-2r/D), in float32."""
+    """Rotate pairs (x[..., r], x[..., r + D/2]) by angle position * theta^(-2r/D), in float32.
+    The tables are (L, R) for positions 0..L-1 in every row, or (B, 1, L, R) for per-row positions
+    (packed documents); they broadcast the same way."""
     x1_BHLR, x2_BHLR = x_BHLD.float().chunk(2, dim=-1)
     y_BHLD = torch.cat((x1_BHLR * cos_LR - x2_BHLR * sin_LR, x1_BHLR * sin_LR + x2_BHLR * cos_LR), dim=-1)
     return y_BHLD.to(x_BHLD.dtype)
@@ -200,6 +209,13 @@ def rotary_qk(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`apply_rotary` on queries and keys (one fused region on a GPU)."""
     return apply_rotary(q_BHLD, cos_LR, sin_LR), apply_rotary(k_BKLD, cos_LR, sin_LR)
+
+
+def document_positions(cu_seqlens: torch.Tensor, batch: int, seq_len: int) -> torch.Tensor:
+    """int64 (B, L): each token's position within its packed document (0 at every document start),
+    from a valid cu_seqlens (N + 1,); computed on its device without a host synchronisation."""
+    starts_BL, _ = document_bounds(cu_seqlens, batch, seq_len)
+    return torch.arange(seq_len, device=cu_seqlens.device) - starts_BL.long()
 
 
 def swiglu(gate_up_BLF2: torch.Tensor) -> torch.Tensor:
@@ -255,6 +271,12 @@ class RotaryEmbedding(nn.Module):
         cos_LR, sin_LR = self._tables[device]
         return cos_LR[:seq_len], sin_LR[:seq_len]
 
+    def cos_sin_at(self, positions_BL: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos_B1LR, sin_B1LR) float32 for per-row positions (B, L), e.g. `document_positions`;
+        they broadcast over the heads in `apply_rotary`."""
+        cos_LR, sin_LR = self.cos_sin(self.max_seq_len, positions_BL.device)
+        return cos_LR[positions_BL].unsqueeze(1), sin_LR[positions_BL].unsqueeze(1)
+
     @torch.inference_mode(False)  # the cache is reused by training after eval under inference mode
     def _build(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         inv_freq_R = self.theta ** (-torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim)
@@ -289,13 +311,17 @@ class Attention(nn.Module):
         layout: Optional[BlockLayout],
         kv_lens_B: Optional[torch.Tensor],
         backend: Backend,
+        cu_seqlens: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         B, L, _ = x_BLE.shape
         q_BHLD = self.wq(x_BLE).view(B, L, self.n_heads, self.head_dim).transpose(1, 2)
         k_BKLD = self.wk(x_BLE).view(B, L, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v_BKLD = self.wv(x_BLE).view(B, L, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q_BHLD, k_BKLD = fused(rotary_qk, self.fused_elementwise, x_BLE)(q_BHLD, k_BKLD, cos_LR, sin_LR)
-        o_BHLD = attention(q_BHLD, k_BKLD, v_BKLD, causal=causal, layout=layout, kv_lens=kv_lens_B, backend=backend)
+        o_BHLD = attention(
+            q_BHLD, k_BKLD, v_BKLD, causal=causal, layout=layout, kv_lens=kv_lens_B, backend=backend,
+            cu_seqlens=cu_seqlens,
+        )
         o_BLE = o_BHLD.transpose(1, 2).reshape(B, L, self.n_heads * self.head_dim)
         return self.wo(o_BLE)
 
@@ -334,9 +360,11 @@ class Block(nn.Module):
         layout: Optional[BlockLayout],
         kv_lens_B: Optional[torch.Tensor],
         backend: Backend,
+        cu_seqlens: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         a_BLE = self.attn(
-            self.attn_norm(x_BLE), cos_LR, sin_LR, causal=causal, layout=layout, kv_lens_B=kv_lens_B, backend=backend
+            self.attn_norm(x_BLE), cos_LR, sin_LR, causal=causal, layout=layout, kv_lens_B=kv_lens_B, backend=backend,
+            cu_seqlens=cu_seqlens,
         )
         x_BLE = x_BLE + self.drop(a_BLE)
         return x_BLE + self.drop(self.mlp(self.mlp_norm(x_BLE)))
@@ -405,22 +433,29 @@ class TransformerTrunk(nn.Module):
             self._layouts.popitem(last=False)
         return built
 
-    def attention_plan(self, layer: int, x_BLE: torch.Tensor, kv_lens_B: Optional[torch.Tensor]) -> AttentionPlan:
+    def attention_plan(
+        self,
+        layer: int,
+        x_BLE: torch.Tensor,
+        kv_lens_B: Optional[torch.Tensor],
+        cu_seqlens: Optional[torch.Tensor] = None,
+    ) -> AttentionPlan:
         """Backend and layout of block `layer`'s attention for the hidden state x_BLE, chosen
         eagerly (outside any compiled block): the attention inputs have x's shape split into
-        heads and the autocast dtype when autocast is on."""
+        heads and the autocast dtype when autocast is on; packed when cu_seqlens is given."""
         B, L, _ = x_BLE.shape
         device = x_BLE.device
         dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else x_BLE.dtype
         config = self.config
         layout = self.layout(layer, L)
         # plans depend on these only (kv_lens by presence, dtype, device, shape); ~50 us each to make
-        key = (config.attention_backend, id(layout), B, L, dtype, device, config.causal, kv_lens_B is None)
+        key = (config.attention_backend, id(layout), B, L, dtype, device, config.causal, kv_lens_B is None,
+               cu_seqlens is None)
         if key not in self._plans:
             plan = plan_attention(
                 config.attention_backend, batch=B, q_heads=config.n_heads, kv_heads=config.kv_heads, q_len=L,
                 kv_len=L, head_dim=config.head_dim, dtype=dtype, device=device, causal=config.causal,
-                layout=layout, kv_lens=kv_lens_B,
+                layout=layout, kv_lens=kv_lens_B, cu_seqlens=cu_seqlens,
             )
             self._plans[key] = (layout, plan)  # the layout stays alive while its id is a key
             if len(self._plans) > self._LAYOUT_CACHE_SIZE:
@@ -439,16 +474,29 @@ class TransformerTrunk(nn.Module):
         return layer % n_states
 
     def run_blocks(
-        self, x_BLE: torch.Tensor, lengths_B: Optional[torch.Tensor], last: int, *, keep_all: bool
+        self,
+        x_BLE: torch.Tensor,
+        lengths_B: Optional[torch.Tensor],
+        last: int,
+        *,
+        keep_all: bool,
+        cu_seqlens: Optional[torch.Tensor] = None,
     ) -> list[torch.Tensor]:
         """Hidden states 0..last of embedded inputs x_BLE (all of them with keep_all, else only
         the last). lengths_B: optional true length of each row of a right-padded batch; keys at
-        positions >= lengths_B[b] are masked."""
+        positions >= lengths_B[b] are masked. cu_seqlens: optional int32 (N + 1,) packed documents
+        (see the module docstring); not together with lengths_B (a row's padding is then its last
+        document)."""
         B, L, _ = x_BLE.shape
         if L > self.config.max_seq_len:
             raise ValueError(
                 f"sequence length {L} exceeds max_seq_len={self.config.max_seq_len}; tile longer "
                 "sequences (genoformer.embeddings.Embedder does) or raise max_seq_len in the config."
+            )
+        if lengths_B is not None and cu_seqlens is not None:
+            raise ValueError(
+                "give lengths or cu_seqlens, not both: in a packed batch a row's padding is its last "
+                "document (end cu_seqlens' row with it) and lengths must be None."
             )
         kv_lens_B = None
         if lengths_B is not None:
@@ -457,11 +505,15 @@ class TransformerTrunk(nn.Module):
             kv_lens_B = lengths_B.to(device=x_BLE.device, dtype=torch.int32)
         x_BLE = self.drop(x_BLE)
         states = [x_BLE]
-        cos_LR, sin_LR = self.rotary.cos_sin(L, x_BLE.device)
+        if cu_seqlens is None:
+            cos_LR, sin_LR = self.rotary.cos_sin(L, x_BLE.device)
+        else:
+            cu_seqlens = cu_seqlens.to(x_BLE.device)
+            cos_LR, sin_LR = self.rotary.cos_sin_at(document_positions(cu_seqlens, B, L))  # (B, 1, L, R) each
         for i in range(last):
             block = self.blocks[i]
-            plan = self.attention_plan(i, x_BLE, kv_lens_B)
-            args = (cos_LR, sin_LR, self.config.causal, plan.layout, kv_lens_B, plan.backend)
+            plan = self.attention_plan(i, x_BLE, kv_lens_B, cu_seqlens)
+            args = (cos_LR, sin_LR, self.config.causal, plan.layout, kv_lens_B, plan.backend, cu_seqlens)
             if self.config.activation_checkpointing and self.training and torch.is_grad_enabled():
                 x_BLE = checkpoint(block, x_BLE, *args, use_reentrant=False)
             else:
@@ -493,35 +545,59 @@ class Transformer(TransformerTrunk):
         nn.init.normal_(self.head.weight, std=std)
         self.reset_blocks()
 
-    def forward(self, tokens_BL: torch.Tensor, lengths_B: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(
+        self,
+        tokens_BL: torch.Tensor,
+        lengths_B: Optional[torch.Tensor] = None,
+        cu_seqlens: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
         """Logits (B, L, V) for integer tokens (B, L).
 
         lengths_B: optional true length of each row of a right-padded batch; keys at positions
         >= lengths_B[b] are masked, so the outputs at positions < lengths_B[b] do not depend on the
         padding. Outputs at padded positions are meaningless.
+        cu_seqlens: optional int32 (N + 1,) packed documents over the flattened B * L tokens (see
+        the module docstring): each document's logits equal those of the document run alone.
         """
-        return self.head(self.hidden_state(tokens_BL, lengths_B, layer=-1))
+        return self.head(self.hidden_state(tokens_BL, lengths_B, layer=-1, cu_seqlens=cu_seqlens))
 
     def hidden_state(
-        self, tokens_BL: torch.Tensor, lengths_B: Optional[torch.Tensor] = None, *, layer: int = -1
+        self,
+        tokens_BL: torch.Tensor,
+        lengths_B: Optional[torch.Tensor] = None,
+        *,
+        layer: int = -1,
+        cu_seqlens: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """Hidden state (B, L, E) of one layer (see the class docstring for the numbering;
         negative indices count from the end). Stops after that layer."""
-        return self._trunk(tokens_BL, lengths_B, self.resolve_layer(layer), keep_all=False)[-1]
+        return self._trunk(tokens_BL, lengths_B, self.resolve_layer(layer), keep_all=False, cu_seqlens=cu_seqlens)[-1]
 
-    def hidden_states(self, tokens_BL: torch.Tensor, lengths_B: Optional[torch.Tensor] = None) -> list[torch.Tensor]:
+    def hidden_states(
+        self,
+        tokens_BL: torch.Tensor,
+        lengths_B: Optional[torch.Tensor] = None,
+        *,
+        cu_seqlens: Optional[torch.Tensor] = None,
+    ) -> list[torch.Tensor]:
         """Hidden states of all n_layers + 1 layers, each (B, L, E)."""
-        return self._trunk(tokens_BL, lengths_B, self.config.n_layers, keep_all=True)
+        return self._trunk(tokens_BL, lengths_B, self.config.n_layers, keep_all=True, cu_seqlens=cu_seqlens)
 
     def _trunk(
-        self, tokens_BL: torch.Tensor, lengths_B: Optional[torch.Tensor], last: int, *, keep_all: bool
+        self,
+        tokens_BL: torch.Tensor,
+        lengths_B: Optional[torch.Tensor],
+        last: int,
+        *,
+        keep_all: bool,
+        cu_seqlens: Optional[torch.Tensor],
     ) -> list[torch.Tensor]:
         if tokens_BL.ndim != 2 or tokens_BL.is_floating_point() or tokens_BL.is_complex():
             raise TypeError(
                 f"tokens must be an integer tensor of shape (batch, length), got {tuple(tokens_BL.shape)} "
                 f"{tokens_BL.dtype}; encode sequences with genoformer.data.alphabet.encode."
             )
-        return self.run_blocks(self.embed(tokens_BL.long()), lengths_B, last, keep_all=keep_all)
+        return self.run_blocks(self.embed(tokens_BL.long()), lengths_B, last, keep_all=keep_all, cu_seqlens=cu_seqlens)
 
 
 def compile_blocks(model: TransformerTrunk, backend: str = "inductor") -> None:

@@ -69,7 +69,7 @@ def test_an_error_inside_a_training_step_keeps_its_traceback(tmp_path, monkeypat
     """Bad input stays a one-line message; a ValueError from deep inside a step propagates whole."""
     from genoformer.lightning_module import GenoformerLM
 
-    def broken_loss(self, tokens_BL, lengths_B=None):
+    def broken_loss(self, tokens_BL, lengths_B=None, cu_seqlens=None):
         raise ValueError("deep inside the model")
 
     monkeypatch.setattr(GenoformerLM, "loss", broken_loss)
