@@ -5,7 +5,7 @@
 #           backends as columns (what `gpu_session.sh round2` runs)
 #   GPU 1   the GPU test sweeps (every installed backend, packed rows, the kernel variants), the
 #           packed-attention benchmark, the flash-attn check (times per situation and what auto
-#           picks), the packed training step
+#           picks), the packed training step (benchmarks/packed_training.py)
 #   CPU     the sm_80 / sm_90 cross-compile test under this machine's Triton
 #   bash benchmarks/gpu_issue11.sh      (repository root, on the GPU machine; OUT set)
 # Every result file and log goes into $OUT/issue11.tar.gz (the device tool brings back at most 8
@@ -27,20 +27,22 @@ stamp() { echo "== $(( $(date +%s) - began )) s: $*"; }
 (
     export CUDA_VISIBLE_DEVICES=0
     stamp "gpu0 kernel variants"
-    timeout 150 python3 -m benchmarks.kernel_variants --out "$R/results" > "$R/kernel_variants.log" 2>&1
+    timeout 130 python3 -m benchmarks.kernel_variants --out "$R/results" > "$R/kernel_variants.log" 2>&1
     stamp "gpu0 attention benchmark"
-    timeout 300 python3 -m benchmarks.attention --out "$R/results" --budget-s 230 > "$R/attention.log" 2>&1
+    timeout 270 python3 -m benchmarks.attention --out "$R/results" --budget-s 210 > "$R/attention.log" 2>&1
     stamp "gpu0 done"
 ) &
 (
     export CUDA_VISIBLE_DEVICES=1
     stamp "gpu1 tests"
-    timeout 200 python3 -m pytest -q -rs -p no:cacheprovider -n 8 tests/kernels/test_backends_gpu.py \
+    timeout 170 python3 -m pytest -q -rs -p no:cacheprovider -n 8 tests/kernels/test_backends_gpu.py \
         tests/kernels/test_triton_attention.py > "$R/gpu_tests.log" 2>&1
     stamp "gpu1 packed attention"
-    timeout 130 python3 -m benchmarks.packed --out "$R/results" > "$R/packed.log" 2>&1
+    timeout 110 python3 -m benchmarks.packed --out "$R/results" > "$R/packed.log" 2>&1
     stamp "gpu1 flash-attn check"
-    timeout 110 python3 -m benchmarks.flash_attn_check --out "$R/results" --no-sweep > "$R/flash_attn_check.log" 2>&1
+    timeout 90 python3 -m benchmarks.flash_attn_check --out "$R/results" --no-sweep > "$R/flash_attn_check.log" 2>&1
+    stamp "gpu1 packed training"
+    timeout 90 python3 -m benchmarks.packed_training --out "$R/results" > "$R/packed_training.log" 2>&1
     stamp "gpu1 done"
 ) &
 (
@@ -49,7 +51,7 @@ stamp() { echo "== $(( $(date +%s) - began )) s: $*"; }
     stamp "cpu done"
 ) &
 wait
-for log in versions compile gpu_tests kernel_variants attention packed flash_attn_check; do
+for log in versions compile gpu_tests kernel_variants attention packed flash_attn_check packed_training; do
     echo "---- $log"; tail -n 25 "$R/$log.log"
 done
 tar czf "$OUT/issue11.tar.gz" -C /tmp issue11
