@@ -199,6 +199,13 @@ def replace_markdown_section(path: str | Path, name: str, text: str) -> Path:
     return path
 
 
+def write_atomically(path: Path, text: str) -> None:
+    """Write text to path through a temporary file beside it, so that a reader never sees half."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
+
+
 def last_logged_step(metrics_csv: Path) -> int:
     """The last optimizer step in a run's metrics.csv (CSVLogger), 0 when nothing was logged."""
     import csv

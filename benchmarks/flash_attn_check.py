@@ -41,6 +41,7 @@ from benchmarks.common import (
     environment_markdown,
     markdown_table,
     replace_markdown_section,
+    write_atomically,
 )
 from genoformer.kernels import Backend, BlockLayout, attention
 from genoformer.kernels.dispatch import plan_attention, unsupported_reason
@@ -218,12 +219,6 @@ def render_markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    partial = path.with_name(path.name + ".tmp")
-    partial.write_text(text)
-    partial.replace(path)
-
-
 # ------------------------------------------------------------------------------------ CLI
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
@@ -265,8 +260,8 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"[{time.monotonic() - started:6.1f}s] {situation.name}: auto picks {results['situations'][-1]['auto']}",
               flush=True)
     results["wall_s"] = time.monotonic() - started
-    _write_atomically(args.out / "flash_attn_check.json", json.dumps(results, indent=1))
-    _write_atomically(args.out / "flash_attn_check.md", render_markdown(results) + "\n")
+    write_atomically(args.out / "flash_attn_check.json", json.dumps(results, indent=1))
+    write_atomically(args.out / "flash_attn_check.md", render_markdown(results) + "\n")
     if args.markdown is not None:
         replace_markdown_section(args.markdown, SECTION, render_markdown(results))
     print(markdown_table(rows(results)), flush=True)

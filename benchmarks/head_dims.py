@@ -49,6 +49,7 @@ from benchmarks.common import (
     environment_markdown,
     markdown_table,
     replace_markdown_section,
+    write_atomically,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -254,12 +255,6 @@ def render_markdown(results: dict) -> str:
     ])
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    partial = path.with_name(path.name + ".tmp")
-    partial.write_text(text)
-    partial.replace(path)
-
-
 # ------------------------------------------------------------------------------------ CLI
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
@@ -310,8 +305,8 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"[{time.monotonic() - started:6.1f}s] GPU sweep: python {' '.join(SWEEP_COMMAND)}", flush=True)
         results["sweep"] = run_sweep(device, shapes.sweep_timeout_s, args.out / "head_dims_tests.log")
     results["wall_s"] = time.monotonic() - started
-    _write_atomically(args.out / "head_dims.json", json.dumps(results, indent=1))
-    _write_atomically(args.out / "head_dims.md", render_markdown(results) + "\n")
+    write_atomically(args.out / "head_dims.json", json.dumps(results, indent=1))
+    write_atomically(args.out / "head_dims.md", render_markdown(results) + "\n")
     if args.markdown is not None:
         replace_markdown_section(args.markdown, SECTION, render_markdown(results))
     print(markdown_table(rows(results)) + "\n\n" + markdown_table(targets(results)), flush=True)

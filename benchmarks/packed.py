@@ -46,6 +46,7 @@ from benchmarks.common import (
     environment_markdown,
     markdown_table,
     replace_markdown_section,
+    write_atomically,
 )
 
 SECTION = "packed"
@@ -252,12 +253,6 @@ def render_markdown(results: dict) -> str:
     ])
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    partial = path.with_name(path.name + ".tmp")
-    partial.write_text(text)
-    partial.replace(path)
-
-
 # ------------------------------------------------------------------------------------ CLI
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
@@ -299,8 +294,8 @@ def main(argv: list[str] | None = None) -> dict:
                "shapes": dataclasses.asdict(shapes), "seed": args.seed,
                "record": measure(shapes, Timer(device, args.warmup_ms, args.rep_ms), device, args.seed)}
     results["wall_s"] = time.monotonic() - started
-    _write_atomically(args.out / "packed.json", json.dumps(results, indent=1))
-    _write_atomically(args.out / "packed.md", render_markdown(results) + "\n")
+    write_atomically(args.out / "packed.json", json.dumps(results, indent=1))
+    write_atomically(args.out / "packed.md", render_markdown(results) + "\n")
     if args.markdown is not None:
         replace_markdown_section(args.markdown, SECTION, render_markdown(results))
     print(markdown_table(rows(results)) + "\n\n" + markdown_table(targets(results)), flush=True)

@@ -6,13 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from benchmarks.common import environment_markdown, markdown_table
-
-
-def write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text)
-    temporary.replace(path)
+from benchmarks.common import environment_markdown, markdown_table, write_atomically
 
 
 
@@ -192,7 +186,6 @@ def update_configs(summary: dict, configs: Path) -> list[Path]:
 
 def config_lines(summary: dict) -> list[str]:
     """The long-context configs' measured lines, and where dense (math) attention runs out of memory."""
-    by = _by_name(summary)
     lines = [f"- configs/{name}: `{comment}`" for name, comment in config_comments(summary).items()]
     math_oom = [r for r in summary["records"] if r["impl"] == "math" and r.get("status") == "OOM"]
     math_ok = [r for r in summary["records"] if r["impl"] == "math" and _ok(r)]
