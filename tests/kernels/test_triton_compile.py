@@ -49,13 +49,16 @@ def _cases() -> list[tuple[str, str, int, str, tuple]]:
               if tile in PADDED_DIMS and gen.name in PADDED_GENERATIONS]
     for gen, d, cfg in built:
         fields = tuple(cfg.__dict__.values())
+        variant = ("-tma" if cfg.tma else "") + (
+            f"-tau{cfg.rescale_tau:g}" if isinstance(cfg, configs.FwdConfig) and cfg.rescale_tau else "") + (
+            "-headsouter" if isinstance(cfg, configs.BwdConfig) and cfg.heads_outer else "")
         if isinstance(cfg, configs.FwdConfig):
-            out.append((f"{gen.name}-d{d}-fwd-{cfg.block_m}x{cfg.block_n}-w{cfg.num_warps}s{cfg.num_stages}",
+            out.append((f"{gen.name}-d{d}-fwd-{cfg.block_m}x{cfg.block_n}-w{cfg.num_warps}s{cfg.num_stages}{variant}",
                         gen.name, d, "fwd", fields))
         else:
-            out.append((f"{gen.name}-d{d}-dkdv-{cfg.block_m1}x{cfg.block_n1}-w{cfg.warps1}s{cfg.stages1}",
+            out.append((f"{gen.name}-d{d}-dkdv-{cfg.block_m1}x{cfg.block_n1}-w{cfg.warps1}s{cfg.stages1}{variant}",
                         gen.name, d, "dkdv", fields))
-            out.append((f"{gen.name}-d{d}-dq-{cfg.block_m2}x{cfg.block_n2}-w{cfg.warps2}s{cfg.stages2}",
+            out.append((f"{gen.name}-d{d}-dq-{cfg.block_m2}x{cfg.block_n2}-w{cfg.warps2}s{cfg.stages2}{variant}",
                         gen.name, d, "dq", fields))
     # a dK/dV or dQ half shared by two candidates is compiled once
     return list({case[0]: case for case in out}.values())
@@ -87,16 +90,18 @@ def _compile_one(case: tuple) -> dict:
     gen = next(g for g in configs.GENERATIONS if g.name == gen_name)
     if kind == "fwd":
         cfg = configs.FwdConfig(*fields)
-        kernel, constexprs = attn_fwd_kernel, {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n}
+        kernel, constexprs = attn_fwd_kernel, {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
+                                               "TMA": cfg.tma, "RESCALE_TAU": cfg.rescale_tau}
         warps, stages = cfg.num_warps, cfg.num_stages
     else:
         cfg = configs.BwdConfig(*fields)
+        variant = {"TMA": cfg.tma, "HEADS_OUTER": cfg.heads_outer}
         if kind == "dkdv":
             kernel = bwd_dkdv_kernel
-            constexprs = {"BLOCK_M1": cfg.block_m1, "BLOCK_N1": cfg.block_n1, "EVEN_Q": False}
+            constexprs = {"BLOCK_M1": cfg.block_m1, "BLOCK_N1": cfg.block_n1, "EVEN_Q": False, **variant}
             warps, stages = cfg.warps1, cfg.stages1
         else:
-            kernel, constexprs = bwd_dq_kernel, {"BLOCK_M2": cfg.block_m2, "BLOCK_N2": cfg.block_n2}
+            kernel, constexprs = bwd_dq_kernel, {"BLOCK_M2": cfg.block_m2, "BLOCK_N2": cfg.block_n2, **variant}
             warps, stages = cfg.warps2, cfg.stages2
     # ALIGN8 is what the launcher sets for contiguous inputs of these head dims
     constexprs = {"D": d, "D_TILE": configs.tile_dim(d), "ALIGN8": d % 16 == 8, "SCAN_": SCAN, **COMMON, **constexprs}
