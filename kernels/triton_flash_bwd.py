@@ -64,8 +64,10 @@ def _dkdv_steps(
 ):
     """Accumulate dK, dV (BLOCK_N1, D_TILE) over query tiles t_lo..t_hi (transposed: keys are rows)."""
     offs_d = tl.arange(0, D_TILE)
+    start_next = tile_start(t_lo, idx_ptr, bs, TPB, BLOCK_M1, SPARSE, t_lo < t_hi)
     for t in range(t_lo, t_hi):
-        start_m = tile_start(t, idx_ptr, bs, TPB, BLOCK_M1, SPARSE)
+        start_m = start_next  # loaded one step ahead: see tile_start
+        start_next = tile_start(t + 1, idx_ptr, bs, TPB, BLOCK_M1, SPARSE, t + 1 < t_hi)
         offs_m = start_m + tl.arange(0, BLOCK_M1)
         # rows past Lq (unless EVEN_Q): q = 0 and lse = +inf make their p exactly 0
         q = stream_tile(q_src, start_m, offs_m, sq_l, offs_m < Lq, offs_d, D, D_TILE, not EVEN_Q, TMA, ALIGN8)
@@ -199,8 +201,10 @@ def _dq_steps(
 ):
     """Accumulate dQ (BLOCK_M2, D_TILE) over key tiles t_lo..t_hi."""
     offs_d = tl.arange(0, D_TILE)
+    start_next = tile_start(t_lo, idx_ptr, bs, TPB, BLOCK_N2, SPARSE, t_lo < t_hi)
     for t in range(t_lo, t_hi):
-        start_n = tile_start(t, idx_ptr, bs, TPB, BLOCK_N2, SPARSE)
+        start_n = start_next  # loaded one step ahead: see tile_start
+        start_next = tile_start(t + 1, idx_ptr, bs, TPB, BLOCK_N2, SPARSE, t + 1 < t_hi)
         offs_n = start_n + tl.arange(0, BLOCK_N2)
         k = stream_tile(k_src, start_n, offs_n, sk_l, offs_n < kv_end, offs_d, D, D_TILE, MASK, TMA, ALIGN8)
         v = stream_tile(v_src, start_n, offs_n, sv_l, offs_n < kv_end, offs_d, D, D_TILE, MASK, TMA, ALIGN8)

@@ -123,12 +123,21 @@ def stream_tile(source, start, offs, stride, rows_ok, offs_d, D: tl.constexpr, D
 
 
 @triton.jit
-def tile_start(t, idx_ptr, bs, TPB, BLOCK: tl.constexpr, SPARSE: tl.constexpr):
-    """First token of the t-th visited tile: t * BLOCK when dense, else inside the layout's list."""
+def tile_start(t, idx_ptr, bs, TPB, BLOCK: tl.constexpr, SPARSE: tl.constexpr, valid):
+    """First token of the t-th visited tile: t * BLOCK when dense, else inside the layout's list
+    (read only where `valid`, 0 elsewhere).
+
+    The loops call it one step ahead (tile t + 1 while computing tile t) and carry the result:
+    with the layout entry loaded in the step that uses it, Triton's pipeliner (3.6 to 3.9, sm_80
+    and sm_90) turns that scalar load into a cp.async of its own and waits for every copy in
+    flight before each step (``async_wait {num = 0}``), so the tiles of the next steps are no
+    longer prefetched; loaded a step ahead it stays a plain load, hidden behind the step's
+    matmuls, and the tile loads keep their 2-3 step prefetch, as in the dense kernels.
+    """
     start = t * BLOCK
     if SPARSE:
         entry = t // TPB
-        start = tl.load(idx_ptr + entry) * bs + (t - entry * TPB) * BLOCK
+        start = tl.load(idx_ptr + entry, mask=valid, other=0) * bs + (t - entry * TPB) * BLOCK
     return start
 
 
@@ -189,8 +198,10 @@ def _fwd_steps(
     nothing allowed yet (m_i = -inf) always counts as grown once it sees a key.
     """
     offs_d = tl.arange(0, D_TILE)
+    start_next = tile_start(t_lo, idx_ptr, bs, TPB, BLOCK_N, SPARSE, t_lo < t_hi)
     for t in range(t_lo, t_hi):
-        start_n = tile_start(t, idx_ptr, bs, TPB, BLOCK_N, SPARSE)
+        start_n = start_next  # loaded one step ahead: see tile_start
+        start_next = tile_start(t + 1, idx_ptr, bs, TPB, BLOCK_N, SPARSE, t + 1 < t_hi)
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k = stream_tile(k_src, start_n, offs_n, sk_l, offs_n < kv_end, offs_d, D, D_TILE, MASK, TMA, ALIGN8)
         s = mma(q, tl.trans(k), None, DOT_F32)  # (BLOCK_M, BLOCK_N) fp32, unscaled q . k
