@@ -9,7 +9,10 @@ One run times forward and backward of `genoformer.kernels.triton_flash.triton_at
     (`BlockLayout.sliding_window`), flash-attn's `window_size` token-granular: they are not
     the same function, so FA4 is compared on causal only and the window goes to Flex;
   * Flex: `torch.compile(flex_attention)` (its Triton backend) with a BlockMask built from the
-    very same `BlockLayout` that ours receives, so both compute the same function;
+    very same `BlockLayout` that ours receives, so both compute the same function; its mask_mod
+    (called on the causal diagonal blocks only) is plain `kv <= q`, the cheapest a Flex user
+    would write (until issue 11 it looked the layout up per element, which slowed Flex's
+    diagonal blocks and flattered our ratios on the causal patterns);
   * Flex FLASH: the same compiled call with `kernel_options={"BACKEND": "FLASH"}`, Flex's
     flash-attn-4 backend (needs flash-attn-4 installed);
 and writes a results JSON, a plot and the `attention` section of BENCHMARKS.md. A library that
@@ -488,9 +491,11 @@ class Bench:
             module, error = self.fa4_module
             impls["fa4"] = fa4(module) if error is None else Impl(None, error=error)
         layout = layout or BlockLayout.dense(case.seq_len, block_size=self.sweep.block_size)
+        # compiled Flex (both backends) needs no layout lookup in its mask_mod; eager Flex (CPU) does
+        index_only = self.device.type == "cuda"
         block_mask, error = self.attempt(
             f"{case.label}: flex block mask",
-            lambda: flex_block_mask(layout, case.pattern.causal, case.heads, self.device),
+            lambda: flex_block_mask(layout, case.pattern.causal, case.heads, self.device, index_only),
         )
         if error is not None:
             impls["flex"] = impls["flex_flash"] = Impl(None, error=error)
@@ -508,9 +513,8 @@ class Bench:
         if fa4_error is not None:
             impls["flex_flash"] = Impl(None, error=f"Flex FLASH needs {fa4_error}")
         else:
-            flash_mask = flex_block_mask(layout, case.pattern.causal, case.heads, self.device, index_only=True)
             impls["flex_flash"] = Impl(
-                functools.partial(self.flex, block_mask=flash_mask, kernel_options={"BACKEND": "FLASH"})
+                functools.partial(self.flex, block_mask=block_mask, kernel_options={"BACKEND": "FLASH"})
             )
         return impls
 
@@ -1060,7 +1064,8 @@ def render_markdown(results: dict, figure_link: str | None) -> str:
         "(`out.backward(dout, retain_graph=True)`). FA2 is torch SDPA restricted to the flash backend, FA4 "
         "flash-attn-4's `flash_attn.cute.flash_attn_func`; both on dense causal only (our window is "
         f"block-granular, flash-attn's `window_size` token-granular). Flex is {flex} with a BlockMask built "
-        "from the same BlockLayout, Flex FLASH the same call with `kernel_options={\"BACKEND\": \"FLASH\"}`. "
+        "from the same BlockLayout (on a GPU its mask_mod, called on the causal diagonal blocks only, is plain "
+        "`kv <= q`), Flex FLASH the same call with `kernel_options={\"BACKEND\": \"FLASH\"}`. "
         f"Patterns: causal; sliding_window ±{settings['window']} tokens, bidirectional; bigbird (window "
         f"{settings['bigbird_window']}, {settings['bigbird_global_blocks']} global, "
         f"{settings['bigbird_random_blocks']} random blocks); custom (causal window {settings['custom_window']} "

@@ -266,9 +266,14 @@ def _check_csr(name: str, counts, indices, device) -> None:
 def flash_fwd(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_lens: torch.Tensor | None,
     kv_counts: torch.Tensor | None, kv_indices: torch.Tensor | None, block_size: int,
-    causal: bool, scale: float,
+    causal: bool, scale: float, config: configs.FwdConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Forward launcher: returns o (B, H, Lq, D) in q's dtype and lse (B, H, Lq) fp32 (base 2)."""
+    """Forward launcher: returns o (B, H, Lq, D) in q's dtype and lse (B, H, Lq) fp32 (base 2).
+
+    config: run this launch configuration instead of choosing one (benchmarks/kernel_variants.py);
+    it must fit the layout's block size (``triton_flash_configs.fit_fwd``); its TMA variant
+    becomes pointer loads where the inputs do not allow TMA.
+    """
     _check_last_dim_contiguous(q=q, k=k, v=v)
     _check_csr("kv", kv_counts, kv_indices, q.device)
     if not scale > 0:
@@ -300,7 +305,7 @@ def flash_fwd(
     tma = _tma_ready(q, k, v)
     cands = _without_tma(fwd_candidates(q.device, D, block_size if sparse else None), tma)
     key = ("fwd", q.device.index, D, q.dtype, causal, sparse, block_size, tma, _bucket(Lq), _bucket(Lk))
-    run(_choose(key, cands, run, q.device))
+    run(_without_tma((config,), tma)[0] if config is not None else _choose(key, cands, run, q.device))
     return o, lse
 
 
@@ -309,9 +314,12 @@ def flash_bwd(
     lse: torch.Tensor, kv_lens: torch.Tensor | None,
     kv_counts: torch.Tensor | None, kv_indices: torch.Tensor | None,
     q_counts: torch.Tensor | None, q_indices: torch.Tensor | None,
-    block_size: int, causal: bool, scale: float,
+    block_size: int, causal: bool, scale: float, config: configs.BwdConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Backward launcher: returns dq, dk, dv (contiguous, in the inputs' dtype). Deterministic."""
+    """Backward launcher: returns dq, dk, dv (contiguous, in the inputs' dtype). Deterministic.
+
+    config: as for ``flash_fwd``.
+    """
     _check_last_dim_contiguous(do=do, q=q, k=k, v=v, o=o)
     _check_csr("kv", kv_counts, kv_indices, q.device)
     _check_csr("q", q_counts, q_indices, q.device)
@@ -372,7 +380,7 @@ def flash_bwd(
     tma = _tma_ready(q, k, v, do)
     cands = _without_tma(bwd_candidates(q.device, D, block_size if sparse else None), tma)
     key = ("bwd", q.device.index, D, q.dtype, causal, sparse, block_size, tma, H // HKV, _bucket(Lq), _bucket(Lk))
-    run(_choose(key, cands, run, q.device))
+    run(_without_tma((config,), tma)[0] if config is not None else _choose(key, cands, run, q.device))
     return dq, dk, dv
 
 
