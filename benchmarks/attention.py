@@ -47,8 +47,8 @@ Method
     off so that the compiled Flex backward may be replayed.) Compiling and autotuning happen
     in the correctness check or in do_bench's first call, outside the timed calls.
   * Flex is compiled once for all shapes where torch.compile's automatic dynamic shapes allow;
-    the recompile limit is raised to 64 and hitting it raises, instead of silently running
-    eager Flex (which would materialise the L^2 scores).
+    the recompile limit is raised to 128 (two Flex backends) and hitting it raises, instead of
+    silently running eager Flex (which would materialise the L^2 scores).
   * FLOPs: 4 * B * H * pairs * D for the forward, 2.5 times that for the backward, where pairs
     is the exact number of (query, key) pairs the pattern allows (causal diagonal blocks
     counted by halves). "density" is pairs / (H * L^2), the fraction of the full score matrix.
@@ -431,7 +431,7 @@ class Bench:
         if self.device.type == "cuda":
             # A recompile past the limit would silently fall back to eager Flex, which
             # materialises L^2 scores: raise instead, and allow enough shapes for the sweep.
-            torch._dynamo.config.recompile_limit = 64
+            torch._dynamo.config.recompile_limit = 128
             torch._dynamo.config.fail_on_recompile_limit_hit = True
             # The backward is timed by replaying it on a retained graph, which donated
             # buffers forbid.
