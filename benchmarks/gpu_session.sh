@@ -22,7 +22,7 @@
 #            columns; without it they are left out): python -m benchmarks.kernel_variants (every
 #            launch configuration and sm_90 variant timed, ~2 min), then the full
 #            python -m benchmarks.attention (flash-attn-4 and both Flex backends as columns,
-#            ROUND2_BUDGET s, default 270); their files land in $OUT (copy them to
+#            ROUND2_BUDGET s, default 250); their files land in $OUT (copy them to
 #            benchmarks/results/, then re-render BENCHMARKS.md with --render-from)
 # Logs and result files go to $OUT (or ./gpu_out when OUT is unset); the benchmark keeps its
 # working files in /tmp and copies only its JSON and error log there (the device tool brings
@@ -164,12 +164,12 @@ train() {
 
 round2() {
     log "round2: kernel variants"
-    timeout ${VARIANTS_TIMEOUT:-170} python3 -m benchmarks.kernel_variants --out "$OUT" 2>&1 \
+    timeout ${VARIANTS_TIMEOUT:-200} python3 -m benchmarks.kernel_variants --out "$OUT" 2>&1 \
         | tee -a "$OUT/session.log" | tail -45
-    log "round2: attention benchmark, budget ${ROUND2_BUDGET:-270} s"
+    log "round2: attention benchmark, budget ${ROUND2_BUDGET:-250} s"
     mkdir -p /tmp/bench
-    timeout $(( ${ROUND2_BUDGET:-270} + 70 )) python3 -m benchmarks.attention --out /tmp/bench \
-        --budget-s ${ROUND2_BUDGET:-270} 2>&1 | tee -a "$OUT/session.log" | tail -75
+    timeout $(( ${ROUND2_BUDGET:-250} + 70 )) python3 -m benchmarks.attention --out /tmp/bench \
+        --budget-s ${ROUND2_BUDGET:-250} 2>&1 | tee -a "$OUT/session.log" | tail -75
     cp /tmp/bench/attention.json /tmp/bench/attention.md /tmp/bench/attention.png "$OUT/"
     cp /tmp/bench/attention_errors.log "$OUT/" 2>/dev/null
 }

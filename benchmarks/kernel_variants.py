@@ -337,7 +337,9 @@ def main(argv: list[str] | None = None) -> dict:
     results = {"environment": describe_environment(device), "command": command_line(), "cases": []}
     for case in gpu_cases() if device.type == "cuda" else smoke_cases():
         results["cases"].append(measure_case(case, device, dtype, width, timer))
-        print(f"[{time.monotonic() - started:5.0f}s] {case.name} D={case.head_dim} done", flush=True)
+        results["wall_s"] = time.monotonic() - started
+        _write(results, args.out)  # kept current, so that a killed run still leaves its numbers
+        print(f"[{results['wall_s']:5.0f}s] {case.name} D={case.head_dim} done", flush=True)
     if device.type == "cuda":
         results["sparse_overhead"] = sparse_overhead(device, dtype, 16384, 128, 16, 128, timer)
         results["backward_breakdown"] = backward_breakdown(device, dtype, gpu_cases()[2], width)
