@@ -343,6 +343,7 @@ def test_kernel_variants_match_reference(attn, monkeypatch, variant, case):
         gen = configs.generation_for(torch.cuda.get_device_capability())
         fwd, bwd = configs.fwd_candidates(gen, 64)[0], configs.bwd_candidates(gen, 64)[0]
     fwd, bwd = dataclasses.replace(fwd, **fwd_fields), dataclasses.replace(bwd, **bwd_fields)
+    monkeypatch.setattr(tf, "_TUNED", {})  # no configuration cached by an earlier test is reused
     monkeypatch.setattr(tf, "fwd_candidates", lambda device, d, bs: (configs.fit_fwd(fwd, bs),))
     monkeypatch.setattr(tf, "bwd_candidates", lambda device, d, bs: (configs.fit_bwd(bwd, bs),))
     if case == "causal_window_padding":
