@@ -289,12 +289,12 @@ class Impl:
     backward_error: str | None = None  # set when it runs forward only on this device
 
 
-def fa2() -> Impl:
-    """SDPA restricted to the flash backend: FlashAttention-2, dense causal."""
+def fa2(causal: bool) -> Impl:
+    """SDPA restricted to the flash backend: FlashAttention-2, dense (causal or bidirectional)."""
 
     def run(q, k, v):
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
     return Impl(run)
 
@@ -488,7 +488,7 @@ class Bench:
         """The implementations compared with ours on this case, by record key."""
         impls = {}
         if case.pattern.dense:
-            impls["fa2"] = fa2()
+            impls["fa2"] = fa2(causal=True)
             module, error = self.fa4_module
             impls["fa4"] = fa4(module) if error is None else Impl(None, error=error)
         layout = layout or BlockLayout.dense(case.seq_len, block_size=self.sweep.block_size)
@@ -674,7 +674,7 @@ class Bench:
             result["error"] = "peak memory is measured on CUDA only"
             return result
         q, k, v, dout = self.inputs(B, H, L, D, salt=999_999)
-        for name, impl in (("ours", self.ours(True, None, q, k, v)), ("fa2", fa2())):
+        for name, impl in (("ours", self.ours(True, None, q, k, v)), ("fa2", fa2(causal=True))):
             if impl.fn is None:
                 result[name] = {"peak_mib": None, "error": impl.error}
                 continue
