@@ -17,6 +17,11 @@ built at its tile width and, on sm_80 and sm_90, again at one padded head dim of
 (``PADDED_DIMS``): the head-dim masks change the loads and stores, not the tiles held in shared
 memory, but they must compile and pipeline in every configuration.
 
+Each build also counts the scalar loads that Triton's pipeliner turned into cp.async copies
+(``tensor<1x!tt.ptr<i32>>`` in the TTGIR): a layout entry loaded that way in the step that uses
+it made every step of the sparse loops wait for all copies in flight (``async_wait {num = 0}``),
+so no tile was prefetched; ``tile_start`` is called a step ahead so that none is.
+
 The compiles run in a child process (this file run as a script), one worker per core: the test
 session may have set TRITON_INTERPRET=1 for the interpreter tests, and kernels defined under it
 cannot be compiled.
@@ -28,6 +33,7 @@ import concurrent.futures
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -58,6 +64,9 @@ def _cases() -> list[tuple[str, str, int, str, tuple]]:
               for candidates in (configs.fwd_candidates, configs.bwd_candidates)]
     for gen, d, cfg, variant in built:
         fields = tuple(cfg.__dict__.values())
+        variant = ("-tma" if cfg.tma else "") + (
+            f"-tau{cfg.rescale_tau:g}" if isinstance(cfg, configs.FwdConfig) and cfg.rescale_tau else "") + (
+            "-headsouter" if isinstance(cfg, configs.BwdConfig) and cfg.heads_outer else "")
         if isinstance(cfg, configs.FwdConfig):
             out.append((f"{gen.name}-d{d}-fwd-{cfg.block_m}x{cfg.block_n}-w{cfg.num_warps}s{cfg.num_stages}{variant}",
                         gen.name, d, "fwd", fields))
@@ -96,16 +105,18 @@ def _compile_one(case: tuple) -> dict:
     gen = next(g for g in configs.GENERATIONS if g.name == gen_name)
     if kind == "fwd":
         cfg = configs.FwdConfig(*fields)
-        kernel, constexprs = attn_fwd_kernel, {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n}
+        kernel, constexprs = attn_fwd_kernel, {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
+                                               "TMA": cfg.tma, "RESCALE_TAU": cfg.rescale_tau}
         warps, stages = cfg.num_warps, cfg.num_stages
     else:
         cfg = configs.BwdConfig(*fields)
+        variant = {"TMA": cfg.tma, "HEADS_OUTER": cfg.heads_outer}
         if kind == "dkdv":
             kernel = bwd_dkdv_kernel
-            constexprs = {"BLOCK_M1": cfg.block_m1, "BLOCK_N1": cfg.block_n1, "EVEN_Q": False}
+            constexprs = {"BLOCK_M1": cfg.block_m1, "BLOCK_N1": cfg.block_n1, "EVEN_Q": False, **variant}
             warps, stages = cfg.warps1, cfg.stages1
         else:
-            kernel, constexprs = bwd_dq_kernel, {"BLOCK_M2": cfg.block_m2, "BLOCK_N2": cfg.block_n2}
+            kernel, constexprs = bwd_dq_kernel, {"BLOCK_M2": cfg.block_m2, "BLOCK_N2": cfg.block_n2, **variant}
             warps, stages = cfg.warps2, cfg.stages2
     # ALIGN8 is what the launcher sets for contiguous inputs of these head dims
     variant = DENSE_PACKED if case_id.endswith("-dense-packed") else {}
@@ -133,8 +144,9 @@ def _compile_one(case: tuple) -> dict:
                                   options={"num_warps": warps, "num_stages": stages})
     except Exception as error:  # reported to the parent test, which fails with it
         return {"id": case_id, "error": f"{type(error).__name__}: {error}"}
+    scalar_copies = re.findall(r"async_copy_global_to_local[^\n]*: tensor<1x!tt\.ptr<i32>", compiled.asm["ttgir"])
     return {"id": case_id, "shared": compiled.metadata.shared, "limit": gen.shared_limit,
-            "seconds": round(time.perf_counter() - t0, 2)}
+            "scalar_async_loads": len(scalar_copies), "seconds": round(time.perf_counter() - t0, 2)}
 
 
 def _compile_all() -> list[dict]:
@@ -162,6 +174,16 @@ def test_config_compiles_within_shared_memory(compiled, case):
     assert result["shared"] <= result["limit"], (
         f"{case[0]} needs {result['shared']} B of shared memory, over the {result['limit']} B limit of its "
         f"GPU generation: shrink its tiles or stages in kernels/triton_flash_configs.py")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", _cases(), ids=lambda c: c[0])
+def test_sparse_loops_keep_their_prefetch(compiled, case):
+    result = compiled[case[0]]
+    assert "error" not in result, f"{case[0]} does not compile: {result.get('error')}"
+    assert result["scalar_async_loads"] == 0, (
+        f"{case[0]}: Triton pipelined {result['scalar_async_loads']} layout-entry load(s) as cp.async, which "
+        f"serialises the tile loads of the sparse loops: load the entry a step ahead (see tile_start)")
 
 
 def test_padded_head_dims_use_their_tile_configs():
