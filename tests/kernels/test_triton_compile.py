@@ -10,7 +10,9 @@ of the shared memory the launch needs (64 KB instead of 224 KB for the sm_90 D=1
 Each kernel is built in its largest variant (causal, block-sparse, key padding, packed documents,
 ragged query tail): the other variants drop code and use no more shared memory.  Dense packed
 rows take one branch of their own (the launch order of their tiles, ``DENSE_PACKED``): each
-generation's default configurations of the common head dims are built that way too.
+generation's default configurations of the common head dims, and the sm_90 variants among their
+candidates (TMA, conditional rescaling, the heads-outer grid, which indexes the tile order by
+the other grid axis), are built that way too.
 
 Configurations are chosen per tile width (the head dim rounded up to a power of two); each is
 built at its tile width and, on sm_80 and sm_90, again at one padded head dim of that tile
@@ -49,8 +51,16 @@ PADDED_DIMS = {32: 24, 64: 40, 128: 96, 256: 160}
 PADDED_GENERATIONS = ("sm_80", "sm_90")
 
 DENSE_PACKED = {"SPARSE": False, "HAS_KV_LENS": False}
-"""constexprs of a dense packed launch, built for the default configs of DENSE_PACKED_DIMS on sm_80, sm_90"""
+"""constexprs of a dense packed launch, built for the default configs of DENSE_PACKED_DIMS on sm_80, sm_90
+and the sm_90 variants among their candidates"""
 DENSE_PACKED_DIMS = (64, 128)
+
+
+def _variant(cfg: configs.FwdConfig | configs.BwdConfig) -> str:
+    """The test-id suffix of a configuration's sm_90 variant ("" for a plain configuration)."""
+    return ("-tma" if cfg.tma else "") + (
+        f"-tau{cfg.rescale_tau:g}" if isinstance(cfg, configs.FwdConfig) and cfg.rescale_tau else "") + (
+        "-headsouter" if isinstance(cfg, configs.BwdConfig) and cfg.heads_outer else "")
 
 
 def _cases() -> list[tuple[str, str, int, str, tuple]]:
@@ -59,21 +69,20 @@ def _cases() -> list[tuple[str, str, int, str, tuple]]:
     built = [(gen, tile, cfg, "") for gen, tile, cfg in configs.all_configs()]
     built += [(gen, PADDED_DIMS[tile], cfg, "") for gen, tile, cfg in configs.all_configs()
               if tile in PADDED_DIMS and gen.name in PADDED_GENERATIONS]
-    built += [(gen, d, candidates(gen, d)[0], "-dense-packed") for gen in configs.GENERATIONS
+    built += [(gen, d, cfg, "-dense-packed") for gen in configs.GENERATIONS
               if gen.name in PADDED_GENERATIONS for d in DENSE_PACKED_DIMS
-              for candidates in (configs.fwd_candidates, configs.bwd_candidates)]
-    for gen, d, cfg, variant in built:
+              for candidates in (configs.fwd_candidates, configs.bwd_candidates)
+              for i, cfg in enumerate(candidates(gen, d)) if i == 0 or _variant(cfg)]
+    for gen, d, cfg, packed in built:
         fields = tuple(cfg.__dict__.values())
-        variant = ("-tma" if cfg.tma else "") + (
-            f"-tau{cfg.rescale_tau:g}" if isinstance(cfg, configs.FwdConfig) and cfg.rescale_tau else "") + (
-            "-headsouter" if isinstance(cfg, configs.BwdConfig) and cfg.heads_outer else "")
+        suffix = _variant(cfg) + packed
         if isinstance(cfg, configs.FwdConfig):
-            out.append((f"{gen.name}-d{d}-fwd-{cfg.block_m}x{cfg.block_n}-w{cfg.num_warps}s{cfg.num_stages}{variant}",
+            out.append((f"{gen.name}-d{d}-fwd-{cfg.block_m}x{cfg.block_n}-w{cfg.num_warps}s{cfg.num_stages}{suffix}",
                         gen.name, d, "fwd", fields))
         else:
-            out.append((f"{gen.name}-d{d}-dkdv-{cfg.block_m1}x{cfg.block_n1}-w{cfg.warps1}s{cfg.stages1}{variant}",
+            out.append((f"{gen.name}-d{d}-dkdv-{cfg.block_m1}x{cfg.block_n1}-w{cfg.warps1}s{cfg.stages1}{suffix}",
                         gen.name, d, "dkdv", fields))
-            out.append((f"{gen.name}-d{d}-dq-{cfg.block_m2}x{cfg.block_n2}-w{cfg.warps2}s{cfg.stages2}{variant}",
+            out.append((f"{gen.name}-d{d}-dq-{cfg.block_m2}x{cfg.block_n2}-w{cfg.warps2}s{cfg.stages2}{suffix}",
                         gen.name, d, "dq", fields))
     # a dK/dV or dQ half shared by two candidates is compiled once
     return list({case[0]: case for case in out}.values())
@@ -119,8 +128,8 @@ def _compile_one(case: tuple) -> dict:
             kernel, constexprs = bwd_dq_kernel, {"BLOCK_M2": cfg.block_m2, "BLOCK_N2": cfg.block_n2, **variant}
             warps, stages = cfg.warps2, cfg.stages2
     # ALIGN8 is what the launcher sets for contiguous inputs of these head dims
-    variant = DENSE_PACKED if case_id.endswith("-dense-packed") else {}
-    constexprs = {"D": d, "D_TILE": configs.tile_dim(d), "ALIGN8": d % 16 == 8, "SCAN_": SCAN, **COMMON, **variant,
+    packed = DENSE_PACKED if case_id.endswith("-dense-packed") else {}
+    constexprs = {"D": d, "D_TILE": configs.tile_dim(d), "ALIGN8": d % 16 == 8, "SCAN_": SCAN, **COMMON, **packed,
                   **constexprs}
     signature = {}
     for name in kernel.arg_names:
