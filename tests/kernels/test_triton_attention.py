@@ -434,7 +434,7 @@ VARIANTS = {
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
-@pytest.mark.parametrize("case", ["causal_window_padding", "bigbird_bidirectional_odd"])
+@pytest.mark.parametrize("case", ["causal_window_padding", "bigbird_bidirectional_odd", "packed_causal_gqa"])
 def test_kernel_variants_match_reference(attn, monkeypatch, variant, case):
     import genoformer.kernels.triton_flash as tf
     from genoformer.kernels import triton_flash_configs as configs
@@ -456,9 +456,12 @@ def test_kernel_variants_match_reference(attn, monkeypatch, variant, case):
         L, kwargs = 150, {"causal": True, "layout": BlockLayout.sliding_window(150, 64, block_size=32),
                           "kv_lens": torch.tensor([150, 101], device=DEVICE)}
         B, Hq, Hkv = 2, 2, 1
-    else:
+    elif case == "bigbird_bidirectional_odd":
         L, kwargs = 160, {"layout": BlockLayout.bigbird(160, 32, 1, 1, block_size=32)}
         B, Hq, Hkv = 1, 2, 2
+    else:  # dense packed rows: the tiles in DOC_ORDER, documents starting and ending inside tiles
+        L, kwargs = 150, {"causal": True, "cu_seqlens": _cu([[40, 70, 40], [3, 147]])}
+        B, Hq, Hkv = 2, 2, 1
     q, k, v, dout = _inputs(B, Hq, Hkv, L, L, 64, torch.bfloat16, seed=11)
     # a wide score range: running maxima keep growing along a row, so the conditional rescale
     # takes both of its branches
