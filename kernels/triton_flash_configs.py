@@ -29,6 +29,10 @@ Variants (sm_90 only, issue 11; each a field of the configuration, a constexpr o
   heads_outer : backward only; the grid puts the tile index first and (batch, head) second, so the
                 programs that run at one time belong to one head and share its q, k, v, dO in L2
                 (FlexAttention's order); the default order runs one tile of every head at a time.
+                Each head's tiles keep their longest-first order (the layout's ORDER, or DOC_ORDER
+                for dense packed rows): the kernels index it by the tile axis, whichever it is.
+Every variant runs with packed documents (cu_seqlens) too: they change the loads, the rescaling
+and the grid, not which tiles a program visits or how they are masked.
 
 The first candidate of each list is the default (always a plain configuration, no variant); when
 autotuning is on (the default on a GPU, see ``triton_flash.autotune_enabled``) the launcher times
