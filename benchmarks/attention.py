@@ -1,15 +1,26 @@
-"""Attention benchmark: our Triton kernels against FlashAttention-2 (SDPA) and FlexAttention.
+"""Attention benchmark: our Triton kernels against FlashAttention-2, flash-attn-4 and both FlexAttention backends.
 
 One run times forward and backward of `genoformer.kernels.triton_flash.triton_attention`
 ("ours") against
-  * FA2: torch SDPA restricted to its flash backend (FlashAttention-2), dense causal or dense
-    bidirectional, the only patterns it can express;
-  * Flex: `torch.compile(flex_attention)` with a BlockMask built from the very same
-    `BlockLayout` that ours receives, so both compute the same function;
-and writes a results JSON, a plot and the `attention` section of BENCHMARKS.md.
+  * FA2: torch SDPA restricted to its flash backend (FlashAttention-2), dense causal only (the
+    one pattern of the sweep it can express);
+  * FA4: flash-attn-4 (`flash_attn.cute.flash_attn_func`, the flash-attn project's CuTe-DSL
+    kernels for Hopper and Blackwell), dense causal. Our sliding window is block-granular
+    (`BlockLayout.sliding_window`), flash-attn's `window_size` token-granular: they are not
+    the same function, so FA4 is compared on causal only and the window goes to Flex;
+  * Flex: `torch.compile(flex_attention)` (its Triton backend) with a BlockMask built from the
+    very same `BlockLayout` that ours receives, so both compute the same function; its mask_mod
+    (called on the causal diagonal blocks only) is plain `kv <= q`, the cheapest a Flex user
+    would write (until issue 11 it looked the layout up per element, which slowed Flex's
+    diagonal blocks and flattered our ratios on the causal patterns);
+  * Flex FLASH: the same compiled call with `kernel_options={"BACKEND": "FLASH"}`, Flex's
+    flash-attn-4 backend (needs flash-attn-4 installed);
+and writes a results JSON, a plot and the `attention` section of BENCHMARKS.md. A library that
+is missing (flash-attn-4 on most machines, everything but ours and Flex on a CPU) is recorded
+and its column left out; the run goes on.
 
-Run from the repository root (the full GPU sweep should take 4 to 6 minutes on an H200,
-most of it compiling):
+Run from the repository root (the full GPU sweep takes about 5 to 6 minutes on an H200, most
+of it compiling Flex and flash-attn-4's kernels):
 
     python -m benchmarks.attention --out OUT --markdown BENCHMARKS.md
     python -m benchmarks.attention --quick                       # L = 16k only
@@ -20,46 +31,52 @@ The last one measures nothing: it redraws the plot and rewrites the markdown sec
 results JSON, e.g. on a workstation after a GPU run whose only output was OUT.
 
 Method
-  * Shapes: bf16; L in 8k..64k, largest first (a `--budget-s` cut drops the least telling);
-    batch B = max(1, 16384 // L) (16k tokens per batch up to
-    L = 16k, one sequence beyond); heads H = 2048 // D, so the model width is the same for
-    every head dim D.
-  * Patterns (block size 128): `causal` (dense causal), `dense` (dense bidirectional, the
-    baseline of the density target), `sliding_window` (causal, 1024 tokens, block-granular as
-    `BlockLayout.sliding_window` defines it), `bigbird` (bidirectional: window 256 tokens +
-    1 global block + 3 seeded random blocks per query block; 7.7% dense at 16k).
+  * Shapes: bf16; L in 8k..64k: 16k first (the length of the issue's tables), then largest first,
+    so that a `--budget-s` cut drops the least telling;
+    batch B = max(1, 16384 // L) (16k tokens per batch up to L = 16k, one sequence beyond);
+    heads H = 2048 // D, so the model width is the same for every head dim D.
+  * Patterns (block size 128): `causal` (dense causal), `sliding_window` (bidirectional, key
+    blocks within ±1024 tokens, block-granular as `BlockLayout.sliding_window` defines it;
+    13% dense at 16k), `bigbird` (bidirectional: window 512 tokens + 1 global block + 2 seeded
+    random blocks per query block), `custom` (causal: a 512-token window united with every
+    16th key block, a strided "sparse transformer" layout that no dense kernel expresses).
   * Times: median of `triton.testing.do_bench` (warm-up, L2 flushed between calls) in ms, with
     autograd on (a training forward). The backward time is `out.backward(dout,
     retain_graph=True)` replayed on one stored forward graph, gradients reset to None before
     each call: backward alone, no forward in it. (AOTAutograd's donated buffers are switched
     off so that the compiled Flex backward may be replayed.) Compiling and autotuning happen
     in the correctness check or in do_bench's first call, outside the timed calls.
-  * Flex is compiled once for all shapes where torch.compile's automatic dynamic shapes allow
-    (the second length of a head dim recompiles with dynamic lengths); the recompile limit is
-    raised to 64 and hitting it raises, instead of silently running eager Flex (which would
-    materialise the L^2 scores).
+  * Flex is compiled once for all shapes where torch.compile's automatic dynamic shapes allow;
+    the recompile limit is raised to 128 (two Flex backends) and hitting it raises, instead of
+    silently running eager Flex (which would materialise the L^2 scores).
   * FLOPs: 4 * B * H * pairs * D for the forward, 2.5 times that for the backward, where pairs
     is the exact number of (query, key) pairs the pattern allows (causal diagonal blocks
     counted by halves). "density" is pairs / (H * L^2), the fraction of the full score matrix.
-  * Correctness: once per configuration ours is run against a reference (FA2 for the dense
-    patterns, Flex for the block-sparse ones, our PyTorch block-sparse backend where Flex
-    failed) on the same inputs. The error of a row (one query's output, one token's gradient)
-    is max|ours - ref| over its D entries divided by max|ref| over them (at least the median
-    row's, so that rows which are zero up to rounding, like dq of the first causal query, do
-    not count); the table shows the worst row of the output and of (dq, dk, dv),
-    flagged WRONG above 3e-2 (output) and 6e-2 (gradients). Per row, so that a few wrong rows
-    (a skipped block) stand out instead of vanishing beside the largest entry of the tensor.
+  * Correctness: once per configuration every implementation is run against one reference
+    (FA2 for causal, then FA4, Flex; Flex for the block-sparse patterns, our PyTorch
+    block-sparse backend where Flex failed) on the same inputs. The error of a row (one
+    query's output, one token's gradient) is max|impl - ref| over its D entries divided by
+    max|ref| over them (at least the median row's, so that rows which are zero up to rounding,
+    like dq of the first causal query, do not count); the table shows the worst row of the
+    output and of (dq, dk, dv), flagged WRONG above 3e-2 (output) and 6e-2 (gradients). A
+    WRONG result is never counted as meeting a target (ours) or as a yardstick (the others).
   * Inputs: standard normal, drawn afresh for every configuration.
   * Memory: peak `torch.cuda.max_memory_allocated` over one forward + backward (above what
     the inputs already hold), dense causal, L = 64k, 16 heads of 128, ours vs FA2.
   * Ceiling: bf16 8192^3 torch.matmul TFLOP/s in the same run.
-  * A kernel that raises (or a missing module, or a Flex compile failure) is recorded in the
+  * A kernel that raises (or a missing module, or a compile failure) is recorded in the
     results and the run goes on; `--budget-s` skips (and records) what is left when the run
     gets too long for the GPU session.
 
+Targets (issue 11; ratio = ours' time / the other's, fwd and bwd each):
+  * Floor: every pattern no slower than Flex (Triton backend), 8k..64k, D 64 and 128.
+  * Goal: causal at most 1.15x FA4 at D = 128; block-sparse patterns at most 1.15x Flex FLASH.
+  * Moonshot: the goal's comparisons at most 1.0x.
+
 On a CPU (`--device cpu`), times come from a perf_counter loop, Flex runs uncompiled and
-forward only (PyTorch has no CPU Flex backward and compiling takes ~20 s per shape), and
-`--ours torch` substitutes `attention(..., backend="torch")` for the Triton kernels.
+forward only (PyTorch has no CPU Flex backward and compiling takes ~20 s per shape),
+`--ours torch` substitutes `attention(..., backend="torch")` for the Triton kernels, and
+FA2, FA4 and Flex FLASH are recorded as CUDA-only.
 
 Shape legend: B batch, H heads, L sequence length, D head dim, bs block size,
 Mb / Nb query / key blocks.
@@ -111,8 +128,14 @@ CHECK_TOLERANCE = {"fwd": 3e-2, "bwd": 6e-2}
 ulps of the row's largest entry. Two correct bf16 kernels differ by about 1e-2 (gradients) and
 8e-3 (output); a skipped or misplaced block changes rows by 0.1 and more."""
 
-DENSITY_TARGET_MAX = 0.10
-"""The density-scaling target applies to patterns at most this dense."""
+GOAL_RATIO = 1.15
+"""Goal: ours at most this multiple of FA4's (causal, D = 128) or Flex FLASH's (block-sparse) time."""
+GOAL_HEAD_DIM = 128
+
+OTHERS = {"fa2": "FA2", "fa4": "FA4", "flex": "Flex", "flex_flash": "Flex FLASH"}
+"""The implementations ours is compared with: record key -> column name."""
+
+FA4_INSTALL = "pip install flash-attn-4 (Hopper or Blackwell GPU)"
 
 
 # ----------------------------------------------------------------------------- what to run
@@ -125,10 +148,12 @@ class Sweep:
     tokens: int  # B * L for L <= tokens; B = 1 beyond
     width: int  # H * D
     block_size: int
-    window: int  # sliding_window pattern, tokens
+    window: int  # sliding_window pattern: ± tokens
     bigbird_window: int
     bigbird_global_blocks: int
     bigbird_random_blocks: int
+    custom_window: int  # custom pattern: causal window (tokens) | every custom_stride-th key block
+    custom_stride: int
     memory_shape: tuple[int, int, int, int]  # (B, H, L, D) of the peak-memory comparison
     matmul_n: int  # the ceiling multiplies two (n, n) matrices
     dtype: str = "bfloat16"
@@ -141,15 +166,17 @@ class Sweep:
 
 
 FULL = Sweep(
-    lengths=(65536, 32768, 16384, 8192),  # largest first: a time-budget cut drops the least telling
+    lengths=(16384, 65536, 32768, 8192),  # the issue's reference length, then largest first (see the docstring)
     head_dims=(64, 128),
     tokens=16384,
     width=2048,
     block_size=128,
     window=1024,
-    bigbird_window=256,
+    bigbird_window=512,
     bigbird_global_blocks=1,
-    bigbird_random_blocks=3,
+    bigbird_random_blocks=2,
+    custom_window=512,
+    custom_stride=16,
     memory_shape=(1, 16, 65536, 128),
     matmul_n=8192,
 )
@@ -164,6 +191,8 @@ TINY = Sweep(
     bigbird_window=32,
     bigbird_global_blocks=1,
     bigbird_random_blocks=1,
+    custom_window=32,
+    custom_stride=3,
     memory_shape=(1, 2, 512, 64),
     matmul_n=256,
 )
@@ -173,31 +202,31 @@ class Pattern(str, enum.Enum):
     """Which (query, key) pairs attend."""
 
     CAUSAL = "causal"
-    DENSE = "dense"
     SLIDING_WINDOW = "sliding_window"
     BIGBIRD = "bigbird"
+    CUSTOM = "custom"
 
     @property
     def causal(self) -> bool:
-        return self in (Pattern.CAUSAL, Pattern.SLIDING_WINDOW)
+        return self in (Pattern.CAUSAL, Pattern.CUSTOM)
 
     @property
-    def has_flex(self) -> bool:
-        """Flex is compared on every pattern but `dense` (FA2's own ground, the density baseline)."""
-        return self is not Pattern.DENSE
+    def dense(self) -> bool:
+        """Dense causal: the one pattern FA2 and FA4 compute too."""
+        return self is Pattern.CAUSAL
 
     def layout(self, sweep: Sweep, seq_len: int) -> BlockLayout | None:
-        """The layout ours receives (None: dense, with `causal` saying which half)."""
+        """The layout ours receives (None: dense causal)."""
+        bs = sweep.block_size
         if self is Pattern.SLIDING_WINDOW:
-            return BlockLayout.sliding_window(seq_len, sweep.window, sweep.block_size).with_causal()
+            return BlockLayout.sliding_window(seq_len, sweep.window, bs)
         if self is Pattern.BIGBIRD:
             return BlockLayout.bigbird(
-                seq_len,
-                sweep.bigbird_window,
-                sweep.bigbird_global_blocks,
-                sweep.bigbird_random_blocks,
-                sweep.block_size,
+                seq_len, sweep.bigbird_window, sweep.bigbird_global_blocks, sweep.bigbird_random_blocks, bs
             )
+        if self is Pattern.CUSTOM:
+            local = BlockLayout.sliding_window(seq_len, sweep.custom_window, bs)
+            return (local | BlockLayout.strided(seq_len, sweep.custom_stride, bs)).with_causal()
         return None
 
 
@@ -214,6 +243,19 @@ class Case:
     @property
     def label(self) -> str:
         return f"D={self.head_dim} L={_length_label(self.seq_len)} {self.pattern.value}"
+
+
+def build_cases(sweep: Sweep, patterns: list[Pattern]) -> list[Case]:
+    cases = []
+    for seq_len in sweep.lengths:
+        if seq_len % sweep.block_size:
+            raise ValueError(f"every length must be a multiple of the block size {sweep.block_size}, got {seq_len}.")
+        for head_dim in sweep.head_dims:
+            if sweep.width % head_dim:
+                raise ValueError(f"head dim {head_dim} does not divide the model width {sweep.width}.")
+            for pattern in patterns:
+                cases.append(Case(head_dim, sweep.heads(head_dim), sweep.batch(seq_len), seq_len, pattern))
+    return cases
 
 
 def allowed_pairs(layout: BlockLayout | None, causal: bool, seq_len: int, heads: int) -> int:
@@ -240,7 +282,7 @@ def allowed_pairs(layout: BlockLayout | None, causal: bool, seq_len: int, heads:
 # ------------------------------------------------------------------------- implementations
 @dataclasses.dataclass
 class Impl:
-    """A callable (q, k, v) -> out, or why there is none."""
+    """A callable (q, k, v) -> out on (B, H, L, D) tensors, or why there is none."""
 
     fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None
     error: str | None = None
@@ -248,11 +290,22 @@ class Impl:
 
 
 def fa2(causal: bool) -> Impl:
-    """SDPA restricted to the flash backend: FlashAttention-2."""
+    """SDPA restricted to the flash backend: FlashAttention-2, dense (causal or bidirectional)."""
 
     def run(q, k, v):
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return Impl(run)
+
+
+def fa4(module) -> Impl:
+    """flash-attn-4's `flash_attn.cute.flash_attn_func`, dense causal, on (B, L, H, D) views."""
+
+    def run(q, k, v):
+        out = module.flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
+        out = out[0] if isinstance(out, tuple) else out  # (out, lse) in 4.0 betas
+        return out.transpose(1, 2)
 
     return Impl(run)
 
@@ -265,14 +318,25 @@ def _kv_block_lists(mask_HMN: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
     return counts_HM.unsqueeze(0), indices_HMN.unsqueeze(0)
 
 
-def flex_block_mask(layout: BlockLayout, causal: bool, heads: int, device: torch.device) -> BlockMask:
+def _causal_mask_mod(b, h, q_idx, kv_idx):
+    return kv_idx <= q_idx
+
+
+def flex_block_mask(
+    layout: BlockLayout, causal: bool, heads: int, device: torch.device, index_only: bool = False
+) -> BlockMask:
     """The FlexAttention BlockMask of `layout` (+ causal), from the layout's own block lists.
 
     Blocks the layout allows are "full" (no mask_mod call) except, when causal, the diagonal
     blocks, which are "partial": there the mask_mod applies the token-level rule
-    layout.mask[h, q // bs, kv // bs] and kv <= q. Building from block lists, not with
-    `create_block_mask`, never materialises the (L, L) token mask (4 GiB per head at 64k);
-    the CPU test checks that both constructions agree.
+    layout.mask[h, q // bs, kv // bs] and kv <= q. Compiled Flex reads only the block lists
+    (and the mask_mod on partial blocks), uncompiled Flex (the CPU run) only the mask_mod, so
+    the mask_mod states the whole rule. `index_only` drops the layout lookup from the mask_mod
+    (kv <= q when causal, none otherwise): the same function for a compiled backend, since the
+    partial blocks are allowed diagonal blocks, and one that the FLASH backend can compile
+    without a captured tensor. Building from block lists, not with `create_block_mask`, never
+    materialises the (L, L) token mask (4 GiB per head at 64k); the CPU test checks that both
+    constructions agree.
     """
     bs = layout.block_size
     if layout.q_len % bs:
@@ -288,7 +352,9 @@ def flex_block_mask(layout: BlockLayout, causal: bool, heads: int, device: torch
     # mask_mod sees the real head index; give it one mask per head.
     lookup_HMN = allowed_HMN.expand(heads, -1, -1).contiguous()
 
-    if causal:
+    if index_only:
+        mask_mod = _causal_mask_mod if causal else None
+    elif causal:
 
         def mask_mod(b, h, q_idx, kv_idx):
             return lookup_HMN[h, q_idx // bs, kv_idx // bs] & (kv_idx <= q_idx)
@@ -350,7 +416,7 @@ def _error_text(exc: BaseException) -> str:
 
 
 class Bench:
-    """State of one run: device, timer, implementations, FA2 baselines, errors, time budget."""
+    """State of one run: device, timer, the implementations it found, errors, time budget."""
 
     def __init__(self, args: argparse.Namespace, sweep: Sweep) -> None:
         self.device = torch.device(args.device)
@@ -362,11 +428,10 @@ class Bench:
         self.deadline = time.monotonic() + args.budget_s
         self.budget_s = args.budget_s
         self.tracebacks: list[str] = []
-        self.fa2_cache: dict[tuple[int, int, bool], dict] = {}
         if self.device.type == "cuda":
             # A recompile past the limit would silently fall back to eager Flex, which
             # materialises L^2 scores: raise instead, and allow enough shapes for the sweep.
-            torch._dynamo.config.recompile_limit = 64
+            torch._dynamo.config.recompile_limit = 128
             torch._dynamo.config.fail_on_recompile_limit_hit = True
             # The backward is timed by replaying it on a retained graph, which donated
             # buffers forbid.
@@ -409,22 +474,50 @@ class Bench:
             "import genoformer.kernels.triton_flash", lambda: importlib.import_module("genoformer.kernels.triton_flash")
         )
 
-    def flex_impl(self, case: Case, layout: BlockLayout | None) -> Impl:
-        if layout is None:
-            layout = BlockLayout.dense(case.seq_len, block_size=self.sweep.block_size)
+    @functools.cached_property
+    def fa4_module(self):
+        """(flash_attn.cute, None), or (None, why not: not installed, or not on this device)."""
+        if self.device.type != "cuda":
+            return None, "flash-attn-4 runs on CUDA only"
+        module, error = self.attempt("import flash_attn.cute", lambda: importlib.import_module("flash_attn.cute"))
+        if error is not None:
+            return None, f"flash-attn-4 not importable ({error}): {FA4_INSTALL}"
+        return module, None
+
+    def others(self, case: Case, layout: BlockLayout | None) -> dict[str, Impl]:
+        """The implementations compared with ours on this case, by record key."""
+        impls = {}
+        if case.pattern.dense:
+            impls["fa2"] = fa2(causal=True)
+            module, error = self.fa4_module
+            impls["fa4"] = fa4(module) if error is None else Impl(None, error=error)
+        layout = layout or BlockLayout.dense(case.seq_len, block_size=self.sweep.block_size)
+        # compiled Flex (both backends) needs no layout lookup in its mask_mod; eager Flex (CPU) does
+        index_only = self.device.type == "cuda"
         block_mask, error = self.attempt(
             f"{case.label}: flex block mask",
-            lambda: flex_block_mask(layout, case.pattern.causal, case.heads, self.device),
+            lambda: flex_block_mask(layout, case.pattern.causal, case.heads, self.device, index_only),
         )
         if error is not None:
-            return Impl(None, error=error)
-        if self.device.type == "cuda":
-            return Impl(functools.partial(self.flex, block_mask=block_mask))
+            impls["flex"] = impls["flex_flash"] = Impl(None, error=error)
+            return impls
+        if self.device.type != "cuda":
 
-        def forward_only(q, k, v):
-            return self.flex(q.detach(), k.detach(), v.detach(), block_mask=block_mask)
+            def forward_only(q, k, v):
+                return self.flex(q.detach(), k.detach(), v.detach(), block_mask=block_mask)
 
-        return Impl(forward_only, backward_error="FlexAttention has no CPU backward")
+            impls["flex"] = Impl(forward_only, backward_error="FlexAttention has no CPU backward")
+            impls["flex_flash"] = Impl(None, error="Flex's FLASH backend runs on CUDA only")
+            return impls
+        impls["flex"] = Impl(functools.partial(self.flex, block_mask=block_mask))
+        _, fa4_error = self.fa4_module
+        if fa4_error is not None:
+            impls["flex_flash"] = Impl(None, error=f"Flex FLASH needs {fa4_error}")
+        else:
+            impls["flex_flash"] = Impl(
+                functools.partial(self.flex, block_mask=block_mask, kernel_options={"BACKEND": "FLASH"})
+            )
+        return impls
 
     # -------------------------------------------------------------------------- measurements
     def inputs(self, batch: int, heads: int, seq_len: int, head_dim: int, salt: int):
@@ -460,16 +553,6 @@ class Bench:
             result["error"] = f"bwd: {error}"
         return result
 
-    def fa2_baseline(self, case: Case, causal: bool) -> dict:
-        """FA2 timing for the case's shape, measured once per (D, L, causal)."""
-        key = (case.head_dim, case.seq_len, causal)
-        if key not in self.fa2_cache:
-            q, k, v, dout = self.inputs(case.batch, case.heads, case.seq_len, case.head_dim, salt=_baseline_salt(key))
-            what = f"D={case.head_dim} L={case.seq_len} FA2 {'causal' if causal else 'dense'}"
-            self.fa2_cache[key] = self.time_impl(what, fa2(causal), q, k, v, dout)
-            del q, k, v, dout
-        return self.fa2_cache[key]
-
     def outputs(self, impl: Impl, q, k, v, dout) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
         """out and (dq, dk, dv) of one forward + backward (grads None when forward only)."""
         for t in (q, k, v):
@@ -483,13 +566,8 @@ class Bench:
             t.grad = None
         return out.detach(), grads
 
-    def check(self, case: Case, ours: Impl, references: list[tuple[str, Impl]], q, k, v, dout) -> dict:
-        """Row errors (see `_rel_err`) of ours against the first reference that runs."""
-        result = {"reference": None, "fwd_rel_err": None, "bwd_rel_err": None, "ok": None, "error": None}
-        if ours.fn is None:
-            result["error"] = "ours unavailable"
-            return result
-        expected = None
+    def reference(self, case: Case, references: list[tuple[str, Impl]], q, k, v, dout):
+        """(name, outputs) of the first reference that runs, or (None, None)."""
         for name, ref in references:
             if ref.fn is None:
                 continue
@@ -497,15 +575,23 @@ class Bench:
                 f"{case.label}: {name} reference", functools.partial(self.outputs, ref, q, k, v, dout)
             )
             if error is None:
-                result["reference"] = name
-                break
+                return name, expected
             ref.fn, ref.error = None, error  # recorded with its timings, and not run again
+        return None, None
+
+    def check(self, case: Case, impl: Impl, name: str, reference: tuple, q, k, v, dout) -> dict:
+        """Row errors (see `_rel_err`) of one implementation against the reference's outputs."""
+        ref_name, expected = reference
+        result = {"reference": ref_name, "fwd_rel_err": None, "bwd_rel_err": None, "ok": None, "error": None}
+        if impl.fn is None:
+            result["error"] = f"{name} unavailable"
+            return result
         if expected is None:
             result["error"] = "no reference ran"
             return result
-        got, error = self.attempt(f"{case.label}: ours run", lambda: self.outputs(ours, q, k, v, dout))
+        got, error = self.attempt(f"{case.label}: {name} run", lambda: self.outputs(impl, q, k, v, dout))
         if error is not None:
-            result["error"] = f"ours: {error}"  # the timings record where it fails
+            result["error"] = f"{name}: {error}"  # the timings record where it fails
             return result
         result["fwd_rel_err"] = _rel_err(got[0], expected[0])
         if got[1] is not None and expected[1] is not None:
@@ -530,7 +616,6 @@ class Bench:
             "layout_block_density": layout.density if layout is not None else None,
             "density": pairs / (case.heads * case.seq_len**2),
             "fwd_flops": 4 * case.batch * pairs * case.head_dim,
-            "fa2_fwd_flops": 4 * case.batch * allowed_pairs(None, causal, case.seq_len, case.heads) * case.head_dim,
             "skipped": None,
         }
         if self.out_of_time():
@@ -543,25 +628,31 @@ class Bench:
         return record
 
     def measure_case(self, case: Case, layout: BlockLayout | None, index: int, record: dict) -> None:
-        """Fill `record` with the check and the timings of ours, Flex and the FA2 baselines."""
+        """Fill `record` with the checks and the timings of ours and every other implementation."""
         causal = case.pattern.causal
         q, k, v, dout = self.inputs(case.batch, case.heads, case.seq_len, case.head_dim, salt=index)
         ours = self.ours(causal, layout, q, k, v)
-        flex = self.flex_impl(case, layout) if case.pattern.has_flex else None
-        references = [("FA2", fa2(causal))] if layout is None else []
-        if flex is not None:
-            references.append(("Flex", flex))
+        others = self.others(case, layout)
+        references = [(OTHERS[key], others[key]) for key in ("fa2", "fa4", "flex") if key in others]
         if layout is not None:
             references.append(
                 ("torch", Impl(functools.partial(attention, causal=causal, layout=layout, backend=Backend.TORCH)))
             )
-        record["check"] = self.check(case, ours, references, q, k, v, dout)
+        reference = self.reference(case, references, q, k, v, dout)
+        record["check"] = self.check(case, ours, "ours", reference, q, k, v, dout)
         record["ours"] = self.time_impl(f"{case.label} ours", ours, q, k, v, dout)
-        record["flex"] = self.time_impl(f"{case.label} Flex", flex, q, k, v, dout) if flex is not None else None
+        for key in OTHERS:
+            if key not in others:
+                record[key] = None  # not compared on this pattern
+                continue
+            impl, check = others[key], None
+            if impl.fn is not None and OTHERS[key] != reference[0]:  # the reference is not checked against itself
+                check = self.check(case, impl, OTHERS[key], reference, q, k, v, dout)
+                if check["error"] is not None and check["fwd_rel_err"] is None and reference[0] is not None:
+                    impl = Impl(None, error=check["error"])  # it failed to run: not timed again
+            record[key] = self.time_impl(f"{case.label} {OTHERS[key]}", impl, q, k, v, dout)
+            record[key]["check"] = check
         del q, k, v, dout
-        self.release()
-        record["fa2"] = self.fa2_baseline(case, causal)
-        record["fa2_dense"] = self.fa2_baseline(case, False)
 
     def release(self) -> None:
         gc.collect()
@@ -583,7 +674,7 @@ class Bench:
             result["error"] = "peak memory is measured on CUDA only"
             return result
         q, k, v, dout = self.inputs(B, H, L, D, salt=999_999)
-        for name, impl in (("ours", self.ours(True, None, q, k, v)), ("fa2", fa2(True))):
+        for name, impl in (("ours", self.ours(True, None, q, k, v)), ("fa2", fa2(causal=True))):
             if impl.fn is None:
                 result[name] = {"peak_mib": None, "error": impl.error}
                 continue
@@ -608,12 +699,6 @@ class Bench:
         return peak / 2**20
 
 
-def _baseline_salt(key: tuple[int, int, bool]) -> int:
-    """A seed offset of its own for each FA2 baseline shape (D, L, causal)."""
-    head_dim, seq_len, causal = key
-    return 1_000_000 + seq_len * 1_000 + head_dim * 2 + int(causal)
-
-
 def _rel_err(got: torch.Tensor, expected: torch.Tensor) -> float:
     """Worst row of max |got - expected| / max |expected| over the last dim (NaN anywhere: NaN).
 
@@ -627,20 +712,6 @@ def _rel_err(got: torch.Tensor, expected: torch.Tensor) -> float:
     scale_rows = expected.abs().amax(-1)
     floor = scale_rows.median().clamp_min(torch.finfo(torch.float32).tiny)
     return float((diff_rows / scale_rows.clamp_min(floor)).max())
-
-
-# ----------------------------------------------------------------------------- the sweep
-def build_cases(sweep: Sweep, patterns: list[Pattern]) -> list[Case]:
-    cases = []
-    for seq_len in sweep.lengths:
-        if seq_len % sweep.block_size:
-            raise ValueError(f"every length must be a multiple of the block size {sweep.block_size}, got {seq_len}.")
-        for head_dim in sweep.head_dims:
-            if sweep.width % head_dim:
-                raise ValueError(f"head dim {head_dim} does not divide the model width {sweep.width}.")
-            for pattern in patterns:
-                cases.append(Case(head_dim, sweep.heads(head_dim), sweep.batch(seq_len), seq_len, pattern))
-    return cases
 
 
 def run(args: argparse.Namespace, sweep: Sweep) -> dict:
@@ -698,12 +769,17 @@ def _time(record: dict, impl: str, direction: str) -> float | None:
     return None if timing is None else timing.get(f"{direction}_ms")
 
 
+def _trusted_time(record: dict, impl: str, direction: str) -> float | None:
+    """The time, unless the implementation's check found it wrong (a fast wrong kernel counts for nothing)."""
+    check = record.get("check") if impl == "ours" else (record.get(impl) or {}).get("check")
+    return None if (check or {}).get("ok") is False else _time(record, impl, direction)
+
+
 def _tflops(record: dict, impl: str, direction: str) -> float | None:
-    flops = record["fa2_fwd_flops"] if impl == "fa2" else record["fwd_flops"]
     ms = _time(record, impl, direction)
     if ms is None:
         return None
-    return flops * (2.5 if direction == "bwd" else 1.0) / (ms * 1e9)
+    return record["fwd_flops"] * (2.5 if direction == "bwd" else 1.0) / (ms * 1e9)
 
 
 def _pair(record: dict, value: Callable[[dict, str, str], float | None], *args: str) -> str:
@@ -714,8 +790,26 @@ def _time_ratio(record: dict, impl: str, direction: str) -> float | None:
     return _ratio(_time(record, "ours", direction), _time(record, impl, direction))
 
 
-def _check_text(record: dict) -> str:
-    check = record.get("check")
+def present_columns(results: dict) -> list[str]:
+    """The other implementations with at least one time in the run: a missing library has no column."""
+    return [
+        key for key in OTHERS if any(_time(r, key, d) is not None for r in results["cases"] for d in ("fwd", "bwd"))
+    ]
+
+
+def absent_columns(results: dict) -> dict[str, str]:
+    """Column name -> why it is absent (the first error recorded for it)."""
+    present = present_columns(results)
+    out = {}
+    for key, name in OTHERS.items():
+        if key in present:
+            continue
+        errors = [(r.get(key) or {}).get("error") for r in results["cases"]]
+        out[name] = next((e for e in errors if e), "not run")
+    return out
+
+
+def _check_text(check: dict | None) -> str:
     if not check or check.get("reference") is None or check.get("ok") is None:
         return "—"  # not checked: the notes say why
     verdict = "ok" if check["ok"] else "WRONG"
@@ -723,14 +817,17 @@ def _check_text(record: dict) -> str:
     return f"{verdict} {_fmt(check['fwd_rel_err'], 2)}{bwd} vs {check['reference']}"
 
 
-def _notes(record: dict) -> str:
+def _notes(record: dict, columns: list[str]) -> str:
     if record.get("skipped"):
         return f"skipped: {record['skipped']}"
     notes = []
-    for impl, name in (("ours", "ours"), ("fa2", "FA2"), ("flex", "Flex")):
-        timing = record.get(impl)
+    for key in ["ours", *columns]:
+        timing = record.get(key)
+        name = OTHERS.get(key, "ours")
         if timing and timing.get("error"):
             notes.append(f"{name}: {timing['error'][:160]}")
+        if timing and (timing.get("check") or {}).get("ok") is False:
+            notes.append(f"{name} {_check_text(timing['check'])}")
     check = record.get("check") or {}
     if check.get("error"):
         notes.append(f"check: {check['error'][:160]}")
@@ -743,100 +840,132 @@ def _display_order(results: dict) -> list[dict]:
 
 
 def results_rows(results: dict) -> list[dict]:
+    columns = present_columns(results)
     rows = []
     for r in _display_order(results):
-        flex = r["pattern"] != Pattern.DENSE.value
-        rows.append(
-            {
-                "D": r["head_dim"],
-                "L": _length_label(r["seq_len"]),
-                "B×H": f"{r['batch']}×{r['heads']}",
-                "pattern": r["pattern"],
-                "density": f"{r['density']:.3f}",
-                "ours ms": _pair(r, _time, "ours"),
-                "FA2 ms": _pair(r, _time, "fa2"),
-                "Flex ms": _pair(r, _time, "flex") if flex else "—",
-                "ours/FA2": _pair(r, _time_ratio, "fa2"),
-                "ours/Flex": _pair(r, _time_ratio, "flex") if flex else "—",
-                "ours TFLOP/s": _pair(r, _tflops, "ours"),
-                "FA2 TFLOP/s": _pair(r, _tflops, "fa2"),
-                "Flex TFLOP/s": _pair(r, _tflops, "flex") if flex else "—",
-                "check (fwd / bwd err)": _check_text(r),
-                "notes": _notes(r),
-            }
-        )
+        row = {
+            "D": r["head_dim"],
+            "L": _length_label(r["seq_len"]),
+            "B×H": f"{r['batch']}×{r['heads']}",
+            "pattern": r["pattern"],
+            "density": f"{r['density']:.3f}",
+            "ours ms": _pair(r, _time, "ours"),
+        }
+        for key in columns:
+            row[f"{OTHERS[key]} ms"] = _pair(r, _time, key) if r.get(key) is not None else "—"
+        for key in columns:
+            row[f"ours÷{OTHERS[key]}"] = _pair(r, _time_ratio, key) if r.get(key) is not None else "—"
+        row["ours TFLOP/s"] = _pair(r, _tflops, "ours")
+        row["check (fwd / bwd err)"] = _check_text(r.get("check"))
+        row["notes"] = _notes(r, columns)
+        rows.append(row)
     return rows
 
 
-def _worst(items: list[tuple[float | None, str]], higher_is_worse: bool) -> tuple[float | None, str, int]:
-    """(worst value, its label, number of missing values) over (value, label) items."""
+def issue_tables(results: dict) -> list[str]:
+    """The issue's two summary tables (ours ÷ other, fwd / bwd): causal vs FA2 and FA4 over L at D = 128
+    (and D = 64 at 16k), and the block-sparse patterns at 16k, D = 128, vs both Flex backends."""
+    cases = {(r["pattern"], r["head_dim"], r["seq_len"]): r for r in results["cases"] if not r.get("skipped")}
+    columns = present_columns(results)
+    lines = []
+    causal_keys = sorted(
+        ((d, length) for p, d, length in cases if p == Pattern.CAUSAL.value and d == GOAL_HEAD_DIM),
+        key=lambda key: key[1],
+    )
+    causal_keys += [(d, length) for p, d, length in cases if p == Pattern.CAUSAL.value and d != GOAL_HEAD_DIM
+                    and length == 16384]
+    dense_others = [key for key in ("fa2", "fa4", "flex", "flex_flash") if key in columns]
+    if causal_keys and dense_others:
+        rows = []
+        for key in dense_others:
+            row = {"fwd / bwd time ratio (ours ÷ other; > 1: we are slower)": f"ours ÷ {OTHERS[key]}"}
+            for d, length in causal_keys:
+                r = cases[(Pattern.CAUSAL.value, d, length)]
+                header = f"{_length_label(length)} x{r['batch']}" if r["batch"] > 1 else _length_label(length)
+                header = header if d == GOAL_HEAD_DIM else f"d{d}, {header}"
+                row[header] = _pair(r, _time_ratio, key)
+            rows.append(row)
+        lines += [f"Causal, heads of {GOAL_HEAD_DIM} unless noted (H·D = {results['settings']['width']}):",
+                  "", markdown_table(rows), ""]
+    sparse_others = [key for key in ("flex", "flex_flash") if key in columns]
+    sparse = [(p, cases.get((p.value, GOAL_HEAD_DIM, 16384))) for p in Pattern]
+    sparse = [(p, r) for p, r in sparse if r is not None]
+    if sparse and sparse_others:
+        rows = []
+        for pattern, r in sparse:
+            row = {f"16k, D {GOAL_HEAD_DIM}, block {results['settings']['block_size']}": pattern.value,
+                   "density": f"{r['density']:.3f}"}
+            for key in sparse_others:
+                row[f"ours ÷ {OTHERS[key]}"] = _pair(r, _time_ratio, key)
+            rows.append(row)
+        lines += ["Block-sparse (causal: Flex with a dense causal block mask):", "", markdown_table(rows), ""]
+    return lines
+
+
+def _worst(items: list[tuple[float | None, str]]) -> tuple[float | None, str, int]:
+    """(largest value, its label, number of missing values) over (value, label) items."""
     present = [(v, label) for v, label in items if v is not None and not math.isnan(v)]
     missing = len(items) - len(present)
     if not present:
         return None, "", missing
-    value, label = (max if higher_is_worse else min)(present, key=lambda item: item[0])
+    value, label = max(present, key=lambda item: item[0])
     return value, label, missing
 
 
-def _target_row(
-    name: str, criterion: str, items, limit: float, higher_is_worse: bool, unit: str, extra: str = ""
-) -> dict:
-    worst, label, missing = _worst(items, higher_is_worse)
+def _target_row(name: str, criterion: str, items, limit: float, not_compared: int = 0, absent: str = "") -> dict:
+    """One target: MET when every item (ratio, label) is at most `limit` and none is missing.
+
+    Items whose yardstick did not run (a library missing, a compile failure) are left out and
+    counted in `not_compared`; with no item left the target is NOT MEASURED.
+    """
+    extra = f"; {not_compared} not compared (the other implementation did not run)" if not_compared else ""
     if not items:
-        return {"target": name, "criterion": criterion, "measured": "not in this run" + extra, "status": "NOT MEASURED"}
+        return {"target": name, "criterion": criterion, "measured": (absent or "not in this run") + extra,
+                "status": "NOT MEASURED"}
+    worst, label, missing = _worst(items)
     if worst is None:
         measured = f"no valid measurement: {missing} failed, wrong or missing" + extra
         return {"target": name, "criterion": criterion, "measured": measured, "status": "NOT MET"}
-    passed = worst <= limit if higher_is_worse else worst >= limit
-    measured = f"worst {worst:.2f}{unit} ({label}) over {len(items) - missing} measurements"
+    passed = worst <= limit and not missing
+    measured = f"worst {worst:.2f}x ({label}) over {len(items) - missing} measurements"
     if missing:
         measured += f"; {missing} failed, wrong or missing"
-    return {
-        "target": name,
-        "criterion": criterion,
-        "measured": measured + extra,
-        "status": "MET" if passed and not missing else "NOT MET",
-    }
+    return {"target": name, "criterion": criterion, "measured": measured + extra,
+            "status": "MET" if passed else "NOT MET"}
+
+
+def _comparisons(results: dict, which: Callable[[dict], str | None]) -> tuple[list, int]:
+    """(ratio, label) items of ours ÷ the implementation `which(record)` names (None: not in this
+    target), and how many were left out because that implementation has no trusted time."""
+    items, not_compared = [], 0
+    for r in results["cases"]:
+        key = which(r)
+        if key is None:
+            continue
+        for d in ("fwd", "bwd"):
+            label = f"{r['pattern']} D={r['head_dim']} L={_length_label(r['seq_len'])} {d} vs {OTHERS[key]}"
+            other = _trusted_time(r, key, d)
+            ours = _trusted_time(r, "ours", d)
+            if other is None and ours is not None:
+                not_compared += 1
+                continue
+            items.append((_ratio(ours, other), label))
+    return items, not_compared
+
+
+def _goal_yardstick(r: dict) -> str | None:
+    if r["pattern"] == Pattern.CAUSAL.value:
+        return "fa4" if r["head_dim"] == GOAL_HEAD_DIM else None
+    return "flex_flash"
 
 
 def evaluate_targets(results: dict) -> list[dict]:
-    """The four targets. A configuration that failed, was skipped, or whose check flagged ours
-    WRONG counts as missing, and a target with anything missing is NOT MET."""
-    cases = results["cases"]
-
-    def label(r: dict, direction: str) -> str:
-        return f"{r['pattern']} D={r['head_dim']} L={_length_label(r['seq_len'])} {direction}"
-
-    def ours(r: dict, direction: str) -> float | None:
-        """Our time, unless the check found our result wrong (a fast wrong kernel meets nothing)."""
-        return None if (r.get("check") or {}).get("ok") is False else _time(r, "ours", direction)
-
-    def ratio_to(r: dict, impl: str, direction: str) -> float | None:
-        return _ratio(ours(r, direction), _time(r, impl, direction))
-
-    directions = ("fwd", "bwd")
-    floor = [
-        (ratio_to(r, "fa2", d), label(r, d)) for r in cases if r["pattern"] == Pattern.CAUSAL.value for d in directions
-    ]
-    goal, flex_failed = [], 0
-    for r in cases:
-        if not Pattern(r["pattern"]).has_flex:
-            continue
-        for d in directions:
-            if _time(r, "flex", d) is None and ours(r, d) is not None:
-                flex_failed += 1  # Flex could not be compared: not held against ours
-                continue
-            goal.append((ratio_to(r, "flex", d), label(r, d)))
-    density = []
-    for r in cases:
-        if r["pattern"] in (Pattern.CAUSAL.value, Pattern.DENSE.value) or r["density"] > DENSITY_TARGET_MAX:
-            continue
-        required = 0.8 / r["density"]
-        for d in directions:
-            speedup = _ratio(_time(r, "fa2_dense", d), ours(r, d))
-            achieved = None if speedup is None else speedup / required
-            density.append((achieved, f"{label(r, d)}: {_fmt(speedup)}x vs {required:.1f}x needed"))
-
+    """Floor, Goal, Moonshot (issue 11) and memory. A configuration that failed, was skipped, or
+    whose check flagged ours WRONG counts as missing, and a target with anything missing is NOT MET."""
+    absent = absent_columns(results)
+    floor, floor_nc = _comparisons(results, lambda r: "flex")
+    goal, goal_nc = _comparisons(results, _goal_yardstick)
+    absent_goal = "; ".join(f"{name} absent: {why}" for name, why in absent.items() if name in ("FA4", "Flex FLASH"))
     memory = results["memory"]
     ours_mib = (memory.get("ours") or {}).get("peak_mib")
     fa2_mib = (memory.get("fa2") or {}).get("peak_mib")
@@ -844,50 +973,31 @@ def evaluate_targets(results: dict) -> list[dict]:
         f"ours {_fmt(ours_mib, 4)} MiB vs FA2 {_fmt(fa2_mib, 4)} MiB, causal, B={memory['batch']} "
         f"H={memory['heads']} L={_length_label(memory['seq_len'])} D={memory['head_dim']}"
     )
-    mem_note = ""
-    for name in ("ours", "fa2"):
-        error = memory.get("error") or (memory.get(name) or {}).get("error")
-        if error:
-            mem_note = f" ({error})"
+    run_errors = [f"{name}: {(memory.get(name) or {}).get('error')}" for name in ("ours", "fa2")
+                  if (memory.get(name) or {}).get("error")]
+    memory_items = [] if memory.get("error") else [(_ratio(ours_mib, fa2_mib), mem_label + "".join(
+        f" ({e})" for e in run_errors))]
     return [
-        _target_row("floor", "causal: ours ≤ FA2 (time ratio ≤ 1, fwd and bwd)", floor, 1.0, True, "x"),
-        _target_row(
-            "goal",
-            "every masked pattern: ours ≤ Flex (time ratio ≤ 1)",
-            goal,
-            1.0,
-            True,
-            "x",
-            f"; Flex failed on {flex_failed} (not counted)" if flex_failed else "",
-        ),
-        _target_row(
-            "density scaling",
-            f"density ≤ {DENSITY_TARGET_MAX:.0%}: speed-up vs dense FA2 ≥ 0.8 / density (achieved / needed ≥ 1)",
-            density,
-            1.0,
-            False,
-            "",
-        ),
-        _target_row(
-            "memory",
-            f"peak fwd+bwd memory at L={_length_label(memory['seq_len'])}: ours ≤ 2× SDPA flash",
-            [] if memory.get("error") else [(_ratio(ours_mib, fa2_mib), mem_label)],
-            2.0,
-            True,
-            "x",
-            mem_note,
-        ),
+        _target_row("floor", "every pattern: ours ≤ Flex (Triton backend), fwd and bwd, every L and D", floor, 1.0,
+                    floor_nc, absent.get("Flex", "")),
+        _target_row("goal", f"causal D={GOAL_HEAD_DIM}: ours ≤ {GOAL_RATIO}× FA4; block-sparse: ours ≤ "
+                    f"{GOAL_RATIO}× Flex FLASH", goal, GOAL_RATIO, goal_nc, absent_goal),
+        _target_row("moonshot", "the goal's comparisons at ≤ 1.0×", goal, 1.0, goal_nc, absent_goal),
+        _target_row("memory", f"peak fwd+bwd memory at L={_length_label(memory['seq_len'])}: ours ≤ 2× SDPA flash",
+                    memory_items, 2.0, 0, memory.get("error") or ""),
     ]
 
 
 # --------------------------------------------------------------------------------- outputs
-_COLORS = {Pattern.CAUSAL: "C0", Pattern.DENSE: "C1", Pattern.SLIDING_WINDOW: "C2", Pattern.BIGBIRD: "C3"}
+_COLORS = {Pattern.CAUSAL: "C0", Pattern.SLIDING_WINDOW: "C2", Pattern.BIGBIRD: "C3", Pattern.CUSTOM: "C4"}
+_STYLES = {"flex": "-o", "flex_flash": "--s", "fa4": ":^", "fa2": "-.v"}
 
 
 def plot_ratios(results: dict, path: Path) -> Path:
-    """ours/Flex (solid) and ours/FA2 (dashed) time ratios vs L: one panel per head dim and direction."""
+    """ours ÷ other time ratios vs L: one panel per head dim and direction, a line per pattern and other."""
     cases = [r for r in results["cases"] if not r.get("skipped")]
     head_dims = sorted({r["head_dim"] for r in results["cases"]}) or [0]
+    columns = present_columns(results)
     fig = Figure(figsize=(11, 3.6 * len(head_dims) + 0.8))
     FigureCanvasAgg(fig)
     for row, head_dim in enumerate(head_dims):
@@ -898,16 +1008,16 @@ def plot_ratios(results: dict, path: Path) -> Path:
                     (r for r in cases if r["head_dim"] == head_dim and r["pattern"] == pattern.value),
                     key=lambda r: r["seq_len"],
                 )
-                for impl, style, name in (("flex", "-o", "Flex"), ("fa2", "--s", "FA2")):
-                    points = [(r["seq_len"], _time_ratio(r, impl, direction)) for r in mine]
+                for key in columns:
+                    points = [(r["seq_len"], _time_ratio(r, key, direction)) for r in mine]
                     points = [(x, y) for x, y in points if y is not None and y > 0]
                     if points:
                         ax.plot(
                             [x for x, _ in points],
                             [y for _, y in points],
-                            style,
+                            _STYLES[key],
                             color=_COLORS[pattern],
-                            label=f"{pattern.value}: ours/{name}",
+                            label=f"{pattern.value}: ours÷{OTHERS[key]}",
                         )
             ax.axhline(1.0, color="grey", linewidth=0.8)
             ax.set_xscale("log", base=2)
@@ -921,7 +1031,7 @@ def plot_ratios(results: dict, path: Path) -> Path:
             ax.set_title(f"D={head_dim}, {'forward' if direction == 'fwd' else 'backward'}")
             ax.grid(True, which="both", alpha=0.3)
             if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=7)
+                ax.legend(fontsize=6)
     env = results["environment"]
     fig.suptitle(
         f"Attention time ratios on {env['device']} (torch {env['torch']}, triton {env['triton']})", fontsize=10
@@ -943,6 +1053,7 @@ def render_markdown(results: dict, figure_link: str | None) -> str:
     )
     timer = "medians of `triton.testing.do_bench`" if on_cuda else "medians of a perf_counter loop (CPU)"
     flex = "`torch.compile(flex_attention)`" if on_cuda else "uncompiled `flex_attention`, forward only (CPU)"
+    absent = absent_columns(results)
     lines = [
         "## Attention kernels",
         "",
@@ -951,17 +1062,27 @@ def render_markdown(results: dict, figure_link: str | None) -> str:
         f"{settings['dtype']}, B·L = {settings['tokens']} tokens (B = 1 beyond), H·D = {settings['width']}, "
         f"block size {settings['block_size']}; ours = `{settings['ours']}`. Cells are forward / backward. "
         f"Times are {timer} in ms; the backward is timed alone, replayed on a stored forward graph "
-        "(`out.backward(dout, retain_graph=True)`). FA2 is torch SDPA restricted to the flash "
-        "backend; for the masked patterns its column is the dense baseline of the same causality "
-        f"(causal for sliding_window, bidirectional for bigbird). Flex is {flex} with a BlockMask "
-        "built from the same BlockLayout. TFLOP/s count 4·B·H·pairs·D (forward) and 2.5× that "
+        "(`out.backward(dout, retain_graph=True)`). FA2 is torch SDPA restricted to the flash backend, FA4 "
+        "flash-attn-4's `flash_attn.cute.flash_attn_func`; both on dense causal only (our window is "
+        f"block-granular, flash-attn's `window_size` token-granular). Flex is {flex} with a BlockMask built "
+        "from the same BlockLayout (on a GPU its mask_mod, called on the causal diagonal blocks only, is plain "
+        "`kv <= q`), Flex FLASH the same call with `kernel_options={\"BACKEND\": \"FLASH\"}`. "
+        f"Patterns: causal; sliding_window ±{settings['window']} tokens, bidirectional; bigbird (window "
+        f"{settings['bigbird_window']}, {settings['bigbird_global_blocks']} global, "
+        f"{settings['bigbird_random_blocks']} random blocks); custom (causal window {settings['custom_window']} "
+        f"| every {settings['custom_stride']}th key block). TFLOP/s count 4·B·H·pairs·D (forward) and 2.5× that "
         "(backward) over the allowed pairs; density = allowed pairs / (H·L²). The check is "
         "max|ours − ref| / max|ref| within a row (one query's output, one token's gradient), worst "
         "row of the output / of dq, dk, dv (see benchmarks/attention.py), WRONG above "
-        f"{CHECK_TOLERANCE['fwd']:g} / {CHECK_TOLERANCE['bwd']:g}. Matmul ceiling "
-        f"({settings['dtype']} {matmul['n']}³ torch.matmul): **{ceiling}**. "
-        f"Wall time of the run: {_fmt(results.get('wall_s'))} s.",
+        f"{CHECK_TOLERANCE['fwd']:g} / {CHECK_TOLERANCE['bwd']:g}; every other implementation is checked the "
+        f"same way and a WRONG one is named in the notes. Matmul ceiling ({settings['dtype']} "
+        f"{matmul['n']}³ torch.matmul): **{ceiling}**. Wall time of the run: {_fmt(results.get('wall_s'))} s.",
         "",
+    ]
+    if absent:
+        lines += ["Columns absent from this run: " + "; ".join(f"{k} ({v})" for k, v in absent.items()) + ".", ""]
+    lines += issue_tables(results)
+    lines += [
         markdown_table(results_rows(results)),
         "",
         "### Targets",
@@ -969,37 +1090,33 @@ def render_markdown(results: dict, figure_link: str | None) -> str:
         markdown_table(evaluate_targets(results)),
     ]
     if figure_link:
-        lines += ["", f"![attention time ratios: ours/Flex and ours/FA2 vs L]({figure_link})"]
+        lines += ["", f"![attention time ratios: ours ÷ the other implementations vs L]({figure_link})"]
     return "\n".join(lines)
 
 
 def summary_text(results: dict) -> str:
     """A compact plain table for the end of the log."""
+    keep = ("D", "L", "pattern", "ours ms")
     rows = [
-        {
-            "D": r["D"],
-            "L": r["L"],
-            "pattern": r["pattern"],
-            "dens": r["density"],
-            "ours ms": r["ours ms"],
-            "FA2 ms": r["FA2 ms"],
-            "Flex ms": r["Flex ms"],
-            "ours/FA2": r["ours/FA2"],
-            "ours/Flex": r["ours/Flex"],
-            "check": r["check (fwd / bwd err)"],
-        }
+        {k: v for k, v in r.items() if k in keep or k.startswith("ours÷") or k.startswith("check")}
         for r in results_rows(results)
     ]
-    errors = [f"  {r['D']} {r['L']} {r['pattern']}: {r['notes'][:160]}" for r in results_rows(results) if r["notes"]]
+    columns = present_columns(results)
+    errors = [
+        f"  {r['D']} {r['L']} {r['pattern']}: {r['notes'][:160]}" for r in results_rows(results) if r["notes"]
+    ]
     memory = results["memory"]
     mem = {name: _fmt((memory.get(name) or {}).get("peak_mib"), 4) for name in ("ours", "fa2")}
+    absent = absent_columns(results)
     parts = [
         markdown_table(rows),
         "",
         markdown_table([{k: v for k, v in t.items() if k != "criterion"} for t in evaluate_targets(results)]),
         "",
         f"matmul ceiling {_fmt(results['matmul']['tflops'])} TFLOP/s; peak memory MiB ours {mem['ours']} "
-        f"FA2 {mem['fa2']}; wall {_fmt(results.get('wall_s'))} s",
+        f"FA2 {mem['fa2']}; columns: ours, {', '.join(OTHERS[k] for k in columns) or 'no other'}"
+        + (f"; absent: {', '.join(absent)}" if absent else "")
+        + f"; wall {_fmt(results.get('wall_s'))} s",
     ]
     if errors:
         parts += ["errors (all in the JSON and attention_errors.log):"] + errors[:12]
@@ -1010,11 +1127,10 @@ def _progress_line(record: dict) -> str:
     case = f"D={record['head_dim']} L={_length_label(record['seq_len'])} {record['pattern']}"
     if record.get("skipped"):
         return f"{case}: skipped ({record['skipped']})"
-    parts = [
-        f"{name} {_pair(record, _time, impl)}" for impl, name in (("ours", "ours"), ("fa2", "FA2"), ("flex", "Flex"))
-    ]
-    text = f"{case} ms fwd/bwd: " + ", ".join(parts) + f"; check {_check_text(record)}"
-    notes = _notes(record)
+    keys = ["ours", *(key for key in OTHERS if record.get(key) is not None)]
+    parts = [f"{OTHERS.get(key, 'ours')} {_pair(record, _time, key)}" for key in keys]
+    text = f"{case} ms fwd/bwd: " + ", ".join(parts) + f"; check {_check_text(record.get('check'))}"
+    notes = _notes(record, list(OTHERS))
     return text + (f"; {notes}" if notes else "")
 
 
@@ -1044,8 +1160,9 @@ def write_outputs(results: dict, out: Path | None, markdown: Path | None) -> Non
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.attention",
-        description="Time our Triton attention kernels against FlashAttention-2 (SDPA flash) and "
-        "compiled FlexAttention on the same block masks; write JSON, a plot and BENCHMARKS.md.",
+        description="Time our Triton attention kernels against FlashAttention-2 (SDPA flash), flash-attn-4 and "
+        "compiled FlexAttention (Triton and FLASH backends) on the same block masks; write JSON, a plot and "
+        "BENCHMARKS.md.",
     )
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="device to measure (default cuda)")
     parser.add_argument(
@@ -1054,7 +1171,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     lengths = parser.add_mutually_exclusive_group()
     lengths.add_argument("--quick", action="store_true", help="a first check: L = 16k only")
     lengths.add_argument(
-        "--lengths", type=int, nargs="+", help="sequence lengths, run in this order (default 65536 32768 16384 8192)"
+        "--lengths", type=int, nargs="+", help="sequence lengths, run in this order (default 16384 65536 32768 8192)"
     )
     parser.add_argument("--head-dims", type=int, nargs="+", help="head dims (default 64 128; H = 2048 / D)")
     parser.add_argument(
@@ -1090,14 +1207,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="skip (and record) the configurations left after this many seconds; keep it below the session's "
         "timeout with a minute to spare (default 330)",
     )
-    parser.add_argument("--warmup-ms", type=float, help="do_bench warm-up in ms (default 25; 2 with --tiny)")
-    parser.add_argument("--rep-ms", type=float, help="do_bench measuring time in ms (default 100; 10 with --tiny)")
+    parser.add_argument("--warmup-ms", type=float, help="do_bench warm-up in ms (default 10; 2 with --tiny)")
+    parser.add_argument("--rep-ms", type=float, help="do_bench measuring time in ms (default 40; 10 with --tiny)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     args = parser.parse_args(argv)
     if args.warmup_ms is None:
-        args.warmup_ms = 2.0 if args.tiny else 25.0
+        args.warmup_ms = 2.0 if args.tiny else 10.0
     if args.rep_ms is None:
-        args.rep_ms = 10.0 if args.tiny else 100.0
+        args.rep_ms = 10.0 if args.tiny else 40.0
     return args
 
 

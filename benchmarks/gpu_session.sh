@@ -18,6 +18,12 @@
 #   train    python -m benchmarks.train (end-to-end speed of the 85M reference model, 8k..128k,
 #            eager and compiled, plain PyTorch anchors, profile, data module; TRAIN_BUDGET s)
 #   train2   the same script's two-GPU DDP case beside its one-GPU twin (a machine with 2 GPUs)
+#   round2   issue 11, one command (needs flash-attn-4 installed for its FA4 and Flex FLASH
+#            columns; without it they are left out): python -m benchmarks.kernel_variants (every
+#            launch configuration and sm_90 variant timed, ~2 min), then the full
+#            python -m benchmarks.attention (flash-attn-4 and both Flex backends as columns,
+#            ROUND2_BUDGET s, default 250); their files land in $OUT (copy them to
+#            benchmarks/results/, then re-render BENCHMARKS.md with --render-from)
 # Logs and result files go to $OUT (or ./gpu_out when OUT is unset); the benchmark keeps its
 # working files in /tmp and copies only its JSON and error log there (the device tool brings
 # back at most 8 files).
@@ -156,6 +162,18 @@ train() {
         --budget-s ${TRAIN_BUDGET:-330} 2>&1 | tee -a "$OUT/session.log" | tail -45
 }
 
+round2() {
+    log "round2: kernel variants"
+    timeout ${VARIANTS_TIMEOUT:-200} python3 -m benchmarks.kernel_variants --out "$OUT" 2>&1 \
+        | tee -a "$OUT/session.log" | tail -45
+    log "round2: attention benchmark, budget ${ROUND2_BUDGET:-250} s"
+    mkdir -p /tmp/bench
+    timeout $(( ${ROUND2_BUDGET:-250} + 70 )) python3 -m benchmarks.attention --out /tmp/bench \
+        --budget-s ${ROUND2_BUDGET:-250} 2>&1 | tee -a "$OUT/session.log" | tail -75
+    cp /tmp/bench/attention.json /tmp/bench/attention.md /tmp/bench/attention.png "$OUT/"
+    cp /tmp/bench/attention_errors.log "$OUT/" 2>/dev/null
+}
+
 train2() {
     log "train2: two GPUs, DDP, against one"
     timeout ${TRAIN2_TIMEOUT:-300} python3 -m benchmarks.train --out "$OUT/train2" \
@@ -174,7 +192,8 @@ for step in "$@"; do
         model) model ;;
         train) train ;;
         train2) train2 ;;
-        *) echo "unknown step $step (tune, tests, compile, quick, full, headdims, model, train, train2)"; exit 2 ;;
+        round2) round2 ;;
+        *) echo "unknown step $step (tune, tests, compile, quick, full, headdims, model, train, train2, round2)"; exit 2 ;;
     esac
 done
 log done

@@ -25,6 +25,8 @@ module is imported (slow; for tests at small sizes only).
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
 import os
 from typing import TYPE_CHECKING, Callable
@@ -41,6 +43,8 @@ from genoformer.kernels.triton_flash_fwd import LOG2E, SCAN, attn_fwd_kernel
 
 if TYPE_CHECKING:
     from genoformer.kernels.layout import BlockLayout
+
+log = logging.getLogger(__name__)
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = configs.HEAD_DIMS
@@ -175,13 +179,25 @@ def _generation(device: torch.device) -> configs.Generation:
 
 
 def _choose(key: tuple, candidates: tuple, run: Callable[[object], None], device: torch.device):
-    """The fastest candidate for this key (timed once, cached), or the first when tuning is off."""
+    """The fastest candidate for this key (timed once, cached), or the first when tuning is off.
+
+    A later candidate that fails to compile or launch here (a sm_90 variant on a Triton that
+    lacks what it uses) is left out with a WARNING; the first, a plain configuration, must run.
+    """
     if key in _TUNED:
         return _TUNED[key]
     if len(candidates) == 1 or not autotune_enabled() or torch.cuda.is_current_stream_capturing():
         return candidates[0]
-    times = [triton.testing.do_bench(lambda c=c: run(c), warmup=10, rep=50, return_mode="median")
-             for c in candidates]
+    times = []
+    for index, c in enumerate(candidates):
+        try:
+            times.append(triton.testing.do_bench(lambda c=c: run(c), warmup=10, rep=50, return_mode="median"))
+        except (triton.CompilationError, RuntimeError, ValueError) as error:
+            if index == 0:
+                raise
+            log.warning("Triton attention: configuration %s does not run on this GPU (%s: %s); tuning without it",
+                        c, type(error).__name__, str(error).splitlines()[0] if str(error) else "")
+            times.append(math.inf)
     best = candidates[min(range(len(candidates)), key=times.__getitem__)]
     _TUNED[key] = best
     return best
@@ -203,6 +219,32 @@ def bwd_candidates(device: torch.device, head_dim: int, block_size: int | None) 
         return (configs.fit_bwd(configs.INTERPRETER_BWD, block_size),)
     gen = _generation(device)
     return tuple(dict.fromkeys(configs.fit_bwd(c, block_size) for c in configs.bwd_candidates(gen, head_dim)))
+
+
+def _tma_ready(*tensors: torch.Tensor) -> bool:
+    """Whether tensor descriptors can read these tensors: a CUDA GPU of compute capability 9 or
+    newer, every base 16-byte aligned and every stride but the head dim's a multiple of 16 bytes
+    (TMA's rules). Sets Triton's allocator for the descriptors the kernels create on the device."""
+    t0 = tensors[0]
+    if INTERPRETED or t0.device.type != "cuda" or torch.cuda.get_device_capability(t0.device)[0] < 9:
+        return False
+    if not all(t.data_ptr() % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1])
+               for t in tensors):
+        return False
+    triton.set_allocator(_descriptor_scratch)
+    return True
+
+
+def _descriptor_scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    """Global scratch memory for tensor descriptors made inside a kernel (``triton.set_allocator``)."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _without_tma(candidates: tuple, ready: bool) -> tuple:
+    """The candidates, their TMA variants turned into pointer loads when the inputs do not allow TMA."""
+    if ready:
+        return candidates
+    return tuple(dict.fromkeys(dataclasses.replace(c, tma=False) for c in candidates))
 
 
 # --------------------------------------------------------------------------------------------
@@ -267,8 +309,14 @@ def flash_fwd(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_lens: torch.Tensor | None,
     kv_counts: torch.Tensor | None, kv_indices: torch.Tensor | None, block_size: int,
     causal: bool, scale: float, cu_seqlens: torch.Tensor | None = None,
+    config: configs.FwdConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Forward launcher: returns o (B, H, Lq, D) in q's dtype and lse (B, H, Lq) fp32 (base 2)."""
+    """Forward launcher: returns o (B, H, Lq, D) in q's dtype and lse (B, H, Lq) fp32 (base 2).
+
+    config: run this launch configuration instead of choosing one (benchmarks/kernel_variants.py);
+    it must fit the layout's block size (``triton_flash_configs.fit_fwd``); its TMA variant
+    becomes pointer loads where the inputs do not allow TMA.
+    """
     _check_last_dim_contiguous(q=q, k=k, v=v)
     _check_csr("kv", kv_counts, kv_indices, q.device)
     if not scale > 0:
@@ -296,12 +344,14 @@ def flash_fwd(
             H, H // HKV, Lq, Lk, scale * LOG2E, block_size if sparse else 1,
             D=D, D_TILE=d_tile, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal, SPARSE=sparse,
             HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8, HAS_DOCS=docs,
+            TMA=cfg.tma, RESCALE_TAU=cfg.rescale_tau,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
 
-    cands = fwd_candidates(q.device, D, block_size if sparse else None)
-    key = ("fwd", q.device.index, D, q.dtype, causal, sparse, docs, block_size, _bucket(Lq), _bucket(Lk))
-    run(_choose(key, cands, run, q.device))
+    tma = _tma_ready(q, k, v)
+    cands = _without_tma(fwd_candidates(q.device, D, block_size if sparse else None), tma)
+    key = ("fwd", q.device.index, D, q.dtype, causal, sparse, docs, block_size, tma, _bucket(Lq), _bucket(Lk))
+    run(_without_tma((config,), tma)[0] if config is not None else _choose(key, cands, run, q.device))
     return o, lse
 
 
@@ -311,8 +361,12 @@ def flash_bwd(
     kv_counts: torch.Tensor | None, kv_indices: torch.Tensor | None,
     q_counts: torch.Tensor | None, q_indices: torch.Tensor | None,
     block_size: int, causal: bool, scale: float, cu_seqlens: torch.Tensor | None = None,
+    config: configs.BwdConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Backward launcher: returns dq, dk, dv (contiguous, in the inputs' dtype). Deterministic."""
+    """Backward launcher: returns dq, dk, dv (contiguous, in the inputs' dtype). Deterministic.
+
+    config: as for ``flash_fwd``.
+    """
     _check_last_dim_contiguous(do=do, q=q, k=k, v=v, o=o)
     _check_csr("kv", kv_counts, kv_indices, q.device)
     _check_csr("q", q_counts, q_indices, q.device)
@@ -345,7 +399,8 @@ def flash_bwd(
         even_q = Lq % (block_size if sparse else cfg.block_m1) == 0
         key_tiles = q_counts.shape[1] * (bs // cfg.block_n1) if sparse else triton.cdiv(Lk, cfg.block_n1)
         key_order = _doc_order(doc_start, doc_end, cfg.block_n1, causal, keys=True) if docs and not sparse else qcnt
-        bwd_dkdv_kernel[(B * HKV, key_tiles)](
+        grid = (key_tiles, B * HKV) if cfg.heads_outer else (B * HKV, key_tiles)
+        bwd_dkdv_kernel[grid](
             q, k, v, do, dk, dv, lse, delta, lens, qcnt, qidx, qorder, doc_start, doc_end, key_order,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2),
@@ -354,11 +409,13 @@ def flash_bwd(
             H, HKV, H // HKV, Lq, Lk, qk_scale, scale, bs,
             D=D, D_TILE=d_tile, BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1, CAUSAL=causal, SPARSE=sparse,
             HAS_KV_LENS=kv_lens is not None, EVEN_Q=even_q, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8,
-            HAS_DOCS=docs, num_warps=cfg.warps1, num_stages=cfg.stages1,
+            HAS_DOCS=docs, TMA=cfg.tma, HEADS_OUTER=cfg.heads_outer,
+            num_warps=cfg.warps1, num_stages=cfg.stages1,
         )
         query_tiles = kv_counts.shape[1] * (bs // cfg.block_m2) if sparse else triton.cdiv(Lq, cfg.block_m2)
         query_order = _doc_order(doc_start, doc_end, cfg.block_m2, causal, keys=False) if docs and not sparse else kcnt
-        bwd_dq_kernel[(B * H, query_tiles)](
+        grid = (query_tiles, B * H) if cfg.heads_outer else (B * H, query_tiles)
+        bwd_dq_kernel[grid](
             q, k, v, do, dq, lse, delta, lens, kcnt, kidx, korder, doc_start, doc_end, query_order,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2),
@@ -367,12 +424,15 @@ def flash_bwd(
             H, H // HKV, Lq, Lk, qk_scale, scale, bs,
             D=D, D_TILE=d_tile, BLOCK_M2=cfg.block_m2, BLOCK_N2=cfg.block_n2, CAUSAL=causal, SPARSE=sparse,
             HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8, HAS_DOCS=docs,
+            TMA=cfg.tma, HEADS_OUTER=cfg.heads_outer,
             num_warps=cfg.warps2, num_stages=cfg.stages2,
         )
 
-    cands = bwd_candidates(q.device, D, block_size if sparse else None)
-    key = ("bwd", q.device.index, D, q.dtype, causal, sparse, docs, block_size, H // HKV, _bucket(Lq), _bucket(Lk))
-    run(_choose(key, cands, run, q.device))
+    tma = _tma_ready(q, k, v, do)
+    cands = _without_tma(bwd_candidates(q.device, D, block_size if sparse else None), tma)
+    key = ("bwd", q.device.index, D, q.dtype, causal, sparse, docs, block_size, tma, H // HKV, _bucket(Lq),
+           _bucket(Lk))
+    run(_without_tma((config,), tma)[0] if config is not None else _choose(key, cands, run, q.device))
     return dq, dk, dv
 
 

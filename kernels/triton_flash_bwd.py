@@ -30,7 +30,9 @@ from genoformer.kernels.triton_flash_fwd import (
     order_ranges,
     row_tile_range,
     store_tile,
+    stream_tile,
     tile_ptrs,
+    tile_source,
     tile_start,
     tiles_ending_by,
     tiles_starting_before,
@@ -59,23 +61,23 @@ def bwd_preprocess_kernel(
 
 @triton.jit
 def _dkdv_steps(
-    dk, dv, k, v, q_base, do_base, lse_base, delta_base, sq_l, sdo_l,
+    dk, dv, k, v, q_src, do_src, lse_base, delta_base, sq_l, sdo_l,
     idx_ptr, bs, TPB, t_lo, t_hi, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
     BLOCK_M1: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr, CAUSAL: tl.constexpr,
     SPARSE: tl.constexpr, MASK: tl.constexpr, EVEN_Q: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
-    HAS_DOCS: tl.constexpr,
+    HAS_DOCS: tl.constexpr, TMA: tl.constexpr,
 ):
     """Accumulate dK, dV (BLOCK_N1, D_TILE) over query tiles t_lo..t_hi (transposed: keys are rows).
 
     doc_lo, doc_hi (BLOCK_N1,): each key's document span, the queries that may see it (HAS_DOCS)."""
     offs_d = tl.arange(0, D_TILE)
+    start_next = tile_start(t_lo, idx_ptr, bs, TPB, BLOCK_M1, SPARSE, t_lo < t_hi)
     for t in range(t_lo, t_hi):
-        start_m = tile_start(t, idx_ptr, bs, TPB, BLOCK_M1, SPARSE)
+        start_m = start_next  # loaded one step ahead: see tile_start
+        start_next = tile_start(t + 1, idx_ptr, bs, TPB, BLOCK_M1, SPARSE, t + 1 < t_hi)
         offs_m = start_m + tl.arange(0, BLOCK_M1)
-        q_ptrs = tile_ptrs(q_base, offs_m, sq_l, offs_d, ALIGN8)  # (BLOCK_M1, D_TILE)
-        do_ptrs = tile_ptrs(do_base, offs_m, sdo_l, offs_d, ALIGN8)
         # rows past Lq (unless EVEN_Q): q = 0 and lse = +inf make their p exactly 0
-        q = load_tile(q_ptrs, offs_m < Lq, offs_d, D, D_TILE, not EVEN_Q)
+        q = stream_tile(q_src, start_m, offs_m, sq_l, offs_m < Lq, offs_d, D, D_TILE, not EVEN_Q, TMA, ALIGN8)
         if EVEN_Q:
             lse = tl.load(lse_base + offs_m)
         else:
@@ -89,7 +91,7 @@ def _dkdv_steps(
             if HAS_DOCS:
                 keep = keep & (offs_m[None, :] >= doc_lo[:, None]) & (offs_m[None, :] < doc_hi[:, None])
             pT = tl.where(keep, pT, 0.0)
-        do = load_tile(do_ptrs, offs_m < Lq, offs_d, D, D_TILE, not EVEN_Q)
+        do = stream_tile(do_src, start_m, offs_m, sdo_l, offs_m < Lq, offs_d, D, D_TILE, not EVEN_Q, TMA, ALIGN8)
         if EVEN_Q:
             delta = tl.load(delta_base + offs_m)
         else:
@@ -111,22 +113,24 @@ def bwd_dkdv_kernel(
     D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
     CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, EVEN_Q: tl.constexpr,
     SCAN_: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr,
+    TMA: tl.constexpr, HEADS_OUTER: tl.constexpr,
 ):
-    # grid: (B * HKV, key tiles), the longest columns launched first: dense causal, key tile 0,
-    # or with documents the tiles in DOC_ORDER (B, tiles) (by descending span); sparse, the
-    # layout columns in ORDER (by descending count, taken from the group's first query head),
-    # each as bs // BLOCK_N1 tiles
-    bhk = tl.program_id(0)
+    # grid: (B * HKV, key tiles), or (key tiles, B * HKV) when HEADS_OUTER; the longest columns
+    # launched first: dense causal, key tile 0, or with documents the tiles in DOC_ORDER
+    # (B, tiles) (by descending span); sparse, the layout columns in ORDER (by descending count,
+    # taken from the group's first query head), each as bs // BLOCK_N1 tiles
+    bhk = tl.program_id(1 if HEADS_OUTER else 0)
+    tile = tl.program_id(0 if HEADS_OUTER else 1)
     b = bhk // HKV
     hk = bhk % HKV
     if SPARSE:
         tiles_per_col = bs // BLOCK_N1
-        col = tl.load(ORDER + hk * GROUP * sord_h + tl.program_id(1) // tiles_per_col)
-        start_n = col * bs + (tl.program_id(1) % tiles_per_col) * BLOCK_N1
+        col = tl.load(ORDER + hk * GROUP * sord_h + tile // tiles_per_col)
+        start_n = col * bs + (tile % tiles_per_col) * BLOCK_N1
     elif HAS_DOCS:
-        start_n = tl.load(DOC_ORDER + b * tl.num_programs(1) + tl.program_id(1)) * BLOCK_N1
+        start_n = tl.load(DOC_ORDER + b * tl.num_programs(0 if HEADS_OUTER else 1) + tile) * BLOCK_N1
     else:
-        start_n = tl.program_id(1) * BLOCK_N1
+        start_n = tile * BLOCK_N1
     kv_end = Lk
     if HAS_KV_LENS:
         kv_end = tl.minimum(tl.maximum(tl.load(KV_LENS + b).to(tl.int32), 0), Lk)
@@ -167,8 +171,8 @@ def bwd_dkdv_kernel(
     for g in range(GROUP):
         h = hk * GROUP + g
         bh = b * H + h
-        q_base = head_ptr(Q, b, sq_b, h, sq_h, ALIGN8)
-        do_base = head_ptr(DO, b, sdo_b, h, sdo_h, ALIGN8)
+        q_src = tile_source(head_ptr(Q, b, sq_b, h, sq_h, ALIGN8), Lq, sq_l, BLOCK_M1, D, D_TILE, TMA)
+        do_src = tile_source(head_ptr(DO, b, sdo_b, h, sdo_h, ALIGN8), Lq, sdo_l, BLOCK_M1, D, D_TILE, TMA)
         lse_base = LSE + bh.to(tl.int64) * Lq
         delta_base = DELTA + bh.to(tl.int64) * Lq
         # query tiles [t_lo, t_mid) and [t_full, t_end) are masked (the causal diagonal, the
@@ -201,16 +205,16 @@ def bwd_dkdv_kernel(
             t_lo = t_end
             t_mid = t_end
             t_full = t_end
-        dk, dv = _dkdv_steps(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sq_l, sdo_l,
+        dk, dv = _dkdv_steps(dk, dv, k, v, q_src, do_src, lse_base, delta_base, sq_l, sdo_l,
                              idx_ptr, bs, TPB, t_lo, t_mid, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
-                             BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, True, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS)
-        dk, dv = _dkdv_steps(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sq_l, sdo_l,
+                             BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, True, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS, TMA)
+        dk, dv = _dkdv_steps(dk, dv, k, v, q_src, do_src, lse_base, delta_base, sq_l, sdo_l,
                              idx_ptr, bs, TPB, t_mid, t_full, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
-                             BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, False, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS)
+                             BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, False, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS, TMA)
         if HAS_DOCS:  # the end of the documents' span
-            dk, dv = _dkdv_steps(dk, dv, k, v, q_base, do_base, lse_base, delta_base, sq_l, sdo_l,
+            dk, dv = _dkdv_steps(dk, dv, k, v, q_src, do_src, lse_base, delta_base, sq_l, sdo_l,
                                  idx_ptr, bs, TPB, t_full, t_end, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
-                                 BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, True, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS)
+                                 BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, True, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS, TMA)
 
     dk = dk * sm_scale
     store_tile(tile_ptrs(head_ptr(DK, b, sdk_b, hk, sdk_h, ALIGN8), offs_n, sdk_l, offs_d, ALIGN8),
@@ -221,21 +225,21 @@ def bwd_dkdv_kernel(
 
 @triton.jit
 def _dq_steps(
-    dq, q, do, lse, delta, k_base, v_base, sk_l, sv_l,
+    dq, q, do, lse, delta, k_src, v_src, sk_l, sv_l,
     idx_ptr, bs, TPB, t_lo, t_hi, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
     BLOCK_N2: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr, CAUSAL: tl.constexpr,
     SPARSE: tl.constexpr, MASK: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
-    HAS_DOCS: tl.constexpr,
+    HAS_DOCS: tl.constexpr, TMA: tl.constexpr,
 ):
     """Accumulate dQ (BLOCK_M2, D_TILE) over key tiles t_lo..t_hi (doc_lo, doc_hi: as in the forward)."""
     offs_d = tl.arange(0, D_TILE)
+    start_next = tile_start(t_lo, idx_ptr, bs, TPB, BLOCK_N2, SPARSE, t_lo < t_hi)
     for t in range(t_lo, t_hi):
-        start_n = tile_start(t, idx_ptr, bs, TPB, BLOCK_N2, SPARSE)
+        start_n = start_next  # loaded one step ahead: see tile_start
+        start_next = tile_start(t + 1, idx_ptr, bs, TPB, BLOCK_N2, SPARSE, t + 1 < t_hi)
         offs_n = start_n + tl.arange(0, BLOCK_N2)
-        k_ptrs = tile_ptrs(k_base, offs_n, sk_l, offs_d, ALIGN8)  # (BLOCK_N2, D_TILE)
-        v_ptrs = tile_ptrs(v_base, offs_n, sv_l, offs_d, ALIGN8)
-        k = load_tile(k_ptrs, offs_n < kv_end, offs_d, D, D_TILE, MASK)
-        v = load_tile(v_ptrs, offs_n < kv_end, offs_d, D, D_TILE, MASK)
+        k = stream_tile(k_src, start_n, offs_n, sk_l, offs_n < kv_end, offs_d, D, D_TILE, MASK, TMA, ALIGN8)
+        v = stream_tile(v_src, start_n, offs_n, sv_l, offs_n < kv_end, offs_d, D, D_TILE, MASK, TMA, ALIGN8)
         s2 = mma(q, tl.trans(k), None, DOT_F32)  # (BLOCK_M2, BLOCK_N2)
         p = tl.math.exp2(s2 * qk_scale - lse[:, None])
         if MASK:
@@ -259,21 +263,24 @@ def bwd_dq_kernel(
     H, GROUP, Lq, Lk, qk_scale, sm_scale, bs,
     D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
     CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, SCAN_: tl.constexpr,
-    DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr,
+    DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr, TMA: tl.constexpr,
+    HEADS_OUTER: tl.constexpr,
 ):
-    # grid: (B * H, query tiles), the longest rows launched first (as in the forward)
-    bh = tl.program_id(0)
+    # grid: (B * H, query tiles), or (query tiles, B * H) when HEADS_OUTER; the longest rows
+    # launched first (as in the forward)
+    bh = tl.program_id(1 if HEADS_OUTER else 0)
+    tile = tl.program_id(0 if HEADS_OUTER else 1)
     b = bh // H
     h = bh % H
     hk = h // GROUP
     if SPARSE:
         tiles_per_row = bs // BLOCK_M2
-        row = tl.load(ORDER + h * sord_h + tl.program_id(1) // tiles_per_row)
-        start_m = row * bs + (tl.program_id(1) % tiles_per_row) * BLOCK_M2
+        row = tl.load(ORDER + h * sord_h + tile // tiles_per_row)
+        start_m = row * bs + (tile % tiles_per_row) * BLOCK_M2
     elif HAS_DOCS:
-        start_m = tl.load(DOC_ORDER + b * tl.num_programs(1) + tl.program_id(1)) * BLOCK_M2
+        start_m = tl.load(DOC_ORDER + b * tl.num_programs(0 if HEADS_OUTER else 1) + tile) * BLOCK_M2
     else:
-        start_m = (tl.num_programs(1) - 1 - tl.program_id(1)) * BLOCK_M2
+        start_m = (tl.num_programs(0 if HEADS_OUTER else 1) - 1 - tile) * BLOCK_M2
     kv_end = Lk
     if HAS_KV_LENS:
         kv_end = tl.minimum(tl.maximum(tl.load(KV_LENS + b).to(tl.int32), 0), Lk)
@@ -288,8 +295,8 @@ def bwd_dq_kernel(
                    row_ok, offs_d, D, D_TILE, True)
     lse = tl.load(LSE + bh.to(tl.int64) * Lq + offs_m, mask=row_ok, other=float("inf"))
     delta = tl.load(DELTA + bh.to(tl.int64) * Lq + offs_m, mask=row_ok, other=0.0)
-    k_base = head_ptr(K, b, sk_b, hk, sk_h, ALIGN8)
-    v_base = head_ptr(V, b, sv_b, hk, sv_h, ALIGN8)
+    k_src = tile_source(head_ptr(K, b, sk_b, hk, sk_h, ALIGN8), Lk, sk_l, BLOCK_N2, D, D_TILE, TMA)
+    v_src = tile_source(head_ptr(V, b, sv_b, hk, sv_h, ALIGN8), Lk, sv_l, BLOCK_N2, D, D_TILE, TMA)
 
     count = 0
     idx_ptr = IDX
@@ -310,15 +317,15 @@ def bwd_dq_kernel(
                                                   BLOCK_M2, BLOCK_N2, CAUSAL, SPARSE, HAS_DOCS, SCAN_)
     dq = tl.zeros([BLOCK_M2, D_TILE], dtype=tl.float32)
     if HAS_DOCS:  # the start of the documents' span
-        dq = _dq_steps(dq, q, do, lse, delta, k_base, v_base, sk_l, sv_l, idx_ptr, bs, TPB, t_lo, t_first,
+        dq = _dq_steps(dq, q, do, lse, delta, k_src, v_src, sk_l, sv_l, idx_ptr, bs, TPB, t_lo, t_first,
                        offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                       BLOCK_N2, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS)
-    dq = _dq_steps(dq, q, do, lse, delta, k_base, v_base, sk_l, sv_l, idx_ptr, bs, TPB, t_first, t_full,
+                       BLOCK_N2, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS, TMA)
+    dq = _dq_steps(dq, q, do, lse, delta, k_src, v_src, sk_l, sv_l, idx_ptr, bs, TPB, t_first, t_full,
                    offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                   BLOCK_N2, D, D_TILE, CAUSAL, SPARSE, False, DOT_F32, ALIGN8, HAS_DOCS)
-    dq = _dq_steps(dq, q, do, lse, delta, k_base, v_base, sk_l, sv_l, idx_ptr, bs, TPB, t_full, t_end,
+                   BLOCK_N2, D, D_TILE, CAUSAL, SPARSE, False, DOT_F32, ALIGN8, HAS_DOCS, TMA)
+    dq = _dq_steps(dq, q, do, lse, delta, k_src, v_src, sk_l, sv_l, idx_ptr, bs, TPB, t_full, t_end,
                    offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                   BLOCK_N2, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS)
+                   BLOCK_N2, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS, TMA)
     dq = dq * sm_scale
     store_tile(tile_ptrs(head_ptr(DQ, b, sdq_b, h, sdq_h, ALIGN8), offs_m, sdq_l, offs_d, ALIGN8),
                dq.to(DQ.dtype.element_ty), row_ok, offs_d, D, D_TILE)

@@ -17,9 +17,28 @@ Tile names (the same in the kernels):
         BLOCK_M1 query rows per step.
   dq  : BLOCK_M2 query rows per program (dQ in registers), BLOCK_N2 key rows per step.
 
-The first candidate of each list is the default; when autotuning is on (the default on a GPU, see
-``triton_flash.autotune_enabled``) the launcher times every candidate once per key and caches the
-fastest.  Hopper numbers: benchmarks/KERNEL_NOTES.md.
+Variants (sm_90 only, issue 11; each a field of the configuration, a constexpr of the kernels):
+  tma         : tiles streamed through the loop (k, v in the forward and dQ; q, dO in dK/dV) are
+                read with tensor descriptors (``tl.make_tensor_descriptor``, TMA on Hopper) instead
+                of pointer tiles; out-of-range rows and head-dim padding come back as zeros.
+                Needs 16-byte aligned bases and strides (the launcher falls back to pointers).
+                Triton's interpreter cannot run it: the interpreter configurations keep pointers.
+  rescale_tau : forward only; > 0 rescales the accumulator only when some row's running max grew
+                by more than rescale_tau (base 2) since the last rescale (FA4's conditional
+                rescaling); 0 rescales every step.
+  heads_outer : backward only; the grid puts the tile index first and (batch, head) second, so the
+                programs that run at one time belong to one head and share its q, k, v, dO in L2
+                (FlexAttention's order); the default order runs one tile of every head at a time.
+                Each head's tiles keep their longest-first order (the layout's ORDER, or DOC_ORDER
+                for dense packed rows): the kernels index it by the tile axis, whichever it is.
+Every variant runs with packed documents (cu_seqlens) too: they change the loads, the rescaling
+and the grid, not which tiles a program visits or how they are masked.
+
+The first candidate of each list is the default (always a plain configuration, no variant); when
+autotuning is on (the default on a GPU, see ``triton_flash.autotune_enabled``) the launcher times
+every candidate once per key and caches the fastest, so a variant is used where it measured
+faster; ``benchmarks/kernel_variants.py`` times every candidate side by side.  Hopper numbers:
+benchmarks/KERNEL_NOTES.md.
 """
 
 from __future__ import annotations
@@ -33,6 +52,8 @@ class FwdConfig:
     block_n: int
     num_warps: int
     num_stages: int
+    tma: bool = False  # k, v through tensor descriptors
+    rescale_tau: float = 0.0  # conditional rescaling threshold (base 2); 0: rescale every step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +66,8 @@ class BwdConfig:
     block_n2: int  # dQ kernel: key rows per step
     warps2: int
     stages2: int
+    tma: bool = False  # q, dO (dK/dV) and k, v (dQ) through tensor descriptors
+    heads_outer: bool = False  # grid (tiles, batch * heads): co-running programs share one head
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,8 +101,10 @@ def tile_dim(head_dim: int) -> int:
 _FWD: dict[tuple[str, int], tuple[FwdConfig, ...]] = {
     ("sm_90", 16): (FwdConfig(64, 64, 4, 3),),
     ("sm_90", 32): (FwdConfig(64, 64, 4, 3), FwdConfig(128, 64, 4, 3)),
-    ("sm_90", 64): (FwdConfig(64, 64, 4, 3), FwdConfig(128, 64, 4, 3)),
-    ("sm_90", 128): (FwdConfig(128, 128, 8, 3), FwdConfig(128, 64, 8, 4)),
+    ("sm_90", 64): (FwdConfig(64, 64, 4, 3), FwdConfig(128, 64, 4, 3), FwdConfig(64, 64, 4, 3, tma=True),
+                    FwdConfig(64, 64, 4, 3, rescale_tau=8.0)),
+    ("sm_90", 128): (FwdConfig(128, 128, 8, 3), FwdConfig(128, 64, 8, 4), FwdConfig(128, 128, 8, 3, tma=True),
+                     FwdConfig(128, 128, 8, 3, rescale_tau=8.0)),
     ("sm_90", 256): (FwdConfig(128, 64, 8, 2), FwdConfig(64, 64, 4, 2)),
     ("sm_80", 16): (FwdConfig(64, 64, 4, 3),),
     ("sm_80", 32): (FwdConfig(64, 64, 4, 3),),
@@ -97,8 +122,12 @@ _FWD: dict[tuple[str, int], tuple[FwdConfig, ...]] = {
 _BWD: dict[tuple[str, int], tuple[BwdConfig, ...]] = {
     ("sm_90", 16): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2),),
     ("sm_90", 32): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2), BwdConfig(32, 128, 4, 3, 64, 64, 4, 3)),
-    ("sm_90", 64): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2), BwdConfig(32, 128, 4, 3, 64, 64, 4, 3)),
-    ("sm_90", 128): (BwdConfig(64, 128, 8, 3, 128, 64, 8, 3), BwdConfig(32, 128, 8, 3, 128, 32, 4, 3)),
+    ("sm_90", 64): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2), BwdConfig(32, 128, 4, 3, 64, 64, 4, 3),
+                    BwdConfig(64, 64, 4, 3, 128, 64, 8, 2, tma=True),
+                    BwdConfig(64, 64, 4, 3, 128, 64, 8, 2, heads_outer=True)),
+    ("sm_90", 128): (BwdConfig(64, 128, 8, 3, 128, 64, 8, 3), BwdConfig(32, 128, 8, 3, 128, 32, 4, 3),
+                     BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, tma=True),
+                     BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, heads_outer=True)),
     ("sm_90", 256): (BwdConfig(32, 64, 8, 2, 64, 32, 8, 2),),
     ("sm_80", 16): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2),),
     ("sm_80", 32): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2),),

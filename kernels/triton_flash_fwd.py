@@ -106,12 +106,47 @@ def store_tile(ptrs, value, rows_ok, offs_d, D: tl.constexpr, D_TILE: tl.constex
 
 
 @triton.jit
-def tile_start(t, idx_ptr, bs, TPB, BLOCK: tl.constexpr, SPARSE: tl.constexpr):
-    """First token of the t-th visited tile: t * BLOCK when dense, else inside the layout's list."""
+def tile_source(base, rows, stride, BLOCK: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr, TMA: tl.constexpr):
+    """What ``stream_tile`` reads: with TMA a tensor descriptor over the (rows, D) slice at base
+    (row stride `stride`, (BLOCK, D_TILE) boxes), else the base pointer itself."""
+    if TMA:
+        source = tl.make_tensor_descriptor(base, shape=[rows, D], strides=[stride, 1], block_shape=[BLOCK, D_TILE])
+    else:
+        source = base
+    return source
+
+
+@triton.jit
+def stream_tile(source, start, offs, stride, rows_ok, offs_d, D: tl.constexpr, D_TILE: tl.constexpr,
+                MASK_ROWS: tl.constexpr, TMA: tl.constexpr, ALIGN8: tl.constexpr):
+    """The (rows, D_TILE) tile of rows offs = start + arange of a tile the loop streams, read as
+    ``load_tile`` does: through the tensor descriptor (TMA: rows past the slice and the head-dim
+    padding arrive as zeros, rows_ok zeroes the rest) or through pointers."""
+    if TMA:
+        tile = source.load([start, 0])
+        if MASK_ROWS:
+            tile = tl.where(rows_ok[:, None], tile, 0.0)
+    else:
+        tile = load_tile(tile_ptrs(source, offs, stride, offs_d, ALIGN8), rows_ok, offs_d, D, D_TILE, MASK_ROWS)
+    return tile
+
+
+@triton.jit
+def tile_start(t, idx_ptr, bs, TPB, BLOCK: tl.constexpr, SPARSE: tl.constexpr, valid):
+    """First token of the t-th visited tile: t * BLOCK when dense, else inside the layout's list
+    (read only where `valid`, 0 elsewhere).
+
+    The loops call it one step ahead (tile t + 1 while computing tile t) and carry the result:
+    with the layout entry loaded in the step that uses it, Triton's pipeliner (3.6 to 3.9, sm_80
+    and sm_90) turns that scalar load into a cp.async of its own and waits for every copy in
+    flight before each step (``async_wait {num = 0}``), so the tiles of the next steps are no
+    longer prefetched; loaded a step ahead it stays a plain load, hidden behind the step's
+    matmuls, and the tile loads keep their 2-3 step prefetch, as in the dense kernels.
+    """
     start = t * BLOCK
     if SPARSE:
         entry = t // TPB
-        start = tl.load(idx_ptr + entry) * bs + (t - entry * TPB) * BLOCK
+        start = tl.load(idx_ptr + entry, mask=valid, other=0) * bs + (t - entry * TPB) * BLOCK
     return start
 
 
@@ -232,22 +267,27 @@ def row_tile_range(
 
 @triton.jit
 def _fwd_steps(
-    acc, l_i, m_i, q, k_base, v_base, sk_l, sv_l,
+    acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l,
     idx_ptr, bs, TPB, t_lo, t_hi, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
     BLOCK_N: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr, CAUSAL: tl.constexpr,
     SPARSE: tl.constexpr, MASK: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
-    HAS_DOCS: tl.constexpr,
+    HAS_DOCS: tl.constexpr, TMA: tl.constexpr, RESCALE_TAU: tl.constexpr,
 ):
     """Online-softmax update over key tiles t_lo..t_hi; MASK=False is the unmasked fast path.
 
-    doc_lo, doc_hi (BLOCK_M,): each query row's document span (read only when HAS_DOCS)."""
+    doc_lo, doc_hi (BLOCK_M,): each query row's document span (read only when HAS_DOCS).
+    RESCALE_TAU > 0: the running max m_i (and with it acc, l_i) is only moved when some row's
+    max grew by more than RESCALE_TAU; otherwise p = exp2(s2 - m_i) <= 2^RESCALE_TAU, exact in
+    fp32 and bf16 alike, and the (BLOCK_M, D_TILE) multiply of acc is skipped. A row with
+    nothing allowed yet (m_i = -inf) always counts as grown once it sees a key.
+    """
     offs_d = tl.arange(0, D_TILE)
+    start_next = tile_start(t_lo, idx_ptr, bs, TPB, BLOCK_N, SPARSE, t_lo < t_hi)
     for t in range(t_lo, t_hi):
-        start_n = tile_start(t, idx_ptr, bs, TPB, BLOCK_N, SPARSE)
+        start_n = start_next  # loaded one step ahead: see tile_start
+        start_next = tile_start(t + 1, idx_ptr, bs, TPB, BLOCK_N, SPARSE, t + 1 < t_hi)
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k_ptrs = tile_ptrs(k_base, offs_n, sk_l, offs_d, ALIGN8)  # (BLOCK_N, D_TILE)
-        v_ptrs = tile_ptrs(v_base, offs_n, sv_l, offs_d, ALIGN8)
-        k = load_tile(k_ptrs, offs_n < kv_end, offs_d, D, D_TILE, MASK)
+        k = stream_tile(k_src, start_n, offs_n, sk_l, offs_n < kv_end, offs_d, D, D_TILE, MASK, TMA, ALIGN8)
         s = mma(q, tl.trans(k), None, DOT_F32)  # (BLOCK_M, BLOCK_N) fp32, unscaled q . k
         if MASK:
             keep = offs_n[None, :] < kv_end
@@ -262,13 +302,25 @@ def _fwd_steps(
         else:
             m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
             m_sub = m_new
-        p = tl.math.exp2(s * qk_scale - m_sub[:, None])  # (BLOCK_M, BLOCK_N)
-        alpha = tl.math.exp2(m_i - m_sub)  # rescales what was accumulated with the old max
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        v = load_tile(v_ptrs, offs_n < kv_end, offs_d, D, D_TILE, MASK)
+        if RESCALE_TAU > 0:
+            if tl.max((m_new > m_i + RESCALE_TAU).to(tl.int32), 0) > 0:
+                alpha = tl.math.exp2(m_i - m_sub)
+                l_i = l_i * alpha
+                acc = acc * alpha[:, None]
+                m_i = m_new
+            m_sub = m_i
+            if MASK:
+                m_sub = tl.where(m_i == float("-inf"), 0.0, m_i)
+            p = tl.math.exp2(s * qk_scale - m_sub[:, None])  # (BLOCK_M, BLOCK_N), <= 2^RESCALE_TAU
+            l_i = l_i + tl.sum(p, 1)
+        else:
+            p = tl.math.exp2(s * qk_scale - m_sub[:, None])  # (BLOCK_M, BLOCK_N)
+            alpha = tl.math.exp2(m_i - m_sub)  # rescales what was accumulated with the old max
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None]
+            m_i = m_new
+        v = stream_tile(v_src, start_n, offs_n, sv_l, offs_n < kv_end, offs_d, D, D_TILE, MASK, TMA, ALIGN8)
         acc = mma(p.to(v.dtype), v, acc, DOT_F32)
-        m_i = m_new
     return acc, l_i, m_i
 
 
@@ -280,7 +332,8 @@ def attn_fwd_kernel(
     H, GROUP, Lq, Lk, qk_scale, bs,
     D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, SCAN_: tl.constexpr,
-    DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr,
+    DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr, TMA: tl.constexpr,
+    RESCALE_TAU: tl.constexpr,
 ):
     # grid: (B * H, query tiles), the longest rows launched first: dense, the last tiles (the
     # longest causal rows), or with documents the tiles in DOC_ORDER (B, tiles) (by descending
@@ -332,16 +385,21 @@ def attn_fwd_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running max of s2
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum of exp2(s2 - m)
     acc = tl.zeros([BLOCK_M, D_TILE], dtype=tl.float32)
+    k_src = tile_source(k_base, Lk, sk_l, BLOCK_N, D, D_TILE, TMA)
+    v_src = tile_source(v_base, Lk, sv_l, BLOCK_N, D, D_TILE, TMA)
     if HAS_DOCS:  # the start of the documents' span
-        acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_base, v_base, sk_l, sv_l, idx_ptr, bs, TPB,
+        acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l, idx_ptr, bs, TPB,
                                    t_lo, t_first, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                                   BLOCK_N, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS)
-    acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_base, v_base, sk_l, sv_l, idx_ptr, bs, TPB,
+                                   BLOCK_N, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS,
+                                   TMA, RESCALE_TAU)
+    acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l, idx_ptr, bs, TPB,
                                t_first, t_full, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                               BLOCK_N, D, D_TILE, CAUSAL, SPARSE, False, DOT_F32, ALIGN8, HAS_DOCS)
-    acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_base, v_base, sk_l, sv_l, idx_ptr, bs, TPB,
+                               BLOCK_N, D, D_TILE, CAUSAL, SPARSE, False, DOT_F32, ALIGN8, HAS_DOCS,
+                               TMA, RESCALE_TAU)
+    acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l, idx_ptr, bs, TPB,
                                t_full, t_end, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                               BLOCK_N, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS)
+                               BLOCK_N, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS,
+                               TMA, RESCALE_TAU)
 
     empty = l_i == 0.0  # rows with no allowed key: output 0, lse +inf
     l_safe = tl.where(empty, 1.0, l_i)

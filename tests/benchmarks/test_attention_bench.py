@@ -3,7 +3,8 @@
 The harness is run end to end at tiny shapes on the CPU, with `attention(backend="torch")`
 standing in for the Triton kernels (`--ours torch`): every pattern, the correctness check,
 the JSON, the plot and the BENCHMARKS.md section writer. The GPU-only parts (do_bench,
-compiled Flex, peak memory) run on the GPU box; here they are recorded as not measured.
+compiled Flex, Flex FLASH, flash-attn-4, peak memory) run on the GPU box; here they are
+recorded as not measured and their columns are absent.
 """
 
 from __future__ import annotations
@@ -140,6 +141,18 @@ def test_flex_block_mask_is_the_layout(bench, causal):
     assert torch.equal(dense[0].bool(), expected)
     # Only the causal diagonal needs the mask_mod; everything else is a full block.
     assert int(block_mask.kv_num_blocks.sum()) == (int(layout.mask.diagonal(dim1=1, dim2=2).sum()) if causal else 0)
+    # The FLASH backend's mask: the same block lists, a mask_mod without the layout lookup that
+    # agrees with the exact one on every partial block.
+    index_only = attention_bench.flex_block_mask(layout, causal, heads, torch.device("cpu"), index_only=True)
+    assert torch.equal(index_only.to_dense(), dense)
+    assert torch.equal(index_only.kv_num_blocks, block_mask.kv_num_blocks)
+    assert torch.equal(index_only.full_kv_num_blocks, block_mask.full_kv_num_blocks)
+    if causal:
+        q_idx, kv_idx = torch.meshgrid(torch.arange(seq_len), torch.arange(seq_len), indexing="ij")
+        diagonal = q_idx // bs == kv_idx // bs
+        allowed = layout.mask[0, q_idx // bs, kv_idx // bs] & diagonal
+        exact = block_mask.mask_mod(0, 0, q_idx, kv_idx)
+        assert torch.equal(index_only.mask_mod(0, 0, q_idx, kv_idx)[allowed], exact[allowed])
 
 
 def test_failing_kernel_is_recorded_and_the_run_goes_on(bench, tmp_path, monkeypatch):
@@ -150,12 +163,14 @@ def test_failing_kernel_is_recorded_and_the_run_goes_on(bench, tmp_path, monkeyp
 
     monkeypatch.setattr(attention_bench.Bench, "ours", lambda self, *a: attention_bench.Impl(broken))
     md = tmp_path / "B.md"
-    argv = "--device cpu --tiny --head-dims 16 --patterns dense causal --warmup-ms 0 --rep-ms 1".split()
+    argv = "--device cpu --tiny --head-dims 16 --patterns causal custom --warmup-ms 0 --rep-ms 1".split()
     results = attention_bench.main(argv + ["--markdown", str(md)])
     for case in results["cases"]:
         assert case["ours"]["error"] == "fwd: RuntimeError: kernel exploded"
-        assert case["fa2"]["fwd_ms"] > 0 and case["fa2"]["bwd_ms"] > 0  # the baselines still ran
+        assert case["flex"]["fwd_ms"] > 0  # the others still ran
         assert case["check"]["error"] == "ours: RuntimeError: kernel exploded"
+    assert results["cases"][0]["fa2"]["fwd_ms"] > 0 and results["cases"][0]["fa2"]["bwd_ms"] > 0
+    assert results["cases"][1]["fa2"] is None  # FA2 computes dense causal only
     text = md.read_text()
     assert "ours: fwd: RuntimeError: kernel exploded" in text
     floor = next(t for t in attention_bench.evaluate_targets(results) if t["target"] == "floor")
@@ -173,17 +188,22 @@ def test_time_budget_skips_and_records(bench):
 def test_end_to_end_tiny_cpu_run(tiny_run):
     proc, out, markdown = tiny_run
     results = json.loads((out / "attention.json").read_text())
-    assert [c["pattern"] for c in results["cases"]] == ["causal", "dense", "sliding_window", "bigbird"]
+    assert [c["pattern"] for c in results["cases"]] == ["causal", "sliding_window", "bigbird", "custom"]
     for case in results["cases"]:
         assert case["skipped"] is None
         assert case["ours"]["fwd_ms"] > 0 and case["ours"]["bwd_ms"] > 0, case
-        assert case["fa2"]["fwd_ms"] > 0 and case["fa2_dense"]["bwd_ms"] > 0, case
         assert case["check"]["ok"] is True, case["check"]
         assert 0 < case["density"] <= 1 and case["fwd_flops"] > 0
-        if case["pattern"] != "dense":
-            assert case["flex"]["fwd_ms"] > 0 and "no CPU backward" in case["flex"]["error"]
+        assert case["flex"]["fwd_ms"] > 0 and "no CPU backward" in case["flex"]["error"]
+        assert case["flex_flash"]["fwd_ms"] is None and "CUDA only" in case["flex_flash"]["error"]
+        if case["pattern"] == "causal":
+            assert case["fa2"]["fwd_ms"] > 0 and case["fa2"]["bwd_ms"] > 0, case
+            assert case["fa4"]["fwd_ms"] is None and "CUDA only" in case["fa4"]["error"]
+            assert case["flex"]["check"]["ok"] is True  # the others are checked against the reference too
+        else:
+            assert case["fa2"] is None and case["fa4"] is None
     assert results["cases"][0]["check"]["reference"] == "FA2"
-    assert results["cases"][3]["check"]["reference"] == "Flex"
+    assert results["cases"][2]["check"]["reference"] == "Flex"
     assert results["matmul"]["tflops"] > 0
     assert results["memory"]["error"] == "peak memory is measured on CUDA only"
     assert results["command"].startswith("python -m benchmarks.attention --device cpu --tiny")
@@ -198,15 +218,18 @@ def test_end_to_end_tiny_cpu_run(tiny_run):
     for needle in (
         "## Attention kernels",
         "| sliding_window |",
+        "| custom |",
         "### Targets",
         "| floor |",
         "| goal |",
-        "| density scaling |",
+        "| moonshot |",
         "| memory |",
         "NOT MEASURED",
+        "Columns absent from this run: FA4 (flash-attn-4 runs on CUDA only); Flex FLASH",
         results["environment"]["date_utc"],
     ):
         assert needle in section, needle
+    assert "FA4 ms" not in section and "Flex FLASH ms" not in section and "Flex ms" in section
     link = section.split("](")[-1].split(")")[0]
     assert (markdown.parent / link).resolve() == (out / "attention.png").resolve()
 
@@ -242,43 +265,81 @@ def test_row_error_flags_a_wrong_row_but_not_rounding(bench):
     assert attention_bench._rel_err(wrong, expected) != attention_bench._rel_err(wrong, expected)  # NaN
 
 
-def _record(pattern, density, ours, fa2, flex, fa2_dense, ok=True):
-    timing = lambda pair: {"fwd_ms": pair[0], "bwd_ms": pair[1], "error": None}  # noqa: E731
-    return {
+def _record(pattern, head_dim, ours, ok=True, **others):
+    timing = lambda pair: None if pair is None else {"fwd_ms": pair[0], "bwd_ms": pair[1], "error": None}  # noqa: E731
+    record = {
         "pattern": pattern,
-        "head_dim": 64,
-        "seq_len": 65536,
-        "density": density,
-        "ours": timing(ours),
-        "fa2": timing(fa2),
-        "flex": timing(flex),
-        "fa2_dense": timing(fa2_dense),
-        "check": {"ok": ok},
-    }
-
-
-def test_targets_met_not_met_and_wrong_results(bench):
-    attention_bench, _ = bench
-    memory = {
+        "head_dim": head_dim,
+        "seq_len": 16384,
         "batch": 1,
         "heads": 16,
-        "seq_len": 65536,
-        "head_dim": 128,
-        "ours": {"peak_mib": 1500.0},
-        "fa2": {"peak_mib": 1000.0},
+        "density": 0.5,
+        "fwd_flops": 10**12,
+        "ours": timing(ours),
+        "check": {"ok": ok},
     }
-    cases = [
-        _record("causal", 0.5, (9, 20), (10, 25), (12, 30), (20, 50)),
-        _record("sliding_window", 0.02, (0.5, 1.2), (10, 25), (0.6, 1.5), (20, 50)),  # 40x, 41.7x vs 40x needed
-    ]
-    status = {t["target"]: t["status"] for t in attention_bench.evaluate_targets({"cases": cases, "memory": memory})}
-    assert status == {"floor": "MET", "goal": "MET", "density scaling": "MET", "memory": "MET"}
+    for key in ("fa2", "fa4", "flex", "flex_flash"):
+        record[key] = timing(others.get(key))
+    return record
 
-    cases[0]["check"]["ok"] = False  # fast but wrong: meets nothing
-    cases[1]["ours"]["bwd_ms"] = 2.0  # 25x where 40x is needed
-    memory["ours"]["peak_mib"] = 2500.0
+
+MEMORY = {"batch": 1, "heads": 16, "seq_len": 65536, "head_dim": 128, "ours": {"peak_mib": 1500.0},
+          "fa2": {"peak_mib": 1000.0}}
+
+
+def _status(attention_bench, cases, memory=MEMORY):
     targets = attention_bench.evaluate_targets({"cases": cases, "memory": memory})
-    status = {t["target"]: t["status"] for t in targets}
-    assert status == {"floor": "NOT MET", "goal": "NOT MET", "density scaling": "NOT MET", "memory": "NOT MET"}
-    goal = next(t for t in targets if t["target"] == "goal")
-    assert "2 failed, wrong or missing" in goal["measured"]  # the wrong causal case, fwd and bwd
+    return {t["target"]: t["status"] for t in targets}, {t["target"]: t["measured"] for t in targets}
+
+
+def test_targets_floor_goal_moonshot(bench):
+    attention_bench, _ = bench
+    cases = [
+        _record("causal", 128, (10, 20), fa2=(15, 30), fa4=(9.5, 19), flex=(12, 25), flex_flash=(9, 18)),
+        _record("causal", 64, (10, 20), fa2=(15, 30), fa4=(5, 5), flex=(12, 25), flex_flash=(9, 18)),  # D64: no goal
+        _record("sliding_window", 128, (1.0, 2.0), flex=(1.2, 2.5), flex_flash=(0.9, 1.8)),  # 1.11x FLASH
+    ]
+    status, measured = _status(attention_bench, cases)
+    assert status == {"floor": "MET", "goal": "MET", "moonshot": "NOT MET", "memory": "MET"}
+    assert "worst 1.11x (sliding_window D=128 L=16k" in measured["moonshot"]
+
+    cases[2]["ours"]["bwd_ms"] = 2.6  # slower than Flex (Triton) and 1.44x FLASH
+    status, _ = _status(attention_bench, cases)
+    assert status["floor"] == status["goal"] == "NOT MET"
+
+    cases[2]["ours"]["bwd_ms"] = 1.7
+    cases[0]["check"]["ok"] = False  # fast but wrong: meets nothing
+    status, measured = _status(attention_bench, cases)
+    assert status["floor"] == status["goal"] == status["moonshot"] == "NOT MET"
+    assert "2 failed, wrong or missing" in measured["goal"]  # the wrong causal case, fwd and bwd
+
+    cases[0]["check"]["ok"] = True
+    cases[2]["flex_flash"]["check"] = {"ok": False}  # a wrong yardstick is no yardstick
+    status, measured = _status(attention_bench, cases)
+    assert status["goal"] == "MET" and "2 not compared" in measured["goal"]
+
+    status, _ = _status(attention_bench, cases, dict(MEMORY, ours={"peak_mib": 2500.0}))
+    assert status["memory"] == "NOT MET"
+
+
+def test_a_missing_library_leaves_its_column_out(bench, tmp_path):
+    """No flash-attn-4: no FA4 or Flex FLASH column, the goal NOT MEASURED with the reason, the rest intact."""
+    attention_bench, _ = bench
+    missing = {"fwd_ms": None, "bwd_ms": None, "error": "flash-attn-4 not importable (ModuleNotFoundError)"}
+    cases = [
+        _record("causal", 128, (10, 20), fa2=(15, 30), flex=(12, 25)),
+        _record("bigbird", 128, (1.0, 2.0), flex=(1.2, 2.5)),
+    ]
+    for case in cases:
+        case["flex_flash"] = dict(missing)
+    cases[0]["fa4"] = dict(missing)
+    assert attention_bench.present_columns({"cases": cases}) == ["fa2", "flex"]
+    assert set(attention_bench.absent_columns({"cases": cases})) == {"FA4", "Flex FLASH"}
+    status, measured = _status(attention_bench, cases)
+    assert status == {"floor": "MET", "goal": "NOT MEASURED", "moonshot": "NOT MEASURED", "memory": "MET"}
+    assert "FA4 absent: flash-attn-4 not importable" in measured["goal"]
+    rows = attention_bench.results_rows({"cases": cases})
+    assert "ours÷Flex" in rows[0] and not any(key.startswith("ours÷FA4") for key in rows[0])
+    tables = "\n".join(attention_bench.issue_tables({"cases": cases, "settings": {"width": 2048, "block_size": 128}}))
+    assert "| ours ÷ FA2 | 0.667 / 0.667 |" in tables and "FA4" not in tables
+    assert "| bigbird | 0.500 | 0.833 / 0.8 |" in tables

@@ -17,6 +17,7 @@ that the padding columns of the tiles never reach memory.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -420,3 +421,49 @@ def _gpu_case(attn, D, dtype, kind):
         shape, kwargs = (1, 4, 4, L, L), {"layout": _layout_with_empty_rows(L, 64, 4, 9), "causal": True}
     q, k, v, dout = _inputs(*shape, D, dtype, seed=D)
     _assert_close_to_reference(attn, q, k, v, dout, dtype, **kwargs)
+
+
+# The sm_90 variants of kernels/triton_flash_configs.py, each forced on its own: conditional
+# rescaling and the heads-outer grid run under the interpreter too; tensor descriptors (TMA) need
+# a GPU of compute capability 9 or newer (Triton's interpreter cannot run them).
+VARIANTS = {
+    "rescale_tau": ({"rescale_tau": 8.0}, {}),
+    "heads_outer": ({}, {"heads_outer": True}),
+    "tma": ({"tma": True}, {"tma": True}),
+}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("case", ["causal_window_padding", "bigbird_bidirectional_odd", "packed_causal_gqa"])
+def test_kernel_variants_match_reference(attn, monkeypatch, variant, case):
+    import genoformer.kernels.triton_flash as tf
+    from genoformer.kernels import triton_flash_configs as configs
+
+    if variant == "tma" and not (DEVICE.type == "cuda" and torch.cuda.get_device_capability()[0] >= 9):
+        pytest.skip("tensor descriptors (TMA) need a GPU of compute capability 9 or newer; "
+                    "Triton's interpreter cannot run them")
+    fwd_fields, bwd_fields = VARIANTS[variant]
+    if DEVICE.type == "cpu":
+        fwd, bwd = configs.INTERPRETER_FWD, configs.INTERPRETER_BWD
+    else:
+        gen = configs.generation_for(torch.cuda.get_device_capability())
+        fwd, bwd = configs.fwd_candidates(gen, 64)[0], configs.bwd_candidates(gen, 64)[0]
+    fwd, bwd = dataclasses.replace(fwd, **fwd_fields), dataclasses.replace(bwd, **bwd_fields)
+    monkeypatch.setattr(tf, "_TUNED", {})  # no configuration cached by an earlier test is reused
+    monkeypatch.setattr(tf, "fwd_candidates", lambda device, d, bs: (configs.fit_fwd(fwd, bs),))
+    monkeypatch.setattr(tf, "bwd_candidates", lambda device, d, bs: (configs.fit_bwd(bwd, bs),))
+    if case == "causal_window_padding":
+        L, kwargs = 150, {"causal": True, "layout": BlockLayout.sliding_window(150, 64, block_size=32),
+                          "kv_lens": torch.tensor([150, 101], device=DEVICE)}
+        B, Hq, Hkv = 2, 2, 1
+    elif case == "bigbird_bidirectional_odd":
+        L, kwargs = 160, {"layout": BlockLayout.bigbird(160, 32, 1, 1, block_size=32)}
+        B, Hq, Hkv = 1, 2, 2
+    else:  # dense packed rows: the tiles in DOC_ORDER, documents starting and ending inside tiles
+        L, kwargs = 150, {"causal": True, "cu_seqlens": _cu([[40, 70, 40], [3, 147]])}
+        B, Hq, Hkv = 2, 2, 1
+    q, k, v, dout = _inputs(B, Hq, Hkv, L, L, 64, torch.bfloat16, seed=11)
+    # a wide score range: running maxima keep growing along a row, so the conditional rescale
+    # takes both of its branches
+    q = q * 4.0 * torch.linspace(0.2, 1.5, L, dtype=q.dtype, device=q.device)[:, None]
+    _assert_close_to_reference(attn, q, k, v, dout, torch.bfloat16, **kwargs)

@@ -10,12 +10,19 @@ of the shared memory the launch needs (64 KB instead of 224 KB for the sm_90 D=1
 Each kernel is built in its largest variant (causal, block-sparse, key padding, packed documents,
 ragged query tail): the other variants drop code and use no more shared memory.  Dense packed
 rows take one branch of their own (the launch order of their tiles, ``DENSE_PACKED``): each
-generation's default configurations of the common head dims are built that way too.
+generation's default configurations of the common head dims, and the sm_90 variants among their
+candidates (TMA, conditional rescaling, the heads-outer grid, which indexes the tile order by
+the other grid axis), are built that way too.
 
 Configurations are chosen per tile width (the head dim rounded up to a power of two); each is
 built at its tile width and, on sm_80 and sm_90, again at one padded head dim of that tile
 (``PADDED_DIMS``): the head-dim masks change the loads and stores, not the tiles held in shared
 memory, but they must compile and pipeline in every configuration.
+
+Each build also counts the scalar loads that Triton's pipeliner turned into cp.async copies
+(``tensor<1x!tt.ptr<i32>>`` in the TTGIR): a layout entry loaded that way in the step that uses
+it made every step of the sparse loops wait for all copies in flight (``async_wait {num = 0}``),
+so no tile was prefetched; ``tile_start`` is called a step ahead so that none is.
 
 The compiles run in a child process (this file run as a script), one worker per core: the test
 session may have set TRITON_INTERPRET=1 for the interpreter tests, and kernels defined under it
@@ -28,6 +35,7 @@ import concurrent.futures
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -43,8 +51,16 @@ PADDED_DIMS = {32: 24, 64: 40, 128: 96, 256: 160}
 PADDED_GENERATIONS = ("sm_80", "sm_90")
 
 DENSE_PACKED = {"SPARSE": False, "HAS_KV_LENS": False}
-"""constexprs of a dense packed launch, built for the default configs of DENSE_PACKED_DIMS on sm_80, sm_90"""
+"""constexprs of a dense packed launch, built for the default configs of DENSE_PACKED_DIMS on sm_80, sm_90
+and the sm_90 variants among their candidates"""
 DENSE_PACKED_DIMS = (64, 128)
+
+
+def _variant(cfg: configs.FwdConfig | configs.BwdConfig) -> str:
+    """The test-id suffix of a configuration's sm_90 variant ("" for a plain configuration)."""
+    return ("-tma" if cfg.tma else "") + (
+        f"-tau{cfg.rescale_tau:g}" if isinstance(cfg, configs.FwdConfig) and cfg.rescale_tau else "") + (
+        "-headsouter" if isinstance(cfg, configs.BwdConfig) and cfg.heads_outer else "")
 
 
 def _cases() -> list[tuple[str, str, int, str, tuple]]:
@@ -53,18 +69,20 @@ def _cases() -> list[tuple[str, str, int, str, tuple]]:
     built = [(gen, tile, cfg, "") for gen, tile, cfg in configs.all_configs()]
     built += [(gen, PADDED_DIMS[tile], cfg, "") for gen, tile, cfg in configs.all_configs()
               if tile in PADDED_DIMS and gen.name in PADDED_GENERATIONS]
-    built += [(gen, d, candidates(gen, d)[0], "-dense-packed") for gen in configs.GENERATIONS
+    built += [(gen, d, cfg, "-dense-packed") for gen in configs.GENERATIONS
               if gen.name in PADDED_GENERATIONS for d in DENSE_PACKED_DIMS
-              for candidates in (configs.fwd_candidates, configs.bwd_candidates)]
-    for gen, d, cfg, variant in built:
+              for candidates in (configs.fwd_candidates, configs.bwd_candidates)
+              for i, cfg in enumerate(candidates(gen, d)) if i == 0 or _variant(cfg)]
+    for gen, d, cfg, packed in built:
         fields = tuple(cfg.__dict__.values())
+        suffix = _variant(cfg) + packed
         if isinstance(cfg, configs.FwdConfig):
-            out.append((f"{gen.name}-d{d}-fwd-{cfg.block_m}x{cfg.block_n}-w{cfg.num_warps}s{cfg.num_stages}{variant}",
+            out.append((f"{gen.name}-d{d}-fwd-{cfg.block_m}x{cfg.block_n}-w{cfg.num_warps}s{cfg.num_stages}{suffix}",
                         gen.name, d, "fwd", fields))
         else:
-            out.append((f"{gen.name}-d{d}-dkdv-{cfg.block_m1}x{cfg.block_n1}-w{cfg.warps1}s{cfg.stages1}{variant}",
+            out.append((f"{gen.name}-d{d}-dkdv-{cfg.block_m1}x{cfg.block_n1}-w{cfg.warps1}s{cfg.stages1}{suffix}",
                         gen.name, d, "dkdv", fields))
-            out.append((f"{gen.name}-d{d}-dq-{cfg.block_m2}x{cfg.block_n2}-w{cfg.warps2}s{cfg.stages2}{variant}",
+            out.append((f"{gen.name}-d{d}-dq-{cfg.block_m2}x{cfg.block_n2}-w{cfg.warps2}s{cfg.stages2}{suffix}",
                         gen.name, d, "dq", fields))
     # a dK/dV or dQ half shared by two candidates is compiled once
     return list({case[0]: case for case in out}.values())
@@ -96,20 +114,22 @@ def _compile_one(case: tuple) -> dict:
     gen = next(g for g in configs.GENERATIONS if g.name == gen_name)
     if kind == "fwd":
         cfg = configs.FwdConfig(*fields)
-        kernel, constexprs = attn_fwd_kernel, {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n}
+        kernel, constexprs = attn_fwd_kernel, {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
+                                               "TMA": cfg.tma, "RESCALE_TAU": cfg.rescale_tau}
         warps, stages = cfg.num_warps, cfg.num_stages
     else:
         cfg = configs.BwdConfig(*fields)
+        variant = {"TMA": cfg.tma, "HEADS_OUTER": cfg.heads_outer}
         if kind == "dkdv":
             kernel = bwd_dkdv_kernel
-            constexprs = {"BLOCK_M1": cfg.block_m1, "BLOCK_N1": cfg.block_n1, "EVEN_Q": False}
+            constexprs = {"BLOCK_M1": cfg.block_m1, "BLOCK_N1": cfg.block_n1, "EVEN_Q": False, **variant}
             warps, stages = cfg.warps1, cfg.stages1
         else:
-            kernel, constexprs = bwd_dq_kernel, {"BLOCK_M2": cfg.block_m2, "BLOCK_N2": cfg.block_n2}
+            kernel, constexprs = bwd_dq_kernel, {"BLOCK_M2": cfg.block_m2, "BLOCK_N2": cfg.block_n2, **variant}
             warps, stages = cfg.warps2, cfg.stages2
     # ALIGN8 is what the launcher sets for contiguous inputs of these head dims
-    variant = DENSE_PACKED if case_id.endswith("-dense-packed") else {}
-    constexprs = {"D": d, "D_TILE": configs.tile_dim(d), "ALIGN8": d % 16 == 8, "SCAN_": SCAN, **COMMON, **variant,
+    packed = DENSE_PACKED if case_id.endswith("-dense-packed") else {}
+    constexprs = {"D": d, "D_TILE": configs.tile_dim(d), "ALIGN8": d % 16 == 8, "SCAN_": SCAN, **COMMON, **packed,
                   **constexprs}
     signature = {}
     for name in kernel.arg_names:
@@ -133,8 +153,9 @@ def _compile_one(case: tuple) -> dict:
                                   options={"num_warps": warps, "num_stages": stages})
     except Exception as error:  # reported to the parent test, which fails with it
         return {"id": case_id, "error": f"{type(error).__name__}: {error}"}
+    scalar_copies = re.findall(r"async_copy_global_to_local[^\n]*: tensor<1x!tt\.ptr<i32>", compiled.asm["ttgir"])
     return {"id": case_id, "shared": compiled.metadata.shared, "limit": gen.shared_limit,
-            "seconds": round(time.perf_counter() - t0, 2)}
+            "scalar_async_loads": len(scalar_copies), "seconds": round(time.perf_counter() - t0, 2)}
 
 
 def _compile_all() -> list[dict]:
@@ -162,6 +183,16 @@ def test_config_compiles_within_shared_memory(compiled, case):
     assert result["shared"] <= result["limit"], (
         f"{case[0]} needs {result['shared']} B of shared memory, over the {result['limit']} B limit of its "
         f"GPU generation: shrink its tiles or stages in kernels/triton_flash_configs.py")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", _cases(), ids=lambda c: c[0])
+def test_sparse_loops_keep_their_prefetch(compiled, case):
+    result = compiled[case[0]]
+    assert "error" not in result, f"{case[0]} does not compile: {result.get('error')}"
+    assert result["scalar_async_loads"] == 0, (
+        f"{case[0]}: Triton pipelined {result['scalar_async_loads']} layout-entry load(s) as cp.async, which "
+        f"serialises the tile loads of the sparse loops: load the entry a step ahead (see tile_start)")
 
 
 def test_padded_head_dims_use_their_tile_configs():

@@ -1,0 +1,355 @@
+"""Every launch configuration of our Triton attention kernels, side by side, in one run (issue 11).
+
+For each case below, every forward and every backward candidate that
+`kernels/triton_flash_configs.py` lists for this GPU (plain tile configurations and the sm_90
+variants: tensor-descriptor/TMA loads, conditional rescaling, heads-outer backward grid) is
+forced in turn through the launchers' `config=` argument and timed; the fastest of each list is
+what the launcher's autotuning would pick, and the table's order (its default first) is set
+from these numbers. Two diagnostics of the block-sparse path follow:
+  * sparse overhead: dense bidirectional attention through the dense kernels (layout None)
+    against the same function through the block-sparse kernels (`BlockLayout.dense`, every
+    block listed): after the pipelining fix of `tile_start` the two should be within a few %;
+  * backward breakdown: `torch.profiler` CUDA times of each kernel of our window backward
+    (preprocess, dK/dV, dQ, the argsorts of the launch order) and of Flex's (Triton backend)
+    for the same BlockMask.
+
+One run, from the repository root (about 2 minutes on an H200, most of it compiling):
+
+    python -m benchmarks.kernel_variants --out OUT
+    TRITON_INTERPRET=1 python -m benchmarks.kernel_variants --smoke --out /tmp/v   # CPU smoke run
+
+It writes OUT/kernel_variants.json and OUT/kernel_variants.md and prints the table last.
+Cases (bf16, B = 1, H = 2048 / D): causal dense at D 64 and 128, the sliding window ±1024
+bidirectional and BigBird (window 512, 1 global, 2 random blocks) at D 128, all at L = 16k.
+Every candidate's output and gradients are compared with the first candidate's (worst row
+error as in benchmarks/attention.py); one that differs is flagged WRONG and never "best".
+Times: medians of `triton.testing.do_bench` (a perf_counter loop on the CPU smoke run).
+
+Shape legend: B batch, H heads, L sequence length, D head dim, bs block size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from benchmarks.attention import allowed_pairs, flex_block_mask
+from benchmarks.common import command_line, describe_environment, environment_markdown, markdown_table
+from genoformer.kernels import triton_flash as tf
+from genoformer.kernels import triton_flash_configs as configs
+from genoformer.kernels.layout import BlockLayout
+
+CHECK_TOLERANCE = 3e-2
+"""Worst row error against the first candidate before a candidate is flagged WRONG (bf16)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    head_dim: int
+    seq_len: int
+    causal: bool
+    layout: Callable[[int], BlockLayout | None]  # seq_len -> layout (None: dense)
+
+    def heads(self, width: int) -> int:
+        return width // self.head_dim
+
+
+def _window(window: int, bs: int) -> Callable[[int], BlockLayout]:
+    return lambda L: BlockLayout.sliding_window(L, window, bs)
+
+
+def _bigbird(window: int, bs: int) -> Callable[[int], BlockLayout]:
+    return lambda L: BlockLayout.bigbird(L, window, 1, 2, bs)
+
+
+def gpu_cases() -> list[Case]:
+    return [
+        Case("causal", 128, 16384, True, lambda L: None),
+        Case("causal", 64, 16384, True, lambda L: None),
+        Case("sliding_window ±1024", 128, 16384, False, _window(1024, 128)),
+        Case("bigbird", 128, 16384, False, _bigbird(512, 128)),
+    ]
+
+
+def smoke_cases() -> list[Case]:
+    return [
+        Case("causal", 32, 80, True, lambda L: None),
+        Case("sliding_window ±32", 32, 96, False, _window(32, 32)),
+    ]
+
+
+def candidates(device: torch.device, head_dim: int, block_size: int | None) -> tuple[list, list]:
+    """(forward, backward) candidates: the launcher's table on a GPU; on the CPU smoke run the
+    interpreter configuration and its variants that the interpreter can run."""
+    if device.type == "cuda":
+        return list(tf.fwd_candidates(device, head_dim, block_size)), list(
+            tf.bwd_candidates(device, head_dim, block_size)
+        )
+    fwd, bwd = configs.INTERPRETER_FWD, configs.INTERPRETER_BWD
+    fwds = [fwd, dataclasses.replace(fwd, rescale_tau=8.0)]
+    bwds = [bwd, dataclasses.replace(bwd, heads_outer=True)]
+    return [configs.fit_fwd(c, block_size) for c in fwds], [configs.fit_bwd(c, block_size) for c in bwds]
+
+
+class Timer:
+    def __init__(self, device: torch.device, smoke: bool) -> None:
+        self.device, self.smoke = device, smoke
+
+    def __call__(self, fn: Callable[[], object]) -> float:
+        if self.device.type == "cuda":
+            import triton.testing
+
+            return float(triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median"))
+        fn()  # the interpreter is slow: one warm-up and one timed call
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e3
+
+
+def _rel_err(got: torch.Tensor, expected: torch.Tensor) -> float:
+    """Worst row of max |got - expected| / max |expected| (floored at the median row scale)."""
+    got, expected = got.float(), expected.float()
+    if not (torch.isfinite(got).all() and torch.isfinite(expected).all()):
+        return math.nan
+    scale = expected.abs().amax(-1)
+    floor = scale.median().clamp_min(torch.finfo(torch.float32).tiny)
+    return float(((got - expected).abs().amax(-1) / scale.clamp_min(floor)).max())
+
+
+def _config_text(cfg) -> str:
+    fields = dataclasses.asdict(cfg)
+    plain = [str(v) for k, v in fields.items() if k not in ("tma", "rescale_tau", "heads_outer")]
+    extra = [k if v is True else f"{k}={v:g}" for k, v in fields.items()
+             if k in ("tma", "rescale_tau", "heads_outer") and v]
+    return "(" + ", ".join(plain) + ")" + ("".join(f" +{e}" for e in extra))
+
+
+def measure_case(case: Case, device: torch.device, dtype: torch.dtype, width: int, timer: Timer) -> dict:
+    """Forward and backward times of every candidate on one case."""
+    H, L, D = case.heads(width), case.seq_len, case.head_dim
+    layout = case.layout(L)
+    g = torch.Generator(device).manual_seed(0)
+    q, k, v, do = (torch.randn(1, H, L, D, generator=g, device=device, dtype=dtype) for _ in range(4))
+    bs = layout.block_size if layout is not None else 0
+    kcnt = kidx = qcnt = qidx = None
+    if layout is not None:
+        kcnt, kidx = layout.kv_indices(device)
+        qcnt, qidx = layout.q_indices(device)
+    scale = D**-0.5
+    flops = 4 * allowed_pairs(layout, case.causal, L, H) * D
+    fwd_cands, bwd_cands = candidates(device, D, bs or None)
+    record = {"case": case.name, "head_dim": D, "seq_len": L, "heads": H, "causal": case.causal,
+              "block_size": bs or None, "fwd_flops": flops, "fwd": [], "bwd": []}
+    reference = None
+    for cfg in fwd_cands:
+        entry = {"config": _config_text(cfg), "ms": None, "err": None, "error": None}
+        try:
+            o, lse = tf.flash_fwd(q, k, v, None, kcnt, kidx, bs, case.causal, scale, config=cfg)
+            reference = (o, lse) if reference is None else reference
+            entry["err"] = _rel_err(o, reference[0])
+            entry["ms"] = timer(lambda cfg=cfg: tf.flash_fwd(q, k, v, None, kcnt, kidx, bs, case.causal, scale,
+                                                             config=cfg))
+        except Exception as error:  # recorded: a variant this GPU's Triton cannot build
+            entry["error"] = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+        record["fwd"].append(entry)
+    if reference is None:
+        return record
+    o, lse = reference
+    expected = None
+    for cfg in bwd_cands:
+        entry = {"config": _config_text(cfg), "ms": None, "err": None, "error": None}
+        try:
+            grads = tf.flash_bwd(do, q, k, v, o, lse, None, kcnt, kidx, qcnt, qidx, bs, case.causal, scale, config=cfg)
+            expected = grads if expected is None else expected
+            entry["err"] = max(_rel_err(a, b) for a, b in zip(grads, expected, strict=True))
+            entry["ms"] = timer(lambda cfg=cfg: tf.flash_bwd(do, q, k, v, o, lse, None, kcnt, kidx, qcnt, qidx, bs,
+                                                             case.causal, scale, config=cfg))
+        except Exception as error:  # recorded: a variant this GPU's Triton cannot build
+            entry["error"] = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+        record["bwd"].append(entry)
+    return record
+
+
+def sparse_overhead(device: torch.device, dtype: torch.dtype, L: int, D: int, H: int, bs: int, timer: Timer) -> dict:
+    """Dense bidirectional attention through the dense kernels and through the block-sparse ones."""
+    g = torch.Generator(device).manual_seed(1)
+    q, k, v, do = (torch.randn(1, H, L, D, generator=g, device=device, dtype=dtype) for _ in range(4))
+    scale = D**-0.5
+    layout = BlockLayout.dense(L, block_size=bs)
+    kcnt, kidx = layout.kv_indices(device)
+    qcnt, qidx = layout.q_indices(device)
+    fwd_d, bwd_d = (c[0] for c in candidates(device, D, None))
+    fwd_s, bwd_s = (c[0] for c in candidates(device, D, bs))
+    o, lse = tf.flash_fwd(q, k, v, None, None, None, 0, False, scale, config=fwd_d)
+    out = {"seq_len": L, "head_dim": D, "heads": H, "block_size": bs}
+    out["dense_fwd_ms"] = timer(lambda: tf.flash_fwd(q, k, v, None, None, None, 0, False, scale, config=fwd_d))
+    out["sparse_fwd_ms"] = timer(lambda: tf.flash_fwd(q, k, v, None, kcnt, kidx, bs, False, scale, config=fwd_s))
+    out["dense_bwd_ms"] = timer(lambda: tf.flash_bwd(do, q, k, v, o, lse, None, None, None, None, None, 0, False,
+                                                     scale, config=bwd_d))
+    out["sparse_bwd_ms"] = timer(lambda: tf.flash_bwd(do, q, k, v, o, lse, None, kcnt, kidx, qcnt, qidx, bs, False,
+                                                      scale, config=bwd_s))
+    return out
+
+
+def backward_breakdown(device: torch.device, dtype: torch.dtype, case: Case, width: int) -> dict:
+    """CUDA time per kernel (ms, summed over 5 calls / 5) of ours' and Flex's backward on one case."""
+    from torch.nn.attention.flex_attention import flex_attention
+    from torch.profiler import ProfilerActivity, profile
+
+
+    H, L, D = case.heads(width), case.seq_len, case.head_dim
+    layout = case.layout(L)
+    g = torch.Generator(device).manual_seed(2)
+    q, k, v, do = (torch.randn(1, H, L, D, generator=g, device=device, dtype=dtype).requires_grad_()
+                   for _ in range(4))
+    flex = torch.compile(flex_attention)
+    block_mask = flex_block_mask(layout, case.causal, H, device, index_only=True)
+    result = {"case": case.name, "head_dim": D, "seq_len": L}
+    for name, fn in (("ours", lambda: tf.triton_attention(q, k, v, causal=case.causal, layout=layout)),
+                     ("flex", lambda: flex(q, k, v, block_mask=block_mask))):
+        out = fn()
+        out.backward(do.detach(), retain_graph=True)  # compiles and autotunes outside the profile
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                out.backward(do.detach(), retain_graph=True)
+            torch.cuda.synchronize()
+        kernels = {}
+        for event in prof.key_averages():
+            cuda_us = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
+            if cuda_us and event.key not in kernels and "Memcpy" not in event.key and "Memset" not in event.key:
+                kernels[event.key[:60]] = round(cuda_us / 5 / 1e3, 4)
+        result[name] = dict(sorted(kernels.items(), key=lambda item: -item[1])[:8])
+        for t in (q, k, v):
+            t.grad = None
+    return result
+
+
+def _length_label(seq_len: int) -> str:
+    return f"{seq_len // 1024}k" if seq_len % 1024 == 0 else str(seq_len)
+
+
+def best(entries: list[dict]) -> dict | None:
+    """The fastest candidate whose result matches the first's."""
+    ok = [e for e in entries if e["ms"] is not None and e["err"] is not None and e["err"] <= CHECK_TOLERANCE]
+    return min(ok, key=lambda e: e["ms"]) if ok else None
+
+
+def rows(results: dict) -> list[dict]:
+    out = []
+    for record in results["cases"]:
+        for direction in ("fwd", "bwd"):
+            entries = record[direction]
+            winner = best(entries)
+            default = entries[0]["ms"] if entries else None
+            for e in entries:
+                flops = record["fwd_flops"] * (2.5 if direction == "bwd" else 1.0)
+                wrong = e["err"] is not None and not e["err"] <= CHECK_TOLERANCE
+                out.append({
+                    "case": f"{record['case']} D={record['head_dim']} L={_length_label(record['seq_len'])}",
+                    "pass": direction,
+                    "config": e["config"],
+                    "ms": "—" if e["ms"] is None else f"{e['ms']:.3f}",
+                    "TFLOP/s": "—" if e["ms"] is None else f"{flops / (e['ms'] * 1e9):.0f}",
+                    "vs default": "—" if e["ms"] is None or not default else f"{e['ms'] / default:.3f}",
+                    "check": e["error"] or ("WRONG" if wrong else f"{e['err']:.1e}"),
+                    "best": "**best**" if e is winner else "",
+                })
+    return out
+
+
+def render_markdown(results: dict) -> str:
+    lines = [
+        "## Kernel variants (every launch configuration, side by side)",
+        "",
+        environment_markdown(results["environment"], results["command"]),
+        "",
+        "Each candidate of `kernels/triton_flash_configs.py` forced through the launcher's `config=`; "
+        "'vs default' is the time over the first (default) candidate's; 'check' the worst row error "
+        "against the first candidate's result. Configuration fields: fwd (block_m, block_n, warps, stages), "
+        "bwd (dK/dV block_m1, block_n1, warps, stages, dQ block_m2, block_n2, warps, stages).",
+        "",
+        markdown_table(rows(results)),
+    ]
+    overhead = results.get("sparse_overhead")
+    if overhead:
+        lines += [
+            "",
+            f"Sparse-path overhead (dense bidirectional, L={overhead['seq_len']}, D={overhead['head_dim']}, "
+            f"H={overhead['heads']}): dense kernels {overhead['dense_fwd_ms']:.3f} / {overhead['dense_bwd_ms']:.3f} ms, "
+            f"block-sparse kernels with every block listed {overhead['sparse_fwd_ms']:.3f} / "
+            f"{overhead['sparse_bwd_ms']:.3f} ms (fwd / bwd).",
+        ]
+    breakdown = results.get("backward_breakdown")
+    if breakdown:
+        lines += ["", f"Backward kernels, {breakdown['case']} D={breakdown['head_dim']}, ms per call:", ""]
+        for name in ("ours", "flex"):
+            parts = ", ".join(f"`{k}` {v}" for k, v in breakdown.get(name, {}).items())
+            lines.append(f"- {name}: {parts}")
+    return "\n".join(lines)
+
+
+def summary(results: dict) -> str:
+    short = [{k: r[k] for k in ("case", "pass", "config", "ms", "vs default", "check", "best")} for r in rows(results)]
+    text = markdown_table(short)
+    overhead = results.get("sparse_overhead")
+    if overhead:
+        text += (f"\nsparse-path overhead: fwd {overhead['sparse_fwd_ms'] / overhead['dense_fwd_ms']:.3f}x, "
+                 f"bwd {overhead['sparse_bwd_ms'] / overhead['dense_bwd_ms']:.3f}x of the dense kernels")
+    return text + f"\nwall {results['wall_s']:.0f} s"
+
+
+def _write(results: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in (("kernel_variants.json", json.dumps(results, indent=1)),
+                       ("kernel_variants.md", render_markdown(results) + "\n")):
+        partial = out / (name + ".tmp")
+        partial.write_text(text)
+        partial.replace(out / name)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.kernel_variants", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="write kernel_variants.json and .md here")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny shapes on the CPU under Triton's interpreter (set TRITON_INTERPRET=1)")
+    args = parser.parse_args(argv)
+    device = torch.device("cpu" if args.smoke else "cuda")
+    if args.smoke and not tf.INTERPRETED:
+        sys.exit("the CPU smoke run needs Triton's interpreter: "
+                 "TRITON_INTERPRET=1 python -m benchmarks.kernel_variants --smoke --out /tmp/v")
+    if not args.smoke and not torch.cuda.is_available():
+        sys.exit("no CUDA device here: run the CPU smoke version, "
+                 "TRITON_INTERPRET=1 python -m benchmarks.kernel_variants --smoke --out /tmp/v")
+    started = time.monotonic()
+    timer = Timer(device, args.smoke)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float16
+    width = 2048 if device.type == "cuda" else 64
+    results = {"environment": describe_environment(device), "command": command_line(), "cases": []}
+    for case in gpu_cases() if device.type == "cuda" else smoke_cases():
+        results["cases"].append(measure_case(case, device, dtype, width, timer))
+        results["wall_s"] = time.monotonic() - started
+        _write(results, args.out)  # kept current, so that a killed run still leaves its numbers
+        print(f"[{results['wall_s']:5.0f}s] {case.name} D={case.head_dim} done", flush=True)
+    if device.type == "cuda":
+        results["sparse_overhead"] = sparse_overhead(device, dtype, 16384, 128, 16, 128, timer)
+        results["backward_breakdown"] = backward_breakdown(device, dtype, gpu_cases()[2], width)
+    else:
+        results["sparse_overhead"] = sparse_overhead(device, dtype, 64, 32, 2, 32, timer)
+    results["wall_s"] = time.monotonic() - started
+    _write(results, args.out)
+    print(summary(results), flush=True)
+    return results
+
+
+if __name__ == "__main__":
+    main()
