@@ -27,14 +27,14 @@ Backends:
     torch       block-sparse in plain PyTorch, memory O(allowed blocks), any device
     sdpa        torch's scaled_dot_product_attention; masks only as a bool tensor
     flash_attn_2  flash-attn 2 (`from flash_attn import flash_attn_func`; A100 and older; no layouts)
-    flash_attn_4  flash-attn-4 (`import flash_attn.cute`; Hopper, Blackwell; layouts on sm_90)
+    flash_attn_4  flash-attn-4 (`import flash_attn.cute`; Hopper, Blackwell; no layouts)
     flash_attn  whichever flash-attn install can run the inputs, flash-attn-4 first (kept for
                 existing configs; `genoformer.kernels.flash_attn_backend` documents both)
     triton      genoformer.kernels.triton_flash (CUDA, or CPU under TRITON_INTERPRET=1); fp16/bf16,
                 head dims that are multiples of 8 from 16 to 256
     auto        CUDA: the first backend that supports the inputs in the measured order for the
-                GPU's generation (`FASTEST_FIRST`: flash_attn_4 before triton on sm_90; triton
-                on generations not measured), else sdpa (dense) / torch (layout).
+                GPU's generation (`FASTEST_FIRST`: flash_attn_4 before triton for dense inputs on
+                sm_90; triton on generations not measured), else sdpa (dense) / torch (layout).
                 Elsewhere: sdpa for dense inputs (with key padding or documents only while its
                 bool mask has at most SDPA_MASK_ELEMENTS elements), torch for block-sparse layouts.
                 Documents are never dropped: every backend runs them or refuses with the reason.
@@ -274,14 +274,14 @@ class FastestFirst(NamedTuple):
 
 
 FASTEST_FIRST = {
-    # H200 (sm_90), bf16, 16 heads of 128, 8k to 32k tokens: the benchmarks/attention.py run quoted
-    # in issue 11 (2026-11-30; results/attention.json holds our and SDPA's columns). flash-attn-4
-    # took 1/1.3 to 1/1.6 of our time, dense causal, forward and backward; FlexAttention's FLASH
-    # backend (flash-attn-4's block sparsity) 1/1.3 to 1/1.8 on causal, window and BigBird layouts;
-    # ours took 0.64x to 0.82x the time of FlashAttention-2 (SDPA's flash backend) everywhere.
+    # H200 (sm_90), bf16, B*L = 16k tokens, H*D = 2048: benchmarks/results/attention.json (issue 11's
+    # run, 2026-11-30 12:17 UTC, flash-attn-4 4.0.0b36 installed). Dense causal, 16k and 64k, head
+    # dims 64 and 128: flash-attn-4 took 1/1.25 to 1/1.53 of our time, forward and backward; ours
+    # took 0.54x to 0.88x the time of FlashAttention-2 (SDPA's flash backend). Block-sparse layouts
+    # run on our kernels only (flash-attn-4's block sparsity does not run here: flash_attn_backend).
     (9, 0): FastestFirst(
         dense=(Backend.FLASH_ATTN_4, Backend.TRITON, Backend.FLASH_ATTN_2),
-        block_sparse=(Backend.FLASH_ATTN_4, Backend.TRITON),
+        block_sparse=(Backend.TRITON,),
     ),
 }
 """Measured order per compute capability; rerun benchmarks/attention.py on a GPU to add a row."""

@@ -4,7 +4,7 @@ Shape legend:
     B    batch     Hq   query heads     Hkv  key/value heads (Hq % Hkv == 0)
     L    query length      S   key length      D   head dim
     T    tokens of a packed (variable-length) batch: documents or unpadded rows one after another
-    Mb, Nb   query / key blocks of a layout;  C  the most blocks in one row of its lists
+    Mb, Nb   query / key blocks of a layout
 
 Two installs a user may have, detected by what imports (the package name is the same):
     flash-attn 2   `from flash_attn import flash_attn_func, flash_attn_varlen_func`
@@ -24,17 +24,15 @@ How our inputs map (both take (B, L, H, D) tensors and handle GQA themselves):
                              key) without the causal flag.
     packed rows (cu_seqlens) flash_attn_varlen_func with the same cumulative lengths for queries
                              and keys: exactly its document semantics.
-    block-sparse layouts     flash-attn-4 on sm_90 only, through its block-sparsity interface
-                             (the lists of allowed key blocks per query block, and the
-                             transposed lists for the backward), at its 128 x 128 tiles: a
-                             layout whose block size is a multiple of 128 is refined to 128.
-                             flash-attn 2 has no block sparsity.
+    block-sparse layouts     not run here: flash-attn 2 has no block sparsity, and flash-attn-4
+                             4.0.0b36's block-sparse forward failed on an H200 with our block
+                             lists (a TypeError inside its kernel's block-list loads, issue 11's
+                             run of 2026-11-30); our Triton kernels run every layout.
     sliding windows          `window_size` is a token band (i - left <= j <= i + right). Our
                              layouts are block-granular: a band of blocks allows pairs whose
                              distance depends on where i lies in its block, so it equals a token
                              band only when it covers every block, which is dense attention (run
-                             as such). Every other band is unsupported for flash-attn 2, and runs
-                             as a block-sparse layout on flash-attn-4.
+                             as such). Every other band is a block-sparse layout (see above).
 A layout whose blocks are all allowed is dense attention and runs as such.
 Compiled models: flash-attn's kernels are not traceable, so both entry points here run outside
 torch.compile graphs (`torch.compiler.disable`: the graph breaks around them, and the rest of
@@ -56,8 +54,6 @@ from genoformer.kernels.layout import BlockLayout
 
 FA2_INSTALL = "pip install flash-attn --no-build-isolation"
 FA4_INSTALL = "pip install flash-attn-4"
-FA4_SPARSE_BLOCK = 128
-"""flash-attn-4's block-sparse tile on sm_90 for head dims up to 128 (query and key side)."""
 
 
 class FlashAttn(enum.Enum):
@@ -189,50 +185,23 @@ def _version_reason(
         return f"{version.value} on {_arch(capability)} needs a head dim that is {allowed} (got {D}); use 'triton' or 'sdpa'."
     if layout is None or bool(layout.mask.all()):
         return None
-    return _layout_reason(version, capability, q, layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
+    return _layout_reason(version, layout)
 
 
-def _layout_reason(version, capability, q, layout: BlockLayout, *, kv_lens, cu_seqlens) -> str | None:
-    """Why this (not dense) layout cannot run on `version`, or None when flash-attn-4 can run it."""
-    if version is FlashAttn.V2:
-        if is_block_band(layout):
-            return (
-                "flash-attn 2's window_size is a token band (i - left <= j <= i + right) and this layout is "
-                "a band of blocks, which allows pairs whose distance depends on their place in the block: the two "
-                "differ unless the band covers every block; use backend 'triton' (or flash-attn-4 on Hopper, "
-                "which runs it as a block-sparse layout)."
-            )
+def _layout_reason(version: FlashAttn, layout: BlockLayout) -> str:
+    """Why this (not dense) layout does not run on `version`, and what does."""
+    if version is FlashAttn.V4:
         return (
-            "flash-attn 2 has no block-sparse layouts; use backend 'triton' or 'torch' (or flash-attn-4 on "
-            "Hopper, whose block sparsity runs layouts with a block size that is a multiple of 128)."
+            "genoformer does not run block-sparse layouts on flash-attn-4 (its block-sparse forward failed on "
+            "an H200 with our block lists, see docs/flash_attn.md); use backend 'triton', which runs them."
         )
-    if capability[0] != 9:
+    if is_block_band(layout):
         return (
-            f"flash-attn-4's block sparsity is wired here for Hopper (sm_90) only, this GPU is {_arch(capability)}; "
-            "use backend 'triton' for block-sparse layouts."
+            "flash-attn 2's window_size is a token band (i - left <= j <= i + right) and this layout is "
+            "a band of blocks, which allows pairs whose distance depends on their place in the block: the two "
+            "differ unless the band covers every block; use backend 'triton'."
         )
-    if q.shape[-1] > FA4_SPARSE_BLOCK:
-        return (
-            f"flash-attn-4's block sparsity on sm_90 uses 128 x 128 tiles only up to head dim 128 (got "
-            f"{q.shape[-1]}); use backend 'triton'."
-        )
-    if layout.block_size % FA4_SPARSE_BLOCK != 0:
-        return (
-            f"flash-attn-4's block sparsity works on tiles of {FA4_SPARSE_BLOCK} x {FA4_SPARSE_BLOCK} tokens, and "
-            f"this layout's block size is {layout.block_size}; build the layout with block_size=128 (or a "
-            "multiple of it), or use backend 'triton'."
-        )
-    if kv_lens is not None:
-        return (
-            "flash-attn-4 cannot combine block sparsity with key padding (its backward has no variable "
-            "lengths with block sparsity); use backend 'triton', or drop kv_lens."
-        )
-    if cu_seqlens is not None:
-        return (
-            "flash-attn-4 cannot combine block sparsity with packed sequences (cu_seqlens) in its "
-            "backward; use backend 'triton'."
-        )
-    return None
+    return "flash-attn 2 has no block-sparse layouts; use backend 'triton' or 'torch'."
 
 
 def is_block_band(layout: BlockLayout) -> bool:
@@ -266,7 +235,7 @@ def flash_attn_attention(
     """flash-attn attention; q (B, Hq, L, D), k and v (B, Hkv, S, D) -> (B, Hq, L, D).
 
     Runs the first of `versions` that can. Call only when `unsupported_reason(versions, ...)` is
-    None (the entry point `attention` does).
+    None (the entry point `attention` does): a layout then has every block allowed, dense attention.
     """
     version = versions[0]
     if len(versions) > 1:
@@ -276,12 +245,8 @@ def flash_attn_attention(
     if version is FlashAttn.V4:
         # flash-attn-4 returns (out, lse); flash-attn 2 the output alone
         func, varlen = _first(func), _first(varlen)
-    if layout is not None and bool(layout.mask.all()):
-        layout = None
     q_BLHD, k_BSHD, v_BSHD = (t.transpose(1, 2) for t in (q, k, v))
-    if layout is not None:
-        out_BLHD = _block_sparse(func, q_BLHD, k_BSHD, v_BSHD, layout=layout, causal=causal, scale=scale)
-    elif cu_seqlens is not None:
+    if cu_seqlens is not None:
         out_BLHD = _packed(varlen, q_BLHD, k_BSHD, v_BSHD, cu_seqlens=cu_seqlens, causal=causal, scale=scale)
     elif kv_lens is not None:
         out_BLHD = _key_padding(varlen, q_BLHD, k_BSHD, v_BSHD, kv_lens=kv_lens, causal=causal, scale=scale)
@@ -359,27 +324,3 @@ def _key_padding(varlen, q_BLHD, k_BSHD, v_BSHD, *, kv_lens, causal, scale) -> t
                 max_seqlen_q=int(after_B.max()), max_seqlen_k=longest_k, softmax_scale=scale, causal=False,
             )
     return out_BLHD * (kv_lens > 0).view(B, 1, 1, 1).to(out_BLHD.dtype)
-
-
-def _block_sparse(func, q_BLHD, k_BSHD, v_BSHD, *, layout: BlockLayout, causal, scale) -> torch.Tensor:
-    """flash-attn-4 with the layout's block lists at 128 x 128 tiles (refined first, then causal-cut)."""
-    from flash_attn.cute.block_sparsity import BlockSparseTensorsTorch
-
-    tiles = layout.refine(FA4_SPARSE_BLOCK) if layout.block_size != FA4_SPARSE_BLOCK else layout
-    if causal:
-        tiles = tiles.with_causal()  # no tile entirely above the diagonal in the lists
-    device = q_BLHD.device
-    kv_counts_HM, kv_index_HMC = tiles.kv_indices(device)  # forward: key tiles of each query tile
-    q_counts_HN, q_index_HNC = tiles.q_indices(device)  # backward: query tiles of each key tile
-    block = (FA4_SPARSE_BLOCK, FA4_SPARSE_BLOCK)
-    # A leading batch dim of 1 and a head dim of 1 (shared layout) broadcast inside flash-attn-4.
-    forward_lists = BlockSparseTensorsTorch(
-        mask_block_cnt=kv_counts_HM.unsqueeze(0), mask_block_idx=kv_index_HMC.unsqueeze(0), block_size=block
-    )
-    backward_lists = BlockSparseTensorsTorch(
-        mask_block_cnt=q_counts_HN.unsqueeze(0), mask_block_idx=q_index_HNC.unsqueeze(0), block_size=block
-    )
-    return func(
-        q_BLHD, k_BSHD, v_BSHD, softmax_scale=scale, causal=causal,
-        block_sparse_tensors=forward_lists, block_sparse_tensors_bwd=backward_lists,
-    )

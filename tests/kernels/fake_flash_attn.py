@@ -11,11 +11,8 @@ They implement the documented semantics of the real entry points, computed dense
     flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...)
         q (Tq, Hq, D), k and v (Tk, Hkv, D): sequence b is rows cu_seqlens_q[b]:cu_seqlens_q[b+1]
         of q against rows cu_seqlens_k[b]:cu_seqlens_k[b+1] of k, each with the rule above.
-    flash-attn-4 returns (out, lse) and takes `block_sparse_tensors` (forward: per (batch, head,
-        query block) the allowed key blocks) and `block_sparse_tensors_bwd` (backward: per key
-        block the query blocks), each a BlockSparseTensorsTorch with block_size (q, kv); batch and
-        head dims of 1 broadcast. Allowed blocks are further cut by causal and the bounds. The
-        backward here uses only the backward lists, so wrong backward lists give wrong gradients.
+    flash-attn-4 returns (out, lse); its block-sparsity arguments are not used by genoformer, so
+        the fake refuses them.
 
 `install(monkeypatch, v2=True, v4=True)` puts the chosen fakes into sys.modules the way the
 real packages appear: flash-attn-4 alone makes `flash_attn` a package without flash_attn_func.
@@ -25,8 +22,6 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import NamedTuple
-
 import torch
 
 
@@ -67,15 +62,13 @@ def _check(q, k, v):
     assert k.shape == v.shape and all(t.stride(-1) == 1 for t in (q, k, v)), "flash-attn: last dim contiguous"
 
 
-def _dense(q, k, v, softmax_scale, causal, window_size, block_mask_BHLS=None):
+def _dense(q, k, v, softmax_scale, causal, window_size):
     _check(q, k, v)
     L, S = q.shape[1], k.shape[1]
     allowed_LS = _allowed_LS(L, S, causal=causal, window_size=window_size)
     outs, lses = [], []
     for b in range(q.shape[0]):
         allowed_HLS = allowed_LS.unsqueeze(0)
-        if block_mask_BHLS is not None:
-            allowed_HLS = allowed_HLS & block_mask_BHLS[min(b, block_mask_BHLS.shape[0] - 1)]
         out, lse = _attend(q[b], k[b], v[b], allowed_HLS, softmax_scale)
         outs.append(out)
         lses.append(lse)
@@ -113,66 +106,12 @@ def v2_flash_attn_varlen_func(
 
 
 # ------------------------------------------------------------------------------ flash-attn-4
-class BlockSparseTensorsTorch(NamedTuple):
-    mask_block_cnt: torch.Tensor
-    mask_block_idx: torch.Tensor
-    full_block_cnt: torch.Tensor | None = None
-    full_block_idx: torch.Tensor | None = None
-    cu_total_m_blocks: torch.Tensor | None = None
-    cu_block_idx_offsets: torch.Tensor | None = None
-    block_size: tuple[int, int] | None = None
-
-
-def _block_mask(tensors: BlockSparseTensorsTorch, rows: int, cols: int, transposed: bool) -> torch.Tensor:
-    """(B|1, H|1, L, S) token mask of the listed blocks; rows/cols are the query/key lengths."""
-    assert tensors.block_size is not None, "flash-attn-4: give block_size to disambiguate"
-    block_q, block_kv = tensors.block_size
-    assert block_kv == 128 and block_q % 128 == 0, "flash-attn-4 sm_90: sparse blocks are multiples of its tiles"
-    cnt, idx = tensors.mask_block_cnt, tensors.mask_block_idx
-    assert cnt.dtype == idx.dtype == torch.int32 and cnt.dim() == 3 and idx.dim() == 4
-    blocks_r, blocks_c = (-(-cols // block_kv), -(-rows // block_q)) if transposed else (-(-rows // block_q), -(-cols // block_kv))
-    assert cnt.shape[2] == idx.shape[2] == blocks_r and idx.shape[3] <= blocks_c, "flash-attn-4: block list shapes"
-    listed = torch.zeros(*cnt.shape, blocks_c, dtype=torch.bool)
-    for b, h, r in torch.cartesian_prod(*(torch.arange(n) for n in cnt.shape)).tolist():
-        listed[b, h, r, idx[b, h, r, : cnt[b, h, r]].long()] = True
-    if transposed:
-        listed = listed.transpose(2, 3)
-    tokens = listed.repeat_interleave(block_q, 2).repeat_interleave(block_kv, 3)
-    return tokens[:, :, :rows, :cols]
-
-
-class _BlockSparse(torch.autograd.Function):
-    """Forward with the forward lists, gradients with the backward lists (as the real kernels)."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, scale, causal, forward_BHLS, backward_BHLS):
-        ctx.save_for_backward(q, k, v)
-        ctx.settings = (scale, causal, backward_BHLS)
-        return _dense(q, k, v, scale, causal, (None, None), forward_BHLS)[0]
-
-    @staticmethod
-    def backward(ctx, dout):
-        q, k, v = ctx.saved_tensors
-        scale, causal, backward_BHLS = ctx.settings
-        with torch.enable_grad():
-            q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
-            out = _dense(q, k, v, scale, causal, (None, None), backward_BHLS)[0]
-            dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
-        return dq, dk, dv, None, None, None, None
-
-
 def v4_flash_attn_func(
     q, k, v, qv=None, gather_kv_indices=None, softmax_scale=None, causal=False, window_size=(None, None),
     block_sparse_tensors=None, block_sparse_tensors_bwd=None, return_lse=False,
 ):
-    if block_sparse_tensors is None:
-        return _dense(q, k, v, softmax_scale, causal, window_size)
-    assert window_size == (None, None) and block_sparse_tensors_bwd is not None
-    L, S = q.shape[1], k.shape[1]
-    forward_BHLS = _block_mask(block_sparse_tensors, L, S, transposed=False)
-    backward_BHLS = _block_mask(block_sparse_tensors_bwd, L, S, transposed=True)
-    out = _BlockSparse.apply(q, k, v, softmax_scale, causal, forward_BHLS, backward_BHLS)
-    return out, None
+    assert block_sparse_tensors is None and block_sparse_tensors_bwd is None
+    return _dense(q, k, v, softmax_scale, causal, window_size)
 
 
 def v4_flash_attn_varlen_func(
@@ -200,11 +139,7 @@ def install(monkeypatch, *, v2: bool = True, v4: bool = True) -> None:
         cute.__path__ = []
         cute.flash_attn_func = v4_flash_attn_func
         cute.flash_attn_varlen_func = v4_flash_attn_varlen_func
-        sparsity = types.ModuleType("flash_attn.cute.block_sparsity")
-        sparsity.BlockSparseTensorsTorch = BlockSparseTensorsTorch
         package.cute = cute
-        cute.block_sparsity = sparsity
         monkeypatch.setitem(sys.modules, "flash_attn.cute", cute)
-        monkeypatch.setitem(sys.modules, "flash_attn.cute.block_sparsity", sparsity)
     else:
         monkeypatch.setitem(sys.modules, "flash_attn.cute", None)  # import raises ModuleNotFoundError
