@@ -187,7 +187,8 @@ def test_head_dim_padding_is_never_read(attn):
 def test_packed_tiles_never_read_other_documents(attn, causal, layout):
     """Tiles outside a query tile's documents are skipped, not masked: with documents on tile
     edges, NaN in every other document (q, k, v and dO) never reaches this document's results,
-    which equal those of the document run alone. (A masked visit would multiply NaN by 0.)"""
+    which equal those of the document run alone up to rounding. (A masked visit would multiply
+    NaN by 0.)"""
     B, H, L, D = 1, 2, 128, 16  # documents [0, 32), [32, 96), [96, 128): the outer two are NaN
     q, k, v, dout = (t.to(torch.float16) for t in _inputs(B, H, H, L, L, D, torch.float16, seed=8))
     if layout == "window":
@@ -201,7 +202,10 @@ def test_packed_tiles_never_read_other_documents(attn, causal, layout):
     alone = attn.run_with_grads(triton_attention, *(t[:, :, 32:96] for t in (q, k, v, dout)), causal=causal,
                                 layout=alone_layout)
     for name, value in got.tensors().items():
-        torch.testing.assert_close(value[:, :, 32:96], alone.tensors()[name], atol=0, rtol=0, msg=name)
+        # NaN-free, and equal to the document alone up to rounding: the GPU's larger tiles split
+        # the packed row's keys at other places than the lone document's, so the sums differ in order
+        assert torch.isfinite(value[:, :, 32:96]).all(), name
+        torch.testing.assert_close(value[:, :, 32:96], alone.tensors()[name], atol=2e-3, rtol=2e-3, msg=name)
 
 
 def test_packed_launch_order_is_longest_first():
