@@ -117,7 +117,29 @@ def _tokens(batch: dict[str, Any]) -> torch.Tensor:
     return batch["tokens"]
 
 
-class GenoformerLM(L.LightningModule):
+class FusedAdamWModule(L.LightningModule):
+    """Base of genoformer's LightningModules: gradient clipping that works with the fused AdamW.
+
+    Lightning refuses to clip for any optimizer that unscales gradients in its step (fused
+    AdamW), a rule that matters only under a GradScaler. `fused_adamw_allowed` keeps fused
+    optimizers away from one, so their gradients are in their true scale and are clipped here
+    directly, exactly as Lightning clips them for an unfused optimizer."""
+
+    def configure_gradient_clipping(
+        self, optimizer: torch.optim.Optimizer, gradient_clip_val: Optional[float] = None,
+        gradient_clip_algorithm: Optional[str] = None,
+    ) -> None:
+        if gradient_clip_val and optimizer.defaults.get("fused"):
+            params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+            if gradient_clip_algorithm == "value":
+                torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
+            else:
+                torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
+            return
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+
+class GenoformerLM(FusedAdamWModule):
     """A genomic language model: `Transformer` + causal or masked LM objective + AdamW."""
 
     def __init__(
@@ -298,12 +320,6 @@ class GenoformerLM(L.LightningModule):
             min_lr_ratio=self.min_lr_ratio, fused=fused_adamw_allowed(self),
         )
 
-    def configure_gradient_clipping(
-        self, optimizer: torch.optim.Optimizer, gradient_clip_val: Optional[float] = None,
-        gradient_clip_algorithm: Optional[str] = None,
-    ) -> None:
-        clip_gradients(self, optimizer, gradient_clip_val, gradient_clip_algorithm)
-
 
 def fused_adamw_allowed(module: L.LightningModule) -> bool:
     """Whether the module's optimizer may be the fused AdamW: every parameter on CUDA, whole
@@ -316,24 +332,6 @@ def fused_adamw_allowed(module: L.LightningModule) -> bool:
     whole_gradients = isinstance(trainer.strategy, (SingleDeviceStrategy, DDPStrategy))
     return on_cuda and whole_gradients and getattr(trainer.precision_plugin, "scaler", None) is None
 
-
-def clip_gradients(
-    module: L.LightningModule, optimizer: torch.optim.Optimizer, clip_val: Optional[float], algorithm: Optional[str]
-) -> None:
-    """Lightning's gradient clipping, made to work with a fused optimizer.
-
-    Lightning refuses to clip for any optimizer that unscales gradients in its step (fused
-    AdamW), a rule that matters only under a GradScaler. `fused_adamw_allowed` keeps fused
-    optimizers away from one, so here the gradients are in their true scale and are clipped
-    directly, exactly as Lightning would clip them for an unfused optimizer."""
-    if clip_val and optimizer.defaults.get("fused"):
-        params = [param for group in optimizer.param_groups for param in group["params"] if param.grad is not None]
-        if algorithm == "value":
-            torch.nn.utils.clip_grad_value_(params, clip_val)
-        else:
-            torch.nn.utils.clip_grad_norm_(params, clip_val)
-        return
-    module.clip_gradients(optimizer, clip_val, algorithm)
 
 
 def adamw_warmup_cosine(

@@ -16,12 +16,11 @@ import math
 from collections.abc import Mapping
 from typing import Any, Optional
 
-import lightning as L
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from genoformer.lightning_module import adamw_warmup_cosine, clip_gradients, fused_adamw_allowed
+from genoformer.lightning_module import FusedAdamWModule, adamw_warmup_cosine, fused_adamw_allowed
 from genoformer.model import TransformerConfig
 from genoformer.timeseries_model import ForecastConfig, TimeSeriesTransformer, pinball_loss
 
@@ -50,7 +49,7 @@ def stretch_time(context_BCL: torch.Tensor, target_BCH: torch.Tensor, rate: floa
     return stretched_BCN[..., :L], stretched_BCN[..., L:]
 
 
-class TimeSeriesForecaster(L.LightningModule):
+class TimeSeriesForecaster(FusedAdamWModule):
     """A forecaster: `TimeSeriesTransformer` trained on context/horizon windows."""
 
     def __init__(
@@ -183,10 +182,4 @@ class TimeSeriesForecaster(L.LightningModule):
             betas=self.betas, warmup_steps=self.warmup_steps, total_steps=self.total_steps,
             min_lr_ratio=self.min_lr_ratio, fused=fused_adamw_allowed(self),
         )
-
-    def configure_gradient_clipping(
-        self, optimizer: torch.optim.Optimizer, gradient_clip_val: Optional[float] = None,
-        gradient_clip_algorithm: Optional[str] = None,
-    ) -> None:
-        clip_gradients(self, optimizer, gradient_clip_val, gradient_clip_algorithm)
 
