@@ -16,6 +16,7 @@ that `benchmarks.common` imports without any path set-up.
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import importlib.metadata
 import importlib.util
@@ -197,6 +198,40 @@ def replace_markdown_section(path: str | Path, name: str, text: str) -> Path:
         raise ValueError(f"{path}: '{end}' comes before '{start}'; swap or delete them by hand.")
     path.write_text(content[:i] + body + content[j + len(end) :])
     return path
+
+
+def format_number(value: float | None, digits: int = 3) -> str:
+    """A table cell: "—" for a missing value, "NaN", else `digits` significant digits."""
+    if value is None:
+        return "—"
+    if value != value:
+        return "NaN"
+    return f"{value:.{digits}g}"
+
+
+def add_kernel_timing_arguments(parser: argparse.ArgumentParser, rep_ms: float) -> None:
+    """--device, --warmup-ms and --rep-ms of the scripts that time our Triton kernels (on a CPU
+    only under Triton's interpreter, with --smoke)."""
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="device to measure (default cuda)")
+    parser.add_argument("--warmup-ms", type=float, help="do_bench warm-up in ms (default 25; 0 with --smoke)")
+    parser.add_argument("--rep-ms", type=float, help=f"do_bench measuring time in ms (default {rep_ms:g}; 1 with --smoke)")
+
+
+def kernel_timing(args: argparse.Namespace, rep_ms: float, smoke_command: str) -> torch.device:
+    """Fill in the timing defaults of `add_kernel_timing_arguments` and return the device; exit
+    with the smoke command when the kernels cannot run on the device asked for."""
+    if args.warmup_ms is None:
+        args.warmup_ms = 0.0 if args.smoke else 25.0
+    if args.rep_ms is None:
+        args.rep_ms = 1.0 if args.smoke else rep_ms
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit(f"no CUDA device here: run the CPU smoke version: {smoke_command}")
+    from genoformer.kernels.triton_flash import INTERPRETED
+
+    if device.type == "cpu" and not INTERPRETED:
+        sys.exit(f"the Triton kernels run on a CPU only under the interpreter: {smoke_command}")
+    return device
 
 
 def write_atomically(path: Path, text: str) -> None:

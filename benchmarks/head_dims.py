@@ -31,7 +31,6 @@ import argparse
 import dataclasses
 import importlib.util
 import json
-import math
 import os
 import re
 import subprocess
@@ -44,9 +43,12 @@ import torch
 
 from benchmarks.attention import CHECK_TOLERANCE, Timer, _rel_err, allowed_pairs, fa2
 from benchmarks.common import (
+    add_kernel_timing_arguments,
     command_line,
     describe_environment,
     environment_markdown,
+    format_number,
+    kernel_timing,
     markdown_table,
     replace_markdown_section,
     write_atomically,
@@ -63,6 +65,10 @@ TIME_RATIO_TO_POW2 = 1.05
 SWEEP_COMMAND = ("-m", "pytest", "tests/kernels/test_triton_attention.py", "-m", "gpu", "-k", "padded_head_dims",
                  "-q", "-rs", "-p", "no:cacheprovider")
 """The GPU sweep of the padded head dims (pytest arguments after the interpreter)."""
+
+
+REP_MS = 100.0
+"""do_bench measuring time per timing on a GPU."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,14 +171,6 @@ def run_sweep(device: torch.device, timeout_s: float, log: Path) -> dict:
 
 
 # ----------------------------------------------------------------------------- reporting
-def _fmt(value: float | None, digits: int = 3) -> str:
-    if value is None:
-        return "—"
-    if math.isnan(value):
-        return "NaN"
-    return f"{value:.{digits}g}"
-
-
 def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b == 0 else a / b
 
@@ -183,7 +181,7 @@ def _ms(record: dict, impl: str, direction: str) -> float | None:
 
 def _pair(value: Callable[[str], float | None]) -> str:
     """A "forward / backward" cell."""
-    return f"{_fmt(value('fwd'))} / {_fmt(value('bwd'))}"
+    return f"{format_number(value('fwd'))} / {format_number(value('bwd'))}"
 
 
 def rows(results: dict) -> list[dict]:
@@ -205,7 +203,7 @@ def rows(results: dict) -> list[dict]:
             "ours TFLOP/s": _pair(
                 lambda d: r["fwd_flops"] * (2.5 if d == "bwd" else 1) / (_ms(r, "ours", d) * 1e9)),
             "check vs FA2 (fwd / bwd err)":
-                f"{verdict} {_fmt(check['fwd_rel_err'], 2)} / {_fmt(check['bwd_rel_err'], 2)}",
+                f"{verdict} {format_number(check['fwd_rel_err'], 2)} / {format_number(check['bwd_rel_err'], 2)}",
         })
     return out
 
@@ -223,10 +221,10 @@ def targets(results: dict) -> list[dict]:
             to_pow2 = _ratio(ours, _ms(by_dim[ref_dim], "ours", d)) if ref_dim in by_dim else None
             to_fa2 = _ratio(ours, _ms(r, "fa2", d))
             out.append({"target": f"D={r['head_dim']} {d}: ours ≤ {TIME_RATIO_TO_POW2}× ours at D={ref_dim}",
-                        "measured": f"{_fmt(to_pow2)}×",
+                        "measured": f"{format_number(to_pow2)}×",
                         "status": "MET" if to_pow2 is not None and to_pow2 <= TIME_RATIO_TO_POW2 else "NOT MET"})
             out.append({"target": f"D={r['head_dim']} {d}: ours < FA2 at D={r['head_dim']}",
-                        "measured": f"{_fmt(to_fa2)}×",
+                        "measured": f"{format_number(to_fa2)}×",
                         "status": "MET" if to_fa2 is not None and to_fa2 < 1 else "NOT MET"})
     sweep = results.get("sweep")
     if sweep is not None:
@@ -247,7 +245,7 @@ def render_markdown(results: dict) -> str:
         f"L = {shapes['seq_len']}. Cells are forward / backward; times are medians in ms, the backward "
         "timed alone. FA2 is SDPA restricted to its flash backend at the same head dim. TFLOP/s count "
         "4·B·H·pairs·D at the real D (the padded columns are not counted). "
-        f"Wall time {_fmt(results.get('wall_s'))} s.",
+        f"Wall time {format_number(results.get('wall_s'))} s.",
         "",
         markdown_table(rows(results)),
         "",
@@ -264,31 +262,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--out", type=Path, required=True, help="folder for head_dims.json, .md and _tests.log")
     parser.add_argument("--markdown", type=Path, help="rewrite the 'head_dims' section of this file (BENCHMARKS.md)")
-    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="device to measure (default cuda)")
     parser.add_argument("--smoke", action="store_true",
                         help="tiny shapes (L=40, H=1) for a CPU run of the script under Triton's interpreter")
     parser.add_argument("--no-sweep", dest="sweep", action="store_false", help="skip the pytest sweep")
-    parser.add_argument("--warmup-ms", type=float, help="do_bench warm-up in ms (default 25; 0 with --smoke)")
-    parser.add_argument("--rep-ms", type=float, help="do_bench measuring time in ms (default 100; 1 with --smoke)")
+    add_kernel_timing_arguments(parser, rep_ms=REP_MS)
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    args = parser.parse_args(argv)
-    if args.warmup_ms is None:
-        args.warmup_ms = 0.0 if args.smoke else 25.0
-    if args.rep_ms is None:
-        args.rep_ms = 1.0 if args.smoke else 100.0
-    return args
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    device = torch.device(args.device)
-    smoke_command = "TRITON_INTERPRET=1 python -m benchmarks.head_dims --device cpu --smoke --out /tmp/h"
-    if device.type == "cuda" and not torch.cuda.is_available():
-        sys.exit(f"no CUDA device here: run the CPU smoke version: {smoke_command}")
-    from genoformer.kernels.triton_flash import INTERPRETED
-
-    if device.type == "cpu" and not INTERPRETED:
-        sys.exit(f"the Triton kernels run on a CPU only under the interpreter: {smoke_command}")
+    device = kernel_timing(args, REP_MS, "TRITON_INTERPRET=1 python -m benchmarks.head_dims --device cpu --smoke --out /tmp/h")
     shapes = SMOKE if args.smoke else FULL
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -298,8 +282,8 @@ def main(argv: list[str] | None = None) -> dict:
     for head_dim in shapes.head_dims:
         results["cases"].append(measure(shapes, head_dim, timer, device, args.seed))
         r = results["cases"][-1]
-        print(f"[{time.monotonic() - started:6.1f}s] D={head_dim} ours {_fmt(r['ours']['fwd_ms'])} / "
-              f"{_fmt(r['ours']['bwd_ms'])} ms, FA2 {_fmt(r['fa2']['fwd_ms'])} / {_fmt(r['fa2']['bwd_ms'])} ms, "
+        print(f"[{time.monotonic() - started:6.1f}s] D={head_dim} ours {format_number(r['ours']['fwd_ms'])} / "
+              f"{format_number(r['ours']['bwd_ms'])} ms, FA2 {format_number(r['fa2']['fwd_ms'])} / {format_number(r['fa2']['bwd_ms'])} ms, "
               f"check {'ok' if r['check']['ok'] else 'WRONG'}", flush=True)
     if args.sweep:
         print(f"[{time.monotonic() - started:6.1f}s] GPU sweep: python {' '.join(SWEEP_COMMAND)}", flush=True)

@@ -31,8 +31,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,9 +39,12 @@ import torch
 
 from benchmarks.attention import CHECK_TOLERANCE, Timer, _rel_err
 from benchmarks.common import (
+    add_kernel_timing_arguments,
     command_line,
     describe_environment,
     environment_markdown,
+    format_number,
+    kernel_timing,
     markdown_table,
     replace_markdown_section,
     write_atomically,
@@ -54,6 +55,10 @@ SECTION = "packed"
 
 SPEED_TARGET = 0.9
 """Target: packed tokens/s at least this times the unpacked sequence's (the issue's packed target)."""
+
+
+REP_MS = 200.0
+"""do_bench measuring time per timing on a GPU."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,14 +184,6 @@ def measure(shapes: Shapes, timer: Timer, device: torch.device, seed: int) -> di
 
 
 # ----------------------------------------------------------------------------- reporting
-def _fmt(value: float | None, digits: int = 3) -> str:
-    if value is None:
-        return "—"
-    if math.isnan(value):
-        return "NaN"
-    return f"{value:.{digits}g}"
-
-
 WAYS = {"packed": "packed row (cu_seqlens)", "unpacked": "one unpacked sequence", "alone": "each document alone (loop)"}
 
 
@@ -199,10 +196,10 @@ def rows(results: dict) -> list[dict]:
         t = record["times"][way]
         out.append({
             "way": label,
-            "fwd ms": _fmt(t["fwd_ms"]),
-            "fwd+bwd ms": _fmt(t["step_ms"]),
-            "tokens/s (fwd+bwd)": _fmt(tokens / (t["step_ms"] / 1e3)),
-            "TFLOP/s (fwd+bwd, useful pairs)": _fmt(record["step_flops"][way] / (t["step_ms"] * 1e9)),
+            "fwd ms": format_number(t["fwd_ms"]),
+            "fwd+bwd ms": format_number(t["step_ms"]),
+            "tokens/s (fwd+bwd)": format_number(tokens / (t["step_ms"] / 1e3)),
+            "TFLOP/s (fwd+bwd, useful pairs)": format_number(record["step_flops"][way] / (t["step_ms"] * 1e9)),
         })
     return out
 
@@ -220,14 +217,14 @@ def targets(results: dict) -> list[dict]:
     check = record["check"]
     return [
         {"target": f"packed tokens/s ≥ {SPEED_TARGET}× one unpacked sequence of the same length (fwd+bwd)",
-         "measured": f"{_fmt(speed)}×", "status": "MET" if speed is not None and speed >= SPEED_TARGET else "NOT MET"},
+         "measured": f"{format_number(speed)}×", "status": "MET" if speed is not None and speed >= SPEED_TARGET else "NOT MET"},
         {"target": "packed results equal each document alone (out, dq, dk, dv; worst row error)",
-         "measured": f"{_fmt(check['fwd_rel_err'], 2)} / {_fmt(check['bwd_rel_err'], 2)}",
+         "measured": f"{format_number(check['fwd_rel_err'], 2)} / {format_number(check['bwd_rel_err'], 2)}",
          "status": "MET" if ok else "NOT MET"},
         {"target": f"stricter: packed TFLOP/s (useful pairs) ≥ {SPEED_TARGET}× the unpacked sequence's",
-         "measured": f"{_fmt(efficiency)}×",
+         "measured": f"{format_number(efficiency)}×",
          "status": "MET" if efficiency is not None and efficiency >= SPEED_TARGET else "NOT MET"},
-        {"target": "information: packed tokens/s ÷ each document alone in a loop", "measured": f"{_fmt(vs_alone)}×",
+        {"target": "information: packed tokens/s ÷ each document alone in a loop", "measured": f"{format_number(vs_alone)}×",
          "status": ""},
     ]
 
@@ -245,7 +242,7 @@ def render_markdown(results: dict) -> str:
         f"{shapes['row_len']} tokens; causal, {shapes['dtype']}, H = {shapes['heads']}, D = {shapes['head_dim']}, "
         "our Triton kernels every way. Times are medians in ms; fwd+bwd is one forward and its backward. "
         "TFLOP/s count only the pairs each way must compute (3.5 · 4·H·pairs·D per step). "
-        f"Wall time {_fmt(results.get('wall_s'))} s.",
+        f"Wall time {format_number(results.get('wall_s'))} s.",
         "",
         markdown_table(rows(results)),
         "",
@@ -263,30 +260,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--out", type=Path, required=True, help="folder for packed.json and packed.md")
     parser.add_argument("--markdown", type=Path, help="rewrite the 'packed' section of this file (BENCHMARKS.md)")
-    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="device to measure (default cuda)")
     parser.add_argument("--smoke", action="store_true",
                         help="tiny shapes (a row of 96 tokens, 2 heads of 16) for a CPU run under Triton's interpreter")
-    parser.add_argument("--warmup-ms", type=float, help="do_bench warm-up in ms (default 25; 0 with --smoke)")
-    parser.add_argument("--rep-ms", type=float, help="do_bench measuring time in ms (default 200; 1 with --smoke)")
+    add_kernel_timing_arguments(parser, rep_ms=REP_MS)
     parser.add_argument("--seed", type=int, default=0, help="seed of the document lengths and the random inputs")
-    args = parser.parse_args(argv)
-    if args.warmup_ms is None:
-        args.warmup_ms = 0.0 if args.smoke else 25.0
-    if args.rep_ms is None:
-        args.rep_ms = 1.0 if args.smoke else 200.0
-    return args
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    device = torch.device(args.device)
-    smoke_command = "TRITON_INTERPRET=1 python -m benchmarks.packed --device cpu --smoke --out /tmp/p"
-    if device.type == "cuda" and not torch.cuda.is_available():
-        sys.exit(f"no CUDA device here: run the CPU smoke version: {smoke_command}")
-    from genoformer.kernels.triton_flash import INTERPRETED
-
-    if device.type == "cpu" and not INTERPRETED:
-        sys.exit(f"the Triton kernels run on a CPU only under the interpreter: {smoke_command}")
+    device = kernel_timing(args, REP_MS, "TRITON_INTERPRET=1 python -m benchmarks.packed --device cpu --smoke --out /tmp/p")
     shapes = SMOKE if args.smoke else FULL
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
