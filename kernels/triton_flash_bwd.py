@@ -28,6 +28,7 @@ from genoformer.kernels.triton_flash_fwd import (
     load_tile,
     mma,
     order_ranges,
+    query_rows,
     row_tile_range,
     store_tile,
     stream_tile,
@@ -273,6 +274,7 @@ def bwd_dq_kernel(
     b = bh // H
     h = bh % H
     hk = h // GROUP
+    row = 0  # the layout row of this tile (SPARSE only)
     if SPARSE:
         tiles_per_row = bs // BLOCK_M2
         row = tl.load(ORDER + h * sord_h + tile // tiles_per_row)
@@ -298,20 +300,9 @@ def bwd_dq_kernel(
     k_src = tile_source(head_ptr(K, b, sk_b, hk, sk_h, ALIGN8), Lk, sk_l, BLOCK_N2, D, D_TILE, TMA)
     v_src = tile_source(head_ptr(V, b, sv_b, hk, sv_h, ALIGN8), Lk, sv_l, BLOCK_N2, D, D_TILE, TMA)
 
-    count = 0
-    idx_ptr = IDX
-    TPB = 1
-    if SPARSE:
-        count = tl.load(CNT + h * scnt_h + row)
-        count = tl.where(start_m < Lq, count, 0)
-        idx_ptr = IDX + h * sidx_h + row * sidx_m
-        TPB = bs // BLOCK_N2
-    doc_base = b.to(tl.int64) * Lq
-    doc_lo = offs_m  # each row's document span (HAS_DOCS only): rows past Lq see no key
-    doc_hi = offs_m
-    if HAS_DOCS:
-        doc_lo = tl.load(DOC_START + doc_base + offs_m, mask=row_ok, other=0)
-        doc_hi = tl.load(DOC_END + doc_base + offs_m, mask=row_ok, other=0)
+    count, idx_ptr, TPB, doc_base, doc_lo, doc_hi = query_rows(
+        row, start_m, offs_m, row_ok, b, h, Lq, CNT, scnt_h, IDX, sidx_h, sidx_m, bs, DOC_START, DOC_END,
+        BLOCK_N2, SPARSE, HAS_DOCS)
     t_lo, t_first, t_full, t_end = row_tile_range(start_m, kv_end, count, idx_ptr, bs, TPB,
                                                   DOC_START, DOC_END, doc_base, Lq,
                                                   BLOCK_M2, BLOCK_N2, CAUSAL, SPARSE, HAS_DOCS, SCAN_)

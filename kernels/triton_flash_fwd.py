@@ -211,6 +211,32 @@ def order_ranges(t_lo, t_first, t_full, t_end):
 
 
 @triton.jit
+def query_rows(row, start_m, offs_m, row_ok, b, h, Lq, CNT, scnt_h, IDX, sidx_h, sidx_m, bs, DOC_START, DOC_END,
+               BLOCK_N: tl.constexpr, SPARSE: tl.constexpr, HAS_DOCS: tl.constexpr):
+    """What a query tile reads before its key loop (forward and dQ).
+
+    Returns (count, idx_ptr, TPB): its layout row's CSR list and the key tiles per layout block
+    (SPARSE only; count 0 for a tile past Lq in the ragged last layout row: no work); and
+    (doc_base, doc_lo, doc_hi): the batch row's offset into the document spans and each query
+    row's span (HAS_DOCS only; rows past Lq see no key)."""
+    count = 0
+    idx_ptr = IDX
+    TPB = 1
+    if SPARSE:
+        count = tl.load(CNT + h * scnt_h + row)
+        count = tl.where(start_m < Lq, count, 0)
+        idx_ptr = IDX + h * sidx_h + row * sidx_m
+        TPB = bs // BLOCK_N
+    doc_base = b.to(tl.int64) * Lq
+    doc_lo = offs_m
+    doc_hi = offs_m
+    if HAS_DOCS:
+        doc_lo = tl.load(DOC_START + doc_base + offs_m, mask=row_ok, other=0)
+        doc_hi = tl.load(DOC_END + doc_base + offs_m, mask=row_ok, other=0)
+    return count, idx_ptr, TPB, doc_base, doc_lo, doc_hi
+
+
+@triton.jit
 def row_tile_range(
     start_m, kv_end, count, idx_ptr, bs, TPB, DOC_START, DOC_END, doc_base, Lq,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, SPARSE: tl.constexpr,
@@ -343,6 +369,7 @@ def attn_fwd_kernel(
     b = bh // H
     h = bh % H
     hk = h // GROUP
+    row = 0  # the layout row of this tile (SPARSE only)
     if SPARSE:
         tiles_per_row = bs // BLOCK_M
         row = tl.load(ORDER + h * sord_h + tl.program_id(1) // tiles_per_row)
@@ -364,20 +391,9 @@ def attn_fwd_kernel(
     # q stays in registers for the whole program: (BLOCK_M, D_TILE)
     q = load_tile(tile_ptrs(q_base, offs_m, sq_l, offs_d, ALIGN8), row_ok, offs_d, D, D_TILE, True)
 
-    count = 0
-    idx_ptr = IDX
-    TPB = 1
-    if SPARSE:
-        count = tl.load(CNT + h * scnt_h + row)
-        count = tl.where(start_m < Lq, count, 0)  # a tile past Lq in the ragged last row: no work
-        idx_ptr = IDX + h * sidx_h + row * sidx_m
-        TPB = bs // BLOCK_N
-    doc_base = b.to(tl.int64) * Lq
-    doc_lo = offs_m  # each row's document span (HAS_DOCS only): rows past Lq see no key
-    doc_hi = offs_m
-    if HAS_DOCS:
-        doc_lo = tl.load(DOC_START + doc_base + offs_m, mask=row_ok, other=0)
-        doc_hi = tl.load(DOC_END + doc_base + offs_m, mask=row_ok, other=0)
+    count, idx_ptr, TPB, doc_base, doc_lo, doc_hi = query_rows(
+        row, start_m, offs_m, row_ok, b, h, Lq, CNT, scnt_h, IDX, sidx_h, sidx_m, bs, DOC_START, DOC_END,
+        BLOCK_N, SPARSE, HAS_DOCS)
     t_lo, t_first, t_full, t_end = row_tile_range(start_m, kv_end, count, idx_ptr, bs, TPB,
                                                   DOC_START, DOC_END, doc_base, Lq,
                                                   BLOCK_M, BLOCK_N, CAUSAL, SPARSE, HAS_DOCS, SCAN_)
