@@ -46,13 +46,17 @@ HORIZONS = (96, 192, 336, 720)
 LOOKBACKS = (512, 2048, 8192)
 # name -> overrides of configs/ecg_8k_gpu.yaml; the first is the config as shipped (the
 # variant chosen on validation by the last run; its alternatives stay in the comparison)
+# exponential moving average of the weights (Lightning's callback): validation, checkpoints and so
+# every evaluation use the averaged weights
+EMA = ["--trainer.callbacks+=lightning.pytorch.callbacks.EMAWeightAveraging", "--trainer.callbacks.decay=0.995"]
+SHORTCUT = ["--model.init_args.forecast.linear_lookback", "1536"]  # a linear map of the last 1,536 samples
 VARIANTS: dict[str, list[str]] = {
     "config": [],
-    "stretch-0.25": ["--model.init_args.time_stretch", "0.25"],
-    "jitter-0.75": ["--model.init_args.lookback_jitter", "0.75"],
-    "width-64": ["--model.init_args.transformer.d_model", "64"],
-    "dropout-0.3-lr-5e-4": ["--model.init_args.transformer.dropout", "0.3", "--model.init_args.learning_rate", "5e-4"],
-    "patch-32": ["--model.init_args.forecast.patch_len", "32"],
+    "ema": EMA,
+    "shortcut": SHORTCUT,
+    "shortcut-ema": [*SHORTCUT, *EMA],
+    "shortcut-4096-ema": ["--model.init_args.forecast.linear_lookback", "4096", *EMA],
+    "shortcut-ema-stretch-1.0": [*SHORTCUT, *EMA, "--model.init_args.time_stretch", "1.0"],
 }
 
 
