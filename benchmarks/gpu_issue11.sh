@@ -6,6 +6,9 @@
 #             (420 s: the run of 2026-11-30 reached only 16k and 64k in 210 s)
 #     GPU 1   kernel variants, the packed-attention benchmark, the flash-attn check (times per
 #             situation and what auto picks), the packed training step (benchmarks/packed_training.py)
+#   bash benchmarks/gpu_issue11.sh attention
+#     GPU 0   the attention benchmark alone (GPU 1 stays free for other work); ATTN_BUDGET=SECONDS
+#             shortens it (default 420)
 #   bash benchmarks/gpu_issue11.sh tests
 #     GPU 0   the sweep of our kernels (tests/kernels/test_triton_attention.py: variants, packed rows)
 #     GPU 1   every installed backend against float64 (tests/kernels/test_backends_gpu.py)
@@ -26,13 +29,17 @@ nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,temperature.gpu --for
 began=$(date +%s)
 stamp() { echo "== $(( $(date +%s) - began )) s: $*"; }
 
-bench() {
+attention() {
     (
         export CUDA_VISIBLE_DEVICES=0
         stamp "gpu0 attention benchmark"
-        timeout 480 python3 -m benchmarks.attention --out "$R/results" --budget-s 420 > "$R/attention.log" 2>&1
+        timeout $(( ${ATTN_BUDGET:-420} + 60 )) python3 -m benchmarks.attention --out "$R/results" --budget-s "${ATTN_BUDGET:-420}" > "$R/attention.log" 2>&1
         stamp "gpu0 done"
-    ) &
+    )
+}
+
+bench() {
+    attention &
     (
         export CUDA_VISIBLE_DEVICES=1
         stamp "gpu1 kernel variants"
@@ -74,8 +81,9 @@ tests() {
 
 case "${1:-}" in
     bench) bench ;;
+    attention) attention ;;
     tests) tests ;;
-    *) echo "usage: bash benchmarks/gpu_issue11.sh bench|tests"; exit 2 ;;
+    *) echo "usage: bash benchmarks/gpu_issue11.sh bench|attention|tests"; exit 2 ;;
 esac
 for log in "$R"/*.log; do
     echo "---- $log"; tail -n 25 "$log"

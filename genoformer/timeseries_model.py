@@ -9,8 +9,7 @@ ceil(horizon / patch_len) forecast tokens (learned vectors, one per horizon patc
 through `genoformer.kernels.dispatch.attention`) runs over all of them, and a linear head turns
 each forecast token into `patch_len` future values: the point forecast (trained with MSE) and,
 when configured, quantiles (trained with the pinball loss). The horizon is predicted directly, in
-one pass. An optional linear shortcut (`linear_lookback`) adds a learned linear map of the most
-recent normalised samples to the forecast.
+one pass.
 
 Channels are independent by default (every channel is its own sequence through the same weights,
 so any one channel sees only its own past); with `channel_independent: false` one token holds the
@@ -48,11 +47,6 @@ class ForecastConfig:
         quantiles: Quantile levels in (0, 1) for a quantile head trained with the pinball loss
             beside the point head; empty: point forecasts only.
         norm_eps: Added to the variance of instance normalisation (constant windows stay finite).
-        linear_lookback: Samples N of the most recent look-back that also feed a linear shortcut
-            straight to the horizon (a global residual as in TiDE, learned with the rest; it starts
-            at zero, so the transformer alone forecasts at first): each channel's normalised last N
-            samples map to H values added to the forecast (and to every quantile). Shorter inputs
-            are left-padded with zeros. 0: no shortcut.
     """
 
     patch_len: int = 16
@@ -62,15 +56,12 @@ class ForecastConfig:
     channel_independent: bool = True
     quantiles: list[float] = dataclasses.field(default_factory=list)
     norm_eps: float = 1e-5
-    linear_lookback: int = 0
 
     def __post_init__(self) -> None:
         self.quantiles = [float(q) for q in self.quantiles]
         for name in ("patch_len", "context", "horizon", "n_channels"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
-        if not 0 <= self.linear_lookback <= self.context:
-            raise ValueError(f"linear_lookback must be in [0, context={self.context}], got {self.linear_lookback}.")
         if self.context < self.patch_len:
             raise ValueError(f"context ({self.context}) must hold at least one patch of {self.patch_len} samples.")
         if any(not 0.0 < q < 1.0 for q in self.quantiles) or sorted(set(self.quantiles)) != self.quantiles:
@@ -148,7 +139,6 @@ class TimeSeriesTransformer(TransformerTrunk):
         self.horizon_queries_QE = nn.Parameter(torch.empty(forecast.horizon_tokens, config.d_model))
         self.n_outputs = 1 + len(forecast.quantiles)
         self.head = nn.Linear(config.d_model, width * self.n_outputs)
-        self.shortcut = nn.Linear(forecast.linear_lookback, forecast.horizon) if forecast.linear_lookback else None
         self.register_buffer("quantile_levels_K", torch.tensor(forecast.quantiles, dtype=torch.float32), persistent=False)
         self.reset_parameters()
 
@@ -159,9 +149,6 @@ class TimeSeriesTransformer(TransformerTrunk):
         nn.init.normal_(self.horizon_queries_QE, std=std)
         nn.init.normal_(self.head.weight, std=std)
         nn.init.zeros_(self.head.bias)
-        if self.shortcut is not None:
-            nn.init.zeros_(self.shortcut.weight)
-            nn.init.zeros_(self.shortcut.bias)
         self.reset_blocks()
 
     def check_input(self, context_BCL: torch.Tensor) -> None:
@@ -209,11 +196,6 @@ class TimeSeriesTransformer(TransformerTrunk):
         out_SQX = self.head(hidden_SNE[:, -Q:]).float()  # X = G * P * K1
         out_BCHK1 = out_SQX.view(B, C // G, Q, G, P, K1).permute(0, 1, 3, 2, 4, 5).reshape(B, C, Q * P, K1)
         out_BCHK1 = out_BCHK1[:, :, : cfg.horizon]
-        if self.shortcut is not None:
-            N = cfg.linear_lookback
-            recent_BCN = ((context_BCL[..., -N:].float() - stats.mean_BC1) / stats.scale_BC1)
-            recent_BCN = nn.functional.pad(recent_BCN, (N - recent_BCN.shape[-1], 0))
-            out_BCHK1 = out_BCHK1 + self.shortcut(recent_BCN).float().unsqueeze(-1)
         out_BCHK1 = out_BCHK1 * stats.scale_BC1.unsqueeze(-1) + stats.mean_BC1.unsqueeze(-1)
         point_BCH = out_BCHK1[..., 0]
         quantiles_BCHK = out_BCHK1[..., 1:] if K1 > 1 else None

@@ -188,24 +188,28 @@ def test_packed_tiles_never_read_other_documents(attn, causal, layout):
     """Tiles outside a query tile's documents are skipped, not masked: with documents on tile
     edges, NaN in every other document (q, k, v and dO) never reaches this document's results,
     which equal those of the document run alone up to rounding. (A masked visit would multiply
-    NaN by 0.)"""
-    B, H, L, D = 1, 2, 128, 16  # documents [0, 32), [32, 96), [96, 128): the outer two are NaN
+    NaN by 0.) Tile edges: a layout's blocks (32 here) set the tiles; dense inputs run in tiles of
+    up to 128 rows on a GPU, so there the documents start at multiples of 128. Inside one tile,
+    keys of another document are masked like any other, exactly as in flash-attn."""
+    edge = 128 if layout is None else 32
+    B, H, L, D = 1, 2, 4 * edge, 16  # documents [0, e), [e, 3e), [3e, 4e): the outer two are NaN
     q, k, v, dout = (t.to(torch.float16) for t in _inputs(B, H, H, L, L, D, torch.float16, seed=8))
     if layout == "window":
         layout = BlockLayout.sliding_window(L, 64, block_size=32)
     for t in (q, k, v, dout):
-        t[:, :, :32] = float("nan")
-        t[:, :, 96:] = float("nan")
+        t[:, :, :edge] = float("nan")
+        t[:, :, 3 * edge:] = float("nan")
     got = attn.run_with_grads(triton_attention, q, k, v, dout, causal=causal, layout=layout,
-                              cu_seqlens=_cu([[32, 64, 32]]))
+                              cu_seqlens=_cu([[edge, 2 * edge, edge]]))
     alone_layout = None if layout is None else BlockLayout.from_block_mask(layout.mask[:, 1:3, 1:3], 64, 64, 32)
-    alone = attn.run_with_grads(triton_attention, *(t[:, :, 32:96] for t in (q, k, v, dout)), causal=causal,
+    inside = slice(edge, 3 * edge)
+    alone = attn.run_with_grads(triton_attention, *(t[:, :, inside] for t in (q, k, v, dout)), causal=causal,
                                 layout=alone_layout)
     for name, value in got.tensors().items():
         # NaN-free, and equal to the document alone up to rounding: the GPU's larger tiles split
         # the packed row's keys at other places than the lone document's, so the sums differ in order
-        assert torch.isfinite(value[:, :, 32:96]).all(), name
-        torch.testing.assert_close(value[:, :, 32:96], alone.tensors()[name], atol=2e-3, rtol=2e-3, msg=name)
+        assert torch.isfinite(value[:, :, inside]).all(), name
+        torch.testing.assert_close(value[:, :, inside], alone.tensors()[name], atol=2e-3, rtol=2e-3, msg=name)
 
 
 def test_packed_launch_order_is_longest_first():

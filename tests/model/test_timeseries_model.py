@@ -287,19 +287,3 @@ def test_time_stretch_slows_a_window_around_the_forecast_origin():
         TimeSeriesForecaster(TransformerConfig(d_model=32, n_layers=1, n_heads=4, max_seq_len=64),
                              ForecastConfig(patch_len=8, context=100, horizon=20), time_stretch=-0.1)
 
-
-def test_linear_shortcut_starts_at_zero_and_maps_the_recent_look_back():
-    forecaster = tiny_forecaster(linear_lookback=24, quantiles=())
-    model = forecaster.model
-    series = torch.randn(2, 1, 100)
-    with torch.no_grad():
-        before, _ = model(series)
-        model.head.weight.zero_()  # the transformer's part of the forecast is now 0 (the window mean)
-        assert model.shortcut.weight.abs().sum() == 0  # starts at zero: no change until trained
-        model.shortcut.weight[:, -1] = 1.0  # every horizon step repeats the last sample
-        point, _ = model(series)
-        assert torch.allclose(point, series[..., -1:].expand(-1, -1, 20), atol=1e-4)
-        short, _ = model(series[..., -10:])  # shorter than the shortcut's 24 samples: zero-padded
-        assert torch.allclose(short, series[..., -1:].expand(-1, -1, 20), atol=1e-4)
-    with pytest.raises(ValueError, match="linear_lookback"):
-        ForecastConfig(patch_len=8, context=100, horizon=20, linear_lookback=101)
