@@ -8,7 +8,7 @@
 #             situation and what auto picks), the packed training step (benchmarks/packed_training.py)
 #   bash benchmarks/gpu_issue11.sh attention
 #     GPU 0   the attention benchmark alone (GPU 1 stays free for other work); ATTN_BUDGET=SECONDS
-#             shortens it (default 420)
+#             shortens it (default 420), ATTN_ARGS adds options (e.g. "--lengths 16384 8192")
 #   bash benchmarks/gpu_issue11.sh tests
 #     GPU 0   the sweep of our kernels (tests/kernels/test_triton_attention.py: variants, packed rows)
 #     GPU 1   every installed backend against float64 (tests/kernels/test_backends_gpu.py)
@@ -33,7 +33,7 @@ attention() {
     (
         export CUDA_VISIBLE_DEVICES=0
         stamp "gpu0 attention benchmark"
-        timeout $(( ${ATTN_BUDGET:-420} + 60 )) python3 -m benchmarks.attention --out "$R/results" --budget-s "${ATTN_BUDGET:-420}" > "$R/attention.log" 2>&1
+        timeout $(( ${ATTN_BUDGET:-420} + 60 )) python3 -m benchmarks.attention --out "$R/results" --budget-s "${ATTN_BUDGET:-420}" ${ATTN_ARGS:-} > "$R/attention.log" 2>&1
         stamp "gpu0 done"
     )
 }
