@@ -19,7 +19,8 @@ One run, from the repository root (about 2 minutes on an H200, most of it compil
     TRITON_INTERPRET=1 python -m benchmarks.kernel_variants --smoke --out /tmp/v   # CPU smoke run
 
 It writes OUT/kernel_variants.json and OUT/kernel_variants.md and prints the table last.
-Cases (bf16, B = 1, H = 2048 / D): causal dense at D 64 and 128, the sliding window ±1024
+Cases (bf16, B = 1, H = 2048 / D): attention.py's custom pattern (causal window 512 | every 16th
+key block) at D 64 and 128, causal dense at D 64 and 128, the sliding window ±1024
 bidirectional and BigBird (window 512, 1 global, 2 random blocks) at D 128, all at L = 16k.
 Every candidate's output and gradients are compared with the first candidate's (worst row
 error as in benchmarks/attention.py); one that differs is flagged WRONG and never "best".
@@ -71,8 +72,15 @@ def _bigbird(window: int, bs: int) -> Callable[[int], BlockLayout]:
     return lambda L: BlockLayout.bigbird(L, window, 1, 2, bs)
 
 
+def _custom(window: int, stride: int, bs: int) -> Callable[[int], BlockLayout]:
+    """benchmarks/attention.py's custom pattern: a causal window united with every stride-th key block."""
+    return lambda L: (BlockLayout.sliding_window(L, window, bs) | BlockLayout.strided(L, stride, bs)).with_causal()
+
+
 def gpu_cases() -> list[Case]:
     return [
+        Case("custom (window 512 | every 16th block)", 64, 16384, True, _custom(512, 16, 128)),
+        Case("custom (window 512 | every 16th block)", 128, 16384, True, _custom(512, 16, 128)),
         Case("causal", 128, 16384, True, lambda L: None),
         Case("causal", 64, 16384, True, lambda L: None),
         Case("sliding_window ±1024", 128, 16384, False, _window(1024, 128)),
