@@ -26,6 +26,7 @@ of it compiling Flex and flash-attn-4's kernels):
     python -m benchmarks.attention --quick                       # L = 16k only
     python -m benchmarks.attention --device cpu --tiny --ours torch --out /tmp/b   # CPU smoke run
     python -m benchmarks.attention --render-from OUT/attention.json --out DIR --markdown BENCHMARKS.md
+    python -m benchmarks.attention --render-from RUN1.json RUN2.json --out DIR   # merged: RUN2 replaces cases
 
 The last one measures nothing: it redraws the plot and rewrites the markdown section from a
 results JSON, e.g. on a workstation after a GPU run whose only output was OUT.
@@ -1197,8 +1198,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--render-from",
         type=Path,
+        nargs="+",
         metavar="JSON",
-        help="measure nothing: re-render --out / --markdown from an earlier attention.json",
+        help="measure nothing: re-render --out / --markdown from an earlier attention.json; from several, "
+        "merged in order (a later run's measured cases replace an earlier run's, same D, L and pattern)",
     )
     parser.add_argument(
         "--budget-s",
@@ -1229,10 +1232,32 @@ def sweep_from_args(args: argparse.Namespace) -> Sweep:
     return sweep
 
 
+def merge_results(runs: list[dict]) -> dict:
+    """One results dict from runs of the same sweep, in order: a later run's measured cases replace
+    an earlier run's (same head dim, length and pattern), skipped ones never replace measured ones.
+    Environment, matmul ceiling and memory come from the last run; the command lists every run's
+    command with its date, and `merged_from` keeps them."""
+    if len(runs) == 1:
+        return runs[0]
+    merged = {**runs[-1], "cases": [], "tracebacks": []}
+    by_case: dict[tuple, dict] = {}
+    for run in runs:
+        for record in run["cases"]:
+            key = (record["head_dim"], record["seq_len"], record["pattern"])
+            if key not in by_case or not record.get("skipped"):
+                by_case[key] = record
+        merged["tracebacks"] += run.get("tracebacks", [])
+    merged["cases"] = list(by_case.values())
+    merged["merged_from"] = [{"command": r["command"], "date_utc": r["environment"]["date_utc"]} for r in runs]
+    merged["command"] = "; then ".join(f"{r['command']} ({r['environment']['date_utc']})" for r in runs)
+    merged["wall_s"] = sum(r.get("wall_s") or 0.0 for r in runs)
+    return merged
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     if args.render_from is not None:
-        results = json.loads(args.render_from.read_text())
+        results = merge_results([json.loads(path.read_text()) for path in args.render_from])
     else:
         if args.device == "cuda" and not torch.cuda.is_available():
             sys.exit("no CUDA device here: run the CPU smoke version with --device cpu --tiny --ours torch")

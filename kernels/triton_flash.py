@@ -26,6 +26,7 @@ module is imported (slow; for tests at small sizes only).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 import triton
 import triton.testing
+from torch.utils.weak import WeakIdKeyDictionary
 from triton.runtime.interpreter import InterpretedFunction
 
 from genoformer.kernels import triton_flash_configs as configs
@@ -207,6 +209,7 @@ def _bucket(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+@functools.lru_cache(maxsize=None)
 def fwd_candidates(device: torch.device, head_dim: int, block_size: int | None) -> tuple[configs.FwdConfig, ...]:
     if device.type == "cpu":
         return (configs.fit_fwd(configs.INTERPRETER_FWD, block_size),)
@@ -214,6 +217,7 @@ def fwd_candidates(device: torch.device, head_dim: int, block_size: int | None) 
     return tuple(dict.fromkeys(configs.fit_fwd(c, block_size) for c in configs.fwd_candidates(gen, head_dim)))
 
 
+@functools.lru_cache(maxsize=None)
 def bwd_candidates(device: torch.device, head_dim: int, block_size: int | None) -> tuple[configs.BwdConfig, ...]:
     if device.type == "cpu":
         return (configs.fit_bwd(configs.INTERPRETER_BWD, block_size),)
@@ -240,6 +244,7 @@ def _descriptor_scratch(size: int, alignment: int, stream) -> torch.Tensor:
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
+@functools.lru_cache(maxsize=None)
 def _without_tma(candidates: tuple, ready: bool) -> tuple:
     """The candidates, their TMA variants turned into pointer loads when the inputs do not allow TMA."""
     if ready:
@@ -252,6 +257,17 @@ def _without_tma(candidates: tuple, ready: bool) -> tuple:
 # --------------------------------------------------------------------------------------------
 
 
+_ORDERS = WeakIdKeyDictionary()  # counts tensor (by identity) -> its launch order
+_DUMMIES: dict[torch.device, torch.Tensor] = {}
+
+
+def _dummy(device: torch.device) -> torch.Tensor:
+    """One int32 element, never read: the argument of an absent CSR list or document table."""
+    if device not in _DUMMIES:
+        _DUMMIES[device] = torch.zeros(1, dtype=torch.int32, device=device)
+    return _DUMMIES[device]
+
+
 def _csr_args(counts: torch.Tensor | None, indices: torch.Tensor | None, like: torch.Tensor):
     """Kernel arguments of a CSR list: counts, indices, order, and their head and row strides.
 
@@ -261,9 +277,11 @@ def _csr_args(counts: torch.Tensor | None, indices: torch.Tensor | None, like: t
     head) gets head stride 0.
     """
     if counts is None:
-        dummy = torch.zeros(1, dtype=torch.int32, device=like.device)
+        dummy = _dummy(like.device)
         return dummy, dummy, dummy, 0, 0, 0, 0
-    order = torch.argsort(counts, dim=-1, descending=True, stable=True).to(torch.int32)
+    order = _ORDERS.get(counts)
+    if order is None:  # once per layout and device: layouts cache their CSR tensors (kernels.layout)
+        order = _ORDERS[counts] = torch.argsort(counts, dim=-1, descending=True, stable=True).to(torch.int32)
     shared = counts.shape[0] == 1
     return (counts, indices, order, 0 if shared else counts.stride(0),
             0 if shared else indices.stride(0), indices.stride(1), 0 if shared else order.stride(0))
@@ -272,7 +290,7 @@ def _csr_args(counts: torch.Tensor | None, indices: torch.Tensor | None, like: t
 def _doc_args(cu_seqlens: torch.Tensor | None, batch: int, seq_len: int, like: torch.Tensor):
     """Kernel arguments of packed documents: doc_start, doc_end (B, L) int32, or dummies without."""
     if cu_seqlens is None:
-        dummy = torch.zeros(1, dtype=torch.int32, device=like.device)
+        dummy = _dummy(like.device)
         return dummy, dummy
     return document_bounds(cu_seqlens, batch, seq_len)
 
@@ -484,12 +502,35 @@ def _setup_context(ctx, inputs, output) -> None:
 def _backward(ctx, do, dlse):
     # lse is an internal output: nothing downstream differentiates it
     q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, cu_seqlens = ctx.saved_tensors
-    dq, dk, dv = _bwd_op(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices,
-                         ctx.block_size, ctx.causal, ctx.scale, cu_seqlens)
+    bwd = _bwd_op if torch.compiler.is_compiling() else _bwd_impl
+    dq, dk, dv = bwd(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices,
+                     ctx.block_size, ctx.causal, ctx.scale, cu_seqlens)
     return dq, dk, dv, None, None, None, None, None, None, None, None, None
 
 
 _fwd_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _EagerAttention(torch.autograd.Function):
+    """The custom ops' forward and backward without the custom-op dispatch, for eager mode.
+
+    The dispatch (schema defaults, redispatch, the autograd wrapper) took about half of the host
+    time of a call on an H200's host, and a block-sparse layout's kernels finish in about as long:
+    at 6 % density the call was host-bound (benchmarks/KERNEL_NOTES.md). torch.compile traces the
+    custom ops instead (`triton_attention` picks)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
+                cu_seqlens):
+        inputs = (q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens)
+        output = _fwd_impl(*inputs)
+        _setup_context(ctx, inputs, output)
+        ctx.mark_non_differentiable(output[1])
+        return output
+
+    @staticmethod
+    def backward(ctx, do, dlse):
+        return _backward(ctx, do, dlse)
 
 
 # --------------------------------------------------------------------------------------------
@@ -532,6 +573,7 @@ def triton_attention(
         block_size = layout.block_size
         kv_counts, kv_indices = layout.kv_indices(q.device)
         q_counts, q_indices = layout.q_indices(q.device)
-    o, _ = _fwd_op(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
+    forward = _fwd_op if torch.compiler.is_compiling() else _EagerAttention.apply
+    o, _ = forward(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
                    cu_seqlens)
     return o

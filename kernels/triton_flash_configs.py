@@ -124,14 +124,10 @@ _BWD: dict[tuple[str, int], tuple[BwdConfig, ...]] = {
     ("sm_90", 32): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2), BwdConfig(32, 128, 4, 3, 64, 64, 4, 3)),
     ("sm_90", 64): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2), BwdConfig(32, 128, 4, 3, 64, 64, 4, 3),
                     BwdConfig(64, 64, 4, 3, 128, 64, 8, 2, tma=True),
-                    BwdConfig(64, 64, 4, 3, 128, 64, 8, 2, heads_outer=True),
-                    BwdConfig(64, 128, 8, 3, 128, 64, 8, 2)),
-    # the 16-warp dK/dV program holds its two 128 x 128 float32 accumulators in 64 registers a thread
-    # (FlexAttention's Hopper choice for D=128); 8 warps need 128 for them alone
+                    BwdConfig(64, 64, 4, 3, 128, 64, 8, 2, heads_outer=True)),
     ("sm_90", 128): (BwdConfig(64, 128, 8, 3, 128, 64, 8, 3), BwdConfig(32, 128, 8, 3, 128, 32, 4, 3),
                      BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, tma=True),
-                     BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, heads_outer=True),
-                     BwdConfig(64, 128, 16, 3, 128, 64, 8, 3)),
+                     BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, heads_outer=True)),
     ("sm_90", 256): (BwdConfig(32, 64, 8, 2, 64, 32, 8, 2),),
     ("sm_80", 16): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2),),
     ("sm_80", 32): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2),),

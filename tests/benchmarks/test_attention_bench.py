@@ -250,6 +250,24 @@ def test_render_from_json_rewrites_outputs(bench, tiny_run, tmp_path):
     assert "](fig/attention.png)" in rendered
 
 
+def test_merged_runs_replace_cases_of_earlier_runs(bench):
+    """--render-from A B: B's measured cases replace A's, a case B skipped keeps A's numbers, and the
+    header names both commands."""
+    attention_bench, _ = bench
+    case = lambda length, ms, skipped=None: {"head_dim": 64, "seq_len": length, "pattern": "causal",  # noqa: E731
+                                             "ours": {"fwd_ms": ms}, "skipped": skipped}
+    first = {"command": "python -m benchmarks.attention", "environment": {"date_utc": "12:00"}, "wall_s": 10.0,
+             "cases": [case(8192, 1.0), case(16384, 2.0)], "tracebacks": []}
+    second = {"command": "python -m benchmarks.attention --lengths 16384 8192", "environment": {"date_utc": "13:00"},
+              "wall_s": 5.0, "cases": [case(16384, 3.0), case(8192, None, skipped="time budget")], "tracebacks": []}
+    merged = attention_bench.merge_results([first, second])
+    times = {r["seq_len"]: r["ours"]["fwd_ms"] for r in merged["cases"]}
+    assert times == {8192: 1.0, 16384: 3.0}
+    assert merged["command"].startswith("python -m benchmarks.attention (12:00); then python -m") and "(13:00)" in merged["command"]
+    assert merged["wall_s"] == 15.0 and len(merged["merged_from"]) == 2
+    assert attention_bench.merge_results([first]) is first
+
+
 def test_row_error_flags_a_wrong_row_but_not_rounding(bench):
     attention_bench, _ = bench
     expected = torch.randn(2, 3, 64, 16, generator=torch.Generator().manual_seed(0))
