@@ -4,7 +4,9 @@ Layers, in order (kernels in ``triton_flash_fwd.py`` / ``triton_flash_bwd.py``, 
 configurations in ``triton_flash_configs.py``):
   1. launchers ``flash_fwd`` / ``flash_bwd``: check every input, pick a configuration, launch;
   2. torch custom ops ``genoformer::triton_flash_fwd`` / ``genoformer::triton_flash_bwd`` with
-     ``register_autograd`` and ``register_fake``, so torch.compile captures them without graph breaks;
+     ``register_autograd`` and ``register_fake``, so torch.compile captures them without graph breaks,
+     and ``_EagerAttention``, an autograd Function around the same two launchers for eager calls
+     (the custom-op dispatch costs as much host time as a sparse layout's kernels take);
   3. ``triton_attention(...)``: the public, autograd-enabled function, and ``unsupported_reason(...)``
      which the dispatcher in ``genoformer.kernels.dispatch`` asks before choosing this backend.
 

@@ -17,7 +17,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def test_ecg_benchmark_smoke_run(tmp_path):
     out = tmp_path / "out"
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.ecg", str(out), "--smoke", "--run_dir", str(tmp_path / "run")],
+        [sys.executable, "-m", "benchmarks.ecg", str(out), "--smoke", "--seeds", "2", "--run_dir", str(tmp_path / "run")],
         cwd=REPO_ROOT, capture_output=True, text=True,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -27,10 +27,20 @@ def test_ecg_benchmark_smoke_run(tmp_path):
         assert [row["horizon"] for row in rows] == [16, 48]
         assert all(row["mse"] > 0 and row["windows"] > 0 for row in rows)
     assert [row["lookback"] for row in results["model"]["256"]] == [256, 256]
-    # two variants trained; the one with the lower validation MSE was evaluated
+    # two variants, two seeds each; the variant with the lower mean validation MSE was evaluated, and
+    # the test MSE is the mean over its seeds' models
     variants = results["variants"]
     assert len(variants) == 2 and results["chosen"] in variants
     assert variants[results["chosen"]]["best_val_mse"] == min(v["best_val_mse"] for v in variants.values())
+    for v in variants.values():
+        per_seed = [r["best_val_mse"] for r in v["seeds"].values()]
+        assert len(per_seed) == 2 and v["best_val_mse"] == pytest.approx(sum(per_seed) / 2)
+    per_seed_model = results["model_per_seed"]
+    assert set(per_seed_model) == {"0", "1"}
+    for index, row in enumerate(results["model"]["256"]):
+        seeds_mse = [per_seed_model[s]["256"][index]["mse"] for s in ("0", "1")]
+        assert row["mse_seeds"] == seeds_mse and row["mse"] == pytest.approx(sum(seeds_mse) / 2)
+    assert "range over 2 seeds" in result.stdout
     for name in ("forecast.png", "lookback_curve.png", "results.md"):
         assert (out / name).stat().st_size > 100
     assert "| horizon |" in result.stdout  # the table is printed last

@@ -475,3 +475,24 @@ def test_kernel_variants_match_reference(attn, monkeypatch, variant, case):
     # takes both of its branches
     q = q * 4.0 * torch.linspace(0.2, 1.5, L, dtype=q.dtype, device=q.device)[:, None]
     _assert_close_to_reference(attn, q, k, v, dout, torch.bfloat16, **kwargs)
+
+
+def test_eager_calls_match_the_custom_ops():
+    """Eager calls run an autograd Function around the launchers (no custom-op dispatch); the
+    custom ops, which torch.compile traces, give the same output and gradients bit for bit."""
+    from genoformer.kernels import triton_flash
+
+    layout = BlockLayout.sliding_window(64, 32, block_size=32)
+    q, k, v, dout = (t.to(torch.float16).requires_grad_() for t in _inputs(1, 2, 1, 64, 64, 16, torch.float16, seed=3))
+    kv_counts, kv_indices = layout.kv_indices(DEVICE)
+    q_counts, q_indices = layout.q_indices(DEVICE)
+    runs = []
+    for forward in (triton_flash._EagerAttention.apply, triton_flash._fwd_op):
+        q.grad = k.grad = v.grad = None
+        o, _ = forward(q, k, v, None, kv_counts, kv_indices, q_counts, q_indices, 32, True, 0.25, None)
+        o.backward(dout)
+        runs.append([o.detach(), q.grad, k.grad, v.grad])
+    for eager, op in zip(*runs):
+        torch.testing.assert_close(eager, op, atol=0, rtol=0)
+    eager_o = triton_attention(q, k, v, causal=True, layout=layout, scale=0.25)
+    torch.testing.assert_close(eager_o.detach(), runs[0][0], atol=0, rtol=0)
