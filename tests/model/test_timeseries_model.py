@@ -286,4 +286,3 @@ def test_time_stretch_slows_a_window_around_the_forecast_origin():
     with pytest.raises(ValueError, match="time_stretch"):
         TimeSeriesForecaster(TransformerConfig(d_model=32, n_layers=1, n_heads=4, max_seq_len=64),
                              ForecastConfig(patch_len=8, context=100, horizon=20), time_stretch=-0.1)
-
