@@ -47,6 +47,12 @@ class ForecastConfig:
         quantiles: Quantile levels in (0, 1) for a quantile head trained with the pinball loss
             beside the point head; empty: point forecasts only.
         norm_eps: Added to the variance of instance normalisation (constant windows stay finite).
+        every_token: Decoder-style training (needs causal attention): every context token is
+            trained to forecast the `horizon` samples that follow its patch, so one window
+            teaches T forecasts instead of one; the forecast of a series comes from its last
+            context token, and no forecast tokens are appended. The window's instance statistics
+            are shared by all its tokens. False: one forecast per window, from forecast tokens
+            after the context.
     """
 
     patch_len: int = 16
@@ -56,6 +62,7 @@ class ForecastConfig:
     channel_independent: bool = True
     quantiles: list[float] = dataclasses.field(default_factory=list)
     norm_eps: float = 1e-5
+    every_token: bool = False
 
     def __post_init__(self) -> None:
         self.quantiles = [float(q) for q in self.quantiles]
@@ -126,7 +133,10 @@ class TimeSeriesTransformer(TransformerTrunk):
     """Context windows (B, C, L) -> point forecasts (B, C, H) and quantiles (B, C, H, K)."""
 
     def __init__(self, config: TransformerConfig, forecast: ForecastConfig) -> None:
-        needed = forecast.context_tokens + forecast.horizon_tokens
+        if forecast.every_token and not config.causal:
+            raise ValueError("forecast.every_token trains every context token on what follows it, which needs causal "
+                             "attention: set transformer.causal to true (or every_token to false).")
+        needed = forecast.context_tokens + (0 if forecast.every_token else forecast.horizon_tokens)
         if config.max_seq_len < needed:
             raise ValueError(
                 f"max_seq_len={config.max_seq_len} is too short for {forecast.context_tokens} context tokens "
@@ -136,9 +146,12 @@ class TimeSeriesTransformer(TransformerTrunk):
         width = forecast.channels_per_token * forecast.patch_len
         super().__init__(config, nn.Linear(2 * width, config.d_model))
         self.forecast_config = forecast
-        self.horizon_queries_QE = nn.Parameter(torch.empty(forecast.horizon_tokens, config.d_model))
         self.n_outputs = 1 + len(forecast.quantiles)
-        self.head = nn.Linear(config.d_model, width * self.n_outputs)
+        if forecast.every_token:  # each context token -> the whole horizon of its channels
+            self.head = nn.Linear(config.d_model, forecast.channels_per_token * forecast.horizon * self.n_outputs)
+        else:  # each forecast token -> one patch of the horizon
+            self.horizon_queries_QE = nn.Parameter(torch.empty(forecast.horizon_tokens, config.d_model))
+            self.head = nn.Linear(config.d_model, width * self.n_outputs)
         self.register_buffer("quantile_levels_K", torch.tensor(forecast.quantiles, dtype=torch.float32), persistent=False)
         self.reset_parameters()
 
@@ -146,9 +159,14 @@ class TimeSeriesTransformer(TransformerTrunk):
         std = self.config.init_std
         nn.init.normal_(self.embed.weight, std=std)
         nn.init.zeros_(self.embed.bias)
-        nn.init.normal_(self.horizon_queries_QE, std=std)
-        nn.init.normal_(self.head.weight, std=std)
-        nn.init.zeros_(self.head.bias)
+        if self.forecast_config.every_token:
+            # PyTorch's fan-in init: with init_std the every-token model of configs/ecg_8k_cpu.yaml
+            # overfitted within 1,000 steps on the ECG (validation MSE rising from step 100)
+            self.head.reset_parameters()
+        else:
+            nn.init.normal_(self.horizon_queries_QE, std=std)
+            nn.init.normal_(self.head.weight, std=std)
+            nn.init.zeros_(self.head.bias)
         self.reset_blocks()
 
     def check_input(self, context_BCL: torch.Tensor) -> None:
@@ -174,7 +192,7 @@ class TimeSeriesTransformer(TransformerTrunk):
 
     def hidden(self, context_BCL: torch.Tensor, layer: int = -1) -> tuple[torch.Tensor, InstanceStats]:
         """Hidden states (S, T + Q, E) of `layer` for the context tokens followed by the forecast
-        tokens, and the instance statistics of the window."""
+        tokens (Q = 0 with every_token), and the instance statistics of the window."""
         self.check_input(context_BCL)
         cfg = self.forecast_config
         B, C, L = context_BCL.shape
@@ -182,14 +200,20 @@ class TimeSeriesTransformer(TransformerTrunk):
         x_SGL = x_BCL.reshape(B * C, 1, L) if cfg.channel_independent else x_BCL
         values_STW, observed_STW = patchify(x_SGL, cfg.patch_len)
         tokens_STE = self.embed(torch.cat([values_STW, observed_STW], dim=-1))
-        queries_SQE = self.horizon_queries_QE.to(tokens_STE.dtype).expand(tokens_STE.shape[0], -1, -1)
-        x_SNE = torch.cat([tokens_STE, queries_SQE], dim=1)
+        x_SNE = tokens_STE
+        if not cfg.every_token:
+            queries_SQE = self.horizon_queries_QE.to(tokens_STE.dtype).expand(tokens_STE.shape[0], -1, -1)
+            x_SNE = torch.cat([tokens_STE, queries_SQE], dim=1)
         return self.run_blocks(x_SNE, None, self.resolve_layer(layer), keep_all=False)[-1], stats
 
     def forward(self, context_BCL: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """(point forecasts (B, C, H) float32, quantiles (B, C, H, K) float32 or None), in the
         input's units, H = the configured horizon."""
         cfg = self.forecast_config
+        if cfg.every_token:
+            out_BCTHK1 = self.token_forecasts(context_BCL)
+            last_BCHK1 = out_BCTHK1[:, :, -1]
+            return last_BCHK1[..., 0], (last_BCHK1[..., 1:] if self.n_outputs > 1 else None)
         B, C, _ = context_BCL.shape
         hidden_SNE, stats = self.hidden(context_BCL)
         Q, G, P, K1 = cfg.horizon_tokens, cfg.channels_per_token, cfg.patch_len, self.n_outputs
@@ -201,12 +225,36 @@ class TimeSeriesTransformer(TransformerTrunk):
         quantiles_BCHK = out_BCHK1[..., 1:] if K1 > 1 else None
         return point_BCH, quantiles_BCHK
 
+    def token_forecasts(self, context_BCL: torch.Tensor) -> torch.Tensor:
+        """every_token models: each context token's forecast of the `horizon` samples after its
+        patch, (B, C, T, H, 1 + K) float32 in the input's units (point first, then quantiles)."""
+        cfg = self.forecast_config
+        B, C, _ = context_BCL.shape
+        hidden_STE, stats = self.hidden(context_BCL)
+        G, T = cfg.channels_per_token, hidden_STE.shape[1]
+        out_STX = self.head(hidden_STE).float()  # X = G * H * K1
+        out_BCTHK1 = out_STX.view(B, C // G, T, G, cfg.horizon, self.n_outputs).transpose(2, 3).reshape(
+            B, C, T, cfg.horizon, self.n_outputs)
+        return out_BCTHK1 * stats.scale_BC1[..., None, None] + stats.mean_BC1[..., None, None]
+
     def patch_embeddings(self, context_BCL: torch.Tensor, layer: int = -1) -> torch.Tensor:
         """Hidden states of the context tokens (B, C', T, E), C' = C (channel-independent) or 1."""
         B = context_BCL.shape[0]
         hidden_SNE, _ = self.hidden(context_BCL, layer)
         T = math.ceil(context_BCL.shape[2] / self.forecast_config.patch_len)
         return hidden_SNE[:, :T].reshape(B, -1, T, hidden_SNE.shape[-1])
+
+
+def token_targets(context_BCL: torch.Tensor, target_BCH: torch.Tensor, patch_len: int) -> torch.Tensor:
+    """What each context token of an every_token model is trained to forecast: the H samples after
+    its patch, (B, C, T, H) float32. Patches align to the context's end (see `patchify`), so token t
+    of T ends at sample L - (T - 1 - t) * P; the last token's target is `target_BCH` itself."""
+    L, H = context_BCL.shape[-1], target_BCH.shape[-1]
+    T = math.ceil(L / patch_len)
+    series_BCN = torch.cat([context_BCL, target_BCH], dim=-1).float()
+    windows_BCNH = series_BCN.unfold(-1, H, 1)  # window k covers samples [k, k + H)
+    ends_T = torch.arange(L - (T - 1) * patch_len, L + 1, patch_len, device=series_BCN.device)
+    return windows_BCNH[:, :, ends_T]
 
 
 def pinball_loss(quantiles_BCHK: torch.Tensor, target_BCH: torch.Tensor, levels_K: torch.Tensor) -> torch.Tensor:

@@ -4,7 +4,8 @@ Batches come from `genoformer.data.datamodules.TimeSeriesDataModule`:
 {"context": float32 (B, C, Lc), "target": float32 (B, C, H), ...}; the data module's horizon
 must equal the model's (configs link them). Metrics (per split: train, val, test):
     <split>/loss      the training objective: MSE of the point forecast (+ mean pinball loss
-                      when the model has quantiles)
+                      when the model has quantiles); with forecast.every_token, in training, of
+                      every context token's forecast
     <split>/mse, /mae of the point forecast, on the data module's (z-scored) values
 
 Shape legend: B batch, C channels, L context samples, H horizon samples, K quantile levels.
@@ -22,7 +23,7 @@ import torch.nn.functional as F
 
 from genoformer.lightning_module import FusedAdamWModule, adamw_warmup_cosine, fused_adamw_allowed
 from genoformer.model import TransformerConfig
-from genoformer.timeseries_model import ForecastConfig, TimeSeriesTransformer, pinball_loss
+from genoformer.timeseries_model import ForecastConfig, TimeSeriesTransformer, pinball_loss, token_targets
 
 
 def _context_and_target(batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -139,8 +140,16 @@ class TimeSeriesForecaster(FusedAdamWModule):
             )
         if context_BCL.shape[-1] > cfg.context:
             context_BCL = context_BCL[..., -cfg.context :]
-        point_BCH, quantiles_BCHK = self.model(context_BCL)
         target_BCH = target_BCH.float()
+        if cfg.every_token and self.training:  # every context token learns to forecast what follows it
+            out_BCTHK1 = self.model.token_forecasts(context_BCL)
+            targets_BCTH = token_targets(context_BCL, target_BCH, cfg.patch_len)
+            loss = F.mse_loss(out_BCTHK1[..., 0], targets_BCTH)
+            if out_BCTHK1.shape[-1] > 1:
+                loss = loss + pinball_loss(out_BCTHK1[..., 1:], targets_BCTH, self.model.quantile_levels_K)
+            point_BCH = out_BCTHK1[:, :, -1, :, 0]  # the series' own forecast: the last token's
+            return {"loss": loss, "mse": F.mse_loss(point_BCH, target_BCH), "mae": F.l1_loss(point_BCH, target_BCH)}
+        point_BCH, quantiles_BCHK = self.model(context_BCL)
         mse = F.mse_loss(point_BCH, target_BCH)
         loss = mse
         if quantiles_BCHK is not None:

@@ -22,7 +22,7 @@ def test_configs_are_shipped():
     names = {path.name for path in CONFIGS}
     assert "quickstart.yaml" in names
     assert {"genome_8k_cpu.yaml", "genome_8k_gpu.yaml"} <= names
-    assert {"ecg_8k_gpu.yaml", "timeseries_tiny_cpu.yaml"} <= names
+    assert {"ecg_8k_gpu.yaml", "ecg_8k_cpu.yaml", "timeseries_tiny_cpu.yaml"} <= names
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda path: path.name)

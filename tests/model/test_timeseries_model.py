@@ -23,6 +23,7 @@ from genoformer.timeseries_model import (
     instance_normalize,
     patchify,
     pinball_loss,
+    token_targets,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -229,15 +230,17 @@ def test_command_errors_name_what_to_do(tmp_path, capsys):
     assert "exactly one of --checkpoint CKPT or --baseline" in capsys.readouterr().err
 
 
-def test_ecg_8k_config_takes_a_training_step_on_the_cpu(tmp_path):
+@pytest.mark.parametrize("name, patch_len", [("ecg_8k_gpu.yaml", 16), ("ecg_8k_cpu.yaml", 64)])
+def test_ecg_8k_configs_take_a_training_step_on_the_cpu(tmp_path, name, patch_len):
     from genoformer.cli import training_cli
 
-    cli = training_cli(["--config", str(REPO_ROOT / "configs" / "ecg_8k_gpu.yaml"), "--trainer.accelerator", "cpu",
+    cli = training_cli(["--config", str(REPO_ROOT / "configs" / name), "--trainer.accelerator", "cpu",
                         "--trainer.precision", "32-true", "--trainer.default_root_dir", str(tmp_path),
                         "--data.init_args.store", str(tmp_path / "ecg.zarr")], run=False)
     module = cli.model
+    module.train()
     forecast = module.forecast_config
-    assert (forecast.context, forecast.horizon, forecast.patch_len) == (8192, 720, 16)
+    assert (forecast.context, forecast.horizon, forecast.patch_len) == (8192, 720, patch_len)
     generator = torch.Generator().manual_seed(0)
     context = torch.randn(2, 1, 8192, generator=generator)
     target = torch.randn(2, 1, 720, generator=generator)
@@ -286,3 +289,51 @@ def test_time_stretch_slows_a_window_around_the_forecast_origin():
     with pytest.raises(ValueError, match="time_stretch"):
         TimeSeriesForecaster(TransformerConfig(d_model=32, n_layers=1, n_heads=4, max_seq_len=64),
                              ForecastConfig(patch_len=8, context=100, horizon=20), time_stretch=-0.1)
+
+
+def test_token_targets_are_the_samples_after_each_patch():
+    context = torch.arange(10.0).view(1, 1, 10)  # patches of 4 aligned to the end: [-2, 2), [2, 6), [6, 10)
+    target = torch.arange(10.0, 13.0).view(1, 1, 3)
+    expected = torch.tensor([[2.0, 3, 4], [6, 7, 8], [10, 11, 12]])
+    assert torch.equal(token_targets(context, target, 4)[0, 0], expected)
+
+
+@pytest.mark.parametrize("channel_independent", [True, False])
+def test_every_token_forecasts_come_from_the_last_token_and_see_only_the_past(channel_independent):
+    with pytest.raises(ValueError, match="causal"):
+        tiny_forecaster(every_token=True)
+    model = tiny_forecaster(every_token=True, causal=True, n_channels=2, channel_independent=channel_independent).model
+    model.eval()
+    series = torch.randn(3, 2, 96)
+    with torch.no_grad():
+        tokens = model.token_forecasts(series)  # (B, C, T, H, 1 + K)
+        point, quantiles = model(series)
+        assert tokens.shape == (3, 2, 12, 20, 4) and point.shape == (3, 2, 20) and quantiles.shape == (3, 2, 20, 3)
+        assert torch.equal(point, tokens[:, :, -1, :, 0]) and torch.equal(quantiles, tokens[:, :, -1, :, 1:])
+        # swapping the last two patches keeps the window's statistics: the tokens before them must not change
+        swapped = series.clone()
+        swapped[..., 80:88], swapped[..., 88:96] = series[..., 88:96], series[..., 80:88]
+        again = model.token_forecasts(swapped)
+        torch.testing.assert_close(again[:, :, :10], tokens[:, :, :10])
+        assert not torch.allclose(again[:, :, -1], tokens[:, :, -1])
+
+
+def test_every_token_training_step_trains_every_token():
+    from genoformer.timeseries_module import TimeSeriesForecaster
+
+    module = TimeSeriesForecaster(
+        TransformerConfig(d_model=32, n_layers=1, n_heads=4, max_seq_len=64, causal=True),
+        ForecastConfig(patch_len=8, context=64, horizon=16, every_token=True),
+    )
+    context, target = torch.randn(4, 1, 64), torch.randn(4, 1, 16)
+    module.train()
+    values = module.losses(context, target)
+    tokens = module.model.token_forecasts(context)[..., 0]
+    expected = torch.nn.functional.mse_loss(tokens, token_targets(context, target, 8))
+    torch.testing.assert_close(values["loss"], expected)
+    values["loss"].backward()
+    assert module.model.head.weight.grad.abs().sum() > 0
+    module.eval()
+    with torch.no_grad():  # validation scores the series' own forecast: the last token's
+        point, _ = module.model(context)
+        torch.testing.assert_close(module.losses(context, target)["mse"], torch.nn.functional.mse_loss(point, target))
