@@ -10,8 +10,8 @@ Steps, all through the real commands (`cli.py ...`):
    360 Hz); the baselines start right away on the CPU (`evaluate_forecast --baseline
    seasonal_naive` and `--baseline ar`) while the GPUs train;
 2. a few timed training steps of every variant of `configs/ecg_8k_gpu.yaml` (VARIANTS: the config
-   itself, the config with another seed, and regularised versions of it, for a training part of
-   only 75,600 samples) to size each
+   itself, the decoder-style objective and a stronger time stretch, for a training part of only
+   75,600 samples) to size each
    run: max_steps (and with it the cosine schedule) is set so that training fills `--minutes` with
    the variants sharing the GPUs, but never past the config's max_steps;
 3. `fit` of every variant at once, with `--seeds` seeds each (default 1), spread over the GPUs

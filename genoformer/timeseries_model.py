@@ -9,7 +9,9 @@ ceil(horizon / patch_len) forecast tokens (learned vectors, one per horizon patc
 through `genoformer.kernels.dispatch.attention`) runs over all of them, and a linear head turns
 each forecast token into `patch_len` future values: the point forecast (trained with MSE) and,
 when configured, quantiles (trained with the pinball loss). The horizon is predicted directly, in
-one pass.
+one pass. With `every_token` (decoder-style, causal attention) there are no forecast tokens: a
+linear head turns every context token into the whole horizon after its patch, all of them are
+trained (`token_targets`), and the last token's is the forecast.
 
 Channels are independent by default (every channel is its own sequence through the same weights,
 so any one channel sees only its own past); with `channel_independent: false` one token holds the
