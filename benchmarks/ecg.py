@@ -10,8 +10,7 @@ Steps, all through the real commands (`cli.py ...`):
    360 Hz); the baselines start right away on the CPU (`evaluate_forecast --baseline
    seasonal_naive` and `--baseline ar`) while the GPUs train;
 2. a few timed training steps of every variant of `configs/ecg_8k_gpu.yaml` (VARIANTS: the config
-   itself, the decoder-style objective and a stronger time stretch, for a training part of only
-   75,600 samples) to size each
+   itself, trained decoder-style, the former forecast-token objective, and patches of 64) to size each
    run: max_steps (and with it the cosine schedule) is set so that training fills `--minutes` with
    the variants sharing the GPUs, but never past the config's max_steps;
 3. `fit` of every variant at once, with `--seeds` seeds each (default 1), spread over the GPUs
@@ -47,17 +46,17 @@ ECG_CSV = Path("examples/ecg_mitbih208_360hz.csv")
 CONFIG = Path("configs/ecg_8k_gpu.yaml")
 HORIZONS = (96, 192, 336, 720)
 LOOKBACKS = (512, 2048, 8192)
-STRETCH = ["--model.init_args.time_stretch", "1.0"]  # slowed down by up to 2x instead of 1.5x
-# decoder-style training: causal attention, every context token forecasts the horizon after it
-# (as configs/ecg_8k_cpu.yaml does; BENCHMARKS.md, "Time series: ECG")
-DECODER = ["--model.init_args.forecast.every_token", "true", "--model.init_args.transformer.causal", "true"]
-# name -> overrides of configs/ecg_8k_gpu.yaml; the first is the config as shipped, then the decoder
-# objective and the closest alternative of runs 4 and 5; the smoke run trains the first two
+# the objective of runs 1 to 5: forecast tokens after a bidirectional context, one forecast per
+# window, whole-window statistics (BENCHMARKS.md, "Time series: ECG")
+FORECAST_TOKENS = ["--model.init_args.forecast.every_token", "false", "--model.init_args.forecast.stats_fraction", "1.0",
+                   "--model.init_args.transformer.causal", "false", "--model.init_args.transformer.max_seq_len", "640"]
+# name -> overrides of configs/ecg_8k_gpu.yaml; the first is the config as shipped (decoder-style),
+# then the former objective and the config with patches of 64 (as configs/ecg_8k_cpu.yaml); the
+# smoke run trains the first two
 VARIANTS: dict[str, list[str]] = {
     "config": [],
-    "decoder": DECODER,
-    "stretch-1.0": STRETCH,
-    "decoder-stretch-1.0": [*DECODER, *STRETCH],
+    "forecast-tokens": FORECAST_TOKENS,
+    "patch-64": ["--model.init_args.forecast.patch_len", "64"],
 }
 
 

@@ -53,8 +53,13 @@ class ForecastConfig:
             trained to forecast the `horizon` samples that follow its patch, so one window
             teaches T forecasts instead of one; the forecast of a series comes from its last
             context token, and no forecast tokens are appended. The window's instance statistics
-            are shared by all its tokens. False: one forecast per window, from forecast tokens
+            are shared by all its tokens (see stats_fraction). False: one forecast per window, from forecast tokens
             after the context.
+        stats_fraction: Instance statistics come from the first `stats_fraction` of each window
+            (at least one patch); 1: the whole window. every_token models need less than 1: a
+            token's targets follow its patch, inside the window for all but the last token, so
+            whole-window statistics would tell early tokens about their own future. Only tokens
+            whose patch ends at or after the statistics' part are trained (`trained_tokens`).
     """
 
     patch_len: int = 16
@@ -65,6 +70,7 @@ class ForecastConfig:
     quantiles: list[float] = dataclasses.field(default_factory=list)
     norm_eps: float = 1e-5
     every_token: bool = False
+    stats_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         self.quantiles = [float(q) for q in self.quantiles]
@@ -75,6 +81,12 @@ class ForecastConfig:
             raise ValueError(f"context ({self.context}) must hold at least one patch of {self.patch_len} samples.")
         if any(not 0.0 < q < 1.0 for q in self.quantiles) or sorted(set(self.quantiles)) != self.quantiles:
             raise ValueError(f"quantiles must be increasing, distinct and in (0, 1), got {self.quantiles}.")
+        if not 0.0 < self.stats_fraction <= 1.0:
+            raise ValueError(f"stats_fraction must be in (0, 1], got {self.stats_fraction}.")
+        if self.every_token and self.stats_fraction == 1.0:
+            raise ValueError("every_token trains each token on the samples after its patch, which whole-window "
+                             "statistics would reveal to it: set forecast.stats_fraction below 1 (0.25 keeps the "
+                             "last three quarters of every window's tokens trained).")
 
     @property
     def context_tokens(self) -> int:
@@ -87,6 +99,17 @@ class ForecastConfig:
     @property
     def channels_per_token(self) -> int:
         return 1 if self.channel_independent else self.n_channels
+
+    def stats_samples(self, length: int) -> int:
+        """How many leading samples of a window of `length` give its instance statistics."""
+        return min(length, max(self.patch_len, int(self.stats_fraction * length)))
+
+    def trained_tokens(self, length: int) -> int:
+        """every_token models: the index of the first token trained in a window of `length`
+        samples, the first whose patch ends at or after the statistics' part (patches align to
+        the window's end: token t of T ends at sample length - (T - 1 - t) * patch_len)."""
+        T = math.ceil(length / self.patch_len)
+        return T - 1 - (length - self.stats_samples(length)) // self.patch_len
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -109,11 +132,13 @@ class InstanceStats:
         return y_BCX * self.scale_BC1 + self.mean_BC1
 
 
-def instance_normalize(x_BCL: torch.Tensor, eps: float = 1e-5) -> tuple[torch.Tensor, InstanceStats]:
-    """(x - mean) / sqrt(var + eps) per window and channel, in float32, with the statistics."""
+def instance_normalize(x_BCL: torch.Tensor, eps: float = 1e-5, samples: Optional[int] = None) -> tuple[torch.Tensor, InstanceStats]:
+    """(x - mean) / sqrt(var + eps) per window and channel, in float32, with the statistics (of
+    the first `samples` samples when given, else of the whole window)."""
     x_BCL = x_BCL.float()
-    mean_BC1 = x_BCL.mean(dim=-1, keepdim=True)
-    scale_BC1 = torch.sqrt(x_BCL.var(dim=-1, keepdim=True, unbiased=False) + eps)
+    part_BCS = x_BCL if samples is None else x_BCL[..., :samples]
+    mean_BC1 = part_BCS.mean(dim=-1, keepdim=True)
+    scale_BC1 = torch.sqrt(part_BCS.var(dim=-1, keepdim=True, unbiased=False) + eps)
     return (x_BCL - mean_BC1) / scale_BC1, InstanceStats(mean_BC1, scale_BC1)
 
 
@@ -198,7 +223,7 @@ class TimeSeriesTransformer(TransformerTrunk):
         self.check_input(context_BCL)
         cfg = self.forecast_config
         B, C, L = context_BCL.shape
-        x_BCL, stats = instance_normalize(context_BCL, cfg.norm_eps)
+        x_BCL, stats = instance_normalize(context_BCL, cfg.norm_eps, cfg.stats_samples(L))
         x_SGL = x_BCL.reshape(B * C, 1, L) if cfg.channel_independent else x_BCL
         values_STW, observed_STW = patchify(x_SGL, cfg.patch_len)
         tokens_STE = self.embed(torch.cat([values_STW, observed_STW], dim=-1))

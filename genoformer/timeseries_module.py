@@ -142,8 +142,9 @@ class TimeSeriesForecaster(FusedAdamWModule):
             context_BCL = context_BCL[..., -cfg.context :]
         target_BCH = target_BCH.float()
         if cfg.every_token and self.training:  # every context token learns to forecast what follows it
-            out_BCTHK1 = self.model.token_forecasts(context_BCL)
-            targets_BCTH = token_targets(context_BCL, target_BCH, cfg.patch_len)
+            first = cfg.trained_tokens(context_BCL.shape[-1])  # the tokens after the statistics' part
+            out_BCTHK1 = self.model.token_forecasts(context_BCL)[:, :, first:]
+            targets_BCTH = token_targets(context_BCL, target_BCH, cfg.patch_len)[:, :, first:]
             loss = F.mse_loss(out_BCTHK1[..., 0], targets_BCTH)
             if out_BCTHK1.shape[-1] > 1:
                 loss = loss + pinball_loss(out_BCTHK1[..., 1:], targets_BCTH, self.model.quantile_levels_K)

@@ -48,6 +48,9 @@ def test_instance_normalization_round_trip():
     assert torch.allclose(z_BCL.mean(-1), torch.zeros(3, 2), atol=1e-5)
     assert torch.allclose(z_BCL.std(-1, unbiased=False), torch.ones(3, 2), atol=1e-3)
     assert torch.allclose(stats.undo(z_BCL).double(), x_BCL, atol=1e-4)
+    z_BCL, stats = instance_normalize(x_BCL, samples=10)  # the statistics of the first 10 samples
+    assert torch.allclose(z_BCL[..., :10].mean(-1), torch.zeros(3, 2), atol=1e-5)
+    assert torch.allclose(stats.undo(z_BCL).double(), x_BCL, atol=1e-4)
     constant = torch.full((1, 1, 10), 3.0)
     z_const, stats_const = instance_normalize(constant)
     assert torch.isfinite(z_const).all() and torch.allclose(stats_const.undo(z_const), constant)
@@ -291,6 +294,18 @@ def test_time_stretch_slows_a_window_around_the_forecast_origin():
                              ForecastConfig(patch_len=8, context=100, horizon=20), time_stretch=-0.1)
 
 
+@pytest.mark.parametrize("length", [8, 13, 50, 100])
+def test_trained_tokens_start_at_the_first_patch_ending_after_the_statistics(length):
+    cfg = ForecastConfig(patch_len=8, context=100, horizon=20, stats_fraction=0.25)
+    stats, first = cfg.stats_samples(length), cfg.trained_tokens(length)
+    assert stats == min(length, max(8, length // 4))
+    T = -(-length // 8)
+    ends = [length - (T - 1 - t) * 8 for t in range(T)]
+    assert ends[first] >= stats and (first == 0 or ends[first - 1] < stats)
+    with pytest.raises(ValueError, match="stats_fraction"):
+        ForecastConfig(stats_fraction=0.0)
+
+
 def test_token_targets_are_the_samples_after_each_patch():
     context = torch.arange(10.0).view(1, 1, 10)  # patches of 4 aligned to the end: [-2, 2), [2, 6), [6, 10)
     target = torch.arange(10.0, 13.0).view(1, 1, 3)
@@ -301,8 +316,11 @@ def test_token_targets_are_the_samples_after_each_patch():
 @pytest.mark.parametrize("channel_independent", [True, False])
 def test_every_token_forecasts_come_from_the_last_token_and_see_only_the_past(channel_independent):
     with pytest.raises(ValueError, match="causal"):
-        tiny_forecaster(every_token=True)
-    model = tiny_forecaster(every_token=True, causal=True, n_channels=2, channel_independent=channel_independent).model
+        tiny_forecaster(every_token=True, stats_fraction=0.25)
+    with pytest.raises(ValueError, match="stats_fraction below 1"):
+        tiny_forecaster(every_token=True, causal=True)
+    model = tiny_forecaster(every_token=True, causal=True, stats_fraction=0.25, n_channels=2,
+                            channel_independent=channel_independent).model
     model.eval()
     series = torch.randn(3, 2, 96)
     with torch.no_grad():
@@ -310,26 +328,31 @@ def test_every_token_forecasts_come_from_the_last_token_and_see_only_the_past(ch
         point, quantiles = model(series)
         assert tokens.shape == (3, 2, 12, 20, 4) and point.shape == (3, 2, 20) and quantiles.shape == (3, 2, 20, 3)
         assert torch.equal(point, tokens[:, :, -1, :, 0]) and torch.equal(quantiles, tokens[:, :, -1, :, 1:])
-        # swapping the last two patches keeps the window's statistics: the tokens before them must not change
-        swapped = series.clone()
-        swapped[..., 80:88], swapped[..., 88:96] = series[..., 88:96], series[..., 80:88]
-        again = model.token_forecasts(swapped)
-        torch.testing.assert_close(again[:, :, :10], tokens[:, :, :10])
-        assert not torch.allclose(again[:, :, -1], tokens[:, :, -1])
+        # statistics from the first 24 samples: a token trained on what follows it (from token 2 on,
+        # the first to end at or after sample 24) must not see any of it
+        first = model.forecast_config.trained_tokens(96)
+        assert first == 2
+        for t in range(first, 11):
+            changed = series.clone()
+            changed[..., (t + 1) * 8 :] += 5 * torch.randn_like(changed[..., (t + 1) * 8 :])
+            again = model.token_forecasts(changed)
+            torch.testing.assert_close(again[:, :, : t + 1], tokens[:, :, : t + 1])
+            assert not torch.allclose(again[:, :, -1], tokens[:, :, -1])
 
 
-def test_every_token_training_step_trains_every_token():
+def test_every_token_training_step_trains_every_token_after_the_statistics():
     from genoformer.timeseries_module import TimeSeriesForecaster
 
     module = TimeSeriesForecaster(
         TransformerConfig(d_model=32, n_layers=1, n_heads=4, max_seq_len=64, causal=True),
-        ForecastConfig(patch_len=8, context=64, horizon=16, every_token=True),
+        ForecastConfig(patch_len=8, context=64, horizon=16, every_token=True, stats_fraction=0.25),
     )
     context, target = torch.randn(4, 1, 64), torch.randn(4, 1, 16)
     module.train()
     values = module.losses(context, target)
-    tokens = module.model.token_forecasts(context)[..., 0]
-    expected = torch.nn.functional.mse_loss(tokens, token_targets(context, target, 8))
+    # statistics from the first 16 samples; tokens 1..7 end at or after them and are trained
+    tokens = module.model.token_forecasts(context)[:, :, 1:, :, 0]
+    expected = torch.nn.functional.mse_loss(tokens, token_targets(context, target, 8)[:, :, 1:])
     torch.testing.assert_close(values["loss"], expected)
     values["loss"].backward()
     assert module.model.head.weight.grad.abs().sum() > 0
