@@ -501,10 +501,11 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.block_size, ctx.causal, ctx.scale = block_size, causal, scale
 
 
-def _backward(ctx, do, dlse):
-    # lse is an internal output: nothing downstream differentiates it
+def _backward(ctx, do, dlse, bwd=_bwd_op):
+    # lse is an internal output: nothing downstream differentiates it. The custom op's autograd
+    # (traced by torch.compile, where torch.compiler.is_compiling() is False inside AOT autograd's
+    # backward) must call the backward op; the eager Function calls the implementation directly.
     q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, cu_seqlens = ctx.saved_tensors
-    bwd = _bwd_op if torch.compiler.is_compiling() else _bwd_impl
     dq, dk, dv = bwd(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices,
                      ctx.block_size, ctx.causal, ctx.scale, cu_seqlens)
     return dq, dk, dv, None, None, None, None, None, None, None, None, None
@@ -532,7 +533,7 @@ class _EagerAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, do, dlse):
-        return _backward(ctx, do, dlse)
+        return _backward(ctx, do, dlse, bwd=_bwd_impl)
 
 
 # --------------------------------------------------------------------------------------------

@@ -303,6 +303,28 @@ def test_launcher_checks_its_inputs():
         flash_fwd(q, q, q, None, counts, counts[..., None], 16, False, 0.1)
 
 
+def _compile_backend(graphs: list):
+    """Inductor on a GPU; on a CPU, AOT autograd keeping the traced forward and backward graphs in
+    `graphs` (the interpreter runs them eagerly)."""
+    if DEVICE.type == "cuda":
+        return "inductor"
+    from torch._dynamo.backends.common import aot_autograd
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    return aot_autograd(fw_compiler=keep, bw_compiler=keep)
+
+
+def _assert_custom_ops_traced(graphs: list) -> None:
+    """Both passes went through the custom ops: a kernel launched while tracing fails on a GPU
+    (fake tensors have no data), which an eager CPU run would not show."""
+    if DEVICE.type != "cuda":
+        code = "\n".join(str(gm.graph) for gm in graphs)
+        assert "genoformer.triton_flash_fwd" in code and "genoformer.triton_flash_bwd" in code, code
+
+
 def test_torch_compile_captures_one_graph_packed(attn):
     """Packed documents through the custom ops compile with fullgraph=True, forward and backward."""
     q, k, v, dout = (t.to(torch.float16) for t in _inputs(2, 2, 1, 48, 48, 16, torch.float16, seed=6))
@@ -311,12 +333,13 @@ def test_torch_compile_captures_one_graph_packed(attn):
     def f(q, k, v):
         return dispatch.attention(q, k, v, causal=True, cu_seqlens=cu_seqlens, backend="triton") * 2
 
-    backend = "inductor" if DEVICE.type == "cuda" else "aot_eager"
-    compiled = torch.compile(f, fullgraph=True, backend=backend)
+    graphs = []
+    compiled = torch.compile(f, fullgraph=True, backend=_compile_backend(graphs))
     eager = attn.run_with_grads(f, q, k, v, dout)
     got = attn.run_with_grads(compiled, q, k, v, dout)
     for name, value in got.tensors().items():
         torch.testing.assert_close(value, eager.tensors()[name], atol=0, rtol=0, msg=name)
+    _assert_custom_ops_traced(graphs)
 
 
 def test_torch_compile_captures_one_graph(attn):
@@ -328,12 +351,13 @@ def test_torch_compile_captures_one_graph(attn):
     def f(q, k, v):
         return triton_attention(q, k, v, causal=True, layout=layout) * 2
 
-    backend = "inductor" if DEVICE.type == "cuda" else "aot_eager"
-    compiled = torch.compile(f, fullgraph=True, backend=backend)
+    graphs = []
+    compiled = torch.compile(f, fullgraph=True, backend=_compile_backend(graphs))
     eager = attn.run_with_grads(f, q, k, v, dout)
     got = attn.run_with_grads(compiled, q, k, v, dout)
     for name, value in got.tensors().items():
         torch.testing.assert_close(value, eager.tensors()[name], atol=0, rtol=0, msg=name)
+    _assert_custom_ops_traced(graphs)
 
 
 # ----------------------------------------------------------------------------- GPU sweep
