@@ -15,6 +15,10 @@ attends key j iff the layout allows block (i // bs, j // bs) for h, j <= i when 
 j < kv_lens[b] when given, and i, j lie in one document when cu_seqlens packs several documents
 per row.  A row with no allowed key outputs 0 and passes back zero gradient.
 
+Long lists: a layout row or column much longer than the mean (BigBird's global block) is split
+into chunks walked by several programs, whose partials small kernels add in a fixed order
+(``SplitPlan``, ``split_plan``); deterministic like the rest.
+
 Legend: q (B, H, Lq, D); k, v (B, HKV, Lk, D); H % HKV == 0 (GQA, query head h reads kv head
 h // (H // HKV)); lse, delta (B, H, Lq) fp32; layout CSR lists: kv_counts (H_l, Mb) and kv_indices
 (H_l, Mb, W) per query block, q_counts (H_l, Nb) and q_indices (H_l, Nb, W') per key block;
@@ -42,8 +46,13 @@ from triton.runtime.interpreter import InterpretedFunction
 
 from genoformer.kernels import triton_flash_configs as configs
 from genoformer.kernels.documents import document_bounds
-from genoformer.kernels.triton_flash_bwd import bwd_dkdv_kernel, bwd_dq_kernel, bwd_preprocess_kernel
-from genoformer.kernels.triton_flash_fwd import LOG2E, SCAN, attn_fwd_kernel
+from genoformer.kernels.triton_flash_bwd import (
+    bwd_dkdv_kernel,
+    bwd_dq_kernel,
+    bwd_preprocess_kernel,
+    split_sum_kernel,
+)
+from genoformer.kernels.triton_flash_fwd import LOG2E, SCAN, attn_fwd_kernel, fwd_merge_kernel
 
 if TYPE_CHECKING:
     from genoformer.kernels.layout import BlockLayout
@@ -260,14 +269,14 @@ def _without_tma(candidates: tuple, ready: bool) -> tuple:
 
 
 _ORDERS = WeakIdKeyDictionary()  # counts tensor (by identity) -> its launch order
-_DUMMIES: dict[torch.device, torch.Tensor] = {}
+_DUMMIES: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
 
 
-def _dummy(device: torch.device) -> torch.Tensor:
-    """One int32 element, never read: the argument of an absent CSR list or document table."""
-    if device not in _DUMMIES:
-        _DUMMIES[device] = torch.zeros(1, dtype=torch.int32, device=device)
-    return _DUMMIES[device]
+def _dummy(device: torch.device, dtype: torch.dtype = torch.int32) -> torch.Tensor:
+    """One element, never read: the argument of an absent CSR list, document table or partial buffer."""
+    if (device, dtype) not in _DUMMIES:
+        _DUMMIES[device, dtype] = torch.zeros(1, dtype=dtype, device=device)
+    return _DUMMIES[device, dtype]
 
 
 def _csr_args(counts: torch.Tensor | None, indices: torch.Tensor | None, like: torch.Tensor):
@@ -287,6 +296,122 @@ def _csr_args(counts: torch.Tensor | None, indices: torch.Tensor | None, like: t
     shared = counts.shape[0] == 1
     return (counts, indices, order, 0 if shared else counts.stride(0),
             0 if shared else indices.stride(0), indices.stride(1), 0 if shared else order.stride(0))
+
+
+# --------------------------------------------------------------------------------------------
+# Split lists: a long CSR list walked by several programs (one chunk each), then summed
+# --------------------------------------------------------------------------------------------
+
+SPLIT_RATIO = 2
+"""A CSR list is split when it holds more than SPLIT_RATIO chunks' worth of layout blocks."""
+SPLIT_MIN_CHUNK = 8
+"""The shortest chunk, in layout blocks (tests lower it to split the lists of tiny layouts)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitPlan:
+    """Which lists of one CSR layout several programs share, and how their partials are summed.
+
+    The rule (``split_plan``): chunk = max(SPLIT_MIN_CHUNK, ceil(mean list length)) layout blocks;
+    a list longer than SPLIT_RATIO * chunk is cut into ceil(count / chunk) equal contiguous chunks.
+    Dense, causal and window layouts have no list over twice the mean, so they are never split;
+    BigBird's global row and column are (128 blocks against a mean of about 13 at 16k tokens).
+
+    P plan heads: 1 for a shared layout, else one per program head (a kv head for dK/dV, whose
+    lists are the longest of its query heads', a query head for dQ).
+    items (P, I, 4) int32: the programs' work in launch order, (row, first entry, end entry,
+        slot): the chunks of split lists first (longest list first, its chunks in order), then
+        the whole lists by descending count (slot -1: written straight to the output).  A head
+        with fewer items than I ends with empty items whose slot is the last, never summed.
+    sums (P, S, 3) int32: per split list, (row, first slot, chunks), its chunks' slots
+        consecutive; a head with fewer split lists than S ends with (0, 0, 0) (nothing written).
+    slots: partial slots per head, the never-summed one included when a head has empty items.
+    """
+
+    items: torch.Tensor
+    sums: torch.Tensor
+    slots: int
+
+
+def split_plan(counts_HR: torch.Tensor, group: int, min_chunk: int) -> SplitPlan | None:
+    """The plan for CSR counts (H_l, R) (CPU) read by programs that each take `group` query heads'
+    lists (dK/dV: H // HKV; dQ and the forward: 1); None when no list is long."""
+    H_l, R = counts_HR.shape
+    counts_PR = counts_HR.long()
+    if H_l > 1 and group > 1:  # one program walks the lists of its kv head's query heads
+        counts_PR = counts_PR.view(H_l // group, group, R).amax(1)
+    chunk = max(min_chunk, math.ceil(counts_PR.float().mean().item()))
+    if not bool((counts_PR > SPLIT_RATIO * chunk).any()):
+        return None
+    items_P, sums_P, slots = [], [], 0
+    for counts_R in counts_PR.tolist():
+        order = sorted(range(R), key=lambda r: -counts_R[r])  # stable: ties keep the row order
+        chunked, whole, sums = [], [], []
+        for r in order:
+            n = counts_R[r]
+            if n > SPLIT_RATIO * chunk:
+                pieces = math.ceil(n / chunk)
+                step = math.ceil(n / pieces)
+                sums.append((r, len(chunked), pieces))
+                chunked += [(r, lo, min(lo + step, n), len(chunked) + j) for j, lo in enumerate(range(0, n, step))]
+            else:
+                whole.append((r, 0, n, -1))
+        items_P.append(chunked + whole)
+        sums_P.append(sums)
+        slots = max(slots, len(chunked))  # one slot per chunk
+    width = max(len(items) for items in items_P)
+    if any(len(items) < width for items in items_P):
+        slots += 1  # the slot of empty items, never summed
+    items_PI4 = torch.tensor([items + [(0, 0, 0, slots - 1)] * (width - len(items)) for items in items_P],
+                             dtype=torch.int32)
+    longest = max(len(sums) for sums in sums_P)
+    sums_PS3 = torch.tensor([sums + [(0, 0, 0)] * (longest - len(sums)) for sums in sums_P], dtype=torch.int32)
+    return SplitPlan(items_PI4, sums_PS3, slots)
+
+
+_PLANS = WeakIdKeyDictionary()  # counts tensor (by identity) -> {(group, min_chunk): SplitPlan | None}
+
+
+def _split_plan(counts: torch.Tensor, group: int) -> SplitPlan | None:
+    """``split_plan`` of a layout's CSR counts, on their device; built once per layout and device
+    (layouts cache their CSR tensors), like the launch orders."""
+    plans = _PLANS.setdefault(counts, {})
+    key = (group, SPLIT_MIN_CHUNK)
+    if key not in plans:
+        plan = split_plan(counts.cpu(), group, SPLIT_MIN_CHUNK)
+        if plan is not None:
+            plan = SplitPlan(plan.items.to(counts.device), plan.sums.to(counts.device), plan.slots)
+        plans[key] = plan
+    return plans[key]
+
+
+def _plan_items(plan: SplitPlan | None, order: torch.Tensor, sord_h: int) -> tuple[torch.Tensor, int]:
+    """What the kernels' ORDER argument gets: the plan's items and their head stride (0: shared),
+    or without a plan the launch order and its stride."""
+    if plan is None:
+        return order, sord_h
+    return plan.items, 0 if plan.items.shape[0] == 1 else plan.items.stride(0)
+
+
+def _partials(plan: SplitPlan | None, batch: int, heads: int, block_size: int, head_dim: int,
+              like: torch.Tensor, count: int) -> list[torch.Tensor]:
+    """`count` fp32 partial buffers (B, heads, slots, bs, D) of a split plan (dummies without one)."""
+    if plan is None:
+        return [_dummy(like.device, torch.float32)] * count
+    return [torch.empty((batch, heads, plan.slots, block_size, head_dim), dtype=torch.float32, device=like.device)
+            for _ in range(count)]
+
+
+def _split_sum(plan: SplitPlan, part: torch.Tensor, out: torch.Tensor, scale: float, block_size: int,
+               align8: bool) -> None:
+    """out's rows of the plan's split lists: scale times the sum of their chunks' partials."""
+    B, HO, L, D = out.shape
+    block = configs.split_sum_block(block_size)
+    split_sum_kernel[(B * HO, plan.sums.shape[1] * (block_size // block))](
+        part, out, plan.sums, part.stride(1), part.stride(2), out.stride(0), out.stride(1), out.stride(2),
+        0 if plan.sums.shape[0] == 1 else plan.sums.stride(0), HO, L, scale, block_size,
+        D=D, D_TILE=configs.tile_dim(D), BLOCK=block, ALIGN8=align8,
+    )
 
 
 def _doc_args(cu_seqlens: torch.Tensor | None, batch: int, seq_len: int, like: torch.Tensor):
@@ -352,21 +477,35 @@ def flash_fwd(
     doc_start, doc_end = _doc_args(cu_seqlens, B, Lq, q)
     d_tile = configs.tile_dim(D)  # the kernels mask the head-dim padding D..d_tile
     align8 = _align8(D, q, k, v)
+    # long query-block rows (BigBird's global block) are walked in chunks by several programs
+    plan = _split_plan(kv_counts, 1) if sparse else None
+    items, sitems_h = _plan_items(plan, order, sord_h)
+    (po,) = _partials(plan, B, H, block_size, D, q, 1)
+    pm, pl = _partials(plan, B, H, block_size, 1, q, 2)  # the running max and sum, (B, H, slots, bs, 1)
 
     def run(cfg: configs.FwdConfig) -> None:
-        tiles = kv_counts.shape[1] * (block_size // cfg.block_m) if sparse else triton.cdiv(Lq, cfg.block_m)
+        units = items.shape[1] if sparse else 0  # layout rows or plan items
+        tiles = units * (block_size // cfg.block_m) if sparse else triton.cdiv(Lq, cfg.block_m)
         doc_order = _doc_order(doc_start, doc_end, cfg.block_m, causal, keys=False) if docs and not sparse else cnt
         attn_fwd_kernel[(B * H, tiles)](
-            q, k, v, o, lse, lens, cnt, idx, order, doc_start, doc_end, doc_order,
+            q, k, v, o, lse, po, pm, pl, lens, cnt, idx, items, doc_start, doc_end, doc_order,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
-            scnt_h, sidx_h, sidx_m, sord_h,
+            po.stride(1) if plan else 0, po.stride(2) if plan else 0, pm.stride(1) if plan else 0,
+            pm.stride(2) if plan else 0, scnt_h, sidx_h, sidx_m, sitems_h,
             H, H // HKV, Lq, Lk, scale * LOG2E, block_size if sparse else 1,
             D=D, D_TILE=d_tile, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal, SPARSE=sparse,
             HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8, HAS_DOCS=docs,
-            TMA=cfg.tma, RESCALE_TAU=cfg.rescale_tau,
+            TMA=cfg.tma, RESCALE_TAU=cfg.rescale_tau, SPLIT=plan is not None,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
+        if plan is not None:
+            block = configs.split_sum_block(block_size)
+            fwd_merge_kernel[(B * H, plan.sums.shape[1] * (block_size // block))](
+                po, pm, pl, o, lse, plan.sums, po.stride(1), po.stride(2), pm.stride(1), pm.stride(2),
+                o.stride(0), o.stride(1), o.stride(2), 0 if plan.sums.shape[0] == 1 else plan.sums.stride(0),
+                H, Lq, block_size, D=D, D_TILE=d_tile, BLOCK=block, ALIGN8=align8,
+            )
 
     tma = _tma_ready(q, k, v)
     cands = _without_tma(fwd_candidates(q.device, D, block_size if sparse else None), tma)
@@ -413,40 +552,56 @@ def flash_bwd(
     qk_scale = scale * LOG2E
     docs = cu_seqlens is not None
     doc_start, doc_end = _doc_args(cu_seqlens, B, Lq, q)
+    # long key-block columns (BigBird's global block) are walked in chunks by several programs
+    key_plan = _split_plan(q_counts, H // HKV) if sparse else None
+    key_items, skey_items_h = _plan_items(key_plan, qorder, sqord_h)
+    pdk, pdv = _partials(key_plan, B, HKV, bs, D, q, 2)
+    # and so are long query-block rows (BigBird's global block again)
+    query_plan = _split_plan(kv_counts, 1) if sparse else None
+    query_items, squery_items_h = _plan_items(query_plan, korder, skord_h)
+    (pdq,) = _partials(query_plan, B, H, bs, D, q, 1)
 
     def run(cfg: configs.BwdConfig) -> None:
         # a layout block ragged at Lq may list query tiles past Lq: keep the row masks then
         even_q = Lq % (block_size if sparse else cfg.block_m1) == 0
-        key_tiles = q_counts.shape[1] * (bs // cfg.block_n1) if sparse else triton.cdiv(Lk, cfg.block_n1)
+        key_units = key_items.shape[1] if sparse else 0  # layout columns or plan items
+        key_tiles = key_units * (bs // cfg.block_n1) if sparse else triton.cdiv(Lk, cfg.block_n1)
         key_order = _doc_order(doc_start, doc_end, cfg.block_n1, causal, keys=True) if docs and not sparse else qcnt
         grid = (key_tiles, B * HKV) if cfg.heads_outer else (B * HKV, key_tiles)
         bwd_dkdv_kernel[grid](
-            q, k, v, do, dk, dv, lse, delta, lens, qcnt, qidx, qorder, doc_start, doc_end, key_order,
+            q, k, v, do, dk, dv, pdk, pdv, lse, delta, lens, qcnt, qidx, key_items, doc_start, doc_end, key_order,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2),
             dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
-            sqcnt_h, sqidx_h, sqidx_n, sqord_h,
+            pdk.stride(1) if key_plan else 0, pdk.stride(2) if key_plan else 0,
+            sqcnt_h, sqidx_h, sqidx_n, skey_items_h,
             H, HKV, H // HKV, Lq, Lk, qk_scale, scale, bs,
             D=D, D_TILE=d_tile, BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1, CAUSAL=causal, SPARSE=sparse,
             HAS_KV_LENS=kv_lens is not None, EVEN_Q=even_q, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8,
-            HAS_DOCS=docs, TMA=cfg.tma, HEADS_OUTER=cfg.heads_outer,
+            HAS_DOCS=docs, TMA=cfg.tma, HEADS_OUTER=cfg.heads_outer, SPLIT=key_plan is not None,
             num_warps=cfg.warps1, num_stages=cfg.stages1,
         )
-        query_tiles = kv_counts.shape[1] * (bs // cfg.block_m2) if sparse else triton.cdiv(Lq, cfg.block_m2)
+        if key_plan is not None:
+            _split_sum(key_plan, pdk, dk, scale, bs, align8)
+            _split_sum(key_plan, pdv, dv, 1.0, bs, align8)
+        query_units = query_items.shape[1] if sparse else 0  # layout rows or plan items
+        query_tiles = query_units * (bs // cfg.block_m2) if sparse else triton.cdiv(Lq, cfg.block_m2)
         query_order = _doc_order(doc_start, doc_end, cfg.block_m2, causal, keys=False) if docs and not sparse else kcnt
         grid = (query_tiles, B * H) if cfg.heads_outer else (B * H, query_tiles)
         bwd_dq_kernel[grid](
-            q, k, v, do, dq, lse, delta, lens, kcnt, kidx, korder, doc_start, doc_end, query_order,
+            q, k, v, do, dq, pdq, lse, delta, lens, kcnt, kidx, query_items, doc_start, doc_end, query_order,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2),
-            dq.stride(0), dq.stride(1), dq.stride(2),
-            skcnt_h, skidx_h, skidx_m, skord_h,
+            dq.stride(0), dq.stride(1), dq.stride(2), pdq.stride(1) if query_plan else 0,
+            pdq.stride(2) if query_plan else 0, skcnt_h, skidx_h, skidx_m, squery_items_h,
             H, H // HKV, Lq, Lk, qk_scale, scale, bs,
             D=D, D_TILE=d_tile, BLOCK_M2=cfg.block_m2, BLOCK_N2=cfg.block_n2, CAUSAL=causal, SPARSE=sparse,
             HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8, HAS_DOCS=docs,
-            TMA=cfg.tma, HEADS_OUTER=cfg.heads_outer,
+            TMA=cfg.tma, HEADS_OUTER=cfg.heads_outer, SPLIT=query_plan is not None,
             num_warps=cfg.warps2, num_stages=cfg.stages2,
         )
+        if query_plan is not None:
+            _split_sum(query_plan, pdq, dq, scale, bs, align8)
 
     tma = _tma_ready(q, k, v, do)
     cands = _without_tma(bwd_candidates(q.device, D, block_size if sparse else None), tma)

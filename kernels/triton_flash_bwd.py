@@ -8,6 +8,12 @@ Three launches, in reading order:
      result does not depend on scheduling.
   3. ``bwd_dq_kernel``: one program per (batch, query head, query tile); dQ in registers while it
      walks the same key tiles as the forward (``row_tile_range``).
+Split lists (SPLIT; the launcher's ``SplitPlan``): a layout column or row far longer than the
+others (BigBird's global block, attended by every query block) would keep one program running
+long after the rest; its list is cut into contiguous chunks, each walked by its own program
+(launched first), which writes an fp32 partial dK, dV or dQ to a scratch slot, and
+  4. ``split_sum_kernel`` adds each split list's partials in slot order and writes the gradient:
+     the sums, like everything else here, do not depend on scheduling.
 
 Legend (D head dim, D_TILE the tiles' padded width), base-2 scores, the lse convention and the
 packed documents (HAS_DOCS, DOC_START / DOC_END): see ``triton_flash_fwd.py``.  The padding
@@ -23,6 +29,7 @@ import triton
 import triton.language as tl
 
 from genoformer.kernels.triton_flash_fwd import (
+    clamp_ranges,
     doc_span,
     head_ptr,
     load_tile,
@@ -30,6 +37,7 @@ from genoformer.kernels.triton_flash_fwd import (
     order_ranges,
     query_rows,
     row_tile_range,
+    split_item,
     store_tile,
     stream_tile,
     tile_ptrs,
@@ -38,6 +46,14 @@ from genoformer.kernels.triton_flash_fwd import (
     tiles_ending_by,
     tiles_starting_before,
 )
+
+
+@triton.jit
+def store_scaled(OUT, b, sout_b, h, sout_h, offs, sout_l, value, scale, rows_ok, offs_d,
+                 D: tl.constexpr, D_TILE: tl.constexpr, ALIGN8: tl.constexpr):
+    """Store scale * value in OUT's dtype at the rows offs of OUT[b, h] (a gradient's tile)."""
+    ptrs = tile_ptrs(head_ptr(OUT, b, sout_b, h, sout_h, ALIGN8), offs, sout_l, offs_d, ALIGN8)
+    store_tile(ptrs, (value * scale).to(OUT.dtype.element_ty), rows_ok, offs_d, D, D_TILE)
 
 
 @triton.jit
@@ -106,27 +122,37 @@ def _dkdv_steps(
 
 @triton.jit
 def bwd_dkdv_kernel(
-    Q, K, V, DO, DK, DV, LSE, DELTA, KV_LENS, CNT, IDX, ORDER, DOC_START, DOC_END, DOC_ORDER,
+    Q, K, V, DO, DK, DV, PDK, PDV, LSE, DELTA, KV_LENS, CNT, IDX, ORDER, DOC_START, DOC_END, DOC_ORDER,
     sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, sdo_b, sdo_h, sdo_l,
-    sdk_b, sdk_h, sdk_l, sdv_b, sdv_h, sdv_l,
+    sdk_b, sdk_h, sdk_l, sdv_b, sdv_h, sdv_l, spart_bh, spart_s,
     scnt_h, sidx_h, sidx_n, sord_h,
     H, HKV, GROUP, Lq, Lk, qk_scale, sm_scale, bs,
     D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
     CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, EVEN_Q: tl.constexpr,
     SCAN_: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr,
-    TMA: tl.constexpr, HEADS_OUTER: tl.constexpr,
+    TMA: tl.constexpr, HEADS_OUTER: tl.constexpr, SPLIT: tl.constexpr,
 ):
     # grid: (B * HKV, key tiles), or (key tiles, B * HKV) when HEADS_OUTER; the longest columns
     # launched first: dense causal, key tile 0, or with documents the tiles in DOC_ORDER
     # (B, tiles) (by descending span); sparse, the layout columns in ORDER (by descending count,
-    # taken from the group's first query head), each as bs // BLOCK_N1 tiles
+    # taken from the group's first query head), each as bs // BLOCK_N1 tiles.
+    # SPLIT (sparse only): ORDER holds the split plan's items (P, I, 4) instead, sord_h its head
+    # stride: a program walks the entries [e_lo, e_hi) of its column's lists, and a chunk of a
+    # split column (slot >= 0) writes its unscaled fp32 dK, dV to slot `slot` of PDK, PDV
+    # (B, HKV, slots, bs, D) (strides spart_bh, spart_s, D), summed later by ``split_sum_kernel``
     bhk = tl.program_id(1 if HEADS_OUTER else 0)
     tile = tl.program_id(0 if HEADS_OUTER else 1)
     b = bhk // HKV
     hk = bhk % HKV
+    e_lo = 0
+    e_hi = 0
+    slot = 0
     if SPARSE:
         tiles_per_col = bs // BLOCK_N1
-        col = tl.load(ORDER + hk * GROUP * sord_h + tile // tiles_per_col)
+        if SPLIT:
+            col, e_lo, e_hi, slot = split_item(ORDER, hk, sord_h, tile // tiles_per_col)
+        else:
+            col = tl.load(ORDER + hk * GROUP * sord_h + tile // tiles_per_col)
         start_n = col * bs + (tile % tiles_per_col) * BLOCK_N1
     elif HAS_DOCS:
         start_n = tl.load(DOC_ORDER + b * tl.num_programs(0 if HEADS_OUTER else 1) + tile) * BLOCK_N1
@@ -206,6 +232,8 @@ def bwd_dkdv_kernel(
             t_lo = t_end
             t_mid = t_end
             t_full = t_end
+        if SPLIT:  # this program's chunk of the list
+            t_lo, t_mid, t_full, t_end = clamp_ranges(t_lo, t_mid, t_full, t_end, e_lo * TPB, e_hi * TPB)
         dk, dv = _dkdv_steps(dk, dv, k, v, q_src, do_src, lse_base, delta_base, sq_l, sdo_l,
                              idx_ptr, bs, TPB, t_lo, t_mid, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
                              BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, True, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS, TMA)
@@ -217,11 +245,18 @@ def bwd_dkdv_kernel(
                                  idx_ptr, bs, TPB, t_full, t_end, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
                                  BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, True, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS, TMA)
 
-    dk = dk * sm_scale
-    store_tile(tile_ptrs(head_ptr(DK, b, sdk_b, hk, sdk_h, ALIGN8), offs_n, sdk_l, offs_d, ALIGN8),
-               dk.to(DK.dtype.element_ty), k_row_ok, offs_d, D, D_TILE)
-    store_tile(tile_ptrs(head_ptr(DV, b, sdv_b, hk, sdv_h, ALIGN8), offs_n, sdv_l, offs_d, ALIGN8),
-               dv.to(DV.dtype.element_ty), k_row_ok, offs_d, D, D_TILE)
+    if SPLIT:
+        if slot >= 0:  # a chunk of a split column: its partial sums, in fp32
+            offs_r = offs_n - col * bs  # the rows of this tile within its layout block
+            part = bhk.to(tl.int64) * spart_bh + slot.to(tl.int64) * spart_s
+            store_tile(tile_ptrs(PDK + part, offs_r, D, offs_d, False), dk, k_row_ok, offs_d, D, D_TILE)
+            store_tile(tile_ptrs(PDV + part, offs_r, D, offs_d, False), dv, k_row_ok, offs_d, D, D_TILE)
+        else:
+            store_scaled(DK, b, sdk_b, hk, sdk_h, offs_n, sdk_l, dk, sm_scale, k_row_ok, offs_d, D, D_TILE, ALIGN8)
+            store_scaled(DV, b, sdv_b, hk, sdv_h, offs_n, sdv_l, dv, 1.0, k_row_ok, offs_d, D, D_TILE, ALIGN8)
+    else:
+        store_scaled(DK, b, sdk_b, hk, sdk_h, offs_n, sdk_l, dk, sm_scale, k_row_ok, offs_d, D, D_TILE, ALIGN8)
+        store_scaled(DV, b, sdv_b, hk, sdv_h, offs_n, sdv_l, dv, 1.0, k_row_ok, offs_d, D, D_TILE, ALIGN8)
 
 
 @triton.jit
@@ -258,26 +293,34 @@ def _dq_steps(
 
 @triton.jit
 def bwd_dq_kernel(
-    Q, K, V, DO, DQ, LSE, DELTA, KV_LENS, CNT, IDX, ORDER, DOC_START, DOC_END, DOC_ORDER,
+    Q, K, V, DO, DQ, PDQ, LSE, DELTA, KV_LENS, CNT, IDX, ORDER, DOC_START, DOC_END, DOC_ORDER,
     sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, sdo_b, sdo_h, sdo_l, sdq_b, sdq_h, sdq_l,
-    scnt_h, sidx_h, sidx_m, sord_h,
+    spart_bh, spart_s, scnt_h, sidx_h, sidx_m, sord_h,
     H, GROUP, Lq, Lk, qk_scale, sm_scale, bs,
     D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
     CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, SCAN_: tl.constexpr,
     DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr, TMA: tl.constexpr,
-    HEADS_OUTER: tl.constexpr,
+    HEADS_OUTER: tl.constexpr, SPLIT: tl.constexpr,
 ):
     # grid: (B * H, query tiles), or (query tiles, B * H) when HEADS_OUTER; the longest rows
-    # launched first (as in the forward)
+    # launched first (as in the forward).  SPLIT: as in ``bwd_dkdv_kernel``, ORDER holds the
+    # split plan's items and a chunk of a split row writes its unscaled fp32 dQ to PDQ
+    # (B, H, slots, bs, D)
     bh = tl.program_id(1 if HEADS_OUTER else 0)
     tile = tl.program_id(0 if HEADS_OUTER else 1)
     b = bh // H
     h = bh % H
     hk = h // GROUP
     row = 0  # the layout row of this tile (SPARSE only)
+    e_lo = 0
+    e_hi = 0
+    slot = 0
     if SPARSE:
         tiles_per_row = bs // BLOCK_M2
-        row = tl.load(ORDER + h * sord_h + tile // tiles_per_row)
+        if SPLIT:
+            row, e_lo, e_hi, slot = split_item(ORDER, h, sord_h, tile // tiles_per_row)
+        else:
+            row = tl.load(ORDER + h * sord_h + tile // tiles_per_row)
         start_m = row * bs + (tile % tiles_per_row) * BLOCK_M2
     elif HAS_DOCS:
         start_m = tl.load(DOC_ORDER + b * tl.num_programs(0 if HEADS_OUTER else 1) + tile) * BLOCK_M2
@@ -306,6 +349,8 @@ def bwd_dq_kernel(
     t_lo, t_first, t_full, t_end = row_tile_range(start_m, kv_end, count, idx_ptr, bs, TPB,
                                                   DOC_START, DOC_END, doc_base, Lq,
                                                   BLOCK_M2, BLOCK_N2, CAUSAL, SPARSE, HAS_DOCS, SCAN_)
+    if SPLIT:  # this program's chunk of the list
+        t_lo, t_first, t_full, t_end = clamp_ranges(t_lo, t_first, t_full, t_end, e_lo * TPB, e_hi * TPB)
     dq = tl.zeros([BLOCK_M2, D_TILE], dtype=tl.float32)
     if HAS_DOCS:  # the start of the documents' span
         dq = _dq_steps(dq, q, do, lse, delta, k_src, v_src, sk_l, sv_l, idx_ptr, bs, TPB, t_lo, t_first,
@@ -317,6 +362,41 @@ def bwd_dq_kernel(
     dq = _dq_steps(dq, q, do, lse, delta, k_src, v_src, sk_l, sv_l, idx_ptr, bs, TPB, t_full, t_end,
                    offs_m, kv_end, qk_scale, doc_lo, doc_hi,
                    BLOCK_N2, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS, TMA)
-    dq = dq * sm_scale
-    store_tile(tile_ptrs(head_ptr(DQ, b, sdq_b, h, sdq_h, ALIGN8), offs_m, sdq_l, offs_d, ALIGN8),
-               dq.to(DQ.dtype.element_ty), row_ok, offs_d, D, D_TILE)
+    if SPLIT:
+        if slot >= 0:  # a chunk of a split row: its partial sum, in fp32
+            part = bh.to(tl.int64) * spart_bh + slot.to(tl.int64) * spart_s
+            store_tile(tile_ptrs(PDQ + part, offs_m - row * bs, D, offs_d, False), dq, row_ok, offs_d, D, D_TILE)
+        else:
+            store_scaled(DQ, b, sdq_b, h, sdq_h, offs_m, sdq_l, dq, sm_scale, row_ok, offs_d, D, D_TILE, ALIGN8)
+    else:
+        store_scaled(DQ, b, sdq_b, h, sdq_h, offs_m, sdq_l, dq, sm_scale, row_ok, offs_d, D, D_TILE, ALIGN8)
+
+
+@triton.jit
+def split_sum_kernel(
+    PART, OUT, SUMS, spart_bh, spart_s, sout_b, sout_h, sout_l, ssum_h, HO, L, scale, bs,
+    D: tl.constexpr, D_TILE: tl.constexpr, BLOCK: tl.constexpr, ALIGN8: tl.constexpr,
+):
+    # grid: (B * HO, split rows * (bs // BLOCK)), HO the heads of OUT (kv heads for dK, dV; query
+    # heads for dQ).  out[b, h, row * bs + r] = scale * sum of the row's chunks' partials, added in
+    # slot order (the same order on every run: deterministic); SUMS (P, S, 3) lists each head's
+    # split rows as (row, first slot, chunks), ssum_h its head stride (0: shared); an entry with
+    # no chunk (a head with fewer split rows) writes nothing
+    bh = tl.program_id(0)
+    b = bh // HO
+    h = bh % HO
+    tiles = bs // BLOCK
+    entry = SUMS + h * ssum_h + (tl.program_id(1) // tiles) * 3
+    row = tl.load(entry)
+    first = tl.load(entry + 1)
+    chunks = tl.load(entry + 2)
+    offs_r = (tl.program_id(1) % tiles) * BLOCK + tl.arange(0, BLOCK)  # rows within the layout block
+    offs_l = row * bs + offs_r
+    offs_d = tl.arange(0, D_TILE)
+    rows_ok = offs_l < tl.where(chunks > 0, L, 0)
+    part = PART + bh.to(tl.int64) * spart_bh
+    acc = tl.zeros([BLOCK, D_TILE], dtype=tl.float32)  # stays in registers
+    for c in range(chunks):
+        slot = (first + c).to(tl.int64)
+        acc += load_tile(tile_ptrs(part + slot * spart_s, offs_r, D, offs_d, False), rows_ok, offs_d, D, D_TILE, True)
+    store_scaled(OUT, b, sout_b, h, sout_h, offs_l, sout_l, acc, scale, rows_ok, offs_d, D, D_TILE, ALIGN8)

@@ -198,6 +198,16 @@ def fit_bwd(config: BwdConfig, block_size: int | None) -> BwdConfig:
     )
 
 
+SPLIT_SUM_BLOCK = 64
+"""Rows per program of ``split_sum_kernel`` (at most; a divisor of the layout block): it only adds
+a few fp32 tiles, default warps and no pipelining."""
+
+
+def split_sum_block(block_size: int) -> int:
+    """The rows per program of ``split_sum_kernel`` for a layout's block size."""
+    return _largest_dividing(SPLIT_SUM_BLOCK, block_size)
+
+
 def all_configs() -> list[tuple[Generation, int, FwdConfig | BwdConfig]]:
     """Every (generation, tile width, configuration) that the launcher can pick."""
     out: list[tuple[Generation, int, FwdConfig | BwdConfig]] = []

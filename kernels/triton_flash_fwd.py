@@ -28,6 +28,11 @@ Which tiles a query tile visits (dense, causal or block-sparse) is decided once 
 [t_full, t_end) hold the causal diagonal, the key-padding edge or the ragged tail and are masked;
 tiles past t_end (above the diagonal, beyond kv_lens[b], or absent from the layout) are skipped.
 
+Split rows (SPLIT, block-sparse only): a layout row listed in the launcher's ``SplitPlan`` as far
+longer than the others is walked by several programs, each over one contiguous chunk of its list
+(split-KV); each writes its unnormalised (acc, m, l) to scratch slots and ``fwd_merge_kernel``
+combines them in slot order with a log-sum-exp merge, writing o and lse.
+
 Packed documents (HAS_DOCS; see ``genoformer.kernels.documents``): DOC_START / DOC_END (B, L)
 int32 give each token's document span [start, end) within its row, non-decreasing along the row.
 A query tile's rows together see the keys [start(first row), end(last row)), and every row sees
@@ -103,6 +108,20 @@ def store_tile(ptrs, value, rows_ok, offs_d, D: tl.constexpr, D_TILE: tl.constex
         tl.store(ptrs, value, mask=rows_ok[:, None] & (offs_d[None, :] < D))
     else:
         tl.store(ptrs, value, mask=rows_ok[:, None])
+
+
+@triton.jit
+def store_rows(O, LSE, acc, l_i, m_i, b, h, bh, so_b, so_h, so_l, offs_m, row_ok, offs_d, Lq,
+               D: tl.constexpr, D_TILE: tl.constexpr, ALIGN8: tl.constexpr):
+    """Normalise and store finished query rows: o = acc / l in O's dtype and lse = m + log2(l);
+    a row with no allowed key (l == 0) gets o = 0 and lse = +inf."""
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    o = acc / l_safe[:, None]
+    lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
+    o_ptrs = tile_ptrs(head_ptr(O, b, so_b, h, so_h, ALIGN8), offs_m, so_l, offs_d, ALIGN8)
+    store_tile(o_ptrs, o.to(O.dtype.element_ty), row_ok, offs_d, D, D_TILE)
+    tl.store(LSE + bh.to(tl.int64) * Lq + offs_m, lse, mask=row_ok)
 
 
 @triton.jit
@@ -208,6 +227,23 @@ def order_ranges(t_lo, t_first, t_full, t_end):
     t_first = tl.minimum(tl.maximum(t_first, t_lo), t_end)
     t_full = tl.minimum(tl.maximum(t_full, t_first), t_end)
     return t_lo, t_first, t_full, t_end
+
+
+@triton.jit
+def split_item(ITEMS, head, sitems_h, item):
+    """(row, first entry, end entry, slot) of one item of a split plan (``triton_flash.SplitPlan``)."""
+    ptr = ITEMS + head * sitems_h + item * 4
+    return tl.load(ptr), tl.load(ptr + 1), tl.load(ptr + 2), tl.load(ptr + 3)
+
+
+@triton.jit
+def clamp_ranges(t_lo, t_mid, t_full, t_end, c_lo, c_hi):
+    """The ordered tile bounds cut to the chunk [c_lo, c_hi): each range keeps its tiles inside it."""
+    t_lo = tl.minimum(tl.maximum(t_lo, c_lo), c_hi)
+    t_mid = tl.minimum(tl.maximum(t_mid, c_lo), c_hi)
+    t_full = tl.minimum(tl.maximum(t_full, c_lo), c_hi)
+    t_end = tl.minimum(tl.maximum(t_end, c_lo), c_hi)
+    return t_lo, t_mid, t_full, t_end
 
 
 @triton.jit
@@ -352,27 +388,39 @@ def _fwd_steps(
 
 @triton.jit
 def attn_fwd_kernel(
-    Q, K, V, O, LSE, KV_LENS, CNT, IDX, ORDER, DOC_START, DOC_END, DOC_ORDER,
+    Q, K, V, O, LSE, PO, PM, PL, KV_LENS, CNT, IDX, ORDER, DOC_START, DOC_END, DOC_ORDER,
     sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, so_b, so_h, so_l,
-    scnt_h, sidx_h, sidx_m, sord_h,
+    spart_bh, spart_s, sml_bh, sml_s, scnt_h, sidx_h, sidx_m, sord_h,
     H, GROUP, Lq, Lk, qk_scale, bs,
     D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, SCAN_: tl.constexpr,
     DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr, TMA: tl.constexpr,
-    RESCALE_TAU: tl.constexpr,
+    RESCALE_TAU: tl.constexpr, SPLIT: tl.constexpr,
 ):
     # grid: (B * H, query tiles), the longest rows launched first: dense, the last tiles (the
     # longest causal rows), or with documents the tiles in DOC_ORDER (B, tiles) (by descending
     # span); sparse, the layout rows in ORDER (by descending count), each as bs // BLOCK_M
-    # tiles, so that a long row (a global block) does not finish last
+    # tiles, so that a long row (a global block) does not finish last.
+    # SPLIT (sparse only; split-KV): ORDER holds the split plan's items (P, I, 4) (row, first
+    # entry, end entry, slot; ``triton_flash.SplitPlan``), sord_h its head stride; a program walks
+    # the entries [e_lo, e_hi) of its row's list, and a chunk of a split row (slot >= 0) writes
+    # its unnormalised acc to PO (B, H, slots, bs, D) (strides spart_bh, spart_s, D) and its
+    # running max and sum to PM, PL (B, H, slots, bs) (strides sml_bh, sml_s, 1), merged later by
+    # ``fwd_merge_kernel``
     bh = tl.program_id(0)
     b = bh // H
     h = bh % H
     hk = h // GROUP
     row = 0  # the layout row of this tile (SPARSE only)
+    e_lo = 0
+    e_hi = 0
+    slot = 0
     if SPARSE:
         tiles_per_row = bs // BLOCK_M
-        row = tl.load(ORDER + h * sord_h + tl.program_id(1) // tiles_per_row)
+        if SPLIT:
+            row, e_lo, e_hi, slot = split_item(ORDER, h, sord_h, tl.program_id(1) // tiles_per_row)
+        else:
+            row = tl.load(ORDER + h * sord_h + tl.program_id(1) // tiles_per_row)
         start_m = row * bs + (tl.program_id(1) % tiles_per_row) * BLOCK_M
     elif HAS_DOCS:
         start_m = tl.load(DOC_ORDER + b * tl.num_programs(1) + tl.program_id(1)) * BLOCK_M
@@ -397,6 +445,8 @@ def attn_fwd_kernel(
     t_lo, t_first, t_full, t_end = row_tile_range(start_m, kv_end, count, idx_ptr, bs, TPB,
                                                   DOC_START, DOC_END, doc_base, Lq,
                                                   BLOCK_M, BLOCK_N, CAUSAL, SPARSE, HAS_DOCS, SCAN_)
+    if SPLIT:  # this program's chunk of the list
+        t_lo, t_first, t_full, t_end = clamp_ranges(t_lo, t_first, t_full, t_end, e_lo * TPB, e_hi * TPB)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running max of s2
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum of exp2(s2 - m)
@@ -417,10 +467,53 @@ def attn_fwd_kernel(
                                BLOCK_N, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS,
                                TMA, RESCALE_TAU)
 
-    empty = l_i == 0.0  # rows with no allowed key: output 0, lse +inf
-    l_safe = tl.where(empty, 1.0, l_i)
-    o = acc / l_safe[:, None]
-    lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
-    o_ptrs = tile_ptrs(head_ptr(O, b, so_b, h, so_h, ALIGN8), offs_m, so_l, offs_d, ALIGN8)
-    store_tile(o_ptrs, o.to(O.dtype.element_ty), row_ok, offs_d, D, D_TILE)
-    tl.store(LSE + bh.to(tl.int64) * Lq + offs_m, lse, mask=row_ok)
+    if SPLIT:
+        if slot >= 0:  # a chunk of a split row: its unnormalised state, in fp32
+            offs_r = offs_m - row * bs  # the rows of this tile within its layout block
+            part = bh.to(tl.int64) * spart_bh + slot.to(tl.int64) * spart_s
+            store_tile(tile_ptrs(PO + part, offs_r, D, offs_d, False), acc, row_ok, offs_d, D, D_TILE)
+            ml = bh.to(tl.int64) * sml_bh + slot.to(tl.int64) * sml_s + offs_r
+            tl.store(PM + ml, m_i, mask=row_ok)
+            tl.store(PL + ml, l_i, mask=row_ok)
+        else:
+            store_rows(O, LSE, acc, l_i, m_i, b, h, bh, so_b, so_h, so_l, offs_m, row_ok, offs_d, Lq, D, D_TILE, ALIGN8)
+    else:
+        store_rows(O, LSE, acc, l_i, m_i, b, h, bh, so_b, so_h, so_l, offs_m, row_ok, offs_d, Lq, D, D_TILE, ALIGN8)
+
+
+@triton.jit
+def fwd_merge_kernel(
+    PO, PM, PL, O, LSE, SUMS, spart_bh, spart_s, sml_bh, sml_s, so_b, so_h, so_l, ssum_h, H, Lq, bs,
+    D: tl.constexpr, D_TILE: tl.constexpr, BLOCK: tl.constexpr, ALIGN8: tl.constexpr,
+):
+    # grid: (B * H, split rows * (bs // BLOCK)).  Merges the chunks of a split row (SUMS (P, S, 3):
+    # row, first slot, chunks; an entry with no chunk writes nothing), in slot order: with
+    # m = max_c m_c and w_c = exp2(m_c - m), o = sum_c w_c acc_c / sum_c w_c l_c and
+    # lse = m + log2(sum_c w_c l_c); a row no chunk saw a key of (l = 0) gets o = 0, lse = +inf
+    bh = tl.program_id(0)
+    b = bh // H
+    h = bh % H
+    tiles = bs // BLOCK
+    entry = SUMS + h * ssum_h + (tl.program_id(1) // tiles) * 3
+    row = tl.load(entry)
+    first = tl.load(entry + 1)
+    chunks = tl.load(entry + 2)
+    offs_r = (tl.program_id(1) % tiles) * BLOCK + tl.arange(0, BLOCK)  # rows within the layout block
+    offs_m = row * bs + offs_r
+    offs_d = tl.arange(0, D_TILE)
+    row_ok = offs_m < tl.where(chunks > 0, Lq, 0)
+    ml = bh.to(tl.int64) * sml_bh + offs_r  # PM and PL share their strides
+    m = tl.full([BLOCK], float("-inf"), dtype=tl.float32)
+    for c in range(chunks):
+        m = tl.maximum(m, tl.load(PM + ml + (first + c).to(tl.int64) * sml_s, mask=row_ok, other=float("-inf")))
+    m_sub = tl.where(m == float("-inf"), 0.0, m)  # a row no chunk saw a key of: its weights are 0
+    l_i = tl.zeros([BLOCK], dtype=tl.float32)
+    acc = tl.zeros([BLOCK, D_TILE], dtype=tl.float32)  # stays in registers
+    part = PO + bh.to(tl.int64) * spart_bh
+    for c in range(chunks):
+        slot = (first + c).to(tl.int64)
+        w = tl.math.exp2(tl.load(PM + ml + slot * sml_s, mask=row_ok, other=float("-inf")) - m_sub)
+        l_i += w * tl.load(PL + ml + slot * sml_s, mask=row_ok, other=0.0)
+        acc += w[:, None] * load_tile(tile_ptrs(part + slot * spart_s, offs_r, D, offs_d, False), row_ok, offs_d,
+                                      D, D_TILE, True)
+    store_rows(O, LSE, acc, l_i, m, b, h, bh, so_b, so_h, so_l, offs_m, row_ok, offs_d, Lq, D, D_TILE, ALIGN8)

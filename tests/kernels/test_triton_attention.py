@@ -275,6 +275,92 @@ def test_backward_is_deterministic(attn):
         assert torch.equal(value, second.tensors()[name]), f"{name} differs between two identical runs"
 
 
+# ----------------------------------------------------------------------------- split lists
+
+
+def _global_window(L, bs):
+    """A window with one global block: its key column and its query row list every block."""
+    return BlockLayout.global_tokens(L, 1, bs) | BlockLayout.sliding_window(L, bs, bs)
+
+
+def _global_in_one_head(L, bs):
+    """Two heads: a window with a global block, and the window alone (whose plan gets padded)."""
+    window_MN = BlockLayout.sliding_window(L, bs, bs).mask[0]
+    global_MN = _global_window(L, bs).mask[0]
+    return BlockLayout.from_block_mask(torch.stack([global_MN, window_MN]), L, block_size=bs)
+
+
+# name -> (B, Hq, Hkv, L, S, D, dtype, kwargs factory), run with SPLIT_MIN_CHUNK = 1 so that the
+# global block's column and row (13 and 12 blocks long here, against a mean of 4) are split
+SPLIT_CPU_CASES = {
+    "global_gqa_ragged": (1, 4, 2, 200, 200, 16, torch.float16, lambda: {"layout": _global_window(200, 16)}),
+    "global_causal_padding": (2, 2, 1, 190, 190, 32, torch.bfloat16,
+                              lambda: {"causal": True, "layout": _global_window(190, 16),
+                                       "kv_lens": torch.tensor([190, 97], device=DEVICE)}),
+    "global_one_head_packed": (1, 2, 2, 192, 192, 16, torch.float16,
+                               lambda: {"layout": _global_in_one_head(192, 16), "cu_seqlens": _cu([[50, 142]])}),
+}
+
+
+@pytest.mark.parametrize("case", list(SPLIT_CPU_CASES))
+def test_split_lists_match_reference(attn, monkeypatch, case):
+    """Long lists walked in chunks by several programs, their partials summed in a fixed order:
+    output and gradients against the float64 reference, and two runs equal bit for bit."""
+    from genoformer.kernels import triton_flash
+
+    monkeypatch.setattr(triton_flash, "SPLIT_MIN_CHUNK", 1)
+    B, Hq, Hkv, L, S, D, dtype, kwargs = SPLIT_CPU_CASES[case]
+    kwargs = kwargs()
+    layout = kwargs["layout"]
+    assert triton_flash._split_plan(layout.q_indices(DEVICE)[0], Hq // Hkv) is not None, "no key column split"
+    assert triton_flash._split_plan(layout.kv_indices(DEVICE)[0], 1) is not None, "no query row split"
+    q, k, v, dout = _inputs(B, Hq, Hkv, L, S, D, dtype, seed=list(SPLIT_CPU_CASES).index(case))
+    _assert_close_to_reference(attn, q, k, v, dout, dtype, **kwargs)
+    low = [t.to(dtype) for t in (q, k, v, dout)]
+    first = attn.run_with_grads(triton_attention, *low, **kwargs)
+    second = attn.run_with_grads(triton_attention, *low, **kwargs)
+    for name, value in first.tensors().items():
+        assert torch.equal(value, second.tensors()[name]), f"{name} differs between two identical runs"
+
+
+def test_split_plan_cuts_only_long_lists():
+    """BigBird at 16k (blocks of 128): the global column's 128 query blocks against a mean of
+    12.75 become 10 chunks of at most 13, launched first; dense, causal, window and strided
+    layouts have no list longer than twice the mean and are never split."""
+    from genoformer.kernels.triton_flash import split_plan
+
+    counts = BlockLayout.bigbird(16384, 512, 1, 2, block_size=128).q_indices()[0]
+    plan = split_plan(counts, 1, 8)
+    assert plan.slots == 10 and plan.sums.tolist() == [[[0, 0, 10]]]
+    items = plan.items[0].tolist()
+    assert items[:10] == [[0, lo, min(lo + 13, 128), slot] for slot, lo in enumerate(range(0, 128, 13))]
+    whole = items[10:]
+    assert sorted(row for row, *_ in whole) == list(range(1, 128))
+    assert all(lo == 0 and hi == counts[0, row] and slot == -1 for row, lo, hi, slot in whole)
+    assert [hi for _, _, hi, _ in whole] == sorted((hi for _, _, hi, _ in whole), reverse=True)
+    for layout in (BlockLayout.dense(4096, block_size=128), BlockLayout.dense(4096, block_size=128).with_causal(),
+                   BlockLayout.sliding_window(16384, 512), BlockLayout.strided(16384, 4)):
+        assert split_plan(layout.q_indices()[0], 1, 8) is None, layout
+        assert split_plan(layout.kv_indices()[0], 1, 8) is None, layout
+
+
+def test_split_plan_pads_heads_with_fewer_items():
+    """A head with no long list gets empty items writing to a slot that is never summed."""
+    from genoformer.kernels.triton_flash import split_plan
+
+    layout = _global_in_one_head(192, 16)  # 12 blocks: head 0's global column lists 12, the others 2 to 4
+    plan = split_plan(layout.q_indices()[0], 1, 1)
+    # head 0: the column of 12 in 3 chunks of ceil(mean 3.67) = 4, the 11 others whole; head 1:
+    # 12 whole columns and 2 empty items, whose slot 3 is never summed
+    assert plan.items.shape == (2, 3 + 11, 4) and plan.slots == 4
+    assert plan.items[0, :3].tolist() == [[0, 0, 4, 0], [0, 4, 8, 1], [0, 8, 12, 2]]
+    assert plan.items[1, 12:].tolist() == [[0, 0, 0, 3]] * 2
+    assert plan.sums.tolist() == [[[0, 0, 3]], [[0, 0, 0]]]
+    # dK/dV programs of a kv head walk its query heads' lists: a group of both heads is split
+    grouped = split_plan(layout.q_indices()[0], 2, 1)
+    assert grouped.items.shape[0] == 1 and grouped.slots == 3
+
+
 def test_unsupported_inputs_say_why():
     q = torch.randn(1, 2, 64, 32, device=DEVICE, dtype=torch.float16)
     assert unsupported_reason(q, q, q, causal=False, layout=None, kv_lens=None) is None
@@ -453,6 +539,25 @@ def _gpu_case(attn, D, dtype, kind):
         shape, kwargs = (1, 4, 4, L, L), {"layout": _layout_with_empty_rows(L, 64, 4, 9), "causal": True}
     q, k, v, dout = _inputs(*shape, D, dtype, seed=D)
     _assert_close_to_reference(attn, q, k, v, dout, dtype, **kwargs)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (real tile sizes, the default chunk rule)")
+@pytest.mark.parametrize("D", (64, 128))
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
+@pytest.mark.parametrize("causal", (False, True), ids=("bidirectional", "causal"))
+def test_gpu_split_lists(attn, D, dtype, causal):
+    """BigBird over 33 blocks of 128 (mean list 8): the global column and row (33 blocks) are split
+    by the default rule; GQA, per-head random blocks, key padding and a ragged last block."""
+    from genoformer.kernels import triton_flash
+
+    L = 4200
+    layout = BlockLayout.bigbird(L, 256, 1, 2, block_size=128, seed=5, num_heads=4)
+    assert triton_flash._split_plan(layout.q_indices(DEVICE)[0], 2) is not None
+    assert triton_flash._split_plan(layout.kv_indices(DEVICE)[0], 1) is not None
+    q, k, v, dout = _inputs(2, 4, 2, L, L, D, dtype, seed=D)
+    _assert_close_to_reference(attn, q, k, v, dout, dtype, layout=layout, causal=causal,
+                               kv_lens=torch.tensor([L, 3000], device=DEVICE))
 
 
 # The sm_90 variants of kernels/triton_flash_configs.py, each forced on its own: conditional

@@ -8,7 +8,11 @@ The arguments carry the divisibility a real launch gives them (``_launch_attrs``
 Triton sees unaligned pointers, pipelines no load through shared memory, and reports a fraction
 of the shared memory the launch needs (64 KB instead of 224 KB for the sm_90 D=128 forward).
 Each kernel is built in its largest variant (causal, block-sparse, key padding, packed documents,
-ragged query tail): the other variants drop code and use no more shared memory.  Dense packed
+ragged query tail, long lists split across programs): the other variants drop code and use no
+more shared memory.  Sparse launches without split lists (``SPLIT=False``, the usual case) are
+built too for the default configurations of ``UNSPLIT_DIMS``, and ``split_sum_kernel`` and
+``fwd_merge_kernel``, which combine the split lists' partials, at every tile width and padded head
+dim on sm_80 and sm_90.  Dense packed
 rows take one branch of their own (the launch order of their tiles, ``DENSE_PACKED``): each
 generation's default configurations of the common head dims, and the sm_90 variants among their
 candidates (TMA, conditional rescaling, the heads-outer grid, which indexes the tile order by
@@ -44,16 +48,21 @@ import pytest
 
 from genoformer.kernels import triton_flash_configs as configs
 
-COMMON = {"CAUSAL": True, "SPARSE": True, "HAS_KV_LENS": True, "HAS_DOCS": True, "DOT_F32": False}
+COMMON = {"CAUSAL": True, "SPARSE": True, "HAS_KV_LENS": True, "HAS_DOCS": True, "DOT_F32": False, "SPLIT": True}
 
 PADDED_DIMS = {32: 24, 64: 40, 128: 96, 256: 160}
 """tile width -> a head dim padded to it, compiled too on the generations in PADDED_GENERATIONS"""
 PADDED_GENERATIONS = ("sm_80", "sm_90")
 
-DENSE_PACKED = {"SPARSE": False, "HAS_KV_LENS": False}
+DENSE_PACKED = {"SPARSE": False, "HAS_KV_LENS": False, "SPLIT": False}
 """constexprs of a dense packed launch, built for the default configs of DENSE_PACKED_DIMS on sm_80, sm_90
 and the sm_90 variants among their candidates"""
 DENSE_PACKED_DIMS = (64, 128)
+
+UNSPLIT = {"SPLIT": False}
+"""constexprs of a sparse launch whose layout has no long list, built for the default configs of UNSPLIT_DIMS
+on sm_80 and sm_90"""
+UNSPLIT_DIMS = (64, 128)
 
 
 def _variant(cfg: configs.FwdConfig | configs.BwdConfig) -> str:
@@ -73,6 +82,9 @@ def _cases() -> list[tuple[str, str, int, str, tuple]]:
               if gen.name in PADDED_GENERATIONS for d in DENSE_PACKED_DIMS
               for candidates in (configs.fwd_candidates, configs.bwd_candidates)
               for i, cfg in enumerate(candidates(gen, d)) if i == 0 or _variant(cfg)]
+    built += [(gen, d, candidates(gen, d)[0], "-unsplit") for gen in configs.GENERATIONS
+              if gen.name in PADDED_GENERATIONS for d in UNSPLIT_DIMS
+              for candidates in (configs.fwd_candidates, configs.bwd_candidates)]
     for gen, d, cfg, packed in built:
         fields = tuple(cfg.__dict__.values())
         suffix = _variant(cfg) + packed
@@ -84,11 +96,14 @@ def _cases() -> list[tuple[str, str, int, str, tuple]]:
                         gen.name, d, "dkdv", fields))
             out.append((f"{gen.name}-d{d}-dq-{cfg.block_m2}x{cfg.block_n2}-w{cfg.warps2}s{cfg.stages2}{suffix}",
                         gen.name, d, "dq", fields))
+    out += [(f"{gen.name}-d{d}-{kind}-{configs.SPLIT_SUM_BLOCK}", gen.name, d, kind, ())
+            for gen in configs.GENERATIONS if gen.name in PADDED_GENERATIONS
+            for d in (*configs.TILE_DIMS, *PADDED_DIMS.values()) for kind in ("splitsum", "fwdmerge")]
     # a dK/dV or dQ half shared by two candidates is compiled once
     return list({case[0]: case for case in out}.values())
 
 
-TENSOR_STRIDES = ("sq", "sk", "sv", "so", "sdo", "sdq", "sdk", "sdv")
+TENSOR_STRIDES = ("sq", "sk", "sv", "so", "sdo", "sdq", "sdk", "sdv", "sout")
 
 
 def _launch_attrs(kernel, signature: dict[str, str], head_dim: int) -> dict:
@@ -107,12 +122,15 @@ def _compile_one(case: tuple) -> dict:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from genoformer.kernels.triton_flash_bwd import bwd_dkdv_kernel, bwd_dq_kernel
-    from genoformer.kernels.triton_flash_fwd import SCAN, attn_fwd_kernel
+    from genoformer.kernels.triton_flash_bwd import bwd_dkdv_kernel, bwd_dq_kernel, split_sum_kernel
+    from genoformer.kernels.triton_flash_fwd import SCAN, attn_fwd_kernel, fwd_merge_kernel
 
     case_id, gen_name, d, kind, fields = case
     gen = next(g for g in configs.GENERATIONS if g.name == gen_name)
-    if kind == "fwd":
+    if kind in ("splitsum", "fwdmerge"):
+        kernel = split_sum_kernel if kind == "splitsum" else fwd_merge_kernel
+        constexprs, warps, stages = {"BLOCK": configs.SPLIT_SUM_BLOCK}, 4, 1
+    elif kind == "fwd":
         cfg = configs.FwdConfig(*fields)
         kernel, constexprs = attn_fwd_kernel, {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
                                                "TMA": cfg.tma, "RESCALE_TAU": cfg.rescale_tau}
@@ -128,20 +146,21 @@ def _compile_one(case: tuple) -> dict:
             kernel, constexprs = bwd_dq_kernel, {"BLOCK_M2": cfg.block_m2, "BLOCK_N2": cfg.block_n2, **variant}
             warps, stages = cfg.warps2, cfg.stages2
     # ALIGN8 is what the launcher sets for contiguous inputs of these head dims
-    packed = DENSE_PACKED if case_id.endswith("-dense-packed") else {}
+    packed = DENSE_PACKED if case_id.endswith("-dense-packed") else UNSPLIT if case_id.endswith("-unsplit") else {}
     constexprs = {"D": d, "D_TILE": configs.tile_dim(d), "ALIGN8": d % 16 == 8, "SCAN_": SCAN, **COMMON, **packed,
                   **constexprs}
+    constexprs = {name: value for name, value in constexprs.items() if name in kernel.arg_names}
     signature = {}
     for name in kernel.arg_names:
         if name in constexprs:
             signature[name] = "constexpr"
-        elif name in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV"):
+        elif name in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV", "OUT"):
             signature[name] = "*bf16"
-        elif name in ("LSE", "DELTA"):
+        elif name in ("LSE", "DELTA", "PDK", "PDV", "PDQ", "PART", "PO", "PM", "PL"):
             signature[name] = "*fp32"
-        elif name in ("KV_LENS", "CNT", "IDX", "ORDER", "DOC_START", "DOC_END", "DOC_ORDER"):
+        elif name in ("KV_LENS", "CNT", "IDX", "ORDER", "DOC_START", "DOC_END", "DOC_ORDER", "SUMS"):
             signature[name] = "*i32"
-        elif name in ("qk_scale", "sm_scale"):
+        elif name in ("qk_scale", "sm_scale", "scale"):
             signature[name] = "fp32"
         else:
             signature[name] = "i32"
