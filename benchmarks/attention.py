@@ -410,6 +410,20 @@ class Timer:
         return statistics.median(once() for _ in range(min(100, max(3, int(self.rep_ms / estimate)))))
 
 
+def median_of_rounds(results: list[dict]) -> dict:
+    """One implementation's {"fwd_ms", "bwd_ms", "error"} from several rounds: the median time of
+    each direction over the rounds that measured it, the first error; with more than one round the
+    rounds' times are kept too (fwd_ms_rounds, bwd_ms_rounds)."""
+    if len(results) == 1:
+        return results[0]
+    merged = {"error": next((r["error"] for r in results if r["error"] is not None), None)}
+    for direction in ("fwd_ms", "bwd_ms"):
+        times = [r[direction] for r in results if r[direction] is not None]
+        merged[direction] = statistics.median(times) if times else None
+        merged[f"{direction}_rounds"] = [r[direction] for r in results]
+    return merged
+
+
 def _error_text(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     text = f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
@@ -425,6 +439,7 @@ class Bench:
         self.dtype = getattr(torch, sweep.dtype)
         self.timer = Timer(self.device, args.warmup_ms, args.rep_ms)
         self.ours_kind = args.ours
+        self.rounds = args.rounds
         self.seed = args.seed
         self.deadline = time.monotonic() + args.budget_s
         self.budget_s = args.budget_s
@@ -641,7 +656,7 @@ class Bench:
             )
         reference = self.reference(case, references, q, k, v, dout)
         record["check"] = self.check(case, ours, "ours", reference, q, k, v, dout)
-        record["ours"] = self.time_impl(f"{case.label} ours", ours, q, k, v, dout)
+        timed, checks = {"ours": ours}, {}
         for key in OTHERS:
             if key not in others:
                 record[key] = None  # not compared on this pattern
@@ -651,8 +666,17 @@ class Bench:
                 check = self.check(case, impl, OTHERS[key], reference, q, k, v, dout)
                 if check["error"] is not None and check["fwd_rel_err"] is None and reference[0] is not None:
                     impl = Impl(None, error=check["error"])  # it failed to run: not timed again
-            record[key] = self.time_impl(f"{case.label} {OTHERS[key]}", impl, q, k, v, dout)
-            record[key]["check"] = check
+            timed[key], checks[key] = impl, check
+        # every implementation once per round, the rounds one after another: a slow spell of the
+        # machine lands in one round of each, not in every timing of one implementation
+        rounds = [
+            {key: self.time_impl(f"{case.label} {OTHERS.get(key, key)}", impl, q, k, v, dout) for key, impl in timed.items()}
+            for _ in range(self.rounds)
+        ]
+        for key in timed:
+            record[key] = median_of_rounds([r[key] for r in rounds])
+            if key != "ours":
+                record[key]["check"] = checks[key]
         del q, k, v, dout
 
     def release(self) -> None:
@@ -727,6 +751,7 @@ def run(args: argparse.Namespace, sweep: Sweep) -> dict:
             "ours": args.ours,
             "warmup_ms": args.warmup_ms,
             "rep_ms": args.rep_ms,
+            "rounds": args.rounds,
         },
         "matmul": bench.matmul_tflops(),
         "memory": bench.peak_memory(),
@@ -1053,6 +1078,9 @@ def render_markdown(results: dict, figure_link: str | None) -> str:
         else f"not measured ({matmul.get('error')})"
     )
     timer = "medians of `triton.testing.do_bench`" if on_cuda else "medians of a perf_counter loop (CPU)"
+    rounds = settings.get("rounds", 1)
+    if rounds > 1:
+        timer += f", then the median over {rounds} rounds in which every implementation ran in turn"
     flex = "`torch.compile(flex_attention)`" if on_cuda else "uncompiled `flex_attention`, forward only (CPU)"
     absent = absent_columns(results)
     lines = [
@@ -1213,7 +1241,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup-ms", type=float, help="do_bench warm-up in ms (default 10; 2 with --tiny)")
     parser.add_argument("--rep-ms", type=float, help="do_bench measuring time in ms (default 40; 10 with --tiny)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="time every implementation of a case this many times, in turns (ours, the others, ours, ...), "
+        "and keep each one's median: a slow spell of a shared machine then moves one round, not one column "
+        "(the 64k custom forward measured 1.19x and 1.02x Flex in two runs of the same code)",
+    )
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.warmup_ms is None:
         args.warmup_ms = 2.0 if args.tiny else 10.0
     if args.rep_ms is None:

@@ -177,6 +177,32 @@ def test_failing_kernel_is_recorded_and_the_run_goes_on(bench, tmp_path, monkeyp
     assert floor["status"] == "NOT MET" and floor["measured"].startswith("no valid measurement")
 
 
+def test_rounds_time_every_implementation_in_turn_and_keep_the_median(bench, monkeypatch):
+    attention_bench, _ = bench
+    order = []
+    real = attention_bench.Bench.time_impl
+
+    def recording(self, what, impl, q, k, v, dout):
+        order.append(what.rsplit(" ", 1)[-1])
+        return real(self, what, impl, q, k, v, dout)
+
+    monkeypatch.setattr(attention_bench.Bench, "time_impl", recording)
+    argv = "--device cpu --tiny --ours torch --head-dims 16 --lengths 256 --patterns custom --warmup-ms 0 --rep-ms 1"
+    results = attention_bench.main([*argv.split(), "--rounds", "3"])
+    assert order == ["ours", "Flex", "FLASH"] * 3  # in turn, not one implementation three times
+    ours = results["cases"][0]["ours"]
+    assert len(ours["fwd_ms_rounds"]) == 3 and ours["fwd_ms"] == sorted(ours["fwd_ms_rounds"])[1]
+    assert results["settings"]["rounds"] == 3
+    assert "median over 3 rounds" in attention_bench.render_markdown(results, None)
+    merged = attention_bench.median_of_rounds([
+        {"fwd_ms": 1.0, "bwd_ms": None, "error": None},
+        {"fwd_ms": 3.0, "bwd_ms": 2.0, "error": "bwd: slow"},
+    ])
+    assert merged["fwd_ms"] == 2.0 and merged["bwd_ms"] == 2.0 and merged["error"] == "bwd: slow"
+    with pytest.raises(SystemExit):
+        attention_bench.parse_args(["--rounds", "0"])
+
+
 def test_time_budget_skips_and_records(bench):
     attention_bench, _ = bench
     results = attention_bench.main(["--device", "cpu", "--tiny", "--ours", "torch", "--budget-s", "0"])
