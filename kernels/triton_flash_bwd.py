@@ -38,6 +38,7 @@ from genoformer.kernels.triton_flash_fwd import (
     query_rows,
     row_tile_range,
     split_item,
+    split_sum_rows,
     store_tile,
     stream_tile,
     tile_ptrs,
@@ -385,15 +386,8 @@ def split_sum_kernel(
     bh = tl.program_id(0)
     b = bh // HO
     h = bh % HO
-    tiles = bs // BLOCK
-    entry = SUMS + h * ssum_h + (tl.program_id(1) // tiles) * 3
-    row = tl.load(entry)
-    first = tl.load(entry + 1)
-    chunks = tl.load(entry + 2)
-    offs_r = (tl.program_id(1) % tiles) * BLOCK + tl.arange(0, BLOCK)  # rows within the layout block
-    offs_l = row * bs + offs_r
+    first, chunks, offs_r, offs_l, rows_ok = split_sum_rows(SUMS, h, ssum_h, bs, L, BLOCK)
     offs_d = tl.arange(0, D_TILE)
-    rows_ok = offs_l < tl.where(chunks > 0, L, 0)
     part = PART + bh.to(tl.int64) * spart_bh
     acc = tl.zeros([BLOCK, D_TILE], dtype=tl.float32)  # stays in registers
     for c in range(chunks):

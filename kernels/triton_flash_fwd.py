@@ -237,6 +237,22 @@ def split_item(ITEMS, head, sitems_h, item):
 
 
 @triton.jit
+def split_sum_rows(SUMS, head, ssum_h, bs, L, BLOCK: tl.constexpr):
+    """The rows of one program of a split list's sum (``split_sum_kernel``, ``fwd_merge_kernel``;
+    grid axis 1: split lists x bs // BLOCK): the list's first slot and chunk count, its rows within
+    the layout block (BLOCK,), their positions in the sequence and which of them to write (none
+    for an entry with no chunk: a head with fewer split lists)."""
+    tiles = bs // BLOCK
+    entry = SUMS + head * ssum_h + (tl.program_id(1) // tiles) * 3
+    row = tl.load(entry)
+    first = tl.load(entry + 1)
+    chunks = tl.load(entry + 2)
+    offs_r = (tl.program_id(1) % tiles) * BLOCK + tl.arange(0, BLOCK)
+    offs_l = row * bs + offs_r
+    return first, chunks, offs_r, offs_l, offs_l < tl.where(chunks > 0, L, 0)
+
+
+@triton.jit
 def clamp_ranges(t_lo, t_mid, t_full, t_end, c_lo, c_hi):
     """The ordered tile bounds cut to the chunk [c_lo, c_hi): each range keeps its tiles inside it."""
     t_lo = tl.minimum(tl.maximum(t_lo, c_lo), c_hi)
@@ -493,15 +509,8 @@ def fwd_merge_kernel(
     bh = tl.program_id(0)
     b = bh // H
     h = bh % H
-    tiles = bs // BLOCK
-    entry = SUMS + h * ssum_h + (tl.program_id(1) // tiles) * 3
-    row = tl.load(entry)
-    first = tl.load(entry + 1)
-    chunks = tl.load(entry + 2)
-    offs_r = (tl.program_id(1) % tiles) * BLOCK + tl.arange(0, BLOCK)  # rows within the layout block
-    offs_m = row * bs + offs_r
+    first, chunks, offs_r, offs_m, row_ok = split_sum_rows(SUMS, h, ssum_h, bs, Lq, BLOCK)
     offs_d = tl.arange(0, D_TILE)
-    row_ok = offs_m < tl.where(chunks > 0, Lq, 0)
     ml = bh.to(tl.int64) * sml_bh + offs_r  # PM and PL share their strides
     m = tl.full([BLOCK], float("-inf"), dtype=tl.float32)
     for c in range(chunks):
