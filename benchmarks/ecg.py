@@ -10,7 +10,8 @@ Steps, all through the real commands (`cli.py ...`):
    360 Hz); the baselines start right away on the CPU (`evaluate_forecast --baseline
    seasonal_naive` and `--baseline ar`) while the GPUs train;
 2. a few timed training steps of every variant of `configs/ecg_8k_gpu.yaml` (VARIANTS: the config
-   itself, trained decoder-style, the former forecast-token objective, and patches of 64) to size each
+   itself, trained decoder-style, the former forecast-token objective, patches of 64 and two
+   regularisations; `--variants` picks some) to size each
    run: max_steps (and with it the cosine schedule) is set so that training fills `--minutes` with
    the variants sharing the GPUs, but never past the config's max_steps;
 3. `fit` of every variant at once, with `--seeds` seeds each (default 1), spread over the GPUs

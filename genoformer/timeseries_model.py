@@ -252,12 +252,14 @@ class TimeSeriesTransformer(TransformerTrunk):
         quantiles_BCHK = out_BCHK1[..., 1:] if K1 > 1 else None
         return point_BCH, quantiles_BCHK
 
-    def token_forecasts(self, context_BCL: torch.Tensor) -> torch.Tensor:
-        """every_token models: each context token's forecast of the `horizon` samples after its
-        patch, (B, C, T, H, 1 + K) float32 in the input's units (point first, then quantiles)."""
+    def token_forecasts(self, context_BCL: torch.Tensor, first: int = 0) -> torch.Tensor:
+        """every_token models: the forecast of the `horizon` samples after its patch of each
+        context token from token `first` on, (B, C, T - first, H, 1 + K) float32 in the input's
+        units (point first, then quantiles); the head runs on those tokens only."""
         cfg = self.forecast_config
         B, C, _ = context_BCL.shape
         hidden_STE, stats = self.hidden(context_BCL)
+        hidden_STE = hidden_STE[:, first:]
         G, T = cfg.channels_per_token, hidden_STE.shape[1]
         out_STX = self.head(hidden_STE).float()  # X = G * H * K1
         out_BCTHK1 = out_STX.view(B, C // G, T, G, cfg.horizon, self.n_outputs).transpose(2, 3).reshape(

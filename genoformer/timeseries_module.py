@@ -143,7 +143,7 @@ class TimeSeriesForecaster(FusedAdamWModule):
         target_BCH = target_BCH.float()
         if cfg.every_token and self.training:  # every context token learns to forecast what follows it
             first = cfg.trained_tokens(context_BCL.shape[-1])  # the tokens after the statistics' part
-            out_BCTHK1 = self.model.token_forecasts(context_BCL)[:, :, first:]
+            out_BCTHK1 = self.model.token_forecasts(context_BCL, first)
             targets_BCTH = token_targets(context_BCL, target_BCH, cfg.patch_len)[:, :, first:]
             loss = F.mse_loss(out_BCTHK1[..., 0], targets_BCTH)
             if out_BCTHK1.shape[-1] > 1:
