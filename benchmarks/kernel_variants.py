@@ -16,6 +16,8 @@ from these numbers. Two diagnostics of the block-sparse path follow:
 One run, from the repository root (about 2 minutes on an H200, most of it compiling):
 
     python -m benchmarks.kernel_variants --out OUT
+    python -m benchmarks.kernel_variants --out OUT --only custom-128 sliding_window-64 \
+        --extra fwd:128:128,64,4,3 bwd:128:64,128,8,2,128,64,8,2   # some cases, candidates beside the table's
     TRITON_INTERPRET=1 python -m benchmarks.kernel_variants --smoke --out /tmp/v   # CPU smoke run
 
 It writes OUT/kernel_variants.json and OUT/kernel_variants.md and prints the table last.
@@ -63,6 +65,11 @@ class Case:
     def heads(self, width: int) -> int:
         return width // self.head_dim
 
+    @property
+    def key(self) -> str:
+        """What --only matches: the pattern's first word and the head dim, e.g. custom-128."""
+        return f"{self.name.split()[0]}-{self.head_dim}"
+
 
 def _window(window: int, bs: int) -> Callable[[int], BlockLayout]:
     return lambda L: BlockLayout.sliding_window(L, window, bs)
@@ -84,6 +91,7 @@ def gpu_cases() -> list[Case]:
         Case("causal", 128, 16384, True, lambda L: None),
         Case("causal", 64, 16384, True, lambda L: None),
         Case("sliding_window ±1024", 128, 16384, False, _window(1024, 128)),
+        Case("sliding_window ±1024", 64, 16384, False, _window(1024, 128)),
         Case("bigbird", 128, 16384, False, _bigbird(512, 128)),
     ]
 
@@ -95,17 +103,38 @@ def smoke_cases() -> list[Case]:
     ]
 
 
-def candidates(device: torch.device, head_dim: int, block_size: int | None) -> tuple[list, list]:
-    """(forward, backward) candidates: the launcher's table on a GPU; on the CPU smoke run the
-    interpreter configuration and its variants that the interpreter can run."""
+def parse_extra(spec: str) -> tuple[str, int, configs.FwdConfig | configs.BwdConfig]:
+    """`fwd:D:block_m,block_n,warps,stages` or `bwd:D:m1,n1,warps1,stages1,m2,n2,warps2,stages2`
+    -> (pass, head dim, configuration): a plain candidate to time beside the table's."""
+    try:
+        kind, head_dim, fields = spec.split(":")
+        values = [int(v) for v in fields.split(",")]
+        config = {"fwd": configs.FwdConfig, "bwd": configs.BwdConfig}[kind](*values)
+        return kind, int(head_dim), config
+    except (ValueError, KeyError, TypeError) as error:
+        raise argparse.ArgumentTypeError(
+            f"--extra {spec!r}: expected fwd:D:block_m,block_n,warps,stages or "
+            f"bwd:D:m1,n1,warps1,stages1,m2,n2,warps2,stages2 ({error})") from None
+
+
+def candidates(device: torch.device, head_dim: int, block_size: int | None,
+               extra: tuple[tuple[str, int, object], ...] = ()) -> tuple[list, list]:
+    """(forward, backward) candidates: the launcher's table on a GPU, then the `extra` ones of this
+    head dim (fitted to the block size); on the CPU smoke run the interpreter configuration and
+    its variants that the interpreter can run, then the extra ones."""
     if device.type == "cuda":
-        return list(tf.fwd_candidates(device, head_dim, block_size)), list(
-            tf.bwd_candidates(device, head_dim, block_size)
-        )
-    fwd, bwd = configs.INTERPRETER_FWD, configs.INTERPRETER_BWD
-    fwds = [fwd, dataclasses.replace(fwd, rescale_tau=8.0)]
-    bwds = [bwd, dataclasses.replace(bwd, heads_outer=True)]
-    return [configs.fit_fwd(c, block_size) for c in fwds], [configs.fit_bwd(c, block_size) for c in bwds]
+        fwds, bwds = list(tf.fwd_candidates(device, head_dim, block_size)), list(
+            tf.bwd_candidates(device, head_dim, block_size))
+    else:
+        fwd, bwd = configs.INTERPRETER_FWD, configs.INTERPRETER_BWD
+        fwds = [configs.fit_fwd(c, block_size) for c in (fwd, dataclasses.replace(fwd, rescale_tau=8.0))]
+        bwds = [configs.fit_bwd(c, block_size) for c in (bwd, dataclasses.replace(bwd, heads_outer=True))]
+    for kind, dim, config in extra:
+        if dim == head_dim and kind == "fwd":
+            fwds.append(configs.fit_fwd(config, block_size))
+        elif dim == head_dim:
+            bwds.append(configs.fit_bwd(config, block_size))
+    return list(dict.fromkeys(fwds)), list(dict.fromkeys(bwds))
 
 
 class Timer:
@@ -135,13 +164,14 @@ def _rel_err(got: torch.Tensor, expected: torch.Tensor) -> float:
 
 def _config_text(cfg) -> str:
     fields = dataclasses.asdict(cfg)
-    plain = [str(v) for k, v in fields.items() if k not in ("tma", "rescale_tau", "heads_outer")]
-    extra = [k if v is True else f"{k}={v:g}" for k, v in fields.items()
-             if k in ("tma", "rescale_tau", "heads_outer") and v]
+    variants = ("tma", "rescale_tau", "heads_outer", "dq_stream")
+    plain = [str(v) for k, v in fields.items() if k not in variants]
+    extra = [k if v is True else f"{k}={v:g}" for k, v in fields.items() if k in variants and v]
     return "(" + ", ".join(plain) + ")" + ("".join(f" +{e}" for e in extra))
 
 
-def measure_case(case: Case, device: torch.device, dtype: torch.dtype, width: int, timer: Timer) -> dict:
+def measure_case(case: Case, device: torch.device, dtype: torch.dtype, width: int, timer: Timer,
+                 extra: tuple[tuple[str, int, object], ...] = ()) -> dict:
     """Forward and backward times of every candidate on one case."""
     H, L, D = case.heads(width), case.seq_len, case.head_dim
     layout = case.layout(L)
@@ -154,7 +184,7 @@ def measure_case(case: Case, device: torch.device, dtype: torch.dtype, width: in
         qcnt, qidx = layout.q_indices(device)
     scale = D**-0.5
     flops = 4 * allowed_pairs(layout, case.causal, L, H) * D
-    fwd_cands, bwd_cands = candidates(device, D, bs or None)
+    fwd_cands, bwd_cands = candidates(device, D, bs or None, extra)
     record = {"case": case.name, "head_dim": D, "seq_len": L, "heads": H, "causal": case.causal,
               "block_size": bs or None, "fwd_flops": flops, "fwd": [], "bwd": []}
     reference = None
@@ -330,6 +360,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, required=True, help="write kernel_variants.json and .md here")
     parser.add_argument("--smoke", action="store_true",
                         help="tiny shapes on the CPU under Triton's interpreter (set TRITON_INTERPRET=1)")
+    parser.add_argument("--only", nargs="+", metavar="PATTERN-D",
+                        help="run only these cases, by the pattern's first word and head dim (custom-128, "
+                             "sliding_window-64, causal-128, bigbird-128, ...)")
+    parser.add_argument("--extra", nargs="+", type=parse_extra, default=[], metavar="SPEC",
+                        help="plain candidates to time beside the table's: fwd:D:block_m,block_n,warps,stages or "
+                             "bwd:D:m1,n1,warps1,stages1,m2,n2,warps2,stages2")
     args = parser.parse_args(argv)
     device = torch.device("cpu" if args.smoke else "cuda")
     if args.smoke and not tf.INTERPRETED:
@@ -343,14 +379,21 @@ def main(argv: list[str] | None = None) -> dict:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float16
     width = 2048 if device.type == "cuda" else 64
     results = {"environment": describe_environment(device), "command": command_line(), "cases": []}
-    for case in gpu_cases() if device.type == "cuda" else smoke_cases():
-        results["cases"].append(measure_case(case, device, dtype, width, timer))
+    cases = gpu_cases() if device.type == "cuda" else smoke_cases()
+    if args.only:
+        unknown = set(args.only) - {case.key for case in cases}
+        if unknown:
+            sys.exit(f"--only: no case {sorted(unknown)}; the cases are {[case.key for case in cases]}")
+        cases = [case for case in cases if case.key in args.only]
+    for case in cases:
+        results["cases"].append(measure_case(case, device, dtype, width, timer, tuple(args.extra)))
         results["wall_s"] = time.monotonic() - started
         _write(results, args.out)  # kept current, so that a killed run still leaves its numbers
         print(f"[{results['wall_s']:5.0f}s] {case.name} D={case.head_dim} done", flush=True)
     if device.type == "cuda":
         results["sparse_overhead"] = sparse_overhead(device, dtype, 16384, 128, 16, 128, timer)
-        results["backward_breakdown"] = backward_breakdown(device, dtype, gpu_cases()[2], width)
+        window = next(case for case in gpu_cases() if case.key == "sliding_window-128")
+        results["backward_breakdown"] = backward_breakdown(device, dtype, window, width)
     else:
         results["sparse_overhead"] = sparse_overhead(device, dtype, 64, 32, 2, 32, timer)
     results["wall_s"] = time.monotonic() - started

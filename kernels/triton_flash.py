@@ -31,6 +31,7 @@ module is imported (slow; for tests at small sizes only).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -214,6 +215,18 @@ def _choose(key: tuple, candidates: tuple, run: Callable[[object], None], device
     best = candidates[min(range(len(candidates)), key=times.__getitem__)]
     _TUNED[key] = best
     return best
+
+
+_DQ_STREAMS: dict[int, torch.cuda.Stream] = {}
+
+
+def _dq_stream(device: torch.device) -> torch.cuda.Stream:
+    """The second stream of a GPU on which dq_stream configurations run the dQ kernel (one per
+    device, made on first use)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _DQ_STREAMS:
+        _DQ_STREAMS[index] = torch.cuda.Stream(device=index)
+    return _DQ_STREAMS[index]
 
 
 def _bucket(n: int) -> int:
@@ -562,6 +575,9 @@ def flash_bwd(
     (pdq,) = _partials(query_plan, B, H, bs, D, q, 1)
 
     def run(cfg: configs.BwdConfig) -> None:
+        side = _dq_stream(q.device) if cfg.dq_stream and q.is_cuda else None
+        if side is not None:  # dQ reads only what exists now (inputs, delta): fork after the preprocess
+            side.wait_stream(torch.cuda.current_stream(q.device))
         # a layout block ragged at Lq may list query tiles past Lq: keep the row masks then
         even_q = Lq % (block_size if sparse else cfg.block_m1) == 0
         key_units = key_items.shape[1] if sparse else 0  # layout columns or plan items
@@ -584,6 +600,12 @@ def flash_bwd(
         if key_plan is not None:
             _split_sum(key_plan, pdk, dk, scale, bs, align8)
             _split_sum(key_plan, pdv, dv, 1.0, bs, align8)
+        with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+            run_dq(cfg)
+        if side is not None:  # join: the caller's stream sees dq (its memory stays alive until then)
+            torch.cuda.current_stream(q.device).wait_stream(side)
+
+    def run_dq(cfg: configs.BwdConfig) -> None:
         query_units = query_items.shape[1] if sparse else 0  # layout rows or plan items
         query_tiles = query_units * (bs // cfg.block_m2) if sparse else triton.cdiv(Lq, cfg.block_m2)
         query_order = _doc_order(doc_start, doc_end, cfg.block_m2, causal, keys=False) if docs and not sparse else kcnt

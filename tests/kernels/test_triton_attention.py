@@ -561,12 +561,13 @@ def test_gpu_split_lists(attn, D, dtype, causal):
 
 
 # The sm_90 variants of kernels/triton_flash_configs.py, each forced on its own: conditional
-# rescaling and the heads-outer grid run under the interpreter too; tensor descriptors (TMA) need
+# rescaling and the heads-outer grid run under the interpreter too (dQ on its own stream only on a GPU); tensor descriptors (TMA) need
 # a GPU of compute capability 9 or newer (Triton's interpreter cannot run them).
 VARIANTS = {
     "rescale_tau": ({"rescale_tau": 8.0}, {}),
     "heads_outer": ({}, {"heads_outer": True}),
     "tma": ({"tma": True}, {"tma": True}),
+    "dq_stream": ({}, {"dq_stream": True}),  # on the CPU the launch is the plain one (no CUDA streams)
 }
 
 
