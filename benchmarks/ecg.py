@@ -4,6 +4,7 @@ help?
 
     python -m benchmarks.ecg OUT [--minutes 4] [--seeds 3]   # the GPUs of one machine, about 8 minutes in all
     python -m benchmarks.ecg OUT --smoke             # seconds on a CPU (what the test runs)
+    python -m benchmarks.ecg OUT --steps_from transformer=model.json AR=ar.json   # error by step only
 
 Steps, all through the real commands (`cli.py ...`):
 1. `prepare_timeseries` on the MIT-BIH record 208 excerpt shipped in examples/ (108,000 samples at
@@ -20,8 +21,9 @@ Steps, all through the real commands (`cli.py ...`):
 4. `evaluate_forecast` of the chosen variant's checkpoints (one per seed) with look-backs 8,192
    (the protocol result), 2,048 and 512, at horizons 96, 192, 336 and 720 (stride-1 test windows:
    about 21,000 per horizon); the test MSE is the mean over the seeds, their range beside it;
-5. `forecast` from a point of the test part (PNG), the look-back curve, results.json and
-   results.md (tables), and a short table printed last.
+5. `forecast` from a point of the test part (PNG), the look-back curve, the error by forecast
+   step of the model and the baselines at the longest horizon (PNG and a table by part of the
+   horizon), results.json and results.md (tables), and a short table printed last.
 """
 
 from __future__ import annotations
@@ -143,8 +145,55 @@ def mean_over_seeds(runs: list[list[dict]]) -> list[dict]:
         row["mse"] = sum(r["mse"] for r in per_horizon) / len(per_horizon)
         row["mae"] = sum(r["mae"] for r in per_horizon) / len(per_horizon)
         row["mse_seeds"] = [r["mse"] for r in per_horizon]
+        row["mse_by_step"] = [sum(step) / len(per_horizon) for step in zip(*(r["mse_by_step"] for r in per_horizon))]
         rows.append(row)
     return rows
+
+
+STEP_PARTS = ((1, 96), (97, 192), (193, 336), (337, 720))
+"""Parts of the longest horizon in which the error by step is averaged (steps, 1-based, inclusive)."""
+
+
+def error_by_step_rows(curves: dict[str, list[float]]) -> list[dict]:
+    """Mean MSE of each forecaster over each part of the horizon (STEP_PARTS, cut to its length)."""
+    horizon = min(len(curve) for curve in curves.values())
+    rows = []
+    for first, last in STEP_PARTS:
+        if first > horizon:
+            break
+        last = min(last, horizon)
+        rows.append({"forecast steps": f"{first}-{last}",
+                     **{name: sum(curve[first - 1:last]) / (last - first + 1) for name, curve in curves.items()}})
+    return rows
+
+
+def steps_from(specs: list[str]) -> dict[str, list[float]]:
+    """{name: mse_by_step of the longest horizon} from NAME=FILE specs of `evaluate_forecast` JSON."""
+    curves = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not Path(path).is_file():
+            raise SystemExit(f"--steps_from {spec!r}: expected NAME=FILE with FILE an evaluate_forecast JSON")
+        rows = json.loads(Path(path).read_text())["results"]
+        curves[name] = max(rows, key=lambda row: row["horizon"])["mse_by_step"]
+    return curves
+
+
+def plot_error_by_step(curves: dict[str, list[float]], path: Path, title: str) -> Path:
+    """MSE of each forecast step 1..H, one line per forecaster (smoothed over 9 steps)."""
+    figure = Figure(figsize=(7.5, 4.5), layout="constrained")
+    FigureCanvasAgg(figure)
+    ax = figure.add_subplot()
+    for name, curve in curves.items():
+        smooth = [sum(curve[max(0, i - 4):i + 5]) / len(curve[max(0, i - 4):i + 5]) for i in range(len(curve))]
+        ax.plot(range(1, len(curve) + 1), smooth, label=name, lw=1.2)
+    ax.set_xlabel("forecast step (samples at 360 Hz)")
+    ax.set_ylabel("test MSE at that step (z-scored)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    figure.savefig(path, dpi=120)
+    return path
 
 
 def plot_lookback_curve(model: dict[int, list[dict]], baselines: dict[str, list[dict]], path: Path) -> Path:
@@ -185,10 +234,19 @@ def main() -> None:
                         help=f"the variants to train (default: all of {list(VARIANTS)}; the smoke run: the first two)")
     parser.add_argument("--num_workers", type=int, default=None,
                         help="data-loader workers of each run (default: the config's); fewer leave CPU cores to other work")
+    parser.add_argument("--steps_from", nargs="+", metavar="NAME=EVAL.json", default=None,
+                        help="train nothing: draw OUT/error_by_step.png and print the table by part of the horizon "
+                             "from `evaluate_forecast` outputs (each one's longest horizon), e.g. "
+                             "'transformer=model.json' 'AR=ar.json'")
     args = parser.parse_args()
     began = time.perf_counter()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
+    if args.steps_from:
+        curves = steps_from(args.steps_from)
+        plot_error_by_step(curves, out / "error_by_step.png", "ECG: error by forecast step")
+        print(markdown_table(error_by_step_rows(curves)))
+        return
     run_dir: Path = args.run_dir
     if run_dir.exists():
         shutil.rmtree(run_dir)
@@ -305,6 +363,11 @@ def main() -> None:
     cli("forecast", "--checkpoint", str(checkpoints[0]), "--store", str(store), "--at", str(origin),
         "--out", str(out / "forecast.npz"), "--history", str(2 * max(horizons)), "--overwrite", log=logs / "forecast.log")
     plot_lookback_curve(model, baselines, out / "lookback_curve.png")
+    step_curves = {f"transformer ({max(lookbacks):,})": model[max(lookbacks)][-1]["mse_by_step"],
+                   "AR": baselines["ar"][-1]["mse_by_step"],
+                   "seasonal naive": baselines["seasonal_naive"][-1]["mse_by_step"]}
+    plot_error_by_step(step_curves, out / "error_by_step.png",
+                       f"ECG (MIT-BIH 208): error by forecast step, horizon {max(horizons)}")
 
     longest = max(lookbacks)
     rows = []
@@ -330,6 +393,7 @@ def main() -> None:
         "fit_seconds": fit_seconds, "checkpoint": checkpoints[0].name, "model": {str(k): v for k, v in model.items()},
         "model_per_seed": {str(seed): {str(k): v for k, v in m.items()} for seed, m in per_seed_model.items()},
         "baselines": baselines, "baseline_details": baseline_details, "forecast_origin": origin,
+        "error_by_step": error_by_step_rows(step_curves),
         "total_seconds": time.perf_counter() - began,
     }
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
@@ -350,7 +414,10 @@ def main() -> None:
                          "chosen": "yes" if name == chosen else ""} for name, v in sizing.items()]),
         "MAE:",
         markdown_table(mae_rows),
-        "![forecast](forecast.png) ![look-back curve](lookback_curve.png)",
+        f"Test MSE by part of the {max(horizons)}-step horizon (each forecaster's {max(horizons)}-step forecasts; AR's "
+        f"order {baselines['ar'][-1]['lookback']}):",
+        markdown_table(error_by_step_rows(step_curves)),
+        "![forecast](forecast.png) ![look-back curve](lookback_curve.png) ![error by step](error_by_step.png)",
     ])
     (out / "results.md").write_text(markdown + "\n")
     print(markdown_table(rows))

@@ -114,13 +114,15 @@ def evaluate_protocol(
     score the first steps of the same forecasts (a forecast of step t + h never sees anything
     after t). Errors are summed over all series, then divided by the number of predicted values.
 
-    Returns one row per horizon: {"horizon", "mse", "mae", "lookback", "windows"}.
+    Returns one row per horizon: {"horizon", "mse", "mae", "lookback", "windows", "mse_by_step"}, the
+    last the MSE of each forecast step 1..horizon over all windows and channels (its mean is "mse").
     """
     horizons = sorted(int(h) for h in horizons)
     if not horizons or horizons[0] < 1:
         raise ValueError(f"horizons must be positive integers, got {horizons}.")
     longest = horizons[-1]
     sq_sum = dict.fromkeys(horizons, 0.0)
+    step_sq = {h: np.zeros(h) for h in horizons}  # squared errors by forecast step
     abs_sum = dict.fromkeys(horizons, 0.0)
     count = dict.fromkeys(horizons, 0)
     windows = dict.fromkeys(horizons, 0)
@@ -151,13 +153,14 @@ def evaluate_protocol(
                     continue
                 truth_NCH = truths_CNH[h][:, batch.start : stop].transpose(1, 0, 2)
                 err_NCH = pred_NCH[: stop - batch.start, :, :h] - truth_NCH
+                step_sq[h] += np.square(err_NCH).sum(axis=(0, 1))
                 sq_sum[h] += float(np.square(err_NCH).sum())
                 abs_sum[h] += float(np.abs(err_NCH).sum())
                 count[h] += err_NCH.size
                 windows[h] += stop - batch.start
     return [
         {"horizon": h, "mse": sq_sum[h] / count[h], "mae": abs_sum[h] / count[h], "lookback": lookback,
-         "windows": windows[h]}
+         "windows": windows[h], "mse_by_step": (step_sq[h] / (count[h] // h)).tolist()}
         for h in horizons
     ]
 

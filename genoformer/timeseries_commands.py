@@ -131,7 +131,9 @@ def evaluate_forecast(
     last test_fraction); values are z-scored per channel with the training part's statistics;
     every forecast start in the test part whose horizon fits is scored (stride 1), its look-back
     reaching back into earlier parts. Baselines are fitted on the training part (the AR order is
-    chosen on validation). Output: {"results": [{"horizon", "mse", "mae", "lookback", "windows"}, ...], ...}.
+    chosen on validation). Output: {"results": [{"horizon", "mse", "mae", "lookback", "windows",
+    "mse_by_step"}, ...], ...}, where mse_by_step is the MSE of each forecast step (where in the
+    horizon a model wins or loses).
 
     Args:
         store: Time-series store (from `genoformer prepare_timeseries`).

@@ -40,7 +40,31 @@ def test_ecg_benchmark_smoke_run(tmp_path):
     for index, row in enumerate(results["model"]["256"]):
         seeds_mse = [per_seed_model[s]["256"][index]["mse"] for s in ("0", "1")]
         assert row["mse_seeds"] == seeds_mse and row["mse"] == pytest.approx(sum(seeds_mse) / 2)
+        assert row["mse_by_step"] == pytest.approx(
+            [sum(steps) / 2 for steps in zip(*(per_seed_model[s]["256"][index]["mse_by_step"] for s in ("0", "1")))])
     assert "range over 2 seeds" in result.stdout
-    for name in ("forecast.png", "lookback_curve.png", "results.md"):
+    assert len(results["model"]["256"][-1]["mse_by_step"]) == 48
+    # the error by part of the horizon: steps 1-48 (the smoke run's longest horizon)
+    (part,) = results["error_by_step"]
+    assert part["forecast steps"] == "1-48" and part["AR"] == pytest.approx(results["baselines"]["ar"][-1]["mse"])
+    for name in ("forecast.png", "lookback_curve.png", "error_by_step.png", "results.md"):
         assert (out / name).stat().st_size > 100
     assert "| horizon |" in result.stdout  # the table is printed last
+
+
+def test_error_by_step_from_evaluations(tmp_path):
+    """--steps_from draws the error by step of finished evaluations (each one's longest horizon)."""
+    for name, level in (("model", 0.3), ("ar", 0.5)):
+        rows = [{"horizon": h, "mse": level, "mse_by_step": [level] * h} for h in (96, 192)]
+        (tmp_path / f"{name}.json").write_text(json.dumps({"results": rows}))
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.ecg", str(tmp_path / "out"), "--steps_from",
+         f"transformer={tmp_path / 'model.json'}", f"AR={tmp_path / 'ar.json'}"],
+        cwd=REPO_ROOT, capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "| 97-192 | 0.3 | 0.5 |" in result.stdout and "193-" not in result.stdout
+    assert (tmp_path / "out" / "error_by_step.png").stat().st_size > 100
+    bad = subprocess.run([sys.executable, "-m", "benchmarks.ecg", str(tmp_path / "out"), "--steps_from", "model.json"],
+                         cwd=REPO_ROOT, capture_output=True, text=True)
+    assert bad.returncode != 0 and "expected NAME=FILE" in bad.stderr

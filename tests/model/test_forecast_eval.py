@@ -43,10 +43,13 @@ def test_evaluator_matches_a_hand_computation():
     errors1 = [z[t - 1] - z[t] for t in (16, 17, 18, 19)]
     # horizon 2: starts 16..18, predicts z[t - 1] for z[t] and z[t + 1]
     errors2 = [z[t - 1] - z[t + h] for t in (16, 17, 18) for h in (0, 1)]
+    by_step2 = [np.mean([np.square(z[t - 1] - z[t + h]) for t in (16, 17, 18)]) for h in (0, 1)]
+    steps = [row.pop("mse_by_step") for row in rows]
     assert rows[0] == pytest.approx({"horizon": 1, "mse": np.mean(np.square(errors1)), "mae": np.mean(np.abs(errors1)),
                                      "lookback": 3, "windows": 4})
     assert rows[1] == pytest.approx({"horizon": 2, "mse": np.mean(np.square(errors2)), "mae": np.mean(np.abs(errors2)),
                                      "lookback": 3, "windows": 3})
+    assert steps == [pytest.approx([np.mean(np.square(errors1))]), pytest.approx(by_step2)]
 
 
 def test_evaluator_look_back_reaches_into_earlier_parts_and_sees_no_future():
