@@ -368,6 +368,7 @@ def main() -> None:
                    "seasonal naive": baselines["seasonal_naive"][-1]["mse_by_step"]}
     plot_error_by_step(step_curves, out / "error_by_step.png",
                        f"ECG (MIT-BIH 208): error by forecast step, horizon {max(horizons)}")
+    step_rows = error_by_step_rows(step_curves)
 
     longest = max(lookbacks)
     rows = []
@@ -393,7 +394,7 @@ def main() -> None:
         "fit_seconds": fit_seconds, "checkpoint": checkpoints[0].name, "model": {str(k): v for k, v in model.items()},
         "model_per_seed": {str(seed): {str(k): v for k, v in m.items()} for seed, m in per_seed_model.items()},
         "baselines": baselines, "baseline_details": baseline_details, "forecast_origin": origin,
-        "error_by_step": error_by_step_rows(step_curves),
+        "error_by_step": step_rows,
         "total_seconds": time.perf_counter() - began,
     }
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
@@ -416,7 +417,7 @@ def main() -> None:
         markdown_table(mae_rows),
         f"Test MSE by part of the {max(horizons)}-step horizon (each forecaster's {max(horizons)}-step forecasts; AR's "
         f"order {baselines['ar'][-1]['lookback']}):",
-        markdown_table(error_by_step_rows(step_curves)),
+        markdown_table(step_rows),
         "![forecast](forecast.png) ![look-back curve](lookback_curve.png) ![error by step](error_by_step.png)",
     ])
     (out / "results.md").write_text(markdown + "\n")

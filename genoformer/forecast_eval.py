@@ -121,8 +121,7 @@ def evaluate_protocol(
     if not horizons or horizons[0] < 1:
         raise ValueError(f"horizons must be positive integers, got {horizons}.")
     longest = horizons[-1]
-    sq_sum = dict.fromkeys(horizons, 0.0)
-    step_sq = {h: np.zeros(h) for h in horizons}  # squared errors by forecast step
+    step_sq = {h: np.zeros(h) for h in horizons}  # squared errors summed by forecast step
     abs_sum = dict.fromkeys(horizons, 0.0)
     count = dict.fromkeys(horizons, 0)
     windows = dict.fromkeys(horizons, 0)
@@ -154,12 +153,11 @@ def evaluate_protocol(
                 truth_NCH = truths_CNH[h][:, batch.start : stop].transpose(1, 0, 2)
                 err_NCH = pred_NCH[: stop - batch.start, :, :h] - truth_NCH
                 step_sq[h] += np.square(err_NCH).sum(axis=(0, 1))
-                sq_sum[h] += float(np.square(err_NCH).sum())
                 abs_sum[h] += float(np.abs(err_NCH).sum())
                 count[h] += err_NCH.size
                 windows[h] += stop - batch.start
     return [
-        {"horizon": h, "mse": sq_sum[h] / count[h], "mae": abs_sum[h] / count[h], "lookback": lookback,
+        {"horizon": h, "mse": float(step_sq[h].sum()) / count[h], "mae": abs_sum[h] / count[h], "lookback": lookback,
          "windows": windows[h], "mse_by_step": (step_sq[h] / (count[h] // h)).tolist()}
         for h in horizons
     ]
