@@ -11,7 +11,8 @@ Steps, all through the real commands (`cli.py ...`):
    360 Hz); the baselines start right away on the CPU (`evaluate_forecast --baseline
    seasonal_naive` and `--baseline ar`) while the GPUs train;
 2. a few timed training steps of every variant of `configs/ecg_8k_gpu.yaml` (VARIANTS: the config
-   itself, trained decoder-style, the former forecast-token objective, patches of 64 and two
+   itself, trained decoder-style with its least-squares linear path, the same without that path,
+   the model of the CPU config, the former forecast-token objective, patches of 64 and two
    regularisations; `--variants` picks some) to size each
    run: max_steps (and with it the cosine schedule) is set so that training fills `--minutes` with
    the variants sharing the GPUs, but never past the config's max_steps;
@@ -53,11 +54,21 @@ LOOKBACKS = (512, 2048, 8192)
 # window, whole-window statistics (BENCHMARKS.md, "Time series: ECG")
 FORECAST_TOKENS = ["--model.init_args.forecast.every_token", "false", "--model.init_args.forecast.stats_fraction", "1.0",
                    "--model.init_args.transformer.causal", "false", "--model.init_args.transformer.max_seq_len", "640"]
-# name -> overrides of configs/ecg_8k_gpu.yaml; the first is the config as shipped (decoder-style),
-# then the former objective, patches of 64 (as configs/ecg_8k_cpu.yaml) and two regularisations;
+# name -> overrides of configs/ecg_8k_gpu.yaml; the first is the config as shipped (decoder-style,
+# with a linear path), then the transformer alone, the CPU config's model, the former objective, patches of 64 (as
+# configs/ecg_8k_cpu.yaml) and two regularisations;
 # the smoke run trains the first two; --variants picks others
 VARIANTS: dict[str, list[str]] = {
     "config": [],
+    # the config without its least-squares linear path: the transformer alone
+    "no-linear": ["--model.init_args.forecast.linear_order", "0"],
+    # the model of configs/ecg_8k_cpu.yaml (patches of 64, width 64, 2 layers, point forecasts,
+    # 1,000 steps) with its linear path, trained here on a GPU
+    "small": ["--model.init_args.forecast.patch_len", "64", "--model.init_args.forecast.quantiles", "[]",
+              "--model.init_args.transformer.d_model", "64", "--model.init_args.transformer.n_layers", "2",
+              "--model.init_args.transformer.max_seq_len", "128", "--model.init_args.transformer.dropout", "0.0",
+              "--model.init_args.learning_rate", "2.0e-3", "--model.init_args.warmup_steps", "30",
+              "--data.init_args.batch_size", "64", "--trainer.max_steps", "1000"],
     "forecast-tokens": FORECAST_TOKENS,
     "patch-64": ["--model.init_args.forecast.patch_len", "64"],
     # run 6 overfitted from about step 700 of 2,000: a schedule that ends sooner, or more dropout
@@ -272,7 +283,8 @@ def main() -> None:
                       "--data.init_args.eval_stride", "64",
                       "--model.init_args.forecast.context", "256", "--model.init_args.forecast.horizon", "48",
                       "--model.init_args.transformer.d_model", "32", "--model.init_args.transformer.n_layers", "1",
-                      "--model.init_args.transformer.max_seq_len", "32", "--model.init_args.warmup_steps", "2"]
+                      "--model.init_args.transformer.max_seq_len", "32", "--model.init_args.warmup_steps", "2",
+                      "--model.init_args.forecast.linear_order", "32", "--model.init_args.linear_fit_batches", "2"]
     horizon_list = f"[{', '.join(map(str, horizons))}]"
     cli("prepare_timeseries", "--inputs", str(source), "--out", str(store), "--time_column", "t_seconds",
         log=logs / "prepare.log")

@@ -66,6 +66,12 @@ class Forecaster:
             autocast_dtype: run under torch.autocast with this dtype; None: bfloat16 on CUDA (as
                 training does, and as the Triton kernels need), float32 on the CPU.
         """
+        if model.forecast_config.linear_order and not bool(model.linear_fitted):
+            raise ValueError(
+                "this model's linear path (forecast.linear_order) was never fitted, so its forecasts would be "
+                "wrong: train it with `genoformer fit` (which fits the path when training starts), or call "
+                "model.set_linear(...) with the summed model.linear_normal_equations(...) of training windows."
+            )
         self.device = inference_device(device)
         self.model = model.to(self.device).eval()
         self.config: ForecastConfig = model.forecast_config

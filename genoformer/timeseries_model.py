@@ -11,7 +11,9 @@ each forecast token into `patch_len` future values: the point forecast (trained 
 when configured, quantiles (trained with the pinball loss). The horizon is predicted directly, in
 one pass. With `every_token` (decoder-style, causal attention) there are no forecast tokens: a
 linear head turns every context token into the whole horizon after its patch, all of them are
-trained (`token_targets`), and the last token's is the forecast.
+trained (`token_targets`), and the last token's is the forecast. With `linear_order`, a fixed
+least-squares linear forecast from the samples before each forecasting token is added to the
+head's (scaled) output: the trunk learns what the linear forecast misses.
 
 Channels are independent by default (every channel is its own sequence through the same weights,
 so any one channel sees only its own past); with `channel_independent: false` one token holds the
@@ -60,6 +62,16 @@ class ForecastConfig:
             token's targets follow its patch, inside the window for all but the last token, so
             whole-window statistics would tell early tokens about their own future. Only tokens
             whose patch ends at or after the statistics' part are trained (`trained_tokens`).
+        linear_order: Lags p of a linear autoregressive path beside the trunk (0: none): every
+            forecast is a direct multi-horizon linear forecast from the p samples before it (in
+            the input's units; zeros stand in where the look-back is shorter) plus the head's
+            output times the window's scale, so the trunk learns what the linear forecast
+            misses. The coefficients are fitted by least squares on training windows when
+            training starts (`linear_normal_equations`, `set_linear`, called by
+            `TimeSeriesForecaster.on_fit_start`) and stay fixed: gradient descent on the same
+            path did not find the least-squares filter, and a fit in the instance-normalised
+            space weighs each window by 1 / scale^2, which is not the MSE that forecasts are
+            scored by (BENCHMARKS.md, "Time series: ECG").
     """
 
     patch_len: int = 16
@@ -71,6 +83,7 @@ class ForecastConfig:
     norm_eps: float = 1e-5
     every_token: bool = False
     stats_fraction: float = 1.0
+    linear_order: int = 0
 
     def __post_init__(self) -> None:
         self.quantiles = [float(q) for q in self.quantiles]
@@ -81,6 +94,8 @@ class ForecastConfig:
             raise ValueError(f"context ({self.context}) must hold at least one patch of {self.patch_len} samples.")
         if any(not 0.0 < q < 1.0 for q in self.quantiles) or sorted(set(self.quantiles)) != self.quantiles:
             raise ValueError(f"quantiles must be increasing, distinct and in (0, 1), got {self.quantiles}.")
+        if not 0 <= self.linear_order <= self.context:
+            raise ValueError(f"linear_order must be in [0, context={self.context}], got {self.linear_order}.")
         if not 0.0 < self.stats_fraction <= 1.0:
             raise ValueError(f"stats_fraction must be in (0, 1], got {self.stats_fraction}.")
         if self.every_token and self.stats_fraction == 1.0:
@@ -180,6 +195,10 @@ class TimeSeriesTransformer(TransformerTrunk):
             self.horizon_queries_QE = nn.Parameter(torch.empty(forecast.horizon_tokens, config.d_model))
             self.head = nn.Linear(config.d_model, width * self.n_outputs)
         self.register_buffer("quantile_levels_K", torch.tensor(forecast.quantiles, dtype=torch.float32), persistent=False)
+        if forecast.linear_order:  # the linear path (fixed: buffers, saved in checkpoints); see set_linear
+            self.register_buffer("linear_coef_PH", torch.zeros(forecast.linear_order, forecast.horizon))
+            self.register_buffer("linear_bias_H", torch.zeros(forecast.horizon))
+            self.register_buffer("linear_fitted", torch.tensor(False))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -237,9 +256,8 @@ class TimeSeriesTransformer(TransformerTrunk):
         """(point forecasts (B, C, H) float32, quantiles (B, C, H, K) float32 or None), in the
         input's units, H = the configured horizon."""
         cfg = self.forecast_config
-        if cfg.every_token:
-            out_BCTHK1 = self.token_forecasts(context_BCL)
-            last_BCHK1 = out_BCTHK1[:, :, -1]
+        if cfg.every_token:  # the last token's forecast: the head and the linear path run on it alone
+            last_BCHK1 = self.token_forecasts(context_BCL, math.ceil(context_BCL.shape[-1] / cfg.patch_len) - 1)[:, :, 0]
             return last_BCHK1[..., 0], (last_BCHK1[..., 1:] if self.n_outputs > 1 else None)
         B, C, _ = context_BCL.shape
         hidden_SNE, stats = self.hidden(context_BCL)
@@ -247,7 +265,11 @@ class TimeSeriesTransformer(TransformerTrunk):
         out_SQX = self.head(hidden_SNE[:, -Q:]).float()  # X = G * P * K1
         out_BCHK1 = out_SQX.view(B, C // G, Q, G, P, K1).permute(0, 1, 3, 2, 4, 5).reshape(B, C, Q * P, K1)
         out_BCHK1 = out_BCHK1[:, :, : cfg.horizon]
-        out_BCHK1 = out_BCHK1 * stats.scale_BC1.unsqueeze(-1) + stats.mean_BC1.unsqueeze(-1)
+        out_BCHK1 = out_BCHK1 * stats.scale_BC1.unsqueeze(-1)
+        if cfg.linear_order:  # the linear forecast from the end of the context, plus the scaled head's
+            out_BCHK1 = out_BCHK1 + self.linear_forecasts(context_BCL, hidden_SNE.shape[1] - Q - 1)[:, :, 0, :, None]
+        else:
+            out_BCHK1 = out_BCHK1 + stats.mean_BC1.unsqueeze(-1)
         point_BCH = out_BCHK1[..., 0]
         quantiles_BCHK = out_BCHK1[..., 1:] if K1 > 1 else None
         return point_BCH, quantiles_BCHK
@@ -264,7 +286,53 @@ class TimeSeriesTransformer(TransformerTrunk):
         out_STX = self.head(hidden_STE).float()  # X = G * H * K1
         out_BCTHK1 = out_STX.view(B, C // G, T, G, cfg.horizon, self.n_outputs).transpose(2, 3).reshape(
             B, C, T, cfg.horizon, self.n_outputs)
-        return out_BCTHK1 * stats.scale_BC1[..., None, None] + stats.mean_BC1[..., None, None]
+        out_BCTHK1 = out_BCTHK1 * stats.scale_BC1[..., None, None]
+        if cfg.linear_order:  # the linear forecasts, plus the scaled head's
+            return out_BCTHK1 + self.linear_forecasts(context_BCL, first)[..., None]
+        return out_BCTHK1 + stats.mean_BC1[..., None, None]
+
+    def linear_forecasts(self, context_BCL: torch.Tensor, first: int) -> torch.Tensor:
+        """The linear path's forecasts from the end of every context token's patch from token
+        `first` on, in the input's units: (B, C, T - first, H) float32."""
+        x_BCL = context_BCL.float()
+        with torch.autocast(x_BCL.device.type, enabled=False):  # a long dot product: float32
+            lags_BCTP = lag_windows(x_BCL, self.forecast_config.linear_order, self.forecast_config.patch_len, first)
+            return lags_BCTP @ self.linear_coef_PH + self.linear_bias_H
+
+    @torch.no_grad()
+    def linear_normal_equations(self, context_BCL: torch.Tensor, target_BCH: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """One batch's share of the linear path's least-squares problem, at the positions the
+        model forecasts from in training (every trained token with every_token, else the end of
+        the context), in the input's units: (X^T X (p + 1, p + 1), X^T Y (p + 1, H), sum of Y^2,
+        rows), float64, X the lags with a column of ones, Y the targets."""
+        cfg = self.forecast_config
+        context_BCL = context_BCL[..., -cfg.context :].to(self.linear_coef_PH.device).float()
+        target_BCH = target_BCH.to(self.linear_coef_PH.device).float()
+        L, P = context_BCL.shape[-1], cfg.patch_len
+        if cfg.every_token:
+            first = cfg.trained_tokens(L)
+            y_BCTH = token_targets(context_BCL, target_BCH, P)[:, :, first:]
+        else:
+            first = math.ceil(L / P) - 1
+            y_BCTH = target_BCH[:, :, None]
+        y_NH = y_BCTH.reshape(-1, cfg.horizon).double()
+        lags_NP = lag_windows(context_BCL, cfg.linear_order, P, first).reshape(-1, cfg.linear_order).double()
+        x_NP1 = torch.cat([lags_NP, torch.ones_like(lags_NP[:, :1])], dim=1)
+        return x_NP1.T @ x_NP1, x_NP1.T @ y_NH, y_NH.square().sum(), torch.tensor(float(len(x_NP1)), dtype=torch.float64)
+
+    @torch.no_grad()
+    def set_linear(self, gram: torch.Tensor, cross: torch.Tensor, ridge: float = 1e-6) -> torch.Tensor:
+        """Solve the linear path's normal equations (summed `linear_normal_equations`) and keep the
+        coefficients; `ridge` (relative to the mean diagonal) only keeps the solve stable.
+        Returns the solution (p + 1, H), float64."""
+        p = self.forecast_config.linear_order
+        gram = gram.clone()
+        gram.diagonal()[:p] += ridge * gram.diagonal()[:p].mean()
+        solution = torch.linalg.solve(gram, cross)
+        self.linear_coef_PH.copy_(solution[:p])
+        self.linear_bias_H.copy_(solution[p])
+        self.linear_fitted.fill_(True)
+        return solution
 
     def patch_embeddings(self, context_BCL: torch.Tensor, layer: int = -1) -> torch.Tensor:
         """Hidden states of the context tokens (B, C', T, E), C' = C (channel-independent) or 1."""
@@ -272,6 +340,17 @@ class TimeSeriesTransformer(TransformerTrunk):
         hidden_SNE, _ = self.hidden(context_BCL, layer)
         T = math.ceil(context_BCL.shape[2] / self.forecast_config.patch_len)
         return hidden_SNE[:, :T].reshape(B, -1, T, hidden_SNE.shape[-1])
+
+
+def lag_windows(x_BCL: torch.Tensor, order: int, patch_len: int, first: int = 0) -> torch.Tensor:
+    """The `order` samples before the end of each token's patch, for tokens `first`.. T - 1:
+    (B, C, T - first, order), a strided view, zeros before the series' start. Patches align to
+    the end (see `patchify`): token t of T ends at sample e_t = L - (T - 1 - t) * P."""
+    L = x_BCL.shape[-1]
+    T = math.ceil(L / patch_len)
+    end0 = L - (T - 1) * patch_len
+    padded_BCN = nn.functional.pad(x_BCL, (order, 0))  # sample j at j + order: e_t's lags start at e_t
+    return padded_BCN[..., end0 + first * patch_len :].unfold(-1, order, patch_len)
 
 
 def token_targets(context_BCL: torch.Tensor, target_BCH: torch.Tensor, patch_len: int) -> torch.Tensor:

@@ -13,13 +13,17 @@ Shape legend: B batch, C channels, L context samples, H horizon samples, K quant
 
 from __future__ import annotations
 
+import itertools
 import math
+import time
 from collections.abc import Mapping
 from typing import Any, Optional
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities import rank_zero_info
+from tqdm.auto import tqdm
 
 from genoformer.lightning_module import FusedAdamWModule, adamw_warmup_cosine, fused_adamw_allowed
 from genoformer.model import TransformerConfig
@@ -66,6 +70,7 @@ class TimeSeriesForecaster(FusedAdamWModule):
         total_steps: Optional[int] = None,
         min_lr_ratio: float = 0.05,
         seed: int = 0,
+        linear_fit_batches: int = 64,
     ) -> None:
         """
         Args:
@@ -89,6 +94,9 @@ class TimeSeriesForecaster(FusedAdamWModule):
                 estimated_stepping_batches (from max_steps or max_epochs).
             min_lr_ratio: final learning rate as a fraction of learning_rate.
             seed: seed of the look-back jitter and the time stretch.
+            linear_fit_batches: training batches (as the data module gives them, before time
+                stretch and look-back jitter) that the least-squares fit of the linear path
+                (`forecast.linear_order`) reads when training starts.
         """
         super().__init__()
         if isinstance(transformer, Mapping):
@@ -100,6 +108,9 @@ class TimeSeriesForecaster(FusedAdamWModule):
         self.forecast_config = forecast
         if time_stretch < 0.0:
             raise ValueError(f"time_stretch must be at least 0, got {time_stretch}.")
+        if linear_fit_batches < 1:
+            raise ValueError(f"linear_fit_batches must be at least 1, got {linear_fit_batches}.")
+        self.linear_fit_batches = linear_fit_batches
         self.lookback_jitter = lookback_jitter
         self.time_stretch = time_stretch
         self.learning_rate = learning_rate
@@ -123,8 +134,40 @@ class TimeSeriesForecaster(FusedAdamWModule):
                 "total_steps": total_steps,
                 "min_lr_ratio": min_lr_ratio,
                 "seed": seed,
+                "linear_fit_batches": linear_fit_batches,
             }
         )
+
+    def on_fit_start(self) -> None:
+        if self.forecast_config.linear_order and not bool(self.model.linear_fitted):
+            self.fit_linear_path()
+
+    def fit_linear_path(self) -> None:
+        """Least-squares fit of the model's linear path on `linear_fit_batches` training batches
+        (summed over ranks, so every rank gets the same coefficients). Runs once: the fitted
+        coefficients travel in checkpoints, and a resumed run keeps them."""
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if datamodule is None:
+            raise ValueError(
+                "forecast.linear_order fits its linear path on training windows from a data module: train with "
+                "`genoformer fit` and a TimeSeriesDataModule under `data:` (or set forecast.linear_order to 0)."
+            )
+        started = time.perf_counter()
+        sums: Optional[list[torch.Tensor]] = None
+        batches = tqdm(itertools.islice(datamodule.train_dataloader(), self.linear_fit_batches),
+                       total=self.linear_fit_batches, desc="fitting the linear path", disable=self.global_rank != 0)
+        for batch in batches:
+            parts = self.model.linear_normal_equations(*_context_and_target(batch))
+            sums = list(parts) if sums is None else [total + part for total, part in zip(sums, parts)]
+        if sums is None:
+            raise ValueError("the data module gave no training batch to fit the linear path on.")
+        gram, cross, y_square, rows = (self.trainer.strategy.reduce(part, reduce_op="sum") for part in sums)
+        solution = self.model.set_linear(gram, cross)
+        residual = y_square - 2 * (solution * cross).sum() + (solution * (gram @ solution)).sum()
+        values = float(rows) * self.forecast_config.horizon
+        rank_zero_info(f"linear path (order {self.forecast_config.linear_order}): least squares on {int(rows)} "
+                       f"forecasts in {time.perf_counter() - started:.1f} s; there, in the data's units, "
+                       f"its MSE is {float(residual) / values:.4f}, the targets' mean square {float(y_square) / values:.4f}")
 
     def forward(self, context_BCL: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """(point (B, C, H), quantiles (B, C, H, K) or None)."""

@@ -572,7 +572,8 @@ VARIANTS = {
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
-@pytest.mark.parametrize("case", ["causal_window_padding", "bigbird_bidirectional_odd", "packed_causal_gqa"])
+@pytest.mark.parametrize("case", ["causal_window_padding", "bigbird_bidirectional_odd", "packed_causal_gqa",
+                                  "dense_causal_gqa_odd", "dense_padding"])
 def test_kernel_variants_match_reference(attn, monkeypatch, variant, case):
     import genoformer.kernels.triton_flash as tf
     from genoformer.kernels import triton_flash_configs as configs
@@ -597,9 +598,15 @@ def test_kernel_variants_match_reference(attn, monkeypatch, variant, case):
     elif case == "bigbird_bidirectional_odd":
         L, kwargs = 160, {"layout": BlockLayout.bigbird(160, 32, 1, 1, block_size=32)}
         B, Hq, Hkv = 1, 2, 2
-    else:  # dense packed rows: the tiles in DOC_ORDER, documents starting and ending inside tiles
+    elif case == "packed_causal_gqa":  # dense packed rows: the tiles in DOC_ORDER, documents inside tiles
         L, kwargs = 150, {"causal": True, "cu_seqlens": _cu([[40, 70, 40], [3, 147]])}
         B, Hq, Hkv = 2, 2, 1
+    elif case == "dense_causal_gqa_odd":  # dense causal: the last query tile first, a ragged tail
+        L, kwargs = 97, {"causal": True}
+        B, Hq, Hkv = 2, 4, 2
+    else:  # dense bidirectional, key padding (a batch row with no key at all)
+        L, kwargs = 75, {"kv_lens": torch.tensor([41, 0], device=DEVICE)}
+        B, Hq, Hkv = 2, 2, 2
     q, k, v, dout = _inputs(B, Hq, Hkv, L, L, 64, torch.bfloat16, seed=11)
     # a wide score range: running maxima keep growing along a row, so the conditional rescale
     # takes both of its branches

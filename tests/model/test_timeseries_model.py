@@ -21,6 +21,7 @@ from genoformer.timeseries_model import (
     ForecastConfig,
     TimeSeriesTransformer,
     instance_normalize,
+    lag_windows,
     patchify,
     pinball_loss,
     token_targets,
@@ -327,7 +328,9 @@ def test_every_token_forecasts_come_from_the_last_token_and_see_only_the_past(ch
         tokens = model.token_forecasts(series)  # (B, C, T, H, 1 + K)
         point, quantiles = model(series)
         assert tokens.shape == (3, 2, 12, 20, 4) and point.shape == (3, 2, 20) and quantiles.shape == (3, 2, 20, 3)
-        assert torch.equal(point, tokens[:, :, -1, :, 0]) and torch.equal(quantiles, tokens[:, :, -1, :, 1:])
+        # (the head runs on the last token alone there: the same numbers up to the matmul's rounding)
+        assert torch.allclose(point, tokens[:, :, -1, :, 0], atol=1e-5)
+        assert torch.allclose(quantiles, tokens[:, :, -1, :, 1:], atol=1e-5)
         # statistics from the first 24 samples: a token trained on what follows it (from token 2 on,
         # the first to end at or after sample 24) must not see any of it
         first = model.forecast_config.trained_tokens(96)
@@ -360,3 +363,104 @@ def test_every_token_training_step_trains_every_token_after_the_statistics():
     with torch.no_grad():  # validation scores the series' own forecast: the last token's
         point, _ = module.model(context)
         torch.testing.assert_close(module.losses(context, target)["mse"], torch.nn.functional.mse_loss(point, target))
+
+
+# ------------------------------------------------------------------------ the linear path
+def test_lag_windows_hold_the_samples_before_each_patch_end():
+    x_BCL = torch.arange(1.0, 11.0).view(1, 1, 10)  # patches of 3 end at samples 1, 4, 7, 10
+    lags_BCTP = lag_windows(x_BCL, order=4, patch_len=3)
+    assert lags_BCTP.tolist() == [[[[0, 0, 0, 1], [1, 2, 3, 4], [4, 5, 6, 7], [7, 8, 9, 10]]]]
+    assert torch.equal(lag_windows(x_BCL, order=4, patch_len=3, first=2), lags_BCTP[:, :, 2:])
+
+
+def _ar2_windows(n_windows: int, length: int, seed: int = 0) -> torch.Tensor:
+    """(n_windows, 1, length) stretches of x[t] = 1.5 x[t-1] - 0.75 x[t-2] + e[t]."""
+    rng = np.random.default_rng(seed)
+    n = 30_000
+    e = rng.normal(size=n)
+    x = np.zeros(n)
+    for t in range(2, n):
+        x[t] = 1.5 * x[t - 1] - 0.75 * x[t - 2] + e[t]
+    starts = rng.integers(100, n - length, size=n_windows)
+    return torch.tensor(np.stack([x[s : s + length] for s in starts]), dtype=torch.float32)[:, None]
+
+
+@pytest.mark.parametrize("every_token", [False, True])
+def test_linear_path_least_squares_recovers_an_ar2_process(every_token):
+    torch.manual_seed(0)
+    model = TimeSeriesTransformer(
+        TransformerConfig(d_model=32, n_layers=2, n_heads=4, max_seq_len=64, causal=every_token),
+        ForecastConfig(patch_len=8, context=100, horizon=20, quantiles=[0.1, 0.9], linear_order=16,
+                       every_token=every_token, stats_fraction=0.25 if every_token else 1.0),
+    )
+    windows_BCN = _ar2_windows(8000 if not every_token else 1000, 100 + 20)
+    gram, cross, _, rows = model.linear_normal_equations(windows_BCN[..., :100], windows_BCN[..., 100:])
+    tokens = 13 - model.forecast_config.trained_tokens(100) if every_token else 1
+    assert int(rows) == len(windows_BCN) * tokens
+    model.set_linear(gram, cross)
+    assert bool(model.linear_fitted)
+    # the one-step filter is the process's
+    assert torch.allclose(model.linear_coef_PH[-2:, 0], torch.tensor([-0.75, 1.5]), atol=0.08)
+    assert torch.allclose(model.linear_coef_PH[:-2, 0], torch.zeros(14), atol=0.08)
+    # with the head silenced the forecast is the linear path's, undone to the input's units
+    with torch.no_grad():
+        model.head.weight.zero_()
+        model.head.bias.zero_()
+    context_BCL = windows_BCN[:3, :, :100]
+    point_BCH, quantiles_BCHK = model(context_BCL)
+    by_hand_BCH = context_BCL[..., -16:] @ model.linear_coef_PH + model.linear_bias_H
+    assert torch.allclose(point_BCH, by_hand_BCH, atol=1e-4)
+    assert torch.allclose(quantiles_BCHK, by_hand_BCH[..., None].expand_as(quantiles_BCHK), atol=1e-4)
+
+
+def test_linear_order_is_checked_and_an_unfitted_path_refused():
+    with pytest.raises(ValueError, match="linear_order must be in"):
+        ForecastConfig(patch_len=8, context=100, horizon=20, linear_order=101)
+    with pytest.raises(ValueError, match="linear path .* was never fitted.*train it with `genoformer fit`"):
+        tiny_forecaster(linear_order=16)
+
+
+def test_linear_path_needs_a_data_module(tmp_path):
+    import lightning.pytorch as pl
+
+    from genoformer.timeseries_module import TimeSeriesForecaster
+
+    module = TimeSeriesForecaster(TransformerConfig(d_model=16, n_layers=1, n_heads=2, max_seq_len=16),
+                                  ForecastConfig(patch_len=8, context=64, horizon=16, linear_order=32))
+    windows_BCN = _ar2_windows(8, 80)
+    loader = torch.utils.data.DataLoader([{"context": w[:, :64], "target": w[:, 64:]} for w in windows_BCN], batch_size=4)
+    trainer = pl.Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, default_root_dir=tmp_path)
+    with pytest.raises(ValueError, match="TimeSeriesDataModule under `data:`"):
+        trainer.fit(module, train_dataloaders=loader)
+
+
+@pytest.mark.slow
+def test_linear_path_is_fitted_when_training_starts_and_kept_on_resume(tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    store = _sine_store(tmp_path, length=6000)
+    run = tmp_path / "run"
+    args = ["fit", "--config", "configs/timeseries_tiny_cpu.yaml", "--trainer.default_root_dir", str(run),
+            "--data.init_args.store", str(store), "--data.init_args.sources", f"[{tmp_path / 'sine.npy'}]",
+            "--model.init_args.forecast.linear_order", "128", "--model.init_args.linear_fit_batches", "4",
+            "--trainer.val_check_interval", "4", "--trainer.limit_val_batches", "1",
+            "--trainer.enable_progress_bar", "false", "--data.init_args.batch_size", "8"]
+    main([*args, "--trainer.max_steps", "4"])
+    first = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["state_dict"]
+    assert bool(first["model.linear_fitted"])
+    # a noisy sine of period 50 is linear-predictable: the fitted path alone forecasts it closely
+    forecaster = Forecaster.from_checkpoint(run / "checkpoints" / "last.ckpt", device="cpu")
+    with torch.no_grad():
+        forecaster.model.head.weight.zero_()
+        forecaster.model.head.bias.zero_()
+    sine = np.sin(2 * np.pi * np.arange(700) / 50).astype(np.float32)
+    assert np.mean((forecaster.forecast(sine[:600]).point - sine[600:696]) ** 2) < 0.05
+    from genoformer.timeseries_module import TimeSeriesForecaster
+
+    def refit(self):
+        raise AssertionError("a resumed run fitted the linear path again")
+
+    monkeypatch.setattr(TimeSeriesForecaster, "fit_linear_path", refit)
+    main([*args, "--trainer.max_steps", "8", "--ckpt_path", "last"])  # resumed: the checkpoint's path is kept
+    second = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["state_dict"]
+    assert torch.equal(first["model.linear_coef_PH"], second["model.linear_coef_PH"])
