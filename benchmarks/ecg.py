@@ -55,8 +55,8 @@ LOOKBACKS = (512, 2048, 8192)
 FORECAST_TOKENS = ["--model.init_args.forecast.every_token", "false", "--model.init_args.forecast.stats_fraction", "1.0",
                    "--model.init_args.transformer.causal", "false", "--model.init_args.transformer.max_seq_len", "640"]
 # name -> overrides of configs/ecg_8k_gpu.yaml; the first is the config as shipped (decoder-style,
-# with a linear path), then the transformer alone, the CPU config's model, the former objective, patches of 64 (as
-# configs/ecg_8k_cpu.yaml) and two regularisations;
+# with a linear path), then the transformer alone, the CPU config's model, the former objective,
+# patches of 64 (as configs/ecg_8k_cpu.yaml) and two regularisations;
 # the smoke run trains the first two; --variants picks others
 VARIANTS: dict[str, list[str]] = {
     "config": [],
