@@ -3,6 +3,7 @@ one GPU, beat the classical baselines under the long-horizon protocol, and does 
 help?
 
     python -m benchmarks.ecg OUT [--minutes 4] [--seeds 3]   # the GPUs of one machine, about 8 minutes in all
+    python -m benchmarks.ecg OUT --seeds 12 --ensemble 6     # two ensembles of 6, each trained on one GPU
     python -m benchmarks.ecg OUT --smoke             # seconds on a CPU (what the test runs)
     python -m benchmarks.ecg OUT --steps_from transformer=model.json AR=ar.json   # error by step only
 
@@ -21,7 +22,10 @@ Steps, all through the real commands (`cli.py ...`):
    averaged over its seeds, is chosen (the test part is never looked at);
 4. `evaluate_forecast` of the chosen variant's checkpoints (one per seed) with look-backs 8,192
    (the protocol result), 2,048 and 512, at horizons 96, 192, 336 and 720 (stride-1 test windows:
-   about 21,000 per horizon); the test MSE is the mean over the seeds, their range beside it;
+   about 21,000 per horizon); the test MSE is the mean over the seeds, their range beside it.
+   With `--ensemble K`, consecutive groups of K seeds (each group trained on one GPU) are also
+   evaluated as ensembles (`evaluate_forecast --checkpoint [A,B,...]`: the mean of their
+   forecasts); the ensembles are then the model of the tables and plots;
 5. `forecast` from a point of the test part (PNG), the look-back curve, the error by forecast
    step of the model and the baselines at the longest horizon (PNG and a table by part of the
    horizon), results.json and results.md (tables), and a short table printed last.
@@ -207,7 +211,8 @@ def plot_error_by_step(curves: dict[str, list[float]], path: Path, title: str) -
     return path
 
 
-def plot_lookback_curve(model: dict[int, list[dict]], baselines: dict[str, list[dict]], path: Path) -> Path:
+def plot_lookback_curve(model: dict[int, list[dict]], baselines: dict[str, list[dict]], path: Path,
+                        name: str = "transformer") -> Path:
     """Test MSE against look-back, one line per horizon; the baselines as dashed levels."""
     figure = Figure(figsize=(7.5, 4.5), layout="constrained")
     FigureCanvasAgg(figure)
@@ -217,7 +222,7 @@ def plot_lookback_curve(model: dict[int, list[dict]], baselines: dict[str, list[
     colors = dict(zip(horizons, ("tab:blue", "tab:orange", "tab:green", "tab:red")))
     for index, horizon in enumerate(horizons):
         mse = [next(r["mse"] for r in model[lb] if r["horizon"] == horizon) for lb in lookbacks]
-        ax.plot(lookbacks, mse, "o-", color=colors[horizon], label=f"transformer, horizon {horizon}")
+        ax.plot(lookbacks, mse, "o-", color=colors[horizon], label=f"{name}, horizon {horizon}")
         ar = next(r["mse"] for r in baselines["ar"] if r["horizon"] == horizon)
         ax.axhline(ar, color=colors[horizon], ls="--", lw=0.8, label="AR baseline (dashed)" if index == 0 else None)
     ax.set_xscale("log", base=2)
@@ -241,6 +246,11 @@ def main() -> None:
                         help="train every variant with this many seeds (0, 1, ...): the variant is chosen on its mean "
                         "validation MSE and the test MSE is the mean over its seeds' models (a seed alone moved "
                         "validation MSE by 0.05 on this record)")
+    parser.add_argument("--first_seed", type=int, default=0,
+                        help="the seeds are first_seed, first_seed + 1, ... (a repeat of a run with other seeds)")
+    parser.add_argument("--ensemble", type=int, default=1,
+                        help="evaluate every K consecutive seeds as one ensemble (the mean of their forecasts), each "
+                        "ensemble's members trained on the same GPU; --seeds must be a multiple of K")
     parser.add_argument("--variants", nargs="+", default=None,
                         help=f"the variants to train (default: all of {list(VARIANTS)}; the smoke run: the first two)")
     parser.add_argument("--num_workers", type=int, default=None,
@@ -306,19 +316,25 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown variant(s) {unknown}; choose from {list(VARIANTS)}")
     variants = {name: VARIANTS[name] for name in names}
-    seeds = list(range(args.seeds))
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     runs = [(name, seed) for name in variants for seed in seeds]
+    if args.ensemble < 1 or args.seeds % args.ensemble:
+        raise SystemExit(f"--seeds ({args.seeds}) must be a multiple of --ensemble ({args.ensemble}), which must be at least 1")
+    groups = [seeds[first:first + args.ensemble] for first in range(0, len(seeds), args.ensemble)]
+    # the members of one ensemble share a GPU: an ensemble is trained on one GPU
+    placement = {(name, seed): slots[(index * len(groups) + seeds.index(seed) // args.ensemble) % len(slots)]
+                 for index, name in enumerate(variants) for seed in seeds}
 
     def run_name(name: str, seed: int) -> str:
         return name if len(seeds) == 1 else f"{name}-seed{seed}"
 
-    per_slot = math.ceil(len(runs) / len(slots))  # runs sharing one GPU (or the CPU)
+    per_slot = max(list(placement.values()).count(slot) for slot in slots)  # runs sharing one GPU (or the CPU)
     train_seconds = 6.0 if args.smoke else args.minutes * 60
     budget = f"00:00:{int(args.minutes + 1):02d}:00"  # a safety net above the sized runs
     fits, sizing = [], {}
     config_max_steps = yaml.safe_load(CONFIG.read_text())["trainer"]["max_steps"]
     for name, extra in variants.items():
-        variant_overrides = [*overrides, "--trainer.default_root_dir", str(run_dir / run_name(name, 0)), *extra]
+        variant_overrides = [*overrides, "--trainer.default_root_dir", str(run_dir / run_name(name, seeds[0])), *extra]
         step_seconds = measure_step_seconds(variant_overrides, steps=3 if args.smoke else 20)
         # validation and the checkpoints take a few percent of the time; never past the config's max_steps
         # a variant may shorten training (and its cosine schedule) with its own --trainer.max_steps
@@ -326,8 +342,8 @@ def main() -> None:
         max_steps = max(10, min(cap, int(0.9 * train_seconds / (step_seconds * per_slot))))
         sizing[name] = {"overrides": extra, "step_seconds_alone": step_seconds, "max_steps": max_steps, "seeds": {}}
     fit_began = time.perf_counter()
-    for index, (name, seed) in enumerate(runs):
-        gpu = slots[index % len(slots)]
+    for name, seed in runs:
+        gpu = placement[name, seed]
         sizing[name]["seeds"][seed] = {"gpu": gpu}
         fits.append(start_cli("fit", "--config", str(CONFIG), *overrides,
                               "--trainer.default_root_dir", str(run_dir / run_name(name, seed)), *variants[name],
@@ -350,7 +366,7 @@ def main() -> None:
     for seed in seeds:
         folder = run_dir / run_name(chosen, seed) / "checkpoints"
         checkpoints[seed] = folder / "best.ckpt" if (folder / "best.ckpt").is_file() else folder / "last.ckpt"
-    shutil.copy(run_dir / run_name(chosen, 0) / "metrics.csv", out / "metrics.csv")
+    shutil.copy(run_dir / run_name(chosen, seeds[0]) / "metrics.csv", out / "metrics.csv")
 
     def evaluation_json(lookback: int, seed: int) -> Path:
         return out / (f"model_lookback{lookback}.json" if len(seeds) == 1 else f"model_lookback{lookback}_seed{seed}.json")
@@ -365,6 +381,20 @@ def main() -> None:
     per_seed_model = {seed: {lb: json.loads(evaluation_json(lb, seed).read_text())["results"] for lb in lookbacks}
                       for seed in seeds}
     model = {lb: mean_over_seeds([per_seed_model[seed][lb] for seed in seeds]) for lb in lookbacks}
+    members_model, ensembles = model, {}
+    if args.ensemble > 1:  # every group of seeds as one forecaster; they are then the model of the tables
+        evaluations = []
+        for index, (group, lookback) in enumerate((g, lb) for g in range(len(groups)) for lb in lookbacks):
+            listed = f"[{', '.join(str(checkpoints[seed]) for seed in groups[group])}]"
+            evaluations.append(start_cli(
+                "evaluate_forecast", "--store", str(store), "--checkpoint", listed, "--horizons", horizon_list,
+                "--lookback", str(lookback), "--out", str(out / f"ensemble{group}_lookback{lookback}.json"),
+                "--overwrite", log=logs / f"evaluate_{lookback}_ensemble{group}.log", threads=2,
+                gpu=placement[chosen, groups[group][0]]))
+        wait_all(evaluations, "an ensemble's evaluation")
+        ensembles = {group: {lb: json.loads((out / f"ensemble{group}_lookback{lb}.json").read_text())["results"]
+                             for lb in lookbacks} for group in range(len(groups))}
+        model = {lb: mean_over_seeds([ensembles[group][lb] for group in ensembles]) for lb in lookbacks}
     wait_all(running, "a baseline")
     baselines = {name: json.loads((out / f"baseline_{name}.json").read_text())["results"] for name in ("seasonal_naive", "ar")}
     baseline_details = {name: json.loads((out / f"baseline_{name}.json").read_text())["baseline"]
@@ -372,10 +402,14 @@ def main() -> None:
 
     length = sum(1 for _ in open(source)) - 1
     origin = length - int(0.2 * length) + int(0.1 * length)  # inside the test part, truth known
-    cli("forecast", "--checkpoint", str(checkpoints[0]), "--store", str(store), "--at", str(origin),
+    first_model = f"[{', '.join(str(checkpoints[seed]) for seed in groups[0])}]" if args.ensemble > 1 else str(checkpoints[seeds[0]])
+    cli("forecast", "--checkpoint", first_model, "--store", str(store), "--at", str(origin),
         "--out", str(out / "forecast.npz"), "--history", str(2 * max(horizons)), "--overwrite", log=logs / "forecast.log")
-    plot_lookback_curve(model, baselines, out / "lookback_curve.png")
-    step_curves = {f"transformer ({max(lookbacks):,})": model[max(lookbacks)][-1]["mse_by_step"],
+    what = f"ensemble of {args.ensemble}" if args.ensemble > 1 else "transformer"
+    plot_lookback_curve(model, baselines, out / "lookback_curve.png", what)
+    step_curves = {f"transformer ({max(lookbacks):,})": members_model[max(lookbacks)][-1]["mse_by_step"],
+                   **({f"ensemble of {args.ensemble} ({max(lookbacks):,})": model[max(lookbacks)][-1]["mse_by_step"]}
+                      if args.ensemble > 1 else {}),
                    "AR": baselines["ar"][-1]["mse_by_step"],
                    "seasonal naive": baselines["seasonal_naive"][-1]["mse_by_step"]}
     plot_error_by_step(step_curves, out / "error_by_step.png",
@@ -386,25 +420,31 @@ def main() -> None:
     rows = []
     for index, horizon in enumerate(horizons):
         row = {"horizon": horizon}
+        if args.ensemble > 1:
+            row[f"single models, {longest:,} (mean of {len(seeds)})"] = members_model[longest][index]["mse"]
         for lookback in lookbacks:
-            row[f"transformer, look-back {lookback:,}"] = model[lookback][index]["mse"]
+            row[f"{what}, look-back {lookback:,}"] = model[lookback][index]["mse"]
         if len(seeds) > 1:
             spread = model[longest][index]["mse_seeds"]
-            row[f"{longest:,}: range over {len(seeds)} seeds"] = f"{min(spread):.4f} to {max(spread):.4f}"
+            count = f"{len(groups)} ensembles" if args.ensemble > 1 else f"{len(seeds)} seeds"
+            row[f"{longest:,}: range over {count}"] = f"{min(spread):.4f} to {max(spread):.4f}"
         row["seasonal naive"] = baselines["seasonal_naive"][index]["mse"]
         row["AR"] = baselines["ar"][index]["mse"]
         row["AR order"] = baselines["ar"][index]["lookback"]
-        row["beats both"] = "yes" if row[f"transformer, look-back {longest:,}"] < min(row["seasonal naive"], row["AR"]) else "no"
+        row["beats both"] = "yes" if row[f"{what}, look-back {longest:,}"] < min(row["seasonal naive"], row["AR"]) else "no"
         rows.append(row)
-    mae_rows = [{"horizon": h, f"transformer ({longest:,})": model[longest][i]["mae"],
+    mae_rows = [{"horizon": h, f"{what} ({longest:,})": model[longest][i]["mae"],
                  "seasonal naive": baselines["seasonal_naive"][i]["mae"], "AR": baselines["ar"][i]["mae"]}
                 for i, h in enumerate(horizons)]
     env = describe_environment()
     results = {
         "environment": {**env, "command": command_line()}, "smoke": args.smoke, "config": str(CONFIG),
         "gpus": gpus, "seeds": seeds, "variants": sizing, "chosen": chosen, "steps_done": sizing[chosen]["steps_done"],
-        "fit_seconds": fit_seconds, "checkpoint": checkpoints[0].name, "model": {str(k): v for k, v in model.items()},
+        "fit_seconds": fit_seconds, "checkpoint": checkpoints[seeds[0]].name, "model": {str(k): v for k, v in model.items()},
         "model_per_seed": {str(seed): {str(k): v for k, v in m.items()} for seed, m in per_seed_model.items()},
+        "ensemble": args.ensemble, "ensemble_seeds": groups if args.ensemble > 1 else None,
+        "single_models": {str(k): v for k, v in members_model.items()},
+        "ensembles": {str(group): {str(k): v for k, v in e.items()} for group, e in ensembles.items()},
         "baselines": baselines, "baseline_details": baseline_details, "forecast_origin": origin,
         "error_by_step": step_rows,
         "total_seconds": time.perf_counter() - began,
@@ -415,7 +455,9 @@ def main() -> None:
         f"{len(variants)} variants of `{CONFIG}`, each with {len(seeds)} seed(s), trained at once on {max(gpus, 1)} "
         f"{'GPU(s)' if gpus else 'CPU'} for {fit_seconds / 60:.1f} min; the variant with the lowest validation MSE "
         f"(averaged over its seeds: `{chosen}`, at least {results['steps_done']:,} steps, checkpoint "
-        f"`{checkpoints[0].name}`) is evaluated, every seed's model, and the test MSE averaged over them. Test MSE on "
+        f"`{checkpoints[seeds[0]].name}`) is evaluated, every seed's model, and the test MSE averaged over them"
+        + (f"; then every {args.ensemble} consecutive seeds (trained on one GPU) as one ensemble (the mean of their "
+           f"forecasts), the model of the tables" if args.ensemble > 1 else "") + ". Test MSE on "
         f"z-scored values, protocol split 70/10/20, stride-1 windows; periods of seasonal naive "
         f"{baseline_details['seasonal_naive']['periods']}.",
         markdown_table(rows),

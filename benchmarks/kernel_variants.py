@@ -2,10 +2,11 @@
 
 For each case below, every forward and every backward candidate that
 `kernels/triton_flash_configs.py` lists for this GPU (plain tile configurations and the sm_90
-variants: tensor-descriptor/TMA loads, conditional rescaling, heads-outer backward grid) is
-forced in turn through the launchers' `config=` argument and timed; the fastest of each list is
-what the launcher's autotuning would pick, and the table's order (its default first) is set
-from these numbers. Two diagnostics of the block-sparse path follow:
+variants: tensor-descriptor/TMA loads, conditional rescaling, heads-outer backward grid, dQ on a
+second stream, the dK/dV loop's late dV matmul) is forced in turn through the launchers'
+`config=` argument and timed; the fastest of each list is what the launcher's autotuning would
+pick, and the table's order (its default first) is set from these numbers. Two diagnostics of
+the block-sparse path follow:
   * sparse overhead: dense bidirectional attention through the dense kernels (layout None)
     against the same function through the block-sparse kernels (`BlockLayout.dense`, every
     block listed): after the pipelining fix of `tile_start` the two should be within a few %;
@@ -103,18 +104,28 @@ def smoke_cases() -> list[Case]:
     ]
 
 
+VARIANTS = ("tma", "rescale_tau", "heads_outer", "dq_stream", "dv_late")
+"""The configurations' variant fields (kernels/triton_flash_configs.py), shown by name after the tiles."""
+
+
 def parse_extra(spec: str) -> tuple[str, int, configs.FwdConfig | configs.BwdConfig]:
-    """`fwd:D:block_m,block_n,warps,stages` or `bwd:D:m1,n1,warps1,stages1,m2,n2,warps2,stages2`
-    -> (pass, head dim, configuration): a plain candidate to time beside the table's."""
+    """`fwd:D:block_m,block_n,warps,stages` or `bwd:D:m1,n1,warps1,stages1,m2,n2,warps2,stages2`,
+    optionally followed by on/off variants of that pass by name (`bwd:128:64,128,8,3,128,64,8,3,dv_late,
+    dq_stream`) -> (pass, head dim, configuration): a candidate to time beside the table's."""
     try:
         kind, head_dim, fields = spec.split(":")
-        values = [int(v) for v in fields.split(",")]
-        config = {"fwd": configs.FwdConfig, "bwd": configs.BwdConfig}[kind](*values)
-        return kind, int(head_dim), config
+        values = fields.split(",")
+        tiles = [int(v) for v in values if v.strip().isdigit()]
+        flags = {v.strip(): True for v in values if not v.strip().isdigit()}
+        config_type = {"fwd": configs.FwdConfig, "bwd": configs.BwdConfig}[kind]
+        booleans = {f.name for f in dataclasses.fields(config_type) if f.type in (bool, "bool")}
+        if set(flags) - booleans:
+            raise ValueError(f"no on/off variant {sorted(set(flags) - booleans)} in {kind}: {sorted(booleans)}")
+        return kind, int(head_dim), config_type(*tiles, **flags)
     except (ValueError, KeyError, TypeError) as error:
         raise argparse.ArgumentTypeError(
             f"--extra {spec!r}: expected fwd:D:block_m,block_n,warps,stages or "
-            f"bwd:D:m1,n1,warps1,stages1,m2,n2,warps2,stages2 ({error})") from None
+            f"bwd:D:m1,n1,warps1,stages1,m2,n2,warps2,stages2, then variant names ({error})") from None
 
 
 def candidates(device: torch.device, head_dim: int, block_size: int | None,
@@ -128,7 +139,8 @@ def candidates(device: torch.device, head_dim: int, block_size: int | None,
     else:
         fwd, bwd = configs.INTERPRETER_FWD, configs.INTERPRETER_BWD
         fwds = [configs.fit_fwd(c, block_size) for c in (fwd, dataclasses.replace(fwd, rescale_tau=8.0))]
-        bwds = [configs.fit_bwd(c, block_size) for c in (bwd, dataclasses.replace(bwd, heads_outer=True))]
+        bwds = [configs.fit_bwd(c, block_size) for c in (bwd, dataclasses.replace(bwd, heads_outer=True),
+                                                         dataclasses.replace(bwd, dv_late=True))]
     for kind, dim, config in extra:
         if dim == head_dim and kind == "fwd":
             fwds.append(configs.fit_fwd(config, block_size))
@@ -164,9 +176,8 @@ def _rel_err(got: torch.Tensor, expected: torch.Tensor) -> float:
 
 def _config_text(cfg) -> str:
     fields = dataclasses.asdict(cfg)
-    variants = ("tma", "rescale_tau", "heads_outer", "dq_stream")
-    plain = [str(v) for k, v in fields.items() if k not in variants]
-    extra = [k if v is True else f"{k}={v:g}" for k, v in fields.items() if k in variants and v]
+    plain = [str(v) for k, v in fields.items() if k not in VARIANTS]
+    extra = [k if v is True else f"{k}={v:g}" for k, v in fields.items() if k in VARIANTS and v]
     return "(" + ", ".join(plain) + ")" + ("".join(f" +{e}" for e in extra))
 
 
@@ -364,8 +375,9 @@ def main(argv: list[str] | None = None) -> dict:
                         help="run only these cases, by the pattern's first word and head dim (custom-128, "
                              "sliding_window-64, causal-128, bigbird-128, ...)")
     parser.add_argument("--extra", nargs="+", type=parse_extra, default=[], metavar="SPEC",
-                        help="plain candidates to time beside the table's: fwd:D:block_m,block_n,warps,stages or "
-                             "bwd:D:m1,n1,warps1,stages1,m2,n2,warps2,stages2")
+                        help="candidates to time beside the table's: fwd:D:block_m,block_n,warps,stages or "
+                             "bwd:D:m1,n1,warps1,stages1,m2,n2,warps2,stages2, optionally followed by variant "
+                             "names (bwd:128:64,128,8,3,128,64,8,3,dv_late,heads_outer)")
     args = parser.parse_args(argv)
     device = torch.device("cpu" if args.smoke else "cuda")
     if args.smoke and not tf.INTERPRETED:

@@ -3,6 +3,12 @@
     forecaster = Forecaster.from_checkpoint("runs/ecg/checkpoints/last.ckpt")
     result = forecaster.forecast(ecg_values, horizon=720)        # result.point, result.quantiles
     vectors = forecaster.embed(ecg_values, pooling="mean")        # (C', E) per series
+    ensemble = Forecaster.from_checkpoints(["seed0/best.ckpt", "seed1/best.ckpt"])  # mean forecast
+
+An ensemble (several checkpoints of one configuration, e.g. trained with different seeds)
+forecasts the mean of its members' point forecasts and of their quantiles; its members must agree
+on context, horizon, channels, patch length and quantile levels. Embeddings come from one network,
+so `embed` needs a Forecaster of one checkpoint.
 
 Inputs are numpy arrays or torch tensors (outputs match): one series as (L,) (univariate) or
 (C, L); a batch of equally long series as (N, C, L); or a list of series of any lengths. A series
@@ -49,33 +55,58 @@ class ForecastResult:
     """The quantile levels (K)."""
 
 
+ENSEMBLE_FIELDS = ("context", "horizon", "n_channels", "patch_len", "quantiles")
+"""The `ForecastConfig` fields on which the members of an ensemble must agree."""
+
+
 class Forecaster:
-    """Runs a `TimeSeriesTransformer` in eval mode (see the module docstring)."""
+    """Runs a `TimeSeriesTransformer`, or an ensemble of them, in eval mode (see the module docstring)."""
 
     def __init__(
         self,
-        model: TimeSeriesTransformer,
+        model: Union[TimeSeriesTransformer, Sequence[TimeSeriesTransformer]],
         *,
         device: Optional[Union[str, torch.device]] = None,
         autocast_dtype: Optional[torch.dtype] = None,
     ) -> None:
         """
         Args:
-            model: the trained network.
+            model: the trained network, or several (an ensemble: forecasts are their mean).
             device: where to run; None: CUDA when available, else CPU.
             autocast_dtype: run under torch.autocast with this dtype; None: bfloat16 on CUDA (as
                 training does, and as the Triton kernels need), float32 on the CPU.
         """
-        if model.forecast_config.linear_order and not bool(model.linear_fitted):
-            raise ValueError(
-                "this model's linear path (forecast.linear_order) was never fitted, so its forecasts would be "
-                "wrong: train it with `genoformer fit` (which fits the path when training starts), or call "
-                "model.set_linear(...) with the summed model.linear_normal_equations(...) of training windows."
-            )
+        members = [model] if isinstance(model, TimeSeriesTransformer) else list(model)
+        if not members:
+            raise ValueError("an ensemble needs at least one model; got an empty list.")
+        for index, member in enumerate(members):
+            if member.forecast_config.linear_order and not bool(member.linear_fitted):
+                raise ValueError(
+                    f"the linear path (forecast.linear_order) of model {index} was never fitted, so its forecasts "
+                    "would be wrong: train it with `genoformer fit` (which fits the path when training starts), or "
+                    "call model.set_linear(...) with the summed model.linear_normal_equations(...) of training windows."
+                )
+            for field in ENSEMBLE_FIELDS:
+                mine, first = getattr(member.forecast_config, field), getattr(members[0].forecast_config, field)
+                if mine != first:
+                    raise ValueError(
+                        f"ensemble members must agree on forecast.{field}: model 0 has {first}, model {index} has "
+                        f"{mine}; ensemble checkpoints of one configuration (e.g. trained with different seeds)."
+                    )
         self.device = inference_device(device)
-        self.model = model.to(self.device).eval()
-        self.config: ForecastConfig = model.forecast_config
+        self.members = [member.to(self.device).eval() for member in members]
+        self.config: ForecastConfig = members[0].forecast_config
         self.autocast_dtype = default_autocast_dtype(self.device, autocast_dtype)
+
+    @property
+    def model(self) -> TimeSeriesTransformer:
+        """The network of a Forecaster of one checkpoint (ValueError for an ensemble)."""
+        if len(self.members) > 1:
+            raise ValueError(
+                f"this Forecaster averages {len(self.members)} networks, and embeddings come from one: load a single "
+                "checkpoint with Forecaster.from_checkpoint(path) to embed or to reach its network."
+            )
+        return self.members[0]
 
     @classmethod
     def from_checkpoint(
@@ -86,23 +117,18 @@ class Forecaster:
         autocast_dtype: Optional[torch.dtype] = None,
     ) -> Forecaster:
         """Load a TimeSeriesForecaster Lightning checkpoint (.ckpt written by `genoformer fit`)."""
-        checkpoint = read_checkpoint(path)
-        hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
-        if not isinstance(hparams, dict) or "forecast" not in hparams or "state_dict" not in checkpoint:
-            raise ValueError(
-                f"{path} is not a time-series checkpoint (no 'forecast' hyperparameters or no state_dict); "
-                "pass a checkpoint written by training genoformer.timeseries_module.TimeSeriesForecaster "
-                "(e.g. genoformer fit --config configs/timeseries_tiny_cpu.yaml)."
-            )
-        config = dataclasses.replace(
-            TransformerConfig.from_dict(hparams["transformer"]),
-            attention_backend=Backend(backend),
-            activation_checkpointing=False,
-        )
-        model = TimeSeriesTransformer(config, ForecastConfig.from_dict(hparams["forecast"]))
-        prefix = "model."
-        model.load_state_dict({k[len(prefix):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)})
-        return cls(model, device=device, autocast_dtype=autocast_dtype)
+        return cls(load_network(path, backend), device=device, autocast_dtype=autocast_dtype)
+
+    @classmethod
+    def from_checkpoints(
+        cls,
+        paths: Sequence[Union[str, Path]],
+        device: Optional[Union[str, torch.device]] = None,
+        backend: Backend = Backend.AUTO,
+        autocast_dtype: Optional[torch.dtype] = None,
+    ) -> Forecaster:
+        """An ensemble of TimeSeriesForecaster checkpoints: forecasts are the mean of theirs."""
+        return cls([load_network(path, backend) for path in paths], device=device, autocast_dtype=autocast_dtype)
 
     def _autocast(self) -> torch.autocast:
         return torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
@@ -138,17 +164,28 @@ class Forecaster:
                 by_length.setdefault(tails[i].shape[1], []).append(i)
             for indices in by_length.values():
                 context_BCL = torch.from_numpy(np.stack([tails[i] for i in indices])).to(self.device)
-                with self._autocast():
-                    point_BCH, quant_BCHK = self.model(context_BCL)
-                point_NCH[indices] = point_BCH[..., :horizon].float().cpu().numpy()
+                point_BCH, quant_BCHK = self._mean_forecast(context_BCL)
+                point_NCH[indices] = point_BCH[..., :horizon].cpu().numpy()
                 if quant_BCHK is not None:
-                    quant_NCHK[indices] = quant_BCHK[:, :, :horizon].float().cpu().numpy()
+                    quant_NCHK[indices] = quant_BCHK[:, :, :horizon].cpu().numpy()
         has_quantiles = bool(cfg.quantiles)
         return ForecastResult(
             point=_restore(point_NCH, layout, like),
             quantiles=_restore(quant_NCHK, layout, like) if has_quantiles else None,
             levels=list(cfg.quantiles),
         )
+
+    def _mean_forecast(self, context_BCL: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """The members' mean point (B, C, H) and quantile (B, C, H, K) forecasts, float32."""
+        point_sum = quant_sum = None
+        for member in self.members:
+            with self._autocast():
+                point_BCH, quant_BCHK = member(context_BCL)
+            point_sum = point_BCH.float() if point_sum is None else point_sum + point_BCH.float()
+            if quant_BCHK is not None:
+                quant_sum = quant_BCHK.float() if quant_sum is None else quant_sum + quant_BCHK.float()
+        n = len(self.members)
+        return point_sum / n, None if quant_sum is None else quant_sum / n
 
     # ---------------------------------------------------------------------------------- embed
     @torch.inference_mode()
@@ -178,7 +215,8 @@ class Forecaster:
         overlap = window // 4 if overlap is None else overlap
         if not 0 <= overlap < window:
             raise ValueError(f"overlap must be in [0, window={window}), got {overlap}.")
-        self.model.resolve_layer(layer)
+        network = self.model  # one network: an ensemble cannot embed
+        network.resolve_layer(layer)
         items, _, like = self._as_series(series)
         window_patches = window // cfg.patch_len
         overlap_patches = overlap // cfg.patch_len
@@ -198,7 +236,7 @@ class Forecaster:
             for batch in batches:
                 context_BCL = torch.from_numpy(np.stack([window_CL for window_CL, _ in batch])).to(self.device)
                 with self._autocast():
-                    hidden_BXTE = self.model.patch_embeddings(context_BCL, layer).float().cpu().numpy()
+                    hidden_BXTE = network.patch_embeddings(context_BCL, layer).float().cpu().numpy()
                 if stitched_XTE is None:
                     stitched_XTE = np.empty((hidden_BXTE.shape[1], n_patches, hidden_BXTE.shape[3]), np.float32)
                 for (_, tile), hidden_XTE in zip(batch, hidden_BXTE):
@@ -262,6 +300,28 @@ class Forecaster:
                     + ")."
                 )
         return [np.ascontiguousarray(v, dtype=np.float32) for v in items], layout, like
+
+
+def load_network(path: Union[str, Path], backend: Backend = Backend.AUTO) -> TimeSeriesTransformer:
+    """The `TimeSeriesTransformer` of a TimeSeriesForecaster Lightning checkpoint (.ckpt written by
+    `genoformer fit`), on the CPU, attention through `backend`."""
+    checkpoint = read_checkpoint(path)
+    hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
+    if not isinstance(hparams, dict) or "forecast" not in hparams or "state_dict" not in checkpoint:
+        raise ValueError(
+            f"{path} is not a time-series checkpoint (no 'forecast' hyperparameters or no state_dict); "
+            "pass a checkpoint written by training genoformer.timeseries_module.TimeSeriesForecaster "
+            "(e.g. genoformer fit --config configs/timeseries_tiny_cpu.yaml)."
+        )
+    config = dataclasses.replace(
+        TransformerConfig.from_dict(hparams["transformer"]),
+        attention_backend=Backend(backend),
+        activation_checkpointing=False,
+    )
+    model = TimeSeriesTransformer(config, ForecastConfig.from_dict(hparams["forecast"]))
+    prefix = "model."
+    model.load_state_dict({k[len(prefix):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)})
+    return model
 
 
 def _to_numpy(value: Union[np.ndarray, torch.Tensor]) -> np.ndarray:

@@ -3,6 +3,7 @@ Python functions behind them.
 
     genoformer forecast --checkpoint CKPT --store ecg.zarr --at 90000 --out forecast.npz
     genoformer evaluate_forecast --store ecg.zarr --checkpoint CKPT --out model.json
+    genoformer evaluate_forecast --store ecg.zarr --checkpoint [A.ckpt,B.ckpt] --out ensemble.json
     genoformer evaluate_forecast --store ecg.zarr --baseline ar --out ar.json
 
 Shape legend: C channels, T time steps, H horizon, K quantile levels, N windows, P look-back.
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -87,7 +88,8 @@ def protocol_results(
         results = evaluate_protocol(model_forecast, raw, lookback=lookback, **common)
         return {"results": results, "protocol": protocol, "model": {"context": cfg.context,
                                                                    "horizon": cfg.horizon,
-                                                                   "patch_len": cfg.patch_len}}
+                                                                   "patch_len": cfg.patch_len,
+                                                                   "members": len(forecaster.members)}}
     if lookback is not None:
         raise ValueError(f"{option('lookback', metavar='N')} applies to checkpoints; a baseline's look-back is its "
                          "period or AR order.")
@@ -113,7 +115,7 @@ def evaluate_forecast(
     *,
     store: Path,
     out: Path,
-    checkpoint: Optional[Path] = None,
+    checkpoint: Optional[Union[Path, list[Path]]] = None,
     baseline: Optional[Literal["seasonal_naive", "ar"]] = None,
     horizons: list[int] = list(PROTOCOL_HORIZONS),
     lookback: Optional[int] = None,
@@ -138,7 +140,8 @@ def evaluate_forecast(
     Args:
         store: Time-series store (from `genoformer prepare_timeseries`).
         out: JSON file to write.
-        checkpoint: A .ckpt of a TimeSeriesForecaster (give this or baseline).
+        checkpoint: A .ckpt of a TimeSeriesForecaster (give this or baseline), or a list of them,
+            [A.ckpt,B.ckpt,...]: an ensemble, scored on the mean of their forecasts.
         baseline: seasonal_naive (last period repeated, period from the training autocorrelation)
             or ar (least-squares linear autoregression, direct multi-horizon).
         horizons: Forecast horizons to score.
@@ -157,11 +160,13 @@ def evaluate_forecast(
         raise ValueError(f"give exactly one of {option('checkpoint', metavar='CKPT')} or "
                          f"{option('baseline', metavar='seasonal_naive|ar')}.")
     opened = _open_store(store)
-    forecaster = None if checkpoint is None else Forecaster.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
+    forecaster = None if checkpoint is None else load_forecaster(checkpoint, device, backend)
     payload = protocol_results(opened, forecaster=forecaster, baseline=baseline, horizons=tuple(horizons),
                                lookback=lookback, train_fraction=train_fraction, test_fraction=test_fraction,
                                ar_orders=tuple(ar_orders), batch_size=batch_size)
-    payload.update({"store": str(store), "checkpoint": None if checkpoint is None else str(checkpoint)})
+    payload.update({"store": str(store),
+                    "checkpoint": [str(path) for path in checkpoint] if isinstance(checkpoint, list) else
+                    None if checkpoint is None else str(checkpoint)})
     with atomic_build(out, overwrite) as tmp:
         tmp.write_text(json.dumps(payload, indent=2) + "\n")
     for row in payload["results"]:
@@ -172,7 +177,7 @@ def evaluate_forecast(
 
 def forecast(
     *,
-    checkpoint: Path,
+    checkpoint: Union[Path, list[Path]],
     store: Path,
     out: Path,
     series: str = "0",
@@ -191,7 +196,8 @@ def forecast(
     (same name, .png) draws history, truth, forecast and the widest quantile band.
 
     Args:
-        checkpoint: A .ckpt of a TimeSeriesForecaster.
+        checkpoint: A .ckpt of a TimeSeriesForecaster, or a list of them, [A.ckpt,B.ckpt,...]:
+            an ensemble, which forecasts the mean of their forecasts.
         store: Time-series store (from `genoformer prepare_timeseries`).
         out: Output file, ending in .npz.
         series: Series name or index in the store.
@@ -221,7 +227,7 @@ def forecast(
     if not 0 < at <= length:
         raise ValueError(f"the forecast origin must be in [1, {length}] for series {names[index]!r} "
                          f"({option('at', metavar='T')}), got {at}.")
-    forecaster = Forecaster.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
+    forecaster = load_forecaster(checkpoint, device, backend)
     cfg = forecaster.config
     horizon = cfg.horizon if horizon is None else horizon
     context_CL = opened.read(index, max(0, at - cfg.context), at)
@@ -241,6 +247,15 @@ def forecast(
         plot_forecast(arrays, tmp, title=f"{names[index]}: forecast from sample {at}")
     print(f"wrote {out} and {png}")
     return out
+
+
+def load_forecaster(checkpoint: Union[Path, list[Path]], device: Optional[str], backend: str) -> Forecaster:
+    """The Forecaster of one checkpoint, or the ensemble of a list of them."""
+    if isinstance(checkpoint, list):
+        if not checkpoint:
+            raise ValueError(f"{option('checkpoint', metavar='[A.ckpt,B.ckpt]')} got an empty list; give at least one.")
+        return Forecaster.from_checkpoints(checkpoint, device=device, backend=Backend(backend))
+    return Forecaster.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
 
 
 def plot_forecast(arrays: dict[str, Any], path: Path, *, title: str = "") -> Path:

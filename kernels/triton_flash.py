@@ -595,7 +595,7 @@ def flash_bwd(
             D=D, D_TILE=d_tile, BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1, CAUSAL=causal, SPARSE=sparse,
             HAS_KV_LENS=kv_lens is not None, EVEN_Q=even_q, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8,
             HAS_DOCS=docs, TMA=cfg.tma, HEADS_OUTER=cfg.heads_outer, SPLIT=key_plan is not None,
-            num_warps=cfg.warps1, num_stages=cfg.stages1,
+            DV_LATE=cfg.dv_late, num_warps=cfg.warps1, num_stages=cfg.stages1,
         )
         if key_plan is not None:
             _split_sum(key_plan, pdk, dk, scale, bs, align8)

@@ -83,11 +83,17 @@ def _dkdv_steps(
     idx_ptr, bs, TPB, t_lo, t_hi, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
     BLOCK_M1: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr, CAUSAL: tl.constexpr,
     SPARSE: tl.constexpr, MASK: tl.constexpr, EVEN_Q: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
-    HAS_DOCS: tl.constexpr, TMA: tl.constexpr,
+    HAS_DOCS: tl.constexpr, TMA: tl.constexpr, DV_LATE: tl.constexpr,
 ):
     """Accumulate dK, dV (BLOCK_N1, D_TILE) over query tiles t_lo..t_hi (transposed: keys are rows).
 
-    doc_lo, doc_hi (BLOCK_N1,): each key's document span, the queries that may see it (HAS_DOCS)."""
+    doc_lo, doc_hi (BLOCK_N1,): each key's document span, the queries that may see it (HAS_DOCS).
+    DV_LATE: issue the dV matmul after dP = v . dO^T, beside dK's, instead of before it.  The same
+    matmuls of the same tiles (bit-equal results), but the fp32 pT, its 16-bit copy (the dV
+    matmul's operand, held until that asynchronous sm_90 matmul completes) and dP are no longer
+    live at once: 16 registers a thread fewer at the peak of a 64 x 128 step at D 128 on sm_90,
+    where the default order spills (on sm_80 it spills more; benchmarks/spills.py,
+    benchmarks/KERNEL_NOTES.md)."""
     offs_d = tl.arange(0, D_TILE)
     start_next = tile_start(t_lo, idx_ptr, bs, TPB, BLOCK_M1, SPARSE, t_lo < t_hi)
     for t in range(t_lo, t_hi):
@@ -114,9 +120,14 @@ def _dkdv_steps(
             delta = tl.load(delta_base + offs_m)
         else:
             delta = tl.load(delta_base + offs_m, mask=offs_m < Lq, other=0.0)
-        dv = mma(pT.to(do.dtype), do, dv, DOT_F32)
-        dpT = mma(v, tl.trans(do), None, DOT_F32)  # (BLOCK_N1, BLOCK_M1)
-        dsT = pT * (dpT - delta[None, :])
+        if DV_LATE:  # pT's 16-bit copy made once dP is done: the two are never live together
+            dpT = mma(v, tl.trans(do), None, DOT_F32)  # (BLOCK_N1, BLOCK_M1)
+            dsT = pT * (dpT - delta[None, :])
+            dv = mma(pT.to(do.dtype), do, dv, DOT_F32)
+        else:
+            dv = mma(pT.to(do.dtype), do, dv, DOT_F32)
+            dpT = mma(v, tl.trans(do), None, DOT_F32)  # (BLOCK_N1, BLOCK_M1)
+            dsT = pT * (dpT - delta[None, :])
         dk = mma(dsT.to(q.dtype), q, dk, DOT_F32)
     return dk, dv
 
@@ -131,7 +142,7 @@ def bwd_dkdv_kernel(
     D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
     CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, EVEN_Q: tl.constexpr,
     SCAN_: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr,
-    TMA: tl.constexpr, HEADS_OUTER: tl.constexpr, SPLIT: tl.constexpr,
+    TMA: tl.constexpr, HEADS_OUTER: tl.constexpr, SPLIT: tl.constexpr, DV_LATE: tl.constexpr,
 ):
     # grid: (B * HKV, key tiles), or (key tiles, B * HKV) when HEADS_OUTER; the longest columns
     # launched first: dense causal, key tile 0, or with documents the tiles in DOC_ORDER
@@ -237,14 +248,17 @@ def bwd_dkdv_kernel(
             t_lo, t_mid, t_full, t_end = clamp_ranges(t_lo, t_mid, t_full, t_end, e_lo * TPB, e_hi * TPB)
         dk, dv = _dkdv_steps(dk, dv, k, v, q_src, do_src, lse_base, delta_base, sq_l, sdo_l,
                              idx_ptr, bs, TPB, t_lo, t_mid, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
-                             BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, True, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS, TMA)
+                             BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, True, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS, TMA,
+                             DV_LATE)
         dk, dv = _dkdv_steps(dk, dv, k, v, q_src, do_src, lse_base, delta_base, sq_l, sdo_l,
                              idx_ptr, bs, TPB, t_mid, t_full, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
-                             BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, False, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS, TMA)
+                             BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, False, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS, TMA,
+                             DV_LATE)
         if HAS_DOCS:  # the end of the documents' span
             dk, dv = _dkdv_steps(dk, dv, k, v, q_src, do_src, lse_base, delta_base, sq_l, sdo_l,
                                  idx_ptr, bs, TPB, t_full, t_end, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
-                                 BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, True, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS, TMA)
+                                 BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, True, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS, TMA,
+                                 DV_LATE)
 
     if SPLIT:
         if slot >= 0:  # a chunk of a split column: its partial sums, in fp32

@@ -36,6 +36,10 @@ Variants (sm_90 only, issue 11; each a field of the configuration, a constexpr o
                 dQ programs fill the SMs that dK/dV's last wave leaves idle (FlexAttention gets the
                 same by running both kinds of program in one launch). The caller's stream waits for
                 both before the backward returns.
+  dv_late     : backward only; the dK/dV loop issues the dV matmul after dP = v . dO^T (beside dK's)
+                instead of before it: the same matmuls of the same tiles, bit-equal results, fewer
+                registers live at once (no spills in the D 128 step loop on sm_90; see
+                ``benchmarks/spills.py``); whether it is faster is for the GPU to say.
 Every variant runs with packed documents (cu_seqlens) too: they change the loads, the rescaling
 and the grid, not which tiles a program visits or how they are masked.
 
@@ -74,6 +78,7 @@ class BwdConfig:
     tma: bool = False  # q, dO (dK/dV) and k, v (dQ) through tensor descriptors
     heads_outer: bool = False  # grid (tiles, batch * heads): co-running programs share one head
     dq_stream: bool = False  # the dQ kernel on a second CUDA stream, beside dK/dV
+    dv_late: bool = False  # dK/dV loop: the dV matmul after dP's, not before it (fewer registers)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,7 +144,10 @@ _BWD: dict[tuple[str, int], tuple[BwdConfig, ...]] = {
                      BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, tma=True),
                      BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, heads_outer=True),
                      BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, dq_stream=True),
-                     BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, heads_outer=True, dq_stream=True)),
+                     BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, heads_outer=True, dq_stream=True),
+                     # the default's tiles without its register spills in the dK/dV loop
+                     BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, dv_late=True),
+                     BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, dq_stream=True, dv_late=True)),
     ("sm_90", 256): (BwdConfig(32, 64, 8, 2, 64, 32, 8, 2),),
     ("sm_80", 16): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2),),
     ("sm_80", 32): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2),),

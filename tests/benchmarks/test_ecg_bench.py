@@ -17,7 +17,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def test_ecg_benchmark_smoke_run(tmp_path):
     out = tmp_path / "out"
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.ecg", str(out), "--smoke", "--seeds", "2", "--run_dir", str(tmp_path / "run")],
+        [sys.executable, "-m", "benchmarks.ecg", str(out), "--smoke", "--seeds", "2", "--ensemble", "2", "--run_dir", str(tmp_path / "run")],
         cwd=REPO_ROOT, capture_output=True, text=True,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -37,12 +37,17 @@ def test_ecg_benchmark_smoke_run(tmp_path):
         assert len(per_seed) == 2 and v["best_val_mse"] == pytest.approx(sum(per_seed) / 2)
     per_seed_model = results["model_per_seed"]
     assert set(per_seed_model) == {"0", "1"}
-    for index, row in enumerate(results["model"]["256"]):
+    for index, row in enumerate(results["single_models"]["256"]):
         seeds_mse = [per_seed_model[s]["256"][index]["mse"] for s in ("0", "1")]
         assert row["mse_seeds"] == seeds_mse and row["mse"] == pytest.approx(sum(seeds_mse) / 2)
         assert row["mse_by_step"] == pytest.approx(
             [sum(steps) / 2 for steps in zip(*(per_seed_model[s]["256"][index]["mse_by_step"] for s in ("0", "1")))])
-    assert "range over 2 seeds" in result.stdout
+    # --ensemble 2: the two seeds' models also forecast together (the mean of their forecasts), and that
+    # ensemble is the model of the tables
+    assert results["ensemble"] == 2 and results["ensemble_seeds"] == [[0, 1]]
+    assert results["model"]["256"] == [{**row, "mse_seeds": [row["mse"]]} for row in results["ensembles"]["0"]["256"]]
+    assert json.loads((out / "ensemble0_lookback256.json").read_text())["model"]["members"] == 2
+    assert "single models, 256 (mean of 2)" in result.stdout and "ensemble of 2, look-back 256" in result.stdout
     assert len(results["model"]["256"][-1]["mse_by_step"]) == 48
     # the error by part of the horizon: steps 1-48 (the smoke run's longest horizon)
     (part,) = results["error_by_step"]

@@ -568,6 +568,7 @@ VARIANTS = {
     "heads_outer": ({}, {"heads_outer": True}),
     "tma": ({"tma": True}, {"tma": True}),
     "dq_stream": ({}, {"dq_stream": True}),  # on the CPU the launch is the plain one (no CUDA streams)
+    "dv_late": ({}, {"dv_late": True}),
 }
 
 
@@ -612,6 +613,26 @@ def test_kernel_variants_match_reference(attn, monkeypatch, variant, case):
     # takes both of its branches
     q = q * 4.0 * torch.linspace(0.2, 1.5, L, dtype=q.dtype, device=q.device)[:, None]
     _assert_close_to_reference(attn, q, k, v, dout, torch.bfloat16, **kwargs)
+
+
+@pytest.mark.parametrize("causal", (False, True), ids=("bidirectional", "causal"))
+def test_dv_late_is_bit_equal(causal):
+    """The dK/dV loop's late dV matmul (``dv_late``) issues the same matmuls of the same tiles in
+    another order: its gradients equal the default's bit for bit (GQA, a ragged tail)."""
+    from genoformer.kernels import triton_flash as tf
+    from genoformer.kernels import triton_flash_configs as configs
+
+    if DEVICE.type == "cpu":
+        bwd = configs.INTERPRETER_BWD
+    else:
+        bwd = configs.bwd_candidates(configs.generation_for(torch.cuda.get_device_capability()), 128)[0]
+    L, D = 97, (128 if DEVICE.type == "cuda" else 32)
+    q, k, v, dout = (t.to(torch.bfloat16) for t in _inputs(1, 4, 2, L, L, D, torch.bfloat16, seed=7))
+    o, lse = tf.flash_fwd(q, k, v, None, None, None, 0, causal, D**-0.5)
+    grads = [tf.flash_bwd(dout, q, k, v, o, lse, None, None, None, None, None, 0, causal, D**-0.5,
+                          config=dataclasses.replace(bwd, dv_late=late)) for late in (False, True)]
+    for default, late in zip(*grads, strict=True):
+        torch.testing.assert_close(late, default, atol=0, rtol=0)
 
 
 def test_eager_calls_match_the_custom_ops():

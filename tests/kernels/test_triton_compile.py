@@ -70,7 +70,8 @@ def _variant(cfg: configs.FwdConfig | configs.BwdConfig) -> str:
     """The test-id suffix of a configuration's sm_90 variant ("" for a plain configuration)."""
     return ("-tma" if cfg.tma else "") + (
         f"-tau{cfg.rescale_tau:g}" if isinstance(cfg, configs.FwdConfig) and cfg.rescale_tau else "") + (
-        "-headsouter" if isinstance(cfg, configs.BwdConfig) and cfg.heads_outer else "")
+        "-headsouter" if isinstance(cfg, configs.BwdConfig) and cfg.heads_outer else "") + (
+        "-dvlate" if isinstance(cfg, configs.BwdConfig) and cfg.dv_late else "")
 
 
 def _cases() -> list[tuple[str, str, int, str, tuple]]:
@@ -99,7 +100,9 @@ def _cases() -> list[tuple[str, str, int, str, tuple]]:
         else:
             out.append((f"{gen.name}-d{d}-dkdv-{cfg.block_m1}x{cfg.block_n1}-w{cfg.warps1}s{cfg.stages1}{suffix}",
                         gen.name, d, "dkdv", fields))
-            out.append((f"{gen.name}-d{d}-dq-{cfg.block_m2}x{cfg.block_n2}-w{cfg.warps2}s{cfg.stages2}{suffix}",
+            # dv_late changes only the dK/dV kernel: its dQ half is the plain configuration's
+            dq_suffix = _variant(dataclasses.replace(cfg, dv_late=False)) + packed
+            out.append((f"{gen.name}-d{d}-dq-{cfg.block_m2}x{cfg.block_n2}-w{cfg.warps2}s{cfg.stages2}{dq_suffix}",
                         gen.name, d, "dq", fields))
     out += [(f"{gen.name}-d{d}-{kind}-{configs.SPLIT_SUM_BLOCK}", gen.name, d, kind, ())
             for gen in configs.GENERATIONS if gen.name in PADDED_GENERATIONS
@@ -142,7 +145,7 @@ def _compile_one(case: tuple) -> dict:
         warps, stages = cfg.num_warps, cfg.num_stages
     else:
         cfg = configs.BwdConfig(*fields)
-        variant = {"TMA": cfg.tma, "HEADS_OUTER": cfg.heads_outer}
+        variant = {"TMA": cfg.tma, "HEADS_OUTER": cfg.heads_outer, "DV_LATE": cfg.dv_late}
         if kind == "dkdv":
             kernel = bwd_dkdv_kernel
             constexprs = {"BLOCK_M1": cfg.block_m1, "BLOCK_N1": cfg.block_n1, "EVEN_Q": False, **variant}

@@ -123,6 +123,25 @@ def test_bad_inputs_are_clear_errors():
             Forecaster(forecaster.model, device="cuda")
 
 
+def test_an_ensemble_forecasts_the_mean_of_its_members():
+    first, second = tiny_forecaster(seed=1), tiny_forecaster(seed=2)
+    ensemble = Forecaster([first.model, second.model], device="cpu")
+    series = [np.sin(np.arange(n) / 5).astype(np.float32) for n in (100, 60)]
+    mean = ensemble.forecast(series, horizon=12)
+    one, two = first.forecast(series, horizon=12), second.forecast(series, horizon=12)
+    assert not np.allclose(one.point, two.point)
+    assert np.allclose(mean.point, (one.point + two.point) / 2, atol=1e-5)
+    assert np.allclose(mean.quantiles, (one.quantiles + two.quantiles) / 2, atol=1e-5)
+    with pytest.raises(ValueError, match="averages 2 networks, and embeddings come from one"):
+        ensemble.embed(series[0])
+    with pytest.raises(ValueError, match="must agree on forecast.horizon: model 0 has 20, model 1 has 24"):
+        Forecaster([first.model, tiny_forecaster(horizon=24).model], device="cpu")
+    with pytest.raises(ValueError, match="must agree on forecast.quantiles"):
+        Forecaster([first.model, tiny_forecaster(quantiles=()).model], device="cpu")
+    with pytest.raises(ValueError, match="at least one model"):
+        Forecaster([], device="cpu")
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_causal_and_block_sparse_layouts_run(causal):
     # patches of 2 samples: 50 context tokens and 10 forecast tokens, 4 blocks of 16
@@ -213,6 +232,13 @@ def test_fit_tiny_config_then_forecast_embed_and_evaluate(tmp_path, capsys, monk
     main(["evaluate_forecast", "--store", str(store), "--baseline", "ar", "--out", str(baseline), "--horizons", "[96]",
           "--ar_orders", "[4, 64]"])
     assert json.loads(baseline.read_text())["results"][0]["mse"] < 0.05  # a noisy sine is linear-predictable
+    # an ensemble of the same checkpoint twice scores as the checkpoint alone
+    twice = tmp_path / "twice.json"
+    main(["evaluate_forecast", "--store", str(store), "--checkpoint", f"[{checkpoint}, {checkpoint}]", "--out",
+          str(twice), "--horizons", "[16, 96]", "--lookback", "256", "--device", "cpu"])
+    payload = json.loads(twice.read_text())
+    assert payload["model"]["members"] == 2 and payload["checkpoint"] == [str(checkpoint)] * 2
+    assert [row["mse"] for row in payload["results"]] == pytest.approx([row["mse"] for row in rows], rel=1e-5)
 
     npz = tmp_path / "forecast.npz"
     main(["forecast", "--checkpoint", str(checkpoint), "--store", str(store), "--at", "5000", "--out", str(npz),
@@ -221,6 +247,10 @@ def test_fit_tiny_config_then_forecast_embed_and_evaluate(tmp_path, capsys, monk
         assert saved["forecast"].shape == (1, 96) and saved["truth"].shape == (1, 96)
         assert saved["quantiles"].shape == (1, 96, 3) and int(saved["at"]) == 5000
     assert npz.with_suffix(".png").stat().st_size > 1000
+    main(["forecast", "--checkpoint", f"[{checkpoint}, {checkpoint}]", "--store", str(store), "--at", "5000",
+          "--out", str(tmp_path / "ensemble.npz"), "--device", "cpu"])
+    with np.load(npz) as alone, np.load(tmp_path / "ensemble.npz") as ensemble:
+        assert np.allclose(alone["forecast"], ensemble["forecast"], atol=1e-5)
     capsys.readouterr()
 
 
