@@ -120,14 +120,12 @@ def _dkdv_steps(
             delta = tl.load(delta_base + offs_m)
         else:
             delta = tl.load(delta_base + offs_m, mask=offs_m < Lq, other=0.0)
+        if not DV_LATE:
+            dv = mma(pT.to(do.dtype), do, dv, DOT_F32)
+        dpT = mma(v, tl.trans(do), None, DOT_F32)  # (BLOCK_N1, BLOCK_M1)
+        dsT = pT * (dpT - delta[None, :])
         if DV_LATE:  # pT's 16-bit copy made once dP is done: the two are never live together
-            dpT = mma(v, tl.trans(do), None, DOT_F32)  # (BLOCK_N1, BLOCK_M1)
-            dsT = pT * (dpT - delta[None, :])
             dv = mma(pT.to(do.dtype), do, dv, DOT_F32)
-        else:
-            dv = mma(pT.to(do.dtype), do, dv, DOT_F32)
-            dpT = mma(v, tl.trans(do), None, DOT_F32)  # (BLOCK_N1, BLOCK_M1)
-            dsT = pT * (dpT - delta[None, :])
         dk = mma(dsT.to(q.dtype), q, dk, DOT_F32)
     return dk, dv
 

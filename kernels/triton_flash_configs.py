@@ -39,7 +39,8 @@ Variants (sm_90 only, issue 11; each a field of the configuration, a constexpr o
   dv_late     : backward only; the dK/dV loop issues the dV matmul after dP = v . dO^T (beside dK's)
                 instead of before it: the same matmuls of the same tiles, bit-equal results, fewer
                 registers live at once (no spills in the D 128 step loop on sm_90; see
-                ``benchmarks/spills.py``); whether it is faster is for the GPU to say.
+                ``benchmarks/spills.py``); on the H200, 0.907x the default's time on the
+                sliding window's D 128 backward at 16k (benchmarks/KERNEL_NOTES.md).
 Every variant runs with packed documents (cu_seqlens) too: they change the loads, the rescaling
 and the grid, not which tiles a program visits or how they are masked.
 
