@@ -19,12 +19,14 @@ One run, from the repository root (about 2 minutes on an H200, most of it compil
     python -m benchmarks.kernel_variants --out OUT
     python -m benchmarks.kernel_variants --out OUT --only custom-128 sliding_window-64 \
         --extra fwd:128:128,64,4,3 bwd:128:64,128,8,2,128,64,8,2   # some cases, candidates beside the table's
+    python -m benchmarks.kernel_variants --out OUT --only custom-64 --seq-len 32768  # another length
     TRITON_INTERPRET=1 python -m benchmarks.kernel_variants --smoke --out /tmp/v   # CPU smoke run
 
 It writes OUT/kernel_variants.json and OUT/kernel_variants.md and prints the table last.
 Cases (bf16, B = 1, H = 2048 / D): attention.py's custom pattern (causal window 512 | every 16th
 key block) at D 64 and 128, causal dense at D 64 and 128, the sliding window ±1024
-bidirectional and BigBird (window 512, 1 global, 2 random blocks) at D 128, all at L = 16k.
+bidirectional and BigBird (window 512, 1 global, 2 random blocks) at D 128, all at L = 16k
+(`--seq-len` sets another).
 Every candidate's output and gradients are compared with the first candidate's (worst row
 error as in benchmarks/attention.py); one that differs is flagged WRONG and never "best".
 Times: medians of `triton.testing.do_bench` (a perf_counter loop on the CPU smoke run).
@@ -378,6 +380,9 @@ def main(argv: list[str] | None = None) -> dict:
                         help="candidates to time beside the table's: fwd:D:block_m,block_n,warps,stages or "
                              "bwd:D:m1,n1,warps1,stages1,m2,n2,warps2,stages2, optionally followed by variant "
                              "names (bwd:128:64,128,8,3,128,64,8,3,dv_late,heads_outer)")
+    parser.add_argument("--seq-len", type=int, metavar="L",
+                        help="run every case at this sequence length instead of its own (16k on a GPU); "
+                             "a multiple of the layouts' block size")
     args = parser.parse_args(argv)
     device = torch.device("cpu" if args.smoke else "cuda")
     if args.smoke and not tf.INTERPRETED:
@@ -397,6 +402,8 @@ def main(argv: list[str] | None = None) -> dict:
         if unknown:
             sys.exit(f"--only: no case {sorted(unknown)}; the cases are {[case.key for case in cases]}")
         cases = [case for case in cases if case.key in args.only]
+    if args.seq_len is not None:
+        cases = [dataclasses.replace(case, seq_len=args.seq_len) for case in cases]
     for case in cases:
         results["cases"].append(measure_case(case, device, dtype, width, timer, tuple(args.extra)))
         results["wall_s"] = time.monotonic() - started

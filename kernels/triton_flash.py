@@ -192,8 +192,15 @@ def _generation(device: torch.device) -> configs.Generation:
     return configs.generation_for(torch.cuda.get_device_capability(device))
 
 
+FINALIST_MARGIN = 1.03
+"""Candidates timed within this factor of the fastest are timed a second time, in reverse order,
+and ranked by the mean of both timings: one timing moves by 1-3% between runs on a shared GPU,
+as much as the variants of one tile differ (benchmarks/KERNEL_NOTES.md)."""
+
+
 def _choose(key: tuple, candidates: tuple, run: Callable[[object], None], device: torch.device):
-    """The fastest candidate for this key (timed once, cached), or the first when tuning is off.
+    """The fastest candidate for this key (timed when first seen, cached), or the first when
+    tuning is off.
 
     A later candidate that fails to compile or launch here (a sm_90 variant on a Triton that
     lacks what it uses) is left out with a WARNING; the first, a plain configuration, must run.
@@ -202,17 +209,25 @@ def _choose(key: tuple, candidates: tuple, run: Callable[[object], None], device
         return _TUNED[key]
     if len(candidates) == 1 or not autotune_enabled() or torch.cuda.is_current_stream_capturing():
         return candidates[0]
+
+    def timed(c) -> float:
+        return triton.testing.do_bench(lambda: run(c), warmup=10, rep=50, return_mode="median")
+
     times = []
     for index, c in enumerate(candidates):
         try:
-            times.append(triton.testing.do_bench(lambda c=c: run(c), warmup=10, rep=50, return_mode="median"))
+            times.append(timed(c))
         except (triton.CompilationError, RuntimeError, ValueError) as error:
             if index == 0:
                 raise
             log.warning("Triton attention: configuration %s does not run on this GPU (%s: %s); tuning without it",
                         c, type(error).__name__, str(error).splitlines()[0] if str(error) else "")
             times.append(math.inf)
-    best = candidates[min(range(len(candidates)), key=times.__getitem__)]
+    finalists = [i for i, t in enumerate(times) if t <= FINALIST_MARGIN * min(times)]
+    if len(finalists) > 1:
+        for i in reversed(finalists):
+            times[i] = (times[i] + timed(candidates[i])) / 2
+    best = candidates[min(finalists, key=times.__getitem__)]
     _TUNED[key] = best
     return best
 

@@ -189,11 +189,15 @@ def test_rounds_time_every_implementation_in_turn_and_keep_the_median(bench, mon
     monkeypatch.setattr(attention_bench.Bench, "time_impl", recording)
     argv = "--device cpu --tiny --ours torch --head-dims 16 --lengths 256 --patterns custom --warmup-ms 0 --rep-ms 1"
     results = attention_bench.main([*argv.split(), "--rounds", "3"])
-    assert order == ["ours", "Flex", "FLASH"] * 3  # in turn, not one implementation three times
+    # in turn, not one implementation three times; each round starts one implementation later
+    assert order == ["ours", "Flex", "FLASH", "Flex", "FLASH", "ours", "FLASH", "ours", "Flex"]
     ours = results["cases"][0]["ours"]
     assert len(ours["fwd_ms_rounds"]) == 3 and ours["fwd_ms"] == sorted(ours["fwd_ms_rounds"])[1]
     assert results["settings"]["rounds"] == 3
     assert "median over 3 rounds" in attention_bench.render_markdown(results, None)
+    assert "each round starting one implementation later" in attention_bench.render_markdown(results, None)
+    del results["settings"]["rounds_rotate"]  # a run from before the rotation says nothing of it
+    assert "each round starting" not in attention_bench.render_markdown(results, None)
     merged = attention_bench.median_of_rounds([
         {"fwd_ms": 1.0, "bwd_ms": None, "error": None},
         {"fwd_ms": 3.0, "bwd_ms": 2.0, "error": "bwd: slow"},
@@ -361,6 +365,8 @@ def test_targets_floor_goal_moonshot(bench):
     cases[2]["flex_flash"]["check"] = {"ok": False}  # a wrong yardstick is no yardstick
     status, measured = _status(attention_bench, cases)
     assert status["goal"] == "MET" and "2 not compared" in measured["goal"]
+    assert attention_bench._time_ratio(cases[2], "flex_flash", "fwd") is None  # and its table cells show no ratio
+    assert attention_bench._time_ratio(cases[2], "flex", "fwd") == pytest.approx(1.0 / 1.2)
 
     status, _ = _status(attention_bench, cases, dict(MEMORY, ours={"peak_mib": 2500.0}))
     assert status["memory"] == "NOT MET"

@@ -55,15 +55,17 @@ def test_without_the_interpreter_the_smoke_run_says_how(tmp_path):
 
 @pytest.mark.slow
 def test_only_and_extra_candidates(tmp_path):
-    """--only keeps the named case; --extra adds plain candidates of that head dim beside the table's."""
+    """--only keeps the named case, --seq-len sets its length; --extra adds plain candidates of that
+    head dim beside the table's."""
     pytest.importorskip("triton", reason="triton is not installed: pip install triton")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     command = [sys.executable, "-m", "benchmarks.kernel_variants", "--smoke", "--out", str(tmp_path),
-               "--only", "causal-32", "--extra", "fwd:32:16,16,4,1", "bwd:32:16,16,4,1,16,16,4,1", "fwd:64:16,16,4,1"]
+               "--only", "causal-32", "--seq-len", "48",
+               "--extra", "fwd:32:16,16,4,1", "bwd:32:16,16,4,1,16,16,4,1", "fwd:64:16,16,4,1"]
     proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (case,) = json.loads((tmp_path / "kernel_variants.json").read_text())["cases"]
-    assert case["case"] == "causal"
+    assert case["case"] == "causal" and case["seq_len"] == 48
     assert [e["config"] for e in case["fwd"]][-1] == "(16, 16, 4, 1)" and len(case["fwd"]) == 3
     assert [e["config"] for e in case["bwd"]][-1] == "(16, 16, 4, 1, 16, 16, 4, 1)" and len(case["bwd"]) == 4
     for entry in case["fwd"] + case["bwd"]:
