@@ -65,6 +65,10 @@ Method
   * Memory: peak `torch.cuda.max_memory_allocated` over one forward + backward (above what
     the inputs already hold), dense causal, L = 64k, 16 heads of 128, ours vs FA2.
   * Ceiling: bf16 8192^3 torch.matmul TFLOP/s in the same run.
+  * Clocks: `nvidia-smi` samples the SM clock, power and temperature every 50 ms in the
+    background; each timing keeps the summary of the samples taken during it (fwd_clock,
+    bwd_clock in the JSON), and the header gives each implementation's median and lowest clock.
+    A kernel timed after a power-hungry one may run at a lower clock.
   * A kernel that raises (or a missing module, or a compile failure) is recorded in the
     results and the run goes on; `--budget-s` skips (and records) what is left when the run
     gets too long for the GPU session.
@@ -112,6 +116,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from benchmarks.common import (
+    ClockSampler,
     command_line,
     describe_environment,
     environment_markdown,
@@ -411,9 +416,10 @@ class Timer:
 
 
 def median_of_rounds(results: list[dict]) -> dict:
-    """One implementation's {"fwd_ms", "bwd_ms", "error"} from several rounds: the median time of
-    each direction over the rounds that measured it, the first error; with more than one round the
-    rounds' times are kept too (fwd_ms_rounds, bwd_ms_rounds)."""
+    """One implementation's {"fwd_ms", "bwd_ms", "error", "fwd_clock", "bwd_clock"} from several
+    rounds: the median time of each direction over the rounds that measured it, the first error;
+    with more than one round the rounds' times and GPU clocks are kept too (fwd_ms_rounds,
+    fwd_clock_rounds, ...)."""
     if len(results) == 1:
         return results[0]
     merged = {"error": next((r["error"] for r in results if r["error"] is not None), None)}
@@ -421,6 +427,8 @@ def median_of_rounds(results: list[dict]) -> dict:
         times = [r[direction] for r in results if r[direction] is not None]
         merged[direction] = statistics.median(times) if times else None
         merged[f"{direction}_rounds"] = [r[direction] for r in results]
+    for clock in ("fwd_clock", "bwd_clock"):
+        merged[f"{clock}_rounds"] = [r.get(clock) for r in results]
     return merged
 
 
@@ -444,6 +452,7 @@ class Bench:
         self.deadline = time.monotonic() + args.budget_s
         self.budget_s = args.budget_s
         self.tracebacks: list[str] = []
+        self.clock = ClockSampler(self.device)
         if self.device.type == "cuda":
             # A recompile past the limit would silently fall back to eager Flex, which
             # materialises L^2 scores: raise instead, and allow enough shapes for the sweep.
@@ -546,10 +555,12 @@ class Bench:
 
     def time_impl(self, what: str, impl: Impl, q, k, v, dout) -> dict:
         """{"fwd_ms", "bwd_ms", "error"}: forward and backward-alone medians."""
-        result = {"fwd_ms": None, "bwd_ms": None, "error": impl.error}
+        result = {"fwd_ms": None, "bwd_ms": None, "error": impl.error, "fwd_clock": None, "bwd_clock": None}
         if impl.fn is None:
             return result
+        began = time.monotonic()
         result["fwd_ms"], error = self.attempt(f"{what} fwd", lambda: self.timer(lambda: impl.fn(q, k, v)))
+        result["fwd_clock"] = self.clock.window(began, time.monotonic())
         if error is not None:
             result["error"] = f"fwd: {error}"
             return result
@@ -564,7 +575,9 @@ class Bench:
                 t.grad = None
             return ms
 
+        began = time.monotonic()
         result["bwd_ms"], error = self.attempt(f"{what} bwd", backward_ms)
+        result["bwd_clock"] = self.clock.window(began, time.monotonic())
         if error is not None:
             result["error"] = f"bwd: {error}"
         return result
@@ -774,10 +787,35 @@ def run(args: argparse.Namespace, sweep: Sweep) -> dict:
             _write_json(results, args.out)
     results["wall_s"] = time.monotonic() - started
     results["tracebacks"] = bench.tracebacks
+    results["clock"] = bench.clock.close()
     return results
 
 
 # -------------------------------------------------------------------------------- analysis
+def clock_summary(results: dict) -> str:
+    """A sentence on the GPU's SM clock during each implementation's timings ("" for runs that
+    predate the sampler): the median and the lowest of the per-timing mean clocks."""
+    clock = results.get("clock")
+    if clock is None:
+        return ""
+    if clock.get("reason"):
+        return f" SM clock not recorded ({clock['reason']})."
+    parts = []
+    for key in ("ours", *OTHERS):
+        means = []
+        for r in results["cases"]:
+            timing = r.get(key) or {}
+            for name in ("fwd_clock", "bwd_clock"):
+                windows = timing.get(f"{name}_rounds", [timing.get(name)])
+                means += [w["sm_mhz"] for w in windows if w and w.get("sm_mhz") is not None]
+        if means:
+            parts.append(f"{OTHERS.get(key, key)} {statistics.median(means):.0f} (lowest {min(means):.0f})")
+    if not parts:
+        return " SM clock: no sample fell inside a timing."
+    return (f" SM clock during the timings, MHz (nvidia-smi every {clock['period_ms']} ms; the mean of each "
+            f"timing, then their median and lowest over the run): {', '.join(parts)}.")
+
+
 def _length_label(seq_len: int) -> str:
     return f"{seq_len // 1024}k" if seq_len % 1024 == 0 else str(seq_len)
 
@@ -1115,7 +1153,8 @@ def render_markdown(results: dict, figure_link: str | None) -> str:
         "row of the output / of dq, dk, dv (see benchmarks/attention.py), WRONG above "
         f"{CHECK_TOLERANCE['fwd']:g} / {CHECK_TOLERANCE['bwd']:g}; every other implementation is checked the "
         f"same way and a WRONG one is named in the notes. Matmul ceiling ({settings['dtype']} "
-        f"{matmul['n']}³ torch.matmul): **{ceiling}**. Wall time of the run: {_fmt(results.get('wall_s'))} s.",
+        f"{matmul['n']}³ torch.matmul): **{ceiling}**. Wall time of the run: {_fmt(results.get('wall_s'))} s."
+        + clock_summary(results),
         "",
     ]
     if absent:

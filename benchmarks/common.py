@@ -20,15 +20,23 @@ import argparse
 import datetime
 import importlib.metadata
 import importlib.util
+import math
 import platform
+import re
 import shlex
+import shutil
+import statistics
+import subprocess
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 __all__ = [
+    "ClockSampler",
     "command_line",
     "last_logged_step",
     "describe_environment",
@@ -250,3 +258,78 @@ def last_logged_step(metrics_csv: Path) -> int:
     with open(metrics_csv) as handle:
         steps = [int(row["step"]) for row in csv.DictReader(handle) if row.get("step")]
     return max(steps) if steps else 0
+
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+class ClockSampler:
+    """The SM clock, power draw and temperature of one GPU while a benchmark runs.
+
+    `nvidia-smi -lms PERIOD` prints one line per sample; a reader thread stamps each line with
+    time.monotonic() as it arrives, so that `window(start, end)` can summarise the samples taken
+    during one timing. The clocks explain timings that move between rounds: a kernel timed right
+    after a power-hungry one can run at a lower clock. Without a GPU or without nvidia-smi,
+    `reason` says why nothing is sampled and every window is None.
+    """
+
+    QUERY = "clocks.sm,power.draw,temperature.gpu"
+
+    def __init__(self, device: torch.device, period_ms: int = 50, command: str = "nvidia-smi") -> None:
+        self.period_ms = period_ms
+        self.samples: list[tuple[float, float, float, float]] = []  # (monotonic s, MHz, W, degrees C)
+        self.reason: str | None = None
+        self._proc: subprocess.Popen | None = None
+        executable = shutil.which(command)
+        if device.type != "cuda":
+            self.reason = "not a CUDA run"
+        elif executable is None:
+            self.reason = f"{command} is not on PATH"
+        else:
+            # by UUID: CUDA_VISIBLE_DEVICES renumbers torch's devices, not nvidia-smi's
+            uuid = _UUID.search(str(torch.cuda.get_device_properties(device).uuid))
+            if uuid is None:
+                self.reason = f"no UUID for {device} in its device properties"
+                return
+            self._proc = subprocess.Popen(
+                [executable, f"--id=GPU-{uuid.group(0)}", f"--query-gpu={self.QUERY}",
+                 "--format=csv,noheader,nounits", f"--loop-ms={period_ms}"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self._reader = threading.Thread(target=self._read, daemon=True)
+            self._reader.start()
+
+    def _read(self) -> None:
+        for line in self._proc.stdout:
+            fields = [f.strip() for f in line.split(",")]
+            if len(fields) != 3:
+                continue
+            values = [float(f) if f.replace(".", "", 1).isdigit() else math.nan for f in fields]  # "[N/A]": NaN
+            self.samples.append((time.monotonic(), *values))
+
+    def window(self, start: float, end: float) -> dict | None:
+        """Mean SM clock (MHz), its minimum, mean power (W) and top temperature (C) of the samples
+        taken between two time.monotonic() readings; None when none was."""
+        inside = [s for s in list(self.samples) if start <= s[0] <= end]
+        if not inside:
+            return None
+
+        def mean(values: list[float]) -> float | None:
+            present = [v for v in values if not math.isnan(v)]
+            return statistics.fmean(present) if present else None
+
+        clocks = [s[1] for s in inside if not math.isnan(s[1])]
+        temps = [s[3] for s in inside if not math.isnan(s[3])]
+        return {"sm_mhz": mean(clocks), "sm_mhz_min": min(clocks) if clocks else None,
+                "power_w": mean([s[2] for s in inside]), "temp_c": max(temps) if temps else None,
+                "samples": len(inside)}
+
+    def close(self) -> dict:
+        """Stop sampling; what the results record about it (period, sample count, or why none)."""
+        if self._proc is not None:
+            self._proc.terminate()
+            _, errors = self._proc.communicate(timeout=10)
+            self._reader.join(timeout=10)
+            if not self.samples and self.reason is None:
+                self.reason = f"nvidia-smi printed no sample: {errors.strip()[:200]}"
+            self._proc = None
+        return {"period_ms": self.period_ms, "samples": len(self.samples), "reason": self.reason}

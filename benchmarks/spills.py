@@ -14,12 +14,17 @@ that ships with Triton and `-v`:
               LDL) in the SASS: all of them, and those inside the kernel's step loops (a loop of
               the SASS that issues tensor-core instructions, HGMMA or HMMA: run once per tile)
   smem        bytes of shared memory per program (`compiled.metadata.shared`)
+  --mix       the step loops' instructions: in all, and tensor-core (HGMMA/HMMA), exp (MUFU), global
+              loads (LDG, LDGSTS, TMA), shared memory (LDS, LDSM, STS), synchronisation (BAR,
+              SYNCS, WARPGROUP, DEPBAR), spills (STL, LDL); summed over the kernel's step loops
 
 One run, from the repository root (no GPU needed; 5 to 30 s per kernel compiled, on 2 cores):
 
     python -m benchmarks.spills          # default configurations, custom-128 and sliding_window-128, sm_90
     python -m benchmarks.spills --cases sliding_window-128 --capability 90 80 --all-candidates
     python -m benchmarks.spills --kernels dkdv --extra bwd:128:64,128,8,3,128,64,8,3,dv_late,heads_outer
+    python -m benchmarks.spills --cases custom-128 --kernels dkdv dq --mix   # with the step loops' instruction mix
+    python -m benchmarks.spills --ptx flex_ptx/*.ptx --mix   # kernels compiled elsewhere (benchmarks/flex_ptx.py)
 
 The numbers are those of the Triton installed here: the GPU image's Triton may allocate
 registers differently (run it there, or with that version's wheel on PYTHONPATH, to compare).
@@ -129,10 +134,21 @@ _REGS = re.compile(r"Used (\d+) registers")
 _TARGET = re.compile(r"`\(?(\.L_x_\d+)\)?")
 
 
-def step_loop_spills(sass: str) -> tuple[int, int]:
-    """(STL, LDL) instructions inside the SASS's step loops: the backward branches' bodies that
-    issue a tensor-core instruction (HGMMA on sm_90, HMMA on sm_80), innermost loops only."""
-    lines = sass.splitlines()
+_OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)")
+MIX = {
+    "mma": ("HGMMA", "HMMA"),
+    "exp": ("MUFU",),
+    "global_ld": ("LDG", "LDGSTS", "UTMALDG", "LDGDEPBAR"),
+    "shared": ("LDS", "LDSM", "STS"),
+    "sync": ("BAR", "SYNCS", "WARPGROUP", "DEPBAR", "WARPSYNC"),
+    "spill": ("STL", "LDL"),
+}
+"""The instruction groups of the step loops' mix (SASS opcodes without their modifiers)."""
+
+
+def _step_loops(lines: list[str]) -> list[tuple[int, int]]:
+    """(first, last) line of each innermost SASS loop that issues a tensor-core instruction
+    (HGMMA on sm_90, HMMA on sm_80): the loops that run once per tile."""
     labels = {line.strip().rstrip(":"): i for i, line in enumerate(lines) if re.match(r"\s*\.L_x_\d+:", line)}
     loops = []
     for i, line in enumerate(lines):
@@ -140,22 +156,71 @@ def step_loop_spills(sass: str) -> tuple[int, int]:
         if match and match.group(1) in labels and labels[match.group(1)] < i:
             loops.append((labels[match.group(1)], i))
     inner = [(a, b) for a, b in loops if not any(a < c and d < b for c, d in loops if (c, d) != (a, b))]
-    stores = loads = 0
-    for a, b in inner:
-        body = lines[a:b + 1]
-        if any(re.search(r"\bH(G)?MMA\b", line) for line in body):
-            stores += sum(bool(re.search(r"\bSTL\b", line)) for line in body)
-            loads += sum(bool(re.search(r"\bLDL\b", line)) for line in body)
-    return stores, loads
+    return [(a, b) for a, b in inner if any(re.search(r"\bH(G)?MMA\b", line) for line in lines[a:b + 1])]
 
 
-def compile_launch(launch: Launch, capability: int, maxnreg: int | None = None) -> dict:
+def step_loop_spills(sass: str) -> tuple[int, int]:
+    """(STL, LDL) instructions inside the SASS's step loops (see ``_step_loops``)."""
+    lines = sass.splitlines()
+    body = [line for a, b in _step_loops(lines) for line in lines[a:b + 1]]
+    return (sum(bool(re.search(r"\bSTL\b", line)) for line in body),
+            sum(bool(re.search(r"\bLDL\b", line)) for line in body))
+
+
+def step_loop_mix(sass: str) -> dict:
+    """Instructions of the step loops, in all and by group (``MIX``), summed over the loops: what
+    one tile step of each loop issues (the masked and the unmasked loop of a kernel both count)."""
+    lines = sass.splitlines()
+    opcodes = [m.group(1) for a, b in _step_loops(lines) for line in lines[a:b + 1] if (m := _OPCODE.search(line))]
+    mix = {"loops": len(_step_loops(lines)), "loop_instr": len(opcodes)}
+    mix.update({f"loop_{group}": sum(op in names for op in opcodes) for group, names in MIX.items()})
+    return mix
+
+
+def assemble(ptx: str, capability: int, mix: bool = False) -> dict:
+    """Assemble PTX again with the ptxas that ships with Triton and `-v`: registers, spill bytes,
+    the spill instructions of the SASS (all, and in the step loops), and with `mix` the step
+    loops' instruction mix."""
+    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
+
+    arch = sm_arch_from_capability(capability)
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx_file, cubin = Path(tmp, "k.ptx"), Path(tmp, "k.cubin")
+        ptx_file.write_text(ptx)
+        report = subprocess.run([get_ptxas(capability).path, "-lineinfo", "-v", "--regAllocOptLevel=2",
+                                 f"--gpu-name={arch}", str(ptx_file), "-o", str(cubin)],
+                                check=True, capture_output=True, text=True).stderr
+        nvdisasm = Path(get_ptxas(capability).path).with_name("nvdisasm")
+        sass = subprocess.run([str(nvdisasm), "-c", str(cubin)], check=True, capture_output=True, text=True).stdout
+    frame, spill_st, spill_ld = (int(x) for x in _SPILLS.search(report).groups())
+    loop_stl, loop_ldl = step_loop_spills(sass)
+    row = {
+        "regs": int(_REGS.search(report).group(1)),
+        "spill_stores_B": spill_st,
+        "spill_loads_B": spill_ld,
+        "stack_B": frame,
+        "STL": sum(bool(re.search(r"\bSTL\b", line)) for line in sass.splitlines()),
+        "LDL": sum(bool(re.search(r"\bLDL\b", line)) for line in sass.splitlines()),
+        "loop_STL": loop_stl,
+        "loop_LDL": loop_ldl,
+    }
+    if mix:
+        row.update(step_loop_mix(sass))
+    return row
+
+
+def compile_launch(launch: Launch, capability: int, maxnreg: int | None = None, mix: bool = False) -> dict:
     """Compile one recorded launch for sm_<capability> as ``JITFunction.run`` would, then read
     ptxas' register and spill report and count the spill instructions of the SASS."""
+    ptx, shared = compile_ptx(launch, capability, maxnreg)
+    return {**assemble(ptx, capability, mix), "smem_B": shared}
+
+
+def compile_ptx(launch: Launch, capability: int, maxnreg: int | None = None) -> tuple[str, int]:
+    """(PTX, shared memory bytes) of one recorded launch compiled for sm_<capability>."""
     import triton
     from triton import knobs
     from triton.backends.compiler import GPUTarget
-    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
     from triton.compiler import ASTSource, make_backend
     from triton.runtime.jit import create_function_from_signature
 
@@ -169,33 +234,27 @@ def compile_launch(launch: Launch, capability: int, maxnreg: int | None = None) 
     bound_args, specialization, options = binder(*launch.args, **kwargs)
     options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound_args, specialization, options)
     compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
-    arch = sm_arch_from_capability(capability)
-    with tempfile.TemporaryDirectory() as tmp:
-        ptx, cubin = Path(tmp, "k.ptx"), Path(tmp, "k.cubin")
-        ptx.write_text(compiled.asm["ptx"])
-        report = subprocess.run([get_ptxas(capability).path, "-lineinfo", "-v", "--regAllocOptLevel=2",
-                                 f"--gpu-name={arch}", str(ptx), "-o", str(cubin)],
-                                check=True, capture_output=True, text=True).stderr
-        nvdisasm = Path(get_ptxas(capability).path).with_name("nvdisasm")
-        sass = subprocess.run([str(nvdisasm), "-c", str(cubin)], check=True, capture_output=True, text=True).stdout
-    frame, spill_st, spill_ld = (int(x) for x in _SPILLS.search(report).groups())
-    loop_stl, loop_ldl = step_loop_spills(sass)
-    return {
-        "regs": int(_REGS.search(report).group(1)),
-        "spill_stores_B": spill_st,
-        "spill_loads_B": spill_ld,
-        "stack_B": frame,
-        "STL": sum(bool(re.search(r"\bSTL\b", line)) for line in sass.splitlines()),
-        "LDL": sum(bool(re.search(r"\bLDL\b", line)) for line in sass.splitlines()),
-        "loop_STL": loop_stl,
-        "loop_LDL": loop_ldl,
-        "smem_B": compiled.metadata.shared,
-    }
+    return compiled.asm["ptx"], compiled.metadata.shared
+
+
+_PTX_TARGET = re.compile(r"^\s*\.target\s+sm_(\d+)", re.MULTILINE)
+_PTX_ENTRY = re.compile(r"\.entry\s+(\w+)")
+
+
+def ptx_row(path: Path, mix: bool) -> dict:
+    """The report of a PTX file compiled elsewhere (e.g. FlexAttention's kernels, copied from a
+    GPU machine's Triton cache by benchmarks/flex_ptx.py): its target and entry are read from it."""
+    ptx = path.read_text()
+    target, entry = _PTX_TARGET.search(ptx), _PTX_ENTRY.search(ptx)
+    if target is None or entry is None:
+        raise ValueError(f"{path}: not a PTX module (no .target sm_NN or no .entry)")
+    capability = int(target.group(1))
+    return {"file": path.name, "sm": capability, "kernel": entry.group(1), **assemble(ptx, capability, mix)}
 
 
 def _work(item: tuple) -> dict:
     """Worker process: record the case's launches, compile the one asked for."""
-    case_key, kind, config, capability, kernel, maxnreg = item
+    case_key, kind, config, capability, kernel, maxnreg, mix = item
     case = next(c for c in gpu_cases() if c.key == case_key)
     launch = next(launch for launch in record(case, kind, config, capability) if launch.kernel == kernel)
     row = {"case": case_key, "sm": capability, "kernel": kernel, "config": _config_text(config),
@@ -203,7 +262,7 @@ def _work(item: tuple) -> dict:
     if maxnreg is not None:
         row["maxnreg"] = maxnreg
     try:
-        row.update(compile_launch(launch, capability, maxnreg))
+        row.update(compile_launch(launch, capability, maxnreg, mix))
     except Exception as error:  # reported in the table: a variant this Triton cannot build
         row["error"] = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
     return row
@@ -255,17 +314,30 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--maxnreg", nargs="+", type=lambda s: None if s == "none" else int(s), default=[None],
                         metavar="N", help="compile once per value with Triton's maxnreg launch option (a cap "
                                           "on the registers per thread; 'none', the default: no cap)")
+    parser.add_argument("--mix", action="store_true",
+                        help="also count the step loops' instructions: in all, tensor-core, exp (MUFU), global "
+                             "loads, shared memory, synchronisation, spills")
+    parser.add_argument("--ptx", nargs="+", type=Path, metavar="FILE",
+                        help="report these PTX files instead of our kernels (e.g. FlexAttention's, fetched from a "
+                             "GPU machine by benchmarks/flex_ptx.py); --cases and the configuration options are "
+                             "then ignored")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compiles in parallel")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
-    if tf.INTERPRETED:
-        sys.exit("unset TRITON_INTERPRET: interpreted kernels cannot be compiled")
-    known = {c.key for c in gpu_cases()}
-    if set(args.cases) - known:
-        sys.exit(f"--cases: no case {sorted(set(args.cases) - known)}; the cases are {sorted(known)}")
-    items = plan(args.cases, args.capability, args.kernels, args.all_candidates, args.extra, args.maxnreg)
-    with concurrent.futures.ProcessPoolExecutor(max(1, args.jobs)) as pool:
-        rows = list(pool.map(_work, items))
+    if args.ptx:
+        missing = [str(path) for path in args.ptx if not path.is_file()]
+        if missing:
+            sys.exit(f"--ptx: no such file: {', '.join(missing)}")
+        rows = [ptx_row(path, args.mix) for path in args.ptx]
+    else:
+        if tf.INTERPRETED:
+            sys.exit("unset TRITON_INTERPRET: interpreted kernels cannot be compiled")
+        known = {c.key for c in gpu_cases()}
+        if set(args.cases) - known:
+            sys.exit(f"--cases: no case {sorted(set(args.cases) - known)}; the cases are {sorted(known)}")
+        items = plan(args.cases, args.capability, args.kernels, args.all_candidates, args.extra, args.maxnreg)
+        with concurrent.futures.ProcessPoolExecutor(max(1, args.jobs)) as pool:
+            rows = list(pool.map(_work, [(*item, args.mix) for item in items]))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     print(markdown_table(rows), flush=True)
