@@ -9,6 +9,10 @@
 #   bash benchmarks/gpu_issue11.sh attention
 #     GPU 0   the attention benchmark alone (GPU 1 stays free for other work); ATTN_BUDGET=SECONDS
 #             shortens it (default 420), ATTN_ARGS adds options (e.g. "--lengths 16384 8192")
+#   bash benchmarks/gpu_issue11.sh flexptx
+#     GPU 0   FlexAttention's compiled kernels as PTX (benchmarks/flex_ptx.py) for the custom pattern at
+#             D 128 and D 64, 16k, in $R/results/flex_ptx/; read them here with
+#             `python -m benchmarks.spills --ptx .../*.ptx --mix` (about a minute)
 #   bash benchmarks/gpu_issue11.sh tests
 #     GPU 0   the sweep of our kernels (tests/kernels/test_triton_attention.py: variants, packed rows)
 #     GPU 1   every installed backend against float64 (tests/kernels/test_backends_gpu.py)
@@ -55,6 +59,18 @@ bench() {
     wait
 }
 
+flexptx() {
+    (
+        export CUDA_VISIBLE_DEVICES=0
+        for d in 128 64; do
+            stamp "gpu0 Flex PTX, custom D$d"
+            timeout 240 python3 -m benchmarks.flex_ptx --out "$R/results/flex_ptx/custom-$d" --pattern custom \
+                --head-dim "$d" --seq-len 16384 > "$R/flex_ptx_$d.log" 2>&1
+        done
+        stamp "gpu0 done"
+    )
+}
+
 tests() {
     # the two sweeps take more than one call's share each when run after the benchmarks: a call of their own
     (
@@ -83,7 +99,8 @@ case "${1:-}" in
     bench) bench ;;
     attention) attention ;;
     tests) tests ;;
-    *) echo "usage: bash benchmarks/gpu_issue11.sh bench|attention|tests"; exit 2 ;;
+    flexptx) flexptx ;;
+    *) echo "usage: bash benchmarks/gpu_issue11.sh bench|attention|flexptx|tests"; exit 2 ;;
 esac
 for log in "$R"/*.log; do
     echo "---- $log"; tail -n 25 "$log"
