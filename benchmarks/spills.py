@@ -171,8 +171,9 @@ def step_loop_mix(sass: str) -> dict:
     """Instructions of the step loops, in all and by group (``MIX``), summed over the loops: what
     one tile step of each loop issues (the masked and the unmasked loop of a kernel both count)."""
     lines = sass.splitlines()
-    opcodes = [m.group(1) for a, b in _step_loops(lines) for line in lines[a:b + 1] if (m := _OPCODE.search(line))]
-    mix = {"loops": len(_step_loops(lines)), "loop_instr": len(opcodes)}
+    loops = _step_loops(lines)
+    opcodes = [m.group(1) for a, b in loops for line in lines[a:b + 1] if (m := _OPCODE.search(line))]
+    mix = {"loops": len(loops), "loop_instr": len(opcodes)}
     mix.update({f"loop_{group}": sum(op in names for op in opcodes) for group, names in MIX.items()})
     return mix
 
