@@ -684,7 +684,7 @@ class Bench:
         # machine lands in one round of each, not in every timing of one implementation. Each round
         # starts one implementation later, so that no implementation always follows the same one
         # (in fixed order on the H200, ours' first round, after the light correctness checks, was its
-        # fastest in 89 of 128 pass-rounds, and later ones followed Flex FLASH: benchmarks/KERNEL_NOTES.md)
+        # fastest in 89 of 128 timed passes, and later ones followed Flex FLASH: benchmarks/KERNEL_NOTES.md)
         keys = list(timed)
         rounds = []
         for turn in range(self.rounds):
