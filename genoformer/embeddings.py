@@ -124,13 +124,10 @@ class Embedder:
                 AUTO picks per device.
             autocast_dtype: see `Embedder`; None: bfloat16 autocast on CUDA, float32 on the CPU.
         """
-        checkpoint = read_checkpoint(path)
-        hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
-        if not isinstance(hparams, dict) or "transformer" not in hparams or "state_dict" not in checkpoint:
-            raise ValueError(
-                f"{path} is not a GenoformerLM checkpoint (no 'transformer' hyperparameters or no "
-                "state_dict); pass a checkpoint written by training a genoformer.lightning_module.GenoformerLM."
-            )
+        checkpoint, hparams = read_model_checkpoint(
+            path, "transformer", "GenoformerLM",
+            "pass a checkpoint written by training a genoformer.lightning_module.GenoformerLM.",
+        )
         config = dataclasses.replace(
             TransformerConfig.from_dict(hparams["transformer"]),
             attention_backend=Backend(backend),
@@ -268,6 +265,18 @@ def read_checkpoint(path: Union[str, Path]) -> dict:
         return torch.load(path, map_location="cpu", weights_only=True)
     except _UNREADABLE_CHECKPOINT_ERRORS as exc:
         raise _unreadable_checkpoint_error(path) from exc
+
+
+def read_model_checkpoint(path: Union[str, Path], hparams_key: str, kind: str, hint: str) -> tuple[dict, dict]:
+    """(checkpoint, its hyper_parameters) of a checkpoint whose hyperparameters hold `hparams_key`
+    and which has a state_dict; otherwise ValueError naming the `kind` expected, then `hint`."""
+    checkpoint = read_checkpoint(path)
+    hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
+    if not isinstance(hparams, dict) or hparams_key not in hparams or "state_dict" not in checkpoint:
+        raise ValueError(
+            f"{path} is not a {kind} checkpoint (no '{hparams_key}' hyperparameters or no state_dict); {hint}"
+        )
+    return checkpoint, hparams
 
 
 def _unreadable_checkpoint_error(path: Path) -> ValueError:

@@ -34,7 +34,7 @@ import torch
 
 from genoformer.data.hints import hint
 from genoformer.data.tiling import Keep, same_length_batches, tile_windows
-from genoformer.embeddings import Pooling, default_autocast_dtype, inference_device, read_checkpoint
+from genoformer.embeddings import Pooling, default_autocast_dtype, inference_device, read_model_checkpoint
 from genoformer.kernels.dispatch import Backend
 from genoformer.model import TransformerConfig
 from genoformer.timeseries_model import ForecastConfig, TimeSeriesTransformer
@@ -305,14 +305,11 @@ class Forecaster:
 def load_network(path: Union[str, Path], backend: Backend = Backend.AUTO) -> TimeSeriesTransformer:
     """The `TimeSeriesTransformer` of a TimeSeriesForecaster Lightning checkpoint (.ckpt written by
     `genoformer fit`), on the CPU, attention through `backend`."""
-    checkpoint = read_checkpoint(path)
-    hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
-    if not isinstance(hparams, dict) or "forecast" not in hparams or "state_dict" not in checkpoint:
-        raise ValueError(
-            f"{path} is not a time-series checkpoint (no 'forecast' hyperparameters or no state_dict); "
-            "pass a checkpoint written by training genoformer.timeseries_module.TimeSeriesForecaster "
-            "(e.g. genoformer fit --config configs/timeseries_tiny_cpu.yaml)."
-        )
+    checkpoint, hparams = read_model_checkpoint(
+        path, "forecast", "time-series",
+        "pass a checkpoint written by training genoformer.timeseries_module.TimeSeriesForecaster "
+        "(e.g. genoformer fit --config configs/timeseries_tiny_cpu.yaml).",
+    )
     config = dataclasses.replace(
         TransformerConfig.from_dict(hparams["transformer"]),
         attention_backend=Backend(backend),
