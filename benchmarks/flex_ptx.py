@@ -8,12 +8,13 @@ Triton's caches in a fresh folder. It then copies the PTX of every kernel built 
 with Triton):
 
     python -m benchmarks.flex_ptx --out OUT --pattern custom --head-dim 128 --seq-len 16384   # GPU
-    python -m benchmarks.spills --ptx OUT/*.ptx --mix                                         # CPU
-    python -m benchmarks.spills --cases custom-128 --kernels dkdv dq --mix --all-candidates   # ours
+    python -m benchmarks.spills --ptx OUT/*.ptx --per-loop                                    # CPU
+    python -m benchmarks.spills --cases custom-128 --kernels dkdv dq --per-loop --all-candidates   # ours
 
-The second command reports registers, spills and the step loops' instruction mix of Flex's
+The second command reports registers, spills and each step loop's instruction mix of Flex's
 kernels; the third, those of ours for the same case. Read them with the same Triton version as the
-GPU's (its wheel on PYTHONPATH, see benchmarks/spills.py).
+GPU's (its wheel on PYTHONPATH) and with a CUDA 13 ptxas: Inductor assembles Flex's kernels with
+torch's own ptxas, whose PTX version Triton's ptxas refuses (benchmarks/spills.py says how).
 
 Shape legend: B batch, H heads, L sequence length, D head dim.
 """

@@ -12,7 +12,8 @@
 #   bash benchmarks/gpu_issue11.sh flexptx
 #     GPU 0   FlexAttention's compiled kernels as PTX (benchmarks/flex_ptx.py) for the custom pattern at
 #             D 128 and D 64, 16k, in $R/results/flex_ptx/; read them here with
-#             `python -m benchmarks.spills --ptx .../*.ptx --mix` (about a minute)
+#             `python -m benchmarks.spills --ptx .../*.ptx --per-loop` and a CUDA 13 ptxas
+#             (benchmarks/spills.py says how; about a minute)
 #   bash benchmarks/gpu_issue11.sh tests
 #     GPU 0   the sweep of our kernels (tests/kernels/test_triton_attention.py: variants, packed rows)
 #     GPU 1   every installed backend against float64 (tests/kernels/test_backends_gpu.py)

@@ -10,9 +10,9 @@ the block-sparse path follow:
   * sparse overhead: dense bidirectional attention through the dense kernels (layout None)
     against the same function through the block-sparse kernels (`BlockLayout.dense`, every
     block listed): after the pipelining fix of `tile_start` the two should be within a few %;
-  * backward breakdown: `torch.profiler` CUDA times of each kernel of our window backward
-    (preprocess, dK/dV, dQ, the argsorts of the launch order) and of Flex's (Triton backend)
-    for the same BlockMask.
+  * backward breakdown: `torch.profiler` CUDA times of each kernel of our backward (preprocess,
+    dK/dV, dQ, the sums of split lists) and of Flex's (Triton backend) for the same BlockMask,
+    and each call's GPU time, for the cases of --breakdown (default the window at D128).
 
 One run, from the repository root (about 2 minutes on an H200, most of it compiling):
 
@@ -20,6 +20,7 @@ One run, from the repository root (about 2 minutes on an H200, most of it compil
     python -m benchmarks.kernel_variants --out OUT --only custom-128 sliding_window-64 \
         --extra fwd:128:128,64,4,3 bwd:128:64,128,8,2,128,64,8,2   # some cases, candidates beside the table's
     python -m benchmarks.kernel_variants --out OUT --only custom-64 --seq-len 32768  # another length
+    python -m benchmarks.kernel_variants --out OUT --no-candidates --breakdown custom-128 custom-64  # profiles
     TRITON_INTERPRET=1 python -m benchmarks.kernel_variants --smoke --out /tmp/v   # CPU smoke run
 
 It writes OUT/kernel_variants.json and OUT/kernel_variants.md and prints the table last.
@@ -252,10 +253,12 @@ def sparse_overhead(device: torch.device, dtype: torch.dtype, L: int, D: int, H:
 
 
 def backward_breakdown(device: torch.device, dtype: torch.dtype, case: Case, width: int) -> dict:
-    """CUDA time per kernel (ms, summed over 5 calls / 5) of ours' and Flex's backward on one case."""
+    """Ours' and Flex's backward on one case: CUDA time per kernel (ms per call, summed over 5
+    calls / 5; kernels on two streams overlap, so they may add up to more than the call), the
+    call's GPU time (CUDA events around 20 calls before the profile, / 20) and the configurations
+    ours' tuner chose for the case."""
     from torch.nn.attention.flex_attention import flex_attention
     from torch.profiler import ProfilerActivity, profile
-
 
     H, L, D = case.heads(width), case.seq_len, case.head_dim
     layout = case.layout(L)
@@ -265,10 +268,17 @@ def backward_breakdown(device: torch.device, dtype: torch.dtype, case: Case, wid
     flex = torch.compile(flex_attention)
     block_mask = flex_block_mask(layout, case.causal, H, device, index_only=True)
     result = {"case": case.name, "head_dim": D, "seq_len": L}
+    tuned_before = set(tf._TUNED)
     for name, fn in (("ours", lambda: tf.triton_attention(q, k, v, causal=case.causal, layout=layout)),
                      ("flex", lambda: flex(q, k, v, block_mask=block_mask))):
         out = fn()
         out.backward(do.detach(), retain_graph=True)  # compiles and autotunes outside the profile
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()  # outside the profiler, whose host overhead can leave the GPU waiting
+        for _ in range(20):
+            out.backward(do.detach(), retain_graph=True)
+        end.record()
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(5):
@@ -280,8 +290,10 @@ def backward_breakdown(device: torch.device, dtype: torch.dtype, case: Case, wid
             if cuda_us and event.key not in kernels and "Memcpy" not in event.key and "Memset" not in event.key:
                 kernels[event.key[:60]] = round(cuda_us / 5 / 1e3, 4)
         result[name] = dict(sorted(kernels.items(), key=lambda item: -item[1])[:8])
+        result[f"{name}_call_ms"] = round(start.elapsed_time(end) / 20, 4)
         for t in (q, k, v):
             t.grad = None
+    result["ours_configs"] = [_config_text(tf._TUNED[key]) for key in tf._TUNED if key not in tuned_before]
     return result
 
 
@@ -318,6 +330,22 @@ def rows(results: dict) -> list[dict]:
     return out
 
 
+def breakdown_lines(results: dict) -> list[str]:
+    """The backward profiles (``backward_breakdown``) as Markdown lines."""
+    lines = []
+    breakdowns = results.get("backward_breakdown", [])
+    for breakdown in [breakdowns] if isinstance(breakdowns, dict) else breakdowns:  # one dict before 2026-12-01
+        chosen = breakdown.get("ours_configs")
+        chosen = "not recorded" if chosen is None else ", ".join(chosen) or "chosen before the profile"
+        lines += ["", f"Backward kernels, {breakdown['case']} D={breakdown['head_dim']} "
+                      f"L={_length_label(breakdown['seq_len'])}, ms per call (ours' tuned configurations: {chosen}):", ""]
+        for name in ("ours", "flex"):
+            parts = ", ".join(f"`{k}` {v}" for k, v in breakdown.get(name, {}).items())
+            call = breakdown.get(f"{name}_call_ms")
+            lines.append(f"- {name}{f' (the call: {call} ms)' if call is not None else ''}: {parts}")
+    return lines
+
+
 def render_markdown(results: dict) -> str:
     lines = [
         "## Kernel variants (every launch configuration, side by side)",
@@ -340,12 +368,7 @@ def render_markdown(results: dict) -> str:
             f"block-sparse kernels with every block listed {overhead['sparse_fwd_ms']:.3f} / "
             f"{overhead['sparse_bwd_ms']:.3f} ms (fwd / bwd).",
         ]
-    breakdown = results.get("backward_breakdown")
-    if breakdown:
-        lines += ["", f"Backward kernels, {breakdown['case']} D={breakdown['head_dim']}, ms per call:", ""]
-        for name in ("ours", "flex"):
-            parts = ", ".join(f"`{k}` {v}" for k, v in breakdown.get(name, {}).items())
-            lines.append(f"- {name}: {parts}")
+    lines += breakdown_lines(results)
     return "\n".join(lines)
 
 
@@ -356,7 +379,7 @@ def summary(results: dict) -> str:
     if overhead:
         text += (f"\nsparse-path overhead: fwd {overhead['sparse_fwd_ms'] / overhead['dense_fwd_ms']:.3f}x, "
                  f"bwd {overhead['sparse_bwd_ms'] / overhead['dense_bwd_ms']:.3f}x of the dense kernels")
-    return text + f"\nwall {results['wall_s']:.0f} s"
+    return "\n".join([text, *breakdown_lines(results), f"wall {results['wall_s']:.0f} s"])
 
 
 def _write(results: dict, out: Path) -> None:
@@ -383,6 +406,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seq-len", type=int, metavar="L",
                         help="run every case at this sequence length instead of its own (16k on a GPU); "
                              "a multiple of the layouts' block size")
+    parser.add_argument("--breakdown", nargs="*", default=["sliding_window-128"], metavar="PATTERN-D",
+                        help="cases whose backward is profiled kernel by kernel, ours beside Flex, at --seq-len "
+                             "when given (default sliding_window-128; none when the flag has no case)")
+    parser.add_argument("--no-candidates", action="store_true",
+                        help="skip the candidates' table (with --breakdown: the profiles alone)")
     args = parser.parse_args(argv)
     device = torch.device("cpu" if args.smoke else "cuda")
     if args.smoke and not tf.INTERPRETED:
@@ -402,19 +430,23 @@ def main(argv: list[str] | None = None) -> dict:
         if unknown:
             sys.exit(f"--only: no case {sorted(unknown)}; the cases are {[case.key for case in cases]}")
         cases = [case for case in cases if case.key in args.only]
+    unknown = set(args.breakdown) - {case.key for case in gpu_cases()}
+    if unknown:
+        sys.exit(f"--breakdown: no case {sorted(unknown)}; the cases are {[case.key for case in gpu_cases()]}")
     if args.seq_len is not None:
         cases = [dataclasses.replace(case, seq_len=args.seq_len) for case in cases]
-    for case in cases:
+    for case in [] if args.no_candidates else cases:
         results["cases"].append(measure_case(case, device, dtype, width, timer, tuple(args.extra)))
         results["wall_s"] = time.monotonic() - started
         _write(results, args.out)  # kept current, so that a killed run still leaves its numbers
         print(f"[{results['wall_s']:5.0f}s] {case.name} D={case.head_dim} done", flush=True)
+    if not args.no_candidates:
+        results["sparse_overhead"] = (sparse_overhead(device, dtype, 16384, 128, 16, 128, timer) if device.type == "cuda"
+                                      else sparse_overhead(device, dtype, 64, 32, 2, 32, timer))
     if device.type == "cuda":
-        results["sparse_overhead"] = sparse_overhead(device, dtype, 16384, 128, 16, 128, timer)
-        window = next(case for case in gpu_cases() if case.key == "sliding_window-128")
-        results["backward_breakdown"] = backward_breakdown(device, dtype, window, width)
-    else:
-        results["sparse_overhead"] = sparse_overhead(device, dtype, 64, 32, 2, 32, timer)
+        results["backward_breakdown"] = [
+            backward_breakdown(device, dtype, dataclasses.replace(case, seq_len=args.seq_len or case.seq_len), width)
+            for case in gpu_cases() if case.key in args.breakdown]
     results["wall_s"] = time.monotonic() - started
     _write(results, args.out)
     print(summary(results), flush=True)

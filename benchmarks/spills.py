@@ -17,6 +17,7 @@ that ships with Triton and `-v`:
   --mix       the step loops' instructions: in all, and tensor-core (HGMMA/HMMA), exp (MUFU), global
               loads (LDG, LDGSTS, TMA), shared memory (LDS, LDSM, STS), synchronisation (BAR,
               SYNCS, WARPGROUP, DEPBAR), spills (STL, LDL); summed over the kernel's step loops
+  --per-loop  the same counts for each step loop ("masked / unmasked", in SASS order)
 
 One run, from the repository root (no GPU needed; 5 to 30 s per kernel compiled, on 2 cores):
 
@@ -24,10 +25,17 @@ One run, from the repository root (no GPU needed; 5 to 30 s per kernel compiled,
     python -m benchmarks.spills --cases sliding_window-128 --capability 90 80 --all-candidates
     python -m benchmarks.spills --kernels dkdv --extra bwd:128:64,128,8,3,128,64,8,3,dv_late,heads_outer
     python -m benchmarks.spills --cases custom-128 --kernels dkdv dq --mix   # with the step loops' instruction mix
-    python -m benchmarks.spills --ptx flex_ptx/*.ptx --mix   # kernels compiled elsewhere (benchmarks/flex_ptx.py)
+    python -m benchmarks.spills --ptx flex_ptx/*.ptx --per-loop   # kernels compiled elsewhere (benchmarks/flex_ptx.py)
 
 The numbers are those of the Triton installed here: the GPU image's Triton may allocate
 registers differently (run it there, or with that version's wheel on PYTHONPATH, to compare).
+TRITON_PTXAS_PATH chooses another ptxas. Inductor assembles FlexAttention's kernels with the
+ptxas that ships with torch (torch/bin/ptxas, CUDA 13.0 in the GPU image's torch 2.11), so their
+PTX says `.version 9.0`, which Triton 3.6's own ptxas (CUDA 12.8) refuses. Read them, and ours
+for the comparison, with a CUDA 13 ptxas from pip (nvdisasm then comes from Triton):
+
+    pip download --no-deps -d /tmp/cu13 "nvidia-cuda-nvcc==13.0.*" && unzip -q -d /tmp/cu13 /tmp/cu13/*.whl
+    TRITON_PTXAS_PATH=/tmp/cu13/nvidia/cu13/bin/ptxas python -m benchmarks.spills --ptx flex_ptx/*.ptx --per-loop
 
 Shape legend: B batch, H heads, L sequence length, D head dim, bs layout block size.
 """
@@ -167,21 +175,36 @@ def step_loop_spills(sass: str) -> tuple[int, int]:
             sum(bool(re.search(r"\bLDL\b", line)) for line in body))
 
 
-def step_loop_mix(sass: str) -> dict:
+def step_loop_mix(sass: str, per_loop: bool = False) -> dict:
     """Instructions of the step loops, in all and by group (``MIX``), summed over the loops: what
-    one tile step of each loop issues (the masked and the unmasked loop of a kernel both count)."""
+    one tile step of each loop issues (the masked and the unmasked loop of a kernel both count).
+    With `per_loop`, each count is instead the loops' own, in SASS order, as "a / b / ..."."""
     lines = sass.splitlines()
     loops = _step_loops(lines)
-    opcodes = [m.group(1) for a, b in loops for line in lines[a:b + 1] if (m := _OPCODE.search(line))]
-    mix = {"loops": len(loops), "loop_instr": len(opcodes)}
-    mix.update({f"loop_{group}": sum(op in names for op in opcodes) for group, names in MIX.items()})
-    return mix
+    opcodes_L = [[m.group(1) for line in lines[a:b + 1] if (m := _OPCODE.search(line))] for a, b in loops]
+    counts_L = [{"loop_instr": len(ops), **{f"loop_{group}": sum(op in names for op in ops)
+                                            for group, names in MIX.items()}} for ops in opcodes_L]
+    keys = ["loop_instr", *(f"loop_{group}" for group in MIX)]
+    if per_loop:
+        return {"loops": len(loops), **{key: " / ".join(str(c[key]) for c in counts_L) for key in keys}}
+    return {"loops": len(loops), **{key: sum(c[key] for c in counts_L) for key in keys}}
 
 
-def assemble(ptx: str, capability: int, mix: bool = False) -> dict:
-    """Assemble PTX again with the ptxas that ships with Triton and `-v`: registers, spill bytes,
-    the spill instructions of the SASS (all, and in the step loops), and with `mix` the step
-    loops' instruction mix."""
+def _nvdisasm(ptxas: Path) -> Path:
+    """The disassembler beside `ptxas`, else Triton's own (the CUDA 13 ptxas of a pip wheel, used
+    through TRITON_PTXAS_PATH for FlexAttention's PTX, comes without one)."""
+    beside = ptxas.with_name("nvdisasm")
+    if beside.is_file():
+        return beside
+    import triton
+
+    return Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+
+
+def assemble(ptx: str, capability: int, mix: bool = False, per_loop: bool = False) -> dict:
+    """Assemble PTX again with Triton's ptxas (or TRITON_PTXAS_PATH's) and `-v`: registers, spill
+    bytes, the spill instructions of the SASS (all, and in the step loops), and with `mix` the step
+    loops' instruction mix (each loop's with `per_loop`)."""
     from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
 
     arch = sm_arch_from_capability(capability)
@@ -191,7 +214,7 @@ def assemble(ptx: str, capability: int, mix: bool = False) -> dict:
         report = subprocess.run([get_ptxas(capability).path, "-lineinfo", "-v", "--regAllocOptLevel=2",
                                  f"--gpu-name={arch}", str(ptx_file), "-o", str(cubin)],
                                 check=True, capture_output=True, text=True).stderr
-        nvdisasm = Path(get_ptxas(capability).path).with_name("nvdisasm")
+        nvdisasm = _nvdisasm(Path(get_ptxas(capability).path))
         sass = subprocess.run([str(nvdisasm), "-c", str(cubin)], check=True, capture_output=True, text=True).stdout
     frame, spill_st, spill_ld = (int(x) for x in _SPILLS.search(report).groups())
     loop_stl, loop_ldl = step_loop_spills(sass)
@@ -206,15 +229,16 @@ def assemble(ptx: str, capability: int, mix: bool = False) -> dict:
         "loop_LDL": loop_ldl,
     }
     if mix:
-        row.update(step_loop_mix(sass))
+        row.update(step_loop_mix(sass, per_loop))
     return row
 
 
-def compile_launch(launch: Launch, capability: int, maxnreg: int | None = None, mix: bool = False) -> dict:
+def compile_launch(launch: Launch, capability: int, maxnreg: int | None = None, mix: bool = False,
+                   per_loop: bool = False) -> dict:
     """Compile one recorded launch for sm_<capability> as ``JITFunction.run`` would, then read
     ptxas' register and spill report and count the spill instructions of the SASS."""
     ptx, shared = compile_ptx(launch, capability, maxnreg)
-    return {**assemble(ptx, capability, mix), "smem_B": shared}
+    return {**assemble(ptx, capability, mix, per_loop), "smem_B": shared}
 
 
 def compile_ptx(launch: Launch, capability: int, maxnreg: int | None = None) -> tuple[str, int]:
@@ -242,7 +266,7 @@ _PTX_TARGET = re.compile(r"^\s*\.target\s+sm_(\d+)", re.MULTILINE)
 _PTX_ENTRY = re.compile(r"\.entry\s+(\w+)")
 
 
-def ptx_row(path: Path, mix: bool) -> dict:
+def ptx_row(path: Path, mix: bool, per_loop: bool = False) -> dict:
     """The report of a PTX file compiled elsewhere (e.g. FlexAttention's kernels, copied from a
     GPU machine's Triton cache by benchmarks/flex_ptx.py): its target and entry are read from it."""
     ptx = path.read_text()
@@ -250,12 +274,13 @@ def ptx_row(path: Path, mix: bool) -> dict:
     if target is None or entry is None:
         raise ValueError(f"{path}: not a PTX module (no .target sm_NN or no .entry)")
     capability = int(target.group(1))
-    return {"file": path.name, "sm": capability, "kernel": entry.group(1), **assemble(ptx, capability, mix)}
+    return {"file": path.name, "sm": capability, "kernel": entry.group(1),
+            **assemble(ptx, capability, mix, per_loop)}
 
 
 def _work(item: tuple) -> dict:
     """Worker process: record the case's launches, compile the one asked for."""
-    case_key, kind, config, capability, kernel, maxnreg, mix = item
+    case_key, kind, config, capability, kernel, maxnreg, mix, per_loop = item
     case = next(c for c in gpu_cases() if c.key == case_key)
     launch = next(launch for launch in record(case, kind, config, capability) if launch.kernel == kernel)
     row = {"case": case_key, "sm": capability, "kernel": kernel, "config": _config_text(config),
@@ -263,7 +288,7 @@ def _work(item: tuple) -> dict:
     if maxnreg is not None:
         row["maxnreg"] = maxnreg
     try:
-        row.update(compile_launch(launch, capability, maxnreg, mix))
+        row.update(compile_launch(launch, capability, maxnreg, mix, per_loop))
     except Exception as error:  # reported in the table: a variant this Triton cannot build
         row["error"] = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
     return row
@@ -318,6 +343,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--mix", action="store_true",
                         help="also count the step loops' instructions: in all, tensor-core, exp (MUFU), global "
                              "loads, shared memory, synchronisation, spills")
+    parser.add_argument("--per-loop", action="store_true",
+                        help="--mix with each step loop's counts (\"masked / unmasked\", in SASS order) instead of "
+                             "their sums")
     parser.add_argument("--ptx", nargs="+", type=Path, metavar="FILE",
                         help="report these PTX files instead of our kernels (e.g. FlexAttention's, fetched from a "
                              "GPU machine by benchmarks/flex_ptx.py); --cases and the configuration options are "
@@ -329,7 +357,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         missing = [str(path) for path in args.ptx if not path.is_file()]
         if missing:
             sys.exit(f"--ptx: no such file: {', '.join(missing)}")
-        rows = [ptx_row(path, args.mix) for path in args.ptx]
+        rows = [ptx_row(path, args.mix or args.per_loop, args.per_loop) for path in args.ptx]
     else:
         if tf.INTERPRETED:
             sys.exit("unset TRITON_INTERPRET: interpreted kernels cannot be compiled")
@@ -338,7 +366,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             sys.exit(f"--cases: no case {sorted(set(args.cases) - known)}; the cases are {sorted(known)}")
         items = plan(args.cases, args.capability, args.kernels, args.all_candidates, args.extra, args.maxnreg)
         with concurrent.futures.ProcessPoolExecutor(max(1, args.jobs)) as pool:
-            rows = list(pool.map(_work, [(*item, args.mix) for item in items]))
+            rows = list(pool.map(_work, [(*item, args.mix or args.per_loop, args.per_loop) for item in items]))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     print(markdown_table(rows), flush=True)

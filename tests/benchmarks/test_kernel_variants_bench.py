@@ -80,3 +80,35 @@ def test_bad_only_or_extra_says_what_is_expected(tmp_path):
     assert proc.returncode != 0 and "fwd:D:block_m,block_n,warps,stages" in proc.stderr
     proc = subprocess.run(base + ["--only", "nope-64"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "causal-32" in proc.stderr
+    proc = subprocess.run(base + ["--breakdown", "nope-128"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode != 0 and "--breakdown: no case" in proc.stderr and "custom-128" in proc.stderr
+
+
+def test_no_candidates_skips_the_table(tmp_path):
+    """--no-candidates leaves the profiles alone (on the CPU: nothing timed, an empty table)."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    command = [sys.executable, "-m", "benchmarks.kernel_variants", "--smoke", "--out", str(tmp_path), "--no-candidates"]
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads((tmp_path / "kernel_variants.json").read_text())
+    assert results["cases"] == [] and "sparse_overhead" not in results
+
+
+def test_backward_profiles_render_beside_flex():
+    """Each profiled case renders as ours' and Flex's kernels with the call's time; a run from before
+    2026-12-01 stored one profile as a dict, and it still renders."""
+    from benchmarks.kernel_variants import breakdown_lines
+
+    profile = {"case": "custom", "head_dim": 128, "seq_len": 16384,
+               "ours": {"bwd_dkdv_kernel": 0.62, "bwd_dq_kernel": 0.4}, "ours_call_ms": 1.27,
+               "flex": {"triton_tem_fused_flex_attention_backward_1": 1.01}, "flex_call_ms": 1.23,
+               "ours_configs": ["(64, 128, 8, 3, 128, 64, 8, 3) +heads_outer"]}
+    lines = breakdown_lines({"backward_breakdown": [profile, {**profile, "seq_len": 32768}]})
+    text = "\n".join(lines)
+    assert text.count("Backward kernels, custom D=128") == 2 and "L=16k" in text and "L=32k" in text
+    assert "- ours (the call: 1.27 ms): `bwd_dkdv_kernel` 0.62, `bwd_dq_kernel` 0.4" in text
+    assert "- flex (the call: 1.23 ms)" in text and "+heads_outer" in text
+    legacy = {k: v for k, v in profile.items() if not k.endswith("call_ms") and k != "ours_configs"}
+    old = "\n".join(breakdown_lines({"backward_breakdown": legacy}))
+    assert "- ours: `bwd_dkdv_kernel` 0.62" in old and "not recorded" in old

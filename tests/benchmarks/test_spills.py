@@ -44,6 +44,20 @@ def test_the_step_loops_are_the_innermost_loops_with_tensor_core_instructions():
                                           "loop_global_ld": 0, "loop_shared": 1, "loop_sync": 1, "loop_spill": 2}
 
 
+def test_per_loop_counts_each_step_loop_in_sass_order():
+    # a second step loop, after the first: HGMMA twice and no spill
+    second = """
+.L_x_5:
+        /*00e0*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], R24, gsb0 ;
+        /*00f0*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], R24, gsb0 ;
+        /*0100*/               @P1 BRA `(.L_x_5) ;
+"""
+    mix = spills.step_loop_mix(SASS + second, per_loop=True)
+    assert mix == {"loops": 2, "loop_instr": "7 / 3", "loop_mma": "1 / 2", "loop_exp": "1 / 0",
+                   "loop_global_ld": "0 / 0", "loop_shared": "1 / 0", "loop_sync": "1 / 0", "loop_spill": "2 / 0"}
+    assert spills.step_loop_mix(SASS + second)["loop_mma"] == 3
+
+
 def test_a_missing_or_foreign_ptx_file_is_a_clear_error(tmp_path):
     with pytest.raises(SystemExit, match="no such file"):
         spills.main(["--ptx", str(tmp_path / "missing.ptx")])
