@@ -136,7 +136,7 @@ def bwd_dkdv_kernel(
     sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, sdo_b, sdo_h, sdo_l,
     sdk_b, sdk_h, sdk_l, sdv_b, sdv_h, sdv_l, spart_bh, spart_s,
     scnt_h, sidx_h, sidx_n, sord_h,
-    H, HKV, GROUP, Lq, Lk, qk_scale, sm_scale, bs,
+    H, HKV, GROUP, Lq, Lk, qk_scale, sm_scale, BS: tl.constexpr,
     D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
     CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, EVEN_Q: tl.constexpr,
     SCAN_: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr,
@@ -145,11 +145,11 @@ def bwd_dkdv_kernel(
     # grid: (B * HKV, key tiles), or (key tiles, B * HKV) when HEADS_OUTER; the longest columns
     # launched first: dense causal, key tile 0, or with documents the tiles in DOC_ORDER
     # (B, tiles) (by descending span); sparse, the layout columns in ORDER (by descending count,
-    # taken from the group's first query head), each as bs // BLOCK_N1 tiles.
+    # taken from the group's first query head), each as BS // BLOCK_N1 tiles.
     # SPLIT (sparse only): ORDER holds the split plan's items (P, I, 4) instead, sord_h its head
     # stride: a program walks the entries [e_lo, e_hi) of its column's lists, and a chunk of a
     # split column (slot >= 0) writes its unscaled fp32 dK, dV to slot `slot` of PDK, PDV
-    # (B, HKV, slots, bs, D) (strides spart_bh, spart_s, D), summed later by ``split_sum_kernel``
+    # (B, HKV, slots, BS, D) (strides spart_bh, spart_s, D), summed later by ``split_sum_kernel``
     bhk = tl.program_id(1 if HEADS_OUTER else 0)
     tile = tl.program_id(0 if HEADS_OUTER else 1)
     b = bhk // HKV
@@ -158,12 +158,12 @@ def bwd_dkdv_kernel(
     e_hi = 0
     slot = 0
     if SPARSE:
-        tiles_per_col = bs // BLOCK_N1
+        tiles_per_col = BS // BLOCK_N1
         if SPLIT:
             col, e_lo, e_hi, slot = split_item(ORDER, hk, sord_h, tile // tiles_per_col)
         else:
             col = tl.load(ORDER + hk * GROUP * sord_h + tile // tiles_per_col)
-        start_n = col * bs + (tile % tiles_per_col) * BLOCK_N1
+        start_n = col * BS + (tile % tiles_per_col) * BLOCK_N1
     elif HAS_DOCS:
         start_n = tl.load(DOC_ORDER + b * tl.num_programs(0 if HEADS_OUTER else 1) + tile) * BLOCK_N1
     else:
@@ -220,20 +220,20 @@ def bwd_dkdv_kernel(
         if SPARSE:
             count = tl.load(CNT + h * scnt_h + col)
             idx_ptr = IDX + h * sidx_h + col * sidx_n
-            TPB = bs // BLOCK_M1
+            TPB = BS // BLOCK_M1
         t_lo = 0
         t_mid = 0
         if CAUSAL or HAS_DOCS:
-            t_lo = tiles_ending_by(q_lo, count, idx_ptr, bs, TPB, BLOCK_M1, SPARSE, SCAN_)
-            t_mid = tiles_starting_before(q_full_lo, count, idx_ptr, bs, TPB, BLOCK_M1, SPARSE, SCAN_)
+            t_lo = tiles_ending_by(q_lo, count, idx_ptr, BS, TPB, BLOCK_M1, SPARSE, SCAN_)
+            t_mid = tiles_starting_before(q_full_lo, count, idx_ptr, BS, TPB, BLOCK_M1, SPARSE, SCAN_)
         if SPARSE:
             t_end = count * TPB
         else:
             t_end = tl.cdiv(Lq, BLOCK_M1)
         t_full = t_end
         if HAS_DOCS:
-            t_full = tiles_ending_by(q_full_hi, count, idx_ptr, bs, TPB, BLOCK_M1, SPARSE, SCAN_)
-            t_end = tiles_starting_before(q_hi, count, idx_ptr, bs, TPB, BLOCK_M1, SPARSE, SCAN_)
+            t_full = tiles_ending_by(q_full_hi, count, idx_ptr, BS, TPB, BLOCK_M1, SPARSE, SCAN_)
+            t_end = tiles_starting_before(q_hi, count, idx_ptr, BS, TPB, BLOCK_M1, SPARSE, SCAN_)
         t_lo, t_mid, t_full, t_end = order_ranges(t_lo, t_mid, t_full, t_end)
         if key_partial:
             t_mid = t_end
@@ -245,22 +245,22 @@ def bwd_dkdv_kernel(
         if SPLIT:  # this program's chunk of the list
             t_lo, t_mid, t_full, t_end = clamp_ranges(t_lo, t_mid, t_full, t_end, e_lo * TPB, e_hi * TPB)
         dk, dv = _dkdv_steps(dk, dv, k, v, q_src, do_src, lse_base, delta_base, sq_l, sdo_l,
-                             idx_ptr, bs, TPB, t_lo, t_mid, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
+                             idx_ptr, BS, TPB, t_lo, t_mid, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
                              BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, True, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS, TMA,
                              DV_LATE)
         dk, dv = _dkdv_steps(dk, dv, k, v, q_src, do_src, lse_base, delta_base, sq_l, sdo_l,
-                             idx_ptr, bs, TPB, t_mid, t_full, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
+                             idx_ptr, BS, TPB, t_mid, t_full, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
                              BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, False, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS, TMA,
                              DV_LATE)
         if HAS_DOCS:  # the end of the documents' span
             dk, dv = _dkdv_steps(dk, dv, k, v, q_src, do_src, lse_base, delta_base, sq_l, sdo_l,
-                                 idx_ptr, bs, TPB, t_full, t_end, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
+                                 idx_ptr, BS, TPB, t_full, t_end, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
                                  BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, True, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS, TMA,
                                  DV_LATE)
 
     if SPLIT:
         if slot >= 0:  # a chunk of a split column: its partial sums, in fp32
-            offs_r = offs_n - col * bs  # the rows of this tile within its layout block
+            offs_r = offs_n - col * BS  # the rows of this tile within its layout block
             part = bhk.to(tl.int64) * spart_bh + slot.to(tl.int64) * spart_s
             store_tile(tile_ptrs(PDK + part, offs_r, D, offs_d, False), dk, k_row_ok, offs_d, D, D_TILE)
             store_tile(tile_ptrs(PDV + part, offs_r, D, offs_d, False), dv, k_row_ok, offs_d, D, D_TILE)
@@ -309,7 +309,7 @@ def bwd_dq_kernel(
     Q, K, V, DO, DQ, PDQ, LSE, DELTA, KV_LENS, CNT, IDX, ORDER, DOC_START, DOC_END, DOC_ORDER,
     sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, sdo_b, sdo_h, sdo_l, sdq_b, sdq_h, sdq_l,
     spart_bh, spart_s, scnt_h, sidx_h, sidx_m, sord_h,
-    H, GROUP, Lq, Lk, qk_scale, sm_scale, bs,
+    H, GROUP, Lq, Lk, qk_scale, sm_scale, BS: tl.constexpr,
     D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
     CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, SCAN_: tl.constexpr,
     DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr, TMA: tl.constexpr,
@@ -318,7 +318,7 @@ def bwd_dq_kernel(
     # grid: (B * H, query tiles), or (query tiles, B * H) when HEADS_OUTER; the longest rows
     # launched first (as in the forward).  SPLIT: as in ``bwd_dkdv_kernel``, ORDER holds the
     # split plan's items and a chunk of a split row writes its unscaled fp32 dQ to PDQ
-    # (B, H, slots, bs, D)
+    # (B, H, slots, BS, D)
     bh = tl.program_id(1 if HEADS_OUTER else 0)
     tile = tl.program_id(0 if HEADS_OUTER else 1)
     b = bh // H
@@ -329,12 +329,12 @@ def bwd_dq_kernel(
     e_hi = 0
     slot = 0
     if SPARSE:
-        tiles_per_row = bs // BLOCK_M2
+        tiles_per_row = BS // BLOCK_M2
         if SPLIT:
             row, e_lo, e_hi, slot = split_item(ORDER, h, sord_h, tile // tiles_per_row)
         else:
             row = tl.load(ORDER + h * sord_h + tile // tiles_per_row)
-        start_m = row * bs + (tile % tiles_per_row) * BLOCK_M2
+        start_m = row * BS + (tile % tiles_per_row) * BLOCK_M2
     elif HAS_DOCS:
         start_m = tl.load(DOC_ORDER + b * tl.num_programs(0 if HEADS_OUTER else 1) + tile) * BLOCK_M2
     else:
@@ -357,28 +357,28 @@ def bwd_dq_kernel(
     v_src = tile_source(head_ptr(V, b, sv_b, hk, sv_h, ALIGN8), Lk, sv_l, BLOCK_N2, D, D_TILE, TMA)
 
     count, idx_ptr, TPB, doc_base, doc_lo, doc_hi = query_rows(
-        row, start_m, offs_m, row_ok, b, h, Lq, CNT, scnt_h, IDX, sidx_h, sidx_m, bs, DOC_START, DOC_END,
+        row, start_m, offs_m, row_ok, b, h, Lq, CNT, scnt_h, IDX, sidx_h, sidx_m, BS, DOC_START, DOC_END,
         BLOCK_N2, SPARSE, HAS_DOCS)
-    t_lo, t_first, t_full, t_end = row_tile_range(start_m, kv_end, count, idx_ptr, bs, TPB,
+    t_lo, t_first, t_full, t_end = row_tile_range(start_m, kv_end, count, idx_ptr, BS, TPB,
                                                   DOC_START, DOC_END, doc_base, Lq,
                                                   BLOCK_M2, BLOCK_N2, CAUSAL, SPARSE, HAS_DOCS, SCAN_)
     if SPLIT:  # this program's chunk of the list
         t_lo, t_first, t_full, t_end = clamp_ranges(t_lo, t_first, t_full, t_end, e_lo * TPB, e_hi * TPB)
     dq = tl.zeros([BLOCK_M2, D_TILE], dtype=tl.float32)
     if HAS_DOCS:  # the start of the documents' span
-        dq = _dq_steps(dq, q, do, lse, delta, k_src, v_src, sk_l, sv_l, idx_ptr, bs, TPB, t_lo, t_first,
+        dq = _dq_steps(dq, q, do, lse, delta, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB, t_lo, t_first,
                        offs_m, kv_end, qk_scale, doc_lo, doc_hi,
                        BLOCK_N2, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS, TMA)
-    dq = _dq_steps(dq, q, do, lse, delta, k_src, v_src, sk_l, sv_l, idx_ptr, bs, TPB, t_first, t_full,
+    dq = _dq_steps(dq, q, do, lse, delta, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB, t_first, t_full,
                    offs_m, kv_end, qk_scale, doc_lo, doc_hi,
                    BLOCK_N2, D, D_TILE, CAUSAL, SPARSE, False, DOT_F32, ALIGN8, HAS_DOCS, TMA)
-    dq = _dq_steps(dq, q, do, lse, delta, k_src, v_src, sk_l, sv_l, idx_ptr, bs, TPB, t_full, t_end,
+    dq = _dq_steps(dq, q, do, lse, delta, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB, t_full, t_end,
                    offs_m, kv_end, qk_scale, doc_lo, doc_hi,
                    BLOCK_N2, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS, TMA)
     if SPLIT:
         if slot >= 0:  # a chunk of a split row: its partial sum, in fp32
             part = bh.to(tl.int64) * spart_bh + slot.to(tl.int64) * spart_s
-            store_tile(tile_ptrs(PDQ + part, offs_m - row * bs, D, offs_d, False), dq, row_ok, offs_d, D, D_TILE)
+            store_tile(tile_ptrs(PDQ + part, offs_m - row * BS, D, offs_d, False), dq, row_ok, offs_d, D, D_TILE)
         else:
             store_scaled(DQ, b, sdq_b, h, sdq_h, offs_m, sdq_l, dq, sm_scale, row_ok, offs_d, D, D_TILE, ALIGN8)
     else:

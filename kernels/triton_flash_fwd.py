@@ -161,6 +161,11 @@ def tile_start(t, idx_ptr, bs, TPB, BLOCK: tl.constexpr, SPARSE: tl.constexpr, v
     flight before each step (``async_wait {num = 0}``), so the tiles of the next steps are no
     longer prefetched; loaded a step ahead it stays a plain load, hidden behind the step's
     matmuls, and the tile loads keep their 2-3 step prefetch, as in the dense kernels.
+
+    TPB (tiles per layout block) must be a compile-time constant: the kernels take the layout's
+    block size as the constexpr BS, so that `t // TPB` is a shift. With a runtime block size it
+    was an integer division in every step (a MUFU.RCP sequence), 6-9% of the custom pattern's
+    backward on the H200 (benchmarks/KERNEL_NOTES.md, 2026-12-01).
     """
     start = t * BLOCK
     if SPARSE:
@@ -407,7 +412,7 @@ def attn_fwd_kernel(
     Q, K, V, O, LSE, PO, PM, PL, KV_LENS, CNT, IDX, ORDER, DOC_START, DOC_END, DOC_ORDER,
     sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, so_b, so_h, so_l,
     spart_bh, spart_s, sml_bh, sml_s, scnt_h, sidx_h, sidx_m, sord_h,
-    H, GROUP, Lq, Lk, qk_scale, bs,
+    H, GROUP, Lq, Lk, qk_scale, BS: tl.constexpr,
     D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, SCAN_: tl.constexpr,
     DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr, TMA: tl.constexpr,
@@ -415,13 +420,13 @@ def attn_fwd_kernel(
 ):
     # grid: (B * H, query tiles), the longest rows launched first: dense, the last tiles (the
     # longest causal rows), or with documents the tiles in DOC_ORDER (B, tiles) (by descending
-    # span); sparse, the layout rows in ORDER (by descending count), each as bs // BLOCK_M
+    # span); sparse, the layout rows in ORDER (by descending count), each as BS // BLOCK_M
     # tiles, so that a long row (a global block) does not finish last.
     # SPLIT (sparse only; split-KV): ORDER holds the split plan's items (P, I, 4) (row, first
     # entry, end entry, slot; ``triton_flash.SplitPlan``), sord_h its head stride; a program walks
     # the entries [e_lo, e_hi) of its row's list, and a chunk of a split row (slot >= 0) writes
-    # its unnormalised acc to PO (B, H, slots, bs, D) (strides spart_bh, spart_s, D) and its
-    # running max and sum to PM, PL (B, H, slots, bs) (strides sml_bh, sml_s, 1), merged later by
+    # its unnormalised acc to PO (B, H, slots, BS, D) (strides spart_bh, spart_s, D) and its
+    # running max and sum to PM, PL (B, H, slots, BS) (strides sml_bh, sml_s, 1), merged later by
     # ``fwd_merge_kernel``
     bh = tl.program_id(0)
     b = bh // H
@@ -432,12 +437,12 @@ def attn_fwd_kernel(
     e_hi = 0
     slot = 0
     if SPARSE:
-        tiles_per_row = bs // BLOCK_M
+        tiles_per_row = BS // BLOCK_M
         if SPLIT:
             row, e_lo, e_hi, slot = split_item(ORDER, h, sord_h, tl.program_id(1) // tiles_per_row)
         else:
             row = tl.load(ORDER + h * sord_h + tl.program_id(1) // tiles_per_row)
-        start_m = row * bs + (tl.program_id(1) % tiles_per_row) * BLOCK_M
+        start_m = row * BS + (tl.program_id(1) % tiles_per_row) * BLOCK_M
     elif HAS_DOCS:
         start_m = tl.load(DOC_ORDER + b * tl.num_programs(1) + tl.program_id(1)) * BLOCK_M
     else:
@@ -456,9 +461,9 @@ def attn_fwd_kernel(
     q = load_tile(tile_ptrs(q_base, offs_m, sq_l, offs_d, ALIGN8), row_ok, offs_d, D, D_TILE, True)
 
     count, idx_ptr, TPB, doc_base, doc_lo, doc_hi = query_rows(
-        row, start_m, offs_m, row_ok, b, h, Lq, CNT, scnt_h, IDX, sidx_h, sidx_m, bs, DOC_START, DOC_END,
+        row, start_m, offs_m, row_ok, b, h, Lq, CNT, scnt_h, IDX, sidx_h, sidx_m, BS, DOC_START, DOC_END,
         BLOCK_N, SPARSE, HAS_DOCS)
-    t_lo, t_first, t_full, t_end = row_tile_range(start_m, kv_end, count, idx_ptr, bs, TPB,
+    t_lo, t_first, t_full, t_end = row_tile_range(start_m, kv_end, count, idx_ptr, BS, TPB,
                                                   DOC_START, DOC_END, doc_base, Lq,
                                                   BLOCK_M, BLOCK_N, CAUSAL, SPARSE, HAS_DOCS, SCAN_)
     if SPLIT:  # this program's chunk of the list
@@ -470,22 +475,22 @@ def attn_fwd_kernel(
     k_src = tile_source(k_base, Lk, sk_l, BLOCK_N, D, D_TILE, TMA)
     v_src = tile_source(v_base, Lk, sv_l, BLOCK_N, D, D_TILE, TMA)
     if HAS_DOCS:  # the start of the documents' span
-        acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l, idx_ptr, bs, TPB,
+        acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB,
                                    t_lo, t_first, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
                                    BLOCK_N, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS,
                                    TMA, RESCALE_TAU)
-    acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l, idx_ptr, bs, TPB,
+    acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB,
                                t_first, t_full, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
                                BLOCK_N, D, D_TILE, CAUSAL, SPARSE, False, DOT_F32, ALIGN8, HAS_DOCS,
                                TMA, RESCALE_TAU)
-    acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l, idx_ptr, bs, TPB,
+    acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB,
                                t_full, t_end, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
                                BLOCK_N, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS,
                                TMA, RESCALE_TAU)
 
     if SPLIT:
         if slot >= 0:  # a chunk of a split row: its unnormalised state, in fp32
-            offs_r = offs_m - row * bs  # the rows of this tile within its layout block
+            offs_r = offs_m - row * BS  # the rows of this tile within its layout block
             part = bh.to(tl.int64) * spart_bh + slot.to(tl.int64) * spart_s
             store_tile(tile_ptrs(PO + part, offs_r, D, offs_d, False), acc, row_ok, offs_d, D, D_TILE)
             ml = bh.to(tl.int64) * sml_bh + slot.to(tl.int64) * sml_s + offs_r
