@@ -47,9 +47,12 @@ Method
     each call: backward alone, no forward in it. (AOTAutograd's donated buffers are switched
     off so that the compiled Flex backward may be replayed.) Compiling and autotuning happen
     in the correctness check or in do_bench's first call, outside the timed calls.
-  * Flex is compiled once for all shapes where torch.compile's automatic dynamic shapes allow;
-    the recompile limit is raised to 128 (two Flex backends) and hitting it raises, instead of
-    silently running eager Flex (which would materialise the L^2 scores).
+  * Flex is compiled for each shape (`static_flex`: `dynamic=False`). With torch.compile's
+    automatic dynamic shapes, the second sequence length of a process got Flex kernels compiled
+    for a symbolic length, which took 1.1-1.4x the time of static ones on the H200 (2026-12-01);
+    the tables before 2026-12-01 05:00 UTC were measured that way, and their second length per
+    call (8k and 64k) flattered ours. The recompile limit is raised to 128 and hitting it raises,
+    instead of silently running eager Flex (which would materialise the L^2 scores).
   * FLOPs: 4 * B * H * pairs * D for the forward, 2.5 times that for the backward, where pairs
     is the exact number of (query, key) pairs the pattern allows (causal diagonal blocks
     counted by halves). "density" is pairs / (H * L^2), the fraction of the full score matrix.
@@ -328,6 +331,16 @@ def _causal_mask_mod(b, h, q_idx, kv_idx):
     return kv_idx <= q_idx
 
 
+def static_flex() -> Callable:
+    """`torch.compile(flex_attention)` compiled for each shape it meets (``dynamic=False``).
+
+    Automatic dynamic shapes would compile a process's second sequence length for a symbolic
+    length, and those Flex kernels took 1.1-1.4x the time of static ones on the H200 (the custom
+    pattern at 32k after 16k, 2026-12-01): a comparison against them flatters ours.
+    """
+    return torch.compile(flex_attention, dynamic=False)
+
+
 def flex_block_mask(
     layout: BlockLayout, causal: bool, heads: int, device: torch.device, index_only: bool = False
 ) -> BlockMask:
@@ -461,7 +474,7 @@ class Bench:
             # The backward is timed by replaying it on a retained graph, which donated
             # buffers forbid.
             torch._functorch.config.donated_buffer = False
-            self.flex = torch.compile(flex_attention)
+            self.flex = static_flex()
         else:
             # Uncompiled Flex on purpose (see the module docstring): its advice to compile is noise here.
             warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
@@ -771,6 +784,7 @@ def run(args: argparse.Namespace, sweep: Sweep) -> dict:
             "rep_ms": args.rep_ms,
             "rounds": args.rounds,
             "rounds_rotate": True,  # each round starts one implementation later (runs before 2026-12-01 04:00 did not)
+            "flex_static": True,  # Flex compiled for each shape (runs before 2026-12-01 05:30 were not)
         },
         "matmul": bench.matmul_tflops(),
         "memory": bench.peak_memory(),
@@ -1129,7 +1143,13 @@ def render_markdown(results: dict, figure_link: str | None) -> str:
         timer += f", then the median over {rounds} rounds in which every implementation ran in turn"
         if settings.get("rounds_rotate"):
             timer += " (each round starting one implementation later)"
-    flex = "`torch.compile(flex_attention)`" if on_cuda else "uncompiled `flex_attention`, forward only (CPU)"
+    if not on_cuda:
+        flex = "uncompiled `flex_attention`, forward only (CPU)"
+    elif settings.get("flex_static"):
+        flex = "`torch.compile(flex_attention, dynamic=False)` (compiled for each shape)"
+    else:
+        flex = ("`torch.compile(flex_attention)` (automatic dynamic shapes: the second length of each process "
+                "ran Flex kernels compiled for a symbolic length, slower than static ones)")
     absent = absent_columns(results)
     lines = [
         "## Attention kernels",

@@ -1,8 +1,8 @@
 """FlexAttention's compiled kernels as PTX files, to read beside ours on a CPU (issue 11).
 
-On a GPU machine this compiles `torch.compile(flex_attention)` (its Triton backend) forward and
-backward for one pattern of benchmarks/attention.py at one shape, exactly as the attention
-benchmark builds it (the same BlockMask from the same BlockLayout), with Inductor's and
+On a GPU machine this compiles FlexAttention (`static_flex`: its Triton backend, one compile
+per shape) forward and backward for one pattern of benchmarks/attention.py at one shape, exactly
+as the attention benchmark builds it (the same BlockMask from the same BlockLayout), with Inductor's and
 Triton's caches in a fresh folder. It then copies the PTX of every kernel built into --out, with
 `flex_ptx.json` recording the case and the versions. Then, on any machine (ptxas and nvdisasm ship
 with Triton):
@@ -31,15 +31,13 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.attention import FULL, Pattern, flex_block_mask
+from benchmarks.attention import FULL, Pattern, flex_block_mask, static_flex
 from benchmarks.common import command_line, describe_environment
 from genoformer.kernels.layout import BlockLayout
 
 
 def compile_flex(pattern: Pattern, head_dim: int, seq_len: int) -> None:
     """One forward and one backward of compiled Flex on random bf16 inputs (B = 1, H = 2048 / D)."""
-    from torch.nn.attention.flex_attention import flex_attention
-
     device = torch.device("cuda")
     heads = FULL.width // head_dim
     layout = pattern.layout(FULL, seq_len) or BlockLayout.dense(seq_len, block_size=FULL.block_size)
@@ -48,7 +46,7 @@ def compile_flex(pattern: Pattern, head_dim: int, seq_len: int) -> None:
                      for _ in range(4))
     for t in (q, k, v):
         t.requires_grad_(True)
-    out = torch.compile(flex_attention)(q, k, v, block_mask=block_mask)
+    out = static_flex()(q, k, v, block_mask=block_mask)
     out.backward(dout)
     torch.cuda.synchronize()
 

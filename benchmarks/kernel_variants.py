@@ -48,7 +48,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.attention import allowed_pairs, flex_block_mask
+from benchmarks.attention import allowed_pairs, flex_block_mask, static_flex
 from benchmarks.common import command_line, describe_environment, environment_markdown, markdown_table
 from genoformer.kernels import triton_flash as tf
 from genoformer.kernels import triton_flash_configs as configs
@@ -257,7 +257,6 @@ def backward_breakdown(device: torch.device, dtype: torch.dtype, case: Case, wid
     calls / 5; kernels on two streams overlap, so they may add up to more than the call), the
     call's GPU time (CUDA events around 20 calls before the profile, / 20) and the configurations
     ours' tuner chose for the case."""
-    from torch.nn.attention.flex_attention import flex_attention
     from torch.profiler import ProfilerActivity, profile
 
     H, L, D = case.heads(width), case.seq_len, case.head_dim
@@ -265,7 +264,7 @@ def backward_breakdown(device: torch.device, dtype: torch.dtype, case: Case, wid
     g = torch.Generator(device).manual_seed(2)
     q, k, v, do = (torch.randn(1, H, L, D, generator=g, device=device, dtype=dtype).requires_grad_()
                    for _ in range(4))
-    flex = torch.compile(flex_attention)
+    flex = static_flex()
     block_mask = flex_block_mask(layout, case.causal, H, device, index_only=True)
     result = {"case": case.name, "head_dim": D, "seq_len": L}
     tuned_before = set(tf._TUNED)

@@ -393,3 +393,17 @@ def test_a_missing_library_leaves_its_column_out(bench, tmp_path):
     tables = "\n".join(attention_bench.issue_tables({"cases": cases, "settings": {"width": 2048, "block_size": 128}}))
     assert "| ours ÷ FA2 | 0.667 / 0.667 |" in tables and "FA4" not in tables
     assert "| bigbird | 0.500 | 0.833 / 0.8 |" in tables
+
+
+def test_the_header_says_how_flex_was_compiled(bench, tiny_run):
+    """A GPU run's header names Flex's compile: one per shape (runs from 2026-12-01 05:30 on), or the
+    automatic dynamic shapes of the runs before, whose later lengths met symbolic-length kernels."""
+    attention_bench, _ = bench
+    _, out, _ = tiny_run
+    results = json.loads((out / "attention.json").read_text())
+    assert results["settings"]["flex_static"] is True
+    results["environment"]["device_type"] = "cuda"
+    assert "`torch.compile(flex_attention, dynamic=False)` (compiled for each shape)" in \
+        attention_bench.render_markdown(results, None)
+    del results["settings"]["flex_static"]
+    assert "automatic dynamic shapes" in attention_bench.render_markdown(results, None)
