@@ -71,6 +71,8 @@ Method
   * Clocks: `nvidia-smi` samples the SM clock, power and temperature every 50 ms in the
     background; each timing keeps the summary of the samples taken during it (fwd_clock,
     bwd_clock in the JSON), and the header gives each implementation's median and lowest clock.
+  * Ours' configurations: the launch configurations (tiles, variants) the tuner chose for each
+    case, `ours.configs` in the JSON (runs from 2026-12-01 05:30 UTC on).
     A kernel timed after a power-hungry one may run at a lower clock.
   * A kernel that raises (or a missing module, or a compile failure) is recorded in the
     results and the run goes on; `--budget-s` skips (and records) what is left when the run
@@ -93,6 +95,7 @@ Mb / Nb query / key blocks.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import enum
 import functools
@@ -106,7 +109,7 @@ import sys
 import time
 import traceback
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -505,6 +508,28 @@ class Bench:
             return Impl(None, error=f"unsupported: {reason}")
         return Impl(functools.partial(module.triton_attention, causal=causal, layout=layout))
 
+    @contextlib.contextmanager
+    def ours_choices(self) -> Iterator[list[str]]:
+        """The launch configurations ours' tuner returns while the block runs ("fwd FwdConfig(...)",
+        "bwd BwdConfig(...)"), to record which tiles a cell measured; none with `--ours torch`."""
+        chosen: list[str] = []
+        module = self.triton_module[0] if self.ours_kind == "triton" else None
+        if module is None:
+            yield chosen
+            return
+        choose = module._choose
+
+        def recording(key, *args, **kwargs):
+            config = choose(key, *args, **kwargs)
+            chosen.append(f"{key[0]} {config}")
+            return config
+
+        module._choose = recording
+        try:
+            yield chosen
+        finally:
+            module._choose = choose
+
     @functools.cached_property
     def triton_module(self):
         """(genoformer.kernels.triton_flash, None), or (None, why it does not import)."""
@@ -681,7 +706,8 @@ class Bench:
                 ("torch", Impl(functools.partial(attention, causal=causal, layout=layout, backend=Backend.TORCH)))
             )
         reference = self.reference(case, references, q, k, v, dout)
-        record["check"] = self.check(case, ours, "ours", reference, q, k, v, dout)
+        with self.ours_choices() as chosen:  # ours' first call: the tuner picks its configurations here
+            record["check"] = self.check(case, ours, "ours", reference, q, k, v, dout)
         timed, checks = {"ours": ours}, {}
         for key in OTHERS:
             if key not in others:
@@ -708,6 +734,7 @@ class Bench:
             record[key] = median_of_rounds([r[key] for r in rounds])
             if key != "ours":
                 record[key]["check"] = checks[key]
+        record["ours"]["configs"] = chosen
         del q, k, v, dout
 
     def release(self) -> None:

@@ -407,3 +407,20 @@ def test_the_header_says_how_flex_was_compiled(bench, tiny_run):
         attention_bench.render_markdown(results, None)
     del results["settings"]["flex_static"]
     assert "automatic dynamic shapes" in attention_bench.render_markdown(results, None)
+
+
+def test_ours_records_the_configurations_its_tuner_chose(bench, monkeypatch):
+    """Each case records the launch configurations ours ran with (Triton's interpreter here; the
+    timings are stubbed, the correctness check's one call is what chooses)."""
+    pytest.importorskip("triton", reason="triton is not installed: pip install triton")
+    attention_bench, _ = bench
+    monkeypatch.setattr(attention_bench.Bench, "time_impl",
+                        lambda self, what, impl, q, k, v, dout: {"fwd_ms": 1.0, "bwd_ms": 1.0, "error": None})
+    argv = "--device cpu --tiny --ours triton --head-dims 16 --lengths 64 --patterns causal --warmup-ms 0 --rep-ms 1"
+    results = attention_bench.main(argv.split())
+    (case,) = [c for c in results["cases"] if not c.get("skipped")]
+    configs = case["ours"]["configs"]
+    assert [c.split()[0] for c in configs] == ["fwd", "bwd"], configs
+    assert configs[0].startswith("fwd FwdConfig(") and configs[1].startswith("bwd BwdConfig(")
+    torch_run = attention_bench.main(argv.replace("--ours triton", "--ours torch").split())
+    assert torch_run["cases"][0]["ours"]["configs"] == []
