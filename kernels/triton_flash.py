@@ -192,6 +192,12 @@ def _generation(device: torch.device) -> configs.Generation:
     return configs.generation_for(torch.cuda.get_device_capability(device))
 
 
+TUNE_WARMUP_MS = 200.0
+"""Load run (the first candidate, untimed) before the candidates are timed. An idle H200 holds its
+top clock (1980 MHz) for the first tens of milliseconds of load and settles near its 700 W power cap
+at 1450-1900 MHz (benchmarks/KERNEL_NOTES.md, 2026-12-01): without the warm-up, the first
+candidates timed would run faster than the rest."""
+
 FINALIST_MARGIN = 1.03
 """Candidates timed within this factor of the fastest are timed a second time, in reverse order,
 and ranked by the mean of both timings: one timing moves by 1-3% between runs on a shared GPU,
@@ -213,6 +219,8 @@ def _choose(key: tuple, candidates: tuple, run: Callable[[object], None], device
     def timed(c) -> float:
         return triton.testing.do_bench(lambda: run(c), warmup=10, rep=50, return_mode="median")
 
+    # warm-up (TUNE_WARMUP_MS); the first candidate must run, so an error here is raised as is
+    triton.testing.do_bench(lambda: run(candidates[0]), warmup=0, rep=TUNE_WARMUP_MS)
     times = []
     for index, c in enumerate(candidates):
         try:

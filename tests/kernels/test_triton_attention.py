@@ -657,12 +657,13 @@ def test_eager_calls_match_the_custom_ops():
 
 
 def test_autotuner_times_close_candidates_twice(monkeypatch):
-    """Candidates within FINALIST_MARGIN of the fastest are timed again, in reverse order, and
-    ranked by the mean of both timings; a clearly slower one is timed once and never chosen. (No
-    GPU here: the timer is a stand-in that returns scripted times.)"""
+    """After an untimed warm-up run of the first candidate, candidates within FINALIST_MARGIN of the
+    fastest are timed again, in reverse order, and ranked by the mean of both timings; a clearly
+    slower one is timed once and never chosen. (No GPU here: the timer is a stand-in that returns
+    scripted times.)"""
     from genoformer.kernels import triton_flash as tf
 
-    scripted = {"a": [1.00, 1.05], "b": [1.01, 0.95], "c": [1.20]}
+    scripted = {"a": [0.50, 1.00, 1.05], "b": [1.01, 0.95], "c": [1.20]}  # a's 0.50: the warm-up, not counted
     calls = []
 
     def do_bench(fn, **kwargs):
@@ -677,6 +678,6 @@ def test_autotuner_times_close_candidates_twice(monkeypatch):
     monkeypatch.setattr(tf, "autotune_enabled", lambda: True)
     monkeypatch.setattr(tf.torch.cuda, "is_current_stream_capturing", lambda: False)
     assert tf._choose(("key",), ("a", "b", "c"), run, torch.device("cpu")) == "b"
-    assert calls == ["a", "b", "c", "b", "a"]
+    assert calls == ["a", "a", "b", "c", "b", "a"]
     assert tf._choose(("key",), ("a", "b", "c"), run, torch.device("cpu")) == "b"  # cached: not timed again
-    assert len(calls) == 5
+    assert len(calls) == 6
