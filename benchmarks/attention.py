@@ -334,6 +334,26 @@ def _causal_mask_mod(b, h, q_idx, kv_idx):
     return kv_idx <= q_idx
 
 
+@contextlib.contextmanager
+def tuner_choices(triton_flash) -> Iterator[list[tuple[str, object]]]:
+    """The launch configurations that the Triton launchers' tuner (`triton_flash._choose`) returns
+    while the block runs, as ("fwd" or "bwd", configuration), cached choices included: which tiles
+    a measurement ran."""
+    chosen: list[tuple[str, object]] = []
+    choose = triton_flash._choose
+
+    def recording(key, *args, **kwargs):
+        config = choose(key, *args, **kwargs)
+        chosen.append((key[0], config))
+        return config
+
+    triton_flash._choose = recording
+    try:
+        yield chosen
+    finally:
+        triton_flash._choose = choose
+
+
 def static_flex() -> Callable:
     """`torch.compile(flex_attention)` compiled for each shape it meets (``dynamic=False``).
 
@@ -508,27 +528,10 @@ class Bench:
             return Impl(None, error=f"unsupported: {reason}")
         return Impl(functools.partial(module.triton_attention, causal=causal, layout=layout))
 
-    @contextlib.contextmanager
-    def ours_choices(self) -> Iterator[list[str]]:
-        """The launch configurations ours' tuner returns while the block runs ("fwd FwdConfig(...)",
-        "bwd BwdConfig(...)"), to record which tiles a cell measured; none with `--ours torch`."""
-        chosen: list[str] = []
+    def ours_choices(self) -> contextlib.AbstractContextManager[list[tuple[str, object]]]:
+        """``tuner_choices`` of ours' Triton module; none with `--ours torch`."""
         module = self.triton_module[0] if self.ours_kind == "triton" else None
-        if module is None:
-            yield chosen
-            return
-        choose = module._choose
-
-        def recording(key, *args, **kwargs):
-            config = choose(key, *args, **kwargs)
-            chosen.append(f"{key[0]} {config}")
-            return config
-
-        module._choose = recording
-        try:
-            yield chosen
-        finally:
-            module._choose = choose
+        return tuner_choices(module) if module is not None else contextlib.nullcontext([])
 
     @functools.cached_property
     def triton_module(self):
@@ -734,7 +737,7 @@ class Bench:
             record[key] = median_of_rounds([r[key] for r in rounds])
             if key != "ours":
                 record[key]["check"] = checks[key]
-        record["ours"]["configs"] = chosen
+        record["ours"]["configs"] = [f"{kind} {config}" for kind, config in chosen]
         del q, k, v, dout
 
     def release(self) -> None:

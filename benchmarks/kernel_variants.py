@@ -48,7 +48,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.attention import allowed_pairs, flex_block_mask, static_flex
+from benchmarks.attention import allowed_pairs, flex_block_mask, static_flex, tuner_choices
 from benchmarks.common import command_line, describe_environment, environment_markdown, markdown_table
 from genoformer.kernels import triton_flash as tf
 from genoformer.kernels import triton_flash_configs as configs
@@ -269,12 +269,14 @@ def backward_breakdown(device: torch.device, dtype: torch.dtype, case: Case, wid
     flex = static_flex()
     block_mask = flex_block_mask(layout, case.causal, H, device, index_only=True)
     result = {"case": case.name, "head_dim": D, "seq_len": L}
-    tuned_before = set(tf._TUNED)
     for name, fn in (("ours", lambda: tf.triton_attention(q, k, v, causal=case.causal, layout=layout)),
                      ("flex", lambda: flex(q, k, v, block_mask=block_mask))):
-        out = fn()
-        out.backward(do.detach(), retain_graph=True)  # compiles and autotunes outside the profile
+        with tuner_choices(tf) as chosen:
+            out = fn()
+            out.backward(do.detach(), retain_graph=True)  # compiles and autotunes outside the profile
         torch.cuda.synchronize()
+        if name == "ours":
+            result["ours_configs"] = [_config_text(config) for _, config in chosen]
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()  # outside the profiler, whose host overhead can leave the GPU waiting
         for _ in range(20):
@@ -294,7 +296,6 @@ def backward_breakdown(device: torch.device, dtype: torch.dtype, case: Case, wid
         result[f"{name}_call_ms"] = round(start.elapsed_time(end) / 20, 4)
         for t in (q, k, v):
             t.grad = None
-    result["ours_configs"] = [_config_text(tf._TUNED[key]) for key in tf._TUNED if key not in tuned_before]
     return result
 
 
@@ -337,7 +338,7 @@ def breakdown_lines(results: dict) -> list[str]:
     breakdowns = results.get("backward_breakdown", [])
     for breakdown in [breakdowns] if isinstance(breakdowns, dict) else breakdowns:  # one dict before 2026-12-01
         chosen = breakdown.get("ours_configs")
-        chosen = "not recorded" if chosen is None else ", ".join(chosen) or "chosen before the profile"
+        chosen = "not recorded" if chosen is None else ", ".join(chosen)
         lines += ["", f"Backward kernels, {breakdown['case']} D={breakdown['head_dim']} "
                       f"L={_length_label(breakdown['seq_len'])}, ms per call (ours' tuned configurations: {chosen}):", ""]
         for name in ("ours", "flex"):

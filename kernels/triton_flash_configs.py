@@ -64,8 +64,8 @@ class FwdConfig:
     num_stages: int
     tma: bool = False  # k, v through tensor descriptors
     rescale_tau: float = 0.0  # conditional rescaling threshold (base 2); 0: rescale every step
-    # one masked key loop, warp-specialised by Triton (a TMA producer warp and a consumer
-    # warpgroup; on sm_90 with tma and 4 warps, else the same loop unspecialised)
+    # one masked key loop, warp-specialised by Triton (a TMA producer and two consumer
+    # warpgroups; on sm_90 with tma and 4 warps, else the same loop unspecialised)
     warp_specialize: bool = False
 
 
