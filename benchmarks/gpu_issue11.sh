@@ -14,11 +14,6 @@
 #             D 128 and D 64, 16k, in $R/results/flex_ptx/; read them here with
 #             `python -m benchmarks.spills --ptx .../*.ptx --per-loop` and a CUDA 13 ptxas
 #             (benchmarks/spills.py says how; about a minute)
-#   bash benchmarks/gpu_issue11.sh trial
-#     GPU 0   the forward configurations on trial (triton_flash_configs.trial_fwd: the warp-specialised
-#             forward) against float64 (test_trial_forwards_match_reference and the variant sweep), then
-#             timed beside the table's candidates: kernel_variants on causal D 128 and 64 at 16k and 32k
-#             (about 3 minutes)
 #   bash benchmarks/gpu_issue11.sh tests
 #     GPU 0   the sweep of our kernels (tests/kernels/test_triton_attention.py: variants, packed rows)
 #     GPU 1   every installed backend against float64 (tests/kernels/test_backends_gpu.py)
@@ -77,21 +72,6 @@ flexptx() {
     )
 }
 
-trial() {
-    (
-        export CUDA_VISIBLE_DEVICES=0
-        stamp "gpu0 trial configurations against float64"
-        timeout 200 python3 -m pytest -q -rfs --tb=short -p no:cacheprovider -n 8 tests/kernels/test_triton_attention.py \
-            -k "trial or warp_specialize" > "$R/gpu_tests_trial.log" 2>&1
-        for L in 16384 32768; do
-            stamp "gpu0 kernel variants with the trial configurations, $L"
-            timeout 200 python3 -m benchmarks.kernel_variants --out "$R/results/trial_$L" --only causal-128 causal-64 \
-                --seq-len "$L" --breakdown > "$R/kernel_variants_trial_$L.log" 2>&1
-        done
-        stamp "gpu0 done"
-    )
-}
-
 tests() {
     # the two sweeps take more than one call's share each when run after the benchmarks: a call of their own
     (
@@ -121,8 +101,7 @@ case "${1:-}" in
     attention) attention ;;
     tests) tests ;;
     flexptx) flexptx ;;
-    trial) trial ;;
-    *) echo "usage: bash benchmarks/gpu_issue11.sh bench|attention|flexptx|trial|tests"; exit 2 ;;
+    *) echo "usage: bash benchmarks/gpu_issue11.sh bench|attention|flexptx|tests"; exit 2 ;;
 esac
 for log in "$R"/*.log; do
     echo "---- $log"; tail -n 25 "$log"

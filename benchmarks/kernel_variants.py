@@ -107,7 +107,7 @@ def smoke_cases() -> list[Case]:
     ]
 
 
-VARIANTS = ("tma", "rescale_tau", "warp_specialize", "heads_outer", "dq_stream", "dv_late")
+VARIANTS = ("tma", "rescale_tau", "heads_outer", "dq_stream", "dv_late")
 """The configurations' variant fields (kernels/triton_flash_configs.py), shown by name after the tiles."""
 
 
@@ -133,14 +133,12 @@ def parse_extra(spec: str) -> tuple[str, int, configs.FwdConfig | configs.BwdCon
 
 def candidates(device: torch.device, head_dim: int, block_size: int | None,
                extra: tuple[tuple[str, int, object], ...] = ()) -> tuple[list, list]:
-    """(forward, backward) candidates: the launcher's table on a GPU and the forward configurations
-    on trial for it (`triton_flash_configs.trial_fwd`), then the `extra` ones of this head dim
-    (fitted to the block size); on the CPU smoke run the interpreter configuration and its
-    variants that the interpreter can run, then the extra ones."""
+    """(forward, backward) candidates: the launcher's table on a GPU, then the `extra` ones of this
+    head dim (fitted to the block size); on the CPU smoke run the interpreter configuration and
+    its variants that the interpreter can run, then the extra ones."""
     if device.type == "cuda":
-        trials = configs.trial_fwd(configs.generation_for(torch.cuda.get_device_capability(device)), head_dim)
-        fwds = [*tf.fwd_candidates(device, head_dim, block_size), *(configs.fit_fwd(c, block_size) for c in trials)]
-        bwds = list(tf.bwd_candidates(device, head_dim, block_size))
+        fwds, bwds = list(tf.fwd_candidates(device, head_dim, block_size)), list(
+            tf.bwd_candidates(device, head_dim, block_size))
     else:
         fwd, bwd = configs.INTERPRETER_FWD, configs.INTERPRETER_BWD
         fwds = [configs.fit_fwd(c, block_size) for c in (fwd, dataclasses.replace(fwd, rescale_tau=8.0))]

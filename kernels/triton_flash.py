@@ -532,7 +532,7 @@ def flash_fwd(
             H, H // HKV, Lq, Lk, scale * LOG2E, block_size if sparse else 1,
             D=D, D_TILE=d_tile, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal, SPARSE=sparse,
             HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8, HAS_DOCS=docs,
-            TMA=cfg.tma, RESCALE_TAU=cfg.rescale_tau, SPLIT=plan is not None, WS=cfg.warp_specialize,
+            TMA=cfg.tma, RESCALE_TAU=cfg.rescale_tau, SPLIT=plan is not None,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
         if plan is not None:

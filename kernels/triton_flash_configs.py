@@ -64,9 +64,6 @@ class FwdConfig:
     num_stages: int
     tma: bool = False  # k, v through tensor descriptors
     rescale_tau: float = 0.0  # conditional rescaling threshold (base 2); 0: rescale every step
-    # one masked key loop, warp-specialised by Triton (a TMA producer and two consumer
-    # warpgroups; on sm_90 with tma and 4 warps, else the same loop unspecialised)
-    warp_specialize: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,25 +234,6 @@ a few fp32 tiles, default warps and no pipelining."""
 def split_sum_block(block_size: int) -> int:
     """The rows per program of ``split_sum_kernel`` for a layout's block size."""
     return _largest_dividing(SPLIT_SUM_BLOCK, block_size)
-
-
-# Forward configurations on trial: cross-compiled by the CPU tests, checked against the reference
-# and timed beside the table's on a GPU (tests/kernels/test_triton_attention.py,
-# benchmarks/kernel_variants.py), but never chosen by the launcher before a GPU run has measured
-# them (benchmarks/KERNEL_NOTES.md, ninth session). The warp-specialised forward: one masked key
-# loop that Triton splits into a TMA producer and two consumer warpgroups of 64 rows each, which it
-# does on sm_90 for 4 warps and K/V/q tensor descriptors only.
-_TRIAL_FWD: dict[tuple[str, int], tuple[FwdConfig, ...]] = {
-    ("sm_90", 64): (FwdConfig(128, 64, 4, 3, tma=True, warp_specialize=True),
-                    FwdConfig(128, 128, 4, 2, tma=True, warp_specialize=True)),
-    ("sm_90", 128): (FwdConfig(128, 64, 4, 2, tma=True, warp_specialize=True),
-                     FwdConfig(128, 64, 4, 3, tma=True, warp_specialize=True)),
-}
-
-
-def trial_fwd(generation: Generation, head_dim: int) -> tuple[FwdConfig, ...]:
-    """Forward configurations on trial for a head dim (see ``_TRIAL_FWD``); often none."""
-    return _TRIAL_FWD.get((generation.name, tile_dim(head_dim)), ())
 
 
 def all_configs() -> list[tuple[Generation, int, FwdConfig | BwdConfig]]:

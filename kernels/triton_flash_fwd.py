@@ -354,17 +354,11 @@ def _fwd_steps(
     idx_ptr, bs, TPB, t_lo, t_hi, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
     BLOCK_N: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr, CAUSAL: tl.constexpr,
     SPARSE: tl.constexpr, MASK: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
-    HAS_DOCS: tl.constexpr, TMA: tl.constexpr, RESCALE_TAU: tl.constexpr, WS: tl.constexpr,
-    MASK_LOADS: tl.constexpr,
+    HAS_DOCS: tl.constexpr, TMA: tl.constexpr, RESCALE_TAU: tl.constexpr,
 ):
     """Online-softmax update over key tiles t_lo..t_hi; MASK=False is the unmasked fast path.
 
     doc_lo, doc_hi (BLOCK_M,): each query row's document span (read only when HAS_DOCS).
-    WS: Triton's warp specialisation of this loop (a producer warp issuing the TMA loads, the
-    consumer warps computing), asked for with TMA only; it takes effect on sm_90 with 4 warps, and
-    only when the loop is the kernel's only one (see attn_fwd_kernel).
-    MASK_LOADS (with MASK): zero the K/V rows past kv_end as they load. Without it only their
-    scores are masked, which is enough where every row below Lk holds a real key.
     RESCALE_TAU > 0: the running max m_i (and with it acc, l_i) is only moved when some row's
     max grew by more than RESCALE_TAU; otherwise p = exp2(s2 - m_i) <= 2^RESCALE_TAU, exact in
     fp32 and bf16 alike, and the (BLOCK_M, D_TILE) multiply of acc is skipped. A row with
@@ -372,11 +366,11 @@ def _fwd_steps(
     """
     offs_d = tl.arange(0, D_TILE)
     start_next = tile_start(t_lo, idx_ptr, bs, TPB, BLOCK_N, SPARSE, t_lo < t_hi)
-    for t in tl.range(t_lo, t_hi, warp_specialize=WS and TMA):
+    for t in range(t_lo, t_hi):
         start_n = start_next  # loaded one step ahead: see tile_start
         start_next = tile_start(t + 1, idx_ptr, bs, TPB, BLOCK_N, SPARSE, t + 1 < t_hi)
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = stream_tile(k_src, start_n, offs_n, sk_l, offs_n < kv_end, offs_d, D, D_TILE, MASK_LOADS, TMA, ALIGN8)
+        k = stream_tile(k_src, start_n, offs_n, sk_l, offs_n < kv_end, offs_d, D, D_TILE, MASK, TMA, ALIGN8)
         s = mma(q, tl.trans(k), None, DOT_F32)  # (BLOCK_M, BLOCK_N) fp32, unscaled q . k
         if MASK:
             keep = offs_n[None, :] < kv_end
@@ -408,7 +402,7 @@ def _fwd_steps(
             l_i = l_i * alpha + tl.sum(p, 1)
             acc = acc * alpha[:, None]
             m_i = m_new
-        v = stream_tile(v_src, start_n, offs_n, sv_l, offs_n < kv_end, offs_d, D, D_TILE, MASK_LOADS, TMA, ALIGN8)
+        v = stream_tile(v_src, start_n, offs_n, sv_l, offs_n < kv_end, offs_d, D, D_TILE, MASK, TMA, ALIGN8)
         acc = mma(p.to(v.dtype), v, acc, DOT_F32)
     return acc, l_i, m_i
 
@@ -422,7 +416,7 @@ def attn_fwd_kernel(
     D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, SCAN_: tl.constexpr,
     DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr, TMA: tl.constexpr,
-    RESCALE_TAU: tl.constexpr, SPLIT: tl.constexpr, WS: tl.constexpr,
+    RESCALE_TAU: tl.constexpr, SPLIT: tl.constexpr,
 ):
     # grid: (B * H, query tiles), the longest rows launched first: dense, the last tiles (the
     # longest causal rows), or with documents the tiles in DOC_ORDER (B, tiles) (by descending
@@ -463,12 +457,8 @@ def attn_fwd_kernel(
     q_base = head_ptr(Q, b, sq_b, h, sq_h, ALIGN8)
     k_base = head_ptr(K, b, sk_b, hk, sk_h, ALIGN8)
     v_base = head_ptr(V, b, sv_b, hk, sv_h, ALIGN8)
-    # q stays in registers for the whole program: (BLOCK_M, D_TILE); with WS through a tensor
-    # descriptor too (Triton's warp specialisation fails on a kernel that loads q through pointers)
-    if WS and TMA:
-        q = tile_source(q_base, Lq, sq_l, BLOCK_M, D, D_TILE, True).load([start_m, 0])
-    else:
-        q = load_tile(tile_ptrs(q_base, offs_m, sq_l, offs_d, ALIGN8), row_ok, offs_d, D, D_TILE, True)
+    # q stays in registers for the whole program: (BLOCK_M, D_TILE)
+    q = load_tile(tile_ptrs(q_base, offs_m, sq_l, offs_d, ALIGN8), row_ok, offs_d, D, D_TILE, True)
 
     count, idx_ptr, TPB, doc_base, doc_lo, doc_hi = query_rows(
         row, start_m, offs_m, row_ok, b, h, Lq, CNT, scnt_h, IDX, sidx_h, sidx_m, BS, DOC_START, DOC_END,
@@ -484,28 +474,19 @@ def attn_fwd_kernel(
     acc = tl.zeros([BLOCK_M, D_TILE], dtype=tl.float32)
     k_src = tile_source(k_base, Lk, sk_l, BLOCK_N, D, D_TILE, TMA)
     v_src = tile_source(v_base, Lk, sv_l, BLOCK_N, D, D_TILE, TMA)
-    if WS:
-        # one masked loop over every tile: Triton's warp specialisation (3.6 to 3.9, sm_90) fails to
-        # compile a kernel with another loop beside the specialised one. With TMA, rows past Lk
-        # arrive as zeros, so without key lengths or documents no load needs a mask.
+    if HAS_DOCS:  # the start of the documents' span
         acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB,
-                                   t_lo, t_end, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
+                                   t_lo, t_first, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
                                    BLOCK_N, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS,
-                                   TMA, RESCALE_TAU, True, not TMA or HAS_KV_LENS or HAS_DOCS)
-    else:
-        if HAS_DOCS:  # the start of the documents' span
-            acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB,
-                                       t_lo, t_first, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                                       BLOCK_N, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS,
-                                       TMA, RESCALE_TAU, False, True)
-        acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB,
-                                   t_first, t_full, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                                   BLOCK_N, D, D_TILE, CAUSAL, SPARSE, False, DOT_F32, ALIGN8, HAS_DOCS,
-                                   TMA, RESCALE_TAU, False, False)
-        acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB,
-                                   t_full, t_end, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                                   BLOCK_N, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS,
-                                   TMA, RESCALE_TAU, False, True)
+                                   TMA, RESCALE_TAU)
+    acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB,
+                               t_first, t_full, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
+                               BLOCK_N, D, D_TILE, CAUSAL, SPARSE, False, DOT_F32, ALIGN8, HAS_DOCS,
+                               TMA, RESCALE_TAU)
+    acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB,
+                               t_full, t_end, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
+                               BLOCK_N, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS,
+                               TMA, RESCALE_TAU)
 
     if SPLIT:
         if slot >= 0:  # a chunk of a split row: its unnormalised state, in fp32

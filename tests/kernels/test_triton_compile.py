@@ -18,10 +18,6 @@ generation's default configurations of the common head dims, and the sm_90 varia
 candidates (TMA, conditional rescaling, the heads-outer grid, which indexes the tile order by
 the other grid axis), are built that way too.
 
-The forward configurations on trial (``trial_fwd``: the warp-specialised forward) are built in their
-largest variant and as a dense launch without key lengths or documents (``-dense-unmasked``), where
-Triton must split their loop into a producer and consumers (``ttg.warp_specialize`` in the TTGIR).
-
 Configurations are chosen per tile width (the head dim rounded up to a power of two); each is
 built at its tile width and, on sm_80 and sm_90, again at one padded head dim of that tile
 (``PADDED_DIMS``): the head-dim masks change the loads and stores, not the tiles held in shared
@@ -64,11 +60,6 @@ DENSE_PACKED = {"SPARSE": False, "HAS_KV_LENS": False, "SPLIT": False}
 and the sm_90 variants among their candidates"""
 DENSE_PACKED_DIMS = (64, 128)
 
-WS_DENSE = {"SPARSE": False, "HAS_KV_LENS": False, "HAS_DOCS": False, "SPLIT": False}
-"""constexprs of a dense launch without key lengths or documents, where the warp-specialised forward
-loads K and V without masks: the forward configurations on trial (``trial_fwd``) are built this way
-too, and Triton must split their loop into a producer and consumers"""
-
 UNSPLIT = {"SPLIT": False}
 """constexprs of a sparse launch whose layout has no long list, built for the default configs of UNSPLIT_DIMS
 on sm_80 and sm_90"""
@@ -79,7 +70,6 @@ def _variant(cfg: configs.FwdConfig | configs.BwdConfig) -> str:
     """The test-id suffix of a configuration's sm_90 variant ("" for a plain configuration)."""
     return ("-tma" if cfg.tma else "") + (
         f"-tau{cfg.rescale_tau:g}" if isinstance(cfg, configs.FwdConfig) and cfg.rescale_tau else "") + (
-        "-ws" if isinstance(cfg, configs.FwdConfig) and cfg.warp_specialize else "") + (
         "-headsouter" if isinstance(cfg, configs.BwdConfig) and cfg.heads_outer else "") + (
         "-dvlate" if isinstance(cfg, configs.BwdConfig) and cfg.dv_late else "")
 
@@ -97,8 +87,6 @@ def _cases() -> list[tuple[str, str, int, str, tuple]]:
     built += [(gen, d, candidates(gen, d)[0], "-unsplit") for gen in configs.GENERATIONS
               if gen.name in PADDED_GENERATIONS for d in UNSPLIT_DIMS
               for candidates in (configs.fwd_candidates, configs.bwd_candidates)]
-    built += [(gen, d, cfg, suffix) for gen in configs.GENERATIONS for d in configs.TILE_DIMS
-              for cfg in configs.trial_fwd(gen, d) for suffix in ("", "-dense-unmasked")]
     for gen, d, cfg, packed in built:
         if isinstance(cfg, configs.BwdConfig) and cfg.dq_stream:
             # a launch option: it runs the kernels of the same configuration without it
@@ -151,8 +139,8 @@ def _compile_one(case: tuple) -> dict:
         constexprs, warps, stages = {"BLOCK": configs.SPLIT_SUM_BLOCK}, 4, 1
     elif kind == "fwd":
         cfg = configs.FwdConfig(*fields)
-        kernel, constexprs = attn_fwd_kernel, {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "TMA": cfg.tma,
-                                               "RESCALE_TAU": cfg.rescale_tau, "WS": cfg.warp_specialize}
+        kernel, constexprs = attn_fwd_kernel, {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
+                                               "TMA": cfg.tma, "RESCALE_TAU": cfg.rescale_tau}
         warps, stages = cfg.num_warps, cfg.num_stages
     else:
         cfg = configs.BwdConfig(*fields)
@@ -165,8 +153,7 @@ def _compile_one(case: tuple) -> dict:
             kernel, constexprs = bwd_dq_kernel, {"BLOCK_M2": cfg.block_m2, "BLOCK_N2": cfg.block_n2, **variant}
             warps, stages = cfg.warps2, cfg.stages2
     # ALIGN8 is what the launcher sets for contiguous inputs of these head dims
-    packed = (DENSE_PACKED if case_id.endswith("-dense-packed") else UNSPLIT if case_id.endswith("-unsplit")
-              else WS_DENSE if case_id.endswith("-dense-unmasked") else {})
+    packed = DENSE_PACKED if case_id.endswith("-dense-packed") else UNSPLIT if case_id.endswith("-unsplit") else {}
     constexprs = {"D": d, "D_TILE": configs.tile_dim(d), "ALIGN8": d % 16 == 8, "SCAN_": SCAN, **COMMON, **packed,
                   **constexprs}
     constexprs = {name: value for name, value in constexprs.items() if name in kernel.arg_names}
@@ -194,8 +181,7 @@ def _compile_one(case: tuple) -> dict:
         return {"id": case_id, "error": f"{type(error).__name__}: {error}"}
     scalar_copies = re.findall(r"async_copy_global_to_local[^\n]*: tensor<1x!tt\.ptr<i32>", compiled.asm["ttgir"])
     return {"id": case_id, "shared": compiled.metadata.shared, "limit": gen.shared_limit,
-            "scalar_async_loads": len(scalar_copies), "seconds": round(time.perf_counter() - t0, 2),
-            "partitions": compiled.asm["ttgir"].count("ttg.warp_specialize")}
+            "scalar_async_loads": len(scalar_copies), "seconds": round(time.perf_counter() - t0, 2)}
 
 
 def _compile_all() -> list[dict]:
@@ -233,16 +219,6 @@ def test_sparse_loops_keep_their_prefetch(compiled, case):
     assert result["scalar_async_loads"] == 0, (
         f"{case[0]}: Triton pipelined {result['scalar_async_loads']} layout-entry load(s) as cp.async, which "
         f"serialises the tile loads of the sparse loops: load the entry a step ahead (see tile_start)")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("case", [c for c in _cases() if c[0].endswith("-ws-dense-unmasked")], ids=lambda c: c[0])
-def test_warp_specialised_forward_is_split_into_producer_and_consumers(compiled, case):
-    """Triton splits the warp-specialised forward's loop (dense, no key lengths or documents) into
-    partitions; a Triton that stopped doing so would leave a plain 4-warp kernel in its place."""
-    result = compiled[case[0]]
-    assert "error" not in result, f"{case[0]} does not compile: {result.get('error')}"
-    assert result["partitions"] >= 1, f"{case[0]}: Triton did not warp-specialise the key loop"
 
 
 def test_padded_head_dims_use_their_tile_configs():
