@@ -4,7 +4,7 @@ Data flows one way: sequence files -> ``prepare_*_store`` writes a zarr store ->
 windows -> a data module batches them.
 """
 
-from genoformer.data.alphabet import (
+from genoformer.data.genome.alphabet import (
     BOS,
     MASK,
     PAD,
@@ -19,29 +19,33 @@ from genoformer.data.alphabet import (
     encode,
     reverse_complement,
 )
-from genoformer.data.genome_datasets import (
+from genoformer.data.genome.datasets import (
     PackedRandomWindowDataset,
     PackedTiledWindowDataset,
     RandomWindowDataset,
     TiledWindowDataset,
     tile_starts,
 )
-from genoformer.data.genome_store import ContigInfo, GenomeStore, prepare_genome_store
+from genoformer.data.genome.store import ContigInfo, GenomeStore, prepare_genome_store
 from genoformer.data.sampling import ShardSampler
-from genoformer.data.seqfiles import SequenceRecord, read_records
+from genoformer.data.genome.seqfiles import SequenceRecord, read_records
 from genoformer.data.splits import Interval, SplitSpec, split_intervals
 from genoformer.data.tiling import Keep, Tile, tile_windows
-from genoformer.data.timeseries_datasets import TimeSeriesWindowDataset
-from genoformer.data.timeseries_store import SeriesInfo, TimeSeriesStore, prepare_timeseries_store
+from genoformer.data.timeseries.datasets import TimeSeriesWindowDataset
+from genoformer.data.timeseries.store import SeriesInfo, TimeSeriesStore, prepare_timeseries_store
 
 
 def __getattr__(name: str):
     """Import the Lightning data modules on first use, so that DataLoader workers started with
     spawn (which import this package to unpickle a dataset) do not pay for importing Lightning."""
     if name in ("GenomeDataModule", "TimeSeriesDataModule"):
-        from genoformer.data import datamodules
+        if name == "GenomeDataModule":
+            from genoformer.data.genome.datamodule import GenomeDataModule
 
-        return getattr(datamodules, name)
+            return GenomeDataModule
+        from genoformer.data.timeseries.datamodule import TimeSeriesDataModule
+
+        return TimeSeriesDataModule
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

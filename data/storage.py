@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import hashlib
+import json
 import logging
 import os
 import shlex
@@ -25,11 +26,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import zarr
 
-from genoformer.data.hints import hint, option
+from genoformer.hints import hint, option
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +183,21 @@ def atomic_build(out: Path, overwrite: bool) -> Iterator[Path]:
     finally:
         if tmp.exists():
             _remove(tmp)
+
+
+def write_text(path: Path, text: str, *, overwrite: bool) -> Path:
+    """Write a text file through `atomic_build`: readers never see a partial file, and an
+    existing file is replaced only with `overwrite` (callers refuse it first, with
+    `refuse_existing`, before any long computation)."""
+    path = Path(path)
+    with atomic_build(path, overwrite) as tmp:
+        tmp.write_text(text)
+    return path
+
+
+def write_json(path: Path, payload: Any, *, overwrite: bool) -> Path:
+    """`write_text` of `payload` as indented JSON."""
+    return write_text(path, json.dumps(payload, indent=2) + "\n", overwrite=overwrite)
 
 
 class ChunkCache:

@@ -1,17 +1,23 @@
 """genoformer: transformers on very long scientific sequences.
 
-Modules (import them directly; this package imports nothing, so that `import genoformer.data`
-or `import genoformer.kernels` stays light):
-    genoformer.model               TransformerConfig, Transformer (plain nn.Modules)
-    genoformer.lightning_module    GenoformerLM (objective, optimiser, metrics), Objective
-    genoformer.callbacks           LossPlotCallback, PredictionWriter
-    genoformer.loggers             AppendingCSVLogger (resumed runs append to metrics.csv)
-    genoformer.embeddings          Embedder, Embeddings, Pooling, save_embeddings, load_embeddings
-    genoformer.timeseries_model    ForecastConfig, TimeSeriesTransformer (time series on the same trunk)
-    genoformer.timeseries_module   TimeSeriesForecaster (MSE + pinball, optimiser, metrics)
-    genoformer.forecasting         Forecaster (forecast, embed), ForecastResult
-    genoformer.forecast_eval       the long-horizon protocol, SeasonalNaive and DirectAR baselines
-    genoformer.timeseries_commands `genoformer forecast` and `genoformer evaluate_forecast`
-    genoformer.kernels             attention backends and block-sparse layouts (folder kernels/)
-    genoformer.data                stores, datasets and data modules (folder data/)
+One house (import the modules directly; this package imports nothing, so that `import
+genoformer.data` or `import genoformer.kernels` stays light):
+
+    genoformer.core         what every model shares: the transformer trunk and its config
+                            (core.transformer), how it runs (core.runtime), the training base
+                            (core.training), checkpoints (core.checkpoints, core.export), the
+                            inference policy (core.inference), callbacks and loggers
+    genoformer.genome       the DNA wing: the language model (genome.lm), embeddings, scoring,
+                            evaluation, variant effects, the Markov baseline and their commands
+    genoformer.timeseries   the time-series wing: the forecaster model (timeseries.model), its
+                            training module, the Forecaster API, the protocol and baselines
+                            (timeseries.protocol), its commands
+    genoformer.cli          the `genoformer` command: LightningCLI for training, typed commands
+    genoformer.hints        error hints that name options as the caller writes them
+    genoformer.kernels      attention backends and block-sparse layouts (folder kernels/)
+    genoformer.data         storage, inputs, splits, sampling, tiling, packing; genome and
+                            time-series stores, datasets and data modules (folder data/)
+
+Arrows run one way: cli -> genome, timeseries -> core -> kernels; the wings and core read data;
+no wing imports the other, and neither kernels nor data imports a model.
 """

@@ -35,7 +35,7 @@ import sys
 import traceback
 import typing
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from jsonargparse import CLI, ActionYesNo
@@ -45,209 +45,25 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from lightning.pytorch.loggers import CSVLogger
 from tqdm.std import tqdm  # the base class: its _instances holds every open bar, Lightning's too
 
-import genoformer.data.datamodules  # defines the shipped data modules: `--data.help GenomeDataModule` finds them
-from genoformer.callbacks import PredictionWriter
-from genoformer.data.genome_store import DEFAULT_CHUNK_SIZE, prepare_genome_store
-from genoformer.data.hints import command_line_hints
-from genoformer.data.seqfiles import is_sequence_file_name
-from genoformer.data.storage import refuse_existing, tool_version
-from genoformer.data.timeseries_store import MissingPolicy, prepare_timeseries_store
-from genoformer.embeddings import (
-    Embedder,
-    Embeddings,
-    Pooling,
-    check_checkpoint_file,
-    check_unique_names,
-    read_checkpoint,
-    save_embeddings,
-)
-from genoformer.evaluate import evaluate, score
-from genoformer.export import export
-from genoformer.kernels.dispatch import Backend
-from genoformer.lightning_module import GenoformerLM
-from genoformer.markov import baseline
-from genoformer.timeseries_commands import evaluate_forecast, forecast
-from genoformer.variants import variant_effect
+# The shipped data modules and training modules, imported so that `--data.help GenomeDataModule`
+# and `--model.help TimeSeriesForecaster` find them.
+import genoformer.data.genome.datamodule  # noqa: F401
+import genoformer.data.timeseries.datamodule  # noqa: F401
+import genoformer.timeseries.module  # noqa: F401
+from genoformer.core.callbacks import PredictionWriter
+from genoformer.core.checkpoints import check_checkpoint_file, read_checkpoint
+from genoformer.core.export import export
+from genoformer.data.storage import tool_version
+from genoformer.genome.commands import embed, prepare
+from genoformer.genome.evaluate import evaluate, score
+from genoformer.genome.lm import GenoformerLM
+from genoformer.genome.markov import baseline
+from genoformer.genome.variants import variant_effect
+from genoformer.hints import command_line_hints
+from genoformer.timeseries.commands import evaluate_forecast, forecast, prepare_timeseries
 
 TRAINING_COMMANDS = ("fit", "validate", "test", "predict")
 EVALUATION_COMMANDS = ("validate", "test", "predict")
-
-# The command line takes the enums' values (mean, triton), as the Python API does.
-PoolingName = Literal[tuple(member.value for member in Pooling)]
-BackendName = Literal[tuple(member.value for member in Backend)]
-
-
-def prepare(
-    *,
-    fasta: Union[str, list[str]],
-    out: Path,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-    compressor: Literal["blosclz", "lz4", "zstd"] = "blosclz",
-    compression_level: int = 3,
-    keep_softmask: bool = True,
-    overwrite: bool = False,
-) -> Path:
-    """Build a chunked zarr genome store from FASTA or GenBank files (plain, .gz, .xz, .bz2).
-
-    The store is written under a temporary name, verified, then renamed: an interrupted run
-    leaves nothing that reads as complete, and re-running with the same inputs is a no-op.
-
-    Args:
-        fasta: Input files: several after one flag (--fasta a.fa b.fa.gz, so a shell glob such as
-            --fasta genomes/*.fa.gz works), a folder (every FASTA/GenBank file in it), or a list
-            ("[a.fa,b.fa.gz]"). Record names must be unique across all files.
-        out: Store directory to create, conventionally ending in .zarr.
-        chunk_size: Bases per chunk, the unit of decoding and caching (16 Ki suits windows of
-            8 Ki to 128 Ki bases).
-        compressor: Blosc compressor after bit-shuffling: blosclz decodes fastest (about 0.27
-            bytes per base); zstd is about 4% smaller and 2.5 times slower to decode.
-        compression_level: Compression level, 1 (fastest) to 9 (smallest).
-        keep_softmask: Keep lowercase (soft-masked) positions as a separate mask.
-        overwrite: A flag: always rebuild. Without it, a complete store built from the same files
-            with the same options is kept as it is, and any other existing `out` is an error.
-    """
-    path = prepare_genome_store(
-        _input_files(fasta, "--fasta", is_sequence_file_name, "FASTA/GenBank"),
-        out,
-        chunk_size=chunk_size,
-        compressor=compressor,
-        compression_level=compression_level,
-        keep_softmask=keep_softmask,
-        overwrite=overwrite,
-    )
-    print(f"genome store ready: {path}")
-    return path
-
-
-def prepare_timeseries(
-    *,
-    inputs: Union[str, list[str]],
-    out: Path,
-    sampling_rate: Optional[float] = None,
-    time_column: Optional[str] = None,
-    missing: MissingPolicy = "error",
-    npy_channels_first: bool = False,
-    overwrite: bool = False,
-) -> Path:
-    """Build a chunked zarr time-series store from CSV or .npy files (one series per file).
-
-    As with `prepare`, re-running with the same inputs and options is a no-op.
-
-    Args:
-        inputs: Input files (.csv with a header row, or .npy): several after one flag (--inputs
-            a.csv b.csv, so a shell glob works), a folder (every .csv and .npy file in it), or a
-            list ("[a.csv,b.csv]"); all must have the same channels.
-        out: Store directory to create, conventionally ending in .zarr.
-        sampling_rate: Samples per second; required unless time_column gives the times.
-        time_column: CSV column with the time in seconds (not stored as a channel).
-        missing: What to do with empty or NaN values: error, ffill, zero or linear.
-        npy_channels_first: A flag: .npy arrays are (channels, time) instead of (time, channels).
-        overwrite: A flag: always rebuild. Without it, a complete store built from the same files
-            with the same options is kept as it is, and any other existing `out` is an error.
-    """
-    path = prepare_timeseries_store(
-        _input_files(inputs, "--inputs", _is_timeseries_file_name, ".csv/.npy"),
-        out,
-        sampling_rate=sampling_rate,
-        time_column=time_column,
-        missing=missing,
-        npy_channels_first=npy_channels_first,
-        overwrite=overwrite,
-    )
-    print(f"time-series store ready: {path}")
-    return path
-
-
-def embed(
-    *,
-    checkpoint: Path,
-    inputs: Union[str, list[str]],
-    out: Path,
-    pooling: PoolingName = "mean",
-    layer: int = -1,
-    batch_size: int = 8,
-    window: Optional[int] = None,
-    overlap: Optional[int] = None,
-    device: Optional[str] = None,
-    backend: BackendName = "auto",
-    overwrite: bool = False,
-) -> Path:
-    """Embed sequences with a trained checkpoint and write them, with their names, to a file.
-
-    The output is .npz (numpy.load) or .zarr (zarr.open_group): `names`, `embeddings` (N, E)
-    when pooled, or all tokens (sum of lengths, E) with `offsets` when pooling is none.
-
-    Args:
-        checkpoint: A .ckpt file written by `genoformer fit`.
-        inputs: FASTA/GenBank files, folders of them, or literal DNA strings: several after one
-            flag (--inputs a.fa ACGT b.fa) or a list ("[a.fa,ACGT]"). Outputs keep the input order;
-            a string is named seqI after its place I in the list, a record by its id; names must
-            be unique.
-        out: Output file, ending in .npz or .zarr; an existing one is an error without --overwrite.
-        pooling: One vector per sequence (mean, max, first, last) or per token (none).
-        layer: Hidden state to read: 0 is the token embeddings, -1 the last block.
-        batch_size: Windows per forward pass.
-        window: Window length for long sequences; default the trained context.
-        overlap: Tokens shared by neighbouring windows; default window // 4.
-        device: cpu, cuda or cuda:N; default CUDA when available.
-        backend: Attention backend; auto picks the fastest for the device (on CUDA the model runs
-            under bfloat16 autocast, which the Triton kernels need).
-        overwrite: A flag: replace an existing `out`.
-    """
-    refuse_existing(out, overwrite)  # before the model runs, not after
-    embedder = Embedder.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
-    options = dict(pooling=Pooling(pooling), layer=layer, batch_size=batch_size, window=window, overlap=overlap)
-    items = _input_files(inputs, "--inputs", is_sequence_file_name, "FASTA/GenBank", literals=True)
-    names: list[str] = []
-    arrays: list = []
-    start = 0
-    while start < len(items):
-        if is_sequence_file_name(items[start]):
-            part = embedder.embed(Path(items[start]), **options)
-            names += part.names
-            end = start + 1
-        else:  # a run of literal strings goes through in one call, so they share batches
-            end = start
-            while end < len(items) and not is_sequence_file_name(items[end]):
-                end += 1
-            part = embedder.embed(items[start:end], **options)
-            names += [f"seq{index}" for index in range(start, end)]
-        arrays += part.arrays
-        start = end
-    check_unique_names(names)
-    result = Embeddings(names, arrays, Pooling(pooling), layer)
-    path = save_embeddings(result, out, overwrite=overwrite)
-    print(f"wrote {len(result)} embeddings to {path}")
-    return path
-
-
-def _is_timeseries_file_name(name: str) -> bool:
-    return name.lower().endswith((".csv", ".npy"))
-
-
-def _input_files(
-    items: Union[str, list[str]], flag: str, is_input: Callable[[str], bool], kind: str, literals: bool = False
-) -> list[str]:
-    """`items` with every folder replaced by the input files in it (`is_input(name)`, sorted by
-    name). Without `literals`, a missing path that holds commas is reported as a list written
-    the wrong way."""
-    found: list[str] = []
-    for item in [items] if isinstance(items, str) else items:
-        path = Path(item)
-        if path.is_dir():
-            files = sorted(str(child) for child in path.iterdir() if child.is_file() and is_input(child.name))
-            if not files:
-                raise FileNotFoundError(f"folder {path} holds no {kind} files")
-            found += files
-        elif not literals and "," in item and not path.exists():
-            raise FileNotFoundError(
-                f"input file not found: {item}; give several files after one flag ({flag} a b) or as a "
-                f"list in brackets ({flag} '[a,b]')"
-            )
-        else:
-            found.append(item)
-    return found
-
 
 TOOL_COMMANDS = {
     "prepare": prepare,

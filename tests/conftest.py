@@ -1,6 +1,7 @@
 """Fixtures shared by the whole test suite.
 
-Real data lives in ``../shared/data`` beside a development checkout; a user's clone has no such
+Two short training runs give the checkpoints that the Lightning, embedding and checkpoint tests
+share (`mlm_checkpoint`, `causal_checkpoint`). Real data lives in ``../shared/data`` beside a development checkout; a user's clone has no such
 folder, so every test that needs it asks for the ``shared_data`` fixture, which skips with the
 reason when the folder is absent.
 """
@@ -33,3 +34,32 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real data folder {SHARED_DATA} is absent (it exists only beside a development checkout)")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def mlm_checkpoint(tmp_path_factory) -> Path:
+    """A masked-LM checkpoint after 3 steps; its layers alternate sliding-window and dense."""
+    from model_helpers import fit_tiny
+
+    from genoformer.genome.lm import Objective
+    from genoformer.kernels.layout import SlidingWindow
+
+    root = tmp_path_factory.mktemp("mlm_run")
+    trainer, _ = fit_tiny(root, Objective.MASKED_LM, attention=[SlidingWindow(window=16, block_size=16), None])
+    path = root / "final.ckpt"
+    trainer.save_checkpoint(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def causal_checkpoint(tmp_path_factory) -> Path:
+    """A causal-LM checkpoint after 3 steps (dense attention)."""
+    from model_helpers import fit_tiny
+
+    from genoformer.genome.lm import Objective
+
+    root = tmp_path_factory.mktemp("clm_run")
+    trainer, _ = fit_tiny(root, Objective.CAUSAL_LM)
+    path = root / "final.ckpt"
+    trainer.save_checkpoint(path)
+    return path

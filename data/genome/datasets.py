@@ -1,0 +1,361 @@
+"""Datasets of genome windows: random windows for training, tiles for evaluation and embedding,
+and their packed variants (several records or record pieces per window, see
+genoformer.data.packing) for records shorter than the window.
+
+Legend: L = window length (tokens), P = documents in a packed window. A sample is a dict
+``{"tokens": torch.uint8 (L,), "contig": int, "start": int, "index": int, ...}``; the default
+collate turns a list of samples into ``{"tokens": torch.uint8 (B, L), "contig": int64 (B,), ...}``.
+Packed samples carry per-document entries instead (``doc_lens``, ``doc_contig``, ... (P,)), batched
+by ``genoformer.data.packing.collate_packed``.
+
+Both datasets are map-style and take keys that are an index or an ``(epoch, index)`` pair
+(see :class:`genoformer.data.sampling.ShardSampler`). They hold the store path and metadata;
+the zarr handles and chunk cache are opened lazily in each process (DataLoader worker) that
+reads, after fork or spawn.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from genoformer.data.genome.alphabet import N, PAD, reverse_complement
+from genoformer.data.genome.store import DEFAULT_CACHE_BYTES, GenomeStore
+from genoformer.data.packing import pack_lengths
+from genoformer.data.sampling import sample_rng, split_key
+from genoformer.data.splits import Interval
+
+log = logging.getLogger(__name__)
+
+
+class _StoreHolder:
+    """Opens the GenomeStore once per process; pickles without handles."""
+
+    def __init__(self, store: str | Path | GenomeStore, cache_bytes: int) -> None:
+        self._store = store if isinstance(store, GenomeStore) else GenomeStore(store, cache_bytes)
+        self._pid = os.getpid()
+
+    @property
+    def store(self) -> GenomeStore:
+        if self._pid != os.getpid():  # forked: open our own handles and cache
+            self._store = GenomeStore(self._store.path, self._store.cache_bytes)
+            self._pid = os.getpid()
+        return self._store
+
+    def __getstate__(self) -> dict:
+        return {"_store": self._store, "_pid": None}
+
+
+def whole_contigs(store: GenomeStore) -> list[Interval]:
+    return [Interval(c.index, 0, c.length) for c in store.contigs]
+
+
+class RandomWindowDataset(Dataset):
+    """Random windows of ``window`` bases for training, drawn uniformly over all valid starts
+    (so contigs are weighted by length) inside the given intervals.
+
+    Sample ``index`` of ``epoch`` is a pure function of (seed, epoch, index). A window with more
+    than ``max_n_fraction`` N bases is redrawn (up to ``max_attempts`` times). Intervals shorter
+    than the window and contigs that are all N are left out, with a WARNING that gives their count
+    and total length.
+
+    Args:
+        store: Genome store path or an open GenomeStore.
+        window: Window length L in bases.
+        samples_per_epoch: ``len(dataset)``; the number of windows in an epoch.
+        intervals: Where windows may lie (a split); default every whole contig.
+        seed: Base seed.
+        max_n_fraction: Windows with more N than this fraction of L are redrawn.
+        reverse_complement: Reverse-complement each window with probability 1/2.
+        max_shift: Move the drawn start by a uniform shift in [-max_shift, max_shift] (kept
+            inside the interval): jitter for restricted intervals.
+        cache_bytes: Decoded-chunk cache per process.
+        max_attempts: Draws per sample before giving up with an error.
+    """
+
+    def __init__(self, store: str | Path | GenomeStore, window: int, samples_per_epoch: int, *,
+                 intervals: Sequence[Interval] | None = None, seed: int = 0, max_n_fraction: float = 0.1,
+                 reverse_complement: bool = False, max_shift: int = 0,
+                 cache_bytes: int = DEFAULT_CACHE_BYTES, max_attempts: int = 100) -> None:
+        if window < 1 or samples_per_epoch < 1:
+            raise ValueError(f"window ({window}) and samples_per_epoch ({samples_per_epoch}) must be >= 1")
+        if not 0 <= max_n_fraction <= 1:
+            raise ValueError(f"max_n_fraction={max_n_fraction} must be in [0, 1]")
+        self._holder = _StoreHolder(store, cache_bytes)
+        gs = self._holder.store
+        self.window = window
+        self.samples_per_epoch = samples_per_epoch
+        self.seed = seed
+        self.epoch = 0
+        self.max_n_fraction = max_n_fraction
+        self.reverse_complement = reverse_complement
+        self.max_shift = max_shift
+        self.max_attempts = max_attempts
+        usable, short = [], []
+        for iv in (whole_contigs(gs) if intervals is None else intervals):
+            contig = gs.contigs[iv.index]
+            if iv.length < window:
+                short.append(iv)
+            elif contig.n_count == contig.length:
+                log.warning("contig %s is all N: no random windows from it", contig.name)
+            else:
+                usable.append(iv)
+        if short:
+            names = ", ".join(f"{gs.contigs[iv.index].name}[{iv.start}:{iv.end})" for iv in short[:5])
+            log.warning("%d interval(s) of %s, %d bases in total, are shorter than the window (%d) and give no "
+                        "training windows: %s%s", len(short), gs.path, sum(iv.length for iv in short), window,
+                        names, ", ..." if len(short) > 5 else "")
+        if not usable:
+            raise ValueError(f"no interval of {gs.path} is at least {window} bases long and not all N; "
+                             "use a shorter window or another split")
+        self.intervals = usable
+        # Valid starts per interval; a uniform draw over their total weights contigs by length.
+        starts = np.array([iv.length - window + 1 for iv in usable], dtype=np.int64)
+        self._cum_starts = np.cumsum(starts)
+
+    @property
+    def store(self) -> GenomeStore:
+        return self._holder.store
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.samples_per_epoch
+
+    def locate(self, epoch: int, index: int) -> tuple[int, int, bool]:
+        """(contig index, start, reverse) of sample ``index`` in ``epoch``, without N checks:
+        the first draw. ``__getitem__`` redraws while the window has too many N."""
+        return self._draw(sample_rng(self.seed, epoch, index))
+
+    def _draw(self, rng: np.random.Generator) -> tuple[int, int, bool]:
+        u = int(rng.integers(self._cum_starts[-1]))
+        j = int(np.searchsorted(self._cum_starts, u, side="right"))
+        iv = self.intervals[j]
+        start = iv.start + u - (int(self._cum_starts[j - 1]) if j else 0)
+        if self.max_shift:
+            shift = int(rng.integers(-self.max_shift, self.max_shift + 1))
+            start = min(max(start + shift, iv.start), iv.end - self.window)
+        reverse = bool(rng.random() < 0.5) if self.reverse_complement else False
+        return iv.index, start, reverse
+
+    def __getitem__(self, key: int | tuple[int, int]) -> dict:
+        epoch, index = split_key(key, self.epoch)
+        rng = sample_rng(self.seed, epoch, index)
+        store = self.store
+        limit = self.max_n_fraction * self.window
+        for _ in range(self.max_attempts):
+            contig, start, reverse = self._draw(rng)
+            codes = store.read(contig, start, start + self.window)
+            if limit >= self.window or np.count_nonzero(codes == N) <= limit:
+                break
+        else:
+            raise RuntimeError(f"no window of {self.window} bases with at most {self.max_n_fraction:.0%} N "
+                               f"found in {self.max_attempts} draws; raise max_n_fraction or shorten the window")
+        if reverse:
+            codes = reverse_complement(codes)
+        return {"tokens": torch.from_numpy(codes), "contig": contig, "start": start, "reverse": reverse,
+                "index": index}
+
+
+def tile_starts(length: int, window: int, stride: int) -> range:
+    """Start positions of the tiles that cover a sequence of ``length``: 0, stride, ...; the
+    last tile is the first that reaches the end (it may be shorter than ``window``)."""
+    if window < 1 or stride < 1:
+        raise ValueError(f"window ({window}) and stride ({stride}) must be >= 1")
+    if length <= 0:
+        return range(0)
+    count = 1 + -(-max(length - window, 0) // stride)
+    return range(0, count * stride, stride)
+
+
+class TiledWindowDataset(Dataset):
+    """Every tile of the given intervals, in order, for evaluation and embedding.
+
+    Tiles start every ``stride`` bases from each interval's start; the last tile of an interval
+    stops at the interval's end and is padded with PAD (``length`` = real tokens). Samples:
+    ``{"tokens": uint8 (L,), "contig", "start", "length", "index"}``. Keys may be an index or an
+    (epoch, index) pair; the epoch is ignored.
+    """
+
+    def __init__(self, store: str | Path | GenomeStore, window: int, stride: int | None = None, *,
+                 intervals: Sequence[Interval] | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        self._holder = _StoreHolder(store, cache_bytes)
+        self.window = window
+        self.stride = window if stride is None else stride
+        ivs = whole_contigs(self._holder.store) if intervals is None else list(intervals)
+        self.intervals = [iv for iv in ivs if iv.length > 0]
+        counts = np.array([len(tile_starts(iv.length, window, self.stride)) for iv in self.intervals], dtype=np.int64)
+        self._cum_tiles = np.cumsum(counts)
+
+    @property
+    def store(self) -> GenomeStore:
+        return self._holder.store
+
+    def set_epoch(self, epoch: int) -> None:
+        """Tiles do not depend on the epoch (kept for the sampler protocol)."""
+
+    def __len__(self) -> int:
+        return int(self._cum_tiles[-1]) if len(self._cum_tiles) else 0
+
+    def locate(self, index: int) -> tuple[int, int, int]:
+        """(contig index, start, end) of tile ``index``."""
+        if not 0 <= index < len(self):
+            raise IndexError(f"tile {index} out of range [0, {len(self)})")
+        j = int(np.searchsorted(self._cum_tiles, index, side="right"))
+        iv = self.intervals[j]
+        start = iv.start + (index - (int(self._cum_tiles[j - 1]) if j else 0)) * self.stride
+        return iv.index, start, min(start + self.window, iv.end)
+
+    def __getitem__(self, key: int | tuple[int, int]) -> dict:
+        _, index = split_key(key, 0)
+        contig, start, end = self.locate(index)
+        codes = self.store.read(contig, start, end)
+        if end - start < self.window:
+            codes = np.concatenate([codes, np.full(self.window - (end - start), PAD, dtype=np.uint8)])
+        return {"tokens": torch.from_numpy(codes), "contig": contig, "start": start, "length": end - start,
+                "index": index}
+
+
+def _packed_sample(pieces: list[tuple[int, int, int, bool]], codes: list[np.ndarray], index: int) -> dict:
+    """A packed sample (see genoformer.data.packing) of documents (contig, start, length, reverse)."""
+    contig_P, start_P, len_P, reverse_P = (np.array(column) for column in zip(*pieces))
+    return {"tokens": torch.from_numpy(np.concatenate(codes)), "doc_lens": torch.from_numpy(len_P.astype(np.int64)),
+            "doc_contig": torch.from_numpy(contig_P.astype(np.int64)),
+            "doc_start": torch.from_numpy(start_P.astype(np.int64)),
+            "doc_reverse": torch.from_numpy(reverse_P.astype(bool)), "index": index}
+
+
+class PackedRandomWindowDataset(Dataset):
+    """Random training windows filled end to end with documents: whole records shorter than the
+    window, and pieces of longer ones, so that no record is left out for being short.
+
+    A window is drawn as: while room is left, draw an interval with weight max(length, window)
+    (so every base of a short record is about as likely to be trained on as a base of a long
+    contig) and append it whole if it fits, else a piece of it, at a uniform position, that fills
+    the room. A window on a long contig is therefore usually one piece of it. Each document is
+    reverse-complemented on its own with probability 1/2 (``reverse_complement``). A window with
+    more than ``max_n_fraction`` N is redrawn whole. Sample ``index`` of ``epoch`` is a pure
+    function of (seed, epoch, index).
+
+    Samples (see genoformer.data.packing): ``{"tokens": uint8 (L,), "doc_lens", "doc_contig",
+    "doc_start", "doc_reverse": (P,), "index"}``; ``doc_start`` is the document's first base on
+    the forward strand, whatever its strand. Arguments as for :class:`RandomWindowDataset`.
+    """
+
+    def __init__(self, store: str | Path | GenomeStore, window: int, samples_per_epoch: int, *,
+                 intervals: Sequence[Interval] | None = None, seed: int = 0, max_n_fraction: float = 0.1,
+                 reverse_complement: bool = False, cache_bytes: int = DEFAULT_CACHE_BYTES,
+                 max_attempts: int = 100) -> None:
+        if window < 1 or samples_per_epoch < 1:
+            raise ValueError(f"window ({window}) and samples_per_epoch ({samples_per_epoch}) must be >= 1")
+        if not 0 <= max_n_fraction <= 1:
+            raise ValueError(f"max_n_fraction={max_n_fraction} must be in [0, 1]")
+        self._holder = _StoreHolder(store, cache_bytes)
+        gs = self._holder.store
+        self.window = window
+        self.samples_per_epoch = samples_per_epoch
+        self.seed = seed
+        self.epoch = 0
+        self.max_n_fraction = max_n_fraction
+        self.reverse_complement = reverse_complement
+        self.max_attempts = max_attempts
+        usable = []
+        for iv in (whole_contigs(gs) if intervals is None else intervals):
+            contig = gs.contigs[iv.index]
+            if contig.n_count == contig.length:
+                log.warning("contig %s is all N: no training documents from it", contig.name)
+            elif iv.length > 0:
+                usable.append(iv)
+        if not usable:
+            raise ValueError(f"no interval of {gs.path} holds a base that is not N; use another split")
+        self.intervals = usable
+        self._cum_weights = np.cumsum(np.array([max(iv.length, window) for iv in usable], dtype=np.int64))
+
+    @property
+    def store(self) -> GenomeStore:
+        return self._holder.store
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.samples_per_epoch
+
+    def locate(self, epoch: int, index: int) -> list[tuple[int, int, int, bool]]:
+        """Documents (contig index, start, length, reverse) of sample ``index`` in ``epoch``,
+        without N checks: the first draw. ``__getitem__`` redraws while the window has too many N."""
+        return self._draw(sample_rng(self.seed, epoch, index))
+
+    def _draw(self, rng: np.random.Generator) -> list[tuple[int, int, int, bool]]:
+        pieces, room = [], self.window
+        while room:
+            j = int(np.searchsorted(self._cum_weights, rng.integers(self._cum_weights[-1]), side="right"))
+            iv = self.intervals[j]
+            length = min(iv.length, room)
+            start = iv.start + int(rng.integers(iv.length - length + 1))
+            reverse = bool(rng.random() < 0.5) if self.reverse_complement else False
+            pieces.append((iv.index, start, length, reverse))
+            room -= length
+        return pieces
+
+    def __getitem__(self, key: int | tuple[int, int]) -> dict:
+        epoch, index = split_key(key, self.epoch)
+        rng = sample_rng(self.seed, epoch, index)
+        store = self.store
+        limit = self.max_n_fraction * self.window
+        for _ in range(self.max_attempts):
+            pieces = self._draw(rng)
+            codes = [store.read(contig, start, start + length) for contig, start, length, _ in pieces]
+            if limit >= self.window or sum(np.count_nonzero(c == N) for c in codes) <= limit:
+                break
+        else:
+            raise RuntimeError(f"no window of {self.window} bases with at most {self.max_n_fraction:.0%} N "
+                               f"found in {self.max_attempts} draws; raise max_n_fraction or shorten the window")
+        codes = [reverse_complement(c) if piece[3] else c for c, piece in zip(codes, pieces)]
+        return _packed_sample(pieces, codes, index)
+
+
+class PackedTiledWindowDataset(Dataset):
+    """The tiles of :class:`TiledWindowDataset` (same starts, same ends), packed into windows
+    with :func:`genoformer.data.packing.pack_lengths` instead of padded one per window: each tile
+    is one document, so a model that keeps documents apart scores every tile exactly as unpacked.
+    The room a window has left is one PAD document (``doc_contig`` -1). Samples as
+    :class:`PackedRandomWindowDataset`'s (``doc_reverse`` all False); keys may be an index or an
+    (epoch, index) pair, the epoch is ignored.
+    """
+
+    def __init__(self, store: str | Path | GenomeStore, window: int, stride: int | None = None, *,
+                 intervals: Sequence[Interval] | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        tiles = TiledWindowDataset(store, window, stride, intervals=intervals, cache_bytes=cache_bytes)
+        self._holder = tiles._holder
+        self.window = window
+        self.tiles = [tiles.locate(i) for i in range(len(tiles))]
+        self.packs = pack_lengths([end - start for _, start, end in self.tiles], window)
+
+    @property
+    def store(self) -> GenomeStore:
+        return self._holder.store
+
+    def set_epoch(self, epoch: int) -> None:
+        """Packs do not depend on the epoch (kept for the sampler protocol)."""
+
+    def __len__(self) -> int:
+        return len(self.packs)
+
+    def __getitem__(self, key: int | tuple[int, int]) -> dict:
+        _, index = split_key(key, 0)
+        tiles = [self.tiles[i] for i in self.packs[index]]
+        pieces = [(contig, start, end - start, False) for contig, start, end in tiles]
+        codes = [self.store.read(contig, start, start + length) for contig, start, length, _ in pieces]
+        room = self.window - sum(piece[2] for piece in pieces)
+        if room:
+            pieces.append((-1, 0, room, False))
+            codes.append(np.full(room, PAD, dtype=np.uint8))
+        return _packed_sample(pieces, codes, index)

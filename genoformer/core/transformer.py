@@ -1,0 +1,621 @@
+"""The shared trunk: a pre-norm transformer of plain nn.Modules on one device.
+
+RMSNorm, rotary position embeddings (RoPE), SwiGLU MLP and multi-head attention with grouped
+key/value heads (GQA). Attention goes through `genoformer.kernels.dispatch.attention`; each
+layer's pattern (dense or a block-sparse layout spec) comes from `TransformerConfig.attention`,
+applied cyclically over the layers. The model knows nothing about DDP/FSDP or mixed precision
+policies: the Lightning strategy applies those.
+
+Speed. The elementwise work (RMSNorm, RoPE, SwiGLU's gate) has a plain PyTorch reference
+(`rms_norm`, `apply_rotary`, `swiglu`), which is what runs on a CPU and what a compiled model
+traces. On a CUDA GPU an eager model trains with the same functions run through
+`torch.compile` as small fused regions (`RuntimeSettings.fused_elementwise`): one kernel
+each instead of several float32 round trips through memory. `compile_blocks` compiles every
+block whole, attention included: the Triton kernels are custom ops, and `plan_attention`
+resolves the backend before the blocks run, so nothing breaks the graph.
+
+Packed documents. A batch may hold several documents per row (`cu_seqlens`, the cumulative
+document lengths over the flattened B * L tokens, as `genoformer.kernels.dispatch.attention`
+takes them): every layer's attention then stays inside each document and RoPE positions restart
+at 0 at every document start (`document_positions`), so each document is computed exactly as if
+it ran alone.
+
+Shape legend (suffixes on tensor names):
+    B  batch                  L  sequence length (tokens)
+    E  model width (d_model)  F  SwiGLU hidden width
+    H  query heads            K  key/value heads (H % K == 0)
+    D  head dim               R  D // 2 (rotary frequency pairs)
+    V  vocabulary size        N  packed documents in the batch (cu_seqlens has N + 1 entries)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import sys
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from genoformer.core.runtime import RUNTIME_FIELDS, RuntimeSettings
+from genoformer.kernels.dispatch import AttentionPlan, Backend, attention, plan_attention
+from genoformer.kernels.documents import document_bounds
+from genoformer.kernels.layout import BlockLayout, LayoutSpec
+
+
+@dataclasses.dataclass
+class TransformerConfig:
+    """Architecture of a `Transformer` or another model on the trunk; every field can be set
+    from YAML. How the model runs (attention kernel, recomputation, fusion, compile) is not part
+    of it: see `genoformer.core.runtime.RuntimeSettings`.
+
+    Attributes:
+        vocab_size: Number of token ids of a token model (`Transformer`); None until the wing that
+            owns the vocabulary sets it (GenoformerLM: the DNA alphabet). Unused by models whose
+            inputs are not tokens.
+        d_model: Model width E.
+        n_layers: Number of transformer blocks.
+        n_heads: Query heads H; the head dim is d_model // n_heads and must be even (RoPE).
+        n_kv_heads: Key/value heads K for grouped-query attention (n_heads % n_kv_heads == 0);
+            None: n_heads.
+        mlp_hidden: SwiGLU hidden width F; None: 8/3 * d_model rounded up to a multiple of 64.
+        max_seq_len: Longest sequence the model accepts in one forward pass (longer inputs: tile
+            them, as `genoformer.genome.embeddings.Embedder` does).
+        rope_theta: RoPE base; raise it (e.g. 500000) for contexts well beyond 8k tokens.
+        dropout: Dropout on the embeddings and on each residual branch output.
+        causal: Every layer attends only to earlier positions. GenoformerLM sets this from its
+            objective (causal LM: True, masked LM: False), so leave it alone there.
+        attention: Attention pattern per layer, repeated cyclically over the layers: None is
+            dense; a layout spec (class_path from genoformer.kernels.layout) is block-sparse.
+            Example: [spec, spec, spec, None] makes every fourth layer dense.
+        tie_embeddings: Share the input embedding matrix with the output projection.
+        norm_eps: RMSNorm epsilon.
+        init_std: Standard deviation of the normal weight initialisation.
+    """
+
+    vocab_size: Optional[int] = None
+    d_model: int = 256
+    n_layers: int = 4
+    n_heads: int = 4
+    n_kv_heads: Optional[int] = None
+    mlp_hidden: Optional[int] = None
+    max_seq_len: int = 8192
+    rope_theta: float = 10000.0
+    dropout: float = 0.0
+    causal: bool = True
+    attention: list[Optional[LayoutSpec]] = dataclasses.field(default_factory=lambda: [None])
+    tie_embeddings: bool = True
+    norm_eps: float = 1e-6
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        self.attention = list(self.attention)
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}.")
+        if self.head_dim % 2 != 0:
+            raise ValueError(
+                f"head dim d_model // n_heads = {self.head_dim} must be even for rotary embeddings; "
+                "change d_model or n_heads."
+            )
+        if self.n_heads % self.kv_heads != 0:
+            raise ValueError(
+                f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.kv_heads} (GQA groups)."
+            )
+        if not self.attention:
+            raise ValueError("attention must list at least one pattern; use [null] for all-dense layers.")
+        for spec in self.attention:
+            if spec is not None and not isinstance(spec, LayoutSpec):
+                raise TypeError(
+                    f"attention entries must be None (dense) or a LayoutSpec from "
+                    f"genoformer.kernels.layout, got {type(spec).__name__}."
+                )
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """n_kv_heads, or n_heads when unset."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def mlp_dim(self) -> int:
+        """mlp_hidden, or 8/3 * d_model rounded up to a multiple of 64 when unset."""
+        return 64 * math.ceil(8 * self.d_model / 3 / 64) if self.mlp_hidden is None else self.mlp_hidden
+
+    def pattern(self, layer: int) -> Optional[LayoutSpec]:
+        """The attention pattern of block `layer` (None: dense)."""
+        return self.attention[layer % len(self.attention)]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values only (safe for `torch.load(weights_only=True)`), in the YAML layout:
+        layout specs as {"class_path": ..., "init_args": ...}."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        values["attention"] = [_spec_to_dict(spec) for spec in self.attention]
+        return values
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> TransformerConfig:
+        """Inverse of `to_dict`. Layout spec classes must already be imported (the built-in ones
+        in genoformer.kernels.layout are); other modules are never imported from a checkpoint.
+        Runtime settings that older checkpoints stored here are left out."""
+        values = {key: value for key, value in values.items() if key not in RUNTIME_FIELDS}
+        values["attention"] = [_spec_from_dict(spec) for spec in values.get("attention", [None])]
+        return cls(**values)
+
+
+def _spec_to_dict(spec: Any) -> Any:
+    """A layout spec (or a value inside one) as plain data; specs keep their init args as
+    attributes of the same names (the genoformer.kernels.layout convention)."""
+    if isinstance(spec, LayoutSpec):
+        cls = type(spec)
+        init_args = {name: _spec_to_dict(value) for name, value in vars(spec).items()}
+        return {"class_path": f"{cls.__module__}.{cls.__qualname__}", "init_args": init_args}
+    if isinstance(spec, (list, tuple)):
+        return [_spec_to_dict(value) for value in spec]
+    return spec
+
+
+def _spec_from_dict(value: Any) -> Any:
+    if isinstance(value, Mapping) and "class_path" in value:
+        module_name, _, name = value["class_path"].rpartition(".")
+        cls = getattr(sys.modules.get(module_name), name, None)
+        if not (isinstance(cls, type) and issubclass(cls, LayoutSpec)):
+            raise ValueError(
+                f"layout spec {value['class_path']!r} does not name an imported LayoutSpec subclass; "
+                "import the module that defines it before loading this config."
+            )
+        return cls(**{key: _spec_from_dict(arg) for key, arg in value.get("init_args", {}).items()})
+    if isinstance(value, list):
+        return [_spec_from_dict(item) for item in value]
+    return value
+
+
+# ------------------------------------------------------------------- elementwise work
+def rms_norm(x_BLE: torch.Tensor, weight_E: torch.Tensor, eps: float) -> torch.Tensor:
+    """Root-mean-square norm computed in float32, returned in x's dtype (the reference)."""
+    y_BLE = F.rms_norm(x_BLE.float(), (x_BLE.shape[-1],), weight_E.float(), eps)
+    return y_BLE.to(x_BLE.dtype)
+
+
+def apply_rotary(x_BHLD: torch.Tensor, cos_LR: torch.Tensor, sin_LR: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (x[..., r], x[..., r + D/2]) by angle position * theta^(-2r/D), in float32.
+    The tables are (L, R) for positions 0..L-1 in every row, or (B, 1, L, R) for per-row positions
+    (packed documents); they broadcast the same way."""
+    x1_BHLR, x2_BHLR = x_BHLD.float().chunk(2, dim=-1)
+    y_BHLD = torch.cat((x1_BHLR * cos_LR - x2_BHLR * sin_LR, x1_BHLR * sin_LR + x2_BHLR * cos_LR), dim=-1)
+    return y_BHLD.to(x_BHLD.dtype)
+
+
+def rotary_qk(
+    q_BHLD: torch.Tensor, k_BKLD: torch.Tensor, cos_LR: torch.Tensor, sin_LR: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`apply_rotary` on queries and keys (one fused region on a GPU)."""
+    return apply_rotary(q_BHLD, cos_LR, sin_LR), apply_rotary(k_BKLD, cos_LR, sin_LR)
+
+
+def document_positions(cu_seqlens: torch.Tensor, batch: int, seq_len: int) -> torch.Tensor:
+    """int64 (B, L): each token's position within its packed document (0 at every document start),
+    from a valid cu_seqlens (N + 1,); computed on its device without a host synchronisation."""
+    starts_BL, _ = document_bounds(cu_seqlens, batch, seq_len)
+    return torch.arange(seq_len, device=cu_seqlens.device) - starts_BL.long()
+
+
+def swiglu(gate_up_BLF2: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up for the two halves (gate, up) of the last dim."""
+    gate_BLF, up_BLF = gate_up_BLF2.chunk(2, dim=-1)
+    return F.silu(gate_BLF) * up_BLF
+
+
+@functools.cache
+def _compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return torch.compile(fn, fullgraph=True)
+
+
+def fused(fn: Callable[..., Any], enabled: bool, x: torch.Tensor) -> Callable[..., Any]:
+    """`fn` as one torch.compile region (compiled on first call per shape, then cached) when
+    `enabled` and x is a CUDA tensor in a training step (autograd on) outside a compiled graph;
+    else `fn` itself. Inference keeps the references: no compile pause before a short
+    `genoformer embed`."""
+    use = enabled and x.is_cuda and torch.is_grad_enabled() and not torch.compiler.is_compiling()
+    return _compiled(fn) if use else fn
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm computed in float32, returned in the input dtype."""
+
+    def __init__(self, dim: int, eps: float, runtime: Optional[RuntimeSettings] = None) -> None:
+        super().__init__()
+        self.eps = eps
+        self.runtime = RuntimeSettings() if runtime is None else runtime  # shared with the trunk
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x_BLE: torch.Tensor) -> torch.Tensor:
+        return fused(rms_norm, self.runtime.fused_elementwise, x_BLE)(x_BLE, self.weight, self.eps)
+
+
+class RotaryEmbedding(nn.Module):
+    """Cos/sin tables for RoPE (half-split convention), computed once per device in float64 and
+    stored in float32."""
+
+    def __init__(self, head_dim: int, theta: float, max_seq_len: int) -> None:
+        super().__init__()
+        self.head_dim = head_dim
+        self.theta = theta
+        self.max_seq_len = max_seq_len
+        self._tables: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def cos_sin(self, seq_len: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos_LR, sin_LR) float32 for positions 0..seq_len-1."""
+        if seq_len > self.max_seq_len:
+            raise ValueError(f"seq_len={seq_len} exceeds the rotary table size max_seq_len={self.max_seq_len}.")
+        if device not in self._tables:
+            self._tables[device] = self._build(device)
+        cos_LR, sin_LR = self._tables[device]
+        return cos_LR[:seq_len], sin_LR[:seq_len]
+
+    def cos_sin_at(self, positions_BL: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos_B1LR, sin_B1LR) float32 for per-row positions (B, L), e.g. `document_positions`;
+        they broadcast over the heads in `apply_rotary`."""
+        cos_LR, sin_LR = self.cos_sin(self.max_seq_len, positions_BL.device)
+        return cos_LR[positions_BL].unsqueeze(1), sin_LR[positions_BL].unsqueeze(1)
+
+    @torch.inference_mode(False)  # the cache is reused by training after eval under inference mode
+    def _build(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        inv_freq_R = self.theta ** (-torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim)
+        angle_LR = torch.arange(self.max_seq_len, dtype=torch.float64)[:, None] * inv_freq_R[None, :]
+        return (
+            angle_LR.cos().to(device=device, dtype=torch.float32),
+            angle_LR.sin().to(device=device, dtype=torch.float32),
+        )
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention with grouped key/value heads and RoPE."""
+
+    def __init__(self, config: TransformerConfig, runtime: RuntimeSettings) -> None:
+        super().__init__()
+        self.n_heads = config.n_heads
+        self.n_kv_heads = config.kv_heads
+        self.head_dim = config.head_dim
+        self.runtime = runtime  # shared with the trunk
+        self.wq = nn.Linear(config.d_model, config.n_heads * config.head_dim, bias=False)
+        self.wk = nn.Linear(config.d_model, config.kv_heads * config.head_dim, bias=False)
+        self.wv = nn.Linear(config.d_model, config.kv_heads * config.head_dim, bias=False)
+        self.wo = nn.Linear(config.n_heads * config.head_dim, config.d_model, bias=False)
+
+    def forward(
+        self,
+        x_BLE: torch.Tensor,
+        cos_LR: torch.Tensor,
+        sin_LR: torch.Tensor,
+        *,
+        causal: bool,
+        layout: Optional[BlockLayout],
+        kv_lens_B: Optional[torch.Tensor],
+        backend: Backend,
+        cu_seqlens: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        B, L, _ = x_BLE.shape
+        q_BHLD = self.wq(x_BLE).view(B, L, self.n_heads, self.head_dim).transpose(1, 2)
+        k_BKLD = self.wk(x_BLE).view(B, L, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v_BKLD = self.wv(x_BLE).view(B, L, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q_BHLD, k_BKLD = fused(rotary_qk, self.runtime.fused_elementwise, x_BLE)(q_BHLD, k_BKLD, cos_LR, sin_LR)
+        o_BHLD = attention(
+            q_BHLD, k_BKLD, v_BKLD, causal=causal, layout=layout, kv_lens=kv_lens_B, backend=backend,
+            cu_seqlens=cu_seqlens,
+        )
+        o_BLE = o_BHLD.transpose(1, 2).reshape(B, L, self.n_heads * self.head_dim)
+        return self.wo(o_BLE)
+
+
+class SwiGLU(nn.Module):
+    """down(silu(gate(x)) * up(x)); gate and up share one matmul."""
+
+    def __init__(self, d_model: int, hidden: int, runtime: Optional[RuntimeSettings] = None) -> None:
+        super().__init__()
+        self.runtime = RuntimeSettings() if runtime is None else runtime  # shared with the trunk
+        self.w_gate_up = nn.Linear(d_model, 2 * hidden, bias=False)
+        self.w_down = nn.Linear(hidden, d_model, bias=False)
+
+    def forward(self, x_BLE: torch.Tensor) -> torch.Tensor:
+        gate_up_BLF2 = self.w_gate_up(x_BLE)
+        return self.w_down(fused(swiglu, self.runtime.fused_elementwise, gate_up_BLF2)(gate_up_BLF2))
+
+
+class Block(nn.Module):
+    """x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, config: TransformerConfig, runtime: RuntimeSettings) -> None:
+        super().__init__()
+        self.attn_norm = RMSNorm(config.d_model, config.norm_eps, runtime)
+        self.attn = Attention(config, runtime)
+        self.mlp_norm = RMSNorm(config.d_model, config.norm_eps, runtime)
+        self.mlp = SwiGLU(config.d_model, config.mlp_dim, runtime)
+        self.drop = nn.Dropout(config.dropout)
+
+    def forward(
+        self,
+        x_BLE: torch.Tensor,
+        cos_LR: torch.Tensor,
+        sin_LR: torch.Tensor,
+        causal: bool,
+        layout: Optional[BlockLayout],
+        kv_lens_B: Optional[torch.Tensor],
+        backend: Backend,
+        cu_seqlens: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        a_BLE = self.attn(
+            self.attn_norm(x_BLE), cos_LR, sin_LR, causal=causal, layout=layout, kv_lens_B=kv_lens_B, backend=backend,
+            cu_seqlens=cu_seqlens,
+        )
+        x_BLE = x_BLE + self.drop(a_BLE)
+        return x_BLE + self.drop(self.mlp(self.mlp_norm(x_BLE)))
+
+
+class TransformerTrunk(nn.Module):
+    """The block stack every model family shares: input vectors (B, L, E) -> hidden states.
+
+    A family subclasses it, passes the module that turns its inputs into vectors (`embed`: token
+    ids for `Transformer`, value patches for `genoformer.timeseries.model`), adds its heads and
+    calls `run_blocks` on the embedded inputs. Hidden state numbering: 0 is the input embedding,
+    i (1..n_layers) the output of block i; the last one (n_layers, or -1) is taken after the final
+    RMSNorm, i.e. what the heads see.
+    """
+
+    _LAYOUT_CACHE_SIZE = 64
+
+    def __init__(self, config: TransformerConfig, embed: nn.Module, runtime: Optional[RuntimeSettings] = None) -> None:
+        super().__init__()
+        self.config = config
+        # One settings object shared by every submodule: `apply_runtime` changes it in place.
+        self.runtime = RuntimeSettings() if runtime is None else dataclasses.replace(runtime)
+        self.embed = embed
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config, self.runtime) for _ in range(config.n_layers))
+        self.norm = RMSNorm(config.d_model, config.norm_eps, self.runtime)
+        self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.max_seq_len)
+        # (pattern index, seq_len) -> layout, least recently used first; layouts live on the CPU.
+        self._layouts: OrderedDict[tuple[int, int], BlockLayout] = OrderedDict()
+        self._plans: dict[tuple, tuple[Optional[BlockLayout], AttentionPlan]] = {}  # see attention_plan
+
+    def apply_runtime(self, settings: RuntimeSettings) -> None:
+        """Run with `settings` from now on (the one place where runtime settings reach the model).
+        Compiling is the training module's business (`compile_blocks`); this sets the rest."""
+        for field in dataclasses.fields(RuntimeSettings):
+            setattr(self.runtime, field.name, getattr(settings, field.name))
+        self._plans.clear()
+
+    def reset_blocks(self) -> None:
+        """Normal(0, init_std) block weights; residual output projections scaled by 1/sqrt(2 n_layers)."""
+        std = self.config.init_std
+        for block in self.blocks:
+            for linear in (block.attn.wq, block.attn.wk, block.attn.wv, block.mlp.w_gate_up):
+                nn.init.normal_(linear.weight, std=std)
+            for linear in (block.attn.wo, block.mlp.w_down):
+                nn.init.normal_(linear.weight, std=std / math.sqrt(2 * self.config.n_layers))
+
+    def layout(self, layer: int, seq_len: int) -> Optional[BlockLayout]:
+        """Block-sparse layout of block `layer` for sequences of `seq_len` tokens (None: dense).
+
+        Built on first use for each (distinct pattern, seq_len) and cached; any seq_len works (the
+        last block row/column may be partial). Causal models get the layout without the blocks that lie
+        entirely above the diagonal, so kernels skip them.
+        """
+        spec = self.config.pattern(layer)
+        if spec is None:
+            return None
+        # Equal specs share one layout (and one compiled graph of a compiled model).
+        index = self.config.attention.index(spec)
+        key = (index, seq_len)
+        if key in self._layouts:
+            self._layouts.move_to_end(key)
+            return self._layouts[key]
+        with torch.inference_mode(False):  # cached layouts are reused by training after eval
+            built = spec.build(seq_len, self.config.n_heads)
+            if built.q_len != seq_len or built.kv_len != seq_len:
+                raise ValueError(
+                    f"{type(spec).__name__}.build({seq_len}, ...) returned a layout for "
+                    f"q_len={built.q_len}, kv_len={built.kv_len}; it must be built for seq_len={seq_len}."
+                )
+            if self.config.causal:
+                built = built.with_causal()
+        self._layouts[key] = built
+        if len(self._layouts) > self._LAYOUT_CACHE_SIZE:
+            self._layouts.popitem(last=False)
+        return built
+
+    def attention_plan(
+        self,
+        layer: int,
+        x_BLE: torch.Tensor,
+        kv_lens_B: Optional[torch.Tensor],
+        cu_seqlens: Optional[torch.Tensor] = None,
+    ) -> AttentionPlan:
+        """Backend and layout of block `layer`'s attention for the hidden state x_BLE, chosen
+        eagerly (outside any compiled block): the attention inputs have x's shape split into
+        heads and the autocast dtype when autocast is on; packed when cu_seqlens is given."""
+        B, L, _ = x_BLE.shape
+        device = x_BLE.device
+        dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else x_BLE.dtype
+        config = self.config
+        layout = self.layout(layer, L)
+        # plans depend on these only (kv_lens by presence, dtype, device, shape); ~50 us each to make
+        backend = self.runtime.attention_backend
+        key = (backend, id(layout), B, L, dtype, device, config.causal, kv_lens_B is None,
+               cu_seqlens is None)
+        if key not in self._plans:
+            plan = plan_attention(
+                backend, batch=B, q_heads=config.n_heads, kv_heads=config.kv_heads, q_len=L,
+                kv_len=L, head_dim=config.head_dim, dtype=dtype, device=device, causal=config.causal,
+                layout=layout, kv_lens=kv_lens_B, cu_seqlens=cu_seqlens,
+            )
+            self._plans[key] = (layout, plan)  # the layout stays alive while its id is a key
+            if len(self._plans) > self._LAYOUT_CACHE_SIZE:
+                self._plans.pop(next(iter(self._plans)))
+        return self._plans[key][1]
+
+    def resolve_layer(self, layer: int) -> int:
+        """Hidden-state index in 0..n_layers for `layer` (negative counts from the end);
+        IndexError when out of range."""
+        n_states = self.config.n_layers + 1
+        if not -n_states <= layer < n_states:
+            raise IndexError(
+                f"layer={layer} is out of range: this model has hidden states 0..{n_states - 1} "
+                f"(0 = embeddings, {n_states - 1} = last block), or -{n_states}..-1 from the end."
+            )
+        return layer % n_states
+
+    def run_blocks(
+        self,
+        x_BLE: torch.Tensor,
+        lengths_B: Optional[torch.Tensor],
+        last: int,
+        *,
+        keep_all: bool,
+        cu_seqlens: Optional[torch.Tensor] = None,
+    ) -> list[torch.Tensor]:
+        """Hidden states 0..last of embedded inputs x_BLE (all of them with keep_all, else only
+        the last). lengths_B: optional true length of each row of a right-padded batch; keys at
+        positions >= lengths_B[b] are masked. cu_seqlens: optional int32 (N + 1,) packed documents
+        (see the module docstring); not together with lengths_B (a row's padding is then its last
+        document)."""
+        B, L, _ = x_BLE.shape
+        if L > self.config.max_seq_len:
+            raise ValueError(
+                f"sequence length {L} exceeds max_seq_len={self.config.max_seq_len}; tile longer "
+                "sequences (genoformer.genome.embeddings.Embedder does) or raise max_seq_len in the config."
+            )
+        if lengths_B is not None and cu_seqlens is not None:
+            raise ValueError(
+                "give lengths or cu_seqlens, not both: in a packed batch a row's padding is its last "
+                "document (end cu_seqlens' row with it) and lengths must be None."
+            )
+        kv_lens_B = None
+        if lengths_B is not None:
+            if lengths_B.shape != (B,):
+                raise ValueError(f"lengths must have shape ({B},), got {tuple(lengths_B.shape)}.")
+            kv_lens_B = lengths_B.to(device=x_BLE.device, dtype=torch.int32)
+        x_BLE = self.drop(x_BLE)
+        states = [x_BLE]
+        if cu_seqlens is None:
+            cos_LR, sin_LR = self.rotary.cos_sin(L, x_BLE.device)
+        else:
+            cu_seqlens = cu_seqlens.to(x_BLE.device)
+            cos_LR, sin_LR = self.rotary.cos_sin_at(document_positions(cu_seqlens, B, L))  # (B, 1, L, R) each
+        for i in range(last):
+            block = self.blocks[i]
+            plan = self.attention_plan(i, x_BLE, kv_lens_B, cu_seqlens)
+            args = (cos_LR, sin_LR, self.config.causal, plan.layout, kv_lens_B, plan.backend, cu_seqlens)
+            if self.runtime.activation_checkpointing and self.training and torch.is_grad_enabled():
+                x_BLE = checkpoint(block, x_BLE, *args, use_reentrant=False)
+            else:
+                x_BLE = block(x_BLE, *args)
+            if i == self.config.n_layers - 1:
+                x_BLE = self.norm(x_BLE)
+            if keep_all:
+                states.append(x_BLE)
+            else:
+                states[-1] = x_BLE
+        return states
+
+
+class Transformer(TransformerTrunk):
+    """Token ids (B, L) -> logits (B, L, V); `hidden_state`/`hidden_states` for embeddings
+    (numbered as in `TransformerTrunk`)."""
+
+    def __init__(self, config: TransformerConfig, runtime: Optional[RuntimeSettings] = None) -> None:
+        if config.vocab_size is None:
+            raise ValueError(
+                "a token model needs TransformerConfig.vocab_size; the wing that owns the vocabulary sets it "
+                "(genoformer.genome.lm.GenoformerLM: the DNA alphabet's size)."
+            )
+        super().__init__(config, nn.Embedding(config.vocab_size, config.d_model), runtime)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.reset_parameters()
+        if config.tie_embeddings:
+            self.head.weight = self.embed.weight
+
+    def reset_parameters(self) -> None:
+        """Normal(0, init_std) weights; residual output projections scaled by 1/sqrt(2 n_layers)."""
+        std = self.config.init_std
+        nn.init.normal_(self.embed.weight, std=std)
+        nn.init.normal_(self.head.weight, std=std)
+        self.reset_blocks()
+
+    def forward(
+        self,
+        tokens_BL: torch.Tensor,
+        lengths_B: Optional[torch.Tensor] = None,
+        cu_seqlens: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        """Logits (B, L, V) for integer tokens (B, L).
+
+        lengths_B: optional true length of each row of a right-padded batch; keys at positions
+        >= lengths_B[b] are masked, so the outputs at positions < lengths_B[b] do not depend on the
+        padding. Outputs at padded positions are meaningless.
+        cu_seqlens: optional int32 (N + 1,) packed documents over the flattened B * L tokens (see
+        the module docstring): each document's logits equal those of the document run alone.
+        """
+        return self.head(self.hidden_state(tokens_BL, lengths_B, layer=-1, cu_seqlens=cu_seqlens))
+
+    def hidden_state(
+        self,
+        tokens_BL: torch.Tensor,
+        lengths_B: Optional[torch.Tensor] = None,
+        *,
+        layer: int = -1,
+        cu_seqlens: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        """Hidden state (B, L, E) of one layer (see the class docstring for the numbering;
+        negative indices count from the end). Stops after that layer."""
+        return self._trunk(tokens_BL, lengths_B, self.resolve_layer(layer), keep_all=False, cu_seqlens=cu_seqlens)[-1]
+
+    def hidden_states(
+        self,
+        tokens_BL: torch.Tensor,
+        lengths_B: Optional[torch.Tensor] = None,
+        *,
+        cu_seqlens: Optional[torch.Tensor] = None,
+    ) -> list[torch.Tensor]:
+        """Hidden states of all n_layers + 1 layers, each (B, L, E)."""
+        return self._trunk(tokens_BL, lengths_B, self.config.n_layers, keep_all=True, cu_seqlens=cu_seqlens)
+
+    def _trunk(
+        self,
+        tokens_BL: torch.Tensor,
+        lengths_B: Optional[torch.Tensor],
+        last: int,
+        *,
+        keep_all: bool,
+        cu_seqlens: Optional[torch.Tensor],
+    ) -> list[torch.Tensor]:
+        if tokens_BL.ndim != 2 or tokens_BL.is_floating_point() or tokens_BL.is_complex():
+            raise TypeError(
+                f"tokens must be an integer tensor of shape (batch, length), got {tuple(tokens_BL.shape)} "
+                f"{tokens_BL.dtype}; encode sequences with genoformer.data.genome.alphabet.encode."
+            )
+        return self.run_blocks(self.embed(tokens_BL.long()), lengths_B, last, keep_all=keep_all, cu_seqlens=cu_seqlens)
+
+
+def compile_blocks(model: TransformerTrunk, backend: str = "inductor") -> None:
+    """Compile every block of `model` and its final norm in place with torch.compile.
+
+    `nn.Module.compile` keeps parameter names, so checkpoints stay as they are. Blocks share
+    one compiled graph per kind of layer (dense or a layout; training or evaluation) with the
+    attention kernels inside it. The first step compiles (tens of seconds on a GPU). `backend`
+    is torch.compile's (the tests use "aot_eager", which skips code generation).
+    """
+    # Compiled modules share the frame of nn.Module._call_impl: one cache entry per kind of layer,
+    # train or eval, and shape. The default limit of 8 would send a long run back to eager.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    for block in model.blocks:
+        block.compile(backend=backend)
+    model.norm.compile(backend=backend)

@@ -1,0 +1,244 @@
+"""Embeddings from a trained genoformer model: load a checkpoint, embed sequences, save them.
+
+    embedder = Embedder.from_checkpoint("runs/last.ckpt")
+    result = embedder.embed("genes.fa.gz", pooling="mean", layer=-1)
+    save_embeddings(result, "genes.npz")
+
+Sequences longer than the window (default: the context the model was trained on) are cut into
+windows that overlap by `overlap` tokens, all of the same length (the last one ends at the
+sequence end). Every position takes its vector from the window whose centre is nearest, i.e.
+where it sits farthest from a window edge (centre-crop stitching). Pooled vectors are computed
+over the stitched per-token vectors, so they do not depend on how a sequence was tiled or
+batched. A batch only holds windows of one length: no padding, so results never depend on what
+else is in the batch.
+
+Shape legend: B batch, W window length, E model width, L sequence length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from pathlib import Path
+from typing import Optional, Union
+
+import numpy as np
+import torch
+import zarr
+from tqdm.auto import tqdm
+
+from genoformer.core.checkpoints import ModelKind, read_model_checkpoint
+from genoformer.core.inference import Pooling, PoolAccumulator, autocast, default_autocast_dtype, inference_device, load_module_weights
+from genoformer.core.runtime import RuntimeSettings
+from genoformer.core.transformer import Transformer, TransformerConfig
+from genoformer.data.genome.inputs import SequenceInputs, read_sequences
+from genoformer.data.storage import atomic_build
+from genoformer.data.tiling import Keep, same_length_batches, tile_windows
+from genoformer.genome.lm import check_alphabet
+from genoformer.kernels.dispatch import Backend
+
+@dataclasses.dataclass(frozen=True)
+class Embeddings:
+    """Embeddings of named sequences, in input order."""
+
+    names: list[str]
+    arrays: list[np.ndarray]
+    """float32: (E,) per sequence when pooled, (L_i, E) per sequence for Pooling.NONE."""
+    pooling: Pooling
+    layer: int
+    """Hidden state the vectors come from (0 = token embeddings, -1 = last layer)."""
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def stack(self) -> np.ndarray:
+        """Pooled embeddings as one float32 matrix (N, E)."""
+        if self.pooling is Pooling.NONE:
+            raise ValueError("per-token embeddings have different lengths; use .arrays (or pool them).")
+        return np.stack(self.arrays)
+
+
+class Embedder:
+    """Runs a `Transformer` in eval mode over sequences of any length (see the module docstring)."""
+
+    def __init__(
+        self,
+        model: Transformer,
+        *,
+        window: int,
+        device: Optional[Union[str, torch.device]] = None,
+        autocast_dtype: Optional[torch.dtype] = None,
+    ) -> None:
+        """
+        Args:
+            model: the trained network.
+            window: default window length in tokens (at most model.config.max_seq_len).
+            device: where to run; None: CUDA when available, else CPU.
+            autocast_dtype: run the model under torch.autocast with this dtype; None: bfloat16 on
+                CUDA (as training does, and as the Triton kernels need), full float32 on the CPU.
+                Outputs are float32 either way.
+        """
+        if not 0 < window <= model.config.max_seq_len:
+            raise ValueError(f"window must be in [1, max_seq_len={model.config.max_seq_len}], got {window}.")
+        self.device = inference_device(device)
+        self.model = model.to(self.device).eval()
+        self.window = window
+        self.autocast_dtype = default_autocast_dtype(self.device, autocast_dtype)
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: Union[str, Path],
+        device: Optional[Union[str, torch.device]] = None,
+        backend: Backend = Backend.AUTO,
+        autocast_dtype: Optional[torch.dtype] = None,
+    ) -> Embedder:
+        """Load a GenoformerLM Lightning checkpoint (.ckpt) for embedding.
+
+        Args:
+            path: the checkpoint file.
+            device: where to run; None: CUDA when available, else CPU.
+            backend: attention backend to run with (the training backend may not exist here);
+                AUTO picks per device.
+            autocast_dtype: see `Embedder`; None: bfloat16 autocast on CUDA, float32 on the CPU.
+        """
+        checkpoint, hparams = read_model_checkpoint(path, ModelKind.GENOME_LM)
+        check_alphabet(checkpoint, f"{path}: embed")
+        config = TransformerConfig.from_dict(hparams["transformer"])
+        model = Transformer(config, RuntimeSettings.for_inference(backend))
+        load_module_weights(model, checkpoint)
+        window = min(checkpoint.get("trained_seq_len") or config.max_seq_len, config.max_seq_len)
+        return cls(model, window=window, device=device, autocast_dtype=autocast_dtype)
+
+    @torch.inference_mode()
+    def embed(
+        self,
+        inputs: SequenceInputs,
+        *,
+        pooling: Union[Pooling, str] = Pooling.MEAN,
+        layer: int = -1,
+        batch_size: int = 8,
+        overlap: Optional[int] = None,
+        window: Optional[int] = None,
+        progress: bool = True,
+    ) -> Embeddings:
+        """Embed sequences.
+
+        Args:
+            inputs: what `genoformer.data.genome.inputs.read_sequences` reads: FASTA/GenBank
+                files, genome stores, folders, globs, Bio SeqRecords and DNA strings, alone or in
+                a list. A string is read as a sequence unless it names an existing path or ends in
+                a FASTA/GenBank suffix; strings are named seqI after their place I in the list,
+                records by their id.
+            pooling: "mean", "max", "first", "last" (one (E,) vector per sequence) or "none"
+                (an (L, E) array per sequence).
+            layer: hidden state to read: 0 = token embeddings, i = after block i, -1 = last
+                block (after the final norm); negative values count from the end.
+            batch_size: windows per forward pass.
+            overlap: tokens shared by neighbouring windows; default window // 4. Each position
+                keeps at least overlap // 2 tokens of context on both sides (except at sequence ends).
+            window: window length; default the trained context (at most max_seq_len).
+            progress: show a tqdm progress bar over windows.
+        """
+        pooling = Pooling(pooling)
+        window = self.window if window is None else window
+        if not 0 < window <= self.model.config.max_seq_len:
+            raise ValueError(f"window must be in [1, max_seq_len={self.model.config.max_seq_len}], got {window}.")
+        overlap = window // 4 if overlap is None else overlap
+        if not 0 <= overlap < window:
+            raise ValueError(f"overlap must be in [0, window={window}), got {overlap}.")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+        self.model.resolve_layer(layer)  # IndexError now rather than after reading the inputs
+
+        named = list(read_sequences(inputs, literals=True))
+        if not named:
+            raise ValueError("no sequences to embed: the input is empty.")
+        names = [record.name for record in named]
+        check_unique_names(names)
+        sequences = [record.codes for record in named]
+        pools = [PoolAccumulator(pooling, len(codes), self.model.config.d_model) for codes in sequences]
+
+        tiles = [
+            (index, tile)
+            for index, codes in enumerate(sequences)
+            for tile in tile_windows(len(codes), window, overlap, Keep.CENTRE)
+        ]
+        tiles.sort(key=lambda item: -item[1].length)  # stable: equal lengths keep input order
+        with tqdm(total=len(tiles), unit="window", disable=not progress, desc="embedding") as bar:
+            for batch in same_length_batches(tiles, batch_size):
+                tokens_BW = torch.from_numpy(np.stack([sequences[i][t.start : t.end] for i, t in batch]))
+                with autocast(self.device, self.autocast_dtype):
+                    hidden_BWE = self.model.hidden_state(tokens_BW.to(self.device), layer=layer)
+                hidden_BWE = hidden_BWE.float().cpu().numpy()
+                for (index, tile), hidden_WE in zip(batch, hidden_BWE):
+                    pools[index].add(tile.keep_start, hidden_WE[tile.keep_start - tile.start : tile.keep_end - tile.start])
+                bar.update(len(batch))
+        return Embeddings(names, [pool.result() for pool in pools], pooling, layer)
+
+
+def check_unique_names(names: list[str]) -> None:
+    """Raise ValueError naming the repeated ones; outputs are keyed by sequence name."""
+    repeated = sorted(name for name, count in Counter(names).items() if count > 1)
+    if repeated:
+        raise ValueError(f"sequence names must be unique in one result; repeated: {repeated[:5]}. "
+                         "Rename the records, or embed them in separate calls.")
+
+
+# ----------------------------------------------------------------------------------- saving
+def save_embeddings(result: Embeddings, path: Union[str, Path], *, overwrite: bool = False) -> Path:
+    """Write embeddings to `path`: a .npz file or a .zarr directory.
+
+    The output is written under a temporary name beside `path` and renamed when complete, so an
+    interrupted write never leaves a partial file at `path`. An existing `path` is an error
+    unless `overwrite` (then it is replaced only once the new output is complete).
+
+    Layout (both formats): `names` (N,) strings; `embeddings` float32, (N, E) when pooled or,
+    for per-token results, all sequences concatenated (sum L_i, E) with `offsets` (N + 1,) int64
+    so that sequence i is embeddings[offsets[i]:offsets[i + 1]]; `pooling` and `layer`
+    (npz: 0-d arrays; zarr: group attributes).
+    """
+    path = Path(path)
+    if path.suffix not in (".npz", ".zarr"):
+        raise ValueError(f"cannot tell the format of {path}: name it *.npz or *.zarr.")
+    arrays = {"names": np.array(result.names, dtype=str)}
+    if result.pooling is Pooling.NONE:
+        arrays["embeddings"] = np.concatenate(result.arrays).astype(np.float32, copy=False)
+        arrays["offsets"] = np.concatenate([[0], np.cumsum([len(a) for a in result.arrays])]).astype(np.int64)
+    else:
+        arrays["embeddings"] = result.stack().astype(np.float32, copy=False)
+    with atomic_build(path, overwrite) as tmp:
+        if path.suffix == ".npz":
+            np.savez(tmp, pooling=np.array(result.pooling.value), layer=np.array(result.layer), **arrays)
+        else:
+            group = zarr.open_group(tmp, mode="w-")
+            group.attrs.update({"pooling": result.pooling.value, "layer": result.layer})
+            names = group.create_array("names", shape=arrays["names"].shape, dtype=str)
+            names[:] = arrays.pop("names")
+            for name, array in arrays.items():
+                group.create_array(name, data=array)
+    return path
+
+
+def load_embeddings(path: Union[str, Path]) -> Embeddings:
+    """Read what `save_embeddings` wrote."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"embeddings not found: {path}")
+    if path.suffix == ".npz":
+        with np.load(path, allow_pickle=False) as stored:
+            data = {key: stored[key] for key in stored.files}
+        pooling, layer = Pooling(str(data.pop("pooling"))), int(data.pop("layer"))
+    elif path.suffix == ".zarr":
+        group = zarr.open_group(path, mode="r")
+        data = {key: group[key][:] for key in ("names", "embeddings", "offsets") if key in group}
+        pooling, layer = Pooling(group.attrs["pooling"]), int(group.attrs["layer"])
+    else:
+        raise ValueError(f"cannot tell the format of {path}: expected *.npz or *.zarr.")
+    names = [str(name) for name in data["names"]]
+    if pooling is Pooling.NONE:
+        offsets = data["offsets"]
+        arrays = [data["embeddings"][a:b] for a, b in zip(offsets, offsets[1:])]
+    else:
+        arrays = list(data["embeddings"])
+    return Embeddings(names, arrays, pooling, layer)

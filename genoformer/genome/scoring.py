@@ -1,0 +1,177 @@
+"""Per-base log-likelihood of DNA under a trained model, for sequences of any length.
+
+    scorer = Scorer.from_checkpoint("runs/genome/checkpoints/last.ckpt")
+    log2p_L = scorer.log2_likelihood(codes_L, context=8192)       # (L,) float64, NaN where unscored
+    bits_per_base = -np.nanmean(log2p_L)
+
+Long sequences are cut by the one tiler (`genoformer.data.tiling`) into windows of `context`
+tokens overlapping by `overlap` (default context // 2):
+- a causal model scores each base from the window in which it has the most preceding context
+  (`Keep.LEFT`): the first base of a sequence has no context and is not scored; every base after
+  the first window sees at least `overlap` preceding bases, at most `context - 1`; a sequence that
+  fits one window is scored in one untiled pass.
+- a masked model scores each base from the window where it is nearest the centre
+  (`Keep.CENTRE`), as a pseudo-likelihood: the window runs `mask_period` times, pass j masking the
+  positions p with p % mask_period == j (p counted from the sequence start, so scores do not depend
+  on the tiling) and scoring them; about 1 / mask_period of the bases are masked at a time, as in
+  training.
+Bases whose code is not A, C, G or T (N) are never scored. Windows are batched only with windows of
+the same length, so a score never depends on what else was in the batch.
+
+Shape legend: B batch of windows, W window length, V vocabulary, L sequence length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Optional, Union
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from genoformer.data.genome.alphabet import MASK, T
+from genoformer.data.tiling import Keep, Tile, same_length_batches, tile_windows
+from genoformer.core.inference import autocast, default_autocast_dtype, inference_device
+from genoformer.genome.embeddings import Embedder
+from genoformer.kernels.dispatch import Backend
+from genoformer.core.transformer import Transformer
+
+LOG2E = 1.0 / np.log(2.0)
+DEFAULT_MASK_PERIOD = 7
+"""Masked models: one base in 7 masked per pass, close to the 15% of training."""
+
+
+class Scorer:
+    """Runs a `Transformer` in eval mode and returns log2 p(base) for every base it can score."""
+
+    def __init__(
+        self,
+        model: Transformer,
+        *,
+        context: int,
+        device: Optional[Union[str, torch.device]] = None,
+        autocast_dtype: Optional[torch.dtype] = None,
+        mask_period: int = DEFAULT_MASK_PERIOD,
+    ) -> None:
+        """
+        Args:
+            model: the trained network (causal or masked, from `model.config.causal`).
+            context: default window length in tokens: the context the model was trained with.
+            device: where to run; None: CUDA when available, else CPU.
+            autocast_dtype: None: bfloat16 autocast on CUDA (as in training, and as the Triton
+                kernels need), float32 on the CPU.
+            mask_period: masked models only: passes per window (see the module docstring).
+        """
+        if mask_period < 2:
+            raise ValueError(f"mask_period must be at least 2, got {mask_period}.")
+        if not 0 < context <= model.config.max_seq_len:
+            raise ValueError(f"context must be in [1, max_seq_len={model.config.max_seq_len}], got {context}.")
+        self.device = inference_device(device)
+        self.model = model.to(self.device).eval()
+        self.autocast_dtype = default_autocast_dtype(self.device, autocast_dtype)
+        self.context = context
+        self.mask_period = mask_period
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: Union[str, Path],
+        device: Optional[Union[str, torch.device]] = None,
+        backend: Backend = Backend.AUTO,
+        mask_period: int = DEFAULT_MASK_PERIOD,
+    ) -> Scorer:
+        """Load a GenoformerLM checkpoint (.ckpt); the default context is its trained context."""
+        embedder = Embedder.from_checkpoint(path, device=device, backend=backend)
+        return cls(embedder.model, context=embedder.window, device=embedder.device,
+                   autocast_dtype=embedder.autocast_dtype, mask_period=mask_period)
+
+    @property
+    def causal(self) -> bool:
+        return self.model.config.causal
+
+    def check_context(self, context: int, overlap: Optional[int]) -> int:
+        """Validate `context` and `overlap`; returns the overlap to use."""
+        max_len = self.model.config.max_seq_len
+        if not 2 <= context <= max_len:
+            raise ValueError(
+                f"context {context} is outside what this model takes: 2 to its max_seq_len {max_len} "
+                f"(it was trained at {self.context}); pass --context {min(self.context, max_len)} or less."
+            )
+        overlap = context // 2 if overlap is None else overlap
+        if not 0 <= overlap < context:
+            raise ValueError(f"overlap must be in [0, context={context}), got {overlap}.")
+        return overlap
+
+    def log2_likelihood(
+        self,
+        codes_L: np.ndarray,
+        *,
+        context: Optional[int] = None,
+        overlap: Optional[int] = None,
+        batch_size: int = 8,
+        progress: bool = False,
+    ) -> np.ndarray:
+        """log2 p(base) of one sequence of uint8 codes (L,): float64 (L,), NaN where unscored."""
+        return self.score_many([codes_L], context=context, overlap=overlap, batch_size=batch_size, progress=progress)[0]
+
+    @torch.inference_mode()
+    def score_many(
+        self,
+        sequences: Sequence[np.ndarray],
+        *,
+        context: Optional[int] = None,
+        overlap: Optional[int] = None,
+        batch_size: int = 8,
+        progress: bool = True,
+        description: str = "scoring",
+    ) -> list[np.ndarray]:
+        """log2 p(base) for each of several sequences (windows of equal length share batches)."""
+        context = self.context if context is None else context
+        overlap = self.check_context(context, overlap)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+        keep = Keep.LEFT if self.causal else Keep.CENTRE
+        results = [np.full(len(codes), np.nan) for codes in sequences]
+        tiles = [(i, tile) for i, codes in enumerate(sequences) for tile in tile_windows(len(codes), context, overlap, keep)]
+        tiles.sort(key=lambda item: -item[1].length)  # stable: equal lengths keep input order
+        passes = 1 if self.causal else self.mask_period
+        with tqdm(total=len(tiles) * passes, unit="window", desc=description, disable=not progress, leave=False) as bar:
+            for batch in same_length_batches(tiles, batch_size):
+                tokens_BW = torch.from_numpy(np.stack([sequences[i][t.start:t.end] for i, t in batch])).long()
+                if self.causal:
+                    self._score_causal(tokens_BW, batch, results)
+                else:
+                    self._score_masked(tokens_BW, batch, results)
+                bar.update(len(batch) * passes)
+        for codes, result in zip(sequences, results):
+            result[codes > T] = np.nan  # N (and any special token) is never a scored base
+        return results
+
+    def log2_probabilities(self, tokens_BW: torch.Tensor) -> torch.Tensor:
+        """log2 softmax of the model's logits for token ids (B, W): float32 (B, W, V), on the CPU."""
+        with autocast(self.device, self.autocast_dtype):
+            logits_BWV = self.model(tokens_BW.to(self.device))
+        return (torch.log_softmax(logits_BWV.float(), dim=-1) * LOG2E).cpu()
+
+    def _score_causal(self, tokens_BW: torch.Tensor, batch: list[tuple[int, Tile]], results: list[np.ndarray]) -> None:
+        # logits at window offset i predict the token at offset i + 1
+        target_BW1 = tokens_BW[:, 1:, None].clamp(max=T)
+        log2p_BW = self.log2_probabilities(tokens_BW)[:, :-1].gather(-1, target_BW1)[..., 0].double().numpy()
+        for (index, tile), log2p_W in zip(batch, log2p_BW):
+            lo = max(tile.keep_start, tile.start + 1)
+            results[index][lo:tile.keep_end] = log2p_W[lo - tile.start - 1:tile.keep_end - tile.start - 1]
+
+    def _score_masked(self, tokens_BW: torch.Tensor, batch: list[tuple[int, Tile]], results: list[np.ndarray]) -> None:
+        B, W = tokens_BW.shape
+        position_BW = torch.tensor([tile.start for _, tile in batch])[:, None] + torch.arange(W)[None, :]
+        target_BW1 = tokens_BW[..., None].clamp(max=T)
+        log2p_BW = torch.empty(B, W, dtype=torch.float64)
+        for phase in range(self.mask_period):
+            masked_BW = position_BW % self.mask_period == phase
+            inputs_BW = torch.where(masked_BW & (tokens_BW <= T), MASK, tokens_BW)
+            log2p = self.log2_probabilities(inputs_BW).gather(-1, target_BW1)[..., 0].double()
+            log2p_BW = torch.where(masked_BW, log2p, log2p_BW)
+        for (index, tile), log2p_W in zip(batch, log2p_BW.numpy()):
+            results[index][tile.keep_start:tile.keep_end] = log2p_W[tile.keep_start - tile.start:tile.keep_end - tile.start]

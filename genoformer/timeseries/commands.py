@@ -1,0 +1,336 @@
+"""The time-series commands `genoformer prepare_timeseries`, `forecast` and `evaluate_forecast`,
+and the Python functions behind them.
+
+    genoformer prepare_timeseries --inputs ecg.csv --out ecg.zarr --time_column t_seconds
+    genoformer forecast --checkpoint CKPT --store ecg.zarr --at 90000 --out forecast.npz
+    genoformer evaluate_forecast --store ecg.zarr --checkpoint CKPT --out model.json
+    genoformer evaluate_forecast --store ecg.zarr --checkpoint [A.ckpt,B.ckpt] --out ensemble.json
+    genoformer evaluate_forecast --store ecg.zarr --baseline ar --out ar.json
+
+Shape legend: C channels, T time steps, H horizon, K quantile levels, N windows, P look-back.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from genoformer.hints import hint, option
+from genoformer.data.storage import atomic_build, refuse_existing
+from genoformer.data.inputs import expand_inputs
+from genoformer.data.timeseries.store import MissingPolicy, TimeSeriesStore, is_timeseries_file_name, prepare_timeseries_store
+from genoformer.timeseries.protocol import (
+    PROTOCOL_HORIZONS,
+    DirectAR,
+    ProtocolSplit,
+    SeasonalNaive,
+    evaluate_protocol,
+    zscore_stats,
+)
+from genoformer.timeseries.forecaster import Forecaster
+from genoformer.kernels.dispatch import Backend
+
+DEFAULT_AR_ORDERS = (8, 32, 128, 360, 512, 720, 1024, 1536, 2048)
+"""AR orders tried on the validation part (those that fit in the training part)."""
+
+
+def prepare_timeseries(
+    *,
+    inputs: Union[str, list[str]],
+    out: Path,
+    sampling_rate: Optional[float] = None,
+    time_column: Optional[str] = None,
+    missing: MissingPolicy = "error",
+    npy_channels_first: bool = False,
+    overwrite: bool = False,
+) -> Path:
+    """Build a chunked zarr time-series store from CSV or .npy files (one series per file).
+
+    As with `prepare`, re-running with the same inputs and options is a no-op.
+
+    Args:
+        inputs: Input files (.csv with a header row, or .npy): several after one flag (--inputs
+            a.csv b.csv, so a shell glob works), a folder (every .csv and .npy file in it), or a
+            list ("[a.csv,b.csv]"); all must have the same channels.
+        out: Store directory to create, conventionally ending in .zarr.
+        sampling_rate: Samples per second; required unless time_column gives the times.
+        time_column: CSV column with the time in seconds (not stored as a channel).
+        missing: What to do with empty or NaN values: error, ffill, zero or linear.
+        npy_channels_first: A flag: .npy arrays are (channels, time) instead of (time, channels).
+        overwrite: A flag: always rebuild. Without it, a complete store built from the same files
+            with the same options is kept as it is, and any other existing `out` is an error.
+    """
+    path = prepare_timeseries_store(
+        expand_inputs(inputs, is_input=is_timeseries_file_name, kind=".csv/.npy"),
+        out,
+        sampling_rate=sampling_rate,
+        time_column=time_column,
+        missing=missing,
+        npy_channels_first=npy_channels_first,
+        overwrite=overwrite,
+    )
+    print(f"time-series store ready: {path}")
+    return path
+
+
+def _open_store(store: Path) -> TimeSeriesStore:
+    if not Path(store).exists():
+        build = hint(f"prepare_timeseries_store(['FILE.csv'], {str(store)!r}, time_column='t_seconds')",
+                     f"genoformer prepare_timeseries --inputs FILE.csv --out {store} --time_column t_seconds")
+        raise FileNotFoundError(f"time-series store not found: {store}; build it with `{build}` (or give the "
+                                "sampling rate instead of a time column).")
+    return TimeSeriesStore(store)
+
+
+def protocol_results(
+    store: TimeSeriesStore,
+    *,
+    forecaster: Optional[Forecaster] = None,
+    baseline: Optional[Literal["seasonal_naive", "ar"]] = None,
+    horizons: tuple[int, ...] = PROTOCOL_HORIZONS,
+    lookback: Optional[int] = None,
+    train_fraction: float = 0.7,
+    test_fraction: float = 0.2,
+    ar_orders: tuple[int, ...] = DEFAULT_AR_ORDERS,
+    batch_size: int = 256,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Evaluate a model or a baseline on every series of `store` under the protocol of
+    `genoformer.timeseries.protocol`; returns {"results": [...], "protocol": {...}, ...}."""
+    if (forecaster is None) == (baseline is None):
+        raise ValueError("evaluate either a forecaster or a baseline: give exactly one of them.")
+    raw = [store.read(info.index, 0, info.length) for info in store.series]
+    splits = [ProtocolSplit.of(values.shape[1], train_fraction, test_fraction) for values in raw]
+    protocol = {"train_fraction": train_fraction, "test_fraction": test_fraction, "horizons": list(horizons),
+                "splits": [{"series": info.name, "length": s.length, "train_end": s.train_end,
+                            "test_start": s.test_start} for info, s in zip(store.series, splits)]}
+    common = dict(horizons=horizons, train_fraction=train_fraction, test_fraction=test_fraction,
+                  batch_size=batch_size, progress=progress)
+    if forecaster is not None:
+        cfg = forecaster.config
+        skipped = sorted(h for h in horizons if h > cfg.horizon)
+        horizons = tuple(h for h in horizons if h <= cfg.horizon)
+        if not horizons:
+            raise ValueError(
+                f"the model forecasts at most {cfg.horizon} steps, shorter than every horizon asked for "
+                f"({', '.join(map(str, skipped))}); pass {option('horizons', metavar=f'[{cfg.horizon}]')} or train "
+                "with a longer forecast.horizon."
+            )
+        if skipped:
+            print(f"skipped horizons {', '.join(map(str, skipped))}: the model forecasts at most {cfg.horizon} steps")
+        protocol.update(horizons=list(horizons), skipped_horizons=skipped)
+        common["horizons"] = horizons
+        lookback = cfg.context if lookback is None else lookback
+        if not cfg.patch_len <= lookback <= cfg.context:
+            raise ValueError(f"lookback must be in [{cfg.patch_len}, {cfg.context}] for this model, got {lookback}.")
+
+        def model_forecast(context_NCP: np.ndarray, horizon: int) -> np.ndarray:
+            return forecaster.forecast(context_NCP, horizon, batch_size=batch_size).point
+
+        results = evaluate_protocol(model_forecast, raw, lookback=lookback, **common)
+        return {"results": results, "protocol": protocol, "model": {"context": cfg.context,
+                                                                   "horizon": cfg.horizon,
+                                                                   "patch_len": cfg.patch_len,
+                                                                   "members": len(forecaster.members)}}
+    if lookback is not None:
+        raise ValueError(f"{option('lookback', metavar='N')} applies to checkpoints; a baseline's look-back is its "
+                         "period or AR order.")
+    zscored = []
+    for values, split in zip(raw, splits):
+        mean_C, std_C = zscore_stats(values[:, : split.train_end])
+        zscored.append((values - mean_C[:, None]) / std_C[:, None])
+    if baseline == "seasonal_naive":
+        model = SeasonalNaive.fit([z[:, : s.train_end] for z, s in zip(zscored, splits)])
+        results = evaluate_protocol(model, raw, lookback=model.lookback, **common)
+        return {"results": results, "protocol": protocol, "baseline": {"name": baseline, "periods": model.periods}}
+    if baseline != "ar":
+        raise ValueError(f"unknown baseline {baseline!r}; use seasonal_naive or ar.")
+    results, chosen = [], {}
+    for horizon in sorted(horizons):
+        model, scores = DirectAR.fit_select(zscored, splits, horizon, ar_orders)
+        chosen[horizon] = {"order": model.order, "validation_mse": scores}
+        results += evaluate_protocol(model, raw, lookback=model.order, **{**common, "horizons": (horizon,)})
+    return {"results": results, "protocol": protocol, "baseline": {"name": baseline, "orders": chosen}}
+
+
+def evaluate_forecast(
+    *,
+    store: Path,
+    out: Path,
+    checkpoint: Optional[Union[Path, list[Path]]] = None,
+    baseline: Optional[Literal["seasonal_naive", "ar"]] = None,
+    horizons: list[int] = list(PROTOCOL_HORIZONS),
+    lookback: Optional[int] = None,
+    train_fraction: float = 0.7,
+    test_fraction: float = 0.2,
+    ar_orders: list[int] = list(DEFAULT_AR_ORDERS),
+    batch_size: int = 256,
+    device: Optional[str] = None,
+    backend: Literal["auto", "reference", "torch", "sdpa", "flash_attn", "flash_attn_2", "flash_attn_4", "triton"] = "auto",
+    overwrite: bool = False,
+) -> Path:
+    """Score forecasts under the long-horizon protocol (MSE and MAE on z-scored values) and write JSON.
+
+    Each series is split in time into train (the first train_fraction), validation and test (the
+    last test_fraction); values are z-scored per channel with the training part's statistics;
+    every forecast start in the test part whose horizon fits is scored (stride 1), its look-back
+    reaching back into earlier parts. Baselines are fitted on the training part (the AR order is
+    chosen on validation). Output: {"results": [{"horizon", "mse", "mae", "lookback", "windows",
+    "mse_by_step"}, ...], ...}, where mse_by_step is the MSE of each forecast step (where in the
+    horizon a model wins or loses).
+
+    Args:
+        store: Time-series store (from `genoformer prepare_timeseries`).
+        out: JSON file to write.
+        checkpoint: A .ckpt of a TimeSeriesForecaster (give this or baseline), or a list of them,
+            [A.ckpt,B.ckpt,...]: an ensemble, scored on the mean of their forecasts.
+        baseline: seasonal_naive (last period repeated, period from the training autocorrelation)
+            or ar (least-squares linear autoregression, direct multi-horizon).
+        horizons: Forecast horizons to score; a checkpoint is scored on those it can forecast (at
+            most its forecast.horizon), and the others are named as skipped.
+        lookback: Samples the model sees before each forecast start; default its context.
+        train_fraction: Fraction of each series for training (int(fraction * length) steps).
+        test_fraction: Fraction of each series for test, at its end.
+        ar_orders: AR orders to try on the validation part (those that fit in the training part).
+        batch_size: Windows per forward pass.
+        device: cpu, cuda or cuda:N; default CUDA when available.
+        backend: Attention backend; auto picks the fastest for the device.
+        overwrite: Replace an existing `out`.
+    """
+    out = Path(out)
+    refuse_existing(out, overwrite)
+    if (checkpoint is None) == (baseline is None):
+        raise ValueError(f"give exactly one of {option('checkpoint', metavar='CKPT')} or "
+                         f"{option('baseline', metavar='seasonal_naive|ar')}.")
+    opened = _open_store(store)
+    forecaster = None if checkpoint is None else load_forecaster(checkpoint, device, backend)
+    payload = protocol_results(opened, forecaster=forecaster, baseline=baseline, horizons=tuple(horizons),
+                               lookback=lookback, train_fraction=train_fraction, test_fraction=test_fraction,
+                               ar_orders=tuple(ar_orders), batch_size=batch_size)
+    payload.update({"store": str(store),
+                    "checkpoint": [str(path) for path in checkpoint] if isinstance(checkpoint, list) else
+                    None if checkpoint is None else str(checkpoint)})
+    with atomic_build(out, overwrite) as tmp:
+        tmp.write_text(json.dumps(payload, indent=2) + "\n")
+    for row in payload["results"]:
+        print(f"horizon {row['horizon']:>5}  mse {row['mse']:.4f}  mae {row['mae']:.4f}  lookback {row['lookback']}")
+    print(f"wrote {out}")
+    return out
+
+
+def forecast(
+    *,
+    checkpoint: Union[Path, list[Path]],
+    store: Path,
+    out: Path,
+    series: str = "0",
+    at: Optional[int] = None,
+    horizon: Optional[int] = None,
+    history: Optional[int] = None,
+    device: Optional[str] = None,
+    backend: Literal["auto", "reference", "torch", "sdpa", "flash_attn", "flash_attn_2", "flash_attn_4", "triton"] = "auto",
+    overwrite: bool = False,
+) -> Path:
+    """Forecast one series of a store with a checkpoint; write .npz and a PNG beside it.
+
+    The model sees the `context` samples before `at` and forecasts `horizon` samples from `at`.
+    The .npz holds history, forecast, quantiles and levels (when the model has them), truth (the
+    store's values after `at`, when there are any), at, sampling_rate and channel_names; the PNG
+    (same name, .png) draws history, truth, forecast and the widest quantile band.
+
+    Args:
+        checkpoint: A .ckpt of a TimeSeriesForecaster, or a list of them, [A.ckpt,B.ckpt,...]:
+            an ensemble, which forecasts the mean of their forecasts.
+        store: Time-series store (from `genoformer prepare_timeseries`).
+        out: Output file, ending in .npz.
+        series: Series name or index in the store.
+        at: Forecast origin (sample index); default the end of the series (no truth).
+        horizon: Samples to forecast; default the trained horizon.
+        history: Samples of history to draw (default: 4 horizons); the model always sees its context.
+        device: cpu, cuda or cuda:N; default CUDA when available.
+        backend: Attention backend; auto picks the fastest for the device.
+        overwrite: Replace an existing `out` and its PNG.
+    """
+    out = Path(out)
+    png = out.with_suffix(".png")
+    if out.suffix != ".npz":
+        raise ValueError(f"the output must end in .npz ({option('out', metavar='FILE.npz')}), got {out}.")
+    refuse_existing(out, overwrite)
+    refuse_existing(png, overwrite)
+    opened = _open_store(store)
+    names = [info.name for info in opened.series]
+    if series in names:
+        index = names.index(series)
+    elif series.isdigit() and int(series) < len(names):
+        index = int(series)
+    else:
+        raise ValueError(f"no series {series!r} in {store}; its series are {names[:20]} (or give an index).")
+    length = opened.series[index].length
+    at = length if at is None else at
+    if not 0 < at <= length:
+        raise ValueError(f"the forecast origin must be in [1, {length}] for series {names[index]!r} "
+                         f"({option('at', metavar='T')}), got {at}.")
+    forecaster = load_forecaster(checkpoint, device, backend)
+    cfg = forecaster.config
+    horizon = cfg.horizon if horizon is None else horizon
+    context_CL = opened.read(index, max(0, at - cfg.context), at)
+    result = forecaster.forecast(context_CL, horizon)
+    truth_CX = opened.read(index, at, min(length, at + horizon))
+    history = 4 * horizon if history is None else history
+    arrays = {
+        "history": opened.read(index, max(0, at - history), at), "forecast": result.point,
+        "truth": truth_CX, "at": np.array(at), "sampling_rate": np.array(opened.sampling_rate),
+        "channel_names": np.array(opened.channel_names, dtype=str),
+    }
+    if result.quantiles is not None:
+        arrays.update(quantiles=result.quantiles, levels=np.array(result.levels))
+    with atomic_build(out, overwrite) as tmp:
+        np.savez(tmp, **arrays)
+    with atomic_build(png, overwrite) as tmp:
+        plot_forecast(arrays, tmp, title=f"{names[index]}: forecast from sample {at}")
+    print(f"wrote {out} and {png}")
+    return out
+
+
+def load_forecaster(checkpoint: Union[Path, list[Path]], device: Optional[str], backend: str) -> Forecaster:
+    """The Forecaster of one checkpoint, or the ensemble of a list of them."""
+    if isinstance(checkpoint, list):
+        if not checkpoint:
+            raise ValueError(f"{option('checkpoint', metavar='[A.ckpt,B.ckpt]')} got an empty list; give at least one.")
+        return Forecaster.from_checkpoints(checkpoint, device=device, backend=Backend(backend))
+    return Forecaster.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
+
+
+def plot_forecast(arrays: dict[str, Any], path: Path, *, title: str = "") -> Path:
+    """Draw history, truth, forecast and the widest quantile band of each channel into a PNG
+    (`forecast` writes it atomically)."""
+    history_CT, forecast_CH, truth_CX = arrays["history"], arrays["forecast"], arrays["truth"]
+    at, rate = int(arrays["at"]), float(arrays["sampling_rate"])
+    names = [str(name) for name in arrays["channel_names"]]
+    n_channels = history_CT.shape[0]
+    figure = Figure(figsize=(10, 2.8 * n_channels + 0.6), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(n_channels, 1, squeeze=False)[:, 0]
+    seconds = lambda lo, n: (lo + np.arange(n)) / rate  # noqa: E731 - a two-line helper
+    for c, ax in enumerate(axes):
+        ax.plot(seconds(at - history_CT.shape[1], history_CT.shape[1]), history_CT[c], color="0.3", lw=0.8, label="history")
+        if truth_CX.shape[1]:
+            ax.plot(seconds(at, truth_CX.shape[1]), truth_CX[c], color="black", lw=0.8, label="truth")
+        if "quantiles" in arrays:
+            levels = list(arrays["levels"])
+            ax.fill_between(seconds(at, forecast_CH.shape[1]), arrays["quantiles"][c, :, 0], arrays["quantiles"][c, :, -1],
+                            color="tab:blue", alpha=0.25, lw=0, label=f"{levels[0]:g} to {levels[-1]:g} quantiles")
+        ax.plot(seconds(at, forecast_CH.shape[1]), forecast_CH[c], color="tab:blue", lw=1.0, label="forecast")
+        ax.axvline(at / rate, color="tab:red", lw=0.6, ls="--")
+        ax.set_ylabel(names[c])
+        ax.grid(alpha=0.3)
+    axes[0].legend(loc="upper left", fontsize=8)
+    axes[0].set_title(title)
+    axes[-1].set_xlabel("time (s)")
+    figure.savefig(path, dpi=120)
+    return Path(path)

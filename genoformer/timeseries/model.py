@@ -1,0 +1,372 @@
+"""Time-series forecasters on the shared transformer trunk: patches of values in, a horizon out.
+
+A window of C channels and L samples is instance-normalised per channel (its mean and standard
+deviation are kept to undo it), cut into patches of `patch_len` samples aligned to the window's
+end (the first patch is left-padded when L is not a multiple, and an observed-mask tells the model
+which samples are padding), and each patch becomes one token. After the context tokens come
+ceil(horizon / patch_len) forecast tokens (learned vectors, one per horizon patch); the trunk
+(`genoformer.core.transformer.TransformerTrunk`: causal or bidirectional, dense or block-sparse attention
+through `genoformer.kernels.dispatch.attention`) runs over all of them, and a linear head turns
+each forecast token into `patch_len` future values: the point forecast (trained with MSE) and,
+when configured, quantiles (trained with the pinball loss). The horizon is predicted directly, in
+one pass. With `every_token` (decoder-style, causal attention) there are no forecast tokens: a
+linear head turns every context token into the whole horizon after its patch, all of them are
+trained (`token_targets`), and the last token's is the forecast. With `linear_order`, a fixed
+least-squares linear forecast from the samples before each forecasting token is added to the
+head's (scaled) output: the trunk learns what the linear forecast misses.
+
+Channels are independent by default (every channel is its own sequence through the same weights,
+so any one channel sees only its own past); with `channel_independent: false` one token holds the
+patch of every channel.
+
+Shape legend: B batch, C channels, G channels per token (1, or C when joint), S sequences
+through the trunk (B * C, or B), L context samples, T context tokens, Q forecast tokens,
+P patch length, H horizon samples, K quantile levels, E model width.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+from genoformer.core.runtime import RuntimeSettings
+from genoformer.core.transformer import TransformerConfig, TransformerTrunk
+
+
+@dataclasses.dataclass
+class ForecastConfig:
+    """What a forecaster reads and predicts. Every field can be set from YAML.
+
+    Attributes:
+        patch_len: Samples per token P (1: one token per sample).
+        context: Longest look-back in samples; longer inputs use their last `context` samples.
+        horizon: Longest forecast in samples; the model predicts it in one pass.
+        n_channels: Channels C of the series the model is trained on.
+        channel_independent: Every channel is its own sequence through shared weights (the
+            default); false: one token holds the patch of every channel.
+        quantiles: Quantile levels in (0, 1) for a quantile head trained with the pinball loss
+            beside the point head; empty: point forecasts only.
+        norm_eps: Added to the variance of instance normalisation (constant windows stay finite).
+        every_token: Decoder-style training (needs causal attention): every context token is
+            trained to forecast the `horizon` samples that follow its patch, so one window
+            teaches T forecasts instead of one; the forecast of a series comes from its last
+            context token, and no forecast tokens are appended. The window's instance statistics
+            are shared by all its tokens (see stats_fraction). False: one forecast per window, from forecast tokens
+            after the context.
+        stats_fraction: Instance statistics come from the first `stats_fraction` of each window
+            (at least one patch); 1: the whole window. every_token models need less than 1: a
+            token's targets follow its patch, inside the window for all but the last token, so
+            whole-window statistics would tell early tokens about their own future. Only tokens
+            whose patch ends at or after the statistics' part are trained (`trained_tokens`).
+        linear_order: Lags p of a linear autoregressive path beside the trunk (0: none): every
+            forecast is a direct multi-horizon linear forecast from the p samples before it (in
+            the input's units; zeros stand in where the look-back is shorter) plus the head's
+            output times the window's scale, so the trunk learns what the linear forecast
+            misses. The coefficients are fitted by least squares on training windows when
+            training starts (`linear_normal_equations`, `set_linear`, called by
+            `TimeSeriesForecaster.on_fit_start`) and stay fixed: gradient descent on the same
+            path did not find the least-squares filter, and a fit in the instance-normalised
+            space weighs each window by 1 / scale^2, which is not the MSE that forecasts are
+            scored by (BENCHMARKS.md, "Time series: ECG").
+    """
+
+    patch_len: int = 16
+    context: int = 8192
+    horizon: int = 720
+    n_channels: int = 1
+    channel_independent: bool = True
+    quantiles: list[float] = dataclasses.field(default_factory=list)
+    norm_eps: float = 1e-5
+    every_token: bool = False
+    stats_fraction: float = 1.0
+    linear_order: int = 0
+
+    def __post_init__(self) -> None:
+        self.quantiles = [float(q) for q in self.quantiles]
+        for name in ("patch_len", "context", "horizon", "n_channels"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
+        if self.context < self.patch_len:
+            raise ValueError(f"context ({self.context}) must hold at least one patch of {self.patch_len} samples.")
+        if any(not 0.0 < q < 1.0 for q in self.quantiles) or sorted(set(self.quantiles)) != self.quantiles:
+            raise ValueError(f"quantiles must be increasing, distinct and in (0, 1), got {self.quantiles}.")
+        if not 0 <= self.linear_order <= self.context:
+            raise ValueError(f"linear_order must be in [0, context={self.context}], got {self.linear_order}.")
+        if not 0.0 < self.stats_fraction <= 1.0:
+            raise ValueError(f"stats_fraction must be in (0, 1], got {self.stats_fraction}.")
+        if self.every_token and self.stats_fraction == 1.0:
+            raise ValueError("every_token trains each token on the samples after its patch, which whole-window "
+                             "statistics would reveal to it: set forecast.stats_fraction below 1 (0.25 keeps the "
+                             "last three quarters of every window's tokens trained).")
+
+    @property
+    def context_tokens(self) -> int:
+        return math.ceil(self.context / self.patch_len)
+
+    @property
+    def horizon_tokens(self) -> int:
+        return math.ceil(self.horizon / self.patch_len)
+
+    @property
+    def channels_per_token(self) -> int:
+        return 1 if self.channel_independent else self.n_channels
+
+    def stats_samples(self, length: int) -> int:
+        """How many leading samples of a window of `length` give its instance statistics."""
+        return min(length, max(self.patch_len, int(self.stats_fraction * length)))
+
+    def trained_tokens(self, length: int) -> int:
+        """every_token models: the index of the first token trained in a window of `length`
+        samples, the first whose patch ends at or after the statistics' part (patches align to
+        the window's end: token t of T ends at sample length - (T - 1 - t) * patch_len)."""
+        T = math.ceil(length / self.patch_len)
+        return T - 1 - (length - self.stats_samples(length)) // self.patch_len
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> ForecastConfig:
+        return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class InstanceStats:
+    """Per-window, per-channel statistics of instance normalisation: mean and scale (B, C, 1)."""
+
+    mean_BC1: torch.Tensor
+    scale_BC1: torch.Tensor
+
+    def undo(self, y_BCX: torch.Tensor) -> torch.Tensor:
+        """Back to the input's units: y * scale + mean (any trailing length X; extra trailing
+        dims such as quantiles need the stats unsqueezed by the caller)."""
+        return y_BCX * self.scale_BC1 + self.mean_BC1
+
+
+def instance_normalize(x_BCL: torch.Tensor, eps: float = 1e-5, samples: Optional[int] = None) -> tuple[torch.Tensor, InstanceStats]:
+    """(x - mean) / sqrt(var + eps) per window and channel, in float32, with the statistics (of
+    the first `samples` samples when given, else of the whole window)."""
+    x_BCL = x_BCL.float()
+    part_BCS = x_BCL if samples is None else x_BCL[..., :samples]
+    mean_BC1 = part_BCS.mean(dim=-1, keepdim=True)
+    scale_BC1 = torch.sqrt(part_BCS.var(dim=-1, keepdim=True, unbiased=False) + eps)
+    return (x_BCL - mean_BC1) / scale_BC1, InstanceStats(mean_BC1, scale_BC1)
+
+
+def patchify(x_SGL: torch.Tensor, patch_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cut (S, G, L) into T = ceil(L / P) patches aligned to the end; the first is left-padded
+    with zeros. Returns values (S, T, G * P) and the observed mask (S, T, G * P), 1.0 for real
+    samples, in the layout [channel 0's P samples, channel 1's, ...] per token."""
+    S, G, L = x_SGL.shape
+    T = math.ceil(L / patch_len)
+    pad = T * patch_len - L
+    values_SGL = nn.functional.pad(x_SGL, (pad, 0))
+    observed_SGL = nn.functional.pad(torch.ones_like(x_SGL), (pad, 0))
+    def tokens(v_SGL: torch.Tensor) -> torch.Tensor:
+        return v_SGL.view(S, G, T, patch_len).transpose(1, 2).reshape(S, T, G * patch_len)
+    return tokens(values_SGL), tokens(observed_SGL)
+
+
+class TimeSeriesTransformer(TransformerTrunk):
+    """Context windows (B, C, L) -> point forecasts (B, C, H) and quantiles (B, C, H, K)."""
+
+    def __init__(self, config: TransformerConfig, forecast: ForecastConfig, runtime: Optional[RuntimeSettings] = None) -> None:
+        if forecast.every_token and not config.causal:
+            raise ValueError("forecast.every_token trains every context token on what follows it, which needs causal "
+                             "attention: set transformer.causal to true (or every_token to false).")
+        needed = forecast.context_tokens + (0 if forecast.every_token else forecast.horizon_tokens)
+        if config.max_seq_len < needed:
+            raise ValueError(
+                f"max_seq_len={config.max_seq_len} is too short for {forecast.context_tokens} context tokens "
+                f"(context {forecast.context} / patch_len {forecast.patch_len}) plus {forecast.horizon_tokens} "
+                f"forecast tokens (horizon {forecast.horizon}); set transformer.max_seq_len to at least {needed}."
+            )
+        width = forecast.channels_per_token * forecast.patch_len
+        super().__init__(config, nn.Linear(2 * width, config.d_model), runtime)
+        self.forecast_config = forecast
+        self.n_outputs = 1 + len(forecast.quantiles)
+        if forecast.every_token:  # each context token -> the whole horizon of its channels
+            self.head = nn.Linear(config.d_model, forecast.channels_per_token * forecast.horizon * self.n_outputs)
+        else:  # each forecast token -> one patch of the horizon
+            self.horizon_queries_QE = nn.Parameter(torch.empty(forecast.horizon_tokens, config.d_model))
+            self.head = nn.Linear(config.d_model, width * self.n_outputs)
+        self.register_buffer("quantile_levels_K", torch.tensor(forecast.quantiles, dtype=torch.float32), persistent=False)
+        if forecast.linear_order:  # the linear path (fixed: buffers, saved in checkpoints); see set_linear
+            self.register_buffer("linear_coef_PH", torch.zeros(forecast.linear_order, forecast.horizon))
+            self.register_buffer("linear_bias_H", torch.zeros(forecast.horizon))
+            self.register_buffer("linear_fitted", torch.tensor(False))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        std = self.config.init_std
+        nn.init.normal_(self.embed.weight, std=std)
+        nn.init.zeros_(self.embed.bias)
+        if self.forecast_config.every_token:
+            # PyTorch's fan-in init: with init_std the every-token model of configs/ecg_8k_cpu.yaml
+            # overfitted within 1,000 steps on the ECG (validation MSE rising from step 100)
+            self.head.reset_parameters()
+        else:
+            nn.init.normal_(self.horizon_queries_QE, std=std)
+            nn.init.normal_(self.head.weight, std=std)
+            nn.init.zeros_(self.head.bias)
+        self.reset_blocks()
+
+    def check_input(self, context_BCL: torch.Tensor) -> None:
+        """Shape, channel count, length and finiteness; ValueError saying what to pass."""
+        cfg = self.forecast_config
+        if context_BCL.ndim != 3:
+            raise ValueError(f"context must be (batch, channels, length), got shape {tuple(context_BCL.shape)}.")
+        if context_BCL.shape[1] != cfg.n_channels:
+            raise ValueError(
+                f"the model takes {cfg.n_channels} channel(s) (forecast.n_channels), got {context_BCL.shape[1]}; "
+                "set model.init_args.forecast.n_channels to the store's number of channels."
+            )
+        if context_BCL.shape[2] < cfg.patch_len:
+            raise ValueError(
+                f"a series of {context_BCL.shape[2]} samples is shorter than one patch "
+                f"({cfg.patch_len} samples); give at least {cfg.patch_len}."
+            )
+        if context_BCL.shape[2] > cfg.context:
+            raise ValueError(
+                f"context of {context_BCL.shape[2]} samples exceeds the model's {cfg.context}; pass its last "
+                f"{cfg.context} samples."
+            )
+
+    def hidden(self, context_BCL: torch.Tensor, layer: int = -1) -> tuple[torch.Tensor, InstanceStats]:
+        """Hidden states (S, T + Q, E) of `layer` for the context tokens followed by the forecast
+        tokens (Q = 0 with every_token), and the instance statistics of the window."""
+        self.check_input(context_BCL)
+        cfg = self.forecast_config
+        B, C, L = context_BCL.shape
+        x_BCL, stats = instance_normalize(context_BCL, cfg.norm_eps, cfg.stats_samples(L))
+        x_SGL = x_BCL.reshape(B * C, 1, L) if cfg.channel_independent else x_BCL
+        values_STW, observed_STW = patchify(x_SGL, cfg.patch_len)
+        tokens_STE = self.embed(torch.cat([values_STW, observed_STW], dim=-1))
+        x_SNE = tokens_STE
+        if not cfg.every_token:
+            queries_SQE = self.horizon_queries_QE.to(tokens_STE.dtype).expand(tokens_STE.shape[0], -1, -1)
+            x_SNE = torch.cat([tokens_STE, queries_SQE], dim=1)
+        return self.run_blocks(x_SNE, None, self.resolve_layer(layer), keep_all=False)[-1], stats
+
+    def forward(self, context_BCL: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """(point forecasts (B, C, H) float32, quantiles (B, C, H, K) float32 or None), in the
+        input's units, H = the configured horizon."""
+        cfg = self.forecast_config
+        if cfg.every_token:  # the last token's forecast: the head and the linear path run on it alone
+            last_BCHK1 = self.token_forecasts(context_BCL, math.ceil(context_BCL.shape[-1] / cfg.patch_len) - 1)[:, :, 0]
+            return last_BCHK1[..., 0], (last_BCHK1[..., 1:] if self.n_outputs > 1 else None)
+        B, C, _ = context_BCL.shape
+        hidden_SNE, stats = self.hidden(context_BCL)
+        Q, G, P, K1 = cfg.horizon_tokens, cfg.channels_per_token, cfg.patch_len, self.n_outputs
+        out_SQX = self.head(hidden_SNE[:, -Q:]).float()  # X = G * P * K1
+        out_BCHK1 = out_SQX.view(B, C // G, Q, G, P, K1).permute(0, 1, 3, 2, 4, 5).reshape(B, C, Q * P, K1)
+        out_BCHK1 = out_BCHK1[:, :, : cfg.horizon]
+        out_BCHK1 = out_BCHK1 * stats.scale_BC1.unsqueeze(-1)
+        if cfg.linear_order:  # the linear forecast from the end of the context, plus the scaled head's
+            out_BCHK1 = out_BCHK1 + self.linear_forecasts(context_BCL, hidden_SNE.shape[1] - Q - 1)[:, :, 0, :, None]
+        else:
+            out_BCHK1 = out_BCHK1 + stats.mean_BC1.unsqueeze(-1)
+        point_BCH = out_BCHK1[..., 0]
+        quantiles_BCHK = out_BCHK1[..., 1:] if K1 > 1 else None
+        return point_BCH, quantiles_BCHK
+
+    def token_forecasts(self, context_BCL: torch.Tensor, first: int = 0) -> torch.Tensor:
+        """every_token models: the forecast of the `horizon` samples after its patch of each
+        context token from token `first` on, (B, C, T - first, H, 1 + K) float32 in the input's
+        units (point first, then quantiles); the head runs on those tokens only."""
+        cfg = self.forecast_config
+        B, C, _ = context_BCL.shape
+        hidden_STE, stats = self.hidden(context_BCL)
+        hidden_STE = hidden_STE[:, first:]
+        G, T = cfg.channels_per_token, hidden_STE.shape[1]
+        out_STX = self.head(hidden_STE).float()  # X = G * H * K1
+        out_BCTHK1 = out_STX.view(B, C // G, T, G, cfg.horizon, self.n_outputs).transpose(2, 3).reshape(
+            B, C, T, cfg.horizon, self.n_outputs)
+        out_BCTHK1 = out_BCTHK1 * stats.scale_BC1[..., None, None]
+        if cfg.linear_order:  # the linear forecasts, plus the scaled head's
+            return out_BCTHK1 + self.linear_forecasts(context_BCL, first)[..., None]
+        return out_BCTHK1 + stats.mean_BC1[..., None, None]
+
+    def linear_forecasts(self, context_BCL: torch.Tensor, first: int) -> torch.Tensor:
+        """The linear path's forecasts from the end of every context token's patch from token
+        `first` on, in the input's units: (B, C, T - first, H) float32."""
+        x_BCL = context_BCL.float()
+        with torch.autocast(x_BCL.device.type, enabled=False):  # a long dot product: float32
+            lags_BCTP = lag_windows(x_BCL, self.forecast_config.linear_order, self.forecast_config.patch_len, first)
+            return lags_BCTP @ self.linear_coef_PH + self.linear_bias_H
+
+    @torch.no_grad()
+    def linear_normal_equations(self, context_BCL: torch.Tensor, target_BCH: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """One batch's share of the linear path's least-squares problem, at the positions the
+        model forecasts from in training (every trained token with every_token, else the end of
+        the context), in the input's units: (X^T X (p + 1, p + 1), X^T Y (p + 1, H), sum of Y^2,
+        rows), float64, X the lags with a column of ones, Y the targets."""
+        cfg = self.forecast_config
+        context_BCL = context_BCL[..., -cfg.context :].to(self.linear_coef_PH.device).float()
+        target_BCH = target_BCH.to(self.linear_coef_PH.device).float()
+        L, P = context_BCL.shape[-1], cfg.patch_len
+        if cfg.every_token:
+            first = cfg.trained_tokens(L)
+            y_BCTH = token_targets(context_BCL, target_BCH, P)[:, :, first:]
+        else:
+            first = math.ceil(L / P) - 1
+            y_BCTH = target_BCH[:, :, None]
+        y_NH = y_BCTH.reshape(-1, cfg.horizon).double()
+        lags_NP = lag_windows(context_BCL, cfg.linear_order, P, first).reshape(-1, cfg.linear_order).double()
+        x_NP1 = torch.cat([lags_NP, torch.ones_like(lags_NP[:, :1])], dim=1)
+        return x_NP1.T @ x_NP1, x_NP1.T @ y_NH, y_NH.square().sum(), torch.tensor(float(len(x_NP1)), dtype=torch.float64)
+
+    @torch.no_grad()
+    def set_linear(self, gram: torch.Tensor, cross: torch.Tensor, ridge: float = 1e-6) -> torch.Tensor:
+        """Solve the linear path's normal equations (summed `linear_normal_equations`) and keep the
+        coefficients; `ridge` (relative to the mean diagonal) only keeps the solve stable.
+        Returns the solution (p + 1, H), float64."""
+        p = self.forecast_config.linear_order
+        gram = gram.clone()
+        gram.diagonal()[:p] += ridge * gram.diagonal()[:p].mean()
+        solution = torch.linalg.solve(gram, cross)
+        self.linear_coef_PH.copy_(solution[:p])
+        self.linear_bias_H.copy_(solution[p])
+        self.linear_fitted.fill_(True)
+        return solution
+
+    def patch_embeddings(self, context_BCL: torch.Tensor, layer: int = -1) -> torch.Tensor:
+        """Hidden states of the context tokens (B, C', T, E), C' = C (channel-independent) or 1."""
+        B = context_BCL.shape[0]
+        hidden_SNE, _ = self.hidden(context_BCL, layer)
+        T = math.ceil(context_BCL.shape[2] / self.forecast_config.patch_len)
+        return hidden_SNE[:, :T].reshape(B, -1, T, hidden_SNE.shape[-1])
+
+
+def lag_windows(x_BCL: torch.Tensor, order: int, patch_len: int, first: int = 0) -> torch.Tensor:
+    """The `order` samples before the end of each token's patch, for tokens `first`.. T - 1:
+    (B, C, T - first, order), a strided view, zeros before the series' start. Patches align to
+    the end (see `patchify`): token t of T ends at sample e_t = L - (T - 1 - t) * P."""
+    L = x_BCL.shape[-1]
+    T = math.ceil(L / patch_len)
+    end0 = L - (T - 1) * patch_len
+    padded_BCN = nn.functional.pad(x_BCL, (order, 0))  # sample j at j + order: e_t's lags start at e_t
+    return padded_BCN[..., end0 + first * patch_len :].unfold(-1, order, patch_len)
+
+
+def token_targets(context_BCL: torch.Tensor, target_BCH: torch.Tensor, patch_len: int) -> torch.Tensor:
+    """What each context token of an every_token model is trained to forecast: the H samples after
+    its patch, (B, C, T, H) float32. Patches align to the context's end (see `patchify`), so token t
+    of T ends at sample L - (T - 1 - t) * P; the last token's target is `target_BCH` itself."""
+    L, H = context_BCL.shape[-1], target_BCH.shape[-1]
+    T = math.ceil(L / patch_len)
+    series_BCN = torch.cat([context_BCL, target_BCH], dim=-1).float()
+    windows_BCNH = series_BCN.unfold(-1, H, 1)  # window k covers samples [k, k + H)
+    ends_T = torch.arange(L - (T - 1) * patch_len, L + 1, patch_len, device=series_BCN.device)
+    return windows_BCNH[:, :, ends_T]
+
+
+def pinball_loss(quantiles_BCHK: torch.Tensor, target_BCH: torch.Tensor, levels_K: torch.Tensor) -> torch.Tensor:
+    """Mean pinball (quantile) loss: max(q (y - f), (q - 1)(y - f)) averaged over everything."""
+    diff_BCHK = target_BCH.unsqueeze(-1) - quantiles_BCHK
+    return torch.maximum(levels_K * diff_BCHK, (levels_K - 1.0) * diff_BCHK).mean()

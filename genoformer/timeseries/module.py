@@ -1,0 +1,239 @@
+"""LightningModule for time-series forecasting: `TimeSeriesTransformer` + MSE/pinball + AdamW.
+
+Batches come from `genoformer.data.timeseries.datamodule.TimeSeriesDataModule`:
+{"context": float32 (B, C, Lc), "target": float32 (B, C, H), ...}; the data module's horizon
+must equal the model's (configs link them). Training base (runtime settings, exact resume, tagged
+checkpoints, AdamW schedule): `genoformer.core.training.TrainingModule`. Metrics (per split: train, val, test):
+    <split>/loss      the training objective: MSE of the point forecast (+ mean pinball loss
+                      when the model has quantiles); with forecast.every_token, in training, of
+                      every context token's forecast
+    <split>/mse, /mae of the point forecast, on the data module's (z-scored) values
+
+Shape legend: B batch, C channels, L context samples, H horizon samples, K quantile levels.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Mapping
+from typing import Any, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.utilities import rank_zero_info
+from tqdm.auto import tqdm
+
+from genoformer.core.checkpoints import ModelKind
+from genoformer.core.runtime import RuntimeSettings
+from genoformer.core.training import TrainingModule
+from genoformer.core.transformer import TransformerConfig
+from genoformer.timeseries.model import ForecastConfig, TimeSeriesTransformer, pinball_loss, token_targets
+
+
+def _context_and_target(batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    if "context" not in batch or "target" not in batch:
+        raise TypeError(
+            f"TimeSeriesForecaster trains on time-series batches ({{'context': (B, C, L), 'target': (B, C, H)}}, as "
+            f"TimeSeriesDataModule gives), got a batch with keys {sorted(batch)}; genome batches train "
+            "genoformer.genome.lm.GenoformerLM."
+        )
+    return batch["context"], batch["target"]
+
+
+def stretch_time(context_BCL: torch.Tensor, target_BCH: torch.Tensor, rate: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Slow a window down by `rate` >= 1 around the forecast origin, keeping both lengths.
+
+    With the origin at time 0 (context at times -L..-1, target at 0..H-1), the stretched window
+    at time t holds the original value at t / rate, linearly interpolated (float32)."""
+    L, H = context_BCL.shape[-1], target_BCH.shape[-1]
+    series_BCN = torch.cat([context_BCL, target_BCH], dim=-1).float()
+    position_N = torch.arange(-L, H, device=series_BCN.device, dtype=torch.float64) / rate + L
+    left_N = position_N.floor().long().clamp(max=L + H - 2)
+    weight_N = (position_N - left_N).to(series_BCN.dtype)
+    stretched_BCN = series_BCN[..., left_N] * (1 - weight_N) + series_BCN[..., left_N + 1] * weight_N
+    return stretched_BCN[..., :L], stretched_BCN[..., L:]
+
+
+class TimeSeriesForecaster(TrainingModule):
+    """A forecaster: `TimeSeriesTransformer` trained on context/horizon windows."""
+
+    kind = ModelKind.FORECASTER
+
+    def __init__(
+        self,
+        transformer: TransformerConfig,
+        forecast: ForecastConfig,
+        lookback_jitter: float = 0.0,
+        time_stretch: float = 0.0,
+        learning_rate: float = 1e-3,
+        weight_decay: float = 0.05,
+        betas: tuple[float, float] = (0.9, 0.95),
+        warmup_steps: int = 200,
+        total_steps: Optional[int] = None,
+        min_lr_ratio: float = 0.05,
+        seed: int = 0,
+        linear_fit_batches: int = 64,
+        runtime: Optional[RuntimeSettings] = None,
+    ) -> None:
+        """
+        Args:
+            transformer: the trunk; `causal` picks causal or bidirectional attention, `attention`
+                dense or block-sparse layers; `vocab_size` and `tie_embeddings` are unused. A mapping
+                in the layout of `TransformerConfig.to_dict()` is accepted too (checkpoints store that).
+            forecast: patch length, context, horizon, channels, quantiles (`ForecastConfig`).
+            lookback_jitter: fraction of training batches whose look-back is cut to a random
+                length (log-uniform between one patch and the context), so that the model also
+                forecasts well from short inputs.
+            time_stretch: augmentation against memorising a short training series: each
+                training batch is slowed down by a random factor r in [1, 1 + time_stretch]
+                (linear interpolation around the forecast origin: the last L / r context samples
+                become L, the first H / r target samples become H). 0 turns it off. For series
+                whose dynamics keep their shape at other speeds (heartbeats, gait, machinery).
+            learning_rate: peak AdamW learning rate, reached after warmup.
+            weight_decay: AdamW weight decay for matrices.
+            betas: AdamW (beta1, beta2).
+            warmup_steps: optimizer steps of linear warmup.
+            total_steps: optimizer steps at which the cosine decay ends; None: the trainer's
+                estimated_stepping_batches (from max_steps or max_epochs).
+            min_lr_ratio: final learning rate as a fraction of learning_rate.
+            seed: seed of the look-back jitter and the time stretch.
+            linear_fit_batches: training batches (as the data module gives them, before time
+                stretch and look-back jitter) that the least-squares fit of the linear path
+                (`forecast.linear_order`) reads when training starts.
+            runtime: how to run (attention backend, activation checkpointing, fused regions,
+                compile): `genoformer.core.runtime.RuntimeSettings`; never saved in checkpoints.
+        """
+        super().__init__(runtime)
+        if isinstance(transformer, Mapping):
+            transformer = TransformerConfig.from_dict(transformer)
+        if isinstance(forecast, Mapping):
+            forecast = ForecastConfig.from_dict(forecast)
+        if not 0.0 <= lookback_jitter <= 1.0:
+            raise ValueError(f"lookback_jitter must be in [0, 1], got {lookback_jitter}.")
+        self.forecast_config = forecast
+        if time_stretch < 0.0:
+            raise ValueError(f"time_stretch must be at least 0, got {time_stretch}.")
+        if linear_fit_batches < 1:
+            raise ValueError(f"linear_fit_batches must be at least 1, got {linear_fit_batches}.")
+        self.linear_fit_batches = linear_fit_batches
+        self.lookback_jitter = lookback_jitter
+        self.time_stretch = time_stretch
+        self.learning_rate = learning_rate
+        self.weight_decay = weight_decay
+        self.betas = tuple(betas)
+        self.warmup_steps = warmup_steps
+        self.total_steps = total_steps
+        self.min_lr_ratio = min_lr_ratio
+        self.model = TimeSeriesTransformer(transformer, forecast, self.runtime)
+        self._jitter_rng = np.random.default_rng(seed)
+        self.save_hyperparameters(
+            {
+                "transformer": transformer.to_dict(),
+                "forecast": forecast.to_dict(),
+                "lookback_jitter": lookback_jitter,
+                "time_stretch": time_stretch,
+                "learning_rate": learning_rate,
+                "weight_decay": weight_decay,
+                "betas": list(self.betas),
+                "warmup_steps": warmup_steps,
+                "total_steps": total_steps,
+                "min_lr_ratio": min_lr_ratio,
+                "seed": seed,
+                "linear_fit_batches": linear_fit_batches,
+            }
+        )
+
+    def on_fit_start(self) -> None:
+        super().on_fit_start()
+        if self.forecast_config.linear_order and not bool(self.model.linear_fitted):
+            self.fit_linear_path()
+
+    def fit_linear_path(self) -> None:
+        """Least-squares fit of the model's linear path on `linear_fit_batches` training batches
+        (summed over ranks, so every rank gets the same coefficients). Runs once: the fitted
+        coefficients travel in checkpoints, and a resumed run keeps them."""
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if datamodule is None:
+            raise ValueError(
+                "forecast.linear_order fits its linear path on training windows from a data module: train with "
+                "`genoformer fit` and a TimeSeriesDataModule under `data:` (or set forecast.linear_order to 0)."
+            )
+        started = time.perf_counter()
+        sums: Optional[list[torch.Tensor]] = None
+        batches = tqdm(itertools.islice(datamodule.train_dataloader(), self.linear_fit_batches),
+                       total=self.linear_fit_batches, desc="fitting the linear path", disable=self.global_rank != 0)
+        for batch in batches:
+            parts = self.model.linear_normal_equations(*_context_and_target(batch))
+            sums = list(parts) if sums is None else [total + part for total, part in zip(sums, parts)]
+        if sums is None:
+            raise ValueError("the data module gave no training batch to fit the linear path on.")
+        gram, cross, y_square, rows = (self.trainer.strategy.reduce(part, reduce_op="sum") for part in sums)
+        solution = self.model.set_linear(gram, cross)
+        residual = y_square - 2 * (solution * cross).sum() + (solution * (gram @ solution)).sum()
+        values = float(rows) * self.forecast_config.horizon
+        rank_zero_info(f"linear path (order {self.forecast_config.linear_order}): least squares on {int(rows)} "
+                       f"forecasts in {time.perf_counter() - started:.1f} s; there, in the data's units, "
+                       f"its MSE is {float(residual) / values:.4f}, the targets' mean square {float(y_square) / values:.4f}")
+
+    def forward(self, context_BCL: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """(point (B, C, H), quantiles (B, C, H, K) or None)."""
+        return self.model(context_BCL)
+
+    def losses(self, context_BCL: torch.Tensor, target_BCH: torch.Tensor) -> dict[str, torch.Tensor]:
+        """{"loss", "mse", "mae"} of one batch (0-d tensors)."""
+        cfg = self.forecast_config
+        if target_BCH.shape[-1] != cfg.horizon:
+            raise ValueError(
+                f"the batches have horizon {target_BCH.shape[-1]} but the model predicts {cfg.horizon}; "
+                "set data.init_args.horizon to model.init_args.forecast.horizon."
+            )
+        if context_BCL.shape[-1] > cfg.context:
+            context_BCL = context_BCL[..., -cfg.context :]
+        target_BCH = target_BCH.float()
+        if cfg.every_token and self.training:  # every context token learns to forecast what follows it
+            first = cfg.trained_tokens(context_BCL.shape[-1])  # the tokens after the statistics' part
+            out_BCTHK1 = self.model.token_forecasts(context_BCL, first)
+            targets_BCTH = token_targets(context_BCL, target_BCH, cfg.patch_len)[:, :, first:]
+            loss = F.mse_loss(out_BCTHK1[..., 0], targets_BCTH)
+            if out_BCTHK1.shape[-1] > 1:
+                loss = loss + pinball_loss(out_BCTHK1[..., 1:], targets_BCTH, self.model.quantile_levels_K)
+            point_BCH = out_BCTHK1[:, :, -1, :, 0]  # the series' own forecast: the last token's
+            return {"loss": loss, "mse": F.mse_loss(point_BCH, target_BCH), "mae": F.l1_loss(point_BCH, target_BCH)}
+        point_BCH, quantiles_BCHK = self.model(context_BCL)
+        mse = F.mse_loss(point_BCH, target_BCH)
+        loss = mse
+        if quantiles_BCHK is not None:
+            loss = loss + pinball_loss(quantiles_BCHK, target_BCH, self.model.quantile_levels_K)
+        return {"loss": loss, "mse": mse, "mae": F.l1_loss(point_BCH, target_BCH)}
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        context_BCL, target_BCH = _context_and_target(batch)
+        cfg = self.forecast_config
+        if self.time_stretch > 0:
+            rate = 1.0 + self._jitter_rng.uniform(0.0, self.time_stretch)
+            context_BCL, target_BCH = stretch_time(context_BCL, target_BCH, rate)
+        if self.lookback_jitter > 0 and self._jitter_rng.random() < self.lookback_jitter:
+            longest = min(cfg.context, context_BCL.shape[-1])
+            keep = int(math.exp(self._jitter_rng.uniform(math.log(cfg.patch_len), math.log(longest))))
+            context_BCL = context_BCL[..., -max(cfg.patch_len, keep) :]
+        values = self.losses(context_BCL, target_BCH)
+        batch_size = context_BCL.shape[0]
+        self.log("train/loss", values["loss"], prog_bar=True, batch_size=batch_size)
+        self.log("train/mse", values["mse"], batch_size=batch_size)
+        return values["loss"]
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def _evaluate(self, batch: dict[str, Any], split: str) -> None:
+        context_BCL, target_BCH = _context_and_target(batch)
+        values = self.losses(context_BCL, target_BCH)
+        for name, value in values.items():
+            self.log(f"{split}/{name}", value, prog_bar=split == "val" and name == "mse",
+                     batch_size=context_BCL.shape[0], sync_dist=True)
