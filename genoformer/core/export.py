@@ -17,6 +17,7 @@ from typing import Literal
 import torch
 
 from genoformer.core.checkpoints import TAG_KEY, canonical_state_dict, checkpoint_kind, read_checkpoint, tag
+from genoformer.core.runtime import RUNTIME_FIELDS
 from genoformer.data.storage import atomic_build, refuse_existing
 
 KEPT_KEYS = ("state_dict", "hyper_parameters", "trained_seq_len", "alphabet", "pytorch-lightning_version", "epoch",
@@ -48,6 +49,9 @@ def export(
         raise ValueError(f"{checkpoint} is not a genoformer model checkpoint (no model tag, hyperparameters or "
                          "weights); pass a .ckpt file written by `genoformer fit`.")
     exported = {key: state[key] for key in KEPT_KEYS if key in state}
+    architecture = exported["hyper_parameters"].get("transformer")
+    if isinstance(architecture, dict):  # runtime settings that older checkpoints stored there
+        exported["hyper_parameters"]["transformer"] = {k: v for k, v in architecture.items() if k not in RUNTIME_FIELDS}
     exported["state_dict"] = {
         name: tensor.to(DTYPES[dtype]) if tensor.is_floating_point() else tensor
         for name, tensor in canonical_state_dict(state["state_dict"]).items()
