@@ -9,12 +9,16 @@ One run times forward and backward of `genoformer.kernels.triton_flash.triton_at
     (`BlockLayout.sliding_window`), flash-attn's `window_size` token-granular: they are not
     the same function, so FA4 is compared on causal only and the window goes to Flex;
   * Flex: `torch.compile(flex_attention)` (its Triton backend) with a BlockMask built from the
-    very same `BlockLayout` that ours receives, so both compute the same function; its mask_mod
-    (called on the causal diagonal blocks only) is plain `kv <= q`, the cheapest a Flex user
-    would write (until issue 11 it looked the layout up per element, which slowed Flex's
-    diagonal blocks and flattered our ratios on the causal patterns);
+    very same `BlockLayout` that ours receives, so both compute the same function. The Triton
+    backend visits the BlockMask's block lists and calls the mask_mod on partial blocks only
+    (the causal diagonal), so its mask_mod is plain `kv <= q` (none when bidirectional), the
+    cheapest a Flex user would write; a per-element layout lookup there would slow Flex's
+    diagonal blocks and flatter our ratios;
   * Flex FLASH: the same compiled call with `kernel_options={"BACKEND": "FLASH"}`, Flex's
-    flash-attn-4 backend (needs flash-attn-4 installed);
+    flash-attn-4 backend (needs flash-attn-4 installed). It ignores the block lists when the
+    mask_mod is trivial (torch/_inductor/kernel/flex/flex_flash_attention.py: no mask_mod, no
+    block sparsity: dense attention), so its BlockMask's mask_mod states the layout itself: the
+    layout's block looked up for (q, kv), and kv <= q when causal;
 and writes a results JSON, a plot and the `attention` section of BENCHMARKS.md. A library that
 is missing (flash-attn-4 on most machines, everything but ours and Flex on a CPU) is recorded
 and its column left out; the run goes on.
@@ -27,6 +31,8 @@ of it compiling Flex and flash-attn-4's kernels):
     python -m benchmarks.attention --device cpu --tiny --ours torch --out /tmp/b   # CPU smoke run
     python -m benchmarks.attention --render-from OUT/attention.json --out DIR --markdown BENCHMARKS.md
     python -m benchmarks.attention --render-from RUN1.json RUN2.json --out DIR   # merged: RUN2 replaces cases
+    python -m benchmarks.attention --patterns sliding_window bigbird --lengths 16384 32768 --rounds 3 --out DIR
+                                      # some rows again, then --render-from the table's JSON and DIR's
 
 The last one measures nothing: it redraws the plot and rewrites the markdown section from a
 results JSON, e.g. on a workstation after a GPU run whose only output was OUT.
@@ -49,14 +55,16 @@ Method
     in the correctness check or in do_bench's first call, outside the timed calls.
   * Flex is compiled for each shape (`static_flex`: `dynamic=False`). With torch.compile's
     automatic dynamic shapes, the second sequence length of a process got Flex kernels compiled
-    for a symbolic length, which took 1.1-1.4x the time of static ones on the H200 (2026-12-01);
-    the tables before 2026-12-01 05:00 UTC were measured that way, and their second length per
-    call (8k and 64k) flattered ours. The recompile limit is raised to 128 and hitting it raises,
-    instead of silently running eager Flex (which would materialise the L^2 scores).
+    for a symbolic length, which took 1.1-1.4x the time of static ones on the H200 and flattered
+    ours. The recompile limit is raised to 128 and hitting it raises, instead of silently
+    running eager Flex (which would materialise the L^2 scores).
   * FLOPs: 4 * B * H * pairs * D for the forward, 2.5 times that for the backward, where pairs
     is the exact number of (query, key) pairs the pattern allows (causal diagonal blocks
     counted by halves). "density" is pairs / (H * L^2), the fraction of the full score matrix.
-  * Correctness: once per configuration every implementation is run against one reference
+  * Correctness against float64 (`float64_check` in the JSON): before the sweep, ours, Flex and
+    Flex FLASH run every pattern at each head dim at L = 16 blocks (2048 tokens), B = 1, 4 heads,
+    against `genoformer.kernels.reference` in float64; the same row errors and limits as below.
+  * Correctness per configuration: every implementation is run against one reference
     (FA2 for causal, then FA4, Flex; Flex for the block-sparse patterns, our PyTorch
     block-sparse backend where Flex failed) on the same inputs. The error of a row (one
     query's output, one token's gradient) is max|impl - ref| over its D entries divided by
@@ -72,13 +80,13 @@ Method
     background; each timing keeps the summary of the samples taken during it (fwd_clock,
     bwd_clock in the JSON), and the header gives each implementation's median and lowest clock.
   * Ours' configurations: the launch configurations (tiles, variants) the tuner chose for each
-    case, `ours.configs` in the JSON (runs from 2026-12-01 05:30 UTC on).
+    case, `ours.configs` in the JSON.
     A kernel timed after a power-hungry one may run at a lower clock.
   * A kernel that raises (or a missing module, or a compile failure) is recorded in the
     results and the run goes on; `--budget-s` skips (and records) what is left when the run
-    gets too long for the GPU session.
+    gets too long for one GPU call.
 
-Targets (issue 11; ratio = ours' time / the other's, fwd and bwd each):
+Targets (ratio = ours' time / the other's, fwd and bwd each):
   * Floor: every pattern no slower than Flex (Triton backend), 8k..64k, D 64 and 128.
   * Goal: causal at most 1.15x FA4 at D = 128; block-sparse patterns at most 1.15x Flex FLASH.
   * Moonshot: the goal's comparisons at most 1.0x.
@@ -131,6 +139,7 @@ from benchmarks.common import (
 )
 from genoformer.kernels.dispatch import Backend, attention
 from genoformer.kernels.layout import BlockLayout
+from genoformer.kernels.reference import reference_attention, row_error
 
 SECTION = "attention"
 """Name of the BENCHMARKS.md section this script owns."""
@@ -336,22 +345,22 @@ def _causal_mask_mod(b, h, q_idx, kv_idx):
 
 @contextlib.contextmanager
 def tuner_choices(triton_flash) -> Iterator[list[tuple[str, object]]]:
-    """The launch configurations that the Triton launchers' tuner (`triton_flash._choose`) returns
+    """The launch configurations that the Triton launchers' tuner (`triton_flash.choose_config`) returns
     while the block runs, as ("fwd" or "bwd", configuration), cached choices included: which tiles
     a measurement ran."""
     chosen: list[tuple[str, object]] = []
-    choose = triton_flash._choose
+    choose = triton_flash.choose_config
 
     def recording(key, *args, **kwargs):
         config = choose(key, *args, **kwargs)
         chosen.append((key[0], config))
         return config
 
-    triton_flash._choose = recording
+    triton_flash.choose_config = recording
     try:
         yield chosen
     finally:
-        triton_flash._choose = choose
+        triton_flash.choose_config = choose
 
 
 def static_flex() -> Callable:
@@ -359,7 +368,7 @@ def static_flex() -> Callable:
 
     Automatic dynamic shapes would compile a process's second sequence length for a symbolic
     length, and those Flex kernels took 1.1-1.4x the time of static ones on the H200 (the custom
-    pattern at 32k after 16k, 2026-12-01): a comparison against them flatters ours.
+    pattern at 32k after 16k): a comparison against them flatters ours.
     """
     return torch.compile(flex_attention, dynamic=False)
 
@@ -371,12 +380,13 @@ def flex_block_mask(
 
     Blocks the layout allows are "full" (no mask_mod call) except, when causal, the diagonal
     blocks, which are "partial": there the mask_mod applies the token-level rule
-    layout.mask[h, q // bs, kv // bs] and kv <= q. Compiled Flex reads only the block lists
-    (and the mask_mod on partial blocks), uncompiled Flex (the CPU run) only the mask_mod, so
-    the mask_mod states the whole rule. `index_only` drops the layout lookup from the mask_mod
-    (kv <= q when causal, none otherwise): the same function for a compiled backend, since the
-    partial blocks are allowed diagonal blocks, and one that the FLASH backend can compile
-    without a captured tensor. Building from block lists, not with `create_block_mask`, never
+    layout.mask[h, q // bs, kv // bs] and kv <= q. The mask_mod states the whole rule, because
+    uncompiled Flex (the CPU run) reads only the mask_mod, and compiled Flex's FLASH backend
+    drops the block lists when the mask_mod is trivial (it then computes dense attention).
+    `index_only` drops the layout lookup from the mask_mod (kv <= q when causal, none
+    otherwise): the same function for compiled Flex's Triton backend, which visits the block
+    lists and calls the mask_mod on partial blocks only (allowed diagonal blocks), and never for
+    the FLASH backend. Building from block lists, not with `create_block_mask`, never
     materialises the (L, L) token mask (4 GiB per head at 64k); the CPU test checks that both
     constructions agree.
     """
@@ -557,32 +567,42 @@ class Bench:
             impls["fa2"] = fa2(causal=True)
             module, error = self.fa4_module
             impls["fa4"] = fa4(module) if error is None else Impl(None, error=error)
-        layout = layout or BlockLayout.dense(case.seq_len, block_size=self.sweep.block_size)
-        # compiled Flex (both backends) needs no layout lookup in its mask_mod; eager Flex (CPU) does
+        impls.update(self.flex_impls(case.pattern.causal, case.heads, case.seq_len, layout, case.label))
+        return impls
+
+    def flex_impls(self, causal: bool, heads: int, seq_len: int, layout: BlockLayout | None, label: str) -> dict:
+        """{"flex": Flex's Triton backend, "flex_flash": its FLASH backend} on this layout's BlockMask."""
+        layout = layout or BlockLayout.dense(seq_len, block_size=self.sweep.block_size)
+        impls = {}
+        # compiled Flex's Triton backend needs no layout lookup in its mask_mod (see flex_block_mask)
         index_only = self.device.type == "cuda"
         block_mask, error = self.attempt(
-            f"{case.label}: flex block mask",
-            lambda: flex_block_mask(layout, case.pattern.causal, case.heads, self.device, index_only),
+            f"{label}: flex block mask", lambda: flex_block_mask(layout, causal, heads, self.device, index_only)
         )
         if error is not None:
-            impls["flex"] = impls["flex_flash"] = Impl(None, error=error)
-            return impls
-        if self.device.type != "cuda":
+            impls["flex"] = Impl(None, error=error)
+        elif self.device.type != "cuda":
 
             def forward_only(q, k, v):
                 return self.flex(q.detach(), k.detach(), v.detach(), block_mask=block_mask)
 
             impls["flex"] = Impl(forward_only, backward_error="FlexAttention has no CPU backward")
+        else:
+            impls["flex"] = Impl(functools.partial(self.flex, block_mask=block_mask))
+        _, fa4_error = self.fa4_module
+        if self.device.type != "cuda":
             impls["flex_flash"] = Impl(None, error="Flex's FLASH backend runs on CUDA only")
             return impls
-        impls["flex"] = Impl(functools.partial(self.flex, block_mask=block_mask))
-        _, fa4_error = self.fa4_module
         if fa4_error is not None:
             impls["flex_flash"] = Impl(None, error=f"Flex FLASH needs {fa4_error}")
-        else:
-            impls["flex_flash"] = Impl(
-                functools.partial(self.flex, block_mask=block_mask, kernel_options={"BACKEND": "FLASH"})
-            )
+            return impls
+        # the FLASH backend keeps the block lists only with a mask_mod that is not trivial: the whole rule
+        flash_mask, error = self.attempt(
+            f"{label}: flex FLASH block mask", lambda: flex_block_mask(layout, causal, heads, self.device)
+        )
+        impls["flex_flash"] = Impl(None, error=error) if error is not None else Impl(
+            functools.partial(self.flex, block_mask=flash_mask, kernel_options={"BACKEND": "FLASH"})
+        )
         return impls
 
     # -------------------------------------------------------------------------- measurements
@@ -650,11 +670,11 @@ class Bench:
         return None, None
 
     def check(self, case: Case, impl: Impl, name: str, reference: tuple, q, k, v, dout) -> dict:
-        """Row errors (see `_rel_err`) of one implementation against the reference's outputs."""
+        """Row errors (see `row_error`) of one implementation against the reference's outputs."""
         ref_name, expected = reference
         result = {"reference": ref_name, "fwd_rel_err": None, "bwd_rel_err": None, "ok": None, "error": None}
         if impl.fn is None:
-            result["error"] = f"{name} unavailable"
+            result["error"] = f"{name} unavailable: {impl.error}" if impl.error else f"{name} unavailable"
             return result
         if expected is None:
             result["error"] = "no reference ran"
@@ -663,9 +683,9 @@ class Bench:
         if error is not None:
             result["error"] = f"{name}: {error}"  # the timings record where it fails
             return result
-        result["fwd_rel_err"] = _rel_err(got[0], expected[0])
+        result["fwd_rel_err"] = row_error(got[0], expected[0])
         if got[1] is not None and expected[1] is not None:
-            result["bwd_rel_err"] = max(_rel_err(a, b) for a, b in zip(got[1], expected[1], strict=True))
+            result["bwd_rel_err"] = max(row_error(a, b) for a, b in zip(got[1], expected[1], strict=True))
         errors = [(result[f"{d}_rel_err"], CHECK_TOLERANCE[d]) for d in ("fwd", "bwd")]
         result["ok"] = all(e <= tol for e, tol in errors if e is not None)  # NaN compares False: never ok
         return result
@@ -726,7 +746,7 @@ class Bench:
         # machine lands in one round of each, not in every timing of one implementation. Each round
         # starts one implementation later, so that no implementation always follows the same one
         # (in fixed order on the H200, ours' first round, after the light correctness checks, was its
-        # fastest in 89 of 128 timed passes, and later ones followed Flex FLASH: benchmarks/KERNEL_NOTES.md)
+        # fastest in 89 of 128 timed passes, and later ones followed Flex FLASH: docs/design/kernels.md)
         keys = list(timed)
         rounds = []
         for turn in range(self.rounds):
@@ -739,6 +759,34 @@ class Bench:
                 record[key]["check"] = checks[key]
         record["ours"]["configs"] = [f"{kind} {config}" for kind, config in chosen]
         del q, k, v, dout
+
+    def float64_check(self, patterns: list[Pattern]) -> list[dict]:
+        """Ours, Flex and Flex FLASH against the float64 reference at a small shape (16 layout blocks,
+        B = 1, 4 heads): every pattern of the run at each head dim, output and gradients."""
+        seq_len, heads = 16 * self.sweep.block_size, 4
+        checks = []
+        for head_dim in self.sweep.head_dims:
+            for index, pattern in enumerate(patterns):
+                case = Case(head_dim, heads, 1, seq_len, pattern)
+                record = {"head_dim": head_dim, "seq_len": seq_len, "heads": heads, "pattern": pattern.value}
+                _, error = self.attempt(f"float64 check {case.label}",
+                                        lambda: record.update(self._float64_check(case, 500_000 + index)))
+                if error is not None:
+                    record["error"] = error
+                checks.append(record)
+                self.release()
+        return checks
+
+    def _float64_check(self, case: Case, salt: int) -> dict:
+        layout, causal = case.pattern.layout(self.sweep, case.seq_len), case.pattern.causal
+        q, k, v, dout = self.inputs(case.batch, case.heads, case.seq_len, case.head_dim, salt=salt)
+        exact_inputs = [t.detach().double().requires_grad_(True) for t in (q, k, v)]
+        exact = Impl(functools.partial(reference_attention, causal=causal, layout=layout))
+        reference = ("float64", self.outputs(exact, *exact_inputs, dout.double()))
+        impls = {"ours": self.ours(causal, layout, q, k, v),
+                 **self.flex_impls(causal, case.heads, case.seq_len, layout, f"float64 check {case.label}")}
+        return {key: self.check(case, impl, OTHERS.get(key, key), reference, q, k, v, dout)
+                for key, impl in impls.items()}
 
     def release(self) -> None:
         gc.collect()
@@ -785,21 +833,6 @@ class Bench:
         return peak / 2**20
 
 
-def _rel_err(got: torch.Tensor, expected: torch.Tensor) -> float:
-    """Worst row of max |got - expected| / max |expected| over the last dim (NaN anywhere: NaN).
-
-    A row's scale is floored at the median row scale: rows that are zero up to rounding (a
-    query with one allowed key has dq = 0) are judged against typical rows.
-    """
-    got, expected = got.detach().float(), expected.detach().float()
-    if not (torch.isfinite(got).all() and torch.isfinite(expected).all()):
-        return math.nan
-    diff_rows = (got - expected).abs().amax(-1)
-    scale_rows = expected.abs().amax(-1)
-    floor = scale_rows.median().clamp_min(torch.finfo(torch.float32).tiny)
-    return float((diff_rows / scale_rows.clamp_min(floor)).max())
-
-
 def run(args: argparse.Namespace, sweep: Sweep) -> dict:
     bench = Bench(args, sweep)
     started = time.monotonic()
@@ -813,14 +846,18 @@ def run(args: argparse.Namespace, sweep: Sweep) -> dict:
             "warmup_ms": args.warmup_ms,
             "rep_ms": args.rep_ms,
             "rounds": args.rounds,
-            "rounds_rotate": True,  # each round starts one implementation later (runs before 2026-12-01 04:00 did not)
-            "flex_static": True,  # Flex compiled for each shape (runs before 2026-12-01 05:30 were not)
+            "rounds_rotate": True,  # each round starts one implementation later (older JSONs lack it)
+            "flex_static": True,  # Flex compiled for each shape (older JSONs lack it)
+            "flex_flash_layout_mask": True,  # Flex FLASH's mask_mod states the layout (older JSONs lack it)
         },
         "matmul": bench.matmul_tflops(),
         "memory": bench.peak_memory(),
         "cases": [],
     }
     print(f"matmul ceiling: {_fmt(results['matmul']['tflops'])} TFLOP/s", flush=True)
+    if args.float64_check:
+        results["float64_check"] = bench.float64_check(args.patterns)
+        print(f"[{time.monotonic() - started:6.1f}s] {float64_check_text(results)}", flush=True)
     for index, case in enumerate(build_cases(sweep, args.patterns)):
         record = bench.run_case(case, index)
         results["cases"].append(record)
@@ -930,6 +967,29 @@ def _check_text(check: dict | None) -> str:
     verdict = "ok" if check["ok"] else "WRONG"
     bwd = f" / {_fmt(check['bwd_rel_err'], 2)}" if check["bwd_rel_err"] is not None else ""
     return f"{verdict} {_fmt(check['fwd_rel_err'], 2)}{bwd} vs {check['reference']}"
+
+
+def float64_check_text(results: dict) -> str:
+    """One sentence on the float64 check: each implementation's worst row errors, and what was WRONG."""
+    checks = results.get("float64_check")
+    if not checks:
+        return "Not checked against float64 in this run (--no-float64-check, or a run that predates the check)."
+    parts = []
+    for key in ("ours", "flex", "flex_flash"):
+        done = [(r, r[key]) for r in checks if (r.get(key) or {}).get("ok") is not None]
+        if not done:
+            why = next(((r.get(key) or {}).get("error") or r.get("error") for r in checks), None) or "not run"
+            parts.append(f"{OTHERS.get(key, key)}: not checked ({why[:120]})")
+            continue
+        fwd = max(c["fwd_rel_err"] for _, c in done)
+        bwd = [c["bwd_rel_err"] for _, c in done if c["bwd_rel_err"] is not None]
+        wrong = [f"{r['pattern']} D={r['head_dim']}" for r, c in done if not c["ok"]]
+        text = f"{OTHERS.get(key, key)} worst {_fmt(fwd, 2)} / {_fmt(max(bwd), 2) if bwd else '—'}"
+        parts.append(text + (f", WRONG on {', '.join(wrong)}" if wrong else ", ok"))
+    first = checks[0]
+    return (f"Against float64 at L = {first['seq_len']}, {first['heads']} heads, every pattern of the run at "
+            f"D {', '.join(str(d) for d in sorted({r['head_dim'] for r in checks}))} (worst row error, "
+            f"output / gradients): " + "; ".join(parts) + ".")
 
 
 def _notes(record: dict, columns: list[str]) -> str:
@@ -1076,7 +1136,7 @@ def _goal_yardstick(r: dict) -> str | None:
 
 
 def evaluate_targets(results: dict) -> list[dict]:
-    """Floor, Goal, Moonshot (issue 11) and memory. A configuration that failed, was skipped, or
+    """Floor, Goal, Moonshot and memory. A configuration that failed, was skipped, or
     whose check flagged ours WRONG counts as missing, and a target with anything missing is NOT MET."""
     absent = absent_columns(results)
     floor, floor_nc = _comparisons(results, lambda r: "flex")
@@ -1180,6 +1240,11 @@ def render_markdown(results: dict, figure_link: str | None) -> str:
     else:
         flex = ("`torch.compile(flex_attention)` (automatic dynamic shapes: the second length of each process "
                 "ran Flex kernels compiled for a symbolic length, slower than static ones)")
+    if settings.get("flex_flash_layout_mask"):
+        flash_mask = "on a BlockMask whose mask_mod states the layout (the FLASH backend ignores the block lists of a trivial mask_mod)"
+    else:
+        flash_mask = ("on the Triton backend's BlockMask, whose trivial mask_mod made the FLASH backend ignore the block "
+                      "lists of the bidirectional patterns (those rows are to be re-measured)")
     absent = absent_columns(results)
     lines = [
         "## Attention kernels",
@@ -1193,7 +1258,7 @@ def render_markdown(results: dict, figure_link: str | None) -> str:
         "flash-attn-4's `flash_attn.cute.flash_attn_func`; both on dense causal only (our window is "
         f"block-granular, flash-attn's `window_size` token-granular). Flex is {flex} with a BlockMask built "
         "from the same BlockLayout (on a GPU its mask_mod, called on the causal diagonal blocks only, is plain "
-        "`kv <= q`), Flex FLASH the same call with `kernel_options={\"BACKEND\": \"FLASH\"}`. "
+        f"`kv <= q`), Flex FLASH the same call with `kernel_options={{\"BACKEND\": \"FLASH\"}}` {flash_mask}. "
         f"Patterns: causal; sliding_window ±{settings['window']} tokens, bidirectional; bigbird (window "
         f"{settings['bigbird_window']}, {settings['bigbird_global_blocks']} global, "
         f"{settings['bigbird_random_blocks']} random blocks); custom (causal window {settings['custom_window']} "
@@ -1209,6 +1274,7 @@ def render_markdown(results: dict, figure_link: str | None) -> str:
     ]
     if absent:
         lines += ["Columns absent from this run: " + "; ".join(f"{k} ({v})" for k, v in absent.items()) + ".", ""]
+    lines += [float64_check_text(results), ""]
     lines += issue_tables(results)
     lines += [
         markdown_table(results_rows(results)),
@@ -1334,12 +1400,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--budget-s",
         type=float,
         default=330.0,
-        help="skip (and record) the configurations left after this many seconds; keep it below the session's "
+        help="skip (and record) the configurations left after this many seconds; keep it below the GPU call's "
         "timeout with a minute to spare (default 330)",
     )
     parser.add_argument("--warmup-ms", type=float, help="do_bench warm-up in ms (default 10; 2 with --tiny)")
     parser.add_argument("--rep-ms", type=float, help="do_bench measuring time in ms (default 40; 10 with --tiny)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument(
+        "--no-float64-check", dest="float64_check", action="store_false",
+        help="skip the check of ours, Flex and Flex FLASH against float64 at a small shape before the sweep "
+        "(it compiles Flex once more per pattern and head dim)",
+    )
     parser.add_argument(
         "--rounds",
         type=int,
@@ -1373,19 +1444,25 @@ def sweep_from_args(args: argparse.Namespace) -> Sweep:
 def merge_results(runs: list[dict]) -> dict:
     """One results dict from runs of the same sweep, in order: a later run's measured cases replace
     an earlier run's (same head dim, length and pattern), skipped ones never replace measured ones.
-    Environment, matmul ceiling and memory come from the last run; the command lists every run's
-    command with its date, and `merged_from` keeps them."""
+    The float64 checks merge the same way (a later run's replaces an earlier one's of the same head
+    dim and pattern). Environment, matmul ceiling and memory come from the last run; the command
+    lists every run's command with its date, and `merged_from` keeps them."""
     if len(runs) == 1:
         return runs[0]
     merged = {**runs[-1], "cases": [], "tracebacks": []}
     by_case: dict[tuple, dict] = {}
+    checks: dict[tuple, dict] = {}
     for run in runs:
         for record in run["cases"]:
             key = (record["head_dim"], record["seq_len"], record["pattern"])
             if key not in by_case or not record.get("skipped"):
                 by_case[key] = record
+        for check in run.get("float64_check") or ():
+            checks[(check["head_dim"], check["pattern"])] = check
         merged["tracebacks"] += run.get("tracebacks", [])
     merged["cases"] = list(by_case.values())
+    if checks:
+        merged["float64_check"] = list(checks.values())
     merged["merged_from"] = [{"command": r["command"], "date_utc": r["environment"]["date_utc"]} for r in runs]
     merged["command"] = "; then ".join(f"{r['command']} ({r['environment']['date_utc']})" for r in runs)
     merged["wall_s"] = sum(r.get("wall_s") or 0.0 for r in runs)

@@ -1,25 +1,40 @@
-"""Helpers shared by the benchmark scripts: where a number was measured, and BENCHMARKS.md upkeep.
+"""The small harness every benchmark script stands on: where a number was measured, how it is
+timed, and where it is written.
 
-Every benchmark script writes its own section of BENCHMARKS.md between two markers,
+- **Where**: `describe_environment` (device, versions, date) and `command_line` (the command to
+  type again) go into every result file; `environment_markdown` turns them into the line each
+  BENCHMARKS.md section starts with. `ClockSampler` records the GPU's SM clock beside timings.
+- **How**: `time_calls` times a callable after a warm-up (CUDA events on a GPU, the wall clock
+  elsewhere) and `median` summarises it; `interleaved_rounds` runs several measurements in turn,
+  round after round, so that ratios come from the same load on a shared machine; `TrainStep` is
+  one optimizer step under autocast; `kept_weights`, `logged_messages` and `compile_counts` are
+  what the training benchmarks check around their steps. The kernel scripts time with Triton's
+  do_bench instead, set up by `add_kernel_timing_arguments` and `kernel_timing`.
+- **Where to**: `publish` writes a script's NAME.json and NAME.md through the package's atomic
+  writer (`genoformer.data.storage.write_text`; `write_json_file` and `write_atomically` for
+  single files) and its section of BENCHMARKS.md, between two markers,
 
     <!-- NAME:start -->
     ...generated text...
     <!-- NAME:end -->
 
-so that re-running one script rewrites only its own section and leaves the rest of the file
-(hand-written prose, other scripts' sections) untouched. Each section opens with the header
-from `environment_markdown`: the device, the library versions, the date and the exact command.
+  so that re-running one script rewrites only its own section and leaves the rest of the file
+  (hand-written prose, other scripts' sections) untouched.
 
-Run the scripts from the repository root as modules (`python -m benchmarks.attention ...`), so
-that `benchmarks.common` imports without any path set-up.
+Run the scripts from the repository root as modules (`python -m benchmarks.data ...`), so that
+`benchmarks.common` imports without any path set-up.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import csv
 import datetime
 import importlib.metadata
 import importlib.util
+import json
+import logging
 import math
 import platform
 import re
@@ -30,22 +45,40 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import torch
 
+from genoformer.data.storage import write_text
+
 __all__ = [
     "ClockSampler",
+    "TrainStep",
+    "add_kernel_timing_arguments",
     "command_line",
-    "last_logged_step",
+    "compile_counts",
     "describe_environment",
     "environment_markdown",
+    "format_number",
+    "interleaved_rounds",
+    "kept_weights",
+    "kernel_timing",
+    "last_logged_step",
+    "logged_messages",
     "markdown_table",
+    "median",
+    "publish",
     "replace_markdown_section",
+    "reset_compile_counts",
+    "synchronize",
+    "time_calls",
+    "write_atomically",
+    "write_json_file",
 ]
 
 
+# --------------------------------------------------------------------------------------- where
 def _cpu_model() -> str:
     """The CPU's marketing name from /proc/cpuinfo (Linux), else what `platform` knows."""
     cpuinfo = Path("/proc/cpuinfo")
@@ -126,6 +159,7 @@ def environment_markdown(env: dict[str, str], command: str) -> str:
     )
 
 
+# -------------------------------------------------------------------------------- result files
 def _cell(value: object) -> str:
     if value is None:
         return ""
@@ -187,15 +221,12 @@ def replace_markdown_section(path: str | Path, name: str, text: str) -> Path:
     start, end = _markers(name)
     body = f"{start}\n{text.strip()}\n{end}"
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"# Benchmarks\n\n{body}\n")
-        return path
+        return write_text(path, f"# Benchmarks\n\n{body}\n", overwrite=False)
 
     content = path.read_text()
     n_start, n_end = content.count(start), content.count(end)
     if n_start == 0 and n_end == 0:
-        path.write_text(content.rstrip("\n") + ("\n\n" if content.strip() else "") + body + "\n")
-        return path
+        return write_text(path, content.rstrip("\n") + ("\n\n" if content.strip() else "") + body + "\n", overwrite=True)
     if n_start != 1 or n_end != 1:
         raise ValueError(
             f"{path} has {n_start} '{start}' and {n_end} '{end}' markers; expected exactly one of "
@@ -204,8 +235,7 @@ def replace_markdown_section(path: str | Path, name: str, text: str) -> Path:
     i, j = content.index(start), content.index(end)
     if j < i:
         raise ValueError(f"{path}: '{end}' comes before '{start}'; swap or delete them by hand.")
-    path.write_text(content[:i] + body + content[j + len(end) :])
-    return path
+    return write_text(path, content[:i] + body + content[j + len(end) :], overwrite=True)
 
 
 def format_number(value: float | None, digits: int = 3) -> str:
@@ -215,6 +245,89 @@ def format_number(value: float | None, digits: int = 3) -> str:
     if value != value:
         return "NaN"
     return f"{value:.{digits}g}"
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` so that a reader never sees half of it (replacing what is there):
+    `genoformer.data.storage.write_text` with overwrite."""
+    write_text(Path(path), text, overwrite=True)
+
+
+def write_json_file(path: Path, payload: object) -> Path:
+    """`payload` as indented JSON at `path`, written atomically (replacing what is there)."""
+    return write_text(Path(path), json.dumps(payload, indent=1) + "\n", overwrite=True)
+
+
+def publish(out: Path, name: str, summary: dict, text: str, markdown: Path | None = None,
+            section: str | None = None) -> None:
+    """The end of every benchmark run: OUT/NAME.json (the summary, from which the text can be
+    rendered again) and OUT/NAME.md (the text), the `section` of the `markdown` file (e.g.
+    BENCHMARKS.md) when both are given, and the text printed last."""
+    out = Path(out)
+    write_json_file(out / f"{name}.json", summary)
+    write_atomically(out / f"{name}.md", text.rstrip("\n") + "\n")
+    if markdown is not None:
+        replace_markdown_section(markdown, section or name, text)
+    print(text)
+
+
+def last_logged_step(metrics_csv: Path) -> int:
+    """The last optimizer step in a run's metrics.csv (CSVLogger), 0 when nothing was logged."""
+    if not metrics_csv.is_file():
+        return 0
+    with open(metrics_csv) as handle:
+        steps = [int(row["step"]) for row in csv.DictReader(handle) if row.get("step")]
+    return max(steps) if steps else 0
+
+
+# -------------------------------------------------------------------------------------- timing
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (nothing to wait for on a CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_calls(fn: Callable[[], object], device: torch.device, warmup: int, calls: int) -> list[float]:
+    """Milliseconds of each of `calls` calls of `fn` after `warmup` untimed ones: CUDA events
+    around each call on a GPU, the wall clock elsewhere."""
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    times = []
+    for _ in range(calls):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            began = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - began) * 1e3)
+    return times
+
+
+def median(values: Sequence[float]) -> float:
+    """The middle value (the upper one of the two for an even count): always a measured time."""
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+def interleaved_rounds(measures: Mapping[str, Callable[[], float | Mapping[str, float]]], rounds: int,
+                       best: Callable[[float, float], float] = max) -> dict[str, float]:
+    """Run every measurement once per round, in turn, for `rounds` rounds, and keep each value's
+    best (`max` for rates, `min` for times). On a shared machine the load moves between minutes;
+    interleaving gives every measurement the same share of it, so that their ratios hold. A
+    measurement returns one value (kept under its name) or several named ones."""
+    kept: dict[str, float] = {}
+    for _ in range(rounds):
+        for name, measure in measures.items():
+            values = measure()
+            for key, value in (values.items() if isinstance(values, Mapping) else [(name, values)]):
+                kept[key] = best(kept[key], value) if key in kept else value
+    return kept
 
 
 def add_kernel_timing_arguments(parser: argparse.ArgumentParser, rep_ms: float) -> None:
@@ -242,24 +355,73 @@ def kernel_timing(args: argparse.Namespace, rep_ms: float, smoke_command: str) -
     return device
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write text to path through a temporary file beside it, so that a reader never sees half."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text)
-    temporary.replace(path)
+# ------------------------------------------------------------------------------ training steps
+class TrainStep:
+    """One optimizer step: zero the gradients, the loss under autocast (none for float32),
+    backward, the optimizer's step; `step()` returns the detached loss."""
+
+    def __init__(self, loss_fn: Callable[[], torch.Tensor], optimizer: torch.optim.Optimizer,
+                 device: torch.device, dtype: torch.dtype) -> None:
+        self.loss_fn, self.optimizer, self.device, self.dtype = loss_fn, optimizer, device, dtype
+
+    def step(self) -> torch.Tensor:
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
+            loss = self.loss_fn()
+        loss.backward()
+        self.optimizer.step()
+        return loss.detach()
 
 
-def last_logged_step(metrics_csv: Path) -> int:
-    """The last optimizer step in a run's metrics.csv (CSVLogger), 0 when nothing was logged."""
-    import csv
+@contextlib.contextmanager
+def kept_weights(module: torch.nn.Module) -> Iterator[None]:
+    """Put the module's parameters back as they were when the block ends, so that the next
+    measurement starts from the same weights."""
+    initial = {name: p.detach().clone() for name, p in module.named_parameters()}
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, p in module.named_parameters():
+                p.copy_(initial[name])
 
-    if not metrics_csv.is_file():
-        return 0
-    with open(metrics_csv) as handle:
-        steps = [int(row["step"]) for row in csv.DictReader(handle) if row.get("step")]
-    return max(steps) if steps else 0
+
+@contextlib.contextmanager
+def logged_messages(logger: str = "genoformer.kernels", level: int = logging.INFO) -> Iterator[list[str]]:
+    """The messages `logger` emits inside the block (e.g. which attention backend `auto` chose)."""
+    messages: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    target, handler = logging.getLogger(logger), Collect()
+    old_level = target.level
+    target.addHandler(handler)
+    target.setLevel(level)
+    try:
+        yield messages
+    finally:
+        target.removeHandler(handler)
+        target.setLevel(old_level)
 
 
+def reset_compile_counts() -> None:
+    """Zero torch.compile's counters before a compiled measurement."""
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+
+
+def compile_counts() -> dict[str, int]:
+    """What torch.compile counted since `reset_compile_counts`: graph breaks (0 is what a
+    compiled model wants) and distinct graphs."""
+    from torch._dynamo.utils import counters
+
+    return {"graph_breaks": sum(counters["graph_break"].values()), "graphs": counters["stats"].get("unique_graphs", 0)}
+
+
+# ---------------------------------------------------------------------------------- GPU clocks
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 

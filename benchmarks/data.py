@@ -40,6 +40,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -51,10 +52,18 @@ import pyfaidx  # noqa: E402
 from Bio.SeqIO.FastaIO import SimpleFastaParser  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
-from benchmarks.common import command_line, describe_environment, markdown_table, replace_markdown_section  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    command_line,
+    describe_environment,
+    environment_markdown,
+    interleaved_rounds,
+    markdown_table,
+    replace_markdown_section,
+    write_json_file,
+)
 from genoformer.data import GenomeStore, RandomWindowDataset, ShardSampler, prepare_genome_store  # noqa: E402
-from genoformer.data.alphabet import ENCODE_TABLE, encode_bytes  # noqa: E402
-from genoformer.data.genome_store import DEFAULT_CACHE_BYTES  # noqa: E402
+from genoformer.data.genome.alphabet import ENCODE_TABLE, encode_bytes  # noqa: E402
+from genoformer.data.genome.store import DEFAULT_CACHE_BYTES  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TARGETS = {"prepare_mb_s": 30.0, "bytes_per_base": 0.30, "loader_tokens_s": 2e6, "vs_memmap": 0.5}
@@ -114,28 +123,31 @@ def measure_reads(store_path: Path, plain: list[Path], raw: dict[str, Path], win
         store.cache.clear()
         return lambda n, s, e: store.read(index[n], s, e), store
 
-    readers = {
-        "store_uncached": lambda: store_reader(0)[0],
-        "store_small_cache": lambda: store_reader(small_cache)[0],
-        "pyfaidx": lambda: lambda n, s, e: encode_bytes(owner[n][n][s:e].encode("ascii")),
-        "memmap_translate": lambda: lambda n, s, e: encode_bytes(maps[n][s:e].tobytes()),
-        "memmap_lookup": lambda: lambda n, s, e: _LUT[maps[n][s:e]],
-    }
-    best: dict[str, float] = {}
-    for _ in range(rounds):
-        for key, make in readers.items():
-            rate = time_reads(make(), windows, window, warmup)
-            best[key] = max(best.get(key, 0.0), rate)
-        read, full = store_reader(DEFAULT_CACHE_BYTES + decoded)  # holds every chunk
-        best["store_cold"] = max(best.get("store_cold", 0.0), time_reads(read, windows, window, []))
-        best["store_warm"] = max(best.get("store_warm", 0.0), time_reads(read, windows, window, []))
+    def cached_twice() -> dict[str, float]:
+        read, store = store_reader(DEFAULT_CACHE_BYTES + decoded)  # holds every chunk
+        cold = time_reads(read, windows, window, [])
+        cache_size["store_cache_mib"] = store.cache.nbytes / 2**20
+        return {"store_cold": cold, "store_warm": time_reads(read, windows, window, [])}
+
+    def reads_of(make: Callable[[], Callable]) -> Callable[[], float]:
+        return lambda: time_reads(make(), windows, window, warmup)
+
+    cache_size: dict[str, float] = {}
+    best = interleaved_rounds({
+        "store_uncached": reads_of(lambda: store_reader(0)[0]),
+        "store_small_cache": reads_of(lambda: store_reader(small_cache)[0]),
+        "pyfaidx": reads_of(lambda: lambda n, s, e: encode_bytes(owner[n][n][s:e].encode("ascii"))),
+        "memmap_translate": reads_of(lambda: lambda n, s, e: encode_bytes(maps[n][s:e].tobytes())),
+        "memmap_lookup": reads_of(lambda: lambda n, s, e: _LUT[maps[n][s:e]]),
+        "store_cached": cached_twice,
+    }, rounds)
     for fa in fastas:
         fa.close()
-    results = dict(best)
-    results["memmap"] = max(best.pop("memmap_translate"), best.pop("memmap_lookup"))
+    results: dict = dict(best)
+    results["memmap"] = max(best["memmap_translate"], best["memmap_lookup"])
     results["memmap_encoding"] = ("bytes.translate" if results["memmap_translate"] >= results["memmap_lookup"]
                                   else "numpy table lookup")
-    results["store_cache_mib"] = full.cache.nbytes / 2**20
+    results["store_cache_mib"] = cache_size["store_cache_mib"]
     results["small_cache_mib"] = small_cache / 2**20
     results["decoded_mib"] = decoded / 2**20
     results["chunk_size"] = probe.chunk_size
@@ -247,8 +259,6 @@ def plot(results: dict, path: Path) -> Path:
 
 
 def markdown(results: dict, figure: Path, markdown_path: Path) -> str:
-    from benchmarks.common import environment_markdown
-
     reads = results["reads"]
     def row(reader: str, key: str) -> dict:
         return {"reader": reader, "windows/s": f"{reads[key]:,.0f}", "x pyfaidx": f"{reads[key] / reads['pyfaidx']:.2f}",
@@ -348,8 +358,7 @@ def main() -> None:
         "reads": reads, "prepare": prepare, "sizes": sizes, "loader": loader,
     }
     results["targets"] = evaluate(results)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "data_cpu.json").write_text(json.dumps(results, indent=1))
+    write_json_file(args.out / "data_cpu.json", results)
     figure = plot(results, args.out / "data_cpu.png")
     text = markdown(results, figure, args.markdown)
     if not args.no_markdown:

@@ -48,14 +48,24 @@ import yaml
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from benchmarks.common import command_line, describe_environment, environment_markdown, last_logged_step, markdown_table
+from benchmarks.common import (
+    TrainStep,
+    command_line,
+    describe_environment,
+    environment_markdown,
+    last_logged_step,
+    markdown_table,
+    time_calls,
+    write_atomically,
+    write_json_file,
+)
 
 ECG_CSV = Path("examples/ecg_mitbih208_360hz.csv")
 CONFIG = Path("configs/ecg_8k_gpu.yaml")
 HORIZONS = (96, 192, 336, 720)
 LOOKBACKS = (512, 2048, 8192)
-# the objective of runs 1 to 5: forecast tokens after a bidirectional context, one forecast per
-# window, whole-window statistics (BENCHMARKS.md, "Time series: ECG")
+# the former objective: forecast tokens after a bidirectional context, one forecast per window,
+# whole-window statistics (docs/design/timeseries.md)
 FORECAST_TOKENS = ["--model.init_args.forecast.every_token", "false", "--model.init_args.forecast.stats_fraction", "1.0",
                    "--model.init_args.transformer.causal", "false", "--model.init_args.transformer.max_seq_len", "640"]
 # name -> overrides of configs/ecg_8k_gpu.yaml; the first is the config as shipped (decoder-style,
@@ -75,7 +85,7 @@ VARIANTS: dict[str, list[str]] = {
               "--data.init_args.batch_size", "64", "--trainer.max_steps", "1000"],
     "forecast-tokens": FORECAST_TOKENS,
     "patch-64": ["--model.init_args.forecast.patch_len", "64"],
-    # run 6 overfitted from about step 700 of 2,000: a schedule that ends sooner, or more dropout
+    # validation MSE is best near step 700 of 2,000: a schedule that ends sooner, or more dropout
     "steps-1000": ["--trainer.max_steps", "1000"],
     "dropout-0.3": ["--model.init_args.transformer.dropout", "0.3"],
 }
@@ -127,25 +137,16 @@ def measure_step_seconds(overrides: list[str], steps: int) -> float:
     data.setup("fit")
     device = built.trainer.strategy.root_device
     module.to(device).train()
-    optimizer = torch.optim.AdamW(module.parameters(), lr=1e-4)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
     batches = iter(data.train_dataloader())
-    began = 0.0
-    for step in range(3 + steps):
-        if step == 3:
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            began = time.perf_counter()
+
+    def loss() -> torch.Tensor:
         batch = next(batches)
-        with autocast:
-            loss = module.losses(batch["context"].to(device), batch["target"].to(device))["loss"]
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    seconds = (time.perf_counter() - began) / steps
-    del module, optimizer, built
+        return module.losses(batch["context"].to(device), batch["target"].to(device))["loss"]
+
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    train_step = TrainStep(loss, torch.optim.AdamW(module.parameters(), lr=1e-4), device, dtype)
+    seconds = sum(time_calls(train_step.step, device, warmup=3, calls=steps)) / steps / 1e3
+    del module, train_step, built
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return seconds
@@ -449,7 +450,7 @@ def main() -> None:
         "error_by_step": step_rows,
         "total_seconds": time.perf_counter() - began,
     }
-    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    write_json_file(out / "results.json", results)
     markdown = "\n\n".join([
         environment_markdown(env, command_line()),
         f"{len(variants)} variants of `{CONFIG}`, each with {len(seeds)} seed(s), trained at once on {max(gpus, 1)} "
@@ -474,7 +475,7 @@ def main() -> None:
         markdown_table(step_rows),
         "![forecast](forecast.png) ![look-back curve](lookback_curve.png) ![error by step](error_by_step.png)",
     ])
-    (out / "results.md").write_text(markdown + "\n")
+    write_atomically(out / "results.md", markdown + "\n")
     print(markdown_table(rows))
     print(f"total {results['total_seconds'] / 60:.1f} min; results in {out}")
 

@@ -1,4 +1,4 @@
-"""FlexAttention's compiled kernels as PTX files, to read beside ours on a CPU (issue 11).
+"""FlexAttention's compiled kernels as PTX files, to read beside ours on a CPU.
 
 On a GPU machine this compiles FlexAttention (`static_flex`: its Triton backend, one compile
 per shape) forward and backward for one pattern of benchmarks/attention.py at one shape, exactly

@@ -6,7 +6,7 @@ Three stages, each a subcommand:
     # on a GPU: train a recipe config for a fixed time, export the model, score the held-out data
     # at several contexts (both strands), time `genoformer evaluate` on a 4.6 Mbp genome
     python -m benchmarks.genome_science train --config configs/genome_bacteria_gpu.yaml \
-        --minutes 6 --out OUT/regions [--ship]
+        --minutes 6 --out OUT/regions
     # on a CPU: the Markov baseline on exactly the model's training data, scored on the same bases
     python -m benchmarks.genome_science baseline --config configs/genome_bacteria_gpu.yaml \
         --out benchmarks/results/genome_science/regions
@@ -36,9 +36,17 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import command_line, describe_environment, last_logged_step, markdown_table, replace_markdown_section
-from genoformer.data.alphabet import decode, reverse_complement
-from genoformer.data.genome_store import GenomeStore
+from benchmarks.common import (
+    command_line,
+    describe_environment,
+    last_logged_step,
+    markdown_table,
+    replace_markdown_section,
+    write_atomically,
+    write_json_file,
+)
+from genoformer.data.genome.alphabet import decode, reverse_complement
+from genoformer.data.genome.store import GenomeStore
 from genoformer.data.splits import SequenceSource, split_intervals
 
 CONTEXTS = (1024, 2048, 4096, 8192)
@@ -76,8 +84,8 @@ def write_fasta(records: list[tuple[str, np.ndarray]], path: Path) -> Path:
 
 # ------------------------------------------------------------------------------------- train
 def train(args: argparse.Namespace) -> None:
-    from genoformer.export import export
-    from genoformer.scoring import Scorer
+    from genoformer.core.export import export
+    from genoformer.genome.scoring import Scorer
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -131,7 +139,7 @@ def train(args: argparse.Namespace) -> None:
                            "seconds": rate["seconds"], "bases_per_second": rate["bases_per_second"],
                            "command_seconds": command_seconds, "device": rate["device"]},
     }
-    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    write_json_file(out / "results.json", results)
     rate_json.unlink()
 
 
@@ -169,7 +177,7 @@ def baseline(args: argparse.Namespace) -> None:
     subprocess.run(command, check=True)
     report = json.loads((out / "baseline.json").read_text())
     report["command_seconds"] = time.perf_counter() - began
-    (out / "baseline.json").write_text(json.dumps(report, indent=1) + "\n")
+    write_json_file(out / "baseline.json", report)
 
 
 # ------------------------------------------------------------------------------------ report
@@ -189,24 +197,21 @@ def bootstrap_difference(a: dict, b: dict, draws: int = 2000, seed: int = 0) -> 
 
 
 RECIPE_NOTES = (
-    "**How the recipe was chosen, and what was tried.** One configuration was trained, sized by "
-    "arithmetic rather than by a sweep (the session's 30 GPU minutes also had to serve four other "
-    "issues): the shipped model had to stay under 20 MB (6.4 M parameters stored in bfloat16 are "
-    "12 MiB), so width 256 and 8 layers of 4 heads of 64; dense causal attention in every layer "
-    "(no sliding window), so that any of the 8,192 preceding bases can be copied from, the one "
-    "way a longer context can help on bacterial DNA (repeats, insertion sequences, REP elements); "
-    "batch 16 x 8,192 tokens, AdamW at 1.5e-3 with 200 warm-up steps and cosine decay over 1,600 "
-    "steps, reverse-complement augmentation. The two recipes trained at the same time on one H200 "
-    "(each process got about half of it, 6.6 minutes of wall clock each, so about 3.3 GPU-minutes "
-    "of the 15 allowed), and the validation loss was still falling at the end (loss.png): a "
-    "longer run is the first thing to try next, then width and the context length. Earlier, the "
-    "23.6 M-parameter `configs/genome_8k_gpu.yaml` trained for about five minutes gave 1.81 bits "
-    "per base on an unseen genome, so size is worth measuring too."
+    "**How the recipe was chosen.** One configuration, sized by arithmetic rather than by a sweep: "
+    "the shipped model had to stay under 20 MB (6.4 M parameters stored in bfloat16 are 12 MiB), so "
+    "width 256 and 8 layers of 4 heads of 64; dense causal attention in every layer (no sliding "
+    "window), so that any of the 8,192 preceding bases can be copied from, the one way a longer "
+    "context can help on bacterial DNA (repeats, insertion sequences, REP elements); batch 16 x "
+    "8,192 tokens, AdamW at 1.5e-3 with 200 warm-up steps and cosine decay over 1,600 steps, "
+    "reverse-complement augmentation. The two recipes trained at the same time on one GPU (each "
+    "process got about half of it), and the validation loss was still falling at the end "
+    "(loss.png): a longer run is the first thing to try next, then width and the context length "
+    "(docs/design/training.md)."
 )
 CPU_RATE = "evaluate_cpu_lambda.json"
 CPU_COMMAND = ("`genoformer evaluate --checkpoint examples/genoformer_bacteria_8k.ckpt --inputs examples/lambda_phage.fasta.gz "
                "--device cpu --out benchmarks/results/genome_science/evaluate_cpu_lambda.json`, the 48.5 kb lambda genome, "
-               "2026-11-30, with one other process busy")
+               "with one other process busy")
 LABELS = {"test": "held-out regions (the test split)", "val+test": "held-out genome (validation + test contigs)"}
 
 
@@ -226,7 +231,7 @@ def report(args: argparse.Namespace) -> None:
         redraw_loss(directory)
         label = f"{directory.name}: {LABELS[results['held_out']]}"
         contexts = sorted(results["contexts"], key=int)
-        bpb = {c: _total(results["contexts"][c]) for c in contexts}
+        bpb = {c: total_bits_per_base(results["contexts"][c]) for c in contexts}
         low, high = contexts[0], contexts[-1]
         # bits per base saved by each context over the shortest, with block-bootstrap intervals
         saved = {c: bootstrap_difference(results["contexts"][low], results["contexts"][c]) for c in contexts}
@@ -241,10 +246,10 @@ def report(args: argparse.Namespace) -> None:
         for genome, records in group_records(results["contexts"][low]["records"], genome_of).items():
             markov = [r for r in base["records"] if genome_of[r["name"].rsplit(":", 1)[0]] == genome] if base else []
             row = {"held out": directory.name, "genome": genome, "Markov k": base["model"]["order"] if base else "-",
-                   "Markov bits/base": f"{_mean_bits(markov):.4f}" if markov else "-"}
+                   "Markov bits/base": f"{mean_bits_per_base(markov):.4f}" if markov else "-"}
             for c in contexts:
                 chosen = group_records(results["contexts"][c]["records"], genome_of)[genome]
-                row[f"model @ {int(c) // 1024}k"] = f"{_total({'records': chosen}):.4f}"
+                row[f"model @ {int(c) // 1024}k"] = f"{total_bits_per_base({'records': chosen}):.4f}"
             rows.append(row)
         row = {"held out": directory.name, "genome": "**all**", "Markov k": "-" if base is None else base["model"]["order"],
                "Markov bits/base": "-" if base is None else f"**{base['total']['bits_per_base']:.4f}**"}
@@ -270,9 +275,9 @@ def report(args: argparse.Namespace) -> None:
     gain.set_ylabel(f"bits per base saved over a {int(contexts[0]) // 1024}k context")
     gain.set_title("what the longer context adds (95% block bootstrap)")
     figure.savefig(root / "context_curve.png", dpi=120)
-    (root / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    write_json_file(root / "summary.json", summary)
     table = markdown_table(rows)
-    (root / "table.md").write_text(table + "\n")
+    write_atomically(root / "table.md", table + "\n")
     if args.benchmarks_md:
         replace_markdown_section(args.benchmarks_md, "genome-science", section(summary, experiments, table, root))
     print(table)
@@ -335,7 +340,7 @@ def redraw_loss(directory: Path) -> None:
     holds baseline.json at the end of fit)."""
     import csv
 
-    from genoformer.callbacks import LossPlotCallback, read_baseline
+    from genoformer.core.callbacks import LossPlotCallback, read_baseline
 
     metrics = directory / "metrics.csv"
     if not metrics.is_file():
@@ -354,7 +359,7 @@ def redraw_loss(directory: Path) -> None:
 
 def genome_names(config: Path) -> dict[str, str]:
     """Contig name -> the genome file it comes from, for the genomes a config names."""
-    from genoformer.data.sequence_inputs import read_sequences
+    from genoformer.data.genome.inputs import read_sequences
     from genoformer.cli import training_cli
 
     cli = training_cli(["--config", str(config), "--trainer.accelerator", "cpu", "--trainer.precision", "32-true"], run=False)
@@ -369,11 +374,13 @@ def group_records(records: list[dict], genome_of: dict[str, str]) -> dict[str, l
     return groups
 
 
-def _mean_bits(records: list[dict]) -> float:
+def mean_bits_per_base(records: list[dict]) -> float:
+    """Bits per base over the Markov baseline's records (each with its bits/base and bases)."""
     return sum(r["bits_per_base"] * r["bases"] for r in records) / sum(r["bases"] for r in records)
 
 
-def _total(context_result: dict) -> float:
+def total_bits_per_base(context_result: dict) -> float:
+    """Bits per base over every block of every record of one context's results."""
     bits = sum(sum(r["bits"]) for r in context_result["records"])
     bases = sum(sum(r["bases"]) for r in context_result["records"])
     return bits / bases

@@ -6,7 +6,7 @@
 # look-back curve, and prints the table last.
 #   bash benchmarks/gpu_ecg.sh [MINUTES [ECG OPTIONS]]    (repository root, on the GPU machine; OUT set)
 # ECG OPTIONS go to benchmarks/ecg.py (e.g. --num_workers 3); CUDA_VISIBLE_DEVICES picks the GPUs.
-# Wheels for packages the GPU image lacks travel in .whl/ (as for gpu_genome_science.sh).
+# Wheels for packages the GPU image lacks travel in .whl/ (benchmarks/gpu_setup.sh).
 set -uo pipefail
 MINUTES=${1:-5}
 OUT=${OUT:-$PWD/gpu_out}

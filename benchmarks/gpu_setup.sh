@@ -1,4 +1,4 @@
-# Sourced by the GPU session scripts (repository root, on the GPU machine): installs the wheels
+# Sourced by the benchmarks/gpu_*.sh scripts (repository root, on the GPU machine): installs the wheels
 # the GPU image lacks (carried in .whl/, copied from ../shared/wheels-cp312 plus vcfpy) and this
 # package, so that genoformer.data and genoformer.kernels import. Fill .whl/ here first with
 #   mkdir -p .whl && cp ../shared/wheels-cp312/*.whl .whl/ && pip download --no-deps -d .whl vcfpy==0.14.2

@@ -1,4 +1,4 @@
-"""Every launch configuration of our Triton attention kernels, side by side, in one run (issue 11).
+"""Every launch configuration of our Triton attention kernels, side by side, in one run.
 
 For each case below, every forward and every backward candidate that
 `kernels/triton_flash_configs.py` lists for this GPU (plain tile configurations and the sm_90
@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import sys
 import time
 from collections.abc import Callable
@@ -53,6 +52,7 @@ from benchmarks.common import command_line, describe_environment, environment_ma
 from genoformer.kernels import triton_flash as tf
 from genoformer.kernels import triton_flash_configs as configs
 from genoformer.kernels.layout import BlockLayout
+from genoformer.kernels.reference import row_error
 
 CHECK_TOLERANCE = 3e-2
 """Worst row error against the first candidate before a candidate is flagged WRONG (bf16)."""
@@ -167,17 +167,7 @@ class Timer:
         return (time.perf_counter() - start) * 1e3
 
 
-def _rel_err(got: torch.Tensor, expected: torch.Tensor) -> float:
-    """Worst row of max |got - expected| / max |expected| (floored at the median row scale)."""
-    got, expected = got.float(), expected.float()
-    if not (torch.isfinite(got).all() and torch.isfinite(expected).all()):
-        return math.nan
-    scale = expected.abs().amax(-1)
-    floor = scale.median().clamp_min(torch.finfo(torch.float32).tiny)
-    return float(((got - expected).abs().amax(-1) / scale.clamp_min(floor)).max())
-
-
-def _config_text(cfg) -> str:
+def config_text(cfg) -> str:
     fields = dataclasses.asdict(cfg)
     plain = [str(v) for k, v in fields.items() if k not in VARIANTS]
     extra = [k if v is True else f"{k}={v:g}" for k, v in fields.items() if k in VARIANTS and v]
@@ -203,11 +193,11 @@ def measure_case(case: Case, device: torch.device, dtype: torch.dtype, width: in
               "block_size": bs or None, "fwd_flops": flops, "fwd": [], "bwd": []}
     reference = None
     for cfg in fwd_cands:
-        entry = {"config": _config_text(cfg), "ms": None, "err": None, "error": None}
+        entry = {"config": config_text(cfg), "ms": None, "err": None, "error": None}
         try:
             o, lse = tf.flash_fwd(q, k, v, None, kcnt, kidx, bs, case.causal, scale, config=cfg)
             reference = (o, lse) if reference is None else reference
-            entry["err"] = _rel_err(o, reference[0])
+            entry["err"] = row_error(o, reference[0])
             entry["ms"] = timer(lambda cfg=cfg: tf.flash_fwd(q, k, v, None, kcnt, kidx, bs, case.causal, scale,
                                                              config=cfg))
         except Exception as error:  # recorded: a variant this GPU's Triton cannot build
@@ -218,11 +208,11 @@ def measure_case(case: Case, device: torch.device, dtype: torch.dtype, width: in
     o, lse = reference
     expected = None
     for cfg in bwd_cands:
-        entry = {"config": _config_text(cfg), "ms": None, "err": None, "error": None}
+        entry = {"config": config_text(cfg), "ms": None, "err": None, "error": None}
         try:
             grads = tf.flash_bwd(do, q, k, v, o, lse, None, kcnt, kidx, qcnt, qidx, bs, case.causal, scale, config=cfg)
             expected = grads if expected is None else expected
-            entry["err"] = max(_rel_err(a, b) for a, b in zip(grads, expected, strict=True))
+            entry["err"] = max(row_error(a, b) for a, b in zip(grads, expected, strict=True))
             entry["ms"] = timer(lambda cfg=cfg: tf.flash_bwd(do, q, k, v, o, lse, None, kcnt, kidx, qcnt, qidx, bs,
                                                              case.causal, scale, config=cfg))
         except Exception as error:  # recorded: a variant this GPU's Triton cannot build
@@ -274,7 +264,7 @@ def backward_breakdown(device: torch.device, dtype: torch.dtype, case: Case, wid
             out.backward(do.detach(), retain_graph=True)  # compiles and autotunes outside the profile
         torch.cuda.synchronize()
         if name == "ours":
-            result["ours_configs"] = [_config_text(config) for _, config in chosen]
+            result["ours_configs"] = [config_text(config) for _, config in chosen]
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()  # outside the profiler, whose host overhead can leave the GPU waiting
         for _ in range(20):
@@ -334,7 +324,7 @@ def breakdown_lines(results: dict) -> list[str]:
     """The backward profiles (``backward_breakdown``) as Markdown lines."""
     lines = []
     breakdowns = results.get("backward_breakdown", [])
-    for breakdown in [breakdowns] if isinstance(breakdowns, dict) else breakdowns:  # one dict before 2026-12-01
+    for breakdown in [breakdowns] if isinstance(breakdowns, dict) else breakdowns:  # older JSONs: one dict
         chosen = breakdown.get("ours_configs")
         chosen = "not recorded" if chosen is None else ", ".join(chosen)
         lines += ["", f"Backward kernels, {breakdown['case']} D={breakdown['head_dim']} "

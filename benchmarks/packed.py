@@ -1,4 +1,4 @@
-"""Packed variable-length sequences (issue 11): one packed row against one long sequence and a loop.
+"""Packed variable-length sequences: one packed row against one long sequence and a loop.
 
 One run, from the repository root, on one GPU (about 2 minutes on an H200):
 
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.attention import CHECK_TOLERANCE, Timer, _rel_err
+from benchmarks.attention import CHECK_TOLERANCE, Timer
 from benchmarks.common import (
     add_kernel_timing_arguments,
     command_line,
@@ -49,6 +49,7 @@ from benchmarks.common import (
     replace_markdown_section,
     write_atomically,
 )
+from genoformer.kernels.reference import row_error
 
 SECTION = "packed"
 """Name of the BENCHMARKS.md section this script owns (written with --markdown)."""
@@ -144,8 +145,8 @@ def measure(shapes: Shapes, timer: Timer, device: torch.device, seed: int) -> di
     got = _run_packed(packed, q, k, v, dout)  # also compiles and autotunes
     expected = _run_alone(alone, qs, ks, vs, douts)
     _run_packed(unpacked, q, k, v, dout)  # compile and autotune outside the timed calls
-    fwd_err = _rel_err(got[0], expected[0])
-    bwd_err = max(_rel_err(a, b) for a, b in zip(got[1:], expected[1:], strict=True))
+    fwd_err = row_error(got[0], expected[0])
+    bwd_err = max(row_error(a, b) for a, b in zip(got[1:], expected[1:], strict=True))
     ok = fwd_err <= CHECK_TOLERANCE["fwd"] and bwd_err <= CHECK_TOLERANCE["bwd"]  # NaN compares False
     del got, expected
 
@@ -233,7 +234,7 @@ def render_markdown(results: dict) -> str:
     shapes = results["shapes"]
     lengths = results["record"]["documents"]
     return "\n".join([
-        "## Packed variable-length sequences (issue 11)",
+        "## Packed variable-length sequences",
         "",
         environment_markdown(results["environment"], results["command"]),
         "",

@@ -12,7 +12,7 @@ Measured under bf16 autocast with AdamW, from identical weights:
 
 - `packed`: a training step on the packed batch (cu_seqlens, backend auto);
 - `unpacked`: the same tokens without cu_seqlens, i.e. B unpacked rows of the same total length
-  (the baseline of the issue's target: packed at least 0.9x its speed);
+  (the baseline of the target: packed at least 0.9x its speed);
 - `packed, compiled`: the packed step with `compile_blocks`; graph breaks are counted (0 wanted).
 
 Equality: for every document, the largest |logit difference| between the packed batch and the
@@ -26,32 +26,34 @@ section of FILE) and prints the table last.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gzip
-import json
-import logging
 import math
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from torch._dynamo.utils import counters
 
 from benchmarks.common import (
+    TrainStep,
     command_line,
+    compile_counts,
     describe_environment,
     environment_markdown,
+    kept_weights,
+    logged_messages,
     markdown_table,
-    replace_markdown_section,
+    median,
+    publish,
+    reset_compile_counts,
+    time_calls,
 )
-from benchmarks.train_step import build_module
+from benchmarks.train_step import build_module, with_backend
+from genoformer.core.transformer import compile_blocks
 from genoformer.data import PackedRandomWindowDataset, prepare_genome_store, read_records
 from genoformer.data.packing import collate_packed
+from genoformer.genome.lm import GenoformerLM
 from genoformer.kernels.dispatch import Backend
-from genoformer.lightning_module import GenoformerLM
-from genoformer.model import compile_blocks
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LAMBDA = REPO_ROOT / "examples" / "lambda_phage.fasta.gz"
@@ -81,28 +83,13 @@ def packed_batch(window: int, batch_size: int, shortest: int, seed: int) -> dict
 
 def step_ms(module: GenoformerLM, tokens_BL, cu_seqlens, steps: int, warmup: int) -> float:
     """Median milliseconds of one optimizer step (forward, backward, AdamW) under bf16 autocast
-    on CUDA (float32 elsewhere); the weights are restored afterwards."""
+    on CUDA (float32 elsewhere); the weights are as they were afterwards."""
     device = tokens_BL.device
-    initial = {name: p.detach().clone() for name, p in module.named_parameters()}
-    optimizer = torch.optim.AdamW(module.parameters(), lr=1e-4)
-    times = []
-    for i in range(warmup + steps):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            loss, _ = module.loss(tokens_BL, cu_seqlens=cu_seqlens)
-        loss.backward()
-        optimizer.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        if i >= warmup:
-            times.append((time.perf_counter() - start) * 1e3)
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            p.copy_(initial[name])
-    return sorted(times)[len(times) // 2]
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    with kept_weights(module):
+        train_step = TrainStep(lambda: module.loss(tokens_BL, cu_seqlens=cu_seqlens)[0],
+                               torch.optim.AdamW(module.parameters(), lr=1e-4), device, dtype)
+        return median(time_calls(train_step.step, device, warmup, steps))
 
 
 def document_errors(module: GenoformerLM, tokens_BL, cu_seqlens) -> dict:
@@ -111,6 +98,7 @@ def document_errors(module: GenoformerLM, tokens_BL, cu_seqlens) -> dict:
     model, device = module.model, tokens_BL.device
     L = tokens_BL.shape[1]
     half = dict(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+    backend = module.runtime.attention_backend
     packed_err = alone_err = 0.0
     with torch.no_grad():
         with torch.autocast(**half):
@@ -121,10 +109,9 @@ def document_errors(module: GenoformerLM, tokens_BL, cu_seqlens) -> dict:
             doc_1n = tokens_BL[row:row + 1, start:start + b - a]
             with torch.autocast(**half):
                 alone_1nV = model(doc_1n).float()
-            backend = model.config.attention_backend
-            model.config = dataclasses.replace(model.config, attention_backend=Backend.SDPA)
+            with_backend(module, Backend.SDPA)
             exact_1nV = model(doc_1n).float()
-            model.config = dataclasses.replace(model.config, attention_backend=backend)
+            with_backend(module, backend)
             packed_err = max(packed_err, float((packed_BLV[row, start:start + b - a] - exact_1nV[0]).abs().max()))
             alone_err = max(alone_err, float((alone_1nV - exact_1nV).abs().max()))
     return {"packed_max_abs_err": packed_err, "alone_max_abs_err": alone_err,
@@ -133,23 +120,10 @@ def document_errors(module: GenoformerLM, tokens_BL, cu_seqlens) -> dict:
 
 def auto_log(module: GenoformerLM, tokens_BL, cu_seqlens) -> list[str]:
     """What `auto` logs when it picks the backends of the packed forward pass."""
-    records: list[str] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record.getMessage())
-
-    logger, handler = logging.getLogger("genoformer.kernels"), Collect()
-    logger.addHandler(handler)
-    old_level = logger.level
-    logger.setLevel(logging.INFO)
-    try:
-        with torch.no_grad(), torch.autocast(tokens_BL.device.type, dtype=torch.bfloat16, enabled=tokens_BL.is_cuda):
-            module.model(tokens_BL, cu_seqlens=cu_seqlens)
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old_level)
-    return records
+    with logged_messages() as messages, torch.no_grad(), \
+            torch.autocast(tokens_BL.device.type, dtype=torch.bfloat16, enabled=tokens_BL.is_cuda):
+        module.model(tokens_BL, cu_seqlens=cu_seqlens)
+    return messages
 
 
 def main() -> None:
@@ -165,7 +139,7 @@ def main() -> None:
     device = torch.device("cpu" if args.smoke else "cuda")
     torch.manual_seed(0)
     module = build_module(CONFIG, SMOKE_MODEL if args.smoke else []).to(device)
-    module.model.config = dataclasses.replace(module.model.config, attention_backend=Backend.AUTO)
+    with_backend(module, Backend.AUTO)
     window = module.model.config.max_seq_len
     batch = packed_batch(window, args.batch_size, shortest=20 if args.smoke else 100, seed=0)
     tokens_BL, cu_seqlens = batch["tokens"].to(device), batch["cu_seqlens"].to(device)
@@ -175,9 +149,9 @@ def main() -> None:
     rows = [{"run": "unpacked", "step_ms": step_ms(module, tokens_BL, None, args.steps, args.warmup)},
             {"run": "packed", "step_ms": step_ms(module, tokens_BL, cu_seqlens, args.steps, args.warmup)}]
     compile_blocks(module.model, backend="aot_eager" if args.smoke else "inductor")
-    counters.clear()
+    reset_compile_counts()
     rows.append({"run": "packed, compiled", "step_ms": step_ms(module, tokens_BL, cu_seqlens, args.steps, args.warmup)})
-    graph_breaks = sum(counters["graph_break"].values())
+    graph_breaks = compile_counts()["graph_breaks"]
     for row in rows:
         row["tokens_per_s"] = tokens_BL.numel() / (row["step_ms"] / 1e3)
         row["speed_vs_unpacked"] = rows[0]["step_ms"] / row["step_ms"]
@@ -189,13 +163,7 @@ def main() -> None:
                   "shortest": min(lengths), "longest": max(lengths)},
         "auto_log": messages, "equality": errors, "compiled_graph_breaks": graph_breaks, "results": rows,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "packed_training.json").write_text(json.dumps(summary, indent=2))
-    text = render_markdown(summary)
-    (args.out / "packed_training.md").write_text(text + "\n")
-    if args.markdown is not None:
-        replace_markdown_section(args.markdown, "packed-training", text)
-    print(text)
+    publish(args.out, "packed_training", summary, render_markdown(summary), args.markdown, "packed-training")
 
 
 def render_markdown(summary: dict) -> str:

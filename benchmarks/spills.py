@@ -59,7 +59,7 @@ from unittest import mock
 import torch
 
 from benchmarks.common import markdown_table
-from benchmarks.kernel_variants import Case, _config_text, gpu_cases, parse_extra
+from benchmarks.kernel_variants import Case, config_text, gpu_cases, parse_extra
 from genoformer.kernels import triton_flash as tf
 from genoformer.kernels import triton_flash_configs as configs
 
@@ -283,7 +283,7 @@ def _work(item: tuple) -> dict:
     case_key, kind, config, capability, kernel, maxnreg, mix, per_loop = item
     case = next(c for c in gpu_cases() if c.key == case_key)
     launch = next(launch for launch in record(case, kind, config, capability) if launch.kernel == kernel)
-    row = {"case": case_key, "sm": capability, "kernel": kernel, "config": _config_text(config),
+    row = {"case": case_key, "sm": capability, "kernel": kernel, "config": config_text(config),
            "warps": launch.kwargs.get("num_warps"), "stages": launch.kwargs.get("num_stages")}
     if maxnreg is not None:
         row["maxnreg"] = maxnreg

@@ -4,8 +4,8 @@
     python -m benchmarks.train --out DIR --cases 'fit-synthetic-8k,ddp-synthetic-8k-x2'   (two GPUs)
     python -m benchmarks.train --out DIR --smoke             (a tiny CPU run of every code path)
     python -m benchmarks.train --list                        (the case names, in run order)
-    python -m benchmarks.train --out DIR [--merge DIR2] --render --markdown BENCHMARKS.md --update-configs
-                                                 (measure nothing: BENCHMARKS.md and the configs' comments)
+    python -m benchmarks.train --out DIR [--merge DIR2] --render --markdown BENCHMARKS.md
+                                                 (measure nothing: DIR/train.json merged and rendered again)
 
 What runs (every genoformer model is built by the LightningCLI parser of `genoformer fit` from a
 shipped config plus overrides, recorded per case as `fit_args`):
@@ -13,7 +13,7 @@ shipped config plus overrides, recorded per case as `fit_args`):
   fused AdamW, at 8k x 4, 16k x 2, 32k, 64k and 128k x 1 tokens; causal dense (`causal`) and
   configs/genome_8k_gpu.yaml's pattern (`window`: three sliding-window layers, one dense);
   `eager` (with the fused elementwise regions), `plain` (eager, reference elementwise ops:
-  what the fusion buys) and `compiled` (`model.compile: true`);
+  what the fusion buys) and `compiled` (`model.runtime.compile: true`);
 - the anchors, the same architecture in plain PyTorch (benchmarks/train_models.py): `sdpa`
   (FlashAttention-2, causal) and `flex` (FlexAttention with the same block masks), eager and
   compiled (`flex` eager calls a compiled flex_attention); `math` (SDPA's math backend, batch 1)
@@ -51,15 +51,20 @@ from typing import Optional
 import torch
 from torch.utils.data import DataLoader
 
-from benchmarks.common import command_line, describe_environment, replace_markdown_section
-from benchmarks.train_measure import (
-    StepTimer,
-    matmul_ceiling_tflops,
+from benchmarks.common import (
+    TrainStep,
+    command_line,
+    compile_counts,
+    describe_environment,
     median,
-    profile_breakdown,
+    replace_markdown_section,
+    reset_compile_counts,
     synchronize,
-    time_steps,
+    time_calls,
+    write_atomically,
+    write_json_file,
 )
+from benchmarks.train_measure import StepTimer, matmul_ceiling_tflops, profile_breakdown
 from benchmarks.train_models import (
     REFERENCE,
     REPO_ROOT,
@@ -73,10 +78,10 @@ from benchmarks.train_models import (
     parameter_count,
     sdpa_flash_only,
 )
-from benchmarks.train_report import merge_runs, render_markdown, short_table, update_configs, write_atomically
+from benchmarks.train_report import merge_runs, render_markdown, short_table
 
 PEAK_TFLOPS = 989.0
-"""H200 dense bf16 tensor-core peak, the issue's MFU denominator."""
+"""H200 dense bf16 tensor-core peak, the first MFU denominator."""
 
 ECOLI = REPO_ROOT / "examples" / "ecoli_k12_mg1655.fasta.gz"
 BATCH = {8192: 4, 16384: 2, 32768: 1, 65536: 1, 131072: 1}
@@ -235,7 +240,7 @@ class Worker:
                 self.record(retry, **self.attempt(retry))
 
     def attempt(self, case: Case) -> dict:
-        torch._dynamo.utils.counters.clear()
+        reset_compile_counts()
         try:
             return self.measure(case)
         except torch.OutOfMemoryError as error:
@@ -266,12 +271,11 @@ class Worker:
         warmup_s = time.perf_counter() - t0
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
-        times = time_steps(model_step.step, self.device, warmup=0, steps=steps)
+        times = time_calls(model_step.step, self.device, warmup=0, calls=steps)
         step_ms = median(times)
         tokens = case.batch * self.context(case)
         flops_per_token = model_flops_per_token(config, parameters, self.context(case), case.pattern == "window")
         tflops = flops_per_token * tokens / (step_ms / 1e3) / 1e12
-        counters = torch._dynamo.utils.counters
         return {
             "status": "ok",
             "step_ms": step_ms,
@@ -283,8 +287,7 @@ class Worker:
             "first_loss": first_loss,
             "warmup_s": warmup_s,
             "warmup_steps": warmup,
-            "graph_breaks": sum(counters["graph_break"].values()),
-            "graphs": counters["stats"].get("unique_graphs", 0),
+            **compile_counts(),
             "parameters": parameters,
             **extra,
         }
@@ -297,7 +300,7 @@ class Worker:
 
     def tokens(self, batch: int, context: int, seed: int = 0) -> torch.Tensor:
         """(B, L) uint8 random windows of the shipped E. coli genome, on the device."""
-        from genoformer.data.genome_store import GenomeStore, prepare_genome_store
+        from genoformer.data.genome.store import GenomeStore, prepare_genome_store
 
         if self._store is None:
             self._store = GenomeStore(prepare_genome_store([ECOLI], self.tmp / "ecoli.zarr", progress=False))
@@ -315,7 +318,7 @@ class Worker:
         module = build_genoformer(arguments)
         config = module.model.config
         check_flops_formula(config, parameter_count(module.model), context)
-        extra = {"fit_args": arguments, "activation_checkpointing": config.activation_checkpointing}
+        extra = {"fit_args": arguments, "activation_checkpointing": module.runtime.activation_checkpointing}
         tokens_BL = self.tokens(case.batch, context)
         if case.impl == "genoformer":
             module = module.to(self.device).train()
@@ -345,10 +348,10 @@ class Worker:
         return model_step, config, parameter_count(anchor), extra
 
     def compile_genoformer(self, module) -> None:
-        """As `genoformer fit` does with `model.compile: true` (Lightning's configure_model hook);
+        """As `genoformer fit` does with `model.runtime.compile: true` (Lightning's configure_model hook);
         the CPU smoke run compiles with aot_eager instead of inductor (seconds, not minutes)."""
         if self.smoke:
-            from genoformer.model import compile_blocks
+            from genoformer.core.transformer import compile_blocks
 
             compile_blocks(module.model, backend=self.compile_backend)
         else:
@@ -402,21 +405,6 @@ class Worker:
         }
 
 
-class TrainStep:
-    """One optimizer step: zero grads, loss under autocast, backward, optimizer step."""
-
-    def __init__(self, loss_fn, optimizer: torch.optim.Optimizer, device: torch.device, dtype: torch.dtype) -> None:
-        self.loss_fn, self.optimizer, self.device, self.dtype = loss_fn, optimizer, device, dtype
-
-    def step(self) -> torch.Tensor:
-        self.optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
-            loss = self.loss_fn()
-        loss.backward()
-        self.optimizer.step()
-        return loss.detach()
-
-
 class _Repeat(torch.utils.data.Dataset):
     """The same (already batched, already on the device) batch, n times."""
 
@@ -445,7 +433,7 @@ def drive(args: argparse.Namespace) -> dict:
             skipped += [(case.name, f"needs {needs} GPUs, this machine has {gpus}") for case in cases]
             continue
         if args.smoke and needs > 1:
-            skipped += [(case.name, "multi-GPU: not in the CPU smoke run (tests/model/test_ddp.py runs DDP on CPUs)")
+            skipped += [(case.name, "multi-GPU: not in the CPU smoke run (tests/core/test_ddp.py runs DDP on CPUs)")
                         for case in cases]
             continue
         left = deadline - time.monotonic()
@@ -499,7 +487,7 @@ def publish(args: argparse.Namespace, skipped: list[tuple[str, str]], wall_s: fl
         "records": records,
         "skipped": [{"name": name, "status": why} for name, why in skipped],
     }
-    write_atomically(args.out / "train.json", json.dumps(summary, indent=1))
+    write_json_file(args.out / "train.json", summary)
     write_atomically(args.out / "train.md", render_markdown(summary) + "\n")
     if final:
         print(short_table(summary))
@@ -517,12 +505,11 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny CPU run of every code path (tests)")
     parser.add_argument("--list", action="store_true", help="print the case names in run order and exit")
     parser.add_argument("--render", action="store_true",
-                        help="measure nothing: render OUT/train.json (for --markdown, --update-configs)")
+                        help="measure nothing: OUT/train.json, merged with the --merge runs, rendered again into "
+                             "OUT/train.json and OUT/train.md (and --markdown)")
     parser.add_argument("--markdown", type=Path, default=None, help="also rewrite the `training-speed` section of this file")
     parser.add_argument("--merge", type=Path, action="append", default=[], metavar="DIR",
                         help="with --render: add the cases of another run's folder (repeatable; later runs win)")
-    parser.add_argument("--update-configs", action="store_true",
-                        help="with --render: write the measured speed and memory into configs/genome_{32k,64k,128k}_gpu.yaml")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.list:
@@ -534,13 +521,11 @@ def main() -> None:
         Worker(args).run([case for cases in groups.values() for case in cases])
         return
     if args.render:
-        # OUT (and the merged folders) may be read-only: nothing is written there
         summary = merge_runs([json.loads((out / "train.json").read_text()) for out in [args.out, *args.merge]])
+        write_json_file(args.out / "train.json", summary)  # one file holds the whole table
+        write_atomically(args.out / "train.md", render_markdown(summary) + "\n")
         if args.markdown is not None:
             replace_markdown_section(args.markdown, "training-speed", render_markdown(summary))
-        if args.update_configs:
-            for path in update_configs(summary, REPO_ROOT / "configs"):
-                print(f"updated {path.relative_to(REPO_ROOT)}")
         print(short_table(summary))
         return
     if not args.smoke and not torch.cuda.is_available():

@@ -1,5 +1,5 @@
-"""How `benchmarks/train.py` measures: step timing, the matmul ceiling, the profiler's per-part
-breakdown, and step time inside `Trainer.fit`.
+"""How `benchmarks/train.py` measures beyond the shared timing of `benchmarks.common`: the
+matmul ceiling, the profiler's per-part breakdown, and step time inside `Trainer.fit`.
 """
 
 from __future__ import annotations
@@ -11,46 +11,16 @@ from collections.abc import Callable, Iterable
 import lightning as L
 import torch
 
-# --------------------------------------------------------------------------------- timing
+from benchmarks.common import median, synchronize, time_calls
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def time_steps(step: Callable[[], object], device: torch.device, warmup: int, steps: int) -> list[float]:
-    """Milliseconds of each of `steps` calls of `step` after `warmup` calls (CUDA events on a GPU)."""
-    for _ in range(warmup):
-        step()
-    synchronize(device)
-    times = []
-    for _ in range(steps):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            step()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return times
-
-
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2]
-
-
+# --------------------------------------------------------------------------------- ceiling
 def matmul_ceiling_tflops(device: torch.device, size: int = 8192, repeats: int = 20) -> float:
     """bf16 (CPU: fp32) size^3 torch.matmul rate in TFLOP/s: what the device reaches on a GEMM."""
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
-    times = time_steps(lambda: a @ b, device, warmup=3, steps=repeats)
+    times = time_calls(lambda: a @ b, device, warmup=3, calls=repeats)
     return 2 * size**3 / (median(times) / 1e3) / 1e12
 
 

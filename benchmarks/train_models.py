@@ -16,33 +16,40 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
-import yaml
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from benchmarks.attention import flex_block_mask
-from genoformer.cli import training_cli
+from genoformer.cli import compose_config, training_cli
 from genoformer.kernels.layout import BlockLayout
-from genoformer.lightning_module import GenoformerLM
-from genoformer.model import RotaryEmbedding, TransformerConfig, apply_rotary
+from genoformer.genome.lm import GenoformerLM
+from genoformer.core.transformer import RotaryEmbedding, TransformerConfig, apply_rotary
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = REPO_ROOT / "configs"
 WINDOW_CONFIG = CONFIGS / "genome_8k_gpu.yaml"
 """Its `model.transformer.attention` is the sliding-window pattern the benchmark runs."""
+REFERENCE_CONFIG = CONFIGS / "models" / "reference_85m.yaml"
+"""The reference model's sizes, as the long-context configs include them."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Architecture:
-    """The reference model (about 85M parameters at the defaults)."""
+    """The sizes of a benchmark model."""
 
-    d_model: int = 768
-    n_layers: int = 12
-    n_heads: int = 12
+    d_model: int
+    n_layers: int
+    n_heads: int
+
+    @classmethod
+    def from_config(cls, path: Path) -> Architecture:
+        """The sizes a config file (or a fragment) sets in `model.transformer`."""
+        transformer = compose_config(path)["model"]["transformer"]
+        return cls(**{field.name: transformer[field.name] for field in dataclasses.fields(cls)})
 
 
-REFERENCE = Architecture()
+REFERENCE = Architecture.from_config(REFERENCE_CONFIG)
 SMOKE = Architecture(d_model=64, n_layers=2, n_heads=2)
 
 
@@ -55,7 +62,7 @@ def base_config(context: int) -> Path:
 
 def window_pattern() -> list:
     """configs/genome_8k_gpu.yaml's attention list (layout specs as YAML mappings, null = dense)."""
-    return yaml.safe_load(WINDOW_CONFIG.read_text())["model"]["transformer"]["attention"]
+    return compose_config(WINDOW_CONFIG)["model"]["transformer"]["attention"]
 
 
 def fit_arguments(
@@ -71,9 +78,9 @@ def fit_arguments(
         "--model.transformer.d_model", str(arch.d_model), "--model.transformer.n_layers", str(arch.n_layers),
         "--model.transformer.n_heads", str(arch.n_heads),
         "--model.transformer.max_seq_len", str(context),
-        "--model.transformer.fused_elementwise", str(fused).lower(),
-        "--model.transformer.activation_checkpointing", str(checkpointing).lower(),
-        "--model.compile", str(compiled).lower(), "--data.init_args.batch_size", str(batch),
+        "--model.runtime.fused_elementwise", str(fused).lower(),
+        "--model.runtime.activation_checkpointing", str(checkpointing).lower(),
+        "--model.runtime.compile", str(compiled).lower(), "--data.init_args.batch_size", str(batch),
     ]
 
 

@@ -1,20 +1,21 @@
-"""How `benchmarks/train.py` reports: the Markdown table, the targets, the profile breakdown,
-and the measured lines of the long-context configs, all from a run's summary (train.json)."""
+"""How `benchmarks/train.py` reports: the Markdown table, the targets, the profile breakdown and
+the long-context configs' figures, all from a run's summary (train.json)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
-from benchmarks.common import environment_markdown, markdown_table, write_atomically
-
+from benchmarks.common import environment_markdown, markdown_table
 
 
 def merge_runs(summaries: list[dict]) -> dict:
     """One summary from several runs (a one-GPU and a two-GPU call, say): the first run's header,
     every run's cases tagged with the run's index (`run`), each command kept. Where two runs
     measured the same case the later one shows in the table (a failed or unrun case of an earlier
-    run is dropped); ratios pair cases of one run."""
+    run is dropped); ratios pair cases of one run. A summary merged before (its cases tagged with
+    their run) comes back as it is."""
+    if len(summaries) == 1 and all("run" in record for record in summaries[0]["records"]):
+        return summaries[0]
     merged = dict(summaries[0])
     records = [{**record, "run": i} for i, summary in enumerate(summaries) for record in summary["records"]]
     # a case that failed or was not run in one run and ran in a later one: only the later shows
@@ -75,7 +76,7 @@ def step_rows(summary: dict) -> list[dict]:
 
 
 def targets(summary: dict) -> list[dict]:
-    """The issue's targets, each with what this run measured."""
+    """The training-speed targets, each with what this run measured."""
     by = _by_name(summary)
 
     def tps(name):
@@ -147,46 +148,21 @@ def profile_sections(summary: dict) -> list[str]:
     return sections
 
 
-MEASURED = "# Measured (python -m benchmarks.train, H200):"
-"""How the long-context configs' comment line with their speed and memory starts."""
-
-
-def config_comments(summary: dict) -> dict[str, str]:
-    """config file name -> its measured comment line (window pattern, compiled: what it runs)."""
+def config_lines(summary: dict) -> list[str]:
+    """What the long-context configs' model (window pattern, compiled) measured, for a config's
+    comment to quote by hand, and where dense (math) attention runs out of memory."""
     by = _by_name(summary)
-    comments = {}
+    lines = []
     for tag in ("32k", "64k", "128k"):
         name = f"genoformer-window-{tag}-compiled"
-        r = by.get(name)
-        needs_checkpointing = not _ok(r) and _ok(by.get(name + "-ckpt"))
-        r = by.get(name + "-ckpt") if needs_checkpointing else r
+        needs_checkpointing = not _ok(by.get(name)) and _ok(by.get(name + "-ckpt"))
+        r = by.get(name + "-ckpt") if needs_checkpointing else by.get(name)
         if _ok(r):
-            comments[f"genome_{tag}_gpu.yaml"] = (
-                f"{MEASURED} {r['tokens_per_s']:,.0f} tokens/s, {r['step_ms'] / 1e3:.2f} s per step"
-                f"{_gib(r, ', peak {:.1f} GiB')}, MFU {100 * r['mfu']:.1f}% (allowed pairs)"
-                + ("; out of memory without activation checkpointing: set it true" if needs_checkpointing else "")
-            )
-    return comments
-
-
-def update_configs(summary: dict, configs: Path) -> list[Path]:
-    """Rewrite the measured comment line of each long-context config this run measured."""
-    changed = []
-    for name, comment in config_comments(summary).items():
-        path = configs / name
-        lines = path.read_text().splitlines(keepends=True)
-        at = [i for i, line in enumerate(lines) if line.startswith(MEASURED)]
-        if len(at) != 1:
-            raise ValueError(f"{path} needs exactly one line starting with {MEASURED!r}; found {len(at)}.")
-        lines[at[0]] = comment + "\n"
-        write_atomically(path, "".join(lines))
-        changed.append(path)
-    return changed
-
-
-def config_lines(summary: dict) -> list[str]:
-    """The long-context configs' measured lines, and where dense (math) attention runs out of memory."""
-    lines = [f"- configs/{name}: `{comment}`" for name, comment in config_comments(summary).items()]
+            lines.append(
+                f"- `configs/genome_{tag}_gpu.yaml` (`{r['name']}`): {r['tokens_per_s']:,.0f} tokens/s, "
+                f"{r['step_ms'] / 1e3:.2f} s per step{_gib(r, ', peak {:.1f} GiB')}, MFU {100 * r['mfu']:.1f}% "
+                "(allowed pairs)"
+                + ("; out of memory without activation checkpointing" if needs_checkpointing else ""))
     math_oom = [r for r in summary["records"] if r["impl"] == "math" and r.get("status") == "OOM"]
     math_ok = [r for r in summary["records"] if r["impl"] == "math" and _ok(r)]
     if math_oom or math_ok:
@@ -207,12 +183,12 @@ def render_markdown(summary: dict) -> str:
         "AdamW, one optimizer step per row, median of the timed steps after the warm-up (whose time, compile "
         "included, is `warm-up s`); real E. coli windows, already on the GPU. MFU = model FLOPs / time / "
         f"{summary['peak_tflops']:.0f} TFLOP/s, with model FLOPs per token = 6 x parameters + 12 x width x (mean keys "
-        "per query) per layer: the issue's 6 N + 6 n_layers width L for causal dense attention, the allowed "
+        "per query) per layer: the usual 6 N + 6 n_layers width L for causal dense attention, the allowed "
         "pairs for the window pattern. MFU (matmul): the same against the bf16 8192^3 matmul rate measured "
         f"in this run ({f'{ceiling:.0f} TFLOP/s' if ceiling else 'not measured'}). Wall time of the run: "
         f"{summary['wall_s']:.0f} s.",
         "Cases: `genoformer` = our model (`eager` with fused elementwise regions, `plain` with the reference "
-        "ops, `compiled` = `model.compile: true`); `sdpa` = plain PyTorch + SDPA FlashAttention-2 (causal "
+        "ops, `compiled` = `model.runtime.compile: true`); `sdpa` = plain PyTorch + SDPA FlashAttention-2 (causal "
         "dense even for the window pattern); `flex` = plain PyTorch + FlexAttention with our block masks; "
         "`math` = plain PyTorch + SDPA math (memory probe).",
         markdown_table(step_rows(summary)),

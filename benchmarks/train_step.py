@@ -14,8 +14,8 @@ identical batch of real E. coli windows:
   SDPA with the layout expanded to a dense boolean mask (what a user without our kernels gets).
 
 It also checks that `auto` chose Triton, that both backends give the same loss and gradients
-(relative difference), and records peak memory. Results go to DIR/train_step.json and the
-`training` section of BENCHMARKS.md.
+(relative difference), and records peak memory. Results go to DIR/train_step.json and .md and,
+with --markdown, the `training` section of that file; --render-from re-renders a saved run.
 """
 
 from __future__ import annotations
@@ -23,24 +23,28 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import logging
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 from benchmarks.common import (
+    TrainStep,
     command_line,
     describe_environment,
     environment_markdown,
+    kept_weights,
+    logged_messages,
     markdown_table,
-    replace_markdown_section,
+    median,
+    publish,
+    synchronize,
+    time_calls,
 )
 from genoformer.cli import training_cli
-from genoformer.data.genome_store import GenomeStore, prepare_genome_store
+from genoformer.data.genome.store import GenomeStore, prepare_genome_store
 from genoformer.kernels.dispatch import Backend
-from genoformer.lightning_module import GenoformerLM
+from genoformer.genome.lm import GenoformerLM
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ECOLI = REPO_ROOT / "examples" / "ecoli_k12_mg1655.fasta.gz"
@@ -68,87 +72,50 @@ def real_batch(batch_size: int, seq_len: int, seed: int) -> torch.Tensor:
 
 
 def with_backend(module: GenoformerLM, backend: Backend) -> GenoformerLM:
-    """The same module (same weights) with every attention layer on `backend`."""
-    module.model.config = dataclasses.replace(module.model.config, attention_backend=backend)
+    """The same module (same weights) with every attention layer on `backend`: its runtime
+    settings changed and applied to the trunk, as a config's `model.runtime` would be."""
+    module.runtime = dataclasses.replace(module.runtime, attention_backend=backend)
+    module.model.apply_runtime(module.runtime)
     return module
 
 
-def step_once(module: GenoformerLM, optimizer: torch.optim.Optimizer, tokens_BL: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    optimizer.zero_grad(set_to_none=True)
-    with torch.autocast(tokens_BL.device.type, dtype=dtype, enabled=dtype != torch.float32):
-        loss, _ = module.loss(tokens_BL)
-    loss.backward()
-    optimizer.step()
-    return loss.detach()
-
-
 def measure(module: GenoformerLM, tokens_BL: torch.Tensor, backend: Backend, dtype: torch.dtype, steps: int, warmup: int) -> dict:
+    """Median step time, peak memory, and the loss and gradients at the initial weights (for the
+    cross-backend check) of one backend; the weights are as they were afterwards."""
     device = tokens_BL.device
-    initial = {name: p.detach().clone() for name, p in module.named_parameters()}
     with_backend(module, backend)
-    # Loss and gradients at the initial weights, for the cross-backend check.
-    module.zero_grad(set_to_none=True)
-    with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-        loss, _ = module.loss(tokens_BL)
-    loss.backward()
-    grads = {name: p.grad.detach().float().clone() for name, p in module.named_parameters() if p.grad is not None}
-    first_loss = float(loss.detach())
-
-    optimizer = torch.optim.AdamW(module.parameters(), lr=1e-4)
-    for _ in range(warmup):
-        step_once(module, optimizer, tokens_BL, dtype)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(steps):
+    with kept_weights(module):
+        module.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+            loss, _ = module.loss(tokens_BL)
+        loss.backward()
+        grads = {name: p.grad.detach().float().clone() for name, p in module.named_parameters() if p.grad is not None}
+        train_step = TrainStep(lambda: module.loss(tokens_BL)[0], torch.optim.AdamW(module.parameters(), lr=1e-4), device, dtype)
+        for _ in range(warmup):
+            train_step.step()
+        synchronize(device)
         if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step_once(module, optimizer, tokens_BL, dtype)
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            step_once(module, optimizer, tokens_BL, dtype)
-            times.append((time.perf_counter() - t0) * 1e3)
-    peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
-    with torch.no_grad():  # leave the weights as found, so the next backend starts from the same point
-        for name, p in module.named_parameters():
-            p.copy_(initial[name])
-    median_ms = sorted(times)[len(times) // 2]
+            torch.cuda.reset_peak_memory_stats()
+        times = time_calls(train_step.step, device, warmup=0, calls=steps)
+        peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
+    step_ms = median(times)
     return {
         "backend": backend.value,
-        "step_ms": median_ms,
-        "tokens_per_s": tokens_BL.numel() / (median_ms / 1e3),
+        "step_ms": step_ms,
+        "tokens_per_s": tokens_BL.numel() / (step_ms / 1e3),
         "peak_gib": peak,
-        "loss_at_init": first_loss,
+        "loss_at_init": float(loss.detach()),
         "grads": grads,
     }
 
 
 def auto_choice(module: GenoformerLM, tokens_BL: torch.Tensor) -> list[str]:
     """The messages `auto` logs when it picks a backend for this model's layers."""
-    records: list[str] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record.getMessage())
-
-    handler = Collect()
-    logger = logging.getLogger("genoformer.kernels")
-    logger.addHandler(handler)
-    old_level = logger.level
-    logger.setLevel(logging.INFO)
-    try:
-        with_backend(module, Backend.AUTO)
-        with torch.no_grad(), torch.autocast(tokens_BL.device.type, dtype=torch.bfloat16, enabled=tokens_BL.is_cuda):
-            module.model(tokens_BL[:1])
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old_level)
-    return records
+    with_backend(module, Backend.AUTO)
+    with logged_messages() as messages, torch.no_grad(), \
+            torch.autocast(tokens_BL.device.type, dtype=torch.bfloat16, enabled=tokens_BL.is_cuda):
+        module.model(tokens_BL[:1])
+    return messages
 
 
 def main() -> None:
@@ -165,8 +132,8 @@ def main() -> None:
     parser.add_argument("--render-from", type=Path, default=None, help="measure nothing: re-render from an earlier train_step.json")
     args = parser.parse_args()
     if args.render_from is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        publish(json.loads(args.render_from.read_text()), args.out, args.markdown)
+        summary = json.loads(args.render_from.read_text())
+        publish(args.out, "train_step", summary, render_markdown(summary), args.markdown, "training")
         return
 
     device = torch.device(args.device)
@@ -206,9 +173,7 @@ def main() -> None:
         "auto_log": auto_messages,
         "results": results,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "train_step.json").write_text(json.dumps(summary, indent=2))
-    publish(summary, args.out, args.markdown)
+    publish(args.out, "train_step", summary, render_markdown(summary), args.markdown, "training")
 
 
 def render_markdown(summary: dict) -> str:
@@ -241,14 +206,6 @@ def render_markdown(summary: dict) -> str:
         markdown_table(rows),
         "`auto` logged: " + ("; ".join(f"`{m}`" for m in messages) if messages else "(nothing)"),
     ])
-
-
-def publish(summary: dict, out: Path, markdown: Path | None) -> None:
-    text = render_markdown(summary)
-    (out / "train_step.md").write_text(text + "\n")
-    if markdown is not None:
-        replace_markdown_section(markdown, "training", text)
-    print(text)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,17 @@ Configs are parsed in jsonargparse's "omegaconf+" mode: `${...model.init_args.tr
 style interpolation is resolved after the command line is applied, so overriding one value on
 the command line updates everything that refers to it.
 
+A config file may build on fragments: its top-level `include:` names one file or a list of them,
+each relative to the file that names it or, when it is not there, to the shipped configs/ folder
+(so that a copy of a shipped recipe still finds its fragments). configs/base/ holds the trainer
+of each device kind and what a family of recipes shares, configs/models/ the shared model sizes.
+The fragments are read first, in order, a fragment's own `include:` before it; the file's values
+then merge over them: a mapping key by key, anything else (a value, or a list such as
+trainer.callbacks) replacing what the fragments set, and a mapping that names another class_path
+replacing the fragment's mapping whole. The composed config is parsed as if it were the file
+(`--print_config` shows it; `${...}` interpolation sees all of it), and a second `--config`
+merges over it as usual. `compose_config(path)` returns it as a dict.
+
 Data and inference verbs are typed functions whose `--help` comes from their docstrings:
 
     genoformer prepare --fasta genome.fa.gz --out genome.zarr
@@ -38,7 +49,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import torch
-from jsonargparse import CLI, ActionYesNo
+import yaml
+from jsonargparse import CLI, ActionYesNo, get_loader
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
@@ -346,6 +358,90 @@ def _lightning_keyword(ckpt_path: str) -> bool:
     return str(ckpt_path) == "hpc" or str(ckpt_path).startswith("registry")
 
 
+# ----------------------------------------------------------------------- composed config files
+INCLUDE_KEY = "include"
+"""The top-level key of a config file that names the fragments it builds on (module docstring)."""
+
+SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+"""Where an include that is not next to the including file is looked up."""
+
+
+def compose_config(path: str | os.PathLike, _included_by: tuple[Path, ...] = ()) -> Any:
+    """The YAML content of config file `path` with the fragments it includes merged in, read as
+    jsonargparse reads YAML; a file without `include:` is returned as it is."""
+    path = Path(path)
+    if path.resolve() in _included_by:
+        chain = " -> ".join(str(p) for p in (*_included_by, path.resolve()))
+        raise ValueError(f"config fragments include each other in a circle: {chain}; remove one of the includes")
+    try:
+        content = get_loader("yaml")(path.read_text())
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path} is not valid YAML: {error}") from error
+    if not isinstance(content, dict) or INCLUDE_KEY not in content:
+        return content
+    names = content.pop(INCLUDE_KEY)
+    names = [names] if isinstance(names, str) else names
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise ValueError(f"{path}: `{INCLUDE_KEY}:` takes a fragment's path or a list of paths, not {names!r}")
+    composed: dict[str, Any] = {}
+    for name in names:
+        fragment = path.parent / name
+        if not fragment.is_file():
+            fragment = SHIPPED_CONFIGS / name
+        if not fragment.is_file():
+            raise FileNotFoundError(
+                f"{path} includes {name}, but there is no {path.parent / name} (an include is relative to the "
+                f"file that names it) nor a shipped {fragment}: put the fragment there, or give its path"
+            )
+        composed = _merged(composed, compose_config(fragment, (*_included_by, path.resolve())))
+    return _merged(composed, content)
+
+
+def _merged(base: Any, override: Any) -> Any:
+    """`override` over `base`: mappings key by key, anything else replaced; a mapping that names
+    another class_path replaces the other whole (its arguments are another class's)."""
+    if not (isinstance(base, dict) and isinstance(override, dict)):
+        return override
+    if "class_path" in base and "class_path" in override and base["class_path"] != override["class_path"]:
+        return override
+    merged = dict(base)
+    for key, value in override.items():
+        merged[key] = _merged(base[key], value) if key in base else value
+    return merged
+
+
+def _includes_fragments(path: Any) -> bool:
+    """Whether `path` is a YAML file with a top-level `include:`."""
+    try:
+        content = get_loader("yaml")(Path(path).read_text()) if os.path.isfile(path) else None
+    except yaml.YAMLError:
+        return False  # jsonargparse reports it
+    return isinstance(content, dict) and INCLUDE_KEY in content
+
+
+class _QuotedStrings(yaml.SafeDumper):
+    """Writes every string quoted, so that it reads back as a string (`"1e-3"`, `"00:15:00"`)."""
+
+
+_QuotedStrings.add_representer(
+    str, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style='"')
+)
+
+
+class ComposingArgumentParser(LightningArgumentParser):
+    """LightningCLI's parser, reading a config file that has `include:` as its composed config
+    (other files as jsonargparse reads them). Values in a composed config that jsonargparse reads
+    as paths are relative to the working directory, as the shipped configs' paths are."""
+
+    def parse_path(self, path: Any, ext_vars: Optional[dict] = None, env: Optional[bool] = None,
+                   defaults: bool = True, **kwargs: Any) -> Any:
+        if not _includes_fragments(path):
+            return super().parse_path(path, ext_vars=ext_vars, env=env, defaults=defaults, **kwargs)
+        composed = yaml.dump(compose_config(path), Dumper=_QuotedStrings, sort_keys=False)
+        return self.parse_string(composed, path=os.path.basename(path), ext_vars=ext_vars, env=env,
+                                 defaults=defaults, **kwargs)
+
+
 def training_cli(args: Optional[Sequence[str]] = None, run: bool = True) -> LightningCLI:
     """LightningCLI for GenoformerLM or another LightningModule named by model.class_path (such as
     TimeSeriesForecaster); the data module is chosen in the config by class_path.
@@ -360,6 +456,7 @@ def training_cli(args: Optional[Sequence[str]] = None, run: bool = True) -> Ligh
         subclass_mode_model=True,
         subclass_mode_data=True,
         parser_kwargs={"parser_mode": "omegaconf+"},
+        parser_class=ComposingArgumentParser,
         save_config_callback=RunConfigSaver,
         save_config_kwargs={"overwrite": True},
         auto_configure_optimizers=False,

@@ -27,7 +27,8 @@ Backends:
     torch       block-sparse in plain PyTorch, memory O(allowed blocks), any device
     sdpa        torch's scaled_dot_product_attention; masks only as a bool tensor
     flash_attn_2  flash-attn 2 (`from flash_attn import flash_attn_func`; A100 and older; no layouts)
-    flash_attn_4  flash-attn-4 (`import flash_attn.cute`; Hopper, Blackwell; no layouts)
+    flash_attn_4  flash-attn-4 (`import flash_attn.cute`; Hopper, Blackwell; no layouts; only the head
+                dims whose gradients a GPU run checked: `flash_attn_backend.FLASH_ATTN_4_HEAD_DIMS`)
     flash_attn  whichever flash-attn install can run the inputs, flash-attn-4 first (kept for
                 existing configs; `genoformer.kernels.flash_attn_backend` documents both)
     triton      genoformer.kernels.triton_flash (CUDA, or CPU under TRITON_INTERPRET=1); fp16/bf16,
@@ -39,6 +40,15 @@ Backends:
                 bool mask has at most SDPA_MASK_ELEMENTS elements), torch for block-sparse layouts.
                 Documents are never dropped: every backend runs them or refuses with the reason.
                 A layout whose blocks are all allowed counts as dense.
+
+Names: `Backend("flash_attn")`, `Backend("FLASH_ATTN")`, `Backend["auto"]` and `Backend["Triton"]` all
+work, so a config may write a backend by value or by name in any case (jsonargparse, which reads
+Enum fields by member name, then takes `attention_backend: flash_attn` as users write it).
+
+Every backend is one row of `BACKENDS` (`BackendEntry`: how to run it, why it cannot run an
+input, both behind the same signature), and `resolve` is the one path from a requested backend to
+the one that runs: `attention` and `plan_attention` both call it.
+
 The choice of `auto` is logged once per situation on the "genoformer.kernels" logger: at INFO
 level, and at WARNING level when on a CUDA GPU it passes over the fastest measured backend (with
 the reason and what to install), since that costs speed a user should know about.
@@ -58,7 +68,8 @@ import functools
 import importlib.util
 import logging
 import math
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
 
 import torch
 
@@ -78,8 +89,21 @@ SDPA_MASK_ELEMENTS = 1 << 24
 _logged_choices: set[tuple] = set()
 
 
-class Backend(str, enum.Enum):
-    """Which implementation runs `attention`."""
+class _ByNameOrValue(enum.EnumMeta):
+    """`Backend[...]` finds a member by name or value in any case, as `Backend(...)` does.
+
+    jsonargparse (LightningCLI's parser) reads an Enum-typed field with `Backend[text]`, so
+    `attention_backend: flash_attn`, `auto` or `FLASH_ATTN` in a config all parse."""
+
+    def __getitem__(cls, name):
+        member = cls._missing_(name) if isinstance(name, str) else None
+        if member is None:
+            raise KeyError(name)
+        return member
+
+
+class Backend(str, enum.Enum, metaclass=_ByNameOrValue):
+    """Which implementation runs `attention`; parses from its value or its name in any case."""
 
     AUTO = "auto"
     REFERENCE = "reference"
@@ -90,15 +114,84 @@ class Backend(str, enum.Enum):
     FLASH_ATTN_4 = "flash_attn_4"
     TRITON = "triton"
 
+    @classmethod
+    def _missing_(cls, value):
+        if not isinstance(value, str):
+            return None
+        folded = value.lower()
+        return next((m for m in cls.__members__.values() if folded in (m.value, m.name.lower())), None)
 
-_FLASH_ATTN_VERSIONS = {
-    Backend.FLASH_ATTN: (FlashAttn.V4, FlashAttn.V2),
-    Backend.FLASH_ATTN_2: (FlashAttn.V2,),
-    Backend.FLASH_ATTN_4: (FlashAttn.V4,),
+
+# ------------------------------------------------------------------------------ the backends
+class RunFn(Protocol):
+    """The one signature of every backend's implementation: q (B, Hq, Lq, D), k, v (B, Hkv, Lk, D)
+    -> (B, Hq, Lq, D) in q's dtype, for inputs `attention` has checked."""
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
+                 layout: BlockLayout | None, kv_lens: torch.Tensor | None, scale: float,
+                 cu_seqlens: torch.Tensor | None) -> torch.Tensor: ...
+
+
+class ReasonFn(Protocol):
+    """None when the backend can run these (valid) inputs here, else a sentence: why not, what to do."""
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
+                 layout: BlockLayout | None, kv_lens: torch.Tensor | None,
+                 cu_seqlens: torch.Tensor | None) -> str | None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendEntry:
+    """One row of `BACKENDS`."""
+
+    load: Callable[[], RunFn]
+    """Returns the implementation, importing it first where it lives in an optional package's
+    module (Triton): nothing of it is imported before a call runs it."""
+    unsupported_reason: ReasonFn
+    """Asked before every run (and by auto for each candidate); must not import what it judges
+    missing, so that a machine without the package gets the reason, not an ImportError."""
+
+
+def _runs_every_input(q, k, v, *, causal, layout, kv_lens, cu_seqlens) -> None:
+    return None
+
+
+def _load_triton() -> RunFn:
+    from genoformer.kernels.triton_flash import triton_attention
+
+    return triton_attention
+
+
+def _triton_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens) -> str | None:
+    # (a compiled graph cannot trace find_spec; plan_attention asked it before the graph)
+    if not torch.compiler.is_compiling() and importlib.util.find_spec("triton") is None:
+        return "triton is not installed: pip install triton (or the extra: pip install 'genoformer[triton]')."
+    from genoformer.kernels import triton_flash
+
+    return triton_flash.unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens,
+                                           cu_seqlens=cu_seqlens)
+
+
+def _flash_attn(*versions: FlashAttn) -> BackendEntry:
+    """A flash-attn backend that runs the first of `versions` able to run the inputs."""
+    run = functools.partial(flash_attn_backend.flash_attn_attention, versions)
+    return BackendEntry(load=lambda: run,
+                        unsupported_reason=functools.partial(flash_attn_backend.unsupported_reason, versions))
+
+
+BACKENDS: dict[Backend, BackendEntry] = {
+    Backend.REFERENCE: BackendEntry(lambda: reference_attention, _runs_every_input),
+    Backend.TORCH: BackendEntry(lambda: blocksparse_attention, _runs_every_input),
+    Backend.SDPA: BackendEntry(lambda: sdpa_attention, _runs_every_input),
+    Backend.FLASH_ATTN: _flash_attn(FlashAttn.V4, FlashAttn.V2),
+    Backend.FLASH_ATTN_2: _flash_attn(FlashAttn.V2),
+    Backend.FLASH_ATTN_4: _flash_attn(FlashAttn.V4),
+    Backend.TRITON: BackendEntry(_load_triton, _triton_unsupported_reason),
 }
-"""The flash-attn installs each flash-attn backend may run, in the order it tries them."""
+"""Every backend but AUTO, which is a choice among them (`_choose`)."""
 
 
+# ------------------------------------------------------------------------------ entry points
 def attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -122,9 +215,9 @@ def attention(
             layout.kv_len == Lk) with 1 (shared) or Hq heads; None for dense attention.
         kv_lens: (B,) integer tensor on q's device: keys at positions >= kv_lens[b] are masked.
         scale: multiplier of q k^T; default 1 / sqrt(D).
-        backend: a `Backend` (or its value as a string); AUTO picks one (see the module docstring).
-            Inside a compiled graph pass the backend of `plan_attention` instead: choosing
-            reads the layout on the host, which would break the graph.
+        backend: a `Backend`, or its value or name as a string in any case; AUTO picks one (see
+            the module docstring). Inside a compiled graph pass the backend of `plan_attention`
+            instead: choosing reads the layout on the host, which would break the graph.
         cu_seqlens: (N+1,) int32 tensor on q's device: packed documents (see the module docstring);
             query i attends key j only inside its own document. Needs Lq == Lk; not with kv_lens.
 
@@ -134,26 +227,9 @@ def attention(
     backend = _as_backend(backend)
     _check_inputs(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
     scale = q.shape[-1] ** -0.5 if scale is None else _check_scale(scale)
-
-    if backend is Backend.AUTO:
-        layout = _dense_if_full(layout)
-        backend = _choose(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
-    else:
-        reason = unsupported_reason(
-            backend, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens
-        )
-        if reason is not None:
-            raise ValueError(f"backend {backend.value!r} cannot run these inputs: {reason}")
-
-    if backend is Backend.TRITON:
-        from genoformer.kernels.triton_flash import triton_attention
-
-        run = triton_attention
-    else:
-        run = _BACKENDS[backend]
-    # only packed inputs pass cu_seqlens: a backend that has no such keyword refused them above
-    packed = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}
-    return run(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, scale=scale, **packed)
+    plan = _resolve(backend, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
+    run = BACKENDS[plan.backend].load()
+    return run(q, k, v, causal=causal, layout=plan.layout, kv_lens=kv_lens, scale=scale, cu_seqlens=cu_seqlens)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,46 +272,11 @@ def plan_attention(
     one = torch.empty((1, 1, 1, 1), device=device, dtype=dtype)
     q = one.expand(batch, q_heads, q_len, head_dim)
     k = one.expand(batch, kv_heads, kv_len, head_dim)
-    if backend is Backend.AUTO:
-        layout = _dense_if_full(layout)
-        backend = _choose(q, k, k, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
-    else:
-        reason = unsupported_reason(
-            backend, q, k, k, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens
-        )
-        if reason is not None:
-            raise ValueError(f"backend {backend.value!r} cannot run these inputs: {reason}")
-    if backend is Backend.TRITON and layout is not None:
-        layout.kv_indices(device)
-        layout.q_indices(device)
-    return AttentionPlan(backend, layout)
-
-
-def _dense_if_full(layout: BlockLayout | None) -> BlockLayout | None:
-    """None for a layout whose blocks are all allowed: it is dense, and the dense paths are faster."""
-    return None if layout is not None and bool(layout.mask.all()) else layout
-
-
-_BACKENDS = {
-    Backend.REFERENCE: reference_attention,
-    Backend.TORCH: blocksparse_attention,
-    Backend.SDPA: sdpa_attention,
-    **{
-        backend: functools.partial(flash_attn_backend.flash_attn_attention, versions)
-        for backend, versions in _FLASH_ATTN_VERSIONS.items()
-    },
-}
-
-
-# ------------------------------------------------------------------------------- choosing
-def _triton_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens=None) -> str | None:
-    # (a compiled graph cannot trace find_spec; plan_attention asked it before the graph)
-    if not torch.compiler.is_compiling() and importlib.util.find_spec("triton") is None:
-        return "triton is not installed: pip install triton (or the extra: pip install 'genoformer[triton]')."
-    from genoformer.kernels import triton_flash
-
-    return triton_flash.unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens,
-                                           cu_seqlens=cu_seqlens)
+    plan = _resolve(backend, q, k, k, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
+    if plan.backend is Backend.TRITON and plan.layout is not None:
+        plan.layout.kv_indices(device)
+        plan.layout.q_indices(device)
+    return plan
 
 
 def unsupported_reason(
@@ -254,18 +295,32 @@ def unsupported_reason(
     reference, torch and sdpa run every valid input; auto always finds a backend.
     """
     backend = _as_backend(backend)
-    if backend in _FLASH_ATTN_VERSIONS:
-        return flash_attn_backend.unsupported_reason(
-            _FLASH_ATTN_VERSIONS[backend], q, k, v, causal=causal, layout=layout, kv_lens=kv_lens,
-            cu_seqlens=cu_seqlens,
-        )
-    if backend is Backend.TRITON:
-        return _triton_unsupported_reason(
-            q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens
-        )
-    return None
+    if backend is Backend.AUTO:
+        return None
+    return BACKENDS[backend].unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens,
+                                                cu_seqlens=cu_seqlens)
 
 
+def _resolve(backend: Backend, q, k, v, *, causal, layout, kv_lens, cu_seqlens) -> AttentionPlan:
+    """The one way from the backend asked for to the one that runs: AUTO chosen (and logged once),
+    anything else checked (ValueError with its reason when it cannot run the inputs)."""
+    if backend is Backend.AUTO:
+        layout = _dense_if_full(layout)
+        chosen = _choose(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
+        return AttentionPlan(chosen, layout)
+    reason = unsupported_reason(backend, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens,
+                                cu_seqlens=cu_seqlens)
+    if reason is not None:
+        raise ValueError(f"backend {backend.value!r} cannot run these inputs: {reason}")
+    return AttentionPlan(backend, layout)
+
+
+def _dense_if_full(layout: BlockLayout | None) -> BlockLayout | None:
+    """None for a layout whose blocks are all allowed: it is dense, and the dense paths are faster."""
+    return None if layout is not None and bool(layout.mask.all()) else layout
+
+
+# ------------------------------------------------------------------------------- choosing
 class FastestFirst(NamedTuple):
     """Backends for one GPU generation, fastest first as measured; auto takes the first that runs."""
 
@@ -274,11 +329,12 @@ class FastestFirst(NamedTuple):
 
 
 FASTEST_FIRST = {
-    # H200 (sm_90), bf16, B*L = 16k tokens, H*D = 2048: benchmarks/results/attention.json (issue 11's
-    # run, 2026-11-30 12:17 UTC, flash-attn-4 4.0.0b36 installed). Dense causal, 16k and 64k, head
-    # dims 64 and 128: flash-attn-4 took 1/1.25 to 1/1.53 of our time, forward and backward; ours
-    # took 0.54x to 0.88x the time of FlashAttention-2 (SDPA's flash backend). Block-sparse layouts
-    # run on our kernels only (flash-attn-4's block sparsity does not run here: flash_attn_backend).
+    # H200 (sm_90), bf16, B*L = 16k tokens, H*D = 2048, flash-attn-4 4.0.0b36: benchmarks/results/
+    # attention.json (BENCHMARKS.md, "Attention kernels"). Dense causal, 16k and 64k, head dims 64
+    # and 128: flash-attn-4 took 1/1.25 to 1/1.53 of our time, forward and backward; ours took
+    # 0.54x to 0.88x the time of FlashAttention-2 (SDPA's flash backend). flash-attn-4 runs only
+    # the head dims whose gradients were checked (flash_attn_backend.FLASH_ATTN_4_HEAD_DIMS); the
+    # others go to triton. Block-sparse layouts run on our kernels only (flash_attn_backend).
     (9, 0): FastestFirst(
         dense=(Backend.FLASH_ATTN_4, Backend.TRITON, Backend.FLASH_ATTN_2),
         block_sparse=(Backend.TRITON,),
@@ -290,7 +346,7 @@ UNMEASURED = FastestFirst(dense=(Backend.TRITON,), block_sparse=(Backend.TRITON,
 """Generations without a measured row (sm_80, sm_100, ...): our kernels, then sdpa / torch."""
 
 
-def _choose(q, k, v, *, causal, layout, kv_lens, cu_seqlens=None) -> Backend:
+def _choose(q, k, v, *, causal, layout, kv_lens, cu_seqlens) -> Backend:
     situation = (
         f"{'block-sparse' if layout is not None else 'dense'}, {'causal' if causal else 'bidirectional'}"
         f"{', key padding' if kv_lens is not None else ''}{', GQA' if q.shape[1] != k.shape[1] else ''}"
@@ -330,7 +386,7 @@ def _log_once(device_type: str, choice: Backend, situation: str, reason: str | N
         return
     _logged_choices.add(key)
     if device_type == "cuda" and reason:
-        # Falling back from our kernels on a GPU is slow: say so where a user sees it.
+        # Passing over a faster backend on a GPU costs speed: say so where a user sees it.
         logger.warning(
             "attention on cuda, %s: backend %r, not a faster one, because %s",
             situation, choice.value, reason,
@@ -347,7 +403,9 @@ def _as_backend(backend: Backend | str) -> Backend:
         return Backend(backend)
     except ValueError:
         choices = ", ".join(repr(b.value) for b in Backend)
-        raise ValueError(f"unknown attention backend {backend!r}; choose one of {choices}.") from None
+        raise ValueError(
+            f"unknown attention backend {backend!r}; choose one of {choices} (any case)."
+        ) from None
 
 
 def _check_scale(scale) -> float:

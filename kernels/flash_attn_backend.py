@@ -26,8 +26,12 @@ How our inputs map (both take (B, L, H, D) tensors and handle GQA themselves):
                              and keys: exactly its document semantics.
     block-sparse layouts     not run here: flash-attn 2 has no block sparsity, and flash-attn-4
                              4.0.0b36's block-sparse forward failed on an H200 with our block
-                             lists (a TypeError inside its kernel's block-list loads, issue 11's
-                             run of 2026-11-30); our Triton kernels run every layout.
+                             lists (a TypeError inside its kernel's block-list loads,
+                             docs/flash_attn.md); our Triton kernels run every layout.
+    head dims                flash-attn-4 runs only those in FLASH_ATTN_4_HEAD_DIMS for the GPU's
+                             compute capability: the ones a GPU sweep found right in output and
+                             all three gradients (4.0.0b36 gave wrong gradients at others on an
+                             H200); the rest run on `triton`.
     sliding windows          `window_size` is a token band (i - left <= j <= i + right). Our
                              layouts are block-granular: a band of blocks allows pairs whose
                              distance depends on where i lies in its block, so it equals a token
@@ -46,6 +50,7 @@ from __future__ import annotations
 import enum
 import functools
 import importlib
+import importlib.metadata
 
 import torch
 import torch.nn.functional as F
@@ -54,6 +59,19 @@ from genoformer.kernels.layout import BlockLayout
 
 FA2_INSTALL = "pip install flash-attn --no-build-isolation"
 FA4_INSTALL = "pip install flash-attn-4"
+
+
+FLASH_ATTN_4_HEAD_DIMS: dict[tuple[int, int], frozenset[int]] = {
+    # H200, flash-attn-4 4.0.0b36, bf16, ~1000 tokens: output, dQ, dK, dV against the float64
+    # reference, causal and bidirectional, GQA, key padding and packed documents, 12 cases per head
+    # dim (`python -m benchmarks.flash_attn_check --head-dims`, benchmarks/results/flash_attn_head_dims.md,
+    # 2026-12-01). Wrong gradients (dQ or dV 70-120x the bf16 allowance) at 16, 40, 48, 72, 80, 104 and
+    # 112 (104 and 112 also raise an MLIR error with key padding); 240, 248 and 256 crashed the process.
+    (9, 0): frozenset({24, 32, 56, 64, 88, 96, 120, 128, 136, 144, 152, 160, 168, 176, 184, 192, 200, 208, 216,
+                       224, 232}),
+}
+"""Head dims flash-attn-4 is trusted with, per compute capability: only those a GPU sweep found
+right. A generation without a row runs none (its inputs go to another backend, with the reason)."""
 
 
 class FlashAttn(enum.Enum):
@@ -78,14 +96,37 @@ def import_error(version: FlashAttn) -> str | None:
     return None
 
 
+ENTRY_POINTS = ("flash_attn_func", "flash_attn_varlen_func")
+
+
 def _entry_points(version: FlashAttn):
-    """(flash_attn_func, flash_attn_varlen_func) of `version`; ImportError when not installed."""
+    """(flash_attn_func, flash_attn_varlen_func) of `version`; ImportError saying what to
+    reinstall when it is not installed, or installed without them."""
     if version is FlashAttn.V2:
         from flash_attn import flash_attn_func, flash_attn_varlen_func
-    else:
-        cute = importlib.import_module("flash_attn.cute")
-        flash_attn_func, flash_attn_varlen_func = cute.flash_attn_func, cute.flash_attn_varlen_func
-    return flash_attn_func, flash_attn_varlen_func
+
+        return flash_attn_func, flash_attn_varlen_func
+    cute = importlib.import_module("flash_attn.cute")
+    missing = [name for name in ENTRY_POINTS if not hasattr(cute, name)]
+    if missing:
+        raise ImportError(
+            f"flash_attn.cute ({getattr(cute, '__file__', None) or 'a namespace package'}) has no "
+            f"{' or '.join(missing)}: a partial flash-attn-4 install, or another package's flash_attn "
+            f"in its place (installed: {_distributions()}); genoformer needs flash-attn-4 >= 4.0.0b36: "
+            f"pip uninstall -y flash-attn-4 && {FA4_INSTALL}"
+        )
+    return tuple(getattr(cute, name) for name in ENTRY_POINTS)
+
+
+def _distributions() -> str:
+    """The versions of the distributions that install `flash_attn`, for messages."""
+    found = []
+    for name in ("flash-attn-4", "flash-attn"):
+        try:
+            found.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            found.append(f"no {name}")
+    return ", ".join(found)
 
 
 def device_capability(device: torch.device) -> tuple[int, int] | None:
@@ -158,7 +199,7 @@ def _version_reason(
     error = import_error(version)
     if error is not None:
         importing = "from flash_attn import flash_attn_func" if version is FlashAttn.V2 else "import flash_attn.cute"
-        return f"{version.value} is not installed ({importing} failed: {error}); {_install_line(version)}."
+        return f"{version.value} does not import ({importing} failed: {error}); {_install_line(version)}."
     capability = device_capability(q.device)
     if capability is None:
         return f"{version.value} runs on CUDA GPUs only (inputs are on {q.device.type}); use backend 'sdpa' or 'torch'."
@@ -183,6 +224,14 @@ def _version_reason(
         allowed = "a multiple of 8 from 8 to 256"
     if not head_dims_ok:
         return f"{version.value} on {_arch(capability)} needs a head dim that is {allowed} (got {D}); use 'triton' or 'sdpa'."
+    if version is FlashAttn.V4 and D not in FLASH_ATTN_4_HEAD_DIMS.get(capability, ()):
+        proven = sorted(FLASH_ATTN_4_HEAD_DIMS.get(capability, ()))
+        checked = f"only head dims {proven} were found right" if proven else "no head dim was checked"
+        return (
+            f"head dim {D} is not among those whose flash-attn-4 gradients were checked on {_arch(capability)} "
+            f"({checked} by `python -m benchmarks.flash_attn_check --head-dims`; 4.0.0b36 gave wrong gradients at "
+            f"others on an H200); use backend 'triton', which auto takes for such inputs."
+        )
     if layout is None or bool(layout.mask.all()):
         return None
     return _layout_reason(version, layout)

@@ -195,18 +195,22 @@ def _generation(device: torch.device) -> configs.Generation:
 TUNE_WARMUP_MS = 200.0
 """Load run (the first candidate, untimed) before the candidates are timed. An idle H200 holds its
 top clock (1980 MHz) for the first tens of milliseconds of load and settles near its 700 W power cap
-at 1450-1900 MHz (benchmarks/KERNEL_NOTES.md, 2026-12-01): without the warm-up, the first
+at 1450-1900 MHz (docs/design/kernels.md): without the warm-up, the first
 candidates timed would run faster than the rest."""
 
 FINALIST_MARGIN = 1.03
 """Candidates timed within this factor of the fastest are timed a second time, in reverse order,
 and ranked by the mean of both timings: one timing moves by 1-3% between runs on a shared GPU,
-as much as the variants of one tile differ (benchmarks/KERNEL_NOTES.md)."""
+as much as the variants of one tile differ (docs/design/kernels.md)."""
 
 
-def _choose(key: tuple, candidates: tuple, run: Callable[[object], None], device: torch.device):
-    """The fastest candidate for this key (timed when first seen, cached), or the first when
-    tuning is off.
+def choose_config(key: tuple, candidates: tuple, run: Callable[[object], None], device: torch.device):
+    """The launchers' tuner: the fastest candidate for this key (timed when first seen, cached), or
+    the first when tuning is off. `run(candidate)` launches the kernels with it.
+
+    The launchers look this function up in the module at every call, so a benchmark may wrap it
+    (benchmarks/attention.py records which configurations ran) or replace it
+    (benchmarks/sanitize.py runs every candidate).
 
     A later candidate that fails to compile or launch here (a sm_90 variant on a Triton that
     lacks what it uses) is left out with a WARNING; the first, a plain configuration, must run.
@@ -546,7 +550,7 @@ def flash_fwd(
     tma = _tma_ready(q, k, v)
     cands = _without_tma(fwd_candidates(q.device, D, block_size if sparse else None), tma)
     key = ("fwd", q.device.index, D, q.dtype, causal, sparse, docs, block_size, tma, _bucket(Lq), _bucket(Lk))
-    run(_without_tma((config,), tma)[0] if config is not None else _choose(key, cands, run, q.device))
+    run(_without_tma((config,), tma)[0] if config is not None else choose_config(key, cands, run, q.device))
     return o, lse
 
 
@@ -652,7 +656,7 @@ def flash_bwd(
     cands = _without_tma(bwd_candidates(q.device, D, block_size if sparse else None), tma)
     key = ("bwd", q.device.index, D, q.dtype, causal, sparse, docs, block_size, tma, H // HKV, _bucket(Lq),
            _bucket(Lk))
-    run(_without_tma((config,), tma)[0] if config is not None else _choose(key, cands, run, q.device))
+    run(_without_tma((config,), tma)[0] if config is not None else choose_config(key, cands, run, q.device))
     return dq, dk, dv
 
 
@@ -719,7 +723,7 @@ class _EagerAttention(torch.autograd.Function):
 
     The dispatch (schema defaults, redispatch, the autograd wrapper) took about half of the host
     time of a call on an H200's host, and a block-sparse layout's kernels finish in about as long:
-    at 6 % density the call was host-bound (benchmarks/KERNEL_NOTES.md). torch.compile traces the
+    at 6 % density the call was host-bound (docs/design/kernels.md). torch.compile traces the
     custom ops instead (`triton_attention` picks)."""
 
     @staticmethod

@@ -93,7 +93,7 @@ def _dkdv_steps(
     matmul's operand, held until that asynchronous sm_90 matmul completes) and dP are no longer
     live at once: 16 registers a thread fewer at the peak of a 64 x 128 step at D 128 on sm_90,
     where the default order spills (on sm_80 it spills more; benchmarks/spills.py,
-    benchmarks/KERNEL_NOTES.md)."""
+    docs/design/kernels.md)."""
     offs_d = tl.arange(0, D_TILE)
     start_next = tile_start(t_lo, idx_ptr, bs, TPB, BLOCK_M1, SPARSE, t_lo < t_hi)
     for t in range(t_lo, t_hi):

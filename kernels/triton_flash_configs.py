@@ -5,7 +5,7 @@ tiles are ``tile_dim(D)`` wide in the head dim, the next power of two (``TILE_DI
 block shapes are powers of two, so a head dim of 96 runs in 128-wide tiles whose last 32 columns
 the loads fill with zeros and the stores skip (masks on the head dim, nothing copied).  The tables
 below are keyed by that tile width: a padded head dim uses the configurations of its tile, whose
-registers and shared memory it needs (see benchmarks/KERNEL_NOTES.md for the costs).
+registers and shared memory it needs (see docs/design/kernels.md for the costs).
 
 Every configuration listed here can be chosen at run time, so every one must compile for its
 generation within that generation's shared-memory limit; ``tests/kernels/test_triton_compile.py``
@@ -17,7 +17,7 @@ Tile names (the same in the kernels):
         BLOCK_M1 query rows per step.
   dq  : BLOCK_M2 query rows per program (dQ in registers), BLOCK_N2 key rows per step.
 
-Variants (sm_90 only, issue 11; each a field of the configuration, a constexpr of the kernels):
+Variants (sm_90 only; each a field of the configuration, a constexpr of the kernels):
   tma         : tiles streamed through the loop (k, v in the forward and dQ; q, dO in dK/dV) are
                 read with tensor descriptors (``tl.make_tensor_descriptor``, TMA on Hopper) instead
                 of pointer tiles; out-of-range rows and head-dim padding come back as zeros.
@@ -40,7 +40,7 @@ Variants (sm_90 only, issue 11; each a field of the configuration, a constexpr o
                 instead of before it: the same matmuls of the same tiles, bit-equal results, fewer
                 registers live at once (no spills in the D 128 step loop on sm_90; see
                 ``benchmarks/spills.py``); on the H200, 0.907x the default's time on the
-                sliding window's D 128 backward at 16k (benchmarks/KERNEL_NOTES.md).
+                sliding window's D 128 backward at 16k (docs/design/kernels.md).
 Every variant runs with packed documents (cu_seqlens) too: they change the loads, the rescaling
 and the grid, not which tiles a program visits or how they are masked.
 
@@ -48,7 +48,7 @@ The first candidate of each list is the default (always a plain configuration, n
 autotuning is on (the default on a GPU, see ``triton_flash.autotune_enabled``) the launcher times
 every candidate once per key and caches the fastest, so a variant is used where it measured
 faster; ``benchmarks/kernel_variants.py`` times every candidate side by side.  Hopper numbers:
-benchmarks/KERNEL_NOTES.md.
+docs/design/kernels.md.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def tile_dim(head_dim: int) -> int:
 
 
 # (generation name, tile width) -> candidates, default first.  sm_90 rows for head dims 64 and 128
-# come from the H200 timings in benchmarks/KERNEL_NOTES.md (L=16k, bf16, causal); the others are
+# come from the H200 timings in docs/design/kernels.md (L=16k, bf16, causal); the others are
 # scaled from them (fewer stages or smaller tiles where shared memory or registers run short).
 _FWD: dict[tuple[str, int], tuple[FwdConfig, ...]] = {
     ("sm_90", 16): (FwdConfig(64, 64, 4, 3),),
@@ -118,12 +118,12 @@ _FWD: dict[tuple[str, int], tuple[FwdConfig, ...]] = {
                     # one more stage in flight (the custom pattern at 32k: 0.90x the 128x64 tile's time)
                     FwdConfig(64, 64, 4, 4),
                     # FlexAttention's H100 tile for D64 (causal at 32k: 0.89x the default's time, the
-                    # window 0.96x; 2026-12-01)
+                    # window 0.96x)
                     FwdConfig(128, 128, 4, 3)),
     ("sm_90", 128): (FwdConfig(128, 128, 8, 3), FwdConfig(128, 64, 8, 4), FwdConfig(128, 128, 8, 3, tma=True),
                      FwdConfig(128, 128, 8, 3, rescale_tau=8.0),
                      # short key lists (the custom pattern at 16k: 0.92x the default's time; the
-                     # 64x32 tile 0.94x of the 64x64 one on 2026-12-01)
+                     # 64x32 tile 0.94x of the 64x64 one)
                      FwdConfig(64, 64, 4, 3), FwdConfig(64, 32, 4, 3)),
     ("sm_90", 256): (FwdConfig(128, 64, 8, 2), FwdConfig(64, 64, 4, 2)),
     ("sm_80", 16): (FwdConfig(64, 64, 4, 3),),

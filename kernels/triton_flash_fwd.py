@@ -165,7 +165,7 @@ def tile_start(t, idx_ptr, bs, TPB, BLOCK: tl.constexpr, SPARSE: tl.constexpr, v
     TPB (tiles per layout block) must be a compile-time constant: the kernels take the layout's
     block size as the constexpr BS, so that `t // TPB` is a shift. With a runtime block size it
     was an integer division in every step (a MUFU.RCP sequence), 6-9% of the custom pattern's
-    backward on the H200 (benchmarks/KERNEL_NOTES.md, 2026-12-01).
+    backward on the H200 (docs/design/kernels.md).
     """
     start = t * BLOCK
     if SPARSE:

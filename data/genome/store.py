@@ -87,7 +87,7 @@ def _codec(compressor: str, level: int) -> BloscCodec:
     # typesize 2 on 1-byte codes: Blosc bit-shuffles pairs of bases (16 bit planes instead of 8)
     # and splits each block into two streams; any reader decodes it the same way (the typesize is
     # in every chunk's header), and decoding runs 1.5x faster than with typesize 1 (c-blosc
-    # 1.21, numcodecs 0.16; benchmarks/DATA_NOTES.md) for 0.3% more bytes.
+    # 1.21, numcodecs 0.16; docs/design/data.md) for 0.3% more bytes.
     return BloscCodec(cname=compressor, clevel=level, shuffle="bitshuffle", typesize=2)
 
 

@@ -23,7 +23,6 @@ from genoformer.kernels.dispatch import Backend
 
 # The command line takes the enums' values (mean, triton), as the Python API does.
 PoolingName = Literal[tuple(member.value for member in Pooling)]
-BackendName = Literal[tuple(member.value for member in Backend)]
 
 
 def prepare(
@@ -79,7 +78,7 @@ def embed(
     window: Optional[int] = None,
     overlap: Optional[int] = None,
     device: Optional[str] = None,
-    backend: BackendName = "auto",
+    backend: Backend = Backend.AUTO,
     overwrite: bool = False,
 ) -> Path:
     """Embed sequences with a trained checkpoint and write them, with their names, to a file.

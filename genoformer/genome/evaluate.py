@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -24,7 +24,6 @@ from genoformer.data.storage import refuse_existing, write_json, write_text
 from genoformer.kernels.dispatch import Backend
 from genoformer.genome.scoring import Scorer
 
-BackendName = Literal[tuple(member.value for member in Backend)]
 
 
 def summarize(names: Sequence[str], sources: Sequence[str], log2p: Sequence[Sequence[np.ndarray]]) -> dict[str, Any]:
@@ -62,7 +61,7 @@ def evaluate(
     out: Optional[Path] = None,
     batch_size: int = 8,
     device: Optional[str] = None,
-    backend: BackendName = "auto",
+    backend: Backend = Backend.AUTO,
     overwrite: bool = False,
 ) -> dict[str, Any]:
     """Bits per base of a trained checkpoint on DNA, per record and in total.
@@ -147,7 +146,7 @@ def score(
     overlap: Optional[int] = None,
     batch_size: int = 8,
     device: Optional[str] = None,
-    backend: BackendName = "auto",
+    backend: Backend = Backend.AUTO,
     overwrite: bool = False,
 ) -> Path:
     """Write the per-base log-likelihood (log2 p, in bits) of every record as a bedGraph track.

@@ -34,7 +34,6 @@ from genoformer.data.genome.alphabet import MASK, T, encode
 from genoformer.data.genome.inputs import read_sequences
 from genoformer.data.storage import refuse_existing, write_text
 from genoformer.data.tiling import Tile, same_length_batches
-from genoformer.genome.evaluate import BackendName
 from genoformer.kernels.dispatch import Backend
 from genoformer.genome.scoring import Scorer
 
@@ -200,7 +199,7 @@ def variant_effect(
     window: Optional[int] = None,
     batch_size: int = 8,
     device: Optional[str] = None,
-    backend: BackendName = "auto",
+    backend: Backend = Backend.AUTO,
     overwrite: bool = False,
 ) -> Path:
     """Score single-nucleotide variants by the log-likelihood ratio (bits) of alt against ref.

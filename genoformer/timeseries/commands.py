@@ -171,7 +171,7 @@ def evaluate_forecast(
     ar_orders: list[int] = list(DEFAULT_AR_ORDERS),
     batch_size: int = 256,
     device: Optional[str] = None,
-    backend: Literal["auto", "reference", "torch", "sdpa", "flash_attn", "flash_attn_2", "flash_attn_4", "triton"] = "auto",
+    backend: Backend = Backend.AUTO,
     overwrite: bool = False,
 ) -> Path:
     """Score forecasts under the long-horizon protocol (MSE and MAE on z-scored values) and write JSON.
@@ -233,7 +233,7 @@ def forecast(
     horizon: Optional[int] = None,
     history: Optional[int] = None,
     device: Optional[str] = None,
-    backend: Literal["auto", "reference", "torch", "sdpa", "flash_attn", "flash_attn_2", "flash_attn_4", "triton"] = "auto",
+    backend: Backend = Backend.AUTO,
     overwrite: bool = False,
 ) -> Path:
     """Forecast one series of a store with a checkpoint; write .npz and a PNG beside it.

@@ -96,8 +96,8 @@ def test_no_candidates_skips_the_table(tmp_path):
 
 
 def test_backward_profiles_render_beside_flex():
-    """Each profiled case renders as ours' and Flex's kernels with the call's time; a run from before
-    2026-12-01 stored one profile as a dict, and it still renders."""
+    """Each profiled case renders as ours' and Flex's kernels with the call's time; an older JSON
+    stored one profile as a dict, and it still renders."""
     from benchmarks.kernel_variants import breakdown_lines
 
     profile = {"case": "custom", "head_dim": 128, "seq_len": 16384,

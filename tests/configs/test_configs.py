@@ -1,4 +1,6 @@
-"""Every shipped config parses against the code's signatures and instantiates.
+"""Every shipped config parses against the code's signatures and instantiates: each recipe in
+configs/, and with them the fragments they include (test_composed_configs.py checks that every
+fragment is included).
 
 GPU configs are instantiated with the accelerator switched to the CPU (CI has no GPU); all
 paths the configs write to are redirected to a temporary folder.
@@ -11,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from genoformer.cli import training_cli
-from genoformer.data.datamodules import GenomeDataModule, TimeSeriesDataModule
-from genoformer.lightning_module import GenoformerLM
-from genoformer.timeseries_module import TimeSeriesForecaster
+from genoformer.data.genome.datamodule import GenomeDataModule
+from genoformer.data.timeseries.datamodule import TimeSeriesDataModule
+from genoformer.genome.lm import GenoformerLM
+from genoformer.timeseries.module import TimeSeriesForecaster
 
-CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
 
 
 def test_configs_are_shipped():

@@ -16,9 +16,9 @@ from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, Strategy
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
 from genoformer.cli import training_cli
-from genoformer.model import Block
+from genoformer.core.transformer import Block
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 STRATEGIES = sorted((CONFIGS / "strategies").glob("*.yaml"))
 
 
@@ -43,7 +43,7 @@ def test_ddp_file_makes_a_ddp_trainer(tmp_path):
         run=False,
     )
     assert isinstance(cli.trainer.strategy, DDPStrategy)
-    assert cli.model.use_compile  # the GPU config's compile switch survives the second file
+    assert cli.model.runtime.compile  # the GPU config's compile switch survives the second file
 
 
 def test_fsdp_file_shards_per_block():

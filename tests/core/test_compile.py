@@ -1,4 +1,4 @@
-"""Compiled models: the `model.compile` switch, graphs without breaks around the attention kernels,
+"""Compiled models: the `model.runtime.compile` switch, graphs without breaks around the attention kernels,
 and the fused elementwise regions against their plain PyTorch references.
 
 On a CPU the switch compiles with torch.compile's "aot_eager" backend (no code generation, so a

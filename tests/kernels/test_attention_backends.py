@@ -5,15 +5,19 @@ Shape legend: q (B, Hq, L, D), k and v (B, Hkv, S, D); layouts (H_l, Mb, Nb).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 
 import pytest
 import torch
+from jsonargparse import ArgumentParser
 
 from genoformer.kernels import Backend, BlockLayout, attention
 from genoformer.kernels import dispatch as attention_module
 from genoformer.kernels.blocksparse_torch import blocksparse_attention
 from genoformer.kernels.dispatch import unsupported_reason
+from genoformer.kernels.reference import row_error
 
 BACKENDS = [Backend.TORCH, Backend.SDPA]
 
@@ -165,19 +169,24 @@ def test_auto_choice_logged_once_per_situation(attn, caplog, monkeypatch):
     assert len(messages) == len(set(messages)) == 2
 
 
-def _recording(fn, backend, log):
-    def run(*args, **kwargs):
-        log.append(backend)
-        return fn(*args, **kwargs)
+def _recording(entry, backend, log):
+    def load():
+        fn = entry.load()
 
-    return run
+        def run(*args, **kwargs):
+            log.append(backend)
+            return fn(*args, **kwargs)
+
+        return run
+
+    return dataclasses.replace(entry, load=load)
 
 
 def test_auto_situations_pick_expected_backends(monkeypatch):
     """auto on CPU: sdpa for dense (and cheap key padding), torch for layouts or a large padding mask."""
     chosen = []
-    for backend, fn in list(attention_module._BACKENDS.items()):
-        monkeypatch.setitem(attention_module._BACKENDS, backend, _recording(fn, backend, chosen))
+    for backend, entry in list(attention_module.BACKENDS.items()):
+        monkeypatch.setitem(attention_module.BACKENDS, backend, _recording(entry, backend, chosen))
     q = torch.randn(1, 2, 64, 16)
     lens = torch.tensor([30])
     attention(q, q, q)
@@ -253,3 +262,66 @@ def test_plan_attention_prepares_the_triton_block_lists():
     assert plan.backend is Backend.TRITON
     assert layout.kv_indices("cpu") is layout.kv_indices("cpu")  # cached, not rebuilt
     assert {key[0] for key in layout._cache if isinstance(key, tuple)} >= {"kv", "q"}
+
+
+# ------------------------------------------------------------------------------ backend names
+@pytest.mark.parametrize(
+    "text, expected",
+    [("auto", Backend.AUTO), ("AUTO", Backend.AUTO), ("flash_attn", Backend.FLASH_ATTN),
+     ("FLASH_ATTN", Backend.FLASH_ATTN), ("Flash_Attn_4", Backend.FLASH_ATTN_4), ("Triton", Backend.TRITON)],
+)
+def test_backend_names_parse_as_users_write_them(text, expected):
+    """By value or by member name, in any case, through Backend(...) and Backend[...] alike."""
+    assert Backend(text) is expected and Backend[text] is expected
+
+
+def test_attention_takes_backend_names_in_any_case(attn):
+    q, k, v, dout = attn.make_qkv(B=1, Hq=2, Hkv=2, L=40)
+    expected = attn.reference(q, k, v, dout, causal=True)
+    for backend in ("SDPA", "Torch", "AUTO"):
+        attn.assert_matches_reference(attn.run_with_grads(attention, q, k, v, dout, causal=True, backend=backend),
+                                      expected)
+
+
+def test_unknown_backend_names_say_what_to_write():
+    with pytest.raises(ValueError, match="unknown attention backend 'flash'; choose one of 'auto', 'reference'"):
+        attention(*(torch.zeros(1, 1, 8, 8),) * 3, backend="flash")
+    with pytest.raises(KeyError):
+        Backend["flash"]
+
+
+@dataclasses.dataclass
+class _Runtime:
+    attention_backend: Backend = Backend.AUTO
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("flash_attn", Backend.FLASH_ATTN), ("auto", Backend.AUTO), ("FLASH_ATTN", Backend.FLASH_ATTN),
+     ("Triton", Backend.TRITON)],
+)
+def test_jsonargparse_reads_a_backend_field_as_users_write_it(text, expected):
+    """LightningCLI's parser reads Enum fields by member name (`Backend[text]`): configs that write
+    `attention_backend: flash_attn`, as docs/flash_attn.md does, parse; a dump parses back."""
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(_Runtime, "runtime")
+    from_yaml = parser.parse_string(f"runtime:\n  attention_backend: {text}\n")
+    from_command_line = parser.parse_args([f"--runtime.attention_backend={text}"])
+    assert from_yaml.runtime.attention_backend is expected
+    assert from_command_line.runtime.attention_backend is expected
+    assert parser.parse_string(parser.dump(from_yaml)).runtime.attention_backend is expected
+
+
+def test_row_error_flags_a_wrong_row_but_not_rounding():
+    """The benchmarks' check (`reference.row_error`): rounding passes, one wrong row does not."""
+    expected = torch.randn(2, 3, 64, 16, generator=torch.Generator().manual_seed(0))
+    rounded = expected.bfloat16().float()
+    assert row_error(rounded, expected) < 1e-2
+    wrong = rounded.clone()
+    wrong[1, 2, 40] = torch.randn(16)  # one query's output from the wrong keys
+    assert row_error(wrong, expected) > 0.3
+    near_zero = expected.clone()
+    near_zero[0, 0, 0] = 1e-8  # e.g. dq of the first causal query: zero up to rounding
+    assert row_error(near_zero + 1e-7, near_zero) < 1e-5
+    wrong[0, 0, 0, 0] = float("nan")
+    assert math.isnan(row_error(wrong, expected))

@@ -69,6 +69,10 @@ def test_installed_backend_matches_float64_reference(attn, backend, case):
     exact = attn.reference(*(t.double() for t in (q, k, v, dout)), **kwargs)
     naive = attn.run_with_grads(attn.naive_attention, q, k, v, dout, **kwargs)
     result = attn.run_with_grads(attention, q, k, v, dout, backend=backend, **kwargs)
+    _assert_within_twice_naive_error(result, naive, exact, f"{backend.value} {case}")
+
+
+def _assert_within_twice_naive_error(result, naive, exact, what: str) -> None:
     for name, value in result.tensors().items():
         truth = exact.tensors()[name]
         assert value.dtype == torch.bfloat16 and not value.isnan().any(), name
@@ -76,8 +80,34 @@ def test_installed_backend_matches_float64_reference(attn, backend, case):
         naive_err = (naive.tensors()[name].double() - truth).abs().max()
         rounding = (truth.to(torch.bfloat16).double() - truth).abs().max()
         assert err <= 2 * naive_err + rounding, (
-            f"{backend.value} {case} {name}: error {err:.3g}, same-precision error {naive_err:.3g}, rounding {rounding:.3g}"
+            f"{what} {name}: error {err:.3g}, same-precision error {naive_err:.3g}, rounding {rounding:.3g}"
         )
+
+
+# The head dims flash-attn-4 is trusted with, each in the situations its wrong gradients showed in:
+# GQA, causal and bidirectional, packed and padded (benchmarks/flash_attn_check.py --head-dims
+# sweeps every head dim; these guard the table against a new flash-attn-4 release).
+TRUSTED_DIMS = sorted(set().union(*flash_attn_backend.FLASH_ATTN_4_HEAD_DIMS.values()))
+TRUSTED_CASES = {
+    "causal_gqa": ((2, 8, 2, 997), lambda: dict(causal=True)),
+    "packed_bidirectional_gqa": ((2, 8, 2, 777), lambda: dict(cu_seqlens=_cu([[300, 477], [1, 776]]))),
+    "padding_causal_gqa": ((2, 8, 2, 1000), lambda: dict(causal=True, kv_lens=torch.tensor([1000, 555], device=DEVICE))),
+}
+
+
+@pytest.mark.parametrize("case", list(TRUSTED_CASES))
+@pytest.mark.parametrize("head_dim", TRUSTED_DIMS)
+def test_flash_attn_4_at_its_trusted_head_dims_matches_float64_reference(attn, head_dim, case):
+    (B, Hq, Hkv, S), make_kwargs = TRUSTED_CASES[case]
+    kwargs = make_kwargs()
+    q, k, v, dout = (t.to(DEVICE) for t in attn.make_qkv(B=B, Hq=Hq, Hkv=Hkv, L=S, D=head_dim, dtype=torch.bfloat16))
+    reason = dispatch.unsupported_reason(Backend.FLASH_ATTN_4, q, k, v, **kwargs)
+    if reason is not None:
+        pytest.skip(f"flash_attn_4: {reason}")
+    exact = attn.reference(*(t.double() for t in (q, k, v, dout)), **kwargs)
+    naive = attn.run_with_grads(attn.naive_attention, q, k, v, dout, **kwargs)
+    result = attn.run_with_grads(attention, q, k, v, dout, backend=Backend.FLASH_ATTN_4, **kwargs)
+    _assert_within_twice_naive_error(result, naive, exact, f"flash_attn_4 D={head_dim} {case}")
 
 
 def test_auto_follows_the_measured_table_here():

@@ -10,8 +10,10 @@ Shape legend: q (B, Hq, L, D), k and v (B, Hkv, S, D); layouts (H_l, Mb, Nb).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
+import sys
 
 import fake_flash_attn  # tests/kernels/fake_flash_attn.py: the stand-in packages
 import pytest
@@ -24,13 +26,30 @@ from genoformer.kernels.reference import reference_attention
 
 
 @pytest.fixture
-def fakes(monkeypatch):
-    """Both fake installs, and a GPU the checks take for an H200 (sm_90)."""
+def fakes_sm90(monkeypatch):
+    """Both fake installs, and a GPU the checks take for an H200 (sm_90), with its real table of
+    the head dims flash-attn-4 is trusted with."""
     fake_flash_attn.install(monkeypatch)
     monkeypatch.setattr(flash_attn_backend, "device_capability", lambda device: (9, 0))
     monkeypatch.setattr(dispatch, "_logged_choices", set())
     yield monkeypatch
     flash_attn_backend.import_error.cache_clear()
+
+
+@pytest.fixture
+def fakes(fakes_sm90):
+    """As `fakes_sm90`, with head dim 16 trusted too: the fakes are exact at every head dim, and
+    D = 16 keeps these CPU tests fast (the real table is tested with `fakes_sm90`)."""
+    trusted = flash_attn_backend.FLASH_ATTN_4_HEAD_DIMS[(9, 0)] | {16}
+    fakes_sm90.setitem(flash_attn_backend.FLASH_ATTN_4_HEAD_DIMS, (9, 0), trusted)
+    return fakes_sm90
+
+
+def _triton_reason(monkeypatch, reason) -> None:
+    """Make the triton backend's check answer `reason` (None: it runs) on these faked GPUs."""
+    entry = dispatch.BACKENDS[Backend.TRITON]
+    replaced = dataclasses.replace(entry, unsupported_reason=lambda q, k, v, **conditions: reason)
+    monkeypatch.setitem(dispatch.BACKENDS, Backend.TRITON, replaced)
 
 
 def _per_document_reference(q, k, v, cu_seqlens, **kwargs):
@@ -216,14 +235,15 @@ def test_flash_attn_4_alone_breaks_the_flash_attn_2_import_and_says_so(monkeypat
     monkeypatch.setattr(flash_attn_backend, "device_capability", lambda device: (9, 0))
     try:
         reason = _reason("flash_attn_2")
-        assert reason.startswith("flash-attn 2 is not installed (from flash_attn import flash_attn_func failed: ")
+        assert reason.startswith("flash-attn 2 does not import (from flash_attn import flash_attn_func failed: ")
         assert reason.endswith(
             "flash-attn 2 is for A100 and older GPUs: pip install flash-attn --no-build-isolation "
             "(on Hopper or Blackwell install flash-attn-4 instead: pip install flash-attn-4)."
         )
-        assert _reason("flash_attn_4") is None and _reason("flash_attn") is None
+        trusted = (1, 2, 256, 64)  # a head dim flash-attn-4 runs (FLASH_ATTN_4_HEAD_DIMS)
+        assert _reason("flash_attn_4", shape=trusted) is None and _reason("flash_attn", shape=trusted) is None
         fake_flash_attn.install(monkeypatch, v2=True, v4=False)
-        assert _reason("flash_attn_4").startswith("flash-attn-4 is not installed (import flash_attn.cute failed: ")
+        assert _reason("flash_attn_4").startswith("flash-attn-4 does not import (import flash_attn.cute failed: ")
         assert "pip install flash-attn-4 (on an A100 or older" in _reason("flash_attn_4")
     finally:
         flash_attn_backend.import_error.cache_clear()
@@ -243,10 +263,6 @@ def test_block_band_detection(layout, expected):
 
 
 # ------------------------------------------------------------------------------ auto's table
-def _no_triton(q, k, v, **conditions):
-    return "(test) no Triton here"
-
-
 def _auto(q, **conditions):
     """The backend auto takes on this (faked) GPU for causal inputs shaped like q."""
     B, H, L, D = q.shape
@@ -263,7 +279,7 @@ def test_auto_follows_the_measured_table_on_sm90(fakes, caplog):
     assert dispatch.FASTEST_FIRST[(9, 0)].dense[0] is Backend.FLASH_ATTN_4
     # layouts: our kernels only (flash-attn-4 runs no layouts here)
     assert dispatch.FASTEST_FIRST[(9, 0)].block_sparse == (Backend.TRITON,)
-    fakes.setattr(dispatch, "_triton_unsupported_reason", lambda q, k, v, **conditions: None)
+    _triton_reason(fakes, None)
     assert _auto(q, layout=BlockLayout.global_tokens(256, 1, block_size=128)) is Backend.TRITON
 
 
@@ -271,7 +287,7 @@ def test_auto_warns_once_when_it_passes_over_a_faster_backend(fakes, caplog):
     """Without flash-attn-4 on sm_90 (and with Triton unable to run), auto takes flash-attn 2 for
     dense inputs and torch for a layout at block 64, warning once each with the reasons."""
     fake_flash_attn.install(fakes, v2=True, v4=False)
-    fakes.setattr(dispatch, "_triton_unsupported_reason", _no_triton)
+    _triton_reason(fakes, "(test) no Triton here")
     q = torch.zeros(1, 2, 256, 16, dtype=torch.bfloat16)
     window = BlockLayout.sliding_window(256, 64, block_size=64)
     with caplog.at_level(logging.INFO, logger="genoformer.kernels"):
@@ -287,7 +303,7 @@ def test_auto_warns_once_when_it_passes_over_a_faster_backend(fakes, caplog):
 
 def test_auto_on_an_unmeasured_generation_keeps_our_kernels_first(fakes, caplog):
     fakes.setattr(flash_attn_backend, "device_capability", lambda device: (8, 0))
-    fakes.setattr(dispatch, "_triton_unsupported_reason", _no_triton)
+    _triton_reason(fakes, "(test) no Triton here")
     assert dispatch.FASTEST_FIRST.get((8, 0), dispatch.UNMEASURED) == dispatch.UNMEASURED
     q = torch.zeros(1, 2, 256, 16, dtype=torch.bfloat16)
     with caplog.at_level(logging.INFO, logger="genoformer.kernels"):
@@ -295,3 +311,57 @@ def test_auto_on_an_unmeasured_generation_keeps_our_kernels_first(fakes, caplog)
     assert chosen is Backend.SDPA  # flash-attn is not in the (unmeasured) sm_80 order
     (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warning.endswith("backend 'sdpa', not a faster one, because 'triton': (test) no Triton here")
+
+
+# --------------------------------------------------------------------- flash-attn-4's head dims
+def test_flash_attn_4_runs_only_the_head_dims_a_gpu_sweep_found_right(fakes_sm90):
+    """flash-attn-4 4.0.0b36 gave wrong gradients at head dims such as 80 on an H200: the backend
+    refuses every head dim outside FLASH_ATTN_4_HEAD_DIMS, says which and what runs them."""
+    trusted = flash_attn_backend.FLASH_ATTN_4_HEAD_DIMS[(9, 0)]
+    assert {64, 128} <= trusted and not {16, 40, 48, 80, 112} & trusted
+    assert _reason("flash_attn_4", shape=(1, 2, 64, 64)) is None
+    reason = _reason("flash_attn_4", shape=(1, 2, 64, 80))
+    assert reason.startswith("head dim 80 is not among those whose flash-attn-4 gradients were checked on sm_90")
+    assert "use backend 'triton'" in reason
+    # flash_attn tries flash-attn 2 next, which has no such table
+    assert _reason("flash_attn", shape=(1, 2, 64, 80)) is None
+    q = torch.zeros(1, 2, 64, 80, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="backend 'flash_attn_4' cannot run these inputs: head dim 80 is not"):
+        attention(q, q, q, backend="flash_attn_4")
+    # a generation without a measured row trusts none
+    fakes_sm90.setattr(flash_attn_backend, "device_capability", lambda device: (10, 0))
+    assert "no head dim was checked" in _reason("flash_attn_4", shape=(1, 2, 64, 64))
+
+
+def test_auto_takes_triton_for_unproven_head_dims_and_warns_why(fakes_sm90, caplog):
+    _triton_reason(fakes_sm90, None)
+    with caplog.at_level(logging.INFO, logger="genoformer.kernels"):
+        assert _auto(torch.zeros(1, 2, 256, 64, dtype=torch.bfloat16)) is Backend.FLASH_ATTN_4
+        for _ in range(2):
+            assert _auto(torch.zeros(1, 2, 256, 80, dtype=torch.bfloat16)) is Backend.TRITON
+    levels = {r.getMessage(): r.levelno for r in caplog.records if r.name == "genoformer.kernels"}
+    (warning,) = [m for m, level in levels.items() if level == logging.WARNING]
+    assert "backend 'triton', not a faster one, because 'flash_attn_4' (measured faster on sm_90): head dim 80" in warning
+    assert [m for m, level in levels.items() if level == logging.INFO] == [
+        "attention on cuda, dense, causal: backend 'flash_attn_4'"
+    ]
+
+
+def test_partial_flash_attn_4_install_is_a_clear_message(monkeypatch):
+    """A flash_attn.cute without flash_attn_func (a partial or mismatched install) is reported with
+    what is missing and how to reinstall, on any device, never as an AttributeError."""
+    fake_flash_attn.install(monkeypatch, v2=False, v4=True)
+    monkeypatch.delattr(sys.modules["flash_attn.cute"], "flash_attn_func")
+    try:
+        q = torch.zeros(1, 2, 64, 64, dtype=torch.bfloat16)
+        reason = _reason("flash_attn_4", shape=q.shape)
+        assert reason.startswith("flash-attn-4 does not import (import flash_attn.cute failed: flash_attn.cute")
+        assert "has no flash_attn_func: a partial flash-attn-4 install" in reason
+        assert "(installed: " in reason  # the versions of flash-attn-4 and flash-attn, or that there are none
+        assert "pip uninstall -y flash-attn-4 && pip install flash-attn-4" in reason
+        with pytest.raises(ValueError, match="backend 'flash_attn_4' cannot run these inputs: flash-attn-4 does not"):
+            attention(q, q, q, backend="flash_attn_4")
+        with pytest.raises(ImportError, match="has no flash_attn_func"):
+            flash_attn_attention((FlashAttn.V4,), q, q, q)
+    finally:
+        flash_attn_backend.import_error.cache_clear()

@@ -677,7 +677,7 @@ def test_autotuner_times_close_candidates_twice(monkeypatch):
     monkeypatch.setattr(tf.triton.testing, "do_bench", do_bench)
     monkeypatch.setattr(tf, "autotune_enabled", lambda: True)
     monkeypatch.setattr(tf.torch.cuda, "is_current_stream_capturing", lambda: False)
-    assert tf._choose(("key",), ("a", "b", "c"), run, torch.device("cpu")) == "b"
+    assert tf.choose_config(("key",), ("a", "b", "c"), run, torch.device("cpu")) == "b"
     assert calls == ["a", "a", "b", "c", "b", "a"]
-    assert tf._choose(("key",), ("a", "b", "c"), run, torch.device("cpu")) == "b"  # cached: not timed again
+    assert tf.choose_config(("key",), ("a", "b", "c"), run, torch.device("cpu")) == "b"  # cached: not timed again
     assert len(calls) == 6
