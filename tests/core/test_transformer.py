@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from genoformer.data.genome.alphabet import VOCAB_SIZE
-from genoformer.kernels.dispatch import Backend
 from genoformer.kernels.layout import BigBird, SlidingWindow, Strided, Union
 from genoformer.core.transformer import RotaryEmbedding, TransformerConfig, apply_rotary
 
