@@ -34,6 +34,10 @@ Data and inference verbs are typed functions whose `--help` comes from their doc
     genoformer prepare --fasta genomes/*.fa.gz --out genomes.zarr       # or a folder, or "[a.fa,b.fa]"
     genoformer prepare_timeseries --inputs ecg.csv --out ecg.zarr --time_column t_seconds
     genoformer embed --checkpoint last.ckpt --inputs genome.fa.gz --out embeddings.npz
+    genoformer finetune --pretrained examples/genoformer_bacteria_8k.ckpt --task classify \
+        --train examples/splice_junctions_statlog.tsv --out runs/splice
+    genoformer classify --checkpoint runs/splice/checkpoints/last.ckpt --inputs seqs.tsv --out predictions.tsv
+    genoformer annotate --checkpoint examples/genoformer_gene_annotator.ckpt --inputs genome.fa.gz --out genes.gff3
 """
 
 from __future__ import annotations
@@ -60,13 +64,15 @@ from tqdm.std import tqdm  # the base class: its _instances holds every open bar
 # The shipped data modules and training modules, imported so that `--data.help GenomeDataModule`
 # and `--model.help TimeSeriesForecaster` find them.
 import genoformer.data.genome.datamodule  # noqa: F401
+import genoformer.data.genome.labelled  # noqa: F401
 import genoformer.data.timeseries.datamodule  # noqa: F401
+import genoformer.genome.finetune  # noqa: F401
 import genoformer.timeseries.module  # noqa: F401
 from genoformer.core.callbacks import PredictionWriter
 from genoformer.core.checkpoints import check_checkpoint_file, read_checkpoint
 from genoformer.core.export import export
 from genoformer.data.storage import tool_version
-from genoformer.genome.commands import embed, prepare
+from genoformer.genome.commands import annotate, classify, embed, finetune, prepare
 from genoformer.genome.evaluate import evaluate, score
 from genoformer.genome.lm import GenoformerLM
 from genoformer.genome.markov import baseline
@@ -81,6 +87,9 @@ TOOL_COMMANDS = {
     "prepare": prepare,
     "prepare_timeseries": prepare_timeseries,
     "embed": embed,
+    "finetune": finetune,
+    "classify": classify,
+    "annotate": annotate,
     "evaluate": evaluate,
     "baseline": baseline,
     "export": export,
@@ -102,13 +111,13 @@ _EVAL_CKPT_HELP = (
 )
 _MODEL_TITLE = (
     "Model (--model CLASS_NAME, then --model.OPTION VALUE); a config without model.class_path trains "
-    "GenoformerLM, the time-series configs TimeSeriesForecaster. Their options: genoformer fit "
-    "--model.help GenoformerLM (or TimeSeriesForecaster)"
+    "GenoformerLM, the time-series configs TimeSeriesForecaster, the fine-tuning configs FineTuner. "
+    "Their options: genoformer fit --model.help GenoformerLM (or TimeSeriesForecaster, FineTuner)"
 )
 _DATA_TITLE = (
-    "Data module (--data CLASS_NAME, then --data.OPTION VALUE); the shipped ones are GenomeDataModule "
-    "and TimeSeriesDataModule. Their options: genoformer fit --data.help GenomeDataModule (or "
-    "TimeSeriesDataModule)"
+    "Data module (--data CLASS_NAME, then --data.OPTION VALUE); the shipped ones are GenomeDataModule, "
+    "TimeSeriesDataModule and LabelledDataModule. Their options: genoformer fit --data.help "
+    "GenomeDataModule (or TimeSeriesDataModule, LabelledDataModule)"
 )
 
 

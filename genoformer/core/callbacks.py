@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -39,6 +40,8 @@ class LossPlotCallback(L.Callback):
         train_key: str = "train/loss",
         val_key: str = "val/loss",
         baseline_filename: str = "baseline.json",
+        bits_per_base: bool = True,
+        metric_keys: Sequence[str] = (),
     ) -> None:
         """
         Args:
@@ -47,13 +50,20 @@ class LossPlotCallback(L.Callback):
             val_key: logged metric plotted as the validation curve (one point per validation run).
             baseline_filename: baseline report inside the run directory, drawn when present
                 ({"total": {"bits_per_base": ...}, "model": {"order": k}} as `genoformer baseline` writes).
+            bits_per_base: label the losses as nats per base with bits per base on the right axis
+                (language models); False: a plain loss axis (fine-tuning).
+            metric_keys: validation metrics drawn in a second panel beside the loss (e.g.
+                val/accuracy, val/auroc), those that were logged.
         """
         self.filename = filename
         self.train_key = train_key
         self.val_key = val_key
         self.baseline_filename = baseline_filename
+        self.bits_per_base = bits_per_base
+        self.metric_keys = list(metric_keys)
         self.train: dict[int, float] = {}
         self.val: dict[int, float] = {}
+        self.metrics: dict[str, dict[int, float]] = {}
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         value = trainer.callback_metrics.get(self.train_key)
@@ -61,16 +71,23 @@ class LossPlotCallback(L.Callback):
             self.train[trainer.global_step] = float(value)
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
         value = trainer.callback_metrics.get(self.val_key)
-        if value is not None and not trainer.sanity_checking:
+        if value is not None:
             self.val[trainer.global_step] = float(value)
+        for key in self.metric_keys:
+            value = trainer.callback_metrics.get(key)
+            if value is not None:
+                self.metrics.setdefault(key, {})[trainer.global_step] = float(value)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"train": dict(self.train), "val": dict(self.val)}
+        return {"train": dict(self.train), "val": dict(self.val), "metrics": {k: dict(v) for k, v in self.metrics.items()}}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.train = dict(state_dict["train"])
         self.val = dict(state_dict["val"])
+        self.metrics = {k: dict(v) for k, v in state_dict.get("metrics", {}).items()}
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         run_dir = Path(trainer.log_dir or trainer.default_root_dir)  # every rank: log_dir broadcasts
@@ -81,18 +98,31 @@ class LossPlotCallback(L.Callback):
     def plot(self, path: Path, baseline: tuple[float, str] | None = None) -> Path:
         """Draw the recorded curves into `path` (PNG) and return it; `baseline` is (bits per base,
         label) of a horizontal reference line."""
-        figure = Figure(figsize=(7, 4.5), layout="constrained")
+        panels = 2 if self.metrics else 1
+        figure = Figure(figsize=(7 * panels, 4.5), layout="constrained")
         FigureCanvasAgg(figure)
-        ax = figure.add_subplot()
+        ax = figure.add_subplot(1, panels, 1)
         for key, points, style in ((self.train_key, self.train, "-"), (self.val_key, self.val, "o-")):
             if points:
                 steps = sorted(points)
                 ax.plot(steps, [points[s] for s in steps], style, label=key, markersize=3)
         ax.set_xlabel("optimizer step")
-        ax.set_ylabel("loss (nats per base)")
-        bits_axis = ax.secondary_yaxis("right", functions=(lambda nats: nats / math.log(2), lambda bits: bits * math.log(2)))
-        bits_axis.set_ylabel("bits per base")
+        if self.bits_per_base:
+            ax.set_ylabel("loss (nats per base)")
+            bits_axis = ax.secondary_yaxis("right", functions=(lambda nats: nats / math.log(2), lambda bits: bits * math.log(2)))
+            bits_axis.set_ylabel("bits per base")
+        else:
+            ax.set_ylabel("loss")
         ax.grid(alpha=0.3)
+        if self.metrics:
+            metric_ax = figure.add_subplot(1, panels, 2)
+            for key, points in self.metrics.items():
+                steps = sorted(points)
+                metric_ax.plot(steps, [points[s] for s in steps], "o-", label=key, markersize=3)
+            metric_ax.set_xlabel("optimizer step")
+            metric_ax.set_ylabel("validation metric")
+            metric_ax.grid(alpha=0.3)
+            metric_ax.legend()
         if baseline is not None:
             bits, label = baseline
             ax.axhline(bits * math.log(2), color="black", linestyle="--", linewidth=1, label=f"{label}: {bits:.3f} bits/base")

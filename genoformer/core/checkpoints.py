@@ -42,6 +42,8 @@ class ModelKind(str, enum.Enum):
     """A DNA language model (genoformer.genome.lm.GenoformerLM)."""
     FORECASTER = "forecaster"
     """A time-series forecaster (genoformer.timeseries.module.TimeSeriesForecaster)."""
+    GENOME_FINETUNED = "genome_finetuned"
+    """A DNA model fine-tuned on labels: classifier, regressor or annotator (genoformer.genome.finetune.FineTuner)."""
 
     @property
     def description(self) -> str:
@@ -56,6 +58,10 @@ _DESCRIPTIONS = {
     ModelKind.GENOME_LM: (
         "a DNA language model",
         "genoformer embed, score, evaluate, variant_effect (Python: genoformer.genome.embeddings.Embedder)",
+    ),
+    ModelKind.GENOME_FINETUNED: (
+        "a fine-tuned DNA model (classifier, regressor or gene annotator)",
+        "genoformer classify, annotate (Python: genoformer.genome.predict.SequencePredictor, GeneAnnotator)",
     ),
     ModelKind.FORECASTER: (
         "a time-series forecaster",

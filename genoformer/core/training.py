@@ -20,7 +20,7 @@ A wing subclasses it, sets `kind`, builds `self.model` (a `TransformerTrunk`) wi
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Optional, Union
 
 import lightning as L
@@ -142,16 +142,22 @@ def adamw_warmup_cosine(
     total_steps: Optional[int],
     min_lr_ratio: float,
     fused: bool = False,
+    own_rates: Sequence[tuple[torch.nn.Module, float]] = (),
 ) -> dict[str, Any]:
     """AdamW (weight decay on matrices only) with `warmup_cosine` per step, as Lightning's
     configure_optimizers returns it; total_steps None: `estimated_steps()` (the trainer's
-    estimated_stepping_batches)."""
-    decay, no_decay = [], []
-    for param in model.parameters():  # tied weights appear once
-        if param.requires_grad:
-            (decay if param.ndim >= 2 else no_decay).append(param)
+    estimated_stepping_batches). `own_rates`: (module, peak learning rate) of modules that train at
+    their own rate (a fine-tuning head), under the same schedule; only trainable parameters train."""
+    groups = []
+    for module, rate in [(model, learning_rate), *own_rates]:
+        decay, no_decay = [], []
+        for param in module.parameters():  # tied weights appear once
+            if param.requires_grad:
+                (decay if param.ndim >= 2 else no_decay).append(param)
+        groups += [{"params": decay, "weight_decay": weight_decay, "lr": rate},
+                   {"params": no_decay, "weight_decay": 0.0, "lr": rate}]
     optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        [group for group in groups if group["params"]],
         lr=learning_rate,
         betas=betas,
         # fused (CUDA): one kernel for all parameters instead of several per tensor group

@@ -1,4 +1,5 @@
-"""The genome wing's data and embedding commands: `genoformer prepare` and `genoformer embed`.
+"""The genome wing's data, embedding and fine-tuning commands: `genoformer prepare`, `embed`,
+`finetune`, `classify` and `annotate`.
 
 (`evaluate`, `score`, `baseline` and `variant_effect` are defined beside what they compute:
 genoformer.genome.evaluate, .markov and .variants.)
@@ -6,19 +7,34 @@ genoformer.genome.evaluate, .markov and .variants.)
     genoformer prepare --fasta genome.fa.gz --out genome.zarr
     genoformer prepare --fasta genomes/*.fa.gz --out genomes.zarr       # or a folder, or "[a.fa,b.fa]"
     genoformer embed --checkpoint last.ckpt --inputs genome.fa.gz --out embeddings.npz
+    genoformer finetune --pretrained examples/genoformer_bacteria_8k.ckpt --task classify \
+        --train examples/splice_junctions_statlog.tsv --out runs/splice
+    genoformer classify --checkpoint runs/splice/checkpoints/last.ckpt --inputs seqs.tsv --out predictions.tsv
+    genoformer annotate --checkpoint examples/genoformer_gene_annotator.ckpt --inputs genome.fa.gz --out genes.gff3
 """
 
 from __future__ import annotations
 
+import json
+import shlex
+import time
+import warnings
 from pathlib import Path
 from typing import Literal, Optional, Union
 
+import torch
+
 from genoformer.core.inference import Pooling
+from genoformer.data.genome.annotations import write_gff3
+from genoformer.data.genome.labels import read_unlabelled
 from genoformer.data.genome.seqfiles import is_sequence_file_name
 from genoformer.data.genome.store import DEFAULT_CHUNK_SIZE, prepare_genome_store
 from genoformer.data.inputs import expand_inputs
 from genoformer.data.storage import refuse_existing
 from genoformer.genome.embeddings import Embedder, save_embeddings
+from genoformer.genome.genecalls import write_tracks_bedgraph
+from genoformer.genome.heads import HeadPooling
+from genoformer.genome.predict import GeneAnnotator, SequencePredictor
 from genoformer.kernels.dispatch import Backend
 
 # The command line takes the enums' values (mean, triton), as the Python API does.
@@ -109,4 +125,205 @@ def embed(
     result = embedder.embed(inputs, **options)
     path = save_embeddings(result, out, overwrite=overwrite)
     print(f"wrote {len(result)} embeddings to {path}")
+    return path
+
+
+# ------------------------------------------------------------------------------- fine-tuning
+TaskName = Literal["classify", "regress", "annotate"]
+HeadPoolingName = Literal[tuple(member.value.lower() for member in HeadPooling)]
+FINETUNE_CONFIGS = {"cpu": "finetune_cpu.yaml", "gpu": "finetune_gpu.yaml"}
+"""The shipped recipe `finetune` starts from, per device (configs/)."""
+
+
+def finetune(
+    *,
+    pretrained: Path,
+    task: TaskName,
+    train: Union[str, list[str]],
+    out: Path,
+    val: Optional[Union[str, list[str]]] = None,
+    test: Optional[Union[str, list[str]]] = None,
+    genome: Optional[str] = None,
+    max_steps: int = 300,
+    batch_size: Optional[int] = None,
+    learning_rate: float = 1e-4,
+    head_learning_rate: Optional[float] = None,
+    lora: int = 0,
+    freeze_backbone: bool = False,
+    from_scratch: bool = False,
+    pooling: HeadPoolingName = "mean",
+    window: Optional[int] = None,
+    val_every: Optional[int] = None,
+    leaks: Literal["error", "drop"] = "error",
+    device: Literal["auto", "cpu", "gpu"] = "auto",
+    ckpt_path: Optional[str] = None,
+    seed: int = 0,
+) -> Path:
+    """Fine-tune a pretrained DNA language model on labels: a class, labels or values per
+    sequence, or gene classes per base. Writes a run directory as `genoformer fit` does
+    (checkpoints/, metrics.csv, loss.png, config.yaml; resumable) and prints the equivalent
+    `genoformer fit` command: every flag here is a key of configs/finetune_cpu.yaml.
+
+    Args:
+        pretrained: A DNA language model checkpoint (genoformer fit or export), e.g.
+            examples/genoformer_bacteria_8k.ckpt.
+        task: classify (one class per sequence, or several 0/1 label_<name> columns), regress
+            (numbers per sequence; or per base from a bedGraph with --genome) or annotate (gene
+            classes per base from GenBank/GFF3 annotations).
+        train: Training files: TSV/CSV with `sequence` and `label` (or label_<name>) columns; FASTA
+            with a TSV of `name` and labels; BED intervals (with --genome); GenBank/GFF3 genomes.
+        out: The run directory.
+        val: Validation files; default: a tenth of the training data held out without leaks.
+        test: Test files: evaluated with the best checkpoint after training, into OUT/test/metrics.csv.
+        genome: The FASTA/GenBank file or store that BED/bedGraph intervals (and GFF3 files
+            without sequences) refer to.
+        max_steps: Optimizer steps.
+        batch_size: Sequences (or windows) per step; default the recipe's.
+        learning_rate: Peak learning rate of the trunk (or its adapters).
+        head_learning_rate: Peak learning rate of the head; default 10 x learning_rate.
+        lora: Rank of LoRA adapters (peft) on every projection; 0: no adapters.
+        freeze_backbone: A flag: train the head only (a linear probe).
+        from_scratch: A flag: the pretrained architecture with random weights (a baseline).
+        pooling: Sequence heads: mean, last or attention.
+        window: Bases per window of a per-base task (annotate); default the recipe's.
+        val_every: Validate every this many steps; default min(100, max_steps).
+        leaks: Training sequences that also occur (either strand) in --val or --test: error, or
+            drop them from training.
+        device: auto (a GPU when there is one), cpu or gpu.
+        ckpt_path: Resume the run in OUT: last, or a .ckpt path (as for fit).
+        seed: Seed of the split and of training.
+    """
+    from genoformer.cli import SHIPPED_CONFIGS, training_cli  # the CLI imports this module
+
+    on_gpu = device == "gpu" or (device == "auto" and torch.cuda.is_available())
+    config = SHIPPED_CONFIGS / FINETUNE_CONFIGS["gpu" if on_gpu else "cpu"]
+    val_every = min(100, max_steps) if val_every is None else val_every
+    overrides = [
+        "--trainer.default_root_dir", str(out),
+        "--trainer.max_steps", str(max_steps),
+        "--trainer.val_check_interval", str(val_every),
+        "--seed_everything", str(seed),
+        "--model.init_args.pretrained", str(pretrained),
+        "--model.init_args.learning_rate", str(learning_rate),
+        "--model.init_args.lora_rank", str(lora),
+        "--model.init_args.freeze_backbone", str(freeze_backbone).lower(),
+        "--model.init_args.from_scratch", str(from_scratch).lower(),
+        "--model.init_args.pooling", HeadPooling(pooling).name,
+        "--data.init_args.task", task,
+        "--data.init_args.train", json.dumps(_file_list(train)),
+        "--data.init_args.seed", str(seed),
+        "--data.init_args.leaks", leaks,
+    ]
+    optional = {
+        "--model.init_args.head_learning_rate": head_learning_rate,
+        "--data.init_args.val": None if val is None else json.dumps(_file_list(val)),
+        "--data.init_args.test": None if test is None else json.dumps(_file_list(test)),
+        "--data.init_args.genome": genome,
+        "--data.init_args.batch_size": batch_size,
+        "--data.init_args.window": window,
+    }
+    for flag, value in optional.items():
+        if value is not None:
+            overrides += [flag, str(value)]
+    fit = ["fit", "--config", str(config), *overrides]
+    print("genoformer finetune runs:\n  " + shlex.join(["genoformer", *fit, *_resume(ckpt_path)]))
+    with warnings.catch_warnings():  # LightningCLI warns that it gets args while sys.argv holds finetune's
+        warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+        training_cli([*fit, *_resume(ckpt_path)])
+        if test is not None:  # the checkpoint with the best validation loss
+            training_cli(["test", "--config", str(config), *overrides, "--ckpt_path", "best", "--overwrite"])
+    if test is not None:
+        print(f"test metrics: {Path(out) / 'test' / 'metrics.csv'}")
+    return Path(out)
+
+
+def _file_list(files: Union[str, list[str]]) -> list[str]:
+    return [files] if isinstance(files, str) else list(files)
+
+
+def _resume(ckpt_path: Optional[str]) -> list[str]:
+    return [] if ckpt_path is None else ["--ckpt_path", ckpt_path]
+
+
+def classify(
+    *,
+    checkpoint: Path,
+    inputs: Union[str, list[str]],
+    out: Path,
+    genome: Optional[str] = None,
+    batch_size: int = 32,
+    device: Optional[str] = None,
+    backend: Backend = Backend.AUTO,
+    overwrite: bool = False,
+) -> Path:
+    """Predict the class (or labels, or values) of every sequence with a fine-tuned model and
+    write a TSV: the input's columns (or `name`), `prediction`, then `p_<class>` per class
+    (regression: `y_<target>` per target).
+
+    Args:
+        checkpoint: A model written by `genoformer finetune` (task classify or regress).
+        inputs: TSV/CSV files with a `sequence` column (label columns are ignored), FASTA/GenBank
+            files, BED intervals (with --genome): several after one flag, or a list.
+        out: The output TSV; an existing one is an error without --overwrite.
+        genome: The genome that BED intervals refer to.
+        batch_size: Sequences per forward pass.
+        device: cpu, cuda or cuda:N; default CUDA when available.
+        backend: Attention backend; auto picks per device.
+        overwrite: A flag: replace an existing `out`.
+    """
+    refuse_existing(out, overwrite)
+    predictor = SequencePredictor.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
+    sequences = read_unlabelled(_file_list(inputs), genome=genome)
+    result = predictor.predict(sequences, batch_size=batch_size)
+    path = result.write_tsv(out, overwrite=overwrite)
+    print(f"wrote predictions for {len(result.names):,} sequences to {path}")
+    return path
+
+
+def annotate(
+    *,
+    checkpoint: Path,
+    inputs: Union[str, list[str]],
+    out: Path,
+    tracks: Optional[Path] = None,
+    window: Optional[int] = None,
+    overlap: Optional[int] = None,
+    batch_size: int = 8,
+    min_gene_length: int = 90,
+    device: Optional[str] = None,
+    backend: Backend = Backend.AUTO,
+    overwrite: bool = False,
+) -> Path:
+    """Call genes on whole genomes with a fine-tuned gene annotator and write them as GFF3 (CDS
+    features: strand, 1-based start and end, phase); long contigs are tiled.
+
+    Args:
+        checkpoint: A model written by `genoformer finetune --task annotate`, e.g. the shipped
+            examples/genoformer_gene_annotator.ckpt.
+        inputs: FASTA/GenBank files or genome stores: several after one flag, or a list.
+        out: The output GFF3; an existing one is an error without --overwrite.
+        tracks: Also write the per-base probabilities of coding on each strand as a bedGraph.
+        window: Bases per window; default the model's context.
+        overlap: Bases shared by neighbouring windows; default window // 4.
+        batch_size: Windows per forward pass.
+        min_gene_length: Shortest gene called, in bases (with the stop codon).
+        device: cpu, cuda or cuda:N; default CUDA when available.
+        backend: Attention backend; auto picks per device.
+        overwrite: A flag: replace existing outputs.
+    """
+    refuse_existing(out, overwrite)
+    if tracks is not None:
+        refuse_existing(tracks, overwrite)
+    annotator = GeneAnnotator.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
+    started = time.perf_counter()
+    contigs = annotator.predict(_file_list(inputs), window=window, overlap=overlap, batch_size=batch_size,
+                                 min_gene_length=min_gene_length)
+    seconds = time.perf_counter() - started
+    genes = [gene for contig in contigs for gene in contig.genes]
+    path = write_gff3(out, genes, contigs=[(c.name, c.length) for c in contigs], overwrite=overwrite)
+    if tracks is not None:
+        write_tracks_bedgraph(tracks, [(c.name, c.probabilities) for c in contigs], overwrite=overwrite)
+    bases = sum(c.length for c in contigs)
+    print(f"wrote {len(genes):,} genes on {len(contigs):,} contigs ({bases:,} bases, "
+          f"{bases / max(seconds, 1e-9):,.0f} bases/s) to {path}")
     return path

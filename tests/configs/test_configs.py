@@ -14,7 +14,9 @@ import pytest
 
 from genoformer.cli import training_cli
 from genoformer.data.genome.datamodule import GenomeDataModule
+from genoformer.data.genome.labelled import LabelledDataModule
 from genoformer.data.timeseries.datamodule import TimeSeriesDataModule
+from genoformer.genome.finetune import FineTuner
 from genoformer.genome.lm import GenoformerLM
 from genoformer.timeseries.module import TimeSeriesForecaster
 
@@ -26,16 +28,23 @@ def test_configs_are_shipped():
     assert "quickstart.yaml" in names
     assert {"genome_8k_cpu.yaml", "genome_8k_gpu.yaml"} <= names
     assert {"ecg_8k_gpu.yaml", "ecg_8k_cpu.yaml", "timeseries_tiny_cpu.yaml"} <= names
+    assert {"finetune_cpu.yaml", "finetune_gpu.yaml"} <= names
+
+
+def _is_finetune(config: Path) -> bool:
+    return config.name.startswith("finetune_")
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda path: path.name)
 def test_config_instantiates(config, tmp_path):
+    # the fine-tuning recipes read labelled files, the others build a store
+    data = [] if _is_finetune(config) else ["--data.init_args.store", str(tmp_path / "store.zarr")]
     cli = training_cli(
         [
             "--config", str(config),
             "--trainer.accelerator", "cpu", "--trainer.precision", "32-true",
             "--trainer.default_root_dir", str(tmp_path),
-            "--data.init_args.store", str(tmp_path / "store.zarr"),
+            *data,
         ],
         run=False,
     )
@@ -50,6 +59,13 @@ def test_config_instantiates(config, tmp_path):
         assert (cli.datamodule.context, cli.datamodule.horizon) == (forecast.context, forecast.horizon)
         for source in cli.datamodule.sources:
             assert Path(source).is_file(), f"{config.name} names a series file that is not shipped: {source}"
+        return
+    if isinstance(cli.model, FineTuner):
+        assert isinstance(cli.datamodule, LabelledDataModule)
+        for path in [cli.model.hparams["pretrained"], *cli.datamodule.train_files]:
+            assert Path(path).is_file(), f"{config.name} names a file that is not shipped: {path}"
+        cli.datamodule.setup("fit")  # the shipped labels read, with their classes
+        assert cli.datamodule.target_space.names == ("acceptor", "donor", "neither")
         return
     assert isinstance(cli.model, GenoformerLM)
     assert isinstance(cli.datamodule, GenomeDataModule)

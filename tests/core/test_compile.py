@@ -159,7 +159,8 @@ def test_inductor_regions_match_the_references(dynamo_counters):
 def test_every_gpu_config_compiles(tmp_path):
     """Every GPU config of the genomic model (GenoformerLM, the default model class) compiles its
     blocks (runtime.compile), as its resolved configuration says."""
-    gpu_configs = sorted((REPO_ROOT / "configs").glob("*_gpu*.yaml"))
+    # the fine-tuning recipe (FineTuner) reads labelled files and is checked in tests/configs
+    gpu_configs = sorted(p for p in (REPO_ROOT / "configs").glob("*_gpu*.yaml") if not p.name.startswith("finetune_"))
     assert len(gpu_configs) >= 5
     not_compiled = []
     for path in gpu_configs:

@@ -1,0 +1,461 @@
+"""Fine-tuning a pretrained DNA language model on labels: `FineTuner` and `genoformer finetune`.
+
+`FineTuner` puts a head (`genoformer.genome.heads`) on the trunk of a pretrained genoformer
+language model and trains it on a `LabelledDataModule` (genoformer.data.genome.labelled): a class,
+labels or values per sequence, or a class or value per base. How much of the trunk trains:
+
+- everything (full fine-tuning, the default);
+- nothing (`freeze_backbone`: a linear probe of the frozen features; the head still trains);
+- low-rank adapters on every attention and MLP projection (`lora_rank` > 0), through peft; the
+  trunk's own weights stay as they were.
+
+The head trains at its own learning rate (`head_learning_rate`). Each training sequence is read on
+a random strand (`reverse_complement`: per-base targets flip with it and swap strand classes), and
+evaluation averages the predictions of both strands (`test_time_strands`), so that a prediction
+does not depend on which strand a file holds.
+
+Metrics (torchmetrics), logged per split (val, test) as <split>/<name>: classes: accuracy,
+balanced_accuracy, mcc, f1, auroc, auprc; labels: accuracy, f1, auroc, auprc; values: pearson,
+spearman, mse; per-base classes: accuracy, balanced_accuracy, mcc (and coding_mcc, coding on
+either strand vs not, for gene annotation); per-base values: pearson, mse. <split>/loss always.
+
+Shape legend: B batch, L length (padded), F feature width, K outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import torch
+import torch.nn.functional as F
+import torchmetrics
+from torch import nn
+from torchmetrics import classification as tmc
+from torchmetrics import regression as tmr
+
+from genoformer.core.checkpoints import ModelKind, read_model_checkpoint
+from genoformer.core.inference import load_module_weights
+from genoformer.core.runtime import RuntimeSettings
+from genoformer.core.training import TrainingModule, adamw_warmup_cosine, fused_adamw_allowed
+from genoformer.core.transformer import Transformer, TransformerConfig
+from genoformer.data.genome.alphabet import TOKEN_CODES, VOCAB_SIZE
+from genoformer.data.genome.annotations import ANNOTATION_CLASSES, CDS_MINUS, CDS_PLUS
+from genoformer.data.genome.labelled import IGNORE, TargetKind, TargetSpace
+from genoformer.genome.heads import (
+    BaseHead,
+    HeadPooling,
+    SequenceHead,
+    flip_within,
+    reverse_complement_rows,
+    strand_features,
+    swap_strands,
+)
+from genoformer.genome.lm import check_alphabet
+
+LORA_TARGETS = ("wq", "wk", "wv", "wo", "w_gate_up", "w_down")
+"""The projections that get low-rank adapters: every linear layer of every block."""
+
+
+class Adaptation(str, enum.Enum):
+    """Which weights of the trunk train."""
+
+    FULL = "full"
+    LINEAR_PROBE = "linear_probe"
+    LORA = "lora"
+
+
+class FineTuner(TrainingModule):
+    """A pretrained trunk + a fine-tuning head (see the module docstring)."""
+
+    kind = ModelKind.GENOME_FINETUNED
+
+    def __init__(
+        self,
+        pretrained: Optional[str] = None,
+        transformer: Optional[dict[str, Any]] = None,
+        targets: Optional[dict[str, Any]] = None,
+        pooling: HeadPooling = HeadPooling.MEAN,
+        both_strands: Optional[bool] = None,
+        layer: int = -1,
+        freeze_backbone: bool = False,
+        lora_rank: int = 0,
+        lora_alpha: Optional[float] = None,
+        from_scratch: bool = False,
+        learning_rate: float = 1e-4,
+        head_learning_rate: Optional[float] = None,
+        weight_decay: float = 0.01,
+        betas: tuple[float, float] = (0.9, 0.98),
+        warmup_steps: int = 50,
+        total_steps: Optional[int] = None,
+        min_lr_ratio: float = 0.1,
+        head_dropout: float = 0.1,
+        reverse_complement: bool = True,
+        test_time_strands: bool = True,
+        runtime: Optional[RuntimeSettings] = None,
+    ) -> None:
+        """
+        Args:
+            pretrained: a genoformer DNA language model checkpoint (`genoformer fit` or `export`):
+                its architecture and weights start the trunk.
+            transformer: the trunk's architecture (`TransformerConfig.to_dict()`), when rebuilding
+                a fine-tuned model from its checkpoint (its hyperparameters hold it); with it,
+                `pretrained` is not read.
+            targets: what the head predicts (`TargetSpace.to_dict()`); None: the data module's
+                (`LabelledDataModule.target_space`) when training starts.
+            pooling: sequence heads: mean, last (the state that has seen the whole sequence) or
+                attention (learned query).
+            both_strands: read each sequence on both strands and put the two readings side by
+                side (every base then sees the whole sequence under causal attention); None: for
+                causal models.
+            layer: the trunk's hidden state the head reads (-1: the last block).
+            freeze_backbone: train the head only (a linear probe of the frozen trunk).
+            lora_rank: rank of low-rank adapters (peft LoRA) on every block projection; 0: none.
+                The trunk's own weights are frozen then.
+            lora_alpha: LoRA scaling numerator (the update is scaled by alpha / rank); None: 2 * rank.
+            from_scratch: the pretrained architecture with fresh random weights (what pretraining buys).
+            learning_rate: peak AdamW learning rate of the trunk (or of its adapters).
+            head_learning_rate: peak learning rate of the head; None: 10 * learning_rate.
+            weight_decay: AdamW weight decay of matrices.
+            betas: AdamW (beta1, beta2).
+            warmup_steps: linear warmup steps.
+            total_steps: steps at which the cosine decay ends; None: the trainer's estimate.
+            min_lr_ratio: final learning rate as a share of the peak.
+            head_dropout: dropout before the head.
+            reverse_complement: train on a random strand of each sequence.
+            test_time_strands: evaluate and predict with the mean over both strands.
+            runtime: how to run (genoformer.core.runtime.RuntimeSettings); never saved.
+        """
+        super().__init__(runtime)
+        if freeze_backbone and lora_rank:
+            raise ValueError("freeze_backbone and lora_rank contradict each other: a linear probe trains no "
+                             "adapters; pass one of them")
+        if lora_rank < 0:
+            raise ValueError(f"lora_rank must be 0 (no adapters) or positive, got {lora_rank}")
+        weights = None
+        if transformer is None:
+            if pretrained is None:
+                raise ValueError("FineTuner needs a pretrained model: pass --pretrained CKPT (model.init_args.pretrained)")
+            checkpoint, hparams = read_model_checkpoint(pretrained, ModelKind.GENOME_LM)
+            check_alphabet(checkpoint, f"{pretrained}: fine-tune it")
+            transformer = hparams["transformer"]
+            weights = None if from_scratch else checkpoint
+        config = dataclasses.replace(TransformerConfig.from_dict(transformer), vocab_size=VOCAB_SIZE)
+        self.model = Transformer(config, self.runtime)
+        if weights is not None:
+            load_module_weights(self.model, weights)
+        if not config.tie_embeddings:
+            self.model.head.requires_grad_(False)  # the language-model head is not used
+        self.both_strands = config.causal if both_strands is None else both_strands
+        self.layer = self.model.resolve_layer(layer)
+        self.pooling = HeadPooling(pooling)
+        self.adaptation = Adaptation.LORA if lora_rank else Adaptation.LINEAR_PROBE if freeze_backbone else Adaptation.FULL
+        if self.adaptation is Adaptation.LINEAR_PROBE:
+            self.model.requires_grad_(False)
+        elif self.adaptation is Adaptation.LORA:
+            add_lora(self.model, lora_rank, 2.0 * lora_rank if lora_alpha is None else lora_alpha)
+        self.learning_rate = learning_rate
+        self.head_learning_rate = 10.0 * learning_rate if head_learning_rate is None else head_learning_rate
+        self.weight_decay = weight_decay
+        self.betas = tuple(betas)
+        self.warmup_steps = warmup_steps
+        self.total_steps = total_steps
+        self.min_lr_ratio = min_lr_ratio
+        self.head_dropout = head_dropout
+        self.reverse_complement = reverse_complement
+        self.test_time_strands = test_time_strands
+        self.targets: Optional[TargetSpace] = None
+        self.head: Optional[nn.Module] = None
+        self.metrics = nn.ModuleDict()
+        self.save_hyperparameters(
+            {
+                "pretrained": None if pretrained is None else str(pretrained),
+                "transformer": config.to_dict(),
+                "targets": None,
+                "pooling": self.pooling.value,
+                "both_strands": self.both_strands,
+                "layer": layer,
+                "freeze_backbone": freeze_backbone,
+                "lora_rank": lora_rank,
+                "lora_alpha": lora_alpha,
+                "from_scratch": from_scratch,
+                "learning_rate": learning_rate,
+                "head_learning_rate": head_learning_rate,
+                "weight_decay": weight_decay,
+                "betas": list(self.betas),
+                "warmup_steps": warmup_steps,
+                "total_steps": total_steps,
+                "min_lr_ratio": min_lr_ratio,
+                "head_dropout": head_dropout,
+                "reverse_complement": reverse_complement,
+                "test_time_strands": test_time_strands,
+            }
+        )
+        if targets is not None:
+            self.set_targets(TargetSpace.from_dict(targets))
+
+    # ------------------------------------------------------------------ the head
+    def set_targets(self, targets: TargetSpace) -> None:
+        """Build the head for `targets` (once); a different target space later is an error."""
+        if self.targets is not None:
+            if targets != self.targets:
+                raise ValueError(
+                    f"the model predicts {self.targets.kind.value} {list(self.targets.names)}, the data has "
+                    f"{targets.kind.value} {list(targets.names)}; fine-tune a new model for these labels "
+                    "(a new run directory) instead of resuming this one"
+                )
+            return
+        self.targets = targets
+        width = self.model.config.d_model * (2 if self.both_strands else 1)
+        if targets.kind.per_base:
+            self.head = BaseHead(width, targets.outputs, dropout=self.head_dropout)
+        else:
+            self.head = SequenceHead(width, targets.outputs, self.pooling, both_strands=self.both_strands,
+                                     dropout=self.head_dropout)
+        self.register_buffer("value_mean", torch.tensor(targets.mean or [0.0] * targets.outputs), persistent=False)
+        self.register_buffer("value_std", torch.tensor(targets.std or [1.0] * targets.outputs), persistent=False)
+        self.hparams["targets"] = targets.to_dict()
+        self.metrics = nn.ModuleDict({split: split_metrics(targets) for split in ("val", "test")})
+
+    def setup(self, stage: str) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None)
+        space = getattr(datamodule, "target_space", None)
+        if space is not None:
+            self.set_targets(space)
+            if space.kind.per_base and datamodule.window > self.model.config.max_seq_len:
+                raise ValueError(f"data window {datamodule.window} exceeds the model's max_seq_len="
+                                 f"{self.model.config.max_seq_len}; lower --window")
+        if self.head is None:
+            raise ValueError("FineTuner has no targets: train it with LabelledDataModule (genoformer finetune) or "
+                             "give model.init_args.targets")
+        self.head.to(self.device)
+
+    # ------------------------------------------------------------------ forward
+    def features(self, tokens_BL: torch.Tensor, lengths_B: torch.Tensor) -> torch.Tensor:
+        """Per-base features (B, L, F) the head reads (see genoformer.genome.heads.strand_features)."""
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.adaptation is not Adaptation.LINEAR_PROBE):
+            return strand_features(self.model, tokens_BL.long(), lengths_B, both_strands=self.both_strands,
+                                   layer=self.layer)
+
+    def _head(self, features_BLF: torch.Tensor, lengths_B: torch.Tensor, other_strand: bool = False) -> torch.Tensor:
+        if self.targets.kind.per_base:
+            return self.head(swap_strands(features_BLF) if other_strand else features_BLF)
+        return self.head(features_BLF, lengths_B, other_strand)
+
+    def forward(self, tokens_BL: torch.Tensor, lengths_B: torch.Tensor) -> torch.Tensor:
+        """Head outputs: (B, K) per sequence, (B, L, K) per base (logits, or standardised values)."""
+        return self._head(self.features(tokens_BL, lengths_B), lengths_B)
+
+    def predict_outputs(self, tokens_BL: torch.Tensor, lengths_B: torch.Tensor) -> torch.Tensor:
+        """Predictions: class probabilities, label probabilities or values in the data's units;
+        (B, K) per sequence, (B, L, K) per base; averaged over both strands with test_time_strands.
+
+        Read on both strands, the features of the reverse complement are those of the sequence
+        with the two halves swapped (and positions reversed), so the second strand costs one more
+        pass of the head only, not of the trunk."""
+        features_BLF = self.features(tokens_BL, lengths_B)
+        outputs = self._readout(self._head(features_BLF, lengths_B))
+        if not self.test_time_strands:
+            return outputs
+        if self.both_strands:  # per base: already in forward positions
+            reverse = self._readout(self._head(features_BLF, lengths_B, other_strand=True))
+        else:
+            reverse = self._readout(self(reverse_complement_rows(tokens_BL, lengths_B), lengths_B))
+            if self.targets.kind.per_base:
+                reverse = flip_within(reverse, lengths_B)
+        if self.targets.kind.per_base:
+            reverse = reverse[..., list(self.targets.swap())]
+        return 0.5 * (outputs + reverse)
+
+    def _readout(self, outputs: torch.Tensor) -> torch.Tensor:
+        kind = self.targets.kind
+        if kind.classes:
+            return torch.softmax(outputs.float(), dim=-1)
+        if kind is TargetKind.SEQUENCE_LABELS:
+            return torch.sigmoid(outputs.float())
+        return outputs.float() * self.value_std + self.value_mean
+
+    # ------------------------------------------------------------------ loss
+    def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        kind = self.targets.kind
+        if kind is TargetKind.SEQUENCE_CLASSES:
+            return F.cross_entropy(outputs.float(), targets.long())
+        if kind is TargetKind.SEQUENCE_LABELS:
+            return F.binary_cross_entropy_with_logits(outputs.float(), targets.float())
+        if kind is TargetKind.BASE_CLASSES:
+            return F.cross_entropy(outputs.flatten(0, 1).float(), targets.flatten().long(), ignore_index=IGNORE)
+        standardised = (targets.float() - self.value_mean) / self.value_std
+        if kind is TargetKind.BASE_VALUES:
+            standardised = standardised.squeeze(-1) if standardised.ndim == 3 else standardised
+            outputs = outputs.squeeze(-1)
+        known = torch.isfinite(standardised)
+        return F.mse_loss(outputs.float()[known], standardised[known])
+
+    def _random_strand(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokens and targets with a random half of the rows on the other strand."""
+        tokens_BL, lengths_B, targets = batch["tokens"], batch["length"], batch["targets"]
+        flip_B = torch.rand(tokens_BL.shape[0], device=tokens_BL.device) < 0.5
+        tokens_BL = torch.where(flip_B[:, None], reverse_complement_rows(tokens_BL, lengths_B), tokens_BL.long())
+        if self.targets.kind.per_base:
+            flipped = flip_within(targets, lengths_B)
+            if self.targets.kind.classes:
+                swap = torch.as_tensor(self.targets.swap(), device=targets.device)
+                flipped = torch.where(flipped == IGNORE, IGNORE, swap[flipped.clamp(min=0)])
+            targets = torch.where(flip_B[:, None], flipped, targets)
+        return tokens_BL, targets
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        if self.reverse_complement:
+            tokens_BL, targets = self._random_strand(batch)
+        else:
+            tokens_BL, targets = batch["tokens"], batch["targets"]
+        loss = self.loss(self(tokens_BL, batch["length"]), targets)
+        self.log("train/loss", loss, prog_bar=True, batch_size=tokens_BL.shape[0])
+        return loss
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def _evaluate(self, batch: dict[str, Any], split: str) -> None:
+        tokens_BL, lengths_B, targets = batch["tokens"], batch["length"], batch["targets"]
+        loss = self.loss(self(tokens_BL, lengths_B), targets)
+        self.log(f"{split}/loss", loss, prog_bar=split == "val", batch_size=tokens_BL.shape[0], sync_dist=True)
+        predictions = self.predict_outputs(tokens_BL, lengths_B)
+        metrics = self.metrics[split]
+        if self.targets.kind.per_base:
+            known = targets != IGNORE if self.targets.kind.classes else torch.isfinite(targets)
+            predictions, targets = predictions[known], targets[known]
+        if self.targets.kind is TargetKind.SEQUENCE_CLASSES and self.targets.outputs == 2:
+            metrics.update(predictions[:, 1], targets)
+        elif self.targets.kind is TargetKind.BASE_VALUES:
+            metrics.update(predictions.squeeze(-1), targets)
+        else:
+            metrics.update(predictions, targets.long() if self.targets.kind is not TargetKind.SEQUENCE_VALUES else targets)
+        self.log_dict({f"{split}/{name}": metric for name, metric in metrics.items()}, batch_size=tokens_BL.shape[0])
+
+    # ------------------------------------------------------------------ optimiser, checkpoints
+    def configure_optimizers(self) -> dict[str, Any]:
+        return adamw_warmup_cosine(
+            self.model, lambda: self.trainer.estimated_stepping_batches, learning_rate=self.learning_rate,
+            weight_decay=self.weight_decay, betas=self.betas, warmup_steps=self.warmup_steps,
+            total_steps=self.total_steps, min_lr_ratio=self.min_lr_ratio, fused=fused_adamw_allowed(self),
+            own_rates=[(self.head, self.head_learning_rate)],
+        )
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
+        checkpoint["alphabet"] = dict(TOKEN_CODES)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        check_alphabet(checkpoint, "load it")
+        targets = (checkpoint.get("hyper_parameters") or {}).get("targets")
+        if targets is not None:
+            self.set_targets(TargetSpace.from_dict(targets))
+        super().on_load_checkpoint(checkpoint)
+
+    @classmethod
+    def from_checkpoint(cls, path: Union[str, Path], runtime: Optional[RuntimeSettings] = None) -> FineTuner:
+        """The fine-tuned model of a checkpoint written by `genoformer finetune`, weights loaded, in eval mode."""
+        checkpoint, hparams = read_model_checkpoint(path, ModelKind.GENOME_FINETUNED)
+        check_alphabet(checkpoint, f"{path}: load it")
+        if hparams.get("targets") is None:
+            raise ValueError(f"{path} holds no head (it was saved before its targets were known); fine-tune it again")
+        module = cls(**{**hparams, "runtime": runtime})
+        module.load_state_dict(checkpoint["state_dict"])
+        return module.eval()
+
+
+def add_lora(trunk: Transformer, rank: int, alpha: float) -> None:
+    """Low-rank adapters (peft LoRA) on every block projection of `trunk`, in place; everything
+    else in the trunk is frozen. peft is imported here, by the only code that needs it."""
+    from peft import LoraConfig, inject_adapter_in_model
+
+    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=list(LORA_TARGETS))
+    inject_adapter_in_model(config, trunk)
+    for name, param in trunk.named_parameters():
+        param.requires_grad_("lora_" in name)
+
+
+def split_metrics(targets: TargetSpace) -> torchmetrics.MetricCollection:
+    """The metrics of one split for `targets` (see the module docstring)."""
+    k = targets.outputs
+    kind = targets.kind
+    if kind is TargetKind.SEQUENCE_CLASSES and k == 2:
+        metrics = {
+            "accuracy": tmc.BinaryAccuracy(), "balanced_accuracy": _BinaryBalancedAccuracy(),
+            "mcc": tmc.BinaryMatthewsCorrCoef(), "f1": tmc.BinaryF1Score(), "auroc": tmc.BinaryAUROC(),
+            "auprc": tmc.BinaryAveragePrecision(),
+        }
+    elif kind is TargetKind.SEQUENCE_CLASSES:
+        metrics = {
+            "accuracy": tmc.MulticlassAccuracy(k, average="micro"), "balanced_accuracy": tmc.MulticlassAccuracy(k, average="macro"),
+            "mcc": tmc.MulticlassMatthewsCorrCoef(k), "f1": tmc.MulticlassF1Score(k, average="macro"),
+            "auroc": tmc.MulticlassAUROC(k), "auprc": tmc.MulticlassAveragePrecision(k),
+        }
+    elif kind is TargetKind.SEQUENCE_LABELS:
+        metrics = {
+            "accuracy": tmc.MultilabelAccuracy(k), "f1": tmc.MultilabelF1Score(k),
+            "auroc": tmc.MultilabelAUROC(k), "auprc": tmc.MultilabelAveragePrecision(k),
+        }
+    elif kind is TargetKind.SEQUENCE_VALUES:
+        metrics = {"pearson": tmr.PearsonCorrCoef(num_outputs=k), "spearman": tmr.SpearmanCorrCoef(num_outputs=k),
+                   "mse": tmr.MeanSquaredError(num_outputs=k)}
+        if k > 1:
+            metrics = {name: _MeanOverTargets(metric) for name, metric in metrics.items()}
+    elif kind is TargetKind.BASE_CLASSES:
+        metrics = {
+            "accuracy": tmc.MulticlassAccuracy(k, average="micro"), "balanced_accuracy": tmc.MulticlassAccuracy(k, average="macro"),
+            "mcc": tmc.MulticlassMatthewsCorrCoef(k),
+        }
+        if tuple(targets.names) == ANNOTATION_CLASSES:
+            metrics["coding_mcc"] = _CodingMCC()
+    else:
+        metrics = {"pearson": tmr.PearsonCorrCoef(), "mse": tmr.MeanSquaredError()}
+    return torchmetrics.MetricCollection(metrics)
+
+
+class _BinaryBalancedAccuracy(tmc.MulticlassAccuracy):
+    """Balanced accuracy from the probability of the positive class (threshold 0.5)."""
+
+    def __init__(self) -> None:
+        super().__init__(2, average="macro")
+
+    def update(self, probability_B: torch.Tensor, target_B: torch.Tensor) -> None:
+        super().update((probability_B >= 0.5).long(), target_B)
+
+
+class _CodingMCC(tmc.BinaryMatthewsCorrCoef):
+    """Per-base MCC of "coding on either strand" (CDS+ or CDS-) against everything else."""
+
+    def update(self, probabilities_NK: torch.Tensor, target_N: torch.Tensor) -> None:
+        called_N = probabilities_NK.argmax(-1)
+        super().update(_coding(called_N), _coding(target_N))
+
+
+def _coding(classes_N: torch.Tensor) -> torch.Tensor:
+    return ((classes_N == CDS_PLUS) | (classes_N == CDS_MINUS)).long()
+
+
+class _MeanOverTargets(torchmetrics.Metric):
+    """A per-target regression metric averaged over the targets (one number to log)."""
+
+    full_state_update = False
+
+    def __init__(self, metric: torchmetrics.Metric) -> None:
+        super().__init__()
+        self.metric = metric
+
+    def update(self, predictions: torch.Tensor, targets: torch.Tensor) -> None:
+        self.metric.update(predictions, targets)
+
+    def compute(self) -> torch.Tensor:
+        return self.metric.compute().float().mean()
+
+    def reset(self) -> None:
+        super().reset()
+        self.metric.reset()

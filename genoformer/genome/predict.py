@@ -1,0 +1,214 @@
+"""Predictions of a fine-tuned model: labels of sequences, and genes of whole genomes.
+
+    predictor = SequencePredictor.from_checkpoint("runs/splice/checkpoints/last.ckpt")
+    result = predictor.predict(["ACGT...", "TTGA..."])        # or files, records, a LabelledSequences
+    result.write_tsv("predictions.tsv")
+
+    annotator = GeneAnnotator.from_checkpoint("examples/genoformer_gene_annotator.ckpt")
+    contigs = annotator.predict("genome.fa.gz")               # per contig: probabilities and genes
+    write_gff3("genes.gff3", [g for c in contigs for g in c.genes], contigs=[(c.name, c.length) for c in contigs])
+
+Both run under the inference policy of genoformer.core.inference (CUDA when there is one, bfloat16
+autocast there, float32 on the CPU) and average both strands when the model was fine-tuned to
+(`test_time_strands`). `GeneAnnotator` cuts long contigs into windows with the shared tiler
+(genoformer.data.tiling): each base takes its probabilities from the window in which it sits
+farthest from an edge.
+
+Shape legend: B batch, W window, L sequence length, K outputs (classes, labels or values).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+from pathlib import Path
+from typing import Optional, Union
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from genoformer.core.inference import autocast, default_autocast_dtype, inference_device
+from genoformer.core.runtime import RuntimeSettings
+from genoformer.data.genome.alphabet import PAD
+from genoformer.data.genome.annotations import Gene
+from genoformer.data.genome.inputs import SequenceInputs, read_sequences
+from genoformer.data.genome.labelled import TargetKind, TargetSpace
+from genoformer.data.genome.labels import LabelledSequences
+from genoformer.data.storage import write_text
+from genoformer.data.tiling import Keep, same_length_batches, tile_windows
+from genoformer.genome.finetune import FineTuner
+from genoformer.genome.genecalls import call_genes
+from genoformer.kernels.dispatch import Backend
+
+
+class _FineTunedModel:
+    """A fine-tuned model on its inference device, in eval mode."""
+
+    expected: tuple[bool, ...] = (False, True)
+    """Which kinds of targets the class serves: per sequence (False) and/or per base (True)."""
+
+    def __init__(self, module: FineTuner, *, device: Optional[Union[str, torch.device]] = None,
+                 autocast_dtype: Optional[torch.dtype] = None) -> None:
+        if module.targets is None:
+            raise ValueError("the model has no head: fine-tune it first (genoformer finetune)")
+        if module.targets.kind.per_base not in self.expected:
+            other = "GeneAnnotator (genoformer annotate)" if module.targets.kind.per_base else "SequencePredictor (genoformer classify)"
+            raise ValueError(f"this model predicts {module.targets.kind.value}; run it with {other}")
+        self.device = inference_device(device)
+        self.module = module.to(self.device).eval()
+        self.autocast_dtype = default_autocast_dtype(self.device, autocast_dtype)
+
+    @property
+    def targets(self) -> TargetSpace:
+        return self.module.targets
+
+    @classmethod
+    def from_checkpoint(cls, path: Union[str, Path], device: Optional[Union[str, torch.device]] = None,
+                        backend: Backend = Backend.AUTO, autocast_dtype: Optional[torch.dtype] = None):
+        """Load a checkpoint written by `genoformer finetune` (device None: CUDA when available)."""
+        module = FineTuner.from_checkpoint(path, RuntimeSettings.for_inference(backend))
+        return cls(module, device=device, autocast_dtype=autocast_dtype)
+
+    @torch.inference_mode()
+    def _run(self, rows: list[np.ndarray]) -> np.ndarray:
+        """Predictions for equal-or-different-length rows: float32 (B, K) or (B, W, K)."""
+        lengths_B = torch.tensor([len(row) for row in rows], device=self.device)
+        tokens_BL = np.full((len(rows), int(lengths_B.max())), PAD, dtype=np.uint8)
+        for i, row in enumerate(rows):
+            tokens_BL[i, : len(row)] = row
+        with autocast(self.device, self.autocast_dtype):
+            outputs = self.module.predict_outputs(torch.from_numpy(tokens_BL).to(self.device), lengths_B)
+        return outputs.float().cpu().numpy()
+
+
+@dataclasses.dataclass(frozen=True)
+class SequencePredictions:
+    """Predictions for named sequences, in input order."""
+
+    names: list[str]
+    outputs: np.ndarray
+    """float32 (N, K): class probabilities, label probabilities or values."""
+    targets: TargetSpace
+    columns: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    """The input's other columns, carried into the output file."""
+
+    def predicted(self) -> list[str]:
+        """Per sequence: the most probable class; the labels with probability >= 0.5 (joined by
+        ","); or the values (joined by ",")."""
+        if self.targets.kind is TargetKind.SEQUENCE_CLASSES:
+            return [self.targets.names[i] for i in self.outputs.argmax(1)]
+        if self.targets.kind is TargetKind.SEQUENCE_LABELS:
+            return [",".join(n for n, p in zip(self.targets.names, row) if p >= 0.5) for row in self.outputs]
+        return [",".join(f"{v:.6g}" for v in row) for row in self.outputs]
+
+    def table(self) -> str:
+        """Tab-separated text: the input's columns (or `name`), `prediction`, then `p_<class>` per
+        class (or label), or `y_<target>` per regression target."""
+        prefix = "y_" if self.targets.kind is TargetKind.SEQUENCE_VALUES else "p_"
+        passed = {key: values for key, values in self.columns.items() if key not in ("sequence", "prediction")}
+        if "name" not in passed:
+            passed = {"name": self.names, **passed}
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, delimiter="\t", lineterminator="\n")
+        writer.writerow([*passed, "prediction", *(prefix + name for name in self.targets.names)])
+        predicted = self.predicted()
+        for i in range(len(self.names)):
+            writer.writerow([*(values[i] for values in passed.values()), predicted[i],
+                             *(f"{v:.6g}" for v in self.outputs[i])])
+        return buffer.getvalue()
+
+    def write_tsv(self, path: Union[str, Path], *, overwrite: bool = False) -> Path:
+        """Write `table()` to `path` (atomically; an existing file needs overwrite)."""
+        return write_text(Path(path), self.table(), overwrite=overwrite)
+
+
+class SequencePredictor(_FineTunedModel):
+    """Runs a model fine-tuned to classify or regress whole sequences."""
+
+    expected = (False,)
+
+    def predict(self, inputs: Union[SequenceInputs, LabelledSequences], *, batch_size: int = 32,
+                progress: bool = True) -> SequencePredictions:
+        """Predict every sequence of `inputs`: what genoformer.data.genome.inputs.read_sequences
+        reads (files, stores, records, DNA strings) or a LabelledSequences (from
+        genoformer.data.genome.labels.read_unlabelled, e.g. a TSV's sequences with its columns)."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if isinstance(inputs, LabelledSequences):
+            names, sequences, columns = list(inputs.names), list(inputs.codes), dict(inputs.columns)
+        else:
+            named = list(read_sequences(inputs, literals=True))
+            names, sequences, columns = [r.name for r in named], [r.codes for r in named], {}
+        if not sequences:
+            raise ValueError("no sequences to predict: the input is empty")
+        limit = self.module.model.config.max_seq_len
+        too_long = [name for name, codes in zip(names, sequences) if len(codes) > limit]
+        if too_long:
+            raise ValueError(f"{len(too_long)} sequence(s) are longer than the model's context of {limit:,} bases "
+                             f"({', '.join(too_long[:3])}); cut them first")
+        order = sorted(range(len(sequences)), key=lambda i: -len(sequences[i]))  # similar lengths batch together
+        outputs = np.zeros((len(sequences), self.targets.outputs), dtype=np.float32)
+        with tqdm(total=len(order), unit="seq", disable=not progress, desc="predicting") as bar:
+            for first in range(0, len(order), batch_size):
+                chunk = order[first : first + batch_size]
+                outputs[chunk] = self._run([sequences[i] for i in chunk])
+                bar.update(len(chunk))
+        return SequencePredictions(names, outputs, self.targets, columns)
+
+
+@dataclasses.dataclass(frozen=True)
+class AnnotatedSequence:
+    """Per-base class probabilities of one contig and the genes called from them."""
+
+    name: str
+    codes: np.ndarray
+    probabilities: np.ndarray
+    """float32 (L, K) over the model's classes."""
+    genes: list[Gene]
+
+    @property
+    def length(self) -> int:
+        return len(self.codes)
+
+
+class GeneAnnotator(_FineTunedModel):
+    """Runs a model fine-tuned for per-base gene classes over whole genomes and calls genes."""
+
+    expected = (True,)
+
+    def probabilities(self, codes: np.ndarray, *, window: Optional[int] = None, overlap: Optional[int] = None,
+                      batch_size: int = 8, bar: Optional[tqdm] = None) -> np.ndarray:
+        """Per-base probabilities (L, K) of one contig's codes, tiled (see the module docstring)."""
+        window = window or self.module.model.config.max_seq_len
+        overlap = window // 4 if overlap is None else overlap
+        if not 0 < window <= self.module.model.config.max_seq_len:
+            raise ValueError(f"window must be in [1, max_seq_len={self.module.model.config.max_seq_len}], got {window}")
+        result = np.zeros((len(codes), self.targets.outputs), dtype=np.float32)
+        tiles = [(0, tile) for tile in tile_windows(len(codes), window, overlap, Keep.CENTRE)]
+        for batch in same_length_batches(tiles, batch_size):
+            outputs_BWK = self._run([codes[t.start : t.end] for _, t in batch])
+            for (_, tile), outputs_WK in zip(batch, outputs_BWK):
+                result[tile.keep_start : tile.keep_end] = outputs_WK[tile.keep_start - tile.start : tile.keep_end - tile.start]
+            if bar is not None:
+                bar.update(sum(t.keep_end - t.keep_start for _, t in batch))
+        return result
+
+    def predict(self, inputs: SequenceInputs, *, window: Optional[int] = None, overlap: Optional[int] = None,
+                 batch_size: int = 8, min_gene_length: int = 90, progress: bool = True) -> list[AnnotatedSequence]:
+        """Probabilities and gene calls for every contig of `inputs` (FASTA/GenBank files, stores,
+        records, DNA strings); genes come from genoformer.genome.genecalls.call_genes."""
+        named = list(read_sequences(inputs, literals=True))
+        if not named:
+            raise ValueError("no sequences to annotate: the input is empty")
+        results = []
+        with tqdm(total=sum(len(r.codes) for r in named), unit="base", unit_scale=True, disable=not progress,
+                  desc="annotating") as bar:
+            for record in named:
+                probabilities = self.probabilities(record.codes, window=window, overlap=overlap,
+                                                   batch_size=batch_size, bar=bar)
+                genes = call_genes(record.codes, probabilities, contig=record.name, min_length=min_gene_length)
+                results.append(AnnotatedSequence(record.name, record.codes, probabilities, genes))
+        return results
+
