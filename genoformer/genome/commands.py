@@ -159,8 +159,9 @@ def finetune(
     ckpt_path: Optional[str] = None,
     seed: int = 0,
 ) -> Path:
-    """Fine-tune a pretrained DNA language model on labels: a class, labels or values per
-    sequence, or gene classes per base. Writes a run directory as `genoformer fit` does
+    """Fine-tune a pretrained DNA model on labels (per sequence, or gene classes per base).
+
+    A class, labels or values per sequence, or gene classes per base. Writes a run directory as `genoformer fit` does
     (checkpoints/, metrics.csv, loss.png, config.yaml; resumable) and prints the equivalent
     `genoformer fit` command: every flag here is a key of configs/finetune_cpu.yaml.
 
@@ -256,8 +257,9 @@ def classify(
     backend: Backend = Backend.AUTO,
     overwrite: bool = False,
 ) -> Path:
-    """Predict the class (or labels, or values) of every sequence with a fine-tuned model and
-    write a TSV: the input's columns (or `name`), `prediction`, then `p_<class>` per class
+    """Predict the class (or labels, or values) of every sequence with a fine-tuned model.
+
+    Writes a TSV: the input's columns (or `name`), `prediction`, then `p_<class>` per class
     (regression: `y_<target>` per target).
 
     Args:
@@ -294,8 +296,9 @@ def annotate(
     backend: Backend = Backend.AUTO,
     overwrite: bool = False,
 ) -> Path:
-    """Call genes on whole genomes with a fine-tuned gene annotator and write them as GFF3 (CDS
-    features: strand, 1-based start and end, phase); long contigs are tiled.
+    """Call genes on whole genomes with a fine-tuned gene annotator; write them as GFF3.
+
+    CDS features with strand, 1-based start and end, phase and score; long contigs are tiled.
 
     Args:
         checkpoint: A model written by `genoformer finetune --task annotate`, e.g. the shipped

@@ -17,6 +17,7 @@ import pytest
 import torch
 import zarr
 
+from cli_helpers import fails
 from genoformer.cli import _tool_arguments, main, prepare, training_cli
 from genoformer.data import GenomeStore, TimeSeriesStore, prepare_genome_store, prepare_timeseries_store
 from genoformer.hints import command_line_hints
@@ -24,17 +25,6 @@ from genoformer.data.storage import METADATA_KEY
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LAMBDA = REPO_ROOT / "examples" / "lambda_phage.fasta.gz"
-
-
-def fails(capsys, args: list[str]) -> str:
-    """Run the command, expect the short error of bad input (exit code 1) and return stderr."""
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-    assert exit_info.value.code == 1
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    return err
 
 
 def hinted(message: str, pattern: str) -> list[str]:

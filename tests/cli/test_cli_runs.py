@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from cli_helpers import fails
 from genoformer.cli import main
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -48,17 +49,6 @@ def command(subcommand: str, run_dir: Path, store: Path, *extra: str) -> list[st
 def fit(run_dir: Path, store: Path, steps: int, *extra: str) -> None:
     main(command("fit", run_dir, store, "--trainer.max_steps", str(steps), "--trainer.val_check_interval",
                  str(steps), *extra))
-
-
-def fails(capsys, args: list[str]) -> str:
-    """Run the command, expect the short error of bad input (exit code 1) and return stderr."""
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-    assert exit_info.value.code == 1
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    return err
 
 
 def suggested(message: str, containing: str) -> list[str]:

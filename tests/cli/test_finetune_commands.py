@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from cli_helpers import fails
 from genoformer.cli import main
 from genoformer.data.genome.alphabet import decode
 from genoformer.data.genome.annotations import read_genes
@@ -39,17 +40,6 @@ def write_table(path: Path, n: int, seed: int, *, regress: bool = False) -> Path
 def read_tsv(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as file:
         return list(csv.DictReader(file, delimiter="\t"))
-
-
-def fails(capsys, args: list[str]) -> str:
-    """Run the command, expect the short error of bad input (exit code 1), return stderr."""
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-    assert exit_info.value.code == 1
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    return err
 
 
 def step_of(path: Path) -> int:
@@ -221,8 +211,6 @@ def test_annotate_end_to_end(causal_checkpoint, tmp_path, capsys):
     # an annotator given to classify is refused
     err = fails(capsys, ["classify", "--checkpoint", checkpoint, "--inputs", str(fasta), "--out", str(tmp_path / "p.tsv")])
     assert "base_classes" in err and "genoformer annotate" in err
-
-
 
 
 def test_finetune_without_test_names_no_test_metrics(classifier, causal_checkpoint, tables, tmp_path, capsys):
