@@ -59,6 +59,7 @@ SEQUENCE_VARIANTS: dict[str, dict[str, Any]] = {
     "from_scratch": {"from_scratch": True, "learning_rate": 5e-4},
     # the state that has read the whole sequence (both strands), for position-specific signals
     "full_last": {"pooling": "last"},
+    "full_last_lr5e-4": {"pooling": "last", "learning_rate": 5e-4},
     "from_scratch_last": {"from_scratch": True, "learning_rate": 5e-4, "pooling": "last"},
 }
 GENE_VARIANTS: dict[str, dict[str, Any]] = {
@@ -302,9 +303,10 @@ def _commands(runs: dict) -> str:
 
 
 def _sequence_table(runs: dict, metric: str, classical: list[list[Any]]) -> str:
-    rows = [[f"genoformer, {name.replace('_', ' ')}", result["test"].get(metric), result["test"].get("mcc"),
-             result["steps"], result["seconds"]] for name, result in runs.items()]
-    return _table(["model", f"test {metric}", "test MCC", "steps", "seconds (GPU, with start-up)"], rows + classical)
+    rows = [[f"genoformer, {name.replace('_', ' ')}" + (" (2-core CPU)" if result["environment"]["device_type"] == "cpu" else ""),
+             result["test"].get(metric), result["test"].get("mcc"), result["steps"], result["seconds"]]
+            for name, result in runs.items()]
+    return _table(["model", f"test {metric}", "test MCC", "steps", "seconds (with start-up)"], rows + classical)
 
 
 def _table(columns: list[str], rows: list[list[Any]]) -> str:

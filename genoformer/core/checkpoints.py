@@ -138,9 +138,15 @@ def read_checkpoint(path: Union[str, Path]) -> dict:
 
 
 def read_model_checkpoint(path: Union[str, Path], kind: ModelKind) -> tuple[dict, dict]:
-    """(checkpoint, hyper_parameters) of a checkpoint of `kind`; ValueError saying what the file
-    holds and which commands read it otherwise."""
-    checkpoint = read_checkpoint(path)
+    """(checkpoint, hyper_parameters) of a checkpoint of `kind`, from a .ckpt file or from a
+    Hugging Face directory of `genoformer export --format hf` (safetensors and JSON, nothing
+    unpickled); ValueError saying what the file holds and which commands read it otherwise."""
+    if Path(path).is_dir():
+        from genoformer.core.hf import read_hf_checkpoint  # hf builds on this module
+
+        checkpoint, _ = read_hf_checkpoint(path)
+    else:
+        checkpoint = read_checkpoint(path)
     found = checkpoint_kind(checkpoint) if isinstance(checkpoint, dict) else None
     if found is None:
         raise ValueError(

@@ -17,6 +17,7 @@ from typing import Literal
 import torch
 
 from genoformer.core.checkpoints import TAG_KEY, canonical_state_dict, checkpoint_kind, read_checkpoint, tag
+from genoformer.core.hf import export_hf
 from genoformer.core.runtime import RUNTIME_FIELDS
 from genoformer.data.storage import atomic_build, refuse_existing
 
@@ -30,18 +31,26 @@ def export(
     checkpoint: Path,
     out: Path,
     dtype: Literal["float32", "bfloat16", "float16"] = "float32",
+    format: Literal["ckpt", "hf"] = "ckpt",
     overwrite: bool = False,
 ) -> Path:
     """Write the weights and configuration of a training checkpoint without optimizer state.
 
     Args:
         checkpoint: A .ckpt file written by `genoformer fit` (any kind of model).
-        out: The exported .ckpt file.
+        out: The exported .ckpt file, or with --format hf the directory to create.
         dtype: Storage type of floating-point weights (bfloat16 halves the file; the model is
             cast back to float32 when it is loaded on a CPU).
+        format: ckpt (the same .ckpt layout, any kind of model) or hf (a Hugging Face directory:
+            config.json, model.safetensors, tokenizer, modeling file for transformers'
+            trust_remote_code, model card; DNA language models with dense attention for now).
         overwrite: Replace an existing `out`.
     """
     out = Path(out)
+    if format == "hf":
+        if dtype == "float16":
+            raise ValueError("--format hf stores float32 or bfloat16 weights; pass --dtype bfloat16 or float32")
+        return export_hf(checkpoint, out, dtype=dtype, overwrite=overwrite)
     refuse_existing(out, overwrite)
     state = read_checkpoint(checkpoint)
     kind = checkpoint_kind(state)
