@@ -122,8 +122,7 @@ class TargetSpace:
         return self.strand_swap or tuple(range(self.outputs))
 
     def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "kind": self.kind.value,
-                **{k: list(getattr(self, k)) for k in ("names", "strand_swap", "mean", "std")}}
+        return {"kind": self.kind.value, **{k: list(getattr(self, k)) for k in ("names", "strand_swap", "mean", "std")}}
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> TargetSpace:

@@ -311,61 +311,49 @@ class _GenoformerLMHead(GenoformerPreTrainedModel):
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.head = value
 
-    def _logits(self, input_ids, attention_mask, position_ids, inputs_embeds, output_hidden_states):
+    shift_labels: bool
+    """Whether position i is scored against label i + 1 (causal) rather than label i (masked)."""
+    output_class: type
+
+    def forward(
+        self,
+        input_ids: Optional[torch.LongTensor] = None,
+        attention_mask: Optional[torch.Tensor] = None,
+        position_ids: Optional[torch.LongTensor] = None,
+        inputs_embeds: Optional[torch.Tensor] = None,
+        labels: Optional[torch.LongTensor] = None,
+        output_hidden_states: Optional[bool] = None,
+        return_dict: Optional[bool] = None,
+        **kwargs: Any,
+    ):
         outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                              inputs_embeds=inputs_embeds, output_hidden_states=output_hidden_states, return_dict=True)
-        return self.head(outputs.last_hidden_state), outputs.hidden_states
+        logits_BLV, hidden_states = self.head(outputs.last_hidden_state), outputs.hidden_states
+        loss = None
+        if labels is not None:
+            if self.shift_labels:
+                logits_NV, labels = logits_BLV[:, :-1], labels[:, 1:]
+            else:
+                logits_NV = logits_BLV
+            logits_NV = logits_NV.reshape(-1, logits_BLV.shape[-1]).float()
+            loss = F.cross_entropy(logits_NV, labels.reshape(-1).to(logits_NV.device), ignore_index=IGNORE)
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        if not return_dict:
+            return tuple(value for value in (loss, logits_BLV, hidden_states) if value is not None)
+        return self.output_class(loss=loss, logits=logits_BLV, hidden_states=hidden_states)
 
 
 class GenoformerForCausalLM(_GenoformerLMHead):
     """Next-base logits (B, L, V): position i predicts token i + 1. `labels` (B, L), e.g. the
     input ids, give the mean cross-entropy in nats over positions 1..L-1 (IGNORE = -100 skipped)."""
 
-    def forward(
-        self,
-        input_ids: Optional[torch.LongTensor] = None,
-        attention_mask: Optional[torch.Tensor] = None,
-        position_ids: Optional[torch.LongTensor] = None,
-        inputs_embeds: Optional[torch.Tensor] = None,
-        labels: Optional[torch.LongTensor] = None,
-        output_hidden_states: Optional[bool] = None,
-        return_dict: Optional[bool] = None,
-        **kwargs: Any,
-    ) -> CausalLMOutput:
-        logits_BLV, hidden_states = self._logits(input_ids, attention_mask, position_ids, inputs_embeds,
-                                                 output_hidden_states)
-        loss = None
-        if labels is not None:
-            logits_NV = logits_BLV[:, :-1].reshape(-1, logits_BLV.shape[-1]).float()
-            loss = F.cross_entropy(logits_NV, labels[:, 1:].reshape(-1).to(logits_NV.device), ignore_index=IGNORE)
-        return_dict = self.config.return_dict if return_dict is None else return_dict
-        if not return_dict:
-            return tuple(value for value in (loss, logits_BLV, hidden_states) if value is not None)
-        return CausalLMOutput(loss=loss, logits=logits_BLV, hidden_states=hidden_states)
+    shift_labels = True
+    output_class = CausalLMOutput
 
 
 class GenoformerForMaskedLM(_GenoformerLMHead):
     """Logits (B, L, V) at every position of a bidirectional model; mask bases with MASK (6).
     `labels` (B, L): the original tokens at masked positions, IGNORE (-100) elsewhere."""
 
-    def forward(
-        self,
-        input_ids: Optional[torch.LongTensor] = None,
-        attention_mask: Optional[torch.Tensor] = None,
-        position_ids: Optional[torch.LongTensor] = None,
-        inputs_embeds: Optional[torch.Tensor] = None,
-        labels: Optional[torch.LongTensor] = None,
-        output_hidden_states: Optional[bool] = None,
-        return_dict: Optional[bool] = None,
-        **kwargs: Any,
-    ) -> MaskedLMOutput:
-        logits_BLV, hidden_states = self._logits(input_ids, attention_mask, position_ids, inputs_embeds,
-                                                 output_hidden_states)
-        loss = None
-        if labels is not None:
-            logits_NV = logits_BLV.reshape(-1, logits_BLV.shape[-1]).float()
-            loss = F.cross_entropy(logits_NV, labels.reshape(-1).to(logits_NV.device), ignore_index=IGNORE)
-        return_dict = self.config.return_dict if return_dict is None else return_dict
-        if not return_dict:
-            return tuple(value for value in (loss, logits_BLV, hidden_states) if value is not None)
-        return MaskedLMOutput(loss=loss, logits=logits_BLV, hidden_states=hidden_states)
+    shift_labels = False
+    output_class = MaskedLMOutput
