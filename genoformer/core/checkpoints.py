@@ -13,14 +13,18 @@ with these conventions, kept by `genoformer.core.training.TrainingModule` when i
 Checkpoints written before the tag existed (format version 0) are recognised by their
 hyperparameters once, here (`checkpoint_kind`), and nowhere else.
 
-Reading unpickles nothing but plain containers and tensors (`torch.load(weights_only=True)`):
-a checkpoint cannot run code when it is loaded.
+Reading a .ckpt unpickles it, but only plain containers and tensors
+(`torch.load(weights_only=True)`), so a checkpoint cannot run code when it is loaded. A Hugging
+Face directory of `genoformer export --format hf` is read without unpickling anything
+(safetensors and JSON), and so is a Hub model named by its id (`owner/name`, downloaded through
+huggingface_hub): prefer those for models from other people.
 """
 
 from __future__ import annotations
 
 import enum
 import pickle
+import re
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,6 +37,8 @@ FORMAT_VERSION = 1
 TAG_KEY = "genoformer"
 COMPILED_PREFIX = "_orig_mod."
 """What torch.compile's wrapper module inserts into parameter names."""
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")
+"""A Hugging Face Hub model id (owner/name), read when no local path of that name exists."""
 
 
 class ModelKind(str, enum.Enum):
@@ -137,11 +143,31 @@ def read_checkpoint(path: Union[str, Path]) -> dict:
         raise _unreadable_error(path) from exc
 
 
+def resolve_model_path(path: Union[str, Path]) -> Path:
+    """`path` as it is when it exists (or does not look like a Hub id); a Hub model id (owner/name)
+    otherwise, downloaded (or found in the local Hub cache) through huggingface_hub."""
+    if Path(path).exists() or not HUB_ID.match(str(path)) or str(path).endswith(".ckpt"):
+        return Path(path)
+    from huggingface_hub import snapshot_download  # only a Hub id needs it
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id=str(path)))
+    except (HfHubHTTPError, LocalEntryNotFoundError, OSError, ValueError) as error:
+        raise FileNotFoundError(
+            f"{path}: no such checkpoint file or directory here, and the Hugging Face Hub gave no model of that id "
+            f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'no network?'}); pass a .ckpt "
+            "file, a directory of `genoformer export --format hf`, or a Hub id (owner/name) with a network."
+        ) from error
+
+
 def read_model_checkpoint(path: Union[str, Path], kind: ModelKind) -> tuple[dict, dict]:
-    """(checkpoint, hyper_parameters) of a checkpoint of `kind`, from a .ckpt file or from a
-    Hugging Face directory of `genoformer export --format hf` (safetensors and JSON, nothing
-    unpickled); ValueError saying what the file holds and which commands read it otherwise."""
-    if Path(path).is_dir():
+    """(checkpoint, hyper_parameters) of a checkpoint of `kind`, from a .ckpt file, from a Hugging
+    Face directory of `genoformer export --format hf` (safetensors and JSON, nothing unpickled) or
+    from a Hub id of such a directory; ValueError saying what the file holds and which commands
+    read it otherwise."""
+    path = resolve_model_path(path)
+    if path.is_dir():
         from genoformer.core.hf import read_hf_checkpoint  # hf builds on this module
 
         checkpoint, _ = read_hf_checkpoint(path)

@@ -12,7 +12,7 @@ kind tags existed comes out tagged.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Optional
 
 import torch
 
@@ -30,27 +30,34 @@ def export(
     *,
     checkpoint: Path,
     out: Path,
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32",
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto",
     format: Literal["ckpt", "hf"] = "ckpt",
+    reports: Optional[list[Path]] = None,
     overwrite: bool = False,
 ) -> Path:
-    """Write the weights and configuration of a training checkpoint without optimizer state.
+    """Write the weights and configuration of a checkpoint without optimizer state, as a .ckpt or
+    as a Hugging Face directory to share.
 
     Args:
-        checkpoint: A .ckpt file written by `genoformer fit` (any kind of model).
+        checkpoint: A .ckpt file written by `genoformer fit` or `genoformer finetune` (any kind of model).
         out: The exported .ckpt file, or with --format hf the directory to create.
-        dtype: Storage type of floating-point weights (bfloat16 halves the file; the model is
-            cast back to float32 when it is loaded on a CPU).
-        format: ckpt (the same .ckpt layout, any kind of model) or hf (a Hugging Face directory:
-            config.json, model.safetensors, tokenizer, modeling file for transformers'
-            trust_remote_code, model card; DNA language models with dense attention for now).
+        dtype: Storage type of floating-point weights; auto: as the checkpoint stores them
+            (bfloat16 halves a float32 file; the model is cast back to float32 when it is loaded
+            on a CPU).
+        format: ckpt (the same .ckpt layout) or hf (a Hugging Face directory: config.json,
+            model.safetensors, modeling file for transformers' trust_remote_code, tokenizer for
+            DNA models, model card); every kind of model exports both ways.
+        reports: With --format hf: JSON reports of `genoformer evaluate --out` and `genoformer
+            baseline --out` whose bits per base the model card shows.
         overwrite: Replace an existing `out`.
     """
     out = Path(out)
     if format == "hf":
         if dtype == "float16":
             raise ValueError("--format hf stores float32 or bfloat16 weights; pass --dtype bfloat16 or float32")
-        return export_hf(checkpoint, out, dtype=dtype, overwrite=overwrite)
+        return export_hf(checkpoint, out, dtype=dtype, reports=reports or [], overwrite=overwrite)
+    if reports:
+        raise ValueError("--reports go into the model card of --format hf; a .ckpt export has no card")
     refuse_existing(out, overwrite)
     state = read_checkpoint(checkpoint)
     kind = checkpoint_kind(state)
@@ -62,11 +69,11 @@ def export(
     if isinstance(architecture, dict):  # runtime settings that older checkpoints stored there
         exported["hyper_parameters"]["transformer"] = {k: v for k, v in architecture.items() if k not in RUNTIME_FIELDS}
     exported["state_dict"] = {
-        name: tensor.to(DTYPES[dtype]) if tensor.is_floating_point() else tensor
+        name: tensor.to(DTYPES[dtype]) if tensor.is_floating_point() and dtype != "auto" else tensor
         for name, tensor in canonical_state_dict(state["state_dict"]).items()
     }
     tag(exported, kind)
     with atomic_build(out, overwrite) as tmp:
         torch.save(exported, tmp)
-    print(f"wrote {out} ({kind.description}, {out.stat().st_size / 2**20:.1f} MiB, {dtype} weights)")
+    print(f"wrote {out} ({kind.description}, {out.stat().st_size / 2**20:.1f} MiB, {'stored' if dtype == 'auto' else dtype} weights)")
     return out

@@ -25,23 +25,7 @@ from genoformer.genome.scoring import LOG2E, Scorer
 SHIPPED = Path(__file__).resolve().parents[2] / "examples" / "genoformer_bacteria_8k.ckpt"
 ANNOTATOR = SHIPPED.with_name("genoformer_gene_annotator.ckpt")
 LOAD = dict(trust_remote_code=True, local_files_only=True)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def hf_cache(tmp_path_factory):
-    """transformers copies the modeling file into its modules cache: keep that (and any hub cache)
-    under a temporary folder, offline. The cache path is read when transformers is imported, so the
-    already imported module's constant is patched as well."""
-    root = tmp_path_factory.mktemp("hf_home")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HF_HOME", str(root))
-        patch.setenv("HF_MODULES_CACHE", str(root / "modules"))
-        patch.setenv("HF_HUB_OFFLINE", "1")
-        patch.setenv("TRANSFORMERS_OFFLINE", "1")
-        import transformers.dynamic_module_utils as dynamic
-
-        patch.setattr(dynamic, "HF_MODULES_CACHE", str(root / "modules"))
-        yield root
+pytestmark = pytest.mark.usefixtures("hf_cache")  # tests/core/conftest.py: offline, temporary caches
 
 
 @pytest.fixture(scope="module")
@@ -159,8 +143,8 @@ def test_read_hf_checkpoint_gives_back_the_weights_and_hparams(exports, objectiv
 def test_no_pickle_in_the_directory(exports):
     for _, directory in exports.values():
         names = sorted(path.name for path in directory.iterdir())
-        assert names == ["README.md", "config.json", "model.safetensors", "modeling_genoformer.py", "tokenizer.json",
-                         "tokenizer_config.json"]
+        assert names == ["README.md", "config.json", "genoformer_layout.py", "model.safetensors", "modeling_genoformer.py",
+                         "tokenizer.json", "tokenizer_config.json"]
         assert not [p for p in directory.rglob("*") if p.suffix in {".bin", ".pt", ".pth", ".ckpt", ".pkl"}]
         tensors = load_file(directory / "model.safetensors")
         assert "head.weight" not in tensors and all(t.dtype == torch.float32 for t in tensors.values())
@@ -174,7 +158,7 @@ def test_no_pickle_in_the_directory(exports):
 
 def test_shipped_model_exports_quickly_and_small(tmp_path):
     start = time.perf_counter()
-    directory = export_hf(SHIPPED, tmp_path / "bacteria", dtype="bfloat16")
+    directory = export_hf(SHIPPED, tmp_path / "bacteria")  # auto: as stored, bfloat16
     seconds = time.perf_counter() - start
     tensors = load_file(directory / "model.safetensors")
     weights = sum(t.numel() * t.element_size() for t in tensors.values())
@@ -187,17 +171,20 @@ def test_shipped_model_exports_quickly_and_small(tmp_path):
     assert "8,192 bases trained" in card and f"{sum(t.numel() for t in tensors.values()):,}" in card
 
 
-def test_unsupported_checkpoints_and_existing_output(tmp_path, causal_checkpoint, mlm_checkpoint):
-    with pytest.raises(ValueError, match=r"not supported yet.*Kinds that export: a DNA language model \(genome_lm\)"):
-        export_hf(ANNOTATOR, tmp_path / "annotator")
-    forecaster = torch.load(causal_checkpoint, map_location="cpu", weights_only=True)
-    forecaster["genoformer"]["kind"] = "forecaster"
-    torch.save(forecaster, tmp_path / "forecaster.ckpt")
-    with pytest.raises(ValueError, match="time-series forecaster .*not supported yet"):
-        export_hf(tmp_path / "forecaster.ckpt", tmp_path / "forecaster")
-    with pytest.raises(ValueError, match="sparse layouts are not exported yet"):
-        export_hf(mlm_checkpoint, tmp_path / "sparse")
-    with pytest.raises(ValueError, match="dtype must be one of"):
+def test_bad_exports_and_existing_output(tmp_path, causal_checkpoint):
+    from genoformer.kernels.layout import BlockLayout, LayoutSpec
+
+    class OwnLayout(LayoutSpec):
+        def build(self, seq_len, num_heads):
+            return BlockLayout.dense(seq_len)
+
+    own = torch.load(causal_checkpoint, map_location="cpu", weights_only=True)
+    own["hyper_parameters"]["transformer"]["attention"] = [{"class_path": f"{__name__}.OwnLayout", "init_args": {}}]
+    torch.save(own, tmp_path / "own.ckpt")
+    globals()["OwnLayout"] = OwnLayout  # importable by its class_path, as a user's module would be
+    with pytest.raises(ValueError, match="attention layout of its own class .*OwnLayout.*builds genoformer's layouts only"):
+        export_hf(tmp_path / "own.ckpt", tmp_path / "own")
+    with pytest.raises(ValueError, match="dtype must be auto or one of"):
         export_hf(causal_checkpoint, tmp_path / "f16", dtype="float16")
     assert not any(tmp_path.glob("*/"))  # nothing half-written
     out = export_hf(causal_checkpoint, tmp_path / "model")
@@ -206,7 +193,7 @@ def test_unsupported_checkpoints_and_existing_output(tmp_path, causal_checkpoint
     (out / "README.md").write_text("old")
     export_hf(causal_checkpoint, out, overwrite=True)
     assert (out / "README.md").read_text().startswith("---")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["forecaster.ckpt", "model"]  # no temporaries left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "own.ckpt"]  # no temporaries left
     assert math.isfinite(read_hf_checkpoint(out)[0]["state_dict"]["model.norm.weight"].sum().item())
 
 
