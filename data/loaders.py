@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from genoformer import hints
 from genoformer.data.sampling import ShardSampler
 from genoformer.data.storage import read_metadata, sha256_files
 
@@ -51,8 +52,9 @@ def store_built_from(store: Path, files: list[str], records_key: str, option: st
         return True
     sources = list(dict.fromkeys(record["source"] for record in records))
     raise FileExistsError(
-        f"store {store} was not built from the files that {option} names ({files}); it holds {sources}. "
-        f"Point the store option at a new path to build one from these files, or delete {store} to rebuild it"
+        f"store {store} was built from {sources}, not from the files that {option} names ({files}). To use "
+        f"{store} as it is, give it no files to build from: {hints.option(option.rpartition('.')[2], [])}; to build "
+        f"a store from {files} instead, point {hints.option('store', metavar='NEW.zarr')} at a new path"
     )
 
 

@@ -8,42 +8,64 @@ code through the data module: ``--data.init_args.missing ffill``); everything el
 Python style.
 
     raise FileExistsError(f"{out} exists; pass {option('overwrite')} to replace it")
+
+On the command line a value is written as a shell takes it: quoted where it holds characters the
+shell would read (``'[96,192]'``, a path with a space), a list as ``'[a,b]'`` (which both the
+tool commands and the training commands read as a list).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
+import shlex
 from collections.abc import Iterator
 
-_OPTION_PREFIX: contextvars.ContextVar[str | None] = contextvars.ContextVar("genoformer_option_prefix", default=None)
+
+@dataclasses.dataclass(frozen=True)
+class _Style:
+    prefix: str
+    bare_flags: bool
+
+
+_STYLE: contextvars.ContextVar[_Style | None] = contextvars.ContextVar("genoformer_option_style", default=None)
 
 
 @contextlib.contextmanager
-def command_line_hints(prefix: str = "") -> Iterator[None]:
+def command_line_hints(prefix: str = "", bare_flags: bool = True) -> Iterator[None]:
     """Within this block, :func:`option` and :func:`hint` give the command-line form, and
-    :func:`option` puts ``prefix`` before option names (``--{prefix}{name}``)."""
-    token = _OPTION_PREFIX.set(prefix)
+    :func:`option` puts ``prefix`` before option names (``--{prefix}{name}``). ``bare_flags``
+    False writes a True flag with its value (``--data.init_args.pack true``), as the training
+    commands need."""
+    token = _STYLE.set(_Style(prefix, bare_flags))
     try:
         yield
     finally:
-        _OPTION_PREFIX.reset(token)
+        _STYLE.reset(token)
 
 
 def hint(python: str, command_line: str) -> str:
     """``command_line`` inside :func:`command_line_hints`, else ``python``."""
-    return python if _OPTION_PREFIX.get() is None else command_line
+    return python if _STYLE.get() is None else command_line
 
 
 def option(name: str, value: object = True, *, metavar: str | None = None) -> str:
     """One option as typed: ``name=value`` in Python, ``--name value`` on the command line.
 
-    A True value is a bare flag on the command line (``--overwrite``). ``metavar`` stands for a
-    value the reader chooses (``sampling_rate=HZ`` / ``--sampling_rate HZ``).
+    A True value is a bare flag on the command line (``--overwrite``) where the command takes
+    one. A list or tuple is ``name=[96, 192]`` in Python and ``--name '[96,192]'`` on the command
+    line. ``metavar`` stands for a value the reader chooses (``sampling_rate=HZ`` /
+    ``--sampling_rate HZ``).
     """
-    flag = f"--{_OPTION_PREFIX.get() or ''}{name}"
+    style = _STYLE.get()
+    flag = f"--{style.prefix if style else ''}{name}"
     if metavar is not None:
         return hint(f"{name}={metavar}", f"{flag} {metavar}")
-    if value is True:
+    if value is True and (style is None or style.bare_flags):
         return hint(f"{name}=True", flag)
-    return hint(f"{name}={value!r}", f"{flag} {value}")
+    if isinstance(value, (list, tuple)):
+        typed = "[" + ",".join(str(item) for item in value) + "]"
+        return hint(f"{name}={list(value)!r}", f"{flag} {shlex.quote(typed)}")
+    typed = "true" if value is True else "false" if value is False else str(value)
+    return hint(f"{name}={value!r}", f"{flag} {shlex.quote(typed)}")

@@ -8,6 +8,7 @@ reason when the folder is absent.
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 
@@ -19,6 +20,11 @@ import torch
 # cross-compile test builds its kernels in a child process without it.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# Lightning gives its loggers a console handler on the stderr of the moment it is first imported.
+# Imported here, that is the real stderr, not the captured stream of whichever test first runs a
+# training command (the `genoformer` command imports Lightning only then).
+importlib.import_module("lightning.pytorch")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"

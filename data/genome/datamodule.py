@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import lightning as L
 from torch.utils.data import DataLoader, Dataset
@@ -26,7 +26,7 @@ from genoformer.data.genome.store import GenomeStore, prepare_genome_store
 from genoformer.data.loaders import ShardedLoaders, store_built_from
 from genoformer.data.packing import collate_packed
 from genoformer.data.splits import SequenceSource, SplitSpec, split_intervals
-from genoformer.hints import hint
+from genoformer.hints import hint, option
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,10 @@ class GenomeDataModule(ShardedLoaders, L.LightningDataModule):
         rank: This process's rank for sharding (default: from torch.distributed, else 0).
         world_size: Number of ranks (default: from torch.distributed, else 1).
     """
+
+    store_inputs: ClassVar[str] = "fasta"
+    """The option naming the files ``store`` is built from: `genoformer fit` leaves them out when
+    its command line names an existing store and not them (the store is then used as it is)."""
 
     def __init__(
         self,
@@ -133,6 +137,8 @@ class GenomeDataModule(ShardedLoaders, L.LightningDataModule):
             return
         intervals = split_intervals([SequenceSource(c.name, c.length, c.source_name) for c in store.contigs], self.split)
         if stage in ("fit", None):
+            if not self.pack:
+                self._check_record_lengths(store, intervals["train"])
             if self.pack:
                 self.datasets["train"] = PackedRandomWindowDataset(
                     store, self.window, self.samples_per_epoch, intervals=intervals["train"], seed=self.seed,
@@ -156,6 +162,23 @@ class GenomeDataModule(ShardedLoaders, L.LightningDataModule):
                     + hint(f"split=SplitSpec({name}_fraction=0.02)", f"--data.init_args.split.{name}_fraction 0.02")
                     + f", or name {name} contigs or files (split.by)"
                 )
+
+    def _check_record_lengths(self, store: GenomeStore, train: list) -> None:
+        """Point at ``pack`` when training intervals are shorter than the window (they give no
+        windows unpacked): a WARNING for some, ValueError when all are."""
+        short = [interval for interval in train if interval.length < self.window]
+        if not short:
+            return
+        pack = option("pack", True)
+        if len(short) == len(train):
+            raise ValueError(
+                f"no interval of {self.store_path} is at least {self.window} bases long (the window; its {len(short)} "
+                f"training intervals are {max(iv.length for iv in short)} bases at most), so no training window can be "
+                f"drawn unpacked. Pack records into windows end to end: {pack}; or use a shorter window"
+            )
+        log.warning("%d of %d training intervals of %s are shorter than the window (%d bases) and give no windows "
+                    "unpacked; to train on them too, pack records into windows: %s", len(short), len(train),
+                    self.store_path, self.window, pack)
 
     def _split_loader(self, name: str) -> DataLoader | list:
         """The loader of split `name` (packed batches with `pack`); [] for a split without data."""

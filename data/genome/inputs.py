@@ -133,7 +133,7 @@ def _read_file(path: Path) -> Iterator[NamedSequence]:
 def _encode_literal(name: str, sequence: str) -> np.ndarray:
     try:
         codes = encode(sequence)
-    except ValueError as exc:
+    except InvalidBaseError as exc:
         hint = ""
         if "/" in sequence or "." in sequence:
             hint = (
@@ -141,7 +141,8 @@ def _encode_literal(name: str, sequence: str) -> np.ndarray:
                 f"{', '.join(SEQUENCE_FILE_SUFFIXES)}, optionally plus .gz/.xz/.bz2; pass a pathlib.Path for "
                 "other file names)"
             )
-        raise ValueError(f"sequence {name!r}: {exc}{hint}") from exc
+        raise ValueError(f"sequence {name!r}, base {exc.position + 1:,} (1-based): invalid character {exc.char!r}; "
+                         f"allowed are A C G T N (any case) and IUPAC ambiguity codes (read as N){hint}") from exc
     if codes.size == 0:
         raise ValueError(f"sequence {name!r} is empty; remove it from the inputs.")
     return codes

@@ -5,6 +5,17 @@ Legend: C = channels, Lc = context length, H = horizon (time steps). A sample is
 where ``context`` covers [start, start + Lc) and ``target`` [start + Lc, start + Lc + H), both in
 the same interval (split). With ``normalize`` values are (x - mean) / std with the store's
 per-channel statistics. Keys are an index or an (epoch, index) pair, as for genome datasets.
+
+Missing values (NaN in the store) stay NaN in ``context`` and ``target``: the model reads them
+as unobserved (`genoformer.timeseries.model`) and the losses leave missing targets out
+(`genoformer.timeseries.module`). A window whose target holds no observed value at all is
+skipped. With ``window_normalize`` every window is further shifted and scaled by the observed
+mean and standard deviation of its own context, channel by channel, so that a loss weighs
+quiet and loud windows, and different datasets, alike.
+
+`MixedWindowDataset` draws single-channel windows from several such datasets (several stores):
+the training data of a general, channel-independent forecaster. Its samples are
+``{"context": (1, Lc), "target": (1, H), "store": int, "channel": int, "series", "start", "index"}``.
 """
 
 from __future__ import annotations
@@ -40,12 +51,14 @@ class TimeSeriesWindowDataset(Dataset):
         context_before_interval: Only the target must lie in an interval; the context may reach
             back before the interval's start into earlier steps of the same series (as the
             long-horizon protocol does for validation and test windows).
+        window_normalize: Shift and scale each window by its context's observed mean and
+            standard deviation, per channel (after ``normalize``).
     """
 
     def __init__(self, store: str | Path | TimeSeriesStore, context: int, horizon: int, *,
                  intervals: Sequence[Interval] | None = None, samples_per_epoch: int | None = None,
                  stride: int | None = None, seed: int = 0, normalize: bool = True,
-                 context_before_interval: bool = False) -> None:
+                 context_before_interval: bool = False, window_normalize: bool = False) -> None:
         if context < 1 or horizon < 1:
             raise ValueError(f"context ({context}) and horizon ({horizon}) must be >= 1")
         self._store = store if isinstance(store, TimeSeriesStore) else TimeSeriesStore(store)
@@ -57,6 +70,7 @@ class TimeSeriesWindowDataset(Dataset):
         self.seed = seed
         self.epoch = 0
         self.normalize = normalize
+        self.window_normalize = window_normalize
         ivs = [Interval(s.index, 0, s.length) for s in self._store.series] if intervals is None else list(intervals)
         if context_before_interval:
             ivs = [Interval(iv.index, max(0, iv.start - context), iv.end) for iv in ivs]
@@ -68,14 +82,35 @@ class TimeSeriesWindowDataset(Dataset):
         if not self.intervals:
             raise ValueError(f"no interval of {self._store.path} holds context + horizon = {self.span} steps; "
                              "shorten them or change the split")
-        if samples_per_epoch is None:
-            counts = [1 + (iv.length - self.span) // self.stride for iv in self.intervals]
-        else:
-            counts = [iv.length - self.span + 1 for iv in self.intervals]
+        step = self.stride if samples_per_epoch is None else 1
+        self._step = step
+        self._valid: list[np.ndarray | None] = [self._valid_starts(iv, step) for iv in self.intervals]
+        counts = [1 + (iv.length - self.span) // step if valid is None else len(valid)
+                  for iv, valid in zip(self.intervals, self._valid)]
+        self.skipped_windows = sum(1 + (iv.length - self.span) // step for iv in self.intervals) - sum(counts)
+        if self.skipped_windows:
+            log.info("%d window(s) of %s skipped: no value of their targets is observed", self.skipped_windows,
+                     self._store.path)
+        if not sum(counts):
+            raise ValueError(f"no window of {self._store.path} in these intervals has an observed target value "
+                             f"(horizon {horizon}); change the split, or use a store with fewer gaps")
         self._cum = np.cumsum(np.array(counts, dtype=np.int64))
         std = np.where(self._store.std > 0, self._store.std, 1.0).astype(np.float32)
         self._mean = self._store.mean[:, None]  # (C, 1)
         self._inv_std = (1.0 / std)[:, None]  # (C, 1)
+
+    def _valid_starts(self, iv: Interval, step: int) -> np.ndarray | None:
+        """Window starts of the interval (every `step`-th) whose target holds an observed value,
+        or None when the series has no missing value (then every start does)."""
+        if not self._store.series[iv.index].has_missing:
+            return None
+        cache = getattr(self, "_missing_cum", None)
+        if cache is None or cache[0] != iv.index:
+            missing_T = np.isnan(self._store.read(iv.index, 0, self._store.series[iv.index].length)).all(axis=0)
+            cache = self._missing_cum = (iv.index, np.concatenate([[0], np.cumsum(missing_T, dtype=np.int64)]))
+        cum = cache[1]
+        starts = np.arange(iv.start, iv.end - self.span + 1, step, dtype=np.int64)
+        return starts[cum[starts + self.span] - cum[starts + self.context] < self.horizon]
 
     @property
     def store(self) -> TimeSeriesStore:
@@ -87,6 +122,7 @@ class TimeSeriesWindowDataset(Dataset):
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_pid"] = None
+        state.pop("_missing_cum", None)
         return state
 
     def set_epoch(self, epoch: int) -> None:
@@ -100,12 +136,13 @@ class TimeSeriesWindowDataset(Dataset):
         if self.samples_per_epoch is None:
             if not 0 <= index < len(self):
                 raise IndexError(f"window {index} out of range [0, {len(self)})")
-            u, step = index, self.stride
+            u = index
         else:
-            u, step = int(sample_rng(self.seed, epoch, index).integers(self._cum[-1])), 1
+            u = int(sample_rng(self.seed, epoch, index).integers(self._cum[-1]))
         j = int(np.searchsorted(self._cum, u, side="right"))
-        iv = self.intervals[j]
-        return iv.index, iv.start + (u - (int(self._cum[j - 1]) if j else 0)) * step
+        iv, valid = self.intervals[j], self._valid[j]
+        offset = u - (int(self._cum[j - 1]) if j else 0)
+        return iv.index, iv.start + offset * self._step if valid is None else int(valid[offset])
 
     def __getitem__(self, key: int | tuple[int, int]) -> dict:
         epoch, index = split_key(key, self.epoch)
@@ -113,7 +150,79 @@ class TimeSeriesWindowDataset(Dataset):
         values = self.store.read(series, start, start + self.span)  # (C, Lc + H)
         if self.normalize:
             values = (values - self._mean) * self._inv_std
+        if self.window_normalize:
+            values = normalize_by_context(values, self.context)
         values = torch.from_numpy(values)
         return {"context": values[:, :self.context], "target": values[:, self.context:], "series": series,
                 "start": start, "index": index}
 
+
+
+def normalize_by_context(values_CS: np.ndarray, context: int) -> np.ndarray:
+    """(values - m) / s per channel, m and s the observed mean and standard deviation of the first
+    `context` steps (s = 1 when it is 0 or nothing is observed), float32."""
+    head_CL = values_CS[:, :context]
+    observed_C = (~np.isnan(head_CL)).sum(axis=1)
+    filled_CL = np.where(np.isnan(head_CL), 0.0, head_CL)
+    mean_C = filled_CL.sum(axis=1) / np.maximum(observed_C, 1)
+    var_C = (np.where(np.isnan(head_CL), 0.0, np.square(head_CL - mean_C[:, None]))).sum(axis=1) / np.maximum(observed_C, 1)
+    std_C = np.where(var_C > 1e-12, np.sqrt(var_C), 1.0)
+    return ((values_CS - mean_C[:, None]) / std_C[:, None]).astype(np.float32)
+
+
+class MixedWindowDataset(Dataset):
+    """Single-channel windows drawn from several `TimeSeriesWindowDataset`s (module docstring).
+
+    Args:
+        parts: One dataset per store (the same context and horizon); each of its windows gives
+            one sample per channel.
+        samples_per_epoch: Random windows per epoch: a part is drawn by ``weights``, then one of
+            its windows and one channel uniformly. None: every window of every part, channel by
+            channel, in order (validation and test).
+        weights: Relative chance of each part (default: equal, so that a short store is seen as
+            often as a long one).
+        seed: Base seed; random sample ``index`` of ``epoch`` depends only on (seed, epoch, index).
+    """
+
+    def __init__(self, parts: Sequence[TimeSeriesWindowDataset], *, samples_per_epoch: int | None = None,
+                 weights: Sequence[float] | None = None, seed: int = 0) -> None:
+        if not parts:
+            raise ValueError("a mixed dataset needs at least one store's windows")
+        if len({(part.context, part.horizon) for part in parts}) != 1:
+            raise ValueError("every store's windows must have the same context and horizon")
+        self.parts = list(parts)
+        self.context, self.horizon = parts[0].context, parts[0].horizon
+        self.samples_per_epoch = samples_per_epoch
+        self.seed = seed
+        self.epoch = 0
+        weights = [1.0] * len(parts) if weights is None else [float(w) for w in weights]
+        if len(weights) != len(parts) or min(weights) < 0 or sum(weights) <= 0:
+            raise ValueError(f"weights {weights} must be one non-negative number per store ({len(parts)}), not all 0")
+        self._weights = np.cumsum(weights) / sum(weights)
+        self._channels = [part.store.num_channels for part in parts]
+        self._cum = np.cumsum([len(part) * c for part, c in zip(parts, self._channels)])
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.samples_per_epoch if self.samples_per_epoch is not None else int(self._cum[-1])
+
+    def locate(self, epoch: int, index: int) -> tuple[int, int, int]:
+        """(part, window index in it, channel) of sample ``index``."""
+        if self.samples_per_epoch is None:
+            if not 0 <= index < len(self):
+                raise IndexError(f"window {index} out of range [0, {len(self)})")
+            part = int(np.searchsorted(self._cum, index, side="right"))
+            offset = index - (int(self._cum[part - 1]) if part else 0)
+            return part, offset // self._channels[part], offset % self._channels[part]
+        rng = sample_rng(self.seed, epoch, index)
+        part = min(int(np.searchsorted(self._weights, rng.random(), side="right")), len(self.parts) - 1)
+        return part, int(rng.integers(1 << 62)), int(rng.integers(self._channels[part]))
+
+    def __getitem__(self, key: int | tuple[int, int]) -> dict:
+        epoch, index = split_key(key, self.epoch)
+        part, window, channel = self.locate(epoch, index)
+        sample = self.parts[part][(epoch, window)]
+        return {**sample, "context": sample["context"][channel : channel + 1],
+                "target": sample["target"][channel : channel + 1], "store": part, "channel": channel, "index": index}

@@ -4,33 +4,57 @@ Layout (zarr v3 group)::
 
     <store>/zarr.json     attributes["genoformer"]: store metadata (see storage.py) plus
                           "sampling_rate" (Hz), "channel_names", "missing" (the policy used),
-                          "stats" {"mean", "std", "min", "max"}: per-channel lists over all series,
+                          "stats" {"mean", "std", "min", "max"}: per-channel lists over the
+                          observed values of all series,
                           "series": list of {name, length, source, source_name, source_sha256,
-                          filled (missing values filled per channel), values_sha256}
-    <store>/series/<i>    (C, T_i) float32, chunked along time
+                          filled, missing, gaps, duplicates, jitter, start_time, values_sha256}
+    <store>/series/<i>    (C, T_i) float32 on a regular time grid, chunked along time; NaN marks
+                          a missing value (the store's mask: an observed value is never NaN)
 
-Input: a CSV has a header row naming the columns, one row per time step; ``time_column`` (if
-given) is dropped from the channels and, when ``sampling_rate`` is not given, sets it from the
-mean time step. A .npy file holds (T,) or (T, C) values (``npy_channels_first`` for (C, T)).
-All files must have the same channels; blank lines are skipped (as pandas does). Missing
-values (empty cells, NaN, "NA") follow
-``missing``: "error" (default; names file, row and column), "ffill" (carry the last value
-forward, the first value backward at the start), "zero", or "linear" (interpolate in time, hold
-the end values). Infinite values and ragged rows are always errors.
+Input: a CSV (also .csv.gz, .csv.xz, .csv.bz2) has a header row naming the columns and one row
+per observation, read with pandas; the delimiter (comma, semicolon, tab or bar) is found from the
+header row unless given. The channels are ``columns`` (default: every numeric column that is not
+a time column; a column counts as numeric when most of its non-empty cells are numbers, so that
+one typo is reported instead of dropping the column). Missing cells (empty, ``?``, ``NaN``,
+``NA``, ``null``, ...) are kept as missing. A value that is not a number is an error naming the
+file, line and column.
+
+Time: without ``time_column`` every row is one step at ``sampling_rate``. ``time_column`` names
+one column or several joined by spaces (``["Date", "Time"]``): numbers are seconds; anything else
+is parsed as dates and times (ISO 8601, or day-first with ``dayfirst``; columns named year, month,
+day, hour, minute, second are assembled as such). The rows are put on a grid of one step: the
+given ``sampling_rate``, or detected as the median time between rows (refined by a least-squares
+fit of the times on their grid positions, so that rounding in the file cancels out). A row's
+position is the previous row's plus its time difference in steps, rounded, so jitter below half a
+step is tolerated and its largest size is recorded (``jitter``, in steps). Grid steps that no row
+lands on are gaps: stored as missing and reported (``gaps``: count, missing steps, longest).
+Rows that land on the same step are an error unless ``duplicates`` says which to keep ("first",
+"last" or the "mean" of their observed values); times that go backwards are an error.
+
+A .npy file holds (T,) or (T, C) values (``npy_channels_first`` for (C, T)), NaN for missing.
+All files must have the same channels and sampling rate. ``missing`` says what happens to
+missing values and gaps: "keep" (default: stored as missing, NaN), "error" (names file, row and
+column, or the gap), "ffill" (carry the last value forward, the first value backward at the
+start), "zero", or "linear" (interpolate in time, hold the end values): the fills are explicit
+choices, never the default. Infinite values are always errors.
 """
 
 from __future__ import annotations
 
+import bz2
 import csv
+import gzip
 import hashlib
 import io
+import lzma
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal, Optional
 
 import numpy as np
+import pandas as pd
 import zarr
 from tqdm.auto import tqdm
 from zarr.codecs import BloscCodec
@@ -48,14 +72,30 @@ from genoformer.data.storage import (
 
 
 TIMESERIES_FORMAT = "genoformer.timeseries"
-TIMESERIES_FORMAT_VERSION = 1
-MissingPolicy = Literal["error", "ffill", "zero", "linear"]
-_MISSING_TEXT = {"", "nan", "na", "n/a", "null", "none"}
+TIMESERIES_FORMAT_VERSION = 2
+"""2: values on a regular grid with NaN for missing values and gaps; 1 (still read): no missing values."""
+MissingPolicy = Literal["keep", "error", "ffill", "zero", "linear"]
+DuplicatePolicy = Literal["error", "first", "last", "mean"]
+MISSING_POLICIES = ("keep", "error", "ffill", "zero", "linear")
+DUPLICATE_POLICIES = ("error", "first", "last", "mean")
+MISSING_TEXT = ["", "?", "NaN", "nan", "NA", "N/A", "n/a", "NULL", "null", "None", "none", "#N/A", "-"]
+"""Cells read as missing values."""
+CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.xz", ".csv.bz2")
+DELIMITERS = (",", ";", "\t", "|")
+_DATE_PARTS = ("year", "month", "day", "hour", "minute", "second")
 
 
 @dataclass(frozen=True)
 class SeriesInfo:
-    """One series (source file) of a time-series store."""
+    """One series (source file) of a time-series store.
+
+    ``filled``: values filled per channel (by the missing policy); ``missing``: values still
+    missing per channel (NaN in the store); ``gaps``: grid steps no row landed on
+    ({"count", "missing_steps", "longest"}); ``duplicates``: rows merged into an earlier row's
+    step; ``jitter``: the largest distance of a row's time from its grid step, in steps;
+    ``start_time``: the first step's date and time (ISO 8601) when the times were dates, else
+    None; ``skipped_columns``: CSV columns left out because they are not numeric.
+    """
 
     index: int
     name: str
@@ -65,11 +105,55 @@ class SeriesInfo:
     source_sha256: str
     filled: list[int]
     values_sha256: str
+    missing: list[int] = field(default_factory=list)
+    gaps: dict = field(default_factory=lambda: {"count": 0, "missing_steps": 0, "longest": 0})
+    duplicates: int = 0
+    jitter: float = 0.0
+    start_time: Optional[str] = None
+    skipped_columns: list[str] = field(default_factory=list)
+
+    @property
+    def has_missing(self) -> bool:
+        return any(self.missing)
 
 
 def is_timeseries_file_name(name: str) -> bool:
-    """Whether a file name is one `prepare_timeseries_store` reads (.csv or .npy)."""
-    return name.lower().endswith((".csv", ".npy"))
+    """Whether a file name is one `prepare_timeseries_store` reads (.csv, .csv.gz/.xz/.bz2, .npy)."""
+    return name.lower().endswith((*CSV_SUFFIXES, ".npy"))
+
+
+def series_name(path: Path) -> str:
+    """The file name without its .csv/.npy (and compression) suffixes."""
+    lower = path.name.lower()
+    for suffix in (*CSV_SUFFIXES, ".npy"):
+        if lower.endswith(suffix):
+            return path.name[: -len(suffix)]
+    return path.stem
+
+
+def _open_text(path: Path) -> IO[str]:
+    """The file as UTF-8 text, decompressed by its suffix."""
+    lower = path.name.lower()
+    opener = gzip.open if lower.endswith(".gz") else lzma.open if lower.endswith(".xz") else \
+        bz2.open if lower.endswith(".bz2") else open
+    return opener(path, "rt", encoding="utf-8", newline="")
+
+
+def _header_line(path: Path) -> str:
+    """The first non-blank line of the file (the header)."""
+    try:
+        with _open_text(path) as text:
+            head = text.read(1 << 16)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save the CSV as UTF-8") from None
+    except (OSError, EOFError, lzma.LZMAError) as exc:
+        raise ValueError(f"{path}: cannot be read as a (compressed) CSV file ({exc})") from None
+    if "\x00" in head:
+        raise ValueError(f"{path}: binary data, not a CSV file")
+    for line in head.lstrip("\ufeff").splitlines():
+        if line.strip():
+            return line
+    raise ValueError(f"{path}: the file is empty; expected a CSV with a header row")
 
 
 def _is_number(text: str) -> bool:
@@ -80,59 +164,252 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _read_csv(path: Path, time_column: str | None) -> tuple[list[str], np.ndarray, np.ndarray | None]:
-    """(channel names, values (T, C) float64 with NaN for missing, time values or None)."""
-    raw = path.read_bytes()
-    if not raw.strip():
-        raise ValueError(f"{path}: the file is empty; expected a CSV with a header row")
-    if b"\x00" in raw[:4096]:
-        raise ValueError(f"{path}: binary data, not a CSV file")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save the CSV as UTF-8") from None
-    try:
-        return _parse_csv(path, text, time_column)
-    except csv.Error as exc:
-        raise ValueError(f"{path}: malformed CSV ({exc})") from None
+def _data_line(path: Path, row: int) -> int:
+    """The line number (1-based) of data row `row` (0-based, after the header; blank lines are
+    skipped, as pandas does). Used on error paths only: it reads the file again."""
+    with _open_text(path) as text:
+        seen = -1  # the header is the first non-blank line
+        for number, line in enumerate(text, start=1):
+            if line.strip():
+                if seen == row:
+                    return number
+                seen += 1
+    raise AssertionError(f"{path} has no data row {row}")
 
 
-def _parse_csv(path: Path, text: str, time_column: str | None) -> tuple[list[str], np.ndarray, np.ndarray | None]:
-    reader = csv.reader(io.StringIO(text, newline=""))  # newline="": \n, \r\n and \r all end a row
-    header = [h.strip() for h in next(reader)]
-    if all(_is_number(h) for h in header):
+def _as_list(columns: str | Sequence[str] | None) -> list[str]:
+    if columns is None:
+        return []
+    return [columns] if isinstance(columns, str) else list(columns)
+
+
+@dataclass
+class _Table:
+    """One CSV or .npy file, read: values (T, C) float64 with NaN for missing, and the time of
+    each row in seconds (None without a time column)."""
+
+    names: list[str]
+    values: np.ndarray
+    seconds: Optional[np.ndarray] = None
+    start: Optional[pd.Timestamp] = None
+    skipped: list[str] = field(default_factory=list)
+    row_line: Callable[[int], str] = lambda row: f"row {row}"  # data row (0-based) -> its place, for errors
+
+
+def _read_csv(path: Path, time_column: str | Sequence[str] | None, columns: Sequence[str] | None,
+              dayfirst: bool, delimiter: str | None) -> _Table:
+    """Read one CSV with pandas (see the module docstring)."""
+    header_text = _header_line(path)
+    sep = delimiter if delimiter is not None else max(DELIMITERS, key=header_text.count)
+    header = [name.strip() for name in next(csv.reader(io.StringIO(header_text), delimiter=sep))]
+    if all(_is_number(name) for name in header):
         raise ValueError(f"{path}: the first row is numeric; the CSV needs a header row naming the columns")
     if len(set(header)) != len(header):
         raise ValueError(f"{path}: duplicate column names in the header {header}")
-    if time_column is not None and time_column not in header:
-        raise ValueError(f"{path}: time_column {time_column!r} is not a column; columns are {header}")
-    width = len(header)
-    rows: list[list[float]] = []
-    for line_no, row in enumerate(reader, start=2):
-        if not row:
-            continue
-        if len(row) != width:
-            raise ValueError(f"{path}: line {line_no} has {len(row)} fields, the header has {width}; "
-                             "every row needs one value per column")
-        values = []
-        for col, cell in enumerate(row):
-            cell = cell.strip()
-            if cell.lower() in _MISSING_TEXT:
-                values.append(math.nan)
-                continue
-            try:
-                values.append(float(cell))
-            except ValueError:
-                raise ValueError(f"{path}: line {line_no}, column {header[col]!r}: {cell!r} is not a number") from None
-        rows.append(values)
-    if not rows:
+    time_columns = _as_list(time_column)
+    for name in time_columns + _as_list(columns):
+        if name not in header:
+            which = "time_column" if name in time_columns else "columns"
+            raise ValueError(f"{path}: {which} {name!r} is not a column; the columns are {header} "
+                             f"(delimiter {sep!r}: pass {option('delimiter', metavar='CHAR')} if that is wrong)")
+    try:
+        frame = pd.read_csv(path, sep=sep, header=0, names=header, index_col=False, na_values=MISSING_TEXT,
+                            keep_default_na=True, dtype={name: str for name in time_columns},
+                            skipinitialspace=True, encoding="utf-8", low_memory=False)
+    except pd.errors.ParserError as exc:
+        raise ValueError(f"{path}: malformed CSV ({str(exc).strip()}); every row needs one value per column") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save the CSV as UTF-8") from None
+    if frame.empty:
         raise ValueError(f"{path}: no data rows after the header")
-    table = np.array(rows, dtype=np.float64)  # (T, width)
-    if time_column is None:
-        return header, table, None
-    t_col = header.index(time_column)
-    keep = [i for i in range(width) if i != t_col]
-    return [header[i] for i in keep], table[:, keep], table[:, t_col]
+    where = lambda row: f"line {_data_line(path, row)}"  # noqa: E731 - error paths only
+    _check_short_rows(path, frame, header, sep)
+    value_names, skipped = _value_columns(path, frame, header, time_columns, columns, where)
+    values = np.empty((len(frame), len(value_names)), dtype=np.float64)
+    for c, name in enumerate(value_names):
+        column = frame[name]
+        numbers = column if pd.api.types.is_numeric_dtype(column.dtype) else pd.to_numeric(column, errors="coerce")
+        if not pd.api.types.is_numeric_dtype(column.dtype):
+            bad = np.flatnonzero(numbers.isna().to_numpy() & column.notna().to_numpy())
+            if len(bad):
+                raise ValueError(f"{path}: {where(int(bad[0]))}, column {name!r}: {column.iloc[bad[0]]!r} is not a "
+                                 f"number (choose the value columns with {option('columns', metavar='[A,B]')})")
+        values[:, c] = numbers.to_numpy(dtype=np.float64, na_value=np.nan)
+    table = _Table(value_names, values, skipped=skipped, row_line=where)
+    if time_columns:
+        table.seconds, table.start = _parse_times(path, frame, time_columns, dayfirst, where)
+    return table
+
+
+def _check_short_rows(path: Path, frame: pd.DataFrame, header: list[str], sep: str) -> None:
+    """pandas fills the cells a short row lacks with NaN; a short row is a broken file, not
+    missing values. Rows with an empty last cell are read again to tell the two apart."""
+    last = frame[header[-1]]
+    suspects = np.flatnonzero(last.isna().to_numpy())
+    if not len(suspects):
+        return
+    wanted = set(suspects.tolist())
+    with _open_text(path) as text:
+        row = -1
+        for number, line in enumerate(text, start=1):
+            if not line.strip():
+                continue
+            if row in wanted:
+                fields = next(csv.reader([line.rstrip("\r\n")], delimiter=sep))
+                if len(fields) < len(header):
+                    raise ValueError(f"{path}: line {number} has {len(fields)} fields, the header has {len(header)}; "
+                                     "every row needs one value per column (an empty cell is a missing value)")
+            row += 1
+            if row > suspects[-1]:
+                return
+
+
+def _value_columns(path: Path, frame: pd.DataFrame, header: list[str], time_columns: list[str],
+                   columns: Sequence[str] | None, where) -> tuple[list[str], list[str]]:
+    """(value columns, skipped non-numeric columns)."""
+    if columns is not None:
+        chosen = list(columns)
+        if not chosen:
+            raise ValueError(f"{path}: {option('columns', [])} chooses no column; name the value columns")
+        clash = sorted(set(chosen) & set(time_columns))
+        if clash:
+            raise ValueError(f"{path}: {clash} are both time and value columns; drop them from one of "
+                             f"{option('columns', metavar='[A,B]')} and {option('time_column', metavar='NAME')}")
+        return chosen, []
+    chosen, skipped = [], []
+    for name in header:
+        if name in time_columns:
+            continue
+        column = frame[name]
+        if pd.api.types.is_bool_dtype(column.dtype):
+            skipped.append(name)
+        elif pd.api.types.is_numeric_dtype(column.dtype):
+            chosen.append(name)
+        else:
+            present = column.dropna()
+            numeric = pd.to_numeric(present, errors="coerce").notna().mean() if len(present) else 0.0
+            (chosen if numeric > 0.5 else skipped).append(name)
+    if not chosen:
+        raise ValueError(f"{path}: no numeric column to store (the columns are {header}); choose the value columns "
+                         f"with {option('columns', metavar='[A,B]')}")
+    return chosen, skipped
+
+
+def _parse_times(path: Path, frame: pd.DataFrame, time_columns: list[str], dayfirst: bool,
+                 where) -> tuple[np.ndarray, Optional[pd.Timestamp]]:
+    """Seconds of each row since the first row, float64, and the first row's time (None when
+    the time column holds numbers)."""
+    label = time_columns[0] if len(time_columns) == 1 else "+".join(time_columns)
+    parts = frame[time_columns]
+    empty = parts.isna().any(axis=1).to_numpy()
+    if empty.any():
+        row = int(np.argmax(empty))
+        raise ValueError(f"{path}: {where(row)}, time column {label!r} is empty; every row needs a time")
+    if len(time_columns) == 1:
+        numbers = pd.to_numeric(parts.iloc[:, 0], errors="coerce")
+        if numbers.notna().all():
+            seconds = numbers.to_numpy(dtype=np.float64)
+            return seconds - seconds[0], None
+    lowered = [name.lower() for name in time_columns]
+    if len(time_columns) > 1 and set(lowered) <= set(_DATE_PARTS) and {"year", "month", "day"} <= set(lowered):
+        assembled = parts.apply(pd.to_numeric, errors="coerce")
+        assembled.columns = lowered
+        bad = assembled.isna().any(axis=1).to_numpy()
+        if not bad.any():
+            times = pd.to_datetime(assembled, errors="coerce", utc=True)
+            bad = times.isna().to_numpy()
+    else:
+        text = parts.iloc[:, 0] if len(time_columns) == 1 else parts.iloc[:, 0].str.cat(
+            [parts.iloc[:, i] for i in range(1, len(time_columns))], sep=" ")
+        times = pd.to_datetime(text.str.strip(), dayfirst=dayfirst, errors="coerce", utc=True)
+        bad = times.isna().to_numpy()
+    if bad.any():
+        row = int(np.argmax(bad))
+        value = " ".join(str(parts.iloc[row, i]) for i in range(len(time_columns)))
+        first = " ".join(str(parts.iloc[0, i]) for i in range(len(time_columns)))
+        raise ValueError(
+            f"{path}: {where(row)}, time column {label!r}: {value!r} is not a time like the first row's {first!r} "
+            f"(seconds, ISO 8601 dates and times, or day-first dates with {option('dayfirst')})")
+    return (times - times.iloc[0]).dt.total_seconds().to_numpy(dtype=np.float64), times.iloc[0]
+
+
+@dataclass
+class _Grid:
+    """Where the rows of a table go on the time grid."""
+
+    positions: np.ndarray  # grid step of each row, non-decreasing int64
+    step: float  # seconds
+    jitter: float  # largest distance of a row's time from its step, in steps
+
+
+def _place_on_grid(path: Path, table: _Table, step: Optional[float], label: str) -> _Grid:
+    """Grid positions of the rows (see the module docstring); `step` None: detected."""
+    seconds = table.seconds
+    diffs = np.diff(seconds)
+    back = np.flatnonzero(diffs < 0)
+    if len(back):
+        row = int(back[0]) + 1
+        raise ValueError(f"{path}: the time column {label!r} goes backwards at {table.row_line(row)} "
+                         f"({seconds[row]:g} s after the first row, the row before at {seconds[row - 1]:g} s); "
+                         "sort the rows by time (one series per file)")
+    detected = step is None
+    if detected:
+        positive = diffs[diffs > 0]
+        if not len(positive):
+            raise ValueError(f"{path}: every row has the same time; pass {option('sampling_rate', metavar='HZ')} "
+                             "or a time column that changes")
+        step = float(np.median(positive))
+    positions = np.zeros(len(seconds), dtype=np.int64)
+    np.cumsum(np.rint(diffs / step).astype(np.int64), out=positions[1:])
+    if detected and positions[-1] > 0:  # least-squares slope of time on position: rounding cancels out
+        k = positions.astype(np.float64)
+        k_centred = k - k.mean()
+        step = float((k_centred * (seconds - seconds.mean())).sum() / (k_centred * k_centred).sum())
+    offsets = (seconds - positions * step) / step
+    offsets -= np.median(offsets)
+    jitter = float(np.abs(offsets).max()) if len(offsets) else 0.0
+    if jitter >= 0.5:
+        row = int(np.argmax(np.abs(offsets)))
+        rate = "the given sampling rate" if not detected else f"the detected step of {step:g} s"
+        raise ValueError(
+            f"{path}: the times drift off a regular grid of {rate}: {table.row_line(row)} lies {offsets[row]:+.2f} "
+            f"steps from its place; pass the true {option('sampling_rate', metavar='HZ')} (or leave it out to "
+            "detect it), or resample the file")
+    return _Grid(positions, step, jitter)
+
+
+def _merge_duplicates(path: Path, table: _Table, grid: _Grid, policy: str, label: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """(unique positions, their values (U, C), merged row count) under the duplicates policy."""
+    positions, values = grid.positions, table.values
+    same = np.flatnonzero(np.diff(positions) == 0)
+    if not len(same):
+        return positions, values, 0
+    if policy == "error":
+        row = int(same[0]) + 1
+        raise ValueError(
+            f"{path}: {table.row_line(row)} falls on the same time step as the row before it ({label!r}, "
+            f"{len(same)} such rows in all); choose which to keep with {option('duplicates', 'first')}, "
+            f"{option('duplicates', 'last')} or {option('duplicates', 'mean')}")
+    starts = np.flatnonzero(np.r_[True, np.diff(positions) > 0])
+    unique = positions[starts]
+    if policy == "first":
+        return unique, values[starts], len(same)
+    if policy == "last":
+        return unique, values[np.r_[starts[1:] - 1, len(positions) - 1]], len(same)
+    if policy != "mean":
+        raise ValueError(f"duplicates={policy!r}: use one of {', '.join(DUPLICATE_POLICIES)}")
+    observed = ~np.isnan(values)
+    sums = np.add.reduceat(np.where(observed, values, 0.0), starts, axis=0)
+    counts = np.add.reduceat(observed.astype(np.int64), starts, axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return unique, np.where(counts > 0, sums / np.maximum(counts, 1), np.nan), len(same)
+
+
+def gap_summary(present_T: np.ndarray) -> dict:
+    """Runs of grid steps without a row: {"count", "missing_steps", "longest"}."""
+    edges = np.diff(np.r_[0, (~present_T).astype(np.int8), 0])
+    lengths = np.flatnonzero(edges == -1) - np.flatnonzero(edges == 1)
+    return {"count": int(len(lengths)), "missing_steps": int(lengths.sum()), "longest": int(lengths.max(initial=0))}
 
 
 def _read_npy(path: Path, channels_first: bool) -> np.ndarray:
@@ -151,23 +428,23 @@ def _read_npy(path: Path, channels_first: bool) -> np.ndarray:
     return array.astype(np.float64)  # (T, C)
 
 
-def _fill_missing(values: np.ndarray, policy: str, path: Path, names: list[str], row_offset: int, row_word: str) -> list[int]:
-    """Fill NaN in values (T, C) in place according to the policy; return counts per channel."""
+def _fill_missing(values: np.ndarray, policy: str, path: Path, names: list[str], where) -> list[int]:
+    """Apply the missing policy to NaN in values (T, C), in place; return the values filled per
+    channel. `where(step)` describes a grid step for errors."""
     missing = np.isnan(values)
     counts = missing.sum(axis=0).tolist()
-    if not any(counts):
-        return counts
+    if not any(counts) or policy == "keep":
+        return [0] * values.shape[1]
     if policy == "error":
         row, col = np.argwhere(missing)[0]
-        raise ValueError(f"{path}: missing value at {row_word} {row + row_offset}, column {names[col]!r} "
-                         f"({sum(counts)} missing in all); to fill them pass {option('missing', 'ffill')}, "
-                         f"{option('missing', 'zero')} or {option('missing', 'linear')}")
+        raise ValueError(f"{path}: missing value at {where(int(row))}, column {names[col]!r} "
+                         f"({sum(counts)} missing in all); keep them as missing with {option('missing', 'keep')}, "
+                         f"or fill them: {option('missing', 'ffill')}, {option('missing', 'zero')} or "
+                         f"{option('missing', 'linear')}")
     for col in range(values.shape[1]):
         gaps = missing[:, col]
         if not gaps.any():
             continue
-        if gaps.all():
-            raise ValueError(f"{path}: column {names[col]!r} has no values at all; nothing to fill from")
         series = values[:, col]
         if policy == "zero":
             series[gaps] = 0.0
@@ -181,8 +458,70 @@ def _fill_missing(values: np.ndarray, policy: str, path: Path, names: list[str],
             t = np.arange(len(series))
             series[gaps] = np.interp(t[gaps], t[~gaps], series[~gaps])
         else:
-            raise ValueError(f"missing={policy!r}: use 'error', 'ffill', 'zero' or 'linear'")
+            raise ValueError(f"missing={policy!r}: use one of {', '.join(MISSING_POLICIES)}")
     return counts
+
+
+@dataclass
+class _Loaded:
+    path: Path
+    values_CT: np.ndarray
+    filled: list[int]
+    missing: list[int]
+    gaps: dict
+    duplicates: int
+    jitter: float
+    start_time: Optional[str]
+    skipped_columns: list[str]
+
+
+def _load(path: Path, *, step: Optional[float], time_column, columns, dayfirst: bool, delimiter: Optional[str],
+          missing: str, duplicates: str, npy_channels_first: bool,
+          channel_names: Optional[Sequence[str]]) -> tuple[_Loaded, list[str], Optional[float]]:
+    """One file on its grid: (loaded series, channel names, its step in seconds or None)."""
+    label = "+".join(_as_list(time_column))
+    if path.name.lower().endswith(CSV_SUFFIXES):
+        table = _read_csv(path, time_column, columns, dayfirst, delimiter)
+    else:
+        if time_column is not None or columns is not None:
+            raise ValueError(f"{path}: a .npy file has no named columns; time_column and columns apply to CSV files")
+        values = _read_npy(path, npy_channels_first)
+        table = _Table([f"ch{i}" for i in range(values.shape[1])], values)
+    names = table.names
+    if channel_names is not None:
+        if len(channel_names) != len(names):
+            raise ValueError(f"{path}: {len(names)} channels, but channel_names has {len(channel_names)}")
+        names = list(channel_names)
+    if np.isinf(table.values).any():
+        row, col = np.argwhere(np.isinf(table.values))[0]
+        raise ValueError(f"{path}: infinite value at {table.row_line(int(row))}, column {names[col]!r}")
+    gaps, merged, jitter, start_time, file_step = gap_summary(np.ones(0, bool)), 0, 0.0, None, None
+    if table.seconds is None:
+        grid_TC = table.values
+        where = table.row_line
+    else:
+        grid = _place_on_grid(path, table, step, label)
+        positions, values, merged = _merge_duplicates(path, table, grid, duplicates, label)
+        grid_TC = np.full((int(positions[-1]) + 1, len(names)), np.nan)
+        grid_TC[positions] = values
+        present = np.zeros(len(grid_TC), bool)
+        present[positions] = True
+        gaps, jitter, file_step = gap_summary(present), grid.jitter, grid.step
+        if table.start is not None:
+            start_time = table.start.isoformat()
+
+        def where(step_index: int) -> str:
+            if present[step_index]:
+                return table.row_line(int(np.searchsorted(grid.positions, step_index)))
+            return f"time step {step_index} (a gap: no row at {step_index * grid.step:g} s after the first row)"
+    if np.isnan(grid_TC).all(axis=0).any():
+        col = int(np.flatnonzero(np.isnan(grid_TC).all(axis=0))[0])
+        raise ValueError(f"{path}: column {names[col]!r} has no values at all; leave it out with "
+                         f"{option('columns', metavar='[A,B]')}")
+    filled = _fill_missing(grid_TC, missing, path, names, where)
+    loaded = _Loaded(path, grid_TC.astype(np.float32).T.copy(), filled, np.isnan(grid_TC).sum(axis=0).tolist(),
+                     gaps, merged, jitter, start_time, table.skipped)
+    return loaded, names, file_step
 
 
 def prepare_timeseries_store(
@@ -190,9 +529,13 @@ def prepare_timeseries_store(
     out: str | Path,
     *,
     sampling_rate: float | None = None,
-    time_column: str | None = None,
+    time_column: str | Sequence[str] | None = None,
+    columns: Sequence[str] | None = None,
+    dayfirst: bool = False,
+    delimiter: str | None = None,
+    duplicates: DuplicatePolicy = "error",
     channel_names: Sequence[str] | None = None,
-    missing: MissingPolicy = "error",
+    missing: MissingPolicy = "keep",
     npy_channels_first: bool = False,
     chunk_size: int = 1 << 16,
     overwrite: bool = False,
@@ -202,12 +545,20 @@ def prepare_timeseries_store(
     """Build a time-series store at ``out`` from CSV and/or .npy files and return its path.
 
     Args:
-        paths: Input files (``.csv`` or ``.npy``); each becomes one series. All need the same channels.
+        paths: Input files (``.csv``, ``.csv.gz``/``.xz``/``.bz2`` or ``.npy``); each becomes one
+            series. All need the same channels.
         out: Directory of the zarr store to create.
-        sampling_rate: Samples per second. Required unless ``time_column`` gives the times.
-        time_column: CSV column holding time in seconds; not stored as a channel.
+        sampling_rate: Samples per second: the grid's step is 1 / sampling_rate. Required unless
+            ``time_column`` gives the times (then detected from them).
+        time_column: CSV column(s) holding the time: seconds, or dates and times (several columns
+            are joined with spaces, e.g. ["Date", "Time"]). Not stored as channels.
+        columns: CSV columns to store as channels (default: every numeric column).
+        dayfirst: Dates are day first (16/12/2006 is 16 December).
+        delimiter: CSV delimiter (default: the one of , ; tab | most frequent in the header row).
+        duplicates: Rows on the same time step: "error" (default), "first", "last" or "mean".
         channel_names: Names for the channels (default: the CSV header, or ch0, ch1, ... for .npy).
-        missing: "error" (default), "ffill", "zero" or "linear"; see the module docstring.
+        missing: "keep" (default: stored as NaN, the mask), "error", "ffill", "zero" or "linear";
+            see the module docstring.
         npy_channels_first: .npy arrays are (C, T) instead of (T, C).
         chunk_size: Time steps per chunk.
         overwrite: Always rebuild. Without it, a complete store built from the same files (same
@@ -223,85 +574,99 @@ def prepare_timeseries_store(
     for path in paths:
         if not path.is_file():
             raise FileNotFoundError(f"input file not found: {path}")
-        if path.suffix.lower() not in (".csv", ".npy"):
-            raise ValueError(f"{path}: unsupported file type {path.suffix!r}; use .csv or .npy")
-    if missing not in ("error", "ffill", "zero", "linear"):
-        raise ValueError(f"missing={missing!r}: use 'error', 'ffill', 'zero' or 'linear'")
+        if not is_timeseries_file_name(path.name):
+            raise ValueError(f"{path}: unsupported file type; use .csv (also .csv.gz, .csv.xz, .csv.bz2) or .npy")
+    if missing not in MISSING_POLICIES:
+        raise ValueError(f"missing={missing!r}: use one of {', '.join(MISSING_POLICIES)}")
+    if duplicates not in DUPLICATE_POLICIES:
+        raise ValueError(f"duplicates={duplicates!r}: use one of {', '.join(DUPLICATE_POLICIES)}")
+    if sampling_rate is not None and not sampling_rate > 0:
+        raise ValueError(f"sampling_rate must be positive (samples per second), got {sampling_rate}")
+    if delimiter is not None and len(delimiter) != 1:
+        raise ValueError(f"delimiter must be one character, got {delimiter!r}")
+    time_column = time_column if time_column is None or isinstance(time_column, str) else list(time_column)
     arguments = {"paths": [str(p.resolve()) for p in paths], "sampling_rate": sampling_rate,
-                 "time_column": time_column, "missing": missing, "npy_channels_first": npy_channels_first,
-                 "chunk_size": chunk_size, "channel_names": None if channel_names is None else list(channel_names)}
+                 "time_column": time_column, "columns": None if columns is None else list(columns),
+                 "dayfirst": dayfirst, "delimiter": delimiter, "duplicates": duplicates, "missing": missing,
+                 "npy_channels_first": npy_channels_first, "chunk_size": chunk_size,
+                 "channel_names": None if channel_names is None else list(channel_names)}
     existing = None if overwrite else reusable_store(out, TIMESERIES_FORMAT, arguments, "paths")
     if existing is not None and [s["source_sha256"] for s in existing["series"]] == sha256_files(paths):
         return out
-    names_seen: list[str] | None = list(channel_names) if channel_names is not None else None
-    rate = sampling_rate
-    loaded = []
+    names_seen: list[str] | None = None
+    step = None if sampling_rate is None else 1.0 / sampling_rate
+    loaded: list[_Loaded] = []
     for path in tqdm(paths, desc="read", unit="file", disable=not progress):
-        times = None
-        if path.suffix.lower() == ".csv":
-            names, values, times = _read_csv(path, time_column)
-            row_offset, row_word = 2, "line"
-        else:
-            values = _read_npy(path, npy_channels_first)
-            names = [f"ch{i}" for i in range(values.shape[1])]
-            row_offset, row_word = 0, "row"
-        if channel_names is not None:
-            if len(channel_names) != values.shape[1]:
-                raise ValueError(f"{path}: {values.shape[1]} channels, but channel_names has {len(channel_names)}")
-            names = list(channel_names)
+        series, names, file_step = _load(path, step=step, time_column=time_column, columns=columns, dayfirst=dayfirst,
+                                         delimiter=delimiter, missing=missing, duplicates=duplicates,
+                                         npy_channels_first=npy_channels_first, channel_names=channel_names)
         if names_seen is None:
             names_seen = names
         elif names != names_seen:
             raise ValueError(f"{path}: channels {names} differ from {names_seen} of the first file")
-        if np.isinf(values).any():
-            row, col = np.argwhere(np.isinf(values))[0]
-            raise ValueError(f"{path}: infinite value at {row_word} {row + row_offset}, column {names[col]!r}")
-        filled = _fill_missing(values, missing, path, names, row_offset, row_word)
-        if times is not None:
-            steps = np.diff(times)
-            if len(steps) and (np.isnan(steps).any() or (steps <= 0).any()):
-                raise ValueError(f"{path}: the time column {time_column!r} must increase strictly")
-            # The mean step over the whole file: rounding in the CSV cancels out.
-            file_rate = (len(times) - 1) / float(times[-1] - times[0]) if len(steps) else None
-            if rate is None:
-                rate = file_rate
-            elif file_rate is not None and not math.isclose(file_rate, rate, rel_tol=1e-3):
-                raise ValueError(f"{path}: sampling rate {file_rate:g} Hz from {time_column!r} differs from {rate:g} Hz")
-        loaded.append((path, values.astype(np.float32).T.copy(), filled))  # (C, T)
-    if rate is None or not rate > 0:
+        if file_step is not None:
+            if step is None:
+                step = file_step
+            elif not math.isclose(file_step, step, rel_tol=1e-3):
+                raise ValueError(f"{path}: its time step of {file_step:g} s ({1 / file_step:g} Hz) differs from "
+                                 f"{step:g} s ({1 / step:g} Hz) of the files before it")
+        loaded.append(series)
+    if step is None:
         raise ValueError(f"sampling rate unknown: pass {option('sampling_rate', metavar='HZ')} (samples per "
-                         f"second) or {option('time_column', metavar='COLUMN')} (a column of times in seconds)")
+                         f"second) or {option('time_column', metavar='COLUMN')} (a column of times)")
     with atomic_build(out, overwrite) as tmp:
         group = zarr.open_group(tmp, mode="w-")
         meta = base_metadata(TIMESERIES_FORMAT, TIMESERIES_FORMAT_VERSION, arguments, command)
         group.attrs[METADATA_KEY] = meta
         series_group = group.create_group("series")
         series = []
-        all_values = np.concatenate([v for _, v, _ in loaded], axis=1).astype(np.float64)  # (C, sum T)
-        for index, (path, values, filled) in enumerate(loaded):
+        for index, item in enumerate(loaded):
+            values = item.values_CT
             array = series_group.create_array(
                 str(index), shape=values.shape, dtype="float32", chunks=(values.shape[0], min(chunk_size, values.shape[1])),
-                compressors=BloscCodec(cname="zstd", clevel=5, shuffle="shuffle", typesize=4), fill_value=0.0,
+                compressors=BloscCodec(cname="zstd", clevel=5, shuffle="shuffle", typesize=4), fill_value=np.nan,
             )
             array[:] = values
-            series.append({"name": path.stem, "length": int(values.shape[1]), "source": str(path.resolve()),
-                           "source_name": path.name, "source_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-                           "filled": filled, "values_sha256": hashlib.sha256(values).hexdigest()})
+            series.append({"name": series_name(item.path), "length": int(values.shape[1]),
+                           "source": str(item.path.resolve()), "source_name": item.path.name,
+                           "source_sha256": sha256_files([item.path])[0], "filled": item.filled,
+                           "values_sha256": hashlib.sha256(values).hexdigest(), "missing": item.missing,
+                           "gaps": item.gaps, "duplicates": item.duplicates, "jitter": item.jitter,
+                           "start_time": item.start_time, "skipped_columns": item.skipped_columns})
         check = zarr.open_group(tmp, mode="r")
         for index, info in enumerate(series):
             if hashlib.sha256(np.ascontiguousarray(check[f"series/{index}"][:])).hexdigest() != info["values_sha256"]:
                 raise OSError(f"verification failed for series {info['name']!r} in {tmp}")
         meta.update({
-            "sampling_rate": float(rate),
+            "sampling_rate": 1.0 / step,
             "channel_names": names_seen,
             "missing": missing,
-            "stats": {"mean": all_values.mean(axis=1).tolist(), "std": all_values.std(axis=1).tolist(),
-                      "min": all_values.min(axis=1).tolist(), "max": all_values.max(axis=1).tolist()},
+            "stats": _channel_stats([item.values_CT for item in loaded]),
             "series": series,
             "complete": True,
         })
         group.attrs[METADATA_KEY] = meta
     return out
+
+
+def _channel_stats(values: list[np.ndarray]) -> dict[str, list[float]]:
+    """Mean, std, min and max of each channel over the observed values of all series (C, T_i),
+    accumulated in float64 one series at a time."""
+    n_channels = values[0].shape[0]
+    count, total, square = np.zeros(n_channels), np.zeros(n_channels), np.zeros(n_channels)
+    low, high = np.full(n_channels, np.inf), np.full(n_channels, -np.inf)
+    for values_CT in values:
+        x = values_CT.astype(np.float64)
+        observed = ~np.isnan(x)
+        count += observed.sum(axis=1)
+        total += np.where(observed, x, 0.0).sum(axis=1)
+        low = np.minimum(low, np.where(observed, x, np.inf).min(axis=1))
+        high = np.maximum(high, np.where(observed, x, -np.inf).max(axis=1))
+    mean = total / count
+    for values_CT in values:
+        x = values_CT.astype(np.float64)
+        square += np.nansum(np.square(x - mean[:, None]), axis=1)
+    return {"mean": mean.tolist(), "std": np.sqrt(square / count).tolist(), "min": low.tolist(), "max": high.tolist()}
 
 
 class TimeSeriesStore:
@@ -310,7 +675,7 @@ class TimeSeriesStore:
     def __init__(self, path: str | Path, cache_bytes: int = 64 << 20) -> None:
         self.path = Path(path)
         self.cache_bytes = cache_bytes
-        _, self.metadata = open_store_group(self.path, TIMESERIES_FORMAT, (TIMESERIES_FORMAT_VERSION,))
+        _, self.metadata = open_store_group(self.path, TIMESERIES_FORMAT, (1, TIMESERIES_FORMAT_VERSION))
         self.sampling_rate: float = self.metadata["sampling_rate"]
         self.channel_names: list[str] = list(self.metadata["channel_names"])
         stats = self.metadata["stats"]
@@ -348,7 +713,8 @@ class TimeSeriesStore:
         return self._cache.get((index, chunk), load)
 
     def read(self, series: int, start: int, end: int) -> np.ndarray:
-        """Values of series ``series`` in [start, end) as a new float32 array (C, end - start)."""
+        """Values of series ``series`` in [start, end) as a new float32 array (C, end - start),
+        NaN where a value is missing."""
         length = self.series[series].length
         if not 0 <= start <= end <= length:
             raise IndexError(f"[{start}, {end}) is outside series {self.series[series].name!r} of length {length}")

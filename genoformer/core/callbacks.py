@@ -243,7 +243,7 @@ class ResumeCheckpoint(L.Callback):
         # recorded before saving (it is part of the saved state), so that the ModelCheckpoint
         # overwrites this file later instead of starting last-v1.ckpt beside it
         callback.last_model_path = str(path)
-        trainer.save_checkpoint(path)
+        trainer.save_checkpoint(path, weights_only=False)  # all of it: what resuming needs
         return path
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:

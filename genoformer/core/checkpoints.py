@@ -63,7 +63,7 @@ class ModelKind(str, enum.Enum):
 _DESCRIPTIONS = {
     ModelKind.GENOME_LM: (
         "a DNA language model",
-        "genoformer embed, score, evaluate, variant_effect (Python: genoformer.genome.embeddings.Embedder)",
+        "genoformer embed, score, evaluate, variant_effect, mutagenesis, generate (Python: genoformer.genome.embeddings.Embedder)",
     ),
     ModelKind.GENOME_FINETUNED: (
         "a fine-tuned DNA model (classifier, regressor or gene annotator)",

@@ -35,8 +35,7 @@ def export(
     reports: Optional[list[Path]] = None,
     overwrite: bool = False,
 ) -> Path:
-    """Write the weights and configuration of a checkpoint without optimizer state, as a .ckpt or
-    as a Hugging Face directory to share.
+    """Write a checkpoint's weights and configuration without optimizer state: a .ckpt or a Hugging Face directory.
 
     Args:
         checkpoint: A .ckpt file written by `genoformer fit` or `genoformer finetune` (any kind of model).

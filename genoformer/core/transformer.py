@@ -20,12 +20,20 @@ takes them): every layer's attention then stays inside each document and RoPE po
 at 0 at every document start (`document_positions`), so each document is computed exactly as if
 it ran alone.
 
+Incremental decoding. `Transformer.decode` runs a causal dense model a few tokens at a time
+with a `KVCache` (the rotated keys and the values of every block at the positions seen so far):
+a prefill of the prompt into an empty cache, then one token per call, each costing one token's
+work instead of a pass over the whole prefix; RoPE rotates each token at its absolute position.
+Its logits equal the full forward pass's at the same positions up to float rounding. The
+training forward does not touch it.
+
 Shape legend (suffixes on tensor names):
     B  batch                  L  sequence length (tokens)
     E  model width (d_model)  F  SwiGLU hidden width
     H  query heads            K  key/value heads (H % K == 0)
     D  head dim               R  D // 2 (rotary frequency pairs)
     V  vocabulary size        N  packed documents in the batch (cu_seqlens has N + 1 entries)
+    C  KVCache capacity (positions)   T  positions held after this decode step (T <= C)
 """
 
 from __future__ import annotations
@@ -214,6 +222,12 @@ def swiglu(gate_up_BLF2: torch.Tensor) -> torch.Tensor:
     return F.silu(gate_BLF) * up_BLF
 
 
+def attention_dtype(x_BLE: torch.Tensor) -> torch.dtype:
+    """The dtype attention computes in for hidden states x_BLE: autocast's when it is on, else x's."""
+    device_type = x_BLE.device.type
+    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else x_BLE.dtype
+
+
 @functools.cache
 def _compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
     return torch.compile(fn, fullgraph=True)
@@ -277,6 +291,80 @@ class RotaryEmbedding(nn.Module):
         )
 
 
+class KVCache:
+    """The rotated keys and the values of every block at the positions a `Transformer.decode`
+    has seen, for causal decoding one token at a time.
+
+    Holds positions 0..length-1 of each of B rows in buffers of `capacity` positions per block,
+    allocated by the prefill (the first decode into an empty cache) in the keys' dtype and on
+    their device (bfloat16 under CUDA autocast): 2 * n_layers * B * K * capacity * D elements.
+    `reset` empties it for a new prefill, reusing the buffers when the shape allows.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        """
+        Args:
+            capacity: the most positions it holds (at most the model's max_seq_len).
+        """
+        if capacity < 1:
+            raise ValueError(f"KVCache capacity must be at least 1 position, got {capacity}.")
+        self.capacity = capacity
+        self.length = 0
+        self._keys_BKCD: list[torch.Tensor] = []  # one per block
+        self._values_BKCD: list[torch.Tensor] = []
+
+    @property
+    def batch(self) -> Optional[int]:
+        """Rows held (None before the first prefill)."""
+        return self._keys_BKCD[0].shape[0] if self._keys_BKCD else None
+
+    def reset(self) -> None:
+        """Forget every position (the next decode is a prefill)."""
+        self.length = 0
+
+    def store(self, layer: int, k_BKLD: torch.Tensor, v_BKLD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write block `layer`'s keys and values of L new positions after the `length` held and
+        return all T = length + L of them, (B, K, T, D) each (views of the buffers). `advance`
+        moves `length` on once every block has stored."""
+        B, K, L, D = k_BKLD.shape
+        start, stop = self.length, self.length + L
+        if stop > self.capacity:
+            raise ValueError(
+                f"the KVCache holds {start} of its {self.capacity} positions, no room for {L} more; "
+                "reset it and prefill the last positions again, or make a larger one."
+            )
+        if start == 0:  # a prefill: buffers of this shape, dtype and device
+            shape = (B, K, self.capacity, D)
+            if layer == len(self._keys_BKCD):
+                self._keys_BKCD.append(k_BKLD.new_empty(shape))
+                self._values_BKCD.append(v_BKLD.new_empty(shape))
+            elif not _fits(self._keys_BKCD[layer], shape, k_BKLD):
+                self._keys_BKCD[layer] = k_BKLD.new_empty(shape)
+                self._values_BKCD[layer] = v_BKLD.new_empty(shape)
+        keys_BKCD, values_BKCD = self._keys_BKCD[layer], self._values_BKCD[layer]
+        keys_BKCD[:, :, start:stop] = k_BKLD
+        values_BKCD[:, :, start:stop] = v_BKLD
+        return keys_BKCD[:, :, :stop], values_BKCD[:, :, :stop]
+
+    def advance(self, positions: int) -> None:
+        """Count `positions` more as held (after every block stored them)."""
+        self.length += positions
+
+    def repeat_rows(self, times: int) -> None:
+        """Repeat every row `times` times in place (B -> B * times, row b's copies next to each
+        other): one prefill of a prompt, then several samples decoded from it."""
+        for buffers in (self._keys_BKCD, self._values_BKCD):
+            for layer, held_BKCD in enumerate(buffers):
+                B, K, C, D = held_BKCD.shape
+                repeated_BKCD = held_BKCD.new_empty((B * times, K, C, D))
+                repeated_BKCD[:, :, : self.length] = held_BKCD[:, :, : self.length].repeat_interleave(times, dim=0)
+                buffers[layer] = repeated_BKCD
+
+
+def _fits(buffer_BKCD: torch.Tensor, shape: tuple[int, ...], like: torch.Tensor) -> bool:
+    return buffer_BKCD.shape == shape and buffer_BKCD.dtype == like.dtype and buffer_BKCD.device == like.device
+
+
 class Attention(nn.Module):
     """Multi-head self-attention with grouped key/value heads and RoPE."""
 
@@ -303,17 +391,45 @@ class Attention(nn.Module):
         backend: Backend,
         cu_seqlens: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
+        q_BHLD, k_BKLD, v_BKLD = self.project(x_BLE, cos_LR, sin_LR)
+        o_BHLD = attention(
+            q_BHLD, k_BKLD, v_BKLD, causal=causal, layout=layout, kv_lens=kv_lens_B, backend=backend,
+            cu_seqlens=cu_seqlens,
+        )
+        return self.merge_heads(o_BHLD)
+
+    def project(
+        self, x_BLE: torch.Tensor, cos_LR: torch.Tensor, sin_LR: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries (B, H, L, D) and keys (B, K, L, D) rotated by the RoPE tables, and values (B, K, L, D)."""
         B, L, _ = x_BLE.shape
         q_BHLD = self.wq(x_BLE).view(B, L, self.n_heads, self.head_dim).transpose(1, 2)
         k_BKLD = self.wk(x_BLE).view(B, L, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v_BKLD = self.wv(x_BLE).view(B, L, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q_BHLD, k_BKLD = fused(rotary_qk, self.runtime.fused_elementwise, x_BLE)(q_BHLD, k_BKLD, cos_LR, sin_LR)
-        o_BHLD = attention(
-            q_BHLD, k_BKLD, v_BKLD, causal=causal, layout=layout, kv_lens=kv_lens_B, backend=backend,
-            cu_seqlens=cu_seqlens,
-        )
-        o_BLE = o_BHLD.transpose(1, 2).reshape(B, L, self.n_heads * self.head_dim)
-        return self.wo(o_BLE)
+        return q_BHLD, k_BKLD, v_BKLD
+
+    def merge_heads(self, o_BHLD: torch.Tensor) -> torch.Tensor:
+        """The output projection of the heads' outputs (B, H, L, D): (B, L, E)."""
+        B, _, L, _ = o_BHLD.shape
+        return self.wo(o_BHLD.transpose(1, 2).reshape(B, L, self.n_heads * self.head_dim))
+
+    def decode(
+        self,
+        x_BLE: torch.Tensor,
+        cos_LR: torch.Tensor,
+        sin_LR: torch.Tensor,
+        cache: KVCache,
+        layer: int,
+        backend: Backend,
+    ) -> torch.Tensor:
+        """Attention of new tokens (the tables hold their absolute positions) over the keys and
+        values of block `layer` in `cache` and their own, which are added to it. A prefill (empty
+        cache) is causal over its L tokens; a single token attends every cached position."""
+        q_BHLD, k_BKLD, v_BKLD = self.project(x_BLE, cos_LR, sin_LR)
+        k_BKTD, v_BKTD = cache.store(layer, k_BKLD, v_BKLD)
+        o_BHLD = attention(q_BHLD, k_BKTD, v_BKTD, causal=q_BHLD.shape[2] > 1, backend=backend)
+        return self.merge_heads(o_BHLD)
 
 
 class SwiGLU(nn.Module):
@@ -356,6 +472,20 @@ class Block(nn.Module):
             self.attn_norm(x_BLE), cos_LR, sin_LR, causal=causal, layout=layout, kv_lens_B=kv_lens_B, backend=backend,
             cu_seqlens=cu_seqlens,
         )
+        x_BLE = x_BLE + self.drop(a_BLE)
+        return x_BLE + self.drop(self.mlp(self.mlp_norm(x_BLE)))
+
+    def decode(
+        self,
+        x_BLE: torch.Tensor,
+        cos_LR: torch.Tensor,
+        sin_LR: torch.Tensor,
+        cache: KVCache,
+        layer: int,
+        backend: Backend,
+    ) -> torch.Tensor:
+        """`forward` for new tokens continuing those in `cache` (see `Attention.decode`)."""
+        a_BLE = self.attn.decode(self.attn_norm(x_BLE), cos_LR, sin_LR, cache, layer, backend)
         x_BLE = x_BLE + self.drop(a_BLE)
         return x_BLE + self.drop(self.mlp(self.mlp_norm(x_BLE)))
 
@@ -444,7 +574,7 @@ class TransformerTrunk(nn.Module):
         heads and the autocast dtype when autocast is on; packed when cu_seqlens is given."""
         B, L, _ = x_BLE.shape
         device = x_BLE.device
-        dtype = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else x_BLE.dtype
+        dtype = attention_dtype(x_BLE)
         config = self.config
         layout = self.layout(layer, L)
         # plans depend on these only (kv_lens by presence, dtype, device, shape); ~50 us each to make
@@ -461,6 +591,45 @@ class TransformerTrunk(nn.Module):
             if len(self._plans) > self._LAYOUT_CACHE_SIZE:
                 self._plans.pop(next(iter(self._plans)))
         return self._plans[key][1]
+
+    def decode_blocks(self, x_BLE: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """The last hidden state (after the final norm) of embedded inputs x_BLE that continue the
+        positions `cache` holds (see `Transformer.decode`); their keys and values join the cache."""
+        B, L, _ = x_BLE.shape
+        config = self.config
+        if not config.causal:
+            raise ValueError(
+                "decoding token by token needs a causal model; this one is bidirectional (a masked "
+                "language model), which predicts masked bases from both sides and cannot extend a sequence."
+            )
+        if any(config.pattern(i) is not None for i in range(config.n_layers)):
+            raise ValueError(
+                "decoding with a KVCache runs dense attention only; this model has block-sparse layers "
+                f"(attention: {config.attention}). Run the full forward pass on each prefix instead."
+            )
+        start = cache.length
+        if start > 0 and (L != 1 or cache.batch != B):
+            raise ValueError(
+                f"after the prefill, decode takes one new token per row of the {cache.batch} rows the cache "
+                f"holds, got tokens of shape ({B}, {L}); reset the cache to prefill again."
+            )
+        if start + L > min(cache.capacity, config.max_seq_len):
+            raise ValueError(
+                f"{start} cached + {L} new positions exceed the cache capacity {cache.capacity} or the "
+                f"model's max_seq_len {config.max_seq_len}; reset the cache and prefill the last positions again."
+            )
+        cos_LR, sin_LR = self.rotary.cos_sin(start + L, x_BLE.device)
+        cos_LR, sin_LR = cos_LR[start:], sin_LR[start:]  # the new tokens' absolute positions
+        plan = plan_attention(
+            self.runtime.attention_backend, batch=B, q_heads=config.n_heads, kv_heads=config.kv_heads, q_len=L,
+            kv_len=start + L, head_dim=config.head_dim, dtype=attention_dtype(x_BLE), device=x_BLE.device,
+            causal=L > 1,
+        )
+        x_BLE = self.drop(x_BLE)
+        for i, block in enumerate(self.blocks):
+            x_BLE = block.decode(x_BLE, cos_LR, sin_LR, cache, i, plan.backend)
+        cache.advance(L)
+        return self.norm(x_BLE)
 
     def resolve_layer(self, layer: int) -> int:
         """Hidden-state index in 0..n_layers for `layer` (negative counts from the end);
@@ -588,6 +757,19 @@ class Transformer(TransformerTrunk):
         """Hidden states of all n_layers + 1 layers, each (B, L, E)."""
         return self._trunk(tokens_BL, lengths_B, self.config.n_layers, keep_all=True, cu_seqlens=cu_seqlens)
 
+    def decode(self, tokens_BL: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Logits (B, L, V) of tokens that continue the positions `cache` holds, at positions
+        cache.length .. cache.length + L - 1; their keys and values join the cache.
+
+        Causal models with dense attention only. First a prefill: an empty cache (new, or after
+        `reset`) and the prompt, any L up to the cache's capacity; then one token per row per call
+        (L = 1), which costs one token's work. The logits equal those of `forward` on all the
+        tokens so far at the same positions, up to float rounding. Run it in eval mode under
+        torch.inference_mode (or no_grad).
+        """
+        _check_tokens(tokens_BL)
+        return self.head(self.decode_blocks(self.embed(tokens_BL.long()), cache))
+
     def _trunk(
         self,
         tokens_BL: torch.Tensor,
@@ -597,12 +779,16 @@ class Transformer(TransformerTrunk):
         keep_all: bool,
         cu_seqlens: Optional[torch.Tensor],
     ) -> list[torch.Tensor]:
-        if tokens_BL.ndim != 2 or tokens_BL.is_floating_point() or tokens_BL.is_complex():
-            raise TypeError(
-                f"tokens must be an integer tensor of shape (batch, length), got {tuple(tokens_BL.shape)} "
-                f"{tokens_BL.dtype}; encode sequences with genoformer.data.genome.alphabet.encode."
-            )
+        _check_tokens(tokens_BL)
         return self.run_blocks(self.embed(tokens_BL.long()), lengths_B, last, keep_all=keep_all, cu_seqlens=cu_seqlens)
+
+
+def _check_tokens(tokens_BL: torch.Tensor) -> None:
+    if tokens_BL.ndim != 2 or tokens_BL.is_floating_point() or tokens_BL.is_complex():
+        raise TypeError(
+            f"tokens must be an integer tensor of shape (batch, length), got {tuple(tokens_BL.shape)} "
+            f"{tokens_BL.dtype}; encode sequences with genoformer.data.genome.alphabet.encode."
+        )
 
 
 def compile_blocks(model: TransformerTrunk, backend: str = "inductor") -> None:

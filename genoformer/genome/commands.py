@@ -93,6 +93,8 @@ def embed(
     batch_size: int = 8,
     window: Optional[int] = None,
     overlap: Optional[int] = None,
+    regions: Optional[Union[str, list[str]]] = None,
+    both_strands: bool = False,
     device: Optional[str] = None,
     backend: Backend = Backend.AUTO,
     overwrite: bool = False,
@@ -100,7 +102,9 @@ def embed(
     """Embed sequences with a trained checkpoint and write them, with their names, to a file.
 
     The output is .npz (numpy.load) or .zarr (zarr.open_group): `names`, `embeddings` (N, E)
-    when pooled, or all tokens (sum of lengths, E) with `offsets` when pooling is none.
+    when pooled, or all tokens (sum of lengths, E) with `offsets` when pooling is none. With
+    `regions`, each region is cut out of its record and embedded as a sequence of its own, named
+    by the region.
 
     Args:
         checkpoint: A DNA language model's .ckpt file written by `genoformer fit` or `genoformer export`.
@@ -114,6 +118,11 @@ def embed(
         batch_size: Windows per forward pass.
         window: Window length for long sequences; default the trained context.
         overlap: Tokens shared by neighbouring windows; default window // 4.
+        regions: Embed only these: a BED file (0-based; its 4th column names the outputs) or
+            regions chrom:start-end (1-based, inclusive; named so), several after one flag.
+        both_strands: A flag: average every token's vector with its vector on the reverse
+            complement (read per window and flipped back onto the forward strand), so a sequence
+            and its reverse complement embed alike; twice the work.
         device: cpu, cuda or cuda:N; default CUDA when available.
         backend: Attention backend; auto picks the fastest for the device (on CUDA the model runs
             under bfloat16 autocast, which the Triton kernels need).
@@ -121,7 +130,8 @@ def embed(
     """
     refuse_existing(out, overwrite)  # before the model runs, not after
     embedder = Embedder.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
-    options = dict(pooling=Pooling(pooling), layer=layer, batch_size=batch_size, window=window, overlap=overlap)
+    options = dict(pooling=Pooling(pooling), layer=layer, batch_size=batch_size, window=window, overlap=overlap,
+                   regions=regions, both_strands=both_strands)
     result = embedder.embed(inputs, **options)
     path = save_embeddings(result, out, overwrite=overwrite)
     print(f"wrote {len(result)} embeddings to {path}")

@@ -12,7 +12,17 @@ over the stitched per-token vectors, so they do not depend on how a sequence was
 batched. A batch only holds windows of one length: no padding, so results never depend on what
 else is in the batch.
 
-Shape legend: B batch, W window length, E model width, L sequence length.
+With ``both_strands`` every window is also read as its reverse complement, and each token's
+vector is the mean of its vector on the two strands (the reverse-complement reading flipped back
+onto forward positions, as `genoformer.genome.heads.strand_features` reads it): the result for
+the reverse complement of a sequence is then the result for the sequence, flipped, wherever the
+tiling is symmetric (a sequence that fits one window; or an even overlap and a length that
+exceeds the window by a multiple of window - overlap).
+
+With ``regions`` only those stretches of the inputs' records are embedded, each cut out as a
+sequence of its own and named by its region (the BED name, else ``chrom:start-end``).
+
+Shape legend: B batch, W window length, E model width, F features (E, or 2E for both strands), L sequence length.
 """
 
 from __future__ import annotations
@@ -31,9 +41,11 @@ from genoformer.core.checkpoints import ModelKind, read_model_checkpoint
 from genoformer.core.inference import Pooling, PoolAccumulator, autocast, default_autocast_dtype, inference_device, load_module_weights
 from genoformer.core.runtime import RuntimeSettings
 from genoformer.core.transformer import Transformer, TransformerConfig
-from genoformer.data.genome.inputs import SequenceInputs, read_sequences
+from genoformer.data.genome.inputs import NamedSequence, SequenceInputs, read_sequences
+from genoformer.data.genome.regions import record_regions
 from genoformer.data.storage import atomic_build
 from genoformer.data.tiling import Keep, same_length_batches, tile_windows
+from genoformer.genome.heads import strand_features
 from genoformer.genome.lm import check_alphabet
 from genoformer.kernels.dispatch import Backend
 
@@ -120,6 +132,8 @@ class Embedder:
         batch_size: int = 8,
         overlap: Optional[int] = None,
         window: Optional[int] = None,
+        both_strands: bool = False,
+        regions: Optional[Union[str, list[str]]] = None,
         progress: bool = True,
     ) -> Embeddings:
         """Embed sequences.
@@ -138,6 +152,11 @@ class Embedder:
             overlap: tokens shared by neighbouring windows; default window // 4. Each position
                 keeps at least overlap // 2 tokens of context on both sides (except at sequence ends).
             window: window length; default the trained context (at most max_seq_len).
+            both_strands: average each token's vector with its vector in the reverse complement
+                (see the module docstring); twice the work.
+            regions: embed only these stretches of the records, each as its own sequence: a BED
+                file or regions chrom:start-end (1-based, inclusive), see
+                `genoformer.data.genome.regions`.
             progress: show a tqdm progress bar over windows.
         """
         pooling = Pooling(pooling)
@@ -154,10 +173,14 @@ class Embedder:
         named = list(read_sequences(inputs, literals=True))
         if not named:
             raise ValueError("no sequences to embed: the input is empty.")
+        if regions is not None:
+            named = [NamedSequence(region.name, named[index].source, named[index].codes[region.start:region.end])
+                     for index, region in record_regions(named, regions)]
         names = [record.name for record in named]
         check_unique_names(names)
         sequences = [record.codes for record in named]
-        pools = [PoolAccumulator(pooling, len(codes), self.model.config.d_model) for codes in sequences]
+        width = self.model.config.d_model
+        pools = [PoolAccumulator(pooling, len(codes), width) for codes in sequences]
 
         tiles = [
             (index, tile)
@@ -167,10 +190,11 @@ class Embedder:
         tiles.sort(key=lambda item: -item[1].length)  # stable: equal lengths keep input order
         with tqdm(total=len(tiles), unit="window", disable=not progress, desc="embedding") as bar:
             for batch in same_length_batches(tiles, batch_size):
-                tokens_BW = torch.from_numpy(np.stack([sequences[i][t.start : t.end] for i, t in batch]))
+                tokens_BW = torch.from_numpy(np.stack([sequences[i][t.start : t.end] for i, t in batch])).to(self.device)
+                lengths_B = torch.full((len(batch),), tokens_BW.shape[1], device=self.device)
                 with autocast(self.device, self.autocast_dtype):
-                    hidden_BWE = self.model.hidden_state(tokens_BW.to(self.device), layer=layer)
-                hidden_BWE = hidden_BWE.float().cpu().numpy()
+                    hidden_BWF = strand_features(self.model, tokens_BW, lengths_B, both_strands=both_strands, layer=layer)
+                hidden_BWE = hidden_BWF.float().unflatten(-1, (-1, width)).mean(-2).cpu().numpy()
                 for (index, tile), hidden_WE in zip(batch, hidden_BWE):
                     pools[index].add(tile.keep_start, hidden_WE[tile.keep_start - tile.start : tile.keep_end - tile.start])
                 bar.update(len(batch))

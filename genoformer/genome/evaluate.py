@@ -1,29 +1,90 @@
-"""`genoformer evaluate`: bits per base of a checkpoint on FASTA files or genome stores.
+"""`genoformer evaluate` and `genoformer score`: bits per base of a checkpoint on FASTA files or
+genome stores, and the per-base log-likelihood as a bedGraph or bigWig track.
 
     genoformer evaluate --checkpoint CKPT --inputs genome.fa.gz --context 8192 --out eval.json
+    genoformer evaluate --checkpoint CKPT --inputs genome.zarr --split test --split_config run/config.yaml
+    genoformer score --checkpoint CKPT --inputs genome.fa.gz --regions chr1:1-100,000 --bin 10 --out chr1.bw
 
 The JSON holds ``{"total": {"bits_per_base", "bases"}, "records": [{"name", "bits_per_base",
-"bases", "source"}, ...]}`` plus the settings and the speed (``bases_per_second``). Bits per base
-are -mean log2 p(base) over the scored bases (see `genoformer.genome.scoring`): A/C/G/T positions, less the
-first base of each record for causal models, which has no context.
+"bases", "source", "region"}, ...]}`` plus the settings and the speed (``bases_per_second``). Bits
+per base are -mean log2 p(base) over the scored bases (see `genoformer.genome.scoring`): A/C/G/T
+positions, less the first base of each record for causal models, which has no context (the
+Markov `baseline` leaves it out too, so both count the same bases).
+
+Regions (``--regions``, or one ``--split`` of a training data split): only their bases are
+scored, and exactly as in the whole-record run: the windows of the record's tiling that keep them
+are run, so a region's first bases see the bases before it as context (up to the context), and a
+masked model sees the bases on both sides, as it would in the whole record. Results are in
+record coordinates, under the records' names.
+
+Shape legend: L bases of one record, I intervals of a track.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional, Union
 
 import numpy as np
+import pyBigWig
 import torch
 
 from genoformer.data.genome.alphabet import T, reverse_complement
-from genoformer.data.genome.inputs import read_sequences
-from genoformer.data.storage import refuse_existing, write_json, write_text
+from genoformer.data.genome.inputs import NamedSequence, read_sequences
+from genoformer.data.genome.regions import Region, record_regions
+from genoformer.data.splits import SplitSpec
+from genoformer.data.storage import atomic_build, refuse_existing, write_json, write_text
+from genoformer.hints import option
 from genoformer.kernels.dispatch import Backend
 from genoformer.genome.scoring import Scorer
 
+SplitName = Literal["train", "val", "test"]
+BEDGRAPH_SUFFIXES = (".bedgraph", ".bg", ".bdg")
+BIGWIG_SUFFIXES = (".bw", ".bigwig")
+
+
+def read_split_spec(config: Optional[Path]) -> Optional[SplitSpec]:
+    """The data split of a training config (`data.init_args.split` of a `genoformer fit` config,
+    its `include:` fragments merged, or of a run's config.yaml); None without a config. A config
+    whose data section has no split uses the data module's default, ``SplitSpec()``."""
+    if config is None:
+        return None
+    from genoformer.cli import compose_config  # the CLI imports this module
+
+    config = Path(config)
+    if not config.is_file():
+        raise FileNotFoundError(f"split config not found: {config}; give the YAML the model was trained with "
+                                "(a `genoformer fit` config, or config.yaml in its run directory)")
+    content = compose_config(config)
+    data = content.get("data") if isinstance(content, dict) else None
+    if not isinstance(data, dict):
+        raise ValueError(f"{config} has no `data:` section, so it holds no data split; give the YAML the model was "
+                         "trained with (a `genoformer fit` config, or config.yaml in its run directory)")
+    arguments = data.get("init_args", data)
+    split = arguments.get("split") if isinstance(arguments, dict) else None
+    if split is None:
+        return SplitSpec()
+    try:
+        return SplitSpec(**split)
+    except TypeError as error:
+        raise ValueError(f"{config}: data split {split!r} is not a SplitSpec ({error}); its keys are by, "
+                         "val_fraction, test_fraction, val and test") from error
+
+
+def _strand_ranges(records: Sequence[NamedSequence], index: int, region: Region,
+                   both_strands: bool) -> list[tuple[int, int, int]]:
+    """(sequence, start, end) of a region of record `index` on each strand scored: the sequences
+    are the records, then with `both_strands` their reverse complements, on which a region
+    [s, e) of a record of L bases is [L - e, L - s)."""
+    ranges = [(index, region.start, region.end)]
+    if both_strands:
+        length = records[index].codes.size
+        ranges.append((len(records) + index, length - region.end, length - region.start))
+    return ranges
 
 
 def summarize(names: Sequence[str], sources: Sequence[str], log2p: Sequence[Sequence[np.ndarray]]) -> dict[str, Any]:
@@ -40,12 +101,12 @@ def summarize(names: Sequence[str], sources: Sequence[str], log2p: Sequence[Sequ
     return {"total": total, "records": records}
 
 
-def format_table(report: dict[str, Any], title: str) -> str:
-    """The per-record and total rows of a report as aligned text."""
+def format_table(report: dict[str, Any], title: str, what: str = "record") -> str:
+    """The per-record (or per-region: `what`) and total rows of a report as aligned text."""
     rows = [(r["name"], r["bases"], r["bits_per_base"]) for r in report["records"]]
     rows.append(("total", report["total"]["bases"], report["total"]["bits_per_base"]))
-    width = max(len(name) for name, _, _ in rows)
-    lines = [title, f"{'record':<{width}}  {'bases':>12}  {'bits/base':>9}"]
+    width = max(len(name) for name, _, _ in rows + [(what, 0, 0)])
+    lines = [title, f"{what:<{width}}  {'bases':>12}  {'bits/base':>9}"]
     for name, bases, bpb in rows:
         lines.append(f"{name:<{width}}  {bases:>12,}  {'-' if bpb is None else f'{bpb:9.4f}':>9}")
     return "\n".join(lines)
@@ -58,17 +119,23 @@ def evaluate(
     context: Optional[int] = None,
     overlap: Optional[int] = None,
     both_strands: bool = False,
+    regions: Optional[Union[str, list[str]]] = None,
+    split: Optional[SplitName] = None,
+    split_config: Optional[Path] = None,
     out: Optional[Path] = None,
     batch_size: int = 8,
     device: Optional[str] = None,
     backend: Backend = Backend.AUTO,
     overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Bits per base of a trained checkpoint on DNA, per record and in total.
+    """Bits per base of a trained checkpoint on DNA, per record (or region) and in total.
 
     Long records are tiled: every scored base sees up to `context` preceding bases (at least
     `overlap` once past the first window); the first bases of a record are scored with the context
-    that exists. Masked models are scored by pseudo-likelihood. N bases are not scored.
+    that exists, and its first base, which has none, is not scored by a causal model (nor by
+    `genoformer baseline`). Masked models are scored by pseudo-likelihood. N bases are not scored.
+    With `regions` or `split`, only those bases are scored, each exactly as in the whole-record
+    run (the bases before a region are its context), one row per region.
 
     Args:
         checkpoint: A .ckpt file written by `genoformer fit`.
@@ -76,6 +143,14 @@ def evaluate(
         context: Tokens of context per window; default the context the model was trained at.
         overlap: Tokens shared by neighbouring windows; default context // 2.
         both_strands: Also score the reverse complement of every record (bits per base over both).
+        regions: Score only these: a BED file (0-based, optional name column) or regions
+            chrom:start-end (1-based, inclusive; chrom alone is the whole record), several after
+            one flag. Rows are named by the BED name, else chrom:start-end.
+        split: Score only this split (train, val or test) of the inputs, as `genoformer fit`
+            holds it out of a store built from them (see split_config).
+        split_config: The training config whose data split `split` follows (a fit config, or
+            config.yaml of its run); default the data module's default split (the last 5% of
+            every record is val).
         out: Write the report as JSON here (total, records, settings, speed).
         batch_size: Windows per forward pass.
         device: cpu, cuda or cuda:N; default CUDA when available.
@@ -84,57 +159,161 @@ def evaluate(
     """
     if out is not None:
         refuse_existing(Path(out), overwrite)
+    split_spec = read_split_spec(split_config)
+    records = list(read_sequences(inputs))
+    chosen = record_regions(records, regions, split=split, split_spec=split_spec)
     scorer = Scorer.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
     context = scorer.context if context is None else context
     overlap = scorer.check_context(context, overlap)
-    records = list(read_sequences(inputs))
     sequences = [r.codes for r in records]
     if both_strands:
         sequences += [reverse_complement(r.codes) for r in records]
+    ranges = [_strand_ranges(records, index, region, both_strands) for index, region in chosen]
+    spans: list[list[tuple[int, int]]] = [[] for _ in sequences]
+    for i, lo, hi in (part for parts in ranges for part in parts):
+        spans[i].append((lo, hi))
     if scorer.device.type == "cuda":
         torch.cuda.synchronize(scorer.device)
     began = time.perf_counter()
-    log2p = scorer.score_many(sequences, context=context, overlap=overlap, batch_size=batch_size, description="evaluating")
+    log2p = scorer.score_many(sequences, context=context, overlap=overlap, batch_size=batch_size, description="evaluating",
+                              spans=spans)
     if scorer.device.type == "cuda":
         torch.cuda.synchronize(scorer.device)
     seconds = time.perf_counter() - began
-    strands = [log2p[i::len(records)] for i in range(len(records))]
-    report = summarize([r.name for r in records], [r.source for r in records], strands)
-    positions = sum(len(s) for s in sequences)
+    strands = [[log2p[i][lo:hi] for i, lo, hi in parts] for parts in ranges]
+    non_acgt = sum(int((sequences[i][lo:hi] > T).sum()) for parts in ranges for i, lo, hi in parts)
+    report = summarize([region.name for _, region in chosen], [records[index].source for index, _ in chosen], strands)
+    for row, (_, region) in zip(report["records"], chosen):
+        row["region"] = region.label
+    positions = sum(values.size for parts in strands for values in parts)
     report.update({
         "checkpoint": str(checkpoint),
         "objective": "CAUSAL_LM" if scorer.causal else "MASKED_LM",
         "context": context,
         "overlap": overlap,
         "both_strands": both_strands,
-        "unscored": {
-            "non_acgt": int(sum((s > T).sum() for s in sequences)),
-            "first_base": len(sequences) if scorer.causal else 0,
-        },
+        "unscored": {"non_acgt": non_acgt, "first_base": positions - report["total"]["bases"] - non_acgt},
         "device": str(scorer.device) + (f" ({torch.cuda.get_device_name(scorer.device)})" if scorer.device.type == "cuda" else ""),
         "seconds": seconds,
         "bases_per_second": positions / seconds,
     })
+    if split is not None:
+        report["split"] = {"name": split, "spec": dataclasses.asdict(split_spec or SplitSpec()),
+                           "config": None if split_config is None else str(split_config)}
     strand_note = " (both strands)" if both_strands else ""
-    print(format_table(report, f"bits per base at a {context:,}-token context{strand_note}: {checkpoint}"))
+    what = "record" if regions is None and split is None else "region"
+    print(format_table(report, f"bits per base at a {context:,}-token context{strand_note}: {checkpoint}", what))
     print(f"{positions:,} positions in {seconds:.1f} s ({positions / seconds:,.0f} bases/s on {report['device']})")
     if out is not None:
         print(f"wrote {write_json(out, report, overwrite=True)}")
     return report
 
 
-def bedgraph_lines(name: str, log2p_L: np.ndarray) -> Iterator[str]:
-    """bedGraph rows (0-based, half-open) of the scored bases of one record; runs of equal values
-    share a row."""
-    scored_L = np.isfinite(log2p_L)
-    values = np.where(scored_L, log2p_L, 0.0)
-    # a new row starts where scoring starts, stops or the value changes
-    change = np.flatnonzero((np.diff(values) != 0) | (np.diff(scored_L) != 0)) + 1
-    starts = np.concatenate([[0], change])
-    ends = np.concatenate([change, [len(log2p_L)]])
-    for start, end in zip(starts, ends):
-        if scored_L[start]:
-            yield f"{name}\t{start}\t{end}\t{values[start]:.5g}"
+# ------------------------------------------------------------------------------------- tracks
+def _check_bin(bin: int) -> None:
+    if bin < 1:
+        raise ValueError(f"{option('bin', bin)}: a bin holds at least 1 base; pass {option('bin', 1)} for one value "
+                         "per base")
+
+
+def track_bins(log2p_L: np.ndarray, start: int, end: int, bin: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The track intervals of bases [start, end) of one record: (starts (I,) int64, ends (I,)
+    int64, values (I,) float32). Bins are `bin` bases long, aligned to multiples of `bin` in record
+    coordinates and clipped to [start, end); each holds the mean of its scored (finite) values, and
+    a bin without a scored base is left out."""
+    _check_bin(bin)
+    values_L = log2p_L[start:end]
+    scored_L = np.isfinite(values_L)
+    if bin == 1:
+        starts = start + np.flatnonzero(scored_L)
+        return starts, starts + 1, values_L[scored_L].astype(np.float32)
+    cuts = np.r_[start, np.arange((start // bin + 1) * bin, end, bin)].astype(np.int64)
+    ends = np.r_[cuts[1:], end].astype(np.int64)
+    sums = np.add.reduceat(np.where(scored_L, values_L, 0.0), cuts - start)
+    counts = np.add.reduceat(scored_L, cuts - start)
+    keep = counts > 0
+    return cuts[keep], ends[keep], (sums[keep] / counts[keep]).astype(np.float32)
+
+
+def merge_runs(starts_I: np.ndarray, ends_I: np.ndarray, keys_I: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Adjacent intervals (one's end is the next one's start) with equal keys made one: the
+    (starts, ends, index of each run's first interval)."""
+    if starts_I.size == 0:
+        return starts_I, ends_I, np.empty(0, np.int64)
+    new = np.r_[True, (starts_I[1:] != ends_I[:-1]) | (keys_I[1:] != keys_I[:-1])]
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:] - 1, starts_I.size - 1]
+    return starts_I[first], ends_I[last], first
+
+
+def significant(values_I: np.ndarray, digits: int = 5) -> np.ndarray:
+    """`values_I` rounded to `digits` significant digits (float64), as a bedGraph writes them."""
+    values_I = np.asarray(values_I, dtype=np.float64)
+    magnitude_I = np.floor(np.log10(np.abs(values_I), out=np.zeros_like(values_I), where=values_I != 0))
+    scale_I = 10.0 ** (digits - 1 - magnitude_I)
+    return np.round(values_I * scale_I) / scale_I
+
+
+def bedgraph_lines(name: str, starts_I: np.ndarray, ends_I: np.ndarray, values_I: np.ndarray) -> Iterator[str]:
+    """bedGraph rows (0-based, half-open) of intervals of one record, values written to 5
+    significant digits; adjacent intervals whose written values are equal share a row."""
+    rounded_I = significant(values_I)
+    starts, ends, first = merge_runs(starts_I, ends_I, rounded_I)
+    for start, end, value in zip(starts.tolist(), ends.tolist(), rounded_I[first].tolist()):
+        yield f"{name}\t{start}\t{end}\t{value:.5g}"
+
+
+def _merged_spans(chosen: Sequence[tuple[int, Region]], count: int) -> list[list[tuple[int, int]]]:
+    """Per record, its regions sorted and with overlapping or touching ones joined."""
+    spans: list[list[tuple[int, int]]] = [[] for _ in range(count)]
+    for index, region in sorted(chosen, key=lambda item: (item[0], item[1].start)):
+        ranges = spans[index]
+        if ranges and region.start <= ranges[-1][1]:
+            ranges[-1] = (ranges[-1][0], max(ranges[-1][1], region.end))
+        else:
+            ranges.append((region.start, region.end))
+    return spans
+
+
+def _track_format(out: Path) -> str:
+    suffix = out.suffix.lower()
+    if suffix in BEDGRAPH_SUFFIXES:
+        return "bedGraph"
+    if suffix in BIGWIG_SUFFIXES:
+        return "bigWig"
+    raise ValueError(f"cannot tell the track format of {out}: name it *.bedgraph (text) or *.bw (bigWig)")
+
+
+def _check_unique_names(records: Sequence[NamedSequence]) -> None:
+    repeated = sorted(name for name, count in Counter(record.name for record in records).items() if count > 1)
+    if repeated:
+        raise ValueError(f"record names repeat in the inputs ({', '.join(map(repr, repeated[:5]))}); a bigWig "
+                         "keys values by record name: score the genomes one at a time")
+
+
+def write_bigwig(out: Path, records: Sequence[NamedSequence],
+                 intervals: Sequence[Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]], *, overwrite: bool) -> Path:
+    """Write a bigWig (pyBigWig) of the intervals of each record (in record order, sorted), with
+    every record in its header; float32 values, written under a temporary name and renamed. Runs
+    of adjacent intervals of one length are written as fixed-step sections (3x faster than one
+    entry per interval, and a third smaller)."""
+    _check_unique_names(records)
+    with atomic_build(out, overwrite) as tmp:
+        track = pyBigWig.open(str(tmp), "w")
+        if track is None:
+            raise OSError(f"pyBigWig could not open {tmp} for writing; check that its folder is writable")
+        try:
+            track.addHeader([(record.name, int(record.codes.size)) for record in records], maxZooms=10)
+            for record, parts in zip(records, intervals):
+                for starts_I, ends_I, values_I in parts:
+                    run_starts, _, first = merge_runs(starts_I, ends_I, ends_I - starts_I)
+                    for start, lo, hi in zip(run_starts.tolist(), first.tolist(), [*first[1:].tolist(), starts_I.size]):
+                        span = int(ends_I[lo] - starts_I[lo])
+                        track.addEntries(record.name, start, values=values_I[lo:hi].astype(np.float64), span=span,
+                                         step=span)
+        finally:
+            track.close()
+    return out
 
 
 def score(
@@ -142,6 +321,8 @@ def score(
     checkpoint: Path,
     inputs: list[str],
     out: Path,
+    regions: Optional[Union[str, list[str]]] = None,
+    bin: int = 1,
     context: Optional[int] = None,
     overlap: Optional[int] = None,
     batch_size: int = 8,
@@ -149,17 +330,25 @@ def score(
     backend: Backend = Backend.AUTO,
     overwrite: bool = False,
 ) -> Path:
-    """Write the per-base log-likelihood (log2 p, in bits) of every record as a bedGraph track.
+    """Write the per-base log-likelihood (log2 p, in bits) of every record as a bedGraph or bigWig track.
 
     Bases are scored as `genoformer evaluate` scores them (tiled, with up to `context` bases of
     preceding context for causal models, pseudo-likelihood for masked ones); unscored bases (N,
-    and the first base of a record for causal models) have no row. Values are <= 0; lower means
-    less expected by the model.
+    and the first base of a record for causal models) have no value. Values are <= 0; lower means
+    less expected by the model. With `regions`, only their bases are scored, each exactly as in
+    the whole-record run, and the track keeps record coordinates and names (overlapping regions
+    are joined). bedGraph rows are 0-based, half-open; adjacent bases or bins whose values are
+    equal share a row.
 
     Args:
         checkpoint: A .ckpt file written by `genoformer fit`.
         inputs: FASTA/GenBank files (plain, .gz, .xz, .bz2) or genome stores (.zarr folders).
-        out: The bedGraph file to write (e.g. track.bedgraph).
+        out: The track to write: *.bedgraph (text, values to 5 significant digits) or *.bw
+            (bigWig, float32 values, every record in its header).
+        regions: Score only these: a BED file (0-based) or regions chrom:start-end (1-based,
+            inclusive; chrom alone is the whole record), several after one flag.
+        bin: Bases per value: the mean of the scored bases of each bin of this many bases (bins
+            start at multiples of it in record coordinates, clipped to the regions); 1: every base.
         context: Tokens of context per window; default the context the model was trained at.
         overlap: Tokens shared by neighbouring windows; default context // 2.
         batch_size: Windows per forward pass.
@@ -169,13 +358,26 @@ def score(
     """
     out = Path(out)
     refuse_existing(out, overwrite)
-    scorer = Scorer.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
+    kind = _track_format(out)
+    _check_bin(bin)
     records = list(read_sequences(inputs))
-    log2p = scorer.score_many([r.codes for r in records], context=context, overlap=overlap, batch_size=batch_size)
-    header = f'track type=bedGraph name="{Path(checkpoint).stem}" description="log2 p(base), bits"'
-    lines = [header]
-    for record, values in zip(records, log2p):
-        lines.extend(bedgraph_lines(record.name, values))
-    path = write_text(out, "\n".join(lines) + "\n", overwrite=True)
-    print(f"wrote {path} ({sum(int(np.isfinite(v).sum()) for v in log2p):,} scored bases in {len(records)} records)")
+    if kind == "bigWig":
+        _check_unique_names(records)
+    spans = _merged_spans(record_regions(records, regions), len(records))
+    scorer = Scorer.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
+    log2p = scorer.score_many([r.codes for r in records], context=context, overlap=overlap, batch_size=batch_size,
+                              spans=spans)
+    intervals = [[track_bins(values, start, end, bin) for start, end in ranges] for values, ranges in zip(log2p, spans)]
+    if kind == "bigWig":
+        path = write_bigwig(out, records, intervals, overwrite=True)
+    else:
+        lines = [f'track type=bedGraph name="{Path(checkpoint).stem}" description="log2 p(base), bits"']
+        for record, parts in zip(records, intervals):
+            for starts_I, ends_I, values_I in parts:
+                lines.extend(bedgraph_lines(record.name, starts_I, ends_I, values_I))
+        path = write_text(out, "\n".join(lines) + "\n", overwrite=True)
+    scored = sum(int(np.isfinite(v).sum()) for v in log2p)
+    per = f", {bin}-base bins" if bin > 1 else ""
+    print(f"wrote {path} ({kind}{per}; {scored:,} scored bases in {sum(map(len, spans))} stretch(es) of "
+          f"{sum(1 for ranges in spans if ranges)} record(s))")
     return path

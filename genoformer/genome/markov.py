@@ -47,6 +47,7 @@ contexts, ``D`` distinct keys, ``S`` short positions (fewer than k usable bases 
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections import deque
@@ -60,7 +61,10 @@ from tqdm.auto import tqdm
 
 from genoformer.data.genome.alphabet import N, encode, reverse_complement
 from genoformer.data.genome.inputs import NamedSequence, check_sequence_inputs, read_sequences
+from genoformer.data.genome.regions import record_regions
+from genoformer.data.splits import SplitSpec
 from genoformer.data.storage import refuse_existing, write_json
+from genoformer.genome.evaluate import SplitName, read_split_spec
 
 #: 2-bit codes of a 31-base context and a target fill the 64 bits of one key.
 MAX_ORDER = 31
@@ -456,13 +460,32 @@ def _read_all(paths: Sequence[str], what: str) -> list[NamedSequence]:
     return records
 
 
-def format_scores(records: Sequence[dict], total: dict) -> str:
-    """A text table of per-record and total bits per base, bases scored and bases skipped."""
-    width = max([len("total"), len("record")] + [len(row["name"]) for row in records])
-    lines = [f"{'record':<{width}}  {'bits/base':>9}  {'bases':>13}  {'skipped':>9}"]
+def score_region(model: MarkovModel, codes_L: np.ndarray, start: int, end: int,
+                 on_progress: Optional[Callable[[int], None]] = None) -> RecordScore:
+    """Bits, bases scored and bases skipped (not A/C/G/T) of bases [start, end) of one strand of
+    a record, each scored as in the whole record: from the `order` bases before it, across the
+    region's start. The record's first base has no context and is not scored (nor skipped), as a
+    causal language model leaves it out in `genoformer evaluate`; so both count the same bases."""
+    lo = max(0, start - model.order)
+    keys_P, usable_P, valid_L = pack_positions(codes_L[lo:end], model.order)
+    keep_P = np.arange(lo, end)[valid_L] >= max(start, 1)
+    keys_P, usable_P = keys_P[keep_P], usable_P[keep_P]
+    bits = -float(model._log2_probabilities(keys_P, usable_P, on_progress).sum()) if keys_P.size else 0.0
+    return RecordScore(bits, int(keys_P.size), int(np.count_nonzero(~valid_L[start - lo:])))
+
+
+def format_scores(records: Sequence[dict], total: dict, what: str = "record") -> str:
+    """A text table of per-record (or per-region: `what`) and total bits per base, bases scored
+    and bases skipped."""
+    width = max([len("total"), len(what)] + [len(row["name"]) for row in records])
+    lines = [f"{what:<{width}}  {'bits/base':>9}  {'bases':>13}  {'skipped':>9}"]
     for row in [*records, {"name": "total", **total}]:
         lines.append(f"{row['name']:<{width}}  {row['bits_per_base']:>9.4f}  {row['bases']:>13,}  {row['skipped']:>9,}")
     return "\n".join(lines)
+
+
+def _split_note(name: str, spec: Optional[SplitSpec], config: Optional[Path]) -> dict:
+    return {"name": name, "spec": dataclasses.asdict(spec or SplitSpec()), "config": None if config is None else str(config)}
 
 
 def baseline(
@@ -470,6 +493,10 @@ def baseline(
     train: Union[str, list[str]],
     inputs: Union[str, list[str]],
     out: Path,
+    split: Optional[SplitName] = None,
+    regions: Optional[Union[str, list[str]]] = None,
+    inputs_split: Optional[SplitName] = None,
+    split_config: Optional[Path] = None,
     order: Optional[int] = None,
     discount: Optional[float] = None,
     concentration: Optional[float] = None,
@@ -483,25 +510,38 @@ def baseline(
     before it, with the counts of all orders 0..k blended (interpolated smoothing with a discount
     and a concentration, so no probability is ever zero), counted on both strands of the training
     data. Whatever of the order, discount and concentration is not given is chosen by bits per
-    base on the last 10% of every training record, counted without it; the model is then counted
-    on all the training data. Bases that are not A/C/G/T are skipped and reported; an N in the
-    context shortens it to the bases after the N. Writes JSON: {"total": {"bits_per_base",
-    "bases", "skipped"}, "records": [{"name", "source", "bits_per_base", "bases", "skipped"}],
+    base on the last 10% of every training record (or split interval), counted without it; the
+    model is then counted on all the training data. Bases that are not A/C/G/T are skipped and
+    reported; an N in the context shortens it to the bases after the N. The first base of a
+    record has no context and is not scored, as `genoformer evaluate` leaves it out for a causal
+    model, so the two count the same bases; a region's first bases are scored from the bases
+    before it, as in the whole record. Writes JSON: {"total": {"bits_per_base", "bases",
+    "skipped"}, "records": [{"name", "source", "region", "bits_per_base", "bases", "skipped"}],
     "model": {"order", "discount", "concentration", "selection", "train_files", "train_bases",
-    ...}, "skipped_bases", "strands"}.
+    ...}, "skipped_bases", "first_bases_unscored", "strands"}.
 
     Args:
         train: Training FASTA/GenBank file (plain or gzip/xz/bzip2) or genome store (.zarr folder
             from `genoformer prepare`), or several as a list ("[a.fa.gz,b.zarr]" or --train a.fa --train+ b.fa).
         inputs: Files or stores to score, given like train; every record is scored on its own.
         out: JSON file to write (never left half written); an existing one is an error without --overwrite.
+        split: Train on this split (train, val or test) of the training data only, exactly as
+            `genoformer fit` holds it out of a store built from it (see split_config).
+        regions: Score only these regions of the inputs: a BED file (0-based, optional name
+            column) or regions chrom:start-end (1-based, inclusive; chrom alone is the whole
+            record), several after one flag; one row per region.
+        inputs_split: Score only this split (train, val or test) of the inputs (see split_config),
+            e.g. --split train --inputs_split test on one store.
+        split_config: The training config whose data split split and inputs_split follow (a fit
+            config, or config.yaml of its run); default the data module's default split (the
+            last 5% of every record is val).
         order: Markov order k, 0 to 31 (the context length); default: chosen from 0..max_order.
         discount: Discount d in [0, 1); default: chosen from 0, 0.5, 0.75, 0.9.
         concentration: Concentration a > 0; default: chosen from 1, 4, 16, 64, 256, 1024.
         max_order: The highest order tried when the order is chosen (memory grows with it: at 16,
             1.8 GB of counts and 2.7 GB in all for 9 Mbp of training sequence).
         both_strands: Score each record on both strands (its reverse complement as well) and
-            report the mean bits per base; bases and skipped are counted per strand.
+            report bits per base over both; bases and skipped are those of the forward strand.
         overwrite: A flag: replace an existing `out`.
     """
     out = Path(out)
@@ -510,18 +550,25 @@ def baseline(
     check_sequence_inputs(train_paths, flag="--train")
     check_sequence_inputs(input_paths)
     _check_settings(order, discount, concentration, max_order)
+    split_spec = read_split_spec(split_config)
     train_records = _read_all(train_paths, "training data")
-    train_bases = sum(int(np.count_nonzero(record.codes < N)) for record in train_records)
+    train_chosen = record_regions(train_records, split=split, split_spec=split_spec)
+    train_sequences = [train_records[index].codes[region.start:region.end] for index, region in train_chosen]
+    train_bases = sum(int(np.count_nonzero(codes < N)) for codes in train_sequences)
     if train_bases == 0:
-        raise ValueError(f"no A/C/G/T bases to train on in {train_paths}: every record is all N")
+        where = f"the {split} split of {train_paths}" if split else str(train_paths)
+        raise ValueError(f"no A/C/G/T bases to train on in {where}: every record is all N")
     input_records = _read_all(input_paths, "inputs")
-    for record in input_records:
-        if not np.any(record.codes < N):
-            raise ValueError(f"{record.source}: record {record.name!r} has no A/C/G/T base to score (all "
-                             f"{record.codes.size:,} bases are N); remove it from the inputs")
+    chosen = record_regions(input_records, regions, split=inputs_split, split_spec=split_spec, split_option="inputs_split")
+    for index, region in chosen:
+        record = input_records[index]
+        if not np.any(record.codes[max(region.start, 1):region.end] < N):
+            what = f"record {record.name!r}" if region.name == record.name else f"region {region.name!r}"
+            raise ValueError(f"{record.source}: {what} has no A/C/G/T base to score (the {region.length:,} bases are N, "
+                             "or only the record's first base, which has no context); remove it from the inputs")
 
     start, start_cpu = time.perf_counter(), time.process_time()
-    model, selection = fit_markov_model([record.codes for record in train_records], order, discount, concentration,
+    model, selection = fit_markov_model(train_sequences, order, discount, concentration,
                                         max_order=max_order, progress=True)
     fit_seconds, fit_cpu_seconds = time.perf_counter() - start, time.process_time() - start_cpu
     if selection is not None:
@@ -530,29 +577,37 @@ def baseline(
             mark = "  <- chosen" if row["order"] == selection.order else ""
             print(f"  k={row['order']:<2}  d={row['discount']:<4}  a={row['concentration']:<5}  "
                   f"{row['bits_per_base']:.4f} bits/base{mark}")
+    split_note = f" of the {split} split" if split else ""
     print(f"order-{model.order} Markov model, discount {model.discount}, concentration {model.concentration}: "
-          f"{train_bases:,} training bases (both strands counted), {fit_seconds:.1f} s ({fit_cpu_seconds:.1f} s CPU), "
-          f"{model.nbytes / 2**20:.0f} MiB of counts")
+          f"{train_bases:,} training bases{split_note} (both strands counted), {fit_seconds:.1f} s "
+          f"({fit_cpu_seconds:.1f} s CPU), {model.nbytes / 2**20:.0f} MiB of counts")
 
     strands = 2 if both_strands else 1
     rows = []
-    total_bits = 0.0
+    total_bits, total_bases = 0.0, 0  # over every strand scored
+    first_bases = 0
     start = time.perf_counter()
-    with tqdm(total=strands * sum(record.codes.size for record in input_records), desc="scoring", unit="base",
+    with tqdm(total=strands * sum(region.length for _, region in chosen), desc="scoring", unit="base",
               unit_scale=True) as bar:
-        for record in input_records:
-            scores = [model.score(strand_L, bar.update) for strand_L in
-                      ((record.codes, reverse_complement(record.codes)) if both_strands else (record.codes,))]
-            for score in scores:
-                bar.update(score.skipped)
-            bits = sum(score.bits for score in scores) / strands  # the mean over strands
+        for index, region in chosen:
+            record = input_records[index]
+            length = record.codes.size
+            parts = [(record.codes, region.start, region.end)]
+            if both_strands:
+                parts.append((reverse_complement(record.codes), length - region.end, length - region.start))
+            scores = [score_region(model, codes_L, lo, hi, bar.update) for codes_L, lo, hi in parts]
+            for score, (_, lo, hi) in zip(scores, parts):
+                bar.update(hi - lo - score.bases)
+                first_bases += hi - lo - score.bases - score.skipped
+            bits, strand_bases = sum(score.bits for score in scores), sum(score.bases for score in scores)
             total_bits += bits
-            rows.append({"name": record.name, "source": record.source, "bits_per_base": bits / scores[0].bases,
-                         "bases": scores[0].bases, "skipped": scores[0].skipped})
+            total_bases += strand_bases
+            rows.append({"name": region.name, "source": record.source, "region": region.label,
+                         "bits_per_base": bits / strand_bases, "bases": scores[0].bases, "skipped": scores[0].skipped})
     score_seconds = time.perf_counter() - start
     bases = sum(row["bases"] for row in rows)
     skipped = sum(row["skipped"] for row in rows)
-    total = {"bits_per_base": total_bits / bases, "bases": bases, "skipped": skipped}
+    total = {"bits_per_base": total_bits / total_bases, "bases": bases, "skipped": skipped}
     result = {
         "total": total,
         "records": rows,
@@ -563,6 +618,7 @@ def baseline(
             "selection": [] if selection is None else selection.table,
             "held_out_bases": 0 if selection is None else selection.held_out_bases,
             "train_files": [str(Path(path).resolve()) for path in train_paths],
+            "train_split": None if split is None else _split_note(split, split_spec, split_config),
             "train_bases": train_bases,
             "counted_positions": model.positions,
             "contexts_per_order": [int(keys.size) for keys in model.keys],
@@ -571,12 +627,14 @@ def baseline(
             "memory_bytes": model.nbytes,
         },
         "skipped_bases": skipped,
+        "first_bases_unscored": first_bases,
         "strands": strands,
         "inputs": [str(Path(path).resolve()) for path in input_paths],
+        "inputs_split": None if inputs_split is None else _split_note(inputs_split, split_spec, split_config),
         "score_seconds": score_seconds,
         "command": " ".join(sys.argv),
     }
-    print(format_scores(rows, total))
+    print(format_scores(rows, total, "record" if regions is None and inputs_split is None else "region"))
     write_json(out, result, overwrite=overwrite)
     print(f"wrote {out}")
     return out

@@ -35,6 +35,7 @@ from genoformer.data.genome.alphabet import MASK, T
 from genoformer.data.tiling import Keep, Tile, same_length_batches, tile_windows
 from genoformer.core.inference import autocast, default_autocast_dtype, inference_device
 from genoformer.genome.embeddings import Embedder
+from genoformer.hints import hint, option
 from genoformer.kernels.dispatch import Backend
 from genoformer.core.transformer import Transformer
 
@@ -91,13 +92,20 @@ class Scorer:
     def causal(self) -> bool:
         return self.model.config.causal
 
-    def check_context(self, context: int, overlap: Optional[int]) -> int:
-        """Validate `context` and `overlap`; returns the overlap to use."""
+    def check_context(self, context: int, overlap: Optional[int], *, name: str = "context",
+                      command: Optional[str] = None) -> int:
+        """Validate `context` and `overlap`; returns the overlap to use.
+
+        `name` is the caller's option that set `context` (`window` for `genoformer variant_effect`)
+        and `command` the `genoformer` command whose --help the message points to, so that the
+        hint names an option that exists where it is read.
+        """
         max_len = self.model.config.max_seq_len
         if not 2 <= context <= max_len:
+            see = hint("", f" (options: genoformer {command} --help)") if command else ""
             raise ValueError(
-                f"context {context} is outside what this model takes: 2 to its max_seq_len {max_len} "
-                f"(it was trained at {self.context}); pass --context {min(self.context, max_len)} or less."
+                f"{name} {context} is outside what this model takes: 2 to its max_seq_len {max_len} "
+                f"(it was trained at {self.context}); pass {option(name, min(self.context, max_len))} or less{see}."
             )
         overlap = context // 2 if overlap is None else overlap
         if not 0 <= overlap < context:
@@ -126,15 +134,28 @@ class Scorer:
         batch_size: int = 8,
         progress: bool = True,
         description: str = "scoring",
+        spans: Optional[Sequence[Sequence[tuple[int, int]]]] = None,
     ) -> list[np.ndarray]:
-        """log2 p(base) for each of several sequences (windows of equal length share batches)."""
+        """log2 p(base) for each of several sequences (windows of equal length share batches).
+
+        With `spans`, one list of ``(start, end)`` ranges per sequence: only the bases in them are
+        scored, by the windows of the whole sequence's tiling that keep them, so they get exactly
+        the scores of the whole run (the bases around a span are its context); NaN elsewhere.
+        """
         context = self.context if context is None else context
         overlap = self.check_context(context, overlap)
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
         keep = Keep.LEFT if self.causal else Keep.CENTRE
         results = [np.full(len(codes), np.nan) for codes in sequences]
-        tiles = [(i, tile) for i, codes in enumerate(sequences) for tile in tile_windows(len(codes), context, overlap, keep)]
+        wanted = [np.ones(len(codes), dtype=bool) for codes in sequences]
+        if spans is not None:
+            for wanted_L, ranges in zip(wanted, spans, strict=True):
+                wanted_L[:] = False
+                for start, end in ranges:
+                    wanted_L[start:end] = True
+        tiles = [(i, tile) for i, codes in enumerate(sequences) for tile in tile_windows(len(codes), context, overlap, keep)
+                 if wanted[i][tile.keep_start:tile.keep_end].any()]
         tiles.sort(key=lambda item: -item[1].length)  # stable: equal lengths keep input order
         passes = 1 if self.causal else self.mask_period
         with tqdm(total=len(tiles) * passes, unit="window", desc=description, disable=not progress, leave=False) as bar:
@@ -145,8 +166,8 @@ class Scorer:
                 else:
                     self._score_masked(tokens_BW, batch, results)
                 bar.update(len(batch) * passes)
-        for codes, result in zip(sequences, results):
-            result[codes > T] = np.nan  # N (and any special token) is never a scored base
+        for codes, result, wanted_L in zip(sequences, results, wanted):
+            result[(codes > T) | ~wanted_L] = np.nan  # N (and any special token) is never a scored base
         return results
 
     def log2_probabilities(self, tokens_BW: torch.Tensor) -> torch.Tensor:

@@ -1,41 +1,77 @@
-"""Single-nucleotide variant effects from a trained model: the log-likelihood ratio of the
-alternative against the reference sequence.
+"""Variant effects from a trained model: the log-likelihood ratio (llr, in bits) of the sequence
+with the alternative allele against the reference sequence.
 
     scorer = Scorer.from_checkpoint("examples/genoformer_bacteria_8k.ckpt")
     effects = variant_effects(scorer, reference, variants, window=2048)
 
-- causal models: the window of `window` bases around the variant (clipped at the contig ends) is
-  scored with the reference base and with the alternative base; llr is the difference of the
-  summed log2-likelihoods of the window's bases (bases before the variant cancel).
-- masked models: the masked marginal: the variant position is masked in the reference window and
-  llr = log2 p(alt) - log2 p(ref) there.
+The window. A variant whose reference allele REF starts at the 0-based position p of a contig of
+L bases is scored in the reference stretch [s, e) of at most `window` bases around it:
+s = p - window // 2 moved inside the contig (s = max(0, min(s, L - window))) and
+e = min(L, s + window - max(0, len(ALT) - len(REF))), so that an insertion shortens the
+downstream flank and no window holds more than `window` tokens. Two windows are run:
+
+    reference window    x[s:p] + REF + x[p + len(REF):e]
+    alternative window  x[s:p] + ALT + x[p + len(REF):e]
+
+They share the prefix x[s:p] and the downstream flank x[p + len(REF):e], which sits
+len(ALT) - len(REF) tokens further right in the alternative window.
+
+- Causal models: llr = S(alternative window) - S(reference window), where S sums
+  log2 p(base | the window's bases before it) over the window's A/C/G/T bases from the variant
+  (window offset p - s) to the window's end, each window in its own coordinates: the allele, then
+  every base of the shared flank, compared with itself. The bases before the variant see the same
+  prefix in both windows, so their terms cancel and are not computed; the first base of a window
+  has no context and is never scored (a variant at the first base of a contig counts only through
+  the bases after it). For a single-nucleotide variant (SNV) this is the difference of the
+  windows' summed log-likelihoods. Indels, MNVs and SNVs all follow this one definition; VCF's
+  anchor base (REF=AT, ALT=A) is a shared base and cancels. An allele must fit its window: a
+  deletion longer than the flank after it (about window // 2) gets a note instead of an llr.
+- Masked models: the masked marginal: the variant position is masked in the reference window
+  and llr = log2 p(ALT) - log2 p(REF) there. It scores one base, so masked models score SNVs only;
+  an indel or MNV gets a note.
+- Both strands (`both_strands`): the llr is the mean of the forward-strand llr and the llr of the
+  reverse-complemented windows, scored the same way on that strand (for causal models: from the
+  variant to the end of the reversed window, whose prefix is then the reversed downstream flank).
+
 llr is in bits: negative means the model finds the alternative less likely.
 
 Variants come from a VCF (read with vcfpy) or a TSV of `chrom pos ref alt` (1-based positions;
 a header line starting with `chrom` is allowed and further columns are kept). Every input line
 gives at least one output row (a VCF line gives one per ALT allele): a variant that cannot be
-scored keeps its row, with an empty llr and the reason in `note`.
+scored keeps its row, with an empty llr and the reason in `note`. A VCF output (`.vcf`,
+`.vcf.gz`) copies the input VCF's records with the llr in INFO (`GF_LLR`, one value per ALT,
+`.` where not scored); it needs a VCF input.
+
+Shape legend: B batch of windows, W window length (tokens), V vocabulary.
 """
 
 from __future__ import annotations
 
 import csv
 import gzip
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 import torch
 import vcfpy
+from vcfpy import bgzf
 from tqdm.auto import tqdm
 
-from genoformer.data.genome.alphabet import MASK, T, encode
+from genoformer.data.genome.alphabet import COMPLEMENT, MASK, T, encode, reverse_complement
 from genoformer.data.genome.inputs import read_sequences
-from genoformer.data.storage import refuse_existing, write_text
+from genoformer.data.genome.regions import read_regions
+from genoformer.data.storage import atomic_build, refuse_existing, write_text
 from genoformer.data.tiling import Tile, same_length_batches
-from genoformer.kernels.dispatch import Backend
 from genoformer.genome.scoring import Scorer
+from genoformer.hints import option
+from genoformer.kernels.dispatch import Backend
+
+VCF_SUFFIXES = (".vcf", ".vcf.gz", ".vcf.bgz")
+INFO_KEY = "GF_LLR"
+"""The INFO field of a VCF output: the llr of each ALT allele (bits)."""
 
 
 @dataclass
@@ -52,33 +88,57 @@ class Variant:
     note: str = ""
 
 
+@dataclass(frozen=True)
+class Allele:
+    """One alternative allele on a contig: the bases `ref` from the 0-based `start` on are
+    replaced by `alt` (upper-case A/C/G/T strings)."""
+
+    chrom: str
+    start: int
+    ref: str
+    alt: str
+
+
+def is_vcf(path: Path) -> bool:
+    """Whether `path` names a VCF file (.vcf, .vcf.gz, .vcf.bgz)."""
+    return Path(path).name.lower().endswith(VCF_SUFFIXES)
+
+
 def read_variants(path: Path) -> tuple[list[str], list[Variant]]:
     """(the input's column names, one Variant per allele) from a VCF or a chrom/pos/ref/alt TSV."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"variants file not found: {path}; pass a VCF or a TSV of chrom pos ref alt.")
-    name = path.name.lower()
-    if name.endswith((".vcf", ".vcf.gz", ".vcf.bgz")):
+    if is_vcf(path):
         return _read_vcf(path)
     return _read_tsv(path)
+
+
+def _vcf_records(path: Path) -> tuple[vcfpy.Reader, int]:
+    """An open vcfpy reader of `path` and the number of its header lines (meta lines and #CHROM):
+    record i (0-based) is on line header_lines + i + 1."""
+    try:
+        reader = vcfpy.Reader.from_path(str(path))
+    except (vcfpy.exceptions.VCFPyException, ValueError, OSError) as exc:
+        raise ValueError(f"{path} is not a readable VCF: {exc}") from exc
+    return reader, 1 + len(reader.header.lines)
 
 
 def _read_vcf(path: Path) -> tuple[list[str], list[Variant]]:
     columns = ["CHROM", "POS", "ID", "REF", "ALT"]
     variants = []
-    try:
-        reader = vcfpy.Reader.from_path(str(path))
-    except (vcfpy.exceptions.VCFPyException, ValueError, OSError) as exc:
-        raise ValueError(f"{path} is not a readable VCF: {exc}") from exc
+    reader, header_lines = _vcf_records(path)
     with reader:
-        header_lines = 1 + len(reader.header.lines)  # meta lines and the #CHROM line
         for index, record in enumerate(reader):
             line = header_lines + index + 1
             for alt in record.ALT or [None]:
                 value = getattr(alt, "value", None)
+                allele = "." if value is None else str(value)
+                if isinstance(alt, vcfpy.SymbolicAllele):
+                    allele = f"<{value}>"
                 row = {"CHROM": record.CHROM, "POS": str(record.POS), "ID": ";".join(record.ID) or ".",
-                       "REF": record.REF, "ALT": "." if value is None else str(value)}
-                variants.append(Variant(line, record.CHROM, record.POS, record.REF, row["ALT"], row))
+                       "REF": record.REF, "ALT": allele}
+                variants.append(Variant(line, record.CHROM, record.POS, record.REF, allele, row))
     return columns, variants
 
 
@@ -111,76 +171,201 @@ def _read_tsv(path: Path) -> tuple[list[str], list[Variant]]:
     return columns, variants
 
 
-def check_variants(variants: list[Variant], reference: dict[str, np.ndarray]) -> None:
-    """Set `note` on every variant that cannot be scored, naming why."""
+# ------------------------------------------------------------------------------- the windows
+def variant_window(length: int, start: int, ref_length: int, alt_length: int, window: int) -> tuple[int, int]:
+    """The reference stretch [s, e) scored around an allele at the 0-based `start` of a contig of
+    `length` bases (see the module docstring)."""
+    s = min(max(0, start - window // 2), max(0, length - window))
+    return s, min(length, s + window - max(0, alt_length - ref_length))
+
+
+def _bases(codes: np.ndarray) -> str:
+    """Codes as letters (N for N, ? for a special token)."""
+    return "".join("ACGTN"[c] if c <= 4 else "?" for c in codes)
+
+
+def _is_dna(text: str) -> bool:
+    return bool(text) and all(base in "ACGT" for base in text.upper())
+
+
+def check_variants(variants: list[Variant], reference: Mapping[str, np.ndarray], *, window: int, causal: bool) -> None:
+    """Set `note` on every variant that cannot be scored with this window and kind of model,
+    naming why."""
     for v in variants:
         if v.note:
             continue
         if v.chrom not in reference:
             v.note = f"contig {v.chrom!r} is not in the reference"
-        elif not 1 <= v.pos <= len(reference[v.chrom]):
-            v.note = f"position {v.pos} is outside contig {v.chrom!r} (1..{len(reference[v.chrom])})"
-        elif len(v.ref) != 1 or len(v.alt) != 1 or v.ref.upper() not in "ACGT" or v.alt.upper() not in "ACGT":
-            v.note = f"not a single-nucleotide variant of A/C/G/T ({v.ref}>{v.alt})"
+            continue
+        codes = reference[v.chrom]
+        if not 1 <= v.pos <= len(codes):
+            v.note = f"position {v.pos} is outside contig {v.chrom!r} (1..{len(codes)})"
+        elif not (_is_dna(v.ref) and _is_dna(v.alt)):
+            v.note = f"not a sequence variant of A/C/G/T bases ({v.ref}>{v.alt})"
         elif v.ref.upper() == v.alt.upper():
-            v.note = "ref and alt are the same base"
+            v.note = "ref and alt are the same"
+        elif v.pos - 1 + len(v.ref) > len(codes):
+            v.note = f"ref {v.ref} runs past the end of contig {v.chrom!r} ({len(codes)} bases)"
+        elif _bases(codes[v.pos - 1:v.pos - 1 + len(v.ref)]) != v.ref.upper():
+            v.note = f"ref {v.ref} does not match the reference {_bases(codes[v.pos - 1:v.pos - 1 + len(v.ref)])} at {v.chrom}:{v.pos}"
+        elif not causal and (len(v.ref) != 1 or len(v.alt) != 1):
+            v.note = "masked models score single-nucleotide variants only (the masked marginal scores one base)"
         else:
-            base = "ACGTN"[reference[v.chrom][v.pos - 1]] if reference[v.chrom][v.pos - 1] <= 4 else "?"
-            if base != v.ref.upper():
-                v.note = f"ref {v.ref} does not match the reference base {base} at {v.chrom}:{v.pos}"
+            _, end = variant_window(len(codes), v.pos - 1, len(v.ref), len(v.alt), window)
+            if v.pos - 1 + len(v.ref) > end:
+                v.note = (f"the {len(v.ref)}-base ref and {len(v.alt)}-base alt do not fit a window of {window} "
+                          f"bases around the variant; pass a {option('window', metavar='LARGER')}")
+
+
+def allele_of(variant: Variant) -> Allele:
+    """The allele of a variant that `check_variants` left without a note."""
+    return Allele(variant.chrom, variant.pos - 1, variant.ref.upper(), variant.alt.upper())
+
+
+# -------------------------------------------------------------------------------- the scoring
+@dataclass(frozen=True)
+class _Job:
+    """One window to run: the reference stretch [start, end) of `chrom`, with `alt` in place of
+    the `ref_length` bases from `pos` (None: the reference window), on the forward strand or
+    reverse-complemented. Equal jobs run once."""
+
+    chrom: str
+    start: int
+    end: int
+    pos: int
+    ref_length: int
+    alt: Optional[str]
+    reverse: bool
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start + (0 if self.alt is None else len(self.alt) - self.ref_length)
+
+    @property
+    def offset(self) -> int:
+        """The window offset where the allele starts: the first scored base of a causal model,
+        the masked position of a masked model."""
+        return self.end - self.pos - self.ref_length if self.reverse else self.pos - self.start
+
+    def tokens(self, codes_L: np.ndarray) -> np.ndarray:
+        """The window's codes (W,)."""
+        if self.alt is None:
+            window_W = codes_L[self.start:self.end]
+        else:
+            window_W = np.concatenate([codes_L[self.start:self.pos], encode(self.alt),
+                                       codes_L[self.pos + self.ref_length:self.end]])
+        return reverse_complement(window_W) if self.reverse else window_W
+
+
+def _strand_jobs(allele: Allele, length: int, window: int, both_strands: bool) -> list[tuple[_Job, _Job]]:
+    """(reference job, alternative job) of each strand scored."""
+    s, e = variant_window(length, allele.start, len(allele.ref), len(allele.alt), window)
+    strands = (False, True) if both_strands else (False,)
+    return [(_Job(allele.chrom, s, e, allele.start, len(allele.ref), None, reverse),
+             _Job(allele.chrom, s, e, allele.start, len(allele.ref), allele.alt, reverse)) for reverse in strands]
 
 
 @torch.inference_mode()
+def allele_effects(
+    scorer: Scorer,
+    reference: Mapping[str, np.ndarray],
+    alleles: Sequence[Allele],
+    *,
+    window: int,
+    both_strands: bool = False,
+    batch_size: int = 8,
+    progress: bool = True,
+    description: str = "variant effects",
+) -> np.ndarray:
+    """The llr (bits) of each allele, float64 (len(alleles),), as the module docstring defines it.
+
+    The alleles must be scorable (`check_variants` says why one is not). Equal windows run once:
+    the alleles at one position share the reference window of a causal model and the one masked
+    window of a masked model. Windows of one length share batches of `batch_size`.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}; pass {option('batch_size', 8)}.")
+    strands = [_strand_jobs(a, len(reference[a.chrom]), window, both_strands) for a in alleles]
+    if scorer.causal:
+        needed = [job for pairs in strands for pair in pairs for job in pair]
+    else:
+        needed = [ref_job for pairs in strands for ref_job, _ in pairs]
+    jobs = sorted(dict.fromkeys(needed), key=lambda job: -job.length)  # stable: equal lengths keep their order
+    results = _run_jobs(scorer, reference, jobs, batch_size=batch_size, progress=progress, description=description)
+    llr = np.empty(len(alleles))
+    for i, (allele, pairs) in enumerate(zip(alleles, strands)):
+        values = []
+        for ref_job, alt_job in pairs:
+            if scorer.causal:
+                values.append(results[alt_job] - results[ref_job])
+            else:
+                alt, ref = encode(allele.alt)[0], encode(allele.ref)[0]
+                if ref_job.reverse:
+                    alt, ref = COMPLEMENT[alt], COMPLEMENT[ref]
+                values.append(results[ref_job][alt] - results[ref_job][ref])
+        llr[i] = np.mean(values)
+    return llr
+
+
+def _run_jobs(
+    scorer: Scorer,
+    reference: Mapping[str, np.ndarray],
+    jobs: list[_Job],
+    *,
+    batch_size: int,
+    progress: bool,
+    description: str,
+) -> dict[_Job, Union[float, np.ndarray]]:
+    """Causal models: each job's summed log2 p from its offset on (float); masked models: the
+    log2 probabilities (V,) at its masked offset."""
+    results: dict[_Job, Union[float, np.ndarray]] = {}
+    items = [(job, Tile(0, job.length, 0, job.length)) for job in jobs]
+    with tqdm(total=len(items), unit="window", desc=description, disable=not progress, leave=False) as bar:
+        for batch in same_length_batches(items, batch_size):
+            tokens_BW = torch.from_numpy(np.stack([job.tokens(reference[job.chrom]) for job, _ in batch])).long()
+            offset_B = torch.tensor([job.offset for job, _ in batch])
+            if scorer.causal:
+                values = _log2_likelihood_from(scorer, tokens_BW, offset_B).tolist()
+            else:
+                rows_B = torch.arange(len(batch))
+                tokens_BW[rows_B, offset_B] = MASK
+                values = list(scorer.log2_probabilities(tokens_BW)[rows_B, offset_B].double().numpy())
+            results.update(zip((job for job, _ in batch), values))
+            bar.update(len(batch))
+    return results
+
+
+def _log2_likelihood_from(scorer: Scorer, tokens_BW: torch.Tensor, offset_B: torch.Tensor) -> torch.Tensor:
+    """Sum over each window of log2 p(base | preceding bases of the window) over the A/C/G/T bases
+    at offsets >= offset_B (never the first base): float64 (B,)."""
+    targets_BW = tokens_BW[:, 1:]  # logits at offset i predict the base at offset i + 1
+    log2p_BW = scorer.log2_probabilities(tokens_BW)[:, :-1].gather(-1, targets_BW.clamp(max=T)[..., None])[..., 0].double()
+    scored_BW = (targets_BW <= T) & (torch.arange(1, tokens_BW.shape[1])[None, :] >= offset_B[:, None])
+    return torch.where(scored_BW, log2p_BW, 0.0).sum(-1)
+
+
 def variant_effects(
     scorer: Scorer,
-    reference: dict[str, np.ndarray],
+    reference: Mapping[str, np.ndarray],
     variants: list[Variant],
     *,
     window: int,
+    both_strands: bool = False,
     batch_size: int = 8,
     progress: bool = True,
 ) -> list[Variant]:
     """Fill `llr` of every scorable variant (see the module docstring); others keep their note."""
-    scorer.check_context(window, 0)
-    check_variants(variants, reference)
-    todo = []
-    for v in variants:
-        if v.note:
-            continue
-        codes = reference[v.chrom]
-        start = min(max(0, v.pos - 1 - window // 2), max(0, len(codes) - window))
-        end = min(len(codes), start + window)
-        todo.append((v, Tile(start, end, start, end)))
-    todo.sort(key=lambda item: -item[1].length)
-    with tqdm(total=len(todo), unit="variant", desc="variant effects", disable=not progress, leave=False) as bar:
-        for batch in same_length_batches(todo, batch_size):
-            ref_BW = torch.from_numpy(np.stack([reference[v.chrom][t.start:t.end] for v, t in batch])).long()
-            offset_B = torch.tensor([v.pos - 1 - t.start for v, t in batch])
-            alt_B = torch.from_numpy(encode("".join(v.alt for v, _ in batch)).astype(np.int64))
-            ref_B = ref_BW[torch.arange(len(batch)), offset_B]
-            if scorer.causal:
-                alt_BW = ref_BW.clone()
-                alt_BW[torch.arange(len(batch)), offset_B] = alt_B
-                llr_B = _window_log2_likelihood(scorer, alt_BW) - _window_log2_likelihood(scorer, ref_BW)
-            else:
-                masked_BW = ref_BW.clone()
-                masked_BW[torch.arange(len(batch)), offset_B] = MASK
-                log2p_BV = scorer.log2_probabilities(masked_BW)[torch.arange(len(batch)), offset_B].double()
-                llr_B = log2p_BV.gather(-1, alt_B[:, None])[:, 0] - log2p_BV.gather(-1, ref_B[:, None])[:, 0]
-            for (v, _), llr in zip(batch, llr_B.tolist()):
-                v.llr = llr
-            bar.update(len(batch))
+    scorer.check_context(window, 0, name="window", command="variant_effect")
+    check_variants(variants, reference, window=window, causal=scorer.causal)
+    todo = [v for v in variants if not v.note]
+    llr = allele_effects(scorer, reference, [allele_of(v) for v in todo], window=window, both_strands=both_strands,
+                         batch_size=batch_size, progress=progress)
+    for v, value in zip(todo, llr.tolist()):
+        v.llr = value
     return variants
 
 
-def _window_log2_likelihood(scorer: Scorer, tokens_BW: torch.Tensor) -> torch.Tensor:
-    """Sum over each window of log2 p(base | preceding bases of the window), A/C/G/T targets only:
-    float64 (B,)."""
-    targets_BW = tokens_BW[:, 1:]
-    log2p_BW = scorer.log2_probabilities(tokens_BW)[:, :-1].gather(-1, targets_BW.clamp(max=T)[..., None])[..., 0].double()
-    return torch.where(targets_BW <= T, log2p_BW, 0.0).sum(-1)
-
-
+# ---------------------------------------------------------------------------------- outputs
 def write_effects(columns: list[str], variants: list[Variant], path: Path) -> Path:
     """TSV: the input's columns, then llr (bits; empty when not scored) and note."""
     lines = ["\t".join([*columns, "llr", "note"])]
@@ -190,6 +375,43 @@ def write_effects(columns: list[str], variants: list[Variant], path: Path) -> Pa
     return write_text(path, "\n".join(lines) + "\n", overwrite=True)
 
 
+def write_vcf(source: Path, variants: list[Variant], path: Path, description: str) -> Path:
+    """The records of the VCF `source` that hold `variants`, as they were, with the llr of each
+    ALT in INFO `GF_LLR` (`.` where not scored; an INFO GF_LLR of the input is replaced), and the
+    INFO header line saying what it holds (`description`)."""
+    by_line: dict[int, list[Variant]] = {}
+    for v in variants:
+        by_line.setdefault(v.line, []).append(v)
+    reader, header_lines = _vcf_records(source)
+    with reader:
+        kept = [line for line in reader.header.lines
+                if not (line.key == "INFO" and getattr(line, "mapping", {}).get("ID") == INFO_KEY)]
+        header = vcfpy.Header(kept, reader.header.samples)
+        header.add_info_line({"ID": INFO_KEY, "Number": "A", "Type": "Float", "Description": description})
+        with atomic_build(Path(path), overwrite=True) as tmp:
+            compressed = Path(path).name.lower().endswith((".gz", ".bgz"))  # BGZF: gzip that tabix indexes
+            stream = bgzf.BgzfWriter(filename=str(tmp)) if compressed else open(tmp, "wt")
+            with vcfpy.Writer.from_stream(stream, header, str(tmp), use_bgzf=False) as writer:
+                for index, record in enumerate(reader):
+                    alleles = by_line.get(header_lines + index + 1)
+                    if alleles is None:
+                        continue  # outside the regions
+                    record.INFO.pop(INFO_KEY, None)
+                    if record.ALT:
+                        record.INFO[INFO_KEY] = [None if v.llr is None else float(f"{v.llr:.6g}") for v in alleles]
+                    writer.write_record(record)
+    return Path(path)
+
+
+def in_regions(variants: list[Variant], regions: Union[str, list[str]], lengths: Mapping[str, int]) -> list[Variant]:
+    """The variants whose position (their first ref base) lies in one of `regions` (see
+    `genoformer.data.genome.regions.read_regions`), in input order."""
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for region in read_regions(regions, lengths):
+        spans.setdefault(region.chrom, []).append((region.start, region.end))
+    return [v for v in variants if any(start < v.pos <= end for start, end in spans.get(v.chrom, ()))]
+
+
 def variant_effect(
     *,
     checkpoint: Path,
@@ -197,39 +419,66 @@ def variant_effect(
     variants: Path,
     out: Path,
     window: Optional[int] = None,
+    both_strands: bool = False,
+    regions: Optional[Union[str, list[str]]] = None,
     batch_size: int = 8,
     device: Optional[str] = None,
     backend: Backend = Backend.AUTO,
     overwrite: bool = False,
 ) -> Path:
-    """Score single-nucleotide variants by the log-likelihood ratio (bits) of alt against ref.
+    """Score variants (SNVs, MNVs, indels) by the log-likelihood ratio (bits) of alt against ref.
 
-    Causal models sum the log-likelihood over a window around the variant; masked models take the
-    masked marginal at the variant. Variants that cannot be scored (unknown contig, position
-    outside it, ref not matching the reference, not an SNV) keep their row with the reason.
+    Causal models compare the summed log-likelihood of a window with the alternative allele
+    against the reference window, from the variant to the window's end (the downstream flank
+    aligned); masked models take the masked marginal at the variant (SNVs only). Variants that
+    cannot be scored (unknown contig, position outside it, ref not matching the reference, an
+    allele that is not A/C/G/T bases) keep their row with the reason.
 
     Args:
         checkpoint: A .ckpt file written by `genoformer fit`.
         reference: The reference genome: FASTA/GenBank files or a genome store (.zarr).
         variants: A VCF (.vcf, .vcf.gz) or a TSV of chrom, pos (1-based), ref, alt.
-        out: The output TSV: the input's columns, then llr and note.
+        out: The output: a TSV of the input's columns, then llr and note; or, for a VCF input, a
+            VCF (.vcf, .vcf.gz) of the input's records with the llr of each ALT in INFO GF_LLR.
         window: Bases around each variant; default the model's trained context.
+        both_strands: A flag: average the llr of the forward strand and of the reverse-complemented
+            windows (twice the work).
+        regions: Keep only the variants inside these: a BED file (0-based) or regions
+            chrom:start-end (1-based, inclusive), several after one flag.
         batch_size: Windows per forward pass.
         device: cpu, cuda or cuda:N; default CUDA when available.
         backend: Attention backend; auto picks the fastest for the device.
-        overwrite: Replace an existing `out`.
+        overwrite: A flag: replace an existing `out`.
     """
-    out = Path(out)
+    out, variants = Path(out), Path(variants)
     refuse_existing(out, overwrite)
+    if is_vcf(out) and not is_vcf(variants):
+        table = out.with_name(out.name.split(".")[0] + ".tsv")
+        raise ValueError(
+            f"{out}: a VCF output copies the input's VCF records, but {variants} is a TSV; give the variants "
+            f"as a VCF, or write a TSV: {option('out', table)}"
+        )
     scorer = Scorer.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
-    genome = {record.name: record.codes for record in read_sequences(reference)}
+    window = scorer.context if window is None else window
+    scorer.check_context(window, 0, name="window", command="variant_effect")
+    genome = {record.name: record.codes for record in read_sequences(reference, flag="--reference")}
     columns, rows = read_variants(variants)
-    variant_effects(scorer, genome, rows, window=scorer.context if window is None else window, batch_size=batch_size)
+    if regions is not None:
+        total = len(rows)
+        rows = in_regions(rows, regions, {name: len(codes) for name, codes in genome.items()})
+        print(f"{len(rows)} of {total} variants lie in the regions")
+    variant_effects(scorer, genome, rows, window=window, both_strands=both_strands, batch_size=batch_size)
     failed = [v for v in rows if v.llr is None]
     for v in failed[:20]:
         print(f"{variants}:{v.line}: not scored: {v.note}")
     if len(failed) > 20:
         print(f"... and {len(failed) - 20} more not scored (see the note column)")
-    path = write_effects(columns, rows, out)
+    if is_vcf(out):
+        strands = ", mean of both strands" if both_strands else ""
+        description = (f"genoformer variant_effect: log2 likelihood ratio of ALT against REF (bits), "
+                       f"{Path(checkpoint).name}, window {window}{strands}")
+        path = write_vcf(variants, rows, out, description)
+    else:
+        path = write_effects(columns, rows, out)
     print(f"scored {len(rows) - len(failed)} of {len(rows)} variants; wrote {path}")
     return path

@@ -2,10 +2,12 @@
 and the Python functions behind them.
 
     genoformer prepare_timeseries --inputs ecg.csv --out ecg.zarr --time_column t_seconds
+    genoformer prepare_timeseries --inputs power.csv.xz --out power.zarr --time_column "[Date,Time]" --dayfirst
     genoformer forecast --checkpoint CKPT --store ecg.zarr --at 90000 --out forecast.npz
     genoformer evaluate_forecast --store ecg.zarr --checkpoint CKPT --out model.json
     genoformer evaluate_forecast --store ecg.zarr --checkpoint [A.ckpt,B.ckpt] --out ensemble.json
     genoformer evaluate_forecast --store ecg.zarr --baseline ar --out ar.json
+    genoformer evaluate_forecast --store ecg.zarr --baseline dlinear --out dlinear.json
 
 Shape legend: C channels, T time steps, H horizon, K quantile levels, N windows, P look-back.
 """
@@ -23,12 +25,20 @@ from matplotlib.figure import Figure
 from genoformer.hints import hint, option
 from genoformer.data.storage import atomic_build, refuse_existing
 from genoformer.data.inputs import expand_inputs
-from genoformer.data.timeseries.store import MissingPolicy, TimeSeriesStore, is_timeseries_file_name, prepare_timeseries_store
+from genoformer.data.timeseries.store import (
+    DuplicatePolicy,
+    MissingPolicy,
+    TimeSeriesStore,
+    is_timeseries_file_name,
+    prepare_timeseries_store,
+)
+from genoformer.timeseries.baselines import DLINEAR_LOOKBACK, DLinear, fill_short_gaps
 from genoformer.timeseries.protocol import (
     PROTOCOL_HORIZONS,
     DirectAR,
     ProtocolSplit,
     SeasonalNaive,
+    check_horizons,
     evaluate_protocol,
     zscore_stats,
 )
@@ -44,23 +54,37 @@ def prepare_timeseries(
     inputs: Union[str, list[str]],
     out: Path,
     sampling_rate: Optional[float] = None,
-    time_column: Optional[str] = None,
-    missing: MissingPolicy = "error",
+    time_column: Optional[Union[str, list[str]]] = None,
+    columns: Optional[list[str]] = None,
+    dayfirst: bool = False,
+    delimiter: Optional[str] = None,
+    duplicates: DuplicatePolicy = "error",
+    missing: MissingPolicy = "keep",
     npy_channels_first: bool = False,
     overwrite: bool = False,
 ) -> Path:
     """Build a chunked zarr time-series store from CSV or .npy files (one series per file).
 
-    As with `prepare`, re-running with the same inputs and options is a no-op.
+    Rows are put on a regular time grid: steps without a row are gaps, stored as missing values
+    like the missing cells, and the command reports them. As with `prepare`, re-running with the
+    same inputs and options is a no-op.
 
     Args:
-        inputs: Input files (.csv with a header row, or .npy): several after one flag (--inputs
-            a.csv b.csv, so a shell glob works), a folder (every .csv and .npy file in it), or a
-            list ("[a.csv,b.csv]"); all must have the same channels.
+        inputs: Input files (.csv with a header row, also .csv.gz/.xz/.bz2, or .npy): several after
+            one flag (--inputs a.csv b.csv, so a shell glob works), a folder (every such file in
+            it), or a list ("[a.csv,b.csv]"); all must have the same channels.
         out: Store directory to create, conventionally ending in .zarr.
-        sampling_rate: Samples per second; required unless time_column gives the times.
-        time_column: CSV column with the time in seconds (not stored as a channel).
-        missing: What to do with empty or NaN values: error, ffill, zero or linear.
+        sampling_rate: Samples per second, the grid's step; detected from time_column when not
+            given (the median time between rows), required without a time column.
+        time_column: CSV column with the time, in seconds or as dates and times (ISO 8601, or
+            day-first with --dayfirst); several are joined: "[Date,Time]" or
+            "[year,month,day,hour]". Not stored as channels.
+        columns: CSV columns to store, "[a,b]" (default: every numeric column).
+        dayfirst: A flag: dates are day first (16/12/2006).
+        delimiter: CSV delimiter (default: the one of , ; tab | most frequent in the header).
+        duplicates: Rows on the same time step: error, first, last or mean (of observed values).
+        missing: Missing cells (empty, ?, NaN, NA, ...) and gaps: keep (stored as missing, which
+            models mask and the evaluator skips), error, or fill them: ffill, zero or linear.
         npy_channels_first: A flag: .npy arrays are (channels, time) instead of (time, channels).
         overwrite: A flag: always rebuild. Without it, a complete store built from the same files
             with the same options is kept as it is, and any other existing `out` is an error.
@@ -70,12 +94,44 @@ def prepare_timeseries(
         out,
         sampling_rate=sampling_rate,
         time_column=time_column,
+        columns=columns,
+        dayfirst=dayfirst,
+        delimiter=delimiter,
+        duplicates=duplicates,
         missing=missing,
         npy_channels_first=npy_channels_first,
         overwrite=overwrite,
     )
-    print(f"time-series store ready: {path}")
+    store = TimeSeriesStore(path)
+    print(f"time-series store ready: {path} ({len(store.series)} series, channels {store.channel_names}, "
+          f"{store.sampling_rate:.6g} Hz)")
+    for line in describe_series(store):
+        print(line)
     return path
+
+
+def describe_series(store: TimeSeriesStore) -> list[str]:
+    """One line per series: length, start, gaps, missing values, merged duplicates, jitter and
+    the columns left out."""
+    lines = []
+    for info in store.series:
+        gaps = info.gaps
+        words = [f"  series {info.name!r}: {info.length} steps"]
+        if info.start_time:
+            words.append(f"from {info.start_time}")
+        words.append(f"gaps: {gaps['count']} ({gaps['missing_steps']} steps, longest {gaps['longest']})")
+        if info.missing:
+            words.append(f"missing values per channel: {info.missing}")
+        if any(info.filled):
+            words.append(f"filled per channel: {info.filled}")
+        if info.duplicates:
+            words.append(f"rows merged as duplicates: {info.duplicates}")
+        if info.jitter >= 0.01:
+            words.append(f"largest jitter {info.jitter:.2f} steps")
+        if info.skipped_columns:
+            words.append(f"non-numeric columns left out: {info.skipped_columns}")
+        lines.append(", ".join(words))
+    return lines
 
 
 def _open_store(store: Path) -> TimeSeriesStore:
@@ -91,12 +147,13 @@ def protocol_results(
     store: TimeSeriesStore,
     *,
     forecaster: Optional[Forecaster] = None,
-    baseline: Optional[Literal["seasonal_naive", "ar"]] = None,
+    baseline: Optional[Literal["seasonal_naive", "ar", "dlinear"]] = None,
     horizons: tuple[int, ...] = PROTOCOL_HORIZONS,
     lookback: Optional[int] = None,
     train_fraction: float = 0.7,
     test_fraction: float = 0.2,
     ar_orders: tuple[int, ...] = DEFAULT_AR_ORDERS,
+    dlinear_lookback: int = DLINEAR_LOOKBACK,
     batch_size: int = 256,
     progress: bool = True,
 ) -> dict[str, Any]:
@@ -118,21 +175,25 @@ def protocol_results(
         if not horizons:
             raise ValueError(
                 f"the model forecasts at most {cfg.horizon} steps, shorter than every horizon asked for "
-                f"({', '.join(map(str, skipped))}); pass {option('horizons', metavar=f'[{cfg.horizon}]')} or train "
+                f"({', '.join(map(str, skipped))}); pass {option('horizons', [cfg.horizon])} or train "
                 "with a longer forecast.horizon."
             )
         if skipped:
             print(f"skipped horizons {', '.join(map(str, skipped))}: the model forecasts at most {cfg.horizon} steps")
         protocol.update(horizons=list(horizons), skipped_horizons=skipped)
         common["horizons"] = horizons
+        check_horizons(horizons, splits)
         lookback = cfg.context if lookback is None else lookback
         if not cfg.patch_len <= lookback <= cfg.context:
             raise ValueError(f"lookback must be in [{cfg.patch_len}, {cfg.context}] for this model, got {lookback}.")
 
-        def model_forecast(context_NCP: np.ndarray, horizon: int) -> np.ndarray:
-            return forecaster.forecast(context_NCP, horizon, batch_size=batch_size).point
+        levels = cfg.quantiles or None
 
-        results = evaluate_protocol(model_forecast, raw, lookback=lookback, **common)
+        def model_forecast(context_NCP: np.ndarray, horizon: int) -> Any:
+            result = forecaster.forecast(context_NCP, horizon, batch_size=batch_size)
+            return result.point if levels is None else (result.point, result.quantiles)
+
+        results = evaluate_protocol(model_forecast, raw, lookback=lookback, quantile_levels=levels, **common)
         return {"results": results, "protocol": protocol, "model": {"context": cfg.context,
                                                                    "horizon": cfg.horizon,
                                                                    "patch_len": cfg.patch_len,
@@ -140,16 +201,24 @@ def protocol_results(
     if lookback is not None:
         raise ValueError(f"{option('lookback', metavar='N')} applies to checkpoints; a baseline's look-back is its "
                          "period or AR order.")
-    zscored = []
+    check_horizons(horizons, splits)  # before any fitting
+    zscored = []  # what the baselines are fitted on: short gaps filled, as their look-backs are
     for values, split in zip(raw, splits):
         mean_C, std_C = zscore_stats(values[:, : split.train_end])
-        zscored.append((values - mean_C[:, None]) / std_C[:, None])
+        zscored.append(fill_short_gaps((values - mean_C[:, None]) / std_C[:, None]))
     if baseline == "seasonal_naive":
         model = SeasonalNaive.fit([z[:, : s.train_end] for z, s in zip(zscored, splits)])
         results = evaluate_protocol(model, raw, lookback=model.lookback, **common)
         return {"results": results, "protocol": protocol, "baseline": {"name": baseline, "periods": model.periods}}
+    if baseline == "dlinear":
+        results, fits = [], {}
+        for horizon in sorted(horizons):
+            model = DLinear.fit(zscored, splits, horizon=horizon, lookback=dlinear_lookback)
+            fits[horizon] = model.info
+            results += evaluate_protocol(model, raw, lookback=model.lookback, **{**common, "horizons": (horizon,)})
+        return {"results": results, "protocol": protocol, "baseline": {"name": baseline, "fits": fits}}
     if baseline != "ar":
-        raise ValueError(f"unknown baseline {baseline!r}; use seasonal_naive or ar.")
+        raise ValueError(f"unknown baseline {baseline!r}; use seasonal_naive, ar or dlinear.")
     results, chosen = [], {}
     for horizon in sorted(horizons):
         model, scores = DirectAR.fit_select(zscored, splits, horizon, ar_orders)
@@ -163,12 +232,13 @@ def evaluate_forecast(
     store: Path,
     out: Path,
     checkpoint: Optional[Union[Path, list[Path]]] = None,
-    baseline: Optional[Literal["seasonal_naive", "ar"]] = None,
+    baseline: Optional[Literal["seasonal_naive", "ar", "dlinear"]] = None,
     horizons: list[int] = list(PROTOCOL_HORIZONS),
     lookback: Optional[int] = None,
     train_fraction: float = 0.7,
     test_fraction: float = 0.2,
     ar_orders: list[int] = list(DEFAULT_AR_ORDERS),
+    dlinear_lookback: int = DLINEAR_LOOKBACK,
     batch_size: int = 256,
     device: Optional[str] = None,
     backend: Backend = Backend.AUTO,
@@ -179,24 +249,31 @@ def evaluate_forecast(
     Each series is split in time into train (the first train_fraction), validation and test (the
     last test_fraction); values are z-scored per channel with the training part's statistics;
     every forecast start in the test part whose horizon fits is scored (stride 1), its look-back
-    reaching back into earlier parts. Baselines are fitted on the training part (the AR order is
-    chosen on validation). Output: {"results": [{"horizon", "mse", "mae", "lookback", "windows",
-    "mse_by_step"}, ...], ...}, where mse_by_step is the MSE of each forecast step (where in the
-    horizon a model wins or loses).
+    reaching back into earlier parts. Missing target values are left out (a window with none
+    observed is skipped); missing look-back values reach a model masked, and the baselines carry
+    the last observed value forward. Baselines are fitted on the training part, gaps of up to 32
+    steps filled the same way (the AR order is chosen on validation, DLinear's training stops at
+    its best validation MSE). Output:
+    {"results": [{"horizon", "mse", "mae", "lookback", "windows", "mse_by_step",
+    "missing_targets", "windows_without_targets"}, ...], ...}, where mse_by_step is the MSE of
+    each forecast step (where in the horizon a model wins or loses); a model with quantiles also
+    gets "quantile_loss" (mean pinball loss) and "wql" (mean weighted quantile loss).
 
     Args:
         store: Time-series store (from `genoformer prepare_timeseries`).
         out: JSON file to write.
         checkpoint: A .ckpt of a TimeSeriesForecaster (give this or baseline), or a list of them,
             [A.ckpt,B.ckpt,...]: an ensemble, scored on the mean of their forecasts.
-        baseline: seasonal_naive (last period repeated, period from the training autocorrelation)
-            or ar (least-squares linear autoregression, direct multi-horizon).
+        baseline: seasonal_naive (last period repeated, period from the training autocorrelation),
+            ar (least-squares linear autoregression, direct multi-horizon) or dlinear (trend and
+            remainder, one linear layer each, Adam on the training MSE, best step on validation).
         horizons: Forecast horizons to score; a checkpoint is scored on those it can forecast (at
             most its forecast.horizon), and the others are named as skipped.
         lookback: Samples the model sees before each forecast start; default its context.
         train_fraction: Fraction of each series for training (int(fraction * length) steps).
         test_fraction: Fraction of each series for test, at its end.
         ar_orders: AR orders to try on the validation part (those that fit in the training part).
+        dlinear_lookback: DLinear's look-back (336, the paper's).
         batch_size: Windows per forward pass.
         device: cpu, cuda or cuda:N; default CUDA when available.
         backend: Attention backend; auto picks the fastest for the device.
@@ -206,12 +283,12 @@ def evaluate_forecast(
     refuse_existing(out, overwrite)
     if (checkpoint is None) == (baseline is None):
         raise ValueError(f"give exactly one of {option('checkpoint', metavar='CKPT')} or "
-                         f"{option('baseline', metavar='seasonal_naive|ar')}.")
+                         f"{option('baseline', metavar='seasonal_naive|ar|dlinear')}.")
     opened = _open_store(store)
     forecaster = None if checkpoint is None else load_forecaster(checkpoint, device, backend)
     payload = protocol_results(opened, forecaster=forecaster, baseline=baseline, horizons=tuple(horizons),
                                lookback=lookback, train_fraction=train_fraction, test_fraction=test_fraction,
-                               ar_orders=tuple(ar_orders), batch_size=batch_size)
+                               ar_orders=tuple(ar_orders), dlinear_lookback=dlinear_lookback, batch_size=batch_size)
     payload.update({"store": str(store),
                     "checkpoint": [str(path) for path in checkpoint] if isinstance(checkpoint, list) else
                     None if checkpoint is None else str(checkpoint)})

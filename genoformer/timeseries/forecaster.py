@@ -15,7 +15,7 @@ Inputs are numpy arrays or torch tensors (outputs match): one series as (L,) (un
 longer than the model's context uses its last `context` samples for forecasting; embeddings tile
 long series (windows of the context, each patch taken from the window where it sits farthest from
 an edge). Values are in the series' own units: instance normalisation inside the model undoes
-itself.
+itself. NaN marks a missing value, which the model reads as unobserved.
 
 Shape legend: N series, C channels, L samples, H horizon, K quantile levels, T patches,
 E model width, C' = C for channel-independent models, else 1.
@@ -32,7 +32,6 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
-from genoformer.hints import hint
 from genoformer.data.tiling import Keep, same_length_batches, tile_windows
 from genoformer.core.checkpoints import ModelKind, read_model_checkpoint
 from genoformer.core.inference import Pooling, autocast, default_autocast_dtype, inference_device, load_module_weights, pool_tokens
@@ -47,7 +46,8 @@ SeriesInput = Union[np.ndarray, torch.Tensor, Sequence[Union[np.ndarray, torch.T
 @dataclasses.dataclass(frozen=True)
 class ForecastResult:
     """Forecasts in the input's type and layout: (H,) for a 1-D input, (C, H) for one (C, L)
-    series, (N, C, H) for a batch or a list."""
+    series, (N, C, H) for a batch or a list (a list of (C_i, H) for a list of series with
+    different channel counts)."""
 
     point: Union[np.ndarray, torch.Tensor]
     """The point forecast (trained with MSE)."""
@@ -140,8 +140,10 @@ class Forecaster:
     def forecast(self, series: SeriesInput, horizon: Optional[int] = None, *, batch_size: int = 64) -> ForecastResult:
         """Forecast the next `horizon` samples (default: the trained horizon) of each series.
 
-        Raises ValueError for NaN or infinite values, a horizon beyond the trained one, the wrong
-        number of channels and series shorter than one patch.
+        NaN values are missing: the model reads them as unobserved. Raises ValueError for
+        infinite values, a horizon beyond the trained one, the wrong number of channels (a joint
+        model needs the channels it was trained on; a channel-independent one takes any number)
+        and series shorter than one patch.
         """
         cfg = self.config
         horizon = cfg.horizon if horizon is None else horizon
@@ -154,25 +156,28 @@ class Forecaster:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
         items, layout, like = self._as_series(series)
         tails = [values_CL[:, -cfg.context:] for values_CL in items]
-        point_NCH = np.empty((len(tails), cfg.n_channels, horizon), dtype=np.float32)
-        quant_NCHK = np.empty((len(tails), cfg.n_channels, horizon, len(cfg.quantiles)), dtype=np.float32)
-        order = sorted(range(len(tails)), key=lambda i: tails[i].shape[1])
+        points = [np.empty(0, np.float32)] * len(tails)
+        quants = [np.empty(0, np.float32)] * len(tails)
+        order = sorted(range(len(tails)), key=lambda i: tails[i].shape)
         for lo in range(0, len(order), batch_size):
             group = order[lo:lo + batch_size]
-            # equal lengths share a forward pass; a batch never mixes lengths (no padding)
-            by_length: dict[int, list[int]] = {}
+            # equal shapes share a forward pass; a batch never mixes lengths (no padding)
+            by_shape: dict[tuple[int, ...], list[int]] = {}
             for i in group:
-                by_length.setdefault(tails[i].shape[1], []).append(i)
-            for indices in by_length.values():
+                by_shape.setdefault(tails[i].shape, []).append(i)
+            for indices in by_shape.values():
                 context_BCL = torch.from_numpy(np.stack([tails[i] for i in indices])).to(self.device)
                 point_BCH, quant_BCHK = self._mean_forecast(context_BCL)
-                point_NCH[indices] = point_BCH[..., :horizon].cpu().numpy()
-                if quant_BCHK is not None:
-                    quant_NCHK[indices] = quant_BCHK[:, :, :horizon].cpu().numpy()
+                point_BCH = point_BCH[..., :horizon].cpu().numpy()
+                quant_BCHK = None if quant_BCHK is None else quant_BCHK[:, :, :horizon].cpu().numpy()
+                for row, i in enumerate(indices):
+                    points[i] = point_BCH[row]
+                    if quant_BCHK is not None:
+                        quants[i] = quant_BCHK[row]
         has_quantiles = bool(cfg.quantiles)
         return ForecastResult(
-            point=_restore(point_NCH, layout, like),
-            quantiles=_restore(quant_NCHK, layout, like) if has_quantiles else None,
+            point=_restore(points, layout, like),
+            quantiles=_restore(quants, layout, like) if has_quantiles else None,
             levels=list(cfg.quantiles),
         )
 
@@ -280,7 +285,7 @@ class Forecaster:
             raise TypeError(f"series must be a numpy array, a torch tensor or a list of them, got {type(series).__name__}.")
         cfg = self.config
         for index, values_CL in enumerate(items):
-            if values_CL.shape[0] != cfg.n_channels:
+            if not cfg.channel_independent and values_CL.shape[0] != cfg.n_channels:
                 raise ValueError(
                     f"series {index} has {values_CL.shape[0]} channel(s) but the model was trained on "
                     f"{cfg.n_channels}; a 2-D input is one series (channels, length): stack several "
@@ -291,14 +296,12 @@ class Forecaster:
                     f"series {index} has {values_CL.shape[1]} samples, shorter than one patch "
                     f"({cfg.patch_len} samples); give at least {cfg.patch_len}."
                 )
-            bad = ~np.isfinite(values_CL)
+            bad = np.isinf(values_CL)
             if bad.any():
                 channel, position = (int(v) for v in np.argwhere(bad)[0])
                 raise ValueError(
-                    f"series {index} holds {int(bad.sum())} NaN or infinite value(s), the first at channel "
-                    f"{channel}, position {position}; fill them first (e.g. "
-                    + hint("prepare_timeseries_store(..., missing='linear')", "genoformer prepare_timeseries --missing linear")
-                    + ")."
+                    f"series {index} holds {int(bad.sum())} infinite value(s), the first at channel {channel}, "
+                    f"position {position}; mark a value as missing with NaN (the model masks missing values)."
                 )
         return [np.ascontiguousarray(v, dtype=np.float32) for v in items], layout, like
 
@@ -323,10 +326,16 @@ def _to_numpy(value: Union[np.ndarray, torch.Tensor]) -> np.ndarray:
     return value.astype(np.float32, copy=False)
 
 
-def _restore(array_NCX: np.ndarray, layout: str, like: type) -> Union[np.ndarray, torch.Tensor]:
-    """Undo the input layout: drop the batch axis (and the channel axis for 1-D input)."""
+def _restore(arrays_CX: list[np.ndarray], layout: str, like: type) -> Union[np.ndarray, torch.Tensor, list]:
+    """Undo the input layout: one array per series (C, X...) back to (N, C, X...), (C, X...) for
+    2-D input, (X...) for 1-D; a batch of series with different channel counts (which only a
+    channel-independent model takes) stays a list."""
     if layout == "1d":
-        array_NCX = array_NCX[0, 0]
+        out = arrays_CX[0][0]
     elif layout == "2d":
-        array_NCX = array_NCX[0]
-    return torch.from_numpy(np.ascontiguousarray(array_NCX)) if like is torch.Tensor else array_NCX
+        out = arrays_CX[0]
+    elif len({array.shape for array in arrays_CX}) == 1:
+        out = np.stack(arrays_CX)
+    else:
+        return [torch.from_numpy(array) if like is torch.Tensor else array for array in arrays_CX]
+    return torch.from_numpy(np.ascontiguousarray(out)) if like is torch.Tensor else out

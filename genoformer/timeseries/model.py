@@ -16,8 +16,15 @@ least-squares linear forecast from the samples before each forecasting token is 
 head's (scaled) output: the trunk learns what the linear forecast misses.
 
 Channels are independent by default (every channel is its own sequence through the same weights,
-so any one channel sees only its own past); with `channel_independent: false` one token holds the
-patch of every channel.
+so any one channel sees only its own past, and the model forecasts series of any number of
+channels); with `channel_independent: false` one token holds the patch of every channel.
+
+Missing values: NaN (or infinite) samples of the context are unobserved. The instance statistics
+come from the observed samples only, an unobserved sample enters its patch as 0 (the window's
+mean, after normalisation) with observed-mask 0, the same mask that marks the left padding, and
+the linear path reads the window's mean in its place. Fully observed windows give what they gave
+before the mask existed (the parameters are the same), so older checkpoints load and forecast
+as they did.
 
 Shape legend: B batch, C channels, G channels per token (1, or C when joint), S sequences
 through the trunk (B * C, or B), L context samples, T context tokens, Q forecast tokens,
@@ -46,7 +53,8 @@ class ForecastConfig:
         patch_len: Samples per token P (1: one token per sample).
         context: Longest look-back in samples; longer inputs use their last `context` samples.
         horizon: Longest forecast in samples; the model predicts it in one pass.
-        n_channels: Channels C of the series the model is trained on.
+        n_channels: Channels C of the series the model is trained on. A channel-independent model
+            forecasts series of any number of channels; a joint one needs exactly these.
         channel_independent: Every channel is its own sequence through shared weights (the
             default); false: one token holds the patch of every channel.
         quantiles: Quantile levels in (0, 1) for a quantile head trained with the pinball loss
@@ -148,25 +156,39 @@ class InstanceStats:
         return y_BCX * self.scale_BC1 + self.mean_BC1
 
 
-def instance_normalize(x_BCL: torch.Tensor, eps: float = 1e-5, samples: Optional[int] = None) -> tuple[torch.Tensor, InstanceStats]:
+def instance_normalize(x_BCL: torch.Tensor, eps: float = 1e-5, samples: Optional[int] = None,
+                       observed_BCL: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, InstanceStats]:
     """(x - mean) / sqrt(var + eps) per window and channel, in float32, with the statistics (of
-    the first `samples` samples when given, else of the whole window)."""
+    the first `samples` samples when given, else of the whole window). With `observed_BCL`
+    (bool), the statistics count observed samples only and unobserved ones come out as 0 (a
+    channel with no observed sample gets mean 0)."""
     x_BCL = x_BCL.float()
-    part_BCS = x_BCL if samples is None else x_BCL[..., :samples]
-    mean_BC1 = part_BCS.mean(dim=-1, keepdim=True)
-    scale_BC1 = torch.sqrt(part_BCS.var(dim=-1, keepdim=True, unbiased=False) + eps)
-    return (x_BCL - mean_BC1) / scale_BC1, InstanceStats(mean_BC1, scale_BC1)
+    if observed_BCL is None:
+        part_BCS = x_BCL if samples is None else x_BCL[..., :samples]
+        mean_BC1 = part_BCS.mean(dim=-1, keepdim=True)
+        scale_BC1 = torch.sqrt(part_BCS.var(dim=-1, keepdim=True, unbiased=False) + eps)
+        return (x_BCL - mean_BC1) / scale_BC1, InstanceStats(mean_BC1, scale_BC1)
+    mask_BCL = observed_BCL.to(x_BCL.dtype)
+    x_BCL = torch.where(observed_BCL, x_BCL, 0.0)
+    part_BCS, weight_BCS = (x_BCL, mask_BCL) if samples is None else (x_BCL[..., :samples], mask_BCL[..., :samples])
+    count_BC1 = weight_BCS.sum(dim=-1, keepdim=True).clamp(min=1.0)
+    mean_BC1 = part_BCS.sum(dim=-1, keepdim=True) / count_BC1
+    var_BC1 = (torch.square(part_BCS - mean_BC1) * weight_BCS).sum(dim=-1, keepdim=True) / count_BC1
+    scale_BC1 = torch.sqrt(var_BC1 + eps)
+    return (x_BCL - mean_BC1) / scale_BC1 * mask_BCL, InstanceStats(mean_BC1, scale_BC1)
 
 
-def patchify(x_SGL: torch.Tensor, patch_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+def patchify(x_SGL: torch.Tensor, patch_len: int, observed_SGL: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Cut (S, G, L) into T = ceil(L / P) patches aligned to the end; the first is left-padded
     with zeros. Returns values (S, T, G * P) and the observed mask (S, T, G * P), 1.0 for real
-    samples, in the layout [channel 0's P samples, channel 1's, ...] per token."""
+    samples (those `observed_SGL` marks, when given) and 0.0 for padding and unobserved ones, in
+    the layout [channel 0's P samples, channel 1's, ...] per token."""
     S, G, L = x_SGL.shape
     T = math.ceil(L / patch_len)
     pad = T * patch_len - L
     values_SGL = nn.functional.pad(x_SGL, (pad, 0))
-    observed_SGL = nn.functional.pad(torch.ones_like(x_SGL), (pad, 0))
+    observed = torch.ones_like(x_SGL) if observed_SGL is None else observed_SGL.to(x_SGL.dtype)
+    observed_SGL = nn.functional.pad(observed, (pad, 0))
     def tokens(v_SGL: torch.Tensor) -> torch.Tensor:
         return v_SGL.view(S, G, T, patch_len).transpose(1, 2).reshape(S, T, G * patch_len)
     return tokens(values_SGL), tokens(observed_SGL)
@@ -221,10 +243,10 @@ class TimeSeriesTransformer(TransformerTrunk):
         cfg = self.forecast_config
         if context_BCL.ndim != 3:
             raise ValueError(f"context must be (batch, channels, length), got shape {tuple(context_BCL.shape)}.")
-        if context_BCL.shape[1] != cfg.n_channels:
+        if not cfg.channel_independent and context_BCL.shape[1] != cfg.n_channels:
             raise ValueError(
-                f"the model takes {cfg.n_channels} channel(s) (forecast.n_channels), got {context_BCL.shape[1]}; "
-                "set model.init_args.forecast.n_channels to the store's number of channels."
+                f"the model takes {cfg.n_channels} channel(s) (forecast.n_channels, channels in one token), got "
+                f"{context_BCL.shape[1]}; set model.init_args.forecast.n_channels to the store's number of channels."
             )
         if context_BCL.shape[2] < cfg.patch_len:
             raise ValueError(
@@ -243,9 +265,11 @@ class TimeSeriesTransformer(TransformerTrunk):
         self.check_input(context_BCL)
         cfg = self.forecast_config
         B, C, L = context_BCL.shape
-        x_BCL, stats = instance_normalize(context_BCL, cfg.norm_eps, cfg.stats_samples(L))
+        observed_BCL = torch.isfinite(context_BCL)
+        x_BCL, stats = instance_normalize(context_BCL, cfg.norm_eps, cfg.stats_samples(L), observed_BCL)
         x_SGL = x_BCL.reshape(B * C, 1, L) if cfg.channel_independent else x_BCL
-        values_STW, observed_STW = patchify(x_SGL, cfg.patch_len)
+        observed_SGL = observed_BCL.reshape(x_SGL.shape)
+        values_STW, observed_STW = patchify(x_SGL, cfg.patch_len, observed_SGL)
         tokens_STE = self.embed(torch.cat([values_STW, observed_STW], dim=-1))
         x_SNE = tokens_STE
         if not cfg.every_token:
@@ -268,7 +292,8 @@ class TimeSeriesTransformer(TransformerTrunk):
         out_BCHK1 = out_BCHK1[:, :, : cfg.horizon]
         out_BCHK1 = out_BCHK1 * stats.scale_BC1.unsqueeze(-1)
         if cfg.linear_order:  # the linear forecast from the end of the context, plus the scaled head's
-            out_BCHK1 = out_BCHK1 + self.linear_forecasts(context_BCL, hidden_SNE.shape[1] - Q - 1)[:, :, 0, :, None]
+            last = hidden_SNE.shape[1] - Q - 1
+            out_BCHK1 = out_BCHK1 + self.linear_forecasts(context_BCL, last, stats)[:, :, 0, :, None]
         else:
             out_BCHK1 = out_BCHK1 + stats.mean_BC1.unsqueeze(-1)
         point_BCH = out_BCHK1[..., 0]
@@ -289,13 +314,14 @@ class TimeSeriesTransformer(TransformerTrunk):
             B, C, T, cfg.horizon, self.n_outputs)
         out_BCTHK1 = out_BCTHK1 * stats.scale_BC1[..., None, None]
         if cfg.linear_order:  # the linear forecasts, plus the scaled head's
-            return out_BCTHK1 + self.linear_forecasts(context_BCL, first)[..., None]
+            return out_BCTHK1 + self.linear_forecasts(context_BCL, first, stats)[..., None]
         return out_BCTHK1 + stats.mean_BC1[..., None, None]
 
-    def linear_forecasts(self, context_BCL: torch.Tensor, first: int) -> torch.Tensor:
+    def linear_forecasts(self, context_BCL: torch.Tensor, first: int, stats: InstanceStats) -> torch.Tensor:
         """The linear path's forecasts from the end of every context token's patch from token
-        `first` on, in the input's units: (B, C, T - first, H) float32."""
-        x_BCL = context_BCL.float()
+        `first` on, in the input's units: (B, C, T - first, H) float32; unobserved samples read
+        as the window's mean (`stats`)."""
+        x_BCL = fill_unobserved(context_BCL, stats)
         with torch.autocast(x_BCL.device.type, enabled=False):  # a long dot product: float32
             lags_BCTP = lag_windows(x_BCL, self.forecast_config.linear_order, self.forecast_config.patch_len, first)
             return lags_BCTP @ self.linear_coef_PH + self.linear_bias_H
@@ -305,11 +331,13 @@ class TimeSeriesTransformer(TransformerTrunk):
         """One batch's share of the linear path's least-squares problem, at the positions the
         model forecasts from in training (every trained token with every_token, else the end of
         the context), in the input's units: (X^T X (p + 1, p + 1), X^T Y (p + 1, H), sum of Y^2,
-        rows), float64, X the lags with a column of ones, Y the targets."""
+        rows), float64, X the lags with a column of ones, Y the targets. Unobserved lags read as
+        the window's mean; a row whose targets are not all observed is left out."""
         cfg = self.forecast_config
         context_BCL = context_BCL[..., -cfg.context :].to(self.linear_coef_PH.device).float()
         target_BCH = target_BCH.to(self.linear_coef_PH.device).float()
         L, P = context_BCL.shape[-1], cfg.patch_len
+        _, stats = instance_normalize(context_BCL, cfg.norm_eps, cfg.stats_samples(L), torch.isfinite(context_BCL))
         if cfg.every_token:
             first = cfg.trained_tokens(L)
             y_BCTH = token_targets(context_BCL, target_BCH, P)[:, :, first:]
@@ -317,7 +345,10 @@ class TimeSeriesTransformer(TransformerTrunk):
             first = math.ceil(L / P) - 1
             y_BCTH = target_BCH[:, :, None]
         y_NH = y_BCTH.reshape(-1, cfg.horizon).double()
-        lags_NP = lag_windows(context_BCL, cfg.linear_order, P, first).reshape(-1, cfg.linear_order).double()
+        lags_NP = lag_windows(fill_unobserved(context_BCL, stats), cfg.linear_order, P, first)
+        lags_NP = lags_NP.reshape(-1, cfg.linear_order).double()
+        whole_N = torch.isfinite(y_NH).all(dim=1)
+        y_NH, lags_NP = y_NH[whole_N], lags_NP[whole_N]
         x_NP1 = torch.cat([lags_NP, torch.ones_like(lags_NP[:, :1])], dim=1)
         return x_NP1.T @ x_NP1, x_NP1.T @ y_NH, y_NH.square().sum(), torch.tensor(float(len(x_NP1)), dtype=torch.float64)
 
@@ -343,6 +374,13 @@ class TimeSeriesTransformer(TransformerTrunk):
         return hidden_SNE[:, :T].reshape(B, -1, T, hidden_SNE.shape[-1])
 
 
+def fill_unobserved(context_BCL: torch.Tensor, stats: InstanceStats) -> torch.Tensor:
+    """The context in float32 with every unobserved (non-finite) sample replaced by the window's
+    mean."""
+    x_BCL = context_BCL.float()
+    return torch.where(torch.isfinite(x_BCL), x_BCL, stats.mean_BC1)
+
+
 def lag_windows(x_BCL: torch.Tensor, order: int, patch_len: int, first: int = 0) -> torch.Tensor:
     """The `order` samples before the end of each token's patch, for tokens `first`.. T - 1:
     (B, C, T - first, order), a strided view, zeros before the series' start. Patches align to
@@ -366,7 +404,13 @@ def token_targets(context_BCL: torch.Tensor, target_BCH: torch.Tensor, patch_len
     return windows_BCNH[:, :, ends_T]
 
 
-def pinball_loss(quantiles_BCHK: torch.Tensor, target_BCH: torch.Tensor, levels_K: torch.Tensor) -> torch.Tensor:
-    """Mean pinball (quantile) loss: max(q (y - f), (q - 1)(y - f)) averaged over everything."""
+def pinball_loss(quantiles_BCHK: torch.Tensor, target_BCH: torch.Tensor, levels_K: torch.Tensor,
+                 observed_BCH: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Mean pinball (quantile) loss: max(q (y - f), (q - 1)(y - f)) averaged over everything, or
+    over the targets `observed_BCH` (bool) marks."""
     diff_BCHK = target_BCH.unsqueeze(-1) - quantiles_BCHK
-    return torch.maximum(levels_K * diff_BCHK, (levels_K - 1.0) * diff_BCHK).mean()
+    loss_BCHK = torch.maximum(levels_K * diff_BCHK, (levels_K - 1.0) * diff_BCHK)
+    if observed_BCH is None:
+        return loss_BCHK.mean()
+    mask_BCHK = observed_BCH.unsqueeze(-1).expand_as(loss_BCHK)
+    return torch.where(mask_BCHK, loss_BCHK, 0.0).sum() / mask_BCHK.sum().clamp(min=1)

@@ -2,7 +2,9 @@
 
 Batches come from `genoformer.data.timeseries.datamodule.TimeSeriesDataModule`:
 {"context": float32 (B, C, Lc), "target": float32 (B, C, H), ...}; the data module's horizon
-must equal the model's (configs link them). Training base (runtime settings, exact resume, tagged
+must equal the model's (configs link them). Contexts and targets may hold missing values (NaN):
+the model masks them in its input, and every loss and metric is taken over the observed targets
+only (the datasets skip windows with none). Training base (runtime settings, exact resume, tagged
 checkpoints, AdamW schedule): `genoformer.core.training.TrainingModule`. Metrics (per split: train, val, test):
     <split>/loss      the training objective: MSE of the point forecast (+ mean pinball loss
                       when the model has quantiles); with forecast.every_token, in training, of
@@ -22,7 +24,6 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info
 from tqdm.auto import tqdm
 
@@ -55,6 +56,11 @@ def stretch_time(context_BCL: torch.Tensor, target_BCH: torch.Tensor, rate: floa
     weight_N = (position_N - left_N).to(series_BCN.dtype)
     stretched_BCN = series_BCN[..., left_N] * (1 - weight_N) + series_BCN[..., left_N + 1] * weight_N
     return stretched_BCN[..., :L], stretched_BCN[..., L:]
+
+
+def masked_mean(values: torch.Tensor, observed: torch.Tensor) -> torch.Tensor:
+    """The mean of `values` where `observed` (bool, same shape) is true; 0 where nothing is."""
+    return torch.where(observed, values, 0.0).sum() / observed.sum().clamp(min=1)
 
 
 class TimeSeriesForecaster(TrainingModule):
@@ -197,17 +203,25 @@ class TimeSeriesForecaster(TrainingModule):
             first = cfg.trained_tokens(context_BCL.shape[-1])  # the tokens after the statistics' part
             out_BCTHK1 = self.model.token_forecasts(context_BCL, first)
             targets_BCTH = token_targets(context_BCL, target_BCH, cfg.patch_len)[:, :, first:]
-            loss = F.mse_loss(out_BCTHK1[..., 0], targets_BCTH)
+            observed_BCTH = torch.isfinite(targets_BCTH)
+            targets_BCTH = torch.where(observed_BCTH, targets_BCTH, 0.0)
+            loss = masked_mean(torch.square(out_BCTHK1[..., 0] - targets_BCTH), observed_BCTH)
             if out_BCTHK1.shape[-1] > 1:
-                loss = loss + pinball_loss(out_BCTHK1[..., 1:], targets_BCTH, self.model.quantile_levels_K)
+                loss = loss + pinball_loss(out_BCTHK1[..., 1:], targets_BCTH, self.model.quantile_levels_K, observed_BCTH)
             point_BCH = out_BCTHK1[:, :, -1, :, 0]  # the series' own forecast: the last token's
-            return {"loss": loss, "mse": F.mse_loss(point_BCH, target_BCH), "mae": F.l1_loss(point_BCH, target_BCH)}
+            observed_BCH = observed_BCTH[:, :, -1]
+            error_BCH = point_BCH - targets_BCTH[:, :, -1]
+            return {"loss": loss, "mse": masked_mean(torch.square(error_BCH), observed_BCH),
+                    "mae": masked_mean(error_BCH.abs(), observed_BCH)}
         point_BCH, quantiles_BCHK = self.model(context_BCL)
-        mse = F.mse_loss(point_BCH, target_BCH)
+        observed_BCH = torch.isfinite(target_BCH)
+        target_BCH = torch.where(observed_BCH, target_BCH, 0.0)
+        error_BCH = point_BCH - target_BCH
+        mse = masked_mean(torch.square(error_BCH), observed_BCH)
         loss = mse
         if quantiles_BCHK is not None:
-            loss = loss + pinball_loss(quantiles_BCHK, target_BCH, self.model.quantile_levels_K)
-        return {"loss": loss, "mse": mse, "mae": F.l1_loss(point_BCH, target_BCH)}
+            loss = loss + pinball_loss(quantiles_BCHK, target_BCH, self.model.quantile_levels_K, observed_BCH)
+        return {"loss": loss, "mse": mse, "mae": masked_mean(error_BCH.abs(), observed_BCH)}
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         context_BCL, target_BCH = _context_and_target(batch)

@@ -12,13 +12,22 @@ n time steps:
   which may reach back into the validation and training parts, and predicts [t, t + H);
 * MSE and MAE over all those windows, steps and channels, on the z-scored values.
 
+Missing values (NaN) are never scored and never filled in the truth: the statistics of the
+training part count observed values only, a forecast step whose true value is missing is left
+out of every sum, and a window none of whose target values is observed is skipped. The look-back
+reaches the forecaster with its missing values as NaN: a model masks them; the baselines below
+fill them (`genoformer.timeseries.baselines.fill_lookback`).
+
 Baselines, fitted on the training part only (model choices on the validation part):
 
 * `SeasonalNaive`: the last period repeated; the period per channel is the lag of the highest
   autocorrelation of the training part after the autocorrelation first turns negative.
 * `DirectAR`: a linear autoregression of order p fitted by least squares, in the direct
   multi-horizon form (one linear map from the last p values to each of the next H values, with an
-  intercept); p is chosen on the validation part, separately for each horizon.
+  intercept); p is chosen on the validation part, separately for each horizon. Fits and
+  validation MSEs come from the window moments of `genoformer.timeseries.baselines` (windows
+  with a missing value left out).
+* `DLinear` (`genoformer.timeseries.baselines`): trend and remainder, one linear layer each.
 
 Shape legend: N windows, C channels, T time steps, P look-back (order), H horizon.
 """
@@ -33,6 +42,9 @@ from typing import Optional
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from tqdm.auto import tqdm
+
+from genoformer.hints import option
+from genoformer.timeseries.baselines import WindowMoments, fill_lookback, linear_mse, linear_problem
 
 PROTOCOL_HORIZONS = (96, 192, 336, 720)
 """The horizons of the long-horizon protocol."""
@@ -75,20 +87,37 @@ class ProtocolSplit:
 
 
 def zscore_stats(train_CT: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-channel (mean (C,), std (C,)) of the training part, float64; a constant channel gets
-    std 1 so that z-scoring only centres it."""
-    mean_C = train_CT.mean(axis=1, dtype=np.float64)
-    std_C = train_CT.std(axis=1, dtype=np.float64)
+    """Per-channel (mean (C,), std (C,)) of the observed values of the training part, float64; a
+    constant channel gets std 1 so that z-scoring only centres it. ValueError for a channel with
+    no observed value there."""
+    train_CT = np.asarray(train_CT, dtype=np.float64)
+    empty = np.flatnonzero(np.isnan(train_CT).all(axis=1))
+    if len(empty):
+        raise ValueError(f"channel {int(empty[0])} has no observed value in the training part; a larger "
+                         f"{option('train_fraction', metavar='F')} (or a store without that channel) is needed.")
+    mean_C = np.nanmean(train_CT, axis=1)
+    std_C = np.nanstd(train_CT, axis=1)
     return mean_C, np.where(std_C > 0, std_C, 1.0)
+
+
+def check_horizons(horizons: Sequence[int], splits: Sequence[ProtocolSplit]) -> None:
+    """ValueError naming the horizons that fit when some are longer than the test part of a
+    series (the shortest one decides)."""
+    room = min(split.n_test for split in splits)
+    too_long = sorted(h for h in horizons if h > room)
+    if too_long:
+        fitting = sorted(h for h in horizons if h <= room) or [room]
+        raise ValueError(
+            f"horizon{'s' if len(too_long) > 1 else ''} {', '.join(map(str, too_long))} "
+            f"{'are' if len(too_long) > 1 else 'is'} longer than the test part of the series ({room} steps "
+            f"in the shortest); pass {option('horizons', fitting)} (those that fit) or a larger "
+            f"{option('test_fraction', metavar='F')}."
+        )
 
 
 def window_starts(split: ProtocolSplit, horizon: int, lookback: int) -> range:
     """Forecast starts t of the test part whose horizon [t, t + horizon) fits in it, stride 1."""
-    if horizon > split.n_test:
-        raise ValueError(
-            f"horizon {horizon} is longer than the test part ({split.n_test} steps); use shorter "
-            "horizons or a larger test_fraction."
-        )
+    check_horizons([horizon], [split])
     if lookback > split.test_start:
         raise ValueError(
             f"a look-back of {lookback} steps reaches before the start of the series (the test part "
@@ -107,24 +136,39 @@ def evaluate_protocol(
     test_fraction: float = 0.2,
     batch_size: int = 256,
     progress: bool = True,
+    quantile_levels: Optional[Sequence[float]] = None,
 ) -> list[dict[str, float]]:
     """MSE and MAE of `forecast` under the protocol (module docstring) on raw series (C, T_i).
 
+    With `quantile_levels` (K), `forecast` returns (point (N, C, H), quantiles (N, C, H, K)) and
+    each row also holds "quantile_loss", the pinball loss averaged over observed values and
+    levels, and "wql", the mean weighted quantile loss of GluonTS (for each level
+    2 * sum pinball / sum |truth|, averaged over the levels), both on the z-scored values.
+
     The forecaster is called once per batch of starts with the longest horizon; shorter horizons
     score the first steps of the same forecasts (a forecast of step t + h never sees anything
-    after t). Errors are summed over all series, then divided by the number of predicted values.
+    after t). Errors are summed over all series, then divided by the number of observed target values.
 
-    Returns one row per horizon: {"horizon", "mse", "mae", "lookback", "windows", "mse_by_step"}, the
-    last the MSE of each forecast step 1..horizon over all windows and channels (its mean is "mse").
+    Returns one row per horizon: {"horizon", "mse", "mae", "lookback", "windows", "mse_by_step",
+    "missing_targets", "windows_without_targets"}: "mse_by_step" is the MSE of each forecast step
+    1..horizon over all windows and channels (its mean is "mse" when no target is missing);
+    "windows" counts the windows scored, "missing_targets" the target values left out as missing,
+    "windows_without_targets" the windows skipped because none of their target values is observed.
     """
     horizons = sorted(int(h) for h in horizons)
     if not horizons or horizons[0] < 1:
         raise ValueError(f"horizons must be positive integers, got {horizons}.")
+    check_horizons(horizons, [ProtocolSplit.of(np.shape(values)[1], train_fraction, test_fraction) for values in series])
     longest = horizons[-1]
     step_sq = {h: np.zeros(h) for h in horizons}  # squared errors summed by forecast step
+    step_count = {h: np.zeros(h, dtype=np.int64) for h in horizons}  # observed targets by forecast step
     abs_sum = dict.fromkeys(horizons, 0.0)
-    count = dict.fromkeys(horizons, 0)
     windows = dict.fromkeys(horizons, 0)
+    missing = dict.fromkeys(horizons, 0)
+    empty = dict.fromkeys(horizons, 0)
+    levels_K = None if quantile_levels is None else np.asarray(quantile_levels, dtype=np.float64)
+    pinball_K = {h: np.zeros(0 if levels_K is None else len(levels_K)) for h in horizons}  # summed by level
+    abs_truth = dict.fromkeys(horizons, 0.0)
     for values_CT in series:
         values_CT = np.asarray(values_CT)
         split = ProtocolSplit.of(values_CT.shape[1], train_fraction, test_fraction)
@@ -140,7 +184,10 @@ def evaluate_protocol(
                           unit="batch", disable=not progress):
             batch = range(first, min(first + batch_size, starts.stop))
             context_NCP = np.ascontiguousarray(looks_CNP[:, batch.start - lookback : batch.stop - lookback].transpose(1, 0, 2))
-            pred_NCH = np.asarray(forecast(context_NCP, longest), dtype=np.float64)
+            pred_NCH = forecast(context_NCP, longest)
+            if levels_K is not None:
+                pred_NCH, quant_NCHK = (np.asarray(part, dtype=np.float64) for part in pred_NCH)
+            pred_NCH = np.asarray(pred_NCH, dtype=np.float64)
             if pred_NCH.shape != (len(batch), z_CT.shape[0], longest):
                 raise ValueError(
                     f"the forecaster returned shape {pred_NCH.shape} for {len(batch)} windows of "
@@ -152,15 +199,39 @@ def evaluate_protocol(
                     continue
                 truth_NCH = truths_CNH[h][:, batch.start : stop].transpose(1, 0, 2)
                 err_NCH = pred_NCH[: stop - batch.start, :, :h] - truth_NCH
+                observed_NCH = ~np.isnan(truth_NCH)
+                if not observed_NCH.all():  # missing truths are left out
+                    err_NCH = np.where(observed_NCH, err_NCH, 0.0)
+                    scored = int(observed_NCH.any(axis=(1, 2)).sum())
+                    missing[h] += int(observed_NCH.size - observed_NCH.sum())
+                    empty[h] += stop - batch.start - scored
+                    windows[h] += scored
+                    step_count[h] += observed_NCH.sum(axis=(0, 1))
+                else:
+                    windows[h] += stop - batch.start
+                    step_count[h] += err_NCH.shape[0] * err_NCH.shape[1]
                 step_sq[h] += np.square(err_NCH).sum(axis=(0, 1))
                 abs_sum[h] += float(np.abs(err_NCH).sum())
-                count[h] += err_NCH.size
-                windows[h] += stop - batch.start
-    return [
-        {"horizon": h, "mse": float(step_sq[h].sum()) / count[h], "mae": abs_sum[h] / count[h], "lookback": lookback,
-         "windows": windows[h], "mse_by_step": (step_sq[h] / (count[h] // h)).tolist()}
-        for h in horizons
-    ]
+                if levels_K is not None:  # pinball of each level: max(q d, (q - 1) d), d = truth - quantile
+                    observed_NCH = ~np.isnan(truth_NCH)
+                    diff_NCHK = np.where(observed_NCH, truth_NCH, 0.0)[..., None] - quant_NCHK[: stop - batch.start, :, :h]
+                    loss_NCHK = np.maximum(levels_K * diff_NCHK, (levels_K - 1.0) * diff_NCHK) * observed_NCH[..., None]
+                    pinball_K[h] += loss_NCHK.sum(axis=(0, 1, 2))
+                    abs_truth[h] += float(np.abs(np.where(observed_NCH, truth_NCH, 0.0)).sum())
+    for h in horizons:
+        if not step_count[h].sum():
+            raise ValueError(f"no target value of the test part is observed at horizon {h}: nothing to score.")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return [
+            {"horizon": h, "mse": float(step_sq[h].sum()) / int(step_count[h].sum()),
+             "mae": abs_sum[h] / int(step_count[h].sum()), "lookback": lookback, "windows": windows[h],
+             "mse_by_step": (step_sq[h] / step_count[h]).tolist(), "missing_targets": missing[h],
+             "windows_without_targets": empty[h],
+             **({} if levels_K is None else {
+                 "quantile_loss": float(pinball_K[h].sum()) / (int(step_count[h].sum()) * len(levels_K)),
+                 "wql": float(np.mean(2 * pinball_K[h] / abs_truth[h]))})}
+            for h in horizons
+        ]
 
 
 # ------------------------------------------------------------------------------------ baselines
@@ -168,9 +239,10 @@ def autocorrelation_period(parts_T: Sequence[np.ndarray], max_lag: Optional[int]
     """The dominant period of one channel: the lag of the highest autocorrelation after the
     autocorrelation first turns negative. The autocorrelation is that of the first differences
     (slow drift, such as an ECG's baseline wander, would otherwise dominate every lag), summed
-    over the parts (one per series). ValueError when it never turns negative (no period)."""
+    over the parts (one per series); a difference next to a missing value counts as 0. ValueError
+    when it never turns negative (no period)."""
     diffs = [np.diff(np.asarray(part, dtype=np.float64)) for part in parts_T]
-    diffs = [d - d.mean() for d in diffs if len(d) > 2]
+    diffs = [np.nan_to_num(d - np.nanmean(d)) for d in diffs if np.isfinite(d).sum() > 2]
     if not diffs:
         raise ValueError("the training part is too short to find a period; use the ar baseline.")
     longest = max(len(d) for d in diffs)
@@ -213,6 +285,7 @@ class SeasonalNaive:
         N, C, P = context_NCP.shape
         if C != len(self.periods):
             raise ValueError(f"the baseline was fitted on {len(self.periods)} channels, got {C}.")
+        context_NCP = fill_lookback(context_NCP)
         out_NCH = np.empty((N, C, horizon), dtype=np.float32)
         for c, period in enumerate(self.periods):
             if P < period:
@@ -244,25 +317,16 @@ class DirectAR:
 
     @classmethod
     def fit(cls, parts: Sequence[np.ndarray], order: int, horizon: int, ridge: float = 1e-6,
-            chunk: int = 8192) -> DirectAR:
-        """Least squares on every (order + horizon)-step window of each series part (C, T), every
-        channel alike. `ridge` (relative to the mean diagonal) only keeps the solve stable."""
+            moments: Optional[WindowMoments] = None) -> DirectAR:
+        """Least squares on every fully observed (order + horizon)-step window of each series
+        part (C, T), every channel alike (or on the windows of `moments`, built from those
+        parts). `ridge` (relative to the mean diagonal) only keeps the solve stable."""
         if order < 1 or horizon < 1:
             raise ValueError(f"order ({order}) and horizon ({horizon}) must be >= 1.")
-        gram = np.zeros((order + 1, order + 1))
-        cross = np.zeros((order + 1, horizon))
-        rows = 0
-        for part_CT in parts:
-            for channel_T in np.asarray(part_CT, dtype=np.float64):
-                if len(channel_T) < order + horizon:
-                    continue
-                view_NS = sliding_window_view(channel_T, order + horizon)
-                for lo in range(0, len(view_NS), chunk):
-                    block_NS = view_NS[lo : lo + chunk]
-                    x_NP1 = np.concatenate([block_NS[:, :order], np.ones((len(block_NS), 1))], axis=1)
-                    gram += x_NP1.T @ x_NP1
-                    cross += x_NP1.T @ block_NS[:, order:]
-                    rows += len(block_NS)
+        span = order + horizon
+        if moments is None:
+            moments = WindowMoments([channel_T for part_CT in parts for channel_T in np.asarray(part_CT)], span)
+        gram, cross, _, rows = linear_problem(moments.moments(span), order)
         if rows <= order:
             raise ValueError(
                 f"too little training data for an AR model of order {order} and horizon {horizon} "
@@ -278,14 +342,19 @@ class DirectAR:
         """Fit one model per order on the training parts of the (z-scored) series (C, T_i) and keep
         the one with the lowest MSE on their validation parts: every start t in the validation
         part whose horizon fits in it, seeing [t - order, t). Returns the model and the
-        validation MSE of every order tried (orders longer than a training part are skipped)."""
+        validation MSE of every order tried (orders longer than a training part, or with fewer
+        fully observed training windows than coefficients, are skipped)."""
         scores: dict[int, float] = {}
         best: Optional[DirectAR] = None
         shortest = min(split.train_end for split in splits)
-        for order in sorted(set(int(o) for o in orders)):
-            if order + horizon > shortest:
+        tried = [order for order in sorted(set(int(o) for o in orders)) if order + horizon <= shortest]
+        train = WindowMoments([channel_T for values, split in zip(series, splits)
+                               for channel_T in np.asarray(values)[:, : split.train_end]],
+                              max(tried, default=1) + horizon)
+        for order in tried:
+            if train.count(order + horizon) <= order:
                 continue
-            model = cls.fit([values[:, : split.train_end] for values, split in zip(series, splits)], order, horizon)
+            model = cls.fit([], order, horizon, moments=train)
             scores[order] = model.mse_on(
                 [values[:, : split.test_start] for values, split in zip(series, splits)],
                 [split.train_end for split in splits],
@@ -294,28 +363,22 @@ class DirectAR:
                 best = model
         if best is None:
             raise ValueError(
-                f"no AR order in {sorted(orders)} fits in the training part ({shortest} steps) with horizon {horizon}."
+                f"no AR order in {sorted(orders)} fits in the training part ({shortest} steps, or too few fully "
+                f"observed windows) with horizon {horizon}."
             )
         return best, scores
 
-    def mse_on(self, parts: Sequence[np.ndarray], firsts: Sequence[int], chunk: int = 4096) -> float:
+    def mse_on(self, parts: Sequence[np.ndarray], firsts: Sequence[int]) -> float:
         """MSE of the horizon-`self.horizon` forecasts from every start t >= first of each part
-        (C, T_i) whose horizon fits in it (stride 1)."""
+        (C, T_i) whose horizon fits in it (stride 1) and whose window is fully observed."""
         span = self.order + self.horizon
-        total, count = 0.0, 0
-        for part_CT, first in zip(parts, firsts):
-            for channel_T in np.asarray(part_CT, dtype=np.float64):
-                if len(channel_T) - first < self.horizon:
-                    continue
-                view_NS = sliding_window_view(channel_T[first - self.order :], span)
-                for lo in range(0, len(view_NS), chunk):
-                    block_NS = view_NS[lo : lo + chunk]
-                    err_NH = block_NS[:, : self.order] @ self.coef_PH + self.intercept_H - block_NS[:, self.order :]
-                    total += float(np.square(err_NH).sum())
-                    count += err_NH.size
-        if count == 0:
+        moments = WindowMoments([channel_T for part_CT, first in zip(parts, firsts)
+                                 for channel_T in np.asarray(part_CT, dtype=np.float64)[:, max(0, first - self.order):]],
+                                span)
+        problem = linear_problem(moments.moments(span), self.order)
+        if problem[3] == 0:
             raise ValueError(f"every validation part is shorter than the horizon {self.horizon}.")
-        return total / count
+        return linear_mse(np.concatenate([self.coef_PH, self.intercept_H[None]], axis=0), problem)
 
     def __call__(self, context_NCP: np.ndarray, horizon: int) -> np.ndarray:
         if horizon > self.horizon:
@@ -323,6 +386,6 @@ class DirectAR:
         N, C, P = context_NCP.shape
         if P < self.order:
             raise ValueError(f"an AR model of order {self.order} needs a look-back of {self.order}, got {P}.")
-        lags_MP = context_NCP[:, :, P - self.order :].reshape(N * C, self.order).astype(np.float64)
+        lags_MP = fill_lookback(context_NCP[:, :, P - self.order :]).reshape(N * C, self.order).astype(np.float64)
         out_MH = lags_MP @ self.coef_PH[:, :horizon] + self.intercept_H[:horizon]
         return out_MH.reshape(N, C, horizon).astype(np.float32)

@@ -6,6 +6,7 @@ typed, to the command that failed; Python callers get the same messages with Pyt
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -18,7 +19,8 @@ import torch
 import zarr
 
 from cli_helpers import fails
-from genoformer.cli import _tool_arguments, main, prepare, training_cli
+from genoformer.cli import _tool_arguments, main, training_cli
+from genoformer.genome.commands import prepare
 from genoformer.data import GenomeStore, TimeSeriesStore, prepare_genome_store, prepare_timeseries_store
 from genoformer.hints import command_line_hints
 from genoformer.data.storage import METADATA_KEY
@@ -107,7 +109,8 @@ def test_prepare_timeseries_rerun_is_a_no_op(tmp_path, capsys):
 def test_timeseries_hints_work_as_typed(tmp_path, capsys):
     csv = tmp_path / "gaps.csv"
     csv.write_text("a,b\n1,2\n3,\n5,6\n")
-    err = fails(capsys, ["prepare_timeseries", "--inputs", str(csv), "--sampling_rate", "10", "--out", str(tmp_path / "x.zarr")])
+    err = fails(capsys, ["prepare_timeseries", "--inputs", str(csv), "--sampling_rate", "10", "--out", str(tmp_path / "x.zarr"),
+                         "--missing", "error"])
     for policy in ("ffill", "zero", "linear"):
         assert f"--missing {policy}" in err
         out = tmp_path / f"{policy}.zarr"
@@ -115,7 +118,7 @@ def test_timeseries_hints_work_as_typed(tmp_path, capsys):
               *hinted(err, rf"--missing {policy}")])
         assert TimeSeriesStore(out).read(0, 0, 3).shape == (2, 3)
     with pytest.raises(ValueError, match="missing='ffill'"):
-        prepare_timeseries_store([csv], tmp_path / "y.zarr", sampling_rate=10, progress=False)
+        prepare_timeseries_store([csv], tmp_path / "y.zarr", sampling_rate=10, missing="error", progress=False)
 
     np.save(tmp_path / "x.npy", np.arange(100, dtype=np.float32))
     err = fails(capsys, ["prepare_timeseries", "--inputs", str(tmp_path / "x.npy"), "--out", str(tmp_path / "r.zarr")])
@@ -159,15 +162,24 @@ def test_empty_split_hint_works_as_typed(tmp_path, capsys):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without a GPU")
-def test_gpu_config_without_a_gpu_names_the_cpu_overrides(tmp_path, capsys):
-    args = ["--config", str(REPO_ROOT / "configs" / "genome_8k_gpu.yaml"),
-            "--trainer.default_root_dir", str(tmp_path / "run"), "--data.init_args.store", str(tmp_path / "s.zarr")]
+def test_gpu_config_without_a_gpu_names_its_cpu_version_and_the_cpu_overrides(tmp_path, capsys):
+    gpu = REPO_ROOT / "configs" / "genome_8k_gpu.yaml"
+    args = ["--config", str(gpu), "--trainer.default_root_dir", str(tmp_path / "run"),
+            "--data.init_args.store", str(tmp_path / "s.zarr")]
     err = fails(capsys, ["fit", *args])
     assert "sees no CUDA GPU" in err and "slow" in err
-    typed = hinted(err, r"genoformer fit .*")
-    assert typed[:2] == ["genoformer", "fit"] and "--trainer.accelerator" in typed
-    cli = training_cli(typed[2:], run=False)  # as typed, minus the subcommand: it builds on the CPU
-    assert cli.trainer.accelerator.__class__.__name__ == "CPUAccelerator"
+    commands = [shlex.split(line.strip()) for line in err.splitlines() if line.strip().startswith("genoformer fit ")]
+    assert len(commands) == 2
+    twin, overrides = commands
+    assert twin == ["genoformer", "fit", "--config", str(gpu.with_name("genome_8k_cpu.yaml")), *args[2:]]
+    for option, value in [("--trainer.accelerator", "cpu"), ("--trainer.precision", "32-true"),
+                          ("--model.init_args.runtime.compile", "false"), ("--data.init_args.batch_size", "1")]:
+        assert overrides[overrides.index(option) + 1] == value
+    assert "--trainer.accumulate_grad_batches 8" in err  # how to keep the recipe's batch, in words
+    for typed in commands:  # both build on the CPU as typed (minus the subcommand)
+        cli = training_cli(typed[2:], run=False)
+        assert cli.trainer.accelerator.__class__.__name__ == "CPUAccelerator"
+    assert not cli.model.runtime.compile and cli.datamodule.num_workers <= max(1, (os.cpu_count() or 1) // 4)
 
 
 # --------------------------------------------------------------------------- embed
@@ -262,7 +274,7 @@ def test_data_hints_under_a_training_command_name_the_data_module_options(tmp_pa
     args = ["--model.transformer", "{d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 64}",
             "--data", "TimeSeriesDataModule", "--data.init_args.store", str(tmp_path / "s.zarr"),
             "--data.init_args.sources", f"[{csv}]", "--data.init_args.sampling_rate", "10",
-            "--trainer.default_root_dir", str(tmp_path / "run")]
+            "--data.init_args.missing", "error", "--trainer.default_root_dir", str(tmp_path / "run")]
     cli = training_cli(args, run=False)
     with command_line_hints(prefix="data.init_args."), pytest.raises(ValueError) as error:
         cli.datamodule.prepare_data()

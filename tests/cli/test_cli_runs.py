@@ -102,6 +102,7 @@ def test_fit_into_an_existing_run_refuses_then_resumes_the_same_run(tmp_path, st
     # the other hint: a new run in a new directory
     err = fails(capsys, command("fit", run_dir, store, "--trainer.max_steps", "1", "--trainer.val_check_interval", "1"))
     fresh = suggested(err, "--trainer.default_root_dir NEW_DIR")
+    assert fresh.count("--trainer.default_root_dir") == 1  # the option replaced, not given twice
     new_dir = tmp_path / "new run"
     main([str(new_dir) if word == "NEW_DIR" else word for word in fresh])
     assert checkpoint_step(new_dir / "checkpoints" / "last.ckpt") == 1
@@ -120,7 +121,7 @@ def test_fit_that_fails_before_its_first_step_changes_nothing(tmp_path, store, c
     # in a new directory, a failed start leaves no run behind: the next fit there is not refused
     new_dir = tmp_path / "new"
     fails(capsys, command("fit", new_dir, store, "--trainer.max_steps", "1", "--data.init_args.batch_size", "-3"))
-    assert not [path for path in new_dir.rglob("*") if path.is_file()]
+    assert not new_dir.exists()  # not even the empty folders it made
     fit(new_dir, store, 1)
     assert (new_dir / "checkpoints" / "last.ckpt").is_file()
 

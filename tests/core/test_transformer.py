@@ -1,4 +1,4 @@
-"""Transformer: shapes, causality, layouts, GQA, activation checkpointing, RoPE, config."""
+"""Transformer: shapes, causality, layouts, GQA, activation checkpointing, RoPE, config, cached decoding."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 
 from genoformer.data.genome.alphabet import VOCAB_SIZE
 from genoformer.kernels.layout import BigBird, SlidingWindow, Strided, Union
-from genoformer.core.transformer import RotaryEmbedding, TransformerConfig, apply_rotary
+from genoformer.core.transformer import KVCache, RotaryEmbedding, TransformerConfig, apply_rotary
 
 from model_helpers import random_tokens, tiny_config, tiny_model
 
@@ -209,3 +209,100 @@ def test_training_after_inference_mode_evaluation():
     model.train()
     model(tokens_BL).sum().backward()
     assert model.embed.weight.grad is not None
+
+
+# ------------------------------------------------------------------- incremental decoding
+def decode_all(model, tokens_BL: torch.Tensor, prefill: int, cache: KVCache) -> torch.Tensor:
+    """Logits (B, L, V) of a prefill of the first `prefill` tokens, then one decode step per token."""
+    with torch.inference_mode():
+        steps = [model.decode(tokens_BL[:, :prefill], cache)]
+        steps += [model.decode(tokens_BL[:, i : i + 1], cache) for i in range(prefill, tokens_BL.shape[1])]
+    return torch.cat(steps, dim=1)
+
+
+@pytest.mark.parametrize("overrides", [{}, {"n_kv_heads": 2}, {"n_layers": 3, "d_model": 48, "n_heads": 3}])
+@pytest.mark.parametrize("prefill", [1, 17])
+def test_cached_decoding_gives_the_logits_of_the_full_forward(overrides, prefill):
+    model = tiny_model(**overrides)
+    tokens_BL = random_tokens(3, 70, seed=2, high=5).long()
+    cache = KVCache(80)
+    cached_BLV = decode_all(model, tokens_BL, prefill, cache)
+    with torch.inference_mode():
+        full_BLV = model(tokens_BL)
+    assert cache.length == 70
+    torch.testing.assert_close(cached_BLV, full_BLV, rtol=0, atol=2e-6)  # float32 rounding only
+
+
+def test_cached_decoding_rotates_keys_at_absolute_positions():
+    """A step at position p must match the full forward at p (RoPE tables offset by the cache's
+    length): a step rotated at position 0 instead gives other logits."""
+    model = tiny_model()
+    tokens_BL = random_tokens(1, 40, seed=3).long()
+    with torch.inference_mode():
+        cache = KVCache(40)
+        model.decode(tokens_BL[:, :39], cache)
+        last_1V = model.decode(tokens_BL[:, 39:], cache)[:, -1]
+        full_1V = model(tokens_BL)[:, -1]
+        cache.reset()
+        alone_1V = model.decode(tokens_BL[:, 39:], cache)[:, -1]
+    torch.testing.assert_close(last_1V, full_1V, rtol=0, atol=2e-6)
+    assert (alone_1V - full_1V).abs().max() > 1e-3
+
+
+def test_repeated_rows_decode_like_separate_prefills():
+    model = tiny_model(n_kv_heads=2)
+    prompt_1L = random_tokens(1, 12, seed=4).long()
+    continuations_BL = random_tokens(3, 6, seed=5).long()
+    with torch.inference_mode():
+        cache = KVCache(18)
+        model.decode(prompt_1L, cache)
+        cache.repeat_rows(3)
+        steps = [model.decode(continuations_BL[:, i : i + 1], cache) for i in range(6)]
+        full_BLV = model(torch.cat([prompt_1L.expand(3, -1), continuations_BL], dim=1))
+    assert cache.batch == 3
+    torch.testing.assert_close(torch.cat(steps, dim=1), full_BLV[:, 12:], rtol=0, atol=2e-6)
+
+
+def test_cache_reset_prefills_a_new_window_in_the_same_buffers():
+    model = tiny_model()
+    tokens_BL = random_tokens(2, 30, seed=6).long()
+    cache = KVCache(30)
+    decode_all(model, tokens_BL, 10, cache)
+    keys = cache._keys_BKCD[0]
+    cache.reset()
+    window_BLV = decode_all(model, tokens_BL[:, 12:], 5, cache)
+    with torch.inference_mode():
+        torch.testing.assert_close(window_BLV, model(tokens_BL[:, 12:]), rtol=0, atol=2e-6)
+    assert cache._keys_BKCD[0] is keys
+
+
+def test_training_forward_is_unchanged_by_decoding():
+    model = tiny_model()
+    tokens_BL = random_tokens(2, 33, seed=7).long()
+    before_BLV = model(tokens_BL)
+    decode_all(model, tokens_BL, 20, KVCache(33))
+    assert torch.equal(model(tokens_BL), before_BLV)
+
+
+def test_decoding_refuses_what_it_cannot_run():
+    tokens_BL = random_tokens(2, 8).long()
+    with torch.inference_mode():
+        with pytest.raises(ValueError, match="needs a causal model"):
+            tiny_model(causal=False).decode(tokens_BL, KVCache(8))
+        with pytest.raises(ValueError, match="dense attention only"):
+            tiny_model(attention=[SlidingWindow(window=16, block_size=16)]).decode(tokens_BL, KVCache(8))
+        model, cache = tiny_model(), KVCache(9)
+        model.decode(tokens_BL, cache)
+        with pytest.raises(ValueError, match="one new token per row"):
+            model.decode(tokens_BL[:, :2], cache)
+        with pytest.raises(ValueError, match="one new token per row"):
+            model.decode(tokens_BL[:1, :1], cache)
+        model.decode(tokens_BL[:, :1], cache)
+        with pytest.raises(ValueError, match="exceed the cache capacity 9"):
+            model.decode(tokens_BL[:, :1], cache)
+        with pytest.raises(ValueError, match="max_seq_len 512"):
+            model.decode(random_tokens(1, 513).long(), KVCache(600))
+        with pytest.raises(TypeError, match="integer tensor"):
+            model.decode(torch.zeros(1, 4), KVCache(4))
+    with pytest.raises(ValueError, match="at least 1"):
+        KVCache(0)

@@ -18,6 +18,7 @@ from genoformer.data import (
     TimeSeriesDataModule,
     prepare_timeseries_store,
 )
+from genoformer.hints import command_line_hints
 
 
 def test_genome_module_from_yaml_prepares_store(tmp_path, small_records):
@@ -84,9 +85,17 @@ def test_store_built_from_other_files_is_refused_with_what_to_do(tmp_path, small
     same = GenomeDataModule(str(small_store), fasta=[str(small_store.parent / "small.fa.gz")], num_workers=0)
     same.prepare_data()  # built from exactly these files: kept as it is
     other = write_fasta(tmp_path / "other.fa", small_records[:1])
-    with pytest.raises(FileExistsError, match="was not built from the files that data.init_args.fasta names") as caught:
+    with pytest.raises(FileExistsError, match="not from the files that data.init_args.fasta names") as caught:
         GenomeDataModule(str(small_store), fasta=[str(other)], num_workers=0).prepare_data()
-    assert "small.fa.gz" in str(caught.value) and f"delete {small_store}" in str(caught.value)
+    # what works comes first, in the caller's words; deleting the store (which would rebuild it from
+    # the other files) is not advised
+    message = str(caught.value)
+    assert "small.fa.gz" in message and "use it as it is" not in message and "delete" not in message
+    assert message.index("fasta=[]") < message.index("store=NEW.zarr")
+    GenomeDataModule(str(small_store), fasta=[], num_workers=0).prepare_data()  # as it says: the store as it is
+    with command_line_hints(prefix="data.init_args.", bare_flags=False), pytest.raises(FileExistsError) as caught:
+        GenomeDataModule(str(small_store), fasta=[str(other)], num_workers=0).prepare_data()
+    assert "--data.init_args.fasta '[]'" in str(caught.value) and "--data.init_args.store NEW.zarr" in str(caught.value)
     with pytest.raises(FileNotFoundError, match=r"data.init_args.fasta: input file not found: .*missing.fa"):
         GenomeDataModule(str(small_store), fasta=[str(tmp_path / "missing.fa")], num_workers=0).prepare_data()
 
@@ -98,6 +107,26 @@ def test_short_intervals_are_reported_at_warning_with_their_total_length(small_s
     assert record.levelno == logging.WARNING
     assert "1 interval(s)" in record.getMessage() and "21000 bases in total" in record.getMessage()
     assert "chrC[0:21000)" in record.getMessage()
+
+
+def test_records_shorter_than_the_window_point_to_pack(small_store, caplog):
+    """Unpacked, a record shorter than the window gives no training window: the data module says
+    so and names `pack`, which trains on it (in the caller's words)."""
+    module = GenomeDataModule(str(small_store), window=25_000, batch_size=2, num_workers=0, samples_per_epoch=4,
+                              split=SplitSpec(by="region", val_fraction=0.0, test_fraction=0.0))
+    with caplog.at_level(logging.WARNING, logger="genoformer.data"):
+        module.setup("fit")
+    (record,) = [r for r in caplog.records if "pack records into windows" in r.getMessage()]
+    assert "1 of 3 training intervals" in record.getMessage() and "pack=True" in record.getMessage()
+
+    too_long = dict(window=60_000, batch_size=2, num_workers=0, samples_per_epoch=4,
+                    split=SplitSpec(by="region", val_fraction=0.0, test_fraction=0.0))
+    with command_line_hints(prefix="data.init_args.", bare_flags=False), pytest.raises(ValueError) as caught:
+        GenomeDataModule(str(small_store), **too_long).setup("fit")
+    assert "is at least 60000 bases long" in str(caught.value) and "--data.init_args.pack true" in str(caught.value)
+    packed = GenomeDataModule(str(small_store), **too_long, pack=True)  # the hint: packed, it trains
+    packed.setup("fit")
+    assert next(iter(packed.train_dataloader()))["tokens"].shape == (2, 60_000)
 
 
 def test_timeseries_checkpoint_carries_the_normalization_and_refuses_other_data(tmp_path):

@@ -108,7 +108,7 @@ def test_real_genome_fasta(embedder, repo_root):
 
 
 def test_bad_inputs_raise_clear_errors(embedder, tmp_path, mlm_checkpoint):
-    with pytest.raises(ValueError, match=r"sequence 'seq1'.*'X' at position 2"):
+    with pytest.raises(ValueError, match=r"sequence 'seq1', base 3 \(1-based\): invalid character 'X'"):
         embedder.embed(["ACGT", "ACXT"], progress=False)
     with pytest.raises(ValueError, match="read as a sequence unless"):
         embedder.embed("genes.txt", progress=False)
@@ -207,3 +207,41 @@ def test_repeated_names_are_an_error_in_the_python_api(embedder):
 def test_cuda_device_without_cuda_is_a_clear_error(mlm_checkpoint):
     with pytest.raises(ValueError, match="sees none; pass device='cpu'"):
         Embedder.from_checkpoint(mlm_checkpoint, device="cuda")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("length", [50, 90, 64 + 3 * 48])
+def test_both_strands_embed_a_sequence_and_its_reverse_complement_alike(causal, length):
+    """With both strands, the per-token result for the reverse complement is the result for the
+    sequence, flipped: exactly so when the tiling is symmetric (one window; or windows of 64 with
+    an even overlap of 16, where the tiles of the reverse complement mirror those of the sequence)."""
+    from genoformer.data.genome.alphabet import reverse_complement
+
+    embedder = Embedder(tiny_model(seed=3, causal=causal), window=64, device="cpu")
+    codes = random_tokens(1, length, seed=length)[0].numpy()
+    options = dict(pooling="none", overlap=16, both_strands=True, progress=False)
+    forward = embedder.embed(decode(codes), **options).arrays[0]
+    backward = embedder.embed(decode(reverse_complement(codes)), **options).arrays[0]
+    np.testing.assert_allclose(forward, backward[::-1], rtol=1e-5, atol=1e-6)
+    # one strand alone has no such symmetry (a causal model reads left to right)
+    alone = embedder.embed(decode(codes), pooling="none", overlap=16, progress=False).arrays[0]
+    alone_back = embedder.embed(decode(reverse_complement(codes)), pooling="none", overlap=16, progress=False).arrays[0]
+    assert not np.allclose(alone, alone_back[::-1], atol=1e-3)
+    # the mean of the two strands, token by token, then pooled
+    np.testing.assert_allclose(forward, (alone + alone_back[::-1]) / 2, rtol=1e-5, atol=1e-6)
+    pooled = embedder.embed(decode(codes), pooling="mean", overlap=16, both_strands=True, progress=False).arrays[0]
+    np.testing.assert_allclose(pooled, forward.mean(0), rtol=1e-5, atol=1e-6)
+
+
+def test_regions_embed_the_cut_stretches_under_their_region_names(embedder, tmp_path):
+    a, b = random_sequence(300, 9), random_sequence(100, 10)
+    fasta = tmp_path / "two.fa"
+    fasta.write_text(f">chrA\n{a}\n>chrB\n{b}\n")
+    bed = tmp_path / "r.bed"
+    bed.write_text("chrA\t10\t110\tgene1\nchrB\t0\t100\n")
+    result = embedder.embed(fasta, regions=[bed, "chrA:201-300"], progress=False)
+    assert result.names == ["gene1", "chrB:1-100", "chrA:201-300"]
+    expected = embedder.embed([a[10:110], b, a[200:300]], progress=False).stack()
+    np.testing.assert_allclose(result.stack(), expected, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="record 'chrC' is not in the genome, which holds 2 record"):
+        embedder.embed(fasta, regions="chrC:1-10", progress=False)

@@ -22,6 +22,7 @@ from genoformer.genome.markov import (
     MarkovModel,
     fit_markov_model,
     pack_positions,
+    score_region,
     select_markov_model,
 )
 
@@ -269,10 +270,12 @@ def test_baseline_command_writes_the_json_shape(tmp_path, chain_files, capsys):
     assert set(result) >= {"total", "records", "model", "skipped_bases"}
     assert set(result["total"]) >= {"bits_per_base", "bases"}
     assert [row["name"] for row in result["records"]] == ["t1", "t2"]
-    assert [row["bases"] for row in result["records"]] == [6000, 4000]
+    # a record's first base has no context and is not scored, as for a causal model in `evaluate`
+    # (t2 starts with N, which is skipped)
+    assert [row["bases"] for row in result["records"]] == [5999, 4000]
     assert [row["skipped"] for row in result["records"]] == [0, 5] and result["skipped_bases"] == 5
-    assert result["total"]["bases"] == 10_000
-    weighted = sum(row["bits_per_base"] * row["bases"] for row in result["records"]) / 10_000
+    assert result["total"]["bases"] == 9999 and result["first_bases_unscored"] == 1
+    weighted = sum(row["bits_per_base"] * row["bases"] for row in result["records"]) / 9999
     assert result["total"]["bits_per_base"] == pytest.approx(weighted)
     model = result["model"]
     # an order-2 chain; counted on both strands (as genomes are), higher orders also tell the strands apart
@@ -318,9 +321,14 @@ def test_baseline_reads_stores_and_scores_both_strands(tmp_path, chain_files, ca
     # the same model through the Python API: one strand, and the mean of both strands
     model = MarkovModel.fit([record.codes for record in read_sequences([chain_files["train_b"]])], 3, 0.5, 2.0)
     for record, row_one, row_both in zip(read_sequences([chain_files["test"]]), one["records"], both["records"]):
-        forward, reverse = model.score(record.codes), model.score(reverse_complement(record.codes))
-        assert row_one["bits_per_base"] == pytest.approx(forward.bits_per_base, rel=1e-12)
-        assert row_both["bits_per_base"] == pytest.approx((forward.bits + reverse.bits) / (2 * forward.bases), rel=1e-12)
+        # every scored base but each strand's first, which has no context
+        forward = model.log2_probabilities(record.codes)[1:]
+        reverse = model.log2_probabilities(reverse_complement(record.codes))[1:]
+        bases = int(np.isfinite(forward).sum())
+        assert row_one["bases"] == row_both["bases"] == bases
+        assert row_one["bits_per_base"] == pytest.approx(-np.nansum(forward) / bases, rel=1e-12)
+        both_bits = -(np.nansum(forward) + np.nansum(reverse)) / (bases + np.isfinite(reverse).sum())
+        assert row_both["bits_per_base"] == pytest.approx(both_bits, rel=1e-12)
     assert both["total"]["bits_per_base"] != pytest.approx(one["total"]["bits_per_base"], rel=1e-6)
 
 
@@ -359,3 +367,78 @@ def test_baseline_errors_are_clear(tmp_path, chain_files, capsys, case, message)
     assert code == 1
     assert message in err
     assert not out.exists()
+
+
+def test_a_region_is_scored_as_in_the_whole_record():
+    """Its first bases use the k bases before it; the record's first base has no context and is
+    left out, as a causal language model leaves it out."""
+    rng = np.random.default_rng(3)
+    model = MarkovModel.fit([markov_chain(rng, 2, 5_000)], 4, 0.5, 4.0)
+    codes = random_codes(rng, 400, n_fraction=0.05)
+    whole = model.log2_probabilities(codes)
+    for start, end in ((0, 400), (2, 50), (100, 250), (399, 400)):
+        part = score_region(model, codes, start, end)
+        scored = whole[max(start, 1):end]
+        assert part.bases == int(np.isfinite(scored).sum())
+        assert part.bits == pytest.approx(-np.nansum(scored), rel=1e-12, abs=1e-12)
+        assert part.skipped == int((codes[start:end] == 4).sum())
+
+
+def count_bases(codes: np.ndarray) -> int:
+    return int(np.count_nonzero(codes < 4))
+
+
+def test_baseline_trains_and_scores_exactly_the_store_splits(tmp_path, chain_files, capsys):
+    from genoformer.data.splits import SequenceSource, SplitSpec, split_intervals
+
+    store = prepare_genome_store([chain_files["train_b"], chain_files["test"]], tmp_path / "g.zarr", progress=False)
+    config = tmp_path / "fit.yaml"
+    config.write_text("data:\n  init_args:\n    split: {by: region, val_fraction: 0.1, test_fraction: 0.2}\n")
+    out = tmp_path / "split.json"
+    code, stdout, _ = run_baseline(["--train", str(store), "--split", "train", "--inputs", str(store),
+                                    "--inputs_split", "test", "--split_config", str(config), "--out", str(out),
+                                    "--order", "3", "--discount", "0.5", "--concentration", "2"], capsys)
+    assert code == 0 and "of the train split" in stdout
+    result = json.loads(out.read_text())
+    records = list(read_sequences([store]))
+    intervals = split_intervals([SequenceSource(r.name, r.codes.size, "x") for r in records],
+                                SplitSpec(val_fraction=0.1, test_fraction=0.2))
+    train = [records[i].codes[start:end] for i, start, end in intervals["train"]]
+    assert result["model"]["train_bases"] == sum(map(count_bases, train))
+    assert result["model"]["counted_positions"] == 2 * sum(map(count_bases, train))  # both strands
+    assert result["model"]["train_split"]["spec"]["test_fraction"] == 0.2
+    test = [(records[i], start, end) for i, start, end in intervals["test"]]
+    assert [row["region"] for row in result["records"]] == [f"{r.name}:{start + 1}-{end}" for r, start, end in test]
+    assert [row["bases"] for row in result["records"]] == [count_bases(r.codes[start:end]) for r, start, end in test]
+    model = MarkovModel.fit(train, 3, 0.5, 2.0)
+    for row, (record, start, end) in zip(result["records"], test):
+        expected = model.log2_probabilities(record.codes)[start:end]
+        assert row["bits_per_base"] == pytest.approx(-np.nanmean(expected), rel=1e-12)
+
+
+def test_baseline_regions_are_rows_in_genome_coordinates(tmp_path, chain_files, capsys):
+    out = tmp_path / "regions.json"
+    code, stdout, _ = run_baseline(["--train", str(chain_files["train_b"]), "--inputs", str(chain_files["test"]),
+                                    "--regions", "t1:1-1,000", "t2", "--out", str(out), "--order", "2",
+                                    "--discount", "0.5", "--concentration", "2"], capsys)
+    assert code == 0 and "region" in stdout
+    rows = json.loads(out.read_text())["records"]
+    assert [(row["name"], row["region"], row["bases"], row["skipped"]) for row in rows] == [
+        ("t1:1-1000", "t1:1-1000", 999, 0), ("t2", "t2:1-4005", 4000, 5)]
+
+
+def test_baseline_and_evaluate_count_the_same_bases(tmp_path, causal_checkpoint, capsys):
+    """Neither scores a record's first base (it has no context); both score the rest of A/C/G/T."""
+    from genoformer.genome.evaluate import evaluate
+
+    rng = np.random.default_rng(5)
+    fasta = write_fasta(tmp_path / "g.fa", {"a": decode(random_codes(rng, 500, 0.02)),
+                                            "b": "N" + decode(random_codes(rng, 99))})
+    out = tmp_path / "b.json"
+    code, _, _ = run_baseline(["--train", str(fasta), "--inputs", str(fasta), "--out", str(out), "--order", "2",
+                               "--discount", "0.5", "--concentration", "2"], capsys)
+    assert code == 0
+    markov = json.loads(out.read_text())
+    neural = evaluate(checkpoint=causal_checkpoint, inputs=[str(fasta)], context=64, device="cpu")
+    assert [row["bases"] for row in markov["records"]] == [row["bases"] for row in neural["records"]]
+    assert markov["first_bases_unscored"] == neural["unscored"]["first_base"] == 1  # b starts with N: skipped

@@ -87,7 +87,7 @@ def test_batching_does_not_change_scores(causal):
 
 
 def test_a_context_longer_than_the_model_takes_is_an_error(causal):
-    with pytest.raises(ValueError, match="--context"):
+    with pytest.raises(ValueError, match=r"context 100000 is outside .*; pass context=96 or less"):
         causal.log2_likelihood(np.zeros(10, dtype=np.uint8), context=100_000)
 
 
@@ -147,3 +147,139 @@ def test_exported_checkpoint_is_smaller_and_scores_the_same(causal_checkpoint, t
     np.testing.assert_allclose(rounded, full, atol=0.05)
     with pytest.raises(FileExistsError, match="overwrite=True"):
         export(checkpoint=causal_checkpoint, out=small)
+
+
+# --- regions and splits --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["causal", "masked"])
+def test_spans_are_scored_exactly_as_in_the_whole_record(which, request):
+    """Only the windows that keep a span's bases run, so its first bases see the bases before it
+    (and a masked model those after it) as in the whole run; nothing else is scored."""
+    scorer = request.getfixturevalue(which)
+    codes = random_tokens(1, 300, seed=12)[0].numpy()
+    whole = scorer.log2_likelihood(codes, context=64, overlap=40)
+    spans = [(100, 180), (250, 300), (0, 5)]
+    part = scorer.score_many([codes], context=64, overlap=40, progress=False, spans=[spans])[0]
+    inside = np.zeros(300, dtype=bool)
+    for start, end in spans:
+        inside[start:end] = True
+    np.testing.assert_allclose(part[inside], whole[inside], rtol=1e-6, atol=1e-7)
+    assert np.isnan(part[~inside]).all() and np.isfinite(part[101:180]).all()
+
+
+def test_evaluate_regions_count_the_bases_of_the_whole_record_run(causal_checkpoint, tmp_path):
+    sequence = decode(random_tokens(1, 250, seed=13)[0].numpy())
+    fasta = write_fasta(tmp_path / "genome.fa.gz", [("chrA", sequence), ("plasmid", "ACGTNNACGT" * 3)])
+    bed = tmp_path / "regions.bed"
+    bed.write_text("chrA\t0\t100\tstart\nchrA\t150\t250\nplasmid\t0\t30\n")
+    report = evaluate(checkpoint=causal_checkpoint, inputs=[str(fasta)], context=64, regions=str(bed), device="cpu")
+    rows = report["records"]
+    assert [r["name"] for r in rows] == ["start", "chrA:151-250", "plasmid:1-30"]
+    assert [r["region"] for r in rows] == ["chrA:1-100", "chrA:151-250", "plasmid:1-30"]
+    # the first base of a record has no context; a region's first base past it does
+    assert [r["bases"] for r in rows] == [99, 100, 23]
+    assert report["unscored"] == {"non_acgt": 6, "first_base": 2}
+    whole = Scorer.from_checkpoint(causal_checkpoint, device="cpu").log2_likelihood(encode(sequence), context=64)
+    assert rows[1]["bits_per_base"] == pytest.approx(-np.nanmean(whole[150:250]), rel=1e-6)
+
+    both = evaluate(checkpoint=causal_checkpoint, inputs=[str(fasta)], context=64, regions=["chrA:151-250"],
+                    both_strands=True, device="cpu")
+    backward = Scorer.from_checkpoint(causal_checkpoint, device="cpu").log2_likelihood(
+        reverse_complement(encode(sequence)), context=64)
+    expected = -(np.nansum(whole[150:250]) + np.nansum(backward[0:100])) / 199  # the reverse strand's first base
+    assert both["records"][0]["bits_per_base"] == pytest.approx(expected, rel=1e-6)
+    assert both["records"][0]["bases"] == 199
+
+
+def test_evaluate_split_scores_exactly_the_store_split(causal_checkpoint, tmp_path):
+    from genoformer.data.genome.store import prepare_genome_store
+    from genoformer.data.splits import SequenceSource, SplitSpec, split_intervals
+
+    records = [("chrA", decode(random_tokens(1, 400, seed=14)[0].numpy())),
+               ("chrB", "NN" + decode(random_tokens(1, 198, seed=15)[0].numpy()))]
+    store = prepare_genome_store([write_fasta(tmp_path / "g.fa.gz", records)], tmp_path / "g.zarr", progress=False)
+    config = tmp_path / "fit.yaml"
+    config.write_text("data:\n  init_args:\n    store: g.zarr\n    split:\n      by: region\n"
+                      "      val_fraction: 0.1\n      test_fraction: 0.25\n")
+    report = evaluate(checkpoint=causal_checkpoint, inputs=[str(store)], context=64, split="test",
+                      split_config=config, device="cpu")
+    intervals = split_intervals([SequenceSource("chrA", 400, "g.fa.gz"), SequenceSource("chrB", 200, "g.fa.gz")],
+                                SplitSpec(val_fraction=0.1, test_fraction=0.25))["test"]
+    assert [(r["name"], r["bases"]) for r in report["records"]] == [
+        (f"{name}:{start + 1}-{end}", end - start) for (name, _), (_, start, end) in zip(records, intervals)]
+    assert report["split"]["spec"]["test_fraction"] == 0.25 and report["split"]["name"] == "test"
+    # without a config: the data module's default split, which holds no test part
+    with pytest.raises(ValueError, match="the test split of these inputs is empty"):
+        evaluate(checkpoint=causal_checkpoint, inputs=[str(store)], context=64, split="test", device="cpu")
+    with pytest.raises(ValueError, match="not both"):
+        evaluate(checkpoint=causal_checkpoint, inputs=[str(store)], split="test", regions="chrA", device="cpu")
+
+
+# --- tracks --------------------------------------------------------------------------------------
+
+
+def test_track_bins_are_aligned_to_the_record_and_average_the_scored_bases():
+    from genoformer.genome.evaluate import track_bins
+
+    values = np.arange(20, dtype=np.float64)
+    values[[0, 12, 13, 14]] = np.nan
+    starts, ends, means = track_bins(values, 3, 17, bin=5)
+    # bins [3, 5) [5, 10) [10, 15) [15, 17): clipped at the ends, NaN left out of the means
+    assert starts.tolist() == [3, 5, 10, 15] and ends.tolist() == [5, 10, 15, 17]
+    np.testing.assert_allclose(means, [3.5, 7.0, 10.5, 15.5])
+    assert means.dtype == np.float32
+    starts, ends, _ = track_bins(values, 0, 20, bin=1)
+    assert starts.tolist() == [p for p in range(20) if p not in (0, 12, 13, 14)] and (ends == starts + 1).all()
+    starts, _, _ = track_bins(values, 10, 15, bin=10)
+    assert starts.tolist() == [10]
+    assert track_bins(values, 12, 15, bin=2)[0].tolist() == []  # no scored base, no bin
+    with pytest.raises(ValueError, match="bin=0"):
+        track_bins(values, 0, 20, bin=0)
+
+
+def test_bedgraph_rows_merge_runs_of_equal_written_values():
+    from genoformer.genome.evaluate import bedgraph_lines
+
+    starts, ends = np.array([0, 1, 2, 3, 5, 6]), np.array([1, 2, 3, 4, 6, 7])
+    values = np.array([-1.0, -1.0, -1.000001, -2.0, -2.0, -2.0])
+    # 0..3 print alike (5 significant digits); 3 and 5 are not adjacent (base 4 has no value)
+    assert list(bedgraph_lines("c", starts, ends, values)) == ["c\t0\t3\t-1", "c\t3\t4\t-2", "c\t5\t7\t-2"]
+
+
+def test_score_writes_bigwig_in_record_coordinates(causal_checkpoint, tmp_path):
+    import pyBigWig
+
+    from genoformer.genome.evaluate import score
+
+    sequence = decode(random_tokens(1, 300, seed=16)[0].numpy())
+    fasta = write_fasta(tmp_path / "genome.fa.gz", [("chrA", "ACGT" * 10), ("chrB", sequence)])
+    whole = Scorer.from_checkpoint(causal_checkpoint, device="cpu").log2_likelihood(encode(sequence), context=64)
+    out = score(checkpoint=causal_checkpoint, inputs=[str(fasta)], out=tmp_path / "t.bw", context=64, device="cpu")
+    track = pyBigWig.open(str(out))
+    assert track.chroms() == {"chrA": 40, "chrB": 300}
+    np.testing.assert_array_equal(np.array(track.values("chrB", 0, 300)), whole.astype(np.float32))
+    track.close()
+
+    regions = ["chrB:101-150", "chrB:141-200"]  # overlapping: joined into 100..200
+    out = score(checkpoint=causal_checkpoint, inputs=[str(fasta)], out=tmp_path / "r.bw", context=64, regions=regions,
+                device="cpu")
+    track = pyBigWig.open(str(out))
+    read = np.array(track.values("chrB", 0, 300))
+    np.testing.assert_array_equal(read[100:200], whole[100:200].astype(np.float32))
+    assert np.isnan(read[:100]).all() and np.isnan(read[200:]).all() and track.intervals("chrA") is None
+    track.close()
+
+    out = score(checkpoint=causal_checkpoint, inputs=[str(fasta)], out=tmp_path / "b.bw", context=64, regions=regions,
+                bin=30, device="cpu")
+    track = pyBigWig.open(str(out))
+    bins = ((100, 120), (120, 150), (150, 180), (180, 200))  # 30-base bins from 90, clipped to 100..200
+    expected = [(lo, hi, np.float32(np.nanmean(whole[lo:hi]))) for lo, hi in bins]
+    assert [(lo, hi, np.float32(value)) for lo, hi, value in track.intervals("chrB")] == expected
+    track.close()
+
+    text = score(checkpoint=causal_checkpoint, inputs=[str(fasta)], out=tmp_path / "b.bedgraph", context=64,
+                 regions=regions, bin=30, device="cpu").read_text().splitlines()
+    assert [line.split("\t")[:3] for line in text[1:]] == [["chrB", str(lo), str(hi)] for lo, hi, _ in expected]
+    with pytest.raises(ValueError, match=r"name it \*.bedgraph"):
+        score(checkpoint=causal_checkpoint, inputs=[str(fasta)], out=tmp_path / "t.wig", device="cpu")

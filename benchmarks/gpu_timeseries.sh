@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The GPU half of benchmarks/timeseries_datasets.py: a forecaster per dataset for the eight
+# datasets (configs/timeseries_dataset_gpu.yaml) and one general forecaster across seven of them
+# (configs/timeseries_general_gpu.yaml, HELD_OUT left out for zero-shot), all trained at once on
+# one GPU, then `evaluate_forecast` of each under the protocol. Two calls, each under the device
+# tool's 10 minutes (runs/ keeps the checkpoints between them on a warm machine):
+#   bash benchmarks/gpu_timeseries.sh train       # about 7 minutes of training, every run at once
+#   bash benchmarks/gpu_timeseries.sh evaluate    # protocol results -> $OUT/timeseries_gpu.tar.gz
+# Then, on the CPU machine: tar xzf timeseries_gpu.tar.gz -C runs/gpu_timeseries and
+#   python -m benchmarks.timeseries_datasets --models runs/gpu_timeseries/eval
+# adds the rows (one folder per model: dataset_model/, general/) to the baselines' tables.
+#
+# Before: the stores, built on the CPU machine by `python -m benchmarks.timeseries_datasets`
+# (runs/timeseries_datasets/stores, about 17 MB), travel with the call (device tool: carry
+# ["runs/timeseries_datasets/stores", ".whl"]); .whl/ holds the wheels benchmarks/gpu_setup.sh
+# installs, pandas among them if the GPU image lacks it (pip download --no-deps -d .whl pandas).
+# SMOKE=1 runs every step on the CPU at tiny sizes (two steps, a tiny model, the two small hourly
+# stores): what was run to check this script without a GPU.
+set -uo pipefail
+PHASE=${1:?usage: bash benchmarks/gpu_timeseries.sh train|evaluate}
+OUT=${OUT:-$PWD/gpu_out}
+STORES=${STORES:-runs/timeseries_datasets/stores}
+RUN=${RUN:-runs/gpu_timeseries}
+HELD_OUT=${HELD_OUT:-sf_traffic}
+SMOKE=${SMOKE:-0}
+DATASETS=(ecg_mitbih208 ecg_biosignalsplux household_power bike_sharing traffic_volume beijing_pm25 electricity sf_traffic)
+mkdir -p "$OUT" "$RUN/logs"
+export PYTHONUNBUFFERED=1
+if [ "$SMOKE" = 1 ]; then
+    DATASETS=(electricity sf_traffic)
+    PYTHON=${PYTHON:-.venv/bin/python}
+    TINY=(--trainer.accelerator cpu --trainer.precision 32-true --trainer.max_steps 2 --trainer.val_check_interval 1
+          --trainer.limit_val_batches 1 --model.init_args.linear_fit_batches 1 --model.init_args.warmup_steps 1
+          --model.init_args.transformer.d_model 16 --model.init_args.transformer.n_layers 1
+          --model.init_args.transformer.n_heads 2 --data.init_args.batch_size 4 --data.init_args.num_workers 0)
+    DEVICE=(--device cpu)
+else
+    source benchmarks/gpu_setup.sh
+    PYTHON=python3
+    TINY=()
+    DEVICE=()
+    nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+fi
+"$PYTHON" -c "import pandas" || { echo "pandas is missing: put its wheel in .whl/ (see the header)"; exit 1; }
+for name in "${DATASETS[@]}"; do
+    [ -d "$STORES/$name.zarr" ] || { echo "$STORES/$name.zarr not found: run python -m benchmarks.timeseries_datasets first and carry $STORES"; exit 1; }
+done
+TRAIN_STORES=()
+for name in "${DATASETS[@]}"; do [ "$name" = "$HELD_OUT" ] || TRAIN_STORES+=("$STORES/$name.zarr"); done
+GENERAL_STORES="[$(IFS=,; echo "${TRAIN_STORES[*]}")]"
+
+if [ "$PHASE" = train ]; then
+    pids=()
+    for name in "${DATASETS[@]}"; do
+        "$PYTHON" cli.py fit --config configs/timeseries_dataset_gpu.yaml --data.init_args.store "$STORES/$name.zarr" \
+            --trainer.default_root_dir "$RUN/$name" "${TINY[@]}" > "$RUN/logs/$name.log" 2>&1 &
+        pids+=($!)
+    done
+    "$PYTHON" cli.py fit --config configs/timeseries_general_gpu.yaml --data.init_args.store "$GENERAL_STORES" \
+        --trainer.default_root_dir "$RUN/general" "${TINY[@]}" > "$RUN/logs/general.log" 2>&1 &
+    pids+=($!)
+    status=0
+    for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+    for log in "$RUN"/logs/*.log; do echo "== $log"; tail -n 3 "$log"; done
+    ls -la "$RUN"/*/checkpoints/best*.ckpt
+    exit $status
+elif [ "$PHASE" = evaluate ]; then
+    mkdir -p "$RUN/eval/dataset_model" "$RUN/eval/general"
+    pids=()
+    for name in "${DATASETS[@]}"; do
+        ( "$PYTHON" cli.py evaluate_forecast --store "$STORES/$name.zarr" --checkpoint "$RUN/$name/checkpoints/best.ckpt" \
+              --out "$RUN/eval/dataset_model/$name.json" --overwrite "${DEVICE[@]}" &&
+          "$PYTHON" cli.py evaluate_forecast --store "$STORES/$name.zarr" --checkpoint "$RUN/general/checkpoints/best.ckpt" \
+              --out "$RUN/eval/general/$name.json" --overwrite "${DEVICE[@]}" ) > "$RUN/logs/eval_$name.log" 2>&1 &
+        pids+=($!)
+    done
+    status=0
+    for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+    for log in "$RUN"/logs/eval_*.log; do echo "== $log"; grep -E "horizon|skipped|error" "$log" | tail -n 10; done
+    echo "held out of the general forecaster: $HELD_OUT" > "$RUN/eval/held_out.txt"
+    # the device tool brings back few files: everything travels as one archive
+    tar czf "$OUT/timeseries_gpu.tar.gz" -C "$RUN" eval logs $(cd "$RUN" && ls -d */metrics.csv 2>/dev/null)
+    exit $status
+else
+    echo "unknown phase $PHASE: use train or evaluate"; exit 2
+fi
