@@ -50,6 +50,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+import zipfile
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -63,12 +64,14 @@ from genoformer.data.genome.alphabet import N, encode, reverse_complement
 from genoformer.data.genome.inputs import NamedSequence, check_sequence_inputs, read_sequences
 from genoformer.data.genome.regions import record_regions
 from genoformer.data.splits import SplitSpec
-from genoformer.data.storage import refuse_existing, write_json
+from genoformer.data.storage import atomic_build, refuse_existing, write_json
 from genoformer.genome.evaluate import SplitName, read_split_spec
 
 #: 2-bit codes of a 31-base context and a target fill the 64 bits of one key.
 MAX_ORDER = 31
 DEFAULT_MAX_ORDER = 16
+MODEL_FORMAT_VERSION = 1
+"""Version of the .npz layout that `MarkovModel.save` writes."""
 #: Smoothing values tried in model selection (d = 0 is plain Dirichlet interpolation). On bacterial
 #: genomes the best concentration is large (about 256 at k = 8..16, where d hardly matters); on
 #: sequences with exact structure (repeats, periodic tests) it is small.
@@ -264,6 +267,44 @@ class MarkovModel:
         for j, keys_C, counts_C4 in iter_count_tables(keys_P, usable_P, order, progress=progress):
             keys[j], counts[j] = keys_C, counts_C4
         return cls(order, float(discount), float(concentration), keys, counts, int(keys_P.size))
+
+    def save(self, path: Union[str, Path], *, overwrite: bool = False) -> Path:
+        """Write the model as a NumPy .npz file of arrays and numbers only (no pickle): `load`
+        reads it back, and `genoformer baseline --save` writes it."""
+        path = Path(path)
+        if path.suffix != ".npz":
+            raise ValueError(f"{path}: a Markov model is saved as .npz; name the file e.g. {path.with_suffix('.npz').name}")
+        refuse_existing(path, overwrite)
+        arrays = {"format_version": np.array(MODEL_FORMAT_VERSION), "order": np.array(self.order),
+                  "discount": np.array(self.discount), "concentration": np.array(self.concentration),
+                  "positions": np.array(self.positions)}
+        for j, (keys_C, counts_C4) in enumerate(zip(self.keys, self.counts)):
+            arrays[f"keys_{j}"], arrays[f"counts_{j}"] = keys_C, counts_C4
+        with atomic_build(path, overwrite) as tmp:
+            with open(tmp, "wb") as handle:  # a file object: savez would append .npz to the temporary name
+                np.savez(handle, **arrays)
+        return path
+
+    @classmethod
+    def load(cls, path: Union[str, Path]) -> MarkovModel:
+        """A model written by `save` (read with allow_pickle=False: a file cannot run code)."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"Markov model not found: {path}; write one with `genoformer baseline ... --save {path}`")
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                arrays = {name: data[name] for name in data.files}
+            version, order = int(arrays["format_version"]), int(arrays["order"])
+            settings = float(arrays["discount"]), float(arrays["concentration"])
+            tables = [arrays[f"keys_{j}"] for j in range(order + 1)], [arrays[f"counts_{j}"] for j in range(order + 1)]
+            positions = int(arrays["positions"])
+        except (KeyError, OSError, ValueError, zipfile.BadZipFile) as error:  # ValueError: not an .npz of arrays
+            raise ValueError(f"{path} is not a Markov model written by `genoformer baseline --save` ({error}); "
+                             "write it again") from error
+        if version > MODEL_FORMAT_VERSION:
+            raise ValueError(f"{path} is a Markov model of format {version}; this genoformer reads up to "
+                             f"{MODEL_FORMAT_VERSION}: upgrade genoformer to read it")
+        return cls(order, *settings, *tables, positions)
 
     @property
     def nbytes(self) -> int:
@@ -502,6 +543,7 @@ def baseline(
     concentration: Optional[float] = None,
     max_order: int = DEFAULT_MAX_ORDER,
     both_strands: bool = False,
+    save: Optional[Path] = None,
     overwrite: bool = False,
 ) -> Path:
     """Fit an order-k Markov model on training genomes and print its bits per base on others.
@@ -542,10 +584,17 @@ def baseline(
             1.8 GB of counts and 2.7 GB in all for 9 Mbp of training sequence).
         both_strands: Score each record on both strands (its reverse complement as well) and
             report bits per base over both; bases and skipped are those of the forward strand.
-        overwrite: A flag: replace an existing `out`.
+        save: Also write the fitted model here (.npz: count tables and settings, no pickle;
+            Python: genoformer.genome.markov.MarkovModel.load).
+        overwrite: A flag: replace an existing `out` (and `save`).
     """
     out = Path(out)
     refuse_existing(out, overwrite)  # before the counting, not after
+    if save is not None:
+        save = Path(save)
+        if save.suffix != ".npz":
+            raise ValueError(f"--save {save}: a Markov model is saved as .npz; name it e.g. {save.with_suffix('.npz')}")
+        refuse_existing(save, overwrite)
     train_paths, input_paths = _listed(train), _listed(inputs)
     check_sequence_inputs(train_paths, flag="--train")
     check_sequence_inputs(input_paths)
@@ -571,6 +620,8 @@ def baseline(
     model, selection = fit_markov_model(train_sequences, order, discount, concentration,
                                         max_order=max_order, progress=True)
     fit_seconds, fit_cpu_seconds = time.perf_counter() - start, time.process_time() - start_cpu
+    if save is not None:
+        print(f"wrote {model.save(save, overwrite=overwrite)} (the order-{model.order} model, {model.nbytes / 2**20:,.0f} MiB of counts)")
     if selection is not None:
         print(f"chosen on {selection.held_out_bases:,} held-out bases (best smoothing per order):")
         for row in selection.best_per_order():

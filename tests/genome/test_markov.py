@@ -288,6 +288,32 @@ def test_baseline_command_writes_the_json_shape(tmp_path, chain_files, capsys):
     assert not list(out.parent.glob(".*tmp*"))
 
 
+def test_baseline_saves_the_model_and_it_loads_back(tmp_path, chain_files, capsys):
+    """`--save` writes the fitted model as .npz (no pickle); loaded back it scores the same, and the
+    file is refused as every output is without --overwrite."""
+    saved = tmp_path / "markov.npz"
+    args = ["--train", str(chain_files["train_a"]), "--inputs", str(chain_files["test"]), "--out",
+            str(tmp_path / "b.json"), "--order", "3", "--discount", "0.5", "--concentration", "4", "--save", str(saved)]
+    code, stdout, _ = run_baseline(args, capsys)
+    assert code == 0 and f"wrote {saved} (the order-3 model" in stdout
+    model = MarkovModel.load(saved)
+    assert (model.order, model.discount, model.concentration) == (3, 0.5, 4.0)
+    fitted = MarkovModel.fit([next(iter(read_sequences([str(chain_files["train_a"])]))).codes], 3, 0.5, 4.0)
+    codes = next(iter(read_sequences([str(chain_files["test"])]))).codes
+    np.testing.assert_array_equal(model.log2_probabilities(codes), fitted.log2_probabilities(codes))
+    total = json.loads((tmp_path / "b.json").read_text())["total"]
+    code, _, err = run_baseline([*args[:5], str(tmp_path / "c.json"), *args[6:]], capsys)
+    assert code == 1 and f"{saved} exists; pass --overwrite" in err
+    assert json.loads((tmp_path / "b.json").read_text())["total"] == total
+    code, _, err = run_baseline([*args[:5], str(tmp_path / "d.json"), *args[6:-1], str(tmp_path / "markov.pkl")], capsys)
+    assert code == 1 and "saved as .npz" in err
+    (tmp_path / "broken.npz").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="not a Markov model written by `genoformer baseline --save`"):
+        MarkovModel.load(tmp_path / "broken.npz")
+    with pytest.raises(FileNotFoundError, match="genoformer baseline ... --save"):
+        MarkovModel.load(tmp_path / "missing.npz")
+
+
 def test_baseline_refuses_to_replace_an_existing_out(tmp_path, chain_files, capsys):
     """As every other command does: an existing --out stays unless --overwrite, and the refusal
     comes before the counting."""
