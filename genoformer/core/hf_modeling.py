@@ -270,6 +270,8 @@ class GenoformerModel(GenoformerPreTrainedModel):
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(GenoformerBlock(config) for _ in range(config.n_layers))
         self.norm = GenoformerRMSNorm(config.d_model, config.norm_eps)
+        self.layout_specs = [layout_spec(value) for value in config.attention]  # read once, built per length
+        self._layouts: dict[tuple[int, int], BlockLayout] = {}
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -315,6 +317,14 @@ class GenoformerModel(GenoformerPreTrainedModel):
             return tuple(value for value in (x_BLE, hidden_states) if value is not None)
         return BaseModelOutput(last_hidden_state=x_BLE, hidden_states=hidden_states)
 
+    def _layout(self, index: int, spec: Any, L: int) -> BlockLayout:
+        """The layout of config.attention[index] for L tokens (without the blocks above the
+        diagonal for a causal model), built once per length as genoformer builds it."""
+        if (index, L) not in self._layouts:
+            layout = spec.build(L, self.config.n_heads)
+            self._layouts[index, L] = layout.with_causal() if self.config.causal else layout
+        return self._layouts[index, L]
+
     def _attention_masks(
         self, attention_mask: Optional[torch.Tensor], B: int, L: int, device: torch.device
     ) -> list[Optional[AttentionMask]]:
@@ -323,8 +333,7 @@ class GenoformerModel(GenoformerPreTrainedModel):
         if attention_mask is not None and not bool(attention_mask.all()):
             keys_B11L = attention_mask.to(device=device, dtype=torch.bool)[:, None, None, :]
         masks = []
-        for value in self.config.attention:
-            spec = layout_spec(value)
+        for index, spec in enumerate(self.layout_specs):
             if spec is None and keys_B11L is None:
                 masks.append(None)
                 continue
@@ -335,9 +344,7 @@ class GenoformerModel(GenoformerPreTrainedModel):
                 # a padding query with no key before it would give NaN: let it see every key (its output is unused)
                 masks.append(AttentionMask(allowed | ~allowed.any(-1, keepdim=True)))
                 continue
-            layout: BlockLayout = spec.build(L, self.config.n_heads)
-            if self.config.causal:
-                layout = layout.with_causal()
+            layout = self._layout(index, spec, L)
             allowed = layout.token_mask(causal=self.config.causal).to(device)[None]  # (1, H_l, L, L)
             if keys_B11L is not None:
                 allowed = allowed & keys_B11L

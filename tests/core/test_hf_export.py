@@ -23,7 +23,6 @@ from genoformer.genome.lm import Objective
 from genoformer.genome.scoring import LOG2E, Scorer
 
 SHIPPED = Path(__file__).resolve().parents[2] / "examples" / "genoformer_bacteria_8k.ckpt"
-ANNOTATOR = SHIPPED.with_name("genoformer_gene_annotator.ckpt")
 LOAD = dict(trust_remote_code=True, local_files_only=True)
 pytestmark = pytest.mark.usefixtures("hf_cache")  # tests/core/conftest.py: offline, temporary caches
 
