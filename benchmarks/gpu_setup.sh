@@ -3,8 +3,15 @@
 # package, so that genoformer.data and genoformer.kernels import. Fill .whl/ here first with
 #   mkdir -p .whl && cp ../shared/wheels-cp312/*.whl .whl/ && pip download --no-deps -d .whl vcfpy==0.14.2
 # Wheels staged by an earlier call of the same machine (too many for one call's carry) are in /tmp/staged.
+# Once per machine: scripts started together (or a later call on the warm machine) find the marker
+# and only set PYTHONPATH.
 if ls .whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl $(ls /tmp/staged/*.whl 2>/dev/null) 2>&1 | tail -2
     export PYTHONPATH=/tmp/site:$PWD
 fi
-python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tail -2
+if [ ! -f /tmp/site/.genoformer_installed ]; then
+    if ls .whl/*.whl >/dev/null 2>&1; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl $(ls /tmp/staged/*.whl 2>/dev/null) 2>&1 | tail -2
+    fi
+    python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tail -2
+    mkdir -p /tmp/site && touch /tmp/site/.genoformer_installed
+fi

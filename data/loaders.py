@@ -100,9 +100,14 @@ class ShardedLoaders:
         fit_loop = self.trainer.fit_loop
         return fit_loop.epoch_progress.current.completed, fit_loop.epoch_loop.batch_progress.current.processed
 
+    def _sampler_replica(self) -> tuple[int | None, int | None]:
+        """(rank, world_size) the samples are sharded over; (None, None): torch.distributed's."""
+        return self.rank, self.world_size
+
     def _loader(self, dataset: Dataset, train: bool, collate_fn: Callable[[list], Any] | None = None) -> DataLoader:
         """The DataLoader of one split; collate_fn None: the default collate."""
-        sampler = ShardSampler(len(dataset), rank=self.rank, world_size=self.world_size, equal_shares=train)
+        rank, world_size = self._sampler_replica()
+        sampler = ShardSampler(len(dataset), rank=rank, world_size=world_size, equal_shares=train)
         kind, extra = (ResumableDataLoader, {"position": self._training_position}) if train else (DataLoader, {})
         return kind(
             dataset,

@@ -50,9 +50,10 @@ _FIT_CKPT_HELP = (
 )
 _INIT_WEIGHTS_HELP = (
     "Start a new run from the weights of this checkpoint (a .ckpt of `genoformer fit` or `export`, "
-    "such as examples/genoformer_bacteria_8k.ckpt): the model is the checkpoint's, with your "
-    "--model options where the weights still fit (a shorter max_seq_len, another learning rate); "
-    "the optimizer, schedule and step count start anew. Not read when --ckpt_path resumes a run."
+    "such as examples/genoformer_bacteria_8k.ckpt): what the model is (its transformer) is the "
+    "checkpoint's, with your --model options where the weights still fit (a longer or shorter "
+    "max_seq_len); how to train it (learning rate, warm-up, weight decay) is your config's; the "
+    "optimizer, schedule and step count start anew. Not read when --ckpt_path resumes a run."
 )
 _EVAL_CKPT_HELP = (
     "The weights to evaluate: last or best (of the run in trainer.default_root_dir, as for fit) or "
@@ -93,7 +94,9 @@ class GenoformerCLI(LightningCLI):
       max_steps trains nothing and says how to train it longer.
     - `fit --ckpt_path` resumes training runs only: a checkpoint of weights alone (no optimizer
       state) is refused with the command that starts a new run from it, `--init_weights`.
-    - The model of a checkpoint (`--ckpt_path`, `--init_weights`) is the checkpoint's. Your
+    - The model of a checkpoint (`--ckpt_path`, `--init_weights`) is the checkpoint's (for
+      `--init_weights`, its nested sections such as `transformer`; the training settings, such as
+      the learning rate, are the config's, and a config value the checkpoint overrules is said). Your
       `--model...` options that differ from its hyperparameters are refused for a resumed run
       (it keeps its model), and honoured, each said in one line, when evaluating or starting a
       new run from the weights, as long as the weights still fit; otherwise refused naming both
@@ -193,7 +196,7 @@ class GenoformerCLI(LightningCLI):
             checkpoint = (read_checkpoint(config.init_weights) if kind is None
                           else read_model_checkpoint(config.init_weights, kind)[0])
             self.weights, self.weights_source = checkpoint, str(config.init_weights)
-            self._take_the_model_of(checkpoint, config.init_weights, resume=False)
+            self._take_the_model_of(checkpoint, config.init_weights, resume=False, new_run=True)
 
     def _weights_only_message(self, config: Namespace) -> str:
         """Why `fit --ckpt_path` refuses a checkpoint of weights alone, and the command that
@@ -210,15 +213,21 @@ class GenoformerCLI(LightningCLI):
             f"  {self._command_with(*change, drop=('--ckpt_path',))}"
         )
 
-    def _take_the_model_of(self, checkpoint: dict, source: str | os.PathLike, resume: bool) -> None:
+    def _take_the_model_of(self, checkpoint: dict, source: str | os.PathLike, resume: bool, new_run: bool = False) -> None:
         """Parse the command again with the checkpoint's model hyperparameters over the config's
         (given after the user's options, as a command-line override would be, so that what the
         config derives from the model, the data window, follows it); then with the user's own
-        `--model...` options over those, and compare."""
+        `--model...` options over those, and compare.
+
+        A new run from the weights (`new_run`, --init_weights) takes from the checkpoint what the
+        model is, its nested sections (`transformer`, `forecast`, ...), and from the config how to
+        train it, the module's own settings (learning rate, warm-up, weight decay, ...)."""
         self.checkpoint_shapes = {key: tuple(value.shape) for key, value in
                                   canonical_state_dict(checkpoint.get("state_dict") or {}).items()}
         hparams = dict(checkpoint.get("hyper_parameters") or {})
         hparams.pop("_instantiator", None)
+        if new_run:
+            hparams = {key: value for key, value in hparams.items() if isinstance(value, dict)}
         if not hparams:
             return
         subcommand = self.config["subcommand"]
@@ -244,6 +253,15 @@ class GenoformerCLI(LightningCLI):
         for key, (theirs_value, yours_value) in differences.items():
             print(f"genoformer {subcommand}: --model.{key} {yours_value!r} (your option) replaces the "
                   f"{theirs_value!r} of the model in {source}")
+        if not resume:
+            # what the config file asked for and the checkpoint overrules: said, never silently dropped
+            configured = self.parser.parse_args([*self.command_line, *end])
+            overruled = {key: values for key, values in _differences(_flat(theirs[subcommand].model.init_args),
+                                                                     _flat(configured[subcommand].model.init_args)).items()
+                         if key in described and key not in differences and values[1] is not None}
+            for key, (theirs_value, config_value) in overruled.items():
+                print(f"genoformer {subcommand}: the model in {source} has {key} {theirs_value!r}, not the "
+                      f"{config_value!r} of your config; add --model.{key} {config_value!r} to use the config's")
         self.model_overrides = {f"--model.{key}": values for key, values in differences.items()}
         self.config = yours
 

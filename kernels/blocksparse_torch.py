@@ -18,7 +18,8 @@ row to its width); per chunk of mc query blocks:
   3. mask the gathered positions: padding slots of kv_indices, keys past the sequence end,
      causal (j <= i), key padding (j < kv_lens[b]) and packed documents (j inside the query's
      document, `genoformer.kernels.documents`); softmax with fully masked rows -> 0;
-  4. out_block = probs @ values.
+  4. out_block = probs @ values; with return_lse also each row's logsumexp of its valid scores
+     (-inf for a row with none), from the same scores.
 
 Memory bound. A chunk holds O(B * Hq * mc * bs * W) scores (plus a bool mask and the
 probabilities of the same size) and O(B * Hkv * Gl * mc * W * D) gathered keys and values.
@@ -38,6 +39,7 @@ from torch.utils.checkpoint import checkpoint
 
 from genoformer.kernels.documents import document_bounds
 from genoformer.kernels.layout import BlockLayout
+from genoformer.kernels.reference import masked_logsumexp
 
 CHUNK_ELEMENTS = 1 << 24
 """Default budget (elements) of one chunk's score matrix: 64 MiB of float32."""
@@ -57,10 +59,12 @@ def blocksparse_attention(
     scale: float | None = None,
     chunk_elements: int = CHUNK_ELEMENTS,
     cu_seqlens: torch.Tensor | None = None,
-) -> torch.Tensor:
+    return_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Block-sparse attention; q (B, Hq, L, D), k and v (B, Hkv, S, D) -> (B, Hq, L, D).
 
-    Same semantics as `reference_attention`. Inputs are assumed valid (`attention` checks them);
+    Same semantics as `reference_attention`, return_lse too (lse (B, Hq, L) in the compute dtype:
+    float32, float64 for float64 inputs). Inputs are assumed valid (`attention` checks them);
     layout None means dense.
     """
     B, Hq, L, D = q.shape
@@ -94,7 +98,8 @@ def blocksparse_attention(
     )
     # packed documents: each query's allowed key span [start, end) within its row, (B, L) each
     doc_bounds = None if cu_seqlens is None else document_bounds(cu_seqlens, B, L)
-    kwargs = dict(block_size=bs, kv_len=S, causal=causal, kv_lens=kv_lens, doc_bounds=doc_bounds, scale=scale)
+    kwargs = dict(block_size=bs, kv_len=S, causal=causal, kv_lens=kv_lens, doc_bounds=doc_bounds, scale=scale,
+                  return_lse=return_lse)
     outs = []
     for rows_m, width in chunks:
         args = (
@@ -110,9 +115,15 @@ def blocksparse_attention(
         else:
             outs.append(_attend_chunk(*args, **kwargs))
     # Chunks hold the query blocks sorted by width; put them back in order.
-    order_M = torch.cat([rows_m for rows_m, _ in chunks])
-    out_BHGMbD = torch.cat(outs, dim=3).index_select(3, torch.argsort(order_M))  # (B, Hkv, G, Mb, bs, D)
-    return out_BHGMbD.reshape(B, Hq, Mb * bs, D)[:, :, :L].to(q.dtype)
+    unsort_M = torch.argsort(torch.cat([rows_m for rows_m, _ in chunks]))
+    if return_lse:
+        outs, lses = zip(*outs)
+    out_BHGMbD = torch.cat(outs, dim=3).index_select(3, unsort_M)  # (B, Hkv, G, Mb, bs, D)
+    out_BHLD = out_BHGMbD.reshape(B, Hq, Mb * bs, D)[:, :, :L].to(q.dtype)
+    if not return_lse:
+        return out_BHLD
+    lse_BHGMb = torch.cat(lses, dim=3).index_select(3, unsort_M)  # (B, Hkv, G, Mb, bs)
+    return out_BHLD, lse_BHGMb.reshape(B, Hq, Mb * bs)[:, :, :L]
 
 
 def _chunks_by_width(
@@ -153,8 +164,10 @@ def _attend_chunk(
     kv_lens: torch.Tensor | None,
     doc_bounds: tuple[torch.Tensor, torch.Tensor] | None,
     scale: float,
-) -> torch.Tensor:
-    """Attention of the query blocks `rows_m` (mc,) against their gathered key blocks."""
+    return_lse: bool,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Attention of the query blocks `rows_m` (mc,) against their gathered key blocks:
+    (B, Hkv, G, mc, bs, D), and with return_lse the rows' lse (B, Hkv, G, mc, bs)."""
     B, Hkv, G, mc, bs, D = q_BHGmbD.shape
     Hl, Gl, _, C = indices_HGmC.shape
     W = C * bs
@@ -194,4 +207,7 @@ def _attend_chunk(
     probs = torch.softmax(scores, dim=-1) * valid
 
     # 4. weighted sum (B, Hkv, G, mc, bs, D)
-    return torch.matmul(probs, v_BHGmWD)
+    out = torch.matmul(probs, v_BHGmWD)
+    if not return_lse:
+        return out
+    return out, masked_logsumexp(scores, valid)

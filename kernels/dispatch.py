@@ -13,6 +13,15 @@ may attend key j iff
     and (cu_seqlens is None or i and j lie in the same document of row b).
 A query row with no allowed key gives 0 and a zero gradient.
 
+Log-sum-exp (`return_lse=True`): `attention` also returns lse (B, Hq, Lq), for each query row the
+natural log of sum_j exp(scale * q_i . k_j) over its allowed keys j: float32 (float64 for float64
+inputs), -inf for a row with no allowed key (its output is 0). It is what partial results of one
+row over disjoint key sets merge by (`genoformer.kernels.ring`), and it is differentiable:
+d lse_i / d (scale * q_i . k_j) = softmax_ij. Every backend returns it (reference, torch and triton
+from the scores they already hold; sdpa from a second q k^T beside the SDPA call); flash-attn's lse
+carries no gradient, so under autograd (torch.is_grad_enabled()) the flash-attn backends refuse
+return_lse with the reason, and auto takes another. Without return_lse nothing extra is computed.
+
 Packed variable-length sequences (`cu_seqlens`, flash-attn's varlen convention): several
 documents share one row, and the int32 tensor cu_seqlens (N + 1,) gives the cumulative document
 lengths over the flattened B * L tokens of the batch, row after row: cu_seqlens[0] == 0,
@@ -37,7 +46,8 @@ Backends:
                 GPU's generation (`FASTEST_FIRST`: flash_attn_4 before triton for dense inputs on
                 sm_90; triton on generations not measured), else sdpa (dense) / torch (layout).
                 Elsewhere: sdpa for dense inputs (with key padding or documents only while its
-                bool mask has at most SDPA_MASK_ELEMENTS elements), torch for block-sparse layouts.
+                bool mask has at most SDPA_MASK_ELEMENTS elements, with return_lse only while the
+                score matrix has), torch for block-sparse layouts.
                 Documents are never dropped: every backend runs them or refuses with the reason.
                 A layout whose blocks are all allowed counts as dense.
 
@@ -84,7 +94,8 @@ from genoformer.kernels.sdpa import mask_elements, sdpa_attention
 logger = logging.getLogger("genoformer.kernels")
 
 SDPA_MASK_ELEMENTS = 1 << 24
-"""Largest bool mask (elements) `auto` hands to SDPA for key padding; beyond it, torch runs."""
+"""Largest bool mask (elements) `auto` hands to SDPA for key padding, and largest score matrix
+for its lse (return_lse); beyond it, torch runs."""
 
 _logged_choices: set[tuple] = set()
 
@@ -125,19 +136,22 @@ class Backend(str, enum.Enum, metaclass=_ByNameOrValue):
 # ------------------------------------------------------------------------------ the backends
 class RunFn(Protocol):
     """The one signature of every backend's implementation: q (B, Hq, Lq, D), k, v (B, Hkv, Lk, D)
-    -> (B, Hq, Lq, D) in q's dtype, for inputs `attention` has checked."""
+    -> (B, Hq, Lq, D) in q's dtype, and with return_lse (out, lse (B, Hq, Lq)), for inputs
+    `attention` has checked."""
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
                  layout: BlockLayout | None, kv_lens: torch.Tensor | None, scale: float,
-                 cu_seqlens: torch.Tensor | None) -> torch.Tensor: ...
+                 cu_seqlens: torch.Tensor | None,
+                 return_lse: bool) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]: ...
 
 
 class ReasonFn(Protocol):
-    """None when the backend can run these (valid) inputs here, else a sentence: why not, what to do."""
+    """None when the backend can run these (valid) inputs here, else a sentence: why not, what to do.
+    return_lse: the caller wants the lse too (differentiable while grad mode is on)."""
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
                  layout: BlockLayout | None, kv_lens: torch.Tensor | None,
-                 cu_seqlens: torch.Tensor | None) -> str | None: ...
+                 cu_seqlens: torch.Tensor | None, return_lse: bool) -> str | None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,7 +166,7 @@ class BackendEntry:
     missing, so that a machine without the package gets the reason, not an ImportError."""
 
 
-def _runs_every_input(q, k, v, *, causal, layout, kv_lens, cu_seqlens) -> None:
+def _runs_every_input(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse) -> None:
     return None
 
 
@@ -162,7 +176,7 @@ def _load_triton() -> RunFn:
     return triton_attention
 
 
-def _triton_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens) -> str | None:
+def _triton_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse) -> str | None:
     # (a compiled graph cannot trace find_spec; plan_attention asked it before the graph)
     if not torch.compiler.is_compiling() and importlib.util.find_spec("triton") is None:
         return "triton is not installed: pip install triton (or the extra: pip install 'genoformer[triton]')."
@@ -203,7 +217,8 @@ def attention(
     scale: float | None = None,
     backend: Backend | str = Backend.AUTO,
     cu_seqlens: torch.Tensor | None = None,
-) -> torch.Tensor:
+    return_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Scaled dot-product attention with optional causality, block-sparse layout and key padding.
 
     Args:
@@ -220,16 +235,20 @@ def attention(
             instead: choosing reads the layout on the host, which would break the graph.
         cu_seqlens: (N+1,) int32 tensor on q's device: packed documents (see the module docstring);
             query i attends key j only inside its own document. Needs Lq == Lk; not with kv_lens.
+        return_lse: also return each query row's log-sum-exp (see the module docstring).
 
     Returns:
-        (B, Hq, Lq, D) tensor in q's dtype.
+        (B, Hq, Lq, D) tensor in q's dtype; with return_lse the pair (out, lse), lse (B, Hq, Lq)
+        float32 (float64 for float64 inputs), -inf for a row with no allowed key.
     """
     backend = _as_backend(backend)
     _check_inputs(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
     scale = q.shape[-1] ** -0.5 if scale is None else _check_scale(scale)
-    plan = _resolve(backend, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
+    plan = _resolve(backend, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
+                    return_lse=return_lse)
     run = BACKENDS[plan.backend].load()
-    return run(q, k, v, causal=causal, layout=plan.layout, kv_lens=kv_lens, scale=scale, cu_seqlens=cu_seqlens)
+    return run(q, k, v, causal=causal, layout=plan.layout, kv_lens=kv_lens, scale=scale, cu_seqlens=cu_seqlens,
+               return_lse=return_lse)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,6 +276,7 @@ def plan_attention(
     layout: BlockLayout | None = None,
     kv_lens: torch.Tensor | None = None,
     cu_seqlens: torch.Tensor | None = None,
+    return_lse: bool = False,
 ) -> AttentionPlan:
     """The backend and layout `attention` would use for inputs of this description, resolved eagerly.
 
@@ -264,7 +284,8 @@ def plan_attention(
     (ValueError saying why when it cannot run such inputs). Pass the batch's cu_seqlens (or any
     tensor of that kind) when the inputs are packed: only its presence, dtype and device are
     read. For the Triton backend the layout's block lists are built on `device` here, so that a
-    compiled caller finds them ready.
+    compiled caller finds them ready. return_lse as for `attention`, judged in the caller's grad
+    mode (call it where the attention will run: under no_grad flash-attn may return lse).
     Cheap to call on every forward pass: nothing is allocated beyond one element per call.
     """
     backend = _as_backend(backend)
@@ -272,7 +293,8 @@ def plan_attention(
     one = torch.empty((1, 1, 1, 1), device=device, dtype=dtype)
     q = one.expand(batch, q_heads, q_len, head_dim)
     k = one.expand(batch, kv_heads, kv_len, head_dim)
-    plan = _resolve(backend, q, k, k, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
+    plan = _resolve(backend, q, k, k, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
+                    return_lse=return_lse)
     if plan.backend is Backend.TRITON and plan.layout is not None:
         plan.layout.kv_indices(device)
         plan.layout.q_indices(device)
@@ -289,6 +311,7 @@ def unsupported_reason(
     layout: BlockLayout | None = None,
     kv_lens: torch.Tensor | None = None,
     cu_seqlens: torch.Tensor | None = None,
+    return_lse: bool = False,
 ) -> str | None:
     """None when `backend` can run these (valid) inputs here, else a sentence saying why and what to do.
 
@@ -298,18 +321,19 @@ def unsupported_reason(
     if backend is Backend.AUTO:
         return None
     return BACKENDS[backend].unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens,
-                                                cu_seqlens=cu_seqlens)
+                                                cu_seqlens=cu_seqlens, return_lse=return_lse)
 
 
-def _resolve(backend: Backend, q, k, v, *, causal, layout, kv_lens, cu_seqlens) -> AttentionPlan:
+def _resolve(backend: Backend, q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse=False) -> AttentionPlan:
     """The one way from the backend asked for to the one that runs: AUTO chosen (and logged once),
     anything else checked (ValueError with its reason when it cannot run the inputs)."""
     if backend is Backend.AUTO:
         layout = _dense_if_full(layout)
-        chosen = _choose(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
+        chosen = _choose(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
+                         return_lse=return_lse)
         return AttentionPlan(chosen, layout)
     reason = unsupported_reason(backend, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens,
-                                cu_seqlens=cu_seqlens)
+                                cu_seqlens=cu_seqlens, return_lse=return_lse)
     if reason is not None:
         raise ValueError(f"backend {backend.value!r} cannot run these inputs: {reason}")
     return AttentionPlan(backend, layout)
@@ -346,11 +370,11 @@ UNMEASURED = FastestFirst(dense=(Backend.TRITON,), block_sparse=(Backend.TRITON,
 """Generations without a measured row (sm_80, sm_100, ...): our kernels, then sdpa / torch."""
 
 
-def _choose(q, k, v, *, causal, layout, kv_lens, cu_seqlens) -> Backend:
+def _choose(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse) -> Backend:
     situation = (
         f"{'block-sparse' if layout is not None else 'dense'}, {'causal' if causal else 'bidirectional'}"
         f"{', key padding' if kv_lens is not None else ''}{', GQA' if q.shape[1] != k.shape[1] else ''}"
-        f"{', packed documents' if cu_seqlens is not None else ''}"
+        f"{', packed documents' if cu_seqlens is not None else ''}{', lse' if return_lse else ''}"
     )
     reason = None
     capability = flash_attn_backend.device_capability(q.device)  # None off CUDA
@@ -360,7 +384,8 @@ def _choose(q, k, v, *, causal, layout, kv_lens, cu_seqlens) -> Backend:
         passed_over = []
         for candidate in order.block_sparse if layout is not None else order.dense:
             why = unsupported_reason(
-                candidate, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens
+                candidate, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
+                return_lse=return_lse,
             )
             if why is None:
                 break
@@ -371,7 +396,7 @@ def _choose(q, k, v, *, causal, layout, kv_lens, cu_seqlens) -> Backend:
         if candidate is not None:
             _log_once("cuda", candidate, situation, reason)
             return candidate
-    elements = mask_elements(q, k, layout=None, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
+    elements = mask_elements(q, k, layout=None, kv_lens=kv_lens, cu_seqlens=cu_seqlens, return_lse=return_lse)
     if layout is None and elements <= SDPA_MASK_ELEMENTS:
         choice = Backend.SDPA
     else:

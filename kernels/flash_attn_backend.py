@@ -37,6 +37,13 @@ How our inputs map (both take (B, L, H, D) tensors and handle GQA themselves):
                              distance depends on where i lies in its block, so it equals a token
                              band only when it covers every block, which is dense attention (run
                              as such). Every other band is a block-sparse layout (see above).
+    log-sum-exp (return_lse)  flash-attn 2 returns it with return_attn_probs=True, flash-attn-4 with
+                             return_lse=True: natural log, (B, H, L), or (H, T) from the varlen
+                             entry point, +inf for an empty row (ours is -inf). Neither gives
+                             it a gradient (flash-attn-4 marks it non-differentiable, flash-attn 2's
+                             backward drops it), so return_lse runs here only with grad mode off
+                             (torch.no_grad, inference); under autograd `unsupported_reason` says so
+                             and auto takes triton.
 A layout whose blocks are all allowed is dense attention and runs as such.
 Compiled models: flash-attn's kernels are not traceable, so both entry points here run outside
 torch.compile graphs (`torch.compiler.disable`: the graph breaks around them, and the rest of
@@ -164,10 +171,12 @@ def unsupported_reason(
     layout: BlockLayout | None,
     kv_lens: torch.Tensor | None,
     cu_seqlens: torch.Tensor | None = None,
+    return_lse: bool = False,
 ) -> str | None:
     """None when one of `versions` can run these (valid) inputs here, else why not and what to do."""
     reasons = [
-        _version_reason(version, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
+        _version_reason(version, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
+                        return_lse=return_lse)
         for version in versions
     ]
     if None in reasons:
@@ -194,6 +203,7 @@ def _version_reason(
     layout: BlockLayout | None,
     kv_lens: torch.Tensor | None,
     cu_seqlens: torch.Tensor | None = None,
+    return_lse: bool = False,
 ) -> str | None:
     """None when `version` can run these (valid) inputs here, else a sentence saying why and what to do."""
     error = import_error(version)
@@ -231,6 +241,11 @@ def _version_reason(
             f"head dim {D} is not among those whose flash-attn-4 gradients were checked on {_arch(capability)} "
             f"({checked} by `python -m benchmarks.flash_attn_check --head-dims`; 4.0.0b36 gave wrong gradients at "
             f"others on an H200); use backend 'triton', which auto takes for such inputs."
+        )
+    if return_lse and torch.is_grad_enabled():
+        return (
+            f"{version.value} returns the log-sum-exp without a gradient (its autograd drops it) and grad mode "
+            "is on; use backend 'triton' (or 'torch'), which differentiate it, or call under torch.no_grad()."
         )
     if layout is None or bool(layout.mask.all()):
         return None
@@ -280,36 +295,48 @@ def flash_attn_attention(
     kv_lens: torch.Tensor | None = None,
     scale: float | None = None,
     cu_seqlens: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """flash-attn attention; q (B, Hq, L, D), k and v (B, Hkv, S, D) -> (B, Hq, L, D).
+    return_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """flash-attn attention; q (B, Hq, L, D), k and v (B, Hkv, S, D) -> (B, Hq, L, D), and with
+    return_lse (out, lse (B, Hq, L) float32, -inf for a row with no allowed key).
 
     Runs the first of `versions` that can. Call only when `unsupported_reason(versions, ...)` is
     None (the entry point `attention` does): a layout then has every block allowed, dense attention.
     """
     version = versions[0]
     if len(versions) > 1:
-        conditions = dict(causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
+        conditions = dict(causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens, return_lse=return_lse)
         version = first_runnable(versions, q, k, v, **conditions)
-    func, varlen = _entry_points(version)
-    if version is FlashAttn.V4:
-        # flash-attn-4 returns (out, lse); flash-attn 2 the output alone
-        func, varlen = _first(func), _first(varlen)
+    func, varlen = (_out_and_lse(version, fn, return_lse) for fn in _entry_points(version))
     q_BLHD, k_BSHD, v_BSHD = (t.transpose(1, 2) for t in (q, k, v))
     if cu_seqlens is not None:
-        out_BLHD = _packed(varlen, q_BLHD, k_BSHD, v_BSHD, cu_seqlens=cu_seqlens, causal=causal, scale=scale)
+        out_BLHD, lse_BHL = _packed(varlen, q_BLHD, k_BSHD, v_BSHD, cu_seqlens=cu_seqlens, causal=causal, scale=scale)
     elif kv_lens is not None:
-        out_BLHD = _key_padding(varlen, q_BLHD, k_BSHD, v_BSHD, kv_lens=kv_lens, causal=causal, scale=scale)
+        out_BLHD, lse_BHL = _key_padding(varlen, q_BLHD, k_BSHD, v_BSHD, kv_lens=kv_lens, causal=causal, scale=scale)
     else:
-        out_BLHD = func(q_BLHD, k_BSHD, v_BSHD, softmax_scale=scale, causal=causal)
-    return out_BLHD.transpose(1, 2)
+        out_BLHD, lse_BHL = func(q_BLHD, k_BSHD, v_BSHD, softmax_scale=scale, causal=causal)
+    if not return_lse:
+        return out_BLHD.transpose(1, 2)
+    # flash-attn's +inf of an empty row is our -inf
+    return out_BLHD.transpose(1, 2), lse_BHL.float().masked_fill(lse_BHL == float("inf"), float("-inf"))
 
 
-def _first(fn):
+def _out_and_lse(version: FlashAttn, fn, return_lse: bool):
+    """`fn` (a flash-attn entry point) made to return (out, lse), lse None without return_lse:
+    flash-attn-4 returns (out, lse) (lse None unless asked for or needed by its backward),
+    flash-attn 2 the output alone, or (out, lse, probabilities) with return_attn_probs."""
+
     @functools.wraps(fn)
-    def out_only(*args, **kwargs):
-        return fn(*args, **kwargs)[0]
+    def call(*args, **kwargs):
+        if version is FlashAttn.V4:
+            out, lse = fn(*args, **kwargs, **({"return_lse": True} if return_lse else {}))
+            return out, lse if return_lse else None
+        if not return_lse:
+            return fn(*args, **kwargs), None
+        out, lse, _ = fn(*args, **kwargs, return_attn_probs=True)
+        return out, lse
 
-    return out_only
+    return call
 
 
 def _cumulative(lens_N: torch.Tensor) -> torch.Tensor:
@@ -317,13 +344,14 @@ def _cumulative(lens_N: torch.Tensor) -> torch.Tensor:
     return F.pad(lens_N.cumsum(0, dtype=torch.int32), (1, 0))
 
 
-def _packed(varlen, q_BLHD, k_BLHD, v_BLHD, *, cu_seqlens, causal, scale) -> torch.Tensor:
-    """Documents packed along the flattened token axis: one varlen call, same lengths for q and k."""
+def _packed(varlen, q_BLHD, k_BLHD, v_BLHD, *, cu_seqlens, causal, scale):
+    """Documents packed along the flattened token axis: one varlen call, same lengths for q and k.
+    Returns out (B, L, Hq, D) and lse (B, Hq, L) (None when `varlen` returns none)."""
     B, L, Hq, D = q_BLHD.shape
     Hkv = k_BLHD.shape[2]
     cu_N1 = cu_seqlens.to(torch.int32)
     longest = int((cu_N1[1:] - cu_N1[:-1]).max())
-    out_THD = varlen(
+    out_THD, lse_HT = varlen(
         q=q_BLHD.reshape(B * L, Hq, D),
         k=k_BLHD.reshape(B * L, Hkv, D),
         v=v_BLHD.reshape(B * L, Hkv, D),
@@ -334,14 +362,15 @@ def _packed(varlen, q_BLHD, k_BLHD, v_BLHD, *, cu_seqlens, causal, scale) -> tor
         softmax_scale=scale,
         causal=causal,
     )
-    return out_THD.view(B, L, Hq, D)
+    return out_THD.view(B, L, Hq, D), None if lse_HT is None else lse_HT.view(Hq, B, L).transpose(0, 1)
 
 
-def _key_padding(varlen, q_BLHD, k_BSHD, v_BSHD, *, kv_lens, causal, scale) -> torch.Tensor:
+def _key_padding(varlen, q_BLHD, k_BSHD, v_BSHD, *, kv_lens, causal, scale):
     """Keys at positions >= kv_lens[b] masked: valid keys packed to (T, Hkv, D).
 
     A batch with no valid key is given one key and its output zeroed afterwards (0 output and
-    zero gradients, as the semantics ask).
+    zero gradients, as the semantics ask; lse -inf). Returns out (B, L, Hq, D) and lse (B, Hq, L)
+    (None when `varlen` returns none).
     """
     B, L, Hq, D = q_BLHD.shape
     S = k_BSHD.shape[1]
@@ -350,26 +379,38 @@ def _key_padding(varlen, q_BLHD, k_BSHD, v_BSHD, *, kv_lens, causal, scale) -> t
     k_THD, v_THD = k_BSHD[keep_BS], v_BSHD[keep_BS]
     cu_k = _cumulative(lens_B)
     longest_k = int(lens_B.max())
+    lse_BLH = None
     if not causal:
-        out_THD = varlen(
+        out_THD, lse_HT = varlen(
             q=q_BLHD.reshape(B * L, Hq, D), k=k_THD, v=v_THD,
             cu_seqlens_q=_cumulative(torch.full_like(lens_B, L)), cu_seqlens_k=cu_k,
             max_seqlen_q=L, max_seqlen_k=longest_k, softmax_scale=scale, causal=False,
         )
         out_BLHD = out_THD.view(B, L, Hq, D)
+        if lse_HT is not None:
+            lse_BLH = lse_HT.transpose(0, 1).reshape(B, L, Hq)
     else:
         # (L == S) queries i < kv_lens[b]: causal against the key prefix of the same length.
         # Queries i >= kv_lens[b] see every valid key (j < kv_lens[b] <= i): not causal.
         before_BL = keep_BS
         out_BLHD = q_BLHD.new_empty(B, L, Hq, D)
-        out_BLHD[before_BL] = varlen(
+        out_BLHD[before_BL], lse_HT = varlen(
             q=q_BLHD[before_BL], k=k_THD, v=v_THD, cu_seqlens_q=cu_k, cu_seqlens_k=cu_k,
             max_seqlen_q=longest_k, max_seqlen_k=longest_k, softmax_scale=scale, causal=True,
         )
+        if lse_HT is not None:
+            lse_BLH = lse_HT.new_empty(B, L, Hq)
+            lse_BLH[before_BL] = lse_HT.transpose(0, 1)
         after_B = L - lens_B
         if int(after_B.max()) > 0:
-            out_BLHD[~before_BL] = varlen(
+            out_BLHD[~before_BL], lse_HT = varlen(
                 q=q_BLHD[~before_BL], k=k_THD, v=v_THD, cu_seqlens_q=_cumulative(after_B), cu_seqlens_k=cu_k,
                 max_seqlen_q=int(after_B.max()), max_seqlen_k=longest_k, softmax_scale=scale, causal=False,
             )
-    return out_BLHD * (kv_lens > 0).view(B, 1, 1, 1).to(out_BLHD.dtype)
+            if lse_HT is not None:
+                lse_BLH[~before_BL] = lse_HT.transpose(0, 1)
+    has_keys_B = kv_lens > 0
+    out_BLHD = out_BLHD * has_keys_B.view(B, 1, 1, 1).to(out_BLHD.dtype)
+    if lse_BLH is None:
+        return out_BLHD, None
+    return out_BLHD, lse_BLH.masked_fill(~has_keys_B.view(B, 1, 1), float("-inf")).transpose(1, 2)

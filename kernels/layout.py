@@ -217,6 +217,27 @@ class BlockLayout:
         Mb, Nb = _num_blocks(self.q_len, block_size), _num_blocks(self.kv_len, block_size)
         return BlockLayout(block_size, fine_HMN[:, :Mb, :Nb], self.q_len, self.kv_len)
 
+    def crop(self, q_start: int, q_end: int, kv_start: int, kv_end: int) -> BlockLayout:
+        """The layout of queries [q_start, q_end) against keys [kv_start, kv_end), positions
+        counted from each range's start (a ring's chunk pair, `genoformer.kernels.ring`). Cached.
+
+        Both starts must be multiples of block_size, and each end a multiple or the length, so
+        that the blocks of the range are whole blocks of this layout."""
+        bs = self.block_size
+        if (q_start % bs or kv_start % bs or not 0 <= q_start < q_end <= self.q_len
+                or not 0 <= kv_start < kv_end <= self.kv_len
+                or (q_end % bs and q_end != self.q_len) or (kv_end % bs and kv_end != self.kv_len)):
+            raise ValueError(
+                f"crop({q_start}, {q_end}, {kv_start}, {kv_end}) of a {self.q_len} x {self.kv_len} layout of "
+                f"blocks of {bs}: the ranges must be non-empty, inside the layout, start on a block and end on a "
+                "block or at the length (shard with granule=layout.block_size)."
+            )
+        key = ("crop", q_start, q_end, kv_start, kv_end)
+        if key not in self._cache:
+            mask_HMN = self.mask[:, q_start // bs: _num_blocks(q_end, bs), kv_start // bs: _num_blocks(kv_end, bs)]
+            self._cache[key] = BlockLayout(bs, mask_HMN, q_end - q_start, kv_end - kv_start)
+        return self._cache[key]
+
     def token_mask(self, causal: bool = False) -> torch.Tensor:
         """(H_l, q_len, kv_len) bool token-level mask: for references and tests at small sizes."""
         bs = self.block_size

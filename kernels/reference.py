@@ -8,6 +8,8 @@ Shape legend:
 
 It materialises the full (B, Hq, L, S) score matrix, so it is meant for tests and small inputs.
 Packed rows (`cu_seqlens`, see `genoformer.kernels.documents`) add the same-document condition.
+With return_lse it also gives each row's log-sum-exp (the convention of `genoformer.kernels.dispatch`:
+natural log of the scaled scores' exponentials over the allowed keys, -inf for a row with none).
 `row_error` is the benchmarks' measure of how far a result lies from another.
 """
 
@@ -62,11 +64,14 @@ def reference_attention(
     kv_lens: torch.Tensor | None = None,
     scale: float | None = None,
     cu_seqlens: torch.Tensor | None = None,
-) -> torch.Tensor:
+    return_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """softmax(q k^T * scale + mask) v computed in float64, cast back to q.dtype.
 
     q: (B, Hq, L, D), k and v: (B, Hkv, S, D). A query row with no allowed key gives 0 and a
     zero gradient. Inputs are assumed valid (the entry point `attention` checks them).
+    return_lse: also return lse (B, Hq, L) in `lse_dtype(q.dtype)`, logsumexp_j(scores) over the
+    allowed keys (-inf for a row with none), differentiable (its gradient is the row's softmax).
     """
     B, Hq, L, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
@@ -86,8 +91,28 @@ def reference_attention(
         # by the mask then zeroes them, and the gradient through the product is zero there too.
         scores_BHLS = scores_BHLS.masked_fill(~mask_BHLS, torch.finfo(torch.float64).min)
         probs_BHLS = torch.softmax(scores_BHLS, dim=-1) * mask_BHLS
-    out_BHLD = torch.matmul(probs_BHLS, v64)
-    return out_BHLD.to(q.dtype)
+    out_BHLD = torch.matmul(probs_BHLS, v64).to(q.dtype)
+    if not return_lse:
+        return out_BHLD
+    return out_BHLD, masked_logsumexp(scores_BHLS, mask_BHLS).to(lse_dtype(q.dtype))
+
+
+def lse_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the lse every backend returns for inputs of `dtype`: float32, float64 for float64."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def masked_logsumexp(scores: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+    """logsumexp over the last dim of `scores` whose masked entries hold finfo.min, -inf for a
+    row with no valid entry; `valid` broadcasts against scores (None: every entry counts).
+
+    The finite fill keeps the gradient finite: a fully masked row's logsumexp is finite before
+    the final where, which passes it a zero gradient (no inf - inf, no NaN).
+    """
+    lse = torch.logsumexp(scores, dim=-1)
+    if valid is None:
+        return lse
+    return lse.masked_fill(~valid.any(dim=-1), float("-inf"))
 
 
 def row_error(got: torch.Tensor, expected: torch.Tensor) -> float:

@@ -20,8 +20,10 @@ into chunks walked by several programs, whose partials small kernels add in a fi
 (``SplitPlan``, ``split_plan``); deterministic like the rest.
 
 Legend: q (B, H, Lq, D); k, v (B, HKV, Lk, D); H % HKV == 0 (GQA, query head h reads kv head
-h // (H // HKV)); lse, delta (B, H, Lq) fp32; layout CSR lists: kv_counts (H_l, Mb) and kv_indices
-(H_l, Mb, W) per query block, q_counts (H_l, Nb) and q_indices (H_l, Nb, W') per key block;
+h // (H // HKV)); lse, delta (B, H, Lq) fp32 (the launchers' lse in base 2, +inf for an empty row;
+``triton_attention(return_lse=True)`` hands it out in natural log, -inf for an empty row); layout
+CSR lists: kv_counts (H_l, Mb) and kv_indices (H_l, Mb, W) per query block, q_counts (H_l, Nb) and
+q_indices (H_l, Nb, W') per key block;
 cu_seqlens (N+1,) int32 and, from it, doc_start / doc_end (B, L) int32 (each token's document
 span in its row, ``genoformer.kernels.documents``) and doc_order (B, tiles) int32.
 
@@ -54,6 +56,8 @@ from genoformer.kernels.triton_flash_bwd import (
     split_sum_kernel,
 )
 from genoformer.kernels.triton_flash_fwd import LOG2E, SCAN, attn_fwd_kernel, fwd_merge_kernel
+
+LN2 = math.log(2.0)  # natural log of a base-2 logarithm's unit: ln(x) == log2(x) * LN2
 
 if TYPE_CHECKING:
     from genoformer.kernels.layout import BlockLayout
@@ -560,11 +564,12 @@ def flash_bwd(
     kv_counts: torch.Tensor | None, kv_indices: torch.Tensor | None,
     q_counts: torch.Tensor | None, q_indices: torch.Tensor | None,
     block_size: int, causal: bool, scale: float, cu_seqlens: torch.Tensor | None = None,
-    config: configs.BwdConfig | None = None,
+    config: configs.BwdConfig | None = None, dlse: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward launcher: returns dq, dk, dv (contiguous, in the inputs' dtype). Deterministic.
 
-    config: as for ``flash_fwd``.
+    config: as for ``flash_fwd``.  dlse: (B, H, Lq) the gradient of ``flash_fwd``'s (base-2) lse,
+    None when nothing downstream differentiates it.
     """
     _check_last_dim_contiguous(do=do, q=q, k=k, v=v, o=o)
     _check_csr("kv", kv_counts, kv_indices, q.device)
@@ -581,9 +586,12 @@ def flash_bwd(
     d_tile = configs.tile_dim(D)  # the kernels mask the head-dim padding D..d_tile
     align8 = _align8(D, q, k, v, o, do)
     pre_m = 64 if d_tile <= 128 else 32
+    if dlse is not None:
+        dlse = dlse.to(torch.float32).contiguous()
     bwd_preprocess_kernel[(B * H, triton.cdiv(Lq, pre_m))](
-        o, do, delta, o.stride(0), o.stride(1), o.stride(2), do.stride(0), do.stride(1), do.stride(2),
-        H, Lq, D=D, D_TILE=d_tile, BLOCK_M=pre_m, ALIGN8=align8,
+        o, do, dlse if dlse is not None else _dummy(q.device, torch.float32), delta,
+        o.stride(0), o.stride(1), o.stride(2), do.stride(0), do.stride(1), do.stride(2),
+        H, Lq, D=D, D_TILE=d_tile, BLOCK_M=pre_m, ALIGN8=align8, HAS_DLSE=dlse is not None,
     )
     kcnt, kidx, korder, skcnt_h, skidx_h, skidx_m, skord_h = _csr_args(kv_counts, kv_indices, q)
     qcnt, qidx, qorder, sqcnt_h, sqidx_h, sqidx_n, sqord_h = _csr_args(q_counts, q_indices, q)
@@ -669,7 +677,7 @@ _FWD_SCHEMA = ("(Tensor q, Tensor k, Tensor v, Tensor? kv_lens, Tensor? kv_count
                "Tensor? cu_seqlens) -> (Tensor, Tensor)")
 _BWD_SCHEMA = ("(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor? kv_lens, "
                "Tensor? kv_counts, Tensor? kv_indices, Tensor? q_counts, Tensor? q_indices, int block_size, "
-               "bool causal, float scale, Tensor? cu_seqlens) -> (Tensor, Tensor, Tensor)")
+               "bool causal, float scale, Tensor? cu_seqlens, Tensor? dlse) -> (Tensor, Tensor, Tensor)")
 
 
 def _fwd_impl(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens):
@@ -677,9 +685,9 @@ def _fwd_impl(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, bloc
 
 
 def _bwd_impl(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
-              cu_seqlens):
+              cu_seqlens, dlse):
     return flash_bwd(do.contiguous(), q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices,
-                     block_size, causal, scale, cu_seqlens)
+                     block_size, causal, scale, cu_seqlens, dlse=dlse)
 
 
 _fwd_op = torch.library.custom_op("genoformer::triton_flash_fwd", _fwd_impl, mutates_args=(), schema=_FWD_SCHEMA)
@@ -694,7 +702,7 @@ def _fwd_fake(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, bloc
 
 @_bwd_op.register_fake
 def _bwd_fake(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
-              cu_seqlens):
+              cu_seqlens, dlse):
     return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape))
 
 
@@ -703,15 +711,22 @@ def _setup_context(ctx, inputs, output) -> None:
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, cu_seqlens)
     ctx.block_size, ctx.causal, ctx.scale = block_size, causal, scale
+    # an unused output's gradient arrives as None, not as zeros (eager and in AOT autograd's
+    # traced backward alike): without return_lse the backward does nothing more than before
+    ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, do, dlse, bwd=_bwd_op):
-    # lse is an internal output: nothing downstream differentiates it. The custom op's autograd
-    # (traced by torch.compile, where torch.compiler.is_compiling() is False inside AOT autograd's
-    # backward) must call the backward op; the eager Function calls the implementation directly.
+    # dlse: the gradient of the (base-2) lse output, None (eager) when nothing downstream uses it
+    # (`triton_attention(return_lse=True)` hands it out in natural log); do is None when only
+    # the lse is used. The custom op's autograd (traced by torch.compile, where
+    # torch.compiler.is_compiling() is False inside AOT autograd's backward) must call the
+    # backward op; the eager Function calls the implementation directly.
     q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, cu_seqlens = ctx.saved_tensors
+    if do is None:
+        do = torch.zeros_like(o)
     dq, dk, dv = bwd(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices,
-                     ctx.block_size, ctx.causal, ctx.scale, cu_seqlens)
+                     ctx.block_size, ctx.causal, ctx.scale, cu_seqlens, dlse)
     return dq, dk, dv, None, None, None, None, None, None, None, None, None
 
 
@@ -732,7 +747,6 @@ class _EagerAttention(torch.autograd.Function):
         inputs = (q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens)
         output = _fwd_impl(*inputs)
         _setup_context(ctx, inputs, output)
-        ctx.mark_non_differentiable(output[1])
         return output
 
     @staticmethod
@@ -755,7 +769,8 @@ def triton_attention(
     kv_lens: torch.Tensor | None = None,
     scale: float | None = None,
     cu_seqlens: torch.Tensor | None = None,
-) -> torch.Tensor:
+    return_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """FlashAttention in Triton (forward and backward), dense, causal or block-sparse, packed or not.
 
     q: (B, H, Lq, D), k and v: (B, HKV, Lk, D), fp16 or bf16, D a multiple of 8 from 16 to 256
@@ -767,8 +782,10 @@ def triton_attention(
     cu_seqlens: (N+1,) int32, documents packed in the rows (valid as ``genoformer.kernels.documents``
     checks it; Lq == Lk, no kv_lens): a token attends only inside its document, and a tile's work
     is cut to its documents' span.
-    Returns (B, H, Lq, D) in q's dtype.  Raises ValueError saying what to change when the kernels
-    cannot run the inputs (see ``unsupported_reason``).
+    Returns (B, H, Lq, D) in q's dtype; with return_lse also the lse (B, H, Lq) fp32 in natural log
+    (-inf for a row with no allowed key; the forward's base-2 row statistic converted), whose
+    gradient the backward takes (``triton_flash_bwd``).  Raises ValueError saying what to change
+    when the kernels cannot run the inputs (see ``unsupported_reason``).
     """
     _check(q, k, v, causal, layout, kv_lens, cu_seqlens)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
@@ -781,6 +798,9 @@ def triton_attention(
         kv_counts, kv_indices = layout.kv_indices(q.device)
         q_counts, q_indices = layout.q_indices(q.device)
     forward = _fwd_op if torch.compiler.is_compiling() else _EagerAttention.apply
-    o, _ = forward(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
-                   cu_seqlens)
-    return o
+    o, lse2 = forward(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
+                      cu_seqlens)
+    if not return_lse:
+        return o
+    # base 2 -> natural log; the kernels' +inf of an empty row (exp2(s2 - inf) == 0) -> -inf
+    return o, torch.where(lse2 == float("inf"), float("-inf"), lse2 * LN2)

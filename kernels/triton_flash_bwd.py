@@ -1,7 +1,8 @@
 """Triton FlashAttention backward kernels, deterministic (no atomics).
 
 Three launches, in reading order:
-  1. ``bwd_preprocess_kernel``: delta = rowsum(dO * O)  (B, H, Lq) fp32.
+  1. ``bwd_preprocess_kernel``: delta = rowsum(dO * O) - dlse  (B, H, Lq) fp32, dlse the gradient
+     that reaches the natural-log lse when the caller returned it (``attention(return_lse=True)``).
   2. ``bwd_dkdv_kernel``: one program per (batch, kv head, key tile); dK and dV stay in registers
      while it walks the query tiles that attend to its key tile (the transposed layout's CSR list),
      for each of the GROUP query heads of its kv head in turn: the GQA sum is a plain loop, so the
@@ -21,6 +22,9 @@ columns d >= D of q, k, v, dO read 0, so the matmuls over the head dim see zeros
 dK, dV come out 0 in those columns, which the stores skip.
 With p = exp2(s2 - lse) (the softmax) and dS = p * (dP - delta), dP = dO . V^T:
   dV = P^T dO,   dK = scale * dS^T Q,   dQ = scale * dS K.
+dS is the gradient of the natural-log scores s = scale * q . k.  The lse's own gradient enters
+through delta alone: d lse_i / d s_ij = p_ij, so a gradient g_i on lse_i adds g_i * p_ij to dS_ij,
+which is dS = p * (dP - (delta - g)).
 """
 
 from __future__ import annotations
@@ -59,10 +63,12 @@ def store_scaled(OUT, b, sout_b, h, sout_h, offs, sout_l, value, scale, rows_ok,
 
 @triton.jit
 def bwd_preprocess_kernel(
-    O, DO, DELTA, so_b, so_h, so_l, sdo_b, sdo_h, sdo_l, H, Lq,
+    O, DO, DLSE, DELTA, so_b, so_h, so_l, sdo_b, sdo_h, sdo_l, H, Lq,
     D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M: tl.constexpr, ALIGN8: tl.constexpr,
+    HAS_DLSE: tl.constexpr,
 ):
-    # grid: (B * H, cdiv(Lq, BLOCK_M))
+    # grid: (B * H, cdiv(Lq, BLOCK_M)).  DLSE (B, H, Lq) fp32, contiguous: the gradient of the
+    # base-2 lse the forward stored (HAS_DLSE only)
     bh = tl.program_id(0)
     b = bh // H
     h = bh % H
@@ -74,6 +80,9 @@ def bwd_preprocess_kernel(
     do = load_tile(tile_ptrs(head_ptr(DO, b, sdo_b, h, sdo_h, ALIGN8), offs_m, sdo_l, offs_d, ALIGN8),
                    row_ok, offs_d, D, D_TILE, True)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    if HAS_DLSE:
+        # a gradient g2 on lse2 = lse * log2(e) is g2 * log2(e) on the natural-log lse
+        delta -= tl.load(DLSE + bh.to(tl.int64) * Lq + offs_m, mask=row_ok, other=0.0) * 1.4426950408889634
     tl.store(DELTA + bh.to(tl.int64) * Lq + offs_m, delta, mask=row_ok)
 
 

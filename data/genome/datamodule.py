@@ -5,13 +5,18 @@ sets its epoch); validation and test tile their splits; checkpoints carry how fa
 (genoformer.data.loaders). Batches: ``{"tokens": torch.uint8 (B, L), "contig": int64 (B,),
 "start": int64 (B,), ...}``, or with ``pack`` ``{"tokens": torch.uint8 (B, L), "cu_seqlens": int32
 (N + 1,), "doc_contig": int64 (N,), ...}`` for N documents (see genoformer.data.packing).
+
+Context parallelism: when the trainer's strategy splits every window over several processes
+(`WindowSplit`), each process reads only its part of each training, validation and test window
+(``tokens`` (B, P), P of the window's L positions), and the samples are sharded over the groups
+of processes that share windows instead of over processes.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import lightning as L
 from torch.utils.data import DataLoader, Dataset
@@ -29,6 +34,23 @@ from genoformer.data.splits import SequenceSource, SplitSpec, split_intervals
 from genoformer.hints import hint, option
 
 log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class WindowSplit(Protocol):
+    """A trainer strategy that splits every window over several processes (context parallelism:
+    genoformer.core.context_parallel.ContextParallelStrategy). The data module asks its trainer's
+    strategy, when it is one, which positions of each window this process reads and over which
+    replicas the samples are sharded. The protocol lives here, with the side that asks, so that
+    the data never imports the model."""
+
+    def window_part(self, window: int) -> tuple[tuple[int, int], ...]:
+        """The positions of a window of ``window`` tokens this process reads: (first, stop) ranges
+        in the order it holds them."""
+
+    def sample_replica(self) -> tuple[int, int]:
+        """(replica, replicas): the processes that share windows form one replica, and the
+        samples are sharded over replicas (every process of one reads the same windows)."""
 
 
 class GenomeDataModule(ShardedLoaders, L.LightningDataModule):
@@ -61,8 +83,14 @@ class GenomeDataModule(ShardedLoaders, L.LightningDataModule):
         cache_mb: Decoded-chunk cache per process, in MiB.
         multiprocessing_context: "fork", "spawn" or "forkserver" for workers (None: platform default).
         persistent_workers: Keep workers alive between epochs.
-        rank: This process's rank for sharding (default: from torch.distributed, else 0).
-        world_size: Number of ranks (default: from torch.distributed, else 1).
+        rank: This process's rank for sharding (default: from torch.distributed, else 0). Under a
+            strategy that splits windows (`WindowSplit`), its replica instead.
+        world_size: Number of ranks (default: from torch.distributed, else 1); under a strategy
+            that splits windows, its number of replicas.
+        source_weights: Share of the training windows from each source file, by file name (e.g.
+            ``{ecoli_k12_mg1655.fasta.gz: 1, drosophila_dm3_chr2R.fasta.gz: 1}``: half each, whatever
+            their lengths); every training file must be named. Default: files weighted by length.
+            Not with ``pack``.
     """
 
     store_inputs: ClassVar[str] = "fasta"
@@ -89,6 +117,7 @@ class GenomeDataModule(ShardedLoaders, L.LightningDataModule):
         persistent_workers: bool = False,
         rank: int | None = None,
         world_size: int | None = None,
+        source_weights: dict[str, float] | None = None,
     ) -> None:
         super().__init__()
         if pack and max_shift:
@@ -105,7 +134,10 @@ class GenomeDataModule(ShardedLoaders, L.LightningDataModule):
         self.max_n_fraction = max_n_fraction
         self.reverse_complement = reverse_complement
         self.max_shift = max_shift
+        if pack and source_weights is not None:
+            raise ValueError("source_weights is not supported with pack=True yet; leave one of them out")
         self.pack = pack
+        self.source_weights = source_weights
         self.seed = seed
         self.cache_bytes = cache_mb << 20
         self.multiprocessing_context = multiprocessing_context
@@ -136,6 +168,7 @@ class GenomeDataModule(ShardedLoaders, L.LightningDataModule):
             self.datasets["predict"] = TiledWindowDataset(store, self.window, self.eval_stride, cache_bytes=self.cache_bytes)
             return
         intervals = split_intervals([SequenceSource(c.name, c.length, c.source_name) for c in store.contigs], self.split)
+        part = self._window_part()
         if stage in ("fit", None):
             if not self.pack:
                 self._check_record_lengths(store, intervals["train"])
@@ -149,19 +182,42 @@ class GenomeDataModule(ShardedLoaders, L.LightningDataModule):
                 self.datasets["train"] = RandomWindowDataset(
                     store, self.window, self.samples_per_epoch, intervals=intervals["train"], seed=self.seed,
                     max_n_fraction=self.max_n_fraction, reverse_complement=self.reverse_complement,
-                    max_shift=self.max_shift, cache_bytes=self.cache_bytes,
+                    max_shift=self.max_shift, cache_bytes=self.cache_bytes, source_weights=self.source_weights,
+                    part=part,
                 )
-        tiled = PackedTiledWindowDataset if self.pack else TiledWindowDataset
+        tiled, extra = (PackedTiledWindowDataset, {}) if self.pack else (TiledWindowDataset, {"part": part})
         for name, needed_by in (("val", "validate"), ("test", "test")):
             if intervals[name]:
                 self.datasets[name] = tiled(store, self.window, self.eval_stride, intervals=intervals[name],
-                                            cache_bytes=self.cache_bytes)
+                                            cache_bytes=self.cache_bytes, **extra)
             elif stage == needed_by:
                 raise ValueError(
                     f"the {name} split of {self.store_path} is empty: hold out a part with "
                     + hint(f"split=SplitSpec({name}_fraction=0.02)", f"--data.init_args.split.{name}_fraction 0.02")
                     + f", or name {name} contigs or files (split.by)"
                 )
+
+    def _window_split(self) -> WindowSplit | None:
+        """The trainer's strategy when it splits windows over processes, else None (also without a trainer)."""
+        strategy = getattr(self.trainer, "strategy", None)
+        return strategy if isinstance(strategy, WindowSplit) else None
+
+    def _window_part(self) -> tuple[tuple[int, int], ...] | None:
+        """The positions of each window this process reads; None: all of them."""
+        split = self._window_split()
+        if split is None:
+            return None
+        if self.pack:
+            raise ValueError(
+                "pack=True cannot be combined with context parallelism yet: the ring attention "
+                "(genoformer.kernels.ring) does not keep packed documents apart across processes; set "
+                + option("pack", False)
+            )
+        return split.window_part(self.window)
+
+    def _sampler_replica(self) -> tuple[int | None, int | None]:
+        split = self._window_split()
+        return super()._sampler_replica() if split is None else split.sample_replica()
 
     def _check_record_lengths(self, store: GenomeStore, train: list) -> None:
         """Point at ``pack`` when training intervals are shorter than the window (they give no
@@ -212,7 +268,7 @@ class GenomeDataModule(ShardedLoaders, L.LightningDataModule):
             return f"store {self.store_path}: " + describe_documents(batch, names)
         rows = []
         for row, (contig, start) in enumerate(zip(batch["contig"].tolist(), batch["start"].tolist())):
-            length = int(batch["length"][row]) if "length" in batch else batch["tokens"].shape[1]
+            length = int(batch["length"][row]) if "length" in batch else self.window  # whole windows, also of parts
             strand = " (reverse complement)" if "reverse" in batch and bool(batch["reverse"][row]) else ""
             rows.append(f"{names[contig]}[{start}:{start + length}){strand}")
         return f"store {self.store_path}: " + ", ".join(rows[:8]) + (", ..." if len(rows) > 8 else "")

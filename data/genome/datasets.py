@@ -12,6 +12,13 @@ Both datasets are map-style and take keys that are an index or an ``(epoch, inde
 (see :class:`genoformer.data.sampling.ShardSampler`). They hold the store path and metadata;
 the zarr handles and chunk cache are opened lazily in each process (DataLoader worker) that
 reads, after fork or spawn.
+
+Window parts (context parallelism, where several processes share every window): the random and
+tiled datasets take a ``part``, the window positions this process keeps, as (first, stop) ranges
+in the order it holds them (the strategy that splits the windows says which, see
+genoformer.data.genome.datamodule.WindowSplit). A sample's ``tokens`` are then those positions
+only, read from the store range by range; its metadata still describes the whole window, and
+every process that shares a window draws the same one.
 """
 
 from __future__ import annotations
@@ -56,6 +63,34 @@ def whole_contigs(store: GenomeStore) -> list[Interval]:
     return [Interval(c.index, 0, c.length) for c in store.contigs]
 
 
+WindowPart = Sequence[tuple[int, int]]
+"""Window positions one process keeps: (first, stop) ranges, in the order it holds them."""
+
+
+def read_part(store: GenomeStore, contig: int, start: int, end: int, window: int, part: WindowPart | None,
+              reverse: bool = False) -> np.ndarray:
+    """uint8 tokens at the positions ``part`` (None: all of them) of a window of ``window``
+    positions over the bases [start, end) of ``contig``; only those bases are read. Positions from
+    end - start on are PAD (a tile cut at an interval's end). ``reverse``: the window as the
+    reverse strand reads it (position p is the complement of base end - 1 - p; whole windows only,
+    end - start == window)."""
+    pieces = []
+    for first, stop in ((0, window),) if part is None else part:
+        if reverse:
+            pieces.append(reverse_complement(store.read(contig, end - stop, end - first)))
+            continue
+        bases = store.read(contig, min(start + first, end), min(start + stop, end))
+        if len(bases) < stop - first:
+            bases = np.concatenate([bases, np.full(stop - first - len(bases), PAD, dtype=np.uint8)])
+        pieces.append(bases)
+    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+
+def take_part(codes: np.ndarray, part: WindowPart | None) -> np.ndarray:
+    """The positions ``part`` (None: all) of a window's tokens already read whole."""
+    return codes if part is None else np.concatenate([codes[first:stop] for first, stop in part])
+
+
 class RandomWindowDataset(Dataset):
     """Random windows of ``window`` bases for training, drawn uniformly over all valid starts
     (so contigs are weighted by length) inside the given intervals.
@@ -77,12 +112,21 @@ class RandomWindowDataset(Dataset):
             inside the interval): jitter for restricted intervals.
         cache_bytes: Decoded-chunk cache per process.
         max_attempts: Draws per sample before giving up with an error.
+        part: The window positions this process keeps (see the module docstring); None: all.
+            The N check still counts the whole window (every process must agree on the draw),
+            so with ``max_n_fraction`` < 1 the whole window is read and the part kept.
+        source_weights: Share of the windows drawn from each source file, by file name (as
+            the store lists it: ``ContigInfo.source_name``), e.g. ``{"ecoli.fa.gz": 1, "fly.fa.gz":
+            1}`` for half and half whatever their lengths; inside a file, windows stay uniform
+            over its valid starts. Every file with training intervals must be named. None (the
+            default): every valid start equally likely, so files are weighted by length.
     """
 
     def __init__(self, store: str | Path | GenomeStore, window: int, samples_per_epoch: int, *,
                  intervals: Sequence[Interval] | None = None, seed: int = 0, max_n_fraction: float = 0.1,
                  reverse_complement: bool = False, max_shift: int = 0,
-                 cache_bytes: int = DEFAULT_CACHE_BYTES, max_attempts: int = 100) -> None:
+                 cache_bytes: int = DEFAULT_CACHE_BYTES, max_attempts: int = 100,
+                 source_weights: dict[str, float] | None = None, part: WindowPart | None = None) -> None:
         if window < 1 or samples_per_epoch < 1:
             raise ValueError(f"window ({window}) and samples_per_epoch ({samples_per_epoch}) must be >= 1")
         if not 0 <= max_n_fraction <= 1:
@@ -97,6 +141,7 @@ class RandomWindowDataset(Dataset):
         self.reverse_complement = reverse_complement
         self.max_shift = max_shift
         self.max_attempts = max_attempts
+        self.part = part
         usable, short = [], []
         for iv in (whole_contigs(gs) if intervals is None else intervals):
             contig = gs.contigs[iv.index]
@@ -118,6 +163,9 @@ class RandomWindowDataset(Dataset):
         # Valid starts per interval; a uniform draw over their total weights contigs by length.
         starts = np.array([iv.length - window + 1 for iv in usable], dtype=np.int64)
         self._cum_starts = np.cumsum(starts)
+        # With source weights: the probability of each interval, its file's share split by valid starts.
+        self._cum_probability = None if source_weights is None else np.cumsum(
+            interval_probabilities(gs, usable, starts, source_weights))
 
     @property
     def store(self) -> GenomeStore:
@@ -135,10 +183,16 @@ class RandomWindowDataset(Dataset):
         return self._draw(sample_rng(self.seed, epoch, index))
 
     def _draw(self, rng: np.random.Generator) -> tuple[int, int, bool]:
-        u = int(rng.integers(self._cum_starts[-1]))
-        j = int(np.searchsorted(self._cum_starts, u, side="right"))
+        if self._cum_probability is None:
+            u = int(rng.integers(self._cum_starts[-1]))
+            j = int(np.searchsorted(self._cum_starts, u, side="right"))
+            offset = u - (int(self._cum_starts[j - 1]) if j else 0)
+        else:
+            j = min(int(np.searchsorted(self._cum_probability, rng.random() * self._cum_probability[-1], side="right")),
+                    len(self.intervals) - 1)
+            offset = int(rng.integers(self._cum_starts[j] - (self._cum_starts[j - 1] if j else 0)))
         iv = self.intervals[j]
-        start = iv.start + u - (int(self._cum_starts[j - 1]) if j else 0)
+        start = iv.start + offset
         if self.max_shift:
             shift = int(rng.integers(-self.max_shift, self.max_shift + 1))
             start = min(max(start + shift, iv.start), iv.end - self.window)
@@ -150,18 +204,40 @@ class RandomWindowDataset(Dataset):
         rng = sample_rng(self.seed, epoch, index)
         store = self.store
         limit = self.max_n_fraction * self.window
+        codes = None  # the whole window, once the N check has read it
         for _ in range(self.max_attempts):
             contig, start, reverse = self._draw(rng)
+            if limit >= self.window:
+                break
             codes = store.read(contig, start, start + self.window)
-            if limit >= self.window or np.count_nonzero(codes == N) <= limit:
+            if np.count_nonzero(codes == N) <= limit:
                 break
         else:
             raise RuntimeError(f"no window of {self.window} bases with at most {self.max_n_fraction:.0%} N "
                                f"found in {self.max_attempts} draws; raise max_n_fraction or shorten the window")
-        if reverse:
-            codes = reverse_complement(codes)
+        if codes is None:
+            codes = read_part(store, contig, start, start + self.window, self.window, self.part, reverse)
+        else:
+            codes = take_part(reverse_complement(codes) if reverse else codes, self.part)
         return {"tokens": torch.from_numpy(codes), "contig": contig, "start": start, "reverse": reverse,
                 "index": index}
+
+
+def interval_probabilities(store: GenomeStore, intervals: Sequence[Interval], starts_I: np.ndarray,
+                           source_weights: dict[str, float]) -> np.ndarray:
+    """(I,) probability of drawing each interval: its source file's normalised weight, shared
+    among the file's intervals in proportion to their valid starts ``starts_I``."""
+    sources = [store.contigs[iv.index].source_name for iv in intervals]
+    missing = sorted(set(sources) - set(source_weights))
+    if missing:
+        raise ValueError(f"source_weights names no weight for {missing}; give every training file a weight "
+                         f"(files here: {sorted(set(sources))}) or leave source_weights out")
+    bad = {name: w for name, w in source_weights.items() if not (np.isfinite(w) and w >= 0)}
+    if bad or not any(source_weights[name] > 0 for name in sources):
+        raise ValueError(f"source_weights must be finite, >= 0 and not all 0 for the training files: {source_weights}")
+    per_file = {name: int(sum(n for s, n in zip(sources, starts_I) if s == name)) for name in set(sources)}
+    total = sum(source_weights[name] for name in per_file)
+    return np.array([source_weights[s] / total * n / per_file[s] for s, n in zip(sources, starts_I)], dtype=np.float64)
 
 
 def tile_starts(length: int, window: int, stride: int) -> range:
@@ -181,13 +257,16 @@ class TiledWindowDataset(Dataset):
     Tiles start every ``stride`` bases from each interval's start; the last tile of an interval
     stops at the interval's end and is padded with PAD (``length`` = real tokens). Samples:
     ``{"tokens": uint8 (L,), "contig", "start", "length", "index"}``. Keys may be an index or an
-    (epoch, index) pair; the epoch is ignored.
+    (epoch, index) pair; the epoch is ignored. ``part``: the window positions this process keeps
+    (see the module docstring); ``length`` still counts the whole tile's bases.
     """
 
     def __init__(self, store: str | Path | GenomeStore, window: int, stride: int | None = None, *,
-                 intervals: Sequence[Interval] | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+                 intervals: Sequence[Interval] | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES,
+                 part: WindowPart | None = None) -> None:
         self._holder = _StoreHolder(store, cache_bytes)
         self.window = window
+        self.part = part
         self.stride = window if stride is None else stride
         ivs = whole_contigs(self._holder.store) if intervals is None else list(intervals)
         self.intervals = [iv for iv in ivs if iv.length > 0]
@@ -216,9 +295,7 @@ class TiledWindowDataset(Dataset):
     def __getitem__(self, key: int | tuple[int, int]) -> dict:
         _, index = split_key(key, 0)
         contig, start, end = self.locate(index)
-        codes = self.store.read(contig, start, end)
-        if end - start < self.window:
-            codes = np.concatenate([codes, np.full(self.window - (end - start), PAD, dtype=np.uint8)])
+        codes = read_part(self.store, contig, start, end, self.window, self.part)
         return {"tokens": torch.from_numpy(codes), "contig": contig, "start": start, "length": end - start,
                 "index": index}
 

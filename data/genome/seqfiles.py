@@ -1,4 +1,4 @@
-"""Reading sequence files: FASTA or GenBank, plain or gzip/xz/bzip2 compressed, streamed.
+"""Reading sequence files: FASTA, GenBank or GFF3 with a ##FASTA section, plain or gzip/xz/bzip2 compressed, streamed.
 
 Compression is recognised from the file's first bytes (not its name). The raw bytes pass
 through a SHA-256 hasher on the way in, so the source checksum costs no second read.
@@ -6,7 +6,8 @@ Records come out one at a time (memory is bounded by the largest record). Errors
 and where it matters the record and the 1-based base position.
 
 FASTA is parsed with Biopython's ``SimpleFastaParser`` (universal newlines, so CRLF files read
-the same as LF files); GenBank with ``Bio.SeqIO.parse(handle, "genbank")``.
+the same as LF files); GenBank with ``Bio.SeqIO.parse(handle, "genbank")``; GFF3 (as Prokka and
+Bakta write it) by skipping its annotation lines to the ``##FASTA`` line and parsing the rest as FASTA.
 """
 
 from __future__ import annotations
@@ -134,6 +135,8 @@ class SequenceFileReader:
             return "fasta"
         if text.startswith(b"LOCUS"):
             return "genbank"
+        if text.startswith(b"##gff-version 3"):
+            return "gff3"
         if not text:
             raise ValueError(f"{self.path}: the file holds only whitespace; expected FASTA records")
         if b"\x00" in head or any(b > 0x7F for b in head[:256]):
@@ -141,14 +144,21 @@ class SequenceFileReader:
                              "pass FASTA files, plain or gzip/xz/bzip2 compressed")
         first_line = text.split(b"\n", 1)[0][:40].decode("latin-1")
         raise ValueError(f"{self.path}: not a FASTA file: the first line {first_line!r} is not a "
-                         "'>name' header (GenBank files must start with 'LOCUS')")
+                         "'>name' header (GenBank files must start with 'LOCUS', GFF3 files with '##gff-version 3')")
 
     def records(self) -> Iterator[SequenceRecord]:
         """Yield records in file order; raises ValueError with the file name on malformed input."""
         fmt = self._sniff_format()
         text = io.TextIOWrapper(self._binary, encoding="latin-1", newline=None)
         try:
-            if fmt == "fasta":
+            if fmt == "gff3":  # the sequences are the FASTA records after the ##FASTA line
+                for line in text:
+                    if line.startswith("##FASTA"):
+                        break
+                else:
+                    raise ValueError(f"{self.path}: a GFF3 file without a ##FASTA section holds no sequences; "
+                                     "pass the genome's FASTA file instead (GFF3 from Prokka or Bakta embeds it)")
+            if fmt in ("fasta", "gff3"):
                 for title, seq in SimpleFastaParser(text):
                     name = title.split(None, 1)[0] if title.strip() else ""
                     if not name:
@@ -176,7 +186,7 @@ def read_records(path: str | Path) -> Iterator[SequenceRecord]:
         yield from reader.records()
 
 
-SEQUENCE_FILE_SUFFIXES = (".fa", ".fasta", ".fna", ".ffn", ".fas", ".gb", ".gbk", ".genbank")
+SEQUENCE_FILE_SUFFIXES = (".fa", ".fasta", ".fna", ".ffn", ".fas", ".gb", ".gbk", ".genbank", ".gff3", ".gff")
 """A str input ending in one of these (optionally plus .gz/.xz/.bz2) is read as a file."""
 _COMPRESSION_SUFFIXES = (".gz", ".xz", ".bz2")
 

@@ -20,6 +20,14 @@ takes them): every layer's attention then stays inside each document and RoPE po
 at 0 at every document start (`document_positions`), so each document is computed exactly as if
 it ran alone.
 
+Context parallelism. While `sequence_shard` is set (`genoformer.core.context_parallel.sharded`
+sets it for one step), the trunk's input is this process's part of every sequence, as
+`genoformer.kernels.ring.Sharding` cuts it: RoPE rotates each token at its position in the whole
+sequence, layouts are built for the whole sequence, and every layer's attention runs over the whole
+sequence through the ring (`SequenceShard.attention`), so each part's outputs equal the same rows
+of a forward pass over the whole sequence. The blocks receive the shard as an argument, so that a
+recomputation (activation checkpointing) in the backward pass finds it.
+
 Incremental decoding. `Transformer.decode` runs a causal dense model a few tokens at a time
 with a `KVCache` (the rotated keys and the values of every block at the positions seen so far):
 a prefill of the prompt into an empty cache, then one token per call, each costing one token's
@@ -44,7 +52,7 @@ import math
 import sys
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 import torch.nn.functional as F
@@ -55,6 +63,9 @@ from genoformer.core.runtime import RUNTIME_FIELDS, RuntimeSettings
 from genoformer.kernels.dispatch import AttentionPlan, Backend, attention, plan_attention
 from genoformer.kernels.documents import document_bounds
 from genoformer.kernels.layout import BlockLayout, LayoutSpec
+
+if TYPE_CHECKING:
+    from genoformer.core.context_parallel import SequenceShard
 
 
 @dataclasses.dataclass
@@ -390,8 +401,12 @@ class Attention(nn.Module):
         kv_lens_B: Optional[torch.Tensor],
         backend: Backend,
         cu_seqlens: Optional[torch.Tensor] = None,
+        shard: Optional[SequenceShard] = None,
     ) -> torch.Tensor:
         q_BHLD, k_BKLD, v_BKLD = self.project(x_BLE, cos_LR, sin_LR)
+        if shard is not None:  # context parallelism: this part's rows of the whole sequence's attention
+            o_BHLD = shard.attention(q_BHLD, k_BKLD, v_BKLD, causal=causal, layout=layout, backend=backend)
+            return self.merge_heads(o_BHLD)
         o_BHLD = attention(
             q_BHLD, k_BKLD, v_BKLD, causal=causal, layout=layout, kv_lens=kv_lens_B, backend=backend,
             cu_seqlens=cu_seqlens,
@@ -467,10 +482,11 @@ class Block(nn.Module):
         kv_lens_B: Optional[torch.Tensor],
         backend: Backend,
         cu_seqlens: Optional[torch.Tensor] = None,
+        shard: Optional[SequenceShard] = None,
     ) -> torch.Tensor:
         a_BLE = self.attn(
             self.attn_norm(x_BLE), cos_LR, sin_LR, causal=causal, layout=layout, kv_lens_B=kv_lens_B, backend=backend,
-            cu_seqlens=cu_seqlens,
+            cu_seqlens=cu_seqlens, shard=shard,
         )
         x_BLE = x_BLE + self.drop(a_BLE)
         return x_BLE + self.drop(self.mlp(self.mlp_norm(x_BLE)))
@@ -515,6 +531,7 @@ class TransformerTrunk(nn.Module):
         # (pattern index, seq_len) -> layout, least recently used first; layouts live on the CPU.
         self._layouts: OrderedDict[tuple[int, int], BlockLayout] = OrderedDict()
         self._plans: dict[tuple, tuple[Optional[BlockLayout], AttentionPlan]] = {}  # see attention_plan
+        self.sequence_shard: Optional[SequenceShard] = None  # context parallelism (module docstring)
 
     def apply_runtime(self, settings: RuntimeSettings) -> None:
         """Run with `settings` from now on (the one place where runtime settings reach the model).
@@ -657,11 +674,16 @@ class TransformerTrunk(nn.Module):
         (see the module docstring); not together with lengths_B (a row's padding is then its last
         document)."""
         B, L, _ = x_BLE.shape
-        if L > self.config.max_seq_len:
+        shard = self.sequence_shard
+        seq_len = L if shard is None else shard.seq_len
+        if seq_len > self.config.max_seq_len:
             raise ValueError(
-                f"sequence length {L} exceeds max_seq_len={self.config.max_seq_len}; tile longer "
+                f"sequence length {seq_len} exceeds max_seq_len={self.config.max_seq_len}; tile longer "
                 "sequences (genoformer.genome.embeddings.Embedder does) or raise max_seq_len in the config."
             )
+        if shard is not None:
+            shard.check_inputs(L, causal=self.config.causal, lengths_B=lengths_B, cu_seqlens=cu_seqlens)
+            lengths_B = None  # causal: a query never reaches the padding after it (check_inputs refuses the rest)
         if lengths_B is not None and cu_seqlens is not None:
             raise ValueError(
                 "give lengths or cu_seqlens, not both: in a packed batch a row's padding is its last "
@@ -674,15 +696,21 @@ class TransformerTrunk(nn.Module):
             kv_lens_B = lengths_B.to(device=x_BLE.device, dtype=torch.int32)
         x_BLE = self.drop(x_BLE)
         states = [x_BLE]
-        if cu_seqlens is None:
+        if shard is not None:
+            cos_LR, sin_LR = self.rotary.cos_sin_at(shard.positions(x_BLE.device)[None])  # (1, 1, L, R) each
+        elif cu_seqlens is None:
             cos_LR, sin_LR = self.rotary.cos_sin(L, x_BLE.device)
         else:
             cu_seqlens = cu_seqlens.to(x_BLE.device)
             cos_LR, sin_LR = self.rotary.cos_sin_at(document_positions(cu_seqlens, B, L))  # (B, 1, L, R) each
         for i in range(last):
             block = self.blocks[i]
-            plan = self.attention_plan(i, x_BLE, kv_lens_B, cu_seqlens)
-            args = (cos_LR, sin_LR, self.config.causal, plan.layout, kv_lens_B, plan.backend, cu_seqlens)
+            if shard is None:
+                plan = self.attention_plan(i, x_BLE, kv_lens_B, cu_seqlens)
+                layout, backend = plan.layout, plan.backend
+            else:  # the ring cuts the whole sequence's layout per pair of parts and plans each pair
+                layout, backend = self.layout(i, seq_len), self.runtime.attention_backend
+            args = (cos_LR, sin_LR, self.config.causal, layout, kv_lens_B, backend, cu_seqlens, shard)
             if self.runtime.activation_checkpointing and self.training and torch.is_grad_enabled():
                 x_BLE = checkpoint(block, x_BLE, *args, use_reentrant=False)
             else:

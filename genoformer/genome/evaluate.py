@@ -4,12 +4,26 @@ genome stores, and the per-base log-likelihood as a bedGraph or bigWig track.
     genoformer evaluate --checkpoint CKPT --inputs genome.fa.gz --context 8192 --out eval.json
     genoformer evaluate --checkpoint CKPT --inputs genome.zarr --split test --split_config run/config.yaml
     genoformer score --checkpoint CKPT --inputs genome.fa.gz --regions chr1:1-100,000 --bin 10 --out chr1.bw
+    genoformer evaluate --checkpoint CKPT --inputs strain.fa.gz --mix markov.npz --out eval.json
 
 The JSON holds ``{"total": {"bits_per_base", "bases"}, "records": [{"name", "bits_per_base",
 "bases", "source", "region"}, ...]}`` plus the settings and the speed (``bases_per_second``). Bits
 per base are -mean log2 p(base) over the scored bases (see `genoformer.genome.scoring`): A/C/G/T
 positions, less the first base of each record for causal models, which has no context (the
 Markov `baseline` leaves it out too, so both count the same bases).
+
+With ``--mix MODEL.npz`` (a Markov model from `genoformer baseline --save`) every base is also
+scored by the Markov model and by the mixture of the two (`genoformer.genome.mixture`): each row
+then holds ``markov_bits_per_base`` and ``mixture_bits_per_base`` beside the network's
+``bits_per_base``, all three over the same bases, and ``mixture`` says which mixture was used.
+`score` writes the mixture's log2 p instead of the network's.
+
+The window on a CPU: given neither --context nor --overlap, a model trained at a longer context
+than CPU_CONTEXT is read at CPU_CONTEXT tokens with an overlap of a quarter of it
+(`command_window`): on the 2-core CPU the shipped model then scores 3x faster than at its
+trained 8,192 with half-window overlap, for about 0.002 bits per base
+(benchmarks/results/mixture/cpu_speed.md). Otherwise (and on a GPU) the default is the trained
+context with overlap context // 2.
 
 Regions (``--regions``, or one ``--split`` of a training data split): only their bases are
 scored, and exactly as in the whole-record run: the windows of the record's tiling that keep them
@@ -40,9 +54,20 @@ from genoformer.data.splits import SplitSpec
 from genoformer.data.storage import atomic_build, refuse_existing, write_json, write_text
 from genoformer.hints import option
 from genoformer.kernels.dispatch import Backend
+from genoformer.genome.mixture import (
+    MarkovMixture,
+    MixModeName,
+    fit_weight,
+    load_mixture,
+    mix_with_weights,
+    mixture_settings,
+    require_causal,
+)
 from genoformer.genome.scoring import Scorer
 
 SplitName = Literal["train", "val", "test"]
+CPU_CONTEXT = 2048
+"""The longest default context of `evaluate` and `score` on a CPU (see the module docstring)."""
 BEDGRAPH_SUFFIXES = (".bedgraph", ".bg", ".bdg")
 BIGWIG_SUFFIXES = (".bw", ".bigwig")
 
@@ -101,15 +126,39 @@ def summarize(names: Sequence[str], sources: Sequence[str], log2p: Sequence[Sequ
     return {"total": total, "records": records}
 
 
+MIXED_COLUMNS = (("bits_per_base", "network"), ("markov_bits_per_base", "Markov"), ("mixture_bits_per_base", "mixture"))
+"""The bits per base of a report with --mix, and their column titles."""
+
+
 def format_table(report: dict[str, Any], title: str, what: str = "record") -> str:
-    """The per-record (or per-region: `what`) and total rows of a report as aligned text."""
-    rows = [(r["name"], r["bases"], r["bits_per_base"]) for r in report["records"]]
-    rows.append(("total", report["total"]["bases"], report["total"]["bits_per_base"]))
+    """The per-record (or per-region: `what`) and total rows of a report as aligned text: bits per
+    base, or with --mix the network's, the Markov model's and the mixture's side by side."""
+    keys = MIXED_COLUMNS if "mixture" in report else (("bits_per_base", "bits/base"),)
+    rows = [(r["name"], r["bases"], [r[key] for key, _ in keys]) for r in report["records"]]
+    rows.append(("total", report["total"]["bases"], [report["total"][key] for key, _ in keys]))
     width = max(len(name) for name, _, _ in rows + [(what, 0, 0)])
-    lines = [title, f"{what:<{width}}  {'bases':>12}  {'bits/base':>9}"]
-    for name, bases, bpb in rows:
-        lines.append(f"{name:<{width}}  {bases:>12,}  {'-' if bpb is None else f'{bpb:9.4f}':>9}")
+    lines = [title, f"{what:<{width}}  {'bases':>12}" + "".join(f"  {head:>9}" for _, head in keys)]
+    for name, bases, values in rows:
+        cells = "".join(f"  {'-' if value is None else f'{value:9.4f}':>9}" for value in values)
+        lines.append(f"{name:<{width}}  {bases:>12,}{cells}")
     return "\n".join(lines)
+
+
+def command_window(trained: int, device: torch.device, context: Optional[int], overlap: Optional[int]
+                   ) -> tuple[int, Optional[int], str]:
+    """The context and overlap `evaluate` and `score` run at, and a note when the CPU default
+    chose them. Given either, the trained context and overlap None (context // 2,
+    `Scorer.check_context`) fill in the other, as on a GPU; given neither on a CPU, the context
+    is at most CPU_CONTEXT and the overlap a quarter of it (every base after the first window
+    sees at least 3/4 of a window, and a window scores 3/4 of its bases instead of half)."""
+    if device.type != "cpu" or context is not None or overlap is not None:
+        return trained if context is None else context, overlap, ""
+    context = min(trained, CPU_CONTEXT)
+    if context == trained:
+        return context, None, ""
+    note = (f"on a CPU: context {context:,} (trained at {trained:,}) and overlap {context // 4:,}, the fast default; "
+            f"pass {option('context', trained)} for the trained window")
+    return context, context // 4, note
 
 
 def evaluate(
@@ -126,6 +175,10 @@ def evaluate(
     batch_size: int = 8,
     device: Optional[str] = None,
     backend: Backend = Backend.AUTO,
+    mix: Optional[Path] = None,
+    mix_mode: Optional[MixModeName] = None,
+    mix_weight: Optional[float] = None,
+    mix_switch_rate: Optional[float] = None,
     overwrite: bool = False,
 ) -> dict[str, Any]:
     """Bits per base of a trained checkpoint on DNA, per record (or region) and in total.
@@ -135,12 +188,16 @@ def evaluate(
     that exists, and its first base, which has none, is not scored by a causal model (nor by
     `genoformer baseline`). Masked models are scored by pseudo-likelihood. N bases are not scored.
     With `regions` or `split`, only those bases are scored, each exactly as in the whole-record
-    run (the bases before a region are its context), one row per region.
+    run (the bases before a region are its context), one row per region. With `mix`, the same
+    bases are also scored by a Markov model and by the mixture of the two, side by side; the
+    mixture starts afresh on every record, strand and region.
 
     Args:
         checkpoint: A .ckpt file written by `genoformer fit`.
         inputs: FASTA/GenBank files (plain, .gz, .xz, .bz2) or genome stores (.zarr folders).
-        context: Tokens of context per window; default the context the model was trained at.
+        context: Tokens of context per window; default the context the model was trained at (on a
+            CPU, with no overlap given, at most 2,048 with overlap 512: 3x faster for about 0.002
+            bits per base).
         overlap: Tokens shared by neighbouring windows; default context // 2.
         both_strands: Also score the reverse complement of every record (bits per base over both).
         regions: Score only these: a BED file (0-based, optional name column) or regions
@@ -155,16 +212,33 @@ def evaluate(
         batch_size: Windows per forward pass.
         device: cpu, cuda or cuda:N; default CUDA when available.
         backend: Attention backend; auto picks the fastest for the device.
+        mix: A Markov model (.npz from `genoformer baseline --save`) to mix with the network: each
+            base's probability is w p_network + (1 - w) p_markov with w chosen from the bases
+            before it only (a proper model: exact bits). Causal models only.
+        mix_mode: switching (the default): w follows whichever blend of the two models predicted
+            the recent bases best (fixed share over weights 0, 0.25, 0.5, 0.75, 1), so that a
+            strain of a trained species gets the Markov model's memory and a new genus the
+            network; fixed: one weight, --mix_weight (the default when that is given).
+        mix_weight: The network's weight at every base of a fixed mixture, 0 to 1; the report's
+            mixture.best_fixed_weight is the best one for the bases scored (fit it on validation data).
+        mix_switch_rate: Switching mixture: the chance of a switch of blend before each base
+            (default 0.001).
         overwrite: Replace an existing `out`.
     """
     if out is not None:
         refuse_existing(Path(out), overwrite)
+    mixture = mixture_settings(mix, mix_mode, mix_weight, mix_switch_rate)
     split_spec = read_split_spec(split_config)
     records = list(read_sequences(inputs))
     chosen = record_regions(records, regions, split=split, split_spec=split_spec)
     scorer = Scorer.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
-    context = scorer.context if context is None else context
+    context, overlap, window_note = command_window(scorer.context, scorer.device, context, overlap)
     overlap = scorer.check_context(context, overlap)
+    if window_note:
+        print(window_note)
+    if mixture is not None:
+        require_causal(scorer.causal, checkpoint)
+        mixing = load_mixture(mix, mixture)
     sequences = [r.codes for r in records]
     if both_strands:
         sequences += [reverse_complement(r.codes) for r in records]
@@ -200,13 +274,51 @@ def evaluate(
     if split is not None:
         report["split"] = {"name": split, "spec": dataclasses.asdict(split_spec or SplitSpec()),
                            "config": None if split_config is None else str(split_config)}
+    if mixture is not None:
+        report["mixture"] = _mixture_report(report, mixing, sequences, log2p, ranges)
     strand_note = " (both strands)" if both_strands else ""
     what = "record" if regions is None and split is None else "region"
     print(format_table(report, f"bits per base at a {context:,}-token context{strand_note}: {checkpoint}", what))
     print(f"{positions:,} positions in {seconds:.1f} s ({positions / seconds:,.0f} bases/s on {report['device']})")
+    if mixture is not None:
+        mixed = report["mixture"]
+        best = "" if mixed["best_fixed_weight"] is None else (
+            f"; the best fixed weight for these bases would be {mixed['best_fixed_weight']:.3f} "
+            f"({mixed['best_fixed_bits_per_base']:.4f} bits/base, fitted on them)")
+        weight = "" if mixed["mean_network_weight"] is None else f"; mean weight on the network {mixed['mean_network_weight']:.3f}"
+        print(f"mixture: {mixing.label()}{weight}{best}")
     if out is not None:
         print(f"wrote {write_json(out, report, overwrite=True)}")
     return report
+
+
+def _mixture_report(report: dict[str, Any], mixing: MarkovMixture, sequences: Sequence[np.ndarray],
+                    log2p: Sequence[np.ndarray], ranges: Sequence[Sequence[tuple[int, int, int]]]) -> dict[str, Any]:
+    """Add the Markov model's and the mixture's bits per base to every row and the total of a
+    report (each region and strand one stream of the mixture); return what the report's
+    "mixture" holds: the settings, the mean weight of the network, the best fixed weight for these
+    bases and its bits per base (fitted on them: a bound, not a result), the seconds it took."""
+    began = time.perf_counter()
+    scored = [list(zip(*(mixing.score(sequences[i], log2p[i][lo:hi], lo, hi) for i, lo, hi in parts))) for parts in ranges]
+    seconds = time.perf_counter() - began
+    for key, which in (("markov_bits_per_base", 0), ("mixture_bits_per_base", 1)):
+        other = summarize([row["name"] for row in report["records"]], [row["source"] for row in report["records"]],
+                          [parts[which] for parts in scored])
+        for row, row_other in zip([*report["records"], report["total"]], [*other["records"], other["total"]]):
+            row[key] = row_other["bits_per_base"]
+    network_L = np.concatenate([log2p[i][lo:hi] for parts in ranges for i, lo, hi in parts])
+    markov_L = np.concatenate([values for parts in scored for values in parts[0]])
+    weights_L = np.concatenate([values for parts in scored for values in parts[2]])
+    both_L = np.isfinite(network_L) & np.isfinite(markov_L)
+    best = fit_weight(network_L, markov_L) if both_L.any() else None
+    return {
+        **mixing.describe(),
+        "mean_network_weight": float(weights_L[both_L].mean()) if both_L.any() else None,
+        "best_fixed_weight": best,
+        "best_fixed_bits_per_base": None if best is None else
+        -float(np.mean(mix_with_weights(network_L[both_L], markov_L[both_L], best))),
+        "seconds": seconds,
+    }
 
 
 # ------------------------------------------------------------------------------------- tracks
@@ -328,6 +440,10 @@ def score(
     batch_size: int = 8,
     device: Optional[str] = None,
     backend: Backend = Backend.AUTO,
+    mix: Optional[Path] = None,
+    mix_mode: Optional[MixModeName] = None,
+    mix_weight: Optional[float] = None,
+    mix_switch_rate: Optional[float] = None,
     overwrite: bool = False,
 ) -> Path:
     """Write the per-base log-likelihood (log2 p, in bits) of every record as a bedGraph or bigWig track.
@@ -338,7 +454,8 @@ def score(
     less expected by the model. With `regions`, only their bases are scored, each exactly as in
     the whole-record run, and the track keeps record coordinates and names (overlapping regions
     are joined). bedGraph rows are 0-based, half-open; adjacent bases or bins whose values are
-    equal share a row.
+    equal share a row. With `mix`, the values are the mixture's log2 p (`genoformer evaluate
+    --help`), on the bases the network scores; the mixture starts afresh on every stretch.
 
     Args:
         checkpoint: A .ckpt file written by `genoformer fit`.
@@ -349,35 +466,57 @@ def score(
             inclusive; chrom alone is the whole record), several after one flag.
         bin: Bases per value: the mean of the scored bases of each bin of this many bases (bins
             start at multiples of it in record coordinates, clipped to the regions); 1: every base.
-        context: Tokens of context per window; default the context the model was trained at.
+        context: Tokens of context per window; default the context the model was trained at (on a
+            CPU, with no overlap given, at most 2,048 with overlap 512: 3x faster for about 0.002
+            bits per base).
         overlap: Tokens shared by neighbouring windows; default context // 2.
         batch_size: Windows per forward pass.
         device: cpu, cuda or cuda:N; default CUDA when available.
         backend: Attention backend; auto picks the fastest for the device.
+        mix: A Markov model (.npz from `genoformer baseline --save`) to mix with the network, as in
+            `genoformer evaluate` (causal models only).
+        mix_mode: switching (default) or fixed (the default when --mix_weight is given).
+        mix_weight: The network's weight at every base of a fixed mixture, 0 to 1.
+        mix_switch_rate: Switching mixture: the chance of a switch of blend before each base
+            (default 0.001).
         overwrite: Replace an existing `out`.
     """
     out = Path(out)
     refuse_existing(out, overwrite)
     kind = _track_format(out)
     _check_bin(bin)
+    mixture = mixture_settings(mix, mix_mode, mix_weight, mix_switch_rate)
     records = list(read_sequences(inputs))
     if kind == "bigWig":
         _check_unique_names(records)
     spans = _merged_spans(record_regions(records, regions), len(records))
     scorer = Scorer.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
-    log2p = scorer.score_many([r.codes for r in records], context=context, overlap=overlap, batch_size=batch_size,
-                              spans=spans)
+    if mixture is not None:
+        require_causal(scorer.causal, checkpoint)
+        mixing = load_mixture(mix, mixture)
+    context, overlap, window_note = command_window(scorer.context, scorer.device, context, overlap)
+    overlap = scorer.check_context(context, overlap, command="score")
+    if window_note:
+        print(window_note)
+    sequences = [r.codes for r in records]
+    log2p = scorer.score_many(sequences, context=context, overlap=overlap, batch_size=batch_size, spans=spans)
+    if mixture is not None:
+        for codes_L, log2p_L, ranges in zip(sequences, log2p, spans):
+            for start, end in ranges:
+                log2p_L[start:end] = mixing.score(codes_L, log2p_L[start:end], start, end)[1]
     intervals = [[track_bins(values, start, end, bin) for start, end in ranges] for values, ranges in zip(log2p, spans)]
     if kind == "bigWig":
         path = write_bigwig(out, records, intervals, overwrite=True)
     else:
-        lines = [f'track type=bedGraph name="{Path(checkpoint).stem}" description="log2 p(base), bits"']
+        what = "" if mixture is None else f", mixed with {Path(mix).name}: {mixture.label()}"
+        lines = [f'track type=bedGraph name="{Path(checkpoint).stem}" description="log2 p(base), bits{what}"']
         for record, parts in zip(records, intervals):
             for starts_I, ends_I, values_I in parts:
                 lines.extend(bedgraph_lines(record.name, starts_I, ends_I, values_I))
         path = write_text(out, "\n".join(lines) + "\n", overwrite=True)
     scored = sum(int(np.isfinite(v).sum()) for v in log2p)
     per = f", {bin}-base bins" if bin > 1 else ""
+    per += "" if mixture is None else f"; mixture: {mixing.label()}"
     print(f"wrote {path} ({kind}{per}; {scored:,} scored bases in {sum(map(len, spans))} stretch(es) of "
           f"{sum(1 for ranges in spans if ranges)} record(s))")
     return path

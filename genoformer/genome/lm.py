@@ -175,11 +175,19 @@ class GenoformerLM(TrainingModule):
         row of a PAD-padded batch (keys beyond are masked in attention). cu_seqlens: packed
         documents (one entry per document, plus one); CAUSAL_LM then also skips every
         document's first token, which only the previous document precedes.
+        Context parallelism (the trunk's `sequence_shard` set): tokens_BL is this process's part of
+        every sequence; the mean and the count are the whole sequences' (every part's in the value,
+        this part's in the gradient).
         """
         tokens_BL = tokens_BL.long()
+        shard = self.model.sequence_shard
         if self.objective is Objective.CAUSAL_LM:
-            logits_BLV = self.model(tokens_BL, lengths_B, cu_seqlens)[:, :-1]
-            targets_BL = tokens_BL[:, 1:]
+            if shard is None:
+                logits_BLV = self.model(tokens_BL, lengths_B, cu_seqlens)[:, :-1]
+                targets_BL = tokens_BL[:, 1:]
+            else:  # the token after a part's last one may belong to another process's part
+                logits_BLV = self.model(tokens_BL, lengths_B, cu_seqlens)
+                targets_BL = shard.next_tokens(tokens_BL, fill=PAD)
             targets_BL = torch.where(targets_BL < PAD, targets_BL, IGNORE)
             if cu_seqlens is not None:
                 B, L = tokens_BL.shape
@@ -191,11 +199,14 @@ class GenoformerLM(TrainingModule):
         n_targets = (targets_BL != IGNORE).sum()
         fuse = self.runtime.fused_elementwise or self.runtime.compile
         total = fused(cross_entropy_sum, fuse, logits_BLV)(logits_BLV, targets_BL)
+        if shard is not None:
+            total, n_targets = shard.sum(total), shard.sum(n_targets)
         return total / n_targets.clamp(min=1), n_targets
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         tokens_BL = _tokens(batch)
-        self.trained_seq_len = max(self.trained_seq_len, tokens_BL.shape[1])
+        shard = self.model.sequence_shard  # context parallelism: tokens_BL is a part of each sequence
+        self.trained_seq_len = max(self.trained_seq_len, tokens_BL.shape[1] if shard is None else shard.seq_len)
         loss, _ = self.loss(tokens_BL, batch.get("length"), batch.get("cu_seqlens"))
         self.log("train/loss", loss, prog_bar=True, batch_size=tokens_BL.shape[0])
         self.log("train/bpb", loss / LN2, batch_size=tokens_BL.shape[0])

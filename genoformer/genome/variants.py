@@ -35,6 +35,11 @@ len(ALT) - len(REF) tokens further right in the alternative window.
 
 llr is in bits: negative means the model finds the alternative less likely.
 
+With a Markov model mixed in (`--mix`, causal models only; `genoformer.genome.mixture`), S sums
+the mixture's log2 p instead: each window is one stream of the mixture, scored by the Markov
+model from the window's own bases as the network is, so the weights before the variant are the
+same in both windows and the llr compares the mixture's predictions from the variant on.
+
 Variants come from a VCF (read with vcfpy) or a TSV of `chrom pos ref alt` (1-based positions;
 a header line starting with `chrom` is allowed and further columns are kept). Every input line
 gives at least one output row (a VCF line gives one per ALT allele): a variant that cannot be
@@ -65,6 +70,7 @@ from genoformer.data.genome.inputs import read_sequences
 from genoformer.data.genome.regions import read_regions
 from genoformer.data.storage import atomic_build, refuse_existing, write_text
 from genoformer.data.tiling import Tile, same_length_batches
+from genoformer.genome.mixture import MarkovMixture, MixModeName, load_mixture, mixture_settings, require_causal
 from genoformer.genome.scoring import Scorer
 from genoformer.hints import option
 from genoformer.kernels.dispatch import Backend
@@ -276,13 +282,17 @@ def allele_effects(
     batch_size: int = 8,
     progress: bool = True,
     description: str = "variant effects",
+    mixing: Optional[MarkovMixture] = None,
 ) -> np.ndarray:
-    """The llr (bits) of each allele, float64 (len(alleles),), as the module docstring defines it.
+    """The llr (bits) of each allele, float64 (len(alleles),), as the module docstring defines it
+    (of the mixture with `mixing`'s Markov model when given: causal models only).
 
     The alleles must be scorable (`check_variants` says why one is not). Equal windows run once:
     the alleles at one position share the reference window of a causal model and the one masked
     window of a masked model. Windows of one length share batches of `batch_size`.
     """
+    if mixing is not None:
+        require_causal(scorer.causal, "the model")
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}; pass {option('batch_size', 8)}.")
     strands = [_strand_jobs(a, len(reference[a.chrom]), window, both_strands) for a in alleles]
@@ -291,7 +301,8 @@ def allele_effects(
     else:
         needed = [ref_job for pairs in strands for ref_job, _ in pairs]
     jobs = sorted(dict.fromkeys(needed), key=lambda job: -job.length)  # stable: equal lengths keep their order
-    results = _run_jobs(scorer, reference, jobs, batch_size=batch_size, progress=progress, description=description)
+    results = _run_jobs(scorer, reference, jobs, batch_size=batch_size, progress=progress, description=description,
+                        mixing=mixing)
     llr = np.empty(len(alleles))
     for i, (allele, pairs) in enumerate(zip(alleles, strands)):
         values = []
@@ -315,16 +326,19 @@ def _run_jobs(
     batch_size: int,
     progress: bool,
     description: str,
+    mixing: Optional[MarkovMixture] = None,
 ) -> dict[_Job, Union[float, np.ndarray]]:
-    """Causal models: each job's summed log2 p from its offset on (float); masked models: the
-    log2 probabilities (V,) at its masked offset."""
+    """Causal models: each job's summed log2 p (the mixture's with `mixing`) from its offset on
+    (float); masked models: the log2 probabilities (V,) at its masked offset."""
     results: dict[_Job, Union[float, np.ndarray]] = {}
     items = [(job, Tile(0, job.length, 0, job.length)) for job in jobs]
     with tqdm(total=len(items), unit="window", desc=description, disable=not progress, leave=False) as bar:
         for batch in same_length_batches(items, batch_size):
             tokens_BW = torch.from_numpy(np.stack([job.tokens(reference[job.chrom]) for job, _ in batch])).long()
             offset_B = torch.tensor([job.offset for job, _ in batch])
-            if scorer.causal:
+            if mixing is not None:
+                values = _mixed_log2_likelihood_from(scorer, mixing, tokens_BW, offset_B)
+            elif scorer.causal:
                 values = _log2_likelihood_from(scorer, tokens_BW, offset_B).tolist()
             else:
                 rows_B = torch.arange(len(batch))
@@ -335,13 +349,31 @@ def _run_jobs(
     return results
 
 
+def _log2p_of_bases(scorer: Scorer, tokens_BW: torch.Tensor) -> torch.Tensor:
+    """log2 p(base | the window's bases before it) of every base of each window: float64 (B, W),
+    NaN at the first base (no context) and where the base is not A/C/G/T."""
+    targets_BW = tokens_BW[:, 1:]  # logits at offset i predict the base at offset i + 1
+    log2p_BW = scorer.log2_probabilities(tokens_BW)[:, :-1].gather(-1, targets_BW.clamp(max=T)[..., None])[..., 0].double()
+    first_B1 = torch.full((tokens_BW.shape[0], 1), torch.nan, dtype=torch.float64)
+    return torch.cat([first_B1, torch.where(targets_BW <= T, log2p_BW, torch.nan)], dim=1)
+
+
 def _log2_likelihood_from(scorer: Scorer, tokens_BW: torch.Tensor, offset_B: torch.Tensor) -> torch.Tensor:
     """Sum over each window of log2 p(base | preceding bases of the window) over the A/C/G/T bases
     at offsets >= offset_B (never the first base): float64 (B,)."""
-    targets_BW = tokens_BW[:, 1:]  # logits at offset i predict the base at offset i + 1
-    log2p_BW = scorer.log2_probabilities(tokens_BW)[:, :-1].gather(-1, targets_BW.clamp(max=T)[..., None])[..., 0].double()
-    scored_BW = (targets_BW <= T) & (torch.arange(1, tokens_BW.shape[1])[None, :] >= offset_B[:, None])
-    return torch.where(scored_BW, log2p_BW, 0.0).sum(-1)
+    log2p_BW = _log2p_of_bases(scorer, tokens_BW)
+    from_BW = torch.arange(tokens_BW.shape[1])[None, :] >= offset_B[:, None]
+    return torch.where(from_BW, log2p_BW, torch.nan).nansum(-1)
+
+
+def _mixed_log2_likelihood_from(scorer: Scorer, mixing: MarkovMixture, tokens_BW: torch.Tensor,
+                                offset_B: torch.Tensor) -> list[float]:
+    """`_log2_likelihood_from` of the mixture, each window one stream of it from its first base."""
+    sums = []
+    for codes_W, log2p_W, offset in zip(tokens_BW.numpy().astype(np.uint8), _log2p_of_bases(scorer, tokens_BW).numpy(),
+                                        offset_B.tolist()):
+        sums.append(float(np.nansum(mixing.score(codes_W, log2p_W)[1][offset:])))
+    return sums
 
 
 def variant_effects(
@@ -353,13 +385,14 @@ def variant_effects(
     both_strands: bool = False,
     batch_size: int = 8,
     progress: bool = True,
+    mixing: Optional[MarkovMixture] = None,
 ) -> list[Variant]:
     """Fill `llr` of every scorable variant (see the module docstring); others keep their note."""
     scorer.check_context(window, 0, name="window", command="variant_effect")
     check_variants(variants, reference, window=window, causal=scorer.causal)
     todo = [v for v in variants if not v.note]
     llr = allele_effects(scorer, reference, [allele_of(v) for v in todo], window=window, both_strands=both_strands,
-                         batch_size=batch_size, progress=progress)
+                         batch_size=batch_size, progress=progress, mixing=mixing)
     for v, value in zip(todo, llr.tolist()):
         v.llr = value
     return variants
@@ -424,6 +457,10 @@ def variant_effect(
     batch_size: int = 8,
     device: Optional[str] = None,
     backend: Backend = Backend.AUTO,
+    mix: Optional[Path] = None,
+    mix_mode: Optional[MixModeName] = None,
+    mix_weight: Optional[float] = None,
+    mix_switch_rate: Optional[float] = None,
     overwrite: bool = False,
 ) -> Path:
     """Score variants (SNVs, MNVs, indels) by the log-likelihood ratio (bits) of alt against ref.
@@ -432,7 +469,9 @@ def variant_effect(
     against the reference window, from the variant to the window's end (the downstream flank
     aligned); masked models take the masked marginal at the variant (SNVs only). Variants that
     cannot be scored (unknown contig, position outside it, ref not matching the reference, an
-    allele that is not A/C/G/T bases) keep their row with the reason.
+    allele that is not A/C/G/T bases) keep their row with the reason. With `mix`, the llr is the
+    mixture's of the network and a Markov model (causal models only; each window one stream of
+    the mixture, scored by both models from the window's bases).
 
     Args:
         checkpoint: A .ckpt file written by `genoformer fit`.
@@ -448,10 +487,17 @@ def variant_effect(
         batch_size: Windows per forward pass.
         device: cpu, cuda or cuda:N; default CUDA when available.
         backend: Attention backend; auto picks the fastest for the device.
+        mix: A Markov model (.npz from `genoformer baseline --save`) to mix with the network, as in
+            `genoformer evaluate` (causal models only).
+        mix_mode: switching (default) or fixed (the default when --mix_weight is given).
+        mix_weight: The network's weight at every base of a fixed mixture, 0 to 1.
+        mix_switch_rate: Switching mixture: the chance of a switch of blend before each base
+            (default 0.001).
         overwrite: A flag: replace an existing `out`.
     """
     out, variants = Path(out), Path(variants)
     refuse_existing(out, overwrite)
+    mixture = mixture_settings(mix, mix_mode, mix_weight, mix_switch_rate)
     if is_vcf(out) and not is_vcf(variants):
         table = out.with_name(out.name.split(".")[0] + ".tsv")
         raise ValueError(
@@ -461,13 +507,17 @@ def variant_effect(
     scorer = Scorer.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
     window = scorer.context if window is None else window
     scorer.check_context(window, 0, name="window", command="variant_effect")
+    mixing = None
+    if mixture is not None:
+        require_causal(scorer.causal, checkpoint)
+        mixing = load_mixture(mix, mixture)
     genome = {record.name: record.codes for record in read_sequences(reference, flag="--reference")}
     columns, rows = read_variants(variants)
     if regions is not None:
         total = len(rows)
         rows = in_regions(rows, regions, {name: len(codes) for name, codes in genome.items()})
         print(f"{len(rows)} of {total} variants lie in the regions")
-    variant_effects(scorer, genome, rows, window=window, both_strands=both_strands, batch_size=batch_size)
+    variant_effects(scorer, genome, rows, window=window, both_strands=both_strands, batch_size=batch_size, mixing=mixing)
     failed = [v for v in rows if v.llr is None]
     for v in failed[:20]:
         print(f"{variants}:{v.line}: not scored: {v.note}")
@@ -475,10 +525,12 @@ def variant_effect(
         print(f"... and {len(failed) - 20} more not scored (see the note column)")
     if is_vcf(out):
         strands = ", mean of both strands" if both_strands else ""
+        mixed = "" if mixing is None else f", mixed with {mixing.path.name} ({mixing.mixture.label()})"
         description = (f"genoformer variant_effect: log2 likelihood ratio of ALT against REF (bits), "
-                       f"{Path(checkpoint).name}, window {window}{strands}")
+                       f"{Path(checkpoint).name}{mixed}, window {window}{strands}")
         path = write_vcf(variants, rows, out, description)
     else:
         path = write_effects(columns, rows, out)
-    print(f"scored {len(rows) - len(failed)} of {len(rows)} variants; wrote {path}")
+    mixed = "" if mixing is None else f" with the mixture: {mixing.label()}"
+    print(f"scored {len(rows) - len(failed)} of {len(rows)} variants{mixed}; wrote {path}")
     return path

@@ -86,6 +86,9 @@ def test_weights_only_checkpoint_to_fit_points_to_init_weights_which_keeps_your_
     assert trained["global_step"] == 1  # a new run: its own optimizer and step count
     architecture = trained["hyper_parameters"]["transformer"]
     assert architecture["max_seq_len"] == 2048 and architecture["d_model"] == shipped["hyper_parameters"]["transformer"]["d_model"]
+    # how to train is the config's (quickstart.yaml: 2e-3, 20 warm-up steps), not the checkpoint's 1.5e-3 and 200
+    assert (trained["hyper_parameters"]["learning_rate"], trained["hyper_parameters"]["warmup_steps"]) == (2e-3, 20)
+    assert shipped["hyper_parameters"]["learning_rate"] == 1.5e-3
     before, after = (saved_["state_dict"]["model.embed.weight"].float() for saved_ in (shipped, trained))
     assert torch.allclose(before, after, atol=0.05) and not torch.equal(before, after)  # one step from the weights
 

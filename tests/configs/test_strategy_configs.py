@@ -23,7 +23,7 @@ STRATEGIES = sorted((CONFIGS / "strategies").glob("*.yaml"))
 
 
 def test_strategy_files_are_shipped():
-    assert {path.name for path in STRATEGIES} == {"ddp.yaml", "fsdp.yaml"}
+    assert {path.name for path in STRATEGIES} == {"ddp.yaml", "fsdp.yaml", "context_parallel.yaml"}
 
 
 def _strategy(path: Path) -> Strategy:

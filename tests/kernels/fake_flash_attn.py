@@ -12,7 +12,8 @@ They implement the documented semantics of the real entry points, computed dense
         q (Tq, Hq, D), k and v (Tk, Hkv, D): sequence b is rows cu_seqlens_q[b]:cu_seqlens_q[b+1]
         of q against rows cu_seqlens_k[b]:cu_seqlens_k[b+1] of k, each with the rule above.
     flash-attn-4 returns (out, lse); its block-sparsity arguments are not used by genoformer, so
-        the fake refuses them.
+        the fake refuses them. flash-attn 2 returns (out, lse, None) with return_attn_probs=True.
+        lse is the natural log, (B, H, L) or (H, T) from the varlen functions, +inf for an empty row.
 
 `install(monkeypatch, v2=True, v4=True)` puts the chosen fakes into sys.modules the way the
 real packages appear: flash-attn-4 alone makes `flash_attn` a package without flash_attn_func.
@@ -92,17 +93,24 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sof
 
 
 # ------------------------------------------------------------------------------ flash-attn 2
-def v2_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1)):
+def _v2_outputs(out, lse, return_attn_probs):
+    return (out, lse, None) if return_attn_probs else out
+
+
+def v2_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                       return_attn_probs=False):
     assert dropout_p == 0.0
-    return _dense(q, k, v, softmax_scale, causal, window_size)[0]
+    return _v2_outputs(*_dense(q, k, v, softmax_scale, causal, window_size), return_attn_probs)
 
 
 def v2_flash_attn_varlen_func(
     q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0, softmax_scale=None,
-    causal=False, window_size=(-1, -1),
+    causal=False, window_size=(-1, -1), return_attn_probs=False,
 ):
     assert dropout_p == 0.0
-    return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size)[0]
+    outputs = _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                      window_size)
+    return _v2_outputs(*outputs, return_attn_probs)
 
 
 # ------------------------------------------------------------------------------ flash-attn-4
@@ -116,7 +124,7 @@ def v4_flash_attn_func(
 
 def v4_flash_attn_varlen_func(
     q, k, v, qv=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-    softmax_scale=None, causal=False, window_size=(None, None), block_sparse_tensors=None,
+    softmax_scale=None, causal=False, window_size=(None, None), block_sparse_tensors=None, return_lse=False,
 ):
     assert block_sparse_tensors is None
     return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size)

@@ -197,3 +197,24 @@ def test_sampler_reads_rank_from_torch_distributed(tmp_path, monkeypatch):
     sampler = ShardSampler(10)
     sampler.set_epoch(5)
     assert list(sampler) == [(5, 1), (5, 5), (5, 9)] and len(sampler) == 3
+
+
+def test_source_weights_share_windows_by_file_whatever_their_lengths(tmp_path):
+    rng = np.random.default_rng(0)
+    bases = lambda n: "".join(rng.choice(list("ACGT"), size=n))  # noqa: E731
+    long = write_fasta(tmp_path / "long.fa", [("l1", bases(30_000)), ("l2", bases(10_000))])
+    short = write_fasta(tmp_path / "short.fa", [("s1", bases(2_000))])
+    store = prepare_genome_store([long, short], tmp_path / "s.zarr", progress=False)
+    ds = RandomWindowDataset(store, 500, 1, source_weights={"long.fa": 1, "short.fa": 3})
+    draws = [ds.locate(0, i) for i in range(8000)]
+    by_contig = collections.Counter(contig for contig, _, _ in draws)
+    assert abs(by_contig[2] / 8000 - 0.75) < 0.02  # the short file's share, not its 4% of the bases
+    # inside a file, windows stay uniform over valid starts: l1 has 29,501 of the file's 39,002
+    assert abs(by_contig[0] / (by_contig[0] + by_contig[1]) - 29_501 / 39_002) < 0.03
+    lengths = [c.length for c in GenomeStore(store).contigs]
+    assert all(0 <= start <= lengths[contig] - 500 for contig, start, _ in draws)
+    assert ds.locate(0, 7) == RandomWindowDataset(store, 500, 1, source_weights={"long.fa": 1, "short.fa": 3}).locate(0, 7)
+    with pytest.raises(ValueError, match=r"no weight for \['short.fa'\]"):
+        RandomWindowDataset(store, 500, 1, source_weights={"long.fa": 1})
+    with pytest.raises(ValueError, match="finite, >= 0"):
+        RandomWindowDataset(store, 500, 1, source_weights={"long.fa": -1, "short.fa": 1})

@@ -57,3 +57,17 @@ def test_a_plain_folder_stands_for_its_sequence_files(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="holds no FASTA/GenBank files"):
         list(read_sequences([tmp_path / "empty"]))
+
+
+def test_gff3_with_a_fasta_section_reads_its_sequences(tmp_path):
+    from genoformer.data.genome.inputs import read_sequences
+
+    gff = tmp_path / "prokka.gff3"
+    gff.write_text("##gff-version 3\n##sequence-region c1 1 12\nc1\tProdigal\tCDS\t1\t9\t.\t+\t0\tID=g1\n"
+                   "##FASTA\n>c1 contig one\nACGTAC\nGTACGT\n>c2\nTTTT\n")
+    records = list(read_sequences([str(gff)]))
+    assert [(r.name, len(r.codes)) for r in records] == [("c1", 12), ("c2", 4)]
+    bare = tmp_path / "genes.gff3"
+    bare.write_text("##gff-version 3\nc1\tProdigal\tCDS\t1\t9\t.\t+\t0\tID=g1\n")
+    with pytest.raises(ValueError, match="without a ##FASTA section"):
+        list(read_sequences([str(bare)]))

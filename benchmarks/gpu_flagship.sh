@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The GPU half of the flagship DNA model (issue 28; BENCHMARKS.md "Flagship DNA model"), in two
+# device calls of under 10 minutes on one warm machine (/tmp keeps the runs between them):
+#   bash benchmarks/gpu_flagship.sh sweep     # four 8k runs at once, ~7.5 min (configs/genome_dna_gpu.yaml):
+#       warm      the shipped examples/genoformer_bacteria_8k.ckpt trained on, all nine genomes
+#       bacteria  the same start, the four bacteria only (the data ablation: what the eukaryotes add)
+#       w256_d8   a fresh 256-wide, 8-layer model, all genomes    } the width/depth sweep at equal
+#       w384_d6   a fresh 384-wide, 6-layer model, all genomes    } steps and tokens per step
+#   bash benchmarks/gpu_flagship.sh long      # stage 2 (configs/genome_dna_32k_gpu.yaml) from `warm`,
+#       two RoPE bases at once (10,000 as trained, 500,000), ~6.5 min; then every model is scored on
+#       the held-out sets (benchmarks/flagship.py score) and the results and the bf16 models come
+#       back in $OUT (models cut in 15 MiB parts: cat them back together).
+# Before: .device/dna/genomes.zarr (the nine genomes' store, built on the CPU machine by
+# `python -m benchmarks.flagship store`) and .device/dna/heldout/ (`python -m benchmarks.flagship
+# heldout`) travel with the call (device tool: carry [".whl", ".device"]).
+# SMOKE=1 runs every step on the CPU at tiny sizes (what was run to check this script).
+set -uo pipefail
+PHASE=${1:?usage: bash benchmarks/gpu_flagship.sh sweep|long}
+OUT=${OUT:-$PWD/gpu_out}
+STORE=${STORE:-.device/dna/genomes.zarr}
+HELDOUT=${HELDOUT:-.device/dna/heldout}
+RUN=${RUN:-/tmp/flagship}
+SMOKE=${SMOKE:-0}
+SHIPPED=examples/genoformer_bacteria_8k.ckpt
+BACTERIA=(examples/ecoli_k12_mg1655.fasta.gz examples/saureus_col.fasta.gz examples/hpylori_els37.fasta.gz examples/vcholerae_o395.fasta.gz)
+mkdir -p "$OUT" "$RUN/logs"
+export PYTHONUNBUFFERED=1
+if [ "$SMOKE" = 1 ]; then
+    PYTHON=${PYTHON:-.venv/bin/python}
+    TINY=(--trainer.accelerator cpu --trainer.precision 32-true --trainer.max_steps 2 --trainer.val_check_interval 1
+          --trainer.limit_val_batches 1 --model.init_args.runtime.compile false --data.init_args.batch_size 2
+          --model.init_args.transformer.max_seq_len 256)
+    FRESH_TINY=(--model.init_args.transformer.d_model 32 --model.init_args.transformer.n_layers 2 --model.init_args.transformer.n_heads 2)
+    LONG_TINY=(--model.init_args.transformer.max_seq_len 512)
+    SCORE=(--contexts 128 256 512 --max_bases 4000 --device cpu)
+    WORKERS=0
+else
+    source benchmarks/gpu_setup.sh
+    PYTHON=python3
+    TINY=(); FRESH_TINY=(); LONG_TINY=(); SCORE=()
+    WORKERS=2
+    nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv,noheader
+fi
+fit() {  # name, then fit options
+    local name=$1; shift
+    # two loader workers each: four runs (and the time-series runs beside them) share 16 cores
+    "$PYTHON" cli.py fit "$@" --data.init_args.num_workers "$WORKERS" --trainer.default_root_dir "$RUN/$name" > "$RUN/logs/$name.log" 2>&1
+}
+if [ "$PHASE" = sweep ]; then
+    [ -d "$STORE" ] || { echo "$STORE not found: python -m benchmarks.flagship store, then carry .device"; exit 1; }
+    weights=$(printf '%s: 1, ' "${BACTERIA[@]##*/}")
+    C=(--config configs/genome_dna_gpu.yaml)
+    fit warm "${C[@]}" --data.init_args.store "$STORE" --init_weights "$SHIPPED" --model.init_args.warmup_steps 50 "${TINY[@]}" &
+    fit bacteria "${C[@]}" --data.init_args.store "$RUN/bacteria.zarr" --data.init_args.fasta "[$(IFS=,; echo "${BACTERIA[*]}")]" \
+        --data.init_args.source_weights "{${weights%, }}" --init_weights "$SHIPPED" --model.init_args.warmup_steps 50 "${TINY[@]}" &
+    fit w256_d8 "${C[@]}" --data.init_args.store "$STORE" "${TINY[@]}" "${FRESH_TINY[@]}" &
+    fit w384_d6 "${C[@]}" --data.init_args.store "$STORE" --model.init_args.transformer.d_model 384 \
+        --model.init_args.transformer.n_heads 6 "${TINY[@]}" "${FRESH_TINY[@]}" &
+    status=0
+    for job in $(jobs -p); do wait "$job" || status=1; done
+    for log in "$RUN"/logs/*.log; do echo "== $log"; tr '\r' '\n' < "$log" | grep -v "^\s*$" | tail -n 3; done
+    ls -la "$RUN"/*/checkpoints/last.ckpt
+    exit $status
+elif [ "$PHASE" = long ]; then
+    # the context on the command line: with --init_weights the model (and a config's model options) is the checkpoint's
+    C=(--config configs/genome_dna_32k_gpu.yaml --data.init_args.store "$STORE" --init_weights "$RUN/warm/checkpoints/last.ckpt"
+       --model.init_args.transformer.max_seq_len 32768)
+    fit long_rope10k "${C[@]}" "${TINY[@]}" "${LONG_TINY[@]}" &
+    fit long_rope500k "${C[@]}" --model.init_args.transformer.rope_theta 500000 "${TINY[@]}" "${LONG_TINY[@]}" &
+    status=0
+    for job in $(jobs -p); do wait "$job" || status=1; done
+    for log in "$RUN"/logs/long_*.log; do echo "== $log"; tr '\r' '\n' < "$log" | grep -v "^\s*$" | tail -n 3; done
+    "$PYTHON" -m benchmarks.flagship score --runs "$RUN" --prefix long --heldout "$HELDOUT" --out "$OUT/flagship_long" "${SCORE[@]}" || status=1
+    exit $status
+else
+    echo "unknown phase $PHASE: use sweep or long"; exit 2
+fi
