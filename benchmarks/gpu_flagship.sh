@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The GPU half of the flagship DNA model (issue 28; BENCHMARKS.md "Flagship DNA model"), in two
 # device calls of under 10 minutes on one warm machine (/tmp keeps the runs between them):
-#   bash benchmarks/gpu_flagship.sh sweep     # four 8k runs at once, ~7.5 min (configs/genome_dna_gpu.yaml):
+#   bash benchmarks/gpu_flagship.sh sweep     # four 8k runs at once, ~7 min (configs/genome_dna_gpu.yaml):
 #       warm      the shipped examples/genoformer_bacteria_8k.ckpt trained on, all nine genomes
 #       bacteria  the same start, the four bacteria only (the data ablation: what the eukaryotes add)
 #       w256_d8   a fresh 256-wide, 8-layer model, all genomes    } the width/depth sweep at equal
 #       w384_d6   a fresh 384-wide, 6-layer model, all genomes    } steps and tokens per step
 #   bash benchmarks/gpu_flagship.sh long      # stage 2 (configs/genome_dna_32k_gpu.yaml) from `warm`,
-#       two RoPE bases at once (10,000 as trained, 500,000), ~6.5 min; then every model is scored on
+#       two RoPE bases at once (10,000 as trained, 500,000), ~4 min of training; then every model is scored on
 #       the held-out sets (benchmarks/flagship.py score) and the results and the bf16 models come
 #       back in $OUT (models cut in 15 MiB parts: cat them back together).
 # Before: .device/dna/genomes.zarr (the nine genomes' store, built on the CPU machine by
