@@ -52,6 +52,7 @@ MIN_CONTIG = 32_768
 SETS = ("new_genus", "strain", "eukaryote", "trained_bacteria", "trained_eukaryotes")
 BACTERIA = ("ecoli_k12_mg1655", "saureus_col", "hpylori_els37", "vcholerae_o395")
 PART_BYTES = 15 << 20  # the device tool brings back files of at most 16 MiB
+STAGE2 = ("long", "flagship32k")  # the 32k runs: their bf16 models and per-base scores come back from the GPU
 MARKOV_MODELS = {
     # name: (training data, highest order, settings fixed instead of chosen)
     "bacteria": ("bacteria", 16, {}),  # k, d, a chosen on the training genomes' held-out tails
@@ -174,7 +175,7 @@ def score(args: argparse.Namespace) -> None:
     models = {} if args.prefix else {"shipped": REPO / "examples" / "genoformer_bacteria_8k.ckpt"}
     for run in sorted(p for p in runs.iterdir() if (p / "checkpoints" / "last.ckpt").is_file() and p.name.startswith(args.prefix)):
         # the stage-2 models come back (bf16, weights only); the others stay on the GPU machine
-        where = out if run.name.startswith("long") else runs / "exports"
+        where = out if run.name.startswith(STAGE2) else runs / "exports"
         where.mkdir(exist_ok=True)
         models[run.name] = export(checkpoint=run / "checkpoints" / "last.ckpt", out=where / f"{run.name}.ckpt",
                                   dtype="bfloat16", overwrite=True)
@@ -191,7 +192,7 @@ def score(args: argparse.Namespace) -> None:
                 sequences = [c for _, c in records] + [reverse_complement(c) for _, c in records]
                 log2p = scorer.score_many(sequences, context=context, batch_size=args.batch_size, progress=False)
                 per_set[name] = {"records": block_sums(records, log2p)}
-                if context == scorer.model.config.max_seq_len and model.startswith("long"):
+                if context == scorer.model.config.max_seq_len and model.startswith(STAGE2):
                     n = len(records)  # per-base log2 p of both strands (reverse aligned to forward), for the mixtures
                     np.savez_compressed(out / f"{model}.{name}.log2p.npz",
                                         **{f"{i}": np.stack([f, b[::-1]]).astype(np.float16)

@@ -81,6 +81,13 @@ class ForecastConfig:
             path did not find the least-squares filter, and a fit in the instance-normalised
             space weighs each window by 1 / scale^2, which is not the MSE that forecasts are
             scored by (BENCHMARKS.md, "Time series: ECG").
+        linear_centered: The linear path forecasts m + W (x - m) + s b (m, s the instance
+            statistics) instead of W x + b, still fitted by least squares in the input's units.
+            Then the whole model is shift- and scale-equivariant (forecasting a x + c gives
+            a f(x) + c), which a model needs when it forecasts windows in other units than it was
+            trained on: a general forecaster trained with window_normalize (zero-mean, unit-scale
+            windows) and scored on z-scored stores, where the uncentered path is biased. False
+            keeps older checkpoints' forecasts.
     """
 
     patch_len: int = 16
@@ -93,6 +100,7 @@ class ForecastConfig:
     every_token: bool = False
     stats_fraction: float = 1.0
     linear_order: int = 0
+    linear_centered: bool = False
 
     def __post_init__(self) -> None:
         self.quantiles = [float(q) for q in self.quantiles]
@@ -322,17 +330,25 @@ class TimeSeriesTransformer(TransformerTrunk):
         `first` on, in the input's units: (B, C, T - first, H) float32; unobserved samples read
         as the window's mean (`stats`)."""
         x_BCL = fill_unobserved(context_BCL, stats)
+        centered = self.forecast_config.linear_centered
         with torch.autocast(x_BCL.device.type, enabled=False):  # a long dot product: float32
+            if centered:
+                x_BCL = x_BCL - stats.mean_BC1
             lags_BCTP = lag_windows(x_BCL, self.forecast_config.linear_order, self.forecast_config.patch_len, first)
-            return lags_BCTP @ self.linear_coef_PH + self.linear_bias_H
+            if not centered:
+                return lags_BCTP @ self.linear_coef_PH + self.linear_bias_H
+            return (lags_BCTP @ self.linear_coef_PH + stats.scale_BC1[..., None] * self.linear_bias_H
+                    + stats.mean_BC1[..., None])
 
     @torch.no_grad()
     def linear_normal_equations(self, context_BCL: torch.Tensor, target_BCH: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """One batch's share of the linear path's least-squares problem, at the positions the
         model forecasts from in training (every trained token with every_token, else the end of
         the context), in the input's units: (X^T X (p + 1, p + 1), X^T Y (p + 1, H), sum of Y^2,
-        rows), float64, X the lags with a column of ones, Y the targets. Unobserved lags read as
-        the window's mean; a row whose targets are not all observed is left out."""
+        rows), float64, X the lags with a column of ones, Y the targets (with linear_centered: the
+        lags and targets less the window's mean m, and the window's scale s for the ones, so that
+        the fit is the least-squares m + W (x - m) + s b). Unobserved lags read as the window's
+        mean; a row whose targets are not all observed is left out."""
         cfg = self.forecast_config
         context_BCL = context_BCL[..., -cfg.context :].to(self.linear_coef_PH.device).float()
         target_BCH = target_BCH.to(self.linear_coef_PH.device).float()
@@ -344,12 +360,17 @@ class TimeSeriesTransformer(TransformerTrunk):
         else:
             first = math.ceil(L / P) - 1
             y_BCTH = target_BCH[:, :, None]
+        x_BCL = fill_unobserved(context_BCL, stats)
+        ones_BCT1 = torch.ones_like(y_BCTH[..., :1])
+        if cfg.linear_centered:
+            x_BCL = x_BCL - stats.mean_BC1
+            y_BCTH = y_BCTH - stats.mean_BC1[..., None]
+            ones_BCT1 = ones_BCT1 * stats.scale_BC1[..., None]
         y_NH = y_BCTH.reshape(-1, cfg.horizon).double()
-        lags_NP = lag_windows(fill_unobserved(context_BCL, stats), cfg.linear_order, P, first)
-        lags_NP = lags_NP.reshape(-1, cfg.linear_order).double()
+        lags_NP = lag_windows(x_BCL, cfg.linear_order, P, first).reshape(-1, cfg.linear_order).double()
         whole_N = torch.isfinite(y_NH).all(dim=1)
         y_NH, lags_NP = y_NH[whole_N], lags_NP[whole_N]
-        x_NP1 = torch.cat([lags_NP, torch.ones_like(lags_NP[:, :1])], dim=1)
+        x_NP1 = torch.cat([lags_NP, ones_BCT1.reshape(-1, 1).double()[whole_N]], dim=1)
         return x_NP1.T @ x_NP1, x_NP1.T @ y_NH, y_NH.square().sum(), torch.tensor(float(len(x_NP1)), dtype=torch.float64)
 
     @torch.no_grad()

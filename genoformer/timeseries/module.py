@@ -182,7 +182,9 @@ class TimeSeriesForecaster(TrainingModule):
         values = float(rows) * self.forecast_config.horizon
         rank_zero_info(f"linear path (order {self.forecast_config.linear_order}): least squares on {int(rows)} "
                        f"forecasts in {time.perf_counter() - started:.1f} s; there, in the data's units, "
-                       f"its MSE is {float(residual) / values:.4f}, the targets' mean square {float(y_square) / values:.4f}")
+                       f"its MSE is {float(residual) / values:.4f}, the targets' mean square"
+                       f"{' about their window mean' if self.forecast_config.linear_centered else ''} "
+                       f"{float(y_square) / values:.4f}")
 
     def forward(self, context_BCL: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """(point (B, C, H), quantiles (B, C, H, K) or None)."""

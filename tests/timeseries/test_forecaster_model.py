@@ -469,6 +469,38 @@ def test_linear_path_least_squares_recovers_an_ar2_process(every_token):
     assert torch.allclose(quantiles_BCHK, by_hand_BCH[..., None].expand_as(quantiles_BCHK), atol=1e-4)
 
 
+@pytest.mark.parametrize("every_token", [False, True])
+def test_a_centered_linear_path_makes_the_model_shift_and_scale_equivariant(every_token):
+    """Fitted on zero-mean, unit-scale windows (what window_normalize trains on) and asked about
+    the same windows in other units, the centered model answers in those units; the uncentered
+    one does not (the general forecaster's failure on z-scored stores)."""
+    forecasts = {}
+    for centered in (False, True):
+        torch.manual_seed(0)
+        model = TimeSeriesTransformer(
+            TransformerConfig(d_model=32, n_layers=2, n_heads=4, max_seq_len=64, causal=every_token),
+            ForecastConfig(patch_len=8, context=100, horizon=20, quantiles=[0.1, 0.9], linear_order=16,
+                           every_token=every_token, stats_fraction=0.25 if every_token else 1.0,
+                           linear_centered=centered),
+        ).eval()
+        windows_BCN = _ar2_windows(2000, 120)
+        head_BCL = windows_BCN[..., :100]
+        mean_BC1, std_BC1 = head_BCL.mean(-1, keepdim=True), head_BCL.std(-1, keepdim=True)
+        windows_BCN = (windows_BCN - mean_BC1) / std_BC1  # per-window normalised, as window_normalize does
+        gram, cross, _, _ = model.linear_normal_equations(windows_BCN[..., :100], windows_BCN[..., 100:])
+        model.set_linear(gram, cross)
+        context_BCL = windows_BCN[:4, :, :100]
+        with torch.no_grad():
+            point_BCH, quantiles_BCHK = model(context_BCL)
+            moved_BCH, moved_BCHK = model(3.0 * context_BCL + 50.0)
+        forecasts[centered] = (point_BCH, quantiles_BCHK, moved_BCH, moved_BCHK)
+    point_BCH, quantiles_BCHK, moved_BCH, moved_BCHK = forecasts[True]
+    assert torch.allclose(moved_BCH, 3.0 * point_BCH + 50.0, atol=1e-3)
+    assert torch.allclose(moved_BCHK, 3.0 * quantiles_BCHK + 50.0, atol=1e-3)
+    point_BCH, _, moved_BCH, _ = forecasts[False]
+    assert (moved_BCH - (3.0 * point_BCH + 50.0)).abs().max() > 1.0
+
+
 def test_linear_order_is_checked_and_an_unfitted_path_refused():
     with pytest.raises(ValueError, match="linear_order must be in"):
         ForecastConfig(patch_len=8, context=100, horizon=20, linear_order=101)

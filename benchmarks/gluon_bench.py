@@ -1,0 +1,185 @@
+"""Forward time of our Gluon kernels (warp-specialised and plain) against our Triton forward, SDPA's
+FlashAttention-2 and flash-attn-4, on an sm_90 GPU.
+
+Method
+  * Shapes: bf16, dense causal and bidirectional; D 64 with 32 heads and D 128 with 16 heads
+    (H * D = 2048); L in 8k, 16k, 32k with B = max(1, 16384 // L) (16k tokens per batch or more).
+  * Implementations, forward only under torch.no_grad (what a forward pass of training launches):
+    `gluon_ws` (``gluon_fwd.WS_CONFIGS``), `gluon_plain` (``gluon_fwd.PLAIN_CONFIGS``), `triton`
+    (``triton_flash.flash_fwd``, Backend.TRITON's forward, tuned once per shape before timing),
+    `fa2` (``scaled_dot_product_attention`` restricted to its flash backend) and `fa4`
+    (``flash_attn.cute.flash_attn_func`` on (B, L, H, D) views), when importable (else its reason
+    is recorded).
+  * Times: median of `triton.testing.do_bench` (warm-up, L2 flushed between calls) in ms, two
+    rounds with the implementations in turn, the faster round kept (``interleaved_rounds``), as
+    benchmarks/attention.py times its kernels. Compiling and tuning happen in a first untimed call.
+  * Check: every output against `triton`'s on the same inputs (max |difference|, recorded; a Gluon
+    output further than CHECK_TOLERANCE fails the run after the table is written).
+  * TFLOP/s: 4 * B * H * L^2 * D, halved for causal.
+  * Ratios: ours / other (> 1: ours is slower), for gluon_ws and gluon_plain against the rest.
+
+One run on the H200 (about 2 minutes; --budget-s, default 120, cuts the sweep and the skipped cells say so):
+
+    python -m benchmarks.gluon_bench --out benchmarks/results
+
+writes OUT/gluon_fwd.json and OUT/gluon_fwd.md and prints the table.
+
+Shape legend: q, k, v (B, H, L, D).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton.testing
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from benchmarks.common import command_line, describe_environment, interleaved_rounds, markdown_table, publish
+
+OURS = ("gluon_ws", "gluon_plain")
+OTHERS = ("triton", "fa2", "fa4")
+CHECK_TOLERANCE = 0.05
+"""Largest |gluon - triton| of one output element (bf16, unit-variance inputs) the run accepts."""
+
+
+def cases(seq_lens: list[int], head_dims: list[int]) -> list[dict]:
+    """Every (head dim, length, causal) cell: 16k first (the issue's column), then the others."""
+    order = sorted(seq_lens, key=lambda L: (L != 16384, L))
+    return [{"D": d, "H": 2048 // d, "L": L, "B": max(1, 16384 // L), "causal": causal}
+            for d in head_dims for L in order for causal in (True, False)]
+
+
+def implementations(fa4_module) -> dict:
+    """name -> (q, k, v, causal) -> out (B, H, L, D)."""
+    from genoformer.kernels import gluon_flash, gluon_fwd, triton_flash
+
+    def gluon(table):
+        return lambda q, k, v, causal: gluon_flash.gluon_fwd_launch(
+            q, k, v, causal, q.shape[-1] ** -0.5, table[q.shape[-1]])[0]
+
+    def triton_fwd(q, k, v, causal):
+        return triton_flash.flash_fwd(q, k, v, None, None, None, 0, causal, q.shape[-1] ** -0.5)[0]
+
+    def fa2(q, k, v, causal):
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    impls = {"gluon_ws": gluon(gluon_fwd.WS_CONFIGS), "gluon_plain": gluon(gluon_fwd.PLAIN_CONFIGS),
+             "triton": triton_fwd, "fa2": fa2}
+    if fa4_module is not None:
+        def fa4(q, k, v, causal):
+            out = fa4_module.flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal)
+            out = out[0] if isinstance(out, tuple) else out  # (out, lse) in 4.0 betas
+            return out.transpose(1, 2)
+
+        impls["fa4"] = fa4
+    return impls
+
+
+def run_case(case: dict, impls: dict, args: argparse.Namespace) -> dict:
+    B, H, L, D, causal = case["B"], case["H"], case["L"], case["D"], case["causal"]
+    g = torch.Generator(device="cuda").manual_seed(L + D + causal)
+    q, k, v = (torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    flops = 4 * B * H * L * L * D * (0.5 if causal else 1.0)
+    record = {**case, "ms": {}, "tflops": {}, "max_diff_vs_triton": {}, "errors": {}}
+    with torch.no_grad():
+        reference = impls["triton"](q, k, v, causal)  # also the first (tuning) call of ours in Triton
+        runnable = {}
+        for name, fn in impls.items():
+            try:
+                out = fn(q, k, v, causal)  # compiles and tunes outside the timing
+                torch.cuda.synchronize()
+                record["max_diff_vs_triton"][name] = (out.float() - reference.float()).abs().max().item()
+                runnable[name] = fn
+            except Exception as error:  # recorded in the table; a failing Gluon kernel fails the run at the end
+                record["errors"][name] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+
+        def timer(fn):
+            return lambda: triton.testing.do_bench(lambda: fn(q, k, v, causal), warmup=args.warmup_ms,
+                                                   rep=args.rep_ms, return_mode="median")
+
+        times = interleaved_rounds({name: timer(fn) for name, fn in runnable.items()}, rounds=2, best=min)
+    for name, ms in times.items():
+        record["ms"][name] = ms
+        record["tflops"][name] = flops / ms / 1e9
+    return record
+
+
+def _ratio(record: dict, ours: str, other: str) -> str:
+    a, b = record["ms"].get(ours), record["ms"].get(other)
+    return f"{a / b:.2f}" if a and b else ""
+
+
+def table(records: list[dict]) -> str:
+    rows = []
+    for r in records:
+        row = {"D": r["D"], "H": r["H"], "L x B": f"{r['L'] // 1024}k x {r['B']}",
+               "mask": "causal" if r["causal"] else "bidir"}
+        if "skipped" in r:
+            row["gluon_ws ms"] = r["skipped"]
+            rows.append(row)
+            continue
+        for name in (*OURS, *OTHERS):
+            row[f"{name} ms"] = f"{r['ms'][name]:.3f}" if name in r["ms"] else "-"
+        row["ws TFLOP/s"] = f"{r['tflops']['gluon_ws']:.0f}" if "gluon_ws" in r["tflops"] else "-"
+        for ours in OURS:
+            for other in OTHERS:
+                row[f"{ours.split('_')[1]}/{other}"] = _ratio(r, ours, other)
+        rows.append(row)
+    return markdown_table(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"), help="folder of gluon_fwd.json/.md")
+    parser.add_argument("--seq-lens", type=int, nargs="+", default=[8192, 16384, 32768])
+    parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128], choices=[64, 128])
+    parser.add_argument("--warmup-ms", type=float, default=25.0, help="do_bench warm-up per timing (ms)")
+    parser.add_argument("--rep-ms", type=float, default=100.0, help="do_bench measuring time per timing (ms)")
+    parser.add_argument("--budget-s", type=float, default=120.0,
+                        help="stop starting new cells after this many seconds (the rest are marked skipped)")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        sys.exit("the Gluon kernels run on an sm_90 (Hopper) GPU only: run this on the H200")
+
+    try:
+        fa4_module, fa4_error = importlib.import_module("flash_attn.cute"), None
+    except ImportError as error:
+        fa4_module, fa4_error = None, f"flash_attn.cute not importable: {error}"
+    impls = implementations(fa4_module)
+    start = time.perf_counter()
+    records = []
+    for case in cases(args.seq_lens, args.head_dims):
+        if time.perf_counter() - start > args.budget_s:
+            records.append({**case, "skipped": f"skipped (--budget-s {args.budget_s:g})"})
+            continue
+        records.append(run_case(case, impls, args))
+        r = records[-1]
+        print(f"D{r['D']} L{r['L']} B{r['B']} {'causal' if r['causal'] else 'bidir'}: "
+              + ", ".join(f"{k} {v:.3f} ms" for k, v in r["ms"].items()) + (f"; errors {r['errors']}" if r["errors"] else ""),
+              flush=True)
+    failures = [f"D{r['D']} L{r['L']} {'causal' if r['causal'] else 'bidir'} {name}: "
+                + (r["errors"].get(name) or f"max |diff| {r['max_diff_vs_triton'][name]:.3g} vs triton")
+                for r in records if "skipped" not in r for name in OURS
+                if name in r["errors"] or r["max_diff_vs_triton"].get(name, math.inf) > CHECK_TOLERANCE]
+    text = "\n\n".join([
+        f"Gluon forward on {describe_environment()['device']} (bf16; ms, ratios ours / other, > 1: ours slower). "
+        f"`{command_line()}`",
+        table(records),
+        *([f"fa4: {fa4_error}"] if fa4_error else []),
+        *([f"FAILED: {'; '.join(failures)}"] if failures else []),
+    ])
+    publish(args.out, "gluon_fwd", {"environment": describe_environment(), "command": command_line(),
+                                    "fa4_error": fa4_error, "failures": failures, "records": records}, text)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""The Gluon forward kernels (``gluon_fwd.py``, Hopper only) behind a launcher and an autograd Function.
+
+Layers, in order:
+  1. ``gluon_fwd_launch``: checks every input (``unsupported_reason``), builds the TMA descriptors
+     and launches one of the two kernels with a ``GluonConfig``; returns o and the base-2 lse;
+  2. ``_GluonAttention``: autograd Function whose backward is our Triton backward
+     (``triton_flash.flash_bwd``) fed with the saved o and lse, which it reads exactly as it reads
+     those of the Triton forward (same base-2 statistic, same +inf for an empty row);
+  3. ``gluon_attention(...)``: the public entry point, with ``return_lse`` as ``triton_attention``.
+Not wired into ``dispatch.attention`` yet; eager only (no custom op for torch.compile yet).
+
+Semantics: dense attention, causal (j <= i) or bidirectional, GQA (query head h reads kv head
+h // (H // HKV)); the float64 ``genoformer.kernels.reference`` is the judge.
+
+Legend: q (B, H, Lq, D); k, v (B, HKV, Lk, D); o (B, H, Lq, D); lse (B, H, Lq) fp32 (base 2 from
+the launcher, natural log from ``gluon_attention(return_lse=True)``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from genoformer.kernels import gluon_fwd
+from genoformer.kernels.gluon_fwd import GluonConfig
+from genoformer.kernels.triton_flash import LN2, flash_bwd
+from genoformer.kernels.triton_flash_fwd import LOG2E
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+MIN_TRITON = (3, 6)
+"""The oldest Triton whose Gluon has what the kernels use (Hopper TMA, warpgroup_mma, warp_specialize
+with register counts); 3.6 is the GPU image's, 3.9 CI's."""
+
+
+def triton_version() -> tuple[int, int]:
+    return tuple(int(x) for x in triton.__version__.split(".")[:2])
+
+
+def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool) -> str | None:
+    """None when the Gluon kernels can run these inputs here, else a sentence saying why and what to do."""
+    if triton_version() < MIN_TRITON:
+        return (f"the Gluon kernels need Triton {'.'.join(map(str, MIN_TRITON))} or newer, found {triton.__version__}: "
+                f"upgrade triton (torch 2.11 ships 3.6) or use the triton backend")
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        return f"q, k, v must be 4-D (B, H, L, D); got {q.dim()}-D, {k.dim()}-D, {v.dim()}-D"
+    if q.dtype not in SUPPORTED_DTYPES:
+        return f"the Gluon kernels take float16 or bfloat16, got {q.dtype}: cast q, k, v (e.g. under autocast)"
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        return f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
+    if k.device != q.device or v.device != q.device:
+        return f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}"
+    B, H, Lq, D = q.shape
+    if D not in gluon_fwd.HEAD_DIMS:
+        return (f"head dim {D} is not supported by the Gluon kernels (only {', '.join(map(str, gluon_fwd.HEAD_DIMS))}): "
+                f"use the triton backend, which takes the multiples of 8 from 16 to 256")
+    if k.shape[0] != B or k.shape[3] != D or k.shape != v.shape:
+        return f"k and v must both be (B={B}, HKV, Lk, D={D}); got k {tuple(k.shape)}, v {tuple(v.shape)}"
+    HKV, Lk = k.shape[1], k.shape[2]
+    if HKV == 0 or H % HKV:
+        return f"query heads ({H}) must be a multiple of key/value heads ({HKV})"
+    if B == 0 or H == 0 or Lq == 0 or Lk == 0:
+        return f"empty input (B={B}, H={H}, Lq={Lq}, Lk={Lk}): nothing for the kernels to do"
+    if causal and Lq != Lk:
+        return f"causal attention needs Lq == Lk, got {Lq} and {Lk}"
+    if q.device.type != "cuda":
+        return f"the Gluon kernels run on CUDA tensors, got a tensor on {q.device.type}: use the triton or sdpa backend"
+    if torch.cuda.get_device_capability(q.device) != (9, 0):
+        major, minor = torch.cuda.get_device_capability(q.device)
+        return (f"the Gluon kernels are built for Hopper (sm_90: wgmma, TMA, setmaxnreg); "
+                f"{torch.cuda.get_device_name(q.device)} is sm_{major}{minor}: use the triton backend")
+    return None
+
+
+def _check(q, k, v, causal) -> None:
+    reason = unsupported_reason(q, k, v, causal=causal)
+    if reason is not None:
+        raise ValueError(f"gluon attention cannot run these inputs: {reason}")
+
+
+def _tma_ready(t: torch.Tensor) -> torch.Tensor:
+    """t itself when TMA can read it (16-byte aligned base, every stride but the last a multiple of
+    16 bytes, the last dim contiguous), else a contiguous copy (which always can, for D of 64, 128)."""
+    if (t.stride(-1) == 1 and t.data_ptr() % 16 == 0
+            and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1])):
+        return t
+    return t.contiguous()
+
+
+def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
+    """A 4-D TMA descriptor over t (B, heads, L, D) with (1, 1, rows, D) boxes."""
+    D = t.shape[-1]
+    layout = gluon_fwd.descriptor_layout(rows, D, t.element_size() * 8)
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, D], layout)
+
+
+def gluon_fwd_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
+                     config: GluonConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward launcher: o (B, H, Lq, D) in q's dtype and lse (B, H, Lq) fp32 in base 2 (the
+    convention ``triton_flash.flash_bwd`` reads).  config: None for ``default_config``."""
+    _check(q, k, v, causal)
+    if not scale > 0:
+        raise ValueError(f"scale must be a positive float, got {scale}")
+    q, k, v = (_tma_ready(t) for t in (q, k, v))
+    B, H, Lq, D = q.shape
+    HKV, Lk = k.shape[1], k.shape[2]
+    cfg = gluon_fwd.default_config(D) if config is None else config
+    o = torch.empty((B, H, Lq, D), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)
+    q_desc, o_desc = _descriptor(q, cfg.block_m), _descriptor(o, cfg.block_m)
+    k_desc, v_desc = _descriptor(k, cfg.block_n), _descriptor(v, cfg.block_n)
+    grid = (triton.cdiv(Lq, cfg.rows), B * H)
+    args = (q_desc, k_desc, v_desc, o_desc, lse, H, H // HKV, Lq, Lk, scale * LOG2E)
+    if cfg.warp_specialized:
+        gluon_fwd.attn_fwd_ws_kernel[grid](
+            *args, HEAD_DIM=D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CAUSAL=causal,
+            PINGPONG=cfg.pingpong, CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
+            num_warps=4, maxnreg=cfg.maxnreg,
+        )
+    else:
+        gluon_fwd.attn_fwd_tma_kernel[grid](
+            *args, HEAD_DIM=D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CAUSAL=causal,
+            num_warps=cfg.num_warps,
+        )
+    return o, lse
+
+
+class _GluonAttention(torch.autograd.Function):
+    """Forward by the Gluon kernel, backward by our Triton kernels from the saved o and lse."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal: bool, scale: float, config: GluonConfig | None):
+        o, lse = gluon_fwd_launch(q, k, v, causal, scale, config)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.scale = causal, scale
+        ctx.set_materialize_grads(False)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, do, dlse):
+        # dlse: the gradient of the base-2 lse, None when nothing downstream used it; do is None
+        # when only the lse was used
+        q, k, v, o, lse = ctx.saved_tensors
+        if do is None:
+            do = torch.zeros_like(o)
+        q, k, v = (_tma_ready(t) for t in (q, k, v))  # what the forward read
+        dq, dk, dv = flash_bwd(do.contiguous(), q, k, v, o, lse, None, None, None, None, None, 0, ctx.causal,
+                               ctx.scale, dlse=dlse)
+        return dq, dk, dv, None, None, None
+
+
+def gluon_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    return_lse: bool = False,
+    config: GluonConfig | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """FlashAttention forward in Gluon (Hopper), backward in Triton; dense causal or bidirectional.
+
+    q: (B, H, Lq, D), k and v: (B, HKV, Lk, D), fp16 or bf16, D 64 or 128, H % HKV == 0, on an
+    sm_90 GPU.  Strided views are read in place when TMA can (16-byte aligned strides), else copied.
+    Returns (B, H, Lq, D) in q's dtype; with return_lse also the lse (B, H, Lq) fp32 in natural log
+    (the convention of ``genoformer.kernels.dispatch``), differentiable.  config: a
+    ``GluonConfig`` (default ``gluon_fwd.default_config(D)``).  Raises ValueError saying what to change
+    when the kernels cannot run the inputs (``unsupported_reason``).
+    """
+    _check(q, k, v, causal)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    o, lse2 = _GluonAttention.apply(q, k, v, causal, scale, config)
+    if not return_lse:
+        return o
+    # base 2 -> natural log; an empty row's +inf (never produced by the dense layouts here) -> -inf
+    return o, torch.where(lse2 == float("inf"), float("-inf"), lse2 * LN2)

@@ -1,0 +1,424 @@
+"""Hopper-native FlashAttention forward kernels in Gluon (``triton.experimental.gluon``), sm_90 only.
+
+Two kernels share the tile step (``_softmax_update``) and the epilogue (``_store_rows``):
+
+* ``attn_fwd_tma_kernel`` (the plain one): one warpgroup per program, BLOCK_M query rows; K and V
+  arrive by TMA into a STAGES-deep ring of shared-memory buffers (one mbarrier per stage), S = Q K^T
+  and O += P V run as asynchronous wgmma, the next tiles' copies in flight while a tile is computed.
+* ``attn_fwd_ws_kernel`` (the FlashAttention-3 schedule): three partitions under ``warp_specialize``:
+  a producer warp that only issues TMA copies (Q once, then K and V into the ring, waiting on each
+  stage's "empty" barrier), and two consumer warpgroups, each with its own BLOCK_M query rows of the
+  program's 2 * BLOCK_M, that read the same K/V stages.  Registers are moved from the producer to
+  the consumers (``worker_num_regs`` / ``maxnreg``: setmaxnreg).  Inside a consumer the next tile's
+  S = Q K^T is issued before the current P V (intra-warpgroup overlap: the softmax of tile t runs
+  while the tensor cores do P_{t-1} V_{t-1}); with PINGPONG the two consumers also take turns at the
+  tensor cores (a pair of mbarriers orders their matmul issues, so one's softmax overlaps the
+  other's matmuls).  Barrier use never decides a result: every wait pairs with an arrive of the
+  same count in the same number of steps on every partition.
+
+Launch configurations (``GluonConfig``, one table per kernel) are here too; the launcher, input
+checks and autograd live in ``gluon_flash.py``.  This module imports no torch, so the kernels
+compile for sm_90 on a machine with triton alone (tests/kernels/test_gluon.py).  H, GROUP, Lq and
+Lk are not specialised on (a length of 1 or a multiple of 16 compiles no kernel of its own).
+
+Legend: B batch, H query heads, HKV key/value heads, GROUP = H // HKV (query head h reads kv head
+h // GROUP), Lq / Lk query / key lengths, D head dim (64 or 128).
+  q, o (B, H, Lq, D); k, v (B, HKV, Lk, D); lse (B, H, Lq) fp32.  The tensor descriptors are 4-D
+  over these tensors with (1, 1, rows, D) boxes, so TMA clips every box at its own head's length:
+  rows past Lq or Lk read as zeros and are never written.
+Scores are kept in base 2 as in ``triton_flash_fwd``: s2 = (q . k) * scale * log2(e), p = exp2(s2 - m),
+lse = m + log2(l) (base 2; +inf for a row with no allowed key, never the case for the dense
+layouts here), which is exactly what ``triton_flash_bwd`` reads back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+# Triton 3.7 renamed the TMA copies (3.6, the GPU image's, has only the old names; 3.9 only the new).
+if hasattr(tma, "async_load"):
+    tma_load, tma_store = tma.async_load, tma.async_store
+else:
+    tma_load, tma_store = tma.async_copy_global_to_shared, tma.async_copy_shared_to_global
+
+HEAD_DIMS = (64, 128)
+"""Head dims the kernels are built for (the wgmma tiles and the shared-memory budget assume them)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GluonConfig:
+    """One launch configuration.
+
+    warp_specialized: the FlashAttention-3 schedule (``attn_fwd_ws_kernel``: producer warp, two
+        consumer warpgroups of block_m rows each, 2 * block_m query rows per program), else the
+        plain TMA + wgmma kernel (one partition of num_warps warps, block_m rows).
+    stages: K/V tiles in flight (shared memory: 2 * stages * block_n * D * 2 bytes, plus Q).
+    pingpong: (warp-specialised only) the consumers take turns at the tensor cores.
+    num_warps: the plain kernel's warps (block_m = 16 * num_warps); 4 for the warp-specialised one.
+    consumer_regs, producer_regs: (warp-specialised only) registers per thread after setmaxnreg;
+        maxnreg, the kernel's cap before it, is what three warpgroups can hold (65536 / 384 = 168).
+    """
+
+    warp_specialized: bool
+    block_m: int
+    block_n: int
+    stages: int
+    pingpong: bool = False
+    num_warps: int = 4
+    consumer_regs: int = 240
+    producer_regs: int = 24
+    maxnreg: int = 168
+
+    @property
+    def rows(self) -> int:
+        """Query rows per program."""
+        return 2 * self.block_m if self.warp_specialized else self.block_m
+
+
+WS_CONFIGS = {
+    64: GluonConfig(True, block_m=64, block_n=128, stages=3, pingpong=True),
+    128: GluonConfig(True, block_m=64, block_n=128, stages=2, pingpong=True),
+}
+"""The default (warp-specialised) configuration per head dim."""
+PLAIN_CONFIGS = {
+    64: GluonConfig(False, block_m=128, block_n=128, stages=3, num_warps=8),
+    128: GluonConfig(False, block_m=128, block_n=128, stages=2, num_warps=8),
+}
+"""The plain kernel's configuration per head dim (the fallback while the schedule is young)."""
+
+
+def default_config(head_dim: int) -> GluonConfig:
+    """The configuration the launcher takes for `head_dim` when given none."""
+    return WS_CONFIGS[head_dim]
+
+
+@gluon.constexpr_function
+def mma_layout(block_n, num_warps):
+    """The wgmma accumulator layout of a (rows, block_n) fp32 tile over `num_warps` warps (a
+    multiple of 4, 16 rows per warp): instruction m16 x n(block_n) x k16 for 16-bit operands."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, block_n, 16])
+
+
+def descriptor_layout(block_rows: int, head_dim: int, bitwidth: int = 16) -> gl.NVMMASharedLayout:
+    """Shared layout of a (1, 1, block_rows, head_dim) TMA box of `bitwidth`-bit elements, which the
+    launcher gives its tensor descriptors and the kernels their buffers (128-byte swizzle for head
+    dims of 64 and 128)."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=min(128, head_dim * bitwidth // 8), element_bitwidth=bitwidth,
+                                rank=4)
+
+
+@gluon.jit
+def _tile_bounds(start_m, rows, Lk, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """(t_full, t_end) of the query rows [start_m, start_m + rows): key tiles [0, t_full) are
+    allowed for every row (no mask), [t_full, t_end) hold the causal diagonal or the ragged key
+    tail (masked), later ones are never visited."""
+    if CAUSAL:
+        full_end = gl.minimum(start_m + 1, Lk)
+        hi = gl.minimum(start_m + rows, Lk)
+    else:
+        full_end = Lk
+        hi = Lk
+    return full_end // BLOCK_N, gl.cdiv(hi, BLOCK_N)
+
+
+@gluon.jit
+def _softmax_update(s, m_i, l_i, start_m, start_n, Lk, qk_scale, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                    CAUSAL: gl.constexpr, MASK: gl.constexpr, s_layout: gl.constexpr):
+    """One tile of the online softmax: from the raw scores s (BLOCK_M, BLOCK_N) fp32 (q . k) and the
+    running max m_i and sum l_i (BLOCK_M,), the probabilities p (fp32), the factor alpha that
+    rescales what was accumulated with the old max, and the new m_i, l_i.  MASK applies the causal
+    diagonal (key > query) and the key tail (key >= Lk); a row with nothing allowed yet keeps
+    m = -inf and subtracts 0 instead (no inf - inf)."""
+    if MASK:
+        offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+        offs_n = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        keep = gl.expand_dims(offs_n < Lk, 0)
+        if CAUSAL:
+            keep = keep & (gl.expand_dims(offs_m, 1) >= gl.expand_dims(offs_n, 0))
+        s = gl.where(keep, s, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+        m_sub = gl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+        m_sub = m_new
+    p = gl.exp2(s * qk_scale - gl.expand_dims(m_sub, 1))  # (BLOCK_M, BLOCK_N)
+    alpha = gl.exp2(m_i - m_sub)
+    l_i = l_i * alpha + gl.sum(p, 1)
+    return p, alpha, m_new, l_i
+
+
+@gluon.jit
+def _store_rows(acc, l_i, m_i, o_desc, o_smem, LSE, bh, b, h, start_m, Lq, BLOCK_M: gl.constexpr,
+                HEAD_DIM: gl.constexpr, s_layout: gl.constexpr):
+    """Normalise and store finished query rows: o = acc / l through shared memory and a TMA store
+    (the box is clipped at Lq), lse = m + log2(l) by pointers; a row with no allowed key (l == 0)
+    gets o = 0 and lse = +inf.  o_smem (1, 1, BLOCK_M, HEAD_DIM) is free to overwrite (its Q tile
+    is no longer read)."""
+    empty = l_i == 0.0
+    l_safe = gl.where(empty, 1.0, l_i)
+    lse = gl.where(empty, float("inf"), m_i + gl.log2(l_safe))
+    offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    gl.store(LSE + bh.to(gl.int64) * Lq + offs_m, lse, mask=offs_m < Lq)
+    o_layout: gl.constexpr = acc.type.layout
+    inv_l = gl.convert_layout(1.0 / l_safe, gl.SliceLayout(1, o_layout))
+    o = acc * gl.expand_dims(inv_l, 1)
+    o_smem.reshape([BLOCK_M, HEAD_DIM]).store(o.to(o_desc.dtype))
+    fence_async_shared()
+    tma_store(o_desc, [b, h, start_m, 0], o_smem)
+    tma.store_wait(pendings=0)
+
+
+# --------------------------------------------------------------------------------------------
+# The plain kernel: one warpgroup, TMA ring, asynchronous wgmma
+# --------------------------------------------------------------------------------------------
+
+
+@gluon.jit
+def _tma_steps(acc, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, ready, k_desc, v_desc, b, hk, start_m, Lk,
+               n_tiles, qk_scale, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+               STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK: gl.constexpr, num_warps: gl.constexpr):
+    """Key tiles t_lo..t_hi of the plain kernel.  Tile t lives in stage t % STAGES; when its
+    matmuls are done, the stage is refilled with tile t + STAGES (its barrier's next phase)."""
+    s_layout: gl.constexpr = mma_layout(BLOCK_N, num_warps)
+    o_layout: gl.constexpr = mma_layout(HEAD_DIM, num_warps)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    for t in range(t_lo, t_hi):
+        stage = t % STAGES
+        mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
+        k_op = k_bufs.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))  # (HEAD_DIM, BLOCK_N)
+        v_op = v_bufs.index(stage).reshape([BLOCK_N, HEAD_DIM])
+        s = warpgroup_mma(q_op, k_op, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False,
+                          is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+        p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, t * BLOCK_N, Lk, qk_scale, BLOCK_M, BLOCK_N,
+                                             CAUSAL, MASK, s_layout)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        p_op = gl.convert_layout(p.to(v_desc.dtype), p_layout)
+        acc = warpgroup_mma(p_op, v_op, acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        # the stage is read: refill it with the tile STAGES steps ahead
+        nxt = t + STAGES
+        bar = ready.index(stage)
+        mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes, pred=nxt < n_tiles)
+        tma_load(k_desc, [b, hk, nxt * BLOCK_N, 0], bar, k_bufs.index(stage), pred=nxt < n_tiles)
+        tma_load(v_desc, [b, hk, nxt * BLOCK_N, 0], bar, v_bufs.index(stage), pred=nxt < n_tiles)
+    return acc, m_i, l_i
+
+
+@gluon.jit(do_not_specialize=["H", "GROUP", "Lq", "Lk"])
+def attn_fwd_tma_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, GROUP, Lq, Lk, qk_scale,
+                        HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                        STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr):
+    # grid: (query tiles, B * H), the last query tiles (the longest causal rows) launched first
+    start_m = (gl.num_programs(0) - 1 - gl.program_id(0)) * BLOCK_M
+    bh = gl.program_id(1)
+    b = bh // H
+    h = bh % H
+    hk = h // GROUP
+    dtype: gl.constexpr = q_desc.dtype
+    s_layout: gl.constexpr = mma_layout(BLOCK_N, num_warps)
+    o_layout: gl.constexpr = mma_layout(HEAD_DIM, num_warps)
+
+    q_smem = gl.allocate_shared_memory(dtype, [1, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
+    k_bufs = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_bufs = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+
+    t_full, t_end = _tile_bounds(start_m, BLOCK_M, Lk, BLOCK_N, CAUSAL)
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma_load(q_desc, [b, h, start_m, 0], q_bar, q_smem)
+    for i in gl.static_range(STAGES):  # fill the ring
+        bar = ready.index(i)
+        mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes, pred=i < t_end)
+        tma_load(k_desc, [b, hk, i * BLOCK_N, 0], bar, k_bufs.index(i), pred=i < t_end)
+        tma_load(v_desc, [b, hk, i * BLOCK_N, 0], bar, v_bufs.index(i), pred=i < t_end)
+
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))  # running max of s2
+    l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))  # running sum of exp2(s2 - m)
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+    mbarrier.wait(q_bar, 0)
+    q_op = q_smem.reshape([BLOCK_M, HEAD_DIM])
+    acc, m_i, l_i = _tma_steps(acc, m_i, l_i, 0, t_full, q_op, k_bufs, v_bufs, ready, k_desc, v_desc, b, hk,
+                               start_m, Lk, t_end, qk_scale, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, False,
+                               num_warps)
+    acc, m_i, l_i = _tma_steps(acc, m_i, l_i, t_full, t_end, q_op, k_bufs, v_bufs, ready, k_desc, v_desc, b, hk,
+                               start_m, Lk, t_end, qk_scale, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, True,
+                               num_warps)
+    _store_rows(acc, l_i, m_i, o_desc, q_smem, LSE, bh, b, h, start_m, Lq, BLOCK_M, HEAD_DIM, s_layout)
+
+
+# --------------------------------------------------------------------------------------------
+# The warp-specialised kernel: a TMA producer warp, two consumer warpgroups
+# --------------------------------------------------------------------------------------------
+
+
+@gluon.jit
+def _ws_producer(q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty,
+                 b, h, hk, start_cta, n_tiles, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """The producer warp: both consumers' Q tiles on q_bar, then key tile t's K and V into stage
+    t % STAGES once both consumers released it (kv_empty; its first wait of each stage passes:
+    a fresh barrier counts its previous phase as complete)."""
+    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+    tma_load(q_desc, [b, h, start_cta, 0], q_bar, q_bufs.index(0))
+    tma_load(q_desc, [b, h, start_cta + BLOCK_M, 0], q_bar, q_bufs.index(1))
+    for t in range(n_tiles):
+        stage = t % STAGES
+        mbarrier.wait(kv_empty.index(stage), ((t // STAGES) & 1) ^ 1)
+        k_bar = k_ready.index(stage)
+        mbarrier.expect(k_bar, k_desc.block_type.nbytes)
+        tma_load(k_desc, [b, hk, t * BLOCK_N, 0], k_bar, k_bufs.index(stage))
+        v_bar = v_ready.index(stage)
+        mbarrier.expect(v_bar, v_desc.block_type.nbytes)
+        tma_load(v_desc, [b, hk, t * BLOCK_N, 0], v_bar, v_bufs.index(stage))
+
+
+@gluon.jit
+def _turn_wait(turn, k, WG: gl.constexpr, PINGPONG: gl.constexpr):
+    """PINGPONG: wait before the k-th matmul issue until the other consumer has issued its k-th
+    (consumer 0) or k+1-th (consumer 1): the two take turns at the tensor cores."""
+    if PINGPONG:
+        mbarrier.wait(turn.index(WG), (k & 1) ^ (1 - WG))
+
+
+@gluon.jit
+def _turn_pass(turn, WG: gl.constexpr, PINGPONG: gl.constexpr):
+    """PINGPONG: this consumer's matmuls are issued; the other one's turn."""
+    if PINGPONG:
+        mbarrier.arrive(turn.index(1 - WG), count=1)
+
+
+@gluon.jit
+def _ws_steps(acc, p, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn,
+              start_m, Lk, qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+              HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK: gl.constexpr,
+              PINGPONG: gl.constexpr):
+    """Key tiles t_lo..t_hi (t_lo >= 1) of one consumer, one tile behind with P V: step t issues
+    S_t = Q K_t^T and then O += P_{t-1} V_{t-1}, waits for S_t only, computes P_t while the second
+    matmul runs, then waits for it, releases stage t - 1 and rescales O."""
+    s_layout: gl.constexpr = mma_layout(BLOCK_N, 4)
+    o_layout: gl.constexpr = mma_layout(HEAD_DIM, 4)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    dtype: gl.constexpr = k_bufs.dtype
+    for t in range(t_lo, t_hi):
+        stage = t % STAGES
+        prev = (t - 1) % STAGES
+        _turn_wait(turn, t, WG, PINGPONG)
+        mbarrier.wait(k_ready.index(stage), (t // STAGES) & 1)
+        k_op = k_bufs.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))  # (HEAD_DIM, BLOCK_N)
+        s = warpgroup_mma(q_op, k_op, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False,
+                          is_async=True)
+        mbarrier.wait(v_ready.index(prev), ((t - 1) // STAGES) & 1)
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        acc = warpgroup_mma(p_op, v_bufs.index(prev).reshape([BLOCK_N, HEAD_DIM]), acc, is_async=True)
+        _turn_pass(turn, WG, PINGPONG)
+        s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # S_t done, P_{t-1} V_{t-1} may run on
+        p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, t * BLOCK_N, Lk, qk_scale, BLOCK_M, BLOCK_N,
+                                             CAUSAL, MASK, s_layout)
+        acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+        mbarrier.arrive(kv_empty.index(prev), count=1)  # this consumer is done with stage t - 1
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+    return acc, p, m_i, l_i
+
+
+@gluon.jit
+def _ws_consumer(q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, LSE, bh, b, h, start_cta,
+                 Lq, Lk, n_tiles, qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                 HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
+    """Consumer warpgroup WG (0: the default partition, 1: a worker): the query rows
+    [start_cta + WG * BLOCK_M, + BLOCK_M) over all n_tiles key tiles of the program (both
+    consumers release every stage; a tile past this one's causal diagonal is fully masked and
+    adds nothing).  Key tile 0 is peeled (masked), then the unmasked tiles, then the masked ones,
+    and the last P V."""
+    s_layout: gl.constexpr = mma_layout(BLOCK_N, 4)
+    o_layout: gl.constexpr = mma_layout(HEAD_DIM, 4)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    dtype: gl.constexpr = k_bufs.dtype
+    start_m = start_cta + WG * BLOCK_M
+    t_full, _ = _tile_bounds(start_m, BLOCK_M, Lk, BLOCK_N, CAUSAL)
+    t_full = gl.minimum(gl.maximum(t_full, 1), n_tiles)
+    q_smem = q_bufs.index(WG)
+    q_op = q_smem.reshape([BLOCK_M, HEAD_DIM])
+    mbarrier.wait(q_bar, 0)
+
+    _turn_wait(turn, 0, WG, PINGPONG)
+    mbarrier.wait(k_ready.index(0), 0)
+    k_op = k_bufs.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+    s = warpgroup_mma(q_op, k_op, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+    _turn_pass(turn, WG, PINGPONG)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))  # running max of s2
+    l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))  # running sum of exp2(s2 - m)
+    p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, 0, Lk, qk_scale, BLOCK_M, BLOCK_N, CAUSAL, True,
+                                         s_layout)
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+    acc, p, m_i, l_i = _ws_steps(acc, p, m_i, l_i, 1, t_full, q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn,
+                                 start_m, Lk, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, False,
+                                 PINGPONG)
+    acc, p, m_i, l_i = _ws_steps(acc, p, m_i, l_i, t_full, n_tiles, q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty,
+                                 turn, start_m, Lk, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, True,
+                                 PINGPONG)
+    last = (n_tiles - 1) % STAGES
+    _turn_wait(turn, n_tiles, WG, PINGPONG)
+    mbarrier.wait(v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
+    p_op = gl.convert_layout(p.to(dtype), p_layout)
+    acc = warpgroup_mma(p_op, v_bufs.index(last).reshape([BLOCK_N, HEAD_DIM]), acc, is_async=True)
+    _turn_pass(turn, WG, PINGPONG)
+    acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+    mbarrier.arrive(kv_empty.index(last), count=1)
+    _store_rows(acc, l_i, m_i, o_desc, q_smem, LSE, bh, b, h, start_m, Lq, BLOCK_M, HEAD_DIM, s_layout)
+
+
+@gluon.jit(do_not_specialize=["H", "GROUP", "Lq", "Lk"])
+def attn_fwd_ws_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, GROUP, Lq, Lk, qk_scale,
+                       HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                       CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                       PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
+    # grid: (query tiles of 2 * BLOCK_M rows, B * H), the last (longest causal) ones launched first;
+    # num_warps == 4 (the default partition is consumer 0); launched with maxnreg so that the
+    # three warpgroups' registers fit the SM (CONSUMER_REGS twice + PRODUCER_REGS)
+    start_cta = (gl.num_programs(0) - 1 - gl.program_id(0)) * (2 * BLOCK_M)
+    bh = gl.program_id(1)
+    b = bh // H
+    h = bh % H
+    hk = h // GROUP
+    dtype: gl.constexpr = q_desc.dtype
+
+    q_bufs = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
+    k_bufs = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_bufs = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(kv_empty.index(i), count=2)  # one arrive per consumer
+    for i in gl.static_range(2):
+        mbarrier.init(turn.index(i), count=1)
+
+    _, n_tiles = _tile_bounds(start_cta, 2 * BLOCK_M, Lk, BLOCK_N, CAUSAL)
+    gl.warp_specialize([
+        (_ws_consumer, (q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, LSE, bh, b, h,
+                        start_cta, Lq, Lk, n_tiles, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, PINGPONG)),
+        (_ws_consumer, (q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, LSE, bh, b, h,
+                        start_cta, Lq, Lk, n_tiles, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, PINGPONG)),
+        (_ws_producer, (q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, b, h, hk,
+                        start_cta, n_tiles, BLOCK_M, BLOCK_N, STAGES)),
+    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
