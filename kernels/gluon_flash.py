@@ -27,10 +27,9 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from genoformer.kernels import gluon_fwd
 from genoformer.kernels.gluon_fwd import GluonConfig
-from genoformer.kernels.triton_flash import LN2, flash_bwd
+from genoformer.kernels.triton_flash import LN2, flash_bwd, tensor_reason
 from genoformer.kernels.triton_flash_fwd import LOG2E
 
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 MIN_TRITON = (3, 6)
 """The oldest Triton whose Gluon has what the kernels use (Hopper TMA, warpgroup_mma, warp_specialize
 with register counts); 3.6 is the GPU image's, 3.9 CI's."""
@@ -45,14 +44,9 @@ def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
     if triton_version() < MIN_TRITON:
         return (f"the Gluon kernels need Triton {'.'.join(map(str, MIN_TRITON))} or newer, found {triton.__version__}: "
                 f"upgrade triton (torch 2.11 ships 3.6) or use the triton backend")
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        return f"q, k, v must be 4-D (B, H, L, D); got {q.dim()}-D, {k.dim()}-D, {v.dim()}-D"
-    if q.dtype not in SUPPORTED_DTYPES:
-        return f"the Gluon kernels take float16 or bfloat16, got {q.dtype}: cast q, k, v (e.g. under autocast)"
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        return f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
-    if k.device != q.device or v.device != q.device:
-        return f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}"
+    reason = tensor_reason(q, k, v, "Gluon")
+    if reason is not None:
+        return reason
     B, H, Lq, D = q.shape
     if D not in gluon_fwd.HEAD_DIMS:
         return (f"head dim {D} is not supported by the Gluon kernels (only {', '.join(map(str, gluon_fwd.HEAD_DIMS))}): "

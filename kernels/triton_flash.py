@@ -81,6 +81,20 @@ def autotune_enabled() -> bool:
 # --------------------------------------------------------------------------------------------
 
 
+def tensor_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernels: str) -> str | None:
+    """What every fused kernel (Triton, Gluon) needs of q, k, v alike: 4-D, float16 or bfloat16,
+    one dtype, one device; None when they have it, else a sentence naming `kernels`."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        return f"q, k, v must be 4-D (B, H, L, D); got {q.dim()}-D, {k.dim()}-D, {v.dim()}-D"
+    if q.dtype not in SUPPORTED_DTYPES:
+        return f"the {kernels} kernels take float16 or bfloat16, got {q.dtype}: cast q, k, v (e.g. under autocast)"
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        return f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
+    if k.device != q.device or v.device != q.device:
+        return f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}"
+    return None
+
+
 def unsupported_reason(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -108,14 +122,9 @@ def unsupported_reason(
                     "before importing genoformer (slow, meant for tests), or use a CUDA GPU")
     else:
         return f"the Triton kernels run on CUDA tensors, got a tensor on {q.device.type}"
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        return f"q, k, v must be 4-D (B, H, L, D); got {q.dim()}-D, {k.dim()}-D, {v.dim()}-D"
-    if q.dtype not in SUPPORTED_DTYPES:
-        return f"the Triton kernels take float16 or bfloat16, got {q.dtype}: cast q, k, v (e.g. under autocast)"
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        return f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
-    if k.device != q.device or v.device != q.device:
-        return f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}"
+    reason = tensor_reason(q, k, v, "Triton")
+    if reason is not None:
+        return reason
     B, H, Lq, D = q.shape
     if D not in HEAD_DIMS:
         return (f"head dim {D} is not supported by the Triton kernels (they take the multiples of 8 from 16 to 256): "
