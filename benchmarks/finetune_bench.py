@@ -46,7 +46,7 @@ import torch
 from benchmarks.common import command_line, describe_environment, environment_markdown, markdown_table, publish, write_json_file
 
 REPO = Path(__file__).resolve().parents[1]
-PRETRAINED = REPO / "examples" / "genoformer_bacteria_8k.ckpt"
+PRETRAINED = REPO / "examples" / "genoformer_dna.ckpt"
 SPLICE_TABLE = REPO / "examples" / "splice_junctions_statlog.tsv"
 GENOMES = {
     "ecoli_draft": "genomes/ecoli_draft_prokka.gff3.gz",

@@ -1,5 +1,5 @@
 """Generation speed on a CPU (issue 31's targets): the shipped causal model,
-examples/genoformer_bacteria_8k.ckpt, generating with its key/value cache against recomputing the
+examples/genoformer_dna.ckpt, generating with its key/value cache against recomputing the
 whole prefix at every base.
 
 For each prompt length P (the first P bases of the lambda genome):
@@ -41,7 +41,7 @@ from genoformer.data.genome.inputs import read_sequences
 from genoformer.genome.generate import Generator
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = ROOT / "examples" / "genoformer_bacteria_8k.ckpt"
+SHIPPED = ROOT / "examples" / "genoformer_dna.ckpt"
 GENOME = ROOT / "examples" / "lambda_phage.fasta.gz"
 TARGET_PROMPT, TARGET_SECONDS, TARGET_RATIO = 1000, 30.0, 20.0
 
@@ -158,7 +158,7 @@ def report(summary: dict) -> str:
     load = summary["load_average"]
     return "\n\n".join(part for part in [
         environment_markdown(summary["environment"], summary["command"]),
-        f"`Generator.generate` with examples/genoformer_bacteria_8k.ckpt (float32) from the first P bases of "
+        f"`Generator.generate` with examples/genoformer_dna.ckpt (float32) from the first P bases of "
         f"{GENOME.name}: {length} bases with the key/value cache (prefill included) against recomputing the "
         f"window at every base ({summary['steps']} bases at each of {summary['points']} prefix lengths over the same "
         f"P .. P + {length - 1}; the faster of 1 and {summary['torch_threads']} torch threads counts, for the best and "

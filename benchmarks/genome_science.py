@@ -209,7 +209,7 @@ RECIPE_NOTES = (
     "(docs/design/training.md)."
 )
 CPU_RATE = "evaluate_cpu_lambda.json"
-CPU_COMMAND = ("`genoformer evaluate --checkpoint examples/genoformer_bacteria_8k.ckpt --inputs examples/lambda_phage.fasta.gz "
+CPU_COMMAND = ("`genoformer evaluate --checkpoint examples/genoformer_dna.ckpt --inputs examples/lambda_phage.fasta.gz "
                "--device cpu --out benchmarks/results/genome_science/evaluate_cpu_lambda.json`, the 48.5 kb lambda genome, "
                "with one other process busy")
 LABELS = {"test": "held-out regions (the test split)", "val+test": "held-out genome (validation + test contigs)"}

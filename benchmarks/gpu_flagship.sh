@@ -2,18 +2,21 @@
 # The GPU half of the flagship DNA model (issue 28; BENCHMARKS.md "Flagship DNA model"), each phase
 # one device call of under 10 minutes on one warm machine (/tmp keeps the runs between them).
 # The flagship itself (examples/genoformer_dna.ckpt), the GPU to itself:
-#   bash benchmarks/gpu_flagship.sh stage1    # configs/genome_dna_gpu.yaml from the shipped model, ~8 min;
+#   bash benchmarks/gpu_flagship.sh stage1    # configs/genome_dna_gpu.yaml from the shipped model (the flagship
+#       itself: it was trained from configs/genome_bacteria_gpu.yaml's model; this trains it on), ~8 min;
 #       the bf16 weights come back in $OUT/flagship8k.ckpt (stage 2 can start from them on a new machine)
 #   bash benchmarks/gpu_flagship.sh stage2    # configs/genome_dna_32k_gpu.yaml from stage 1, RoPE base 500,000,
 #       ~4.5 min; then both stages are scored (benchmarks/flagship.py score) -> $OUT/flagship_final.tar.part*
 # How the recipe was chosen, the first session's two calls (600 steps per 8k run, 300 at 32k):
 #   bash benchmarks/gpu_flagship.sh sweep     # four 8k runs at once, ~7 min (configs/genome_dna_gpu.yaml):
-#       warm      the shipped examples/genoformer_bacteria_8k.ckpt trained on, all nine genomes
+#       warm      the model shipped before the flagship (examples/genoformer_bacteria_8k.ckpt, trained by
+#                 configs/genome_bacteria_gpu.yaml; restore it first: git show 4576bed:examples/genoformer_bacteria_8k.ckpt
+#                 > examples/genoformer_bacteria_8k.ckpt) trained on, all nine genomes
 #       bacteria  the same start, the four bacteria only (the data ablation: what the eukaryotes add)
 #       w256_d8   a fresh 256-wide, 8-layer model, all genomes    } the width/depth sweep at equal
 #       w384_d6   a fresh 384-wide, 6-layer model, all genomes    } steps and tokens per step
 #   bash benchmarks/gpu_flagship.sh long      # stage 2 (configs/genome_dna_32k_gpu.yaml) from `warm`,
-#       two RoPE bases at once (10,000 as trained, 500,000), ~4 min of training; then every model is scored on
+#       two RoPE bases at once (10,000 as `warm` was trained, 500,000), ~4 min of training; then every model is scored on
 #       the held-out sets (benchmarks/flagship.py score) and the results and the bf16 models come
 #       back in $OUT (models cut in 15 MiB parts: cat them back together).
 # Before: .device/dna/genomes.zarr (the nine genomes' store, built on the CPU machine by
@@ -27,7 +30,8 @@ STORE=${STORE:-.device/dna/genomes.zarr}
 HELDOUT=${HELDOUT:-.device/dna/heldout}
 RUN=${RUN:-/tmp/flagship}
 SMOKE=${SMOKE:-0}
-SHIPPED=examples/genoformer_bacteria_8k.ckpt
+SHIPPED=examples/genoformer_dna.ckpt
+PREVIOUS=examples/genoformer_bacteria_8k.ckpt  # the first round's start (sweep): in git until 4576bed
 BACTERIA=(examples/ecoli_k12_mg1655.fasta.gz examples/saureus_col.fasta.gz examples/hpylori_els37.fasta.gz examples/vcholerae_o395.fasta.gz)
 mkdir -p "$OUT" "$RUN/logs"
 export PYTHONUNBUFFERED=1
@@ -73,12 +77,13 @@ elif [ "$PHASE" = stage2 ]; then
     "$PYTHON" -m benchmarks.flagship score --runs "$RUN" --prefix flagship --heldout "$HELDOUT" --out "$OUT/flagship_final" "${SCORE[@]}" || status=1
     exit $status
 elif [ "$PHASE" = sweep ]; then
+    [ -f "$PREVIOUS" ] || { echo "$PREVIOUS not found: git show 4576bed:$PREVIOUS > $PREVIOUS"; exit 1; }
     weights=$(printf '%s: 1, ' "${BACTERIA[@]##*/}")
     # the first session's budget: 600 steps in at most 7 minutes per run
     C=(--config configs/genome_dna_gpu.yaml --trainer.max_steps 600 --trainer.max_time 00:00:07:00)
-    fit warm "${C[@]}" --data.init_args.store "$STORE" --init_weights "$SHIPPED" --model.init_args.warmup_steps 50 "${TINY[@]}" &
+    fit warm "${C[@]}" --data.init_args.store "$STORE" --init_weights "$PREVIOUS" --model.init_args.warmup_steps 50 "${TINY[@]}" &
     fit bacteria "${C[@]}" --data.init_args.store "$RUN/bacteria.zarr" --data.init_args.fasta "[$(IFS=,; echo "${BACTERIA[*]}")]" \
-        --data.init_args.source_weights "{${weights%, }}" --init_weights "$SHIPPED" --model.init_args.warmup_steps 50 "${TINY[@]}" &
+        --data.init_args.source_weights "{${weights%, }}" --init_weights "$PREVIOUS" --model.init_args.warmup_steps 50 "${TINY[@]}" &
     fit w256_d8 "${C[@]}" --data.init_args.store "$STORE" "${TINY[@]}" "${FRESH_TINY[@]}" &
     fit w384_d6 "${C[@]}" --data.init_args.store "$STORE" --model.init_args.transformer.d_model 384 \
         --model.init_args.transformer.n_heads 6 "${TINY[@]}" "${FRESH_TINY[@]}" &

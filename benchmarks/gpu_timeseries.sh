@@ -24,6 +24,8 @@ RUN=${RUN:-runs/gpu_timeseries}
 HELD_OUT=${HELD_OUT:-sf_traffic}
 SMOKE=${SMOKE:-0}
 DATASETS=(ecg_mitbih208 ecg_biosignalsplux household_power bike_sharing traffic_volume beijing_pm25 electricity sf_traffic)
+# series no model trains on (benchmarks/timeseries_datasets.py: unseen): the general forecaster zero-shot, where their stores are
+UNSEEN=(solar_power wind_power energy_appliance yosemite_temps)
 mkdir -p "$OUT" "$RUN/logs"
 export PYTHONUNBUFFERED=1
 if [ "$SMOKE" = 1 ]; then
@@ -80,6 +82,12 @@ elif [ "$PHASE" = evaluate ]; then
                 --batch_size 2048 --out "$RUN/eval/$model/$name.json" --overwrite "${DEVICE[@]}" > "$RUN/logs/eval_${model}_$name.log" 2>&1 &
             pids+=($!)
         done
+    done
+    for name in "${UNSEEN[@]}"; do
+        [ -d "$STORES/$name.zarr" ] || { echo "$STORES/$name.zarr not found: $name not scored"; continue; }
+        timeout "$EVAL_SECONDS" "$PYTHON" cli.py evaluate_forecast --store "$STORES/$name.zarr" --checkpoint "$RUN/general/checkpoints/best.ckpt" \
+            --batch_size 2048 --out "$RUN/eval/general/$name.json" --overwrite "${DEVICE[@]}" > "$RUN/logs/eval_general_$name.log" 2>&1 &
+        pids+=($!)
     done
     status=0
     for pid in "${pids[@]}"; do wait "$pid" || status=1; done

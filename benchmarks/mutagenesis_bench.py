@@ -35,7 +35,7 @@ from genoformer.data.genome.regions import read_regions
 from genoformer.genome.mutagenesis import DEFAULT_WINDOW, mutagenesis, saturation_mutagenesis
 from genoformer.genome.scoring import Scorer
 
-CHECKPOINT = Path("examples/genoformer_bacteria_8k.ckpt")
+CHECKPOINT = Path("examples/genoformer_dna.ckpt")
 GENOME = Path("examples/lambda_phage.fasta.gz")
 RECORD = "gi|9626243|ref|NC_001416.1|"
 REGION = f"{RECORD}:20001-20200"  # mid-genome: windows up to 8192 fit without clipping

@@ -4,6 +4,8 @@ rows for genoformer checkpoints.
     python -m benchmarks.timeseries_datasets                       # every dataset, the baselines (CPU)
     python -m benchmarks.timeseries_datasets --datasets sf_traffic electricity
     python -m benchmarks.timeseries_datasets --models runs/gpu_ts/eval   # add checkpoint rows
+    python -m benchmarks.timeseries_datasets --baselines_from benchmarks/results/timeseries_datasets.json \
+        --models runs/gpu_ts/eval                                      # the same, reusing the baselines' rows
     python -m benchmarks.timeseries_datasets --smoke OUT            # seconds: what the test runs
 
 Steps, through the package's own commands:
@@ -20,8 +22,9 @@ Steps, through the package's own commands:
    horizon, one panel per dataset).
 
 The data: the two ECGs of ../shared/data/timeseries and six series of
-../shared/data/fetch-more.sh (../shared-extra/timeseries). A dataset whose file is absent is
-listed as skipped.
+../shared/data/fetch-more.sh (../shared-extra/timeseries), then four more of fetch-more.sh that no
+model trains on (`Dataset.unseen`: the general forecaster's zero-shot checks, beside its held-out
+dataset). A dataset whose file is absent is listed as skipped.
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ class Dataset:
     root: str  # "shared" or "extra"
     about: str
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    unseen: bool = False
+    """No model is trained on it (benchmarks/gpu_timeseries.sh): the general forecaster's zero-shot checks."""
 
 
 DATASETS: dict[str, Dataset] = {
@@ -77,7 +82,18 @@ DATASETS: dict[str, Dataset] = {
     "electricity": Dataset("hourly_electricity.csv", "extra", "electricity load per hour", {"time_column": "ts"}),
     "sf_traffic": Dataset("hourly_sf_traffic.csv", "extra", "San Francisco freeway occupancy per hour",
                           {"time_column": "ts"}),
+    # never trained on by any model here: the general forecaster's zero-shot checks beside sf_traffic
+    "solar_power": Dataset("hourly_solarpower.csv", "extra", "solar power per hour (zero-shot only)",
+                           {"time_column": "ts"}, unseen=True),
+    "wind_power": Dataset("hourly_windpower.csv", "extra", "wind power per hour (zero-shot only)",
+                          {"time_column": "ts"}, unseen=True),
+    "energy_appliance": Dataset("minute_energy_appliance.csv.xz", "extra",
+                                "household appliances' energy every 10 minutes (zero-shot only)",
+                                {"time_column": "date", "columns": ["Appliances"]}, unseen=True),
+    "yosemite_temps": Dataset("minute_yosemite_temps.csv.xz", "extra", "Yosemite air temperature every 5 minutes (zero-shot only)",
+                              {"time_column": "ds"}, unseen=True),
 }
+"""The eight protocol datasets, then series no model is trained on (`unseen`)."""
 
 
 def dataset_path(dataset: Dataset, shared: Path, extra: Path) -> Path:
@@ -146,9 +162,35 @@ def wins(summary: dict) -> list[dict]:
     return rows
 
 
+def zero_shot(summary: dict) -> list[dict]:
+    """The general forecaster (`summary["zero_shot"]["model"]`) on the series it never trained on (its held-out
+    dataset and the unseen ones): does it beat seasonal naive at every horizon, and is it within 10 % of AR
+    (MSE at most 1.1 x AR's) at every horizon -- the issue's two zero-shot targets."""
+    spec = summary.get("zero_shot")
+    if not spec:
+        return []
+    rows = []
+    for name in spec["datasets"]:
+        methods = summary["datasets"].get(name, {}).get("methods", {})
+        mine, naive, ar = methods.get(spec["model"]), methods.get("seasonal_naive"), methods.get("ar")
+        if not mine or not naive or not ar:
+            continue
+        common = sorted(set(mine) & set(naive) & set(ar), key=int)
+        rows.append({"series (zero-shot)": name,
+                     "MSE / seasonal naive": " / ".join(f"{mine[h]['mse'] / naive[h]['mse']:.2f}" for h in common),
+                     "beats seasonal naive at every horizon": "yes" if all(mine[h]["mse"] < naive[h]["mse"] for h in common) else "no",
+                     "MSE / AR": " / ".join(f"{mine[h]['mse'] / ar[h]['mse']:.2f}" for h in common),
+                     "within 10 % of AR at every horizon": "yes" if all(mine[h]["mse"] <= 1.1 * ar[h]["mse"] for h in common) else "no"})
+    return rows
+
+
 def render(summary: dict) -> str:
     """The markdown: one table per dataset (MSE and MAE per method and horizon), then the wins."""
     parts = [environment_markdown(summary["environment"], summary["command"]), ""]
+    if "baselines_measured" in summary:
+        measured = summary["baselines_measured"]
+        parts += [f"Baseline rows reused from an earlier run (`{measured['command']}`, "
+                  f"{measured['environment'].get('date_utc', '')} on {measured['environment'].get('device', '')}).", ""]
     parts.append("Long-horizon protocol (70/10/20 chronological split, z-scored with the training part's statistics, "
                  "every stride-1 test window, missing targets left out): MSE / MAE, and for quantile models the "
                  "mean weighted quantile loss (wQL). DLinear: look-back 336, Adam on the full-batch training MSE, "
@@ -182,6 +224,10 @@ def render(summary: dict) -> str:
         parts += ["", f"**{name}**{': ' + extra if extra else ''}", "", markdown_table(table)]
     if wins(summary):
         parts += ["", markdown_table(wins(summary))]
+    if zero_shot(summary):
+        spec = summary["zero_shot"]
+        parts += ["", f"`{spec['model']}` zero-shot (never trained on these series; ratios at horizons "
+                  f"{', '.join(map(str, summary['horizons']))}):", "", markdown_table(zero_shot(summary))]
     return "\n".join(parts)
 
 
@@ -221,6 +267,13 @@ def main(argv: Optional[list[str]] = None) -> dict:
     parser.add_argument("--ar_orders", nargs="+", type=int, default=list(DEFAULT_AR_ORDERS))
     parser.add_argument("--models", type=Path, nargs="*", default=[],
                         help="folders holding MODEL/DATASET.json results of evaluate_forecast --checkpoint")
+    parser.add_argument("--baselines_from", type=Path, default=None,
+                        help="an earlier run's timeseries_datasets.json: its baseline rows are reused for the datasets it has "
+                             "(the baselines take about half an hour on two cores; their results do not change)")
+    parser.add_argument("--zero_shot_model", default="general",
+                        help="the --models folder of the forecaster trained across datasets (benchmarks/gpu_timeseries.sh)")
+    parser.add_argument("--held_out", nargs="*", default=["sf_traffic"],
+                        help="the datasets left out of that forecaster's training (its zero-shot checks, with the unseen ones)")
     parser.add_argument("--shared", type=Path, default=SHARED, help="folder of the two ECG files")
     parser.add_argument("--extra", type=Path, default=EXTRA, help="folder of the fetch-more.sh time series")
     parser.add_argument("--smoke", action="store_true",
@@ -231,12 +284,24 @@ def main(argv: Optional[list[str]] = None) -> dict:
     horizons = tuple(sorted(args.horizons))
     summary: dict[str, Any] = {"environment": describe_environment("cpu"), "command": command_line(),
                                "horizons": list(horizons), "datasets": {}}
+    earlier = {}
+    if args.baselines_from:
+        previous = json.loads(args.baselines_from.read_text())
+        earlier = previous["datasets"]
+        # where the reused rows were measured (kept through any number of reuses)
+        summary["baselines_measured"] = previous.get("baselines_measured") or {
+            "command": previous["command"], "environment": previous["environment"]}
     for name in args.datasets:
         dataset = DATASETS[name]
         source = dataset_path(dataset, args.shared, args.extra)
         if not source.exists():
             summary["datasets"][name] = {"skipped": f"{source} not found (bash ../shared/data/fetch-more.sh fetches it)"}
             print(f"{name}: skipped, {source} not found")
+            continue
+        if name in earlier and all(m in earlier[name].get("methods", {}) for m in args.methods):
+            summary["datasets"][name] = {key: earlier[name][key] for key in ("data", "methods", "baselines")}
+            summary["datasets"][name]["methods"] = {m: earlier[name]["methods"][m] for m in args.methods}
+            print(f"{name}: baselines from {args.baselines_from}")
             continue
         data = prepare(name, dataset, source, args.work / "stores")
         entry = summary["datasets"][name] = {"data": data, "methods": {}, "baselines": {}}
@@ -251,6 +316,9 @@ def main(argv: Optional[list[str]] = None) -> dict:
             for result in sorted(model_dir.glob("*.json")):
                 if result.stem in summary["datasets"]:
                     add_model_results(summary, model_dir.name, result.stem, json.loads(result.read_text()))
+    if args.models:
+        summary["zero_shot"] = {"model": args.zero_shot_model,
+                                "datasets": [*args.held_out, *(n for n in args.datasets if DATASETS[n].unseen)]}
     args.out.mkdir(parents=True, exist_ok=True)
     plot(summary, args.out / "timeseries_datasets.png")
     publish(args.out, "timeseries_datasets", summary, render(summary))

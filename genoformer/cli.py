@@ -4,7 +4,7 @@ Training verbs come from LightningCLI (`genoformer.training_cli`) and read YAML 
 
     genoformer fit --config configs/quickstart.yaml
     genoformer fit --config configs/quickstart.yaml --ckpt_path last     # resume that run
-    genoformer fit --config configs/quickstart.yaml --init_weights examples/genoformer_bacteria_8k.ckpt
+    genoformer fit --config configs/quickstart.yaml --init_weights examples/genoformer_dna.ckpt
     genoformer validate | test | predict --config configs/quickstart.yaml --ckpt_path last
     genoformer fit --config configs/genome_8k_gpu.yaml --print_config
 
@@ -36,7 +36,7 @@ Data and inference verbs are typed functions whose `--help` comes from their doc
     genoformer prepare --fasta genomes/*.fa.gz --out genomes.zarr       # or a folder, or "[a.fa,b.fa]"
     genoformer prepare_timeseries --inputs ecg.csv --out ecg.zarr --time_column t_seconds
     genoformer embed --checkpoint last.ckpt --inputs genome.fa.gz --out embeddings.npz
-    genoformer finetune --pretrained examples/genoformer_bacteria_8k.ckpt --task classify \
+    genoformer finetune --pretrained examples/genoformer_dna.ckpt --task classify \
         --train examples/splice_junctions_statlog.tsv --out runs/splice
     genoformer classify --checkpoint runs/splice/checkpoints/last.ckpt --inputs seqs.tsv --out predictions.tsv
     genoformer annotate --checkpoint examples/genoformer_gene_annotator.ckpt --inputs genome.fa.gz --out genes.gff3

@@ -50,7 +50,7 @@ _FIT_CKPT_HELP = (
 )
 _INIT_WEIGHTS_HELP = (
     "Start a new run from the weights of this checkpoint (a .ckpt of `genoformer fit` or `export`, "
-    "such as examples/genoformer_bacteria_8k.ckpt): what the model is (its transformer) is the "
+    "such as examples/genoformer_dna.ckpt): what the model is (its transformer) is the "
     "checkpoint's, with your --model options where the weights still fit (a longer or shorter "
     "max_seq_len); how to train it (learning rate, warm-up, weight decay) is your config's; the "
     "optimizer, schedule and step count start anew. Not read when --ckpt_path resumes a run."

@@ -42,6 +42,9 @@ Backends:
                 existing configs; `genoformer.kernels.flash_attn_backend` documents both)
     triton      genoformer.kernels.triton_flash (CUDA, or CPU under TRITON_INTERPRET=1); fp16/bf16,
                 head dims that are multiples of 8 from 16 to 256
+    gluon       genoformer.kernels.gluon_flash: the Hopper-native (sm_90) Gluon forward with our Triton
+                backward; dense causal or bidirectional, GQA, fp16/bf16, head dims 64 and 128; eager
+                (a compiled graph breaks around it); not yet in auto's order (docs/design/gluon.md)
     auto        CUDA: the first backend that supports the inputs in the measured order for the
                 GPU's generation (`FASTEST_FIRST`: flash_attn_4 before triton for dense inputs on
                 sm_90; triton on generations not measured), else sdpa (dense) / torch (layout).
@@ -124,6 +127,7 @@ class Backend(str, enum.Enum, metaclass=_ByNameOrValue):
     FLASH_ATTN_2 = "flash_attn_2"
     FLASH_ATTN_4 = "flash_attn_4"
     TRITON = "triton"
+    GLUON = "gluon"
 
     @classmethod
     def _missing_(cls, value):
@@ -186,6 +190,28 @@ def _triton_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, 
                                            cu_seqlens=cu_seqlens)
 
 
+def _load_gluon() -> RunFn:
+    from genoformer.kernels.gluon_flash import gluon_attention
+
+    def run(q, k, v, *, causal, layout, kv_lens, scale, cu_seqlens, return_lse):
+        return gluon_attention(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
+
+    return run
+
+
+def _gluon_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse) -> str | None:
+    # what the Gluon forward does not take yet, before anything is imported
+    for given, what in ((layout, "block-sparse layouts"), (kv_lens, "key padding (kv_lens)"),
+                        (cu_seqlens, "packed documents (cu_seqlens)")):
+        if given is not None:
+            return f"the gluon backend runs dense attention only, not {what}: use the triton backend"
+    if not torch.compiler.is_compiling() and importlib.util.find_spec("triton") is None:
+        return "triton is not installed: pip install triton (or the extra: pip install 'genoformer[triton]')."
+    from genoformer.kernels import gluon_flash
+
+    return gluon_flash.unsupported_reason(q, k, v, causal=causal)
+
+
 def _flash_attn(*versions: FlashAttn) -> BackendEntry:
     """A flash-attn backend that runs the first of `versions` able to run the inputs."""
     run = functools.partial(flash_attn_backend.flash_attn_attention, versions)
@@ -201,6 +227,7 @@ BACKENDS: dict[Backend, BackendEntry] = {
     Backend.FLASH_ATTN_2: _flash_attn(FlashAttn.V2),
     Backend.FLASH_ATTN_4: _flash_attn(FlashAttn.V4),
     Backend.TRITON: BackendEntry(_load_triton, _triton_unsupported_reason),
+    Backend.GLUON: BackendEntry(_load_gluon, _gluon_unsupported_reason),
 }
 """Every backend but AUTO, which is a choice among them (`_choose`)."""
 

@@ -7,7 +7,8 @@ Layers, in order:
      (``triton_flash.flash_bwd``) fed with the saved o and lse, which it reads exactly as it reads
      those of the Triton forward (same base-2 statistic, same +inf for an empty row);
   3. ``gluon_attention(...)``: the public entry point, with ``return_lse`` as ``triton_attention``.
-Not wired into ``dispatch.attention`` yet; eager only (no custom op for torch.compile yet).
+Behind ``dispatch.attention`` as ``backend="gluon"`` (dense inputs only; not in auto's order until it is
+measured faster); eager only (no custom op for torch.compile yet).
 
 Semantics: dense attention, causal (j <= i) or bidirectional, GQA (query head h reads kv head
 h // (H // HKV)); the float64 ``genoformer.kernels.reference`` is the judge.

@@ -53,6 +53,10 @@ class TimeSeriesDataModule(ShardedLoaders, L.LightningDataModule):
         normalize: Standardise channels with the store's per-channel mean and std.
         window_normalize: Also shift and scale every window by its context's observed mean and
             std, channel by channel (so that every window weighs alike in the loss).
+        window_scale_floor: With window_normalize: the window's scale is at least this fraction
+            of the store's std (0: none). Intermittent channels need one: a context of almost no
+            spread scales the spike after it to hundreds of standard deviations
+            (configs/timeseries_general_gpu.yaml).
         channel_independent: Every window is one channel (C = 1): needed to mix stores with
             different channels (a channel-independent model forecasts any channel count).
         store_weights: With several stores: the relative chance of drawing a training window
@@ -81,6 +85,7 @@ class TimeSeriesDataModule(ShardedLoaders, L.LightningDataModule):
         eval_context_before_split: bool = False,
         normalize: bool = True,
         window_normalize: bool = False,
+        window_scale_floor: float = 0.0,
         channel_independent: bool = False,
         store_weights: list[float] | None = None,
         seed: int = 0,
@@ -102,6 +107,7 @@ class TimeSeriesDataModule(ShardedLoaders, L.LightningDataModule):
             raise ValueError(f"data.init_args.store_weights has {len(store_weights)} weights for "
                              f"{len(self.store_paths)} stores; give one per store")
         self.window_normalize = window_normalize
+        self.window_scale_floor = window_scale_floor
         self.channel_independent = channel_independent
         self.store_weights = store_weights
         self.eval_context_before_split = eval_context_before_split
@@ -155,7 +161,8 @@ class TimeSeriesDataModule(ShardedLoaders, L.LightningDataModule):
             raise ValueError(f"the stores {[str(p) for p in self.store_paths]} have different channels "
                              f"({[store.channel_names for store in stores]}); set data.init_args.channel_independent "
                              "to true to train on one channel at a time")
-        options = dict(normalize=self.normalize, window_normalize=self.window_normalize)
+        options = dict(normalize=self.normalize, window_normalize=self.window_normalize,
+                       window_scale_floor=self.window_scale_floor)
         per_store: dict[str, list[TimeSeriesWindowDataset]] = {"train": [], "val": [], "test": []}
         for store in stores:
             intervals = split_intervals([SequenceSource(s.name, s.length, s.source_name) for s in store.series], self.split)

@@ -11,7 +11,10 @@ as unobserved (`genoformer.timeseries.model`) and the losses leave missing targe
 (`genoformer.timeseries.module`). A window whose target holds no observed value at all is
 skipped. With ``window_normalize`` every window is further shifted and scaled by the observed
 mean and standard deviation of its own context, channel by channel, so that a loss weighs
-quiet and loud windows, and different datasets, alike.
+quiet and loud windows, and different datasets, alike. ``window_scale_floor`` bounds that scale
+from below by a fraction of the store's standard deviation: an intermittent channel (a sub-meter
+at 0 for hours) has contexts of almost no spread before a spike, and scaled by that spread
+alone its target reaches hundreds of standard deviations and outweighs every other window.
 
 `MixedWindowDataset` draws single-channel windows from several such datasets (several stores):
 the training data of a general, channel-independent forecaster. Its samples are
@@ -53,14 +56,21 @@ class TimeSeriesWindowDataset(Dataset):
             long-horizon protocol does for validation and test windows).
         window_normalize: Shift and scale each window by its context's observed mean and
             standard deviation, per channel (after ``normalize``).
+        window_scale_floor: With ``window_normalize``: the scale is at least this fraction of
+            the store's standard deviation of the channel (0: no floor, a constant context
+            keeps the scale 1 of the values ``normalize`` gives).
     """
 
     def __init__(self, store: str | Path | TimeSeriesStore, context: int, horizon: int, *,
                  intervals: Sequence[Interval] | None = None, samples_per_epoch: int | None = None,
                  stride: int | None = None, seed: int = 0, normalize: bool = True,
-                 context_before_interval: bool = False, window_normalize: bool = False) -> None:
+                 context_before_interval: bool = False, window_normalize: bool = False,
+                 window_scale_floor: float = 0.0) -> None:
         if context < 1 or horizon < 1:
             raise ValueError(f"context ({context}) and horizon ({horizon}) must be >= 1")
+        if window_scale_floor < 0:
+            raise ValueError(f"window_scale_floor must be at least 0 (a fraction of the store's standard "
+                             f"deviation), got {window_scale_floor}")
         self._store = store if isinstance(store, TimeSeriesStore) else TimeSeriesStore(store)
         self._pid = os.getpid()
         self.context, self.horizon = context, horizon
@@ -71,6 +81,7 @@ class TimeSeriesWindowDataset(Dataset):
         self.epoch = 0
         self.normalize = normalize
         self.window_normalize = window_normalize
+        self.window_scale_floor = window_scale_floor
         ivs = [Interval(s.index, 0, s.length) for s in self._store.series] if intervals is None else list(intervals)
         if context_before_interval:
             ivs = [Interval(iv.index, max(0, iv.start - context), iv.end) for iv in ivs]
@@ -98,6 +109,7 @@ class TimeSeriesWindowDataset(Dataset):
         std = np.where(self._store.std > 0, self._store.std, 1.0).astype(np.float32)
         self._mean = self._store.mean[:, None]  # (C, 1)
         self._inv_std = (1.0 / std)[:, None]  # (C, 1)
+        self._scale_floor_C = window_scale_floor * (np.ones_like(std) if normalize else std)  # in the values' units
 
     def _valid_starts(self, iv: Interval, step: int) -> np.ndarray | None:
         """Window starts of the interval (every `step`-th) whose target holds an observed value,
@@ -151,22 +163,24 @@ class TimeSeriesWindowDataset(Dataset):
         if self.normalize:
             values = (values - self._mean) * self._inv_std
         if self.window_normalize:
-            values = normalize_by_context(values, self.context)
+            values = normalize_by_context(values, self.context, self._scale_floor_C)
         values = torch.from_numpy(values)
         return {"context": values[:, :self.context], "target": values[:, self.context:], "series": series,
                 "start": start, "index": index}
 
 
 
-def normalize_by_context(values_CS: np.ndarray, context: int) -> np.ndarray:
+def normalize_by_context(values_CS: np.ndarray, context: int, floor_C: np.ndarray | float = 0.0) -> np.ndarray:
     """(values - m) / s per channel, m and s the observed mean and standard deviation of the first
-    `context` steps (s = 1 when it is 0 or nothing is observed), float32."""
+    `context` steps, float32. With a floor (per channel, or one for all) s is at least it; without
+    one (0) s = 1 where the deviation is 0 or nothing is observed."""
     head_CL = values_CS[:, :context]
     observed_C = (~np.isnan(head_CL)).sum(axis=1)
     filled_CL = np.where(np.isnan(head_CL), 0.0, head_CL)
     mean_C = filled_CL.sum(axis=1) / np.maximum(observed_C, 1)
     var_C = (np.where(np.isnan(head_CL), 0.0, np.square(head_CL - mean_C[:, None]))).sum(axis=1) / np.maximum(observed_C, 1)
-    std_C = np.where(var_C > 1e-12, np.sqrt(var_C), 1.0)
+    floor_C = np.broadcast_to(np.asarray(floor_C, dtype=np.float64), var_C.shape)
+    std_C = np.where(floor_C > 0, np.maximum(np.sqrt(var_C), floor_C), np.where(var_C > 1e-12, np.sqrt(var_C), 1.0))
     return ((values_CS - mean_C[:, None]) / std_C[:, None]).astype(np.float32)
 
 

@@ -7,7 +7,7 @@ genoformer.genome.evaluate, .markov and .variants.)
     genoformer prepare --fasta genome.fa.gz --out genome.zarr
     genoformer prepare --fasta genomes/*.fa.gz --out genomes.zarr       # or a folder, or "[a.fa,b.fa]"
     genoformer embed --checkpoint last.ckpt --inputs genome.fa.gz --out embeddings.npz
-    genoformer finetune --pretrained examples/genoformer_bacteria_8k.ckpt --task classify \
+    genoformer finetune --pretrained examples/genoformer_dna.ckpt --task classify \
         --train examples/splice_junctions_statlog.tsv --out runs/splice
     genoformer classify --checkpoint runs/splice/checkpoints/last.ckpt --inputs seqs.tsv --out predictions.tsv
     genoformer annotate --checkpoint examples/genoformer_gene_annotator.ckpt --inputs genome.fa.gz --out genes.gff3
@@ -177,7 +177,7 @@ def finetune(
 
     Args:
         pretrained: A DNA language model checkpoint (genoformer fit or export), e.g.
-            examples/genoformer_bacteria_8k.ckpt.
+            examples/genoformer_dna.ckpt.
         task: classify (one class per sequence, or several 0/1 label_<name> columns), regress
             (numbers per sequence; or per base from a bedGraph with --genome) or annotate (gene
             classes per base from GenBank/GFF3 annotations).

@@ -20,9 +20,9 @@ then holds ``markov_bits_per_base`` and ``mixture_bits_per_base`` beside the net
 
 The window on a CPU: given neither --context nor --overlap, a model trained at a longer context
 than CPU_CONTEXT is read at CPU_CONTEXT tokens with an overlap of a quarter of it
-(`command_window`): on the 2-core CPU the shipped model then scores 3x faster than at its
-trained 8,192 with half-window overlap, for about 0.002 bits per base
-(benchmarks/results/mixture/cpu_speed.md). Otherwise (and on a GPU) the default is the trained
+(`command_window`): on the 2-core CPU a 256 x 8 model then scores about 3x faster than at an
+8,192 window with half-window overlap, for about 0.001 to 0.002 bits per base
+(benchmarks/results/mixture/cpu_speed.md, cpu_speed_dna.md). Otherwise (and on a GPU) the default is the trained
 context with overlap context // 2.
 
 Regions (``--regions``, or one ``--split`` of a training data split): only their bases are

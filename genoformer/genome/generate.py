@@ -1,10 +1,10 @@
 """`genoformer generate`: DNA sampled base by base from a causal language model.
 
-    generator = Generator.from_checkpoint("examples/genoformer_bacteria_8k.ckpt")
+    generator = Generator.from_checkpoint("examples/genoformer_dna.ckpt")
     samples_ML = generator.generate(encode("ATGACC..."), length=500, temperature=0.8, seed=1, num_samples=4)
     decode(samples_ML[0])                                  # 500 bases, A C G T only
 
-    genoformer generate --checkpoint examples/genoformer_bacteria_8k.ckpt --prompt ATGACC \
+    genoformer generate --checkpoint examples/genoformer_dna.ckpt --prompt ATGACC \
         --length 500 --num_samples 4 --out samples.fasta
 
 How. The prompt runs through the model once (the prefill), filling a `KVCache` with every
@@ -121,7 +121,7 @@ def refuse_masked(model: Transformer, what: str) -> None:
         raise ValueError(
             f"{what} is a masked language model, which fills in masked bases from both sides and cannot "
             "extend a sequence; generate needs a causal one (trained with objective CAUSAL_LM), such as "
-            "examples/genoformer_bacteria_8k.ckpt."
+            "examples/genoformer_dna.ckpt."
         )
 
 
@@ -337,7 +337,7 @@ def generate(
 
     Args:
         checkpoint: A causal DNA language model (.ckpt from `genoformer fit` or `genoformer export`),
-            e.g. examples/genoformer_bacteria_8k.ckpt. Masked models cannot generate.
+            e.g. examples/genoformer_dna.ckpt. Masked models cannot generate.
         out: The FASTA file to write (plain text, e.g. samples.fasta).
         length: Bases to generate per sample.
         prompt: The prompt as a DNA string (A C G T N, any case); give it or --prompt_fasta.

@@ -1,6 +1,6 @@
 """`genoformer mutagenesis`: in-silico saturation mutagenesis of genome regions.
 
-    genoformer mutagenesis --checkpoint examples/genoformer_bacteria_8k.ckpt \\
+    genoformer mutagenesis --checkpoint examples/genoformer_dna.ckpt \\
         --inputs examples/lambda_phage.fasta.gz --regions "gi|9626243|ref|NC_001416.1|:1001-1200" --out mut.tsv
 
 Every position of each region, times the three other bases, is scored as `genoformer
@@ -22,8 +22,8 @@ alternatives of a position share its reference window), masked models one masked
 position, each of `window` tokens (twice with `both_strands`).
 
 The default window, 1024 (or the model's trained context when shorter), is a trade measured with
-the shipped 8k model (`benchmarks/mutagenesis_bench.py`, 600 SNVs of lambda, against float32 at
-the full 8192 window): Pearson r 0.98 and a mean |difference| of 0.34 bits at 1024, against 0.95
+a 256 x 8 causal model of an 8k context (`benchmarks/mutagenesis_bench.py`, 600 SNVs of lambda,
+against float32 at its full 8192 window): Pearson r 0.98 and a mean |difference| of 0.34 bits at 1024, against 0.95
 and 0.51 at 512 and 0.995 and 0.16 at 2048, which costs twice as much. Pass `--window 2048` or
 more on a GPU for scores closer to the full context. On a GPU the model runs under bfloat16
 autocast (the inference policy), whose rounding alone moves the llr by 0.09 bits on average at

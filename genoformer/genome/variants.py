@@ -1,7 +1,7 @@
 """Variant effects from a trained model: the log-likelihood ratio (llr, in bits) of the sequence
 with the alternative allele against the reference sequence.
 
-    scorer = Scorer.from_checkpoint("examples/genoformer_bacteria_8k.ckpt")
+    scorer = Scorer.from_checkpoint("examples/genoformer_dna.ckpt")
     effects = variant_effects(scorer, reference, variants, window=2048)
 
 The window. A variant whose reference allele REF starts at the 0-based position p of a contig of

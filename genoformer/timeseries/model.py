@@ -22,9 +22,13 @@ channels); with `channel_independent: false` one token holds the patch of every 
 Missing values: NaN (or infinite) samples of the context are unobserved. The instance statistics
 come from the observed samples only, an unobserved sample enters its patch as 0 (the window's
 mean, after normalisation) with observed-mask 0, the same mask that marks the left padding, and
-the linear path reads the window's mean in its place. Fully observed windows give what they gave
-before the mask existed (the parameters are the same), so older checkpoints load and forecast
-as they did.
+the linear path reads the last observed value before it (the window's mean before the first), as
+the baselines' look-backs do (`genoformer.timeseries.baselines.fill_lookback`). The linear path is
+fitted only on forecasts whose lags and targets are observed, once gaps of at most
+`FIT_FILL_LIMIT` samples are filled the same way (as the AR baseline is fitted): a series with
+scattered missing values leaves almost no window whole, and lags filled across long gaps are not
+what the path forecasts from at test time. Fully observed windows give what they gave before the
+mask existed (the parameters are the same), so older checkpoints load and forecast as they did.
 
 Shape legend: B batch, C channels, G channels per token (1, or C when joint), S sequences
 through the trunk (B * C, or B), L context samples, T context tokens, Q forecast tokens,
@@ -43,6 +47,7 @@ from torch import nn
 
 from genoformer.core.runtime import RuntimeSettings
 from genoformer.core.transformer import TransformerConfig, TransformerTrunk
+from genoformer.timeseries.baselines import FIT_FILL_LIMIT
 
 
 @dataclasses.dataclass
@@ -76,7 +81,8 @@ class ForecastConfig:
             the input's units; zeros stand in where the look-back is shorter) plus the head's
             output times the window's scale, so the trunk learns what the linear forecast
             misses. The coefficients are fitted by least squares on training windows when
-            training starts (`linear_normal_equations`, `set_linear`, called by
+            training starts, on the forecasts whose lags (inside the window) and targets are
+            observed (`linear_normal_equations`, `set_linear`, called by
             `TimeSeriesForecaster.on_fit_start`) and stay fixed: gradient descent on the same
             path did not find the least-squares filter, and a fit in the instance-normalised
             space weighs each window by 1 / scale^2, which is not the MSE that forecasts are
@@ -236,7 +242,13 @@ class TimeSeriesTransformer(TransformerTrunk):
         std = self.config.init_std
         nn.init.normal_(self.embed.weight, std=std)
         nn.init.zeros_(self.embed.bias)
-        if self.forecast_config.every_token:
+        if self.forecast_config.every_token and self.forecast_config.linear_order:
+            # a zero head: training starts at the fitted linear path and the trunk adds only what it
+            # learns (a fan-in head's noise, times the window's scale, made the untrained
+            # per-dataset model six times worse than its linear path on traffic_volume)
+            nn.init.zeros_(self.head.weight)
+            nn.init.zeros_(self.head.bias)
+        elif self.forecast_config.every_token:
             # PyTorch's fan-in init: with init_std the every-token model of configs/ecg_8k_cpu.yaml
             # overfitted within 1,000 steps on the ECG (validation MSE rising from step 100)
             self.head.reset_parameters()
@@ -341,19 +353,24 @@ class TimeSeriesTransformer(TransformerTrunk):
                     + stats.mean_BC1[..., None])
 
     @torch.no_grad()
-    def linear_normal_equations(self, context_BCL: torch.Tensor, target_BCH: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def linear_normal_equations(self, context_BCL: torch.Tensor, target_BCH: torch.Tensor,
+                                fill_limit: int = FIT_FILL_LIMIT) -> tuple[torch.Tensor, ...]:
         """One batch's share of the linear path's least-squares problem, at the positions the
         model forecasts from in training (every trained token with every_token, else the end of
         the context), in the input's units: (X^T X (p + 1, p + 1), X^T Y (p + 1, H), sum of Y^2,
         rows), float64, X the lags with a column of ones, Y the targets (with linear_centered: the
         lags and targets less the window's mean m, and the window's scale s for the ones, so that
-        the fit is the least-squares m + W (x - m) + s b). Unobserved lags read as the window's
-        mean; a row whose targets are not all observed is left out."""
+        the fit is the least-squares m + W (x - m) + s b). Gaps of at most `fill_limit` samples in
+        the context and target are filled with the last observed value (`fill_short_gaps`); a row
+        is kept when all its lags and targets are then observed: lags before the window's start
+        or across a longer gap would teach the path to forecast from filler."""
         cfg = self.forecast_config
         context_BCL = context_BCL[..., -cfg.context :].to(self.linear_coef_PH.device).float()
         target_BCH = target_BCH.to(self.linear_coef_PH.device).float()
         L, P = context_BCL.shape[-1], cfg.patch_len
         _, stats = instance_normalize(context_BCL, cfg.norm_eps, cfg.stats_samples(L), torch.isfinite(context_BCL))
+        series_BCN = fill_short_gaps(torch.cat([context_BCL, target_BCH], dim=-1), fill_limit)
+        context_BCL, target_BCH = series_BCN[..., :L], series_BCN[..., L:]
         if cfg.every_token:
             first = cfg.trained_tokens(L)
             y_BCTH = token_targets(context_BCL, target_BCH, P)[:, :, first:]
@@ -368,7 +385,8 @@ class TimeSeriesTransformer(TransformerTrunk):
             ones_BCT1 = ones_BCT1 * stats.scale_BC1[..., None]
         y_NH = y_BCTH.reshape(-1, cfg.horizon).double()
         lags_NP = lag_windows(x_BCL, cfg.linear_order, P, first).reshape(-1, cfg.linear_order).double()
-        whole_N = torch.isfinite(y_NH).all(dim=1)
+        observed_BCTP = lag_windows(torch.isfinite(context_BCL).float(), cfg.linear_order, P, first)  # 0 before the start
+        whole_N = torch.isfinite(y_NH).all(dim=1) & observed_BCTP.reshape(-1, cfg.linear_order).bool().all(dim=1)
         y_NH, lags_NP = y_NH[whole_N], lags_NP[whole_N]
         x_NP1 = torch.cat([lags_NP, ones_BCT1.reshape(-1, 1).double()[whole_N]], dim=1)
         return x_NP1.T @ x_NP1, x_NP1.T @ y_NH, y_NH.square().sum(), torch.tensor(float(len(x_NP1)), dtype=torch.float64)
@@ -396,10 +414,34 @@ class TimeSeriesTransformer(TransformerTrunk):
 
 
 def fill_unobserved(context_BCL: torch.Tensor, stats: InstanceStats) -> torch.Tensor:
-    """The context in float32 with every unobserved (non-finite) sample replaced by the window's
-    mean."""
+    """The context in float32 with every unobserved (non-finite) sample replaced by the last
+    observed value before it, or by the window's mean before the first observed one."""
     x_BCL = context_BCL.float()
-    return torch.where(torch.isfinite(x_BCL), x_BCL, stats.mean_BC1)
+    observed_BCL = torch.isfinite(x_BCL)
+    last_BCL = _last_observed(observed_BCL)
+    carried_BCL = torch.gather(torch.where(observed_BCL, x_BCL, 0.0), -1, last_BCL.clamp(min=0))
+    return torch.where(observed_BCL, x_BCL, torch.where(last_BCL >= 0, carried_BCL, stats.mean_BC1))
+
+
+def fill_short_gaps(x_BCN: torch.Tensor, limit: int) -> torch.Tensor:
+    """float32 (B, C, N) with every run of at most `limit` unobserved samples between two observed
+    ones filled with the last observed value before it; longer runs, and runs that touch either
+    end (whose length is unknown), stay NaN. The torch twin of
+    `genoformer.timeseries.baselines.fill_short_gaps` inside one window."""
+    x_BCN = x_BCN.float()
+    observed_BCN = torch.isfinite(x_BCN)
+    N = x_BCN.shape[-1]
+    last_BCN = _last_observed(observed_BCN)
+    next_BCN = N - 1 - _last_observed(observed_BCN.flip(-1)).flip(-1)  # N where nothing follows
+    short_BCN = ~observed_BCN & (last_BCN >= 0) & (next_BCN < N) & (next_BCN - last_BCN - 1 <= limit)
+    carried_BCN = torch.gather(torch.where(observed_BCN, x_BCN, 0.0), -1, last_BCN.clamp(min=0))
+    return torch.where(short_BCN, carried_BCN, torch.where(observed_BCN, x_BCN, float("nan")))
+
+
+def _last_observed(observed_BCN: torch.Tensor) -> torch.Tensor:
+    """int64 (B, C, N): the index of the last observed sample at or before each one, -1 before the first."""
+    index_N = torch.arange(observed_BCN.shape[-1], device=observed_BCN.device)
+    return torch.where(observed_BCN, index_N, -1).cummax(dim=-1).values
 
 
 def lag_windows(x_BCL: torch.Tensor, order: int, patch_len: int, first: int = 0) -> torch.Tensor:

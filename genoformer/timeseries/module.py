@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from tqdm.auto import tqdm
 
 from genoformer.core.checkpoints import ModelKind
@@ -108,7 +108,8 @@ class TimeSeriesForecaster(TrainingModule):
             seed: seed of the look-back jitter and the time stretch.
             linear_fit_batches: training batches (as the data module gives them, before time
                 stretch and look-back jitter) that the least-squares fit of the linear path
-                (`forecast.linear_order`) reads when training starts.
+                (`forecast.linear_order`) reads when training starts; only forecasts whose lags and
+                targets are observed count, so a series with long gaps needs more.
             runtime: how to run (attention backend, activation checkpointing, fused regions,
                 compile): `genoformer.core.runtime.RuntimeSettings`; never saved in checkpoints.
         """
@@ -177,6 +178,13 @@ class TimeSeriesForecaster(TrainingModule):
         if sums is None:
             raise ValueError("the data module gave no training batch to fit the linear path on.")
         gram, cross, y_square, rows = (self.trainer.strategy.reduce(part, reduce_op="sum") for part in sums)
+        if int(rows) <= self.forecast_config.linear_order:  # the ridge keeps the solve finite, not good
+            rank_zero_warn(
+                f"only {int(rows)} forecasts of the {self.linear_fit_batches} fit batches have all their "
+                f"{self.forecast_config.linear_order} lags and targets observed, fewer than the linear path's "
+                f"{self.forecast_config.linear_order + 1} coefficients: raise model.init_args.linear_fit_batches or "
+                "lower model.init_args.forecast.linear_order (the series may have too many long gaps)."
+            )
         solution = self.model.set_linear(gram, cross)
         residual = y_square - 2 * (solution * cross).sum() + (solution * (gram @ solution)).sum()
         values = float(rows) * self.forecast_config.horizon

@@ -1,14 +1,20 @@
 """benchmarks/flagship.py: what can be checked without a GPU or the fetched genomes (the rest ran
-as `SMOKE=1 bash benchmarks/gpu_flagship.sh sweep|long` on the CPU)."""
+as `SMOKE=1 bash benchmarks/gpu_flagship.sh sweep|long` on the CPU), and the report stage on the
+committed results."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import tarfile
+from pathlib import Path
 
 import numpy as np
 
 from benchmarks import flagship
 from data_helpers import write_fasta
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "flagship"
 
 
 def test_parts_rejoin_into_the_folder(tmp_path, monkeypatch):
@@ -41,3 +47,53 @@ def test_held_out_contigs_follow_the_rule(tmp_path, monkeypatch):
     chosen = flagship._whole_contigs(fasta, budget=500)
     # contigs of at least MIN_CONTIG bases, in file order, until the budget is reached
     assert [name for name, _ in chosen] == ["c1", "c2", "c3"]
+
+
+def _report(tmp_path, edit=None) -> str:
+    """The report stage on a copy of the committed results (`edit` changes the copy first); the section it writes."""
+    results = tmp_path / "flagship"
+    shutil.copytree(RESULTS, results)
+    if edit:
+        edit(results)
+    markdown = tmp_path / "BENCHMARKS.md"
+    markdown.write_text("# Benchmarks\n\n<!-- flagship:start -->\nold\n<!-- flagship:end -->\n\n## after\n")
+    flagship.main(["report", "--results", str(results), "--benchmarks_md", str(markdown)])
+    assert (results / "training_curve.png").stat().st_size > 0 and (results / "context_curve.png").stat().st_size > 0
+    text = markdown.read_text()
+    assert text.endswith("## after\n") and "old" not in text
+    return text
+
+
+def _targets(text: str) -> list[str]:
+    return [line for line in text.split("### Targets")[1].splitlines() if line.startswith("- ")]
+
+
+def test_report_renders_the_committed_results(tmp_path):
+    text = _report(tmp_path)
+    assert "## Flagship DNA model: sweep, data, context, mixture with the Markov model" in text
+    for bullet in ("Data", "Width", "RoPE base", "32k curriculum", "Mixture"):
+        assert f"- **{bullet}.**" in text
+    targets = _targets(text)
+    assert len(targets) == 4 and all("MET**" in line for line in targets)
+    assert all(flagship.FLAGSHIP in line for line in targets)
+    # the runs table, the held-out table and the context table hold the final round
+    assert "| flagship8k | final: stage 1" in text and f"| {flagship.FLAGSHIP} | bacterial |" in text
+    mixed = json.loads((RESULTS / "mixture.json").read_text())["network"]
+    assert f"network ({mixed})" in text
+
+
+def test_report_follows_the_files(tmp_path):
+    def edit(results):
+        # the mixture redone on the flagship, and a flagship 10% better on the new genus at every context
+        mixture = json.loads((results / "mixture.json").read_text())
+        (results / "mixture.json").write_text(json.dumps({**mixture, "network": flagship.FLAGSHIP}))
+        scores = json.loads((results / "final" / "scores.json").read_text())
+        for context in scores["models"][flagship.FLAGSHIP]["contexts"].values():
+            for record in context["sets"]["new_genus"]["records"]:
+                record["bits"] = [b * 0.9 for b in record["bits"]]
+        (results / "final" / "scores.json").write_text(json.dumps(scores))
+
+    text = _report(tmp_path, edit)
+    genus = _targets(text)[0]
+    assert "**MET**" in genus and "Gap" not in genus
+    assert f"network ({flagship.FLAGSHIP})" in text and "first round's network" not in text

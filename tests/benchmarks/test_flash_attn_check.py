@@ -27,12 +27,12 @@ def test_smoke_run_writes_results_and_prints_the_table(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((tmp_path / "flash_attn_check.json").read_text())
-    # the sweep found the GPU tests (5 backends x 10 cases, flash-attn-4's trusted head dims x 3
+    # the sweep found the GPU tests (6 backends x 10 cases, flash-attn-4's trusted head dims x 3
     # cases, auto's table) and skipped them here
     from genoformer.kernels.flash_attn_backend import FLASH_ATTN_4_HEAD_DIMS
 
     trusted = set().union(*FLASH_ATTN_4_HEAD_DIMS.values())
-    expected = 5 * 10 + 3 * len(trusted) + 1
+    expected = 6 * 10 + 3 * len(trusted) + 1
     assert results["sweep"]["returncode"] == 0 and results["sweep"]["counts"] == {"skipped": expected}
     assert [r["situation"] for r in results["situations"]][:3] == [
         "dense causal", "key padding, causal", "packed documents, causal",

@@ -4,10 +4,11 @@ the MIT-BIH ECG at horizon 96), and its hook adds a checkpoint's rows to the tab
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from benchmarks.timeseries_datasets import SHARED, add_model_results, main, render, wins
+from benchmarks.timeseries_datasets import SHARED, add_model_results, main, render, wins, zero_shot
 
 
 @pytest.mark.slow
@@ -27,3 +28,18 @@ def test_smoke_run_writes_the_tables_and_adds_model_rows(tmp_path):
                               "beats AR at every horizon": "1 of 1", "beats DLinear at every horizon":
                               f"{int(methods['dlinear']['96']['mse'] > methods['ar']['96']['mse'] * 0.9)} of 1"}]
     assert "| horizon | seasonal naive | AR | DLinear | genoformer |" in render(summary)
+
+
+def test_zero_shot_rows_judge_the_general_forecaster_against_both_targets():
+    def rows(*mses):
+        return {str(h): {"mse": m, "mae": m} for h, m in zip((96, 720), mses)}
+
+    summary = {"zero_shot": {"model": "general", "datasets": ["held", "unseen", "absent"]},
+               "datasets": {"held": {"methods": {"general": rows(0.5, 1.0), "seasonal_naive": rows(0.6, 1.1), "ar": rows(0.46, 0.9)}},
+                            "unseen": {"methods": {"general": rows(0.7, 1.0), "seasonal_naive": rows(0.6, 1.1), "ar": rows(0.7, 1.0)}}}}
+    held, unseen = zero_shot(summary)  # a dataset without results is left out
+    assert held["beats seasonal naive at every horizon"] == "yes" and held["within 10 % of AR at every horizon"] == "no"
+    assert held["MSE / AR"] == "1.09 / 1.11"
+    assert unseen["beats seasonal naive at every horizon"] == "no" and unseen["within 10 % of AR at every horizon"] == "yes"
+    environment = json.loads((Path(__file__).parents[2] / "benchmarks/results/timeseries_datasets.json").read_text())["environment"]
+    assert "`general` zero-shot" in render({**summary, "environment": environment, "command": "x", "horizons": [96, 720]})

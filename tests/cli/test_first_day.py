@@ -22,7 +22,7 @@ from genoformer.cli import TOOL_COMMANDS, main
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LAMBDA = REPO_ROOT / "examples" / "lambda_phage.fasta.gz"
-SHIPPED = REPO_ROOT / "examples" / "genoformer_bacteria_8k.ckpt"
+SHIPPED = REPO_ROOT / "examples" / "genoformer_dna.ckpt"
 QUICKSTART = REPO_ROOT / "configs" / "quickstart.yaml"
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
          "--data.init_args.num_workers", "0"]
@@ -80,15 +80,15 @@ def test_weights_only_checkpoint_to_fit_points_to_init_weights_which_keeps_your_
     assert "--ckpt_path" not in typed and typed[typed.index("--init_weights") + 1] == str(SHIPPED)
     main(typed)
     out = capsys.readouterr().out
-    assert "--model.transformer.max_seq_len 2048 (your option) replaces the 8192" in out  # said, never silent
+    assert "--model.transformer.max_seq_len 2048 (your option) replaces the 32768" in out  # said, never silent
     assert f"a new run, starting from the weights in {SHIPPED}" in out
     trained, shipped = saved(run_dir / "checkpoints" / "last.ckpt"), saved(SHIPPED)
     assert trained["global_step"] == 1  # a new run: its own optimizer and step count
     architecture = trained["hyper_parameters"]["transformer"]
     assert architecture["max_seq_len"] == 2048 and architecture["d_model"] == shipped["hyper_parameters"]["transformer"]["d_model"]
-    # how to train is the config's (quickstart.yaml: 2e-3, 20 warm-up steps), not the checkpoint's 1.5e-3 and 200
+    # how to train is the config's (quickstart.yaml: 2e-3, 20 warm-up steps), not the checkpoint's 5e-4 and 50
     assert (trained["hyper_parameters"]["learning_rate"], trained["hyper_parameters"]["warmup_steps"]) == (2e-3, 20)
-    assert shipped["hyper_parameters"]["learning_rate"] == 1.5e-3
+    assert (shipped["hyper_parameters"]["learning_rate"], shipped["hyper_parameters"]["warmup_steps"]) == (5e-4, 50)
     before, after = (saved_["state_dict"]["model.embed.weight"].float() for saved_ in (shipped, trained))
     assert torch.allclose(before, after, atol=0.05) and not torch.equal(before, after)  # one step from the weights
 

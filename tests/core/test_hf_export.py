@@ -22,7 +22,7 @@ from genoformer.core.transformer import Transformer, TransformerConfig
 from genoformer.genome.lm import Objective
 from genoformer.genome.scoring import LOG2E, Scorer
 
-SHIPPED = Path(__file__).resolve().parents[2] / "examples" / "genoformer_bacteria_8k.ckpt"
+SHIPPED = Path(__file__).resolve().parents[2] / "examples" / "genoformer_dna.ckpt"
 LOAD = dict(trust_remote_code=True, local_files_only=True)
 pytestmark = pytest.mark.usefixtures("hf_cache")  # tests/core/conftest.py: offline, temporary caches
 
@@ -157,7 +157,7 @@ def test_no_pickle_in_the_directory(exports):
 
 def test_shipped_model_exports_quickly_and_small(tmp_path):
     start = time.perf_counter()
-    directory = export_hf(SHIPPED, tmp_path / "bacteria")  # auto: as stored, bfloat16
+    directory = export_hf(SHIPPED, tmp_path / "dna")  # auto: as stored, bfloat16
     seconds = time.perf_counter() - start
     tensors = load_file(directory / "model.safetensors")
     weights = sum(t.numel() * t.element_size() for t in tensors.values())
@@ -167,7 +167,7 @@ def test_shipped_model_exports_quickly_and_small(tmp_path):
     assert seconds < 10
     assert size <= weights + 500_000
     card = (directory / "README.md").read_text()
-    assert "8,192 bases trained" in card and f"{sum(t.numel() for t in tensors.values()):,}" in card
+    assert "32,768 bases trained" in card and f"{sum(t.numel() for t in tensors.values()):,}" in card
 
 
 def test_bad_exports_and_existing_output(tmp_path, causal_checkpoint):

@@ -32,7 +32,7 @@ from genoformer.genome.mixture import (
 )
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-SHIPPED = EXAMPLES / "genoformer_bacteria_8k.ckpt"
+SHIPPED = EXAMPLES / "genoformer_dna.ckpt"
 LAMBDA = EXAMPLES / "lambda_phage.fasta.gz"
 CHROM = "gi|9626243|ref|NC_001416.1|"
 
@@ -261,7 +261,7 @@ def test_evaluate_reports_network_markov_and_mixture_side_by_side(mixed_report, 
     fixed = evaluate(checkpoint=SHIPPED, inputs=[str(LAMBDA)], regions=[REGION], device="cpu",
                      mix=lambda_markov, mix_weight=0.0)
     stdout = capsys.readouterr().out
-    assert "on a CPU: context 2,048 (trained at 8,192) and overlap 512, the fast default" in stdout
+    assert "on a CPU: context 2,048 (trained at 32,768) and overlap 512, the fast default" in stdout
     assert "network" in stdout and "Markov" in stdout and "mixture: fixed weight 0 on the network" in stdout
     assert fixed["mixture"]["mode"] == "fixed" and fixed["mixture"]["weight"] == 0.0
     assert abs(fixed["total"]["mixture_bits_per_base"] - total["markov_bits_per_base"]) < 1e-9

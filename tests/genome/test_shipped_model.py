@@ -12,13 +12,13 @@ from genoformer.genome.embeddings import Embedder
 from genoformer.genome.scoring import Scorer
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-SHIPPED = EXAMPLES / "genoformer_bacteria_8k.ckpt"
+SHIPPED = EXAMPLES / "genoformer_dna.ckpt"
 
 
 def test_shipped_model_is_small_and_scores_unseen_dna_on_a_cpu():
     assert SHIPPED.stat().st_size <= 20 * 2**20
     scorer = Scorer.from_checkpoint(SHIPPED, device="cpu")
-    assert scorer.causal and scorer.context == 8192
+    assert scorer.causal and scorer.context == 32768
     lam = next(read_sequences([EXAMPLES / "lambda_phage.fasta.gz"])).codes[:6000]
     log2p = scorer.log2_likelihood(lam, context=2048)
     bits = -np.nanmean(log2p)

@@ -25,7 +25,7 @@ pytestmark = [
 
 DEVICE = torch.device("cuda")
 L = 1029  # not a multiple of any tile or layout block
-BACKENDS = [Backend.FLASH_ATTN_4, Backend.FLASH_ATTN_2, Backend.TRITON, Backend.SDPA, Backend.TORCH]
+BACKENDS = [Backend.FLASH_ATTN_4, Backend.FLASH_ATTN_2, Backend.TRITON, Backend.GLUON, Backend.SDPA, Backend.TORCH]
 
 
 def _cu(docs):

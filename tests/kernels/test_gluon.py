@@ -399,3 +399,21 @@ def test_fp16_matches_float64(request, attn):
 
 if __name__ == "__main__":
     print(json.dumps(_compile_all()))
+
+
+# ---------------------------------------------------------------------------- behind dispatch
+@pytest.mark.parametrize("kwargs, says", [
+    (dict(kv_lens=True), "not key padding"),
+    (dict(cu_seqlens=True), "not packed documents"),
+    (dict(layout=True), "not block-sparse layouts"),
+    (dict(), "CUDA tensors"),
+])
+def test_dispatch_gluon_backend_refuses_what_it_cannot_run_with_the_reason(kwargs, says):
+    torch = pytest.importorskip("torch")
+    from genoformer.kernels import Backend, BlockLayout, attention
+
+    q = torch.randn(1, 2, 256, 64, dtype=torch.bfloat16)
+    built = {"kv_lens": torch.tensor([100]), "cu_seqlens": torch.tensor([0, 100, 256], dtype=torch.int32),
+             "layout": BlockLayout.sliding_window(256, 128, 128)}
+    with pytest.raises(ValueError, match=f"backend 'gluon' cannot run these inputs: .*{says}"):
+        attention(q, q, q, backend=Backend.GLUON, **{name: built[name] for name in kwargs})
