@@ -7,7 +7,8 @@ split the same way, training windows are drawn store by store (``store_weights``
 default, so that a short series counts as much as a long one), and with ``channel_independent``
 each window is one channel of one store (C = 1), so stores with different channels mix; add
 ``window_normalize`` so that every window is scaled by its own context and no dataset dominates
-the loss by its units or its noise.
+the loss by its units or its noise. Such batches also carry ``"store"`` (int64 (B,), the window's
+store: an index into ``store_paths`` and ``store_names``) and ``"channel"``.
 """
 
 from __future__ import annotations
@@ -189,6 +190,13 @@ class TimeSeriesDataModule(ShardedLoaders, L.LightningDataModule):
                                                          weights=self.store_weights, seed=self.seed)
             else:
                 self.datasets[name] = MixedWindowDataset(parts)
+
+    @property
+    def store_names(self) -> list[str]:
+        """A short name per store, in the order of ``store`` (what a batch's ``store`` index
+        points at): the file name without ``.zarr``, prefixed by its position where two are alike."""
+        stems = [path.name.removesuffix(".zarr") for path in self.store_paths]
+        return stems if len(set(stems)) == len(stems) else [f"{index}_{stem}" for index, stem in enumerate(stems)]
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.datasets["train"], train=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 import numpy as np
+import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -189,11 +190,13 @@ def protocol_results(
 
         levels = cfg.quantiles or None
 
-        def model_forecast(context_NCP: np.ndarray, horizon: int) -> Any:
-            result = forecaster.forecast(context_NCP, horizon, batch_size=batch_size)
-            return result.point if levels is None else (result.point, result.quantiles)
+        def model_forecast(context_NCP: torch.Tensor, horizon: int) -> Any:
+            point_NCH, quant_NCHK = forecaster.forecast_batch(context_NCP, horizon)
+            return point_NCH if levels is None else (point_NCH, quant_NCHK)
 
-        results = evaluate_protocol(model_forecast, raw, lookback=lookback, quantile_levels=levels, **common)
+        # windows cut and errors summed on the model's device: only the series cross to it, once
+        results = evaluate_protocol(model_forecast, raw, lookback=lookback, quantile_levels=levels,
+                                    device=forecaster.device, **common)
         return {"results": results, "protocol": protocol, "model": {"context": cfg.context,
                                                                    "horizon": cfg.horizon,
                                                                    "patch_len": cfg.patch_len,

@@ -2,6 +2,7 @@
 
     forecaster = Forecaster.from_checkpoint("runs/ecg/checkpoints/last.ckpt")
     result = forecaster.forecast(ecg_values, horizon=720)        # result.point, result.quantiles
+    point, quantiles = forecaster.forecast_batch(windows_BCL)    # tensors that stay on the device
     vectors = forecaster.embed(ecg_values, pooling="mean")        # (C', E) per series
     ensemble = Forecaster.from_checkpoints(["seed0/best.ckpt", "seed1/best.ckpt"])  # mean forecast
 
@@ -146,12 +147,7 @@ class Forecaster:
         and series shorter than one patch.
         """
         cfg = self.config
-        horizon = cfg.horizon if horizon is None else horizon
-        if not 1 <= horizon <= cfg.horizon:
-            raise ValueError(
-                f"horizon must be in [1, {cfg.horizon}] (the model was trained to forecast {cfg.horizon} "
-                f"samples in one pass), got {horizon}; train with a longer forecast.horizon for more."
-            )
+        horizon = self._horizon(horizon)
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
         items, layout, like = self._as_series(series)
@@ -166,10 +162,9 @@ class Forecaster:
             for i in group:
                 by_shape.setdefault(tails[i].shape, []).append(i)
             for indices in by_shape.values():
-                context_BCL = torch.from_numpy(np.stack([tails[i] for i in indices])).to(self.device)
-                point_BCH, quant_BCHK = self._mean_forecast(context_BCL)
-                point_BCH = point_BCH[..., :horizon].cpu().numpy()
-                quant_BCHK = None if quant_BCHK is None else quant_BCHK[:, :, :horizon].cpu().numpy()
+                point_BCH, quant_BCHK = self.forecast_batch(torch.from_numpy(np.stack([tails[i] for i in indices])), horizon)
+                point_BCH = point_BCH.cpu().numpy()
+                quant_BCHK = None if quant_BCHK is None else quant_BCHK.cpu().numpy()
                 for row, i in enumerate(indices):
                     points[i] = point_BCH[row]
                     if quant_BCHK is not None:
@@ -180,6 +175,37 @@ class Forecaster:
             quantiles=_restore(quants, layout, like) if has_quantiles else None,
             levels=list(cfg.quantiles),
         )
+
+    @torch.inference_mode()
+    def forecast_batch(self, context_BCL: torch.Tensor,
+                       horizon: Optional[int] = None) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Forecasts of a batch of equally long series (B, C, L) given as a tensor, left on this
+        Forecaster's device: (point (B, C, H), quantiles (B, C, H, K) or None), float32.
+
+        The path for many windows at once (the evaluator's): the batch runs in one pass, is copied
+        to the device once (not at all when it is there already) and nothing comes back to the
+        host; a series longer than the context gives its last `context` samples. NaN values are
+        missing. ValueError for infinite values, a horizon beyond the trained one, the wrong
+        number of channels and series shorter than one patch (the model's checks).
+        """
+        horizon = self._horizon(horizon)
+        context_BCL = context_BCL.to(self.device, torch.float32)[..., -self.config.context:]
+        if torch.isinf(context_BCL).any():
+            raise ValueError(f"the batch holds {int(torch.isinf(context_BCL).sum())} infinite value(s); mark a value as "
+                             "missing with NaN (the model masks missing values).")
+        point_BCH, quant_BCHK = self._mean_forecast(context_BCL)
+        return point_BCH[..., :horizon], None if quant_BCHK is None else quant_BCHK[:, :, :horizon]
+
+    def _horizon(self, horizon: Optional[int]) -> int:
+        """`horizon`, default the trained one; ValueError beyond it."""
+        cfg = self.config
+        horizon = cfg.horizon if horizon is None else horizon
+        if not 1 <= horizon <= cfg.horizon:
+            raise ValueError(
+                f"horizon must be in [1, {cfg.horizon}] (the model was trained to forecast {cfg.horizon} "
+                f"samples in one pass), got {horizon}; train with a longer forecast.horizon for more."
+            )
+        return horizon
 
     def _mean_forecast(self, context_BCL: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """The members' mean point (B, C, H) and quantile (B, C, H, K) forecasts, float32."""

@@ -10,6 +10,13 @@ checkpoints, AdamW schedule): `genoformer.core.training.TrainingModule`. Metrics
                       when the model has quantiles); with forecast.every_token, in training, of
                       every context token's forecast
     <split>/mse, /mae of the point forecast, on the data module's (z-scored) values
+    val/mse_store_mean  only with a data module of several stores (its `store_names`; batches
+                      carry each window's `store` index): the mean over stores of each store's
+                      MSE, its squared errors summed over the epoch and all ranks over their
+                      count, so that a store with many windows weighs no more than one with few
+                      (val/mse weighs every window alike); stores no validation window reached
+                      are left out, with a warning
+    val/mse/<store>   that MSE of each store, by the data module's store name
 
 Shape legend: B batch, C channels, L context samples, H horizon samples, K quantile levels.
 """
@@ -136,6 +143,7 @@ class TimeSeriesForecaster(TrainingModule):
         self.min_lr_ratio = min_lr_ratio
         self.model = TimeSeriesTransformer(transformer, forecast, self.runtime)
         self._jitter_rng = np.random.default_rng(seed)
+        self._store_totals_2S: Optional[torch.Tensor] = None  # per store, over a validation epoch
         self.save_hyperparameters(
             {
                 "transformer": transformer.to_dict(),
@@ -200,6 +208,11 @@ class TimeSeriesForecaster(TrainingModule):
 
     def losses(self, context_BCL: torch.Tensor, target_BCH: torch.Tensor) -> dict[str, torch.Tensor]:
         """{"loss", "mse", "mae"} of one batch (0-d tensors)."""
+        return self._losses_and_errors(context_BCL, target_BCH)[0]
+
+    def _losses_and_errors(self, context_BCL: torch.Tensor,
+                           target_BCH: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+        """(`losses`, the point forecast's error (B, C, H), where its target is observed (B, C, H))."""
         cfg = self.forecast_config
         if target_BCH.shape[-1] != cfg.horizon:
             raise ValueError(
@@ -222,7 +235,7 @@ class TimeSeriesForecaster(TrainingModule):
             observed_BCH = observed_BCTH[:, :, -1]
             error_BCH = point_BCH - targets_BCTH[:, :, -1]
             return {"loss": loss, "mse": masked_mean(torch.square(error_BCH), observed_BCH),
-                    "mae": masked_mean(error_BCH.abs(), observed_BCH)}
+                    "mae": masked_mean(error_BCH.abs(), observed_BCH)}, error_BCH, observed_BCH
         point_BCH, quantiles_BCHK = self.model(context_BCL)
         observed_BCH = torch.isfinite(target_BCH)
         target_BCH = torch.where(observed_BCH, target_BCH, 0.0)
@@ -231,7 +244,8 @@ class TimeSeriesForecaster(TrainingModule):
         loss = mse
         if quantiles_BCHK is not None:
             loss = loss + pinball_loss(quantiles_BCHK, target_BCH, self.model.quantile_levels_K, observed_BCH)
-        return {"loss": loss, "mse": mse, "mae": masked_mean(error_BCH.abs(), observed_BCH)}
+        values = {"loss": loss, "mse": mse, "mae": masked_mean(error_BCH.abs(), observed_BCH)}
+        return values, error_BCH, observed_BCH
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         context_BCL, target_BCH = _context_and_target(batch)
@@ -249,15 +263,56 @@ class TimeSeriesForecaster(TrainingModule):
         self.log("train/mse", values["mse"], batch_size=batch_size)
         return values["loss"]
 
+    def on_validation_epoch_start(self) -> None:
+        names = self._store_names()
+        # row 0: squared errors summed per store, row 1: how many observed target values they are
+        self._store_totals_2S = torch.zeros(2, len(names), dtype=torch.float64, device=self.device) if names else None
+
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         self._evaluate(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        totals_2S, self._store_totals_2S = self._store_totals_2S, None
+        if totals_2S is None:
+            return
+        totals_2S = self.trainer.strategy.reduce(totals_2S, reduce_op="sum")  # every rank's windows, on every rank
+        names = self._store_names()
+        seen_S = totals_2S[1] > 0
+        seen = seen_S.tolist()
+        if not any(seen):
+            return
+        if not all(seen) and not self.trainer.sanity_checking:
+            missing = [name for name, scored in zip(names, seen) if not scored]
+            rank_zero_warn(f"val/mse_store_mean leaves out the stores {missing}: no validation window of theirs was "
+                           "scored. Either their validation split is empty (see data.init_args.split), or "
+                           "trainer.limit_val_batches cut the validation set short: it tiles the stores one after "
+                           "another, so raise the limit (1.0: all of it) until every store is reached.")
+        mse_S = totals_2S[0] / totals_2S[1].clamp(min=1)
+        metrics = {"val/mse_store_mean": mse_S[seen_S].mean()}
+        metrics.update({f"val/mse/{name}": mse_S[s] for s, name in enumerate(names) if seen[s]})
+        # equal on every rank already: sync_dist averages equal values (and keeps Lightning from warning)
+        self.log_dict({name: value.float() for name, value in metrics.items()}, sync_dist=True)
+
+    def _store_names(self) -> list[str]:
+        """The names of the data module's stores, which the batches' `store` index points into,
+        when it has several; else []."""
+        names = list(getattr(getattr(self.trainer, "datamodule", None), "store_names", None) or [])
+        return names if len(names) > 1 else []
 
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         self._evaluate(batch, "test")
 
     def _evaluate(self, batch: dict[str, Any], split: str) -> None:
         context_BCL, target_BCH = _context_and_target(batch)
-        values = self.losses(context_BCL, target_BCH)
+        values, error_BCH, observed_BCH = self._losses_and_errors(context_BCL, target_BCH)
         for name, value in values.items():
             self.log(f"{split}/{name}", value, prog_bar=split == "val" and name == "mse",
                      batch_size=context_BCL.shape[0], sync_dist=True)
+        totals_2S = self._store_totals_2S if split == "val" else None
+        if totals_2S is not None:
+            if "store" not in batch:
+                raise TypeError(f"with several stores, validation batches must say which store each window is from "
+                                f"(a 'store' index, as TimeSeriesDataModule gives), got keys {sorted(batch)}")
+            squares_B = torch.where(observed_BCH, torch.square(error_BCH), 0.0).sum(dim=(1, 2), dtype=totals_2S.dtype)
+            counts_B = observed_BCH.sum(dim=(1, 2), dtype=totals_2S.dtype)
+            totals_2S.index_add_(1, batch["store"].to(totals_2S.device), torch.stack([squares_B, counts_B]))

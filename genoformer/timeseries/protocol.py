@@ -29,7 +29,7 @@ Baselines, fitted on the training part only (model choices on the validation par
   with a missing value left out).
 * `DLinear` (`genoformer.timeseries.baselines`): trend and remainder, one linear layer each.
 
-Shape legend: N windows, C channels, T time steps, P look-back (order), H horizon.
+Shape legend: N windows, C channels, T time steps, P look-back (order), H horizon, K quantile levels.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+import torch
 from tqdm.auto import tqdm
 
 from genoformer.hints import option
@@ -51,7 +51,9 @@ PROTOCOL_HORIZONS = (96, 192, 336, 720)
 
 Forecast = Callable[[np.ndarray, int], np.ndarray]
 """A forecaster under evaluation: (look-back windows (N, C, P) float32 z-scored, horizon H) ->
-forecasts (N, C, H)."""
+forecasts (N, C, H), or (forecasts, quantiles (N, C, H, K)) with quantile levels. The windows are
+numpy arrays, or torch tensors on the evaluator's device when it is given one; the forecasts may
+be either."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +139,7 @@ def evaluate_protocol(
     batch_size: int = 256,
     progress: bool = True,
     quantile_levels: Optional[Sequence[float]] = None,
+    device: Optional[Union[str, torch.device]] = None,
 ) -> list[dict[str, float]]:
     """MSE and MAE of `forecast` under the protocol (module docstring) on raw series (C, T_i).
 
@@ -147,7 +150,11 @@ def evaluate_protocol(
 
     The forecaster is called once per batch of starts with the longest horizon; shorter horizons
     score the first steps of the same forecasts (a forecast of step t + h never sees anything
-    after t). Errors are summed over all series, then divided by the number of observed target values.
+    after t). Errors are summed over all series in float64, then divided by the number of
+    observed target values. Each z-scored series is copied to `device` once; look-back windows
+    are cut and errors summed there, so a model on that device gets its windows as torch tensors
+    and its forecasts never leave it. Without `device`, the forecaster gets numpy arrays and the
+    sums run on the CPU.
 
     Returns one row per horizon: {"horizon", "mse", "mae", "lookback", "windows", "mse_by_step",
     "missing_targets", "windows_without_targets"}: "mse_by_step" is the MSE of each forecast step
@@ -159,79 +166,103 @@ def evaluate_protocol(
     if not horizons or horizons[0] < 1:
         raise ValueError(f"horizons must be positive integers, got {horizons}.")
     check_horizons(horizons, [ProtocolSplit.of(np.shape(values)[1], train_fraction, test_fraction) for values in series])
+    as_numpy = device is None
+    device = torch.device("cpu" if device is None else device)
     longest = horizons[-1]
-    step_sq = {h: np.zeros(h) for h in horizons}  # squared errors summed by forecast step
-    step_count = {h: np.zeros(h, dtype=np.int64) for h in horizons}  # observed targets by forecast step
-    abs_sum = dict.fromkeys(horizons, 0.0)
-    windows = dict.fromkeys(horizons, 0)
-    missing = dict.fromkeys(horizons, 0)
-    empty = dict.fromkeys(horizons, 0)
-    levels_K = None if quantile_levels is None else np.asarray(quantile_levels, dtype=np.float64)
-    pinball_K = {h: np.zeros(0 if levels_K is None else len(levels_K)) for h in horizons}  # summed by level
-    abs_truth = dict.fromkeys(horizons, 0.0)
+    levels_K = None if quantile_levels is None else torch.tensor(quantile_levels, dtype=torch.float64, device=device)
+    sums = _ErrorSums(horizons, levels_K, device)
     for values_CT in series:
         values_CT = np.asarray(values_CT)
         split = ProtocolSplit.of(values_CT.shape[1], train_fraction, test_fraction)
         mean_C, std_C = zscore_stats(values_CT[:, : split.train_end])
-        z_CT = ((values_CT - mean_C[:, None]) / std_C[:, None]).astype(np.float32)
+        z_CT = torch.from_numpy(((values_CT - mean_C[:, None]) / std_C[:, None]).astype(np.float32)).to(device)
         starts = window_starts(split, horizons[0], lookback)
         for h in horizons:
             window_starts(split, h, lookback)  # the same checks for every horizon
-        looks_CNP = sliding_window_view(z_CT, lookback, axis=1)  # view: window k covers [k, k + P)
-        z64_CT = z_CT.astype(np.float64)
-        truths_CNH = {h: sliding_window_view(z64_CT, h, axis=1) for h in horizons}  # truth from start k
+        C = z_CT.shape[0]
+        looks_CNP = z_CT.unfold(1, lookback, 1)  # view: window k covers [k, k + P)
+        # view: the longest horizon's truth from start k, NaN (missing) past the end of the series
+        truths_CNH = torch.cat([z_CT, z_CT.new_full((C, longest), math.nan)], dim=1).unfold(1, longest, 1)
         for first in tqdm(range(starts.start, starts.stop, batch_size), desc="forecast windows",
                           unit="batch", disable=not progress):
             batch = range(first, min(first + batch_size, starts.stop))
-            context_NCP = np.ascontiguousarray(looks_CNP[:, batch.start - lookback : batch.stop - lookback].transpose(1, 0, 2))
-            pred_NCH = forecast(context_NCP, longest)
-            if levels_K is not None:
-                pred_NCH, quant_NCHK = (np.asarray(part, dtype=np.float64) for part in pred_NCH)
-            pred_NCH = np.asarray(pred_NCH, dtype=np.float64)
-            if pred_NCH.shape != (len(batch), z_CT.shape[0], longest):
+            context_NCP = looks_CNP[:, batch.start - lookback : batch.stop - lookback].permute(1, 0, 2).contiguous()
+            out = forecast(context_NCP.numpy() if as_numpy else context_NCP, longest)
+            pred_NCH, quant_NCHK = out if levels_K is not None else (out, None)
+            pred_NCH = torch.as_tensor(pred_NCH, device=device)
+            quant_NCHK = None if quant_NCHK is None else torch.as_tensor(quant_NCHK, device=device)
+            if pred_NCH.shape != (len(batch), C, longest):
                 raise ValueError(
-                    f"the forecaster returned shape {pred_NCH.shape} for {len(batch)} windows of "
-                    f"{z_CT.shape[0]} channels; expected {(len(batch), z_CT.shape[0], longest)}."
+                    f"the forecaster returned shape {tuple(pred_NCH.shape)} for {len(batch)} windows of "
+                    f"{C} channels; expected {(len(batch), C, longest)}."
                 )
-            for h in horizons:
-                stop = min(batch.stop, split.length - h + 1)  # starts whose horizon fits
-                if stop <= batch.start:
-                    continue
-                truth_NCH = truths_CNH[h][:, batch.start : stop].transpose(1, 0, 2)
-                err_NCH = pred_NCH[: stop - batch.start, :, :h] - truth_NCH
-                observed_NCH = ~np.isnan(truth_NCH)
-                if not observed_NCH.all():  # missing truths are left out
-                    err_NCH = np.where(observed_NCH, err_NCH, 0.0)
-                    scored = int(observed_NCH.any(axis=(1, 2)).sum())
-                    missing[h] += int(observed_NCH.size - observed_NCH.sum())
-                    empty[h] += stop - batch.start - scored
-                    windows[h] += scored
-                    step_count[h] += observed_NCH.sum(axis=(0, 1))
-                else:
-                    windows[h] += stop - batch.start
-                    step_count[h] += err_NCH.shape[0] * err_NCH.shape[1]
-                step_sq[h] += np.square(err_NCH).sum(axis=(0, 1))
-                abs_sum[h] += float(np.abs(err_NCH).sum())
-                if levels_K is not None:  # pinball of each level: max(q d, (q - 1) d), d = truth - quantile
-                    observed_NCH = ~np.isnan(truth_NCH)
-                    diff_NCHK = np.where(observed_NCH, truth_NCH, 0.0)[..., None] - quant_NCHK[: stop - batch.start, :, :h]
-                    loss_NCHK = np.maximum(levels_K * diff_NCHK, (levels_K - 1.0) * diff_NCHK) * observed_NCH[..., None]
-                    pinball_K[h] += loss_NCHK.sum(axis=(0, 1, 2))
-                    abs_truth[h] += float(np.abs(np.where(observed_NCH, truth_NCH, 0.0)).sum())
-    for h in horizons:
-        if not step_count[h].sum():
-            raise ValueError(f"no target value of the test part is observed at horizon {h}: nothing to score.")
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return [
-            {"horizon": h, "mse": float(step_sq[h].sum()) / int(step_count[h].sum()),
-             "mae": abs_sum[h] / int(step_count[h].sum()), "lookback": lookback, "windows": windows[h],
-             "mse_by_step": (step_sq[h] / step_count[h]).tolist(), "missing_targets": missing[h],
-             "windows_without_targets": empty[h],
-             **({} if levels_K is None else {
-                 "quantile_loss": float(pinball_K[h].sum()) / (int(step_count[h].sum()) * len(levels_K)),
-                 "wql": float(np.mean(2 * pinball_K[h] / abs_truth[h]))})}
-            for h in horizons
-        ]
+            # windows of the batch whose horizon fits in the series
+            fits = {h: max(0, min(batch.stop, split.length - h + 1) - batch.start) for h in horizons}
+            sums.add(pred_NCH, quant_NCHK, truths_CNH[:, batch.start : batch.stop].permute(1, 0, 2), fits)
+    return sums.rows(lookback)
+
+
+class _ErrorSums:
+    """The running error sums of every horizon, in float64 on the device where the errors are
+    computed (nothing is read back before `rows`). The errors of a batch are computed once, at
+    the longest horizon; horizon h sums the first h steps of the windows where it fits."""
+
+    def __init__(self, horizons: Sequence[int], levels_K: Optional[torch.Tensor], device: torch.device) -> None:
+        zeros = lambda *shape, dtype=torch.float64: torch.zeros(shape, dtype=dtype, device=device)  # noqa: E731
+        self.horizons, self.levels_K = horizons, levels_K
+        self.sq_H = {h: zeros(h) for h in horizons}  # squared errors summed by forecast step
+        self.count_H = {h: zeros(h, dtype=torch.int64) for h in horizons}  # observed targets by forecast step
+        self.abs = {h: zeros() for h in horizons}
+        self.windows = {h: zeros(dtype=torch.int64) for h in horizons}  # windows with an observed target
+        self.pinball_K = {h: zeros(0 if levels_K is None else len(levels_K)) for h in horizons}  # summed by level
+        self.abs_truth = {h: zeros() for h in horizons}
+        self.starts = dict.fromkeys(horizons, 0)  # windows seen, scored or not
+        self.targets = dict.fromkeys(horizons, 0)  # their target values, observed or not
+
+    def add(self, pred_NCH: torch.Tensor, quant_NCHK: Optional[torch.Tensor], truth_NCH: torch.Tensor,
+            fits: dict[int, int]) -> None:
+        """Add the errors of N windows at the longest horizon (truth NaN where missing); horizon h
+        scores the first fits[h] of them."""
+        observed_NCH = ~torch.isnan(truth_NCH)
+        truth_NCH = torch.where(observed_NCH, truth_NCH.double(), 0.0)
+        err_NCH = torch.where(observed_NCH, pred_NCH - truth_NCH, 0.0)  # float64
+        sq_NH, abs_NH = err_NCH.square().sum(1), err_NCH.abs().sum(1)
+        count_NH, seen_NH = observed_NCH.sum(1), observed_NCH.any(1)
+        if self.levels_K is not None:
+            # pinball of level q at d = truth - quantile: max(q d, (q - 1) d) = (q - 1) d + max(d, 0)
+            diff_NCHK = (truth_NCH[..., None] - quant_NCHK).mul_(observed_NCH[..., None])
+            diff_NHK = diff_NCHK.sum(1)
+            pinball_NHK = (self.levels_K - 1.0) * diff_NHK + diff_NCHK.clamp_(min=0.0).sum(1)
+            abs_truth_NH = truth_NCH.abs().sum(1)
+        for h, n in fits.items():
+            if n == 0:
+                continue
+            self.sq_H[h] += sq_NH[:n, :h].sum(0)
+            self.count_H[h] += count_NH[:n, :h].sum(0)
+            self.abs[h] += abs_NH[:n, :h].sum()
+            self.windows[h] += seen_NH[:n, :h].any(1).sum()
+            self.starts[h] += n
+            self.targets[h] += n * truth_NCH.shape[1] * h
+            if self.levels_K is not None:
+                self.pinball_K[h] += pinball_NHK[:n, :h].sum((0, 1))
+                self.abs_truth[h] += abs_truth_NH[:n, :h].sum()
+
+    def rows(self, lookback: int) -> list[dict[str, float]]:
+        """The rows of `evaluate_protocol`; ValueError for a horizon with no observed target."""
+        for h in self.horizons:
+            if not int(self.count_H[h].sum()):
+                raise ValueError(f"no target value of the test part is observed at horizon {h}: nothing to score.")
+        rows = []
+        for h in self.horizons:
+            count, windows = int(self.count_H[h].sum()), int(self.windows[h])
+            row = {"horizon": h, "mse": float(self.sq_H[h].sum()) / count, "mae": float(self.abs[h]) / count,
+                   "lookback": lookback, "windows": windows, "mse_by_step": (self.sq_H[h] / self.count_H[h]).tolist(),
+                   "missing_targets": self.targets[h] - count, "windows_without_targets": self.starts[h] - windows}
+            if self.levels_K is not None:
+                row.update(quantile_loss=float(self.pinball_K[h].sum()) / (count * len(self.levels_K)),
+                           wql=float(torch.mean(2 * self.pinball_K[h] / self.abs_truth[h])))
+            rows.append(row)
+        return rows
 
 
 # ------------------------------------------------------------------------------------ baselines
