@@ -162,7 +162,7 @@ class Forecaster:
             for i in group:
                 by_shape.setdefault(tails[i].shape, []).append(i)
             for indices in by_shape.values():
-                point_BCH, quant_BCHK = self.forecast_batch(torch.from_numpy(np.stack([tails[i] for i in indices])), horizon)
+                point_BCH, quant_BCHK = self._forecast_tensor(torch.from_numpy(np.stack([tails[i] for i in indices])), horizon)
                 point_BCH = point_BCH.cpu().numpy()
                 quant_BCHK = None if quant_BCHK is None else quant_BCHK.cpu().numpy()
                 for row, i in enumerate(indices):
@@ -189,10 +189,16 @@ class Forecaster:
         number of channels and series shorter than one patch (the model's checks).
         """
         horizon = self._horizon(horizon)
-        context_BCL = context_BCL.to(self.device, torch.float32)[..., -self.config.context:]
+        context_BCL = context_BCL[..., -self.config.context:]  # what the model reads
         if torch.isinf(context_BCL).any():
             raise ValueError(f"the batch holds {int(torch.isinf(context_BCL).sum())} infinite value(s); mark a value as "
                              "missing with NaN (the model masks missing values).")
+        return self._forecast_tensor(context_BCL, horizon)
+
+    def _forecast_tensor(self, context_BCL: torch.Tensor, horizon: int) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """`forecast_batch` of inputs already checked (a valid horizon, no infinite value in the last
+        `context` samples)."""
+        context_BCL = context_BCL[..., -self.config.context:].to(self.device, torch.float32)
         point_BCH, quant_BCHK = self._mean_forecast(context_BCL)
         return point_BCH[..., :horizon], None if quant_BCHK is None else quant_BCHK[:, :, :horizon]
 

@@ -418,8 +418,7 @@ def fill_unobserved(context_BCL: torch.Tensor, stats: InstanceStats) -> torch.Te
     observed value before it, or by the window's mean before the first observed one."""
     x_BCL = context_BCL.float()
     observed_BCL = torch.isfinite(x_BCL)
-    last_BCL = _last_observed(observed_BCL)
-    carried_BCL = torch.gather(torch.where(observed_BCL, x_BCL, 0.0), -1, last_BCL.clamp(min=0))
+    carried_BCL, last_BCL = _carried_forward(x_BCL, observed_BCL)
     return torch.where(observed_BCL, x_BCL, torch.where(last_BCL >= 0, carried_BCL, stats.mean_BC1))
 
 
@@ -431,11 +430,17 @@ def fill_short_gaps(x_BCN: torch.Tensor, limit: int) -> torch.Tensor:
     x_BCN = x_BCN.float()
     observed_BCN = torch.isfinite(x_BCN)
     N = x_BCN.shape[-1]
-    last_BCN = _last_observed(observed_BCN)
+    carried_BCN, last_BCN = _carried_forward(x_BCN, observed_BCN)
     next_BCN = N - 1 - _last_observed(observed_BCN.flip(-1)).flip(-1)  # N where nothing follows
     short_BCN = ~observed_BCN & (last_BCN >= 0) & (next_BCN < N) & (next_BCN - last_BCN - 1 <= limit)
-    carried_BCN = torch.gather(torch.where(observed_BCN, x_BCN, 0.0), -1, last_BCN.clamp(min=0))
     return torch.where(short_BCN, carried_BCN, torch.where(observed_BCN, x_BCN, float("nan")))
+
+
+def _carried_forward(x_BCN: torch.Tensor, observed_BCN: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x with each sample replaced by the last observed one at or before it (x[0] where none is),
+    the index of that sample (-1 where none is)), both (B, C, N)."""
+    last_BCN = _last_observed(observed_BCN)
+    return torch.gather(torch.where(observed_BCN, x_BCN, 0.0), -1, last_BCN.clamp(min=0)), last_BCN
 
 
 def _last_observed(observed_BCN: torch.Tensor) -> torch.Tensor:
