@@ -4,7 +4,7 @@
 # (configs/timeseries_general_gpu.yaml, HELD_OUT left out for zero-shot), all trained at once on
 # one GPU, then `evaluate_forecast` of each under the protocol. Two calls, each under the device
 # tool's 10 minutes (runs/ keeps the checkpoints between them on a warm machine):
-#   bash benchmarks/gpu_timeseries.sh train       # about 7 minutes of training, every run at once
+#   bash benchmarks/gpu_timeseries.sh train       # 6-7 minutes of training, every run at once
 #   bash benchmarks/gpu_timeseries.sh evaluate    # protocol results -> $OUT/timeseries_gpu.tar.gz (< 8 min)
 # Then, on the CPU machine: tar xzf timeseries_gpu.tar.gz -C runs/gpu_timeseries and
 #   python -m benchmarks.timeseries_datasets --models runs/gpu_timeseries/eval
@@ -12,9 +12,11 @@
 #
 # Before: the stores, built on the CPU machine by `python -m benchmarks.timeseries_datasets`
 # (runs/timeseries_datasets/stores, about 17 MB), travel with the call (device tool: carry
-# ["runs/timeseries_datasets/stores", ".whl"]); .whl/ holds the wheels benchmarks/gpu_setup.sh
-# installs, pandas among them if the GPU image lacks it (pip download --no-deps -d .whl pandas).
-# SMOKE=1 runs every step on the CPU at tiny sizes (two steps, a tiny model, the two small hourly
+# ["runs/timeseries_datasets/stores"]); STORES=/elsewhere reads them from a copy made by an earlier
+# call. The wheels benchmarks/gpu_setup.sh installs (.whl/, about 14 MB; pandas too if the GPU image
+# lacked it) travel in a call of their own when the tree, the stores and the wheels together pass the
+# tool's 64 MiB: `bash -c 'source benchmarks/gpu_setup.sh'` with carry [".whl"] first, on the same machine.
+# SMOKE=1 runs every step on the CPU at tiny sizes (two steps, a tiny model, three small hourly
 # stores): what was run to check this script without a GPU.
 set -uo pipefail
 PHASE=${1:?usage: bash benchmarks/gpu_timeseries.sh train|evaluate}
@@ -28,8 +30,14 @@ DATASETS=(ecg_mitbih208 ecg_biosignalsplux household_power bike_sharing traffic_
 UNSEEN=(solar_power wind_power energy_appliance yosemite_temps)
 mkdir -p "$OUT" "$RUN/logs"
 export PYTHONUNBUFFERED=1
+# nine processes at once: numpy's BLAS must not start a thread per core in each (on 2026-12-04 the
+# per-dataset AR fits took 480-505 s each that way, against 20-50 s with two threads)
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-2} MKL_NUM_THREADS=${MKL_NUM_THREADS:-2}
+# TRAIN_TIME=DD:HH:MM:SS caps every run's training (default: the configs' max_time)
+TIME_CAP=()
+[ -n "${TRAIN_TIME:-}" ] && TIME_CAP=(--trainer.max_time "$TRAIN_TIME")
 if [ "$SMOKE" = 1 ]; then
-    DATASETS=(electricity sf_traffic)
+    DATASETS=(electricity sf_traffic beijing_pm25)  # the general forecaster needs two stores besides the held-out one
     PYTHON=${PYTHON:-.venv/bin/python}
     TINY=(--trainer.accelerator cpu --trainer.precision 32-true --trainer.max_steps 2 --trainer.val_check_interval 1
           --trainer.limit_val_batches 1 --model.init_args.linear_fit_batches 1 --model.init_args.warmup_steps 1
@@ -55,11 +63,11 @@ if [ "$PHASE" = train ]; then
     pids=()
     for name in "${DATASETS[@]}"; do
         "$PYTHON" cli.py fit --config configs/timeseries_dataset_gpu.yaml --data.init_args.store "$STORES/$name.zarr" \
-            --trainer.default_root_dir "$RUN/$name" "${TINY[@]}" > "$RUN/logs/$name.log" 2>&1 &
+            --trainer.default_root_dir "$RUN/$name" "${TIME_CAP[@]}" "${TINY[@]}" > "$RUN/logs/$name.log" 2>&1 &
         pids+=($!)
     done
     "$PYTHON" cli.py fit --config configs/timeseries_general_gpu.yaml --data.init_args.store "$GENERAL_STORES" \
-        --trainer.default_root_dir "$RUN/general" "${TINY[@]}" > "$RUN/logs/general.log" 2>&1 &
+        --trainer.default_root_dir "$RUN/general" "${TIME_CAP[@]}" "${TINY[@]}" > "$RUN/logs/general.log" 2>&1 &
     pids+=($!)
     status=0
     for pid in "${pids[@]}"; do wait "$pid" || status=1; done

@@ -191,6 +191,42 @@ class TimeSeriesDataModule(ShardedLoaders, L.LightningDataModule):
             else:
                 self.datasets[name] = MixedWindowDataset(parts)
 
+    def series_with_splits(self) -> list[tuple[np.ndarray, int, int]]:
+        """Every series of the stores as the model reads it ((C, T) float64, normalized like the
+        windows; NaN where missing), cut at the end of its validation part, with where its
+        training part ends and where its validation part ends: (values, train_end, val_end) each.
+        What a linear baseline is fitted and validated on (`TimeSeriesForecaster.linear_orders`).
+
+        Raises ValueError for splits that are not regions at the end of every series (each series
+        then needs a training and a validation part) and for window-normalized data, whose
+        per-window scale no fit over whole series reproduces.
+        """
+        if self.split.by != "region" or not self.split.val_fraction:
+            raise ValueError("a linear path fitted on whole series needs data.init_args.split.by: region with a "
+                             f"val_fraction above 0 (got by={self.split.by}, val_fraction={self.split.val_fraction}): "
+                             "its order is chosen on the validation part of every series")
+        if self.window_normalize:
+            raise ValueError("a linear path fitted on whole series reads the store's values, which window_normalize "
+                             "rescales window by window: leave model.init_args.linear_orders unset to fit it on "
+                             "training windows (model.init_args.linear_fit_batches)")
+        parts = []
+        for path in self.store_paths:
+            store = TimeSeriesStore(path)
+            intervals = split_intervals([SequenceSource(s.name, s.length, s.source_name) for s in store.series],
+                                        self.split)
+            ends = {name: {iv.index: iv.end for iv in intervals[name]} for name in ("train", "val")}
+            std_C = np.where(store.std > 0, store.std, 1.0)
+            for info in store.series:
+                train_end, val_end = ends["train"].get(info.index), ends["val"].get(info.index)
+                if train_end is None or val_end is None:
+                    raise ValueError(f"series {info.name!r} of {path} ({info.length} steps) is too short to hold both a "
+                                     "training and a validation part; drop it from the store or lower the fractions")
+                values_CT = store.read(info.index, 0, val_end).astype(np.float64)
+                if self.normalize:
+                    values_CT = (values_CT - store.mean[:, None]) / std_C[:, None]
+                parts.append((values_CT, train_end, val_end))
+        return parts
+
     @property
     def store_names(self) -> list[str]:
         """A short name per store, in the order of ``store`` (what a batch's ``store`` index

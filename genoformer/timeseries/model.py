@@ -400,10 +400,19 @@ class TimeSeriesTransformer(TransformerTrunk):
         gram = gram.clone()
         gram.diagonal()[:p] += ridge * gram.diagonal()[:p].mean()
         solution = torch.linalg.solve(gram, cross)
-        self.linear_coef_PH.copy_(solution[:p])
-        self.linear_bias_H.copy_(solution[p])
-        self.linear_fitted.fill_(True)
+        self.set_linear_coefficients(solution[:p], solution[p])
         return solution
+
+    @torch.no_grad()
+    def set_linear_coefficients(self, coef_PH: torch.Tensor, bias_H: torch.Tensor) -> None:
+        """Keep these coefficients (lags oldest first, as `lag_windows` gives them) and biases
+        as the fitted linear path."""
+        if tuple(coef_PH.shape) != tuple(self.linear_coef_PH.shape) or tuple(bias_H.shape) != tuple(self.linear_bias_H.shape):
+            raise ValueError(f"the linear path takes coefficients {tuple(self.linear_coef_PH.shape)} and biases "
+                             f"{tuple(self.linear_bias_H.shape)}, got {tuple(coef_PH.shape)} and {tuple(bias_H.shape)}")
+        self.linear_coef_PH.copy_(coef_PH)
+        self.linear_bias_H.copy_(bias_H)
+        self.linear_fitted.fill_(True)
 
     def patch_embeddings(self, context_BCL: torch.Tensor, layer: int = -1) -> torch.Tensor:
         """Hidden states of the context tokens (B, C', T, E), C' = C (channel-independent) or 1."""

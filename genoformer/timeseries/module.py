@@ -38,7 +38,9 @@ from genoformer.core.checkpoints import ModelKind
 from genoformer.core.runtime import RuntimeSettings
 from genoformer.core.training import TrainingModule
 from genoformer.core.transformer import TransformerConfig
+from genoformer.timeseries.baselines import fill_short_gaps
 from genoformer.timeseries.model import ForecastConfig, TimeSeriesTransformer, pinball_loss, token_targets
+from genoformer.timeseries.protocol import PROTOCOL_HORIZONS, DirectAR, ProtocolSplit
 
 
 def _context_and_target(batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -89,6 +91,7 @@ class TimeSeriesForecaster(TrainingModule):
         min_lr_ratio: float = 0.05,
         seed: int = 0,
         linear_fit_batches: int = 64,
+        linear_orders: Optional[list[int]] = None,
         runtime: Optional[RuntimeSettings] = None,
     ) -> None:
         """
@@ -117,6 +120,15 @@ class TimeSeriesForecaster(TrainingModule):
                 stretch and look-back jitter) that the least-squares fit of the linear path
                 (`forecast.linear_order`) reads when training starts; only forecasts whose lags and
                 targets are observed count, so a series with long gaps needs more.
+            linear_orders: Fit the linear path instead as the AR baseline is fitted
+                (`genoformer.timeseries.protocol.DirectAR.fit_select`): least squares on every
+                window of the training part of every series (gaps of up to 32 steps filled), with
+                the order chosen on the validation part among these orders (those up to
+                forecast.linear_order), separately for each band of the protocol's horizons
+                (steps 1-96, 97-192, 193-336, 337-720, then the rest): the trunk then starts from
+                the best linear forecaster of the data and learns what it misses. Needs a data
+                module that splits by region without window normalization
+                (`TimeSeriesDataModule.series_with_splits`). None: fit on `linear_fit_batches`.
             runtime: how to run (attention backend, activation checkpointing, fused regions,
                 compile): `genoformer.core.runtime.RuntimeSettings`; never saved in checkpoints.
         """
@@ -133,6 +145,10 @@ class TimeSeriesForecaster(TrainingModule):
         if linear_fit_batches < 1:
             raise ValueError(f"linear_fit_batches must be at least 1, got {linear_fit_batches}.")
         self.linear_fit_batches = linear_fit_batches
+        if linear_orders is not None and not [order for order in linear_orders if 1 <= order <= forecast.linear_order]:
+            raise ValueError(f"linear_orders {list(linear_orders)} has no order in [1, forecast.linear_order="
+                             f"{forecast.linear_order}]: name orders up to it, or raise forecast.linear_order")
+        self.linear_orders = None if linear_orders is None else sorted({int(order) for order in linear_orders})
         self.lookback_jitter = lookback_jitter
         self.time_stretch = time_stretch
         self.learning_rate = learning_rate
@@ -158,6 +174,7 @@ class TimeSeriesForecaster(TrainingModule):
                 "min_lr_ratio": min_lr_ratio,
                 "seed": seed,
                 "linear_fit_batches": linear_fit_batches,
+                "linear_orders": self.linear_orders,
             }
         )
 
@@ -168,14 +185,18 @@ class TimeSeriesForecaster(TrainingModule):
 
     def fit_linear_path(self) -> None:
         """Least-squares fit of the model's linear path on `linear_fit_batches` training batches
-        (summed over ranks, so every rank gets the same coefficients). Runs once: the fitted
-        coefficients travel in checkpoints, and a resumed run keeps them."""
+        (summed over ranks, so every rank gets the same coefficients), or with `linear_orders` on
+        whole series (`fit_linear_path_as_ar`). Runs once: the fitted coefficients travel in
+        checkpoints, and a resumed run keeps them."""
         datamodule = getattr(self.trainer, "datamodule", None)
         if datamodule is None:
             raise ValueError(
                 "forecast.linear_order fits its linear path on training windows from a data module: train with "
                 "`genoformer fit` and a TimeSeriesDataModule under `data:` (or set forecast.linear_order to 0)."
             )
+        if self.linear_orders is not None:
+            self.fit_linear_path_as_ar(datamodule.series_with_splits())
+            return
         started = time.perf_counter()
         sums: Optional[list[torch.Tensor]] = None
         batches = tqdm(itertools.islice(datamodule.train_dataloader(), self.linear_fit_batches),
@@ -201,6 +222,37 @@ class TimeSeriesForecaster(TrainingModule):
                        f"its MSE is {float(residual) / values:.4f}, the targets' mean square"
                        f"{' about their window mean' if self.forecast_config.linear_centered else ''} "
                        f"{float(y_square) / values:.4f}")
+
+    def fit_linear_path_as_ar(self, series: list[tuple[np.ndarray, int, int]]) -> dict[int, dict[str, Any]]:
+        """Set the linear path to direct AR fitted as the AR baseline is, band by band of the
+        protocol's horizons (see `linear_orders`): for the band ending at horizon h, the model of
+        `DirectAR.fit_select` for horizon h, order chosen on validation, gives the forecasts of
+        the band's steps (a model of order p fills the last p of the path's lags, zeros before).
+        `series`: (values (C, T), train_end, val_end) per series, as
+        `TimeSeriesDataModule.series_with_splits` gives them. Deterministic, so every rank sets
+        the same path. Returns, per band end, the order chosen and the validation MSE of each order tried."""
+        cfg = self.forecast_config
+        started = time.perf_counter()
+        values = [fill_short_gaps(values_CT) for values_CT, _, _ in series]
+        splits = [ProtocolSplit(values_CT.shape[1], train_end, val_end) for values_CT, train_end, val_end in series]
+        orders = [order for order in self.linear_orders if order <= cfg.linear_order]
+        ends = sorted({h for h in PROTOCOL_HORIZONS if h < cfg.horizon} | {cfg.horizon})
+        coef_PH = np.zeros((cfg.linear_order, cfg.horizon))
+        bias_H = np.zeros(cfg.horizon)
+        chosen: dict[int, dict[str, Any]] = {}
+        start = 0
+        for end in tqdm(ends, desc="fitting the linear path as AR", disable=self.global_rank != 0):
+            ar, scores = DirectAR.fit_select(values, splits, end, orders)
+            coef_PH[cfg.linear_order - ar.order :, start:end] = ar.coef_PH[:, start:end]
+            bias_H[start:end] = ar.intercept_H[start:end]
+            chosen[end] = {"order": ar.order, "validation_mse": scores}
+            start = end
+        self.model.set_linear_coefficients(torch.from_numpy(coef_PH), torch.from_numpy(bias_H))
+        rank_zero_info(f"linear path: direct AR on {len(series)} series in {time.perf_counter() - started:.1f} s, "
+                       "orders chosen on validation by horizon band: "
+                       + ", ".join(f"steps to {end}: {c['order']} (validation MSE {c['validation_mse'][c['order']]:.4f})"
+                                   for end, c in chosen.items()))
+        return chosen
 
     def forward(self, context_BCL: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """(point (B, C, H), quantiles (B, C, H, K) or None)."""
