@@ -43,11 +43,12 @@ Backends:
     triton      genoformer.kernels.triton_flash (CUDA, or CPU under TRITON_INTERPRET=1); fp16/bf16,
                 head dims that are multiples of 8 from 16 to 256
     gluon       genoformer.kernels.gluon_flash: the Hopper-native (sm_90) Gluon forward with our Triton
-                backward; dense causal or bidirectional, GQA, fp16/bf16, head dims 64 and 128; eager
-                (a compiled graph breaks around it); not yet in auto's order (docs/design/gluon.md)
+                backward (gluon_flash._backward_kernels); dense causal or bidirectional without key
+                padding or documents, GQA, fp16/bf16, head dims 64 and 128 (docs/design/gluon.md)
     auto        CUDA: the first backend that supports the inputs in the measured order for the
-                GPU's generation (`FASTEST_FIRST`: flash_attn_4 before triton for dense inputs on
-                sm_90; triton on generations not measured), else sdpa (dense) / torch (layout).
+                GPU's generation and the kind of input (`FASTEST_FIRST`; on sm_90 flash_attn_4, then
+                gluon for dense inputs, then triton; triton on generations not measured), else sdpa
+                (dense) / torch (layout).
                 Elsewhere: sdpa for dense inputs (with key padding or documents only while its
                 bool mask has at most SDPA_MASK_ELEMENTS elements, with return_lse only while the
                 score matrix has), torch for block-sparse layouts.
@@ -69,8 +70,9 @@ the reason and what to install), since that costs speed a user should know about
 Compiled models: `attention` traces into a torch.compile graph without breaks once the backend
 is concrete and a layout's block lists are on the device. `plan_attention` does both outside
 the graph (the model calls it per layer before running the blocks), so the choice of `auto`,
-its log message and the layout preparation never enter a compiled region. The flash-attn
-backends are the exception: their kernels are not traceable, so the graph breaks around them.
+its log message and the layout preparation never enter a compiled region. The triton and gluon
+backends run as torch custom ops; the flash-attn backends are the exception: their kernels are not
+traceable, so the graph breaks around them.
 """
 
 from __future__ import annotations
@@ -205,11 +207,29 @@ def _gluon_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, r
                         (cu_seqlens, "packed documents (cu_seqlens)")):
         if given is not None:
             return f"the gluon backend runs dense attention only, not {what}: use the triton backend"
-    if not torch.compiler.is_compiling() and importlib.util.find_spec("triton") is None:
-        return "triton is not installed: pip install triton (or the extra: pip install 'genoformer[triton]')."
+    if not torch.compiler.is_compiling():
+        if importlib.util.find_spec("triton") is None:
+            return "triton is not installed: pip install triton (or the extra: pip install 'genoformer[triton]')."
+        error = _gluon_import_error()
+        if error is not None:
+            return (f"the Gluon kernels do not import with this Triton ({error}): upgrade triton to 3.6 or newer "
+                    f"(torch 2.11 ships it), or use the triton backend")
     from genoformer.kernels import gluon_flash
 
     return gluon_flash.unsupported_reason(q, k, v, causal=causal)
+
+
+@functools.cache
+def _gluon_import_error() -> str | None:
+    """None when the Gluon kernels import here, else the ImportError's message (cached per process;
+    a Triton older than 3.6 lacks Gluon or the parts of it they use).  Reported in the gluon
+    backend's reason, never hidden: auto passes over it with that reason, and an explicit
+    backend="gluon" raises it."""
+    try:
+        from genoformer.kernels import gluon_flash  # noqa: F401
+    except ImportError as error:
+        return str(error)
+    return None
 
 
 def _flash_attn(*versions: FlashAttn) -> BackendEntry:
@@ -376,7 +396,17 @@ class FastestFirst(NamedTuple):
     """Backends for one GPU generation, fastest first as measured; auto takes the first that runs."""
 
     dense: tuple[Backend, ...]
+    """No layout, no key padding, no packed documents."""
+    varlen: tuple[Backend, ...]
+    """No layout, with key padding (kv_lens) or packed documents (cu_seqlens)."""
     block_sparse: tuple[Backend, ...]
+    """A layout (with or without the others)."""
+
+    def for_inputs(self, *, layout: BlockLayout | None, kv_lens, cu_seqlens) -> tuple[Backend, ...]:
+        """The row for inputs of this kind."""
+        if layout is not None:
+            return self.block_sparse
+        return self.dense if kv_lens is None and cu_seqlens is None else self.varlen
 
 
 FASTEST_FIRST = {
@@ -386,14 +416,18 @@ FASTEST_FIRST = {
     # 0.54x to 0.88x the time of FlashAttention-2 (SDPA's flash backend). flash-attn-4 runs only
     # the head dims whose gradients were checked (flash_attn_backend.FLASH_ATTN_4_HEAD_DIMS); the
     # others go to triton. Block-sparse layouts run on our kernels only (flash_attn_backend).
+    # gluon (benchmarks/gluon_bench.py, BENCHMARKS.md "Gluon forward kernels"): its forward took
+    # 0.79-0.96 of our Triton forward's time at D 64 and 128, 8k to 32k, causal and not (its
+    # backward then being the Triton one); it runs neither key padding nor documents (varlen).
     (9, 0): FastestFirst(
-        dense=(Backend.FLASH_ATTN_4, Backend.TRITON, Backend.FLASH_ATTN_2),
+        dense=(Backend.FLASH_ATTN_4, Backend.GLUON, Backend.TRITON, Backend.FLASH_ATTN_2),
+        varlen=(Backend.FLASH_ATTN_4, Backend.TRITON, Backend.FLASH_ATTN_2),
         block_sparse=(Backend.TRITON,),
     ),
 }
 """Measured order per compute capability; rerun benchmarks/attention.py on a GPU to add a row."""
 
-UNMEASURED = FastestFirst(dense=(Backend.TRITON,), block_sparse=(Backend.TRITON,))
+UNMEASURED = FastestFirst(dense=(Backend.TRITON,), varlen=(Backend.TRITON,), block_sparse=(Backend.TRITON,))
 """Generations without a measured row (sm_80, sm_100, ...): our kernels, then sdpa / torch."""
 
 
@@ -409,7 +443,7 @@ def _choose(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse) -> Back
         order = FASTEST_FIRST.get(capability, UNMEASURED)
         measured = f" (measured faster on sm_{capability[0]}{capability[1]})" if capability in FASTEST_FIRST else ""
         passed_over = []
-        for candidate in order.block_sparse if layout is not None else order.dense:
+        for candidate in order.for_inputs(layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens):
             why = unsupported_reason(
                 candidate, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
                 return_lse=return_lse,

@@ -1,14 +1,18 @@
-"""The Gluon forward kernels (``gluon_fwd.py``, Hopper only) behind a launcher and an autograd Function.
+"""The Gluon forward kernels (``gluon_fwd.py``, Hopper only) behind a launcher, custom ops and autograd.
 
 Layers, in order:
   1. ``gluon_fwd_launch``: checks every input (``unsupported_reason``), builds the TMA descriptors
-     and launches one of the two kernels with a ``GluonConfig``; returns o and the base-2 lse;
-  2. ``_GluonAttention``: autograd Function whose backward is our Triton backward
-     (``triton_flash.flash_bwd``) fed with the saved o and lse, which it reads exactly as it reads
-     those of the Triton forward (same base-2 statistic, same +inf for an empty row);
+     and launches one of the two kernels with a ``GluonConfig`` (default: the faster kernel for the
+     head dim and mask as measured, ``gluon_fwd.default_config``); returns o and the base-2 lse;
+     ``_backward_kernels``: dq, dk, dv from the saved o and lse (the base-2 statistic and the +inf
+     of an empty row that ``triton_flash.flash_bwd`` reads from the Triton forward);
+  2. torch custom ops ``genoformer::gluon_flash_fwd`` / ``genoformer::gluon_flash_bwd`` with
+     ``register_autograd`` and ``register_fake``, so torch.compile captures them without graph breaks,
+     and ``_EagerGluonAttention``, an autograd Function around the same two implementations for eager
+     calls (no custom-op dispatch on the host), as ``triton_flash`` does for the Triton kernels;
   3. ``gluon_attention(...)``: the public entry point, with ``return_lse`` as ``triton_attention``.
-Behind ``dispatch.attention`` as ``backend="gluon"`` (dense inputs only; not in auto's order until it is
-measured faster); eager only (no custom op for torch.compile yet).
+Behind ``dispatch.attention`` as ``backend="gluon"``, and auto's choice on sm_90 for the dense inputs it
+runs (``dispatch.FASTEST_FIRST``).
 
 Semantics: dense attention, causal (j <= i) or bidirectional, GQA (query head h reads kv head
 h // (H // HKV)); the float64 ``genoformer.kernels.reference`` is the judge.
@@ -19,11 +23,11 @@ the launcher, natural log from ``gluon_attention(return_lse=True)``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
 import triton
-from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from genoformer.kernels import gluon_fwd
@@ -61,12 +65,17 @@ def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
         return f"empty input (B={B}, H={H}, Lq={Lq}, Lk={Lk}): nothing for the kernels to do"
     if causal and Lq != Lk:
         return f"causal attention needs Lq == Lk, got {Lq} and {Lk}"
-    if q.device.type != "cuda":
-        return f"the Gluon kernels run on CUDA tensors, got a tensor on {q.device.type}: use the triton or sdpa backend"
-    if torch.cuda.get_device_capability(q.device) != (9, 0):
-        major, minor = torch.cuda.get_device_capability(q.device)
+    return device_reason(q.device)
+
+
+def device_reason(device: torch.device) -> str | None:
+    """None on an sm_90 GPU, else a sentence saying why the kernels cannot run on `device`."""
+    if device.type != "cuda":
+        return f"the Gluon kernels run on CUDA tensors, got a tensor on {device.type}: use the triton or sdpa backend"
+    if torch.cuda.get_device_capability(device) != (9, 0):
+        major, minor = torch.cuda.get_device_capability(device)
         return (f"the Gluon kernels are built for Hopper (sm_90: wgmma, TMA, setmaxnreg); "
-                f"{torch.cuda.get_device_name(q.device)} is sm_{major}{minor}: use the triton backend")
+                f"{torch.cuda.get_device_name(device)} is sm_{major}{minor}: use the triton backend")
     return None
 
 
@@ -95,14 +104,14 @@ def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
 def gluon_fwd_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
                      config: GluonConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward launcher: o (B, H, Lq, D) in q's dtype and lse (B, H, Lq) fp32 in base 2 (the
-    convention ``triton_flash.flash_bwd`` reads).  config: None for ``default_config``."""
+    convention ``triton_flash.flash_bwd`` reads).  config: None for ``gluon_fwd.default_config``."""
     _check(q, k, v, causal)
     if not scale > 0:
         raise ValueError(f"scale must be a positive float, got {scale}")
     q, k, v = (_tma_ready(t) for t in (q, k, v))
     B, H, Lq, D = q.shape
     HKV, Lk = k.shape[1], k.shape[2]
-    cfg = gluon_fwd.default_config(D) if config is None else config
+    cfg = gluon_fwd.default_config(D, causal) if config is None else config
     o = torch.empty((B, H, Lq, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)
     q_desc, o_desc = _descriptor(q, cfg.block_m), _descriptor(o, cfg.block_m)
@@ -112,8 +121,8 @@ def gluon_fwd_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     if cfg.warp_specialized:
         gluon_fwd.attn_fwd_ws_kernel[grid](
             *args, HEAD_DIM=D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CAUSAL=causal,
-            PINGPONG=cfg.pingpong, CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
-            num_warps=4, maxnreg=cfg.maxnreg,
+            PINGPONG=cfg.pingpong, QK_AHEAD=cfg.qk_ahead, CONSUMER_REGS=cfg.consumer_regs,
+            PRODUCER_REGS=cfg.producer_regs, num_warps=4, maxnreg=cfg.maxnreg,
         )
     else:
         gluon_fwd.attn_fwd_tma_kernel[grid](
@@ -123,28 +132,100 @@ def gluon_fwd_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     return o, lse
 
 
-class _GluonAttention(torch.autograd.Function):
-    """Forward by the Gluon kernel, backward by our Triton kernels from the saved o and lse."""
+def _backward_kernels(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                      lse: torch.Tensor, causal: bool, scale: float,
+                      dlse: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Backward launcher: dq (B, H, Lq, D), dk, dv (B, HKV, Lk, D) from the forward's o and base-2
+    lse; dlse: the gradient of that lse, None when nothing downstream used it.  Our Triton backward:
+    the Gluon one (``gluon_bwd``, same inputs) took 1.29-1.87 times its time on the H200
+    (benchmarks/results/gluon_bwd.md), so it is measured there and not used here yet."""
+    q, k, v = (_tma_ready(t) for t in (q, k, v))  # what the forward read
+    return flash_bwd(do.contiguous(), q, k, v, o, lse, None, None, None, None, None, 0, causal, scale, dlse=dlse)
+
+
+# --------------------------------------------------------------------------------------------
+# Custom ops (torch.compile sees one opaque node per pass) and autograd
+# --------------------------------------------------------------------------------------------
+
+_FWD_SCHEMA = "(Tensor q, Tensor k, Tensor v, bool causal, float scale, int[] config) -> (Tensor, Tensor)"
+_BWD_SCHEMA = ("(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, bool causal, float scale, "
+               "Tensor? dlse) -> (Tensor, Tensor, Tensor)")
+
+
+def config_fields(config: GluonConfig | None) -> list[int]:
+    """A launch configuration as the custom op's ``int[] config`` argument: its fields in order
+    (booleans as 0 / 1), empty for the default."""
+    return [] if config is None else [int(value) for value in dataclasses.astuple(config)]
+
+
+def config_from_fields(fields: list[int]) -> GluonConfig | None:
+    """The inverse of ``config_fields``."""
+    if not fields:
+        return None
+    kinds = [f.type for f in dataclasses.fields(GluonConfig)]  # "bool" or "int" (postponed annotations)
+    return GluonConfig(*(bool(x) if kind in ("bool", bool) else int(x) for x, kind in zip(fields, kinds, strict=True)))
+
+
+def _fwd_impl(q, k, v, causal, scale, config):
+    return gluon_fwd_launch(q, k, v, causal, scale, config_from_fields(config))
+
+
+def _bwd_impl(do, q, k, v, o, lse, causal, scale, dlse):
+    return _backward_kernels(do, q, k, v, o, lse, causal, scale, dlse)
+
+
+_fwd_op = torch.library.custom_op("genoformer::gluon_flash_fwd", _fwd_impl, mutates_args=(), schema=_FWD_SCHEMA)
+_bwd_op = torch.library.custom_op("genoformer::gluon_flash_bwd", _bwd_impl, mutates_args=(), schema=_BWD_SCHEMA)
+
+
+@_fwd_op.register_fake
+def _fwd_fake(q, k, v, causal, scale, config):
+    B, H, Lq, D = q.shape
+    return q.new_empty((B, H, Lq, D)), q.new_empty((B, H, Lq), dtype=torch.float32)
+
+
+@_bwd_op.register_fake
+def _bwd_fake(do, q, k, v, o, lse, causal, scale, dlse):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    q, k, v, causal, scale, config = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.causal, ctx.scale = causal, scale
+    # an unused output's gradient arrives as None (eager and in AOT autograd's traced backward)
+    ctx.set_materialize_grads(False)
+
+
+def _backward(ctx, do, dlse, bwd=_bwd_op):
+    # as triton_flash._backward: dlse is the base-2 lse's gradient (None when unused), do is None
+    # when only the lse was used; the custom op's autograd calls the backward op, the eager
+    # Function the implementation
+    q, k, v, o, lse = ctx.saved_tensors
+    if do is None:
+        do = torch.zeros_like(o)
+    dq, dk, dv = bwd(do, q, k, v, o, lse, ctx.causal, ctx.scale, dlse)
+    return dq, dk, dv, None, None, None
+
+
+_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _EagerGluonAttention(torch.autograd.Function):
+    """The custom ops' forward and backward without the custom-op dispatch, for eager calls (as
+    ``triton_flash._EagerAttention``: the dispatch costs host time a short sequence's kernels do not)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal: bool, scale: float, config: GluonConfig | None):
-        o, lse = gluon_fwd_launch(q, k, v, causal, scale, config)
-        ctx.save_for_backward(q, k, v, o, lse)
-        ctx.causal, ctx.scale = causal, scale
-        ctx.set_materialize_grads(False)
-        return o, lse
+    def forward(ctx, q, k, v, causal, scale, config):
+        inputs = (q, k, v, causal, scale, config)
+        output = _fwd_impl(*inputs)
+        _setup_context(ctx, inputs, output)
+        return output
 
     @staticmethod
     def backward(ctx, do, dlse):
-        # dlse: the gradient of the base-2 lse, None when nothing downstream used it; do is None
-        # when only the lse was used
-        q, k, v, o, lse = ctx.saved_tensors
-        if do is None:
-            do = torch.zeros_like(o)
-        q, k, v = (_tma_ready(t) for t in (q, k, v))  # what the forward read
-        dq, dk, dv = flash_bwd(do.contiguous(), q, k, v, o, lse, None, None, None, None, None, 0, ctx.causal,
-                               ctx.scale, dlse=dlse)
-        return dq, dk, dv, None, None, None
+        return _backward(ctx, do, dlse, bwd=_bwd_impl)
 
 
 def gluon_attention(
@@ -157,18 +238,20 @@ def gluon_attention(
     return_lse: bool = False,
     config: GluonConfig | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """FlashAttention forward in Gluon (Hopper), backward in Triton; dense causal or bidirectional.
+    """FlashAttention forward in Gluon (Hopper), backward by ``_backward_kernels``; dense causal or bidirectional.
 
     q: (B, H, Lq, D), k and v: (B, HKV, Lk, D), fp16 or bf16, D 64 or 128, H % HKV == 0, on an
     sm_90 GPU.  Strided views are read in place when TMA can (16-byte aligned strides), else copied.
     Returns (B, H, Lq, D) in q's dtype; with return_lse also the lse (B, H, Lq) fp32 in natural log
     (the convention of ``genoformer.kernels.dispatch``), differentiable.  config: a
-    ``GluonConfig`` (default ``gluon_fwd.default_config(D)``).  Raises ValueError saying what to change
+    ``GluonConfig`` (default ``gluon_fwd.default_config(D, causal)``).  Under torch.compile the
+    custom ops are traced (no graph break).  Raises ValueError saying what to change
     when the kernels cannot run the inputs (``unsupported_reason``).
     """
     _check(q, k, v, causal)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    o, lse2 = _GluonAttention.apply(q, k, v, causal, scale, config)
+    forward = _fwd_op if torch.compiler.is_compiling() else _EagerGluonAttention.apply
+    o, lse2 = forward(q, k, v, causal, scale, config_fields(config))
     if not return_lse:
         return o
     # base 2 -> natural log; an empty row's +inf (never produced by the dense layouts here) -> -inf

@@ -9,12 +9,13 @@ Two kernels share the tile step (``_softmax_update``) and the epilogue (``_store
   a producer warp that only issues TMA copies (Q once, then K and V into the ring, waiting on each
   stage's "empty" barrier), and two consumer warpgroups, each with its own BLOCK_M query rows of the
   program's 2 * BLOCK_M, that read the same K/V stages.  Registers are moved from the producer to
-  the consumers (``worker_num_regs`` / ``maxnreg``: setmaxnreg).  Inside a consumer the next tile's
-  S = Q K^T is issued before the current P V (intra-warpgroup overlap: the softmax of tile t runs
-  while the tensor cores do P_{t-1} V_{t-1}); with PINGPONG the two consumers also take turns at the
-  tensor cores (a pair of mbarriers orders their matmul issues, so one's softmax overlaps the
-  other's matmuls).  Barrier use never decides a result: every wait pairs with an arrive of the
-  same count in the same number of steps on every partition.
+  the consumers (``worker_num_regs`` / ``maxnreg``: setmaxnreg).  Inside a consumer tile t's
+  S = Q K^T is issued before P_{t-1} V_{t-1} (FlashAttention-3's intra-warpgroup overlap: the softmax
+  of tile t runs while the tensor cores do P_{t-1} V_{t-1}); with QK_AHEAD also S_{t+1} is issued
+  before the softmax of tile t, which then overlaps both matmuls.  With PINGPONG the two consumers
+  also take turns at the tensor cores (a pair of mbarriers orders their matmul issues, so one's
+  softmax overlaps the other's matmuls).  Barrier use never decides a result: every wait pairs with
+  an arrive of the same count in the same number of steps on every partition.
 
 Launch configurations (``GluonConfig``, one table per kernel) are here too; the launcher, input
 checks and autograd live in ``gluon_flash.py``.  This module imports no torch, so the kernels
@@ -67,6 +68,11 @@ class GluonConfig:
     num_warps: the plain kernel's warps (block_m = 16 * num_warps); 4 for the warp-specialised one.
     consumer_regs, producer_regs: (warp-specialised only) registers per thread after setmaxnreg;
         maxnreg, the kernel's cap before it, is what three warpgroups can hold (65536 / 384 = 168).
+    qk_ahead: (warp-specialised only) issue the next key tile's S = Q K^T before this tile's softmax,
+        so that the softmax of tile t overlaps both P_{t-1} V_{t-1} and S_{t+1} (two score tiles live
+        in a consumer's registers).  A consumer then holds key tiles t - 1 to t + 1 at once: it needs
+        stages >= 3 (with 2 it deadlocks: K_{t+1} would wait for a stage the consumer itself
+        releases later), and 4 keep the producer one tile ahead as the default schedule's 3 do.
     """
 
     warp_specialized: bool
@@ -78,6 +84,12 @@ class GluonConfig:
     consumer_regs: int = 240
     producer_regs: int = 24
     maxnreg: int = 168
+    qk_ahead: bool = False
+
+    def __post_init__(self):
+        if self.qk_ahead and not (self.warp_specialized and self.stages >= 3):
+            raise ValueError(f"qk_ahead needs the warp-specialised kernel and stages >= 3 (a consumer holds three "
+                             f"key tiles at once), got warp_specialized={self.warp_specialized}, stages={self.stages}")
 
     @property
     def rows(self) -> int:
@@ -89,17 +101,28 @@ WS_CONFIGS = {
     64: GluonConfig(True, block_m=64, block_n=128, stages=3, pingpong=True),
     128: GluonConfig(True, block_m=64, block_n=128, stages=2, pingpong=True),
 }
-"""The default (warp-specialised) configuration per head dim."""
+"""The warp-specialised kernel's configuration per head dim (FlashAttention-3's schedule)."""
 PLAIN_CONFIGS = {
     64: GluonConfig(False, block_m=128, block_n=128, stages=3, num_warps=8),
     128: GluonConfig(False, block_m=128, block_n=128, stages=2, num_warps=8),
 }
-"""The plain kernel's configuration per head dim (the fallback while the schedule is young)."""
+"""The plain kernel's configuration per head dim."""
+AHEAD_CONFIGS = {
+    64: GluonConfig(True, block_m=64, block_n=128, stages=4, pingpong=True, qk_ahead=True),
+}
+"""The warp-specialised kernel with ``qk_ahead``: 0.94-0.98 of WS_CONFIGS' time on the H200 at 16k
+(beside a training run; not the default before a clean measurement).  D 64 only: at
+D 128 four stages of K and V do not fit the shared memory, and with three the consumers spill
+(the second score tile beside the 128-wide accumulator; 32 B in the sm_90 cross-compile)."""
+
+PLAIN_FASTER = {(64, False)}
+"""(head dim, causal) where the plain kernel beat the warp-specialised one on the H200
+(docs/design/gluon.md, "Numbers": D 64 bidirectional, 0.86-0.89 of its time at 8k to 32k)."""
 
 
-def default_config(head_dim: int) -> GluonConfig:
-    """The configuration the launcher takes for `head_dim` when given none."""
-    return WS_CONFIGS[head_dim]
+def default_config(head_dim: int, causal: bool) -> GluonConfig:
+    """The configuration the launcher takes when given none: the faster kernel of the measured table."""
+    return (PLAIN_CONFIGS if (head_dim, causal) in PLAIN_FASTER else WS_CONFIGS)[head_dim]
 
 
 @gluon.constexpr_function
@@ -302,6 +325,30 @@ def _turn_pass(turn, WG: gl.constexpr, PINGPONG: gl.constexpr):
 
 
 @gluon.jit
+def _issue_qk(q_op, k_bufs, k_ready, t, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+              STAGES: gl.constexpr):
+    """S_t = Q K_t^T (BLOCK_M, BLOCK_N) fp32 as an asynchronous wgmma, once K_t has landed; the
+    result is in flight until a warpgroup_mma_wait names it."""
+    stage = t % STAGES
+    mbarrier.wait(k_ready.index(stage), (t // STAGES) & 1)
+    k_op = k_bufs.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))  # (HEAD_DIM, BLOCK_N)
+    return warpgroup_mma(q_op, k_op, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, mma_layout(BLOCK_N, 4)),
+                         use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _issue_pv(acc, p, v_bufs, v_ready, t, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr):
+    """O += P_t V_t as an asynchronous wgmma, once V_t has landed: (acc, p_op), both in flight (the
+    registers of p_op are read by the tensor cores until the wait)."""
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout(HEAD_DIM, 4), k_width=2)
+    stage = t % STAGES
+    mbarrier.wait(v_ready.index(stage), (t // STAGES) & 1)
+    p_op = gl.convert_layout(p.to(v_bufs.dtype), p_layout)
+    acc = warpgroup_mma(p_op, v_bufs.index(stage).reshape([BLOCK_N, HEAD_DIM]), acc, is_async=True)
+    return acc, p_op
+
+
+@gluon.jit
 def _ws_steps(acc, p, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn,
               start_m, Lk, qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK: gl.constexpr,
@@ -311,82 +358,154 @@ def _ws_steps(acc, p, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, k_ready, v_rea
     matmul runs, then waits for it, releases stage t - 1 and rescales O."""
     s_layout: gl.constexpr = mma_layout(BLOCK_N, 4)
     o_layout: gl.constexpr = mma_layout(HEAD_DIM, 4)
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    dtype: gl.constexpr = k_bufs.dtype
     for t in range(t_lo, t_hi):
-        stage = t % STAGES
-        prev = (t - 1) % STAGES
         _turn_wait(turn, t, WG, PINGPONG)
-        mbarrier.wait(k_ready.index(stage), (t // STAGES) & 1)
-        k_op = k_bufs.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))  # (HEAD_DIM, BLOCK_N)
-        s = warpgroup_mma(q_op, k_op, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False,
-                          is_async=True)
-        mbarrier.wait(v_ready.index(prev), ((t - 1) // STAGES) & 1)
-        p_op = gl.convert_layout(p.to(dtype), p_layout)
-        acc = warpgroup_mma(p_op, v_bufs.index(prev).reshape([BLOCK_N, HEAD_DIM]), acc, is_async=True)
+        s = _issue_qk(q_op, k_bufs, k_ready, t, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES)
+        acc, p_op = _issue_pv(acc, p, v_bufs, v_ready, t - 1, BLOCK_N, HEAD_DIM, STAGES)
         _turn_pass(turn, WG, PINGPONG)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # S_t done, P_{t-1} V_{t-1} may run on
         p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, t * BLOCK_N, Lk, qk_scale, BLOCK_M, BLOCK_N,
                                              CAUSAL, MASK, s_layout)
         acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
-        mbarrier.arrive(kv_empty.index(prev), count=1)  # this consumer is done with stage t - 1
+        mbarrier.arrive(kv_empty.index((t - 1) % STAGES), count=1)  # this consumer is done with stage t - 1
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
     return acc, p, m_i, l_i
 
 
 @gluon.jit
+def _ws_steps_ahead(acc, p, s, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn,
+                    start_m, Lk, qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                    HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK: gl.constexpr,
+                    PINGPONG: gl.constexpr, ISSUE_NEXT: gl.constexpr):
+    """Key tiles t_lo..t_hi (t_lo >= 1) of one consumer with qk_ahead.  Entering step t, S_t is
+    done (s) and P_{t-1} in p (16-bit); step t issues O += P_{t-1} V_{t-1} and S_{t+1} = Q K_{t+1}^T
+    (ISSUE_NEXT: not for the last tile), computes P_t while both run, then waits for both, releases
+    stage t - 1 and rescales O.  Nothing is in flight across steps (an accumulator carried into the
+    next step in flight would be copied while the tensor cores write it, and ptxas would then
+    serialise every wgmma)."""
+    o_layout: gl.constexpr = mma_layout(HEAD_DIM, 4)
+    s_layout: gl.constexpr = mma_layout(BLOCK_N, 4)
+    for t in range(t_lo, t_hi):
+        _turn_wait(turn, t, WG, PINGPONG)
+        acc, p_op = _issue_pv(acc, p, v_bufs, v_ready, t - 1, BLOCK_N, HEAD_DIM, STAGES)
+        if ISSUE_NEXT:
+            s_next = _issue_qk(q_op, k_bufs, k_ready, t + 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES)
+        _turn_pass(turn, WG, PINGPONG)
+        p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, t * BLOCK_N, Lk, qk_scale, BLOCK_M, BLOCK_N,
+                                             CAUSAL, MASK, s_layout)
+        p = p.to(v_bufs.dtype)  # carried in 16 bits: the next step's S_{t+2} needs the registers
+        if ISSUE_NEXT:
+            s, acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(s_next, acc, p_op))
+        else:
+            acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+        mbarrier.arrive(kv_empty.index((t - 1) % STAGES), count=1)  # this consumer is done with stage t - 1
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+    return acc, p, s, m_i, l_i
+
+
+@gluon.jit
 def _ws_consumer(q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, LSE, bh, b, h, start_cta,
                  Lq, Lk, n_tiles, qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                 HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
+                 HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+                 QK_AHEAD: gl.constexpr):
     """Consumer warpgroup WG (0: the default partition, 1: a worker): the query rows
     [start_cta + WG * BLOCK_M, + BLOCK_M) over all n_tiles key tiles of the program (both
     consumers release every stage; a tile past this one's causal diagonal is fully masked and
-    adds nothing).  Key tile 0 is peeled (masked), then the unmasked tiles, then the masked ones,
-    and the last P V."""
-    s_layout: gl.constexpr = mma_layout(BLOCK_N, 4)
-    o_layout: gl.constexpr = mma_layout(HEAD_DIM, 4)
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    dtype: gl.constexpr = k_bufs.dtype
+    adds nothing), in the default schedule or with QK_AHEAD; then its rows' output and lse."""
     start_m = start_cta + WG * BLOCK_M
     t_full, _ = _tile_bounds(start_m, BLOCK_M, Lk, BLOCK_N, CAUSAL)
     t_full = gl.minimum(gl.maximum(t_full, 1), n_tiles)
     q_smem = q_bufs.index(WG)
     q_op = q_smem.reshape([BLOCK_M, HEAD_DIM])
     mbarrier.wait(q_bar, 0)
+    if QK_AHEAD:
+        acc, m_i, l_i = _ws_consumer_ahead(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, start_m, Lk,
+                                           n_tiles, t_full, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+                                           CAUSAL, PINGPONG)
+    else:
+        acc, m_i, l_i = _ws_consumer_behind(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, start_m, Lk,
+                                            n_tiles, t_full, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+                                            CAUSAL, PINGPONG)
+    _store_rows(acc, l_i, m_i, o_desc, q_smem, LSE, bh, b, h, start_m, Lq, BLOCK_M, HEAD_DIM,
+                mma_layout(BLOCK_N, 4))
 
+
+@gluon.jit
+def _ws_consumer_behind(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, start_m, Lk, n_tiles, t_full,
+                        qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                        HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
+    """A consumer's key tiles in the default schedule (``_ws_steps``): key tile 0 peeled (masked),
+    then the unmasked tiles, then the masked ones, and the last P V; (acc, m_i, l_i) at the end."""
+    s_layout: gl.constexpr = mma_layout(BLOCK_N, 4)
     _turn_wait(turn, 0, WG, PINGPONG)
-    mbarrier.wait(k_ready.index(0), 0)
-    k_op = k_bufs.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-    s = warpgroup_mma(q_op, k_op, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+    s = _issue_qk(q_op, k_bufs, k_ready, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES)
     _turn_pass(turn, WG, PINGPONG)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))  # running max of s2
     l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))  # running sum of exp2(s2 - m)
     p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, 0, Lk, qk_scale, BLOCK_M, BLOCK_N, CAUSAL, True,
                                          s_layout)
-    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, mma_layout(HEAD_DIM, 4))
     acc, p, m_i, l_i = _ws_steps(acc, p, m_i, l_i, 1, t_full, q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn,
                                  start_m, Lk, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, False,
                                  PINGPONG)
     acc, p, m_i, l_i = _ws_steps(acc, p, m_i, l_i, t_full, n_tiles, q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty,
                                  turn, start_m, Lk, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, True,
                                  PINGPONG)
-    last = (n_tiles - 1) % STAGES
     _turn_wait(turn, n_tiles, WG, PINGPONG)
-    mbarrier.wait(v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
-    p_op = gl.convert_layout(p.to(dtype), p_layout)
-    acc = warpgroup_mma(p_op, v_bufs.index(last).reshape([BLOCK_N, HEAD_DIM]), acc, is_async=True)
+    acc, p_op = _issue_pv(acc, p, v_bufs, v_ready, n_tiles - 1, BLOCK_N, HEAD_DIM, STAGES)
     _turn_pass(turn, WG, PINGPONG)
     acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
-    mbarrier.arrive(kv_empty.index(last), count=1)
-    _store_rows(acc, l_i, m_i, o_desc, q_smem, LSE, bh, b, h, start_m, Lq, BLOCK_M, HEAD_DIM, s_layout)
+    mbarrier.arrive(kv_empty.index((n_tiles - 1) % STAGES), count=1)
+    return acc, m_i, l_i
+
+
+@gluon.jit
+def _ws_consumer_ahead(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, start_m, Lk, n_tiles, t_full,
+                       qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                       HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
+    """A consumer's key tiles with qk_ahead (``_ws_steps_ahead``): (acc, m_i, l_i) at the end.
+
+    Turn 0 issues S_0 and S_1 (S_0 twice when there is one tile; the spare is never read) and
+    computes P_0 while S_1 runs; steps 1..n-2 issue S_{t+1}, the last step does not (and always
+    masks: its tile may hold the diagonal or the key tail); the final turn issues the last P V.
+    The consumer takes as many turns as in the default schedule."""
+    s_layout: gl.constexpr = mma_layout(BLOCK_N, 4)
+    _turn_wait(turn, 0, WG, PINGPONG)
+    s = _issue_qk(q_op, k_bufs, k_ready, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES)
+    s_next = _issue_qk(q_op, k_bufs, k_ready, gl.minimum(n_tiles - 1, 1), BLOCK_M, BLOCK_N, HEAD_DIM, STAGES)
+    _turn_pass(turn, WG, PINGPONG)
+    s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # S_0 done, S_1 runs on
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))  # running max of s2
+    l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))  # running sum of exp2(s2 - m)
+    p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, 0, Lk, qk_scale, BLOCK_M, BLOCK_N, CAUSAL, True,
+                                         s_layout)
+    p = p.to(v_bufs.dtype)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s_next, ))
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, mma_layout(HEAD_DIM, 4))
+    t_mid = gl.minimum(t_full, n_tiles - 1)  # steps [1, t_mid) unmasked, [t_mid, n - 1) masked
+    acc, p, s, m_i, l_i = _ws_steps_ahead(acc, p, s, m_i, l_i, 1, t_mid, q_op, k_bufs, v_bufs, k_ready, v_ready,
+                                          kv_empty, turn, start_m, Lk, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM,
+                                          STAGES, CAUSAL, False, PINGPONG, True)
+    acc, p, s, m_i, l_i = _ws_steps_ahead(acc, p, s, m_i, l_i, t_mid, n_tiles - 1, q_op, k_bufs, v_bufs, k_ready,
+                                          v_ready, kv_empty, turn, start_m, Lk, qk_scale, WG, BLOCK_M, BLOCK_N,
+                                          HEAD_DIM, STAGES, CAUSAL, True, PINGPONG, True)
+    acc, p, s, m_i, l_i = _ws_steps_ahead(acc, p, s, m_i, l_i, gl.maximum(n_tiles - 1, 1), n_tiles, q_op, k_bufs,
+                                          v_bufs, k_ready, v_ready, kv_empty, turn, start_m, Lk, qk_scale, WG,
+                                          BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, True, PINGPONG, False)
+    _turn_wait(turn, n_tiles, WG, PINGPONG)
+    acc, p_op = _issue_pv(acc, p, v_bufs, v_ready, n_tiles - 1, BLOCK_N, HEAD_DIM, STAGES)
+    _turn_pass(turn, WG, PINGPONG)
+    acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+    mbarrier.arrive(kv_empty.index((n_tiles - 1) % STAGES), count=1)
+    return acc, m_i, l_i
 
 
 @gluon.jit(do_not_specialize=["H", "GROUP", "Lq", "Lk"])
 def attn_fwd_ws_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, GROUP, Lq, Lk, qk_scale,
                        HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                       CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                       PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
+                       CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, QK_AHEAD: gl.constexpr,
+                       CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
     # grid: (query tiles of 2 * BLOCK_M rows, B * H), the last (longest causal) ones launched first;
     # num_warps == 4 (the default partition is consumer 0); launched with maxnreg so that the
     # three warpgroups' registers fit the SM (CONSUMER_REGS twice + PRODUCER_REGS)
@@ -416,9 +535,11 @@ def attn_fwd_ws_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, GROUP, Lq, Lk, qk
     _, n_tiles = _tile_bounds(start_cta, 2 * BLOCK_M, Lk, BLOCK_N, CAUSAL)
     gl.warp_specialize([
         (_ws_consumer, (q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, LSE, bh, b, h,
-                        start_cta, Lq, Lk, n_tiles, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, PINGPONG)),
+                        start_cta, Lq, Lk, n_tiles, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, PINGPONG,
+                        QK_AHEAD)),
         (_ws_consumer, (q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, LSE, bh, b, h,
-                        start_cta, Lq, Lk, n_tiles, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, PINGPONG)),
+                        start_cta, Lq, Lk, n_tiles, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, PINGPONG,
+                        QK_AHEAD)),
         (_ws_producer, (q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, b, h, hk,
                         start_cta, n_tiles, BLOCK_M, BLOCK_N, STAGES)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])

@@ -500,7 +500,7 @@ def test_auto_chooses_triton_for_padded_head_dims(monkeypatch):
     monkeypatch.setattr(dispatch, "FASTEST_FIRST", {})  # ours first (flash-attn-4 leads the sm_90 row)
     for D in PADDED_GPU_DIMS:
         q = torch.randn(1, 2, 128, D, device=DEVICE, dtype=torch.bfloat16)
-        choice = dispatch._choose(q, q, q, causal=True, layout=None, kv_lens=None, cu_seqlens=None)
+        choice = dispatch._choose(q, q, q, causal=True, layout=None, kv_lens=None, cu_seqlens=None, return_lse=False)
         assert choice is dispatch.Backend.TRITON, D
 
 
@@ -510,7 +510,8 @@ def test_auto_chooses_triton_for_packed_inputs(monkeypatch):
     monkeypatch.setattr(dispatch, "FASTEST_FIRST", {})  # ours first (flash-attn-4 leads the sm_90 row)
     q = torch.randn(2, 2, 128, 64, device=DEVICE, dtype=torch.bfloat16)
     for layout in (None, BlockLayout.sliding_window(128, 32, block_size=32)):
-        choice = dispatch._choose(q, q, q, causal=True, layout=layout, kv_lens=None, cu_seqlens=_cu([[100, 28], [128]]))
+        choice = dispatch._choose(q, q, q, causal=True, layout=layout, kv_lens=None, cu_seqlens=_cu([[100, 28], [128]]),
+                                  return_lse=False)
         assert choice is dispatch.Backend.TRITON, layout
 
 
