@@ -21,3 +21,24 @@ genoformer.data` or `import genoformer.kernels` stays light):
 Arrows run one way: cli -> genome, timeseries -> core -> kernels; the wings and core read data;
 no wing imports the other, and neither kernels nor data imports a model.
 """
+
+import sys as _sys
+from pathlib import Path as _Path
+
+
+def _checkout_behind_site_packages() -> None:
+    """In a source checkout the root holds the folder kernels/ (installed as genoformer.kernels).
+    Python puts that root first on sys.path for `python -m ...` or `python cli.py` run there, and
+    the folder then shadows Hugging Face's `kernels` package, which transformers (5.25 and newer
+    require it) imports as soon as it is installed: `from kernels import CUDAProperties` fails
+    inside transformers, and with it Hugging Face export and LoRA fine-tuning. The root stays on
+    sys.path (benchmarks/ and cli.py import from it), after everything installed."""
+    root = _Path(__file__).resolve().parent.parent
+    if not ((root / "pyproject.toml").is_file() and (root / "kernels" / "__init__.py").is_file()):
+        return  # an installed copy: its parent is site-packages
+    at_root = [entry for entry in _sys.path if _Path(entry or ".").resolve() == root]
+    if at_root:
+        _sys.path[:] = [entry for entry in _sys.path if entry not in at_root] + [str(root)]
+
+
+_checkout_behind_site_packages()
