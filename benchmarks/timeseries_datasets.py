@@ -241,10 +241,14 @@ def plot(summary: dict, path: Path) -> None:
     figure = Figure(figsize=(3.6 * columns, 2.9 * rows), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.subplots(rows, columns, squeeze=False).ravel()
+    # one colour per method in every panel (the unseen series have no per-dataset model)
+    methods = list(dict.fromkeys(m for n in names for m in summary["datasets"][n]["methods"]))
+    colours = {method: f"C{index}" for index, method in enumerate(methods)}
     for ax, name in zip(axes, names):
         for method, results in summary["datasets"][name]["methods"].items():
             hs = sorted(int(h) for h in results)
-            ax.plot(hs, [results[str(h)]["mse"] for h in hs], marker="o", ms=3, label=LABELS.get(method, method))
+            ax.plot(hs, [results[str(h)]["mse"] for h in hs], marker="o", ms=3, color=colours[method],
+                    label=LABELS.get(method, method))
         ax.set_title(name, fontsize=9)
         ax.set_xticks(list(summary["horizons"]))
         ax.grid(alpha=0.3)
