@@ -1,6 +1,6 @@
 """genoformer: transformers on very long scientific sequences.
 
-One house (import the modules directly; this package imports nothing, so that `import
+One house (import the modules directly; this package imports nothing of its own, so that `import
 genoformer.data` or `import genoformer.kernels` stays light):
 
     genoformer.core         what every model shares: the transformer trunk and its config
@@ -19,7 +19,9 @@ genoformer.data` or `import genoformer.kernels` stays light):
                             time-series stores, datasets and data modules (folder data/)
 
 Arrows run one way: cli -> genome, timeseries -> core -> kernels; the wings and core read data;
-no wing imports the other, and neither kernels nor data imports a model.
+no wing imports the other, and neither kernels nor data imports a model. Importing the package
+does one thing: in a source checkout it keeps the checkout's root behind site-packages on sys.path
+(`_checkout_behind_site_packages`).
 """
 
 import sys as _sys
