@@ -30,8 +30,8 @@ DATASETS=(ecg_mitbih208 ecg_biosignalsplux household_power bike_sharing traffic_
 UNSEEN=(solar_power wind_power energy_appliance yosemite_temps)
 mkdir -p "$OUT" "$RUN/logs"
 export PYTHONUNBUFFERED=1
-# nine processes at once: numpy's BLAS must not start a thread per core in each (on 2026-12-04 the
-# per-dataset AR fits took 480-505 s each that way, against 20-50 s with two threads)
+# nine processes at once: numpy's BLAS must not start a thread per core in each (the per-dataset
+# AR fits took 480-505 s each that way on a 16-core host, against 20-50 s with two threads)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-2} MKL_NUM_THREADS=${MKL_NUM_THREADS:-2}
 # TRAIN_TIME=DD:HH:MM:SS caps every run's training (default: the configs' max_time)
 TIME_CAP=()
