@@ -137,7 +137,7 @@ from benchmarks.common import (
     markdown_table,
     replace_markdown_section,
 )
-from genoformer.kernels.dispatch import Backend, attention
+from genoformer.kernels.dispatch import Backend, attention, unsupported_reason
 from genoformer.kernels.layout import BlockLayout
 from genoformer.kernels.reference import reference_attention, row_error
 
@@ -528,8 +528,13 @@ class Bench:
 
     # ----------------------------------------------------------------------- implementations
     def ours(self, causal: bool, layout: BlockLayout | None, q, k, v) -> Impl:
-        if self.ours_kind == "torch":
-            return Impl(functools.partial(attention, causal=causal, layout=layout, backend=Backend.TORCH))
+        if self.ours_kind in ("torch", "gluon"):
+            backend = Backend(self.ours_kind)
+            reason = unsupported_reason(backend, q, k, v, causal=causal, layout=layout, kv_lens=None, cu_seqlens=None,
+                                        return_lse=False)
+            if reason is not None:
+                return Impl(None, error=f"unsupported: {reason}")
+            return Impl(functools.partial(attention, causal=causal, layout=layout, backend=backend))
         module, error = self.triton_module
         if error is not None:
             return Impl(None, error=error)
@@ -540,7 +545,7 @@ class Bench:
 
     def ours_choices(self) -> contextlib.AbstractContextManager[list[tuple[str, object]]]:
         """``tuner_choices`` of ours' Triton module; none with `--ours torch`."""
-        module = self.triton_module[0] if self.ours_kind == "triton" else None
+        module = self.triton_module[0] if self.ours_kind in ("triton", "gluon") else None
         return tuner_choices(module) if module is not None else contextlib.nullcontext([])
 
     @functools.cached_property
@@ -1379,8 +1384,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--ours",
         default="triton",
-        choices=("triton", "torch"),
-        help="what 'ours' is: the Triton kernels (default) or attention(backend='torch') where Triton cannot run",
+        choices=("triton", "gluon", "torch"),
+        help="what 'ours' is: the Triton kernels (default), the Hopper path (attention(backend='gluon'): the Gluon "
+             "forward, the Triton backward; sm_90 only), or attention(backend='torch') where Triton cannot run",
     )
     parser.add_argument(
         "--out", type=Path, help="write attention.json, attention.png, attention.md (and attention_errors.log) here"

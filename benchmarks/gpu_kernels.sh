@@ -11,10 +11,20 @@
 #                                              --head-dims): prints the FLASH_ATTN_4_HEAD_DIMS row to paste
 #   bash benchmarks/gpu_kernels.sh flexflash   the attention table's sliding-window and BigBird rows again
 #                                              (D 64 and 128, 16k and 32k; ours, Flex, Flex FLASH), with the
-#                                              float64 check; merge them into the table with --render-from
+#                                              float64 check; merge them into the table with --render-from;
+#                                              OURS=gluon for the Hopper path as ours (default triton)
 #   bash benchmarks/gpu_kernels.sh attention   the attention table; ATTN_BUDGET=SECONDS (default 420) and
 #                                              ATTN_ARGS (e.g. "--rounds 3 --lengths 16384": one length per
-#                                              call, as Flex compiles for each shape) shape it
+#                                              call, as Flex compiles for each shape; "--ours gluon" for the
+#                                              Hopper path) shape it
+#   bash benchmarks/gpu_kernels.sh gluon       the Gluon forward's GPU tests (tests/kernels/test_gluon.py: every
+#                                              table, layouts and key padding, against float64), then its
+#                                              forward against flash-attn-4 (benchmarks/gluon_bench.py)
+#   bash benchmarks/gpu_kernels.sh gluontests  those GPU tests alone, and the split-row tests of the Triton
+#                                              kernels (whose partials the Gluon forward shares)
+#   bash benchmarks/gpu_kernels.sh mfu         the 85M reference model at 8k, compiled (benchmarks/train.py's
+#                                              genoformer-causal-8k-compiled), on the gluon backend, then on
+#                                              flash_attn_4, then on triton, one after the other
 # Every result file and log goes into $OUT/gpu_kernels_STEP.tar.gz (a call brings back at most 8
 # files); the tails of the logs are printed last.
 set -uo pipefail
@@ -62,8 +72,9 @@ headdims() {
 
 flexflash() {
     stamp "sliding window and BigBird rows"
-    timeout 560 python3 -m benchmarks.attention --out "$R/results" --budget-s 420 --rounds 3 \
-        --patterns sliding_window bigbird --lengths 16384 32768 > "$R/attention_flexflash.log" 2>&1
+    timeout 560 python3 -m benchmarks.attention --out "$R/results_${OURS:-triton}" --budget-s 420 --rounds 3 \
+        --ours "${OURS:-triton}" --patterns sliding_window bigbird --lengths 16384 32768 \
+        > "$R/attention_flexflash_${OURS:-triton}.log" 2>&1
     stamp "rows done"
 }
 
@@ -74,12 +85,42 @@ attention() {
     stamp "attention table done"
 }
 
+gluon() {
+    stamp "Gluon forward GPU tests"
+    GENOFORMER_TRITON_AUTOTUNE=0 timeout 300 python3 -m pytest -m gpu -q -rs --tb=short -p no:cacheprovider \
+        tests/kernels/test_gluon.py > "$R/gpu_tests_gluon.log" 2>&1
+    stamp "Gluon forward against flash-attn-4"
+    timeout 220 python3 -m benchmarks.gluon_bench --out "$R/results" --passes fwd --budget-s 170 \
+        > "$R/gluon_bench.log" 2>&1
+    stamp "done"
+}
+
+gluontests() {
+    stamp "Gluon forward GPU tests, Triton split rows"
+    GENOFORMER_TRITON_AUTOTUNE=0 timeout 400 python3 -m pytest -q -rs --tb=short \
+        -p no:cacheprovider tests/kernels/test_gluon.py tests/kernels/test_triton_attention.py -k "gluon or split" \
+        > "$R/gpu_tests_gluon.log" 2>&1
+    stamp "done"
+}
+
+mfu() {
+    for backend in gluon flash_attn_4 triton; do
+        stamp "85M model, 8k, compiled, attention backend $backend"
+        timeout 200 python3 -m benchmarks.train --out "$R/train_$backend" --cases genoformer-causal-8k-compiled \
+            --attention-backend "$backend" --budget-s 180 > "$R/train_$backend.log" 2>&1
+    done
+    stamp "done"
+}
+
 case "$step" in
+    gluon) gluon ;;
+    gluontests) gluontests ;;
+    mfu) mfu ;;
     tests) tests ;;
     headdims) headdims ;;
     flexflash) flexflash ;;
     attention) attention ;;
-    *) echo "usage: bash benchmarks/gpu_kernels.sh tests|headdims|flexflash|attention"; exit 2 ;;
+    *) echo "usage: bash benchmarks/gpu_kernels.sh tests|headdims|flexflash|attention|gluon|gluontests|mfu"; exit 2 ;;
 esac
 for log in "$R"/*.log; do
     echo "---- $log"; tail -n 25 "$log"

@@ -78,6 +78,7 @@ from benchmarks.train_models import (
     parameter_count,
     sdpa_flash_only,
 )
+from genoformer.kernels.dispatch import Backend
 from benchmarks.train_report import merge_runs, render_markdown, short_table
 
 PEAK_TFLOPS = 989.0
@@ -201,6 +202,8 @@ class Worker:
         self.arch: Architecture = SMOKE if args.smoke else REFERENCE
         self.out = args.out
         self.compile_backend = "aot_eager" if args.smoke else "inductor"
+        # the model's attention backend (`model.runtime.attention_backend`): auto unless asked
+        self.backend_args = ["--model.runtime.attention_backend", args.attention_backend]
         self.tmp = Path(tempfile.mkdtemp(prefix="genoformer_train_bench_"))
         self._store = None
 
@@ -313,7 +316,7 @@ class Worker:
     def build_step(self, case: Case):
         context = self.context(case)
         arguments = fit_arguments(self.arch, context, case.batch, case.pattern == "window", case.compiled,
-                                  fused=case.mode != "plain", checkpointing=case.checkpointing)
+                                  fused=case.mode != "plain", checkpointing=case.checkpointing) + self.backend_args
         torch.manual_seed(0)
         module = build_genoformer(arguments)
         config = module.model.config
@@ -368,7 +371,8 @@ class Worker:
         warmup, steps = (1, 2) if self.smoke else (3, 15)
         run_dir = self.tmp / f"fit-{case.data}-{case.devices}"
         # the smoke run fits eagerly: inductor's C++ compile takes minutes on a small CPU
-        arguments = fit_arguments(self.arch, context, case.batch, False, case.compiled and not self.smoke, fused=True)
+        arguments = fit_arguments(self.arch, context, case.batch, False, case.compiled and not self.smoke,
+                                  fused=True) + self.backend_args
         arguments += [
             "--trainer.max_steps", str(warmup + steps), "--trainer.limit_val_batches", "0",
             "--trainer.enable_checkpointing", "false", "--trainer.callbacks", "[]",
@@ -447,7 +451,8 @@ def drive(args: argparse.Namespace) -> dict:
 
 def run_group(args: argparse.Namespace, group: str, cases: list[Case], timeout_s: float) -> None:
     command = [sys.executable, "-m", "benchmarks.train", "--worker", group, "--out", str(args.out),
-               "--cases", ",".join(case.name for case in cases)] + (["--smoke"] if args.smoke else [])
+               "--cases", ",".join(case.name for case in cases), "--attention-backend", args.attention_backend
+               ] + (["--smoke"] if args.smoke else [])
     print(f"[train bench] group {group}: {len(cases)} cases, {timeout_s:.0f} s left", flush=True)
     # its own process group, so that a timeout also ends Lightning's DDP ranks and compile workers
     process = subprocess.Popen(command, cwd=REPO_ROOT, start_new_session=True)
@@ -503,6 +508,9 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=360.0,
                         help="seconds for the whole run: groups still running then are stopped, later ones skipped")
     parser.add_argument("--smoke", action="store_true", help="tiny CPU run of every code path (tests)")
+    parser.add_argument("--attention-backend", default="auto", choices=[b.value for b in Backend],
+                        help="our model's attention backend (model.runtime.attention_backend), e.g. gluon or "
+                             "flash_attn_4 to compare the two in separate runs (default: auto)")
     parser.add_argument("--list", action="store_true", help="print the case names in run order and exit")
     parser.add_argument("--render", action="store_true",
                         help="measure nothing: OUT/train.json, merged with the --merge runs, rendered again into "

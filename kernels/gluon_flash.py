@@ -14,8 +14,11 @@ Layers, in order:
 Behind ``dispatch.attention`` as ``backend="gluon"``, and auto's choice on sm_90 for the dense inputs it
 runs (``dispatch.FASTEST_FIRST``).
 
-Semantics: dense attention, causal (j <= i) or bidirectional, GQA (query head h reads kv head
-h // (H // HKV)); the float64 ``genoformer.kernels.reference`` is the judge.
+Semantics: causal (j <= i) or bidirectional, GQA (query head h reads kv head h // (H // HKV)),
+block-sparse layouts whose block size is a multiple of 128 (a program's 128 query rows and its
+128-key tiles lie inside one layout block) and key padding (kv_lens); packed documents are the
+Triton kernels' (the dispatcher refuses them here with the reason).  The float64
+``genoformer.kernels.reference`` is the judge.
 
 Legend: q (B, H, Lq, D); k, v (B, HKV, Lk, D); o (B, H, Lq, D); lse (B, H, Lq) fp32 (base 2 from
 the launcher, natural log from ``gluon_attention(return_lse=True)``).
@@ -32,7 +35,9 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from genoformer.kernels import gluon_fwd
 from genoformer.kernels.gluon_fwd import GluonConfig
-from genoformer.kernels.triton_flash import LN2, flash_bwd, tensor_reason
+from genoformer.kernels.layout import BlockLayout
+from genoformer.kernels.triton_flash import (LN2, csr_args, flash_bwd, merge_split_rows, placeholder, split_rows,
+                                             tensor_reason)
 from genoformer.kernels.triton_flash_fwd import LOG2E
 
 MIN_TRITON = (3, 6)
@@ -44,7 +49,13 @@ def triton_version() -> tuple[int, int]:
     return tuple(int(x) for x in triton.__version__.split(".")[:2])
 
 
-def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool) -> str | None:
+TILE = 128
+"""Query rows of a program and keys of a tile in every warp-specialised configuration: a layout's
+block size must be a multiple of it."""
+
+
+def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
+                       layout: BlockLayout | None = None, kv_lens: torch.Tensor | None = None) -> str | None:
     """None when the Gluon kernels can run these inputs here, else a sentence saying why and what to do."""
     if triton_version() < MIN_TRITON:
         return (f"the Gluon kernels need Triton {'.'.join(map(str, MIN_TRITON))} or newer, found {triton.__version__}: "
@@ -65,6 +76,17 @@ def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
         return f"empty input (B={B}, H={H}, Lq={Lq}, Lk={Lk}): nothing for the kernels to do"
     if causal and Lq != Lk:
         return f"causal attention needs Lq == Lk, got {Lq} and {Lk}"
+    if layout is not None:
+        if layout.block_size % TILE:
+            return (f"the Gluon kernels take layouts whose block size is a multiple of {TILE} (got "
+                    f"{layout.block_size}): build the layout with block_size={TILE}, or use the triton backend")
+        if (layout.q_len, layout.kv_len) != (Lq, Lk) or layout.num_heads not in (1, H):
+            return (f"the layout was built for q_len={layout.q_len}, kv_len={layout.kv_len}, {layout.num_heads} "
+                    f"heads; the inputs have Lq={Lq}, Lk={Lk}, {H} query heads: build it for these")
+    if kv_lens is not None and (kv_lens.shape != (B, ) or kv_lens.dtype.is_floating_point
+                                or kv_lens.device != q.device):
+        return (f"kv_lens must be an integer tensor of shape ({B},) on {q.device}, got {kv_lens.dtype} "
+                f"{tuple(kv_lens.shape)} on {kv_lens.device}")
     return device_reason(q.device)
 
 
@@ -79,8 +101,8 @@ def device_reason(device: torch.device) -> str | None:
     return None
 
 
-def _check(q, k, v, causal) -> None:
-    reason = unsupported_reason(q, k, v, causal=causal)
+def _check(q, k, v, causal, layout=None, kv_lens=None) -> None:
+    reason = unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens)
     if reason is not None:
         raise ValueError(f"gluon attention cannot run these inputs: {reason}")
 
@@ -102,54 +124,85 @@ def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
 
 
 def gluon_fwd_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                     config: GluonConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                     config: GluonConfig | None = None, *, kv_lens: torch.Tensor | None = None,
+                     kv_counts: torch.Tensor | None = None, kv_indices: torch.Tensor | None = None,
+                     block_size: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward launcher: o (B, H, Lq, D) in q's dtype and lse (B, H, Lq) fp32 in base 2 (the
-    convention ``triton_flash.flash_bwd`` reads).  config: None for ``gluon_fwd.default_config``."""
-    _check(q, k, v, causal)
-    if not scale > 0:
-        raise ValueError(f"scale must be a positive float, got {scale}")
-    q, k, v = (_tma_ready(t) for t in (q, k, v))
+    convention ``triton_flash.flash_bwd`` reads).  config: None for ``gluon_fwd.default_config``.
+    kv_lens (B,): keys >= kv_lens[b] are padding.  kv_counts, kv_indices: a layout's CSR lists
+    (``BlockLayout.kv_indices(device)``) of blocks of block_size tokens, a multiple of 128; only the
+    warp-specialised kernel takes a layout or key padding."""
     B, H, Lq, D = q.shape
     HKV, Lk = k.shape[1], k.shape[2]
-    cfg = gluon_fwd.default_config(D, causal) if config is None else config
+    sparse = kv_counts is not None
+    if sparse and (block_size % TILE or kv_indices is None or kv_counts.shape[-1] != triton.cdiv(Lq, block_size)):
+        raise ValueError(f"a layout's CSR lists for Lq={Lq} (layout.kv_indices(device)) with a block size that is a "
+                         f"multiple of {TILE} are needed, got block_size={block_size}, counts "
+                         f"{None if kv_counts is None else tuple(kv_counts.shape)}")
+    if not scale > 0:
+        raise ValueError(f"scale must be a positive float, got {scale}")
+    cfg = gluon_fwd.default_config(D, causal, masked=sparse or kv_lens is not None) if config is None else config
+    if (sparse or kv_lens is not None) and not cfg.warp_specialized:
+        raise ValueError("layouts and key padding run in the warp-specialised kernel only: pass a configuration of "
+                         "gluon_fwd.WS_CONFIGS or gluon_fwd.AHEAD_CONFIGS, or none")
+    q, k, v = (_tma_ready(t) for t in (q, k, v))
     o = torch.empty((B, H, Lq, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)
     q_desc, o_desc = _descriptor(q, cfg.block_m), _descriptor(o, cfg.block_m)
     k_desc, v_desc = _descriptor(k, cfg.block_n), _descriptor(v, cfg.block_n)
-    grid = (triton.cdiv(Lq, cfg.rows), B * H)
-    args = (q_desc, k_desc, v_desc, o_desc, lse, H, H // HKV, Lq, Lk, scale * LOG2E)
+    scales = (H, H // HKV, Lq, Lk, scale * LOG2E)
     if cfg.warp_specialized:
-        gluon_fwd.attn_fwd_ws_kernel[grid](
-            *args, HEAD_DIM=D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CAUSAL=causal,
+        cnt, idx, order, scnt_h, sidx_h, sidx_m, sord_h = csr_args(kv_counts, kv_indices, q)
+        # long rows (BigBird's global block) in chunks over several programs, as the Triton forward
+        plan, items, sitems_h, po, pm, pl = split_rows(kv_counts, order, sord_h, q, block_size)
+        if sparse:  # per layout row or plan item, block_size // 128 programs
+            rows = (plan.items.shape[1] if plan is not None else kv_counts.shape[-1]) * (block_size // cfg.rows)
+        else:
+            rows = triton.cdiv(Lq, cfg.rows)
+        gluon_fwd.attn_fwd_ws_kernel[(rows, B * H)](
+            q_desc, k_desc, v_desc, o_desc, lse, kv_lens if kv_lens is not None else placeholder(q.device), cnt, idx,
+            items, po, scnt_h, sidx_h, sidx_m, sitems_h, *scales,
+            HEAD_DIM=D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CAUSAL=causal,
             PINGPONG=cfg.pingpong, QK_AHEAD=cfg.qk_ahead, CONSUMER_REGS=cfg.consumer_regs,
-            PRODUCER_REGS=cfg.producer_regs, num_warps=4, maxnreg=cfg.maxnreg,
+            PRODUCER_REGS=cfg.producer_regs, BS=block_size if sparse else 1, SPARSE=sparse, SPLIT=plan is not None,
+            HAS_KV_LENS=kv_lens is not None, num_warps=4, maxnreg=cfg.maxnreg,
         )
+        if plan is not None:
+            merge_split_rows(plan, po, pm, pl, o, lse, block_size, align8=False)  # D 64, 128
     else:
-        gluon_fwd.attn_fwd_tma_kernel[grid](
-            *args, HEAD_DIM=D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CAUSAL=causal,
+        gluon_fwd.attn_fwd_tma_kernel[(triton.cdiv(Lq, cfg.rows), B * H)](
+            q_desc, k_desc, v_desc, o_desc, lse, *scales,
+            HEAD_DIM=D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CAUSAL=causal,
             num_warps=cfg.num_warps,
         )
     return o, lse
 
 
 def _backward_kernels(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-                      lse: torch.Tensor, causal: bool, scale: float,
+                      lse: torch.Tensor, kv_lens: torch.Tensor | None, kv_counts: torch.Tensor | None,
+                      kv_indices: torch.Tensor | None, q_counts: torch.Tensor | None, q_indices: torch.Tensor | None,
+                      block_size: int, causal: bool, scale: float,
                       dlse: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward launcher: dq (B, H, Lq, D), dk, dv (B, HKV, Lk, D) from the forward's o and base-2
-    lse; dlse: the gradient of that lse, None when nothing downstream used it.  Our Triton backward:
-    the Gluon one (``gluon_bwd``, same inputs) took 1.29-1.87 times its time on the H200
+    lse; dlse: the gradient of that lse, None when nothing downstream used it; the layout's CSR
+    lists both ways and kv_lens as the forward had them.  Our Triton backward: the Gluon one
+    (``gluon_bwd``, dense only) took 1.29-1.87 times its time on the H200
     (benchmarks/results/gluon_bwd.md), so it is measured there and not used here yet."""
     q, k, v = (_tma_ready(t) for t in (q, k, v))  # what the forward read
-    return flash_bwd(do.contiguous(), q, k, v, o, lse, None, None, None, None, None, 0, causal, scale, dlse=dlse)
+    return flash_bwd(do.contiguous(), q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices,
+                     block_size, causal, scale, dlse=dlse)
 
 
 # --------------------------------------------------------------------------------------------
 # Custom ops (torch.compile sees one opaque node per pass) and autograd
 # --------------------------------------------------------------------------------------------
 
-_FWD_SCHEMA = "(Tensor q, Tensor k, Tensor v, bool causal, float scale, int[] config) -> (Tensor, Tensor)"
-_BWD_SCHEMA = ("(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, bool causal, float scale, "
-               "Tensor? dlse) -> (Tensor, Tensor, Tensor)")
+_FWD_SCHEMA = ("(Tensor q, Tensor k, Tensor v, Tensor? kv_lens, Tensor? kv_counts, Tensor? kv_indices, "
+               "Tensor? q_counts, Tensor? q_indices, int block_size, bool causal, float scale, int[] config) "
+               "-> (Tensor, Tensor)")
+_BWD_SCHEMA = ("(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor? kv_lens, "
+               "Tensor? kv_counts, Tensor? kv_indices, Tensor? q_counts, Tensor? q_indices, int block_size, "
+               "bool causal, float scale, Tensor? dlse) -> (Tensor, Tensor, Tensor)")
 
 
 def config_fields(config: GluonConfig | None) -> list[int]:
@@ -166,12 +219,15 @@ def config_from_fields(fields: list[int]) -> GluonConfig | None:
     return GluonConfig(*(bool(x) if kind in ("bool", bool) else int(x) for x, kind in zip(fields, kinds, strict=True)))
 
 
-def _fwd_impl(q, k, v, causal, scale, config):
-    return gluon_fwd_launch(q, k, v, causal, scale, config_from_fields(config))
+def _fwd_impl(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, config):
+    return gluon_fwd_launch(q, k, v, causal, scale, config_from_fields(config), kv_lens=kv_lens, kv_counts=kv_counts,
+                            kv_indices=kv_indices, block_size=block_size)
 
 
-def _bwd_impl(do, q, k, v, o, lse, causal, scale, dlse):
-    return _backward_kernels(do, q, k, v, o, lse, causal, scale, dlse)
+def _bwd_impl(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
+              dlse):
+    return _backward_kernels(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size,
+                             causal, scale, dlse)
 
 
 _fwd_op = torch.library.custom_op("genoformer::gluon_flash_fwd", _fwd_impl, mutates_args=(), schema=_FWD_SCHEMA)
@@ -179,21 +235,22 @@ _bwd_op = torch.library.custom_op("genoformer::gluon_flash_bwd", _bwd_impl, muta
 
 
 @_fwd_op.register_fake
-def _fwd_fake(q, k, v, causal, scale, config):
+def _fwd_fake(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, config):
     B, H, Lq, D = q.shape
     return q.new_empty((B, H, Lq, D)), q.new_empty((B, H, Lq), dtype=torch.float32)
 
 
 @_bwd_op.register_fake
-def _bwd_fake(do, q, k, v, o, lse, causal, scale, dlse):
+def _bwd_fake(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
+              dlse):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    q, k, v, causal, scale, config = inputs
+    q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, config = inputs
     o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse)
-    ctx.causal, ctx.scale = causal, scale
+    ctx.save_for_backward(q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices)
+    ctx.block_size, ctx.causal, ctx.scale = block_size, causal, scale
     # an unused output's gradient arrives as None (eager and in AOT autograd's traced backward)
     ctx.set_materialize_grads(False)
 
@@ -202,11 +259,12 @@ def _backward(ctx, do, dlse, bwd=_bwd_op):
     # as triton_flash._backward: dlse is the base-2 lse's gradient (None when unused), do is None
     # when only the lse was used; the custom op's autograd calls the backward op, the eager
     # Function the implementation
-    q, k, v, o, lse = ctx.saved_tensors
+    q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices = ctx.saved_tensors
     if do is None:
         do = torch.zeros_like(o)
-    dq, dk, dv = bwd(do, q, k, v, o, lse, ctx.causal, ctx.scale, dlse)
-    return dq, dk, dv, None, None, None
+    dq, dk, dv = bwd(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, ctx.block_size,
+                     ctx.causal, ctx.scale, dlse)
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None
 
 
 _fwd_op.register_autograd(_backward, setup_context=_setup_context)
@@ -217,8 +275,9 @@ class _EagerGluonAttention(torch.autograd.Function):
     ``triton_flash._EagerAttention``: the dispatch costs host time a short sequence's kernels do not)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, config):
-        inputs = (q, k, v, causal, scale, config)
+    def forward(ctx, q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
+                config):
+        inputs = (q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, config)
         output = _fwd_impl(*inputs)
         _setup_context(ctx, inputs, output)
         return output
@@ -234,25 +293,37 @@ def gluon_attention(
     v: torch.Tensor,
     *,
     causal: bool = False,
+    layout: BlockLayout | None = None,
+    kv_lens: torch.Tensor | None = None,
     scale: float | None = None,
     return_lse: bool = False,
     config: GluonConfig | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """FlashAttention forward in Gluon (Hopper), backward by ``_backward_kernels``; dense causal or bidirectional.
+    """FlashAttention forward in Gluon (Hopper), backward by ``_backward_kernels``.
 
     q: (B, H, Lq, D), k and v: (B, HKV, Lk, D), fp16 or bf16, D 64 or 128, H % HKV == 0, on an
     sm_90 GPU.  Strided views are read in place when TMA can (16-byte aligned strides), else copied.
+    causal: j <= i (Lq == Lk).  layout: a BlockLayout over (Lq, Lk) whose block size is a multiple
+    of 128; only its listed blocks are visited.  kv_lens: (B,) int, keys >= kv_lens[b] are padding.
     Returns (B, H, Lq, D) in q's dtype; with return_lse also the lse (B, H, Lq) fp32 in natural log
     (the convention of ``genoformer.kernels.dispatch``), differentiable.  config: a
     ``GluonConfig`` (default ``gluon_fwd.default_config(D, causal)``).  Under torch.compile the
     custom ops are traced (no graph break).  Raises ValueError saying what to change
     when the kernels cannot run the inputs (``unsupported_reason``).
     """
-    _check(q, k, v, causal)
+    _check(q, k, v, causal, layout, kv_lens)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if layout is None:
+        block_size = 0
+        kv_counts = kv_indices = q_counts = q_indices = None
+    else:
+        block_size = layout.block_size
+        kv_counts, kv_indices = layout.kv_indices(q.device)
+        q_counts, q_indices = layout.q_indices(q.device)
     forward = _fwd_op if torch.compiler.is_compiling() else _EagerGluonAttention.apply
-    o, lse2 = forward(q, k, v, causal, scale, config_fields(config))
+    o, lse2 = forward(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
+                      config_fields(config))
     if not return_lse:
         return o
-    # base 2 -> natural log; an empty row's +inf (never produced by the dense layouts here) -> -inf
+    # base 2 -> natural log; an empty row's +inf (a layout row or key padding with no allowed key) -> -inf
     return o, torch.where(lse2 == float("inf"), float("-inf"), lse2 * LN2)

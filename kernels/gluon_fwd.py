@@ -120,9 +120,11 @@ PLAIN_FASTER = {(64, False)}
 (docs/design/gluon.md, "Numbers": D 64 bidirectional, 0.86-0.89 of its time at 8k to 32k)."""
 
 
-def default_config(head_dim: int, causal: bool) -> GluonConfig:
-    """The configuration the launcher takes when given none: the faster kernel of the measured table."""
-    return (PLAIN_CONFIGS if (head_dim, causal) in PLAIN_FASTER else WS_CONFIGS)[head_dim]
+def default_config(head_dim: int, causal: bool, masked: bool = False) -> GluonConfig:
+    """The configuration the launcher takes when given none: the faster kernel of the measured table;
+    the warp-specialised one for a layout or key padding (masked), which only it runs."""
+    plain = (head_dim, causal) in PLAIN_FASTER and not masked
+    return (PLAIN_CONFIGS if plain else WS_CONFIGS)[head_dim]
 
 
 @gluon.constexpr_function
@@ -154,18 +156,70 @@ def _tile_bounds(start_m, rows, Lk, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr)
     return full_end // BLOCK_N, gl.cdiv(hi, BLOCK_N)
 
 
+SCAN = gl.constexpr(128)
+"""Layout entries inspected per step when counting a key-block list (``_tiles_before``)."""
+
+
 @gluon.jit
-def _softmax_update(s, m_i, l_i, start_m, start_n, Lk, qk_scale, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+def _tile_start(t, idx_row, BS: gl.constexpr, BLOCK_N: gl.constexpr, SPARSE: gl.constexpr):
+    """First key of the t-th key tile a program visits: t * BLOCK_N, or with a layout the t-th tile
+    of its row's key-block list idx_row (ascending layout blocks of BS keys, BS // BLOCK_N tiles each)."""
+    if SPARSE:
+        TPB: gl.constexpr = BS // BLOCK_N
+        entry = t // TPB
+        start = gl.load(idx_row + entry) * BS + (t - entry * TPB) * BLOCK_N
+    else:
+        start = t * BLOCK_N
+    return start
+
+
+@gluon.jit
+def _tiles_before(x, count, idx_row, BS: gl.constexpr, BLOCK_N: gl.constexpr, SPARSE: gl.constexpr,
+                  ENDING: gl.constexpr, num_warps: gl.constexpr):
+    """How many of a program's key tiles (in visiting order, ``_tile_start``) end at or before key x
+    (ENDING) or start before it; the list holds `count` layout blocks.  Both are prefixes of the
+    visiting order, the list being ascending."""
+    if SPARSE:
+        TPB: gl.constexpr = BS // BLOCK_N
+        scan_layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+        n = count * 0  # layout blocks of the list that end by x (ENDING) / start before x
+        for c in range(0, count, SCAN):
+            offs = c + gl.arange(0, SCAN, layout=scan_layout)
+            valid = offs < count
+            blk = gl.load(idx_row + offs, mask=valid, other=0)
+            if ENDING:
+                hit = valid & ((blk + 1) * BS <= x)
+            else:
+                hit = valid & (blk * BS < x)
+            n += gl.sum(hit.to(gl.int32), axis=0)
+        t = n * TPB
+        if ENDING:
+            if n < count:  # the first block that does not end by x: its tiles that do
+                t += gl.minimum(gl.maximum(x - gl.load(idx_row + n) * BS, 0) // BLOCK_N, TPB)
+        else:
+            if n > 0:  # the last block that starts before x: its tiles that do
+                t += gl.minimum(gl.cdiv(x - gl.load(idx_row + n - 1) * BS, BLOCK_N), TPB) - TPB
+    else:
+        if ENDING:
+            t = gl.maximum(x, 0) // BLOCK_N
+        else:
+            t = gl.cdiv(gl.maximum(x, 0), BLOCK_N)
+    return t
+
+
+@gluon.jit
+def _softmax_update(s, m_i, l_i, start_m, start_n, key_hi, qk_scale, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                     CAUSAL: gl.constexpr, MASK: gl.constexpr, s_layout: gl.constexpr):
-    """One tile of the online softmax: from the raw scores s (BLOCK_M, BLOCK_N) fp32 (q . k) and the
-    running max m_i and sum l_i (BLOCK_M,), the probabilities p (fp32), the factor alpha that
-    rescales what was accumulated with the old max, and the new m_i, l_i.  MASK applies the causal
-    diagonal (key > query) and the key tail (key >= Lk); a row with nothing allowed yet keeps
-    m = -inf and subtracts 0 instead (no inf - inf)."""
+    """One tile of the online softmax: from the raw scores s (BLOCK_M, BLOCK_N) fp32 (q . k) of the
+    keys [start_n, start_n + BLOCK_N) and the running max m_i and sum l_i (BLOCK_M,), the
+    probabilities p (fp32), the factor alpha that rescales what was accumulated with the old max, and
+    the new m_i, l_i.  MASK applies the causal diagonal (key > query) and the key end (key >= key_hi:
+    Lk, the row's kv_lens, or 0 for a program with no allowed key); a row with nothing allowed yet
+    keeps m = -inf and subtracts 0 instead (no inf - inf)."""
     if MASK:
         offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
         offs_n = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        keep = gl.expand_dims(offs_n < Lk, 0)
+        keep = gl.expand_dims(offs_n < key_hi, 0)
         if CAUSAL:
             keep = keep & (gl.expand_dims(offs_m, 1) >= gl.expand_dims(offs_n, 0))
         s = gl.where(keep, s, float("-inf"))
@@ -199,6 +253,21 @@ def _store_rows(acc, l_i, m_i, o_desc, o_smem, LSE, bh, b, h, start_m, Lq, BLOCK
     fence_async_shared()
     tma_store(o_desc, [b, h, start_m, 0], o_smem)
     tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _store_partial(acc, l_i, m_i, PO_row, PM_row, PL_row, start_m, Lq, BLOCK_M: gl.constexpr,
+                   HEAD_DIM: gl.constexpr, s_layout: gl.constexpr):
+    """A split row's chunk: the unnormalised acc (BLOCK_M, HEAD_DIM) and the running max and sum of
+    its rows, fp32, by pointers (the Triton forward's partials: PO_row + r * HEAD_DIM + d, PM_row + r,
+    PL_row + r for a query position r; the kernel offsets them by the slot and the layout row)."""
+    offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    gl.store(PM_row + offs_m, m_i, mask=offs_m < Lq)
+    gl.store(PL_row + offs_m, l_i, mask=offs_m < Lq)
+    o_layout: gl.constexpr = acc.type.layout
+    rows = gl.expand_dims(start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, o_layout)), 1)
+    cols = gl.expand_dims(gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout)), 0)
+    gl.store(PO_row + rows * HEAD_DIM + cols, acc, mask=rows < Lq)
 
 
 # --------------------------------------------------------------------------------------------
@@ -291,22 +360,25 @@ def attn_fwd_tma_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, GROUP, Lq, Lk, q
 
 @gluon.jit
 def _ws_producer(q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty,
-                 b, h, hk, start_cta, n_tiles, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """The producer warp: both consumers' Q tiles on q_bar, then key tile t's K and V into stage
-    t % STAGES once both consumers released it (kv_empty; its first wait of each stage passes:
-    a fresh barrier counts its previous phase as complete)."""
+                 b, h, hk, start_cta, n_tiles, idx_row, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                 STAGES: gl.constexpr, BS: gl.constexpr, SPARSE: gl.constexpr):
+    """The producer warp: both consumers' Q tiles on q_bar, then key tile t's K and V (the t-th tile
+    the program visits, ``_tile_start``) into stage t % STAGES once both consumers released it
+    (kv_empty; its first wait of each stage passes: a fresh barrier counts its previous phase as
+    complete)."""
     mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
     tma_load(q_desc, [b, h, start_cta, 0], q_bar, q_bufs.index(0))
     tma_load(q_desc, [b, h, start_cta + BLOCK_M, 0], q_bar, q_bufs.index(1))
     for t in range(n_tiles):
         stage = t % STAGES
+        start_n = _tile_start(t, idx_row, BS, BLOCK_N, SPARSE)
         mbarrier.wait(kv_empty.index(stage), ((t // STAGES) & 1) ^ 1)
         k_bar = k_ready.index(stage)
         mbarrier.expect(k_bar, k_desc.block_type.nbytes)
-        tma_load(k_desc, [b, hk, t * BLOCK_N, 0], k_bar, k_bufs.index(stage))
+        tma_load(k_desc, [b, hk, start_n, 0], k_bar, k_bufs.index(stage))
         v_bar = v_ready.index(stage)
         mbarrier.expect(v_bar, v_desc.block_type.nbytes)
-        tma_load(v_desc, [b, hk, t * BLOCK_N, 0], v_bar, v_bufs.index(stage))
+        tma_load(v_desc, [b, hk, start_n, 0], v_bar, v_bufs.index(stage))
 
 
 @gluon.jit
@@ -349,22 +421,33 @@ def _issue_pv(acc, p, v_bufs, v_ready, t, BLOCK_N: gl.constexpr, HEAD_DIM: gl.co
 
 
 @gluon.jit
+def _key_start(t, idx_row, BS: gl.constexpr, BLOCK_N: gl.constexpr, SPARSE: gl.constexpr, MASK: gl.constexpr):
+    """The first key of tile t where the mask needs it (MASK), else 0 (an unmasked step reads no list entry)."""
+    if MASK:
+        start_n = _tile_start(t, idx_row, BS, BLOCK_N, SPARSE)
+    else:
+        start_n = 0
+    return start_n
+
+
+@gluon.jit
 def _ws_steps(acc, p, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn,
-              start_m, Lk, qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+              start_m, key_hi, idx_row, qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK: gl.constexpr,
-              PINGPONG: gl.constexpr):
+              PINGPONG: gl.constexpr, BS: gl.constexpr, SPARSE: gl.constexpr):
     """Key tiles t_lo..t_hi (t_lo >= 1) of one consumer, one tile behind with P V: step t issues
     S_t = Q K_t^T and then O += P_{t-1} V_{t-1}, waits for S_t only, computes P_t while the second
     matmul runs, then waits for it, releases stage t - 1 and rescales O."""
     s_layout: gl.constexpr = mma_layout(BLOCK_N, 4)
     o_layout: gl.constexpr = mma_layout(HEAD_DIM, 4)
     for t in range(t_lo, t_hi):
+        start_n = _key_start(t, idx_row, BS, BLOCK_N, SPARSE, MASK)
         _turn_wait(turn, t, WG, PINGPONG)
         s = _issue_qk(q_op, k_bufs, k_ready, t, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES)
         acc, p_op = _issue_pv(acc, p, v_bufs, v_ready, t - 1, BLOCK_N, HEAD_DIM, STAGES)
         _turn_pass(turn, WG, PINGPONG)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # S_t done, P_{t-1} V_{t-1} may run on
-        p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, t * BLOCK_N, Lk, qk_scale, BLOCK_M, BLOCK_N,
+        p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, start_n, key_hi, qk_scale, BLOCK_M, BLOCK_N,
                                              CAUSAL, MASK, s_layout)
         acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
         mbarrier.arrive(kv_empty.index((t - 1) % STAGES), count=1)  # this consumer is done with stage t - 1
@@ -374,9 +457,10 @@ def _ws_steps(acc, p, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, k_ready, v_rea
 
 @gluon.jit
 def _ws_steps_ahead(acc, p, s, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn,
-                    start_m, Lk, qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                    HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK: gl.constexpr,
-                    PINGPONG: gl.constexpr, ISSUE_NEXT: gl.constexpr):
+                    start_m, key_hi, idx_row, qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr,
+                    BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                    MASK: gl.constexpr, PINGPONG: gl.constexpr, ISSUE_NEXT: gl.constexpr, BS: gl.constexpr,
+                    SPARSE: gl.constexpr):
     """Key tiles t_lo..t_hi (t_lo >= 1) of one consumer with qk_ahead.  Entering step t, S_t is
     done (s) and P_{t-1} in p (16-bit); step t issues O += P_{t-1} V_{t-1} and S_{t+1} = Q K_{t+1}^T
     (ISSUE_NEXT: not for the last tile), computes P_t while both run, then waits for both, releases
@@ -386,12 +470,13 @@ def _ws_steps_ahead(acc, p, s, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, k_rea
     o_layout: gl.constexpr = mma_layout(HEAD_DIM, 4)
     s_layout: gl.constexpr = mma_layout(BLOCK_N, 4)
     for t in range(t_lo, t_hi):
+        start_n = _key_start(t, idx_row, BS, BLOCK_N, SPARSE, MASK)
         _turn_wait(turn, t, WG, PINGPONG)
         acc, p_op = _issue_pv(acc, p, v_bufs, v_ready, t - 1, BLOCK_N, HEAD_DIM, STAGES)
         if ISSUE_NEXT:
             s_next = _issue_qk(q_op, k_bufs, k_ready, t + 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES)
         _turn_pass(turn, WG, PINGPONG)
-        p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, t * BLOCK_N, Lk, qk_scale, BLOCK_M, BLOCK_N,
+        p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, start_n, key_hi, qk_scale, BLOCK_M, BLOCK_N,
                                              CAUSAL, MASK, s_layout)
         p = p.to(v_bufs.dtype)  # carried in 16 bits: the next step's S_{t+2} needs the registers
         if ISSUE_NEXT:
@@ -404,73 +489,98 @@ def _ws_steps_ahead(acc, p, s, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, k_rea
 
 
 @gluon.jit
-def _ws_consumer(q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, LSE, bh, b, h, start_cta,
-                 Lq, Lk, n_tiles, qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                 HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-                 QK_AHEAD: gl.constexpr):
+def _ws_last_pv(acc, p, v_bufs, v_ready, kv_empty, turn, n_tiles, WG: gl.constexpr, BLOCK_N: gl.constexpr,
+                HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+    """The final turn of both schedules: O += P V of the last key tile, then its stage released."""
+    _turn_wait(turn, n_tiles, WG, PINGPONG)
+    acc, p_op = _issue_pv(acc, p, v_bufs, v_ready, n_tiles - 1, BLOCK_N, HEAD_DIM, STAGES)
+    _turn_pass(turn, WG, PINGPONG)
+    acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
+    mbarrier.arrive(kv_empty.index((n_tiles - 1) % STAGES), count=1)
+    return acc
+
+
+@gluon.jit
+def _ws_consumer(q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, LSE, PART, slot, bh, b,
+                 h, start_cta, Lq, n_tiles, t_full, key_hi, idx_row, qk_scale,
+                 WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                 STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, QK_AHEAD: gl.constexpr,
+                 BS: gl.constexpr, SPARSE: gl.constexpr, SPLIT: gl.constexpr):
     """Consumer warpgroup WG (0: the default partition, 1: a worker): the query rows
     [start_cta + WG * BLOCK_M, + BLOCK_M) over all n_tiles key tiles of the program (both
     consumers release every stage; a tile past this one's causal diagonal is fully masked and
-    adds nothing), in the default schedule or with QK_AHEAD; then its rows' output and lse."""
+    adds nothing; tiles [1, t_full) run unmasked), in the default schedule or with QK_AHEAD; then
+    its rows' output and lse, or (SPLIT, slot >= 0: a chunk of a split row) their unnormalised
+    state for ``triton_flash_fwd.fwd_merge_kernel`` (``_store_partial``)."""
     start_m = start_cta + WG * BLOCK_M
-    t_full, _ = _tile_bounds(start_m, BLOCK_M, Lk, BLOCK_N, CAUSAL)
-    t_full = gl.minimum(gl.maximum(t_full, 1), n_tiles)
     q_smem = q_bufs.index(WG)
     q_op = q_smem.reshape([BLOCK_M, HEAD_DIM])
     mbarrier.wait(q_bar, 0)
     if QK_AHEAD:
-        acc, m_i, l_i = _ws_consumer_ahead(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, start_m, Lk,
-                                           n_tiles, t_full, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
-                                           CAUSAL, PINGPONG)
+        acc, m_i, l_i = _ws_consumer_ahead(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, start_m, key_hi,
+                                           idx_row, n_tiles, t_full, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+                                           CAUSAL, PINGPONG, BS, SPARSE)
     else:
-        acc, m_i, l_i = _ws_consumer_behind(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, start_m, Lk,
-                                            n_tiles, t_full, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
-                                            CAUSAL, PINGPONG)
-    _store_rows(acc, l_i, m_i, o_desc, q_smem, LSE, bh, b, h, start_m, Lq, BLOCK_M, HEAD_DIM,
-                mma_layout(BLOCK_N, 4))
+        acc, m_i, l_i = _ws_consumer_behind(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, start_m, key_hi,
+                                            idx_row, n_tiles, t_full, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM,
+                                            STAGES, CAUSAL, PINGPONG, BS, SPARSE)
+    if SPLIT:
+        if slot >= 0:
+            # this chunk's acc, m, l (``triton_flash.split_rows``), addressed by query position
+            chunk = PART + (slot.to(gl.int64) * gl.num_programs(1) + bh) * (BS * (HEAD_DIM + 2))
+            row_base = start_cta // BS * BS
+            _store_partial(acc, l_i, m_i, chunk - row_base * HEAD_DIM, chunk + BS * HEAD_DIM - row_base,
+                           chunk + BS * (HEAD_DIM + 1) - row_base, start_m, Lq, BLOCK_M, HEAD_DIM,
+                           mma_layout(BLOCK_N, 4))
+        else:
+            _store_rows(acc, l_i, m_i, o_desc, q_smem, LSE, bh, b, h, start_m, Lq, BLOCK_M, HEAD_DIM,
+                        mma_layout(BLOCK_N, 4))
+    else:
+        _store_rows(acc, l_i, m_i, o_desc, q_smem, LSE, bh, b, h, start_m, Lq, BLOCK_M, HEAD_DIM,
+                    mma_layout(BLOCK_N, 4))
 
 
 @gluon.jit
-def _ws_consumer_behind(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, start_m, Lk, n_tiles, t_full,
-                        qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                        HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
+def _ws_consumer_behind(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, start_m, key_hi, idx_row, n_tiles,
+                        t_full, qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                        HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+                        BS: gl.constexpr, SPARSE: gl.constexpr):
     """A consumer's key tiles in the default schedule (``_ws_steps``): key tile 0 peeled (masked),
     then the unmasked tiles, then the masked ones, and the last P V; (acc, m_i, l_i) at the end."""
     s_layout: gl.constexpr = mma_layout(BLOCK_N, 4)
+    start_n = _tile_start(0, idx_row, BS, BLOCK_N, SPARSE)
     _turn_wait(turn, 0, WG, PINGPONG)
     s = _issue_qk(q_op, k_bufs, k_ready, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES)
     _turn_pass(turn, WG, PINGPONG)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))  # running max of s2
     l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))  # running sum of exp2(s2 - m)
-    p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, 0, Lk, qk_scale, BLOCK_M, BLOCK_N, CAUSAL, True,
-                                         s_layout)
+    p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, start_n, key_hi, qk_scale, BLOCK_M, BLOCK_N, CAUSAL,
+                                         True, s_layout)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, mma_layout(HEAD_DIM, 4))
     acc, p, m_i, l_i = _ws_steps(acc, p, m_i, l_i, 1, t_full, q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn,
-                                 start_m, Lk, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, False,
-                                 PINGPONG)
+                                 start_m, key_hi, idx_row, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL,
+                                 False, PINGPONG, BS, SPARSE)
     acc, p, m_i, l_i = _ws_steps(acc, p, m_i, l_i, t_full, n_tiles, q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty,
-                                 turn, start_m, Lk, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, True,
-                                 PINGPONG)
-    _turn_wait(turn, n_tiles, WG, PINGPONG)
-    acc, p_op = _issue_pv(acc, p, v_bufs, v_ready, n_tiles - 1, BLOCK_N, HEAD_DIM, STAGES)
-    _turn_pass(turn, WG, PINGPONG)
-    acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
-    mbarrier.arrive(kv_empty.index((n_tiles - 1) % STAGES), count=1)
+                                 turn, start_m, key_hi, idx_row, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+                                 CAUSAL, True, PINGPONG, BS, SPARSE)
+    acc = _ws_last_pv(acc, p, v_bufs, v_ready, kv_empty, turn, n_tiles, WG, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)
     return acc, m_i, l_i
 
 
 @gluon.jit
-def _ws_consumer_ahead(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, start_m, Lk, n_tiles, t_full,
-                       qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                       HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
+def _ws_consumer_ahead(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, start_m, key_hi, idx_row, n_tiles,
+                       t_full, qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                       HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+                       BS: gl.constexpr, SPARSE: gl.constexpr):
     """A consumer's key tiles with qk_ahead (``_ws_steps_ahead``): (acc, m_i, l_i) at the end.
 
     Turn 0 issues S_0 and S_1 (S_0 twice when there is one tile; the spare is never read) and
     computes P_0 while S_1 runs; steps 1..n-2 issue S_{t+1}, the last step does not (and always
-    masks: its tile may hold the diagonal or the key tail); the final turn issues the last P V.
+    masks: its tile may hold the diagonal or the key end); the final turn issues the last P V.
     The consumer takes as many turns as in the default schedule."""
     s_layout: gl.constexpr = mma_layout(BLOCK_N, 4)
+    start_n = _tile_start(0, idx_row, BS, BLOCK_N, SPARSE)
     _turn_wait(turn, 0, WG, PINGPONG)
     s = _issue_qk(q_op, k_bufs, k_ready, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES)
     s_next = _issue_qk(q_op, k_bufs, k_ready, gl.minimum(n_tiles - 1, 1), BLOCK_M, BLOCK_N, HEAD_DIM, STAGES)
@@ -478,43 +588,98 @@ def _ws_consumer_ahead(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, s
     s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # S_0 done, S_1 runs on
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))  # running max of s2
     l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))  # running sum of exp2(s2 - m)
-    p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, 0, Lk, qk_scale, BLOCK_M, BLOCK_N, CAUSAL, True,
-                                         s_layout)
+    p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, start_n, key_hi, qk_scale, BLOCK_M, BLOCK_N, CAUSAL,
+                                         True, s_layout)
     p = p.to(v_bufs.dtype)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s_next, ))
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, mma_layout(HEAD_DIM, 4))
     t_mid = gl.minimum(t_full, n_tiles - 1)  # steps [1, t_mid) unmasked, [t_mid, n - 1) masked
     acc, p, s, m_i, l_i = _ws_steps_ahead(acc, p, s, m_i, l_i, 1, t_mid, q_op, k_bufs, v_bufs, k_ready, v_ready,
-                                          kv_empty, turn, start_m, Lk, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM,
-                                          STAGES, CAUSAL, False, PINGPONG, True)
+                                          kv_empty, turn, start_m, key_hi, idx_row, qk_scale, WG, BLOCK_M, BLOCK_N,
+                                          HEAD_DIM, STAGES, CAUSAL, False, PINGPONG, True, BS, SPARSE)
     acc, p, s, m_i, l_i = _ws_steps_ahead(acc, p, s, m_i, l_i, t_mid, n_tiles - 1, q_op, k_bufs, v_bufs, k_ready,
-                                          v_ready, kv_empty, turn, start_m, Lk, qk_scale, WG, BLOCK_M, BLOCK_N,
-                                          HEAD_DIM, STAGES, CAUSAL, True, PINGPONG, True)
+                                          v_ready, kv_empty, turn, start_m, key_hi, idx_row, qk_scale, WG, BLOCK_M,
+                                          BLOCK_N, HEAD_DIM, STAGES, CAUSAL, True, PINGPONG, True, BS, SPARSE)
     acc, p, s, m_i, l_i = _ws_steps_ahead(acc, p, s, m_i, l_i, gl.maximum(n_tiles - 1, 1), n_tiles, q_op, k_bufs,
-                                          v_bufs, k_ready, v_ready, kv_empty, turn, start_m, Lk, qk_scale, WG,
-                                          BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, True, PINGPONG, False)
-    _turn_wait(turn, n_tiles, WG, PINGPONG)
-    acc, p_op = _issue_pv(acc, p, v_bufs, v_ready, n_tiles - 1, BLOCK_N, HEAD_DIM, STAGES)
-    _turn_pass(turn, WG, PINGPONG)
-    acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
-    mbarrier.arrive(kv_empty.index((n_tiles - 1) % STAGES), count=1)
+                                          v_bufs, k_ready, v_ready, kv_empty, turn, start_m, key_hi, idx_row, qk_scale,
+                                          WG, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, True, PINGPONG, False, BS,
+                                          SPARSE)
+    acc = _ws_last_pv(acc, p, v_bufs, v_ready, kv_empty, turn, n_tiles, WG, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)
     return acc, m_i, l_i
 
 
-@gluon.jit(do_not_specialize=["H", "GROUP", "Lq", "Lk"])
-def attn_fwd_ws_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, GROUP, Lq, Lk, qk_scale,
+@gluon.jit(do_not_specialize=["H", "GROUP", "Lq", "Lk", "scnt_h", "sidx_h", "sidx_m", "sord_h"])
+def attn_fwd_ws_kernel(q_desc, k_desc, v_desc, o_desc, LSE, KV_LENS, CNT, IDX, ORDER, PART,
+                       scnt_h, sidx_h, sidx_m, sord_h, H, GROUP, Lq, Lk, qk_scale,
                        HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                        CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, QK_AHEAD: gl.constexpr,
-                       CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
-    # grid: (query tiles of 2 * BLOCK_M rows, B * H), the last (longest causal) ones launched first;
-    # num_warps == 4 (the default partition is consumer 0); launched with maxnreg so that the
-    # three warpgroups' registers fit the SM (CONSUMER_REGS twice + PRODUCER_REGS)
-    start_cta = (gl.num_programs(0) - 1 - gl.program_id(0)) * (2 * BLOCK_M)
+                       CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, BS: gl.constexpr,
+                       SPARSE: gl.constexpr, SPLIT: gl.constexpr, HAS_KV_LENS: gl.constexpr,
+                       num_warps: gl.constexpr):
+    # grid: (query programs of 2 * BLOCK_M rows, B * H); num_warps == 4 (the default partition is
+    # consumer 0); launched with maxnreg so that the three warpgroups' registers fit the SM
+    # (CONSUMER_REGS twice + PRODUCER_REGS).
+    # Dense: the last (longest causal) query programs launched first.  SPARSE: the layout's rows
+    # (BS query rows, BS // (2 * BLOCK_M) programs each) in ORDER (per layout head, by descending
+    # list length: a BigBird global row is not the last program running), and the row's
+    # key-block list CNT / IDX (``BlockLayout.kv_indices``; head strides 0 for a shared layout).
+    # SPLIT (sparse only; split-KV, as the Triton forward): ORDER holds a split plan's items (P, I, 4)
+    # (row, first entry, end entry, slot; ``triton_flash.SplitPlan``); a program walks the entries
+    # [first, end) of its row's list, and a chunk of a split row (slot >= 0) writes its unnormalised
+    # acc and its running max and sum to PART (slots, B * H, BS * (HEAD_DIM + 2)) fp32
+    # (``triton_flash.split_rows``), merged by ``triton_flash_fwd.fwd_merge_kernel``.
+    # HAS_KV_LENS: keys >= KV_LENS[b] are padding.
+    pid = gl.program_id(0)
     bh = gl.program_id(1)
     b = bh // H
     h = bh % H
     hk = h // GROUP
     dtype: gl.constexpr = q_desc.dtype
+    if SPARSE:
+        PROGRAMS_PER_ROW: gl.constexpr = BS // (2 * BLOCK_M)
+        unit = pid // PROGRAMS_PER_ROW
+        if SPLIT:
+            item = ORDER + h * sord_h + unit * 4
+            row = gl.load(item)
+            first = gl.load(item + 1)
+            count = gl.load(item + 2) - first
+            slot = gl.load(item + 3)
+        else:
+            row = gl.load(ORDER + h * sord_h + unit)
+            first = 0
+            count = gl.load(CNT + h * scnt_h + row)
+            slot = -1
+        start_cta = row * BS + (pid - unit * PROGRAMS_PER_ROW) * (2 * BLOCK_M)
+        idx_row = IDX + h * sidx_h + row * sidx_m + first
+    else:
+        start_cta = (gl.num_programs(0) - 1 - pid) * (2 * BLOCK_M)
+        count = 0
+        slot = -1
+        idx_row = IDX
+    kv_end = Lk
+    if HAS_KV_LENS:
+        kv_end = gl.minimum(gl.maximum(gl.load(KV_LENS + b).to(gl.int32), 0), Lk)
+    # the key tiles the program visits: those starting before its last row's last allowed key
+    if CAUSAL:
+        hi = gl.minimum(start_cta + 2 * BLOCK_M, kv_end)
+    else:
+        hi = kv_end
+    n_tiles = _tiles_before(hi, count, idx_row, BS, BLOCK_N, SPARSE, False, num_warps)
+    # a program with no allowed key (an empty layout row, kv_lens 0) visits one tile with every key
+    # masked (key_hi 0): its rows get o = 0 and lse = +inf as any empty row
+    key_hi = gl.minimum(n_tiles, 1) * kv_end
+    n_tiles = gl.maximum(n_tiles, 1)
+    # each consumer's tiles allowed for all its rows (run unmasked): [1, t_full) after the peeled tile 0
+    if CAUSAL:
+        full_end0 = gl.minimum(start_cta + 1, kv_end)
+        full_end1 = gl.minimum(start_cta + BLOCK_M + 1, kv_end)
+    else:
+        full_end0 = kv_end
+        full_end1 = kv_end
+    t_full0 = gl.minimum(gl.maximum(_tiles_before(full_end0, count, idx_row, BS, BLOCK_N, SPARSE, True, num_warps),
+                                    1), n_tiles)
+    t_full1 = gl.minimum(gl.maximum(_tiles_before(full_end1, count, idx_row, BS, BLOCK_N, SPARSE, True, num_warps),
+                                    1), n_tiles)
 
     q_bufs = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
     k_bufs = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
@@ -532,14 +697,13 @@ def attn_fwd_ws_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, GROUP, Lq, Lk, qk
     for i in gl.static_range(2):
         mbarrier.init(turn.index(i), count=1)
 
-    _, n_tiles = _tile_bounds(start_cta, 2 * BLOCK_M, Lk, BLOCK_N, CAUSAL)
     gl.warp_specialize([
-        (_ws_consumer, (q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, LSE, bh, b, h,
-                        start_cta, Lq, Lk, n_tiles, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, PINGPONG,
-                        QK_AHEAD)),
-        (_ws_consumer, (q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, LSE, bh, b, h,
-                        start_cta, Lq, Lk, n_tiles, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, PINGPONG,
-                        QK_AHEAD)),
+        (_ws_consumer, (q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, LSE, PART, slot,
+                        bh, b, h, start_cta, Lq, n_tiles, t_full0, key_hi, idx_row, qk_scale,
+                        0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, PINGPONG, QK_AHEAD, BS, SPARSE, SPLIT)),
+        (_ws_consumer, (q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, LSE, PART, slot,
+                        bh, b, h, start_cta, Lq, n_tiles, t_full1, key_hi, idx_row, qk_scale,
+                        1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, PINGPONG, QK_AHEAD, BS, SPARSE, SPLIT)),
         (_ws_producer, (q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, b, h, hk,
-                        start_cta, n_tiles, BLOCK_M, BLOCK_N, STAGES)),
+                        start_cta, n_tiles, idx_row, BLOCK_M, BLOCK_N, STAGES, BS, SPARSE)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])

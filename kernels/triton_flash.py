@@ -325,14 +325,14 @@ _ORDERS = WeakIdKeyDictionary()  # counts tensor (by identity) -> its launch ord
 _DUMMIES: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
 
 
-def _dummy(device: torch.device, dtype: torch.dtype = torch.int32) -> torch.Tensor:
+def placeholder(device: torch.device, dtype: torch.dtype = torch.int32) -> torch.Tensor:
     """One element, never read: the argument of an absent CSR list, document table or partial buffer."""
     if (device, dtype) not in _DUMMIES:
         _DUMMIES[device, dtype] = torch.zeros(1, dtype=dtype, device=device)
     return _DUMMIES[device, dtype]
 
 
-def _csr_args(counts: torch.Tensor | None, indices: torch.Tensor | None, like: torch.Tensor):
+def csr_args(counts: torch.Tensor | None, indices: torch.Tensor | None, like: torch.Tensor):
     """Kernel arguments of a CSR list: counts, indices, order, and their head and row strides.
 
     order (H_l, rows) int32 lists each head's rows by descending count: the kernels launch the
@@ -341,7 +341,7 @@ def _csr_args(counts: torch.Tensor | None, indices: torch.Tensor | None, like: t
     head) gets head stride 0.
     """
     if counts is None:
-        dummy = _dummy(like.device)
+        dummy = placeholder(like.device)
         return dummy, dummy, dummy, 0, 0, 0, 0
     order = _ORDERS.get(counts)
     if order is None:  # once per layout and device: layouts cache their CSR tensors (kernels.layout)
@@ -450,9 +450,46 @@ def _partials(plan: SplitPlan | None, batch: int, heads: int, block_size: int, h
               like: torch.Tensor, count: int) -> list[torch.Tensor]:
     """`count` fp32 partial buffers (B, heads, slots, bs, D) of a split plan (dummies without one)."""
     if plan is None:
-        return [_dummy(like.device, torch.float32)] * count
+        return [placeholder(like.device, torch.float32)] * count
     return [torch.empty((batch, heads, plan.slots, block_size, head_dim), dtype=torch.float32, device=like.device)
             for _ in range(count)]
+
+
+def split_rows(kv_counts: torch.Tensor | None, order: torch.Tensor, sord_h: int, q: torch.Tensor, block_size: int):
+    """A forward's split of long query-block rows (BigBird's global block), walked in chunks by
+    several programs: (plan or None, the kernels' ORDER argument and its head stride, the partials
+    po (B, H, slots, bs, D) and the running max and sum pm, pl (B, H, slots, bs, 1), fp32; dummies
+    without a plan).  kv_counts None (dense) has no plan.
+
+    The three are views of one buffer (slots, B * H, bs * (D + 2)): a chunk's acc, m and l lie
+    together, at (slot * B * H + b * H + h) * bs * (D + 2), which the Gluon forward computes from
+    po's address alone (``gluon_fwd._ws_consumer``); the Triton kernels read the views' strides."""
+    B, H, _, D = q.shape
+    plan = _split_plan(kv_counts, 1) if kv_counts is not None else None
+    items, sitems_h = _plan_items(plan, order, sord_h)
+    if plan is None:
+        dummy = placeholder(q.device, torch.float32)
+        return plan, items, sitems_h, dummy, dummy, dummy
+    bs = block_size
+    part = torch.empty((plan.slots, B, H, bs * (D + 2)), dtype=torch.float32, device=q.device)
+
+    def view(lo: int, width: int) -> torch.Tensor:  # (B, H, slots, bs, width)
+        return part[..., lo * bs:(lo + width) * bs].unflatten(-1, (bs, width)).permute(1, 2, 0, 3, 4)
+
+    return plan, items, sitems_h, view(0, D), view(D, 1), view(D + 1, 1)
+
+
+def merge_split_rows(plan: SplitPlan, po: torch.Tensor, pm: torch.Tensor, pl: torch.Tensor, o: torch.Tensor,
+                     lse: torch.Tensor, block_size: int, align8: bool) -> None:
+    """o's and lse's rows of the plan's split lists (forward): the log-sum-exp merge of their
+    chunks' partials po (B, H, slots, bs, D), pm, pl (B, H, slots, bs, 1) (``fwd_merge_kernel``)."""
+    B, H, Lq, D = o.shape
+    block = configs.split_sum_block(block_size)
+    fwd_merge_kernel[(B * H, plan.sums.shape[1] * (block_size // block))](
+        po, pm, pl, o, lse, plan.sums, po.stride(1), po.stride(2), pm.stride(1), pm.stride(2),
+        o.stride(0), o.stride(1), o.stride(2), 0 if plan.sums.shape[0] == 1 else plan.sums.stride(0),
+        H, Lq, block_size, D=D, D_TILE=configs.tile_dim(D), BLOCK=block, ALIGN8=align8,
+    )
 
 
 def _split_sum(plan: SplitPlan, part: torch.Tensor, out: torch.Tensor, scale: float, block_size: int,
@@ -470,7 +507,7 @@ def _split_sum(plan: SplitPlan, part: torch.Tensor, out: torch.Tensor, scale: fl
 def _doc_args(cu_seqlens: torch.Tensor | None, batch: int, seq_len: int, like: torch.Tensor):
     """Kernel arguments of packed documents: doc_start, doc_end (B, L) int32, or dummies without."""
     if cu_seqlens is None:
-        dummy = _dummy(like.device)
+        dummy = placeholder(like.device)
         return dummy, dummy
     return document_bounds(cu_seqlens, batch, seq_len)
 
@@ -524,17 +561,13 @@ def flash_fwd(
     sparse = kv_counts is not None
     o = torch.empty((B, H, Lq, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)
-    cnt, idx, order, scnt_h, sidx_h, sidx_m, sord_h = _csr_args(kv_counts, kv_indices, q)
+    cnt, idx, order, scnt_h, sidx_h, sidx_m, sord_h = csr_args(kv_counts, kv_indices, q)
     lens = kv_lens if kv_lens is not None else cnt
     docs = cu_seqlens is not None
     doc_start, doc_end = _doc_args(cu_seqlens, B, Lq, q)
     d_tile = configs.tile_dim(D)  # the kernels mask the head-dim padding D..d_tile
     align8 = _align8(D, q, k, v)
-    # long query-block rows (BigBird's global block) are walked in chunks by several programs
-    plan = _split_plan(kv_counts, 1) if sparse else None
-    items, sitems_h = _plan_items(plan, order, sord_h)
-    (po,) = _partials(plan, B, H, block_size, D, q, 1)
-    pm, pl = _partials(plan, B, H, block_size, 1, q, 2)  # the running max and sum, (B, H, slots, bs, 1)
+    plan, items, sitems_h, po, pm, pl = split_rows(kv_counts, order, sord_h, q, block_size)
 
     def run(cfg: configs.FwdConfig) -> None:
         units = items.shape[1] if sparse else 0  # layout rows or plan items
@@ -553,12 +586,7 @@ def flash_fwd(
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
         if plan is not None:
-            block = configs.split_sum_block(block_size)
-            fwd_merge_kernel[(B * H, plan.sums.shape[1] * (block_size // block))](
-                po, pm, pl, o, lse, plan.sums, po.stride(1), po.stride(2), pm.stride(1), pm.stride(2),
-                o.stride(0), o.stride(1), o.stride(2), 0 if plan.sums.shape[0] == 1 else plan.sums.stride(0),
-                H, Lq, block_size, D=D, D_TILE=d_tile, BLOCK=block, ALIGN8=align8,
-            )
+            merge_split_rows(plan, po, pm, pl, o, lse, block_size, align8)
 
     tma = _tma_ready(q, k, v)
     cands = _without_tma(fwd_candidates(q.device, D, block_size if sparse else None), tma)
@@ -598,12 +626,12 @@ def flash_bwd(
     if dlse is not None:
         dlse = dlse.to(torch.float32).contiguous()
     bwd_preprocess_kernel[(B * H, triton.cdiv(Lq, pre_m))](
-        o, do, dlse if dlse is not None else _dummy(q.device, torch.float32), delta,
+        o, do, dlse if dlse is not None else placeholder(q.device, torch.float32), delta,
         o.stride(0), o.stride(1), o.stride(2), do.stride(0), do.stride(1), do.stride(2),
         H, Lq, D=D, D_TILE=d_tile, BLOCK_M=pre_m, ALIGN8=align8, HAS_DLSE=dlse is not None,
     )
-    kcnt, kidx, korder, skcnt_h, skidx_h, skidx_m, skord_h = _csr_args(kv_counts, kv_indices, q)
-    qcnt, qidx, qorder, sqcnt_h, sqidx_h, sqidx_n, sqord_h = _csr_args(q_counts, q_indices, q)
+    kcnt, kidx, korder, skcnt_h, skidx_h, skidx_m, skord_h = csr_args(kv_counts, kv_indices, q)
+    qcnt, qidx, qorder, sqcnt_h, sqidx_h, sqidx_n, sqord_h = csr_args(q_counts, q_indices, q)
     lens = kv_lens if kv_lens is not None else kcnt
     bs = block_size if sparse else 1
     qk_scale = scale * LOG2E

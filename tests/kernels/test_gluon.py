@@ -52,15 +52,20 @@ def _table(gluon_fwd, name: str) -> dict:
     return {"ws": gluon_fwd.WS_CONFIGS, "plain": gluon_fwd.PLAIN_CONFIGS, "ahead": gluon_fwd.AHEAD_CONFIGS}[name]
 
 
-def _cases() -> list[tuple[str, str, int, bool, str]]:
-    """(id, table, head dim, causal, dtype): every table's configurations, causal, bf16, and the
-    warp-specialised D 128 and qk_ahead D 64 ones bidirectional (which only drops the diagonal's
-    mask); fp16 changes only the element type (checked on the GPU).  Seven compiles keep the test
-    near a minute on CI."""
-    out = [(f"{table}-d{d}-causal-bf16", table, d, True, "bf16") for table in ("ws", "plain") for d in (64, 128)]
-    out += [(f"ahead-d{d}-causal-bf16", "ahead", d, True, "bf16") for d in _table(_gluon_fwd(), "ahead")]
-    return out + [("ws-d128-bidir-bf16", "ws", 128, False, "bf16"),
-                  ("ahead-d64-bidir-bf16", "ahead", 64, False, "bf16")]
+def _cases() -> list[tuple[str, str, int, bool, str, int, bool]]:
+    """(id, table, head dim, causal, dtype, layout block size or 0, split rows): every table's
+    configurations, causal, bf16, and the warp-specialised D 128 and qk_ahead D 64 ones bidirectional
+    (which only drops the diagonal's mask); the warp-specialised kernel with a layout (block size 128,
+    key padding and split rows too) at both head dims, and the qk_ahead one with a layout of 256 (its
+    rows whole); fp16 changes only the element type (checked on the GPU).  Ten compiles keep the test
+    near a minute and a half on CI."""
+    out = [(f"{table}-d{d}-causal-bf16", table, d, True, "bf16", 0, False)
+           for table in ("ws", "plain") for d in (64, 128)]
+    out += [(f"ahead-d{d}-causal-bf16", "ahead", d, True, "bf16", 0, False) for d in _table(_gluon_fwd(), "ahead")]
+    out += [(f"ws-d{d}-bidir-sparse128-kvlens-split-bf16", "ws", d, False, "bf16", 128, True) for d in (64, 128)]
+    return out + [("ws-d128-bidir-bf16", "ws", 128, False, "bf16", 0, False),
+                  ("ahead-d64-bidir-bf16", "ahead", 64, False, "bf16", 0, False),
+                  ("ahead-d64-causal-sparse256-kvlens-bf16", "ahead", 64, True, "bf16", 256, False)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -73,24 +78,30 @@ def _compile_one(case: tuple) -> dict:
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    case_id, table, d, causal, dtype = case
+    case_id, table, d, causal, dtype, block_size, split = case
     gluon_fwd = _gluon_fwd()
     cfg = _table(gluon_fwd, table)[d]
     kernel = gluon_fwd.attn_fwd_ws_kernel if cfg.warp_specialized else gluon_fwd.attn_fwd_tma_kernel
     constexprs = {"HEAD_DIM": d, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "STAGES": cfg.stages,
                   "CAUSAL": causal, "num_warps": cfg.num_warps}
     options = {"num_warps": cfg.num_warps}
+    lists = {}
     if cfg.warp_specialized:
         constexprs.update(PINGPONG=cfg.pingpong, QK_AHEAD=cfg.qk_ahead, CONSUMER_REGS=cfg.consumer_regs,
-                          PRODUCER_REGS=cfg.producer_regs)
+                          PRODUCER_REGS=cfg.producer_regs, BS=max(block_size, 1), SPARSE=block_size > 0,
+                          SPLIT=split, HAS_KV_LENS=block_size > 0)
         options["maxnreg"] = cfg.maxnreg
+        lists = {"KV_LENS": "*i64", "CNT": "*i32", "IDX": "*i32", "ORDER": "*i32", "PART": "*fp32", "scnt_h": "i32",
+                 "sidx_h": "i32", "sidx_m": "i32", "sord_h": "i32"}
     signature = {"q_desc": descriptor_signature(gluon_fwd, cfg.block_m, d, dtype),
                  "k_desc": descriptor_signature(gluon_fwd, cfg.block_n, d, dtype),
                  "v_desc": descriptor_signature(gluon_fwd, cfg.block_n, d, dtype),
                  "o_desc": descriptor_signature(gluon_fwd, cfg.block_m, d, dtype),
-                 "LSE": "*fp32", "H": "i32", "GROUP": "i32", "Lq": "i32", "Lk": "i32", "qk_scale": "fp32",
+                 "LSE": "*fp32", **lists, "H": "i32", "GROUP": "i32", "Lq": "i32", "Lk": "i32", "qk_scale": "fp32",
                  **{name: "constexpr" for name in constexprs}}
-    attrs = {(kernel.arg_names.index("LSE"), ): [["tt.divisibility", 16]]}  # a torch allocation
+    # torch allocations: 16-byte aligned
+    attrs = {(kernel.arg_names.index(name), ): [["tt.divisibility", 16]]
+             for name in ("LSE", "KV_LENS", "CNT", "IDX", "ORDER", "PART") if name in signature}
     try:
         source = GluonASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
         compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
@@ -200,8 +211,10 @@ def test_custom_op_schemas_and_fake_shapes():
     from genoformer.kernels import gluon_flash, gluon_fwd
 
     fwd, bwd = torch.ops.genoformer.gluon_flash_fwd.default, torch.ops.genoformer.gluon_flash_bwd.default
-    assert [a.name for a in fwd._schema.arguments] == ["q", "k", "v", "causal", "scale", "config"]
-    assert [a.name for a in bwd._schema.arguments] == ["do", "q", "k", "v", "o", "lse", "causal", "scale", "dlse"]
+    lists = ["kv_lens", "kv_counts", "kv_indices", "q_counts", "q_indices", "block_size"]
+    assert [a.name for a in fwd._schema.arguments] == ["q", "k", "v", *lists, "causal", "scale", "config"]
+    assert [a.name for a in bwd._schema.arguments] == ["do", "q", "k", "v", "o", "lse", *lists, "causal", "scale",
+                                                       "dlse"]
     assert len(fwd._schema.returns) == 2 and len(bwd._schema.returns) == 3
     cfg = gluon_fwd.AHEAD_CONFIGS[64]
     assert gluon_flash.config_from_fields(gluon_flash.config_fields(cfg)) == cfg
@@ -209,8 +222,8 @@ def test_custom_op_schemas_and_fake_shapes():
     with FakeTensorMode():
         q = torch.empty(2, 6, 77, 64, dtype=torch.bfloat16)
         k = torch.empty(2, 3, 77, 64, dtype=torch.bfloat16)
-        o, lse = fwd(q, k, k, True, 0.125, gluon_flash.config_fields(cfg))
-        dq, dk, dv = bwd(o, q, k, k, o, lse, True, 0.125, lse)
+        o, lse = fwd(q, k, k, None, None, None, None, None, 0, True, 0.125, gluon_flash.config_fields(cfg))
+        dq, dk, dv = bwd(o, q, k, k, o, lse, None, None, None, None, None, 0, True, 0.125, lse)
     assert (o.shape, o.dtype, o.is_contiguous()) == ((2, 6, 77, 64), torch.bfloat16, True)
     assert (lse.shape, lse.dtype) == ((2, 6, 77), torch.float32)
     assert [(t.shape, t.dtype) for t in (dq, dk, dv)] == [((2, 6, 77, 64), torch.bfloat16)] + [
@@ -255,8 +268,9 @@ def test_auto_takes_gluon_before_triton_on_sm90_for_the_dense_inputs_it_runs(mon
     assert [w for w in warnings if "'gluon' (measured" in w and "head dim 96" not in w] == [], warnings
 
 
-def _stand_in_forward(q, k, v, causal, scale, config=None):
-    """What the Gluon forward computes, in float64 on the CPU: o in q's dtype, lse fp32 in base 2."""
+def _stand_in_forward(q, k, v, causal, scale, config=None, **dense):
+    """What the Gluon forward computes for dense inputs (`dense`: the launcher's layout and key
+    padding arguments, all None), in float64 on the CPU: o in q's dtype, lse fp32 in base 2."""
     import math
 
     from genoformer.kernels.reference import reference_attention
@@ -265,9 +279,10 @@ def _stand_in_forward(q, k, v, causal, scale, config=None):
     return o, (lse.double() / math.log(2)).float()
 
 
-def _stand_in_backward(do, q, k, v, o, lse, causal, scale, dlse):
-    """What the backward computes, in float64 without autograd (a custom op's implementation runs
-    below it): dq, dk, dv of <o, do> + <lse (base 2), dlse>."""
+def _stand_in_backward(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal,
+                       scale, dlse):
+    """What the backward computes for dense inputs (no layout, no key padding), in float64 without
+    autograd (a custom op's implementation runs below it): dq, dk, dv of <o, do> + <lse (base 2), dlse>."""
     import math
 
     import torch
@@ -338,10 +353,18 @@ ERRORS: list[dict] = []  # printed at the end of the session
 WS_SMOKE = textwrap.dedent("""
     import torch
     from genoformer.kernels import gluon_flash, gluon_fwd
+    from genoformer.kernels import BlockLayout
+    mask = torch.rand(2, 3, 3, generator=torch.Generator().manual_seed(0)) < 0.5
+    mask[0, 1] = False  # an empty row
+    layout = BlockLayout(128, mask, 300, 300)
+    counts, indices = layout.kv_indices("cuda")
+    lens = torch.tensor([0, 200], device="cuda")  # a batch with no key
     for d, cfg in [*gluon_fwd.WS_CONFIGS.items(), *gluon_fwd.AHEAD_CONFIGS.items()]:
         for causal in (True, False):
-            q = torch.randn(1, 2, 300, d, device="cuda", dtype=torch.bfloat16)
+            q = torch.randn(2, 2, 300, d, device="cuda", dtype=torch.bfloat16)
             gluon_flash.gluon_fwd_launch(q, q, q, causal, d ** -0.5, cfg)
+            gluon_flash.gluon_fwd_launch(q, q, q, causal, d ** -0.5, cfg, kv_lens=lens, kv_counts=counts,
+                                         kv_indices=indices, block_size=128)
     torch.cuda.synchronize()
     print("ok")
 """)
@@ -349,8 +372,9 @@ WS_SMOKE = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def ws_runs():
-    """The warp-specialised kernel (both schedules) finished once in a child process (120 s): else the
-    tests fail with the reason instead of waiting on a barrier that never completes."""
+    """The warp-specialised kernel (both schedules, dense and with a layout holding an empty row and key
+    padding with an empty batch) finished once in a child process (120 s): else the tests fail with
+    the reason instead of waiting on a barrier that never completes."""
     try:
         proc = subprocess.run([sys.executable, "-c", WS_SMOKE], capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
@@ -517,11 +541,120 @@ def test_inductor_compiles_the_custom_ops_and_matches_eager(request, attn, monke
         torch.testing.assert_close(value, eager.tensors()[name], atol=0, rtol=0, msg=name)
 
 
+def _masked_cases() -> list:
+    """Layouts and key padding, each a pytest.param of (shape (B, H, HKV, L, D), causal, table,
+    layout kind, block size, padded, split, seed): seeded random batch, heads (GQA in some) and
+    kv_lens (0 and L among them); random per-head layouts with empty rows, and the shipped sliding
+    window and BigBird; split: BigBird's long rows cut into chunks of the mean list length
+    (``triton_flash.SPLIT_MIN_CHUNK`` 1) and merged, else whole where the default plan leaves them."""
+    rng = random.Random(31)
+    out = []
+    for i, (L, D, causal, table, kind, bs, padded, split) in enumerate([
+        (77, 64, True, "ws", "random", 128, True, False),
+        (1000, 128, False, "ws", "random", 128, False, False),
+        (1000, 64, True, "ahead", "random", 256, True, False),
+        (4097, 128, True, "ws", "sliding_window", 128, False, False),
+        (4097, 64, False, "ws", "bigbird", 128, True, False),
+        (3000, 128, False, "ws", "bigbird", 256, False, False),
+        (2500, 64, False, "ahead", "sliding_window", 128, True, False),
+        (1000, 128, True, "ws", "none", 0, True, False),
+        (513, 64, False, "ws", "none", 0, True, False),
+        (4500, 128, True, "ws", "bigbird", 128, True, True),
+        (6000, 64, False, "ahead", "bigbird", 256, False, True),
+        (5000, 128, False, "ws", "bigbird", 256, True, True),
+    ]):
+        hkv = rng.choice((1, 2))
+        h = hkv * rng.choice((1, 2, 3))
+        b = rng.choice((2, 3))
+        case = (f"d{D}-{'causal' if causal else 'bidir'}-L{L}-B{b}H{h}KV{hkv}-{kind}{bs or ''}"
+                f"{'-kvlens' if padded else ''}{'-split' if split else ''}")
+        out.append(pytest.param((b, h, hkv, L, D), causal, table, kind, bs, padded, split, i, id=f"{table}-{case}"))
+    return out
+
+
+def _layout_of(kind: str, L: int, H: int, bs: int, seed: int):
+    import torch
+
+    from genoformer.kernels import BlockLayout
+
+    if kind == "none":
+        return None
+    if kind == "sliding_window":
+        return BlockLayout.sliding_window(L, 600, block_size=bs)
+    if kind == "bigbird":
+        return BlockLayout.bigbird(L, 512, 1, 2, block_size=bs, seed=seed, num_heads=H)
+    blocks = -(-L // bs)
+    mask = torch.rand(H, blocks, blocks, generator=torch.Generator().manual_seed(seed)) < 0.4
+    mask[:, min(1, blocks - 1)] = False  # an empty row in every head
+    return BlockLayout(bs, mask, L, L)
+
+
+def _kv_lens_of(B: int, L: int, seed: int):
+    import torch
+
+    lens = torch.randint(0, L + 1, (B, ), generator=torch.Generator().manual_seed(seed))
+    lens[0], lens[-1] = 0, L  # a batch with no key, and one with every key
+    return lens.cuda()
+
+
+def _lse_error(lse, exact_lse) -> tuple[float, float, float]:
+    """error_bound of an lse whose empty rows are -inf: those must be -inf in both, the rest within
+    one fp32 rounding of the lse's magnitude (1e-4, as error_bound's)."""
+    import torch
+
+    empty = exact_lse == float("-inf")
+    assert torch.equal(lse == float("-inf"), empty), "the lse's -inf rows are not the rows without an allowed key"
+    err = (lse.double() - exact_lse)[~empty].abs().max().item() if (~empty).any() else 0.0
+    return err, 0.0, 1e-4
+
+
+@pytest.mark.gpu
+@needs_gluon
+@on_hopper
+@pytest.mark.parametrize("shape, causal, table, kind, bs, padded, split, seed", _masked_cases())
+def test_layouts_and_key_padding_match_float64(request, attn, monkeypatch, shape, causal, table, kind, bs, padded,
+                                               split, seed):
+    """Output and lse of the warp-specialised kernel with a layout and / or key padding against
+    float64, and the gradients (through the Triton backward, given the same layout and kv_lens)."""
+    import torch
+
+    from genoformer.kernels import gluon_flash, gluon_fwd, triton_flash
+    from genoformer.kernels.reference import reference_attention
+
+    request.getfixturevalue("ws_runs")
+    monkeypatch.setenv("GENOFORMER_TRITON_AUTOTUNE", "0")
+    if split:
+        monkeypatch.setattr(triton_flash, "SPLIT_MIN_CHUNK", 1)
+    B, H, HKV, L, D = shape
+    cfg = _table(gluon_fwd, table)[D]
+    layout = _layout_of(kind, L, H, bs, seed)
+    if split:  # the case runs the split path, or it tests nothing new
+        assert triton_flash.split_plan(layout.kv_indices()[0], 1, 1) is not None, "no row of this layout is split"
+    kv_lens = _kv_lens_of(B, L, seed) if padded else None
+    masks = dict(causal=causal, layout=layout, kv_lens=kv_lens)
+    q, k, v, dout = (t.cuda() for t in attn.make_qkv(B=B, Hq=H, Hkv=HKV, L=L, D=D, dtype=torch.bfloat16, seed=seed))
+    with torch.no_grad():
+        out, lse = gluon_flash.gluon_attention(q, k, v, return_lse=True, config=cfg, **masks)
+        exact, exact_lse = reference_attention(*(t.double() for t in (q, k, v)), return_lse=True, **masks)
+        naive = attn.naive_attention(q, k, v, **masks)
+    assert not out.isnan().any() and not lse.isnan().any(), "NaN in the output or the lse"
+    errors = {"out": error_bound(out, naive, exact), "lse": _lse_error(lse, exact_lse)}
+    truth = attn.reference(*(t.double() for t in (q, k, v, dout)), **masks)
+    same = attn.run_with_grads(attn.naive_attention, q, k, v, dout, **masks)
+    grads = attn.run_with_grads(gluon_flash.gluon_attention, q, k, v, dout, config=cfg, **masks)
+    for name in ("dq", "dk", "dv"):
+        errors[name] = error_bound(grads.tensors()[name], same.tensors()[name], truth.tensors()[name])
+    ERRORS.append({"case": request.node.callspec.id, **errors})
+    for name, (err, naive_err, bound) in errors.items():
+        assert err <= bound, f"{name}: error {err:.3g}, same-precision {naive_err:.3g}, bound {bound:.3g}"
+
+
 # ---------------------------------------------------------------------------- behind dispatch
 @pytest.mark.parametrize("kwargs, says", [
-    (dict(kv_lens=True), "not key padding"),
-    (dict(cu_seqlens=True), "not packed documents"),
-    (dict(layout=True), "not block-sparse layouts"),
+    (dict(cu_seqlens=True), "not run packed documents"),
+    (dict(layout64=True), "block size is a multiple of 128"),
+    (dict(layout=True), "CUDA tensors"),
+    (dict(kv_lens=True), "CUDA tensors"),
     (dict(), "CUDA tensors"),
 ])
 def test_dispatch_gluon_backend_refuses_what_it_cannot_run_with_the_reason(kwargs, says):
@@ -530,9 +663,9 @@ def test_dispatch_gluon_backend_refuses_what_it_cannot_run_with_the_reason(kwarg
 
     q = torch.randn(1, 2, 256, 64, dtype=torch.bfloat16)
     built = {"kv_lens": torch.tensor([100]), "cu_seqlens": torch.tensor([0, 100, 256], dtype=torch.int32),
-             "layout": BlockLayout.sliding_window(256, 128, 128)}
+             "layout": BlockLayout.sliding_window(256, 128, 128), "layout64": BlockLayout.sliding_window(256, 64, 64)}
     with pytest.raises(ValueError, match=f"backend 'gluon' cannot run these inputs: .*{says}"):
-        attention(q, q, q, backend=Backend.GLUON, **{name: built[name] for name in kwargs})
+        attention(q, q, q, backend=Backend.GLUON, **{name.removesuffix("64"): built[name] for name in kwargs})
 
 
 if __name__ == "__main__":
