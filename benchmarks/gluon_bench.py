@@ -26,14 +26,21 @@ Method
     backward alone plus autograd's few microseconds). TFLOP/s: 2.5 times the forward's count (5
     matmuls to the forward's 2); the check is each gradient against `triton`'s, relative to the
     largest of it (BWD_CHECK_TOLERANCE).
+  * Layouts (--passes layouts): the forward of `attention(..., layout=..., backend=B)` with inputs
+    that require grad (what a training forward runs), B = gluon (`gluon_api`) and triton, on the
+    attention benchmark's block-sparse patterns (benchmarks/attention.py's FULL sweep: sliding
+    window, BigBird, custom; the same layouts, B and H), D 64 and 128. Both paths then run the
+    same Triton backward, so this pass decides which forward `auto` should take for layouts.
+    FLOP/s: 4 * D per allowed (query, key) pair (``attention.allowed_pairs``). Check as the
+    forward's.
 
 One run on the H200 (about 2 minutes per pass; --budget-s, default 120 a pass, cuts the sweep and the
 skipped cells say so):
 
     python -m benchmarks.gluon_bench --out benchmarks/results [--passes fwd bwd]
 
-writes OUT/gluon_fwd.json, OUT/gluon_fwd.md (forward) and OUT/gluon_bwd.json, OUT/gluon_bwd.md
-(backward) and prints the tables.
+writes OUT/gluon_fwd.json, OUT/gluon_fwd.md (forward), OUT/gluon_bwd.json, OUT/gluon_bwd.md
+(backward) and OUT/gluon_layouts.json, OUT/gluon_layouts.md (--passes layouts) and prints the tables.
 
 Shape legend: q, k, v (B, H, L, D).
 """
@@ -69,6 +76,66 @@ def cases(seq_lens: list[int], head_dims: list[int]) -> list[dict]:
     order = sorted(seq_lens, key=lambda L: (L != 16384, L))
     return [{"D": d, "H": 2048 // d, "L": L, "B": max(1, 16384 // L), "causal": causal}
             for d in head_dims for L in order for causal in (True, False)]
+
+
+LAYOUT_OURS = ("gluon_api", )
+LAYOUT_OTHERS = ("triton_api", )
+LAYOUT_PATTERNS = ("sliding_window", "bigbird", "custom")
+
+
+def layout_cases(seq_lens: list[int], head_dims: list[int]) -> list[dict]:
+    """Every (head dim, length, pattern) cell of the layouts pass, 16k first; B and H as the
+    attention benchmark's."""
+    from benchmarks.attention import FULL
+
+    order = sorted(seq_lens, key=lambda L: (L != 16384, L))
+    return [{"D": d, "H": FULL.heads(d), "L": L, "B": FULL.batch(L), "pattern": pattern}
+            for d in head_dims for L in order for pattern in LAYOUT_PATTERNS]
+
+
+def run_layout_case(case: dict, impls: dict, args: argparse.Namespace) -> dict:
+    from benchmarks.attention import FULL, Pattern, allowed_pairs
+
+    B, H, L, D, pattern = case["B"], case["H"], case["L"], case["D"], Pattern(case["pattern"])
+    layout = pattern.layout(FULL, L)
+    g = torch.Generator(device="cuda").manual_seed(L + D)
+    q, k, v = (torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
+               for _ in range(3))
+    flops = 4 * D * B * allowed_pairs(layout, pattern.causal, L, H)
+    record = {**case, "causal": pattern.causal, "ms": {}, "tflops": {}, "max_diff_vs_triton": {}, "errors": {}}
+
+    def forward(backend):
+        def run():
+            with torch.enable_grad():
+                return attention(q, k, v, causal=pattern.causal, layout=layout, backend=backend).detach()
+
+        return run
+
+    runs = {"gluon_api": forward(Backend.GLUON), "triton_api": forward(Backend.TRITON)}
+    reference = runs["triton_api"]()
+    runnable = {}
+    for name, fn in runs.items():
+        try:
+            out = fn()
+            torch.cuda.synchronize()
+            record["max_diff_vs_triton"][name] = (out.float() - reference.float()).abs().max().item()
+            runnable[name] = fn
+        except Exception as error:  # recorded; a failing Gluon path fails the run at the end
+            record["errors"][name] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+
+    return timed(record, runnable, flops, args)
+
+
+def timed(record: dict, runnable: dict, flops: float, args: argparse.Namespace) -> dict:
+    """The record with each runnable's median time (the best of two interleaved rounds) and TFLOP/s."""
+    def timer(fn):
+        return lambda: triton.testing.do_bench(fn, warmup=args.warmup_ms, rep=args.rep_ms, return_mode="median")
+
+    times = interleaved_rounds({name: timer(fn) for name, fn in runnable.items()}, rounds=2, best=min)
+    for name, ms in times.items():
+        record["ms"][name] = ms
+        record["tflops"][name] = flops / ms / 1e9
+    return record
 
 
 def implementations(fa4_module) -> dict:
@@ -204,14 +271,7 @@ def run_bwd_case(case: dict, impls: dict, args: argparse.Namespace) -> dict:
                 for a, b in zip(got, grads["triton"]))
     del grads
 
-    def timer(fn):
-        return lambda: triton.testing.do_bench(fn, warmup=args.warmup_ms, rep=args.rep_ms, return_mode="median")
-
-    times = interleaved_rounds({name: timer(fn) for name, fn in runnable.items()}, rounds=2, best=min)
-    for name, ms in times.items():
-        record["ms"][name] = ms
-        record["tflops"][name] = flops / ms / 1e9
-    return record
+    return timed(record, runnable, flops, args)
 
 
 def _ratio(record: dict, ours: str, other: str) -> str:
@@ -223,7 +283,7 @@ def table(records: list[dict], ours_names: tuple[str, ...] = OURS, others: tuple
     rows = []
     for r in records:
         row = {"D": r["D"], "H": r["H"], "L x B": f"{r['L'] // 1024}k x {r['B']}",
-               "mask": "causal" if r["causal"] else "bidir"}
+               "mask": r.get("pattern") or ("causal" if r["causal"] else "bidir")}
         if "skipped" in r:
             row[f"{ours_names[0]} ms"] = r["skipped"]
             rows.append(row)
@@ -249,8 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rep-ms", type=float, default=100.0, help="do_bench measuring time per timing (ms)")
     parser.add_argument("--budget-s", type=float, default=120.0,
                         help="stop starting new cells of a pass after this many seconds (the rest are marked skipped)")
-    parser.add_argument("--passes", nargs="+", default=["fwd", "bwd"], choices=["fwd", "bwd"],
-                        help="forward, backward or both (OUT/gluon_fwd.*, OUT/gluon_bwd.*)")
+    parser.add_argument("--passes", nargs="+", default=["fwd", "bwd"], choices=["fwd", "bwd", "layouts"],
+                        help="forward, backward, the forward on block-sparse layouts (OUT/gluon_fwd.*, "
+                             "OUT/gluon_bwd.*, OUT/gluon_layouts.*)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         sys.exit("the Gluon kernels run on an sm_90 (Hopper) GPU only: run this on the H200")
@@ -264,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
         failed |= sweep(args, "fwd", implementations(fa4_module), run_case, OURS, OTHERS, fa4_error)
     if "bwd" in args.passes:
         failed |= sweep(args, "bwd", bwd_implementations(fa4_module), run_bwd_case, BWD_OURS, OTHERS, fa4_error)
+    if "layouts" in args.passes:
+        failed |= sweep(args, "layouts", {}, run_layout_case, LAYOUT_OURS, LAYOUT_OTHERS, None)
     return 1 if failed else 0
 
 
@@ -271,25 +334,27 @@ def sweep(args: argparse.Namespace, kind: str, impls: dict, run, ours: tuple[str
           fa4_error: str | None) -> bool:
     """One pass (fwd or bwd) over every cell: times, table, OUT/gluon_KIND.json and .md; True when
     one of ours failed or disagreed with triton."""
-    tolerance = CHECK_TOLERANCE if kind == "fwd" else BWD_CHECK_TOLERANCE
+    tolerance = BWD_CHECK_TOLERANCE if kind == "bwd" else CHECK_TOLERANCE
     start = time.perf_counter()
     records = []
-    for case in cases(args.seq_lens, args.head_dims):
+    for case in (layout_cases if kind == "layouts" else cases)(args.seq_lens, args.head_dims):
         if time.perf_counter() - start > args.budget_s:
             records.append({**case, "skipped": f"skipped (--budget-s {args.budget_s:g})"})
             continue
         records.append(run(case, impls, args))
         r = records[-1]
-        print(f"{kind} D{r['D']} L{r['L']} B{r['B']} {'causal' if r['causal'] else 'bidir'}: "
+        print(f"{kind} D{r['D']} L{r['L']} B{r['B']} {r.get('pattern') or ('causal' if r['causal'] else 'bidir')}: "
               + ", ".join(f"{k} {v:.3f} ms" for k, v in r["ms"].items())
               + (f"; errors {r['errors']}" if r["errors"] else ""), flush=True)
-    failures = [f"D{r['D']} L{r['L']} {'causal' if r['causal'] else 'bidir'} {name}: "
+    failures = [f"D{r['D']} L{r['L']} {r.get('pattern') or ('causal' if r['causal'] else 'bidir')} {name}: "
                 + (r["errors"].get(name) or f"max |diff| {r['max_diff_vs_triton'][name]:.3g} vs triton")
                 for r in records if "skipped" not in r for name in ours
                 if name in r["errors"] or r["max_diff_vs_triton"].get(name, 0.0) > tolerance]
-    what = "forward" if kind == "fwd" else "backward (dq, dk, dv from the forward's o and lse)"
+    what = {"fwd": "forward", "bwd": "backward (dq, dk, dv from the forward's o and lse)",
+            "layouts": "forward through attention() on block-sparse layouts, against the Triton forward"}[kind]
     text = "\n\n".join([
-        f"Gluon {what} on {describe_environment()['device']} (bf16; ms, ratios ours / other, > 1: ours slower). "
+        f"Gluon {what} on {describe_environment()['device']}, {describe_environment()['date_utc']} (bf16; ms, "
+        f"ratios ours / other, > 1: ours slower). "
         f"`{command_line()}`",
         table(records, ours, others),
         *([f"fa4: {fa4_error}"] if fa4_error else []),

@@ -21,7 +21,9 @@
 #                                              table, layouts and key padding, against float64), then its
 #                                              forward against flash-attn-4 (benchmarks/gluon_bench.py)
 #   bash benchmarks/gpu_kernels.sh gluontests  those GPU tests alone, and the split-row tests of the Triton
-#                                              kernels (whose partials the Gluon forward shares)
+#                                              kernels (whose partials the Gluon forward shares); then the
+#                                              Gluon forward against the Triton one on block-sparse layouts
+#                                              (benchmarks/gluon_bench.py --passes layouts, 16k and 32k)
 #   bash benchmarks/gpu_kernels.sh mfu         the 85M reference model at 8k, compiled (benchmarks/train.py's
 #                                              genoformer-causal-8k-compiled), on the gluon backend, then on
 #                                              flash_attn_4, then on triton, one after the other
@@ -97,9 +99,12 @@ gluon() {
 
 gluontests() {
     stamp "Gluon forward GPU tests, Triton split rows"
-    GENOFORMER_TRITON_AUTOTUNE=0 timeout 400 python3 -m pytest -q -rs --tb=short \
+    GENOFORMER_TRITON_AUTOTUNE=0 timeout 330 python3 -m pytest -q -rs --tb=short \
         -p no:cacheprovider tests/kernels/test_gluon.py tests/kernels/test_triton_attention.py -k "gluon or split" \
         > "$R/gpu_tests_gluon.log" 2>&1
+    stamp "Gluon forward on layouts against the Triton forward"
+    timeout 170 python3 -m benchmarks.gluon_bench --out "$R/results" --passes layouts --seq-lens 16384 32768 \
+        --budget-s 110 > "$R/gluon_layouts.log" 2>&1
     stamp "done"
 }
 

@@ -44,8 +44,8 @@ Backends:
                 head dims that are multiples of 8 from 16 to 256
     gluon       genoformer.kernels.gluon_flash: the Hopper-native (sm_90) Gluon forward with our Triton
                 backward (gluon_flash._backward_kernels); causal or bidirectional, layouts whose block
-                size is a multiple of 128, key padding, GQA; not packed documents; fp16/bf16, head
-                dims 64 and 128 (docs/design/gluon.md)
+                size is a multiple of 128, key padding, packed documents (without a layout), GQA;
+                fp16/bf16, head dims 64 and 128 (docs/design/gluon.md)
     auto        CUDA: the first backend that supports the inputs in the measured order for the
                 GPU's generation and the kind of input (`FASTEST_FIRST`; on sm_90 flash_attn_4, then
                 gluon for dense inputs, then triton; triton on generations not measured), else sdpa
@@ -197,16 +197,13 @@ def _load_gluon() -> RunFn:
     from genoformer.kernels.gluon_flash import gluon_attention
 
     def run(q, k, v, *, causal, layout, kv_lens, scale, cu_seqlens, return_lse):
-        return gluon_attention(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, scale=scale,
-                               return_lse=return_lse)
+        return gluon_attention(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
+                               scale=scale, return_lse=return_lse)
 
     return run
 
 
 def _gluon_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse) -> str | None:
-    # what the Gluon forward does not take yet, before anything is imported
-    if cu_seqlens is not None:
-        return "the gluon backend does not run packed documents (cu_seqlens): use the triton backend"
     if not torch.compiler.is_compiling():
         if importlib.util.find_spec("triton") is None:
             return "triton is not installed: pip install triton (or the extra: pip install 'genoformer[triton]')."
@@ -216,7 +213,8 @@ def _gluon_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, r
                     f"(torch 2.11 ships it), or use the triton backend")
     from genoformer.kernels import gluon_flash
 
-    return gluon_flash.unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens)
+    return gluon_flash.unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens,
+                                          cu_seqlens=cu_seqlens)
 
 
 @functools.cache
@@ -418,10 +416,11 @@ FASTEST_FIRST = {
     # others go to triton. Block-sparse layouts run on our kernels only (flash_attn_backend).
     # gluon (benchmarks/gluon_bench.py, BENCHMARKS.md "Gluon forward kernels"): its forward took
     # 0.79-0.96 of our Triton forward's time at D 64 and 128, 8k to 32k, causal and not (its
-    # backward then being the Triton one). It runs layouts and key padding too, but stays out of
-    # those rows: on BigBird at 32k (D 128) its forward took 1.29x Flex FLASH's time against the
-    # Triton forward's 1.12x, which splits the global row over programs (BENCHMARKS.md, "Gluon,
-    # third round"); key padding is checked, not timed. It does not run documents (cu_seqlens).
+    # backward then being the Triton one). It runs layouts, key padding and documents too, but
+    # stays out of those rows: with the global row split like the Triton forward's, its forward on layouts took
+    # 0.75-0.89x the Triton forward's time at D 128 but 0.94-1.05x at D 64 (H100, BENCHMARKS.md,
+    # "Gluon, third round, continued"), and a row here holds one order for every head dim; key
+    # padding and packed documents are checked, not timed.
     (9, 0): FastestFirst(
         dense=(Backend.FLASH_ATTN_4, Backend.GLUON, Backend.TRITON, Backend.FLASH_ATTN_2),
         varlen=(Backend.FLASH_ATTN_4, Backend.TRITON, Backend.FLASH_ATTN_2),

@@ -36,7 +36,8 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from genoformer.kernels import gluon_fwd
 from genoformer.kernels.gluon_fwd import GluonConfig
 from genoformer.kernels.layout import BlockLayout
-from genoformer.kernels.triton_flash import (LN2, csr_args, flash_bwd, merge_split_rows, placeholder, split_rows,
+from genoformer.kernels.triton_flash import (LN2, csr_args, doc_args, doc_order, documents_reason, flash_bwd,
+                                             layout_lists, merge_split_rows, placeholder, split_rows,
                                              tensor_reason)
 from genoformer.kernels.triton_flash_fwd import LOG2E
 
@@ -55,7 +56,8 @@ block size must be a multiple of it."""
 
 
 def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-                       layout: BlockLayout | None = None, kv_lens: torch.Tensor | None = None) -> str | None:
+                       layout: BlockLayout | None = None, kv_lens: torch.Tensor | None = None,
+                       cu_seqlens: torch.Tensor | None = None) -> str | None:
     """None when the Gluon kernels can run these inputs here, else a sentence saying why and what to do."""
     if triton_version() < MIN_TRITON:
         return (f"the Gluon kernels need Triton {'.'.join(map(str, MIN_TRITON))} or newer, found {triton.__version__}: "
@@ -87,6 +89,11 @@ def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
                                 or kv_lens.device != q.device):
         return (f"kv_lens must be an integer tensor of shape ({B},) on {q.device}, got {kv_lens.dtype} "
                 f"{tuple(kv_lens.shape)} on {kv_lens.device}")
+    if cu_seqlens is not None:
+        if layout is not None:
+            return "the Gluon kernels do not run a layout with packed documents (cu_seqlens): use the triton backend"
+        if why := documents_reason(cu_seqlens, kv_lens, Lq, Lk, q.device):
+            return why
     return device_reason(q.device)
 
 
@@ -101,8 +108,8 @@ def device_reason(device: torch.device) -> str | None:
     return None
 
 
-def _check(q, k, v, causal, layout=None, kv_lens=None) -> None:
-    reason = unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens)
+def _check(q, k, v, causal, layout=None, kv_lens=None, cu_seqlens=None) -> None:
+    reason = unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
     if reason is not None:
         raise ValueError(f"gluon attention cannot run these inputs: {reason}")
 
@@ -126,12 +133,14 @@ def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
 def gluon_fwd_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
                      config: GluonConfig | None = None, *, kv_lens: torch.Tensor | None = None,
                      kv_counts: torch.Tensor | None = None, kv_indices: torch.Tensor | None = None,
-                     block_size: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+                     block_size: int = 0, cu_seqlens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward launcher: o (B, H, Lq, D) in q's dtype and lse (B, H, Lq) fp32 in base 2 (the
     convention ``triton_flash.flash_bwd`` reads).  config: None for ``gluon_fwd.default_config``.
     kv_lens (B,): keys >= kv_lens[b] are padding.  kv_counts, kv_indices: a layout's CSR lists
-    (``BlockLayout.kv_indices(device)``) of blocks of block_size tokens, a multiple of 128; only the
-    warp-specialised kernel takes a layout or key padding."""
+    (``BlockLayout.kv_indices(device)``) of blocks of block_size tokens, a multiple of 128.
+    cu_seqlens (N + 1,) int32: packed documents (valid: ``documents.check_cu_seqlens``; no layout).
+    Only the warp-specialised kernel takes a layout, key padding or documents, and documents only
+    in its default schedule (not qk_ahead)."""
     B, H, Lq, D = q.shape
     HKV, Lk = k.shape[1], k.shape[2]
     sparse = kv_counts is not None
@@ -141,10 +150,18 @@ def gluon_fwd_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
                          f"{None if kv_counts is None else tuple(kv_counts.shape)}")
     if not scale > 0:
         raise ValueError(f"scale must be a positive float, got {scale}")
-    cfg = gluon_fwd.default_config(D, causal, masked=sparse or kv_lens is not None) if config is None else config
-    if (sparse or kv_lens is not None) and not cfg.warp_specialized:
-        raise ValueError("layouts and key padding run in the warp-specialised kernel only: pass a configuration of "
-                         "gluon_fwd.WS_CONFIGS or gluon_fwd.AHEAD_CONFIGS, or none")
+    docs = cu_seqlens is not None
+    if docs and (sparse or Lq != Lk):
+        raise ValueError(f"packed documents run without a layout and with Lq == Lk (got Lq={Lq}, Lk={Lk}, "
+                         f"{'a' if sparse else 'no'} layout)")
+    masked = sparse or kv_lens is not None or docs
+    cfg = gluon_fwd.default_config(D, causal, masked=masked) if config is None else config
+    if masked and not cfg.warp_specialized:
+        raise ValueError("layouts, key padding and documents run in the warp-specialised kernel only: pass a "
+                         "configuration of gluon_fwd.WS_CONFIGS (or AHEAD_CONFIGS, but for documents), or none")
+    if docs and cfg.qk_ahead:
+        raise ValueError("packed documents run in the default schedule only: pass a configuration of "
+                         "gluon_fwd.WS_CONFIGS, or none")
     q, k, v = (_tma_ready(t) for t in (q, k, v))
     o = torch.empty((B, H, Lq, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)
@@ -155,17 +172,23 @@ def gluon_fwd_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
         cnt, idx, order, scnt_h, sidx_h, sidx_m, sord_h = csr_args(kv_counts, kv_indices, q)
         # long rows (BigBird's global block) in chunks over several programs, as the Triton forward
         plan, items, sitems_h, po, pm, pl = split_rows(kv_counts, order, sord_h, q, block_size)
+        if docs:  # each token's document span (B, Lq, 2), and the programs by descending span
+            doc_start, doc_end = doc_args(cu_seqlens, B, Lq, q)
+            spans = torch.stack((doc_start, doc_end), dim=-1).contiguous()
+            programs = doc_order(doc_start, doc_end, cfg.rows, causal, keys=False)
+        else:
+            spans = programs = placeholder(q.device)
         if sparse:  # per layout row or plan item, block_size // 128 programs
             rows = (plan.items.shape[1] if plan is not None else kv_counts.shape[-1]) * (block_size // cfg.rows)
         else:
             rows = triton.cdiv(Lq, cfg.rows)
         gluon_fwd.attn_fwd_ws_kernel[(rows, B * H)](
             q_desc, k_desc, v_desc, o_desc, lse, kv_lens if kv_lens is not None else placeholder(q.device), cnt, idx,
-            items, po, scnt_h, sidx_h, sidx_m, sitems_h, *scales,
+            items, po, spans, programs, scnt_h, sidx_h, sidx_m, sitems_h, *scales,
             HEAD_DIM=D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CAUSAL=causal,
             PINGPONG=cfg.pingpong, QK_AHEAD=cfg.qk_ahead, CONSUMER_REGS=cfg.consumer_regs,
             PRODUCER_REGS=cfg.producer_regs, BS=block_size if sparse else 1, SPARSE=sparse, SPLIT=plan is not None,
-            HAS_KV_LENS=kv_lens is not None, num_warps=4, maxnreg=cfg.maxnreg,
+            HAS_KV_LENS=kv_lens is not None, HAS_DOCS=docs, num_warps=4, maxnreg=cfg.maxnreg,
         )
         if plan is not None:
             merge_split_rows(plan, po, pm, pl, o, lse, block_size, align8=False)  # D 64, 128
@@ -181,16 +204,16 @@ def gluon_fwd_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
 def _backward_kernels(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                       lse: torch.Tensor, kv_lens: torch.Tensor | None, kv_counts: torch.Tensor | None,
                       kv_indices: torch.Tensor | None, q_counts: torch.Tensor | None, q_indices: torch.Tensor | None,
-                      block_size: int, causal: bool, scale: float,
+                      block_size: int, causal: bool, scale: float, cu_seqlens: torch.Tensor | None,
                       dlse: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward launcher: dq (B, H, Lq, D), dk, dv (B, HKV, Lk, D) from the forward's o and base-2
     lse; dlse: the gradient of that lse, None when nothing downstream used it; the layout's CSR
-    lists both ways and kv_lens as the forward had them.  Our Triton backward: the Gluon one
+    lists both ways, kv_lens and cu_seqlens as the forward had them.  Our Triton backward: the Gluon one
     (``gluon_bwd``, dense only) took 1.29-1.87 times its time on the H200
     (benchmarks/results/gluon_bwd.md), so it is measured there and not used here yet."""
     q, k, v = (_tma_ready(t) for t in (q, k, v))  # what the forward read
     return flash_bwd(do.contiguous(), q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices,
-                     block_size, causal, scale, dlse=dlse)
+                     block_size, causal, scale, cu_seqlens, dlse=dlse)
 
 
 # --------------------------------------------------------------------------------------------
@@ -198,11 +221,11 @@ def _backward_kernels(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: tor
 # --------------------------------------------------------------------------------------------
 
 _FWD_SCHEMA = ("(Tensor q, Tensor k, Tensor v, Tensor? kv_lens, Tensor? kv_counts, Tensor? kv_indices, "
-               "Tensor? q_counts, Tensor? q_indices, int block_size, bool causal, float scale, int[] config) "
-               "-> (Tensor, Tensor)")
+               "Tensor? q_counts, Tensor? q_indices, int block_size, bool causal, float scale, "
+               "Tensor? cu_seqlens, int[] config) -> (Tensor, Tensor)")
 _BWD_SCHEMA = ("(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor? kv_lens, "
                "Tensor? kv_counts, Tensor? kv_indices, Tensor? q_counts, Tensor? q_indices, int block_size, "
-               "bool causal, float scale, Tensor? dlse) -> (Tensor, Tensor, Tensor)")
+               "bool causal, float scale, Tensor? cu_seqlens, Tensor? dlse) -> (Tensor, Tensor, Tensor)")
 
 
 def config_fields(config: GluonConfig | None) -> list[int]:
@@ -219,15 +242,16 @@ def config_from_fields(fields: list[int]) -> GluonConfig | None:
     return GluonConfig(*(bool(x) if kind in ("bool", bool) else int(x) for x, kind in zip(fields, kinds, strict=True)))
 
 
-def _fwd_impl(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, config):
+def _fwd_impl(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens,
+              config):
     return gluon_fwd_launch(q, k, v, causal, scale, config_from_fields(config), kv_lens=kv_lens, kv_counts=kv_counts,
-                            kv_indices=kv_indices, block_size=block_size)
+                            kv_indices=kv_indices, block_size=block_size, cu_seqlens=cu_seqlens)
 
 
 def _bwd_impl(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
-              dlse):
+              cu_seqlens, dlse):
     return _backward_kernels(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size,
-                             causal, scale, dlse)
+                             causal, scale, cu_seqlens, dlse)
 
 
 _fwd_op = torch.library.custom_op("genoformer::gluon_flash_fwd", _fwd_impl, mutates_args=(), schema=_FWD_SCHEMA)
@@ -235,21 +259,22 @@ _bwd_op = torch.library.custom_op("genoformer::gluon_flash_bwd", _bwd_impl, muta
 
 
 @_fwd_op.register_fake
-def _fwd_fake(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, config):
+def _fwd_fake(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens,
+              config):
     B, H, Lq, D = q.shape
     return q.new_empty((B, H, Lq, D)), q.new_empty((B, H, Lq), dtype=torch.float32)
 
 
 @_bwd_op.register_fake
 def _bwd_fake(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
-              dlse):
+              cu_seqlens, dlse):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, config = inputs
+    q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens, config = inputs
     o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices)
+    ctx.save_for_backward(q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, cu_seqlens)
     ctx.block_size, ctx.causal, ctx.scale = block_size, causal, scale
     # an unused output's gradient arrives as None (eager and in AOT autograd's traced backward)
     ctx.set_materialize_grads(False)
@@ -259,12 +284,12 @@ def _backward(ctx, do, dlse, bwd=_bwd_op):
     # as triton_flash._backward: dlse is the base-2 lse's gradient (None when unused), do is None
     # when only the lse was used; the custom op's autograd calls the backward op, the eager
     # Function the implementation
-    q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices = ctx.saved_tensors
+    q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, cu_seqlens = ctx.saved_tensors
     if do is None:
         do = torch.zeros_like(o)
     dq, dk, dv = bwd(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, ctx.block_size,
-                     ctx.causal, ctx.scale, dlse)
-    return dq, dk, dv, None, None, None, None, None, None, None, None, None
+                     ctx.causal, ctx.scale, cu_seqlens, dlse)
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
 
 
 _fwd_op.register_autograd(_backward, setup_context=_setup_context)
@@ -276,8 +301,9 @@ class _EagerGluonAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
-                config):
-        inputs = (q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, config)
+                cu_seqlens, config):
+        inputs = (q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens,
+                  config)
         output = _fwd_impl(*inputs)
         _setup_context(ctx, inputs, output)
         return output
@@ -295,6 +321,7 @@ def gluon_attention(
     causal: bool = False,
     layout: BlockLayout | None = None,
     kv_lens: torch.Tensor | None = None,
+    cu_seqlens: torch.Tensor | None = None,
     scale: float | None = None,
     return_lse: bool = False,
     config: GluonConfig | None = None,
@@ -305,24 +332,21 @@ def gluon_attention(
     sm_90 GPU.  Strided views are read in place when TMA can (16-byte aligned strides), else copied.
     causal: j <= i (Lq == Lk).  layout: a BlockLayout over (Lq, Lk) whose block size is a multiple
     of 128; only its listed blocks are visited.  kv_lens: (B,) int, keys >= kv_lens[b] are padding.
+    cu_seqlens: (N + 1,) int32, packed documents (flash-attn's varlen convention,
+    ``genoformer.kernels.documents``; its values are checked by ``dispatch.attention``, not here):
+    a token attends only within its document; not with a layout or kv_lens.
     Returns (B, H, Lq, D) in q's dtype; with return_lse also the lse (B, H, Lq) fp32 in natural log
     (the convention of ``genoformer.kernels.dispatch``), differentiable.  config: a
     ``GluonConfig`` (default ``gluon_fwd.default_config(D, causal)``).  Under torch.compile the
     custom ops are traced (no graph break).  Raises ValueError saying what to change
     when the kernels cannot run the inputs (``unsupported_reason``).
     """
-    _check(q, k, v, causal, layout, kv_lens)
+    _check(q, k, v, causal, layout, kv_lens, cu_seqlens)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    if layout is None:
-        block_size = 0
-        kv_counts = kv_indices = q_counts = q_indices = None
-    else:
-        block_size = layout.block_size
-        kv_counts, kv_indices = layout.kv_indices(q.device)
-        q_counts, q_indices = layout.q_indices(q.device)
+    block_size, kv_counts, kv_indices, q_counts, q_indices = layout_lists(layout, q.device)
     forward = _fwd_op if torch.compiler.is_compiling() else _EagerGluonAttention.apply
     o, lse2 = forward(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
-                      config_fields(config))
+                      cu_seqlens, config_fields(config))
     if not return_lse:
         return o
     # base 2 -> natural log; an empty row's +inf (a layout row or key padding with no allowed key) -> -inf

@@ -162,14 +162,15 @@ SCAN = gl.constexpr(128)
 
 @gluon.jit
 def _tile_start(t, idx_row, BS: gl.constexpr, BLOCK_N: gl.constexpr, SPARSE: gl.constexpr):
-    """First key of the t-th key tile a program visits: t * BLOCK_N, or with a layout the t-th tile
-    of its row's key-block list idx_row (ascending layout blocks of BS keys, BS // BLOCK_N tiles each)."""
+    """First key of the t-th key tile a program visits: idx_row + t * BLOCK_N (dense: idx_row the first
+    key, 0 or with packed documents the first tile's), or with a layout the t-th tile of its row's
+    key-block list idx_row (ascending layout blocks of BS keys, BS // BLOCK_N tiles each)."""
     if SPARSE:
         TPB: gl.constexpr = BS // BLOCK_N
         entry = t // TPB
         start = gl.load(idx_row + entry) * BS + (t - entry * TPB) * BLOCK_N
     else:
-        start = t * BLOCK_N
+        start = idx_row + t * BLOCK_N
     return start
 
 
@@ -201,25 +202,30 @@ def _tiles_before(x, count, idx_row, BS: gl.constexpr, BLOCK_N: gl.constexpr, SP
                 t += gl.minimum(gl.cdiv(x - gl.load(idx_row + n - 1) * BS, BLOCK_N), TPB) - TPB
     else:
         if ENDING:
-            t = gl.maximum(x, 0) // BLOCK_N
+            t = gl.maximum(x - idx_row, 0) // BLOCK_N
         else:
-            t = gl.cdiv(gl.maximum(x, 0), BLOCK_N)
+            t = gl.cdiv(gl.maximum(x - idx_row, 0), BLOCK_N)
     return t
 
 
 @gluon.jit
-def _softmax_update(s, m_i, l_i, start_m, start_n, key_hi, qk_scale, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                    CAUSAL: gl.constexpr, MASK: gl.constexpr, s_layout: gl.constexpr):
+def _softmax_update(s, m_i, l_i, start_m, start_n, key_hi, key_lo, qk_scale, BLOCK_M: gl.constexpr,
+                    BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, MASK: gl.constexpr, s_layout: gl.constexpr):
     """One tile of the online softmax: from the raw scores s (BLOCK_M, BLOCK_N) fp32 (q . k) of the
     keys [start_n, start_n + BLOCK_N) and the running max m_i and sum l_i (BLOCK_M,), the
     probabilities p (fp32), the factor alpha that rescales what was accumulated with the old max, and
     the new m_i, l_i.  MASK applies the causal diagonal (key > query) and the key end (key >= key_hi:
-    Lk, the row's kv_lens, or 0 for a program with no allowed key); a row with nothing allowed yet
-    keeps m = -inf and subtracts 0 instead (no inf - inf)."""
+    Lk, the row's kv_lens, or 0 for a program with no allowed key); with packed documents key_lo and
+    key_hi are per row (BLOCK_M,), its document's span [key_lo, key_hi) (else key_lo is None); a row
+    with nothing allowed yet keeps m = -inf and subtracts 0 instead (no inf - inf)."""
     if MASK:
         offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
         offs_n = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        keep = gl.expand_dims(offs_n < key_hi, 0)
+        if key_lo is not None:
+            keys = gl.expand_dims(offs_n, 0)
+            keep = (keys >= gl.expand_dims(key_lo, 1)) & (keys < gl.expand_dims(key_hi, 1))
+        else:
+            keep = gl.expand_dims(offs_n < key_hi, 0)
         if CAUSAL:
             keep = keep & (gl.expand_dims(offs_m, 1) >= gl.expand_dims(offs_n, 0))
         s = gl.where(keep, s, float("-inf"))
@@ -292,8 +298,8 @@ def _tma_steps(acc, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, ready, k_desc, v
         s = warpgroup_mma(q_op, k_op, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False,
                           is_async=True)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-        p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, t * BLOCK_N, Lk, qk_scale, BLOCK_M, BLOCK_N,
-                                             CAUSAL, MASK, s_layout)
+        p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, t * BLOCK_N, Lk, None, qk_scale, BLOCK_M,
+                                             BLOCK_N, CAUSAL, MASK, s_layout)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
         p_op = gl.convert_layout(p.to(v_desc.dtype), p_layout)
         acc = warpgroup_mma(p_op, v_op, acc, is_async=True)
@@ -432,9 +438,9 @@ def _key_start(t, idx_row, BS: gl.constexpr, BLOCK_N: gl.constexpr, SPARSE: gl.c
 
 @gluon.jit
 def _ws_steps(acc, p, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn,
-              start_m, key_hi, idx_row, qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-              HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK: gl.constexpr,
-              PINGPONG: gl.constexpr, BS: gl.constexpr, SPARSE: gl.constexpr):
+              start_m, key_hi, key_lo, idx_row, qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr,
+              BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+              MASK: gl.constexpr, PINGPONG: gl.constexpr, BS: gl.constexpr, SPARSE: gl.constexpr):
     """Key tiles t_lo..t_hi (t_lo >= 1) of one consumer, one tile behind with P V: step t issues
     S_t = Q K_t^T and then O += P_{t-1} V_{t-1}, waits for S_t only, computes P_t while the second
     matmul runs, then waits for it, releases stage t - 1 and rescales O."""
@@ -447,8 +453,8 @@ def _ws_steps(acc, p, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, k_ready, v_rea
         acc, p_op = _issue_pv(acc, p, v_bufs, v_ready, t - 1, BLOCK_N, HEAD_DIM, STAGES)
         _turn_pass(turn, WG, PINGPONG)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # S_t done, P_{t-1} V_{t-1} may run on
-        p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, start_n, key_hi, qk_scale, BLOCK_M, BLOCK_N,
-                                             CAUSAL, MASK, s_layout)
+        p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, start_n, key_hi, key_lo, qk_scale, BLOCK_M,
+                                             BLOCK_N, CAUSAL, MASK, s_layout)
         acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
         mbarrier.arrive(kv_empty.index((t - 1) % STAGES), count=1)  # this consumer is done with stage t - 1
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
@@ -457,7 +463,7 @@ def _ws_steps(acc, p, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, k_ready, v_rea
 
 @gluon.jit
 def _ws_steps_ahead(acc, p, s, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn,
-                    start_m, key_hi, idx_row, qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr,
+                    start_m, key_hi, key_lo, idx_row, qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr,
                     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                     MASK: gl.constexpr, PINGPONG: gl.constexpr, ISSUE_NEXT: gl.constexpr, BS: gl.constexpr,
                     SPARSE: gl.constexpr):
@@ -476,8 +482,8 @@ def _ws_steps_ahead(acc, p, s, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, k_rea
         if ISSUE_NEXT:
             s_next = _issue_qk(q_op, k_bufs, k_ready, t + 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES)
         _turn_pass(turn, WG, PINGPONG)
-        p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, start_n, key_hi, qk_scale, BLOCK_M, BLOCK_N,
-                                             CAUSAL, MASK, s_layout)
+        p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, start_n, key_hi, key_lo, qk_scale, BLOCK_M,
+                                             BLOCK_N, CAUSAL, MASK, s_layout)
         p = p.to(v_bufs.dtype)  # carried in 16 bits: the next step's S_{t+2} needs the registers
         if ISSUE_NEXT:
             s, acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(s_next, acc, p_op))
@@ -501,20 +507,29 @@ def _ws_last_pv(acc, p, v_bufs, v_ready, kv_empty, turn, n_tiles, WG: gl.constex
 
 
 @gluon.jit
-def _ws_consumer(q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, LSE, PART, slot, bh, b,
-                 h, start_cta, Lq, n_tiles, t_full, key_hi, idx_row, qk_scale,
+def _ws_consumer(q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, LSE, AUX, slot, bh, b,
+                 h, start_cta, Lq, n_tiles, t_first, t_full, key_hi, idx_row, qk_scale,
                  WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                  STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, QK_AHEAD: gl.constexpr,
-                 BS: gl.constexpr, SPARSE: gl.constexpr, SPLIT: gl.constexpr):
+                 BS: gl.constexpr, SPARSE: gl.constexpr, SPLIT: gl.constexpr, HAS_DOCS: gl.constexpr):
     """Consumer warpgroup WG (0: the default partition, 1: a worker): the query rows
     [start_cta + WG * BLOCK_M, + BLOCK_M) over all n_tiles key tiles of the program (both
     consumers release every stage; a tile past this one's causal diagonal is fully masked and
-    adds nothing; tiles [1, t_full) run unmasked), in the default schedule or with QK_AHEAD; then
-    its rows' output and lse, or (SPLIT, slot >= 0: a chunk of a split row) their unnormalised
-    state for ``triton_flash_fwd.fwd_merge_kernel`` (``_store_partial``)."""
+    adds nothing; tiles [t_first, t_full) run unmasked, t_first 1 but with packed documents), in
+    the default schedule or with QK_AHEAD; then its rows' output and lse, or (SPLIT, slot >= 0: a
+    chunk of a split row) their unnormalised state for ``triton_flash_fwd.fwd_merge_kernel``
+    (``_store_partial``).  AUX: the split partials (SPLIT) or the documents' spans (HAS_DOCS: (B,
+    Lq, 2) int32, each row's [start, end)), one pointer so that a worker holds one more value."""
     start_m = start_cta + WG * BLOCK_M
     q_smem = q_bufs.index(WG)
     q_op = q_smem.reshape([BLOCK_M, HEAD_DIM])
+    if HAS_DOCS:  # this consumer's rows' document spans, cut at the key end
+        offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, mma_layout(BLOCK_N, 4)))
+        span = AUX + (b * Lq + gl.minimum(offs_m, Lq - 1)) * 2
+        key_lo = gl.load(span)
+        key_hi = gl.minimum(gl.load(span + 1), key_hi)
+    else:
+        key_lo = None
     mbarrier.wait(q_bar, 0)
     if QK_AHEAD:
         acc, m_i, l_i = _ws_consumer_ahead(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, start_m, key_hi,
@@ -522,12 +537,12 @@ def _ws_consumer(q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turn
                                            CAUSAL, PINGPONG, BS, SPARSE)
     else:
         acc, m_i, l_i = _ws_consumer_behind(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, start_m, key_hi,
-                                            idx_row, n_tiles, t_full, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM,
-                                            STAGES, CAUSAL, PINGPONG, BS, SPARSE)
+                                            key_lo, idx_row, n_tiles, t_first, t_full, qk_scale, WG, BLOCK_M, BLOCK_N,
+                                            HEAD_DIM, STAGES, CAUSAL, PINGPONG, BS, SPARSE)
     if SPLIT:
         if slot >= 0:
             # this chunk's acc, m, l (``triton_flash.split_rows``), addressed by query position
-            chunk = PART + (slot.to(gl.int64) * gl.num_programs(1) + bh) * (BS * (HEAD_DIM + 2))
+            chunk = AUX + (slot.to(gl.int64) * gl.num_programs(1) + bh) * (BS * (HEAD_DIM + 2))
             row_base = start_cta // BS * BS
             _store_partial(acc, l_i, m_i, chunk - row_base * HEAD_DIM, chunk + BS * HEAD_DIM - row_base,
                            chunk + BS * (HEAD_DIM + 1) - row_base, start_m, Lq, BLOCK_M, HEAD_DIM,
@@ -541,12 +556,14 @@ def _ws_consumer(q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turn
 
 
 @gluon.jit
-def _ws_consumer_behind(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, start_m, key_hi, idx_row, n_tiles,
-                        t_full, qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                        HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-                        BS: gl.constexpr, SPARSE: gl.constexpr):
+def _ws_consumer_behind(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, start_m, key_hi, key_lo, idx_row,
+                        n_tiles, t_first, t_full, qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr,
+                        BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                        PINGPONG: gl.constexpr, BS: gl.constexpr, SPARSE: gl.constexpr):
     """A consumer's key tiles in the default schedule (``_ws_steps``): key tile 0 peeled (masked),
-    then the unmasked tiles, then the masked ones, and the last P V; (acc, m_i, l_i) at the end."""
+    with packed documents (key_lo not None) the masked tiles [1, t_first) at the start of its rows'
+    span, then the unmasked tiles up to t_full, then the masked ones, and the last P V; (acc, m_i,
+    l_i) at the end."""
     s_layout: gl.constexpr = mma_layout(BLOCK_N, 4)
     start_n = _tile_start(0, idx_row, BS, BLOCK_N, SPARSE)
     _turn_wait(turn, 0, WG, PINGPONG)
@@ -555,15 +572,19 @@ def _ws_consumer_behind(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, 
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))  # running max of s2
     l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))  # running sum of exp2(s2 - m)
-    p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, start_n, key_hi, qk_scale, BLOCK_M, BLOCK_N, CAUSAL,
-                                         True, s_layout)
+    p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, start_n, key_hi, key_lo, qk_scale, BLOCK_M, BLOCK_N,
+                                         CAUSAL, True, s_layout)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, mma_layout(HEAD_DIM, 4))
-    acc, p, m_i, l_i = _ws_steps(acc, p, m_i, l_i, 1, t_full, q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn,
-                                 start_m, key_hi, idx_row, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL,
-                                 False, PINGPONG, BS, SPARSE)
+    if key_lo is not None:
+        acc, p, m_i, l_i = _ws_steps(acc, p, m_i, l_i, 1, t_first, q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty,
+                                     turn, start_m, key_hi, key_lo, idx_row, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM,
+                                     STAGES, CAUSAL, True, PINGPONG, BS, SPARSE)
+    acc, p, m_i, l_i = _ws_steps(acc, p, m_i, l_i, t_first, t_full, q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty,
+                                 turn, start_m, key_hi, key_lo, idx_row, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM,
+                                 STAGES, CAUSAL, False, PINGPONG, BS, SPARSE)
     acc, p, m_i, l_i = _ws_steps(acc, p, m_i, l_i, t_full, n_tiles, q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty,
-                                 turn, start_m, key_hi, idx_row, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
-                                 CAUSAL, True, PINGPONG, BS, SPARSE)
+                                 turn, start_m, key_hi, key_lo, idx_row, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM,
+                                 STAGES, CAUSAL, True, PINGPONG, BS, SPARSE)
     acc = _ws_last_pv(acc, p, v_bufs, v_ready, kv_empty, turn, n_tiles, WG, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)
     return acc, m_i, l_i
 
@@ -588,34 +609,35 @@ def _ws_consumer_ahead(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, s
     s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # S_0 done, S_1 runs on
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))  # running max of s2
     l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))  # running sum of exp2(s2 - m)
-    p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, start_n, key_hi, qk_scale, BLOCK_M, BLOCK_N, CAUSAL,
-                                         True, s_layout)
+    p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, start_n, key_hi, None, qk_scale, BLOCK_M, BLOCK_N,
+                                         CAUSAL, True, s_layout)
     p = p.to(v_bufs.dtype)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s_next, ))
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, mma_layout(HEAD_DIM, 4))
     t_mid = gl.minimum(t_full, n_tiles - 1)  # steps [1, t_mid) unmasked, [t_mid, n - 1) masked
     acc, p, s, m_i, l_i = _ws_steps_ahead(acc, p, s, m_i, l_i, 1, t_mid, q_op, k_bufs, v_bufs, k_ready, v_ready,
-                                          kv_empty, turn, start_m, key_hi, idx_row, qk_scale, WG, BLOCK_M, BLOCK_N,
-                                          HEAD_DIM, STAGES, CAUSAL, False, PINGPONG, True, BS, SPARSE)
+                                          kv_empty, turn, start_m, key_hi, None, idx_row, qk_scale, WG, BLOCK_M,
+                                          BLOCK_N, HEAD_DIM, STAGES, CAUSAL, False, PINGPONG, True, BS, SPARSE)
     acc, p, s, m_i, l_i = _ws_steps_ahead(acc, p, s, m_i, l_i, t_mid, n_tiles - 1, q_op, k_bufs, v_bufs, k_ready,
-                                          v_ready, kv_empty, turn, start_m, key_hi, idx_row, qk_scale, WG, BLOCK_M,
-                                          BLOCK_N, HEAD_DIM, STAGES, CAUSAL, True, PINGPONG, True, BS, SPARSE)
-    acc, p, s, m_i, l_i = _ws_steps_ahead(acc, p, s, m_i, l_i, gl.maximum(n_tiles - 1, 1), n_tiles, q_op, k_bufs,
-                                          v_bufs, k_ready, v_ready, kv_empty, turn, start_m, key_hi, idx_row, qk_scale,
-                                          WG, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, True, PINGPONG, False, BS,
+                                          v_ready, kv_empty, turn, start_m, key_hi, None, idx_row, qk_scale, WG,
+                                          BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, True, PINGPONG, True, BS,
                                           SPARSE)
+    acc, p, s, m_i, l_i = _ws_steps_ahead(acc, p, s, m_i, l_i, gl.maximum(n_tiles - 1, 1), n_tiles, q_op, k_bufs,
+                                          v_bufs, k_ready, v_ready, kv_empty, turn, start_m, key_hi, None, idx_row,
+                                          qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, True, PINGPONG,
+                                          False, BS, SPARSE)
     acc = _ws_last_pv(acc, p, v_bufs, v_ready, kv_empty, turn, n_tiles, WG, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)
     return acc, m_i, l_i
 
 
 @gluon.jit(do_not_specialize=["H", "GROUP", "Lq", "Lk", "scnt_h", "sidx_h", "sidx_m", "sord_h"])
-def attn_fwd_ws_kernel(q_desc, k_desc, v_desc, o_desc, LSE, KV_LENS, CNT, IDX, ORDER, PART,
+def attn_fwd_ws_kernel(q_desc, k_desc, v_desc, o_desc, LSE, KV_LENS, CNT, IDX, ORDER, PART, DOCS, DOC_ORDER,
                        scnt_h, sidx_h, sidx_m, sord_h, H, GROUP, Lq, Lk, qk_scale,
                        HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                        CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, QK_AHEAD: gl.constexpr,
                        CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, BS: gl.constexpr,
                        SPARSE: gl.constexpr, SPLIT: gl.constexpr, HAS_KV_LENS: gl.constexpr,
-                       num_warps: gl.constexpr):
+                       HAS_DOCS: gl.constexpr, num_warps: gl.constexpr):
     # grid: (query programs of 2 * BLOCK_M rows, B * H); num_warps == 4 (the default partition is
     # consumer 0); launched with maxnreg so that the three warpgroups' registers fit the SM
     # (CONSUMER_REGS twice + PRODUCER_REGS).
@@ -629,6 +651,12 @@ def attn_fwd_ws_kernel(q_desc, k_desc, v_desc, o_desc, LSE, KV_LENS, CNT, IDX, O
     # acc and its running max and sum to PART (slots, B * H, BS * (HEAD_DIM + 2)) fp32
     # (``triton_flash.split_rows``), merged by ``triton_flash_fwd.fwd_merge_kernel``.
     # HAS_KV_LENS: keys >= KV_LENS[b] are padding.
+    # HAS_DOCS (dense only, Lq == Lk; the default schedule): DOCS (B, Lq, 2) int32 holds each
+    # token's document span [start, end) within its row; the programs run in DOC_ORDER (B, programs)
+    # (longest span first) and walk the key tiles from the one holding their first row's document
+    # start: a row packed with short documents costs about sum(len_i^2), not L^2.
+    gl.static_assert(not (HAS_DOCS and (SPARSE or QK_AHEAD)),
+                     "packed documents run without a layout, in the default schedule")
     pid = gl.program_id(0)
     bh = gl.program_id(1)
     b = bh // H
@@ -651,11 +679,17 @@ def attn_fwd_ws_kernel(q_desc, k_desc, v_desc, o_desc, LSE, KV_LENS, CNT, IDX, O
             slot = -1
         start_cta = row * BS + (pid - unit * PROGRAMS_PER_ROW) * (2 * BLOCK_M)
         idx_row = IDX + h * sidx_h + row * sidx_m + first
+    elif HAS_DOCS:
+        start_cta = gl.load(DOC_ORDER + b * gl.num_programs(0) + pid) * (2 * BLOCK_M)
+        count = 0
+        slot = -1
+        spans = DOCS + b * Lq * 2
+        idx_row = gl.load(spans + start_cta * 2) // BLOCK_N * BLOCK_N  # the first tile holding a key it sees
     else:
         start_cta = (gl.num_programs(0) - 1 - pid) * (2 * BLOCK_M)
         count = 0
         slot = -1
-        idx_row = IDX
+        idx_row = 0
     kv_end = Lk
     if HAS_KV_LENS:
         kv_end = gl.minimum(gl.maximum(gl.load(KV_LENS + b).to(gl.int32), 0), Lk)
@@ -664,6 +698,8 @@ def attn_fwd_ws_kernel(q_desc, k_desc, v_desc, o_desc, LSE, KV_LENS, CNT, IDX, O
         hi = gl.minimum(start_cta + 2 * BLOCK_M, kv_end)
     else:
         hi = kv_end
+    if HAS_DOCS:
+        hi = gl.minimum(hi, gl.load(spans + (gl.minimum(start_cta + 2 * BLOCK_M, Lq) - 1) * 2 + 1))
     n_tiles = _tiles_before(hi, count, idx_row, BS, BLOCK_N, SPARSE, False, num_warps)
     # a program with no allowed key (an empty layout row, kv_lens 0) visits one tile with every key
     # masked (key_hi 0): its rows get o = 0 and lse = +inf as any empty row
@@ -676,10 +712,29 @@ def attn_fwd_ws_kernel(q_desc, k_desc, v_desc, o_desc, LSE, KV_LENS, CNT, IDX, O
     else:
         full_end0 = kv_end
         full_end1 = kv_end
+    if HAS_DOCS:
+        # ... and with documents the keys of every row's span: [start(last row), end(first row));
+        # the tiles before the first that starts at or after start(last row) are masked too
+        first1 = gl.minimum(start_cta + BLOCK_M, Lq - 1)
+        last0 = gl.minimum(start_cta + BLOCK_M, Lq) - 1
+        last1 = gl.minimum(start_cta + 2 * BLOCK_M, Lq) - 1
+        full_end0 = gl.minimum(full_end0, gl.load(spans + start_cta * 2 + 1))
+        full_end1 = gl.minimum(full_end1, gl.load(spans + first1 * 2 + 1))
+        t_first0 = gl.minimum(gl.maximum(gl.cdiv(gl.load(spans + last0 * 2) - idx_row, BLOCK_N), 1), n_tiles)
+        t_first1 = gl.minimum(gl.maximum(gl.cdiv(gl.load(spans + last1 * 2) - idx_row, BLOCK_N), 1), n_tiles)
+    else:
+        t_first0 = 1
+        t_first1 = 1
     t_full0 = gl.minimum(gl.maximum(_tiles_before(full_end0, count, idx_row, BS, BLOCK_N, SPARSE, True, num_warps),
                                     1), n_tiles)
     t_full1 = gl.minimum(gl.maximum(_tiles_before(full_end1, count, idx_row, BS, BLOCK_N, SPARSE, True, num_warps),
                                     1), n_tiles)
+    if HAS_DOCS:
+        t_full0 = gl.maximum(t_full0, t_first0)
+        t_full1 = gl.maximum(t_full1, t_first1)
+        aux = DOCS
+    else:
+        aux = PART
 
     q_bufs = gl.allocate_shared_memory(dtype, [2, 1, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
     k_bufs = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
@@ -698,12 +753,14 @@ def attn_fwd_ws_kernel(q_desc, k_desc, v_desc, o_desc, LSE, KV_LENS, CNT, IDX, O
         mbarrier.init(turn.index(i), count=1)
 
     gl.warp_specialize([
-        (_ws_consumer, (q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, LSE, PART, slot,
-                        bh, b, h, start_cta, Lq, n_tiles, t_full0, key_hi, idx_row, qk_scale,
-                        0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, PINGPONG, QK_AHEAD, BS, SPARSE, SPLIT)),
-        (_ws_consumer, (q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, LSE, PART, slot,
-                        bh, b, h, start_cta, Lq, n_tiles, t_full1, key_hi, idx_row, qk_scale,
-                        1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, PINGPONG, QK_AHEAD, BS, SPARSE, SPLIT)),
+        (_ws_consumer, (q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, LSE, aux, slot,
+                        bh, b, h, start_cta, Lq, n_tiles, t_first0, t_full0, key_hi, idx_row, qk_scale,
+                        0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, PINGPONG, QK_AHEAD, BS, SPARSE, SPLIT,
+                        HAS_DOCS)),
+        (_ws_consumer, (q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, LSE, aux, slot,
+                        bh, b, h, start_cta, Lq, n_tiles, t_first1, t_full1, key_hi, idx_row, qk_scale,
+                        1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, PINGPONG, QK_AHEAD, BS, SPARSE, SPLIT,
+                        HAS_DOCS)),
         (_ws_producer, (q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, b, h, hk,
                         start_cta, n_tiles, idx_row, BLOCK_M, BLOCK_N, STAGES, BS, SPARSE)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])

@@ -95,6 +95,28 @@ def tensor_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernels: st
     return None
 
 
+def layout_lists(layout: BlockLayout | None, device: torch.device):
+    """What the kernels take of a layout: (block size, kv_counts, kv_indices, q_counts, q_indices),
+    its CSR lists both ways on the device (cached by the layout); (0, None x 4) without one."""
+    if layout is None:
+        return 0, None, None, None, None
+    return (layout.block_size, *layout.kv_indices(device), *layout.q_indices(device))
+
+
+def documents_reason(cu_seqlens: torch.Tensor, kv_lens: torch.Tensor | None, Lq: int, Lk: int,
+                     device: torch.device) -> str | None:
+    """Why packed documents (cu_seqlens) cannot run with these inputs, or None: the Triton and Gluon
+    kernels' common terms."""
+    if kv_lens is not None:
+        return "cu_seqlens and kv_lens cannot be combined: end each row with its last document instead"
+    if Lq != Lk:
+        return f"cu_seqlens (packed documents) needs Lq == Lk, got {Lq} and {Lk}"
+    if cu_seqlens.dim() != 1 or cu_seqlens.dtype != torch.int32 or cu_seqlens.device != device:
+        return (f"cu_seqlens must be an int32 tensor of shape (N+1,) on {device}, got {cu_seqlens.dtype} "
+                f"{tuple(cu_seqlens.shape)} on {cu_seqlens.device}")
+    return None
+
+
 def unsupported_reason(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -145,14 +167,8 @@ def unsupported_reason(
             return f"kv_lens must be an int32/int64 tensor of shape ({B},), got {kv_lens.dtype} {tuple(kv_lens.shape)}"
         if kv_lens.device != q.device:
             return f"kv_lens must be on q's device {q.device}, got {kv_lens.device}"
-    if cu_seqlens is not None:
-        if kv_lens is not None:
-            return "cu_seqlens and kv_lens cannot be combined: end each row with its last document instead"
-        if Lq != Lk:
-            return f"cu_seqlens (packed documents) needs Lq == Lk, got {Lq} and {Lk}"
-        if cu_seqlens.dim() != 1 or cu_seqlens.dtype != torch.int32 or cu_seqlens.device != q.device:
-            return (f"cu_seqlens must be an int32 tensor of shape (N+1,) on {q.device}, got {cu_seqlens.dtype} "
-                    f"{tuple(cu_seqlens.shape)} on {cu_seqlens.device}")
+    if cu_seqlens is not None and (why := documents_reason(cu_seqlens, kv_lens, Lq, Lk, q.device)):
+        return why
     if layout is not None:
         bs = layout.block_size
         if bs % 16:
@@ -474,7 +490,10 @@ def split_rows(kv_counts: torch.Tensor | None, order: torch.Tensor, sord_h: int,
     part = torch.empty((plan.slots, B, H, bs * (D + 2)), dtype=torch.float32, device=q.device)
 
     def view(lo: int, width: int) -> torch.Tensor:  # (B, H, slots, bs, width)
-        return part[..., lo * bs:(lo + width) * bs].unflatten(-1, (bs, width)).permute(1, 2, 0, 3, 4)
+        # explicit strides: a view's reshape may give a dim of size 1 (H = 1) any stride, and the
+        # kernels address a (b, h) by b * H + h times the head stride
+        chunk = bs * (D + 2)
+        return part.as_strided((B, H, plan.slots, bs, width), (H * chunk, chunk, B * H * chunk, width, 1), lo * bs)
 
     return plan, items, sitems_h, view(0, D), view(D, 1), view(D + 1, 1)
 
@@ -504,7 +523,7 @@ def _split_sum(plan: SplitPlan, part: torch.Tensor, out: torch.Tensor, scale: fl
     )
 
 
-def _doc_args(cu_seqlens: torch.Tensor | None, batch: int, seq_len: int, like: torch.Tensor):
+def doc_args(cu_seqlens: torch.Tensor | None, batch: int, seq_len: int, like: torch.Tensor):
     """Kernel arguments of packed documents: doc_start, doc_end (B, L) int32, or dummies without."""
     if cu_seqlens is None:
         dummy = placeholder(like.device)
@@ -512,7 +531,7 @@ def _doc_args(cu_seqlens: torch.Tensor | None, batch: int, seq_len: int, like: t
     return document_bounds(cu_seqlens, batch, seq_len)
 
 
-def _doc_order(doc_start: torch.Tensor, doc_end: torch.Tensor, block: int, causal: bool, keys: bool) -> torch.Tensor:
+def doc_order(doc_start: torch.Tensor, doc_end: torch.Tensor, block: int, causal: bool, keys: bool) -> torch.Tensor:
     """(B, tiles) int32: each row's tiles of `block` tokens by descending work (longest first).
 
     A tile's work is the length of the token span it meets: a query tile sees the keys
@@ -564,7 +583,7 @@ def flash_fwd(
     cnt, idx, order, scnt_h, sidx_h, sidx_m, sord_h = csr_args(kv_counts, kv_indices, q)
     lens = kv_lens if kv_lens is not None else cnt
     docs = cu_seqlens is not None
-    doc_start, doc_end = _doc_args(cu_seqlens, B, Lq, q)
+    doc_start, doc_end = doc_args(cu_seqlens, B, Lq, q)
     d_tile = configs.tile_dim(D)  # the kernels mask the head-dim padding D..d_tile
     align8 = _align8(D, q, k, v)
     plan, items, sitems_h, po, pm, pl = split_rows(kv_counts, order, sord_h, q, block_size)
@@ -572,9 +591,9 @@ def flash_fwd(
     def run(cfg: configs.FwdConfig) -> None:
         units = items.shape[1] if sparse else 0  # layout rows or plan items
         tiles = units * (block_size // cfg.block_m) if sparse else triton.cdiv(Lq, cfg.block_m)
-        doc_order = _doc_order(doc_start, doc_end, cfg.block_m, causal, keys=False) if docs and not sparse else cnt
+        tile_order = doc_order(doc_start, doc_end, cfg.block_m, causal, keys=False) if docs and not sparse else cnt
         attn_fwd_kernel[(B * H, tiles)](
-            q, k, v, o, lse, po, pm, pl, lens, cnt, idx, items, doc_start, doc_end, doc_order,
+            q, k, v, o, lse, po, pm, pl, lens, cnt, idx, items, doc_start, doc_end, tile_order,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
             po.stride(1) if plan else 0, po.stride(2) if plan else 0, pm.stride(1) if plan else 0,
@@ -636,7 +655,7 @@ def flash_bwd(
     bs = block_size if sparse else 1
     qk_scale = scale * LOG2E
     docs = cu_seqlens is not None
-    doc_start, doc_end = _doc_args(cu_seqlens, B, Lq, q)
+    doc_start, doc_end = doc_args(cu_seqlens, B, Lq, q)
     # long key-block columns (BigBird's global block) are walked in chunks by several programs
     key_plan = _split_plan(q_counts, H // HKV) if sparse else None
     key_items, skey_items_h = _plan_items(key_plan, qorder, sqord_h)
@@ -654,7 +673,7 @@ def flash_bwd(
         even_q = Lq % (block_size if sparse else cfg.block_m1) == 0
         key_units = key_items.shape[1] if sparse else 0  # layout columns or plan items
         key_tiles = key_units * (bs // cfg.block_n1) if sparse else triton.cdiv(Lk, cfg.block_n1)
-        key_order = _doc_order(doc_start, doc_end, cfg.block_n1, causal, keys=True) if docs and not sparse else qcnt
+        key_order = doc_order(doc_start, doc_end, cfg.block_n1, causal, keys=True) if docs and not sparse else qcnt
         grid = (key_tiles, B * HKV) if cfg.heads_outer else (B * HKV, key_tiles)
         bwd_dkdv_kernel[grid](
             q, k, v, do, dk, dv, pdk, pdv, lse, delta, lens, qcnt, qidx, key_items, doc_start, doc_end, key_order,
@@ -680,7 +699,7 @@ def flash_bwd(
     def run_dq(cfg: configs.BwdConfig) -> None:
         query_units = query_items.shape[1] if sparse else 0  # layout rows or plan items
         query_tiles = query_units * (bs // cfg.block_m2) if sparse else triton.cdiv(Lq, cfg.block_m2)
-        query_order = _doc_order(doc_start, doc_end, cfg.block_m2, causal, keys=False) if docs and not sparse else kcnt
+        query_order = doc_order(doc_start, doc_end, cfg.block_m2, causal, keys=False) if docs and not sparse else kcnt
         grid = (query_tiles, B * H) if cfg.heads_outer else (B * H, query_tiles)
         bwd_dq_kernel[grid](
             q, k, v, do, dq, pdq, lse, delta, lens, kcnt, kidx, query_items, doc_start, doc_end, query_order,
@@ -827,13 +846,7 @@ def triton_attention(
     _check(q, k, v, causal, layout, kv_lens, cu_seqlens)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    if layout is None:
-        block_size = 0
-        kv_counts = kv_indices = q_counts = q_indices = None
-    else:
-        block_size = layout.block_size
-        kv_counts, kv_indices = layout.kv_indices(q.device)
-        q_counts, q_indices = layout.q_indices(q.device)
+    block_size, kv_counts, kv_indices, q_counts, q_indices = layout_lists(layout, q.device)
     forward = _fwd_op if torch.compiler.is_compiling() else _EagerAttention.apply
     o, lse2 = forward(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
                       cu_seqlens)

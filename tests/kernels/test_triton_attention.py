@@ -215,13 +215,13 @@ def test_packed_tiles_never_read_other_documents(attn, causal, layout):
 def test_packed_launch_order_is_longest_first():
     """Dense packed inputs launch each row's tiles by descending span (the longest documents first)."""
     from genoformer.kernels.documents import document_bounds
-    from genoformer.kernels.triton_flash import _doc_order
+    from genoformer.kernels.triton_flash import doc_order
 
     starts, ends = document_bounds(_cu([[16, 64, 32, 16]]).cpu(), 1, 128)
-    assert _doc_order(starts, ends, 16, causal=False, keys=False).tolist() == [[1, 2, 3, 4, 5, 6, 0, 7]]
+    assert doc_order(starts, ends, 16, causal=False, keys=False).tolist() == [[1, 2, 3, 4, 5, 6, 0, 7]]
     # causal: a query tile sees up to its own end, a key tile is seen from its own start
-    assert _doc_order(starts, ends, 16, causal=True, keys=False).tolist() == [[4, 3, 2, 6, 0, 1, 5, 7]]
-    assert _doc_order(starts, ends, 16, causal=True, keys=True).tolist() == [[1, 2, 3, 5, 0, 4, 6, 7]]
+    assert doc_order(starts, ends, 16, causal=True, keys=False).tolist() == [[4, 3, 2, 6, 0, 1, 5, 7]]
+    assert doc_order(starts, ends, 16, causal=True, keys=True).tolist() == [[1, 2, 3, 5, 0, 4, 6, 7]]
 
 
 def test_align8_hint_is_given_only_where_it_holds():
@@ -299,6 +299,8 @@ SPLIT_CPU_CASES = {
                                        "kv_lens": torch.tensor([190, 97], device=DEVICE)}),
     "global_one_head_packed": (1, 2, 2, 192, 192, 16, torch.float16,
                                lambda: {"layout": _global_in_one_head(192, 16), "cu_seqlens": _cu([[50, 142]])}),
+    # one head, two rows: the partials' head dim has size 1 (their strides must still be its)
+    "global_one_head_batched": (2, 1, 1, 176, 176, 16, torch.bfloat16, lambda: {"layout": _global_window(176, 16)}),
 }
 
 
