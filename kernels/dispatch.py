@@ -417,10 +417,10 @@ FASTEST_FIRST = {
     # gluon (benchmarks/gluon_bench.py, BENCHMARKS.md "Gluon forward kernels"): its forward took
     # 0.79-0.96 of our Triton forward's time at D 64 and 128, 8k to 32k, causal and not (its
     # backward then being the Triton one). It runs layouts, key padding and documents too, but
-    # stays out of those rows: with the global row split like the Triton forward's, its forward on layouts took
-    # 0.75-0.89x the Triton forward's time at D 128 but 0.94-1.05x at D 64 (H100, BENCHMARKS.md,
-    # "Gluon, third round, continued"), and a row here holds one order for every head dim; key
-    # padding and packed documents are checked, not timed.
+    # stays out of those rows: with the global row split like the Triton forward's, its forward on
+    # layouts took 0.75-0.89x the Triton forward's time at D 128 but 0.94-1.05x at D 64 (H100,
+    # BENCHMARKS.md, "Gluon, third round, continued"), and a row here holds one order for every
+    # head dim; key padding and packed documents are checked, not timed.
     (9, 0): FastestFirst(
         dense=(Backend.FLASH_ATTN_4, Backend.GLUON, Backend.TRITON, Backend.FLASH_ATTN_2),
         varlen=(Backend.FLASH_ATTN_4, Backend.TRITON, Backend.FLASH_ATTN_2),

@@ -463,7 +463,7 @@ def _ws_steps(acc, p, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, k_ready, v_rea
 
 @gluon.jit
 def _ws_steps_ahead(acc, p, s, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn,
-                    start_m, key_hi, key_lo, idx_row, qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr,
+                    start_m, key_hi, idx_row, qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr,
                     BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                     MASK: gl.constexpr, PINGPONG: gl.constexpr, ISSUE_NEXT: gl.constexpr, BS: gl.constexpr,
                     SPARSE: gl.constexpr):
@@ -482,7 +482,7 @@ def _ws_steps_ahead(acc, p, s, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, k_rea
         if ISSUE_NEXT:
             s_next = _issue_qk(q_op, k_bufs, k_ready, t + 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES)
         _turn_pass(turn, WG, PINGPONG)
-        p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, start_n, key_hi, key_lo, qk_scale, BLOCK_M,
+        p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, start_n, key_hi, None, qk_scale, BLOCK_M,
                                              BLOCK_N, CAUSAL, MASK, s_layout)
         p = p.to(v_bufs.dtype)  # carried in 16 bits: the next step's S_{t+2} needs the registers
         if ISSUE_NEXT:
@@ -616,16 +616,15 @@ def _ws_consumer_ahead(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, s
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, mma_layout(HEAD_DIM, 4))
     t_mid = gl.minimum(t_full, n_tiles - 1)  # steps [1, t_mid) unmasked, [t_mid, n - 1) masked
     acc, p, s, m_i, l_i = _ws_steps_ahead(acc, p, s, m_i, l_i, 1, t_mid, q_op, k_bufs, v_bufs, k_ready, v_ready,
-                                          kv_empty, turn, start_m, key_hi, None, idx_row, qk_scale, WG, BLOCK_M,
-                                          BLOCK_N, HEAD_DIM, STAGES, CAUSAL, False, PINGPONG, True, BS, SPARSE)
+                                          kv_empty, turn, start_m, key_hi, idx_row, qk_scale, WG, BLOCK_M, BLOCK_N,
+                                          HEAD_DIM, STAGES, CAUSAL, False, PINGPONG, True, BS, SPARSE)
     acc, p, s, m_i, l_i = _ws_steps_ahead(acc, p, s, m_i, l_i, t_mid, n_tiles - 1, q_op, k_bufs, v_bufs, k_ready,
-                                          v_ready, kv_empty, turn, start_m, key_hi, None, idx_row, qk_scale, WG,
-                                          BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, True, PINGPONG, True, BS,
-                                          SPARSE)
+                                          v_ready, kv_empty, turn, start_m, key_hi, idx_row, qk_scale, WG, BLOCK_M,
+                                          BLOCK_N, HEAD_DIM, STAGES, CAUSAL, True, PINGPONG, True, BS, SPARSE)
     acc, p, s, m_i, l_i = _ws_steps_ahead(acc, p, s, m_i, l_i, gl.maximum(n_tiles - 1, 1), n_tiles, q_op, k_bufs,
-                                          v_bufs, k_ready, v_ready, kv_empty, turn, start_m, key_hi, None, idx_row,
-                                          qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, True, PINGPONG,
-                                          False, BS, SPARSE)
+                                          v_bufs, k_ready, v_ready, kv_empty, turn, start_m, key_hi, idx_row, qk_scale,
+                                          WG, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, True, PINGPONG, False, BS,
+                                          SPARSE)
     acc = _ws_last_pv(acc, p, v_bufs, v_ready, kv_empty, turn, n_tiles, WG, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)
     return acc, m_i, l_i
 
