@@ -19,9 +19,11 @@ Method
   * TFLOP/s: 4 * B * H * L^2 * D, halved for causal.
   * Ratios: ours / other (> 1: ours is slower), for each of ours against the rest.
   * Backward (--passes bwd), the same shapes and method: `gluon_wide`, `gluon_narrow`, `gluon_ws`
-    (``gluon_bwd.gluon_bwd_launch`` with ``gluon_bwd.WIDE_CONFIGS``, ``NARROW_CONFIGS``, ``WS_CONFIGS``) and
-    `triton` (``triton_flash.flash_bwd``, tuned once per shape before timing) launched directly
-    from the o and base-2 lse of their own forward; `fa2` and `fa4` as
+    (``gluon_bwd.gluon_bwd_launch`` with ``gluon_bwd.WIDE_CONFIGS``, ``NARROW_CONFIGS``, ``WS_CONFIGS``),
+    `triton` (``triton_flash.flash_bwd``, tuned once per shape before timing over every candidate,
+    the dq_atomic ones included) and `triton_det` (the same under torch.use_deterministic_algorithms:
+    the candidates without atomics) launched directly from the o and base-2 lse of their own
+    forward; the configuration the tuner chose is recorded; `fa2` and `fa4` as
     ``torch.autograd.grad(out, (q, k, v), do, retain_graph=True)`` on a graph built once (the
     backward alone plus autograd's few microseconds). TFLOP/s: 2.5 times the forward's count (5
     matmuls to the forward's 2); the check is each gradient against `triton`'s, relative to the
@@ -37,7 +39,7 @@ Method
 One run on the H200 (about 2 minutes per pass; --budget-s, default 120 a pass, cuts the sweep and the
 skipped cells say so):
 
-    python -m benchmarks.gluon_bench --out benchmarks/results [--passes fwd bwd]
+    python -m benchmarks.gluon_bench --out benchmarks/results [--passes fwd bwd] [--implementations triton fa4 ...]
 
 writes OUT/gluon_fwd.json, OUT/gluon_fwd.md (forward), OUT/gluon_bwd.json, OUT/gluon_bwd.md
 (backward) and OUT/gluon_layouts.json, OUT/gluon_layouts.md (--passes layouts) and prints the tables.
@@ -65,17 +67,18 @@ OURS = ("gluon_ws", "gluon_ahead", "gluon_plain", "gluon_api")
 OTHERS = ("triton", "fa2", "fa4")
 CHECK_TOLERANCE = 0.05
 """Largest |gluon - triton| of one output element (bf16, unit-variance inputs) the run accepts."""
-BWD_OURS = ("gluon_wide", "gluon_narrow", "gluon_ws")
+BWD_OURS = ("triton", "triton_det", "gluon_wide", "gluon_narrow", "gluon_ws")
+BWD_OTHERS = ("triton_det", "fa2", "fa4")
 BWD_CHECK_TOLERANCE = 0.02
 """Largest |gluon - triton| of one gradient element, relative to the largest |triton| of that
 gradient, the backward run accepts."""
 
 
 def cases(seq_lens: list[int], head_dims: list[int]) -> list[dict]:
-    """Every (head dim, length, causal) cell: 16k first (the issue's column), then the others."""
-    order = sorted(seq_lens, key=lambda L: (L != 16384, L))
+    """Every (head dim, length, causal) cell: lengths in the order given (16k first by default, the
+    issue's column), each at every head dim."""
     return [{"D": d, "H": 2048 // d, "L": L, "B": max(1, 16384 // L), "causal": causal}
-            for d in head_dims for L in order for causal in (True, False)]
+            for L in seq_lens for d in head_dims for causal in (True, False)]
 
 
 LAYOUT_OURS = ("gluon_api", )
@@ -219,10 +222,22 @@ def bwd_implementations(fa4_module) -> dict:
 
         return setup
 
-    def triton_bwd(q, k, v, do, causal):
-        scale = q.shape[-1] ** -0.5
-        o, lse = triton_flash.flash_fwd(q, k, v, None, None, None, 0, causal, scale)
-        return lambda: triton_flash.flash_bwd(do, q, k, v, o, lse, None, None, None, None, None, 0, causal, scale)
+    def triton_bwd(deterministic):
+        def setup(q, k, v, do, causal):
+            scale = q.shape[-1] ** -0.5
+            o, lse = triton_flash.flash_fwd(q, k, v, None, None, None, 0, causal, scale)
+
+            def run():
+                before = torch.are_deterministic_algorithms_enabled()
+                torch.use_deterministic_algorithms(deterministic)
+                try:
+                    return triton_flash.flash_bwd(do, q, k, v, o, lse, None, None, None, None, None, 0, causal, scale)
+                finally:
+                    torch.use_deterministic_algorithms(before)
+
+            return run
+
+        return setup
 
     def autograd(attend):
         def setup(q, k, v, do, causal):
@@ -238,7 +253,8 @@ def bwd_implementations(fa4_module) -> dict:
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
     impls = {"gluon_wide": gluon(gluon_bwd.WIDE_CONFIGS), "gluon_narrow": gluon(gluon_bwd.NARROW_CONFIGS),
-             "gluon_ws": gluon(gluon_bwd.WS_CONFIGS), "triton": triton_bwd, "fa2": autograd(fa2)}
+             "gluon_ws": gluon(gluon_bwd.WS_CONFIGS), "triton": triton_bwd(False), "triton_det": triton_bwd(True),
+             "fa2": autograd(fa2)}
     if fa4_module is not None:
         def fa4(q, k, v, causal):
             out = fa4_module.flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal)
@@ -250,18 +266,22 @@ def bwd_implementations(fa4_module) -> dict:
 
 
 def run_bwd_case(case: dict, impls: dict, args: argparse.Namespace) -> dict:
+    from genoformer.kernels import triton_flash
+
     B, H, L, D, causal = case["B"], case["H"], case["L"], case["D"], case["causal"]
     g = torch.Generator(device="cuda").manual_seed(L + D + causal)
     q, k, v, do = (torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
     flops = 2.5 * 4 * B * H * L * L * D * (0.5 if causal else 1.0)
-    record = {**case, "ms": {}, "tflops": {}, "max_diff_vs_triton": {}, "errors": {}}
+    record = {**case, "ms": {}, "tflops": {}, "max_diff_vs_triton": {}, "errors": {}, "configs": {}}
     runnable, grads = {}, {}
     for name, setup in impls.items():
         try:
             fn = setup(q, k, v, do, causal)
+            tuned = dict(triton_flash._TUNED)
             grads[name] = fn()  # compiles and tunes outside the timing
             torch.cuda.synchronize()
             runnable[name] = fn
+            record["configs"].update({name: repr(c) for key, c in triton_flash._TUNED.items() if key not in tuned})
         except Exception as error:  # recorded in the table; a failing Gluon backward fails the run at the end
             record["errors"][name] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
     if "triton" in grads:  # each gradient against triton's, relative to triton's largest element
@@ -294,7 +314,8 @@ def table(records: list[dict], ours_names: tuple[str, ...] = OURS, others: tuple
         row[f"{first.split('_')[-1]} TFLOP/s"] = f"{r['tflops'][first]:.0f}" if first in r["tflops"] else "-"
         for ours in ours_names:
             for other in others:
-                row[f"{ours.split('_')[-1]}/{other}"] = _ratio(r, ours, other)
+                if other != ours:
+                    row[f"{ours.split('_')[-1] if ours.startswith('gluon') else ours}/{other}"] = _ratio(r, ours, other)
         rows.append(row)
     return markdown_table(rows)
 
@@ -303,12 +324,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"),
                         help="folder of gluon_fwd.json/.md and gluon_bwd.json/.md")
-    parser.add_argument("--seq-lens", type=int, nargs="+", default=[8192, 16384, 32768])
+    parser.add_argument("--seq-lens", type=int, nargs="+", default=[16384, 8192, 32768],
+                        help="lengths, timed in this order (B = 16384 // L, at least 1)")
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128], choices=[64, 128])
     parser.add_argument("--warmup-ms", type=float, default=25.0, help="do_bench warm-up per timing (ms)")
     parser.add_argument("--rep-ms", type=float, default=100.0, help="do_bench measuring time per timing (ms)")
     parser.add_argument("--budget-s", type=float, default=120.0,
                         help="stop starting new cells of a pass after this many seconds (the rest are marked skipped)")
+    parser.add_argument("--implementations", nargs="+", default=None, metavar="NAME",
+                        help="only these implementations (default: every one of the pass), e.g. triton triton_det fa4")
     parser.add_argument("--passes", nargs="+", default=["fwd", "bwd"], choices=["fwd", "bwd", "layouts"],
                         help="forward, backward, the forward on block-sparse layouts (OUT/gluon_fwd.*, "
                              "OUT/gluon_bwd.*, OUT/gluon_layouts.*)")
@@ -324,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     if "fwd" in args.passes:
         failed |= sweep(args, "fwd", implementations(fa4_module), run_case, OURS, OTHERS, fa4_error)
     if "bwd" in args.passes:
-        failed |= sweep(args, "bwd", bwd_implementations(fa4_module), run_bwd_case, BWD_OURS, OTHERS, fa4_error)
+        failed |= sweep(args, "bwd", bwd_implementations(fa4_module), run_bwd_case, BWD_OURS, BWD_OTHERS, fa4_error)
     if "layouts" in args.passes:
         failed |= sweep(args, "layouts", {}, run_layout_case, LAYOUT_OURS, LAYOUT_OTHERS, None)
     return 1 if failed else 0
@@ -335,6 +359,9 @@ def sweep(args: argparse.Namespace, kind: str, impls: dict, run, ours: tuple[str
     """One pass (fwd or bwd) over every cell: times, table, OUT/gluon_KIND.json and .md; True when
     one of ours failed or disagreed with triton."""
     tolerance = BWD_CHECK_TOLERANCE if kind == "bwd" else CHECK_TOLERANCE
+    if args.implementations and kind != "layouts":
+        impls = {name: fn for name, fn in impls.items() if name in args.implementations or name == "triton"}
+        ours = tuple(name for name in ours if name in impls)
     start = time.perf_counter()
     records = []
     for case in (layout_cases if kind == "layouts" else cases)(args.seq_lens, args.head_dims):

@@ -24,9 +24,14 @@
 #                                              kernels (whose partials the Gluon forward shares); then the
 #                                              Gluon forward against the Triton one on block-sparse layouts
 #                                              (benchmarks/gluon_bench.py --passes layouts, 16k and 32k)
+#   bash benchmarks/gpu_kernels.sh bwd         the backward with dQ summed by the dK/dV kernel (dq_atomic): its GPU
+#                                              tests (every such candidate forced on random shapes, against
+#                                              float64), then our tuned backward, the deterministic one, FA2
+#                                              and flash-attn-4 (benchmarks/gluon_bench.py --passes bwd), 8k-64k
 #   bash benchmarks/gpu_kernels.sh mfu         the 85M reference model at 8k, compiled (benchmarks/train.py's
 #                                              genoformer-causal-8k-compiled), on the gluon backend, then on
 #                                              flash_attn_4, then on triton, one after the other
+#                                              (MFU_BACKENDS, MFU_BUDGET seconds each: default 180)
 # Every result file and log goes into $OUT/gpu_kernels_STEP.tar.gz (a call brings back at most 8
 # files); the tails of the logs are printed last.
 set -uo pipefail
@@ -108,11 +113,22 @@ gluontests() {
     stamp "done"
 }
 
+bwd() {
+    stamp "dq_atomic GPU tests"
+    GENOFORMER_TRITON_AUTOTUNE=0 timeout 240 python3 -m pytest -q -rs --tb=short -p no:cacheprovider -n 4 \
+        tests/kernels/test_triton_attention.py -k "dq_atomic or deterministic" > "$R/gpu_tests_dq_atomic.log" 2>&1
+    stamp "backward: ours tuned, ours deterministic, FA2, flash-attn-4"
+    timeout 330 python3 -m benchmarks.gluon_bench --out "$R/results" --passes bwd --seq-lens 16384 32768 8192 65536 \
+        --implementations triton triton_det fa2 fa4 --budget-s ${BWD_BUDGET:-260} > "$R/gluon_bwd.log" 2>&1
+    stamp "done"
+}
+
 mfu() {
-    for backend in gluon flash_attn_4 triton; do
+    for backend in ${MFU_BACKENDS:-gluon flash_attn_4 triton}; do
         stamp "85M model, 8k, compiled, attention backend $backend"
-        timeout 200 python3 -m benchmarks.train --out "$R/train_$backend" --cases genoformer-causal-8k-compiled \
-            --attention-backend "$backend" --budget-s 180 > "$R/train_$backend.log" 2>&1
+        timeout $(( ${MFU_BUDGET:-180} + 20 )) python3 -m benchmarks.train --out "$R/train_$backend" \
+            --cases genoformer-causal-8k-compiled --attention-backend "$backend" --budget-s "${MFU_BUDGET:-180}" \
+            > "$R/train_$backend.log" 2>&1
     done
     stamp "done"
 }
@@ -120,12 +136,13 @@ mfu() {
 case "$step" in
     gluon) gluon ;;
     gluontests) gluontests ;;
+    bwd) bwd ;;
     mfu) mfu ;;
     tests) tests ;;
     headdims) headdims ;;
     flexflash) flexflash ;;
     attention) attention ;;
-    *) echo "usage: bash benchmarks/gpu_kernels.sh tests|headdims|flexflash|attention|gluon|gluontests|mfu"; exit 2 ;;
+    *) echo "usage: bash benchmarks/gpu_kernels.sh tests|headdims|flexflash|attention|gluon|gluontests|bwd|mfu"; exit 2 ;;
 esac
 for log in "$R"/*.log; do
     echo "---- $log"; tail -n 25 "$log"
