@@ -20,14 +20,13 @@ Method
   * Ratios: ours / other (> 1: ours is slower), for each of ours against the rest.
   * Backward (--passes bwd), the same shapes and method: `gluon_wide`, `gluon_narrow`, `gluon_ws`
     (``gluon_bwd.gluon_bwd_launch`` with ``gluon_bwd.WIDE_CONFIGS``, ``NARROW_CONFIGS``, ``WS_CONFIGS``),
-    `triton` (``triton_flash.flash_bwd``, tuned once per shape before timing over every candidate,
-    the dq_atomic ones included) and `triton_det` (the same under torch.use_deterministic_algorithms:
-    the candidates without atomics) launched directly from the o and base-2 lse of their own
-    forward; the configuration the tuner chose is recorded; `fa2` and `fa4` as
-    ``torch.autograd.grad(out, (q, k, v), do, retain_graph=True)`` on a graph built once (the
-    backward alone plus autograd's few microseconds). TFLOP/s: 2.5 times the forward's count (5
-    matmuls to the forward's 2); the check is each gradient against `triton`'s, relative to the
-    largest of it (BWD_CHECK_TOLERANCE).
+    and `triton` (``triton_flash.flash_bwd``, tuned once per shape before timing; the configuration
+    the tuner chose is recorded) launched directly from the o and base-2 lse of their own forward;
+    `fa2` and `fa4` as ``torch.autograd.grad(out, (q, k, v), do, retain_graph=True)`` on a graph
+    built once (the backward alone plus autograd's few microseconds). TFLOP/s: 2.5 times the
+    forward's count (5 matmuls to the forward's 2); the check is each gradient against `triton`'s,
+    relative to the largest of it (BWD_CHECK_TOLERANCE). --implementations keeps only the named
+    ones (and `triton`, every pass's reference).
   * Layouts (--passes layouts): the forward of `attention(..., layout=..., backend=B)` with inputs
     that require grad (what a training forward runs), B = gluon (`gluon_api`) and triton, on the
     attention benchmark's block-sparse patterns (benchmarks/attention.py's FULL sweep: sliding
@@ -67,8 +66,8 @@ OURS = ("gluon_ws", "gluon_ahead", "gluon_plain", "gluon_api")
 OTHERS = ("triton", "fa2", "fa4")
 CHECK_TOLERANCE = 0.05
 """Largest |gluon - triton| of one output element (bf16, unit-variance inputs) the run accepts."""
-BWD_OURS = ("triton", "triton_det", "gluon_wide", "gluon_narrow", "gluon_ws")
-BWD_OTHERS = ("triton_det", "fa2", "fa4")
+BWD_OURS = ("triton", "gluon_wide", "gluon_narrow", "gluon_ws")
+BWD_OTHERS = ("triton", "fa2", "fa4")
 BWD_CHECK_TOLERANCE = 0.02
 """Largest |gluon - triton| of one gradient element, relative to the largest |triton| of that
 gradient, the backward run accepts."""
@@ -222,22 +221,10 @@ def bwd_implementations(fa4_module) -> dict:
 
         return setup
 
-    def triton_bwd(deterministic):
-        def setup(q, k, v, do, causal):
-            scale = q.shape[-1] ** -0.5
-            o, lse = triton_flash.flash_fwd(q, k, v, None, None, None, 0, causal, scale)
-
-            def run():
-                before = torch.are_deterministic_algorithms_enabled()
-                torch.use_deterministic_algorithms(deterministic)
-                try:
-                    return triton_flash.flash_bwd(do, q, k, v, o, lse, None, None, None, None, None, 0, causal, scale)
-                finally:
-                    torch.use_deterministic_algorithms(before)
-
-            return run
-
-        return setup
+    def triton_bwd(q, k, v, do, causal):
+        scale = q.shape[-1] ** -0.5
+        o, lse = triton_flash.flash_fwd(q, k, v, None, None, None, 0, causal, scale)
+        return lambda: triton_flash.flash_bwd(do, q, k, v, o, lse, None, None, None, None, None, 0, causal, scale)
 
     def autograd(attend):
         def setup(q, k, v, do, causal):
@@ -253,8 +240,7 @@ def bwd_implementations(fa4_module) -> dict:
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
     impls = {"gluon_wide": gluon(gluon_bwd.WIDE_CONFIGS), "gluon_narrow": gluon(gluon_bwd.NARROW_CONFIGS),
-             "gluon_ws": gluon(gluon_bwd.WS_CONFIGS), "triton": triton_bwd(False), "triton_det": triton_bwd(True),
-             "fa2": autograd(fa2)}
+             "gluon_ws": gluon(gluon_bwd.WS_CONFIGS), "triton": triton_bwd, "fa2": autograd(fa2)}
     if fa4_module is not None:
         def fa4(q, k, v, causal):
             out = fa4_module.flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal)
@@ -332,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=120.0,
                         help="stop starting new cells of a pass after this many seconds (the rest are marked skipped)")
     parser.add_argument("--implementations", nargs="+", default=None, metavar="NAME",
-                        help="only these implementations (default: every one of the pass), e.g. triton triton_det fa4")
+                        help="only these implementations (default: every one of the pass), e.g. triton fa2 fa4")
     parser.add_argument("--passes", nargs="+", default=["fwd", "bwd"], choices=["fwd", "bwd", "layouts"],
                         help="forward, backward, the forward on block-sparse layouts (OUT/gluon_fwd.*, "
                              "OUT/gluon_bwd.*, OUT/gluon_layouts.*)")
@@ -377,10 +363,10 @@ def sweep(args: argparse.Namespace, kind: str, impls: dict, run, ours: tuple[str
                 + (r["errors"].get(name) or f"max |diff| {r['max_diff_vs_triton'][name]:.3g} vs triton")
                 for r in records if "skipped" not in r for name in ours
                 if name in r["errors"] or r["max_diff_vs_triton"].get(name, 0.0) > tolerance]
-    what = {"fwd": "forward", "bwd": "backward (dq, dk, dv from the forward's o and lse)",
-            "layouts": "forward through attention() on block-sparse layouts, against the Triton forward"}[kind]
+    what = {"fwd": "Gluon forward", "bwd": "Backward, ours Triton and Gluon (dq, dk, dv from the forward's o and lse)",
+            "layouts": "Gluon forward through attention() on block-sparse layouts, against the Triton forward"}[kind]
     text = "\n\n".join([
-        f"Gluon {what} on {describe_environment()['device']}, {describe_environment()['date_utc']} (bf16; ms, "
+        f"{what} on {describe_environment()['device']}, {describe_environment()['date_utc']} (bf16; ms, "
         f"ratios ours / other, > 1: ours slower). "
         f"`{command_line()}`",
         table(records, ours, others),

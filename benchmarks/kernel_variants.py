@@ -107,7 +107,7 @@ def smoke_cases() -> list[Case]:
     ]
 
 
-VARIANTS = ("tma", "rescale_tau", "heads_outer", "dq_stream", "dv_late", "dq_atomic")
+VARIANTS = ("tma", "rescale_tau", "heads_outer", "dq_stream", "dv_late")
 """The configurations' variant fields (kernels/triton_flash_configs.py), shown by name after the tiles."""
 
 

@@ -622,9 +622,7 @@ def flash_bwd(
     block_size: int, causal: bool, scale: float, cu_seqlens: torch.Tensor | None = None,
     config: configs.BwdConfig | None = None, dlse: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Backward launcher: returns dq, dk, dv (contiguous, in the inputs' dtype). Deterministic, but
-    for a ``dq_atomic`` configuration (the tuner's candidates on sm_90 include some), whose dQ may
-    differ in its last bits from run to run; torch.use_deterministic_algorithms(True) excludes them.
+    """Backward launcher: returns dq, dk, dv (contiguous, in the inputs' dtype). Deterministic.
 
     config: as for ``flash_fwd``.  dlse: (B, H, Lq) the gradient of ``flash_fwd``'s (base-2) lse,
     None when nothing downstream differentiates it.
@@ -668,21 +666,9 @@ def flash_bwd(
     (pdq,) = _partials(query_plan, B, H, bs, D, q, 1)
 
     def run(cfg: configs.BwdConfig) -> None:
-        if cfg.dq_atomic:  # the dK/dV kernel sums dQ too (unscaled, fp32, head dim padded to d_tile)
-            dq_acc = torch.zeros((B, H, Lq, d_tile), dtype=torch.float32, device=q.device)
-            run_dkdv(cfg, dq_acc, _tma_ready(dq_acc))
-            dq.copy_(dq_acc[..., :D].mul_(scale))
-            return
         side = _dq_stream(q.device) if cfg.dq_stream and q.is_cuda else None
         if side is not None:  # dQ reads only what exists now (inputs, delta): fork after the preprocess
             side.wait_stream(torch.cuda.current_stream(q.device))
-        run_dkdv(cfg, delta, False)  # (delta: a placeholder for the unused accumulator)
-        with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
-            run_dq(cfg)
-        if side is not None:  # join: the caller's stream sees dq (its memory stays alive until then)
-            torch.cuda.current_stream(q.device).wait_stream(side)
-
-    def run_dkdv(cfg: configs.BwdConfig, dq_acc: torch.Tensor, dq_tma: bool) -> None:
         # a layout block ragged at Lq may list query tiles past Lq: keep the row masks then
         even_q = Lq % (block_size if sparse else cfg.block_m1) == 0
         key_units = key_items.shape[1] if sparse else 0  # layout columns or plan items
@@ -690,8 +676,7 @@ def flash_bwd(
         key_order = doc_order(doc_start, doc_end, cfg.block_n1, causal, keys=True) if docs and not sparse else qcnt
         grid = (key_tiles, B * HKV) if cfg.heads_outer else (B * HKV, key_tiles)
         bwd_dkdv_kernel[grid](
-            q, k, v, do, dk, dv, pdk, pdv, dq_acc, lse, delta, lens, qcnt, qidx, key_items, doc_start, doc_end,
-            key_order,
+            q, k, v, do, dk, dv, pdk, pdv, lse, delta, lens, qcnt, qidx, key_items, doc_start, doc_end, key_order,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2),
             dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
@@ -701,12 +686,15 @@ def flash_bwd(
             D=D, D_TILE=d_tile, BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1, CAUSAL=causal, SPARSE=sparse,
             HAS_KV_LENS=kv_lens is not None, EVEN_Q=even_q, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8,
             HAS_DOCS=docs, TMA=cfg.tma, HEADS_OUTER=cfg.heads_outer, SPLIT=key_plan is not None,
-            DV_LATE=cfg.dv_late, DQ_ATOMIC=cfg.dq_atomic, DQ_TMA=dq_tma, num_warps=cfg.warps1,
-            num_stages=cfg.stages1,
+            DV_LATE=cfg.dv_late, num_warps=cfg.warps1, num_stages=cfg.stages1,
         )
         if key_plan is not None:
             _split_sum(key_plan, pdk, dk, scale, bs, align8)
             _split_sum(key_plan, pdv, dv, 1.0, bs, align8)
+        with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+            run_dq(cfg)
+        if side is not None:  # join: the caller's stream sees dq (its memory stays alive until then)
+            torch.cuda.current_stream(q.device).wait_stream(side)
 
     def run_dq(cfg: configs.BwdConfig) -> None:
         query_units = query_items.shape[1] if sparse else 0  # layout rows or plan items
@@ -730,13 +718,8 @@ def flash_bwd(
 
     tma = _tma_ready(q, k, v, do)
     cands = _without_tma(bwd_candidates(q.device, D, block_size if sparse else None), tma)
-    if torch.are_deterministic_algorithms_enabled():
-        cands = tuple(c for c in cands if not c.dq_atomic)
-        if not cands:
-            raise RuntimeError("every backward configuration offered sums dQ with atomic adds (dq_atomic), which "
-                               "torch.use_deterministic_algorithms(True) forbids: offer one without dq_atomic")
     key = ("bwd", q.device.index, D, q.dtype, causal, sparse, docs, block_size, tma, H // HKV, _bucket(Lq),
-           _bucket(Lk), torch.are_deterministic_algorithms_enabled())
+           _bucket(Lk))
     run(_without_tma((config,), tma)[0] if config is not None else choose_config(key, cands, run, q.device))
     return dq, dk, dv
 

@@ -1,4 +1,4 @@
-"""Triton FlashAttention backward kernels, deterministic (no atomics) unless DQ_ATOMIC.
+"""Triton FlashAttention backward kernels, deterministic (no atomics).
 
 Three launches, in reading order:
   1. ``bwd_preprocess_kernel``: delta = rowsum(dO * O) - dlse  (B, H, Lq) fp32, dlse the gradient
@@ -9,11 +9,6 @@ Three launches, in reading order:
      result does not depend on scheduling.
   3. ``bwd_dq_kernel``: one program per (batch, query head, query tile); dQ in registers while it
      walks the same key tiles as the forward (``row_tile_range``).
-DQ_ATOMIC (a configuration's ``dq_atomic``): no dQ kernel; the dK/dV kernel, which has dS for
-each tile pair anyway, adds dS K to an fp32 accumulator (B, H, Lq, D_TILE) by a TMA reduce-add
-(DQ_TMA, sm_90) or relaxed atomics, and the launcher scales and casts it.  Five matmuls per tile
-pair instead of seven (the dQ kernel recomputes S and dP), FlashAttention-2/3's choice; the
-order of the adds varies from run to run, so dQ's last bits do too.
 Split lists (SPLIT; the launcher's ``SplitPlan``): a layout column or row far longer than the
 others (BigBird's global block, attended by every query block) would keep one program running
 long after the rest; its list is cut into contiguous chunks, each walked by its own program
@@ -92,25 +87,12 @@ def bwd_preprocess_kernel(
 
 
 @triton.jit
-def add_tile(dest, start, offs, rows_ok, offs_d, value, D_TILE: tl.constexpr, TMA: tl.constexpr):
-    """Add an fp32 (rows, D_TILE) tile to the rows offs = start + arange of an fp32 accumulator
-    whose rows are D_TILE wide: by a TMA reduce-add through the tensor descriptor dest (rows past
-    its end are dropped; asynchronous, FlashAttention-3's way) or by relaxed atomics through the
-    pointer dest."""
-    if TMA:
-        dest.atomic_add([start, 0], value)
-    else:
-        tl.atomic_add(dest + offs[:, None] * D_TILE + offs_d[None, :], value, mask=rows_ok[:, None], sem="relaxed")
-
-
-@triton.jit
 def _dkdv_steps(
     dk, dv, k, v, q_src, do_src, lse_base, delta_base, sq_l, sdo_l,
-    idx_ptr, bs, TPB, t_lo, t_hi, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi, dq_dst,
+    idx_ptr, bs, TPB, t_lo, t_hi, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
     BLOCK_M1: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr, CAUSAL: tl.constexpr,
     SPARSE: tl.constexpr, MASK: tl.constexpr, EVEN_Q: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
-    HAS_DOCS: tl.constexpr, TMA: tl.constexpr, DV_LATE: tl.constexpr, DQ_ATOMIC: tl.constexpr,
-    DQ_TMA: tl.constexpr,
+    HAS_DOCS: tl.constexpr, TMA: tl.constexpr, DV_LATE: tl.constexpr,
 ):
     """Accumulate dK, dV (BLOCK_N1, D_TILE) over query tiles t_lo..t_hi (transposed: keys are rows).
 
@@ -120,8 +102,7 @@ def _dkdv_steps(
     matmul's operand, held until that asynchronous sm_90 matmul completes) and dP are no longer
     live at once: 16 registers a thread fewer at the peak of a 64 x 128 step at D 128 on sm_90,
     where the default order spills (on sm_80 it spills more; benchmarks/spills.py,
-    docs/design/kernels.md).
-    DQ_ATOMIC: each step also adds its dQ share, dS K (BLOCK_M1, D_TILE), to dq_dst (``add_tile``)."""
+    docs/design/kernels.md)."""
     offs_d = tl.arange(0, D_TILE)
     start_next = tile_start(t_lo, idx_ptr, bs, TPB, BLOCK_M1, SPARSE, t_lo < t_hi)
     for t in range(t_lo, t_hi):
@@ -155,15 +136,12 @@ def _dkdv_steps(
         if DV_LATE:  # pT's 16-bit copy made once dP is done: the two are never live together
             dv = mma(pT.to(do.dtype), do, dv, DOT_F32)
         dk = mma(dsT.to(q.dtype), q, dk, DOT_F32)
-        if DQ_ATOMIC:
-            dq = mma(tl.trans(dsT.to(k.dtype)), k, None, DOT_F32)  # (BLOCK_M1, D_TILE), unscaled
-            add_tile(dq_dst, start_m, offs_m, offs_m < Lq, offs_d, dq, D_TILE, DQ_TMA)
     return dk, dv
 
 
 @triton.jit
 def bwd_dkdv_kernel(
-    Q, K, V, DO, DK, DV, PDK, PDV, DQACC, LSE, DELTA, KV_LENS, CNT, IDX, ORDER, DOC_START, DOC_END, DOC_ORDER,
+    Q, K, V, DO, DK, DV, PDK, PDV, LSE, DELTA, KV_LENS, CNT, IDX, ORDER, DOC_START, DOC_END, DOC_ORDER,
     sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, sdo_b, sdo_h, sdo_l,
     sdk_b, sdk_h, sdk_l, sdv_b, sdv_h, sdv_l, spart_bh, spart_s,
     scnt_h, sidx_h, sidx_n, sord_h,
@@ -172,7 +150,6 @@ def bwd_dkdv_kernel(
     CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, EVEN_Q: tl.constexpr,
     SCAN_: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr,
     TMA: tl.constexpr, HEADS_OUTER: tl.constexpr, SPLIT: tl.constexpr, DV_LATE: tl.constexpr,
-    DQ_ATOMIC: tl.constexpr, DQ_TMA: tl.constexpr,
 ):
     # grid: (B * HKV, key tiles), or (key tiles, B * HKV) when HEADS_OUTER; the longest columns
     # launched first: dense causal, key tile 0, or with documents the tiles in DOC_ORDER
@@ -181,8 +158,7 @@ def bwd_dkdv_kernel(
     # SPLIT (sparse only): ORDER holds the split plan's items (P, I, 4) instead, sord_h its head
     # stride: a program walks the entries [e_lo, e_hi) of its column's lists, and a chunk of a
     # split column (slot >= 0) writes its unscaled fp32 dK, dV to slot `slot` of PDK, PDV
-    # (B, HKV, slots, BS, D) (strides spart_bh, spart_s, D), summed later by ``split_sum_kernel``.
-    # DQ_ATOMIC: DQACC (B, H, Lq, D_TILE) fp32, contiguous, zeroed: the unscaled dQ, summed here
+    # (B, HKV, slots, BS, D) (strides spart_bh, spart_s, D), summed later by ``split_sum_kernel``
     bhk = tl.program_id(1 if HEADS_OUTER else 0)
     tile = tl.program_id(0 if HEADS_OUTER else 1)
     b = bhk // HKV
@@ -245,9 +221,6 @@ def bwd_dkdv_kernel(
         do_src = tile_source(head_ptr(DO, b, sdo_b, h, sdo_h, ALIGN8), Lq, sdo_l, BLOCK_M1, D, D_TILE, TMA)
         lse_base = LSE + bh.to(tl.int64) * Lq
         delta_base = DELTA + bh.to(tl.int64) * Lq
-        dq_dst = DQACC  # DQ_ATOMIC only: this head's dQ accumulator
-        if DQ_ATOMIC:
-            dq_dst = tile_source(DQACC + bh.to(tl.int64) * Lq * D_TILE, Lq, D_TILE, BLOCK_M1, D_TILE, D_TILE, DQ_TMA)
         # query tiles [t_lo, t_mid) and [t_full, t_end) are masked (the causal diagonal, the
         # documents' edges), [t_mid, t_full) need no mask; the column's other tiles are skipped
         count = 0
@@ -281,18 +254,18 @@ def bwd_dkdv_kernel(
         if SPLIT:  # this program's chunk of the list
             t_lo, t_mid, t_full, t_end = clamp_ranges(t_lo, t_mid, t_full, t_end, e_lo * TPB, e_hi * TPB)
         dk, dv = _dkdv_steps(dk, dv, k, v, q_src, do_src, lse_base, delta_base, sq_l, sdo_l,
-                             idx_ptr, BS, TPB, t_lo, t_mid, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi, dq_dst,
+                             idx_ptr, BS, TPB, t_lo, t_mid, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
                              BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, True, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS, TMA,
-                             DV_LATE, DQ_ATOMIC, DQ_TMA)
+                             DV_LATE)
         dk, dv = _dkdv_steps(dk, dv, k, v, q_src, do_src, lse_base, delta_base, sq_l, sdo_l,
-                             idx_ptr, BS, TPB, t_mid, t_full, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi, dq_dst,
+                             idx_ptr, BS, TPB, t_mid, t_full, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
                              BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, False, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS, TMA,
-                             DV_LATE, DQ_ATOMIC, DQ_TMA)
+                             DV_LATE)
         if HAS_DOCS:  # the end of the documents' span
             dk, dv = _dkdv_steps(dk, dv, k, v, q_src, do_src, lse_base, delta_base, sq_l, sdo_l,
                                  idx_ptr, BS, TPB, t_full, t_end, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
-                                 dq_dst, BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, True, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS,
-                                 TMA, DV_LATE, DQ_ATOMIC, DQ_TMA)
+                                 BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, True, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS, TMA,
+                                 DV_LATE)
 
     if SPLIT:
         if slot >= 0:  # a chunk of a split column: its partial sums, in fp32

@@ -41,11 +41,6 @@ Variants (sm_90 only; each a field of the configuration, a constexpr of the kern
                 registers live at once (no spills in the D 128 step loop on sm_90; see
                 ``benchmarks/spills.py``); on the H200, 0.907x the default's time on the
                 sliding window's D 128 backward at 16k (docs/design/kernels.md).
-  dq_atomic   : backward only; no dQ kernel: the dK/dV kernel adds each tile pair's dS K to an fp32
-                accumulator (TMA reduce-add on sm_90, relaxed atomics elsewhere), 5 matmuls per tile
-                pair instead of 7; the dQ fields are unused. dQ's last bits then depend on the order
-                of the adds, so under torch.use_deterministic_algorithms(True) the launcher leaves
-                these candidates out.
 Every variant runs with packed documents (cu_seqlens) too: they change the loads, the rescaling
 and the grid, not which tiles a program visits or how they are masked.
 
@@ -85,10 +80,6 @@ class BwdConfig:
     heads_outer: bool = False  # grid (tiles, batch * heads): co-running programs share one head
     dq_stream: bool = False  # the dQ kernel on a second CUDA stream, beside dK/dV
     dv_late: bool = False  # dK/dV loop: the dV matmul after dP's, not before it (fewer registers)
-    # dQ added by the dK/dV kernel to an fp32 accumulator (TMA reduce-add on sm_90), no dQ kernel:
-    # 5 matmuls per tile pair instead of 7, but dQ's last bits vary from run to run, so the
-    # launchers leave these out under torch.use_deterministic_algorithms(True); the dQ fields unused
-    dq_atomic: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,10 +146,7 @@ _BWD: dict[tuple[str, int], tuple[BwdConfig, ...]] = {
                     BwdConfig(64, 64, 4, 3, 128, 64, 8, 2, tma=True),
                     BwdConfig(64, 64, 4, 3, 128, 64, 8, 2, heads_outer=True),
                     BwdConfig(32, 128, 4, 3, 64, 64, 4, 3, dq_stream=True),
-                    BwdConfig(64, 64, 4, 3, 128, 64, 8, 2, heads_outer=True, dq_stream=True),
-                    # dQ summed by the dK/dV kernel (no register spills at either tile, Triton 3.6)
-                    BwdConfig(64, 64, 4, 3, 128, 64, 8, 2, dq_atomic=True),
-                    BwdConfig(64, 128, 8, 3, 128, 64, 8, 2, dq_atomic=True)),
+                    BwdConfig(64, 64, 4, 3, 128, 64, 8, 2, heads_outer=True, dq_stream=True)),
     ("sm_90", 128): (BwdConfig(64, 128, 8, 3, 128, 64, 8, 3), BwdConfig(32, 128, 8, 3, 128, 32, 4, 3),
                      BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, tma=True),
                      BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, heads_outer=True),
@@ -167,11 +155,7 @@ _BWD: dict[tuple[str, int], tuple[BwdConfig, ...]] = {
                      # the default's tiles without its register spills in the dK/dV loop; with
                      # heads_outer and dq_stream the fastest at 16k for the window and custom patterns
                      BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, dv_late=True),
-                     BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, heads_outer=True, dq_stream=True, dv_late=True),
-                     # dQ summed by the dK/dV kernel: with dv_late it spills less than the default
-                     # (92 B against 108 B, Triton 3.6)
-                     BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, dv_late=True, dq_atomic=True),
-                     BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, heads_outer=True, dv_late=True, dq_atomic=True)),
+                     BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, heads_outer=True, dq_stream=True, dv_late=True)),
     ("sm_90", 256): (BwdConfig(32, 64, 8, 2, 64, 32, 8, 2),),
     ("sm_80", 16): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2),),
     ("sm_80", 32): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2),),

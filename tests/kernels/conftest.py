@@ -114,17 +114,6 @@ def assert_matches_reference(result: Result, expected: Result, atol=1e-10, rtol=
 
 
 @pytest.fixture
-def deterministic():
-    """torch.use_deterministic_algorithms(True) for one test: for tests that compare two runs bit
-    for bit, since on a GPU the Triton backward's tuner may otherwise pick a dq_atomic configuration
-    (dQ summed by atomic adds, whose order varies from run to run)."""
-    before, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    yield
-    torch.use_deterministic_algorithms(before, warn_only=warn_only)
-
-
-@pytest.fixture
 def attn():
     """The helpers above, as one object: attn.make_qkv, attn.reference, ..."""
     helpers = (make_qkv, run_with_grads, naive_attention, reference, assert_matches_reference,

@@ -240,7 +240,7 @@ def test_triton_lse_without_output_gradient():
         torch.testing.assert_close(got.double(), expected, atol=2e-3, rtol=1e-2)
 
 
-def test_triton_lse_compiles_into_one_graph(deterministic):
+def test_triton_lse_compiles_into_one_graph():
     """torch.compile traces return_lse through the custom ops with fullgraph=True: the graph's
     output and gradients (through out and lse) equal the eager ones."""
     from torch._dynamo.backends.common import aot_autograd

@@ -164,7 +164,7 @@ def test_matches_reference(attn, case):
     _assert_close_to_reference(attn, q, k, v, dout, dtype, **kwargs())
 
 
-def test_head_dim_padding_is_never_read(deterministic, attn):
+def test_head_dim_padding_is_never_read(attn):
     """q, k, v, dO as views of buffers whose columns past D hold NaN: the masked loads never read
     them (the result equals that of contiguous copies) and the gradients come out NaN-free."""
     D, width = 40, 64  # a 40-wide head runs in 64-wide tiles: the views' next 24 columns are NaN
@@ -256,7 +256,7 @@ def test_fully_masked_rows_give_zero_output_and_gradient(attn):
     assert torch.all(got.dk[1, :, 20:] == 0) and torch.all(got.dv[1, :, 20:] == 0)
 
 
-def test_strided_inputs_read_in_place(deterministic, attn):
+def test_strided_inputs_read_in_place(attn):
     """q, k, v viewed from a (B, L, H, D) buffer: same result as their contiguous copies."""
     q, k, v, dout = (t.to(torch.bfloat16) for t in _inputs(1, 2, 2, 70, 70, 32, torch.bfloat16, seed=2))
     strided = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v)]
@@ -266,45 +266,13 @@ def test_strided_inputs_read_in_place(deterministic, attn):
     torch.testing.assert_close(a, b, atol=0, rtol=0)
 
 
-def test_backward_is_deterministic(deterministic, attn):
-    """Under torch.use_deterministic_algorithms(True) (which leaves out the dq_atomic candidates a GPU's
-    tuner may pick), two identical runs give the same gradients bit for bit."""
+def test_backward_is_deterministic(attn):
     q, k, v, dout = (t.to(torch.float16) for t in _inputs(1, 4, 1, 96, 96, 32, torch.float16, seed=3))
     layout = BlockLayout.random_blocks(96, 2, 32, seed=1, num_heads=4)
     first = attn.run_with_grads(triton_attention, q, k, v, dout, layout=layout, causal=True)
     second = attn.run_with_grads(triton_attention, q, k, v, dout, layout=layout, causal=True)
     for name, value in first.tensors().items():
         assert torch.equal(value, second.tensors()[name]), f"{name} differs between two identical runs"
-
-
-def test_deterministic_mode_leaves_out_atomic_dq(attn, monkeypatch):
-    """The tuner never sees a dq_atomic candidate under torch.use_deterministic_algorithms(True), and
-    its choice is cached apart from the one made without it."""
-    import genoformer.kernels.triton_flash as tf
-    from genoformer.kernels import triton_flash_configs as configs
-
-    plain = configs.INTERPRETER_BWD
-    atomic = dataclasses.replace(plain, dq_atomic=True)
-    monkeypatch.setattr(tf, "_TUNED", {})
-    monkeypatch.setattr(tf, "bwd_candidates", lambda device, d, bs: (plain, atomic))
-    seen = []
-
-    def choose(key, candidates, run, device):
-        seen.append((key, candidates))
-        return candidates[0]
-
-    monkeypatch.setattr(tf, "choose_config", choose)
-    q, k, v, dout = (t.to(torch.float16) for t in _inputs(1, 2, 1, 40, 40, 16, torch.float16, seed=4))
-    before = torch.are_deterministic_algorithms_enabled()
-    for deterministic in (False, True):
-        torch.use_deterministic_algorithms(deterministic, warn_only=True)
-        try:
-            attn.run_with_grads(triton_attention, q, k, v, dout, causal=True)
-        finally:
-            torch.use_deterministic_algorithms(before)
-    (key_free, free), (key_det, det) = [(key, c) for key, c in seen if key[0] == "bwd"]
-    assert free == (plain, atomic) and det == (plain,)
-    assert key_free != key_det
 
 
 # ----------------------------------------------------------------------------- split lists
@@ -337,7 +305,7 @@ SPLIT_CPU_CASES = {
 
 
 @pytest.mark.parametrize("case", list(SPLIT_CPU_CASES))
-def test_split_lists_match_reference(deterministic, attn, monkeypatch, case):
+def test_split_lists_match_reference(attn, monkeypatch, case):
     """Long lists walked in chunks by several programs, their partials summed in a fixed order:
     output and gradients against the float64 reference, and two runs equal bit for bit."""
     from genoformer.kernels import triton_flash
@@ -445,7 +413,7 @@ def _assert_custom_ops_traced(graphs: list) -> None:
         assert "genoformer.triton_flash_fwd" in code and "genoformer.triton_flash_bwd" in code, code
 
 
-def test_torch_compile_captures_one_graph_packed(deterministic, attn):
+def test_torch_compile_captures_one_graph_packed(attn):
     """Packed documents through the custom ops compile with fullgraph=True, forward and backward."""
     q, k, v, dout = (t.to(torch.float16) for t in _inputs(2, 2, 1, 48, 48, 16, torch.float16, seed=6))
     cu_seqlens = _cu([[5, 43], [20, 20, 8]])
@@ -462,7 +430,7 @@ def test_torch_compile_captures_one_graph_packed(deterministic, attn):
     _assert_custom_ops_traced(graphs)
 
 
-def test_torch_compile_captures_one_graph(deterministic, attn):
+def test_torch_compile_captures_one_graph(attn):
     """The custom ops compile with fullgraph=True (no graph break), forward and backward."""
     q, k, v, dout = (t.to(torch.float16) for t in _inputs(1, 2, 1, 64, 64, 16, torch.float16, seed=4))
     layout = BlockLayout.sliding_window(64, 16, block_size=16)
@@ -604,8 +572,6 @@ VARIANTS = {
     "tma": ({"tma": True}, {"tma": True}),
     "dq_stream": ({}, {"dq_stream": True}),  # on the CPU the launch is the plain one (no CUDA streams)
     "dv_late": ({}, {"dv_late": True}),
-    # dQ summed by the dK/dV kernel: TMA reduce-adds on sm_90, pointer atomics under the interpreter
-    "dq_atomic": ({}, {"dq_atomic": True}),
 }
 
 
@@ -652,54 +618,6 @@ def test_kernel_variants_match_reference(attn, monkeypatch, variant, case):
     _assert_close_to_reference(attn, q, k, v, dout, torch.bfloat16, **kwargs)
 
 
-def _random_gpu_case(seed: int):
-    """A shape nobody picked: (B, Hq, Hkv, L, S, D, dtype, kwargs) drawn from the seed; dense causal or
-    bidirectional with key padding, a sliding window, per-head BigBird, or packed documents."""
-    import random
-
-    rng = random.Random(seed)
-    D = rng.choice((40, 64, 80, 96, 128))
-    dtype = rng.choice((torch.float16, torch.bfloat16))
-    L = rng.randrange(130, 3000)
-    Hkv = rng.choice((1, 2, 4))
-    Hq, B = Hkv * rng.choice((1, 2)), rng.choice((1, 2))
-    kind = rng.choice(("causal", "padding", "window", "bigbird", "packed"))
-    if kind == "causal":
-        kwargs = {"causal": True}
-    elif kind == "padding":
-        kwargs = {"kv_lens": torch.tensor([rng.randrange(0, L + 1) for _ in range(B)], device=DEVICE)}
-    elif kind == "window":
-        kwargs = {"causal": rng.random() < 0.5, "layout": BlockLayout.sliding_window(L, 256, 128)}
-    elif kind == "bigbird":
-        kwargs = {"layout": BlockLayout.bigbird(L, 128, 1, 2, block_size=128, seed=seed, num_heads=Hq)}
-    else:
-        cuts = sorted(rng.sample(range(1, L), 3))
-        docs = [b - a for a, b in zip([0, *cuts], [*cuts, L], strict=True)]
-        kwargs = {"causal": rng.random() < 0.5, "cu_seqlens": _cu([docs] * B)}
-    return (B, Hq, Hkv, L, L, D, dtype, kwargs), kind
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the sm_90 table's dq_atomic candidates)")
-@pytest.mark.parametrize("seed", range(12))
-def test_gpu_dq_atomic_candidates(attn, monkeypatch, seed):
-    """Every dq_atomic candidate of the GPU's table (dQ summed by the dK/dV kernel through TMA
-    reduce-adds on sm_90), forced, on a random shape: output and gradients against float64."""
-    import genoformer.kernels.triton_flash as tf
-    from genoformer.kernels import triton_flash_configs as configs
-
-    (B, Hq, Hkv, L, S, D, dtype, kwargs), kind = _random_gpu_case(seed)
-    gen = configs.generation_for(torch.cuda.get_device_capability())
-    atomic = [c for c in configs.bwd_candidates(gen, D) if c.dq_atomic]
-    if not atomic:
-        pytest.skip(f"no dq_atomic candidate for {gen.name} at head dim {D}")
-    q, k, v, dout = _inputs(B, Hq, Hkv, L, S, D, dtype, seed=seed)
-    for config in atomic:
-        monkeypatch.setattr(tf, "_TUNED", {})
-        monkeypatch.setattr(tf, "bwd_candidates", lambda device, d, bs, c=config: (configs.fit_bwd(c, bs),))
-        _assert_close_to_reference(attn, q, k, v, dout, dtype, **kwargs)
-
-
 @pytest.mark.parametrize("causal", (False, True), ids=("bidirectional", "causal"))
 def test_dv_late_is_bit_equal(causal):
     """The dK/dV loop's late dV matmul (``dv_late``) issues the same matmuls of the same tiles in
@@ -720,7 +638,7 @@ def test_dv_late_is_bit_equal(causal):
         torch.testing.assert_close(late, default, atol=0, rtol=0)
 
 
-def test_eager_calls_match_the_custom_ops(deterministic):
+def test_eager_calls_match_the_custom_ops():
     """Eager calls run an autograd Function around the launchers (no custom-op dispatch); the
     custom ops, which torch.compile traces, give the same output and gradients bit for bit."""
     from genoformer.kernels import triton_flash

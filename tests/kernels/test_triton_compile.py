@@ -71,8 +71,7 @@ def _variant(cfg: configs.FwdConfig | configs.BwdConfig) -> str:
     return ("-tma" if cfg.tma else "") + (
         f"-tau{cfg.rescale_tau:g}" if isinstance(cfg, configs.FwdConfig) and cfg.rescale_tau else "") + (
         "-headsouter" if isinstance(cfg, configs.BwdConfig) and cfg.heads_outer else "") + (
-        "-dvlate" if isinstance(cfg, configs.BwdConfig) and cfg.dv_late else "") + (
-        "-dqatomic" if isinstance(cfg, configs.BwdConfig) and cfg.dq_atomic else "")
+        "-dvlate" if isinstance(cfg, configs.BwdConfig) and cfg.dv_late else "")
 
 
 def _cases() -> list[tuple[str, str, int, str, tuple]]:
@@ -100,8 +99,6 @@ def _cases() -> list[tuple[str, str, int, str, tuple]]:
         else:
             out.append((f"{gen.name}-d{d}-dkdv-{cfg.block_m1}x{cfg.block_n1}-w{cfg.warps1}s{cfg.stages1}{suffix}",
                         gen.name, d, "dkdv", fields))
-            if cfg.dq_atomic:  # no dQ kernel: the dK/dV kernel sums dQ
-                continue
             # dv_late changes only the dK/dV kernel: its dQ half is the plain configuration's
             dq_suffix = _variant(dataclasses.replace(cfg, dv_late=False)) + packed
             out.append((f"{gen.name}-d{d}-dq-{cfg.block_m2}x{cfg.block_n2}-w{cfg.warps2}s{cfg.stages2}{dq_suffix}",
@@ -147,9 +144,7 @@ def _compile_one(case: tuple) -> dict:
         warps, stages = cfg.num_warps, cfg.num_stages
     else:
         cfg = configs.BwdConfig(*fields)
-        # dQ summed by TMA reduce-adds where the launcher does (sm_90, aligned accumulator), else atomics
-        variant = {"TMA": cfg.tma, "HEADS_OUTER": cfg.heads_outer, "DV_LATE": cfg.dv_late,
-                   "DQ_ATOMIC": cfg.dq_atomic, "DQ_TMA": cfg.dq_atomic and gen.compile_capability >= 90}
+        variant = {"TMA": cfg.tma, "HEADS_OUTER": cfg.heads_outer, "DV_LATE": cfg.dv_late}
         if kind == "dkdv":
             kernel = bwd_dkdv_kernel
             constexprs = {"BLOCK_M1": cfg.block_m1, "BLOCK_N1": cfg.block_n1, "EVEN_Q": False, **variant}
@@ -168,7 +163,7 @@ def _compile_one(case: tuple) -> dict:
             signature[name] = "constexpr"
         elif name in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV", "OUT"):
             signature[name] = "*bf16"
-        elif name in ("LSE", "DELTA", "PDK", "PDV", "PDQ", "DQACC", "PART", "PO", "PM", "PL"):
+        elif name in ("LSE", "DELTA", "PDK", "PDV", "PDQ", "PART", "PO", "PM", "PL"):
             signature[name] = "*fp32"
         elif name in ("KV_LENS", "CNT", "IDX", "ORDER", "DOC_START", "DOC_END", "DOC_ORDER", "SUMS"):
             signature[name] = "*i32"
