@@ -86,13 +86,12 @@ LAYOUT_PATTERNS = ("sliding_window", "bigbird", "custom")
 
 
 def layout_cases(seq_lens: list[int], head_dims: list[int]) -> list[dict]:
-    """Every (head dim, length, pattern) cell of the layouts pass, 16k first; B and H as the
-    attention benchmark's."""
+    """Every (head dim, length, pattern) cell of the layouts pass, lengths in the order given; B and H
+    as the attention benchmark's."""
     from benchmarks.attention import FULL
 
-    order = sorted(seq_lens, key=lambda L: (L != 16384, L))
     return [{"D": d, "H": FULL.heads(d), "L": L, "B": FULL.batch(L), "pattern": pattern}
-            for d in head_dims for L in order for pattern in LAYOUT_PATTERNS]
+            for d in head_dims for L in seq_lens for pattern in LAYOUT_PATTERNS]
 
 
 def run_layout_case(case: dict, impls: dict, args: argparse.Namespace) -> dict:
@@ -252,6 +251,7 @@ def bwd_implementations(fa4_module) -> dict:
 
 
 def run_bwd_case(case: dict, impls: dict, args: argparse.Namespace) -> dict:
+    from benchmarks.attention import tuner_choices
     from genoformer.kernels import triton_flash
 
     B, H, L, D, causal = case["B"], case["H"], case["L"], case["D"], case["causal"]
@@ -263,11 +263,12 @@ def run_bwd_case(case: dict, impls: dict, args: argparse.Namespace) -> dict:
     for name, setup in impls.items():
         try:
             fn = setup(q, k, v, do, causal)
-            tuned = dict(triton_flash._TUNED)
-            grads[name] = fn()  # compiles and tunes outside the timing
+            with tuner_choices(triton_flash) as chosen:
+                grads[name] = fn()  # compiles and tunes outside the timing
             torch.cuda.synchronize()
             runnable[name] = fn
-            record["configs"].update({name: repr(c) for key, c in triton_flash._TUNED.items() if key not in tuned})
+            if chosen:
+                record["configs"][name] = [f"{kind} {config}" for kind, config in chosen]
         except Exception as error:  # recorded in the table; a failing Gluon backward fails the run at the end
             record["errors"][name] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
     if "triton" in grads:  # each gradient against triton's, relative to triton's largest element
@@ -280,6 +281,11 @@ def run_bwd_case(case: dict, impls: dict, args: argparse.Namespace) -> dict:
     return timed(record, runnable, flops, args)
 
 
+def _mask(record: dict) -> str:
+    """A cell's mask: its layout pattern, else causal or bidir."""
+    return record.get("pattern") or ("causal" if record["causal"] else "bidir")
+
+
 def _ratio(record: dict, ours: str, other: str) -> str:
     a, b = record["ms"].get(ours), record["ms"].get(other)
     return f"{a / b:.2f}" if a and b else ""
@@ -289,7 +295,7 @@ def table(records: list[dict], ours_names: tuple[str, ...] = OURS, others: tuple
     rows = []
     for r in records:
         row = {"D": r["D"], "H": r["H"], "L x B": f"{r['L'] // 1024}k x {r['B']}",
-               "mask": r.get("pattern") or ("causal" if r["causal"] else "bidir")}
+               "mask": _mask(r)}
         if "skipped" in r:
             row[f"{ours_names[0]} ms"] = r["skipped"]
             rows.append(row)
@@ -323,6 +329,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="forward, backward, the forward on block-sparse layouts (OUT/gluon_fwd.*, "
                              "OUT/gluon_bwd.*, OUT/gluon_layouts.*)")
     args = parser.parse_args(argv)
+    known = {*OURS, *OTHERS, *BWD_OURS, *BWD_OTHERS}
+    if args.implementations and set(args.implementations) - known:
+        parser.error(f"--implementations: no implementation {sorted(set(args.implementations) - known)}; "
+                     f"choose from {' '.join(sorted(known))}")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         sys.exit("the Gluon kernels run on an sm_90 (Hopper) GPU only: run this on the H200")
 
@@ -356,10 +366,10 @@ def sweep(args: argparse.Namespace, kind: str, impls: dict, run, ours: tuple[str
             continue
         records.append(run(case, impls, args))
         r = records[-1]
-        print(f"{kind} D{r['D']} L{r['L']} B{r['B']} {r.get('pattern') or ('causal' if r['causal'] else 'bidir')}: "
+        print(f"{kind} D{r['D']} L{r['L']} B{r['B']} {_mask(r)}: "
               + ", ".join(f"{k} {v:.3f} ms" for k, v in r["ms"].items())
               + (f"; errors {r['errors']}" if r["errors"] else ""), flush=True)
-    failures = [f"D{r['D']} L{r['L']} {r.get('pattern') or ('causal' if r['causal'] else 'bidir')} {name}: "
+    failures = [f"D{r['D']} L{r['L']} {_mask(r)} {name}: "
                 + (r["errors"].get(name) or f"max |diff| {r['max_diff_vs_triton'][name]:.3g} vs triton")
                 for r in records if "skipped" not in r for name in ours
                 if name in r["errors"] or r["max_diff_vs_triton"].get(name, 0.0) > tolerance]
