@@ -2,59 +2,40 @@
 
 Data flows one way: sequence files -> ``prepare_*_store`` writes a zarr store -> a dataset reads
 windows -> a data module batches them.
+
+The names below are imported from their modules on first use (``from genoformer.data import
+GenomeStore`` imports genoformer.data.genome.store), so that importing one module of the package
+imports no other: DataLoader workers started with spawn (which import this package to unpickle a
+dataset) do not pay for Lightning, and a command's ``--help`` or ``--version`` for nothing.
 """
 
-from genoformer.data.genome.alphabet import (
-    BOS,
-    MASK,
-    PAD,
-    VOCAB_SIZE,
-    A,
-    C,
-    G,
-    InvalidBaseError,
-    N,
-    T,
-    decode,
-    encode,
-    reverse_complement,
-)
-from genoformer.data.genome.datasets import (
-    PackedRandomWindowDataset,
-    PackedTiledWindowDataset,
-    RandomWindowDataset,
-    TiledWindowDataset,
-    tile_starts,
-)
-from genoformer.data.genome.store import ContigInfo, GenomeStore, prepare_genome_store
-from genoformer.data.sampling import ShardSampler
-from genoformer.data.genome.seqfiles import SequenceRecord, read_records
-from genoformer.data.splits import Interval, SplitSpec, split_intervals
-from genoformer.data.tiling import Keep, Tile, tile_windows
-from genoformer.data.timeseries.datasets import TimeSeriesWindowDataset
-from genoformer.data.timeseries.store import SeriesInfo, TimeSeriesStore, prepare_timeseries_store
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOMES = {
+    **dict.fromkeys(("A", "C", "G", "T", "N", "PAD", "MASK", "BOS", "VOCAB_SIZE", "InvalidBaseError", "encode",
+                     "decode", "reverse_complement"), "genome.alphabet"),
+    **dict.fromkeys(("PackedRandomWindowDataset", "PackedTiledWindowDataset", "RandomWindowDataset",
+                     "TiledWindowDataset", "tile_starts"), "genome.datasets"),
+    **dict.fromkeys(("ContigInfo", "GenomeStore", "prepare_genome_store"), "genome.store"),
+    "GenomeDataModule": "genome.datamodule",
+    **dict.fromkeys(("SequenceRecord", "read_records"), "genome.seqfiles"),
+    "ShardSampler": "sampling",
+    **dict.fromkeys(("Interval", "SplitSpec", "split_intervals"), "splits"),
+    **dict.fromkeys(("Keep", "Tile", "tile_windows"), "tiling"),
+    "TimeSeriesWindowDataset": "timeseries.datasets",
+    **dict.fromkeys(("SeriesInfo", "TimeSeriesStore", "prepare_timeseries_store"), "timeseries.store"),
+    "TimeSeriesDataModule": "timeseries.datamodule",
+}
+"""Where each public name lives (a module of this package)."""
 
 
-def __getattr__(name: str):
-    """Import the Lightning data modules on first use, so that DataLoader workers started with
-    spawn (which import this package to unpickle a dataset) do not pay for importing Lightning."""
-    if name in ("GenomeDataModule", "TimeSeriesDataModule"):
-        if name == "GenomeDataModule":
-            from genoformer.data.genome.datamodule import GenomeDataModule
-
-            return GenomeDataModule
-        from genoformer.data.timeseries.datamodule import TimeSeriesDataModule
-
-        return TimeSeriesDataModule
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
 
 
-__all__ = [
-    "A", "C", "G", "T", "N", "PAD", "MASK", "BOS", "VOCAB_SIZE", "InvalidBaseError",
-    "encode", "decode", "reverse_complement",
-    "prepare_genome_store", "GenomeStore", "ContigInfo",
-    "prepare_timeseries_store", "TimeSeriesStore", "SeriesInfo",
-    "RandomWindowDataset", "TiledWindowDataset", "PackedRandomWindowDataset", "PackedTiledWindowDataset", "TimeSeriesWindowDataset", "Tile", "Keep", "tile_windows", "tile_starts",
-    "ShardSampler", "SplitSpec", "Interval", "split_intervals",
-    "GenomeDataModule", "TimeSeriesDataModule", "SequenceRecord", "read_records",
-]
+__all__ = list(_HOMES)

@@ -14,6 +14,7 @@ genoformer.data` or `import genoformer.kernels` stays light):
                             (timeseries.protocol), its commands
     genoformer.cli          the `genoformer` command: LightningCLI for training, typed commands
     genoformer.hints        error hints that name options as the caller writes them
+    genoformer.signatures   a function's signature read from its module's source (for the CLI)
     genoformer.kernels      attention backends and block-sparse layouts (folder kernels/)
     genoformer.data         storage, inputs, splits, sampling, tiling, packing; genome and
                             time-series stores, datasets and data modules (folder data/)

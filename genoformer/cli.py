@@ -44,8 +44,11 @@ Data and inference verbs are typed functions whose `--help` comes from their doc
 Options are never abbreviated (`--trainer.max_step` is an error, not `max_steps`), and a mistyped
 option or config key is named in the first line of the error with the nearest valid one.
 
-This module imports only what the usage and the argument handling need: a command imports its
-own module (and torch, Lightning) when it runs, so that `genoformer --help` answers at once.
+This module imports only what the usage and the argument handling need: a tool command's options
+are read from its function's source (`FunctionIn`, genoformer.signatures), and its module (with
+torch, Lightning) is imported when it runs, so that `genoformer --help`, `genoformer COMMAND --help`
+and an error in a command's options answer in about a second. The training commands build their
+parsers from Lightning's classes and import them first.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -63,13 +67,13 @@ import traceback
 import typing
 import warnings
 from collections.abc import Callable, Sequence
-from types import ModuleType
 from typing import Any, NoReturn, Optional
 
 from jsonargparse import CLI, ArgumentParser
 from tqdm.std import tqdm  # the base class: its _instances holds every open bar, Lightning's too
 
 from genoformer.hints import command_line_hints
+from genoformer.signatures import Unresolved, light_function
 
 TRAINING_COMMANDS = ("fit", "validate", "test", "predict")
 
@@ -82,111 +86,89 @@ _TRAINING_HELP = {
 
 
 # ----------------------------------------------------------------------- the tool commands
-def _genome_commands() -> ModuleType:
-    from genoformer.genome import commands
+@dataclasses.dataclass(frozen=True)
+class FunctionIn:
+    """The function `name` of the module `module`: calling this imports the module and returns it.
+    Its signature and docstring are read from the module's source without importing it
+    (`genoformer.signatures.light_function`), so that `--help` and option errors answer at once;
+    the command-line tests check that every command's module and name exist and that what the
+    source says equals the function."""
 
-    return commands
+    module: str
+    name: str
 
-
-def _genome_evaluate() -> ModuleType:
-    from genoformer.genome import evaluate
-
-    return evaluate
-
-
-def _genome_markov() -> ModuleType:
-    from genoformer.genome import markov
-
-    return markov
-
-
-def _genome_variants() -> ModuleType:
-    from genoformer.genome import variants
-
-    return variants
-
-
-def _genome_mutagenesis() -> ModuleType:
-    from genoformer.genome import mutagenesis
-
-    return mutagenesis
-
-
-def _genome_generate() -> ModuleType:
-    from genoformer.genome import generate
-
-    return generate
-
-
-def _core_export() -> ModuleType:
-    from genoformer.core import export
-
-    return export
-
-
-def _timeseries_commands() -> ModuleType:
-    from genoformer.timeseries import commands
-
-    return commands
+    def __call__(self) -> Callable[..., Any]:
+        return getattr(importlib.import_module(self.module), self.name)
 
 
 @dataclasses.dataclass(frozen=True)
 class ToolCommand:
     """A data or inference command: its one-line summary for the usage list (the first line of
-    its function's docstring, kept here so that `genoformer --help` imports no command; a test
-    holds the two equal) and how to get its function (importing its module, with torch and the
-    rest, only when the command runs)."""
+    its function's docstring, kept here so that `genoformer --help` reads no command; a test
+    holds the two equal) and how to get its function (`FunctionIn`, or any callable that returns
+    it: then `--help` imports the function's module)."""
 
     summary: str
     load: Callable[[], Callable[..., Any]]
 
 
+def parsing_function(command: ToolCommand) -> Callable[..., Any]:
+    """What the parser reads a command's options from: the source's stand-in for a `FunctionIn`
+    (torch and the rest are imported only when the command runs), else the function itself."""
+    if isinstance(command.load, FunctionIn):
+        try:
+            return light_function(command.load.module, command.load.name)
+        except Unresolved:  # a signature that the source alone does not settle: import it
+            pass
+    return command.load()
+
+
 TOOL_COMMANDS: dict[str, ToolCommand] = {
     "prepare": ToolCommand(
         "Build a chunked zarr genome store from FASTA or GenBank files (plain, .gz, .xz, .bz2).",
-        lambda: _genome_commands().prepare),
+        FunctionIn("genoformer.genome.commands", "prepare")),
     "prepare_timeseries": ToolCommand(
         "Build a chunked zarr time-series store from CSV or .npy files (one series per file).",
-        lambda: _timeseries_commands().prepare_timeseries),
+        FunctionIn("genoformer.timeseries.commands", "prepare_timeseries")),
     "embed": ToolCommand(
         "Embed sequences with a trained checkpoint and write them, with their names, to a file.",
-        lambda: _genome_commands().embed),
+        FunctionIn("genoformer.genome.commands", "embed")),
     "finetune": ToolCommand(
         "Fine-tune a pretrained DNA model on labels (per sequence, or gene classes per base).",
-        lambda: _genome_commands().finetune),
+        FunctionIn("genoformer.genome.commands", "finetune")),
     "classify": ToolCommand(
         "Predict the class (or labels, or values) of every sequence with a fine-tuned model.",
-        lambda: _genome_commands().classify),
+        FunctionIn("genoformer.genome.commands", "classify")),
     "annotate": ToolCommand(
         "Call genes on whole genomes with a fine-tuned gene annotator; write them as GFF3.",
-        lambda: _genome_commands().annotate),
+        FunctionIn("genoformer.genome.commands", "annotate")),
     "evaluate": ToolCommand(
         "Bits per base of a trained checkpoint on DNA, per record (or region) and in total.",
-        lambda: _genome_evaluate().evaluate),
+        FunctionIn("genoformer.genome.evaluate", "evaluate")),
     "baseline": ToolCommand(
         "Fit an order-k Markov model on training genomes and print its bits per base on others.",
-        lambda: _genome_markov().baseline),
+        FunctionIn("genoformer.genome.markov", "baseline")),
     "export": ToolCommand(
         "Write a checkpoint's weights and configuration without optimizer state: a .ckpt or a Hugging Face directory.",
-        lambda: _core_export().export),
+        FunctionIn("genoformer.core.export", "export")),
     "score": ToolCommand(
         "Write the per-base log-likelihood (log2 p, in bits) of every record as a bedGraph or bigWig track.",
-        lambda: _genome_evaluate().score),
+        FunctionIn("genoformer.genome.evaluate", "score")),
     "variant_effect": ToolCommand(
         "Score variants (SNVs, MNVs, indels) by the log-likelihood ratio (bits) of alt against ref.",
-        lambda: _genome_variants().variant_effect),
+        FunctionIn("genoformer.genome.variants", "variant_effect")),
     "mutagenesis": ToolCommand(
         "In-silico saturation mutagenesis: the llr (bits) of every base at every position of regions.",
-        lambda: _genome_mutagenesis().mutagenesis),
+        FunctionIn("genoformer.genome.mutagenesis", "mutagenesis")),
     "generate": ToolCommand(
         "Sample DNA continuations of a prompt from a causal language model and write them as FASTA.",
-        lambda: _genome_generate().generate),
+        FunctionIn("genoformer.genome.generate", "generate")),
     "forecast": ToolCommand(
         "Forecast one series of a store with a checkpoint; write .npz and a PNG beside it.",
-        lambda: _timeseries_commands().forecast),
+        FunctionIn("genoformer.timeseries.commands", "forecast")),
     "evaluate_forecast": ToolCommand(
         "Score forecasts under the long-horizon protocol (MSE and MAE on z-scored values) and write JSON.",
-        lambda: _timeseries_commands().evaluate_forecast),
+        FunctionIn("genoformer.timeseries.commands", "evaluate_forecast")),
 }
 
 
@@ -421,10 +403,8 @@ def main(args: Optional[Sequence[str]] = None) -> None:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return
-    if argv[0] in ("-V", "--version"):
-        from genoformer.data.storage import tool_version
-
-        print(f"genoformer {tool_version()}")
+    if argv[0] in ("-V", "--version"):  # the installed package's version, as stores record it (storage.tool_version)
+        print(f"genoformer {importlib.metadata.version('genoformer')}")
         return
     command = argv[0]
     if command not in TOOL_COMMANDS and command not in TRAINING_COMMANDS:
@@ -435,7 +415,7 @@ def main(args: Optional[Sequence[str]] = None) -> None:
     _quiet_third_party_notices()
     try:
         if command in TOOL_COMMANDS:
-            function = TOOL_COMMANDS[command].load()
+            function = parsing_function(TOOL_COMMANDS[command])
             with command_line_hints():
                 CLI(function, args=_tool_arguments(function, argv[1:]), as_positional=False,
                     parser_class=ToolParser, prog=f"genoformer {command}", allow_abbrev=False)

@@ -7,21 +7,38 @@ Public API:
     BlockLayout                                                       block-sparse pattern
     LayoutSpec, SlidingWindow, GlobalTokens, BigBird, Strided, Union  layout recipes for configs
 
-The Triton kernels (genoformer.kernels.triton_flash) are imported only when they run.
-Ring attention over a sequence sharded across processes, and its sharding contract, live in
-genoformer.kernels.ring (imported on its own: it brings torch.distributed).
+Each is imported from its module on first use (`from genoformer.kernels import attention` imports
+genoformer.kernels.dispatch, and torch with it), so that importing a light module of the package,
+such as genoformer.kernels.backend, imports nothing else. The Triton kernels
+(genoformer.kernels.triton_flash) are imported only when they run. Ring attention over a sequence
+sharded across processes, and its sharding contract, live in genoformer.kernels.ring (imported on
+its own: it brings torch.distributed).
 """
 
-from genoformer.kernels.dispatch import Backend, attention
-from genoformer.kernels.layout import (
-    BigBird,
-    BlockLayout,
-    GlobalTokens,
-    LayoutSpec,
-    SlidingWindow,
-    Strided,
-    Union,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from genoformer.kernels.backend import Backend
+    from genoformer.kernels.dispatch import attention
+    from genoformer.kernels.layout import BigBird, BlockLayout, GlobalTokens, LayoutSpec, SlidingWindow, Strided, Union
+
+_HOMES = {
+    "attention": "dispatch",
+    "Backend": "backend",
+    **dict.fromkeys(("BigBird", "BlockLayout", "GlobalTokens", "LayoutSpec", "SlidingWindow", "Strided", "Union"),
+                    "layout"),
+}
+"""Where each public name lives (a module of this package)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+
 
 __all__ = [
     "attention",

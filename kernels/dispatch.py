@@ -79,7 +79,6 @@ traceable, so the graph breaks around them.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import functools
 import importlib.util
 import logging
@@ -90,6 +89,7 @@ from typing import NamedTuple, Protocol
 import torch
 
 from genoformer.kernels import flash_attn_backend
+from genoformer.kernels.backend import Backend
 from genoformer.kernels.blocksparse_torch import blocksparse_attention
 from genoformer.kernels.documents import check_cu_seqlens
 from genoformer.kernels.flash_attn_backend import FlashAttn
@@ -104,40 +104,6 @@ SDPA_MASK_ELEMENTS = 1 << 24
 for its lse (return_lse); beyond it, torch runs."""
 
 _logged_choices: set[tuple] = set()
-
-
-class _ByNameOrValue(enum.EnumMeta):
-    """`Backend[...]` finds a member by name or value in any case, as `Backend(...)` does.
-
-    jsonargparse (LightningCLI's parser) reads an Enum-typed field with `Backend[text]`, so
-    `attention_backend: flash_attn`, `auto` or `FLASH_ATTN` in a config all parse."""
-
-    def __getitem__(cls, name):
-        member = cls._missing_(name) if isinstance(name, str) else None
-        if member is None:
-            raise KeyError(name)
-        return member
-
-
-class Backend(str, enum.Enum, metaclass=_ByNameOrValue):
-    """Which implementation runs `attention`; parses from its value or its name in any case."""
-
-    AUTO = "auto"
-    REFERENCE = "reference"
-    TORCH = "torch"
-    SDPA = "sdpa"
-    FLASH_ATTN = "flash_attn"
-    FLASH_ATTN_2 = "flash_attn_2"
-    FLASH_ATTN_4 = "flash_attn_4"
-    TRITON = "triton"
-    GLUON = "gluon"
-
-    @classmethod
-    def _missing_(cls, value):
-        if not isinstance(value, str):
-            return None
-        folded = value.lower()
-        return next((m for m in cls.__members__.values() if folded in (m.value, m.name.lower())), None)
 
 
 # ------------------------------------------------------------------------------ the backends

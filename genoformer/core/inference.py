@@ -10,7 +10,6 @@ Shape legend: T tokens of one sequence, E model width, X sequences.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from typing import Optional, Union
 
@@ -19,22 +18,8 @@ import torch
 from torch import nn
 
 from genoformer.core.checkpoints import canonical_state_dict
+from genoformer.core.pooling import Pooling
 from genoformer.hints import option
-
-
-class Pooling(str, enum.Enum):
-    """How per-token vectors of one sequence become its embedding."""
-
-    MEAN = "mean"
-    """Mean over all positions: (E,)."""
-    MAX = "max"
-    """Element-wise maximum over all positions: (E,)."""
-    FIRST = "first"
-    """The first position: (E,). With causal attention it has seen one token only."""
-    LAST = "last"
-    """The last position: (E,). With causal attention it has seen the whole window."""
-    NONE = "none"
-    """Every position: (T, E)."""
 
 
 def inference_device(device: Optional[Union[str, torch.device]]) -> torch.device:

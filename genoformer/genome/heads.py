@@ -22,7 +22,6 @@ K outputs.
 
 from __future__ import annotations
 
-import enum
 import math
 from typing import Optional
 
@@ -31,23 +30,7 @@ from torch import nn
 
 from genoformer.core.transformer import Transformer
 from genoformer.data.genome.alphabet import COMPLEMENT
-
-
-class HeadPooling(str, enum.Enum):
-    """How a sequence head pools the per-base features (YAML: the member name, e.g. `pooling:
-    MEAN`; Python and the `finetune` command also take it in lower case)."""
-
-    MEAN = "MEAN"
-    """Mean over the real bases (padding left out)."""
-    LAST = "LAST"
-    """The state that has seen the whole sequence: the last base of a causal model (on both strands:
-    the last base of the forward reading and of the reverse-complement reading)."""
-    ATTENTION = "ATTENTION"
-    """A weighted mean with weights from a learned query (softmax over the real bases)."""
-
-    @classmethod
-    def _missing_(cls, value: object) -> HeadPooling | None:
-        return cls.__members__.get(value.upper()) if isinstance(value, str) else None
+from genoformer.genome.head_pooling import HeadPooling
 
 
 def positions_within(lengths_B: torch.Tensor, seq_len: int) -> torch.Tensor:
