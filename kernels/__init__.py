@@ -12,7 +12,9 @@ genoformer.kernels.dispatch, and torch with it), so that importing a light modul
 such as genoformer.kernels.backend, imports nothing else. The Triton kernels
 (genoformer.kernels.triton_flash) are imported only when they run. Ring attention over a sequence
 sharded across processes, and its sharding contract, live in genoformer.kernels.ring (imported on
-its own: it brings torch.distributed).
+its own: it brings torch.distributed). Decoding over a key/value cache (flash-attn's
+flash_attn_with_kvcache, and the decode step of our models) lives in genoformer.kernels.kvcache,
+its Triton kernel in genoformer.kernels.triton_decode.
 """
 
 from __future__ import annotations

@@ -30,10 +30,13 @@ recomputation (activation checkpointing) in the backward pass finds it.
 
 Incremental decoding. `Transformer.decode` runs a causal dense model a few tokens at a time
 with a `KVCache` (the rotated keys and the values of every block at the positions seen so far):
-a prefill of the prompt into an empty cache, then one token per call, each costing one token's
-work instead of a pass over the whole prefix; RoPE rotates each token at its absolute position.
-Its logits equal the full forward pass's at the same positions up to float rounding. The
-training forward does not touch it.
+a prefill of the prompt into an empty cache, then any number of tokens per call that continue
+it (one per step when generating; several when scoring alternatives after a shared prefix), each
+costing their own tokens' work instead of a pass over the whole prefix; RoPE rotates each token
+at its absolute position. The prefill runs the usual attention (causal over its tokens); a
+continuation attends the cache through `genoformer.kernels.kvcache.decode_attention` (the Triton
+decoding kernel on a GPU: the cache split across programs). Its logits equal the full forward
+pass's at the same positions up to float rounding. The training forward does not touch it.
 
 Shape legend (suffixes on tensor names):
     B  batch                  L  sequence length (tokens)
@@ -62,6 +65,7 @@ from torch.utils.checkpoint import checkpoint
 from genoformer.core.runtime import RUNTIME_FIELDS, RuntimeSettings
 from genoformer.kernels.dispatch import AttentionPlan, Backend, attention, plan_attention
 from genoformer.kernels.documents import document_bounds
+from genoformer.kernels.kvcache import decode_attention
 from genoformer.kernels.layout import BlockLayout, LayoutSpec
 
 if TYPE_CHECKING:
@@ -440,10 +444,15 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         """Attention of new tokens (the tables hold their absolute positions) over the keys and
         values of block `layer` in `cache` and their own, which are added to it. A prefill (empty
-        cache) is causal over its L tokens; a single token attends every cached position."""
+        cache) is causal over its L tokens; a continuation's token i attends every cached position
+        and the new ones up to its own (`decode_attention`, the causal mask aligned bottom-right)."""
         q_BHLD, k_BKLD, v_BKLD = self.project(x_BLE, cos_LR, sin_LR)
+        prefill = cache.length == 0
         k_BKTD, v_BKTD = cache.store(layer, k_BKLD, v_BKLD)
-        o_BHLD = attention(q_BHLD, k_BKTD, v_BKTD, causal=q_BHLD.shape[2] > 1, backend=backend)
+        if prefill:
+            o_BHLD = attention(q_BHLD, k_BKTD, v_BKTD, causal=q_BHLD.shape[2] > 1, backend=backend)
+        else:
+            o_BHLD = decode_attention(q_BHLD, k_BKTD, v_BKTD, causal=True, backend=backend)
         return self.merge_heads(o_BHLD)
 
 
@@ -625,10 +634,10 @@ class TransformerTrunk(nn.Module):
                 f"(attention: {config.attention}). Run the full forward pass on each prefix instead."
             )
         start = cache.length
-        if start > 0 and (L != 1 or cache.batch != B):
+        if start > 0 and cache.batch != B:
             raise ValueError(
-                f"after the prefill, decode takes one new token per row of the {cache.batch} rows the cache "
-                f"holds, got tokens of shape ({B}, {L}); reset the cache to prefill again."
+                f"after the prefill, decode continues each of the {cache.batch} rows the cache holds, got tokens "
+                f"of shape ({B}, {L}); pass {cache.batch} rows, or reset the cache to prefill again."
             )
         if start + L > min(cache.capacity, config.max_seq_len):
             raise ValueError(
@@ -637,14 +646,15 @@ class TransformerTrunk(nn.Module):
             )
         cos_LR, sin_LR = self.rotary.cos_sin(start + L, x_BLE.device)
         cos_LR, sin_LR = cos_LR[start:], sin_LR[start:]  # the new tokens' absolute positions
-        plan = plan_attention(
-            self.runtime.attention_backend, batch=B, q_heads=config.n_heads, kv_heads=config.kv_heads, q_len=L,
-            kv_len=start + L, head_dim=config.head_dim, dtype=attention_dtype(x_BLE), device=x_BLE.device,
-            causal=L > 1,
-        )
+        backend = self.runtime.attention_backend
+        if start == 0:  # a prefill: the usual attention, causal over the new tokens
+            backend = plan_attention(
+                backend, batch=B, q_heads=config.n_heads, kv_heads=config.kv_heads, q_len=L, kv_len=L,
+                head_dim=config.head_dim, dtype=attention_dtype(x_BLE), device=x_BLE.device, causal=L > 1,
+            ).backend
         x_BLE = self.drop(x_BLE)
         for i, block in enumerate(self.blocks):
-            x_BLE = block.decode(x_BLE, cos_LR, sin_LR, cache, i, plan.backend)
+            x_BLE = block.decode(x_BLE, cos_LR, sin_LR, cache, i, backend)
         cache.advance(L)
         return self.norm(x_BLE)
 
@@ -790,10 +800,11 @@ class Transformer(TransformerTrunk):
         cache.length .. cache.length + L - 1; their keys and values join the cache.
 
         Causal models with dense attention only. First a prefill: an empty cache (new, or after
-        `reset`) and the prompt, any L up to the cache's capacity; then one token per row per call
-        (L = 1), which costs one token's work. The logits equal those of `forward` on all the
-        tokens so far at the same positions, up to float rounding. Run it in eval mode under
-        torch.inference_mode (or no_grad).
+        `reset`) and the prompt, any L up to the cache's capacity; then calls that continue every
+        row the cache holds by L more tokens (L = 1 per generated token; more to score several
+        continuations of one prefix after `KVCache.repeat_rows`), each costing its own tokens'
+        work. The logits equal those of `forward` on all the tokens so far at the same positions,
+        up to float rounding. Run it in eval mode under torch.inference_mode (or no_grad).
         """
         _check_tokens(tokens_BL)
         return self.head(self.decode_blocks(self.embed(tokens_BL.long()), cache))

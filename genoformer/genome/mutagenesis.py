@@ -17,9 +17,12 @@ Outputs:
   bars coloured by the reference base (a logo-like row: the tall bars mark the positions the
   model cares about). At most `MAX_PLOTTED_REGIONS` regions are drawn; the TSV holds them all.
 
-Cost. Causal models run one reference window and three alternative windows per position (the
-alternatives of a position share its reference window), masked models one masked window per
-position, each of `window` tokens (twice with `both_strands`).
+Cost. A causal model's four windows of a position (the reference and the three alternatives)
+share their bases before the variant: that prefix (about window // 2 bases) runs once, into a
+key/value cache, and each window continues it from the variant on (`genoformer.genome.variants`),
+about 2.5 windows' work per position instead of 4, with the llr of whole windows up to float
+rounding. Masked models run one masked window per position, of `window` tokens (twice each with
+`both_strands`).
 
 The default window, 1024 (or the model's trained context when shorter), is a trade measured with
 a 256 x 8 causal model of an 8k context (`benchmarks/mutagenesis_bench.py`, 600 SNVs of lambda,

@@ -37,7 +37,7 @@ from genoformer.core.inference import autocast, default_autocast_dtype, inferenc
 from genoformer.genome.embeddings import Embedder
 from genoformer.hints import hint, option
 from genoformer.kernels.dispatch import Backend
-from genoformer.core.transformer import Transformer
+from genoformer.core.transformer import KVCache, Transformer
 
 LOG2E = 1.0 / np.log(2.0)
 DEFAULT_MASK_PERIOD = 7
@@ -169,6 +169,29 @@ class Scorer:
         for codes, result, wanted_L in zip(sequences, results, wanted):
             result[(codes > T) | ~wanted_L] = np.nan  # N (and any special token) is never a scored base
         return results
+
+    @property
+    def can_continue(self) -> bool:
+        """Whether the model can continue a prefix through a key/value cache
+        (`continued_log2_probabilities`): causal, with dense attention in every layer."""
+        config = self.model.config
+        return config.causal and all(config.pattern(i) is None for i in range(config.n_layers))
+
+    def continued_log2_probabilities(self, prefix_GP: torch.Tensor, suffixes_BS: torch.Tensor) -> torch.Tensor:
+        """log2 softmax of the logits of G prefixes (G, P) each continued by B // G suffixes (B, S),
+        group g's on rows g * (B // G) ...: float32 (B, S + 1, V) on the CPU, row b's position s
+        predicting the token after its prefix and s suffix tokens. One prefill of each prefix
+        (a `KVCache`), its rows repeated, then one continuation: the full forward's log
+        probabilities over prefix + suffix at positions P - 1 .. P + S - 1, up to float rounding."""
+        G, P = prefix_GP.shape
+        B, S = suffixes_BS.shape
+        cache = KVCache(P + S)
+        with autocast(self.device, self.autocast_dtype):
+            last_GV = self.model.decode(prefix_GP.to(self.device), cache)[:, -1]
+            cache.repeat_rows(B // G)
+            logits_BSV = self.model.decode(suffixes_BS.to(self.device), cache)
+        logits_BTV = torch.cat([last_GV.repeat_interleave(B // G, dim=0)[:, None], logits_BSV], dim=1)
+        return (torch.log_softmax(logits_BTV.float(), dim=-1) * LOG2E).cpu()
 
     def log2_probabilities(self, tokens_BW: torch.Tensor) -> torch.Tensor:
         """log2 softmax of the model's logits for token ids (B, W): float32 (B, W, V), on the CPU."""

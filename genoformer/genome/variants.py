@@ -35,6 +35,12 @@ len(ALT) - len(REF) tokens further right in the alternative window.
 
 llr is in bits: negative means the model finds the alternative less likely.
 
+Shared prefixes. The windows of one variant position and strand share every base before the
+allele; with a causal model of dense attention that prefix runs once (a prefill into a key/value
+cache, `Scorer.continued_log2_probabilities`) and each window continues it from the allele on.
+The sums are those of the whole windows up to float rounding; windows of other lengths in the
+group (indels) run whole.
+
 With a Markov model mixed in (`--mix`, causal models only; `genoformer.genome.mixture`), S sums
 the mixture's log2 p instead: each window is one stream of the mixture, scored by the Markov
 model from the window's own bases as the network is, so the weights before the variant are the
@@ -329,8 +335,15 @@ def _run_jobs(
     mixing: Optional[MarkovMixture] = None,
 ) -> dict[_Job, Union[float, np.ndarray]]:
     """Causal models: each job's summed log2 p (the mixture's with `mixing`) from its offset on
-    (float); masked models: the log2 probabilities (V,) at its masked offset."""
+    (float); masked models: the log2 probabilities (V,) at its masked offset.
+
+    Causal dense models without a mixture run the windows that share their bases before the
+    allele (the reference window and the alternatives of one position and strand) as one prefill
+    of that prefix and one continuation per window (`_run_continued`); the rest run whole."""
     results: dict[_Job, Union[float, np.ndarray]] = {}
+    if scorer.causal and mixing is None and scorer.can_continue:
+        jobs = _run_continued(scorer, reference, jobs, results, batch_size=batch_size, progress=progress,
+                              description=description)
     items = [(job, Tile(0, job.length, 0, job.length)) for job in jobs]
     with tqdm(total=len(items), unit="window", desc=description, disable=not progress, leave=False) as bar:
         for batch in same_length_batches(items, batch_size):
@@ -347,6 +360,57 @@ def _run_jobs(
             results.update(zip((job for job, _ in batch), values))
             bar.update(len(batch))
     return results
+
+
+def _prefix_key(job: _Job) -> tuple:
+    """Jobs with one key share their tokens before `offset` (the window's bases before the allele:
+    x[start:pos] forward, the reversed downstream flank on the reverse strand) and their offset."""
+    return job.chrom, job.start, job.end, job.pos, job.ref_length, job.reverse
+
+
+def _run_continued(
+    scorer: Scorer,
+    reference: Mapping[str, np.ndarray],
+    jobs: list[_Job],
+    results: dict[_Job, Union[float, np.ndarray]],
+    *,
+    batch_size: int,
+    progress: bool,
+    description: str,
+) -> list[_Job]:
+    """Score every group of jobs that share a prefix of at least one base and one window length
+    by one prefill of the prefix and the continuation of each job's window from its offset
+    (`Scorer.continued_log2_probabilities`), filling `results`; returns the jobs left to run whole.
+
+    Groups of one kind (prefix length, window length, jobs per group) share batches of
+    `batch_size` prefixes. The sums are those of whole windows up to float rounding: the same
+    log2 p(base | the window's bases before it), from the same causal model."""
+    groups: dict[tuple, list[_Job]] = {}
+    for job in jobs:
+        groups.setdefault(_prefix_key(job), []).append(job)
+    left, kinds = [], {}
+    for members in groups.values():
+        offset, length = members[0].offset, members[0].length
+        if offset < 1 or any(job.length != length for job in members):
+            left += members
+        else:
+            kinds.setdefault((offset, length, len(members)), []).append(members)
+    batches = [(kind, chunk[i:i + batch_size]) for kind, chunk in kinds.items()
+               for i in range(0, len(chunk), batch_size)]
+    with tqdm(total=sum(len(g) * kind[2] for kind, g in batches), unit="window", desc=description,
+              disable=not progress, leave=False) as bar:
+        for (offset, _, per_group), batch in batches:
+            tokens_GnW = torch.from_numpy(np.stack([[job.tokens(reference[job.chrom]) for job in members]
+                                                    for members in batch])).long()
+            tokens_BW = tokens_GnW.flatten(0, 1)  # group g's jobs on rows g * per_group ...
+            log2p_BS = scorer.continued_log2_probabilities(tokens_GnW[:, 0, :offset], tokens_BW[:, offset:])
+            # row b's log2 p of its bases offset .. W - 1, each from the bases before it
+            target_BS1 = tokens_BW[:, offset:, None]
+            log2p_BS = log2p_BS[:, :-1].gather(-1, target_BS1.clamp(max=T))[..., 0].double()
+            sums_B = torch.where(target_BS1[..., 0] <= T, log2p_BS, 0.0).sum(-1)
+            results.update(zip((job for members in batch for job in members), sums_B.tolist()))
+            bar.update(len(tokens_BW))
+    return left
 
 
 def _log2p_of_bases(scorer: Scorer, tokens_BW: torch.Tensor) -> torch.Tensor:

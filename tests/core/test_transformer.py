@@ -263,6 +263,37 @@ def test_repeated_rows_decode_like_separate_prefills():
     torch.testing.assert_close(torch.cat(steps, dim=1), full_BLV[:, 12:], rtol=0, atol=2e-6)
 
 
+@pytest.mark.parametrize("steps", [[5, 1, 7], [13]])
+def test_continuing_by_several_tokens_gives_the_logits_of_the_full_forward(steps):
+    """A continuation of several tokens attends the cache and, causally, its own tokens (the
+    mask aligned bottom-right): the full forward's logits at those positions."""
+    model = tiny_model(n_kv_heads=2)
+    tokens_BL = random_tokens(2, 30, seed=8, high=5).long()
+    with torch.inference_mode():
+        cache = KVCache(30)
+        parts, start = [model.decode(tokens_BL[:, :17], cache)], 17
+        for count in steps:
+            parts.append(model.decode(tokens_BL[:, start:start + count], cache))
+            start += count
+        full_BLV = model(tokens_BL[:, :start])
+    torch.testing.assert_close(torch.cat(parts, dim=1), full_BLV, rtol=0, atol=2e-6)
+
+
+def test_shared_prefix_continued_by_several_alternatives():
+    """One prefill of a prefix, its rows repeated, each continued by its own several tokens:
+    every row's logits are those of its whole sequence run alone."""
+    model = tiny_model()
+    prefix_1L = random_tokens(1, 15, seed=9, high=5).long()
+    suffixes_BL = random_tokens(4, 9, seed=10, high=5).long()
+    with torch.inference_mode():
+        cache = KVCache(24)
+        model.decode(prefix_1L, cache)
+        cache.repeat_rows(4)
+        continued_BLV = model.decode(suffixes_BL, cache)
+        full_BLV = model(torch.cat([prefix_1L.expand(4, -1), suffixes_BL], dim=1))
+    torch.testing.assert_close(continued_BLV, full_BLV[:, 15:], rtol=0, atol=2e-6)
+
+
 def test_cache_reset_prefills_a_new_window_in_the_same_buffers():
     model = tiny_model()
     tokens_BL = random_tokens(2, 30, seed=6).long()
@@ -293,10 +324,10 @@ def test_decoding_refuses_what_it_cannot_run():
             tiny_model(attention=[SlidingWindow(window=16, block_size=16)]).decode(tokens_BL, KVCache(8))
         model, cache = tiny_model(), KVCache(9)
         model.decode(tokens_BL, cache)
-        with pytest.raises(ValueError, match="one new token per row"):
-            model.decode(tokens_BL[:, :2], cache)
-        with pytest.raises(ValueError, match="one new token per row"):
+        with pytest.raises(ValueError, match="continues each of the 2 rows"):
             model.decode(tokens_BL[:1, :1], cache)
+        with pytest.raises(ValueError, match="exceed the cache capacity 9"):
+            model.decode(tokens_BL[:, :2], cache)
         model.decode(tokens_BL[:, :1], cache)
         with pytest.raises(ValueError, match="exceed the cache capacity 9"):
             model.decode(tokens_BL[:, :1], cache)

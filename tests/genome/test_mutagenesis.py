@@ -13,9 +13,10 @@ from cli_helpers import fails
 from model_helpers import random_tokens
 
 from genoformer.cli import main
-from genoformer.data.genome.alphabet import decode
+from genoformer.data.genome.alphabet import decode, encode
 from genoformer.data.genome.regions import Region
-from genoformer.genome.mutagenesis import region_alleles
+from genoformer.genome.mutagenesis import region_alleles, saturation_mutagenesis
+from genoformer.genome.scoring import Scorer
 from genoformer.genome.variants import variant_effect
 
 RECORD = "plasmid|p1"  # a record name as NCBI writes them
@@ -53,6 +54,26 @@ def test_mutagenesis_equals_variant_effect_for_every_snv(which, both_strands, ge
         assert effect[:4] == row[:4] and effect[-1] == ""
         assert float(row[4]) == pytest.approx(float(effect[-2]), abs=1e-5)
     assert len({row[4] for row in rows[1:]}) > 40  # real, different scores
+
+
+@pytest.mark.parametrize("both_strands", [False, True])
+def test_continued_prefixes_give_the_scores_of_whole_windows(both_strands, causal_checkpoint, genome, monkeypatch):
+    """A causal model scores each position's four windows as one prefill of their shared prefix and
+    four continuations (a key/value cache): the llr of every SNV equals that of the four whole
+    windows (float32 rounding, under 1e-4 bits), at the contig's ends too (short or no prefix)."""
+    path, sequence = genome
+    scorer = Scorer.from_checkpoint(causal_checkpoint, device="cpu")
+    reference = {"chr1": encode(sequence)}
+    regions = [Region("chr1", 0, 3, "start"), Region("chr1", 43, 46, "middle"), Region("chr1", 87, 90, "end")]
+    continued = saturation_mutagenesis(scorer, reference, regions, window=32, both_strands=both_strands,
+                                       batch_size=4, progress=False)
+    monkeypatch.setattr(Scorer, "can_continue", property(lambda self: False))
+    whole = saturation_mutagenesis(scorer, reference, regions, window=32, both_strands=both_strands, batch_size=4,
+                                   progress=False)
+    for got, expected in zip(continued, whole):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4, equal_nan=True)
+    assert np.nanstd(np.concatenate(whole)) > 0.01  # real, different scores
 
 
 def test_tsv_rows_are_in_genome_coordinates_with_the_record_names(causal_checkpoint, genome, tmp_path):
