@@ -32,6 +32,7 @@ class Backend(str, enum.Enum, metaclass=_ByNameOrValue):
     FLASH_ATTN_4 = "flash_attn_4"
     TRITON = "triton"
     GLUON = "gluon"
+    XFORMERS = "xformers"
 
     @classmethod
     def _missing_(cls, value):

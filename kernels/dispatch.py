@@ -46,10 +46,13 @@ Backends:
                 backward (gluon_flash._backward_kernels); causal or bidirectional, layouts whose block
                 size is a multiple of 128, key padding, packed documents (without a layout), GQA;
                 fp16/bf16, head dims 64 and 128 (docs/design/gluon.md)
+    xformers    xformers' memory_efficient_attention (`genoformer.kernels.xformers_backend`; optional,
+                `pip install xformers`): dense, key padding and packed documents (block-diagonal
+                masks), no layouts, no lse; for GPUs older than Ampere (T4, V100)
     auto        CUDA: the first backend that supports the inputs in the measured order for the
                 GPU's generation and the kind of input (`FASTEST_FIRST`; on sm_90 flash_attn_4, then
-                gluon for dense inputs, then triton; triton on generations not measured), else sdpa
-                (dense) / torch (layout).
+                gluon for dense inputs, then triton; triton on generations not measured; xformers on
+                GPUs older than Ampere, `PRE_AMPERE`), else sdpa (dense) / torch (layout).
                 Elsewhere: sdpa for dense inputs (with key padding or documents only while its
                 bool mask has at most SDPA_MASK_ELEMENTS elements, with return_lse only while the
                 score matrix has), torch for block-sparse layouts.
@@ -203,6 +206,19 @@ def _flash_attn(*versions: FlashAttn) -> BackendEntry:
                         unsupported_reason=functools.partial(flash_attn_backend.unsupported_reason, versions))
 
 
+def _load_xformers() -> RunFn:
+    from genoformer.kernels.xformers_backend import xformers_attention
+
+    return xformers_attention
+
+
+def _xformers_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse) -> str | None:
+    from genoformer.kernels import xformers_backend
+
+    return xformers_backend.unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens,
+                                               cu_seqlens=cu_seqlens, return_lse=return_lse)
+
+
 BACKENDS: dict[Backend, BackendEntry] = {
     Backend.REFERENCE: BackendEntry(lambda: reference_attention, _runs_every_input),
     Backend.TORCH: BackendEntry(lambda: blocksparse_attention, _runs_every_input),
@@ -212,6 +228,7 @@ BACKENDS: dict[Backend, BackendEntry] = {
     Backend.FLASH_ATTN_4: _flash_attn(FlashAttn.V4),
     Backend.TRITON: BackendEntry(_load_triton, _triton_unsupported_reason),
     Backend.GLUON: BackendEntry(_load_gluon, _gluon_unsupported_reason),
+    Backend.XFORMERS: BackendEntry(_load_xformers, _xformers_unsupported_reason),
 }
 """Every backend but AUTO, which is a choice among them (`_choose`)."""
 
@@ -398,6 +415,13 @@ FASTEST_FIRST = {
 UNMEASURED = FastestFirst(dense=(Backend.TRITON,), varlen=(Backend.TRITON,), block_sparse=(Backend.TRITON,))
 """Generations without a measured row (sm_80, sm_100, ...): our kernels, then sdpa / torch."""
 
+PRE_AMPERE = FastestFirst(dense=(Backend.XFORMERS,), varlen=(Backend.XFORMERS,), block_sparse=())
+"""GPUs older than Ampere (T4 sm_75, V100 sm_70), where neither our kernels nor flash-attn run: xformers
+when installed, else sdpa / torch (with a warning giving the install line). Not measured here (no
+such GPU): chosen because xformers runs key padding and packed documents without SDPA's bool mask of
+B * L * S elements, and dense inputs with the same CUTLASS kernel that SDPA's memory-efficient
+backend uses."""
+
 
 def _choose(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse) -> Backend:
     situation = (
@@ -408,7 +432,7 @@ def _choose(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse) -> Back
     reason = None
     capability = flash_attn_backend.device_capability(q.device)  # None off CUDA
     if capability is not None:
-        order = FASTEST_FIRST.get(capability, UNMEASURED)
+        order = FASTEST_FIRST.get(capability, UNMEASURED if capability >= (8, 0) else PRE_AMPERE)
         measured = f" (measured faster on sm_{capability[0]}{capability[1]})" if capability in FASTEST_FIRST else ""
         passed_over = []
         for candidate in order.for_inputs(layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens):
