@@ -38,7 +38,7 @@ Data and inference verbs are typed functions whose `--help` comes from their doc
     genoformer embed --checkpoint last.ckpt --inputs genome.fa.gz --out embeddings.npz
     genoformer finetune --pretrained examples/genoformer_dna.ckpt --task classify \
         --train examples/splice_junctions_statlog.tsv --out runs/splice
-    genoformer classify --checkpoint runs/splice/checkpoints/last.ckpt --inputs seqs.tsv --out predictions.tsv
+    genoformer classify --checkpoint runs/splice --inputs seqs.tsv --out predictions.tsv      # the run's best
     genoformer annotate --checkpoint examples/genoformer_gene_annotator.ckpt --inputs genome.fa.gz --out genes.gff3
 
 Options are never abbreviated (`--trainer.max_step` is an error, not `max_steps`), and a mistyped
@@ -73,6 +73,7 @@ from jsonargparse import CLI, ArgumentParser
 from tqdm.std import tqdm  # the base class: its _instances holds every open bar, Lightning's too
 
 from genoformer.hints import command_line_hints
+from genoformer.shipped import INCLUDE_KEY, compose_config  # noqa: F401 - importable from here as before
 from genoformer.signatures import Unresolved, light_function
 
 TRAINING_COMMANDS = ("fit", "validate", "test", "predict")
@@ -110,6 +111,8 @@ class ToolCommand:
 
     summary: str
     load: Callable[[], Callable[..., Any]]
+    section: str = "Data and inference"
+    """The heading the usage lists it under."""
 
 
 def parsing_function(command: ToolCommand) -> Callable[..., Any]:
@@ -169,6 +172,15 @@ TOOL_COMMANDS: dict[str, ToolCommand] = {
     "evaluate_forecast": ToolCommand(
         "Score forecasts under the long-horizon protocol (MSE and MAE on z-scored values) and write JSON.",
         FunctionIn("genoformer.timeseries.commands", "evaluate_forecast")),
+    "doctor": ToolCommand(
+        "Check this machine: versions, GPU, which attention backends run, and what each recipe would use.",
+        FunctionIn("genoformer.core.doctor", "doctor"), "Set-up"),
+    "recipes": ToolCommand(
+        "List the shipped recipes (configs), one line each; --copy DIR writes them into a folder to edit.",
+        FunctionIn("genoformer.shipped", "recipes"), "Set-up"),
+    "examples": ToolCommand(
+        "Write the example data (genomes, variants, labels, an ECG series) into a folder, examples/ by default.",
+        FunctionIn("genoformer.shipped", "examples"), "Set-up"),
 }
 
 
@@ -176,7 +188,7 @@ TOOL_COMMANDS: dict[str, ToolCommand] = {
 # import training_cli`); they live in genoformer.training_cli, which imports Lightning, and are
 # imported on first use.
 _TRAINING_NAMES = frozenset({"GenoformerCLI", "RunConfigSaver", "ComposingArgumentParser", "training_cli",
-                             "compose_config", "INCLUDE_KEY", "SHIPPED_CONFIGS", "EVALUATION_COMMANDS"})
+                             "EVALUATION_COMMANDS"})
 
 
 def __getattr__(name: str) -> Any:
@@ -317,9 +329,9 @@ def _usage() -> str:
     ]
     for name in TRAINING_COMMANDS:
         lines.append(f"  {name:<20}{_TRAINING_HELP[name]}")
-    lines += ["", "Data and inference:"]
-    for name, command in TOOL_COMMANDS.items():
-        lines.append(f"  {name:<20}{command.summary}")
+    for section in dict.fromkeys(command.section for command in TOOL_COMMANDS.values()):
+        lines += ["", f"{section}:"]
+        lines += [f"  {name:<20}{command.summary}" for name, command in TOOL_COMMANDS.items() if command.section == section]
     lines += ["", "Run `genoformer COMMAND --help` for the options of one command."]
     return "\n".join(lines)
 

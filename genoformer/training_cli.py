@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -27,12 +28,14 @@ from lightning.pytorch.loggers import CSVLogger
 
 from genoformer.cli import ShortErrors, command_with, options_given
 from genoformer.core.callbacks import PredictionWriter
-from genoformer.core.checkpoints import canonical_state_dict, check_checkpoint_file, read_checkpoint, read_model_checkpoint
+from genoformer.core.checkpoints import (best_checkpoint, canonical_state_dict, check_checkpoint_file, read_checkpoint,
+                                        read_model_checkpoint, resolve_checkpoint)
 from genoformer.data.genome.datamodule import GenomeDataModule
 from genoformer.data.genome.labelled import LabelledDataModule
 from genoformer.data.timeseries.datamodule import TimeSeriesDataModule
 from genoformer.genome.finetune import FineTuner
 from genoformer.genome.lm import GenoformerLM
+from genoformer.shipped import INCLUDE_KEY, compose_config, recipe_path
 from genoformer.timeseries.module import TimeSeriesForecaster
 
 EVALUATION_COMMANDS = ("validate", "test", "predict")
@@ -161,6 +164,13 @@ class GenoformerCLI(LightningCLI):
         # A config without model.class_path trains a GenoformerLM.
         parser.set_defaults({"model": {"class_path": f"{GenoformerLM.__module__}.{GenoformerLM.__qualname__}"}})
 
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        """As LightningCLI parses, with the shipped recipes named by name (`--config quickstart`)."""
+        if isinstance(args, (dict, Namespace)):
+            super().parse_arguments(parser, args)
+            return
+        self.config = parser.parse_args(with_recipe_paths(self.command_line if args is None else args))
+
     # ------------------------------------------------------------------- checkpoints and the model
     def _parse_ckpt_path(self) -> None:
         # Runs right after parsing, before anything is built (in place of LightningCLI's own).
@@ -184,6 +194,8 @@ class GenoformerCLI(LightningCLI):
                 print(f"genoformer {subcommand}: --ckpt_path {self.ckpt_keyword} is {resolved}")
             config.ckpt_path = None if resolved is None else str(resolved)
         if config.ckpt_path is not None and not _lightning_keyword(config.ckpt_path):
+            if subcommand != "fit" and self.ckpt_keyword is None:  # a run directory, RUN_DIR/best, a model's name
+                config.ckpt_path = str(resolve_checkpoint(config.ckpt_path))
             checkpoint = read_checkpoint(config.ckpt_path)
             if subcommand == "fit":
                 if "optimizer_states" not in checkpoint:
@@ -193,10 +205,10 @@ class GenoformerCLI(LightningCLI):
         elif subcommand == "fit" and config.init_weights is not None:
             model_class = _class_of(config.model)
             kind = getattr(model_class, "kind", None)
-            checkpoint = (read_checkpoint(config.init_weights) if kind is None
-                          else read_model_checkpoint(config.init_weights, kind)[0])
-            self.weights, self.weights_source = checkpoint, str(config.init_weights)
-            self._take_the_model_of(checkpoint, config.init_weights, resume=False, new_run=True)
+            source = resolve_checkpoint(config.init_weights)
+            checkpoint = read_checkpoint(source) if kind is None else read_model_checkpoint(source, kind)[0]
+            self.weights, self.weights_source = checkpoint, str(source)
+            self._take_the_model_of(checkpoint, source, resume=False, new_run=True)
 
     def _weights_only_message(self, config: Namespace) -> str:
         """Why `fit --ckpt_path` refuses a checkpoint of weights alone, and the command that
@@ -232,7 +244,7 @@ class GenoformerCLI(LightningCLI):
             return
         subcommand = self.config["subcommand"]
         ckpt_path = self.config[subcommand].ckpt_path
-        args = [*self.command_line, "--model", json.dumps(hparams)]
+        args = [*with_recipe_paths(self.command_line), "--model", json.dumps(hparams)]
         end = ["--ckpt_path", "null" if ckpt_path is None else str(ckpt_path)]
         theirs = self.parser.parse_args(args + end)
         mine = _model_options(self.command_line)
@@ -255,7 +267,7 @@ class GenoformerCLI(LightningCLI):
                   f"{theirs_value!r} of the model in {source}")
         if not resume:
             # what the config file asked for and the checkpoint overrules: said, never silently dropped
-            configured = self.parser.parse_args([*self.command_line, *end])
+            configured = self.parser.parse_args([*with_recipe_paths(self.command_line), *end])
             overruled = {key: values for key, values in _differences(_flat(theirs[subcommand].model.init_args),
                                                                      _flat(configured[subcommand].model.init_args)).items()
                          if key in described and key not in differences and values[1] is not None}
@@ -350,8 +362,8 @@ class GenoformerCLI(LightningCLI):
         lines = [f"this configuration asks for a GPU (trainer.accelerator: {accelerator}), but torch "
                  f"{torch.__version__} sees no CUDA GPU here."]
         for path in _config_paths(self.command_line):
-            twin = Path(path).with_name(Path(path).name.replace("_gpu.yaml", "_cpu.yaml"))
-            if Path(path).name.endswith("_gpu.yaml") and twin.is_file():
+            twin = _cpu_twin(path)
+            if twin is not None:
                 args = [str(twin) if arg == path else f"--config={twin}" if arg == f"--config={path}" else arg
                         for arg in self._full_command_line()]
                 lines += [f"{twin} is its CPU version (a model sized to train on a CPU):", f"  {command_with(args)}"]
@@ -491,14 +503,8 @@ class GenoformerCLI(LightningCLI):
             return None
         if which == "last":
             return check_checkpoint_file(lasts[-1])
-        states = read_checkpoint(lasts[-1]).get("callbacks", {})
-        best = [
-            Path(state["best_model_path"])
-            for key, state in states.items()
-            if str(key).startswith("ModelCheckpoint") and state.get("best_model_path")
-        ]
-        best = [path for path in best if path.is_file()]
-        if not best:
+        best = best_checkpoint(lasts[-1].parent)
+        if best is None:
             raise FileNotFoundError(
                 f"--ckpt_path best: the run in {trainer.default_root_dir} recorded no best checkpoint "
                 "(its ModelCheckpoint has no monitor, or saved none yet); pass --ckpt_path last or --ckpt_path PATH"
@@ -580,6 +586,40 @@ def _config_paths(args: Sequence[str]) -> list[str]:
     return paths
 
 
+def _cpu_twin(config: str) -> Optional[str]:
+    """The CPU version of a GPU recipe, as the user would type it (`genome_8k_cpu` for
+    `genome_8k_gpu`, configs/X_cpu.yaml for configs/X_gpu.yaml); None where there is none."""
+    path = Path(config)
+    stem = path.name[: -len(".yaml")] if path.name.endswith(".yaml") else path.name
+    if not stem.endswith("_gpu"):
+        return None
+    twin = str(path.with_name(path.name.replace("_gpu", "_cpu")))
+    try:
+        recipe_path(twin)
+    except FileNotFoundError:
+        return None
+    return twin
+
+
+def with_recipe_paths(args: Sequence[str]) -> list[str]:
+    """`args` with each config (--config, -c) that names a shipped recipe rather than a file
+    (`--config quickstart`) replaced by the recipe's file; FileNotFoundError, listing the recipes,
+    for a config that is neither a file nor a recipe (a YAML text given inline stays as it is)."""
+    result = list(args)
+    for index, arg in enumerate(result):
+        if arg in ("--config", "-c") and index + 1 < len(result):
+            result[index + 1] = _config_file(result[index + 1])
+        elif arg.startswith("--config="):
+            result[index] = "--config=" + _config_file(arg.split("=", 1)[1])
+    return result
+
+
+def _config_file(value: str) -> str:
+    if os.path.exists(value) or not re.fullmatch(r"[\w./~+-]+", value):
+        return value
+    return str(recipe_path(value))
+
+
 def _missing_folders(folders: Sequence[Path]) -> list[Path]:
     """For each folder that does not exist yet, the outermost of its parents that does not
     either: what creating it would create."""
@@ -606,57 +646,6 @@ def _remove_empty_folders(created: Sequence[Path]) -> None:
 
 
 # ----------------------------------------------------------------------- composed config files
-INCLUDE_KEY = "include"
-"""The top-level key of a config file that names the fragments it builds on (module docstring)."""
-
-SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-"""Where an include that is not next to the including file is looked up."""
-
-
-def compose_config(path: str | os.PathLike, _included_by: tuple[Path, ...] = ()) -> Any:
-    """The YAML content of config file `path` with the fragments it includes merged in, read as
-    jsonargparse reads YAML; a file without `include:` is returned as it is."""
-    path = Path(path)
-    if path.resolve() in _included_by:
-        chain = " -> ".join(str(p) for p in (*_included_by, path.resolve()))
-        raise ValueError(f"config fragments include each other in a circle: {chain}; remove one of the includes")
-    try:
-        content = get_loader("yaml")(path.read_text())
-    except yaml.YAMLError as error:
-        raise ValueError(f"{path} is not valid YAML: {error}") from error
-    if not isinstance(content, dict) or INCLUDE_KEY not in content:
-        return content
-    names = content.pop(INCLUDE_KEY)
-    names = [names] if isinstance(names, str) else names
-    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
-        raise ValueError(f"{path}: `{INCLUDE_KEY}:` takes a fragment's path or a list of paths, not {names!r}")
-    composed: dict[str, Any] = {}
-    for name in names:
-        fragment = path.parent / name
-        if not fragment.is_file():
-            fragment = SHIPPED_CONFIGS / name
-        if not fragment.is_file():
-            raise FileNotFoundError(
-                f"{path} includes {name}, but there is no {path.parent / name} (an include is relative to the "
-                f"file that names it) nor a shipped {fragment}: put the fragment there, or give its path"
-            )
-        composed = _merged(composed, compose_config(fragment, (*_included_by, path.resolve())))
-    return _merged(composed, content)
-
-
-def _merged(base: Any, override: Any) -> Any:
-    """`override` over `base`: mappings key by key, anything else replaced; a mapping that names
-    another class_path replaces the other whole (its arguments are another class's)."""
-    if not (isinstance(base, dict) and isinstance(override, dict)):
-        return override
-    if "class_path" in base and "class_path" in override and base["class_path"] != override["class_path"]:
-        return override
-    merged = dict(base)
-    for key, value in override.items():
-        merged[key] = _merged(base[key], value) if key in base else value
-    return merged
-
-
 def _includes_fragments(path: Any) -> bool:
     """Whether `path` is a YAML file with a top-level `include:`."""
     try:

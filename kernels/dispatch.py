@@ -423,39 +423,69 @@ B * L * S elements, and dense inputs with the same CUTLASS kernel that SDPA's me
 backend uses."""
 
 
+@dataclasses.dataclass(frozen=True)
+class AutoChoice:
+    """What auto runs for one kind of input on this machine, and why (`explain_auto`)."""
+
+    backend: Backend
+    """Never AUTO."""
+    why: str
+    """Why this one: the order it was first in, or the rule off CUDA."""
+    passed_over: tuple[tuple[Backend, str], ...]
+    """The faster backends of the measured order that cannot run these inputs here, each with its
+    reason (which says what to do, such as the package to install)."""
+    measured: bool
+    """Whether the order came from measurements on this GPU's generation (`FASTEST_FIRST`)."""
+
+
+def explain_auto(q, k, v, *, causal: bool = False, layout: BlockLayout | None = None, kv_lens=None,
+                 cu_seqlens=None, return_lse: bool = False) -> AutoChoice:
+    """The backend auto would run for inputs like these here, with why and what it passes over.
+
+    Reads only what the inputs are (device, dtype, shapes, which of layout, kv_lens, cu_seqlens
+    are given; a layout whose blocks are all allowed counts as dense), never their values, so it
+    can be asked with expanded one-element tensors, as `plan_attention` does. Logs nothing."""
+    layout = _dense_if_full(layout)
+    capability = flash_attn_backend.device_capability(q.device)  # None off CUDA
+    passed_over = []
+    measured = capability in FASTEST_FIRST
+    if capability is not None:
+        order = FASTEST_FIRST.get(capability, UNMEASURED if capability >= (8, 0) else PRE_AMPERE).for_inputs(
+            layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
+        arch = f"sm_{capability[0]}{capability[1]}"
+        for candidate in order:
+            why = unsupported_reason(
+                candidate, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
+                return_lse=return_lse,
+            )
+            if why is None:
+                named = ", ".join(backend.value for backend in order)
+                where = f"the order measured on {arch}" if measured else f"the order for {arch} (not measured there)"
+                return AutoChoice(candidate, f"first of {where} that runs these inputs: {named}",
+                                  tuple(passed_over), measured)
+            passed_over.append((candidate, why))
+    elements = mask_elements(q, k, layout=None, kv_lens=kv_lens, cu_seqlens=cu_seqlens, return_lse=return_lse)
+    where = "none of the CUDA backends runs these inputs" if capability is not None else f"on {q.device.type}"
+    if layout is None and elements <= SDPA_MASK_ELEMENTS:
+        return AutoChoice(Backend.SDPA, f"{where}: sdpa runs dense inputs", tuple(passed_over), measured)
+    why = "torch runs block-sparse layouts" if layout is not None else (
+        f"torch runs inputs whose mask exceeds sdpa's {SDPA_MASK_ELEMENTS:,} elements")
+    return AutoChoice(Backend.TORCH, f"{where}: {why}", tuple(passed_over), measured)
+
+
 def _choose(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse) -> Backend:
     situation = (
         f"{'block-sparse' if layout is not None else 'dense'}, {'causal' if causal else 'bidirectional'}"
         f"{', key padding' if kv_lens is not None else ''}{', GQA' if q.shape[1] != k.shape[1] else ''}"
         f"{', packed documents' if cu_seqlens is not None else ''}{', lse' if return_lse else ''}"
     )
-    reason = None
-    capability = flash_attn_backend.device_capability(q.device)  # None off CUDA
-    if capability is not None:
-        order = FASTEST_FIRST.get(capability, UNMEASURED if capability >= (8, 0) else PRE_AMPERE)
-        measured = f" (measured faster on sm_{capability[0]}{capability[1]})" if capability in FASTEST_FIRST else ""
-        passed_over = []
-        for candidate in order.for_inputs(layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens):
-            why = unsupported_reason(
-                candidate, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
-                return_lse=return_lse,
-            )
-            if why is None:
-                break
-            passed_over.append(f"{candidate.value!r}{measured}: {why}")
-        else:
-            candidate = None
-        reason = " ".join(passed_over) or None
-        if candidate is not None:
-            _log_once("cuda", candidate, situation, reason)
-            return candidate
-    elements = mask_elements(q, k, layout=None, kv_lens=kv_lens, cu_seqlens=cu_seqlens, return_lse=return_lse)
-    if layout is None and elements <= SDPA_MASK_ELEMENTS:
-        choice = Backend.SDPA
-    else:
-        choice = Backend.TORCH
-    _log_once("cuda" if capability is not None else q.device.type, choice, situation, reason)
-    return choice
+    choice = explain_auto(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
+                          return_lse=return_lse)
+    capability = flash_attn_backend.device_capability(q.device)
+    measured = f" (measured faster on sm_{capability[0]}{capability[1]})" if choice.measured else ""
+    reason = " ".join(f"{candidate.value!r}{measured}: {why}" for candidate, why in choice.passed_over) or None
+    _log_once("cuda" if capability is not None else q.device.type, choice.backend, situation, reason)
+    return choice.backend
 
 
 def _log_once(device_type: str, choice: Backend, situation: str, reason: str | None) -> None:

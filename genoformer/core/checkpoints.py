@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 import pickle
 import re
+import sys
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -143,21 +144,150 @@ def read_checkpoint(path: Union[str, Path]) -> dict:
         raise _unreadable_error(path) from exc
 
 
-def resolve_model_path(path: Union[str, Path]) -> Path:
-    """`path` as it is when it exists (or does not look like a Hub id); a Hub model id (owner/name)
-    otherwise, downloaded (or found in the local Hub cache) through huggingface_hub."""
-    if Path(path).exists() or not HUB_ID.match(str(path)) or str(path).endswith(".ckpt"):
-        return Path(path)
+RUN_KEYWORDS = ("best", "last")
+"""The checkpoints of a run named by keyword: `RUN_DIR/best`, `RUN_DIR/last` (or alone: the run in
+the working directory)."""
+_LAST_NAME = re.compile(r"^last(-v\d+)?\.ckpt$")
+"""Lightning's names of a ModelCheckpoint's last checkpoint (last.ckpt; last-v1.ckpt when two share a folder)."""
+
+
+def resolve_checkpoint(spec: Union[str, Path]) -> Path:
+    """The file or directory a checkpoint argument names; every command that reads a checkpoint
+    (and `--init_weights`, `--pretrained`) passes its argument through here. In order:
+
+    1. a file that exists: itself (a .ckpt);
+    2. a directory of `genoformer export --format hf` (it holds config.json): itself;
+    3. a run directory (`trainer.default_root_dir`, or its checkpoints/ folder): its best checkpoint,
+       the one its ModelCheckpoint recorded as best by its monitor (the validation loss in the
+       shipped recipes); a run that records none (no validation monitor) gives its last.ckpt;
+    4. `RUN_DIR/best` or `RUN_DIR/last` (`best` or `last` alone: the run in the working directory):
+       that checkpoint of the run;
+    5. a pretrained model's name (`genoformer.shipped.PRETRAINED`: genoformer-dna,
+       genoformer-gene-annotator, genoformer-forecaster): the file in a clone's examples/, else in
+       the local model cache (`genoformer.shipped.model_cache()`: $GENOFORMER_HOME or
+       ~/.cache/genoformer), else its Hugging Face Hub repository;
+    6. a Hub model id (owner/name): downloaded (or found in the local Hub cache) through huggingface_hub.
+
+    Forms 3 to 5 print the file they chose on stderr. FileNotFoundError for anything else, saying
+    what to pass."""
+    path = Path(spec)
+    if path.is_file():
+        return path
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return path
+        return _run_checkpoint(path, spec, None)
+    if path.name in RUN_KEYWORDS and not path.suffix:
+        return _run_checkpoint(path.parent, spec, path.name)
+    from genoformer.shipped import PRETRAINED  # what ships, without torch
+
+    if str(spec) in PRETRAINED:
+        return _pretrained(str(spec))
+    if HUB_ID.match(str(spec)) and not str(spec).endswith(".ckpt"):
+        return _hub_snapshot(str(spec), f"{spec}: no such checkpoint file or directory here, and ")
+    shipped = [model.name for model in PRETRAINED.values() if model.file == path.name]
+    if shipped:
+        raise FileNotFoundError(
+            f"checkpoint not found: {path}; the shipped model {path.name} is named {shipped[0]}: pass that name "
+            "instead, found wherever you run (a clone's examples/, ~/.cache/genoformer, the Hugging Face Hub)"
+        )
+    raise FileNotFoundError(
+        f"checkpoint not found: {path}; pass a .ckpt file written by training (e.g. <run dir>/checkpoints/last.ckpt), "
+        "a run directory (its best checkpoint), RUN_DIR/best or RUN_DIR/last, a directory of `genoformer export "
+        f"--format hf`, a pretrained model's name ({', '.join(PRETRAINED)}) or a Hugging Face Hub id (owner/name)."
+    )
+
+
+def _said(spec: Union[str, Path], path: Path, why: str) -> Path:
+    print(f"genoformer: checkpoint {spec} is {path} ({why})", file=sys.stderr)
+    return path
+
+
+def _run_checkpoint(run: Path, spec: Union[str, Path], which: str | None) -> Path:
+    """The `which` ("best", "last"; None: best where recorded, else last) checkpoint of the run in `run`."""
+    folder = run / "checkpoints" if (run / "checkpoints").is_dir() else run
+    files = sorted(folder.glob("*.ckpt")) if folder.is_dir() else []
+    if not files:
+        where = "the working directory" if str(run) == "." else str(run)
+        raise FileNotFoundError(
+            f"checkpoint not found: {spec}: {where} holds no run (no .ckpt file in {folder}); pass a run directory "
+            "(trainer.default_root_dir of `genoformer fit`, or --out of `genoformer finetune`), RUN_DIR/best, "
+            "RUN_DIR/last or a .ckpt file"
+        )
+    lasts = sorted((path for path in files if _LAST_NAME.match(path.name)), key=lambda path: path.stat().st_mtime)
+    if which == "last":
+        if not lasts:
+            raise FileNotFoundError(f"checkpoint not found: {spec}: the run in {run} has no last.ckpt (its checkpoints: "
+                                    f"{', '.join(path.name for path in files)}); pass one of them")
+        return _said(spec, lasts[-1], "the run's last checkpoint")
+    best = best_checkpoint(folder)
+    if best is not None:
+        path, monitor, score = best
+        return _said(spec, path, f"the run's best checkpoint, {monitor} {score:.4g}" if score is not None
+                     else f"the run's best checkpoint by {monitor}")
+    if which is None and lasts:
+        return _said(spec, lasts[-1], "the run's last checkpoint: it records no best one (no validation monitor)")
+    raise FileNotFoundError(
+        f"checkpoint not found: {spec}: the run in {run} recorded no best checkpoint (its ModelCheckpoint has no "
+        f"monitor, or saved none yet; its checkpoints: {', '.join(path.name for path in files)}); pass "
+        f"{run / 'last'} or one of the files"
+    )
+
+
+def best_checkpoint(folder: Path) -> tuple[Path, str, float | None] | None:
+    """(path, monitor, score) of the best checkpoint in a run's checkpoint folder, or None where
+    none is recorded: the ModelCheckpoint record (best_model_path) of the newest checkpoint there,
+    read by file name inside `folder` (so a moved or copied run still finds it); without a record,
+    the one checkpoint there that is not a last.ckpt, if there is exactly one."""
+    files = sorted(folder.glob("*.ckpt"), key=lambda path: (path.stat().st_mtime, bool(_LAST_NAME.match(path.name))))
+    for newest in reversed(files):
+        try:
+            states = torch.load(newest, map_location="cpu", weights_only=True, mmap=True).get("callbacks") or {}
+        except _UNREADABLE_ERRORS:
+            continue  # a truncated file says nothing; an older one may
+        for key, state in states.items():
+            recorded = state.get("best_model_path") if isinstance(state, Mapping) else None
+            if str(key).startswith("ModelCheckpoint") and state.get("monitor") and recorded:
+                path = folder / Path(recorded).name
+                if path.is_file():
+                    score = state.get("best_model_score")
+                    return path, str(state["monitor"]), None if score is None else float(score)
+        break
+    kept = [path for path in files if not _LAST_NAME.match(path.name)]
+    return (kept[0], "its file name (the one checkpoint kept besides last.ckpt)", None) if len(kept) == 1 else None
+
+
+def _pretrained(name: str) -> Path:
+    """A pretrained model by name: a clone's examples/, then the model cache, then the Hub."""
+    from genoformer.shipped import PRETRAINED, checkout_root, examples_dir, model_cache
+
+    model = PRETRAINED[name]
+    places = ([examples_dir() / model.file] if checkout_root() is not None else []) + [model_cache() / model.file]
+    for place in places:
+        if place.is_file():
+            return _said(name, place, model.description)
+    looked = " nor ".join(map(str, places))
+    return _said(name, _hub_snapshot(
+        model.hub_id,
+        f"{name}: the pretrained model ({model.description}) is not at {looked}, and ",
+        f" Put the file {model.file} (examples/ of the genoformer repository) at {model_cache() / model.file}, "
+        "or set GENOFORMER_HOME to the folder that holds it.",
+    ), f"{model.description}, from the Hugging Face Hub {model.hub_id}")
+
+
+def _hub_snapshot(hub_id: str, context: str, remedy: str = "") -> Path:
+    """A Hub model's directory, downloaded (or found in the local Hub cache) through huggingface_hub."""
     from huggingface_hub import snapshot_download  # only a Hub id needs it
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     try:
-        return Path(snapshot_download(repo_id=str(path)))
+        return Path(snapshot_download(repo_id=hub_id))
     except (HfHubHTTPError, LocalEntryNotFoundError, OSError, ValueError) as error:
+        detail = str(error).splitlines()[0] if str(error) else "no network?"
         raise FileNotFoundError(
-            f"{path}: no such checkpoint file or directory here, and the Hugging Face Hub gave no model of that id "
-            f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'no network?'}); pass a .ckpt "
-            "file, a directory of `genoformer export --format hf`, or a Hub id (owner/name) with a network."
+            f"{context}the Hugging Face Hub gave no model {hub_id} ({type(error).__name__}: {detail}).{remedy or ' '}"
+            + ("" if remedy else "Pass a .ckpt file, a run directory, a directory of `genoformer export --format hf`, "
+               "or a Hub id (owner/name) with a network.")
         ) from error
 
 
@@ -166,7 +296,7 @@ def read_model_checkpoint(path: Union[str, Path], kind: ModelKind) -> tuple[dict
     Face directory of `genoformer export --format hf` (safetensors and JSON, nothing unpickled) or
     from a Hub id of such a directory; ValueError saying what the file holds and which commands
     read it otherwise."""
-    path = resolve_model_path(path)
+    path = resolve_checkpoint(path)
     if path.is_dir():
         from genoformer.core.hf import read_hf_checkpoint  # hf builds on this module
 

@@ -16,7 +16,8 @@ from typing import Literal, Optional
 
 import torch
 
-from genoformer.core.checkpoints import TAG_KEY, canonical_state_dict, checkpoint_kind, read_checkpoint, tag
+from genoformer.core.checkpoints import (TAG_KEY, canonical_state_dict, checkpoint_kind, read_checkpoint,
+                                        resolve_checkpoint, tag)
 from genoformer.core.hf import export_hf
 from genoformer.core.runtime import RUNTIME_FIELDS
 from genoformer.data.storage import atomic_build, refuse_existing
@@ -38,7 +39,8 @@ def export(
     """Write a checkpoint's weights and configuration without optimizer state: a .ckpt or a Hugging Face directory.
 
     Args:
-        checkpoint: A .ckpt file written by `genoformer fit` or `genoformer finetune` (any kind of model).
+        checkpoint: Any kind of genoformer model: a .ckpt file (`genoformer fit` or `finetune`), a run
+            directory (its best checkpoint), RUN_DIR/best or RUN_DIR/last, or a pretrained model's name.
         out: The exported .ckpt file, or with --format hf the directory to create.
         dtype: Storage type of floating-point weights; auto: as the checkpoint stores them
             (bfloat16 halves a float32 file; the model is cast back to float32 when it is loaded
@@ -51,6 +53,7 @@ def export(
         overwrite: Replace an existing `out`.
     """
     out = Path(out)
+    checkpoint = resolve_checkpoint(checkpoint)
     if format == "hf":
         if dtype == "float16":
             raise ValueError("--format hf stores float32 or bfloat16 weights; pass --dtype bfloat16 or float32")

@@ -9,7 +9,7 @@ genoformer.genome.evaluate, .markov and .variants.)
     genoformer embed --checkpoint last.ckpt --inputs genome.fa.gz --out embeddings.npz
     genoformer finetune --pretrained examples/genoformer_dna.ckpt --task classify \
         --train examples/splice_junctions_statlog.tsv --out runs/splice
-    genoformer classify --checkpoint runs/splice/checkpoints/last.ckpt --inputs seqs.tsv --out predictions.tsv
+    genoformer classify --checkpoint runs/splice --inputs seqs.tsv --out predictions.tsv
     genoformer annotate --checkpoint examples/genoformer_gene_annotator.ckpt --inputs genome.fa.gz --out genes.gff3
 """
 
@@ -36,6 +36,7 @@ from genoformer.genome.genecalls import write_tracks_bedgraph
 from genoformer.genome.heads import HeadPooling
 from genoformer.genome.predict import GeneAnnotator, SequencePredictor
 from genoformer.kernels.dispatch import Backend
+from genoformer.shipped import configs_dir
 
 # The command line takes the enums' values (mean, triton), as the Python API does.
 PoolingName = Literal[tuple(member.value for member in Pooling)]
@@ -107,7 +108,8 @@ def embed(
     by the region.
 
     Args:
-        checkpoint: A DNA language model's .ckpt file written by `genoformer fit` or `genoformer export`.
+        checkpoint: A DNA language model: a .ckpt file (`genoformer fit` or `export`), a run directory
+            (its best checkpoint), RUN_DIR/best or RUN_DIR/last, genoformer-dna, an exported folder or a Hub id.
         inputs: FASTA/GenBank files, genome stores (.zarr from `genoformer prepare`), folders,
             quoted globs, or literal DNA strings: several after one flag (--inputs a.fa ACGT
             b.zarr) or a list ("[a.fa,ACGT]"). Outputs keep the input order; a string is named
@@ -176,8 +178,8 @@ def finetune(
     `genoformer fit` command: every flag here is a key of configs/finetune_cpu.yaml.
 
     Args:
-        pretrained: A DNA language model checkpoint (genoformer fit or export), e.g.
-            examples/genoformer_dna.ckpt.
+        pretrained: A DNA language model: the shipped genoformer-dna, a .ckpt file (`genoformer fit`
+            or `export`), a run directory (its best checkpoint), RUN_DIR/best or RUN_DIR/last.
         task: classify (one class per sequence, or several 0/1 label_<name> columns), regress
             (numbers per sequence; or per base from a bedGraph with --genome) or annotate (gene
             classes per base from GenBank/GFF3 annotations).
@@ -204,10 +206,10 @@ def finetune(
         ckpt_path: Resume the run in OUT: last, or a .ckpt path (as for fit).
         seed: Seed of the split and of training.
     """
-    from genoformer.cli import SHIPPED_CONFIGS, training_cli  # the CLI imports this module
+    from genoformer.cli import training_cli  # the CLI imports this module
 
     on_gpu = device == "gpu" or (device == "auto" and torch.cuda.is_available())
-    config = SHIPPED_CONFIGS / FINETUNE_CONFIGS["gpu" if on_gpu else "cpu"]
+    config = configs_dir() / FINETUNE_CONFIGS["gpu" if on_gpu else "cpu"]
     val_every = min(100, max_steps) if val_every is None else val_every
     overrides = [
         "--trainer.default_root_dir", str(out),
@@ -273,7 +275,8 @@ def classify(
     (regression: `y_<target>` per target).
 
     Args:
-        checkpoint: A model written by `genoformer finetune` (task classify or regress).
+        checkpoint: A model of `genoformer finetune` (task classify or regress): its run directory
+            (--out; its best checkpoint), RUN_DIR/best or RUN_DIR/last, or a .ckpt file.
         inputs: TSV/CSV files with a `sequence` column (label columns are ignored), FASTA/GenBank
             files, BED intervals (with --genome): several after one flag, or a list.
         out: The output TSV; an existing one is an error without --overwrite.
@@ -311,8 +314,9 @@ def annotate(
     CDS features with strand, 1-based start and end, phase and score; long contigs are tiled.
 
     Args:
-        checkpoint: A model written by `genoformer finetune --task annotate`, e.g. the shipped
-            examples/genoformer_gene_annotator.ckpt.
+        checkpoint: A model of `genoformer finetune --task annotate`: the shipped
+            genoformer-gene-annotator, a run directory (its best checkpoint), RUN_DIR/best or RUN_DIR/last,
+            or a .ckpt file.
         inputs: FASTA/GenBank files or genome stores: several after one flag, or a list.
         out: The output GFF3; an existing one is an error without --overwrite.
         tracks: Also write the per-base probabilities of coding on each strand as a bedGraph.

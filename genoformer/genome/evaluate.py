@@ -47,6 +47,7 @@ import numpy as np
 import pyBigWig
 import torch
 
+from genoformer.core.checkpoints import resolve_checkpoint
 from genoformer.data.genome.alphabet import T, reverse_complement
 from genoformer.data.genome.inputs import NamedSequence, read_sequences
 from genoformer.data.genome.regions import Region, record_regions
@@ -64,6 +65,7 @@ from genoformer.genome.mixture import (
     require_causal,
 )
 from genoformer.genome.scoring import Scorer
+from genoformer.shipped import compose_config
 
 SplitName = Literal["train", "val", "test"]
 CPU_CONTEXT = 2048
@@ -78,8 +80,6 @@ def read_split_spec(config: Optional[Path]) -> Optional[SplitSpec]:
     whose data section has no split uses the data module's default, ``SplitSpec()``."""
     if config is None:
         return None
-    from genoformer.cli import compose_config  # the CLI imports this module
-
     config = Path(config)
     if not config.is_file():
         raise FileNotFoundError(f"split config not found: {config}; give the YAML the model was trained with "
@@ -193,7 +193,8 @@ def evaluate(
     mixture starts afresh on every record, strand and region.
 
     Args:
-        checkpoint: A .ckpt file written by `genoformer fit`.
+        checkpoint: A DNA language model: a .ckpt file of `genoformer fit`, a run directory (its best
+            checkpoint), RUN_DIR/best or RUN_DIR/last, genoformer-dna, an exported folder or a Hub id.
         inputs: FASTA/GenBank files (plain, .gz, .xz, .bz2) or genome stores (.zarr folders).
         context: Tokens of context per window; default the context the model was trained at (on a
             CPU, with no overlap given, at most 2,048 with overlap 512: 3x faster for about 0.002
@@ -231,6 +232,7 @@ def evaluate(
     split_spec = read_split_spec(split_config)
     records = list(read_sequences(inputs))
     chosen = record_regions(records, regions, split=split, split_spec=split_spec)
+    checkpoint = resolve_checkpoint(checkpoint)  # the file itself, for the report and titles
     scorer = Scorer.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
     context, overlap, window_note = command_window(scorer.context, scorer.device, context, overlap)
     overlap = scorer.check_context(context, overlap)
@@ -458,7 +460,8 @@ def score(
     --help`), on the bases the network scores; the mixture starts afresh on every stretch.
 
     Args:
-        checkpoint: A .ckpt file written by `genoformer fit`.
+        checkpoint: A DNA language model: a .ckpt file of `genoformer fit`, a run directory (its best
+            checkpoint), RUN_DIR/best or RUN_DIR/last, genoformer-dna, an exported folder or a Hub id.
         inputs: FASTA/GenBank files (plain, .gz, .xz, .bz2) or genome stores (.zarr folders).
         out: The track to write: *.bedgraph (text, values to 5 significant digits) or *.bw
             (bigWig, float32 values, every record in its header).
@@ -490,6 +493,7 @@ def score(
     if kind == "bigWig":
         _check_unique_names(records)
     spans = _merged_spans(record_regions(records, regions), len(records))
+    checkpoint = resolve_checkpoint(checkpoint)  # the file itself, for the report and titles
     scorer = Scorer.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
     if mixture is not None:
         require_causal(scorer.causal, checkpoint)

@@ -98,8 +98,9 @@ class FineTuner(TrainingModule):
     ) -> None:
         """
         Args:
-            pretrained: a genoformer DNA language model checkpoint (`genoformer fit` or `export`):
-                its architecture and weights start the trunk.
+            pretrained: a genoformer DNA language model (`genoformer.core.checkpoints.resolve_checkpoint`:
+                genoformer-dna, a .ckpt of `genoformer fit` or `export`, a run directory, ...): its
+                architecture and weights start the trunk.
             transformer: the trunk's architecture (`TransformerConfig.to_dict()`), when rebuilding
                 a fine-tuned model from its checkpoint (its hyperparameters hold it); with it,
                 `pretrained` is not read.

@@ -48,6 +48,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from genoformer.core.checkpoints import resolve_checkpoint
 from genoformer.core.inference import autocast, default_autocast_dtype, inference_device
 from genoformer.core.transformer import KVCache, Transformer
 from genoformer.data.genome.alphabet import BASES, InvalidBaseError, T, decode, encode
@@ -336,8 +337,9 @@ def generate(
     restarts on the last --overlap + 1 bases.
 
     Args:
-        checkpoint: A causal DNA language model (.ckpt from `genoformer fit` or `genoformer export`),
-            e.g. examples/genoformer_dna.ckpt. Masked models cannot generate.
+        checkpoint: A causal DNA language model: genoformer-dna, a .ckpt file (`genoformer fit` or
+            `export`), a run directory (its best checkpoint), RUN_DIR/best or RUN_DIR/last, an exported
+            folder or a Hub id. Masked models cannot generate.
         out: The FASTA file to write (plain text, e.g. samples.fasta).
         length: Bases to generate per sample.
         prompt: The prompt as a DNA string (A C G T N, any case); give it or --prompt_fasta.
@@ -370,6 +372,7 @@ def generate(
         prompts = [("prompt", prompt.strip()[:60] + ("..." if len(prompt.strip()) > 60 else ""), _prompt_codes(prompt))]
     else:
         prompts = [(r.name, r.name, r.codes) for r in read_sequences([str(prompt_fasta)], flag="--prompt_fasta")]
+    checkpoint = resolve_checkpoint(checkpoint)  # the file itself, for the report and titles
     generator = Generator.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
     window, _ = generator.check_window(context, overlap)
     records = []

@@ -47,6 +47,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from genoformer.core.checkpoints import resolve_checkpoint
 from genoformer.data.genome.alphabet import T
 from genoformer.data.genome.inputs import read_sequences
 from genoformer.data.genome.regions import Region, record_regions
@@ -178,7 +179,8 @@ def mutagenesis(
     per position.
 
     Args:
-        checkpoint: A .ckpt file written by `genoformer fit`.
+        checkpoint: A DNA language model: a .ckpt file of `genoformer fit`, a run directory (its best
+            checkpoint), RUN_DIR/best or RUN_DIR/last, genoformer-dna, an exported folder or a Hub id.
         inputs: The genome: FASTA/GenBank files or a genome store (.zarr).
         regions: The regions to mutate: a BED file (0-based) or regions chrom:start-end (1-based,
             inclusive), several after one flag.
@@ -197,6 +199,7 @@ def mutagenesis(
     refuse_existing(png, overwrite)
     records = list(read_sequences(inputs))
     chosen = [region for _, region in record_regions(records, regions)]
+    checkpoint = resolve_checkpoint(checkpoint)  # the file itself, for the report and titles
     scorer = Scorer.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
     window = min(DEFAULT_WINDOW, scorer.context) if window is None else window
     if batch_size is None:

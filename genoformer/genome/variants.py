@@ -71,6 +71,7 @@ import vcfpy
 from vcfpy import bgzf
 from tqdm.auto import tqdm
 
+from genoformer.core.checkpoints import resolve_checkpoint
 from genoformer.data.genome.alphabet import COMPLEMENT, MASK, T, encode, reverse_complement
 from genoformer.data.genome.inputs import read_sequences
 from genoformer.data.genome.regions import read_regions
@@ -538,7 +539,8 @@ def variant_effect(
     the mixture, scored by both models from the window's bases).
 
     Args:
-        checkpoint: A .ckpt file written by `genoformer fit`.
+        checkpoint: A DNA language model: a .ckpt file of `genoformer fit`, a run directory (its best
+            checkpoint), RUN_DIR/best or RUN_DIR/last, genoformer-dna, an exported folder or a Hub id.
         reference: The reference genome: FASTA/GenBank files or a genome store (.zarr).
         variants: A VCF (.vcf, .vcf.gz) or a TSV of chrom, pos (1-based), ref, alt.
         out: The output: a TSV of the input's columns, then llr and note; or, for a VCF input, a
@@ -568,6 +570,7 @@ def variant_effect(
             f"{out}: a VCF output copies the input's VCF records, but {variants} is a TSV; give the variants "
             f"as a VCF, or write a TSV: {option('out', table)}"
         )
+    checkpoint = resolve_checkpoint(checkpoint)  # the file itself, for the report and titles
     scorer = Scorer.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
     window = scorer.context if window is None else window
     scorer.check_context(window, 0, name="window", command="variant_effect")

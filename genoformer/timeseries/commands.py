@@ -265,7 +265,8 @@ def evaluate_forecast(
     Args:
         store: Time-series store (from `genoformer prepare_timeseries`).
         out: JSON file to write.
-        checkpoint: A .ckpt of a TimeSeriesForecaster (give this or baseline), or a list of them,
+        checkpoint: A TimeSeriesForecaster (give this or baseline): genoformer-forecaster, a .ckpt, a
+            run directory (its best checkpoint), RUN_DIR/best or RUN_DIR/last; or a list of them,
             [A.ckpt,B.ckpt,...]: an ensemble, scored on the mean of their forecasts.
         baseline: seasonal_naive (last period repeated, period from the training autocorrelation),
             ar (least-squares linear autoregression, direct multi-horizon) or dlinear (trend and
@@ -324,7 +325,8 @@ def forecast(
     (same name, .png) draws history, truth, forecast and the widest quantile band.
 
     Args:
-        checkpoint: A .ckpt of a TimeSeriesForecaster, or a list of them, [A.ckpt,B.ckpt,...]:
+        checkpoint: A TimeSeriesForecaster: genoformer-forecaster, a .ckpt, a run directory (its best
+            checkpoint), RUN_DIR/best or RUN_DIR/last; or a list of them, [A.ckpt,B.ckpt,...]:
             an ensemble, which forecasts the mean of their forecasts.
         store: Time-series store (from `genoformer prepare_timeseries`).
         out: Output file, ending in .npz.

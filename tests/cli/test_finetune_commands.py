@@ -6,6 +6,7 @@ wrong kind."""
 from __future__ import annotations
 
 import csv
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -112,6 +113,25 @@ def test_classify_a_table_keeps_its_columns_and_order(classifier, tables, tmp_pa
         pa, pb = float(row["p_a"]), float(row["p_b"])
         assert pa + pb == pytest.approx(1.0, abs=2e-6)
         assert row["prediction"] == ("a" if pa >= pb else "b")
+
+
+def test_classify_with_the_run_directory_reads_its_best_checkpoint(classifier, tables, tmp_path, capsys):
+    """A run directory (or RUN/best) is the checkpoint the run recorded as best by validation loss,
+    found by its name inside the run, so that a run moved elsewhere still finds its own."""
+    states = torch.load(classifier / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["callbacks"]
+    (recorded,) = [state["best_model_path"] for key, state in states.items()
+                   if key.startswith("ModelCheckpoint") and state["monitor"] == "val/loss"]
+    moved = tmp_path / "moved"
+    shutil.copytree(classifier, moved)
+    best = moved / "checkpoints" / Path(recorded).name
+    assert best.is_file() and best.name != "last.ckpt"
+    for checkpoint in (moved, moved / "best"):
+        main(["classify", "--checkpoint", str(checkpoint), "--inputs", str(tables["test"]), "--out",
+              str(tmp_path / f"{checkpoint.name}.tsv"), "--device", "cpu"])
+        assert f"checkpoint {checkpoint} is {best} (the run's best checkpoint, val/loss " in capsys.readouterr().err
+    main(["classify", "--checkpoint", str(best), "--inputs", str(tables["test"]), "--out", str(tmp_path / "file.tsv"),
+          "--device", "cpu"])
+    assert read_tsv(tmp_path / "moved.tsv") == read_tsv(tmp_path / "file.tsv") == read_tsv(tmp_path / "best.tsv")
 
 
 def test_classify_a_fasta_names_the_records(classifier, tmp_path):

@@ -94,7 +94,7 @@ def test_weights_only_checkpoint_to_fit_points_to_init_weights_which_keeps_your_
 
     # an option the weights cannot take is refused, naming both values; nothing is left behind
     other = tmp_path / "other"
-    err = fails(capsys, quickstart(other, store, "--init_weights", str(SHIPPED), "--model.transformer.d_model", "128"))
+    err = fails(capsys, quickstart(other, store, "--init_weights", "genoformer-dna", "--model.transformer.d_model", "128"))
     assert "--model.transformer.d_model 128 (the checkpoint's: 256)" in err and "do not fit" in err
     assert not other.exists()
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from genoformer.cli import training_cli
+from genoformer.core.checkpoints import resolve_checkpoint
 from genoformer.data.genome.datamodule import GenomeDataModule
 from genoformer.data.genome.labelled import LabelledDataModule
 from genoformer.data.timeseries.datamodule import TimeSeriesDataModule
@@ -64,7 +65,7 @@ def test_config_instantiates(config, tmp_path):
         return
     if isinstance(cli.model, FineTuner):
         assert isinstance(cli.datamodule, LabelledDataModule)
-        for path in [cli.model.hparams["pretrained"], *cli.datamodule.train_files]:
+        for path in [resolve_checkpoint(cli.model.hparams["pretrained"]), *cli.datamodule.train_files]:
             assert Path(path).is_file(), f"{config.name} names a file that is not shipped: {path}"
         cli.datamodule.setup("fit")  # the shipped labels read, with their classes
         assert cli.datamodule.target_space.names == ("acceptor", "donor", "neither")
