@@ -119,11 +119,14 @@ def test_a_resumed_run_keeps_its_model_and_evaluation_takes_a_safe_option(tmp_pa
     main(typed)
     assert saved(new_dir / "checkpoints" / "last.ckpt")["hyper_parameters"]["transformer"]["max_seq_len"] == 256
 
-    # evaluating the trained weights at a shorter context: honoured, and said
+    # evaluating the trained weights at a shorter context: honoured, and said; the weights named by
+    # their run directory (a run without a validation monitor: its last checkpoint)
     capsys.readouterr()
     main(["validate", "--config", str(QUICKSTART), "--trainer.default_root_dir", str(run_dir), "--data.init_args.store",
-          str(store), *QUIET, "--ckpt_path", "last", "--model.transformer.max_seq_len", "256"])
-    assert "--model.transformer.max_seq_len 256 (your option) replaces the 512" in capsys.readouterr().out
+          str(store), *QUIET, "--ckpt_path", str(run_dir), "--model.transformer.max_seq_len", "256"])
+    said = capsys.readouterr()
+    assert "--model.transformer.max_seq_len 256 (your option) replaces the 512" in said.out
+    assert f"checkpoint {run_dir} is {last} (the run's last checkpoint" in said.err
     assert (run_dir / "validate" / "metrics.csv").is_file()
 
 
