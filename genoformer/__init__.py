@@ -6,7 +6,8 @@ genoformer.data` or `import genoformer.kernels` stays light):
     genoformer.core         what every model shares: the transformer trunk and its config
                             (core.transformer), how it runs (core.runtime), the training base
                             (core.training), checkpoints (core.checkpoints, core.export), the
-                            inference policy (core.inference), callbacks and loggers
+                            inference policy (core.inference), callbacks and loggers, and
+                            `genoformer doctor` (core.doctor)
     genoformer.genome       the DNA wing: the language model (genome.lm), embeddings, scoring,
                             evaluation, variant effects, the Markov baseline and their commands
     genoformer.timeseries   the time-series wing: the forecaster model (timeseries.model), its
@@ -14,6 +15,8 @@ genoformer.data` or `import genoformer.kernels` stays light):
                             (timeseries.protocol), its commands
     genoformer.cli          the `genoformer` command: LightningCLI for training, typed commands
     genoformer.hints        error hints that name options as the caller writes them
+    genoformer.shipped      what ships: the recipes (configs/), the example data, the pretrained
+                            models' names; `genoformer recipes` and `genoformer examples`
     genoformer.signatures   a function's signature read from its module's source (for the CLI)
     genoformer.kernels      attention backends and block-sparse layouts (folder kernels/)
     genoformer.data         storage, inputs, splits, sampling, tiling, packing; genome and

@@ -1,7 +1,9 @@
 """The `genoformer` command (also `python cli.py`).
 
-Training verbs come from LightningCLI (`genoformer.training_cli`) and read YAML configs from `configs/`:
+Training verbs come from LightningCLI (`genoformer.training_cli`) and read YAML configs from `configs/`
+(a shipped recipe also by its name, from anywhere: `genoformer recipes` lists them):
 
+    genoformer fit --config quickstart
     genoformer fit --config configs/quickstart.yaml
     genoformer fit --config configs/quickstart.yaml --ckpt_path last     # resume that run
     genoformer fit --config configs/quickstart.yaml --init_weights examples/genoformer_dna.ckpt
