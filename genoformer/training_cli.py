@@ -169,7 +169,11 @@ class GenoformerCLI(LightningCLI):
         if isinstance(args, (dict, Namespace)):
             super().parse_arguments(parser, args)
             return
-        self.config = parser.parse_args(with_recipe_paths(self.command_line if args is None else args))
+        try:
+            typed = with_recipe_paths(self.command_line if args is None else args)
+        except FileNotFoundError as error:  # a parse error, as any other option's (exit status 2)
+            parser.error(f"--config: {error}")
+        self.config = parser.parse_args(typed)
 
     # ------------------------------------------------------------------- checkpoints and the model
     def _parse_ckpt_path(self) -> None:
