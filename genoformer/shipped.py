@@ -23,6 +23,7 @@ This module imports no torch (the CLI's usage and `--help` read it).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import re
 import shutil
@@ -119,8 +120,10 @@ def recipe_path(name_or_path: str | os.PathLike) -> Path:
     name = path.name[: -len(".yaml")] if path.name.endswith(".yaml") else path.name
     if name in shipped and (len(path.parts) == 1 or path.parent.name == "configs"):
         return shipped[name]
+    near = difflib.get_close_matches(name, shipped, n=1)
+    guess = f" (did you mean {near[0]}?)" if near else ""
     raise FileNotFoundError(
-        f"no config file {path} here, nor a shipped recipe of that name; give a YAML file's path or one of "
+        f"no config file {path} here, nor a shipped recipe of that name{guess}; give a YAML file's path or one of "
         f"the shipped recipes by name: {', '.join(shipped)} (`genoformer recipes` lists them)"
     )
 

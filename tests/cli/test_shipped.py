@@ -69,7 +69,7 @@ def test_an_unknown_recipe_lists_the_shipped_ones(tmp_path, monkeypatch, capsys)
         main(["fit", "--config", "quikstart"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2  # an option's error, as the parser's own
-    assert "--config: no config file quikstart here, nor a shipped recipe of that name" in err
+    assert "--config: no config file quikstart here, nor a shipped recipe of that name (did you mean quickstart?)" in err
     assert "quickstart" in err.split("recipe of that name")[1] and "Traceback" not in err
 
 
