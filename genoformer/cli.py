@@ -43,8 +43,10 @@ Data and inference verbs are typed functions whose `--help` comes from their doc
     genoformer classify --checkpoint runs/splice --inputs seqs.tsv --out predictions.tsv      # the run's best
     genoformer annotate --checkpoint examples/genoformer_gene_annotator.ckpt --inputs genome.fa.gz --out genes.gff3
 
-Options are never abbreviated (`--trainer.max_step` is an error, not `max_steps`), and a mistyped
-option or config key is named in the first line of the error with the nearest valid one.
+Options are never abbreviated (`--trainer.max_step` is an error, not `max_steps`). Every parse error
+is one line: the nearest valid option to a mistyped one, or what an option takes (`--horizons takes
+a whole number (96), comma-separated (96,192) or a list`), then where to see all options, and the
+cause last (`got 'x'`), so that the tail of a log says what went wrong.
 
 This module imports only what the usage and the argument handling need: a tool command's options
 are read from its function's source (`FunctionIn`, genoformer.signatures), and its module (with
@@ -57,6 +59,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import enum
 import importlib
 import importlib.metadata
 import json
@@ -69,6 +72,7 @@ import traceback
 import typing
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn, Optional
 
 from jsonargparse import CLI, ArgumentParser
@@ -258,17 +262,22 @@ def _option_names(parser: ArgumentParser) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _class_option_names(class_path: str) -> list[str]:
-    """The dotted names of the options of the class at `class_path` (`transformer.d_model`)."""
+def _class_parser(class_path: str) -> ArgumentParser:
+    """A parser of the options of the class at `class_path`."""
     module, _, name = class_path.rpartition(".")
     parser = ArgumentParser(exit_on_error=False)
     parser.add_class_arguments(getattr(importlib.import_module(module), name), fail_untyped=False)
-    return [option for option in _option_names(parser) if option not in ("help", "print_config")]
+    return parser
+
+
+def _class_option_names(class_path: str) -> list[str]:
+    """The dotted names of the options of the class at `class_path` (`transformer.d_model`)."""
+    return [option for option in _option_names(_class_parser(class_path)) if option not in ("help", "print_config")]
 
 
 def _unknown_option(parser: ArgumentParser, message: str, prog: str) -> Optional[str]:
-    """For a parse error about an option or config key that does not exist: one line naming it
-    and the nearest valid one, and where to see them all; None for other errors."""
+    """For a parse error about an option or config key that does not exist: one line naming the
+    nearest valid one and where to see them all, the unknown one last; None for other errors."""
     for pattern in _UNKNOWN:
         found = pattern.search(message)
         if found:
@@ -284,41 +293,135 @@ def _unknown_option(parser: ArgumentParser, message: str, prog: str) -> Optional
         parser_key = _PARSER_KEY.search(message)
         where = f"{parser_key.group(1)}." if parser_key else ""
         names = _class_option_names(class_path)
-        first = f"unknown option {typed}{where}{key} ({class_name} has no {key})"
+        cause = f"unknown option {typed}{where}{key} ({class_name} has no {key})"
         listing = f"(the options of {class_name}: {prog} --{where}help {class_name})"
     else:
         where = ""
         names = _option_names(parser)
-        first = f"unknown option {typed}{key}"
+        cause = f"unknown option {typed}{key}"
         listing = f"(all options: {prog} --help)"
     near = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
     head, _, rest = key.partition(".")
     if not near and rest:  # a mistyped group (`modle.transformer.d_model`): mend its first part
         heads = difflib.get_close_matches(head, {name.partition(".")[0] for name in names}, n=1, cutoff=0.6)
         near = [f"{heads[0]}.{rest}"] if heads else []
-    if near:
-        first += f"; did you mean {typed}{where}{near[0]}?"
-    return f"{first}\n{listing}"
+    advice = f"did you mean {typed}{where}{near[0]}? " if near else ""
+    return f"{advice}{listing}; {cause}"
+
+
+def _plural(typehint: Any) -> tuple[str, str, str]:
+    """(what one element is, an example of one, of two) for a list option's element type."""
+    if typehint is int:
+        return "a whole number", "96", "96,192"
+    if typehint is float:
+        return "a number", "0.5", "0.5,0.9"
+    if typehint is Path or (isinstance(typehint, type) and issubclass(typehint, os.PathLike)):
+        return "a path", "a.ckpt", "a.ckpt,b.ckpt"
+    return "a value", "a", "a,b"
+
+
+def accepted_forms(typehint: Any, flag: bool = True) -> str:
+    """What an option of type `typehint` takes, in words and examples as typed on the command
+    line (`flag`: a bool option may be given alone)."""
+    origin, arms = typing.get_origin(typehint), [arm for arm in typing.get_args(typehint) if arm is not type(None)]
+    if origin is typing.Union and len(arms) == 1:
+        return accepted_forms(arms[0], flag)
+    if origin is typing.Union and any(typing.get_origin(arm) is list for arm in arms):
+        one, example, _ = _plural(next(arm for arm in arms if typing.get_origin(arm) is not list))
+        return f"{one} ({example}), several after the option or a list (\"[{example},...]\")"
+    if origin is typing.Union:
+        return " or ".join(accepted_forms(arm, flag) for arm in arms)
+    if origin is list:
+        one, example, two = _plural(typing.get_args(typehint)[0] if typing.get_args(typehint) else str)
+        return f"{one} ({example}), comma-separated ({two}) or a list (\"[{two}]\")"
+    if origin is typing.Literal:
+        return "one of " + ", ".join(str(value) for value in typing.get_args(typehint))
+    if isinstance(typehint, type) and issubclass(typehint, enum.Enum):
+        return "one of " + ", ".join(str(member.value).lower() for member in typehint)
+    if typehint is bool:
+        return "nothing (a flag) or true|false" if flag else "true or false"
+    if typehint in (int, float):
+        return _plural(typehint)[0]
+    if typehint is Path:
+        return "a path"
+    if typehint is str:
+        return "a text"
+    return f"a {getattr(typehint, '__name__', typehint)}"
+
+
+_GIVEN = re.compile(r"(?:Given value|Got value): (?P<value>.*?)\s*$", re.MULTILINE)
+_REQUIRED = re.compile(r"the following arguments are required: (?P<keys>[\w.,\s]+)")
+_NO_VALUE = re.compile(r"argument --(?P<key>[\w.]+)(?:/--[\w.+]+)?: expected one argument")
+_STRAY = re.compile(r"unrecognized arguments: (?P<words>[^-].*)")
+
+
+def _option_type(parser: ArgumentParser, key: str) -> Any:
+    action = parser._option_string_actions.get(f"--{key}")
+    return getattr(action, "_typehint", None) or getattr(action, "type", None) if action is not None else None
+
+
+def _describe(parser: ArgumentParser, key: str, flags: bool) -> str:
+    """`--key takes ...` where the parser knows the option's type, else `--key`."""
+    typehint = _option_type(parser, key)
+    return f"--{key}" if typehint is None else f"--{key} takes {accepted_forms(typehint, flags)}"
+
+
+def one_line_error(parser: ArgumentParser, message: str, prog: str, flags: bool = True) -> str:
+    """jsonargparse's error `message` as one line: the option, what it takes, where to see every
+    option, and the cause last (`flags`: the command takes a bool option alone)."""
+    listing = f"(all options: {prog} --help)"
+    unknown = _unknown_option(parser, message, prog)
+    if unknown is not None:
+        return unknown
+    keys = list(_PARSER_KEY.finditer(message))
+    if keys:
+        given = _GIVEN.findall(message)
+        classes = list(_CLASS_PATH.finditer(message))
+        if len(keys) > 1 and classes and classes[-1].start() < keys[-1].start():  # an option of a class_path
+            given = _GIVEN.findall(message[keys[-1].start():])
+            key, inner = f"{keys[0].group(1)}.init_args.{keys[-1].group(1)}", keys[-1].group(1)
+            what = _describe(_class_parser(classes[-1].group(1)), inner, flags).replace(f"--{inner}", f"--{key}", 1)
+        else:
+            what = _describe(parser, keys[0].group(1), flags)
+        cause = f"got {given[0]!r}" if given else message.strip().splitlines()[-1].strip()
+        return f"{what} {listing}; {cause}"
+    required = _REQUIRED.search(message)
+    if required is not None:
+        keys = [key.strip() for key in required.group("keys").split(",") if key.strip()]
+        what = "; ".join(_describe(parser, key, flags) for key in keys)
+        return f"{what} {listing}; {' and '.join(f'--{key}' for key in keys)} not given (required)"
+    no_value = _NO_VALUE.search(message)
+    if no_value is not None:
+        return f"{_describe(parser, no_value.group('key'), flags)} {listing}; no value given"
+    stray = _STRAY.search(message)
+    if stray is not None:
+        return (f"every word after the command is an option or an option's value (--name value; a flag alone "
+                f"or with true|false) {listing}; {stray.group('words').strip()!r} follows no option")
+    return f"{listing} {' '.join(line.strip() for line in message.strip().splitlines())}"
 
 
 class ShortErrors:
-    """jsonargparse parser mixin: a parse error exits with status 2 and a short message, without
-    the usage: for an option or config key that does not exist, a first line that names it and
-    the nearest valid option (difflib), then where to see all options; for anything else
-    jsonargparse's own message."""
+    """jsonargparse parser mixin: a parse error exits with status 2 and one line, without the usage
+    (`one_line_error`): for an option or config key that does not exist, the nearest valid one
+    (difflib); for a value of the wrong type or a missing one, what the option takes; each with
+    where to see all options, and the cause last."""
+
+    accepts_bare_flags = False
+    """Whether the command takes a bool option alone (`--overwrite`); the tool commands do."""
 
     def error(self, message: str, ex: Optional[Exception] = None) -> NoReturn:
         if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):
             super().error(message, ex)  # raises, as jsonargparse does inside its own parsing
         parser = getattr(ex, "subcommand_parser", None) or self
         prog = parser.prog.replace(" [options]", "")
-        explained = _unknown_option(parser, message, prog) or f"{message}\n(all options: {prog} --help)"
-        sys.stderr.write(f"{prog}: error: {explained}\n")
+        sys.stderr.write(f"{prog}: error: {one_line_error(parser, message, prog, self.accepts_bare_flags)}\n")
         self.exit(2)
 
 
 class ToolParser(ShortErrors, ArgumentParser):
     """The parser of the tool commands (jsonargparse's, with short errors)."""
+
+    accepts_bare_flags = True
 
 
 # ----------------------------------------------------------------------- usage and arguments
@@ -334,7 +437,9 @@ def _usage() -> str:
     for section in dict.fromkeys(command.section for command in TOOL_COMMANDS.values()):
         lines += ["", f"{section}:"]
         lines += [f"  {name:<20}{command.summary}" for name, command in TOOL_COMMANDS.items() if command.section == section]
-    lines += ["", "Run `genoformer COMMAND --help` for the options of one command."]
+    lines += ["", "Run `genoformer COMMAND --help` for the options of one command. A list option of the data and",
+              "inference commands takes one value, comma-separated values (--columns glucose,insulin), several",
+              "after the option (--inputs a.csv b.csv) or a list (--columns \"[glucose,insulin]\")."]
     return "\n".join(lines)
 
 
@@ -346,39 +451,64 @@ def _raised_inside_a_step(error: BaseException) -> bool:
     return any(frame.name in STEP_FUNCTIONS for frame in traceback.extract_tb(error.__traceback__))
 
 
+def _list_kind(typehint: Any) -> Optional[str]:
+    """"list" for a list-only option (list[X], Optional[list[X]]), "value or list" for one that
+    also takes a single value (Union[str, list[str]]), None for any other."""
+    arms = [arm for arm in (typing.get_args(typehint) if typing.get_origin(typehint) is typing.Union else (typehint,))
+            if arm is not type(None)]
+    if not any(typing.get_origin(arm) is list for arm in arms):
+        return None
+    return "list" if all(typing.get_origin(arm) is list for arm in arms) else "value or list"
+
+
+def _comma_parts(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _list_values(values: list[str], kind: str) -> list[str]:
+    """The words after a list option as jsonargparse takes them (see `_tool_arguments`)."""
+    if len(values) == 1 and values[0].lstrip().startswith("["):
+        return values  # a YAML/JSON list, as typed
+    if kind == "list":
+        return [json.dumps([part for value in values for part in _comma_parts(value)])]
+    if len(values) == 1:
+        value = values[0]
+        parts = _comma_parts(value)
+        if len(parts) > 1 and not os.path.exists(value) and all(os.path.exists(part) for part in parts):
+            return [json.dumps(parts)]  # files a,b (a region chr1:1,000-2,000 is no file: kept whole)
+        return values
+    return [json.dumps(values)]
+
+
 def _tool_arguments(function: Callable[..., Any], args: Sequence[str]) -> list[str]:
     """`args` for a tool command, made ready for jsonargparse: a bool option given alone is a
-    flag (`--overwrite` means `--overwrite true`), and several values after a list option
-    (`--fasta a.fa b.fa`, as a shell glob expands) become one list."""
+    flag (`--overwrite` means `--overwrite true`); a list option takes one value, several after it
+    (`--fasta a.fa b.fa`, as a shell glob expands), a list as YAML/JSON (`--columns "[a,b]"`) or,
+    where it takes only lists, comma-separated values (`--columns glucose,insulin`,
+    `--horizons 96,192`); an option that takes one value or a list splits `a.fa,b.fa` at the
+    commas only when each part is an existing file. `--option=value` is `--option value`."""
     types = typing.get_type_hints(function)
     flags = {f"--{name}" for name, kind in types.items() if kind is bool}
-    lists = {
-        f"--{name}"
-        for name, kind in types.items()
-        if any(typing.get_origin(arm) is list for arm in (kind, *typing.get_args(kind)))
-    }
-    only_lists = {f"--{name}" for name, kind in types.items() if typing.get_origin(kind) is list}
+    lists = {f"--{name}": _list_kind(kind) for name, kind in types.items() if _list_kind(kind) is not None}
+    words = [part for arg in args for part in (arg.split("=", 1) if arg.startswith("--") and "=" in arg else [arg])]
     result: list[str] = []
     index = 0
-    while index < len(args):
-        arg = args[index]
-        result.append(arg)
+    while index < len(words):
+        word = words[index]
+        result.append(word)
         index += 1
-        if arg in flags:
-            if index < len(args) and args[index].lower() in ("true", "false"):
-                result.append(args[index])
+        if word in flags:
+            if index < len(words) and words[index].lower() in ("true", "false"):
+                result.append(words[index])
                 index += 1
             else:
                 result.append("true")
-        elif arg in lists:
+        elif word in lists:
             values = []
-            while index < len(args) and not args[index].startswith("-"):
-                values.append(args[index])
+            while index < len(words) and not words[index].startswith("-"):
+                values.append(words[index])
                 index += 1
-            single = len(values) == 1 and not values[0].startswith("[")
-            if len(values) > 1 or (single and arg in only_lists):  # one plain value of a list-only option too
-                values = [json.dumps(values)]
-            result += values
+            result += _list_values(values, lists[word]) if values else []
     return result
 
 

@@ -80,7 +80,8 @@ def prepare_timeseries(
         time_column: CSV column with the time, in seconds or as dates and times (ISO 8601, or
             day-first with --dayfirst); several are joined: "[Date,Time]" or
             "[year,month,day,hour]". Not stored as channels.
-        columns: CSV columns to store, "[a,b]" (default: every numeric column).
+        columns: CSV columns to store: glucose, glucose,insulin or "[glucose,insulin]" (default: every
+            numeric column).
         dayfirst: A flag: dates are day first (16/12/2006).
         delimiter: CSV delimiter (default: the one of , ; tab | most frequent in the header).
         duplicates: Rows on the same time step: error, first, last or mean (of observed values).

@@ -28,7 +28,7 @@ def _fail(capsys, *args: str) -> tuple[int, str]:
     "args, named",
     [
         (["--model.learnin_rate", "3"], "learnin_rate"),
-        (["--trainer.max_steps", "ten"], 'key "trainer.max_steps"'),
+        (["--trainer.max_steps", "ten"], "--trainer.max_steps takes a whole number"),
         (["--model.transformer.d_model", "wide"], "d_model"),
         (["--model.objective", "NEXT_TOKEN"], "objective"),
         (["--config", "no/such/config.yaml"], "no/such/config.yaml"),
