@@ -71,14 +71,14 @@ def test_a_value_or_list_option_splits_commas_only_between_existing_files(tmp_pa
     assert _tool_arguments(evaluate, ["--inputs", "a.fa,b.fa"]) == ["--inputs", '["a.fa", "b.fa"]']
 
 
-def _typed_option(command: str) -> str:
-    """An option of the command that takes a number or one of some words."""
+def _typed_option(command: str) -> str | None:
+    """An option of the command that takes a number or one of some words (None: it has none)."""
     for parameter in inspect.signature(parsing_function(TOOL_COMMANDS[command])).parameters.values():
         annotation = parameter.annotation
         arms = typing.get_args(annotation) if typing.get_origin(annotation) is typing.Union else (annotation,)
         if any(arm in (int, float) or typing.get_origin(arm) is typing.Literal for arm in arms):
             return parameter.name
-    raise AssertionError(f"{command} has no numeric or Literal option")
+    return None
 
 
 def only_line(capsys, args: list[str]) -> str:
@@ -93,13 +93,15 @@ def only_line(capsys, args: list[str]) -> str:
 
 @pytest.mark.parametrize("command", list(TOOL_COMMANDS))
 def test_every_parser_error_is_one_line_with_the_cause_last(capsys, command):
-    option = _typed_option(command)
-    line = only_line(capsys, [command, f"--{option}", "many"])
     pointer = f"(all options: genoformer {command} --help)"
-    assert line.startswith(f"genoformer {command}: error: --{option} takes ") and pointer in line
-    assert line.endswith("; got 'many'")
     line = only_line(capsys, [command, "--no_such_option", "1"])
     assert pointer in line and line.endswith("; unknown option --no_such_option")
+    option = _typed_option(command)
+    if option is None:
+        return
+    line = only_line(capsys, [command, f"--{option}", "many"])
+    assert line.startswith(f"genoformer {command}: error: --{option} takes ") and pointer in line
+    assert line.endswith("; got 'many'")
     line = only_line(capsys, [command, f"--{option}"])
     assert line.startswith(f"genoformer {command}: error: --{option} takes ") and line.endswith("; no value given")
 
