@@ -129,12 +129,18 @@ def _versions(report: Report) -> Any:
         return None
     cuda = torch.version.cuda
     cudnn = torch.backends.cudnn.version() if cuda else None
-    build = f"built for CUDA {cuda}" + (f", cuDNN {cudnn}" if cudnn else "") if cuda else "a CPU build, no CUDA"
+    build = f"built for CUDA {cuda}" + (f", cuDNN {_cudnn(cudnn)}" if cudnn else "") if cuda else "a CPU build, no CUDA"
     report.lines += [f"torch         {torch.__version__}, {build}",
                      f"lightning     {_version('lightning') or 'not installed'}"]
     for label, distributions in PACKAGES.items():
         report.lines.append(f"{label:<14}{_version(*distributions) or 'not installed'}")
     return torch
+
+
+def _cudnn(number: int) -> str:
+    """cuDNN's version number as a release: 8907 is 8.9.7 (major * 1000 before cuDNN 9), 90100 is 9.1.0."""
+    major, rest = (number // 10000, number % 10000) if number >= 10000 else (number // 1000, number % 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
 
 
 def _machine(report: Report, torch: Any) -> tuple[Any, Any]:

@@ -101,6 +101,7 @@ def test_on_an_h100_with_flash_attn_4_every_recipe_gets_the_measured_order(h100,
     status, out = _doctor(capsys)
     assert status == 0, out
     assert "NVIDIA H100 80GB HBM3, compute capability 9.0 (sm_90)" in out
+    assert doctor._cudnn(90100) == "9.1.0" and doctor._cudnn(8907) == "8.9.7"
     assert _line(out, "flash-attn-4").split()[1] == "4.0.0b36"
     assert _line(out, "  flash_attn_4 ").split()[1:3] == ["runs", "dense"]  # runs dense inputs; not layouts: ...
     assert "Faster here:  nothing to install" in out
