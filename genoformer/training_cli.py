@@ -22,12 +22,12 @@ import torch
 import yaml
 from jsonargparse import ActionYesNo, Namespace, get_loader
 from lightning.pytorch import LightningDataModule, LightningModule
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger
 
 from genoformer.cli import ShortErrors, command_with, options_given
-from genoformer.core.callbacks import PredictionWriter
+from genoformer.core.callbacks import PredictionWriter, default_progress_bar
 from genoformer.core.checkpoints import (best_checkpoint, canonical_state_dict, check_checkpoint_file, read_checkpoint,
                                         read_model_checkpoint, resolve_checkpoint)
 from genoformer.data.genome.datamodule import GenomeDataModule
@@ -313,6 +313,16 @@ class GenoformerCLI(LightningCLI):
         print(f"genoformer fit: a new run, starting from the weights in {self.weights_source}"
               + ("" if step is None else f" (step {step} of the training that wrote them)"))
         self.weights = None  # loaded: the file's tensors are the model's now
+
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Any:
+        """The trainer, with `default_progress_bar` where it shows progress and has no bar of its
+        own: plain lines in a log, Lightning's bar (reading "Epoch N", not "Epoch 0/-2") on a terminal."""
+        given = config.get("callbacks") or []
+        given = given if isinstance(given, list) else [given]
+        if config.get("enable_progress_bar") is not False and not any(
+                isinstance(callback, ProgressBar) for callback in [*given, *callbacks]):
+            callbacks = [*callbacks, default_progress_bar()]
+        return super()._instantiate_trainer(config, callbacks)
 
     # ------------------------------------------------------------------- checks
     def before_instantiate_classes(self) -> None:

@@ -41,13 +41,13 @@ import numpy as np
 from Bio import SeqIO
 from Bio.Seq import UndefinedSequenceError
 from Bio.SeqIO.FastaIO import SimpleFastaParser
-from tqdm.auto import tqdm
 
 from genoformer.data.genome.alphabet import InvalidBaseError, encode_bytes
 from genoformer.data.genome.inputs import read_sequences
 from genoformer.data.genome.labels import bare_suffix, bed_lines, open_text, read_genome_contigs
 from genoformer.data.inputs import expand_inputs
 from genoformer.data.storage import write_text
+from genoformer.progress import tqdm
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,6 @@ from pathlib import Path
 
 import numpy as np
 import zarr
-from tqdm.auto import tqdm
 from zarr.codecs import BloscCodec
 
 from genoformer.data.genome.alphabet import N, TOKEN_CODES, InvalidBaseError, encode_bytes, softmask_bytes
@@ -56,6 +55,7 @@ from genoformer.data.storage import (
     reusable_store,
     sha256_files,
 )
+from genoformer.progress import tqdm
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,6 @@ from typing import Optional
 
 import numpy as np
 import zarr
-from tqdm.auto import tqdm
 from zarr.codecs import BloscCodec
 
 from genoformer.hints import option
@@ -48,6 +47,7 @@ from genoformer.data.timeseries.inputs import (
     load_file,
     series_name,
 )
+from genoformer.progress import tqdm
 
 
 TIMESERIES_FORMAT = "genoformer.timeseries"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import math
 import signal
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,11 +18,12 @@ from typing import Any, Literal, Optional
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import BasePredictionWriter, ModelCheckpoint
+from lightning.pytorch.callbacks import BasePredictionWriter, ModelCheckpoint, ProgressBar, RichProgressBar, TQDMProgressBar
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from genoformer.data.storage import atomic_build
+from genoformer.progress import LINE_SECONDS, interactive
 
 log = logging.getLogger(__name__)
 
@@ -394,3 +397,114 @@ class NonFiniteGuard(L.Callback):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.skipped = int(state_dict.get("skipped", 0))
+
+
+# ----------------------------------------------------------------------- training progress
+class TrainingProgress(ProgressBar):
+    """Training progress as plain lines, for output that is not a terminal (a log, a pipe), where
+    a redrawn bar shows nothing until the run ends: the step, what it has logged for the bar
+    (the loss), seconds per step and the time left, at most every `seconds` seconds and at the
+    last step; after each validation its metrics; for validate, test and predict the batches
+    done. The training commands use it unless the trainer has a progress bar or none
+    (`default_progress_bar`)."""
+
+    def __init__(self, seconds: float = LINE_SECONDS, stream: Optional[Any] = None) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.stream = stream
+        self.enabled = True
+        self._started = 0.0
+        self._first_step = 0
+        self._last_line = -math.inf
+
+    def disable(self) -> None:
+        self.enabled = False
+
+    def enable(self) -> None:
+        self.enabled = True
+
+    def _line(self, text: str) -> None:
+        if self.enabled and self.trainer.is_global_zero:
+            stream = sys.stderr if self.stream is None else self.stream
+            stream.write(text + "\n")
+            stream.flush()
+            self._last_line = time.monotonic()
+
+    def _due(self) -> bool:
+        return time.monotonic() - self._last_line >= self.seconds
+
+    def _metrics(self, trainer: L.Trainer, pl_module: L.LightningModule, prefix: str = "") -> str:
+        metrics = {key: value for key, value in self.get_metrics(trainer, pl_module).items()
+                   if key != "v_num" and key.startswith(prefix)}
+        return ", ".join(f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}"
+                         for key, value in metrics.items())
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._started, self._first_step = time.monotonic(), trainer.global_step
+        goal = f" to step {trainer.max_steps:,}" if trainer.max_steps > 0 else ""
+        self._line(f"training from step {trainer.global_step:,}{goal}")
+        self._last_line = -math.inf  # the first step's line follows at once: the speed, early
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        step, last = trainer.global_step, trainer.max_steps
+        if not (self._due() or step == last):
+            return
+        done = step - self._first_step
+        per_step = (time.monotonic() - self._started) / max(done, 1)
+        where = f"step {step:,}/{last:,} ({100 * step / last:.0f}%)" if last > 0 else \
+            f"step {step:,} (epoch {trainer.current_epoch})"
+        left = f", about {_clock(per_step * (last - step))} left" if last > 0 and step < last else ""
+        metrics = self._metrics(trainer, pl_module)
+        self._line(f"{where}: {per_step:.2f} s/step, {_clock(time.monotonic() - self._started)} so far{left}"
+                   + (f"; {metrics}" if metrics else ""))
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking or trainer.state.fn != "fit":
+            return
+        metrics = ", ".join(f"{key} {float(value):.4g}" for key, value in trainer.callback_metrics.items()
+                            if key.startswith("val"))
+        self._line(f"validation at step {trainer.global_step:,}" + (f": {metrics}" if metrics else ""))
+
+    def _evaluation_batch(self, what: str, batch_idx: int, total: float) -> None:
+        if self._due() or batch_idx + 1 == total:
+            of = f"/{int(total):,}" if math.isfinite(total) else ""
+            self._line(f"{what}: batch {batch_idx + 1:,}{of}")
+
+    def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                                batch_idx: int, dataloader_idx: int = 0) -> None:
+        if trainer.state.fn == "validate":
+            self._evaluation_batch("validating", batch_idx, self.total_val_batches_current_dataloader)
+
+    def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                          batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._evaluation_batch("testing", batch_idx, self.total_test_batches_current_dataloader)
+
+    def on_predict_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                             batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._evaluation_batch("predicting", batch_idx, self.total_predict_batches_current_dataloader)
+
+
+def _clock(seconds: float) -> str:
+    """Seconds as h:mm:ss or m:ss."""
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+class StepProgressBar(RichProgressBar):
+    """Lightning's Rich bar on a terminal, whose training bar reads "Epoch N" when the run is
+    bounded by steps (Lightning's reads "Epoch 0/-2", from max_epochs -1)."""
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        if self.trainer.max_epochs is None or self.trainer.max_epochs < 0:
+            return f"{f'Epoch {current_epoch}':{len(self.validation_description)}}"  # as wide as Lightning's
+        return super()._get_train_description(current_epoch)
+
+
+def default_progress_bar() -> ProgressBar:
+    """The training commands' progress: plain lines (`TrainingProgress`) when stderr or stdout is
+    not a terminal, else Lightning's Rich bar (`StepProgressBar`), or its tqdm bar without Rich."""
+    if not (interactive(sys.stdout) and interactive(sys.stderr)):
+        return TrainingProgress()
+    return StepProgressBar() if importlib.util.find_spec("rich") is not None else TQDMProgressBar()

@@ -35,7 +35,6 @@ from typing import Optional, Union
 import numpy as np
 import torch
 import zarr
-from tqdm.auto import tqdm
 
 from genoformer.core.checkpoints import ModelKind, read_model_checkpoint
 from genoformer.core.inference import Pooling, PoolAccumulator, autocast, default_autocast_dtype, inference_device, load_module_weights
@@ -48,6 +47,7 @@ from genoformer.data.tiling import Keep, same_length_batches, tile_windows
 from genoformer.genome.heads import strand_features
 from genoformer.genome.lm import check_alphabet
 from genoformer.kernels.dispatch import Backend
+from genoformer.progress import tqdm
 
 @dataclasses.dataclass(frozen=True)
 class Embeddings:

@@ -46,7 +46,6 @@ from typing import Optional, Union
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from genoformer.core.checkpoints import resolve_checkpoint
 from genoformer.core.inference import autocast, default_autocast_dtype, inference_device
@@ -57,6 +56,7 @@ from genoformer.data.storage import refuse_existing, write_text
 from genoformer.genome.embeddings import Embedder
 from genoformer.hints import option
 from genoformer.kernels.dispatch import Backend
+from genoformer.progress import tqdm
 
 SAMPLED_BASES = T + 1
 """Codes 0..3 (A C G T) are the only ones sampled."""

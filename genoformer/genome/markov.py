@@ -58,7 +58,6 @@ from pathlib import Path
 from typing import Optional, Union
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from genoformer.data.genome.alphabet import N, encode, reverse_complement
 from genoformer.data.genome.inputs import NamedSequence, check_sequence_inputs, read_sequences
@@ -66,6 +65,7 @@ from genoformer.data.genome.regions import record_regions
 from genoformer.data.splits import SplitSpec
 from genoformer.data.storage import atomic_build, refuse_existing, write_json
 from genoformer.genome.evaluate import SplitName, read_split_spec
+from genoformer.progress import tqdm
 
 #: 2-bit codes of a 31-base context and a target fill the 64 bits of one key.
 MAX_ORDER = 31

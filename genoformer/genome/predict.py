@@ -27,7 +27,6 @@ from typing import Optional, Union
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from genoformer.core.inference import autocast, default_autocast_dtype, inference_device
 from genoformer.core.runtime import RuntimeSettings
@@ -41,6 +40,7 @@ from genoformer.data.tiling import Keep, same_length_batches, tile_windows
 from genoformer.genome.finetune import FineTuner
 from genoformer.genome.genecalls import call_genes
 from genoformer.kernels.dispatch import Backend
+from genoformer.progress import tqdm
 
 
 class _FineTunedModel:

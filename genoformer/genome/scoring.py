@@ -29,7 +29,6 @@ from typing import Optional, Union
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from genoformer.data.genome.alphabet import MASK, T
 from genoformer.data.tiling import Keep, Tile, same_length_batches, tile_windows
@@ -38,6 +37,7 @@ from genoformer.genome.embeddings import Embedder
 from genoformer.hints import hint, option
 from genoformer.kernels.dispatch import Backend
 from genoformer.core.transformer import KVCache, Transformer
+from genoformer.progress import tqdm
 
 LOG2E = 1.0 / np.log(2.0)
 DEFAULT_MASK_PERIOD = 7

@@ -69,7 +69,6 @@ import numpy as np
 import torch
 import vcfpy
 from vcfpy import bgzf
-from tqdm.auto import tqdm
 
 from genoformer.core.checkpoints import resolve_checkpoint
 from genoformer.data.genome.alphabet import COMPLEMENT, MASK, T, encode, reverse_complement
@@ -81,6 +80,7 @@ from genoformer.genome.mixture import MarkovMixture, MixModeName, load_mixture, 
 from genoformer.genome.scoring import Scorer
 from genoformer.hints import option
 from genoformer.kernels.dispatch import Backend
+from genoformer.progress import tqdm
 
 VCF_SUFFIXES = (".vcf", ".vcf.gz", ".vcf.bgz")
 INFO_KEY = "GF_LLR"

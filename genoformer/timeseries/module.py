@@ -32,12 +32,12 @@ from typing import Any, Optional
 import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
-from tqdm.auto import tqdm
 
 from genoformer.core.checkpoints import ModelKind
 from genoformer.core.runtime import RuntimeSettings
 from genoformer.core.training import TrainingModule
 from genoformer.core.transformer import TransformerConfig
+from genoformer.progress import tqdm
 from genoformer.timeseries.baselines import fill_short_gaps
 from genoformer.timeseries.model import ForecastConfig, TimeSeriesTransformer, pinball_loss, token_targets
 from genoformer.timeseries.protocol import PROTOCOL_HORIZONS, DirectAR, ProtocolSplit

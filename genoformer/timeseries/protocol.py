@@ -41,9 +41,9 @@ from typing import Optional, Union
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from genoformer.hints import option
+from genoformer.progress import tqdm
 from genoformer.timeseries.baselines import WindowMoments, fill_lookback, linear_mse, linear_problem
 
 PROTOCOL_HORIZONS = (96, 192, 336, 720)
