@@ -284,7 +284,7 @@ def test_data_hints_under_a_training_command_name_the_data_module_options(tmp_pa
 
 
 def test_one_plain_value_of_a_list_option_is_a_list_of_one():
-    """`genoformer evaluate --inputs genome.fa` (README's example) reads one file, as
+    """`genoformer evaluate --inputs genome.fa` (as the guides write it) reads one file, as
     `--inputs a.fa b.fa` reads two and `--inputs "[a.fa,b.fa]"` a list."""
     from genoformer.cli import _tool_arguments
     from genoformer.genome.evaluate import evaluate

@@ -1,4 +1,4 @@
-"""Every piece of config that README.md and docs/*.md show parses with the real parser.
+"""Every piece of config that README.md and the guides (docs/**/*.md) show parses with the real parser.
 
 Three kinds of snippet configure genoformer: a ```yaml block with model, trainer or data keys
 (merged over a shipped config as a second --config), an `attention_backend: NAME` line (in a
@@ -21,7 +21,7 @@ import yaml
 from genoformer.cli import training_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
 BASES = [REPO_ROOT / "configs" / "quickstart.yaml", REPO_ROOT / "configs" / "timeseries_tiny_cpu.yaml"]
 CONFIG_KEYS = {"model", "trainer", "data"}
 
@@ -83,7 +83,7 @@ def parser():
 
 def test_the_docs_show_config_snippets():
     docs = {snippet.doc for snippet in SNIPPETS}
-    assert {"docs/multi_gpu.md", "docs/flash_attn.md"} <= docs
+    assert {"docs/multi_gpu.md", "docs/flash_attn.md", "docs/attention.md", "docs/design/training.md"} <= docs  # guides, and design notes
     assert any(snippet.block for snippet in SNIPPETS)
     assert any("--model.runtime.attention_backend" in snippet.options for snippet in SNIPPETS)
     assert set(STALE) <= {(snippet.doc, " ".join(snippet.options)) for snippet in SNIPPETS}

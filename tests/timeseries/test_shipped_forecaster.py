@@ -1,7 +1,7 @@
 """The general forecaster shipped in examples/ (trained across seven datasets on a GPU by
-benchmarks/gpu_timeseries.sh; its protocol table is in README and BENCHMARKS.md): it loads on a
-CPU, forecasts in the series' own units, and beats the naive forecasts on the shipped ECG's last
-fifth (the protocol's test part, which no training saw).
+benchmarks/gpu_timeseries.sh; its protocol table is in docs/timeseries.md and BENCHMARKS.md): it
+loads on a CPU, forecasts in the series' own units, and beats the naive forecasts on the shipped
+ECG's last fifth (the protocol's test part, which no training saw).
 
 Shape legend: N windows, C channels, L look-back, H horizon, K quantile levels.
 """
