@@ -3,6 +3,9 @@
 #                     and embed the lambda phage genome with the trained model (run it again:
 #                     the run resumes from its last.ckpt, and the embeddings are replaced)
 #   make test         install into .venv (with the test extras), then run the whole test suite
+# and one more for the guides:
+#   make docs         build the guides' site into site/ (mkdocs build --strict), then check it in
+#                     headless Chromium (tests/docs), with screenshots in runs/site/
 # PYTHON picks the interpreter (3.10 to 3.12); TORCH the torch requirement (pip configured for a
 # CUDA index gives a CUDA build of the same version).
 
@@ -12,7 +15,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN_DIR ?= runs/quickstart
 
-.PHONY: install install-dev quickstart test
+.PHONY: install install-dev quickstart test docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,3 +36,7 @@ quickstart: install
 
 test: install-dev
 	$(BIN)/python -m pytest tests -q -ra --timeout=900
+
+docs: install-dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+	GENOFORMER_SITE_SCREENSHOTS=runs/site $(BIN)/python -m pytest tests/docs -q -ra
