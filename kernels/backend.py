@@ -33,6 +33,7 @@ class Backend(str, enum.Enum, metaclass=_ByNameOrValue):
     TRITON = "triton"
     GLUON = "gluon"
     XFORMERS = "xformers"
+    FP8 = "fp8"
 
     @classmethod
     def _missing_(cls, value):

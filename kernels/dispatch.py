@@ -49,6 +49,11 @@ Backends:
     xformers    xformers' memory_efficient_attention (`genoformer.kernels.xformers_backend`; optional,
                 `pip install xformers`): dense, key padding and packed documents (block-diagonal
                 masks), no layouts, no lse; for GPUs older than Ampere (T4, V100)
+    fp8         inference in FP8 (`genoformer.kernels.triton_fp8`): e4m3 q, k, v with per-block scales,
+                both matmuls on the FP8 tensor cores (Ada sm_89, Hopper sm_90); dense, causal or not,
+                key padding, GQA; no layouts, documents, lse or backward. On a CPU it is emulated
+                (the kernel's arithmetic in PyTorch: slow, for tests and error budgets). Never
+                chosen by auto: it changes the numbers (docs/inference.md gives its error budget)
     auto        CUDA: the first backend that supports the inputs in the measured order for the
                 GPU's generation and the kind of input (`FASTEST_FIRST`; on sm_90 flash_attn_4, then
                 gluon for dense inputs, then triton; triton on generations not measured; xformers on
@@ -219,6 +224,23 @@ def _xformers_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens
                                                cu_seqlens=cu_seqlens, return_lse=return_lse)
 
 
+def _load_fp8() -> RunFn:
+    from genoformer.kernels.triton_fp8 import fp8_attention
+
+    return fp8_attention
+
+
+def _fp8_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse) -> str | None:
+    if not torch.compiler.is_compiling() and importlib.util.find_spec("triton") is None:
+        return "triton is not installed: pip install triton (or the extra: pip install 'genoformer[triton]')."
+    from genoformer.kernels import triton_fp8
+
+    if q.device.type == "cpu":  # the emulation
+        return triton_fp8.semantic_reason(q, layout=layout, cu_seqlens=cu_seqlens, return_lse=return_lse)
+    return triton_fp8.unsupported_reason(q, k, v, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
+                                         return_lse=return_lse)
+
+
 BACKENDS: dict[Backend, BackendEntry] = {
     Backend.REFERENCE: BackendEntry(lambda: reference_attention, _runs_every_input),
     Backend.TORCH: BackendEntry(lambda: blocksparse_attention, _runs_every_input),
@@ -229,6 +251,7 @@ BACKENDS: dict[Backend, BackendEntry] = {
     Backend.TRITON: BackendEntry(_load_triton, _triton_unsupported_reason),
     Backend.GLUON: BackendEntry(_load_gluon, _gluon_unsupported_reason),
     Backend.XFORMERS: BackendEntry(_load_xformers, _xformers_unsupported_reason),
+    Backend.FP8: BackendEntry(_load_fp8, _fp8_unsupported_reason),
 }
 """Every backend but AUTO, which is a choice among them (`_choose`)."""
 

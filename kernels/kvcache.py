@@ -165,7 +165,9 @@ def _run(q_BHLD, k_cache, v_cache, seqlens_B, *, backend: Backend, want_lse: boo
             from genoformer.kernels import triton_decode
 
             left, right = options.pop("window")
-            out_BHLD, lse2_BHL = triton_decode.decode_op(
+            # a compiled graph traces the custom op; eager calls skip its dispatch (host time per step)
+            launch = triton_decode.decode_op if torch.compiler.is_compiling() else triton_decode.launch
+            out_BHLD, lse2_BHL = launch(
                 q_BHLD, k_cache, v_cache, seqlens_B, options.pop("scale"), options.pop("causal"), left, right,
                 options.pop("leftpad_B"), options.pop("batch_idx_B"), options.pop("block_table"),
                 options.pop("alibi_slopes"), float(options.pop("softcap")), options.pop("num_splits"))
@@ -199,11 +201,13 @@ def decode_attention(
     read in place); cache_seqlens_B (B,) int32 on q's device: row b's keys are positions
     [0, cache_seqlens_B[b]), its queries the last Lq of them (causal: query i sees the keys up to
     its own position); None: every row holds all C positions (then the PyTorch path needs no mask
-    for one query, or a causal one). backend: auto and triton run the Triton kernel where it can
-    (triton raises the reason where it cannot), reference the float64 judge, any other the PyTorch
-    path. Returns (B, H, Lq, D) in q's dtype.
+    for one query, or a causal one). backend: auto, fp8 and triton run the Triton kernel where it
+    can (triton raises the reason where it cannot; fp8 decodes at the cache's precision), reference
+    the float64 judge, any other the PyTorch path. Returns (B, H, Lq, D) in q's dtype.
     """
     backend = Backend(backend)
+    if backend is Backend.FP8:  # FP8 runs the dense passes; a continuation reads the cache as stored
+        backend = Backend.AUTO
     B, _, Lq, _ = q_BHLD.shape
     C = k_cache_BKCD.shape[2]
     scale = q_BHLD.shape[-1] ** -0.5 if scale is None else scale

@@ -120,7 +120,7 @@ def decode_fwd_kernel(
     q = load_tile(q_ptrs, row_ok, offs_d, D, D_TILE, True)  # (BLOCK_M, D_TILE), stays in registers
     slope = tl.zeros([BLOCK_M], dtype=tl.float32)
     if HAS_ALIBI:
-        slope = tl.load(ALIBI + b * salibi_b + h_r, mask=row_ok, other=0.0) * LOG2E
+        slope = tl.load(ALIBI + b * salibi_b + h_r, mask=row_ok, other=0.0)  # times log2(e): base 2
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running max of the base-2 scores
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum of exp2(s2 - m)
@@ -133,8 +133,9 @@ def decode_fwd_kernel(
         k_rows = _key_rows(BLOCK_TABLE, b, sbt_b, cache_row, offs_n, n_ok, sk_b, sk_l, page_size, PAGED)
         k = load_tile(k_head + k_rows[:, None] + offs_d[None, :], n_ok, offs_d, D, D_TILE, True)
         s = mma(q, tl.trans(k), None, DOT_F32)  # (BLOCK_M, BLOCK_N) fp32, unscaled q . k
-        if SOFTCAP:  # softcap * tanh(scaled / softcap), tanh(x) = 2 sigmoid(2x) - 1; qk_scale = scale / softcap
-            s = softcap * (2.0 / (1.0 + tl.math.exp2(-2.0 * LOG2E * s * qk_scale)) - 1.0) * LOG2E
+        if SOFTCAP:  # softcap * tanh(scaled / softcap) in base 2: tanh(x) = 2 / (1 + exp2(-2 log2(e) x)) - 1,
+            # qk_scale = 2 log2(e) scale / softcap and softcap arrives times log2(e) (the launcher's)
+            s = softcap * (2.0 / (1.0 + tl.math.exp2(-s * qk_scale)) - 1.0)
         else:
             s = s * qk_scale
         if HAS_ALIBI:
@@ -346,8 +347,8 @@ def decode_fwd(
     if causal:  # causal is the window's right bound at the query's own position
         right = 0
     softcap = float(softcap)
-    qk_scale = scale / softcap if softcap > 0 else scale * LOG2E
-    alibi = alibi_slopes if alibi_slopes is not None else _placeholder(q.device, torch.float32)
+    qk_scale = 2 * LOG2E * scale / softcap if softcap > 0 else scale * LOG2E
+    alibi = alibi_slopes * LOG2E if alibi_slopes is not None else _placeholder(q.device, torch.float32)
     decode_fwd_kernel[(m_tiles, B * HKV, splits)](
         q, k_cache, v_cache, o, lse, po, pm, pl, seqlens,
         leftpad if leftpad is not None else dummy, batch_idx if batch_idx is not None else dummy,
@@ -356,7 +357,7 @@ def decode_fwd(
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), o.stride(0), o.stride(1), o.stride(2),
         block_table.stride(0) if paged else 0,
         alibi.stride(0) if alibi_slopes is not None and alibi_slopes.dim() == 2 else 0,
-        H, group, Lq, chunk, k_cache.shape[2] if paged else 1, qk_scale, softcap, max(left, 0), max(right, 0),
+        H, group, Lq, chunk, k_cache.shape[2] if paged else 1, qk_scale, softcap * LOG2E, max(left, 0), max(right, 0),
         D=D, D_TILE=d_tile, BLOCK_M=block_m, BLOCK_N=block_n, LEFT_BOUND=left >= 0,
         RIGHT_BOUND=causal or right >= 0, HAS_LEFTPAD=leftpad is not None, HAS_BATCH_IDX=batch_idx is not None,
         PAGED=paged, HAS_ALIBI=alibi_slopes is not None, SOFTCAP=softcap > 0, SPLIT=splits > 1,
@@ -380,14 +381,15 @@ _SCHEMA = ("(Tensor q, Tensor k_cache, Tensor v_cache, Tensor seqlens, float sca
            "float softcap, int num_splits) -> (Tensor, Tensor)")
 
 
-def _impl(q, k_cache, v_cache, seqlens, scale, causal, left, right, leftpad, batch_idx, block_table, alibi_slopes,
-          softcap, num_splits):
+def launch(q, k_cache, v_cache, seqlens, scale, causal, left, right, leftpad, batch_idx, block_table, alibi_slopes,
+           softcap, num_splits):
+    """``decode_fwd`` with the custom op's positional arguments (what eager callers run)."""
     return decode_fwd(q, k_cache, v_cache, seqlens, scale=scale, causal=causal, window=(left, right),
                       leftpad=leftpad, batch_idx=batch_idx, block_table=block_table, alibi_slopes=alibi_slopes,
                       softcap=softcap, num_splits=num_splits)
 
 
-decode_op = torch.library.custom_op("genoformer::triton_decode_fwd", _impl, mutates_args=(), schema=_SCHEMA)
+decode_op = torch.library.custom_op("genoformer::triton_decode_fwd", launch, mutates_args=(), schema=_SCHEMA)
 
 
 @decode_op.register_fake

@@ -127,7 +127,8 @@ def embed(
             and its reverse complement embed alike; twice the work.
         device: cpu, cuda or cuda:N; default CUDA when available.
         backend: Attention backend; auto picks the fastest for the device (on CUDA the model runs
-            under bfloat16 autocast, which the Triton kernels need).
+            under bfloat16 autocast, which the Triton kernels need); fp8 runs it in FP8 on Hopper
+            (faster, at the error docs/inference.md measures).
         overwrite: A flag: replace an existing `out`.
     """
     refuse_existing(out, overwrite)  # before the model runs, not after

@@ -212,7 +212,8 @@ def evaluate(
         out: Write the report as JSON here (total, records, settings, speed).
         batch_size: Windows per forward pass.
         device: cpu, cuda or cuda:N; default CUDA when available.
-        backend: Attention backend; auto picks the fastest for the device.
+        backend: Attention backend; auto picks the fastest for the device; fp8 runs it in FP8 on
+            Hopper (faster, at the error docs/inference.md measures).
         mix: A Markov model (.npz from `genoformer baseline --save`) to mix with the network: each
             base's probability is w p_network + (1 - w) p_markov with w chosen from the bases
             before it only (a proper model: exact bits). Causal models only.
@@ -475,7 +476,8 @@ def score(
         overlap: Tokens shared by neighbouring windows; default context // 2.
         batch_size: Windows per forward pass.
         device: cpu, cuda or cuda:N; default CUDA when available.
-        backend: Attention backend; auto picks the fastest for the device.
+        backend: Attention backend; auto picks the fastest for the device; fp8 runs it in FP8 on
+            Hopper (faster, at the error docs/inference.md measures).
         mix: A Markov model (.npz from `genoformer baseline --save`) to mix with the network, as in
             `genoformer evaluate` (causal models only).
         mix_mode: switching (default) or fixed (the default when --mix_weight is given).

@@ -190,7 +190,8 @@ def mutagenesis(
             windows (twice the work).
         batch_size: Windows per forward pass; default 64 on a GPU, 8 on the CPU.
         device: cpu, cuda or cuda:N; default CUDA when available.
-        backend: Attention backend; auto picks the fastest for the device.
+        backend: Attention backend; auto picks the fastest for the device; fp8 runs it in FP8 on
+            Hopper (faster, at the error docs/inference.md measures).
         overwrite: A flag: replace an existing `out` and its PNG.
     """
     out = Path(out)

@@ -552,7 +552,8 @@ def variant_effect(
             chrom:start-end (1-based, inclusive), several after one flag.
         batch_size: Windows per forward pass.
         device: cpu, cuda or cuda:N; default CUDA when available.
-        backend: Attention backend; auto picks the fastest for the device.
+        backend: Attention backend; auto picks the fastest for the device; fp8 runs it in FP8 on
+            Hopper (faster, at the error docs/inference.md measures).
         mix: A Markov model (.npz from `genoformer baseline --save`) to mix with the network, as in
             `genoformer evaluate` (causal models only).
         mix_mode: switching (default) or fixed (the default when --mix_weight is given).
