@@ -1,28 +1,53 @@
-"""The small harness every benchmark script stands on: where a number was measured, how it is
-timed, and where it is written.
+"""The harness every benchmark script stands on: the command line, timing, rounds, where a number
+was measured, result files, tables and target verdicts. A script holds only what it measures.
 
-- **Where**: `describe_environment` (device, versions, date) and `command_line` (the command to
-  type again) go into every result file; `environment_markdown` turns them into the line each
-  BENCHMARKS.md section starts with. `ClockSampler` records the GPU's SM clock beside timings.
-- **How**: `time_calls` times a callable after a warm-up (CUDA events on a GPU, the wall clock
-  elsewhere) and `median` summarises it; `interleaved_rounds` runs several measurements in turn,
-  round after round, so that ratios come from the same load on a shared machine; `TrainStep` is
-  one optimizer step under autocast; `kept_weights`, `logged_messages` and `compile_counts` are
-  what the training benchmarks check around their steps. The kernel scripts time with Triton's
-  do_bench instead, set up by `add_kernel_timing_arguments` and `kernel_timing`.
-- **Where to**: `publish` writes a script's NAME.json and NAME.md through the package's atomic
-  writer (`genoformer.data.storage.write_text`; `write_json_file` and `write_atomically` for
-  single files) and its section of BENCHMARKS.md, between two markers,
+How to write a benchmark (`benchmarks/NAME.py`, run as `python -m benchmarks.NAME`)::
 
-    <!-- NAME:start -->
-    ...generated text...
-    <!-- NAME:end -->
+    \"\"\"One line on what it measures (the --help text), then the method.\"\"\"
+    from benchmarks.common import Benchmark, Summary, Timer, at_least, table
 
-  so that re-running one script rewrites only its own section and leaves the rest of the file
-  (hand-written prose, other scripts' sections) untouched.
+    def arguments(parser):                      # its own options (optional)
+        parser.add_argument("--length", type=int, default=16384)
 
-Run the scripts from the repository root as modules (`python -m benchmarks.data ...`), so that
-`benchmarks.common` imports without any path set-up.
+    def measure(args) -> dict:                  # the numbers, as JSON; args.smoke: tiny, on a CPU, seconds
+        timer = Timer(device, warmup_ms=25, rep_ms=100)
+        return {"ours_ms": timer(lambda: ours(x)), "baseline_ms": timer(lambda: theirs(x))}
+
+    def summarize(data: dict) -> Summary:        # tables and target verdicts from the numbers alone
+        speedup = data["baseline_ms"] / data["ours_ms"]
+        return Summary(tables=[table([{"ours ms": data["ours_ms"], "baseline ms": data["baseline_ms"]}])],
+                       targets=[at_least("ours at least 1.2x the baseline", speedup, 1.2, unit="x")])
+
+    BENCHMARK = Benchmark("name", "Title of its BENCHMARKS.md section", __doc__, measure, summarize,
+                          baseline="what the same run measured to compare with", arguments=arguments)
+    if __name__ == "__main__":
+        BENCHMARK.main()
+
+`Benchmark.main` gives every script the same options: `--out DIR` (required: the result goes to
+DIR/NAME.json, written atomically), `--smoke` (tiny sizes on a CPU: what the tests run),
+`--name` (save under another name, e.g. a run on another GPU) and `--from RESULT.json...`
+(measure nothing: summarize the data of earlier result files again; several are joined by the
+script's `merge`). The result file holds the environment (device, versions, date), the command
+line, the same-run baseline, the summary (tables, targets, notes) and the raw data, and its text
+is printed. `python -m benchmarks.report` builds BENCHMARKS.md from benchmarks/results/*.json:
+to publish a run, copy its NAME.json there and run the report (never edit BENCHMARKS.md).
+
+The pieces, for use inside `measure` and `summarize`:
+- timing: `Timer` (do_bench medians on a GPU, a perf_counter loop on a CPU), `time_calls` (each
+  call's ms after a warm-up), `median`, `interleaved_rounds` (measurements in turn, each one's
+  best), `rotating_rounds` (each round starts one measurement later; every round kept),
+  `Budget` (stop starting new cases when a GPU call's time runs out), `Attempts` (a failure is
+  recorded with its traceback and the run goes on), `ClockSampler` (the GPU's SM clock beside
+  the timings), `describe_environment` and `command_line`;
+- training: `TrainStep` (one optimizer step under autocast), `kept_weights`, `logged_messages`,
+  `reset_compile_counts` / `compile_counts`, `last_logged_step`;
+- statistics: `block_bootstrap` (a confidence interval of a mean difference over blocks);
+- commands: `run_logged` (a child process whose output goes to a log, its tail in the error);
+- results: `table`, `at_most` / `at_least` / `verdict` (MET, NOT MET, NOT MEASURED), `fmt`,
+  `ratio`, `markdown_table`, `render`, `write_result` / `read_result`, `write_json_file`.
+
+Run the scripts from the repository root as modules, so that `benchmarks.common` imports
+without any path set-up. Nothing in genoformer/, kernels/ or data/ imports benchmarks/.
 """
 
 from __future__ import annotations
@@ -30,12 +55,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import dataclasses
 import datetime
 import importlib.metadata
 import importlib.util
 import json
 import logging
 import math
+import os
 import platform
 import re
 import shlex
@@ -45,37 +72,54 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from genoformer.data.storage import write_text
 
 __all__ = [
+    "Attempts",
+    "Benchmark",
+    "Budget",
     "ClockSampler",
+    "Summary",
+    "Timer",
     "TrainStep",
-    "add_kernel_timing_arguments",
+    "at_least",
+    "at_most",
+    "block_bootstrap",
     "command_line",
     "compile_counts",
     "describe_environment",
-    "environment_markdown",
-    "format_number",
+    "error_text",
+    "fmt",
     "interleaved_rounds",
     "kept_weights",
-    "kernel_timing",
     "last_logged_step",
     "logged_messages",
     "markdown_table",
     "median",
-    "publish",
-    "replace_markdown_section",
+    "ratio",
+    "read_result",
+    "render",
     "reset_compile_counts",
+    "rotating_rounds",
+    "run_logged",
     "synchronize",
+    "table",
     "time_calls",
-    "write_atomically",
+    "verdict",
     "write_json_file",
+    "write_result",
 ]
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RESULTS = REPO_ROOT / "benchmarks" / "results"
+"""The committed result files BENCHMARKS.md is generated from."""
 
 
 # --------------------------------------------------------------------------------------- where
@@ -96,13 +140,13 @@ def _package_version(name: str) -> str:
 
 
 def describe_environment(device: torch.device | str | None = None) -> dict[str, str]:
-    """Where and when a benchmark runs, as a flat dict of strings (JSON- and table-friendly).
+    """Where and when a benchmark runs, as a flat dict of strings.
 
     Args:
         device: the device the benchmark measures; None means CUDA when available, else CPU.
 
     Returns keys: device (GPU name or CPU model), device_type, cuda (CUDA runtime of the torch
-    build, or "none"), gpu_count, cpu, torch, triton, python, platform, date_utc (ISO 8601).
+    build, or "none"), gpu_count, cpu, torch, triton, python, platform, date_utc.
     """
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -113,16 +157,15 @@ def describe_environment(device: torch.device | str | None = None) -> dict[str, 
         major, minor = torch.cuda.get_device_capability(device)
         memory_gib = torch.cuda.get_device_properties(device).total_memory / 2**30
         device_name = f"{name} (sm_{major}{minor}, {memory_gib:.0f} GiB)"
-        gpu_count = str(torch.cuda.device_count())
     else:
         device_name = cpu
-        gpu_count = str(torch.cuda.device_count()) if torch.cuda.is_available() else "0"
     return {
         "device": device_name,
         "device_type": device.type,
         "cuda": torch.version.cuda or "none",
-        "gpu_count": gpu_count,
+        "gpu_count": str(torch.cuda.device_count()) if torch.cuda.is_available() else "0",
         "cpu": cpu,
+        "cpu_cores": str(os.cpu_count()),
         "torch": torch.__version__,
         "triton": _package_version("triton"),
         "python": platform.python_version(),
@@ -147,137 +190,6 @@ def command_line(argv: Sequence[str] | None = None) -> str:
             script = script.relative_to(Path.cwd())
         program = ["python", script.as_posix()]
     return shlex.join(program + argv[1:])
-
-
-def environment_markdown(env: dict[str, str], command: str) -> str:
-    """The header line every BENCHMARKS.md section starts with: device, versions, date, command."""
-    cuda = f", CUDA {env['cuda']}" if env.get("device_type") == "cuda" else ""
-    return (
-        f"Measured on **{env['device']}**{cuda}, {env['date_utc']}; torch {env['torch']}, "
-        f"triton {env['triton']}, Python {env['python']}.\n\n"
-        f"Command (from the repository root): `{command}`"
-    )
-
-
-# -------------------------------------------------------------------------------- result files
-def _cell(value: object) -> str:
-    if value is None:
-        return ""
-    text = value if isinstance(value, str) else f"{value:.4g}" if isinstance(value, float) else str(value)
-    # A pipe would end the cell and a newline the row; HTML line breaks keep both readable.
-    return text.replace("|", "\\|").replace("\r\n", "<br>").replace("\n", "<br>")
-
-
-def markdown_table(
-    rows: Sequence[dict[str, object]],
-    columns: Sequence[str] | None = None,
-    align: dict[str, str] | None = None,
-) -> str:
-    """A GitHub markdown table of `rows` (one dict per row).
-
-    Args:
-        rows: the rows; a missing key or None gives an empty cell; floats print with 4
-            significant digits (format them yourself for another precision).
-        columns: header and order of the columns; default: every key, in order of first appearance.
-        align: column -> "left", "right" or "center" (default left).
-
-    Returns the table without a trailing newline ("" for no rows and no columns).
-    """
-    if columns is None:
-        columns = list(dict.fromkeys(key for row in rows for key in row))
-    if not columns:
-        return ""
-    markers = {"left": "---", "right": "---:", "center": ":---:"}
-    align = align or {}
-    for column, how in align.items():
-        if how not in markers:
-            raise ValueError(f"align[{column!r}] must be one of {sorted(markers)}, got {how!r}.")
-    lines = [
-        "| " + " | ".join(_cell(c) for c in columns) + " |",
-        "| " + " | ".join(markers[align.get(c, "left")] for c in columns) + " |",
-    ]
-    lines += ["| " + " | ".join(_cell(row.get(c)) for c in columns) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _markers(name: str) -> tuple[str, str]:
-    if not name or any(ch.isspace() for ch in name) or "--" in name or ">" in name:
-        raise ValueError(
-            f"section name must be a non-empty word without spaces, '--' or '>', got {name!r}; "
-            "use e.g. 'attention' or 'data-loading'."
-        )
-    return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
-
-
-def replace_markdown_section(path: str | Path, name: str, text: str) -> Path:
-    """Put `text` between the `<!-- name:start -->` and `<!-- name:end -->` markers of `path`.
-
-    Creates the file (with a "# Benchmarks" title) when it is missing and appends the section
-    when the file has no markers for `name`; otherwise only the text between the markers
-    changes. Raises ValueError when the markers are unbalanced or out of order, naming the
-    lines to fix. Returns the path.
-    """
-    path = Path(path)
-    start, end = _markers(name)
-    body = f"{start}\n{text.strip()}\n{end}"
-    if not path.exists():
-        return write_text(path, f"# Benchmarks\n\n{body}\n", overwrite=False)
-
-    content = path.read_text()
-    n_start, n_end = content.count(start), content.count(end)
-    if n_start == 0 and n_end == 0:
-        return write_text(path, content.rstrip("\n") + ("\n\n" if content.strip() else "") + body + "\n", overwrite=True)
-    if n_start != 1 or n_end != 1:
-        raise ValueError(
-            f"{path} has {n_start} '{start}' and {n_end} '{end}' markers; expected exactly one of "
-            "each: delete the extra or orphaned marker lines by hand, then run again."
-        )
-    i, j = content.index(start), content.index(end)
-    if j < i:
-        raise ValueError(f"{path}: '{end}' comes before '{start}'; swap or delete them by hand.")
-    return write_text(path, content[:i] + body + content[j + len(end) :], overwrite=True)
-
-
-def format_number(value: float | None, digits: int = 3) -> str:
-    """A table cell: "—" for a missing value, "NaN", else `digits` significant digits."""
-    if value is None:
-        return "—"
-    if value != value:
-        return "NaN"
-    return f"{value:.{digits}g}"
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write `text` to `path` so that a reader never sees half of it (replacing what is there):
-    `genoformer.data.storage.write_text` with overwrite."""
-    write_text(Path(path), text, overwrite=True)
-
-
-def write_json_file(path: Path, payload: object) -> Path:
-    """`payload` as indented JSON at `path`, written atomically (replacing what is there)."""
-    return write_text(Path(path), json.dumps(payload, indent=1) + "\n", overwrite=True)
-
-
-def publish(out: Path, name: str, summary: dict, text: str, markdown: Path | None = None,
-            section: str | None = None) -> None:
-    """The end of every benchmark run: OUT/NAME.json (the summary, from which the text can be
-    rendered again) and OUT/NAME.md (the text), the `section` of the `markdown` file (e.g.
-    BENCHMARKS.md) when both are given, and the text printed last."""
-    out = Path(out)
-    write_json_file(out / f"{name}.json", summary)
-    write_atomically(out / f"{name}.md", text.rstrip("\n") + "\n")
-    if markdown is not None:
-        replace_markdown_section(markdown, section or name, text)
-    print(text)
-
-
-def last_logged_step(metrics_csv: Path) -> int:
-    """The last optimizer step in a run's metrics.csv (CSVLogger), 0 when nothing was logged."""
-    if not metrics_csv.is_file():
-        return 0
-    with open(metrics_csv) as handle:
-        steps = [int(row["step"]) for row in csv.DictReader(handle) if row.get("step")]
-    return max(steps) if steps else 0
 
 
 # -------------------------------------------------------------------------------------- timing
@@ -315,6 +227,33 @@ def median(values: Sequence[float]) -> float:
     return ordered[len(ordered) // 2]
 
 
+class Timer:
+    """Median ms of a call: `triton.testing.do_bench` on a GPU (warm-up, L2 flushed between
+    calls), a perf_counter loop of about `rep_ms` on a CPU (a smoke run's numbers)."""
+
+    def __init__(self, device: torch.device | str, warmup_ms: float, rep_ms: float) -> None:
+        self.device, self.warmup_ms, self.rep_ms = torch.device(device), warmup_ms, rep_ms
+
+    def __call__(self, fn: Callable[[], object], grad_to_none: Sequence[torch.Tensor] | None = None) -> float:
+        if self.device.type == "cuda":
+            import triton.testing
+
+            return float(triton.testing.do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms,
+                                                 grad_to_none=grad_to_none, return_mode="median"))
+
+        def once() -> float:
+            for t in grad_to_none or ():
+                t.grad = None
+            start = time.perf_counter()
+            fn()
+            return (time.perf_counter() - start) * 1e3
+
+        estimate = max(once(), 1e-3)  # also the first warm-up call
+        for _ in range(min(100, int(self.warmup_ms / estimate))):
+            once()
+        return statistics.median(once() for _ in range(min(100, max(3, int(self.rep_ms / estimate)))))
+
+
 def interleaved_rounds(measures: Mapping[str, Callable[[], float | Mapping[str, float]]], rounds: int,
                        best: Callable[[float, float], float] = max) -> dict[str, float]:
     """Run every measurement once per round, in turn, for `rounds` rounds, and keep each value's
@@ -330,95 +269,62 @@ def interleaved_rounds(measures: Mapping[str, Callable[[], float | Mapping[str, 
     return kept
 
 
-def add_kernel_timing_arguments(parser: argparse.ArgumentParser, rep_ms: float) -> None:
-    """--device, --warmup-ms and --rep-ms of the scripts that time our Triton kernels (on a CPU
-    only under Triton's interpreter, with --smoke)."""
-    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="device to measure (default cuda)")
-    parser.add_argument("--warmup-ms", type=float, help="do_bench warm-up in ms (default 25; 0 with --smoke)")
-    parser.add_argument("--rep-ms", type=float, help=f"do_bench measuring time in ms (default {rep_ms:g}; 1 with --smoke)")
+def rotating_rounds(measures: Mapping[str, Callable[[], object]], rounds: int) -> dict[str, list]:
+    """Every measurement once per round, each round starting one measurement later (so that no
+    measurement always follows the same one), for `rounds` rounds: name -> its results in
+    round order. Take the median of them for a time that one slow spell of the machine moves
+    in one round only."""
+    names = list(measures)
+    kept: dict[str, list] = {name: [] for name in names}
+    for turn in range(rounds):
+        start = turn % len(names) if names else 0
+        for name in names[start:] + names[:start]:
+            kept[name].append(measures[name]())
+    return kept
 
 
-def kernel_timing(args: argparse.Namespace, rep_ms: float, smoke_command: str) -> torch.device:
-    """Fill in the timing defaults of `add_kernel_timing_arguments` and return the device; exit
-    with the smoke command when the kernels cannot run on the device asked for."""
-    if args.warmup_ms is None:
-        args.warmup_ms = 0.0 if args.smoke else 25.0
-    if args.rep_ms is None:
-        args.rep_ms = 1.0 if args.smoke else rep_ms
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        sys.exit(f"no CUDA device here: run the CPU smoke version: {smoke_command}")
-    from genoformer.kernels.triton_flash import INTERPRETED
+class Budget:
+    """The seconds a run may take: `spent` turns true once they are, so that a GPU call stops
+    starting new cases and records the rest as skipped instead of losing everything to a
+    timeout."""
 
-    if device.type == "cpu" and not INTERPRETED:
-        sys.exit(f"the Triton kernels run on a CPU only under the interpreter: {smoke_command}")
-    return device
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.started = seconds, time.monotonic()
 
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
 
-# ------------------------------------------------------------------------------ training steps
-class TrainStep:
-    """One optimizer step: zero the gradients, the loss under autocast (none for float32),
-    backward, the optimizer's step; `step()` returns the detached loss."""
+    @property
+    def spent(self) -> bool:
+        return self.elapsed > self.seconds
 
-    def __init__(self, loss_fn: Callable[[], torch.Tensor], optimizer: torch.optim.Optimizer,
-                 device: torch.device, dtype: torch.dtype) -> None:
-        self.loss_fn, self.optimizer, self.device, self.dtype = loss_fn, optimizer, device, dtype
-
-    def step(self) -> torch.Tensor:
-        self.optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
-            loss = self.loss_fn()
-        loss.backward()
-        self.optimizer.step()
-        return loss.detach()
+    def skipped(self) -> str:
+        """Why a case did not run (its table cell says it)."""
+        return f"skipped: the time budget of {self.seconds:g} s was spent"
 
 
-@contextlib.contextmanager
-def kept_weights(module: torch.nn.Module) -> Iterator[None]:
-    """Put the module's parameters back as they were when the block ends, so that the next
-    measurement starts from the same weights."""
-    initial = {name: p.detach().clone() for name, p in module.named_parameters()}
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for name, p in module.named_parameters():
-                p.copy_(initial[name])
+def error_text(exc: BaseException, limit: int = 300) -> str:
+    """One line for a failure: the exception's type and the first line of its message."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")[:limit]
 
 
-@contextlib.contextmanager
-def logged_messages(logger: str = "genoformer.kernels", level: int = logging.INFO) -> Iterator[list[str]]:
-    """The messages `logger` emits inside the block (e.g. which attention backend `auto` chose)."""
-    messages: list[str] = []
+class Attempts:
+    """Runs steps that may fail without stopping the run: `attempt` returns (value, None) or
+    (None, a one-line error) and keeps the traceback in `tracebacks` (saved with the data)."""
 
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            messages.append(record.getMessage())
+    def __init__(self) -> None:
+        self.tracebacks: list[str] = []
 
-    target, handler = logging.getLogger(logger), Collect()
-    old_level = target.level
-    target.addHandler(handler)
-    target.setLevel(level)
-    try:
-        yield messages
-    finally:
-        target.removeHandler(handler)
-        target.setLevel(old_level)
-
-
-def reset_compile_counts() -> None:
-    """Zero torch.compile's counters before a compiled measurement."""
-    from torch._dynamo.utils import counters
-
-    counters.clear()
-
-
-def compile_counts() -> dict[str, int]:
-    """What torch.compile counted since `reset_compile_counts`: graph breaks (0 is what a
-    compiled model wants) and distinct graphs."""
-    from torch._dynamo.utils import counters
-
-    return {"graph_breaks": sum(counters["graph_break"].values()), "graphs": counters["stats"].get("unique_graphs", 0)}
+    def attempt(self, what: str, fn: Callable[[], object]) -> tuple[object, str | None]:
+        try:
+            return fn(), None
+        except Exception as exc:  # recorded in the results; the run goes on
+            self.tracebacks.append(f"== {what}\n{traceback.format_exc()}")
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            return None, error_text(exc)
 
 
 # ---------------------------------------------------------------------------------- GPU clocks
@@ -495,3 +401,391 @@ class ClockSampler:
                 self.reason = f"nvidia-smi printed no sample: {errors.strip()[:200]}"
             self._proc = None
         return {"period_ms": self.period_ms, "samples": len(self.samples), "reason": self.reason}
+
+
+# ------------------------------------------------------------------------------ training steps
+class TrainStep:
+    """One optimizer step: zero the gradients, the loss under autocast (none for float32),
+    backward, the optimizer's step; `step()` returns the detached loss."""
+
+    def __init__(self, loss_fn: Callable[[], torch.Tensor], optimizer: torch.optim.Optimizer,
+                 device: torch.device, dtype: torch.dtype) -> None:
+        self.loss_fn, self.optimizer, self.device, self.dtype = loss_fn, optimizer, device, dtype
+
+    def step(self) -> torch.Tensor:
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
+            loss = self.loss_fn()
+        loss.backward()
+        self.optimizer.step()
+        return loss.detach()
+
+
+@contextlib.contextmanager
+def kept_weights(module: torch.nn.Module) -> Iterator[None]:
+    """Put the module's parameters back as they were when the block ends, so that the next
+    measurement starts from the same weights."""
+    initial = {name: p.detach().clone() for name, p in module.named_parameters()}
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, p in module.named_parameters():
+                p.copy_(initial[name])
+
+
+@contextlib.contextmanager
+def logged_messages(logger: str = "genoformer.kernels", level: int = logging.INFO) -> Iterator[list[str]]:
+    """The messages `logger` emits inside the block (e.g. which attention backend `auto` chose)."""
+    messages: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    target, handler = logging.getLogger(logger), Collect()
+    old_level = target.level
+    target.addHandler(handler)
+    target.setLevel(level)
+    try:
+        yield messages
+    finally:
+        target.removeHandler(handler)
+        target.setLevel(old_level)
+
+
+def reset_compile_counts() -> None:
+    """Zero torch.compile's counters before a compiled measurement."""
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+
+
+def compile_counts() -> dict[str, int]:
+    """What torch.compile counted since `reset_compile_counts`: graph breaks (0 is what a
+    compiled model wants) and distinct graphs."""
+    from torch._dynamo.utils import counters
+
+    return {"graph_breaks": sum(counters["graph_break"].values()), "graphs": counters["stats"].get("unique_graphs", 0)}
+
+
+def last_logged_step(metrics_csv: Path) -> int:
+    """The last optimizer step in a run's metrics.csv (CSVLogger), 0 when nothing was logged."""
+    if not metrics_csv.is_file():
+        return 0
+    with open(metrics_csv) as handle:
+        steps = [int(row["step"]) for row in csv.DictReader(handle) if row.get("step")]
+    return max(steps) if steps else 0
+
+
+# ---------------------------------------------------------------------- statistics, commands
+def block_bootstrap(differences_N: np.ndarray, weights_N: np.ndarray, draws: int = 2000,
+                    seed: int = 0) -> tuple[float, float, float]:
+    """(mean, 2.5th, 97.5th percentile) of a weighted mean difference over N blocks, the blocks
+    resampled with replacement: a 95% interval that keeps the correlation inside each block
+    (neighbouring bases, one window's forecasts).
+
+    Args:
+        differences_N: per block, the summed difference (e.g. bits of model A minus model B).
+        weights_N: per block, what the mean divides by (e.g. bases).
+    """
+    differences_N, weights_N = np.asarray(differences_N, float), np.asarray(weights_N, float)
+    rng = np.random.default_rng(seed)
+    picks_RN = rng.integers(0, len(differences_N), size=(draws, len(differences_N)))
+    means_R = differences_N[picks_RN].sum(1) / weights_N[picks_RN].sum(1)
+    low, high = np.percentile(means_R, [2.5, 97.5])
+    return float(differences_N.sum() / weights_N.sum()), float(low), float(high)
+
+
+def run_logged(command: Sequence[str], log: Path, *, timeout: float | None = None,
+               env: Mapping[str, str] | None = None) -> None:
+    """Run a child process (e.g. `[sys.executable, "cli.py", "fit", ...]`) from the repository
+    root with its output in `log`; raise with the log's tail when it fails or times out."""
+    log = Path(log)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as handle:
+        try:
+            code = subprocess.run(list(command), stdout=handle, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
+                                  timeout=timeout, env=None if env is None else dict(env)).returncode
+        except subprocess.TimeoutExpired:
+            code = f"timed out after {timeout:g} s"
+    if code != 0:
+        tail = "\n".join(log.read_text(errors="replace").replace("\r", "\n").splitlines()[-15:])
+        raise RuntimeError(f"{shlex.join(command)} failed ({code}); the end of {log}:\n{tail}")
+
+
+# ---------------------------------------------------------------------- tables and verdicts
+def fmt(value: object, digits: int = 3) -> str:
+    """A table cell: "" for None, "NaN", integers with thousands separators, other numbers with
+    `digits` significant digits (no exponent below a million), strings as they are."""
+    if value is None:
+        return ""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if math.isnan(value):
+        return "NaN"
+    if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-3):
+        return f"{value:.{digits}g}"
+    if abs(value) >= 10 ** digits:
+        return f"{value:,.0f}"
+    return f"{value:.{max(digits - 1 - math.floor(math.log10(abs(value))), 0) if value else 0}f}"
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, None when either is missing or b is zero."""
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def table(rows: Sequence[Mapping[str, object]], caption: str = "", columns: Sequence[str] | None = None,
+          digits: int = 3, headline: bool = True) -> dict:
+    """A table of a summary: rows of cells, numbers shown by `fmt` with `digits` significant
+    digits. `headline=False` keeps it out of BENCHMARKS.md (printed and saved with the result)."""
+    rows = [dict(row) for row in rows]
+    columns = list(columns) if columns is not None else list(dict.fromkeys(k for row in rows for k in row))
+    return {"caption": caption, "columns": columns, "rows": rows, "digits": digits, "headline": headline}
+
+
+MET, NOT_MET, NOT_MEASURED = "MET", "NOT MET", "NOT MEASURED"
+
+
+def verdict(target: str, measured: str, met: bool | None) -> dict:
+    """A target's row: what was asked, what was measured, and MET, NOT MET or (None) NOT MEASURED."""
+    return {"target": target, "measured": measured, "status": NOT_MEASURED if met is None else MET if met else NOT_MET}
+
+
+def _bound(target: str, value: float | None, limit: float, met: Callable[[float], bool], unit: str,
+           measured: str | None) -> dict:
+    if value is None or math.isnan(value):
+        return verdict(target, measured or "not measured", None)
+    return verdict(target, measured or f"{fmt(value)}{unit}", met(value))
+
+
+def at_most(target: str, value: float | None, limit: float, unit: str = "", measured: str | None = None) -> dict:
+    """MET when `value` <= `limit`; `measured` replaces the formatted value in the row."""
+    return _bound(target, value, limit, lambda v: v <= limit, unit, measured)
+
+
+def at_least(target: str, value: float | None, limit: float, unit: str = "", measured: str | None = None) -> dict:
+    """MET when `value` >= `limit`; `measured` replaces the formatted value in the row."""
+    return _bound(target, value, limit, lambda v: v >= limit, unit, measured)
+
+
+def markdown_table(rows: Sequence[Mapping[str, object]], columns: Sequence[str] | None = None,
+                   digits: int = 3) -> str:
+    """A GitHub markdown table of `rows` (one dict per row; a missing key or None gives an empty
+    cell; numbers through `fmt`, right-aligned). Columns default to every key in order."""
+    if columns is None:
+        columns = list(dict.fromkeys(key for row in rows for key in row))
+    if not columns:
+        return ""
+
+    def cell(value: object) -> str:  # a pipe would end the cell and a newline the row
+        return fmt(value, digits).replace("|", "\\|").replace("\r\n", "<br>").replace("\n", "<br>")
+
+    numeric = {c for c in columns if rows and all(isinstance(r.get(c), (int, float)) for r in rows if r.get(c) is not None)
+               and any(r.get(c) is not None for r in rows)}
+    lines = ["| " + " | ".join(cell(c) for c in columns) + " |",
+             "| " + " | ".join("---:" if c in numeric else "---" for c in columns) + " |"]
+    lines += ["| " + " | ".join(cell(row.get(c)) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+@dataclasses.dataclass
+class Summary:
+    """What `summarize` makes of a run's data: tables (`table`), target verdicts (`verdict`,
+    `at_most`, `at_least`), short notes (facts, one line each), a title when it depends on the
+    data, and `failed` when the run found something wrong (the script then exits 1)."""
+
+    tables: list[dict] = dataclasses.field(default_factory=list)
+    targets: list[dict] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+    title: str | None = None
+    failed: bool = False
+
+
+# -------------------------------------------------------------------------------- result files
+def write_json_file(path: Path, payload: object) -> Path:
+    """`payload` as indented JSON at `path`, written atomically (replacing what is there)."""
+    return write_text(Path(path), json.dumps(payload, indent=1) + "\n", overwrite=True)
+
+
+def write_result(out: Path, result: dict) -> Path:
+    """OUT/NAME.json, written atomically (a reader never sees half of it)."""
+    return write_json_file(Path(out) / f"{result['name']}.json", result)
+
+
+def read_result(path: Path) -> dict:
+    """A result file, checked to be one (its keys), with a message that says what to pass instead."""
+    result = json.loads(Path(path).read_text())
+    missing = {"name", "title", "environment", "command", "summary", "data"} - set(result)
+    if missing:
+        raise ValueError(f"{path} is not a benchmark result file (no {', '.join(sorted(missing))}): pass a "
+                         "NAME.json that a benchmark's --out wrote")
+    return result
+
+
+def _heading(result: dict) -> str:
+    env = result["environment"]
+    cores = f", {env['cpu_cores']} cores" if env.get("device_type") == "cpu" and env.get("cpu_cores") else ""
+    # where the file went, the time budget and the dates of joined runs say nothing about the numbers
+    command = re.sub(r" --(out|budget-s) [^\s;]+| \(\d{4}-\d\d-\d\d \d\d:\d\d UTC\)", "", result["command"])
+    parts = [f"`{command}`", env["device"] + cores, env["date_utc"], f"torch {env['torch']}"]
+    return " · ".join(parts + ([f"baseline in the same run: {result['baseline']}"] if result.get("baseline") else []))
+
+
+def render(result: dict, level: int = 2, headline_only: bool = False) -> str:
+    """A result as markdown: the title, command, device, date and baseline, its tables, the
+    target verdicts and the notes (`headline_only`: the tables meant for BENCHMARKS.md)."""
+    summary = result["summary"]
+    parts = [f"{'#' * level} {result['title']}", _heading(result)]
+    for t in summary["tables"]:
+        if headline_only and not t.get("headline", True):
+            continue
+        parts += [t["caption"]] if t.get("caption") else []
+        parts.append(markdown_table(t["rows"], t["columns"], t.get("digits", 3)))
+    if summary["targets"]:
+        parts.append(markdown_table(summary["targets"], ["target", "measured", "status"]))
+    if summary["notes"]:
+        parts.append("\n".join(f"- {note}" for note in summary["notes"]))
+    return "\n\n".join(p for p in parts if p)
+
+
+# ---------------------------------------------------------------------------- the command line
+class Benchmark:
+    """One benchmark script: its name (of the result file), the title of its section, its
+    docstring (the --help text), `measure(args) -> data`, `summarize(data) -> Summary`, the
+    baseline the same run measures, its own options (`arguments(parser)`), for scripts whose
+    runs are joined (one length per GPU call) `merge(list of data) -> data`, for scripts with
+    several kinds of run `name_of(args)` (the result's name unless --name gives one), and the
+    module when it is not benchmarks.NAME."""
+
+    def __init__(self, name: str, title: str, doc: str | None, measure: Callable[[argparse.Namespace], dict],
+                 summarize: Callable[[dict], Summary], *, baseline: str = "",
+                 arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+                 merge: Callable[[list[dict]], dict] | None = None,
+                 name_of: Callable[[argparse.Namespace], str] | None = None, module: str | None = None) -> None:
+        self.name, self.title, self.doc, self.baseline = name, title, doc or "", baseline
+        self.measure, self.summarize, self.arguments, self.merge = measure, summarize, arguments, merge
+        self.name_of = name_of or (lambda args: self.name)
+        self.module = module or f"benchmarks.{name}"
+
+    def parser(self) -> argparse.ArgumentParser:
+        parser = argparse.ArgumentParser(prog=f"python -m {self.module}", description=self.doc,
+                                         formatter_class=argparse.RawDescriptionHelpFormatter)
+        parser.add_argument("--out", type=Path, required=True,
+                            help=f"folder of the result file (OUT/{self.name}.json, or OUT/NAME.json with --name)")
+        parser.add_argument("--smoke", action="store_true", help="tiny sizes on a CPU, in seconds (checks the script)")
+        parser.add_argument("--name", help=f"name of the result file (default {self.name})")
+        parser.add_argument("--from", dest="from_results", type=Path, nargs="+", metavar="RESULT.json",
+                            help="measure nothing: summarize the data of earlier result files again"
+                                 + (" (several are joined, later ones replacing earlier cases)" if self.merge else ""))
+        if self.arguments is not None:
+            self.arguments(parser)
+        return parser
+
+    def result(self, data: dict, name: str, environment: dict, command: str) -> dict:
+        summary = self.summarize(data)
+        return {"name": name, "title": summary.title or self.title, "command": command,
+                "environment": environment, "baseline": self.baseline,
+                "summary": dataclasses.asdict(summary), "data": data}
+
+    def main(self, argv: Sequence[str] | None = None) -> dict:
+        """Parse the command line, measure (or read --from), write OUT/NAME.json, print its text.
+        Exits with status 1 when the summary says the run failed. A script with a --device option
+        measures on the CPU with --smoke; asked for CUDA where there is none, it says so."""
+        parser = self.parser()
+        args = parser.parse_args(argv)
+        args.name = args.name or self.name_of(args)
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.name):
+            parser.error(f"--name must be a file name of letters, digits, '_', '.', '-', got {args.name!r}")
+        if args.smoke and hasattr(args, "device"):
+            args.device = "cpu"
+        if str(getattr(args, "device", "")).startswith("cuda") and not torch.cuda.is_available() \
+                and not args.from_results:
+            parser.error("no CUDA device here: run it on a GPU machine, or with --smoke on this CPU")
+        if args.from_results:
+            if len(args.from_results) > 1 and self.merge is None:
+                parser.error(f"--from takes one result file for {self.name} (its runs are not joined)")
+            earlier = [read_result(p) for p in args.from_results]
+            data = self.merge([r["data"] for r in earlier]) if len(earlier) > 1 else earlier[0]["data"]
+            command = "; then ".join(r["command"] for r in earlier)
+            result = self.result(data, args.name, earlier[-1]["environment"], command)
+        else:
+            environment = describe_environment(getattr(args, "device", None))
+            command = command_line() if argv is None else shlex.join(["python", "-m", self.module, *argv])
+            result = self.result(self.measure(args), args.name, environment, command)
+        write_result(args.out, result)
+        print(render(result), flush=True)
+        if result["summary"]["failed"]:
+            sys.exit(1)
+        return result
+
+
+# --------------------------------------------------- kept until every script moved to Benchmark
+def environment_markdown(env: dict[str, str], command: str) -> str:
+    """The header line of the scripts not yet on `Benchmark` (do not use in new scripts)."""
+    cuda = f", CUDA {env['cuda']}" if env.get("device_type") == "cuda" else ""
+    return (f"Measured on **{env['device']}**{cuda}, {env['date_utc']}; torch {env['torch']}, "
+            f"triton {env['triton']}, Python {env['python']}.\n\nCommand (from the repository root): `{command}`")
+
+
+def format_number(value: float | None, digits: int = 3) -> str:
+    """A cell of the scripts not yet on `Benchmark` (new scripts: `fmt`)."""
+    if value is None:
+        return "—"
+    if value != value:
+        return "NaN"
+    return f"{value:.{digits}g}"
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """`text` at `path`, atomically (scripts not yet on `Benchmark`)."""
+    write_text(Path(path), text, overwrite=True)
+
+
+def replace_markdown_section(path: str | Path, name: str, text: str) -> Path:
+    """Put `text` between `<!-- name:start -->` and `<!-- name:end -->` in `path` (scripts not
+    yet on `Benchmark`; BENCHMARKS.md is generated by `python -m benchmarks.report` now)."""
+    path = Path(path)
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    body = f"{start}\n{text.strip()}\n{end}"
+    content = path.read_text() if path.exists() else "# Benchmarks\n"
+    if start not in content or end not in content:
+        return write_text(path, content.rstrip("\n") + "\n\n" + body + "\n", overwrite=True)
+    i, j = content.index(start), content.index(end)
+    return write_text(path, content[:i] + body + content[j + len(end):], overwrite=True)
+
+
+def publish(out: Path, name: str, summary: dict, text: str, markdown: Path | None = None,
+            section: str | None = None) -> None:
+    """OUT/NAME.json and OUT/NAME.md of the scripts not yet on `Benchmark`."""
+    write_json_file(Path(out) / f"{name}.json", summary)
+    write_atomically(Path(out) / f"{name}.md", text.rstrip("\n") + "\n")
+    if markdown is not None:
+        replace_markdown_section(markdown, section or name, text)
+    print(text)
+
+
+def add_kernel_timing_arguments(parser: argparse.ArgumentParser, rep_ms: float) -> None:
+    """--device, --warmup-ms and --rep-ms (scripts not yet on `Benchmark`)."""
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="device to measure (default cuda)")
+    parser.add_argument("--warmup-ms", type=float, help="do_bench warm-up in ms (default 25; 0 with --smoke)")
+    parser.add_argument("--rep-ms", type=float, help=f"do_bench measuring time in ms (default {rep_ms:g}; 1 with --smoke)")
+
+
+def kernel_timing(args: argparse.Namespace, rep_ms: float, smoke_command: str) -> torch.device:
+    """Defaults of `add_kernel_timing_arguments` (scripts not yet on `Benchmark`)."""
+    if args.warmup_ms is None:
+        args.warmup_ms = 0.0 if args.smoke else 25.0
+    if args.rep_ms is None:
+        args.rep_ms = 1.0 if args.smoke else rep_ms
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit(f"no CUDA device here: run the CPU smoke version: {smoke_command}")
+    from genoformer.kernels.triton_flash import INTERPRETED
+
+    if device.type == "cpu" and not INTERPRETED:
+        sys.exit(f"the Triton kernels run on a CPU only under the interpreter: {smoke_command}")
+    return device

@@ -8,7 +8,7 @@
 #                                              by side; the sm_80 / sm_90 cross-compile test under this Triton
 #   bash benchmarks/gpu_kernels.sh headdims    flash-attn-4 and our kernels at every head dim 16..256, output
 #                                              and gradients against float64 (benchmarks/flash_attn_check.py
-#                                              --head-dims): prints the FLASH_ATTN_4_HEAD_DIMS row to paste
+#                                              ): its result names the FLASH_ATTN_4_HEAD_DIMS row to paste
 #   bash benchmarks/gpu_kernels.sh flexflash   the attention table's sliding-window and BigBird rows again
 #                                              (D 64 and 128, 16k and 32k; ours, Flex, Flex FLASH), with the
 #                                              float64 check; merge them into the table with --render-from;
@@ -71,7 +71,7 @@ tests() {
 
 headdims() {
     stamp "head-dim sweep"
-    timeout 560 python3 -m benchmarks.flash_attn_check --head-dims --budget-s 420 --out "$R/results" \
+    timeout 560 python3 -m benchmarks.flash_attn_check --budget-s 420 --out "$R/results" \
         > "$R/flash_attn_head_dims.log" 2>&1
     stamp "head-dim sweep done"
 }

@@ -11,7 +11,6 @@
 #            seconds (default 330)
 #   ddp      the same script's two-GPU DDP case beside its one-GPU twin (a machine with 2 GPUs);
 #            merge it into the one-GPU run with `python -m benchmarks.train --render --merge`
-#   packed   python -m benchmarks.packed_training (packed short records against unpacked rows)
 #
 # Result files go to $OUT (./gpu_out when OUT is unset), one folder per step; the tail of each
 # log is printed. Wheels for packages the GPU image lacks travel in .whl/ (gpu_setup.sh).
@@ -54,20 +53,12 @@ ddp() {
     tail -n 25 "$OUT/train_ddp.log"
 }
 
-packed() {
-    log "packed training"
-    timeout ${PACKED_TIMEOUT:-300} python3 -m benchmarks.packed_training --out "$OUT/packed_training" \
-        > "$OUT/packed_training.log" 2>&1
-    tail -n 25 "$OUT/packed_training.log"
-}
-
 for name in "$@"; do
     case "$name" in
         step) step ;;
         speed) speed ;;
         ddp) ddp ;;
-        packed) packed ;;
-        *) echo "unknown step $name (step, speed, ddp, packed)"; exit 2 ;;
+        *) echo "unknown step $name (step, speed, ddp)"; exit 2 ;;
     esac
 done
 log done

@@ -1,33 +1,26 @@
 """End-to-end training speed of the ~85M reference model, 8k to 128k tokens, against plain PyTorch.
 
-    python -m benchmarks.train --out DIR                     (one H200: the whole table, ~6 min)
-    python -m benchmarks.train --out DIR --cases 'fit-synthetic-8k,ddp-synthetic-8k-x2'   (two GPUs)
-    python -m benchmarks.train --out DIR --smoke             (a tiny CPU run of every code path)
-    python -m benchmarks.train --list                        (the case names, in run order)
-    python -m benchmarks.train --out DIR [--merge DIR2] --render --markdown BENCHMARKS.md
-                                                 (measure nothing: DIR/train.json merged and rendered again)
-
-What runs (every genoformer model is built by the LightningCLI parser of `genoformer fit` from a
+What runs (every genoformer model built by the LightningCLI parser of `genoformer fit` from a
 shipped config plus overrides, recorded per case as `fit_args`):
-- genoformer, 12 layers x 768, 12 heads of 64, SwiGLU, RoPE, DNA vocabulary, bf16 autocast,
-  fused AdamW, at 8k x 4, 16k x 2, 32k, 64k and 128k x 1 tokens; causal dense (`causal`) and
-  configs/genome_8k_gpu.yaml's pattern (`window`: three sliding-window layers, one dense);
-  `eager` (with the fused elementwise regions), `plain` (eager, reference elementwise ops:
-  what the fusion buys) and `compiled` (`model.runtime.compile: true`);
+- genoformer, 12 layers x 768, 12 heads of 64, SwiGLU, RoPE, bf16 autocast, fused AdamW, at 8k x 4,
+  16k x 2, 32k, 64k and 128k x 1 tokens; causal dense (`causal`) and configs/genome_8k_gpu.yaml's
+  pattern (`window`: three sliding-window layers, one dense); `eager` (fused elementwise regions),
+  `plain` (reference elementwise ops) and `compiled` (`model.runtime.compile: true`);
 - the anchors, the same architecture in plain PyTorch (benchmarks/train_models.py): `sdpa`
   (FlashAttention-2, causal) and `flex` (FlexAttention with the same block masks), eager and
-  compiled (`flex` eager calls a compiled flex_attention); `math` (SDPA's math backend, batch 1)
-  finds the context at which dense attention runs out of memory;
-- `profile-*`: the PyTorch profiler's per-part device time of the 8k step;
-- `fit-real-8k` / `fit-synthetic-8k`: step time inside `Trainer.fit` with the config's real data
-  module (workers, the E. coli store) and with a batch already on the GPU; `ddp-synthetic-8k-x2`
-  the same on two GPUs with the DDP strategy file;
-- `ceiling`: bf16 8192^3 matmul rate, the second MFU denominator (the first is 989 TFLOP/s).
+  compiled; `math` (SDPA's math backend, batch 1) finds where dense attention runs out of memory;
+- `profile-*`: the profiler's per-part device time of the 8k step; `fit-real-8k` /
+  `fit-synthetic-8k`: the step inside `Trainer.fit` with the config's data module and with a batch
+  on the GPU; `ddp-synthetic-8k-x2` the same on two GPUs (DDP); `ceiling`: the bf16 8192^3 matmul.
+MFU = model FLOPs / step time / 989 TFLOP/s (H200 dense bf16), model FLOPs per token = 6 x
+parameters + 12 x width x (mean keys per query) per layer (the allowed pairs for the window).
+Cases run in groups, one child process per group (a crash or timeout loses one group), most
+important first, until --budget-s is spent; the rest are recorded as not run.
 
-Cases run in groups, one subprocess per group (a crash or a timeout loses one group, never the
-results before it), most important first, until `--budget-s` is spent; each finished case is
-appended to DIR/cases.jsonl at once, and DIR/train.json and DIR/train.md are rewritten after
-every group, so a run cut short still leaves its table. The short table prints last.
+    python -m benchmarks.train --out OUT                    # one H200: the whole table, ~6 min
+    python -m benchmarks.train --out OUT --cases 'fit-synthetic-8k,ddp-synthetic-8k-x2'   # two GPUs
+    python -m benchmarks.train --out OUT --from ONE_GPU.json TWO_GPUS.json    # the runs joined
+    python -m benchmarks.train --out OUT --cases genoformer-causal-8k-compiled --attention-backend gluon
 """
 
 from __future__ import annotations
@@ -38,38 +31,36 @@ import fnmatch
 import gc
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
+from collections import defaultdict
 from pathlib import Path
-from typing import Optional
 
+import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
 from benchmarks.common import (
+    REPO_ROOT,
+    Benchmark,
+    Summary,
     TrainStep,
-    command_line,
+    at_least,
     compile_counts,
-    describe_environment,
+    error_text,
     median,
-    replace_markdown_section,
     reset_compile_counts,
     synchronize,
+    table,
     time_calls,
-    write_atomically,
-    write_json_file,
+    verdict,
 )
-from benchmarks.train_measure import StepTimer, matmul_ceiling_tflops, profile_breakdown
 from benchmarks.train_models import (
     REFERENCE,
-    REPO_ROOT,
     SMOKE,
-    Architecture,
     PlainDecoder,
     build_genoformer,
     check_flops_formula,
@@ -79,21 +70,17 @@ from benchmarks.train_models import (
     sdpa_flash_only,
 )
 from genoformer.kernels.dispatch import Backend
-from benchmarks.train_report import merge_runs, render_markdown, short_table
 
 PEAK_TFLOPS = 989.0
-"""H200 dense bf16 tensor-core peak, the first MFU denominator."""
-
 ECOLI = REPO_ROOT / "examples" / "ecoli_k12_mg1655.fasta.gz"
 BATCH = {8192: 4, 16384: 2, 32768: 1, 65536: 1, 131072: 1}
 SMOKE_SCALE = 32
 """--smoke divides every context by this (8k -> 256 tokens)."""
 
 
-# ------------------------------------------------------------------------------- the cases
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One measurement. kind: step (time a training step), profile, fit, ceiling, probe (memory)."""
+    """One measurement. kind: step (time a training step), profile, fit, ceiling."""
 
     kind: str
     impl: str = "genoformer"  # genoformer, sdpa, flex, math
@@ -102,7 +89,7 @@ class Case:
     mode: str = "eager"  # eager, plain, compiled
     data: str = "synthetic"  # fit only: real or synthetic
     devices: int = 1
-    checkpointing: bool = False  # activation checkpointing (the retry of a 128k step that ran out of memory)
+    checkpointing: bool = False  # the retry of a 128k step that ran out of memory
 
     @property
     def batch(self) -> int:
@@ -118,72 +105,38 @@ class Case:
         prefix = "profile-" if self.kind == "profile" else ""
         return f"{prefix}{self.impl}-{self.pattern}-{tag}-{self.mode}" + ("-ckpt" if self.checkpointing else "")
 
-    @property
-    def compiled(self) -> bool:
-        return self.mode == "compiled"
-
 
 def _steps(*contexts: int, **fields) -> list[Case]:
     return [Case("step", context=c, **fields) for c in contexts]
 
 
-# Groups in run order; one subprocess each. Within a group, the most important case first.
-GROUPS: dict[str, list[Case]] = {
-    "eager-8k": [
-        Case("ceiling"),
-        *_steps(8192, mode="eager"),
-        *_steps(8192, impl="sdpa", mode="eager"),
-        *_steps(8192, mode="plain"),
-        Case("profile", mode="eager"),
-        *_steps(8192, 16384, 32768, impl="math", mode="eager"),
-    ],
-    # one process: the fit cases reuse the step cases' compiled graphs
-    "compiled-8k": [
-        *_steps(8192, mode="compiled"),
-        Case("profile", mode="compiled"),
-        Case("fit", mode="compiled", data="synthetic"),
-        Case("fit", mode="compiled", data="real"),
-    ],
-    "flex-compiled-8k": [
-        *_steps(8192, impl="flex", mode="compiled"),
-        *_steps(8192, impl="flex", pattern="window", mode="compiled"),
-    ],
-    # static graphs at 32k, one dynamic-shape recompile at 64k per kind of layer, then reused
-    "compiled-long": [
-        *_steps(32768, 65536, 131072, mode="compiled"),
-        *_steps(32768, 65536, 131072, 8192, pattern="window", mode="compiled"),
-        *_steps(16384, mode="compiled"),
-    ],
-    "eager-long": [
-        *_steps(8192, pattern="window", mode="eager"),
-        *_steps(32768, 65536, 131072, 16384, mode="eager"),
-    ],
-    "anchors-more": [
-        *_steps(8192, impl="sdpa", mode="compiled"),
-        *_steps(8192, impl="flex", mode="eager"),
-        *_steps(32768, 65536, 131072, impl="sdpa", mode="compiled"),
-        *_steps(32768, 65536, 131072, impl="flex", mode="compiled"),
-    ],
+GROUPS: dict[str, list[Case]] = {  # in run order, one child process each; within a group, the most important first
+    "eager-8k": [Case("ceiling"), *_steps(8192, mode="eager"), *_steps(8192, impl="sdpa", mode="eager"),
+                 *_steps(8192, mode="plain"), Case("profile", mode="eager"),
+                 *_steps(8192, 16384, 32768, impl="math", mode="eager")],
+    "compiled-8k": [*_steps(8192, mode="compiled"), Case("profile", mode="compiled"),  # fit reuses the graphs
+                    Case("fit", mode="compiled", data="synthetic"), Case("fit", mode="compiled", data="real")],
+    "flex-compiled-8k": [*_steps(8192, impl="flex", mode="compiled"),
+                         *_steps(8192, impl="flex", pattern="window", mode="compiled")],
+    "compiled-long": [*_steps(32768, 65536, 131072, mode="compiled"),
+                      *_steps(32768, 65536, 131072, 8192, pattern="window", mode="compiled"),
+                      *_steps(16384, mode="compiled")],
+    "eager-long": [*_steps(8192, pattern="window", mode="eager"), *_steps(32768, 65536, 131072, 16384, mode="eager")],
+    "anchors-more": [*_steps(8192, impl="sdpa", mode="compiled"), *_steps(8192, impl="flex", mode="eager"),
+                     *_steps(32768, 65536, 131072, impl="sdpa", mode="compiled"),
+                     *_steps(32768, 65536, 131072, impl="flex", mode="compiled")],
     "ddp-2gpu": [Case("fit", mode="compiled", data="synthetic", devices=2)],
 }
-SMOKE_CASES = (
-    "ceiling", "genoformer-causal-8k-eager", "sdpa-causal-8k-eager", "profile-genoformer-causal-8k-eager",
-    "genoformer-causal-8k-compiled", "genoformer-causal-32k-compiled", "fit-synthetic-8k", "fit-real-8k",
-    "genoformer-window-8k-eager", "math-causal-8k-eager",
-)
+SMOKE_CASES = "ceiling,genoformer-causal-8k-eager,sdpa-causal-8k-eager"
 
 
-def all_cases() -> dict[str, tuple[str, Case]]:
-    return {case.name: (group, case) for group, cases in GROUPS.items() for case in cases}
-
-
-def select(patterns: Optional[str], smoke: bool) -> dict[str, list[Case]]:
-    """Group -> its selected cases (run order kept). patterns: comma-separated names or globs."""
-    wanted = patterns.split(",") if patterns else (list(SMOKE_CASES) if smoke else ["*"])
-    cases = all_cases()
+def select(patterns: str) -> dict[str, list[Case]]:
+    """Group -> its cases matching the comma-separated names or globs (run order kept)."""
+    wanted = patterns.split(",")
+    cases = {case.name: (group, case) for group, group_cases in GROUPS.items() for case in group_cases}
     unknown = [p for p in wanted if not any(fnmatch.fnmatchcase(name, p) for name in cases)]
     if unknown:
-        raise SystemExit(f"--cases: no case matches {unknown}; `python -m benchmarks.train --list` lists them.")
+        raise SystemExit(f"--cases: no case matches {unknown}; the cases are {', '.join(cases)}")
     chosen: dict[str, list[Case]] = {}
     for name, (group, case) in cases.items():
         if any(fnmatch.fnmatchcase(name, p) for p in wanted):
@@ -191,20 +144,122 @@ def select(patterns: Optional[str], smoke: bool) -> dict[str, list[Case]]:
     return chosen
 
 
+# ----------------------------------------------------------------------- the profile of a step
+PARTS = ("attention", "matmuls", "norms, RoPE, SwiGLU, other elementwise", "loss", "optimizer",
+         "data (host to device)", "other")
+_KERNEL_RULES = (  # kernel (GPU) or operator (CPU) names -> part; first match wins
+    ("attention", ("attn_fwd_kernel", "bwd_dkdv_kernel", "bwd_dq_kernel", "bwd_preprocess_kernel", "flash", "fmha",
+                   "flex_attention", "triton_tem_fused_flex", "scaled_dot_product", "_efficient_attention")),
+    ("optimizer", ("adam", "multi_tensor_apply", "foreach")),
+    ("loss", ("nll_loss", "log_softmax", "cross_entropy", "softmax_backward")),
+    ("matmuls", ("gemm", "nvjet", "cutlass", "xmma", "cublas", "sm90_", "sm80_", "aten::mm", "aten::addmm",
+                 "aten::bmm", "aten::matmul", "aten::linear", "mm_", "splitk")),
+    ("data (host to device)", ("memcpy htod", "memcpy h2d", "aten::_to_copy_h2d")),
+    ("norms, RoPE, SwiGLU, other elementwise", ("rms", "norm", "elementwise", "vectorized", "triton_poi", "triton_red",
+                                                "triton_per", "reduce", "silu", "mul", "add", "cat", "copy", "fill",
+                                                "embedding", "index", "where", "sum", "aten::")),
+)
+_PARENT_RULES = (("optimizer", ("optimizer.step", "adamw", "zero_grad")),
+                 ("loss", ("cross_entropy", "nll_loss", "log_softmax", "nllloss", "logsoftmax")),
+                 ("attention", ("genoformer::triton_flash", "flex_attention", "scaled_dot_product")))
+
+
+def classify(kernel: str, parents: list[str] = ()) -> str:
+    """The part of the step a kernel (or CPU operator) belongs to: its launching operators decide
+    where they are telling (optimizer step, loss, attention op), else its own name."""
+    chain = " | ".join(parents).lower()
+    for part, needles in _PARENT_RULES:
+        if any(needle in chain for needle in needles):
+            return part
+    return next((part for part, needles in _KERNEL_RULES if any(n in kernel.lower() for n in needles)), "other")
+
+
+def profile_breakdown(step, device: torch.device, steps: int) -> dict:
+    """Per-part device time (CPU: operator self time) of `steps` profiled steps, ms per step, and
+    the 25 largest kernels."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        synchronize(device)
+        wall_ms = (time.perf_counter() - t0) * 1e3 / steps
+
+    def parents(event) -> list[str]:
+        names, parent = [event.name], event.cpu_parent
+        while parent is not None:
+            names, parent = names + [parent.name], parent.cpu_parent
+        return names
+
+    found = []  # (kernel or operator, part, ms)
+    for event in prof.events():
+        if device.type == "cuda":
+            found += [(k.name, classify(k.name, parents(event)), k.duration / 1e3) for k in getattr(event, "kernels", [])]
+        elif event.device_type == DeviceType.CPU:
+            found.append((event.name, classify(event.name, parents(event)), event.self_cpu_time_total / 1e3))
+    parts, kernels = defaultdict(float), defaultdict(float)
+    for name, part, ms in found:
+        parts[part] += ms / steps
+        kernels[name[:120], part] += ms / steps
+    per_step = {part: parts.get(part, 0.0) for part in PARTS}
+    top = sorted(kernels.items(), key=lambda item: -item[1])[:25]
+    return {"parts": per_step, "total_ms": sum(per_step.values()), "wall_ms": wall_ms,
+            "top_kernels": [(name, part, ms) for (name, part), ms in top]}
+
+
+class StepTimer(L.Callback):
+    """Wall time of the training steps after `warmup` inside `Trainer.fit` (one device
+    synchronisation at each end, none in between)."""
+
+    def __init__(self, warmup: int) -> None:
+        self.warmup, self.start, self.end, self.timed_steps = warmup, None, None, 0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.warmup and self.start is None:
+            synchronize(pl_module.device)
+            self.start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.start is not None:
+            self.timed_steps += 1
+            if trainer.global_step >= trainer.max_steps:
+                synchronize(pl_module.device)
+                self.end = time.perf_counter()
+
+    @property
+    def step_ms(self) -> float:
+        if self.start is None or self.end is None or not self.timed_steps:
+            raise RuntimeError("StepTimer saw no timed steps: max_steps must exceed the warm-up steps.")
+        return (self.end - self.start) / self.timed_steps * 1e3
+
+
+class _Repeat(torch.utils.data.Dataset):
+    """The same (already batched, already on the device) batch, n times."""
+
+    def __init__(self, batch: dict, n: int) -> None:
+        self.batch, self.n = batch, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> dict:
+        return self.batch
+
+
 # ----------------------------------------------------------------------------- the worker
 class Worker:
-    """Runs one group's cases in this process and appends one JSON record per case."""
+    """Runs one group's cases in this (child) process, one JSON line per case in `cases.jsonl`."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.smoke = args.smoke
-        self.device = torch.device("cpu" if args.smoke else "cuda")
+    def __init__(self, work: Path, smoke: bool, attention_backend: str) -> None:
+        self.work, self.smoke = work, smoke
+        self.device = torch.device("cpu" if smoke else "cuda")
         self.dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
-        self.arch: Architecture = SMOKE if args.smoke else REFERENCE
-        self.out = args.out
-        self.compile_backend = "aot_eager" if args.smoke else "inductor"
-        # the model's attention backend (`model.runtime.attention_backend`): auto unless asked
-        self.backend_args = ["--model.runtime.attention_backend", args.attention_backend]
-        self.tmp = Path(tempfile.mkdtemp(prefix="genoformer_train_bench_"))
+        self.arch = SMOKE if smoke else REFERENCE
+        self.backend_args = ["--model.runtime.attention_backend", attention_backend]
         self._store = None
 
     def context(self, case: Case) -> int:
@@ -213,23 +268,14 @@ class Worker:
     def record(self, case: Case, **values) -> None:
         if int(os.environ.get("LOCAL_RANK", "0")) != 0:
             return  # a DDP rank started by Lightning: rank 0 reports
-        line = json.dumps({"name": case.name, **dataclasses.asdict(case), "batch": case.batch,
-                           "tokens_per_step": case.batch * self.context(case) * case.devices, **values})
-        with open(self.out / "cases.jsonl", "a") as file:
-            file.write(line + "\n")
-            file.flush()
-            os.fsync(file.fileno())
-        print(f"[train bench] {case.name}: {values.get('status')}"
-              + (f", {values['tokens_per_s']:,.0f} tokens/s" if values.get("tokens_per_s") else ""), flush=True)
+        line = {"name": case.name, **dataclasses.asdict(case), "batch": case.batch,
+                "tokens_per_step": case.batch * self.context(case) * case.devices, **values}
+        with open(self.work / "cases.jsonl", "a") as file:
+            file.write(json.dumps(line) + "\n")
+        print(f"[train] {case.name}: {values.get('status')}", flush=True)
 
     def run(self, cases: list[Case]) -> None:
-        try:
-            self._run(cases)
-        finally:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-
-    def _run(self, cases: list[Case]) -> None:
-        oom_math_at: Optional[int] = None
+        oom_math_at = None
         for case in cases:
             if case.impl == "math" and oom_math_at is not None and case.context > oom_math_at:
                 self.record(case, status="skipped: a shorter context already ran out of memory")
@@ -249,118 +295,90 @@ class Worker:
         except torch.OutOfMemoryError as error:
             return {"status": "OOM", "error": str(error).splitlines()[0][:300]}
         except Exception as error:  # one failing case must not lose the others
-            return {"status": f"error: {type(error).__name__}: {str(error)[:200]}", "error": traceback.format_exc()[-3000:]}
+            return {"status": f"error: {error_text(error, 200)}"}
         finally:
             gc.collect()
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
 
-    # -------------------------------------------------------------------------- measuring
-    def measure(self, case: Case) -> dict:
-        if case.kind == "ceiling":
-            return {"status": "ok", "matmul_tflops": matmul_ceiling_tflops(self.device, 1024 if self.smoke else 8192)}
-        if case.kind == "fit":
-            return self.fit(case)
-        model_step, config, parameters, extra = self.build_step(case)
-        if case.kind == "profile":
-            breakdown = profile_breakdown(model_step.step, self.device, steps=2 if self.smoke else 3)
-            return {"status": "ok", **breakdown, **extra}
-        warmup, steps = self.step_counts(case)
-        t0 = time.perf_counter()
-        first_loss = float(model_step.step())  # compiles a compiled model
-        for _ in range(warmup - 1):
-            model_step.step()
-        synchronize(self.device)
-        warmup_s = time.perf_counter() - t0
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
-        times = time_calls(model_step.step, self.device, warmup=0, calls=steps)
-        step_ms = median(times)
-        tokens = case.batch * self.context(case)
-        flops_per_token = model_flops_per_token(config, parameters, self.context(case), case.pattern == "window")
-        tflops = flops_per_token * tokens / (step_ms / 1e3) / 1e12
-        return {
-            "status": "ok",
-            "step_ms": step_ms,
-            "step_ms_all": times,
-            "tokens_per_s": tokens / (step_ms / 1e3),
-            "model_tflops": tflops,
-            "mfu": tflops / PEAK_TFLOPS,
-            "peak_gib": torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else None,
-            "first_loss": first_loss,
-            "warmup_s": warmup_s,
-            "warmup_steps": warmup,
-            **compile_counts(),
-            "parameters": parameters,
-            **extra,
-        }
-
-    def step_counts(self, case: Case) -> tuple[int, int]:
-        """(warm-up, timed) steps: a few for long contexts, where one step takes seconds."""
-        if self.smoke or case.impl == "math":  # math: a memory probe, its speed is beside the point
-            return 1, 2
-        return {8192: (3, 10), 16384: (3, 8), 32768: (2, 5), 65536: (2, 4), 131072: (1, 3)}[case.context]
-
-    def tokens(self, batch: int, context: int, seed: int = 0) -> torch.Tensor:
+    def tokens(self, batch: int, context: int) -> torch.Tensor:
         """(B, L) uint8 random windows of the shipped E. coli genome, on the device."""
         from genoformer.data.genome.store import GenomeStore, prepare_genome_store
 
         if self._store is None:
-            self._store = GenomeStore(prepare_genome_store([ECOLI], self.tmp / "ecoli.zarr", progress=False))
+            self._store = GenomeStore(prepare_genome_store([ECOLI], self.work / "ecoli.zarr", progress=False))
         contig = self._store.contigs[0]
-        generator = torch.Generator().manual_seed(seed)
-        starts = torch.randint(0, contig.length - context, (batch,), generator=generator).tolist()
-        rows = [torch.from_numpy(self._store.read(contig.name, s, s + context).copy()) for s in starts]
-        return torch.stack(rows).to(self.device)
+        starts = torch.randint(0, contig.length - context, (batch,), generator=torch.Generator().manual_seed(0))
+        return torch.stack([torch.from_numpy(self._store.read(contig.name, s, s + context).copy())
+                            for s in starts.tolist()]).to(self.device)
+
+    def measure(self, case: Case) -> dict:
+        if case.kind == "ceiling":
+            n = 1024 if self.smoke else 8192
+            a, b = (torch.randn(n, n, device=self.device, dtype=self.dtype) for _ in range(2))
+            return {"status": "ok", "matmul_tflops": 2 * n**3 / median(time_calls(lambda: a @ b, self.device, 3, 20)) / 1e9}
+        if case.kind == "fit":
+            return self.fit(case)
+        step, config, parameters, extra = self.build_step(case)
+        if case.kind == "profile":
+            return {"status": "ok", **profile_breakdown(step.step, self.device, 2 if self.smoke else 3), **extra}
+        warmup, steps = (1, 2) if self.smoke or case.impl == "math" else \
+            {8192: (3, 10), 16384: (3, 8), 32768: (2, 5), 65536: (2, 4), 131072: (1, 3)}[case.context]
+        t0 = time.perf_counter()
+        first_loss = float(step.step())  # compiles a compiled model
+        for _ in range(warmup - 1):
+            step.step()
+        synchronize(self.device)
+        warmup_s = time.perf_counter() - t0
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        step_ms = median(time_calls(step.step, self.device, warmup=0, calls=steps))
+        tokens = case.batch * self.context(case)
+        tflops = model_flops_per_token(config, parameters, self.context(case), case.pattern == "window") * tokens / step_ms / 1e9
+        return {"status": "ok", "step_ms": step_ms, "tokens_per_s": tokens / (step_ms / 1e3), "model_tflops": tflops,
+                "mfu": tflops / PEAK_TFLOPS, "first_loss": first_loss, "warmup_s": warmup_s, "parameters": parameters,
+                "peak_gib": torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else None,
+                **compile_counts(), **extra}
 
     def build_step(self, case: Case):
         context = self.context(case)
-        arguments = fit_arguments(self.arch, context, case.batch, case.pattern == "window", case.compiled,
+        arguments = fit_arguments(self.arch, context, case.batch, case.pattern == "window", case.mode == "compiled",
                                   fused=case.mode != "plain", checkpointing=case.checkpointing) + self.backend_args
         torch.manual_seed(0)
         module = build_genoformer(arguments)
         config = module.model.config
         check_flops_formula(config, parameter_count(module.model), context)
-        extra = {"fit_args": arguments, "activation_checkpointing": module.runtime.activation_checkpointing}
         tokens_BL = self.tokens(case.batch, context)
         if case.impl == "genoformer":
             module = module.to(self.device).train()
-            if case.compiled:
-                self.compile_genoformer(module)
-            optimizer = module.configure_optimizers()["optimizer"]
-            model_step = TrainStep(lambda: module.loss(tokens_BL)[0], optimizer, self.device, self.dtype)
-            return model_step, config, parameter_count(module.model), extra
+            if case.mode == "compiled" and self.smoke:  # aot_eager: inductor's C++ compile takes minutes on a CPU
+                from genoformer.core.transformer import compile_blocks
+
+                compile_blocks(module.model, backend="aot_eager")
+            elif case.mode == "compiled":
+                module.configure_model()  # as `genoformer fit` compiles
+            step = TrainStep(lambda: module.loss(tokens_BL)[0], module.configure_optimizers()["optimizer"],
+                             self.device, self.dtype)
+            return step, config, parameter_count(module.model), {"fit_args": arguments}
         if case.impl == "flex" and self.smoke:
             raise RuntimeError("FlexAttention anchors need CUDA (no CPU backward)")
         flex = None
         if case.impl == "flex":
             from torch.nn.attention.flex_attention import flex_attention
 
-            flex = flex_attention if case.compiled else torch.compile(flex_attention)
+            flex = flex_attention if case.mode == "compiled" else torch.compile(flex_attention)
         if case.impl == "sdpa" and self.device.type == "cuda":
             sdpa_flash_only()
         torch.manual_seed(0)
-        anchor = PlainDecoder(config, case.impl, **({"flex": flex} if flex is not None else {})).to(self.device).train()
-        if case.compiled:
+        anchor = PlainDecoder(config, case.impl, **({"flex": flex} if flex else {})).to(self.device).train()
+        if case.mode == "compiled":
             for block in anchor.blocks:
-                block.compile(backend=self.compile_backend)
+                block.compile(backend="aot_eager" if self.smoke else "inductor")
         optimizer = torch.optim.AdamW(anchor.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
                                       fused=self.device.type == "cuda")
-        model_step = TrainStep(lambda: anchor.loss(tokens_BL), optimizer, self.device, self.dtype)
-        extra = {"activation_checkpointing": False}
-        return model_step, config, parameter_count(anchor), extra
+        return TrainStep(lambda: anchor.loss(tokens_BL), optimizer, self.device, self.dtype), config, \
+            parameter_count(anchor), {}
 
-    def compile_genoformer(self, module) -> None:
-        """As `genoformer fit` does with `model.runtime.compile: true` (Lightning's configure_model hook);
-        the CPU smoke run compiles with aot_eager instead of inductor (seconds, not minutes)."""
-        if self.smoke:
-            from genoformer.core.transformer import compile_blocks
-
-            compile_blocks(module.model, backend=self.compile_backend)
-        else:
-            module.configure_model()
-
-    # ----------------------------------------------------------------------- Trainer.fit
     def fit(self, case: Case) -> dict:
         """Step time inside `Trainer.fit`, with the real data module or a batch on the GPU."""
         from lightning.pytorch.strategies import DDPStrategy
@@ -369,20 +387,15 @@ class Worker:
 
         context = self.context(case)
         warmup, steps = (1, 2) if self.smoke else (3, 15)
-        run_dir = self.tmp / f"fit-{case.data}-{case.devices}"
-        # the smoke run fits eagerly: inductor's C++ compile takes minutes on a small CPU
-        arguments = fit_arguments(self.arch, context, case.batch, False, case.compiled and not self.smoke,
-                                  fused=True) + self.backend_args
-        arguments += [
+        arguments = fit_arguments(self.arch, context, case.batch, False, case.mode == "compiled" and not self.smoke,
+                                  fused=True) + self.backend_args + [
             "--trainer.max_steps", str(warmup + steps), "--trainer.limit_val_batches", "0",
-            "--trainer.enable_checkpointing", "false", "--trainer.callbacks", "[]",
-            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-            "--trainer.default_root_dir", str(run_dir), "--data.init_args.store", str(self.tmp / "fit.zarr"),
-            "--model.total_steps", "1000",
-        ]
+            "--trainer.enable_checkpointing", "false", "--trainer.callbacks", "[]", "--trainer.enable_progress_bar",
+            "false", "--trainer.enable_model_summary", "false", "--model.total_steps", "1000",
+            "--trainer.default_root_dir", str(self.work / f"fit-{case.data}-{case.devices}"),
+            "--data.init_args.store", str(self.work / "fit.zarr")]
         if self.smoke:
-            arguments += ["--trainer.accelerator", "cpu", "--trainer.precision", "32-true",
-                          "--data.init_args.num_workers", "1"]
+            arguments += ["--trainer.accelerator", "cpu", "--trainer.precision", "32-true", "--data.init_args.num_workers", "1"]
         if case.devices > 1:
             arguments += ["--config", "configs/strategies/ddp.yaml", "--trainer.devices", str(case.devices)]
         torch.manual_seed(0)
@@ -394,154 +407,153 @@ class Worker:
         else:
             device = torch.device("cpu") if self.smoke else torch.device("cuda", cli.trainer.local_rank)
             batch = {"tokens": self.tokens(case.batch, context).to(device)}
-            loader = DataLoader(_Repeat(batch, warmup + steps + 1), batch_size=None)
-            cli.trainer.fit(cli.model, train_dataloaders=loader)
-        tokens = case.batch * context * case.devices
-        return {
-            "status": "ok",
-            "step_ms": timer.step_ms,
-            "tokens_per_s": tokens / (timer.step_ms / 1e3),
-            "timed_steps": timer.timed_steps,
-            "strategy": type(cli.trainer.strategy).__name__,
-            "ddp": isinstance(cli.trainer.strategy, DDPStrategy),
-            "num_workers": cli.datamodule.num_workers if case.data == "real" else 0,
-            "fit_args": arguments,
-        }
-
-
-class _Repeat(torch.utils.data.Dataset):
-    """The same (already batched, already on the device) batch, n times."""
-
-    def __init__(self, batch: dict, n: int) -> None:
-        self.batch, self.n = batch, n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, index: int) -> dict:
-        return self.batch
+            cli.trainer.fit(cli.model, train_dataloaders=DataLoader(_Repeat(batch, warmup + steps + 1), batch_size=None))
+        return {"status": "ok", "step_ms": timer.step_ms, "tokens_per_s": case.batch * context * case.devices / timer.step_ms * 1e3,
+                "strategy": type(cli.trainer.strategy).__name__, "ddp": isinstance(cli.trainer.strategy, DDPStrategy),
+                "num_workers": cli.datamodule.num_workers if case.data == "real" else 0, "fit_args": arguments}
 
 
 # ----------------------------------------------------------------------------- the driver
-def drive(args: argparse.Namespace) -> dict:
-    groups = select(args.cases, args.smoke)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "cases.jsonl").unlink(missing_ok=True)
-    deadline = time.monotonic() + args.budget_s
-    started = time.monotonic()
-    skipped: list[tuple[str, str]] = []
-    gpus = 0 if args.smoke else torch.cuda.device_count()
-    for group, cases in groups.items():
-        needs = max(case.devices for case in cases)
-        if not args.smoke and needs > gpus:
-            skipped += [(case.name, f"needs {needs} GPUs, this machine has {gpus}") for case in cases]
-            continue
-        if args.smoke and needs > 1:
-            skipped += [(case.name, "multi-GPU: not in the CPU smoke run (tests/core/test_ddp.py runs DDP on CPUs)")
-                        for case in cases]
-            continue
-        left = deadline - time.monotonic()
-        if left < 20:
-            skipped += [(case.name, "not run: out of the time budget") for case in cases]
-            continue
-        run_group(args, group, cases, timeout_s=left)
-        publish(args, skipped, time.monotonic() - started)
-    return publish(args, skipped, time.monotonic() - started, final=True)
-
-
-def run_group(args: argparse.Namespace, group: str, cases: list[Case], timeout_s: float) -> None:
-    command = [sys.executable, "-m", "benchmarks.train", "--worker", group, "--out", str(args.out),
-               "--cases", ",".join(case.name for case in cases), "--attention-backend", args.attention_backend
-               ] + (["--smoke"] if args.smoke else [])
-    print(f"[train bench] group {group}: {len(cases)} cases, {timeout_s:.0f} s left", flush=True)
-    # its own process group, so that a timeout also ends Lightning's DDP ranks and compile workers
-    process = subprocess.Popen(command, cwd=REPO_ROOT, start_new_session=True)
-    try:
-        process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        print(f"[train bench] group {group}: stopped at the time budget", flush=True)
-    if process.returncode not in (0, -signal.SIGKILL):
-        print(f"[train bench] group {group}: exited with {process.returncode}", flush=True)
-    done = {record["name"] for record in read_records(args.out)}
-    with open(args.out / "cases.jsonl", "a") as file:
-        for case in cases:
-            if case.name not in done:
-                why = "not run: the group's process stopped first (time budget or crash; see the log)"
-                file.write(json.dumps({"name": case.name, **dataclasses.asdict(case), "batch": case.batch,
-                                       "status": why}) + "\n")
-
-
-def read_records(out: Path) -> list[dict]:
-    path = out / "cases.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-# ----------------------------------------------------------------------------- reporting
-def publish(args: argparse.Namespace, skipped: list[tuple[str, str]], wall_s: float, final: bool = False) -> dict:
-    records = read_records(args.out)
-    summary = {
-        "environment": describe_environment("cpu" if args.smoke else None),
-        "command": command_line(),
-        "smoke": args.smoke,
-        "wall_s": wall_s,
-        "peak_tflops": PEAK_TFLOPS,
-        "records": records,
-        "skipped": [{"name": name, "status": why} for name, why in skipped],
-    }
-    write_json_file(args.out / "train.json", summary)
-    write_atomically(args.out / "train.md", render_markdown(summary) + "\n")
-    if final:
-        print(short_table(summary))
-    return summary
-
-
-# ------------------------------------------------------------------------------------ main
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results" / "train",
-                        help="folder for cases.jsonl (one line per case), train.json and train.md")
-    parser.add_argument("--cases", default=None, help="comma-separated case names or globs (default: all)")
+def arguments(parser) -> None:
+    parser.add_argument("--cases", help="comma-separated case names or globs (default: all; --smoke: a few)")
     parser.add_argument("--budget-s", type=float, default=360.0,
                         help="seconds for the whole run: groups still running then are stopped, later ones skipped")
-    parser.add_argument("--smoke", action="store_true", help="tiny CPU run of every code path (tests)")
     parser.add_argument("--attention-backend", default="auto", choices=[b.value for b in Backend],
-                        help="our model's attention backend (model.runtime.attention_backend), e.g. gluon or "
-                             "flash_attn_4 to compare the two in separate runs (default: auto)")
-    parser.add_argument("--list", action="store_true", help="print the case names in run order and exit")
-    parser.add_argument("--render", action="store_true",
-                        help="measure nothing: OUT/train.json, merged with the --merge runs, rendered again into "
-                             "OUT/train.json and OUT/train.md (and --markdown)")
-    parser.add_argument("--markdown", type=Path, default=None, help="also rewrite the `training-speed` section of this file")
-    parser.add_argument("--merge", type=Path, action="append", default=[], metavar="DIR",
-                        help="with --render: add the cases of another run's folder (repeatable; later runs win)")
-    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.list:
-        for group, cases in GROUPS.items():
-            print(f"{group}: " + ", ".join(case.name for case in cases))
-        return
-    if args.worker is not None:
-        groups = select(args.cases, args.smoke)
-        Worker(args).run([case for cases in groups.values() for case in cases])
-        return
-    if args.render:
-        summary = merge_runs([json.loads((out / "train.json").read_text()) for out in [args.out, *args.merge]])
-        write_json_file(args.out / "train.json", summary)  # one file holds the whole table
-        write_atomically(args.out / "train.md", render_markdown(summary) + "\n")
-        if args.markdown is not None:
-            replace_markdown_section(args.markdown, "training-speed", render_markdown(summary))
-        print(short_table(summary))
-        return
-    if not args.smoke and not torch.cuda.is_available():
-        raise SystemExit("benchmarks.train measures a CUDA GPU; run `python -m benchmarks.train --smoke` on a CPU.")
-    summary = drive(args)
-    if args.markdown is not None:
-        replace_markdown_section(args.markdown, "training-speed", render_markdown(summary))
+                        help="our model's attention backend (model.runtime.attention_backend; default auto)")
 
+
+def measure(args) -> dict:
+    groups = select(args.cases or (SMOKE_CASES if args.smoke else "*"))
+    gpus = 0 if args.smoke else torch.cuda.device_count()
+    deadline, records, skipped = time.monotonic() + args.budget_s, [], []
+    with tempfile.TemporaryDirectory(prefix="genoformer_train_bench_") as tmp:
+        work = Path(tmp)
+        for group, cases in groups.items():
+            needs = max(case.devices for case in cases)
+            if needs > max(gpus, 1):
+                skipped += [{"name": c.name, "status": f"needs {needs} GPUs, this machine has {gpus}"} for c in cases]
+                continue
+            left = deadline - time.monotonic()
+            if left < 20:
+                skipped += [{"name": c.name, "status": "not run: out of the time budget"} for c in cases]
+                continue
+            command = [sys.executable, "-m", "benchmarks.train", "--worker", str(work), "--cases",
+                       ",".join(c.name for c in cases), "--attention-backend", args.attention_backend] + \
+                      (["--smoke"] if args.smoke else [])
+            # its own process group, so that a timeout also ends Lightning's DDP ranks and compile workers
+            process = subprocess.Popen(command, cwd=REPO_ROOT, start_new_session=True)
+            try:
+                process.wait(timeout=left)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            lines = (work / "cases.jsonl").read_text().splitlines() if (work / "cases.jsonl").exists() else []
+            records = [json.loads(line) for line in lines]
+            done = {r["name"] for r in records}
+            skipped += [{"name": c.name, "status": "not run: the group's process stopped first (time budget or crash)"}
+                        for c in cases if c.name not in done]
+    return {"smoke": args.smoke, "peak_tflops": PEAK_TFLOPS, "records": records, "skipped": skipped}
+
+
+def merge(runs: list[dict]) -> dict:
+    """Runs joined (a one-GPU and a two-GPU call, say): every run's cases tagged with its index;
+    where two runs measured a case, a failed or unrun one is dropped; ratios pair cases of one run."""
+    records = [{**r, "run": r.get("run", i)} for i, run in enumerate(runs) for r in run["records"]]
+    last_run = {r["name"]: r["run"] for r in records}
+    records = [r for r in records if r.get("status") == "ok" or r["run"] == last_run[r["name"]]]
+    measured = {r["name"] for r in records}
+    skipped = {s["name"]: s for run in runs for s in run["skipped"] if s["name"] not in measured}
+    return {**runs[0], "records": records, "skipped": list(skipped.values())}
+
+
+# ---------------------------------------------------------------------------- the summary
+def _backend(record: dict) -> str:
+    args = record.get("fit_args") or []
+    return args[args.index("--model.runtime.attention_backend") + 1] if "--model.runtime.attention_backend" in args else "auto"
+
+
+def summarize(data: dict) -> Summary:
+    records = [r for r in data["records"] if r.get("status") == "ok"]
+    by = {r["name"]: r for r in records}
+
+    def partner(record: dict | None, name: str) -> dict | None:  # the case of the same run as `record`
+        same = [r for r in records if r["name"] == name and r.get("run") == (record or {}).get("run")]
+        return same[-1] if same else by.get(name)
+
+    ceiling = by.get("ceiling", {}).get("matmul_tflops")
+    backends = {_backend(r) for r in records if r["kind"] == "step" and r["impl"] == "genoformer"}
+    steps = [{"case": r["name"], **({"attention backend": _backend(r)} if len(backends) > 1 else {}),
+              "tokens": f"{r['context']:,} x {r['batch']}", "step ms": r["step_ms"], "tokens/s": round(r["tokens_per_s"]),
+              "MFU (989)": f"{100 * r['mfu']:.1f}%",
+              "MFU (matmul)": f"{100 * r['model_tflops'] / ceiling:.1f}%" if ceiling else None, "peak GiB": r["peak_gib"],
+              "graph breaks": r.get("graph_breaks") if r["mode"] == "compiled" else None}
+             for r in records if r["kind"] == "step"]
+    fits = [{"case": r["name"], "step ms": r["step_ms"], "tokens/s": round(r["tokens_per_s"]), "strategy": r["strategy"],
+             "data workers": r["num_workers"]} for r in records if r["kind"] == "fit"]
+    profiles = [r for r in records if r["kind"] == "profile"]
+    tables = [table(steps, "One optimizer step (median of the timed steps)")]
+    if fits:
+        tables.append(table(fits, "Inside Trainer.fit (compiled, causal 8k x 4 per GPU; real: the config's data module)"))
+    if profiles:
+        tables.append(table([{"part": part, **{f"{p['name']} ms": p["parts"][part] for p in profiles},
+                              **{f"{p['name']} share": f"{100 * p['parts'][part] / p['total_ms']:.1f}%" for p in profiles}}
+                             for part in PARTS], "Where the time goes: device time per part, per step"))
+        tables += [table([{"kernel": n, "part": part, "ms": ms} for n, part, ms in p["top_kernels"][:12]],
+                         f"Largest kernels, {p['name']}", headline=False) for p in profiles]
+
+    def tps(name: str) -> float | None:
+        return by[name]["tokens_per_s"] if name in by else None
+
+    def mfu(name: str) -> float | None:
+        return 100 * by[name]["mfu"] if name in by else None
+
+    def ratio_of(a: float | None, b: float | None) -> float | None:
+        return a / b if a and b else None
+
+    targets = []
+    if "genoformer-causal-8k-compiled" in by and len(backends) == 1:
+        ddp, real = by.get("ddp-synthetic-8k-x2"), by.get("fit-real-8k")
+        one, synthetic = partner(ddp, "fit-synthetic-8k"), partner(real, "fit-synthetic-8k")
+        tried = [n for n in {r["name"] for r in data["records"]} if n.startswith("genoformer-") and "-128k-" in n]
+        targets = [
+            at_least("8k compiled MFU >= 45%", mfu("genoformer-causal-8k-compiled"), 45.0, "%"),
+            at_least("8k compiled vs plain PyTorch + compiled Flex >= 1.30x tokens/s",
+                     ratio_of(tps("genoformer-causal-8k-compiled"), tps("flex-causal-8k-compiled")), 1.3, "x"),
+            at_least("8k eager MFU >= 35%", mfu("genoformer-causal-8k-eager"), 35.0, "%"),
+            at_least("8k eager vs plain PyTorch + SDPA eager > 1.00x tokens/s",
+                     ratio_of(tps("genoformer-causal-8k-eager"), tps("sdpa-causal-8k-eager")), 1.0 + 1e-9, "x"),
+            at_least("32k compiled MFU >= 40%", mfu("genoformer-causal-32k-compiled"), 40.0, "%"),
+            at_least("64k compiled MFU >= 40%", mfu("genoformer-causal-64k-compiled"), 40.0, "%"),
+            verdict("128k trains on one GPU (batch 1)", ", ".join(n for n in tried if n in by) or "no step ran",
+                    any(n in by for n in tried) if tried else None),
+            at_least("2 GPUs (DDP) vs 1 GPU, 8k, Trainer.fit >= 1.85x tokens/s",
+                     ratio_of(tps("ddp-synthetic-8k-x2"), one["tokens_per_s"] if one else None), 1.85, "x"),
+            verdict("real data module vs a batch on the GPU: step time within 3%",
+                    f"{100 * (real['step_ms'] / synthetic['step_ms'] - 1):+.1f}%" if real and synthetic else "not measured",
+                    real["step_ms"] <= 1.03 * synthetic["step_ms"] if real and synthetic else None)]
+    not_run = [r for r in data["records"] if r.get("status") != "ok"] + data["skipped"]
+    math_oom = [r["context"] for r in data["records"] if r["impl"] == "math" and r.get("status") == "OOM"]
+    notes = [f"Dense PyTorch (SDPA math) attention, batch 1: out of memory at {min(math_oom):,} tokens."] if math_oom else []
+    notes += [f"Not measured: {', '.join(sorted({r['name'] for r in not_run}))}."] if not_run else []
+    title = "End-to-end training speed (85M reference model)" + (", per attention backend" if len(backends) > 1 else "")
+    return Summary(title=title, tables=tables, targets=targets, notes=notes)
+
+
+BENCHMARK = Benchmark("train", "End-to-end training speed (85M reference model)", __doc__, measure, summarize,
+                      arguments=arguments, merge=merge,
+                      baseline="the same architecture in plain PyTorch with SDPA FlashAttention-2 and with compiled "
+                               "FlexAttention; the bf16 matmul ceiling",
+                      name_of=lambda args: "train" if args.attention_backend == "auto" else f"train_{args.attention_backend}")
 
 if __name__ == "__main__":
-    main()
+    if "--worker" in sys.argv:  # one group's cases, in the child process `measure` starts
+        worker = argparse.ArgumentParser()
+        worker.add_argument("--worker", type=Path)
+        worker.add_argument("--cases")
+        worker.add_argument("--attention-backend")
+        worker.add_argument("--smoke", action="store_true")
+        args = worker.parse_args()
+        Worker(args.worker, args.smoke, args.attention_backend).run(
+            [case for cases in select(args.cases).values() for case in cases])
+    else:
+        BENCHMARK.main()

@@ -1,5 +1,5 @@
 """benchmarks.common.ClockSampler: GPU clocks sampled beside the timings, with nvidia-smi faked
-by a script (no GPU here), and the attention benchmark's sentence about them."""
+by a script (no GPU here)."""
 
 from __future__ import annotations
 
@@ -49,21 +49,3 @@ def test_without_a_gpu_or_nvidia_smi_it_says_why(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(uuid=""))
     nameless = ClockSampler(torch.device("cuda", 0), command=str(_fake_nvidia_smi(tmp_path)))
     assert nameless.close()["reason"] == "no UUID for cuda:0 in its device properties"
-
-
-def test_the_attention_benchmark_reports_the_clocks():
-    from benchmarks import attention
-
-    results = {
-        "clock": {"period_ms": 50, "samples": 9, "reason": None},
-        "cases": [{
-            "ours": {"fwd_clock": {"sm_mhz": 1900.0}, "bwd_clock": None},
-            "flex": {"fwd_clock_rounds": [{"sm_mhz": 1800.0}, {"sm_mhz": 1700.0}], "bwd_clock_rounds": [None, None]},
-            "fa2": None,
-        }],
-    }
-    text = attention.clock_summary(results)
-    assert "nvidia-smi every 50 ms" in text and "ours 1900 (lowest 1900), Flex 1750 (lowest 1700)" in text
-    assert attention.clock_summary({"cases": []}) == ""  # a run from before the sampler
-    results["clock"]["reason"] = "not a CUDA run"
-    assert attention.clock_summary(results) == " SM clock not recorded (not a CUDA run)."

@@ -68,7 +68,7 @@ def test_error_by_step_from_evaluations(tmp_path):
         cwd=REPO_ROOT, capture_output=True, text=True,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "| 97-192 | 0.3 | 0.5 |" in result.stdout and "193-" not in result.stdout
+    assert "| 97-192 | 0.300 | 0.500 |" in result.stdout and "193-" not in result.stdout
     assert (tmp_path / "out" / "error_by_step.png").stat().st_size > 100
     bad = subprocess.run([sys.executable, "-m", "benchmarks.ecg", str(tmp_path / "out"), "--steps_from", "model.json"],
                          cwd=REPO_ROOT, capture_output=True, text=True)
