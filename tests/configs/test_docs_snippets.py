@@ -12,13 +12,16 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import shlex
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
 import yaml
+from jsonargparse import ArgumentError
 
-from genoformer.cli import training_cli
+from genoformer.cli import TOOL_COMMANDS, TRAINING_COMMANDS, ToolParser, _tool_arguments, parsing_function
+from genoformer.training_cli import training_cli, with_recipe_paths
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
@@ -77,8 +80,14 @@ def _cases() -> list:
 
 
 @pytest.fixture(scope="module")
-def parser():
-    return training_cli(["--config", str(BASES[0]), "--trainer.accelerator", "cpu"], run=False).parser
+def quickstart_cli():
+    return training_cli(["--config", str(BASES[0]), "--trainer.accelerator", "cpu"], run=False)
+
+
+@pytest.fixture(scope="module")
+def parser(quickstart_cli):
+    """The parser of the training options (model, data, trainer), without a subcommand."""
+    return quickstart_cli.parser
 
 
 def test_the_docs_show_config_snippets():
@@ -106,3 +115,148 @@ def test_snippet_parses(snippet, parser, tmp_path):
         except SystemExit:
             errors.append(f"over {base.name}: {stderr.getvalue().strip().splitlines()[-1]}")
     pytest.fail(f"{snippet.doc} line {snippet.line} does not parse:\n" + "\n".join(errors))
+
+
+# ----------------------------------------------------------------------- commands
+SHELL_LANGUAGES = ("bash", "sh", "shell", "console")
+INLINE_COMMAND = re.compile(r"`(genoformer [a-z_]+(?: [^`]*)?)`")
+SHELL_OPERATORS = {"&", ";", "|", "&&", "||", "do", "done", "done;"}
+
+
+class Command(NamedTuple):
+    doc: str
+    line: int
+    words: tuple[str, ...]  # after `genoformer`
+    inline: bool  # written in the text, where it may show some options only
+
+
+def _shell_blocks(text: str) -> tuple[list[tuple[int, str]], str]:
+    """The shell code of a document (fenced blocks tagged as shell, and indented blocks), each with
+    its first line; and the prose outside fenced blocks."""
+    blocks, prose, language, start, lines = [], [], None, 0, []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("```"):
+            if language is None:
+                language, start, lines = line[3:].strip(), number + 1, []
+            else:
+                if language in SHELL_LANGUAGES:
+                    blocks.append((start, "\n".join(lines)))
+                language = None
+            prose.append("")
+        elif language is not None:
+            lines.append(line)
+            prose.append("")
+        else:
+            prose.append(line)
+    previous = ""
+    for number, line in enumerate(prose, 1):  # an indented block starts after a blank line
+        if line.startswith("    ") and line.strip() and not previous.strip():
+            indented = []
+            for following in prose[number - 1:]:
+                if following.strip() and not following.startswith("    "):
+                    break
+                indented.append(following[4:])
+            blocks.append((number, "\n".join(indented)))
+        previous = line if not line.startswith("    ") or not line.strip() else "x"
+    return blocks, "\n".join(prose)
+
+
+def _logical_lines(block: str) -> list[tuple[int, str]]:
+    """The lines of shell code with their continuations (a line ending in a backslash) joined,
+    each with its first line's offset in the block."""
+    result, pending, first = [], "", 0
+    for offset, line in enumerate(block.split("\n")):
+        if not pending:
+            first = offset
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        result.append((first, pending + line))
+        pending = ""
+    return result
+
+
+def commands() -> list[Command]:
+    """Every `genoformer ...` command that README.md and docs/**/*.md write, in shell blocks and in
+    inline code."""
+    found = []
+    for path in DOCS:
+        text, doc = path.read_text(), str(path.relative_to(REPO_ROOT))
+        blocks, prose = _shell_blocks(text)
+        for start, block in blocks:
+            for offset, line in _logical_lines(block):
+                words = shlex.split(line, comments=True)
+                for index, word in enumerate(words):
+                    if word == "genoformer" or word.endswith("which genoformer)"):
+                        rest = []
+                        for following in words[index + 1:]:
+                            if following in SHELL_OPERATORS:
+                                break
+                            rest.append(following)
+                        found.append(Command(doc, start + offset, tuple(rest), inline=False))
+        for match in INLINE_COMMAND.finditer(prose):
+            found.append(Command(doc, _line(prose, match.start()), tuple(shlex.split(match.group(1))[1:]), inline=True))
+    return found
+
+
+COMMANDS = commands()
+
+SHELL_VARIABLE = re.compile(r"^\$\w+$")
+"""A word that is a shell variable (`$seed` in a loop), read as 1."""
+PLACEHOLDERS = re.compile(r"\.\.\.|^[A-Z][A-Z_]*$")
+"""A word that stands for what the reader fills in (`...same options...`, `X`, `N`): its command is
+a template, not checked."""
+
+
+@pytest.fixture(scope="module")
+def training_parser(quickstart_cli, parser):
+    """The parser of `genoformer fit|validate|test|predict`, built as the command builds it (the
+    CLI's own parser, which `parser` is, is put back)."""
+    quickstart_cli.setup_parser(True, *quickstart_cli._setup_parser_kwargs(quickstart_cli.parser_kwargs))
+    with_subcommands, quickstart_cli.parser = quickstart_cli.parser, parser
+    return with_subcommands
+
+
+def _tool_parser(command: str):
+    function = parsing_function(TOOL_COMMANDS[command])
+    parser = ToolParser(prog=f"genoformer {command}", exit_on_error=False, allow_abbrev=False)
+    parser.add_function_arguments(function, as_positional=False)
+    return function, parser
+
+
+def test_the_docs_show_commands():
+    verbs = {command.words[0] for command in COMMANDS if command.words}
+    assert {"prepare", "fit", "embed", "score", "variant_effect", "finetune", "forecast", "export"} <= verbs
+    assert {"docs/training.md", "docs/multi_gpu.md", "README.md"} <= {command.doc for command in COMMANDS}
+
+
+@pytest.mark.parametrize("command", [pytest.param(command, id=f"{command.doc}:{command.line}") for command in COMMANDS
+                                     if not any(PLACEHOLDERS.search(word) for word in command.words)])
+def test_command_parses(command, training_parser, monkeypatch):
+    """Each command names a genoformer command and only its options, with values of their types
+    (relative paths are read from the repository root, as the guides' commands run from a clone)."""
+    monkeypatch.chdir(REPO_ROOT)
+    verb, *args = (SHELL_VARIABLE.sub("1", word) for word in command.words)
+    where = f"{command.doc} line {command.line}: genoformer {' '.join(command.words)}"
+    assert verb in TOOL_COMMANDS or verb in TRAINING_COMMANDS, f"{where}: no command {verb!r}"
+    if not args or "--help" in args or any(arg.endswith(".help") for arg in args):
+        return  # a command named in the text (`genoformer prepare`), or its help
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+            if verb in TOOL_COMMANDS:
+                function, parser = _tool_parser(verb)
+                parser.parse_args(_tool_arguments(function, args))
+            else:
+                training_parser.parse_args([verb, *with_recipe_paths(args)])
+    except SystemExit as exit:
+        if exit.code == 0:
+            return  # --print_config printed the config
+        message = stderr.getvalue().strip()
+    except ArgumentError as error:
+        message = str(error)
+    else:
+        return
+    if command.inline and ("arguments are required" in message or "expected one argument" in message):
+        return  # the text names the options it talks about, some without their values
+    pytest.fail(f"{where}\ndoes not parse: {message}")
