@@ -16,8 +16,9 @@ row to its width); per chunk of mc query blocks:
   2. scores (B, Hkv, G, mc, bs, W) = q_block @ keys^T * scale, in float32 (float64 for float64
      inputs; half-precision inputs are upcast once, the output cast back);
   3. mask the gathered positions: padding slots of kv_indices, keys past the sequence end,
-     causal (j <= i), key padding (j < kv_lens[b]) and packed documents (j inside the query's
-     document, `genoformer.kernels.documents`); softmax with fully masked rows -> 0;
+     causal (j <= i + S - L), the layout's token window, key padding (j < kv_lens[b]) and packed
+     documents (j inside the query's document, `genoformer.kernels.documents`); add ALiBi's
+     -slope * |j - i - (S - L)|; softmax with fully masked rows -> 0;
   4. out_block = probs @ values; with return_lse also each row's logsumexp of its valid scores
      (-inf for a row with none), from the same scores.
 
@@ -60,6 +61,7 @@ def blocksparse_attention(
     chunk_elements: int = CHUNK_ELEMENTS,
     cu_seqlens: torch.Tensor | None = None,
     return_lse: bool = False,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Block-sparse attention; q (B, Hq, L, D), k and v (B, Hkv, S, D) -> (B, Hq, L, D).
 
@@ -73,7 +75,7 @@ def blocksparse_attention(
     scale = D**-0.5 if scale is None else scale
     if layout is None:
         layout = BlockLayout.dense(L, S, DENSE_BLOCK_SIZE)
-    if causal:
+    if causal and L == S:  # (Lq != Lk: no layout; the causal bound is applied per token below)
         layout = layout.with_causal()
     bs = layout.block_size
     Mb, Nb = layout.num_q_blocks, layout.num_kv_blocks
@@ -98,8 +100,11 @@ def blocksparse_attention(
     )
     # packed documents: each query's allowed key span [start, end) within its row, (B, L) each
     doc_bounds = None if cu_seqlens is None else document_bounds(cu_seqlens, B, L)
+    slopes_BHG = None
+    if alibi_slopes is not None:  # (B or 1, Hkv, G): the slope of each query head
+        slopes_BHG = alibi_slopes.to(compute_dtype).reshape(-1, Hkv, G)
     kwargs = dict(block_size=bs, kv_len=S, causal=causal, kv_lens=kv_lens, doc_bounds=doc_bounds, scale=scale,
-                  return_lse=return_lse)
+                  return_lse=return_lse, window=layout.window, shift=S - L, slopes_BHG=slopes_BHG)
     outs = []
     for rows_m, width in chunks:
         args = (
@@ -165,6 +170,9 @@ def _attend_chunk(
     doc_bounds: tuple[torch.Tensor, torch.Tensor] | None,
     scale: float,
     return_lse: bool,
+    window: tuple[int | None, int | None] | None,
+    shift: int,
+    slopes_BHG: torch.Tensor | None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention of the query blocks `rows_m` (mc,) against their gathered key blocks:
     (B, Hkv, G, mc, bs, D), and with return_lse the rows' lse (B, Hkv, G, mc, bs)."""
@@ -188,8 +196,18 @@ def _attend_chunk(
     valid = slot_ok_HGmC.repeat_interleave(bs, dim=-1) & (keys_HGmW < kv_len)
     valid = valid.view(1, Hl, Gl, mc, 1, W)
     queries_mbs = (rows_m * bs).view(mc, 1) + offsets_bs  # (mc, bs)
+    offset_HGmbW = keys_HGmW.view(Hl, Gl, mc, 1, W) - queries_mbs.view(1, 1, mc, bs, 1)  # j - i
     if causal:
-        valid = valid & (keys_HGmW.view(Hl, Gl, mc, 1, W) <= queries_mbs.view(1, 1, mc, bs, 1))
+        valid = valid & (offset_HGmbW <= shift)
+    if window is not None:
+        left, right = window
+        if left is not None:
+            valid = valid & (offset_HGmbW >= -left)
+        if right is not None:
+            valid = valid & (offset_HGmbW <= right)
+    if slopes_BHG is not None:  # ALiBi: (B or 1, Hkv, G, mc, bs, W)
+        distance = (offset_HGmbW - shift).abs().to(scores.dtype).view(1, Hl, Gl, mc, bs, W)
+        scores = scores - slopes_BHG.view(-1, Hkv, G, 1, 1, 1) * distance
     if kv_lens is not None:
         valid = valid & (keys_HGmW.unsqueeze(0) < kv_lens.view(-1, 1, 1, 1, 1)).unsqueeze(-2)
     if doc_bounds is not None:

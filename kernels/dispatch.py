@@ -8,10 +8,13 @@ Shape legend:
 Semantics (every backend, judged by `reference` in float64): query i of head h in batch b
 may attend key j iff
     (layout is None or layout.mask[h_l, i // bs, j // bs])   h_l = h, or 0 for a shared layout
-    and (not causal or j <= i)
+    and (layout.window is None or i - left <= j <= i + right)   the layout's token window
+    and (not causal or j <= i + Lk - Lq)        bottom-right aligned, as flash-attn: j <= i when Lq == Lk
     and (kv_lens is None or j < kv_lens[b])
     and (cu_seqlens is None or i and j lie in the same document of row b).
-A query row with no allowed key gives 0 and a zero gradient.
+A query row with no allowed key gives 0 and a zero gradient. With alibi_slopes (Hq,) or (B, Hq),
+the score of (i, j) gets -slope[b, h] * |j - i - (Lk - Lq)| (ALiBi) before the softmax; the lse
+includes it.
 
 Log-sum-exp (`return_lse=True`): `attention` also returns lse (B, Hq, Lq), for each query row the
 natural log of sum_j exp(scale * q_i . k_j) over its allowed keys j: float32 (float64 for float64
@@ -122,8 +125,8 @@ class RunFn(Protocol):
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
                  layout: BlockLayout | None, kv_lens: torch.Tensor | None, scale: float,
-                 cu_seqlens: torch.Tensor | None,
-                 return_lse: bool) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]: ...
+                 cu_seqlens: torch.Tensor | None, return_lse: bool,
+                 alibi_slopes: torch.Tensor | None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]: ...
 
 
 class ReasonFn(Protocol):
@@ -132,7 +135,8 @@ class ReasonFn(Protocol):
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
                  layout: BlockLayout | None, kv_lens: torch.Tensor | None,
-                 cu_seqlens: torch.Tensor | None, return_lse: bool) -> str | None: ...
+                 cu_seqlens: torch.Tensor | None, return_lse: bool,
+                 alibi_slopes: torch.Tensor | None) -> str | None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +151,7 @@ class BackendEntry:
     missing, so that a machine without the package gets the reason, not an ImportError."""
 
 
-def _runs_every_input(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse) -> None:
+def _runs_every_input(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse, alibi_slopes) -> None:
     return None
 
 
@@ -157,7 +161,8 @@ def _load_triton() -> RunFn:
     return triton_attention
 
 
-def _triton_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse) -> str | None:
+def _triton_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse,
+                               alibi_slopes) -> str | None:
     # (a compiled graph cannot trace find_spec; plan_attention asked it before the graph)
     if not torch.compiler.is_compiling() and importlib.util.find_spec("triton") is None:
         return "triton is not installed: pip install triton (or the extra: pip install 'genoformer[triton]')."
@@ -170,14 +175,19 @@ def _triton_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, 
 def _load_gluon() -> RunFn:
     from genoformer.kernels.gluon_flash import gluon_attention
 
-    def run(q, k, v, *, causal, layout, kv_lens, scale, cu_seqlens, return_lse):
+    def run(q, k, v, *, causal, layout, kv_lens, scale, cu_seqlens, return_lse, alibi_slopes):
         return gluon_attention(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
                                scale=scale, return_lse=return_lse)
 
     return run
 
 
-def _gluon_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse) -> str | None:
+def _gluon_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse,
+                              alibi_slopes) -> str | None:
+    if alibi_slopes is not None:
+        return "the Gluon kernels take no ALiBi slopes: use the triton backend"
+    if layout is not None and layout.window is not None:
+        return "the Gluon kernels take no layout with a token window (exact=True): use the triton backend"
     if not torch.compiler.is_compiling():
         if importlib.util.find_spec("triton") is None:
             return "triton is not installed: pip install triton (or the extra: pip install 'genoformer[triton]')."
@@ -214,10 +224,21 @@ def _flash_attn(*versions: FlashAttn) -> BackendEntry:
 def _load_xformers() -> RunFn:
     from genoformer.kernels.xformers_backend import xformers_attention
 
-    return xformers_attention
+    def run(q, k, v, *, alibi_slopes, **kwargs):  # (alibi_slopes is None: the reason refuses them)
+        return xformers_attention(q, k, v, **kwargs)
+
+    return run
 
 
-def _xformers_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse) -> str | None:
+def _xformers_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse,
+                                 alibi_slopes) -> str | None:
+    if alibi_slopes is not None:
+        return "genoformer's xformers adapter passes no ALiBi slopes: use the triton, sdpa or torch backend"
+    if layout is not None and layout.window is not None:
+        return "genoformer's xformers adapter runs no layout with a token window: use the triton or torch backend"
+    if causal and q.shape[2] != k.shape[2]:
+        return ("genoformer's xformers adapter runs causal attention with Lq == Lk only (bottom-right alignment "
+                "otherwise): use the triton, sdpa or torch backend")
     from genoformer.kernels import xformers_backend
 
     return xformers_backend.unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens,
@@ -257,6 +278,21 @@ BACKENDS: dict[Backend, BackendEntry] = {
 
 
 # ------------------------------------------------------------------------------ entry points
+def alibi_slopes(num_heads: int) -> torch.Tensor:
+    """ALiBi's slopes (num_heads,) float32 (Press et al., "Train short, test long"): 2^(-8 (h + 1) / n)
+    for n = num_heads a power of two; otherwise those of the largest power of two n' below it, then
+    every other slope of 2 n' for the remaining heads, as the paper's code does."""
+    if not isinstance(num_heads, int) or num_heads < 1:
+        raise ValueError(f"num_heads must be a positive int, got {num_heads!r}.")
+
+    def geometric(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
+
+    power = 1 << (num_heads.bit_length() - 1)
+    slopes = geometric(power) + geometric(2 * power)[0::2][: num_heads - power]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
 def attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -269,6 +305,7 @@ def attention(
     backend: Backend | str = Backend.AUTO,
     cu_seqlens: torch.Tensor | None = None,
     return_lse: bool = False,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Scaled dot-product attention with optional causality, block-sparse layout and key padding.
 
@@ -276,9 +313,11 @@ def attention(
         q: (B, Hq, Lq, D) queries, a float dtype.
         k: (B, Hkv, Lk, D) keys, same dtype and device as q, Hq % Hkv == 0.
         v: (B, Hkv, Lk, D) values.
-        causal: key j is visible to query i only if j <= i (needs Lq == Lk).
+        causal: key j is visible to query i only if j <= i + Lk - Lq (bottom-right aligned: j <= i
+            when Lq == Lk; with a layout it needs Lq == Lk).
         layout: block-sparse pattern built for exactly these lengths (layout.q_len == Lq,
-            layout.kv_len == Lk) with 1 (shared) or Hq heads; None for dense attention.
+            layout.kv_len == Lk) with 1 (shared) or Hq heads, its token window (if any) included;
+            None for dense attention.
         kv_lens: (B,) integer tensor on q's device: keys at positions >= kv_lens[b] are masked.
         scale: multiplier of q k^T; default 1 / sqrt(D).
         backend: a `Backend`, or its value or name as a string in any case; AUTO picks one (see
@@ -287,19 +326,22 @@ def attention(
         cu_seqlens: (N+1,) int32 tensor on q's device: packed documents (see the module docstring);
             query i attends key j only inside its own document. Needs Lq == Lk; not with kv_lens.
         return_lse: also return each query row's log-sum-exp (see the module docstring).
+        alibi_slopes: (Hq,) or (B, Hq) float tensor on q's device: ALiBi, -slope * |j - i - (Lk - Lq)|
+            added to each score (see the module docstring); None for none.
 
     Returns:
         (B, Hq, Lq, D) tensor in q's dtype; with return_lse the pair (out, lse), lse (B, Hq, Lq)
         float32 (float64 for float64 inputs), -inf for a row with no allowed key.
     """
     backend = _as_backend(backend)
-    _check_inputs(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
+    _check_inputs(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
+                  alibi_slopes=alibi_slopes)
     scale = q.shape[-1] ** -0.5 if scale is None else _check_scale(scale)
     plan = _resolve(backend, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
-                    return_lse=return_lse)
+                    return_lse=return_lse, alibi_slopes=alibi_slopes)
     run = BACKENDS[plan.backend].load()
     return run(q, k, v, causal=causal, layout=plan.layout, kv_lens=kv_lens, scale=scale, cu_seqlens=cu_seqlens,
-               return_lse=return_lse)
+               return_lse=return_lse, alibi_slopes=alibi_slopes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -328,13 +370,15 @@ def plan_attention(
     kv_lens: torch.Tensor | None = None,
     cu_seqlens: torch.Tensor | None = None,
     return_lse: bool = False,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> AttentionPlan:
     """The backend and layout `attention` would use for inputs of this description, resolved eagerly.
 
     AUTO is chosen (and logged once, see the module docstring); an explicit backend is checked
     (ValueError saying why when it cannot run such inputs). Pass the batch's cu_seqlens (or any
     tensor of that kind) when the inputs are packed: only its presence, dtype and device are
-    read. For the Triton backend the layout's block lists are built on `device` here, so that a
+    read; so is alibi_slopes' (any tensor of that kind). For the Triton backend the layout's block
+    lists are built on `device` here, so that a
     compiled caller finds them ready. return_lse as for `attention`, judged in the caller's grad
     mode (call it where the attention will run: under no_grad flash-attn may return lse).
     Cheap to call on every forward pass: nothing is allocated beyond one element per call.
@@ -345,7 +389,7 @@ def plan_attention(
     q = one.expand(batch, q_heads, q_len, head_dim)
     k = one.expand(batch, kv_heads, kv_len, head_dim)
     plan = _resolve(backend, q, k, k, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
-                    return_lse=return_lse)
+                    return_lse=return_lse, alibi_slopes=alibi_slopes)
     if plan.backend is Backend.TRITON and plan.layout is not None:
         plan.layout.kv_indices(device)
         plan.layout.q_indices(device)
@@ -363,6 +407,7 @@ def unsupported_reason(
     kv_lens: torch.Tensor | None = None,
     cu_seqlens: torch.Tensor | None = None,
     return_lse: bool = False,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> str | None:
     """None when `backend` can run these (valid) inputs here, else a sentence saying why and what to do.
 
@@ -372,27 +417,31 @@ def unsupported_reason(
     if backend is Backend.AUTO:
         return None
     return BACKENDS[backend].unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens,
-                                                cu_seqlens=cu_seqlens, return_lse=return_lse)
+                                                cu_seqlens=cu_seqlens, return_lse=return_lse,
+                                                alibi_slopes=alibi_slopes)
 
 
-def _resolve(backend: Backend, q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse=False) -> AttentionPlan:
+def _resolve(backend: Backend, q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse=False,
+             alibi_slopes=None) -> AttentionPlan:
     """The one way from the backend asked for to the one that runs: AUTO chosen (and logged once),
     anything else checked (ValueError with its reason when it cannot run the inputs)."""
     if backend is Backend.AUTO:
         layout = _dense_if_full(layout)
         chosen = _choose(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
-                         return_lse=return_lse)
+                         return_lse=return_lse, alibi_slopes=alibi_slopes)
         return AttentionPlan(chosen, layout)
     reason = unsupported_reason(backend, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens,
-                                cu_seqlens=cu_seqlens, return_lse=return_lse)
+                                cu_seqlens=cu_seqlens, return_lse=return_lse, alibi_slopes=alibi_slopes)
     if reason is not None:
         raise ValueError(f"backend {backend.value!r} cannot run these inputs: {reason}")
     return AttentionPlan(backend, layout)
 
 
 def _dense_if_full(layout: BlockLayout | None) -> BlockLayout | None:
-    """None for a layout whose blocks are all allowed: it is dense, and the dense paths are faster."""
-    return None if layout is not None and bool(layout.mask.all()) else layout
+    """None for a layout whose blocks are all allowed and that has no token window: it is dense, and
+    the dense paths are faster."""
+    full = layout is not None and layout.window is None and bool(layout.mask.all())
+    return None if full else layout
 
 
 # ------------------------------------------------------------------------------- choosing
@@ -462,7 +511,7 @@ class AutoChoice:
 
 
 def explain_auto(q, k, v, *, causal: bool = False, layout: BlockLayout | None = None, kv_lens=None,
-                 cu_seqlens=None, return_lse: bool = False) -> AutoChoice:
+                 cu_seqlens=None, return_lse: bool = False, alibi_slopes=None) -> AutoChoice:
     """The backend auto would run for inputs like these here, with why and what it passes over.
 
     Reads only what the inputs are (device, dtype, shapes, which of layout, kv_lens, cu_seqlens
@@ -479,7 +528,7 @@ def explain_auto(q, k, v, *, causal: bool = False, layout: BlockLayout | None = 
         for candidate in order:
             why = unsupported_reason(
                 candidate, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
-                return_lse=return_lse,
+                return_lse=return_lse, alibi_slopes=alibi_slopes,
             )
             if why is None:
                 named = ", ".join(backend.value for backend in order)
@@ -487,7 +536,8 @@ def explain_auto(q, k, v, *, causal: bool = False, layout: BlockLayout | None = 
                 return AutoChoice(candidate, f"first of {where} that runs these inputs: {named}",
                                   tuple(passed_over), measured)
             passed_over.append((candidate, why))
-    elements = mask_elements(q, k, layout=None, kv_lens=kv_lens, cu_seqlens=cu_seqlens, return_lse=return_lse)
+    elements = mask_elements(q, k, layout=None, kv_lens=kv_lens, cu_seqlens=cu_seqlens, return_lse=return_lse,
+                             causal=causal, alibi_slopes=alibi_slopes)
     where = "none of the CUDA backends runs these inputs" if capability is not None else f"on {q.device.type}"
     if layout is None and elements <= SDPA_MASK_ELEMENTS:
         return AutoChoice(Backend.SDPA, f"{where}: sdpa runs dense inputs", tuple(passed_over), measured)
@@ -496,14 +546,16 @@ def explain_auto(q, k, v, *, causal: bool = False, layout: BlockLayout | None = 
     return AutoChoice(Backend.TORCH, f"{where}: {why}", tuple(passed_over), measured)
 
 
-def _choose(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse) -> Backend:
+def _choose(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse, alibi_slopes=None) -> Backend:
     situation = (
         f"{'block-sparse' if layout is not None else 'dense'}, {'causal' if causal else 'bidirectional'}"
         f"{', key padding' if kv_lens is not None else ''}{', GQA' if q.shape[1] != k.shape[1] else ''}"
         f"{', packed documents' if cu_seqlens is not None else ''}{', lse' if return_lse else ''}"
+        f"{', token window' if layout is not None and layout.window is not None else ''}"
+        f"{', ALiBi' if alibi_slopes is not None else ''}"
     )
     choice = explain_auto(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
-                          return_lse=return_lse)
+                          return_lse=return_lse, alibi_slopes=alibi_slopes)
     capability = flash_attn_backend.device_capability(q.device)
     measured = f" (measured faster on sm_{capability[0]}{capability[1]})" if choice.measured else ""
     reason = " ".join(f"{candidate.value!r}{measured}: {why}" for candidate, why in choice.passed_over) or None
@@ -545,7 +597,8 @@ def _check_scale(scale) -> float:
     return float(scale)
 
 
-def _check_inputs(q, k, v, *, causal: bool, layout: BlockLayout | None, kv_lens, cu_seqlens=None) -> None:
+def _check_inputs(q, k, v, *, causal: bool, layout: BlockLayout | None, kv_lens, cu_seqlens=None,
+                  alibi_slopes=None) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}.")
@@ -580,11 +633,21 @@ def _check_inputs(q, k, v, *, causal: bool, layout: BlockLayout | None, kv_lens,
         raise ValueError(
             f"empty inputs: q {tuple(q.shape)}, k {tuple(k.shape)}; batch, lengths and head dim must be > 0."
         )
-    if causal and Lq != Lk:
+    if causal and Lq != Lk and layout is not None:
         raise ValueError(
-            f"causal attention needs Lq == Lk (got {Lq} and {Lk}); use causal=False with a layout "
-            "or kv_lens to mask cross-attention."
+            f"causal attention with a layout needs Lq == Lk (got {Lq} and {Lk}); build the layout without "
+            "the blocks above the diagonal you want masked and pass causal=False."
         )
+    if alibi_slopes is not None:
+        if not isinstance(alibi_slopes, torch.Tensor):
+            raise TypeError(f"alibi_slopes must be a float tensor (Hq,) or (B, Hq), got {type(alibi_slopes).__name__}.")
+        if alibi_slopes.shape not in ((Hq,), (B, Hq)) or not alibi_slopes.is_floating_point():
+            raise ValueError(
+                f"alibi_slopes must be a float tensor of shape ({Hq},) or ({B}, {Hq}), got {alibi_slopes.dtype} "
+                f"{tuple(alibi_slopes.shape)}; e.g. genoformer.kernels.alibi_slopes({Hq})."
+            )
+        if alibi_slopes.device != q.device:
+            raise ValueError(f"alibi_slopes is on {alibi_slopes.device} but q on {q.device}; move it to q's device.")
     if layout is not None:
         if not isinstance(layout, BlockLayout):
             raise TypeError(

@@ -172,8 +172,14 @@ def unsupported_reason(
     kv_lens: torch.Tensor | None,
     cu_seqlens: torch.Tensor | None = None,
     return_lse: bool = False,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> str | None:
     """None when one of `versions` can run these (valid) inputs here, else why not and what to do."""
+    if alibi_slopes is not None:
+        return "genoformer's flash-attn adapter passes no ALiBi slopes; use backend 'triton', which runs them."
+    if causal and q.shape[2] != k.shape[2] and kv_lens is not None:
+        return ("genoformer's flash-attn adapter runs key padding with causal attention only for Lq == Lk; "
+                "use backend 'triton'.")
     reasons = [
         _version_reason(version, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
                         return_lse=return_lse)
@@ -247,13 +253,16 @@ def _version_reason(
             f"{version.value} returns the log-sum-exp without a gradient (its autograd drops it) and grad mode "
             "is on; use backend 'triton' (or 'torch'), which differentiate it, or call under torch.no_grad()."
         )
-    if layout is None or bool(layout.mask.all()):
+    if layout is None or (layout.window is None and bool(layout.mask.all())):
         return None
     return _layout_reason(version, layout)
 
 
 def _layout_reason(version: FlashAttn, layout: BlockLayout) -> str:
     """Why this (not dense) layout does not run on `version`, and what does."""
+    if layout.window is not None:
+        return ("genoformer's flash-attn adapter runs no layout with a token window (exact=True); use backend "
+                "'triton', which runs it tile by tile.")
     if version is FlashAttn.V4:
         return (
             "genoformer does not run block-sparse layouts on flash-attn-4 (its block-sparse forward failed on "
@@ -296,9 +305,11 @@ def flash_attn_attention(
     scale: float | None = None,
     cu_seqlens: torch.Tensor | None = None,
     return_lse: bool = False,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """flash-attn attention; q (B, Hq, L, D), k and v (B, Hkv, S, D) -> (B, Hq, L, D), and with
-    return_lse (out, lse (B, Hq, L) float32, -inf for a row with no allowed key).
+    return_lse (out, lse (B, Hq, L) float32, -inf for a row with no allowed key). alibi_slopes must be
+    None (`unsupported_reason`).
 
     Runs the first of `versions` that can. Call only when `unsupported_reason(versions, ...)` is
     None (the entry point `attention` does): a layout then has every block allowed, dense attention.

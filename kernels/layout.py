@@ -13,14 +13,20 @@ Shape legend (used in names and comments throughout this file):
 
 Semantics: query token i may attend key token j (for query head h) iff
     mask[h_l, i // bs, j // bs]          with h_l = h if H_l == Hq else 0,
+    and i - left <= j <= i + right       when the layout has a window (left, right) (None: unbounded),
 further restricted by causality (j <= i) and key padding (j < kv_lens[b]) given to `attention`.
 The last block row/column may be partial when a length is not a multiple of bs; its tokens
 beyond q_len / kv_len simply do not exist.
 
 Layouts are block-granular: a sliding window of `window` tokens becomes "every key block within
 ceil(window / bs) blocks of the query block", which covers every pair with |i - j| <= window
-and some pairs up to window + 2 * bs - 2 tokens apart. Builders are deterministic: the random
-ones draw from a `torch.Generator` seeded by their `seed` argument.
+and some pairs up to window + 2 * bs - 2 tokens apart. A layout may also carry a token window
+(`BlockLayout.window = (left, right)`): then, within its blocks, query i attends key j only if
+i - left <= j <= i + right, to the token (`sliding_window(..., exact=True)`, `SlidingWindow(exact=True)`).
+The Triton kernels mask such a window per token on the boundary tiles only and visit only the
+tiles it meets, so an exact window costs what its tokens cost; every backend honours it through
+`token_mask`. Builders are deterministic: the random ones draw from a `torch.Generator` seeded by
+their `seed` argument.
 
 Two ways to get a layout:
   * builders on `BlockLayout` (`sliding_window`, `global_tokens`, `random_blocks`, `bigbird`,
@@ -67,6 +73,17 @@ def _check_positive_length(name: str, value: int) -> None:
         raise ValueError(f"{name} must be a positive int number of tokens, got {value!r}.")
 
 
+def _check_window(window) -> None:
+    if window is None:
+        return
+    if not (isinstance(window, tuple) and len(window) == 2
+            and all(side is None or (isinstance(side, int) and not isinstance(side, bool)) for side in window)):
+        raise ValueError(
+            f"window must be None or a pair (left, right) of ints or None (None: unbounded on that side), got "
+            f"{window!r}; e.g. (256, 256) lets query i attend keys i - 256 .. i + 256."
+        )
+
+
 def _sorted_true_indices(mask_HRK: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """For each (head, row) of a (H, R, K) bool mask: count of True and their column indices.
 
@@ -97,16 +114,21 @@ class BlockLayout:
         mask: (H_l, Mb, Nb) bool on CPU; H_l is 1 (shared by all heads) or the number of query heads.
         q_len: query length in tokens the layout was built for; Mb == ceil(q_len / block_size).
         kv_len: key length in tokens the layout was built for; Nb == ceil(kv_len / block_size).
+        window: None, or (left, right): within the listed blocks query i attends key j only if
+            i - left <= j <= i + right (a side None: unbounded); positions count from each
+            sequence's start, i for queries and j for keys.
     """
 
     block_size: int
     mask: torch.Tensor
     q_len: int
     kv_len: int
+    window: tuple[int | None, int | None] | None = None
     _cache: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         _check_block_size(self.block_size)
+        _check_window(self.window)
         _check_positive_length("q_len", self.q_len)
         _check_positive_length("kv_len", self.kv_len)
         if not isinstance(self.mask, torch.Tensor) or self.mask.dtype != torch.bool or self.mask.dim() != 3:
@@ -144,10 +166,11 @@ class BlockLayout:
         return float(self.mask.float().mean())
 
     def __repr__(self) -> str:
+        window = "" if self.window is None else f", window={self.window}"
         return (
             f"BlockLayout(block_size={self.block_size}, q_len={self.q_len}, kv_len={self.kv_len}, "
             f"heads={self.num_heads}, blocks={self.num_q_blocks}x{self.num_kv_blocks}, "
-            f"density={self.density:.4f})"
+            f"density={self.density:.4f}{window})"
         )
 
     def __eq__(self, other: object) -> bool:
@@ -158,6 +181,7 @@ class BlockLayout:
             self.block_size == other.block_size
             and self.q_len == other.q_len
             and self.kv_len == other.kv_len
+            and self.window == other.window
             and self.mask.shape == other.mask.shape
             and bool(torch.equal(self.mask, other.mask))
         )
@@ -202,7 +226,8 @@ class BlockLayout:
             )
         if "causal" not in self._cache:
             lower_MN = torch.ones(self.num_q_blocks, self.num_kv_blocks, dtype=torch.bool).tril()
-            self._cache["causal"] = BlockLayout(self.block_size, self.mask & lower_MN, self.q_len, self.kv_len)
+            self._cache["causal"] = BlockLayout(self.block_size, self.mask & lower_MN, self.q_len, self.kv_len,
+                                                self.window)
         return self._cache["causal"]
 
     def refine(self, block_size: int) -> BlockLayout:
@@ -215,14 +240,15 @@ class BlockLayout:
         factor = self.block_size // block_size
         fine_HMN = self.mask.repeat_interleave(factor, 1).repeat_interleave(factor, 2)
         Mb, Nb = _num_blocks(self.q_len, block_size), _num_blocks(self.kv_len, block_size)
-        return BlockLayout(block_size, fine_HMN[:, :Mb, :Nb], self.q_len, self.kv_len)
+        return BlockLayout(block_size, fine_HMN[:, :Mb, :Nb], self.q_len, self.kv_len, self.window)
 
     def crop(self, q_start: int, q_end: int, kv_start: int, kv_end: int) -> BlockLayout:
         """The layout of queries [q_start, q_end) against keys [kv_start, kv_end), positions
         counted from each range's start (a ring's chunk pair, `genoformer.kernels.ring`). Cached.
 
         Both starts must be multiples of block_size, and each end a multiple or the length, so
-        that the blocks of the range are whole blocks of this layout."""
+        that the blocks of the range are whole blocks of this layout.  A window moves with the
+        positions: j - i of the crop is that of the layout minus (kv_start - q_start)."""
         bs = self.block_size
         if (q_start % bs or kv_start % bs or not 0 <= q_start < q_end <= self.q_len
                 or not 0 <= kv_start < kv_end <= self.kv_len
@@ -235,27 +261,76 @@ class BlockLayout:
         key = ("crop", q_start, q_end, kv_start, kv_end)
         if key not in self._cache:
             mask_HMN = self.mask[:, q_start // bs: _num_blocks(q_end, bs), kv_start // bs: _num_blocks(kv_end, bs)]
-            self._cache[key] = BlockLayout(bs, mask_HMN, q_end - q_start, kv_end - kv_start)
+            window = None
+            if self.window is not None:
+                offset = kv_start - q_start
+                left, right = self.window
+                window = (None if left is None else left + offset, None if right is None else right - offset)
+            self._cache[key] = BlockLayout(bs, mask_HMN, q_end - q_start, kv_end - kv_start, window)
         return self._cache[key]
 
     def token_mask(self, causal: bool = False) -> torch.Tensor:
-        """(H_l, q_len, kv_len) bool token-level mask: for references and tests at small sizes."""
+        """(H_l, q_len, kv_len) bool token-level mask (the window applied): for references and tests
+        at small sizes."""
         bs = self.block_size
         tokens_HLS = self.mask.repeat_interleave(bs, 1).repeat_interleave(bs, 2)[:, : self.q_len, : self.kv_len]
         if causal:
             if self.q_len != self.kv_len:
                 raise ValueError("a causal token mask needs q_len == kv_len.")
             tokens_HLS = tokens_HLS & torch.ones(self.q_len, self.kv_len, dtype=torch.bool).tril()
+        if self.window is not None:
+            offset_LS = torch.arange(self.kv_len).view(1, -1) - torch.arange(self.q_len).view(-1, 1)  # j - i
+            left, right = self.window
+            if left is not None:
+                tokens_HLS = tokens_HLS & (offset_LS >= -left)
+            if right is not None:
+                tokens_HLS = tokens_HLS & (offset_LS <= right)
         return tokens_HLS
+
+    def window_blocks(self, causal: bool = False) -> torch.Tensor:
+        """(Mb, Nb) bool: the blocks that hold a pair the window (with causal, capped at j <= i)
+        allows; every block without a window.  Cached."""
+        key = ("window_blocks", causal)
+        if key not in self._cache:
+            bs = self.block_size
+            left, right = self.window if self.window is not None else (None, None)
+            if causal:
+                right = 0 if right is None else min(right, 0)
+            m_M = torch.arange(self.num_q_blocks)
+            n_N = torch.arange(self.num_kv_blocks)
+            q_lo_M, q_hi_M = m_M * bs, torch.clamp_max(m_M * bs + bs, self.q_len) - 1
+            k_lo_N, k_hi_N = n_N * bs, torch.clamp_max(n_N * bs + bs, self.kv_len) - 1
+            meets_MN = torch.ones(self.num_q_blocks, self.num_kv_blocks, dtype=torch.bool)
+            if left is not None:  # the block's largest j - i reaches -left
+                meets_MN &= k_hi_N.view(1, -1) - q_lo_M.view(-1, 1) >= -left
+            if right is not None:  # its smallest j - i is at most right
+                meets_MN &= k_lo_N.view(1, -1) - q_hi_M.view(-1, 1) <= right
+            self._cache[key] = meets_MN
+        return self._cache[key]
+
+    def covers_window(self, causal: bool = False) -> bool:
+        """Whether every head lists every block the window (with causal) meets: the layout then
+        adds nothing to its window, and a kernel may run the window alone. Cached."""
+        key = ("covers_window", causal)
+        if key not in self._cache:
+            self._cache[key] = self.window is not None and not bool((self.window_blocks(causal) & ~self.mask).any())
+        return self._cache[key]
 
     def __or__(self, other: BlockLayout) -> BlockLayout:
         """Union: a pair is allowed if either layout allows it.
 
         Lengths must match. Block sizes may differ: both are refined to their greatest common
-        divisor. Head counts must be equal or one of them 1 (shared), which is broadcast.
+        divisor. Head counts must be equal or one of them 1 (shared), which is broadcast. Windows
+        must be equal (a window applies to every block of its layout: the union of a windowed
+        layout with another kind has no single window).
         """
         if not isinstance(other, BlockLayout):
             return NotImplemented
+        if self.window != other.window:
+            raise ValueError(
+                f"cannot unite layouts with windows {self.window} and {other.window}: a token window applies to "
+                "every block of its layout; unite block-granular layouts (exact=False), or give both the same window."
+            )
         if (self.q_len, self.kv_len) != (other.q_len, other.kv_len):
             raise ValueError(
                 f"cannot unite layouts built for different lengths: (q_len, kv_len) "
@@ -268,7 +343,7 @@ class BlockLayout:
             )
         block_size = math.gcd(self.block_size, other.block_size)
         a, b = self.refine(block_size), other.refine(block_size)
-        return BlockLayout(block_size, a.mask | b.mask, self.q_len, self.kv_len)
+        return BlockLayout(block_size, a.mask | b.mask, self.q_len, self.kv_len, self.window)
 
     # -------------------------------------------------------------------------------- plotting
     def plot(self, path: str | Path, max_heads: int = 16) -> Path:
@@ -327,20 +402,22 @@ class BlockLayout:
         return cls(block_size, torch.ones(shape, dtype=torch.bool), q_len, kv_len)
 
     @classmethod
-    def sliding_window(cls, seq_len: int, window: int, block_size: int = 128) -> BlockLayout:
+    def sliding_window(cls, seq_len: int, window: int, block_size: int = 128, exact: bool = False) -> BlockLayout:
         """Local attention: key blocks within ceil(window / block_size) blocks of the query block.
 
-        Block-granular: covers every pair with |i - j| <= window (window in tokens, >= 0),
-        plus some pairs a little further apart (see the module docstring).
+        Block-granular (exact=False): covers every pair with |i - j| <= window (window in tokens,
+        >= 0), plus some pairs a little further apart (see the module docstring). exact=True: the
+        same blocks with the token window (window, window): exactly the pairs |i - j| <= window.
         """
         _check_block_size(block_size)
-        if not isinstance(window, int) or window < 0:
+        if not isinstance(window, int) or isinstance(window, bool) or window < 0:
             raise ValueError(f"window must be a non-negative number of tokens, got {window!r}.")
         radius = -(-window // block_size)
         n = _num_blocks(seq_len, block_size)
         m_M1 = torch.arange(n).unsqueeze(1)
         n_1N = torch.arange(n).unsqueeze(0)
-        return cls(block_size, ((m_M1 - n_1N).abs() <= radius).unsqueeze(0), seq_len, seq_len)
+        return cls(block_size, ((m_M1 - n_1N).abs() <= radius).unsqueeze(0), seq_len, seq_len,
+                   (window, window) if exact else None)
 
     @classmethod
     def global_tokens(cls, seq_len: int, num_global_blocks: int, block_size: int = 128) -> BlockLayout:
@@ -444,19 +521,24 @@ class LayoutSpec(abc.ABC):
 
 
 class SlidingWindow(LayoutSpec):
-    """Local attention within a window of tokens (block-granular)."""
+    """Local attention within a window of tokens (block-granular, or exact to the token)."""
 
-    def __init__(self, window: int = 1024, block_size: int = 128) -> None:
+    def __init__(self, window: int = 1024, block_size: int = 128, exact: bool = False) -> None:
         """
         Args:
-            window: every key within this many tokens of the query is reachable (rounded up to blocks).
+            window: every key within this many tokens of the query is reachable (rounded up to
+                blocks unless exact).
             block_size: tokens per block side, a multiple of 16.
+            exact: only the keys within `window` tokens of the query (i - window <= j <= i + window,
+                with causal j <= i): a token window inside the blocks, which the Triton kernels mask
+                per token on the window's edges only.
         """
         self.window = window
         self.block_size = block_size
+        self.exact = exact
 
     def build(self, seq_len: int, num_heads: int) -> BlockLayout:
-        return BlockLayout.sliding_window(seq_len, self.window, self.block_size)
+        return BlockLayout.sliding_window(seq_len, self.window, self.block_size, exact=self.exact)
 
 
 class GlobalTokens(LayoutSpec):

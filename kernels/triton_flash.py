@@ -39,16 +39,18 @@ import functools
 import logging
 import math
 import os
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import torch
 import triton
 import triton.testing
 from torch.utils.weak import WeakIdKeyDictionary
+from triton.runtime.errors import OutOfResources
 from triton.runtime.interpreter import InterpretedFunction
 
 from genoformer.kernels import triton_flash_configs as configs
 from genoformer.kernels.documents import document_bounds
+from genoformer.kernels.dropout import draw_rng, dropout_threshold
 from genoformer.kernels.triton_flash_bwd import (
     bwd_dkdv_kernel,
     bwd_dq_kernel,
@@ -66,6 +68,8 @@ log = logging.getLogger(__name__)
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = configs.HEAD_DIMS
+"""Head dims the kernels run as they are; any other up to MAX_HEAD_DIM is zero-padded to one of them."""
+MAX_HEAD_DIM = HEAD_DIMS[-1]
 
 # True when this module was imported with TRITON_INTERPRET=1 (the kernels are then interpreted).
 INTERPRETED = isinstance(attn_fwd_kernel, InterpretedFunction)
@@ -148,8 +152,8 @@ def unsupported_reason(
     if reason is not None:
         return reason
     B, H, Lq, D = q.shape
-    if D not in HEAD_DIMS:
-        return (f"head dim {D} is not supported by the Triton kernels (they take the multiples of 8 from 16 to 256): "
+    if not 1 <= D <= MAX_HEAD_DIM:
+        return (f"head dim {D} is not supported by the Triton kernels (they take 1 to {MAX_HEAD_DIM}): "
                 f"choose such a head dim, or use the sdpa or torch backend")
     if k.shape[0] != B or v.shape[0] != B or k.shape[3] != D or v.shape[3] != D:
         return f"k and v must be (B={B}, HKV, Lk, D={D}); got k {tuple(k.shape)}, v {tuple(v.shape)}"
@@ -160,8 +164,8 @@ def unsupported_reason(
         return f"query heads ({H}) must be a multiple of key/value heads ({HKV})"
     if Lq == 0 or Lk == 0 or B == 0:
         return f"empty input (B={B}, Lq={Lq}, Lk={Lk}): nothing for the kernels to do"
-    if causal and Lq != Lk:
-        return f"causal attention needs Lq == Lk, got {Lq} and {Lk}"
+    if causal and Lq != Lk and layout is not None:
+        return f"causal attention with a layout needs Lq == Lk, got {Lq} and {Lk}"
     if kv_lens is not None:
         if kv_lens.shape != (B,) or kv_lens.dtype not in (torch.int32, torch.int64):
             return f"kv_lens must be an int32/int64 tensor of shape ({B},), got {kv_lens.dtype} {tuple(kv_lens.shape)}"
@@ -186,6 +190,72 @@ def _check(q, k, v, causal, layout, kv_lens, cu_seqlens) -> None:
     reason = unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
     if reason is not None:
         raise ValueError(f"triton attention cannot run these inputs: {reason}")
+
+
+def mods_reason(q: torch.Tensor, k: torch.Tensor, *, window=None, alibi_slopes=None, softcap: float = 0.0,
+                dropout_p: float = 0.0, dropout_rng=None, varlen: Varlen | None = None,
+                layout: BlockLayout | None = None, kv_lens=None, cu_seqlens=None) -> str | None:
+    """None when the window, score modifiers and varlen batch suit q (B, H, Lq, D) and k, else a
+    sentence saying what to change (values on the device are not read)."""
+    B, H = q.shape[:2]
+    if window is not None:
+        if (not isinstance(window, tuple) or len(window) != 2
+                or not all(side is None or (isinstance(side, int) and not isinstance(side, bool)) for side in window)):
+            return f"window must be a pair (left, right) of ints or None, got {window!r}"
+    if alibi_slopes is not None:
+        rows = varlen.cu_seqlens_q.shape[0] - 1 if varlen is not None else B
+        if (not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.shape not in ((H,), (rows, H))
+                or not alibi_slopes.is_floating_point()):
+            return (f"alibi_slopes must be a float tensor of shape ({H},) or ({rows}, {H}) (per head, or per "
+                    f"{'sequence' if varlen is not None else 'batch row'} and head), got "
+                    f"{getattr(alibi_slopes, 'dtype', type(alibi_slopes).__name__)} "
+                    f"{tuple(getattr(alibi_slopes, 'shape', ()))}")
+        if alibi_slopes.device != q.device:
+            return f"alibi_slopes must be on q's device {q.device}, got {alibi_slopes.device}"
+    if not (isinstance(softcap, (int, float)) and not isinstance(softcap, bool) and math.isfinite(softcap)
+            and softcap >= 0):
+        return f"softcap must be a finite float >= 0 (0: no capping), got {softcap!r}"
+    if not (isinstance(dropout_p, (int, float)) and not isinstance(dropout_p, bool) and 0 <= dropout_p < 1):
+        return f"dropout_p must be a float in [0, 1), got {dropout_p!r}"
+    if dropout_rng is not None and (not isinstance(dropout_rng, torch.Tensor) or dropout_rng.shape != (2,)
+                                    or dropout_rng.dtype != torch.int64 or dropout_rng.device != q.device):
+        return (f"dropout_rng must be an int64 tensor (seed, offset) of shape (2,) on {q.device} "
+                f"(genoformer.kernels.dropout.draw_rng makes one), got {dropout_rng!r}")
+    if varlen is not None:
+        if B != 1:
+            return f"a varlen batch concatenates its sequences along one row: q must be (1, H, total_q, D), got B={B}"
+        if layout is not None or kv_lens is not None or cu_seqlens is not None:
+            return "a varlen batch takes no layout, kv_lens or cu_seqlens: its cu_seqlens_q / cu_seqlens_k say it all"
+        cu_q, cu_k = varlen.cu_seqlens_q, varlen.cu_seqlens_k
+        for name, cu in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):
+            if (not isinstance(cu, torch.Tensor) or cu.dtype != torch.int32 or cu.dim() != 1 or cu.shape[0] < 2
+                    or cu.device != q.device):
+                return (f"{name} must be an int32 tensor (N + 1,) with N >= 1 on {q.device}, got "
+                        f"{getattr(cu, 'dtype', type(cu).__name__)} {tuple(getattr(cu, 'shape', ()))}")
+        if cu_q.shape != cu_k.shape:
+            return (f"cu_seqlens_q and cu_seqlens_k must list the same number of sequences, got "
+                    f"{cu_q.shape[0] - 1} and {cu_k.shape[0] - 1}")
+        if not (isinstance(varlen.max_seqlen_q, int) and isinstance(varlen.max_seqlen_k, int)
+                and varlen.max_seqlen_q >= 0 and varlen.max_seqlen_k >= 0):
+            return (f"max_seqlen_q and max_seqlen_k must be ints >= 0 (the longest sequences), got "
+                    f"{varlen.max_seqlen_q!r} and {varlen.max_seqlen_k!r}")
+    return None
+
+
+def _check_mods(q, k, *, window, alibi_slopes, softcap, dropout_p, dropout_rng, varlen, layout, kv_lens,
+                cu_seqlens) -> ScoreMods:
+    """ScoreMods of valid arguments (ValueError saying what to change otherwise): slopes as float32
+    contiguous, a dropout rng drawn when none is given; the band is set by the caller."""
+    reason = mods_reason(q, k, window=window, alibi_slopes=alibi_slopes, softcap=softcap, dropout_p=dropout_p,
+                         dropout_rng=dropout_rng, varlen=varlen, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
+    if reason is not None:
+        raise ValueError(f"triton attention cannot run these inputs: {reason}")
+    if alibi_slopes is not None:
+        alibi_slopes = alibi_slopes.to(torch.float32).contiguous()
+    rng = None
+    if dropout_p > 0:
+        rng = dropout_rng if dropout_rng is not None else draw_rng(q.device)
+    return ScoreMods(alibi=alibi_slopes, softcap=float(softcap), dropout_p=float(dropout_p), rng=rng)
 
 
 def _dot_f32(q: torch.Tensor) -> bool:
@@ -242,7 +312,8 @@ def choose_config(key: tuple, candidates: tuple, run: Callable[[object], None], 
     (benchmarks/sanitize.py runs every candidate).
 
     A later candidate that fails to compile or launch here (a sm_90 variant on a Triton that
-    lacks what it uses) is left out with a WARNING; the first, a plain configuration, must run.
+    lacks what it uses, or one whose tiles do not fit in shared memory with a score modifier) is
+    left out with a WARNING; the first, a plain configuration, must run.
     """
     if key in _TUNED:
         return _TUNED[key]
@@ -258,7 +329,7 @@ def choose_config(key: tuple, candidates: tuple, run: Callable[[object], None], 
     for index, c in enumerate(candidates):
         try:
             times.append(timed(c))
-        except (triton.CompilationError, RuntimeError, ValueError) as error:
+        except (triton.CompilationError, OutOfResources, RuntimeError, ValueError) as error:
             if index == 0:
                 raise
             log.warning("Triton attention: configuration %s does not run on this GPU (%s: %s); tuning without it",
@@ -290,11 +361,13 @@ def _bucket(n: int) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def fwd_candidates(device: torch.device, head_dim: int, block_size: int | None) -> tuple[configs.FwdConfig, ...]:
+def fwd_candidates(device: torch.device, head_dim: int, block_size: int | None,
+                   dropout: bool = False) -> tuple[configs.FwdConfig, ...]:
     if device.type == "cpu":
         return (configs.fit_fwd(configs.INTERPRETER_FWD, block_size),)
     gen = _generation(device)
-    return tuple(dict.fromkeys(configs.fit_fwd(c, block_size) for c in configs.fwd_candidates(gen, head_dim)))
+    fit = configs.fit_dropout if dropout else (lambda c: c)
+    return tuple(dict.fromkeys(fit(configs.fit_fwd(c, block_size)) for c in configs.fwd_candidates(gen, head_dim)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -559,14 +632,114 @@ def _check_csr(name: str, counts, indices, device) -> None:
                          f"get them from layout.kv_indices(device) / layout.q_indices(device)")
 
 
+class Varlen(NamedTuple):
+    """Sequences concatenated along one row, as flash-attn's varlen functions take them: q is
+    (1, H, total_q, D), k and v (1, HKV, total_k, D), sequence s holds the query rows
+    [cu_seqlens_q[s], cu_seqlens_q[s + 1]) and the key rows [cu_seqlens_k[s], cu_seqlens_k[s + 1]);
+    its query and key lengths differ freely (causal and windows align to each sequence's
+    bottom-right corner).  cu_seqlens_q, cu_seqlens_k: (N + 1,) int32 on q's device, non-decreasing
+    from 0 to total_q / total_k; max_seqlen_q, max_seqlen_k: at least every sequence's length (the
+    grid is sized by them, as in flash-attn; the values are not read on the host)."""
+
+    cu_seqlens_q: torch.Tensor
+    cu_seqlens_k: torch.Tensor
+    max_seqlen_q: int
+    max_seqlen_k: int
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ScoreMods:
+    """What the launchers add to plain attention (see ``triton_flash_fwd.py``):
+
+    band: (lo, hi), key j allowed for query i only if lo <= j - i - shift <= hi (None: that side
+        unbounded), shift = Lk - Lq, or each sequence's key length minus its query length (Varlen);
+        `causal` of the launchers is hi = min(hi, 0).
+    alibi: (H,) or (S, H) float32, contiguous: ALiBi slopes per head, or per batch row (Varlen:
+        per sequence) and head; the score of (i, j) gets -slope * |j - i - shift|.
+    softcap: > 0 caps the scaled scores: softcap * tanh(score / softcap); 0 leaves them.
+    dropout_p: in [0, 1), the probability that dropout zeroes an attention probability (the kept
+        ones are scaled by 1 / (1 - dropout_p)); 0 turns dropout off.
+    rng: int64 (2,) on q's device, (seed, offset) of the dropout mask (``genoformer.kernels.dropout``);
+        needed when dropout_p > 0.
+    """
+
+    band: tuple[int | None, int | None] = (None, None)
+    alibi: torch.Tensor | None = None
+    softcap: float = 0.0
+    dropout_p: float = 0.0
+    rng: torch.Tensor | None = None
+
+
+NO_MODS = ScoreMods()
+
+
+def _band(mods: ScoreMods, causal: bool) -> tuple[int | None, int | None]:
+    lo, hi = mods.band
+    if causal:
+        hi = 0 if hi is None else min(hi, 0)
+    return lo, hi
+
+
+def _mod_args(mods: ScoreMods, causal: bool, scale: float, like: torch.Tensor) -> tuple[tuple, dict, dict]:
+    """The kernels' arguments for the band and the score modifiers: (ALIBI, RNG, sal_b), the runtime
+    scalars, the constexprs."""
+    lo, hi = _band(mods, causal)
+    alibi = mods.alibi if mods.alibi is not None else placeholder(like.device, torch.float32)
+    rng = mods.rng if mods.dropout_p > 0 else placeholder(like.device, torch.int64)
+    sal_b = alibi.stride(0) if alibi.dim() == 2 else 0
+    scalars = dict(
+        band_lo=0 if lo is None else lo, band_hi=0 if hi is None else hi,
+        cap_in=scale / mods.softcap if mods.softcap > 0 else 0.0,
+        cap2=mods.softcap * LOG2E if mods.softcap > 0 else 0.0,
+        drop_thr=dropout_threshold(mods.dropout_p), drop_scale=1.0 / (1.0 - mods.dropout_p),
+    )
+    constexprs = dict(
+        BAND_LO=lo is not None, BAND_HI=hi is not None, ALIBI_=mods.alibi is not None, SOFTCAP=mods.softcap > 0,
+        DROPOUT=mods.dropout_p > 0, TANH_ASM=not INTERPRETED,
+    )
+    return (alibi, rng, sal_b), scalars, constexprs
+
+
+def _mods_key(mods: ScoreMods, causal: bool, varlen: Varlen | None) -> tuple:
+    """What of the modifiers selects a different kernel (the tuner's key)."""
+    lo, hi = _band(mods, causal)
+    return (lo is not None, hi is not None, mods.alibi is not None, mods.softcap > 0, mods.dropout_p > 0,
+            varlen is not None)
+
+
+def _varlen_args(varlen: Varlen | None, like: torch.Tensor):
+    """CU_Q, CU_K and the number of sequences (0 without Varlen)."""
+    if varlen is None:
+        dummy = placeholder(like.device)
+        return dummy, dummy, 0
+    return varlen.cu_seqlens_q, varlen.cu_seqlens_k, varlen.cu_seqlens_q.shape[0] - 1
+
+
+def empty_like_rows(t: torch.Tensor, shape: tuple[int, int, int, int] | None = None,
+                    dtype: torch.dtype | None = None) -> torch.Tensor:
+    """An uninitialised (B, H, L, D) tensor laid out as t is: (B, L, H, D) in memory (a transposed
+    view) when t's heads lie inside its rows (flash-attn's layout, a model's projections), else
+    contiguous.  The launchers' outputs and gradients follow their inputs this way, so that a
+    (B, L, H, D) caller gets (B, L, H, D)-contiguous results without a copy."""
+    B, H, L, D = t.shape if shape is None else shape
+    dtype = t.dtype if dtype is None else dtype
+    if t.stride(1) < t.stride(2) and H > 1 and L > 1:
+        return torch.empty((B, L, H, D), dtype=dtype, device=t.device).transpose(1, 2)
+    return torch.empty((B, H, L, D), dtype=dtype, device=t.device)
+
+
 def flash_fwd(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_lens: torch.Tensor | None,
     kv_counts: torch.Tensor | None, kv_indices: torch.Tensor | None, block_size: int,
     causal: bool, scale: float, cu_seqlens: torch.Tensor | None = None,
-    config: configs.FwdConfig | None = None,
+    config: configs.FwdConfig | None = None, *, mods: ScoreMods = NO_MODS, varlen: Varlen | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Forward launcher: returns o (B, H, Lq, D) in q's dtype and lse (B, H, Lq) fp32 (base 2).
+    """Forward launcher: returns o (B, H, Lq, D) in q's dtype (laid out as q, ``empty_like_rows``) and
+    lse (B, H, Lq) fp32 (base 2).
 
+    causal: key j <= i + Lk - Lq (bottom-right aligned; j <= i when Lq == Lk).  mods: the band and
+    score modifiers (``ScoreMods``); varlen: sequences concatenated along one row (``Varlen``; not
+    with a layout, kv_lens or cu_seqlens).
     config: run this launch configuration instead of choosing one (benchmarks/kernel_variants.py);
     it must fit the layout's block size (``triton_flash_configs.fit_fwd``); its TMA variant
     becomes pointer loads where the inputs do not allow TMA.
@@ -578,38 +751,45 @@ def flash_fwd(
     B, H, Lq, D = q.shape
     HKV, Lk = k.shape[1], k.shape[2]
     sparse = kv_counts is not None
-    o = torch.empty((B, H, Lq, D), dtype=q.dtype, device=q.device)
+    o = empty_like_rows(q)
     lse = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)
     cnt, idx, order, scnt_h, sidx_h, sidx_m, sord_h = csr_args(kv_counts, kv_indices, q)
     lens = kv_lens if kv_lens is not None else cnt
     docs = cu_seqlens is not None
     doc_start, doc_end = doc_args(cu_seqlens, B, Lq, q)
+    cu_q, cu_k, sequences = _varlen_args(varlen, q)
+    (alibi, rng, sal_b), scalars, mod_constexprs = _mod_args(mods, causal, scale, q)
     d_tile = configs.tile_dim(D)  # the kernels mask the head-dim padding D..d_tile
     align8 = _align8(D, q, k, v)
     plan, items, sitems_h, po, pm, pl = split_rows(kv_counts, order, sord_h, q, block_size)
 
     def run(cfg: configs.FwdConfig) -> None:
         units = items.shape[1] if sparse else 0  # layout rows or plan items
-        tiles = units * (block_size // cfg.block_m) if sparse else triton.cdiv(Lq, cfg.block_m)
+        if sparse:
+            tiles = units * (block_size // cfg.block_m)
+        else:
+            tiles = triton.cdiv(varlen.max_seqlen_q if varlen is not None else Lq, cfg.block_m)
         tile_order = doc_order(doc_start, doc_end, cfg.block_m, causal, keys=False) if docs and not sparse else cnt
-        attn_fwd_kernel[(B * H, tiles)](
-            q, k, v, o, lse, po, pm, pl, lens, cnt, idx, items, doc_start, doc_end, tile_order,
+        attn_fwd_kernel[(sequences * H if varlen is not None else B * H, tiles)](
+            q, k, v, o, lse, po, pm, pl, lens, cnt, idx, items, doc_start, doc_end, tile_order, cu_q, cu_k, alibi, rng,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
             po.stride(1) if plan else 0, po.stride(2) if plan else 0, pm.stride(1) if plan else 0,
-            pm.stride(2) if plan else 0, scnt_h, sidx_h, sidx_m, sitems_h,
-            H, H // HKV, Lq, Lk, scale * LOG2E, block_size if sparse else 1,
-            D=D, D_TILE=d_tile, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal, SPARSE=sparse,
+            pm.stride(2) if plan else 0, scnt_h, sidx_h, sidx_m, sitems_h, sal_b,
+            H, H // HKV, Lq, Lk, scale * LOG2E, scalars["band_lo"], scalars["band_hi"], scalars["cap_in"],
+            scalars["cap2"], scalars["drop_thr"], scalars["drop_scale"], block_size if sparse else 1,
+            D=D, D_TILE=d_tile, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SPARSE=sparse,
             HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8, HAS_DOCS=docs,
-            TMA=cfg.tma, RESCALE_TAU=cfg.rescale_tau, SPLIT=plan is not None,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            TMA=cfg.tma, RESCALE_TAU=cfg.rescale_tau, SPLIT=plan is not None, VARLEN=varlen is not None,
+            **mod_constexprs, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
         if plan is not None:
             merge_split_rows(plan, po, pm, pl, o, lse, block_size, align8)
 
     tma = _tma_ready(q, k, v)
-    cands = _without_tma(fwd_candidates(q.device, D, block_size if sparse else None), tma)
-    key = ("fwd", q.device.index, D, q.dtype, causal, sparse, docs, block_size, tma, _bucket(Lq), _bucket(Lk))
+    cands = _without_tma(fwd_candidates(q.device, D, block_size if sparse else None, mods.dropout_p > 0), tma)
+    key = ("fwd", q.device.index, D, q.dtype, causal, sparse, docs, block_size, tma, _bucket(Lq), _bucket(Lk),
+           _mods_key(mods, causal, varlen))
     run(_without_tma((config,), tma)[0] if config is not None else choose_config(key, cands, run, q.device))
     return o, lse
 
@@ -620,12 +800,14 @@ def flash_bwd(
     kv_counts: torch.Tensor | None, kv_indices: torch.Tensor | None,
     q_counts: torch.Tensor | None, q_indices: torch.Tensor | None,
     block_size: int, causal: bool, scale: float, cu_seqlens: torch.Tensor | None = None,
-    config: configs.BwdConfig | None = None, dlse: torch.Tensor | None = None,
+    config: configs.BwdConfig | None = None, dlse: torch.Tensor | None = None, *,
+    mods: ScoreMods = NO_MODS, varlen: Varlen | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Backward launcher: returns dq, dk, dv (contiguous, in the inputs' dtype). Deterministic.
+    """Backward launcher: returns dq, dk, dv (in the inputs' dtype, laid out as q, k, v:
+    ``empty_like_rows``). Deterministic.
 
     config: as for ``flash_fwd``.  dlse: (B, H, Lq) the gradient of ``flash_fwd``'s (base-2) lse,
-    None when nothing downstream differentiates it.
+    None when nothing downstream differentiates it.  mods, varlen: those of the forward.
     """
     _check_last_dim_contiguous(do=do, q=q, k=k, v=v, o=o)
     _check_csr("kv", kv_counts, kv_indices, q.device)
@@ -635,9 +817,9 @@ def flash_bwd(
     sparse = kv_counts is not None
     if sparse and q_counts is None:
         raise ValueError("block-sparse backward needs both CSR lists: layout.kv_indices and layout.q_indices")
-    dq = torch.empty((B, H, Lq, D), dtype=q.dtype, device=q.device)
-    dk = torch.empty((B, HKV, Lk, D), dtype=k.dtype, device=q.device)
-    dv = torch.empty((B, HKV, Lk, D), dtype=v.dtype, device=q.device)
+    dq = empty_like_rows(q)
+    dk = empty_like_rows(k)
+    dv = empty_like_rows(v)
     delta = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)
     d_tile = configs.tile_dim(D)  # the kernels mask the head-dim padding D..d_tile
     align8 = _align8(D, q, k, v, o, do)
@@ -656,6 +838,11 @@ def flash_bwd(
     qk_scale = scale * LOG2E
     docs = cu_seqlens is not None
     doc_start, doc_end = doc_args(cu_seqlens, B, Lq, q)
+    cu_q, cu_k, sequences = _varlen_args(varlen, q)
+    (alibi, rng, sal_b), scalars, mod_constexprs = _mod_args(mods, causal, scale, q)
+    mod_scalars = (scalars["band_lo"], scalars["band_hi"], scalars["cap_in"], scalars["cap2"], scalars["drop_thr"],
+                   scalars["drop_scale"])
+    rows = sequences if varlen is not None else B  # the grid's batch axis
     # long key-block columns (BigBird's global block) are walked in chunks by several programs
     key_plan = _split_plan(q_counts, H // HKV) if sparse else None
     key_items, skey_items_h = _plan_items(key_plan, qorder, sqord_h)
@@ -670,23 +857,28 @@ def flash_bwd(
         if side is not None:  # dQ reads only what exists now (inputs, delta): fork after the preprocess
             side.wait_stream(torch.cuda.current_stream(q.device))
         # a layout block ragged at Lq may list query tiles past Lq: keep the row masks then
-        even_q = Lq % (block_size if sparse else cfg.block_m1) == 0
+        even_q = varlen is None and Lq % (block_size if sparse else cfg.block_m1) == 0
         key_units = key_items.shape[1] if sparse else 0  # layout columns or plan items
-        key_tiles = key_units * (bs // cfg.block_n1) if sparse else triton.cdiv(Lk, cfg.block_n1)
+        if sparse:
+            key_tiles = key_units * (bs // cfg.block_n1)
+        else:
+            key_tiles = triton.cdiv(varlen.max_seqlen_k if varlen is not None else Lk, cfg.block_n1)
         key_order = doc_order(doc_start, doc_end, cfg.block_n1, causal, keys=True) if docs and not sparse else qcnt
-        grid = (key_tiles, B * HKV) if cfg.heads_outer else (B * HKV, key_tiles)
+        grid = (key_tiles, rows * HKV) if cfg.heads_outer else (rows * HKV, key_tiles)
         bwd_dkdv_kernel[grid](
             q, k, v, do, dk, dv, pdk, pdv, lse, delta, lens, qcnt, qidx, key_items, doc_start, doc_end, key_order,
+            cu_q, cu_k, alibi, rng,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2),
             dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
             pdk.stride(1) if key_plan else 0, pdk.stride(2) if key_plan else 0,
-            sqcnt_h, sqidx_h, sqidx_n, skey_items_h,
-            H, HKV, H // HKV, Lq, Lk, qk_scale, scale, bs,
-            D=D, D_TILE=d_tile, BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1, CAUSAL=causal, SPARSE=sparse,
+            sqcnt_h, sqidx_h, sqidx_n, skey_items_h, sal_b,
+            H, HKV, H // HKV, Lq, Lk, qk_scale, scale, *mod_scalars, bs,
+            D=D, D_TILE=d_tile, BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1, SPARSE=sparse,
             HAS_KV_LENS=kv_lens is not None, EVEN_Q=even_q, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8,
             HAS_DOCS=docs, TMA=cfg.tma, HEADS_OUTER=cfg.heads_outer, SPLIT=key_plan is not None,
-            DV_LATE=cfg.dv_late, num_warps=cfg.warps1, num_stages=cfg.stages1,
+            DV_LATE=cfg.dv_late, VARLEN=varlen is not None, **mod_constexprs,
+            num_warps=cfg.warps1, num_stages=cfg.stages1,
         )
         if key_plan is not None:
             _split_sum(key_plan, pdk, dk, scale, bs, align8)
@@ -698,20 +890,24 @@ def flash_bwd(
 
     def run_dq(cfg: configs.BwdConfig) -> None:
         query_units = query_items.shape[1] if sparse else 0  # layout rows or plan items
-        query_tiles = query_units * (bs // cfg.block_m2) if sparse else triton.cdiv(Lq, cfg.block_m2)
+        if sparse:
+            query_tiles = query_units * (bs // cfg.block_m2)
+        else:
+            query_tiles = triton.cdiv(varlen.max_seqlen_q if varlen is not None else Lq, cfg.block_m2)
         query_order = doc_order(doc_start, doc_end, cfg.block_m2, causal, keys=False) if docs and not sparse else kcnt
-        grid = (query_tiles, B * H) if cfg.heads_outer else (B * H, query_tiles)
+        grid = (query_tiles, rows * H) if cfg.heads_outer else (rows * H, query_tiles)
         bwd_dq_kernel[grid](
             q, k, v, do, dq, pdq, lse, delta, lens, kcnt, kidx, query_items, doc_start, doc_end, query_order,
+            cu_q, cu_k, alibi, rng,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2),
             dq.stride(0), dq.stride(1), dq.stride(2), pdq.stride(1) if query_plan else 0,
-            pdq.stride(2) if query_plan else 0, skcnt_h, skidx_h, skidx_m, squery_items_h,
-            H, H // HKV, Lq, Lk, qk_scale, scale, bs,
-            D=D, D_TILE=d_tile, BLOCK_M2=cfg.block_m2, BLOCK_N2=cfg.block_n2, CAUSAL=causal, SPARSE=sparse,
+            pdq.stride(2) if query_plan else 0, skcnt_h, skidx_h, skidx_m, squery_items_h, sal_b,
+            H, H // HKV, Lq, Lk, qk_scale, scale, *mod_scalars, bs,
+            D=D, D_TILE=d_tile, BLOCK_M2=cfg.block_m2, BLOCK_N2=cfg.block_n2, SPARSE=sparse,
             HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8, HAS_DOCS=docs,
-            TMA=cfg.tma, HEADS_OUTER=cfg.heads_outer, SPLIT=query_plan is not None,
-            num_warps=cfg.warps2, num_stages=cfg.stages2,
+            TMA=cfg.tma, HEADS_OUTER=cfg.heads_outer, SPLIT=query_plan is not None, VARLEN=varlen is not None,
+            **mod_constexprs, num_warps=cfg.warps2, num_stages=cfg.stages2,
         )
         if query_plan is not None:
             _split_sum(query_plan, pdq, dq, scale, bs, align8)
@@ -719,7 +915,7 @@ def flash_bwd(
     tma = _tma_ready(q, k, v, do)
     cands = _without_tma(bwd_candidates(q.device, D, block_size if sparse else None), tma)
     key = ("bwd", q.device.index, D, q.dtype, causal, sparse, docs, block_size, tma, H // HKV, _bucket(Lq),
-           _bucket(Lk))
+           _bucket(Lk), _mods_key(mods, causal, varlen))
     run(_without_tma((config,), tma)[0] if config is not None else choose_config(key, cands, run, q.device))
     return dq, dk, dv
 
@@ -728,22 +924,44 @@ def flash_bwd(
 # Custom ops (torch.compile sees one opaque node per pass) and autograd
 # --------------------------------------------------------------------------------------------
 
+_MOD_SCHEMA = ("int? band_lo, int? band_hi, Tensor? alibi, float softcap, float dropout_p, Tensor? rng, "
+               "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k")
 _FWD_SCHEMA = ("(Tensor q, Tensor k, Tensor v, Tensor? kv_lens, Tensor? kv_counts, Tensor? kv_indices, "
                "Tensor? q_counts, Tensor? q_indices, int block_size, bool causal, float scale, "
-               "Tensor? cu_seqlens) -> (Tensor, Tensor)")
+               f"Tensor? cu_seqlens, {_MOD_SCHEMA}) -> (Tensor, Tensor)")
 _BWD_SCHEMA = ("(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor? kv_lens, "
                "Tensor? kv_counts, Tensor? kv_indices, Tensor? q_counts, Tensor? q_indices, int block_size, "
-               "bool causal, float scale, Tensor? cu_seqlens, Tensor? dlse) -> (Tensor, Tensor, Tensor)")
+               f"bool causal, float scale, Tensor? cu_seqlens, Tensor? dlse, {_MOD_SCHEMA}) -> (Tensor, Tensor, Tensor)")
 
 
-def _fwd_impl(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens):
-    return flash_fwd(q, k, v, kv_lens, kv_counts, kv_indices, block_size, causal, scale, cu_seqlens)
+def _unflatten(band_lo, band_hi, alibi, softcap, dropout_p, rng, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+               max_seqlen_k) -> tuple[ScoreMods, Varlen | None]:
+    """The launchers' ScoreMods and Varlen from the custom ops' flat arguments."""
+    mods = ScoreMods((band_lo, band_hi), alibi, softcap, dropout_p, rng)
+    varlen = None if cu_seqlens_q is None else Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    return mods, varlen
+
+
+def _flatten(mods: ScoreMods, varlen: Varlen | None) -> tuple:
+    """The custom ops' flat arguments of ScoreMods and Varlen (``_unflatten``'s inverse)."""
+    if varlen is None:
+        varlen = (None, None, 0, 0)
+    return (*mods.band, mods.alibi, mods.softcap, mods.dropout_p, mods.rng, *varlen)
+
+
+def _fwd_impl(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens,
+              *flat):
+    mods, varlen = _unflatten(*flat)
+    return flash_fwd(q, k, v, kv_lens, kv_counts, kv_indices, block_size, causal, scale, cu_seqlens, mods=mods,
+                     varlen=varlen)
 
 
 def _bwd_impl(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
-              cu_seqlens, dlse):
-    return flash_bwd(do.contiguous(), q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices,
-                     block_size, causal, scale, cu_seqlens, dlse=dlse)
+              cu_seqlens, dlse, *flat):
+    mods, varlen = _unflatten(*flat)
+    do = do if do.stride(-1) == 1 else do.contiguous()
+    return flash_bwd(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices,
+                     block_size, causal, scale, cu_seqlens, dlse=dlse, mods=mods, varlen=varlen)
 
 
 _fwd_op = torch.library.custom_op("genoformer::triton_flash_fwd", _fwd_impl, mutates_args=(), schema=_FWD_SCHEMA)
@@ -751,22 +969,26 @@ _bwd_op = torch.library.custom_op("genoformer::triton_flash_bwd", _bwd_impl, mut
 
 
 @_fwd_op.register_fake
-def _fwd_fake(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens):
+def _fwd_fake(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens,
+              *flat):
     B, H, Lq, D = q.shape
-    return q.new_empty((B, H, Lq, D)), q.new_empty((B, H, Lq), dtype=torch.float32)
+    return empty_like_rows(q), q.new_empty((B, H, Lq), dtype=torch.float32)
 
 
 @_bwd_op.register_fake
 def _bwd_fake(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
-              cu_seqlens, dlse):
-    return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape))
+              cu_seqlens, dlse, *flat):
+    return empty_like_rows(q), empty_like_rows(k), empty_like_rows(v)
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens = inputs
+    q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens = inputs[:12]
+    band_lo, band_hi, alibi, softcap, dropout_p, rng, cu_q, cu_k, max_q, max_k = inputs[12:]
     o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, cu_seqlens)
+    ctx.save_for_backward(q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, cu_seqlens,
+                          alibi, rng, cu_q, cu_k)
     ctx.block_size, ctx.causal, ctx.scale = block_size, causal, scale
+    ctx.band, ctx.softcap, ctx.dropout_p, ctx.max_seqlens = (band_lo, band_hi), softcap, dropout_p, (max_q, max_k)
     # an unused output's gradient arrives as None, not as zeros (eager and in AOT autograd's
     # traced backward alike): without return_lse the backward does nothing more than before
     ctx.set_materialize_grads(False)
@@ -778,12 +1000,14 @@ def _backward(ctx, do, dlse, bwd=_bwd_op):
     # the lse is used. The custom op's autograd (traced by torch.compile, where
     # torch.compiler.is_compiling() is False inside AOT autograd's backward) must call the
     # backward op; the eager Function calls the implementation directly.
-    q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, cu_seqlens = ctx.saved_tensors
+    q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, cu_seqlens, alibi, rng, cu_q, cu_k = (
+        ctx.saved_tensors)
     if do is None:
         do = torch.zeros_like(o)
     dq, dk, dv = bwd(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices,
-                     ctx.block_size, ctx.causal, ctx.scale, cu_seqlens, dlse)
-    return dq, dk, dv, None, None, None, None, None, None, None, None, None
+                     ctx.block_size, ctx.causal, ctx.scale, cu_seqlens, dlse, *ctx.band, alibi, ctx.softcap,
+                     ctx.dropout_p, rng, cu_q, cu_k, *ctx.max_seqlens)
+    return (dq, dk, dv) + (None,) * 19
 
 
 _fwd_op.register_autograd(_backward, setup_context=_setup_context)
@@ -798,9 +1022,7 @@ class _EagerAttention(torch.autograd.Function):
     custom ops instead (`triton_attention` picks)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
-                cu_seqlens):
-        inputs = (q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens)
+    def forward(ctx, *inputs):
         output = _fwd_impl(*inputs)
         _setup_context(ctx, inputs, output)
         return output
@@ -815,6 +1037,39 @@ class _EagerAttention(torch.autograd.Function):
 # --------------------------------------------------------------------------------------------
 
 
+def padded_head_dim(head_dim: int) -> int:
+    """The head dim the kernels run a head of `head_dim` (1 to 256) in: itself when it is a multiple
+    of 8 from 16 on (``HEAD_DIMS``), else the next such; the launcher pads q, k, v with zeros."""
+    return max(16, -(-head_dim // 8) * 8)
+
+
+def _pad_head_dim(t: torch.Tensor, width: int) -> torch.Tensor:
+    """t (B, H, L, D) with zero columns up to `width`, laid out as t (``empty_like_rows``)."""
+    out = empty_like_rows(t, (*t.shape[:3], width))
+    out[..., t.shape[-1]:] = 0
+    out[..., :t.shape[-1]] = t
+    return out
+
+
+def _window_band(window: tuple[int | None, int | None] | None, layout: BlockLayout | None, Lq: int,
+                 Lk: int) -> tuple[int | None, int | None]:
+    """The kernels' band (relative to the bottom-right diagonal) of a window (left, right) (relative
+    to it too) and of a layout's own window (``BlockLayout.window``: relative to j = i), intersected."""
+    lo = hi = None
+    if window is not None:
+        left, right = window
+        lo = None if left is None or left < 0 else -left
+        hi = None if right is None or right < 0 else right
+    if layout is not None and layout.window is not None:
+        shift = Lk - Lq
+        left, right = layout.window
+        if left is not None:
+            lo = -left - shift if lo is None else max(lo, -left - shift)
+        if right is not None:
+            hi = right - shift if hi is None else min(hi, right - shift)
+    return lo, hi
+
+
 def triton_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -826,30 +1081,64 @@ def triton_attention(
     scale: float | None = None,
     cu_seqlens: torch.Tensor | None = None,
     return_lse: bool = False,
+    window: tuple[int | None, int | None] | None = None,
+    alibi_slopes: torch.Tensor | None = None,
+    softcap: float = 0.0,
+    dropout_p: float = 0.0,
+    dropout_rng: torch.Tensor | None = None,
+    varlen: Varlen | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """FlashAttention in Triton (forward and backward), dense, causal or block-sparse, packed or not.
 
-    q: (B, H, Lq, D), k and v: (B, HKV, Lk, D), fp16 or bf16, D a multiple of 8 from 16 to 256
-    (a D that is not a power of two runs in tiles of the next power of two, the padding masked),
-    H % HKV == 0.  Tensors whose head dim is strided are copied to contiguous; other strides
-    (for example a (B, L, H, D) buffer viewed as (B, H, L, D)) are read in place.
-    layout: a BlockLayout over (Lq, Lk); only its listed blocks are visited.  causal: j <= i
-    (needs Lq == Lk; combines with a layout).  kv_lens: (B,) int, keys >= kv_lens[b] are padding.
+    q: (B, H, Lq, D), k and v: (B, HKV, Lk, D), fp16 or bf16, D from 1 to 256 (a D that is not a
+    multiple of 8 from 16 on is zero-padded to the next one, ``padded_head_dim``; a D that is not a
+    power of two runs in tiles of the next power of two, the padding masked), H % HKV == 0.
+    Tensors whose head dim is strided are copied to contiguous; other strides (for example a
+    (B, L, H, D) buffer viewed as (B, H, L, D)) are read in place, and the output and gradients
+    are laid out like their inputs.
+    causal: j <= i + Lk - Lq (bottom-right aligned as in flash-attn; j <= i when Lq == Lk).
+    layout: a BlockLayout over (Lq, Lk); only its listed blocks are visited, and its own token
+    window (``BlockLayout.window``) applies.  A layout that allows every block its window meets
+    runs as dense attention with that window (tile ranges computed, no block lists).
+    kv_lens: (B,) int, keys >= kv_lens[b] are padding.
     cu_seqlens: (N+1,) int32, documents packed in the rows (valid as ``genoformer.kernels.documents``
     checks it; Lq == Lk, no kv_lens): a token attends only inside its document, and a tile's work
     is cut to its documents' span.
+    window: (left, right), flash-attn's sliding window: key j allowed for query i only if
+    i + Lk - Lq - left <= j <= i + Lk - Lq + right (None or a negative value: unbounded); exact to
+    the token, and only the tiles the window meets are visited.
+    alibi_slopes: (H,) or (B, H) float (Varlen: (sequences, H)): ALiBi, -slope * |i + Lk - Lq - j|
+    added to each score.  softcap: > 0 caps the scaled scores, softcap * tanh(s / softcap).
+    dropout_p: attention dropout, in [0, 1): each probability is kept with probability 1 - p and
+    scaled by 1 / (1 - p); dropout_rng: int64 (2,) (seed, offset) on q's device
+    (``genoformer.kernels.dropout``; None draws one from torch's generator).  The backward
+    regenerates the same mask.
+    varlen: sequences concatenated along one row (``Varlen``; B == 1; not with a layout, kv_lens or
+    cu_seqlens), each with its own query and key length.
     Returns (B, H, Lq, D) in q's dtype; with return_lse also the lse (B, H, Lq) fp32 in natural log
-    (-inf for a row with no allowed key; the forward's base-2 row statistic converted), whose
-    gradient the backward takes (``triton_flash_bwd``).  Raises ValueError saying what to change
-    when the kernels cannot run the inputs (see ``unsupported_reason``).
+    (-inf for a row with no allowed key; the forward's base-2 row statistic converted; the scores
+    it sums include the softcap and ALiBi, before dropout), whose gradient the backward takes
+    (``triton_flash_bwd``).  Raises ValueError saying what to change when the kernels cannot run
+    the inputs (see ``unsupported_reason``).
     """
     _check(q, k, v, causal, layout, kv_lens, cu_seqlens)
+    mods = _check_mods(q, k, window=window, alibi_slopes=alibi_slopes, softcap=softcap, dropout_p=dropout_p,
+                       dropout_rng=dropout_rng, varlen=varlen, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    D = q.shape[-1]
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    if D != padded_head_dim(D):
+        q, k, v = (_pad_head_dim(t, padded_head_dim(D)) for t in (q, k, v))
+    band = _window_band(window, layout, q.shape[2], k.shape[2])
+    if layout is not None and layout.window is not None and layout.covers_window(causal):
+        layout = None  # the window's own tile ranges do what the block lists would
+    mods = dataclasses.replace(mods, band=band)
     block_size, kv_counts, kv_indices, q_counts, q_indices = layout_lists(layout, q.device)
     forward = _fwd_op if torch.compiler.is_compiling() else _EagerAttention.apply
     o, lse2 = forward(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
-                      cu_seqlens)
+                      cu_seqlens, *_flatten(mods, varlen))
+    if o.shape[-1] != D:
+        o = o[..., :D]
     if not return_lse:
         return o
     # base 2 -> natural log; the kernels' +inf of an empty row (exp2(s2 - inf) == 0) -> -inf

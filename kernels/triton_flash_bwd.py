@@ -25,6 +25,13 @@ With p = exp2(s2 - lse) (the softmax) and dS = p * (dP - delta), dP = dO . V^T:
 dS is the gradient of the natural-log scores s = scale * q . k.  The lse's own gradient enters
 through delta alone: d lse_i / d s_ij = p_ij, so a gradient g_i on lse_i adds g_i * p_ij to dS_ij,
 which is dS = p * (dP - (delta - g)).
+The band, the documents, VARLEN and the score modifiers are those of the forward
+(``triton_flash_fwd.py``).  With a softcap, s = softcap * tanh(x), x = scale * q . k, so the
+gradient reaching x is dS * (1 - t^2) (t the tanh the forward took); ALiBi's bias does not depend on
+q or k.  With dropout (keep mask Z, kept probabilities scaled by r = 1 / (1 - p)):
+  dV = (r Z * P)^T dO,   dS = P * (r Z * dP - delta),
+delta = rowsum(dO * O) as before (O already holds the dropped, rescaled sum), the mask regenerated
+from the seed (``triton_flash_fwd.dropout_keep``).
 """
 
 from __future__ import annotations
@@ -33,14 +40,21 @@ import triton
 import triton.language as tl
 
 from genoformer.kernels.triton_flash_fwd import (
+    alibi_slope,
+    base2_scores,
     clamp_ranges,
     doc_span,
+    dropout_args,
+    dropout_keep,
     head_ptr,
     load_tile,
     mma,
     order_ranges,
     query_rows,
     row_tile_range,
+    scaled,
+    seq_rows,
+    slice_ptr,
     split_item,
     split_sum_rows,
     store_tile,
@@ -54,11 +68,11 @@ from genoformer.kernels.triton_flash_fwd import (
 
 
 @triton.jit
-def store_scaled(OUT, b, sout_b, h, sout_h, offs, sout_l, value, scale, rows_ok, offs_d,
+def store_scaled(out_base, offs, sout_l, value, scale, rows_ok, offs_d,
                  D: tl.constexpr, D_TILE: tl.constexpr, ALIGN8: tl.constexpr):
-    """Store scale * value in OUT's dtype at the rows offs of OUT[b, h] (a gradient's tile)."""
-    ptrs = tile_ptrs(head_ptr(OUT, b, sout_b, h, sout_h, ALIGN8), offs, sout_l, offs_d, ALIGN8)
-    store_tile(ptrs, (value * scale).to(OUT.dtype.element_ty), rows_ok, offs_d, D, D_TILE)
+    """Store scale * value in OUT's dtype at the rows offs of the slice out_base starts (a gradient's tile)."""
+    ptrs = tile_ptrs(out_base, offs, sout_l, offs_d, ALIGN8)
+    store_tile(ptrs, (value * scale).to(out_base.dtype.element_ty), rows_ok, offs_d, D, D_TILE)
 
 
 @triton.jit
@@ -89,20 +103,25 @@ def bwd_preprocess_kernel(
 @triton.jit
 def _dkdv_steps(
     dk, dv, k, v, q_src, do_src, lse_base, delta_base, sq_l, sdo_l,
-    idx_ptr, bs, TPB, t_lo, t_hi, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
-    BLOCK_M1: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr, CAUSAL: tl.constexpr,
+    idx_ptr, bs, TPB, t_lo, t_hi, offs_n, start_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
+    lo_off, hi_off, shift, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr, drop_scale,
+    BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr,
+    BAND_LO: tl.constexpr, BAND_HI: tl.constexpr,
     SPARSE: tl.constexpr, MASK: tl.constexpr, EVEN_Q: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
     HAS_DOCS: tl.constexpr, TMA: tl.constexpr, DV_LATE: tl.constexpr,
+    ALIBI_: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, TANH_ASM: tl.constexpr,
 ):
     """Accumulate dK, dV (BLOCK_N1, D_TILE) over query tiles t_lo..t_hi (transposed: keys are rows).
 
     doc_lo, doc_hi (BLOCK_N1,): each key's document span, the queries that may see it (HAS_DOCS).
+    Lq: the queries of this sequence (rows past it read q = 0 and lse = +inf, so their p is 0).
     DV_LATE: issue the dV matmul after dP = v . dO^T, beside dK's, instead of before it.  The same
     matmuls of the same tiles (bit-equal results), but the fp32 pT, its 16-bit copy (the dV
     matmul's operand, held until that asynchronous sm_90 matmul completes) and dP are no longer
     live at once: 16 registers a thread fewer at the peak of a 64 x 128 step at D 128 on sm_90,
     where the default order spills (on sm_80 it spills more; benchmarks/spills.py,
     docs/design/kernels.md)."""
+    MODS: tl.constexpr = ALIBI_ or SOFTCAP
     offs_d = tl.arange(0, D_TILE)
     start_next = tile_start(t_lo, idx_ptr, bs, TPB, BLOCK_M1, SPARSE, t_lo < t_hi)
     for t in range(t_lo, t_hi):
@@ -116,11 +135,16 @@ def _dkdv_steps(
         else:
             lse = tl.load(lse_base + offs_m, mask=offs_m < Lq, other=float("inf"))
         s2T = mma(k, tl.trans(q), None, DOT_F32)  # (BLOCK_N1, BLOCK_M1)
-        pT = tl.math.exp2(s2T * qk_scale - lse[None, :])
+        if MODS:
+            s2T, tT = base2_scores(s2T, offs_m[None, :], offs_n[:, None], shift, qk_scale, cap_in, cap2, slope2,
+                                   ALIBI_, SOFTCAP, TANH_ASM)
+        pT = tl.math.exp2(scaled(s2T, qk_scale, MODS) - lse[None, :])
         if MASK:
             keep = offs_n[:, None] < kv_end
-            if CAUSAL:
-                keep = keep & (offs_m[None, :] >= offs_n[:, None])
+            if BAND_HI:
+                keep = keep & (offs_n[:, None] <= offs_m[None, :] + hi_off)
+            if BAND_LO:
+                keep = keep & (offs_n[:, None] >= offs_m[None, :] + lo_off)
             if HAS_DOCS:
                 keep = keep & (offs_m[None, :] >= doc_lo[:, None]) & (offs_m[None, :] < doc_hi[:, None])
             pT = tl.where(keep, pT, 0.0)
@@ -129,40 +153,60 @@ def _dkdv_steps(
             delta = tl.load(delta_base + offs_m)
         else:
             delta = tl.load(delta_base + offs_m, mask=offs_m < Lq, other=0.0)
+        pdT = pT  # what reaches dV: the kept probabilities, rescaled
+        if DROPOUT:
+            zT = tl.trans(dropout_keep(seed, rng_off, seq_head, offs_m, start_n, drop_thr, BLOCK_M1, BLOCK_N1))
+            pdT = tl.where(zT, pT * drop_scale, 0.0)
         if not DV_LATE:
-            dv = mma(pT.to(do.dtype), do, dv, DOT_F32)
+            dv = mma(pdT.to(do.dtype), do, dv, DOT_F32)
         dpT = mma(v, tl.trans(do), None, DOT_F32)  # (BLOCK_N1, BLOCK_M1)
+        if DROPOUT:
+            dpT = tl.where(zT, dpT * drop_scale, 0.0)
         dsT = pT * (dpT - delta[None, :])
+        if SOFTCAP:
+            dsT = dsT * (1.0 - tT * tT)
         if DV_LATE:  # pT's 16-bit copy made once dP is done: the two are never live together
-            dv = mma(pT.to(do.dtype), do, dv, DOT_F32)
+            dv = mma(pdT.to(do.dtype), do, dv, DOT_F32)
         dk = mma(dsT.to(q.dtype), q, dk, DOT_F32)
     return dk, dv
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["band_lo", "band_hi", "drop_thr"])
 def bwd_dkdv_kernel(
     Q, K, V, DO, DK, DV, PDK, PDV, LSE, DELTA, KV_LENS, CNT, IDX, ORDER, DOC_START, DOC_END, DOC_ORDER,
+    CU_Q, CU_K, ALIBI, RNG,
     sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, sdo_b, sdo_h, sdo_l,
     sdk_b, sdk_h, sdk_l, sdv_b, sdv_h, sdv_l, spart_bh, spart_s,
-    scnt_h, sidx_h, sidx_n, sord_h,
-    H, HKV, GROUP, Lq, Lk, qk_scale, sm_scale, BS: tl.constexpr,
+    scnt_h, sidx_h, sidx_n, sord_h, sal_b,
+    H, HKV, GROUP, Lq, Lk, qk_scale, sm_scale, band_lo, band_hi, cap_in, cap2, drop_thr, drop_scale,
+    BS: tl.constexpr,
     D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
-    CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, EVEN_Q: tl.constexpr,
-    SCAN_: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr,
+    BAND_LO: tl.constexpr, BAND_HI: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr,
+    EVEN_Q: tl.constexpr, SCAN_: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr,
     TMA: tl.constexpr, HEADS_OUTER: tl.constexpr, SPLIT: tl.constexpr, DV_LATE: tl.constexpr,
+    VARLEN: tl.constexpr, ALIBI_: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr,
+    TANH_ASM: tl.constexpr,
 ):
     # grid: (B * HKV, key tiles), or (key tiles, B * HKV) when HEADS_OUTER; the longest columns
     # launched first: dense causal, key tile 0, or with documents the tiles in DOC_ORDER
     # (B, tiles) (by descending span); sparse, the layout columns in ORDER (by descending count,
     # taken from the group's first query head), each as BS // BLOCK_N1 tiles.
+    # VARLEN: B * HKV is sequences * HKV and the key tiles those of the longest key sequence; a
+    # tile past its sequence's keys stores nothing.
     # SPLIT (sparse only): ORDER holds the split plan's items (P, I, 4) instead, sord_h its head
     # stride: a program walks the entries [e_lo, e_hi) of its column's lists, and a chunk of a
     # split column (slot >= 0) writes its unscaled fp32 dK, dV to slot `slot` of PDK, PDV
     # (B, HKV, slots, BS, D) (strides spart_bh, spart_s, D), summed later by ``split_sum_kernel``
     bhk = tl.program_id(1 if HEADS_OUTER else 0)
     tile = tl.program_id(0 if HEADS_OUTER else 1)
-    b = bhk // HKV
+    seq = bhk // HKV  # the batch row, or with VARLEN the sequence
     hk = bhk % HKV
+    b = seq
+    if VARLEN:
+        b = seq * 0
+    q_row0, seq_q = seq_rows(CU_Q, seq, Lq, VARLEN)
+    k_row0, seq_k = seq_rows(CU_K, seq, Lk, VARLEN)
+    shift = seq_k - seq_q
     e_lo = 0
     e_hi = 0
     slot = 0
@@ -177,30 +221,36 @@ def bwd_dkdv_kernel(
         start_n = tl.load(DOC_ORDER + b * tl.num_programs(0 if HEADS_OUTER else 1) + tile) * BLOCK_N1
     else:
         start_n = tile * BLOCK_N1
-    kv_end = Lk
+    kv_end = seq_k
     if HAS_KV_LENS:
         kv_end = tl.minimum(tl.maximum(tl.load(KV_LENS + b).to(tl.int32), 0), Lk)
     key_partial = start_n + BLOCK_N1 > kv_end  # the key-padding edge or the ragged tail
+    lo_off = band_lo + shift
+    hi_off = band_hi + shift
 
     offs_n = start_n + tl.arange(0, BLOCK_N1)
     offs_d = tl.arange(0, D_TILE)
-    k_row_ok = offs_n < Lk
+    k_row_ok = offs_n < seq_k
     # k and v stay in registers: (BLOCK_N1, D_TILE)
-    k = load_tile(tile_ptrs(head_ptr(K, b, sk_b, hk, sk_h, ALIGN8), offs_n, sk_l, offs_d, ALIGN8),
+    k = load_tile(tile_ptrs(slice_ptr(K, b, sk_b, hk, sk_h, k_row0, sk_l, ALIGN8), offs_n, sk_l, offs_d, ALIGN8),
                   k_row_ok, offs_d, D, D_TILE, True)
-    v = load_tile(tile_ptrs(head_ptr(V, b, sv_b, hk, sv_h, ALIGN8), offs_n, sv_l, offs_d, ALIGN8),
+    v = load_tile(tile_ptrs(slice_ptr(V, b, sv_b, hk, sv_h, k_row0, sv_l, ALIGN8), offs_n, sv_l, offs_d, ALIGN8),
                   k_row_ok, offs_d, D, D_TILE, True)
     dk = tl.zeros([BLOCK_N1, D_TILE], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N1, D_TILE], dtype=tl.float32)
-    # queries that may see this key tile: causal, [start_n, ...); every one of its keys, from
-    # start_n + BLOCK_N1 - 1; with documents, within the keys' documents (see doc_span)
-    q_lo = 0
-    q_full_lo = 0
-    q_full_hi = Lq
-    q_hi = Lq
-    if CAUSAL:
-        q_lo = start_n
-        q_full_lo = start_n + BLOCK_N1 - 1
+    # queries that may see this key tile: [q_lo, q_hi), every one of its keys [q_full_lo, q_full_hi).
+    # The band lo_off <= j - i <= hi_off: i >= j - hi_off (causal: i >= j) and i <= j - lo_off;
+    # with documents, within the keys' documents (see doc_span)
+    q_lo = start_n * 0
+    q_full_lo = start_n * 0
+    q_full_hi = seq_q + start_n * 0
+    q_hi = seq_q + start_n * 0
+    if BAND_HI:
+        q_lo = start_n - hi_off
+        q_full_lo = start_n + BLOCK_N1 - 1 - hi_off
+    if BAND_LO:
+        q_full_hi = tl.minimum(q_full_hi, start_n - lo_off + 1)
+        q_hi = tl.minimum(q_hi, start_n + BLOCK_N1 - lo_off)
     doc_base = b.to(tl.int64) * Lk
     doc_lo = offs_n  # each key's document span (HAS_DOCS only): keys past Lk see no query
     doc_hi = offs_n
@@ -211,18 +261,21 @@ def bwd_dkdv_kernel(
                                             tl.minimum(start_n + BLOCK_N1, Lk) - 1)
         q_lo = tl.maximum(q_lo, lo)
         q_full_lo = tl.maximum(q_full_lo, full_lo)
-        q_full_hi = full_hi
-        q_hi = hi
+        q_full_hi = tl.minimum(q_full_hi, full_hi)
+        q_hi = tl.minimum(q_hi, hi)
+    seed, rng_off = dropout_args(RNG, DROPOUT)
 
     for g in range(GROUP):
         h = hk * GROUP + g
-        bh = b * H + h
-        q_src = tile_source(head_ptr(Q, b, sq_b, h, sq_h, ALIGN8), Lq, sq_l, BLOCK_M1, D, D_TILE, TMA)
-        do_src = tile_source(head_ptr(DO, b, sdo_b, h, sdo_h, ALIGN8), Lq, sdo_l, BLOCK_M1, D, D_TILE, TMA)
-        lse_base = LSE + bh.to(tl.int64) * Lq
-        delta_base = DELTA + bh.to(tl.int64) * Lq
-        # query tiles [t_lo, t_mid) and [t_full, t_end) are masked (the causal diagonal, the
-        # documents' edges), [t_mid, t_full) need no mask; the column's other tiles are skipped
+        slope2 = alibi_slope(ALIBI, sal_b, seq, h, ALIBI_)
+        q_src = tile_source(slice_ptr(Q, b, sq_b, h, sq_h, q_row0, sq_l, ALIGN8), seq_q, sq_l, BLOCK_M1, D, D_TILE,
+                            TMA)
+        do_src = tile_source(slice_ptr(DO, b, sdo_b, h, sdo_h, q_row0, sdo_l, ALIGN8), seq_q, sdo_l, BLOCK_M1, D,
+                             D_TILE, TMA)
+        lse_base = LSE + (b * H + h).to(tl.int64) * Lq + q_row0
+        delta_base = DELTA + (b * H + h).to(tl.int64) * Lq + q_row0
+        # query tiles [t_lo, t_mid) and [t_full, t_end) are masked (the band's or the documents'
+        # edges), [t_mid, t_full) need no mask; the column's other tiles are skipped
         count = 0
         idx_ptr = IDX
         TPB = 1
@@ -232,15 +285,15 @@ def bwd_dkdv_kernel(
             TPB = BS // BLOCK_M1
         t_lo = 0
         t_mid = 0
-        if CAUSAL or HAS_DOCS:
+        if BAND_HI or HAS_DOCS:
             t_lo = tiles_ending_by(q_lo, count, idx_ptr, BS, TPB, BLOCK_M1, SPARSE, SCAN_)
             t_mid = tiles_starting_before(q_full_lo, count, idx_ptr, BS, TPB, BLOCK_M1, SPARSE, SCAN_)
         if SPARSE:
             t_end = count * TPB
         else:
-            t_end = tl.cdiv(Lq, BLOCK_M1)
+            t_end = tl.cdiv(seq_q, BLOCK_M1)
         t_full = t_end
-        if HAS_DOCS:
+        if BAND_LO or HAS_DOCS:
             t_full = tiles_ending_by(q_full_hi, count, idx_ptr, BS, TPB, BLOCK_M1, SPARSE, SCAN_)
             t_end = tiles_starting_before(q_hi, count, idx_ptr, BS, TPB, BLOCK_M1, SPARSE, SCAN_)
         t_lo, t_mid, t_full, t_end = order_ranges(t_lo, t_mid, t_full, t_end)
@@ -253,20 +306,27 @@ def bwd_dkdv_kernel(
             t_full = t_end
         if SPLIT:  # this program's chunk of the list
             t_lo, t_mid, t_full, t_end = clamp_ranges(t_lo, t_mid, t_full, t_end, e_lo * TPB, e_hi * TPB)
+        seq_head = seq * H + h
         dk, dv = _dkdv_steps(dk, dv, k, v, q_src, do_src, lse_base, delta_base, sq_l, sdo_l,
-                             idx_ptr, BS, TPB, t_lo, t_mid, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
-                             BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, True, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS, TMA,
-                             DV_LATE)
+                             idx_ptr, BS, TPB, t_lo, t_mid, offs_n, start_n, kv_end, seq_q, qk_scale, doc_lo, doc_hi,
+                             lo_off, hi_off, shift, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr, drop_scale,
+                             BLOCK_M1, BLOCK_N1, D, D_TILE, BAND_LO, BAND_HI, SPARSE, True, EVEN_Q, DOT_F32, ALIGN8,
+                             HAS_DOCS, TMA, DV_LATE, ALIBI_, SOFTCAP, DROPOUT, TANH_ASM)
         dk, dv = _dkdv_steps(dk, dv, k, v, q_src, do_src, lse_base, delta_base, sq_l, sdo_l,
-                             idx_ptr, BS, TPB, t_mid, t_full, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
-                             BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, False, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS, TMA,
-                             DV_LATE)
-        if HAS_DOCS:  # the end of the documents' span
+                             idx_ptr, BS, TPB, t_mid, t_full, offs_n, start_n, kv_end, seq_q, qk_scale, doc_lo, doc_hi,
+                             lo_off, hi_off, shift, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr, drop_scale,
+                             BLOCK_M1, BLOCK_N1, D, D_TILE, BAND_LO, BAND_HI, SPARSE, False, EVEN_Q, DOT_F32, ALIGN8,
+                             HAS_DOCS, TMA, DV_LATE, ALIBI_, SOFTCAP, DROPOUT, TANH_ASM)
+        if BAND_LO or HAS_DOCS:  # the end of the band or of the documents' span
             dk, dv = _dkdv_steps(dk, dv, k, v, q_src, do_src, lse_base, delta_base, sq_l, sdo_l,
-                                 idx_ptr, BS, TPB, t_full, t_end, offs_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
-                                 BLOCK_M1, D, D_TILE, CAUSAL, SPARSE, True, EVEN_Q, DOT_F32, ALIGN8, HAS_DOCS, TMA,
-                                 DV_LATE)
+                                 idx_ptr, BS, TPB, t_full, t_end, offs_n, start_n, kv_end, seq_q, qk_scale, doc_lo,
+                                 doc_hi, lo_off, hi_off, shift, cap_in, cap2, slope2, seed, rng_off, seq_head,
+                                 drop_thr, drop_scale,
+                                 BLOCK_M1, BLOCK_N1, D, D_TILE, BAND_LO, BAND_HI, SPARSE, True, EVEN_Q, DOT_F32,
+                                 ALIGN8, HAS_DOCS, TMA, DV_LATE, ALIBI_, SOFTCAP, DROPOUT, TANH_ASM)
 
+    dk_base = slice_ptr(DK, b, sdk_b, hk, sdk_h, k_row0, sdk_l, ALIGN8)
+    dv_base = slice_ptr(DV, b, sdv_b, hk, sdv_h, k_row0, sdv_l, ALIGN8)
     if SPLIT:
         if slot >= 0:  # a chunk of a split column: its partial sums, in fp32
             offs_r = offs_n - col * BS  # the rows of this tile within its layout block
@@ -274,22 +334,26 @@ def bwd_dkdv_kernel(
             store_tile(tile_ptrs(PDK + part, offs_r, D, offs_d, False), dk, k_row_ok, offs_d, D, D_TILE)
             store_tile(tile_ptrs(PDV + part, offs_r, D, offs_d, False), dv, k_row_ok, offs_d, D, D_TILE)
         else:
-            store_scaled(DK, b, sdk_b, hk, sdk_h, offs_n, sdk_l, dk, sm_scale, k_row_ok, offs_d, D, D_TILE, ALIGN8)
-            store_scaled(DV, b, sdv_b, hk, sdv_h, offs_n, sdv_l, dv, 1.0, k_row_ok, offs_d, D, D_TILE, ALIGN8)
+            store_scaled(dk_base, offs_n, sdk_l, dk, sm_scale, k_row_ok, offs_d, D, D_TILE, ALIGN8)
+            store_scaled(dv_base, offs_n, sdv_l, dv, 1.0, k_row_ok, offs_d, D, D_TILE, ALIGN8)
     else:
-        store_scaled(DK, b, sdk_b, hk, sdk_h, offs_n, sdk_l, dk, sm_scale, k_row_ok, offs_d, D, D_TILE, ALIGN8)
-        store_scaled(DV, b, sdv_b, hk, sdv_h, offs_n, sdv_l, dv, 1.0, k_row_ok, offs_d, D, D_TILE, ALIGN8)
+        store_scaled(dk_base, offs_n, sdk_l, dk, sm_scale, k_row_ok, offs_d, D, D_TILE, ALIGN8)
+        store_scaled(dv_base, offs_n, sdv_l, dv, 1.0, k_row_ok, offs_d, D, D_TILE, ALIGN8)
 
 
 @triton.jit
 def _dq_steps(
     dq, q, do, lse, delta, k_src, v_src, sk_l, sv_l,
     idx_ptr, bs, TPB, t_lo, t_hi, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-    BLOCK_N2: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr, CAUSAL: tl.constexpr,
+    lo_off, hi_off, shift, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr, drop_scale,
+    BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr,
+    BAND_LO: tl.constexpr, BAND_HI: tl.constexpr,
     SPARSE: tl.constexpr, MASK: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
     HAS_DOCS: tl.constexpr, TMA: tl.constexpr,
+    ALIBI_: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, TANH_ASM: tl.constexpr,
 ):
     """Accumulate dQ (BLOCK_M2, D_TILE) over key tiles t_lo..t_hi (doc_lo, doc_hi: as in the forward)."""
+    MODS: tl.constexpr = ALIBI_ or SOFTCAP
     offs_d = tl.arange(0, D_TILE)
     start_next = tile_start(t_lo, idx_ptr, bs, TPB, BLOCK_N2, SPARSE, t_lo < t_hi)
     for t in range(t_lo, t_hi):
@@ -299,40 +363,57 @@ def _dq_steps(
         k = stream_tile(k_src, start_n, offs_n, sk_l, offs_n < kv_end, offs_d, D, D_TILE, MASK, TMA, ALIGN8)
         v = stream_tile(v_src, start_n, offs_n, sv_l, offs_n < kv_end, offs_d, D, D_TILE, MASK, TMA, ALIGN8)
         s2 = mma(q, tl.trans(k), None, DOT_F32)  # (BLOCK_M2, BLOCK_N2)
-        p = tl.math.exp2(s2 * qk_scale - lse[:, None])
+        if MODS:
+            s2, t2 = base2_scores(s2, offs_m[:, None], offs_n[None, :], shift, qk_scale, cap_in, cap2, slope2,
+                                  ALIBI_, SOFTCAP, TANH_ASM)
+        p = tl.math.exp2(scaled(s2, qk_scale, MODS) - lse[:, None])
         if MASK:
             keep = offs_n[None, :] < kv_end
-            if CAUSAL:
-                keep = keep & (offs_m[:, None] >= offs_n[None, :])
+            if BAND_HI:
+                keep = keep & (offs_n[None, :] <= offs_m[:, None] + hi_off)
+            if BAND_LO:
+                keep = keep & (offs_n[None, :] >= offs_m[:, None] + lo_off)
             if HAS_DOCS:
                 keep = keep & (offs_n[None, :] >= doc_lo[:, None]) & (offs_n[None, :] < doc_hi[:, None])
             p = tl.where(keep, p, 0.0)
         dp = mma(do, tl.trans(v), None, DOT_F32)  # (BLOCK_M2, BLOCK_N2)
+        if DROPOUT:
+            z = dropout_keep(seed, rng_off, seq_head, offs_m, start_n, drop_thr, BLOCK_M2, BLOCK_N2)
+            dp = tl.where(z, dp * drop_scale, 0.0)
         ds = p * (dp - delta[:, None])
+        if SOFTCAP:
+            ds = ds * (1.0 - t2 * t2)
         dq = mma(ds.to(k.dtype), k, dq, DOT_F32)
     return dq
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["band_lo", "band_hi", "drop_thr"])
 def bwd_dq_kernel(
-    Q, K, V, DO, DQ, PDQ, LSE, DELTA, KV_LENS, CNT, IDX, ORDER, DOC_START, DOC_END, DOC_ORDER,
+    Q, K, V, DO, DQ, PDQ, LSE, DELTA, KV_LENS, CNT, IDX, ORDER, DOC_START, DOC_END, DOC_ORDER, CU_Q, CU_K, ALIBI, RNG,
     sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, sdo_b, sdo_h, sdo_l, sdq_b, sdq_h, sdq_l,
-    spart_bh, spart_s, scnt_h, sidx_h, sidx_m, sord_h,
-    H, GROUP, Lq, Lk, qk_scale, sm_scale, BS: tl.constexpr,
+    spart_bh, spart_s, scnt_h, sidx_h, sidx_m, sord_h, sal_b,
+    H, GROUP, Lq, Lk, qk_scale, sm_scale, band_lo, band_hi, cap_in, cap2, drop_thr, drop_scale, BS: tl.constexpr,
     D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
-    CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, SCAN_: tl.constexpr,
-    DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr, TMA: tl.constexpr,
-    HEADS_OUTER: tl.constexpr, SPLIT: tl.constexpr,
+    BAND_LO: tl.constexpr, BAND_HI: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr,
+    SCAN_: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr, TMA: tl.constexpr,
+    HEADS_OUTER: tl.constexpr, SPLIT: tl.constexpr, VARLEN: tl.constexpr, ALIBI_: tl.constexpr,
+    SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, TANH_ASM: tl.constexpr,
 ):
     # grid: (B * H, query tiles), or (query tiles, B * H) when HEADS_OUTER; the longest rows
-    # launched first (as in the forward).  SPLIT: as in ``bwd_dkdv_kernel``, ORDER holds the
-    # split plan's items and a chunk of a split row writes its unscaled fp32 dQ to PDQ
+    # launched first (as in the forward; VARLEN too).  SPLIT: as in ``bwd_dkdv_kernel``, ORDER holds
+    # the split plan's items and a chunk of a split row writes its unscaled fp32 dQ to PDQ
     # (B, H, slots, BS, D)
-    bh = tl.program_id(1 if HEADS_OUTER else 0)
+    pid = tl.program_id(1 if HEADS_OUTER else 0)
     tile = tl.program_id(0 if HEADS_OUTER else 1)
-    b = bh // H
-    h = bh % H
+    seq = pid // H
+    h = pid % H
     hk = h // GROUP
+    b = seq
+    if VARLEN:
+        b = seq * 0
+    q_row0, seq_q = seq_rows(CU_Q, seq, Lq, VARLEN)
+    k_row0, seq_k = seq_rows(CU_K, seq, Lk, VARLEN)
+    shift = seq_k - seq_q
     row = 0  # the layout row of this tile (SPARSE only)
     e_lo = 0
     e_hi = 0
@@ -346,52 +427,69 @@ def bwd_dq_kernel(
         start_m = row * BS + (tile % tiles_per_row) * BLOCK_M2
     elif HAS_DOCS:
         start_m = tl.load(DOC_ORDER + b * tl.num_programs(0 if HEADS_OUTER else 1) + tile) * BLOCK_M2
+    elif VARLEN:
+        start_m = (tl.cdiv(seq_q, BLOCK_M2) - 1 - tile) * BLOCK_M2
     else:
         start_m = (tl.num_programs(0 if HEADS_OUTER else 1) - 1 - tile) * BLOCK_M2
-    kv_end = Lk
+    if VARLEN:
+        if start_m < 0:  # past this sequence's tiles
+            return
+    kv_end = seq_k
     if HAS_KV_LENS:
         kv_end = tl.minimum(tl.maximum(tl.load(KV_LENS + b).to(tl.int32), 0), Lk)
+    lo_off = band_lo + shift
+    hi_off = band_hi + shift
+    slope2 = alibi_slope(ALIBI, sal_b, seq, h, ALIBI_)
+    seed, rng_off = dropout_args(RNG, DROPOUT)
 
     offs_m = start_m + tl.arange(0, BLOCK_M2)
     offs_d = tl.arange(0, D_TILE)
-    row_ok = offs_m < Lq
+    row_ok = offs_m < seq_q
     # q, dO, lse, delta stay in registers for the whole program
-    q = load_tile(tile_ptrs(head_ptr(Q, b, sq_b, h, sq_h, ALIGN8), offs_m, sq_l, offs_d, ALIGN8),
+    q = load_tile(tile_ptrs(slice_ptr(Q, b, sq_b, h, sq_h, q_row0, sq_l, ALIGN8), offs_m, sq_l, offs_d, ALIGN8),
                   row_ok, offs_d, D, D_TILE, True)
-    do = load_tile(tile_ptrs(head_ptr(DO, b, sdo_b, h, sdo_h, ALIGN8), offs_m, sdo_l, offs_d, ALIGN8),
+    do = load_tile(tile_ptrs(slice_ptr(DO, b, sdo_b, h, sdo_h, q_row0, sdo_l, ALIGN8), offs_m, sdo_l, offs_d, ALIGN8),
                    row_ok, offs_d, D, D_TILE, True)
-    lse = tl.load(LSE + bh.to(tl.int64) * Lq + offs_m, mask=row_ok, other=float("inf"))
-    delta = tl.load(DELTA + bh.to(tl.int64) * Lq + offs_m, mask=row_ok, other=0.0)
-    k_src = tile_source(head_ptr(K, b, sk_b, hk, sk_h, ALIGN8), Lk, sk_l, BLOCK_N2, D, D_TILE, TMA)
-    v_src = tile_source(head_ptr(V, b, sv_b, hk, sv_h, ALIGN8), Lk, sv_l, BLOCK_N2, D, D_TILE, TMA)
+    lse = tl.load(LSE + (b * H + h).to(tl.int64) * Lq + q_row0 + offs_m, mask=row_ok, other=float("inf"))
+    delta = tl.load(DELTA + (b * H + h).to(tl.int64) * Lq + q_row0 + offs_m, mask=row_ok, other=0.0)
+    k_src = tile_source(slice_ptr(K, b, sk_b, hk, sk_h, k_row0, sk_l, ALIGN8), seq_k, sk_l, BLOCK_N2, D, D_TILE, TMA)
+    v_src = tile_source(slice_ptr(V, b, sv_b, hk, sv_h, k_row0, sv_l, ALIGN8), seq_k, sv_l, BLOCK_N2, D, D_TILE, TMA)
 
     count, idx_ptr, TPB, doc_base, doc_lo, doc_hi = query_rows(
         row, start_m, offs_m, row_ok, b, h, Lq, CNT, scnt_h, IDX, sidx_h, sidx_m, BS, DOC_START, DOC_END,
         BLOCK_N2, SPARSE, HAS_DOCS)
-    t_lo, t_first, t_full, t_end = row_tile_range(start_m, kv_end, count, idx_ptr, BS, TPB,
+    t_lo, t_first, t_full, t_end = row_tile_range(start_m, kv_end, lo_off, hi_off, count, idx_ptr, BS, TPB,
                                                   DOC_START, DOC_END, doc_base, Lq,
-                                                  BLOCK_M2, BLOCK_N2, CAUSAL, SPARSE, HAS_DOCS, SCAN_)
+                                                  BLOCK_M2, BLOCK_N2, BAND_LO, BAND_HI, SPARSE, HAS_DOCS, SCAN_)
     if SPLIT:  # this program's chunk of the list
         t_lo, t_first, t_full, t_end = clamp_ranges(t_lo, t_first, t_full, t_end, e_lo * TPB, e_hi * TPB)
     dq = tl.zeros([BLOCK_M2, D_TILE], dtype=tl.float32)
-    if HAS_DOCS:  # the start of the documents' span
+    seq_head = seq * H + h
+    if HAS_DOCS or BAND_LO:  # the start of the documents' span or of the band
         dq = _dq_steps(dq, q, do, lse, delta, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB, t_lo, t_first,
                        offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                       BLOCK_N2, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS, TMA)
+                       lo_off, hi_off, shift, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr, drop_scale,
+                       BLOCK_M2, BLOCK_N2, D, D_TILE, BAND_LO, BAND_HI, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS, TMA,
+                       ALIBI_, SOFTCAP, DROPOUT, TANH_ASM)
     dq = _dq_steps(dq, q, do, lse, delta, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB, t_first, t_full,
                    offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                   BLOCK_N2, D, D_TILE, CAUSAL, SPARSE, False, DOT_F32, ALIGN8, HAS_DOCS, TMA)
+                   lo_off, hi_off, shift, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr, drop_scale,
+                   BLOCK_M2, BLOCK_N2, D, D_TILE, BAND_LO, BAND_HI, SPARSE, False, DOT_F32, ALIGN8, HAS_DOCS, TMA,
+                   ALIBI_, SOFTCAP, DROPOUT, TANH_ASM)
     dq = _dq_steps(dq, q, do, lse, delta, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB, t_full, t_end,
                    offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                   BLOCK_N2, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS, TMA)
+                   lo_off, hi_off, shift, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr, drop_scale,
+                   BLOCK_M2, BLOCK_N2, D, D_TILE, BAND_LO, BAND_HI, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS, TMA,
+                   ALIBI_, SOFTCAP, DROPOUT, TANH_ASM)
+    dq_base = slice_ptr(DQ, b, sdq_b, h, sdq_h, q_row0, sdq_l, ALIGN8)
     if SPLIT:
         if slot >= 0:  # a chunk of a split row: its partial sum, in fp32
-            part = bh.to(tl.int64) * spart_bh + slot.to(tl.int64) * spart_s
+            part = pid.to(tl.int64) * spart_bh + slot.to(tl.int64) * spart_s
             store_tile(tile_ptrs(PDQ + part, offs_m - row * BS, D, offs_d, False), dq, row_ok, offs_d, D, D_TILE)
         else:
-            store_scaled(DQ, b, sdq_b, h, sdq_h, offs_m, sdq_l, dq, sm_scale, row_ok, offs_d, D, D_TILE, ALIGN8)
+            store_scaled(dq_base, offs_m, sdq_l, dq, sm_scale, row_ok, offs_d, D, D_TILE, ALIGN8)
     else:
-        store_scaled(DQ, b, sdq_b, h, sdq_h, offs_m, sdq_l, dq, sm_scale, row_ok, offs_d, D, D_TILE, ALIGN8)
+        store_scaled(dq_base, offs_m, sdq_l, dq, sm_scale, row_ok, offs_d, D, D_TILE, ALIGN8)
 
 
 @triton.jit
@@ -414,4 +512,5 @@ def split_sum_kernel(
     for c in range(chunks):
         slot = (first + c).to(tl.int64)
         acc += load_tile(tile_ptrs(part + slot * spart_s, offs_r, D, offs_d, False), rows_ok, offs_d, D, D_TILE, True)
-    store_scaled(OUT, b, sout_b, h, sout_h, offs_l, sout_l, acc, scale, rows_ok, offs_d, D, D_TILE, ALIGN8)
+    store_scaled(slice_ptr(OUT, b, sout_b, h, sout_h, b * 0, sout_l, ALIGN8), offs_l, sout_l, acc, scale, rows_ok,
+                 offs_d, D, D_TILE, ALIGN8)

@@ -226,6 +226,20 @@ def fit_bwd(config: BwdConfig, block_size: int | None) -> BwdConfig:
     )
 
 
+DROPOUT_TILE = 128 * 128
+"""Dropout's mask, drawn eight keys to a Philox call and interleaved by joins, reaches the
+probabilities' layout through a (rows, keys) int8 tile of shared memory: 16 KB beside the 128 x 128
+forward tiles, which on sm_90 at D 128 fill shared memory with three stages already."""
+
+
+def fit_dropout(config: FwdConfig) -> FwdConfig:
+    """A forward configuration with room for dropout's mask: one stage fewer for tiles of
+    DROPOUT_TILE elements and more (tests/kernels/test_triton_compile.py builds the defaults with it)."""
+    if config.block_m * config.block_n >= DROPOUT_TILE and config.num_stages > 2:
+        return dataclasses.replace(config, num_stages=config.num_stages - 1)
+    return config
+
+
 SPLIT_SUM_BLOCK = 64
 """Rows per program of ``split_sum_kernel`` (at most; a divisor of the layout block): it only adds
 a few fp32 tiles, default warps and no pipelining."""

@@ -41,6 +41,27 @@ first span are skipped, so a row packed with short documents costs about sum(len
 tiles [t_lo, t_first) at the start of the span and [t_full, t_end) at its end are masked, those
 in between run unmasked.  The dK/dV kernel does the same over query tiles with the key tile's
 documents (queries and keys share the row's documents).
+
+Diagonal band (BAND_LO, BAND_HI; causal attention and sliding windows): query i attends key j only
+if lo_off <= j - i <= hi_off, where lo_off = band_lo + shift and hi_off = band_hi + shift, shift =
+(keys) - (queries) of the sequence: the band is aligned to the bottom-right corner of the score
+matrix, as flash-attn aligns it.  Causal is BAND_HI with band_hi = 0.  Like documents, a band cuts
+each tile's key walk to [t_lo, t_end): the tiles wholly inside the band run unmasked, only the
+(at most two) tiles on each of its edges are masked per token, so a window costs what its tokens
+cost.
+
+Score modifiers (forward and backward alike; base-2 units, see ``base2_scores``):
+  SOFTCAP   s = softcap * tanh(scale * q . k / softcap) (tanh capping of the scaled score);
+  ALIBI_    s -= slope[s, h] * |j - i - shift| (ALiBi; slopes per head or per sequence and head).
+Dropout (DROPOUT): after the softmax, each probability is kept with probability 1 - p and scaled by
+1 / (1 - p).  Which ones are kept is a pure function of (seed, offset, sequence * H + head, query,
+key) (``dropout_keep``, Philox 4x32-10): the backward regenerates the same mask, a run is
+deterministic for a given seed, and ``genoformer.kernels.dropout`` computes the same mask in PyTorch.
+
+Variable-length batches (VARLEN; flash-attn's varlen convention): q is (1, H, total_q, D), k and v
+(1, HKV, total_k, D), and CU_Q, CU_K (N + 1,) int32 give the sequences' first rows; program axis 0
+runs over (sequence, head), and each sequence has its own lengths (its band's shift included), so
+nothing is padded to the longest sequence.  lse and delta are (1, H, total_q).
 """
 
 from __future__ import annotations
@@ -111,17 +132,115 @@ def store_tile(ptrs, value, rows_ok, offs_d, D: tl.constexpr, D_TILE: tl.constex
 
 
 @triton.jit
-def store_rows(O, LSE, acc, l_i, m_i, b, h, bh, so_b, so_h, so_l, offs_m, row_ok, offs_d, Lq,
+def store_rows(o_base, lse_base, acc, l_i, m_i, so_l, offs_m, row_ok, offs_d,
                D: tl.constexpr, D_TILE: tl.constexpr, ALIGN8: tl.constexpr):
-    """Normalise and store finished query rows: o = acc / l in O's dtype and lse = m + log2(l);
+    """Normalise and store finished query rows: o = acc / l in O's dtype and lse = m + log2(l), at
+    the rows offs_m of the (batch, head) or (sequence, head) slices that o_base and lse_base start;
     a row with no allowed key (l == 0) gets o = 0 and lse = +inf."""
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
     o = acc / l_safe[:, None]
     lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
-    o_ptrs = tile_ptrs(head_ptr(O, b, so_b, h, so_h, ALIGN8), offs_m, so_l, offs_d, ALIGN8)
-    store_tile(o_ptrs, o.to(O.dtype.element_ty), row_ok, offs_d, D, D_TILE)
-    tl.store(LSE + bh.to(tl.int64) * Lq + offs_m, lse, mask=row_ok)
+    o_ptrs = tile_ptrs(o_base, offs_m, so_l, offs_d, ALIGN8)
+    store_tile(o_ptrs, o.to(o_base.dtype.element_ty), row_ok, offs_d, D, D_TILE)
+    tl.store(lse_base + offs_m, lse, mask=row_ok)
+
+
+@triton.jit
+def seq_rows(CU, s, L, VARLEN: tl.constexpr):
+    """(first row, length) of sequence s: CU[s] and CU[s + 1] - CU[s] with VARLEN, else (0, L)."""
+    row0 = s * 0
+    length = L + s * 0
+    if VARLEN:
+        row0 = tl.load(CU + s)
+        length = tl.load(CU + s + 1) - row0
+    return row0, length
+
+
+@triton.jit
+def slice_ptr(ptr, b, stride_b, h, stride_h, row0, stride_l, ALIGN8: tl.constexpr):
+    """ptr + b * stride_b + h * stride_h + row0 * stride_l (int64): the first row of one (batch,
+    head) slice, or of one sequence of it (VARLEN: row0 is the sequence's first row)."""
+    offset = b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h + row0.to(tl.int64) * stride_l
+    if ALIGN8:
+        offset = tl.multiple_of(offset, 8)
+    return ptr + offset
+
+
+@triton.jit
+def tanh(x, ASM: tl.constexpr):
+    """tanh(x) in fp32: the GPU's tanh.approx.f32 with ASM (one MUFU instruction, as flash-attn's
+    softcap; relative error below 2^-10), else 1 - 2 / (exp(2|x|) + 1) with x's sign (the
+    interpreter, which runs no inline assembly)."""
+    if ASM:
+        y = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True,
+                                      pack=1)
+    else:
+        e = tl.exp(-2.0 * tl.abs(x))
+        y = (1.0 - e) / (1.0 + e)
+        y = tl.where(x < 0.0, -y, y)
+    return y
+
+
+@triton.jit
+def base2_scores(s, q_pos, k_pos, shift, qk_scale, cap_in, cap2, slope2,
+                 ALIBI_: tl.constexpr, SOFTCAP: tl.constexpr, TANH_ASM: tl.constexpr):
+    """Base-2 scores of unscaled q . k tiles `s` with the score modifiers, and t, the softcap's tanh
+    (its gradient is 1 - t^2; s2 itself when there is no softcap).
+
+    SOFTCAP: s2 = cap2 * tanh(s * cap_in), cap_in = scale / softcap, cap2 = softcap * log2(e).
+    ALIBI_: s2 -= slope2 * |k_pos - q_pos - shift|, slope2 = slope * log2(e); q_pos and k_pos are the
+    tile's query and key positions, shaped to broadcast against s (rows and columns, or the other
+    way round in the transposed dK/dV tiles).  Without either modifier the kernels scale by
+    qk_scale themselves (``scaled``): that path is the plain kernels' instruction for instruction."""
+    if SOFTCAP:
+        t = tanh(s * cap_in, TANH_ASM)
+        s2 = t * cap2
+    else:
+        s2 = s * qk_scale
+        t = s2
+    if ALIBI_:
+        s2 = s2 - slope2 * tl.abs(k_pos - q_pos - shift).to(tl.float32)
+    return s2, t
+
+
+@triton.jit
+def scaled(x, qk_scale, MODS: tl.constexpr):
+    """Scores in base-2 units: x itself when ``base2_scores`` made them (MODS), else x * qk_scale."""
+    if MODS:
+        y = x
+    else:
+        y = x * qk_scale
+    return y
+
+
+@triton.jit
+def dropout_keep(seed, rng_off, seq_head, offs_m, start_n, thr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(BLOCK_M, BLOCK_N) bool: which probabilities of the queries offs_m and the keys start_n ..
+    start_n + BLOCK_N - 1 (start_n a multiple of 8) survive dropout; positions count from the
+    sequence's first row.
+
+    One Philox 4x32-10 call (key: the 64-bit seed; counter: (key // 8, query, seq_head, offset))
+    gives four 32-bit words, i.e. eight 16-bit values, one per key of a group of eight: key
+    8g + c takes half c % 2 (low, high) of word c // 2, and is kept when that value >= thr
+    (thr = round(p * 65536)).  The eight (BLOCK_M, BLOCK_N // 8) results are interleaved into
+    the tile by joins; ``genoformer.kernels.dropout`` is the same function in PyTorch."""
+    G: tl.constexpr = BLOCK_N // 8
+    zero = tl.zeros([BLOCK_M, G], dtype=tl.int32)
+    c0 = zero + (start_n // 8 + tl.arange(0, G))[None, :]
+    c1 = zero + offs_m[:, None]
+    r0, r1, r2, r3 = tl.philox(seed, c0, c1, zero + seq_head, zero + rng_off)
+    k0 = ((r0 & 0xFFFF).to(tl.int32) >= thr).to(tl.int8)
+    k1 = ((r0 >> 16).to(tl.int32) >= thr).to(tl.int8)
+    k2 = ((r1 & 0xFFFF).to(tl.int32) >= thr).to(tl.int8)
+    k3 = ((r1 >> 16).to(tl.int32) >= thr).to(tl.int8)
+    k4 = ((r2 & 0xFFFF).to(tl.int32) >= thr).to(tl.int8)
+    k5 = ((r2 >> 16).to(tl.int32) >= thr).to(tl.int8)
+    k6 = ((r3 & 0xFFFF).to(tl.int32) >= thr).to(tl.int8)
+    k7 = ((r3 >> 16).to(tl.int32) >= thr).to(tl.int8)
+    # join appends an axis of 2: [..., s, t, u] of these nested joins is key 4s + 2t + u of the group
+    keep = tl.join(tl.join(tl.join(k0, k4), tl.join(k2, k6)), tl.join(tl.join(k1, k5), tl.join(k3, k7)))
+    return tl.reshape(keep, (BLOCK_M, BLOCK_N)) != 0
 
 
 @triton.jit
@@ -295,31 +414,42 @@ def query_rows(row, start_m, offs_m, row_ok, b, h, Lq, CNT, scnt_h, IDX, sidx_h,
 
 @triton.jit
 def row_tile_range(
-    start_m, kv_end, count, idx_ptr, bs, TPB, DOC_START, DOC_END, doc_base, Lq,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, SPARSE: tl.constexpr,
-    HAS_DOCS: tl.constexpr, SCAN_: tl.constexpr,
+    start_m, kv_end, lo_off, hi_off, count, idx_ptr, bs, TPB, DOC_START, DOC_END, doc_base, Lq,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BAND_LO: tl.constexpr, BAND_HI: tl.constexpr,
+    SPARSE: tl.constexpr, HAS_DOCS: tl.constexpr, SCAN_: tl.constexpr,
 ):
     """(t_lo, t_first, t_full, t_end) for the query tile [start_m, start_m + BLOCK_M) over its key tiles.
 
     Key tiles [t_lo, t_first) and [t_full, t_end) are masked, [t_first, t_full) need no mask; the
-    rest are skipped.  Without documents t_lo = t_first = 0.  A key tile [n, n + BLOCK_N) needs no
-    mask when lo_full <= n and n + BLOCK_N <= full_end, and is visited at all when it overlaps
-    [lo, hi).  In sparse mode the key tiles are those of the row's CSR list (idx_ptr, count;
+    rest are skipped.  Without documents or a band's lower edge t_lo = t_first = 0.  A key tile
+    [n, n + BLOCK_N) needs no mask when full_lo <= n and n + BLOCK_N <= full_end, and is visited at
+    all when it overlaps [lo, hi): the band lo_off <= j - i <= hi_off gives, for the tile's first
+    and last rows, lo = start_m + lo_off, full_lo = start_m + BLOCK_M - 1 + lo_off,
+    full_end = start_m + hi_off + 1 and hi = start_m + BLOCK_M + hi_off; documents and kv_end cut
+    them further.  In sparse mode the key tiles are those of the row's CSR list (idx_ptr, count;
     ascending layout-block indices), and the counts come from one vectorised pass over the list.
     """
     full_end = kv_end
     hi = kv_end
-    if CAUSAL:
-        full_end = tl.minimum(start_m + 1, kv_end)
-        hi = tl.minimum(start_m + BLOCK_M, kv_end)
-    t_lo = 0
-    t_first = 0
+    if BAND_HI:
+        full_end = tl.minimum(start_m + hi_off + 1, kv_end)
+        hi = tl.minimum(start_m + BLOCK_M + hi_off, kv_end)
+    lo = start_m * 0
+    full_lo = start_m * 0
+    if BAND_LO:
+        lo = tl.maximum(start_m + lo_off, 0)
+        full_lo = start_m + BLOCK_M - 1 + lo_off
     if HAS_DOCS:
         # (a sparse tile past Lq, in the ragged last layout row, has count 0: nothing to visit)
-        lo, full_lo, doc_full_hi, doc_hi = doc_span(DOC_START, DOC_END, doc_base, tl.minimum(start_m, Lq - 1),
-                                                    tl.minimum(start_m + BLOCK_M, Lq) - 1)
+        doc_lo, doc_full_lo, doc_full_hi, doc_hi = doc_span(DOC_START, DOC_END, doc_base, tl.minimum(start_m, Lq - 1),
+                                                            tl.minimum(start_m + BLOCK_M, Lq) - 1)
+        lo = tl.maximum(lo, doc_lo)
+        full_lo = tl.maximum(full_lo, doc_full_lo)
         full_end = tl.minimum(full_end, doc_full_hi)
         hi = tl.minimum(hi, doc_hi)
+    t_lo = 0
+    t_first = 0
+    if HAS_DOCS or BAND_LO:
         t_lo = tiles_ending_by(lo, count, idx_ptr, bs, TPB, BLOCK_N, SPARSE, SCAN_)
         t_first = tiles_starting_before(full_lo, count, idx_ptr, bs, TPB, BLOCK_N, SPARSE, SCAN_)
     if SPARSE:
@@ -343,7 +473,7 @@ def row_tile_range(
     else:
         t_full = tl.maximum(full_end, 0) // BLOCK_N
         t_end = tl.cdiv(tl.maximum(hi, 0), BLOCK_N)
-    if HAS_DOCS:
+    if HAS_DOCS or BAND_LO:
         t_lo, t_first, t_full, t_end = order_ranges(t_lo, t_first, t_full, t_end)
     return t_lo, t_first, t_full, t_end
 
@@ -352,9 +482,12 @@ def row_tile_range(
 def _fwd_steps(
     acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l,
     idx_ptr, bs, TPB, t_lo, t_hi, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-    BLOCK_N: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr, CAUSAL: tl.constexpr,
+    lo_off, hi_off, shift, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr,
+    BAND_LO: tl.constexpr, BAND_HI: tl.constexpr,
     SPARSE: tl.constexpr, MASK: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
     HAS_DOCS: tl.constexpr, TMA: tl.constexpr, RESCALE_TAU: tl.constexpr,
+    ALIBI_: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, TANH_ASM: tl.constexpr,
 ):
     """Online-softmax update over key tiles t_lo..t_hi; MASK=False is the unmasked fast path.
 
@@ -363,7 +496,10 @@ def _fwd_steps(
     max grew by more than RESCALE_TAU; otherwise p = exp2(s2 - m_i) <= 2^RESCALE_TAU, exact in
     fp32 and bf16 alike, and the (BLOCK_M, D_TILE) multiply of acc is skipped. A row with
     nothing allowed yet (m_i = -inf) always counts as grown once it sees a key.
+    The softmax's row sum l_i counts every probability; DROPOUT zeroes the dropped ones only in
+    what reaches acc (the kernel scales acc by 1 / (1 - p) at the end).
     """
+    MODS: tl.constexpr = ALIBI_ or SOFTCAP
     offs_d = tl.arange(0, D_TILE)
     start_next = tile_start(t_lo, idx_ptr, bs, TPB, BLOCK_N, SPARSE, t_lo < t_hi)
     for t in range(t_lo, t_hi):
@@ -372,18 +508,23 @@ def _fwd_steps(
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k = stream_tile(k_src, start_n, offs_n, sk_l, offs_n < kv_end, offs_d, D, D_TILE, MASK, TMA, ALIGN8)
         s = mma(q, tl.trans(k), None, DOT_F32)  # (BLOCK_M, BLOCK_N) fp32, unscaled q . k
+        if MODS:  # now base-2 scores
+            s, _ = base2_scores(s, offs_m[:, None], offs_n[None, :], shift, qk_scale, cap_in, cap2, slope2,
+                                ALIBI_, SOFTCAP, TANH_ASM)
         if MASK:
             keep = offs_n[None, :] < kv_end
-            if CAUSAL:
-                keep = keep & (offs_m[:, None] >= offs_n[None, :])
+            if BAND_HI:
+                keep = keep & (offs_n[None, :] <= offs_m[:, None] + hi_off)
+            if BAND_LO:
+                keep = keep & (offs_n[None, :] >= offs_m[:, None] + lo_off)
             if HAS_DOCS:
                 keep = keep & (offs_n[None, :] >= doc_lo[:, None]) & (offs_n[None, :] < doc_hi[:, None])
             s = tl.where(keep, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+            m_new = tl.maximum(m_i, scaled(tl.max(s, 1), qk_scale, MODS))
             # a row with nothing allowed so far keeps m = -inf; subtract 0 to avoid inf - inf
             m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
         else:
-            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+            m_new = tl.maximum(m_i, scaled(tl.max(s, 1), qk_scale, MODS))
             m_sub = m_new
         if RESCALE_TAU > 0:
             if tl.max((m_new > m_i + RESCALE_TAU).to(tl.int32), 0) > 0:
@@ -394,44 +535,76 @@ def _fwd_steps(
             m_sub = m_i
             if MASK:
                 m_sub = tl.where(m_i == float("-inf"), 0.0, m_i)
-            p = tl.math.exp2(s * qk_scale - m_sub[:, None])  # (BLOCK_M, BLOCK_N), <= 2^RESCALE_TAU
+            p = tl.math.exp2(scaled(s, qk_scale, MODS) - m_sub[:, None])  # (BLOCK_M, BLOCK_N), <= 2^RESCALE_TAU
             l_i = l_i + tl.sum(p, 1)
         else:
-            p = tl.math.exp2(s * qk_scale - m_sub[:, None])  # (BLOCK_M, BLOCK_N)
+            p = tl.math.exp2(scaled(s, qk_scale, MODS) - m_sub[:, None])  # (BLOCK_M, BLOCK_N)
             alpha = tl.math.exp2(m_i - m_sub)  # rescales what was accumulated with the old max
             l_i = l_i * alpha + tl.sum(p, 1)
             acc = acc * alpha[:, None]
             m_i = m_new
+        if DROPOUT:
+            p = tl.where(dropout_keep(seed, rng_off, seq_head, offs_m, start_n, drop_thr, BLOCK_M, BLOCK_N), p, 0.0)
         v = stream_tile(v_src, start_n, offs_n, sv_l, offs_n < kv_end, offs_d, D, D_TILE, MASK, TMA, ALIGN8)
         acc = mma(p.to(v.dtype), v, acc, DOT_F32)
     return acc, l_i, m_i
 
 
 @triton.jit
+def alibi_slope(ALIBI, sal_b, seq, h, ALIBI_: tl.constexpr):
+    """The ALiBi slope of (sequence, head) in base 2 (ALIBI (S, H) fp32, sal_b its sequence stride,
+    0 for slopes per head); 0 without ALiBi."""
+    slope2 = 0.0
+    if ALIBI_:
+        slope2 = tl.load(ALIBI + seq * sal_b + h) * 1.4426950408889634  # log2(e)
+    return slope2
+
+
+@triton.jit
+def dropout_args(RNG, DROPOUT: tl.constexpr):
+    """The dropout seed and offset (RNG: two int64; the offset's low 32 bits), 0 without dropout."""
+    seed = tl.zeros([], dtype=tl.int64)
+    rng_off = 0
+    if DROPOUT:
+        seed = tl.load(RNG)
+        rng_off = tl.load(RNG + 1).to(tl.int32)
+    return seed, rng_off
+
+
+@triton.jit(do_not_specialize=["band_lo", "band_hi", "drop_thr"])
 def attn_fwd_kernel(
-    Q, K, V, O, LSE, PO, PM, PL, KV_LENS, CNT, IDX, ORDER, DOC_START, DOC_END, DOC_ORDER,
+    Q, K, V, O, LSE, PO, PM, PL, KV_LENS, CNT, IDX, ORDER, DOC_START, DOC_END, DOC_ORDER, CU_Q, CU_K, ALIBI, RNG,
     sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, so_b, so_h, so_l,
-    spart_bh, spart_s, sml_bh, sml_s, scnt_h, sidx_h, sidx_m, sord_h,
-    H, GROUP, Lq, Lk, qk_scale, BS: tl.constexpr,
+    spart_bh, spart_s, sml_bh, sml_s, scnt_h, sidx_h, sidx_m, sord_h, sal_b,
+    H, GROUP, Lq, Lk, qk_scale, band_lo, band_hi, cap_in, cap2, drop_thr, drop_scale, BS: tl.constexpr,
     D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr, SCAN_: tl.constexpr,
-    DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr, TMA: tl.constexpr,
-    RESCALE_TAU: tl.constexpr, SPLIT: tl.constexpr,
+    BAND_LO: tl.constexpr, BAND_HI: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr,
+    SCAN_: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr, TMA: tl.constexpr,
+    RESCALE_TAU: tl.constexpr, SPLIT: tl.constexpr, VARLEN: tl.constexpr, ALIBI_: tl.constexpr,
+    SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, TANH_ASM: tl.constexpr,
 ):
     # grid: (B * H, query tiles), the longest rows launched first: dense, the last tiles (the
     # longest causal rows), or with documents the tiles in DOC_ORDER (B, tiles) (by descending
     # span); sparse, the layout rows in ORDER (by descending count), each as BS // BLOCK_M
     # tiles, so that a long row (a global block) does not finish last.
+    # VARLEN: grid (sequences * H, cdiv(longest query sequence, BLOCK_M)); a sequence's own tiles,
+    # its last first, and the programs past its end exit at once.
     # SPLIT (sparse only; split-KV): ORDER holds the split plan's items (P, I, 4) (row, first
     # entry, end entry, slot; ``triton_flash.SplitPlan``), sord_h its head stride; a program walks
     # the entries [e_lo, e_hi) of its row's list, and a chunk of a split row (slot >= 0) writes
     # its unnormalised acc to PO (B, H, slots, BS, D) (strides spart_bh, spart_s, D) and its
     # running max and sum to PM, PL (B, H, slots, BS) (strides sml_bh, sml_s, 1), merged later by
     # ``fwd_merge_kernel``
-    bh = tl.program_id(0)
-    b = bh // H
-    h = bh % H
+    pid = tl.program_id(0)
+    seq = pid // H  # the batch row, or with VARLEN the sequence
+    h = pid % H
     hk = h // GROUP
+    b = seq
+    if VARLEN:
+        b = seq * 0  # one batch row holds every sequence
+    q_row0, seq_q = seq_rows(CU_Q, seq, Lq, VARLEN)
+    k_row0, seq_k = seq_rows(CU_K, seq, Lk, VARLEN)
+    shift = seq_k - seq_q  # the band is aligned to the bottom-right corner
     row = 0  # the layout row of this tile (SPARSE only)
     e_lo = 0
     e_hi = 0
@@ -445,61 +618,78 @@ def attn_fwd_kernel(
         start_m = row * BS + (tl.program_id(1) % tiles_per_row) * BLOCK_M
     elif HAS_DOCS:
         start_m = tl.load(DOC_ORDER + b * tl.num_programs(1) + tl.program_id(1)) * BLOCK_M
+    elif VARLEN:
+        start_m = (tl.cdiv(seq_q, BLOCK_M) - 1 - tl.program_id(1)) * BLOCK_M
     else:
         start_m = (tl.num_programs(1) - 1 - tl.program_id(1)) * BLOCK_M
-    kv_end = Lk
+    if VARLEN:
+        if start_m < 0:  # past this sequence's tiles
+            return
+    kv_end = seq_k
     if HAS_KV_LENS:
         kv_end = tl.minimum(tl.maximum(tl.load(KV_LENS + b).to(tl.int32), 0), Lk)
+    lo_off = band_lo + shift
+    hi_off = band_hi + shift
+    slope2 = alibi_slope(ALIBI, sal_b, seq, h, ALIBI_)
+    seed, rng_off = dropout_args(RNG, DROPOUT)
 
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, D_TILE)
-    row_ok = offs_m < Lq
-    q_base = head_ptr(Q, b, sq_b, h, sq_h, ALIGN8)
-    k_base = head_ptr(K, b, sk_b, hk, sk_h, ALIGN8)
-    v_base = head_ptr(V, b, sv_b, hk, sv_h, ALIGN8)
+    row_ok = offs_m < seq_q
+    q_base = slice_ptr(Q, b, sq_b, h, sq_h, q_row0, sq_l, ALIGN8)
+    k_base = slice_ptr(K, b, sk_b, hk, sk_h, k_row0, sk_l, ALIGN8)
+    v_base = slice_ptr(V, b, sv_b, hk, sv_h, k_row0, sv_l, ALIGN8)
     # q stays in registers for the whole program: (BLOCK_M, D_TILE)
     q = load_tile(tile_ptrs(q_base, offs_m, sq_l, offs_d, ALIGN8), row_ok, offs_d, D, D_TILE, True)
 
     count, idx_ptr, TPB, doc_base, doc_lo, doc_hi = query_rows(
         row, start_m, offs_m, row_ok, b, h, Lq, CNT, scnt_h, IDX, sidx_h, sidx_m, BS, DOC_START, DOC_END,
         BLOCK_N, SPARSE, HAS_DOCS)
-    t_lo, t_first, t_full, t_end = row_tile_range(start_m, kv_end, count, idx_ptr, BS, TPB,
+    t_lo, t_first, t_full, t_end = row_tile_range(start_m, kv_end, lo_off, hi_off, count, idx_ptr, BS, TPB,
                                                   DOC_START, DOC_END, doc_base, Lq,
-                                                  BLOCK_M, BLOCK_N, CAUSAL, SPARSE, HAS_DOCS, SCAN_)
+                                                  BLOCK_M, BLOCK_N, BAND_LO, BAND_HI, SPARSE, HAS_DOCS, SCAN_)
     if SPLIT:  # this program's chunk of the list
         t_lo, t_first, t_full, t_end = clamp_ranges(t_lo, t_first, t_full, t_end, e_lo * TPB, e_hi * TPB)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running max of s2
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum of exp2(s2 - m)
     acc = tl.zeros([BLOCK_M, D_TILE], dtype=tl.float32)
-    k_src = tile_source(k_base, Lk, sk_l, BLOCK_N, D, D_TILE, TMA)
-    v_src = tile_source(v_base, Lk, sv_l, BLOCK_N, D, D_TILE, TMA)
-    if HAS_DOCS:  # the start of the documents' span
+    k_src = tile_source(k_base, seq_k, sk_l, BLOCK_N, D, D_TILE, TMA)
+    v_src = tile_source(v_base, seq_k, sv_l, BLOCK_N, D, D_TILE, TMA)
+    seq_head = seq * H + h
+    if HAS_DOCS or BAND_LO:  # the start of the documents' span or of the band
         acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB,
                                    t_lo, t_first, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                                   BLOCK_N, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS,
-                                   TMA, RESCALE_TAU)
+                                   lo_off, hi_off, shift, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr,
+                                   BLOCK_M, BLOCK_N, D, D_TILE, BAND_LO, BAND_HI, SPARSE, True, DOT_F32, ALIGN8,
+                                   HAS_DOCS, TMA, RESCALE_TAU, ALIBI_, SOFTCAP, DROPOUT, TANH_ASM)
     acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB,
                                t_first, t_full, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                               BLOCK_N, D, D_TILE, CAUSAL, SPARSE, False, DOT_F32, ALIGN8, HAS_DOCS,
-                               TMA, RESCALE_TAU)
+                               lo_off, hi_off, shift, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr,
+                               BLOCK_M, BLOCK_N, D, D_TILE, BAND_LO, BAND_HI, SPARSE, False, DOT_F32, ALIGN8,
+                               HAS_DOCS, TMA, RESCALE_TAU, ALIBI_, SOFTCAP, DROPOUT, TANH_ASM)
     acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB,
                                t_full, t_end, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                               BLOCK_N, D, D_TILE, CAUSAL, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS,
-                               TMA, RESCALE_TAU)
+                               lo_off, hi_off, shift, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr,
+                               BLOCK_M, BLOCK_N, D, D_TILE, BAND_LO, BAND_HI, SPARSE, True, DOT_F32, ALIGN8,
+                               HAS_DOCS, TMA, RESCALE_TAU, ALIBI_, SOFTCAP, DROPOUT, TANH_ASM)
+    if DROPOUT:  # the kept probabilities' 1 / (1 - p)
+        acc = acc * drop_scale
 
+    o_base = slice_ptr(O, b, so_b, h, so_h, q_row0, so_l, ALIGN8)
+    lse_base = LSE + (b * H + h).to(tl.int64) * Lq + q_row0
     if SPLIT:
         if slot >= 0:  # a chunk of a split row: its unnormalised state, in fp32
             offs_r = offs_m - row * BS  # the rows of this tile within its layout block
-            part = bh.to(tl.int64) * spart_bh + slot.to(tl.int64) * spart_s
+            part = pid.to(tl.int64) * spart_bh + slot.to(tl.int64) * spart_s
             store_tile(tile_ptrs(PO + part, offs_r, D, offs_d, False), acc, row_ok, offs_d, D, D_TILE)
-            ml = bh.to(tl.int64) * sml_bh + slot.to(tl.int64) * sml_s + offs_r
+            ml = pid.to(tl.int64) * sml_bh + slot.to(tl.int64) * sml_s + offs_r
             tl.store(PM + ml, m_i, mask=row_ok)
             tl.store(PL + ml, l_i, mask=row_ok)
         else:
-            store_rows(O, LSE, acc, l_i, m_i, b, h, bh, so_b, so_h, so_l, offs_m, row_ok, offs_d, Lq, D, D_TILE, ALIGN8)
+            store_rows(o_base, lse_base, acc, l_i, m_i, so_l, offs_m, row_ok, offs_d, D, D_TILE, ALIGN8)
     else:
-        store_rows(O, LSE, acc, l_i, m_i, b, h, bh, so_b, so_h, so_l, offs_m, row_ok, offs_d, Lq, D, D_TILE, ALIGN8)
+        store_rows(o_base, lse_base, acc, l_i, m_i, so_l, offs_m, row_ok, offs_d, D, D_TILE, ALIGN8)
 
 
 @triton.jit
@@ -530,4 +720,5 @@ def fwd_merge_kernel(
         l_i += w * tl.load(PL + ml + slot * sml_s, mask=row_ok, other=0.0)
         acc += w[:, None] * load_tile(tile_ptrs(part + slot * spart_s, offs_r, D, offs_d, False), row_ok, offs_d,
                                       D, D_TILE, True)
-    store_rows(O, LSE, acc, l_i, m, b, h, bh, so_b, so_h, so_l, offs_m, row_ok, offs_d, Lq, D, D_TILE, ALIGN8)
+    o_base = slice_ptr(O, b, so_b, h, so_h, b * 0, so_l, ALIGN8)
+    store_rows(o_base, LSE + bh.to(tl.int64) * Lq, acc, l_i, m, so_l, offs_m, row_ok, offs_d, D, D_TILE, ALIGN8)

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from genoformer.kernels.dispatch import attention
-from genoformer.kernels.reference import allowed_mask
+from genoformer.kernels.dropout import keep_mask
+from genoformer.kernels.reference import alibi_bias, allowed_mask, reference_attention
 
 
 @dataclass
@@ -46,18 +46,38 @@ def run_with_grads(fn, q, k, v, dout, **kwargs) -> Result:
     return Result(out.detach(), q.grad, k.grad, v.grad)
 
 
-def naive_attention(q, k, v, *, causal=False, layout=None, kv_lens=None, scale=None, cu_seqlens=None):
-    """Dense attention computed in the inputs' own dtype: the same-precision baseline."""
+def naive_attention(q, k, v, *, causal=False, layout=None, kv_lens=None, scale=None, cu_seqlens=None, window=None,
+                    alibi_slopes=None, softcap=0.0, dropout_p=0.0, dropout_rng=None, varlen=None, first_row=0):
+    """Dense attention computed in the inputs' own dtype: the same-precision baseline (every
+    parameter of `genoformer.kernels.reference.reference_attention`, the same dropout mask)."""
+    if varlen is not None:
+        cu_q, cu_k = varlen.cu_seqlens_q.tolist(), varlen.cu_seqlens_k.tolist()
+        outs = []
+        for s in range(len(cu_q) - 1):
+            slopes = alibi_slopes if alibi_slopes is None or alibi_slopes.dim() == 1 else alibi_slopes[s]
+            rows, keys = slice(cu_q[s], cu_q[s + 1]), slice(cu_k[s], cu_k[s + 1])
+            outs.append(naive_attention(q[:, :, rows], k[:, :, keys], v[:, :, keys], causal=causal, scale=scale,
+                                        window=window, alibi_slopes=slopes, softcap=softcap, dropout_p=dropout_p,
+                                        dropout_rng=dropout_rng, first_row=s))
+        return torch.cat(outs, dim=2)
     B, Hq, L, D = q.shape
+    S = k.shape[2]
     group = Hq // k.shape[1]
     scale = D**-0.5 if scale is None else scale
     k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     scores = (q @ k.transpose(-1, -2)) * scale
-    mask = allowed_mask(L, k.shape[2], causal=causal, layout=layout, kv_lens=kv_lens, device=q.device,
-                        cu_seqlens=cu_seqlens, batch=B)
+    if softcap > 0:
+        scores = softcap * torch.tanh(scores / softcap)
+    if alibi_slopes is not None:
+        scores = scores + alibi_bias(alibi_slopes.to(q.device), B, L, S, q.dtype)
+    mask = allowed_mask(L, S, causal=causal, layout=layout, kv_lens=kv_lens, device=q.device,
+                        cu_seqlens=cu_seqlens, batch=B, window=window)
     if mask is None:
-        return torch.softmax(scores, -1) @ v
-    probs = torch.softmax(scores.masked_fill(~mask, torch.finfo(q.dtype).min), -1) * mask
+        probs = torch.softmax(scores, -1)
+    else:
+        probs = torch.softmax(scores.masked_fill(~mask, torch.finfo(q.dtype).min), -1) * mask
+    if dropout_p > 0:
+        probs = probs * keep_mask(dropout_rng, dropout_p, B, Hq, L, S, first_row).to(q.device) / (1 - dropout_p)
     return probs @ v
 
 
@@ -103,7 +123,9 @@ def masked_attention(q, k, v, *, causal=False, mask=None, scale=None):
 
 
 def reference(q, k, v, dout, **kwargs) -> Result:
-    return run_with_grads(attention, q, k, v, dout, backend="reference", **kwargs)
+    """The float64 reference's output and gradients; it takes every parameter of the Triton
+    kernels' (windows, softcap, dropout, varlen batches), beyond those of `attention`."""
+    return run_with_grads(reference_attention, q, k, v, dout, **kwargs)
 
 
 def assert_matches_reference(result: Result, expected: Result, atol=1e-10, rtol=1e-8) -> None:

@@ -183,3 +183,54 @@ def test_specs_load_from_yaml_with_class_path():
     spec = parser.instantiate(config).layout
     assert spec == Union([SlidingWindow(256, 64), BigBird(64, 1, 1, 0, 32, True)])
     assert spec.build(1000, 4).num_heads == 4
+
+
+# ----------------------------------------------------------------------------- token windows
+
+
+def test_exact_sliding_window_is_the_token_band():
+    """exact=True keeps the block band and adds the token window: exactly |i - j| <= window, causal
+    too; the spec builds the same layout and says so in its repr."""
+    for window, L in ((0, 64), (5, 97), (16, 100), (40, 33)):
+        layout = BlockLayout.sliding_window(L, window, block_size=16, exact=True)
+        assert torch.equal(layout.mask, BlockLayout.sliding_window(L, window, block_size=16).mask)
+        i = torch.arange(L)
+        band = (i[:, None] - i[None, :]).abs() <= window
+        assert torch.equal(layout.token_mask()[0], band)
+        assert torch.equal(layout.with_causal().token_mask(causal=True)[0], band & (i[None, :] <= i[:, None]))
+    spec = SlidingWindow(window=24, block_size=32, exact=True)
+    assert spec.build(100, 4) == BlockLayout.sliding_window(100, 24, 32, exact=True)
+    assert spec.build(100, 4) != BlockLayout.sliding_window(100, 24, 32)
+    assert "window=(24, 24)" in repr(spec.build(100, 4))
+
+
+def test_window_blocks_are_the_blocks_the_window_meets():
+    """window_blocks marks a block iff one of its token pairs lies in the window (causal: and j <= i),
+    and covers_window says whether the layout lists all of them."""
+    for window, causal in (((10, 3), False), ((None, 0), False), ((20, 20), True), ((5, None), True)):
+        layout = BlockLayout(16, torch.ones(1, 7, 7, dtype=torch.bool), 100, 100, window)
+        tokens = layout.token_mask(causal)[0]
+        padded = torch.zeros(112, 112, dtype=torch.bool)
+        padded[:100, :100] = tokens
+        expected = padded.view(7, 16, 7, 16).any(dim=(1, 3))
+        assert torch.equal(layout.window_blocks(causal), expected), (window, causal)
+        assert layout.covers_window(causal)
+    thin = BlockLayout(16, torch.eye(7, dtype=torch.bool)[None], 100, 100, (20, 20))
+    assert not thin.covers_window()
+    assert not BlockLayout.sliding_window(100, 20, 16).covers_window()  # no window at all
+
+
+def test_windows_move_with_crops_and_refuse_unions():
+    """A crop's window is the same band in its own positions; a union keeps a shared window and
+    refuses two different ones (a window applies to every block of its layout)."""
+    layout = BlockLayout(16, torch.ones(1, 8, 8, dtype=torch.bool), 128, 128, (12, 5))
+    full = layout.token_mask()[0]
+    for q0, q1, k0, k1 in ((32, 64, 16, 48), (0, 128, 64, 128), (96, 128, 0, 32)):
+        crop = layout.crop(q0, q1, k0, k1)
+        assert torch.equal(crop.token_mask()[0], full[q0:q1, k0:k1]), (q0, k0)
+    assert (layout | layout).window == (12, 5)
+    assert layout.refine(16).window == (12, 5) and layout.with_causal().window == (12, 5)
+    with pytest.raises(ValueError, match="cannot unite layouts with windows"):
+        layout | BlockLayout.global_tokens(128, 1, 16)
+    with pytest.raises(ValueError, match="window must be None or a pair"):
+        BlockLayout(16, torch.ones(1, 8, 8, dtype=torch.bool), 128, 128, [12, 5])

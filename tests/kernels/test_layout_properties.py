@@ -83,3 +83,19 @@ def test_causal_form_keeps_exactly_the_causal_token_pairs(seq_len, window, num_r
     assert not causal.mask.triu(diagonal=1).any(), "a block above the diagonal survived"
     assert torch.equal(causal.token_mask(causal=True), layout.token_mask(causal=True))
     _assert_indices_match_mask(causal)
+
+
+@SETTINGS
+@given(seq_len=LENGTHS, window=st.integers(min_value=0, max_value=300), block_size=BLOCKS, causal=st.booleans())
+def test_exact_window_is_exactly_the_band_and_its_blocks_cover_it(seq_len, window, block_size, causal):
+    """An exact sliding window allows exactly |i - j| <= window (and j <= i when causal), and its
+    blocks hold every block that band meets: the kernels may run it as the window alone."""
+    layout = BlockLayout.sliding_window(seq_len, window, block_size, exact=True)
+    if causal:
+        layout = layout.with_causal()
+    i_L1, j_1S = torch.arange(seq_len).unsqueeze(1), torch.arange(seq_len).unsqueeze(0)
+    band_LS = (i_L1 - j_1S).abs() <= window
+    if causal:
+        band_LS &= j_1S <= i_L1
+    assert torch.equal(layout.token_mask(causal)[0], band_LS)
+    assert layout.covers_window(causal)

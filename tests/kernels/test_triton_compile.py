@@ -7,16 +7,24 @@ shared memory one program needs (the driver refuses a launch above the per-block
 The arguments carry the divisibility a real launch gives them (``_launch_attrs``): without it
 Triton sees unaligned pointers, pipelines no load through shared memory, and reports a fraction
 of the shared memory the launch needs (64 KB instead of 224 KB for the sm_90 D=128 forward).
-Each kernel is built in its largest variant (causal, block-sparse, key padding, packed documents,
-ragged query tail, long lists split across programs): the other variants drop code and use no
-more shared memory.  Sparse launches without split lists (``SPLIT=False``, the usual case) are
-built too for the default configurations of ``UNSPLIT_DIMS``, and ``split_sum_kernel`` and
-``fwd_merge_kernel``, which combine the split lists' partials, at every tile width and padded head
-dim on sm_80 and sm_90.  Dense packed
-rows take one branch of their own (the launch order of their tiles, ``DENSE_PACKED``): each
-generation's default configurations of the common head dims, and the sm_90 variants among their
-candidates (TMA, conditional rescaling, the heads-outer grid, which indexes the tile order by
-the other grid axis), are built that way too.
+Each kernel is built in its largest variant (a diagonal band on both sides, block-sparse, key
+padding, packed documents, ragged query tail, long lists split across programs): the other variants
+drop code and use no more shared memory.  Sparse launches without split lists (``SPLIT=False``, the
+usual case) are built too for the default configurations of ``UNSPLIT_DIMS``, and
+``split_sum_kernel`` and ``fwd_merge_kernel``, which combine the split lists' partials, at every
+tile width and padded head dim on sm_80 and sm_90.  Dense packed rows take one branch of their own
+(the launch order of their tiles, ``DENSE_PACKED``): each generation's default configurations of
+the common head dims, and the sm_90 variants among their candidates (TMA, conditional rescaling,
+the heads-outer grid, which indexes the tile order by the other grid axis), are built that way too.
+
+The score modifiers (``MODS``: ALiBi, softcap with the GPU's tanh.approx, dropout with its in-kernel
+Philox mask, whose joins pass a (rows, keys) int8 tile through shared memory) are built with the
+largest variant for the default configurations of ``MODS_DIMS`` on sm_80 and sm_90, variable-length
+batches (``VARLEN_CASE``, which excludes layouts, key padding and documents) for sm_90's at 64;
+GENOFORMER_COMPILE_MODS=all builds them for every configuration the launcher can pick, at every tile
+width (minutes of compiling: the GPU scripts' check, not CI's).  A configuration the tuner times
+that does not fit with a modifier is left out of the tuning (``triton_flash.choose_config``); the
+default one of each list, which runs untuned, must fit.
 
 Configurations are chosen per tile width (the head dim rounded up to a power of two); each is
 built at its tile width and, on sm_80 and sm_90, again at one padded head dim of that tile
@@ -49,11 +57,21 @@ import pytest
 
 from genoformer.kernels import triton_flash_configs as configs
 
-COMMON = {"CAUSAL": True, "SPARSE": True, "HAS_KV_LENS": True, "HAS_DOCS": True, "DOT_F32": False, "SPLIT": True}
+COMMON = {"BAND_LO": True, "BAND_HI": True, "SPARSE": True, "HAS_KV_LENS": True, "HAS_DOCS": True, "DOT_F32": False,
+          "SPLIT": True, "VARLEN": False, "ALIBI_": False, "SOFTCAP": False, "DROPOUT": False, "TANH_ASM": True}
 
 PADDED_DIMS = {32: 24, 64: 40, 128: 96, 256: 160}
 """tile width -> a head dim padded to it, compiled too on the generations in PADDED_GENERATIONS"""
 PADDED_GENERATIONS = ("sm_80", "sm_90")
+
+MODS = {"ALIBI_": True, "SOFTCAP": True, "DROPOUT": True}
+"""constexprs of the score modifiers, all on (added to the largest variant)"""
+MODS_DIMS = (64, 128)
+ALL_MODS = os.environ.get("GENOFORMER_COMPILE_MODS") == "all"
+"""GENOFORMER_COMPILE_MODS=all: the modifiers for every selectable configuration of every tile width"""
+
+VARLEN_CASE = {"VARLEN": True, "SPARSE": False, "HAS_KV_LENS": False, "HAS_DOCS": False, "SPLIT": False, **MODS}
+"""constexprs of a varlen launch (every score modifier on)"""
 
 DENSE_PACKED = {"SPARSE": False, "HAS_KV_LENS": False, "SPLIT": False}
 """constexprs of a dense packed launch, built for the default configs of DENSE_PACKED_DIMS on sm_80, sm_90
@@ -87,7 +105,17 @@ def _cases() -> list[tuple[str, str, int, str, tuple]]:
     built += [(gen, d, candidates(gen, d)[0], "-unsplit") for gen in configs.GENERATIONS
               if gen.name in PADDED_GENERATIONS for d in UNSPLIT_DIMS
               for candidates in (configs.fwd_candidates, configs.bwd_candidates)]
+    mods_dims = configs.TILE_DIMS if ALL_MODS else MODS_DIMS
+    built += [(gen, d, cfg, "-mods") for gen in configs.GENERATIONS if gen.name in PADDED_GENERATIONS
+              for d in mods_dims for candidates in (configs.fwd_candidates, configs.bwd_candidates)
+              for cfg in (candidates(gen, d) if ALL_MODS else candidates(gen, d)[:1])]
+    built += [(gen, d, candidates(gen, d)[0], "-varlen") for gen in configs.GENERATIONS
+              if gen.name in (PADDED_GENERATIONS if ALL_MODS else ("sm_90",))
+              for d in (configs.TILE_DIMS if ALL_MODS else (64,))
+              for candidates in (configs.fwd_candidates, configs.bwd_candidates)]
     for gen, d, cfg, packed in built:
+        if packed in ("-mods", "-varlen") and isinstance(cfg, configs.FwdConfig):
+            cfg = configs.fit_dropout(cfg)  # what the launcher runs with dropout
         if isinstance(cfg, configs.BwdConfig) and cfg.dq_stream:
             # a launch option: it runs the kernels of the same configuration without it
             cfg = dataclasses.replace(cfg, dq_stream=False)
@@ -153,7 +181,8 @@ def _compile_one(case: tuple) -> dict:
             kernel, constexprs = bwd_dq_kernel, {"BLOCK_M2": cfg.block_m2, "BLOCK_N2": cfg.block_n2, **variant}
             warps, stages = cfg.warps2, cfg.stages2
     # ALIGN8 is what the launcher sets for contiguous inputs of these head dims
-    packed = DENSE_PACKED if case_id.endswith("-dense-packed") else UNSPLIT if case_id.endswith("-unsplit") else {}
+    variants = {"-dense-packed": DENSE_PACKED, "-unsplit": UNSPLIT, "-mods": MODS, "-varlen": VARLEN_CASE}
+    packed = next((variant for suffix, variant in variants.items() if case_id.endswith(suffix)), {})
     constexprs = {"D": d, "D_TILE": configs.tile_dim(d), "ALIGN8": d % 16 == 8, "SCAN_": SCAN, **COMMON, **packed,
                   **constexprs}
     constexprs = {name: value for name, value in constexprs.items() if name in kernel.arg_names}
@@ -163,11 +192,13 @@ def _compile_one(case: tuple) -> dict:
             signature[name] = "constexpr"
         elif name in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV", "OUT"):
             signature[name] = "*bf16"
-        elif name in ("LSE", "DELTA", "PDK", "PDV", "PDQ", "PART", "PO", "PM", "PL"):
+        elif name in ("LSE", "DELTA", "PDK", "PDV", "PDQ", "PART", "PO", "PM", "PL", "ALIBI"):
             signature[name] = "*fp32"
-        elif name in ("KV_LENS", "CNT", "IDX", "ORDER", "DOC_START", "DOC_END", "DOC_ORDER", "SUMS"):
+        elif name in ("KV_LENS", "CNT", "IDX", "ORDER", "DOC_START", "DOC_END", "DOC_ORDER", "SUMS", "CU_Q", "CU_K"):
             signature[name] = "*i32"
-        elif name in ("qk_scale", "sm_scale", "scale"):
+        elif name == "RNG":
+            signature[name] = "*i64"
+        elif name in ("qk_scale", "sm_scale", "scale", "cap_in", "cap2", "drop_scale"):
             signature[name] = "fp32"
         else:
             signature[name] = "i32"
