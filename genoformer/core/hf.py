@@ -137,7 +137,7 @@ def export_hf(
                              f"encodes {TOKEN_CODES}; export it with the genoformer version that trained it.")
     hparams = dict(state["hyper_parameters"])
     config = TransformerConfig.from_dict(hparams["transformer"])
-    _check_layouts(config, checkpoint)
+    _check_exportable(config, checkpoint)
     if dtype == "auto":
         stored = {t.dtype for t in state["state_dict"].values() if t.is_floating_point()}
         dtype = "bfloat16" if stored == {torch.bfloat16} else "float32"
@@ -182,8 +182,13 @@ def modeling_source() -> str:
     return source.replace(LAYOUT_IMPORT[0], LAYOUT_IMPORT[1])
 
 
-def _check_layouts(config: TransformerConfig, checkpoint: Path) -> None:
-    """Only genoformer's own layout specs export (the modeling file builds those)."""
+def _check_exportable(config: TransformerConfig, checkpoint: Path) -> None:
+    """Only what the modeling files compute exports: genoformer's own layout specs (the modeling file
+    builds those), RoPE, no ALiBi."""
+    if config.alibi or not config.rope:
+        raise ValueError(f"{checkpoint}'s model uses {'ALiBi' if config.alibi else 'no RoPE'} (transformer.alibi: "
+                         f"{config.alibi}, rope: {config.rope}); the Hugging Face modeling files compute RoPE attention "
+                         f"without ALiBi. `genoformer export` writes a portable .ckpt.")
     for spec in config.attention:
         if spec is not None and type(spec).__module__ != layouts.__name__:
             raise ValueError(f"{checkpoint} has an attention layout of its own class {type(spec).__qualname__} "

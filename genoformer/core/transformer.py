@@ -63,7 +63,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from genoformer.core.runtime import RUNTIME_FIELDS, RuntimeSettings
-from genoformer.kernels.dispatch import AttentionPlan, Backend, attention, plan_attention
+from genoformer.kernels.dispatch import AttentionPlan, Backend, alibi_slopes, attention, plan_attention
 from genoformer.kernels.documents import document_bounds
 from genoformer.kernels.kvcache import decode_attention
 from genoformer.kernels.layout import BlockLayout, LayoutSpec
@@ -91,12 +91,20 @@ class TransformerConfig:
         max_seq_len: Longest sequence the model accepts in one forward pass (longer inputs: tile
             them, as `genoformer.genome.embeddings.Embedder` does).
         rope_theta: RoPE base; raise it (e.g. 500000) for contexts well beyond 8k tokens.
+        rope: Rotate queries and keys by their positions (RoPE). Set it false with alibi for ALiBi
+            alone (Press et al.): then nothing but the distance bias says where a token is.
+        alibi: Add ALiBi's distance bias -slope_h * |i - j| to every layer's attention scores, with
+            the slopes 2^(-8 (h + 1) / n_heads) of the paper (`genoformer.kernels.alibi_slopes`). The
+            Triton kernels add it inside the tile loop; it combines with layouts, exact windows and
+            packed documents (positions within a row). Not with context parallelism.
         dropout: Dropout on the embeddings and on each residual branch output.
         causal: Every layer attends only to earlier positions. GenoformerLM sets this from its
             objective (causal LM: True, masked LM: False), so leave it alone there.
         attention: Attention pattern per layer, repeated cyclically over the layers: None is
             dense; a layout spec (class_path from genoformer.kernels.layout) is block-sparse.
-            Example: [spec, spec, spec, None] makes every fourth layer dense.
+            Example: [spec, spec, spec, None] makes every fourth layer dense. A SlidingWindow with
+            exact: true is a window to the token (i - window <= j <= i + window, with causal j <= i),
+            which the Triton kernels run at the cost of its tokens.
         tie_embeddings: Share the input embedding matrix with the output projection.
         norm_eps: RMSNorm epsilon.
         init_std: Standard deviation of the normal weight initialisation.
@@ -110,6 +118,8 @@ class TransformerConfig:
     mlp_hidden: Optional[int] = None
     max_seq_len: int = 8192
     rope_theta: float = 10000.0
+    rope: bool = True
+    alibi: bool = False
     dropout: float = 0.0
     causal: bool = True
     attention: list[Optional[LayoutSpec]] = dataclasses.field(default_factory=lambda: [None])
@@ -388,6 +398,7 @@ class Attention(nn.Module):
         self.n_heads = config.n_heads
         self.n_kv_heads = config.kv_heads
         self.head_dim = config.head_dim
+        self.rope = config.rope
         self.runtime = runtime  # shared with the trunk
         self.wq = nn.Linear(config.d_model, config.n_heads * config.head_dim, bias=False)
         self.wk = nn.Linear(config.d_model, config.kv_heads * config.head_dim, bias=False)
@@ -406,6 +417,7 @@ class Attention(nn.Module):
         backend: Backend,
         cu_seqlens: Optional[torch.Tensor] = None,
         shard: Optional[SequenceShard] = None,
+        alibi_H: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         q_BHLD, k_BKLD, v_BKLD = self.project(x_BLE, cos_LR, sin_LR)
         if shard is not None:  # context parallelism: this part's rows of the whole sequence's attention
@@ -413,19 +425,21 @@ class Attention(nn.Module):
             return self.merge_heads(o_BHLD)
         o_BHLD = attention(
             q_BHLD, k_BKLD, v_BKLD, causal=causal, layout=layout, kv_lens=kv_lens_B, backend=backend,
-            cu_seqlens=cu_seqlens,
+            cu_seqlens=cu_seqlens, alibi_slopes=alibi_H,
         )
         return self.merge_heads(o_BHLD)
 
     def project(
         self, x_BLE: torch.Tensor, cos_LR: torch.Tensor, sin_LR: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Queries (B, H, L, D) and keys (B, K, L, D) rotated by the RoPE tables, and values (B, K, L, D)."""
+        """Queries (B, H, L, D) and keys (B, K, L, D) rotated by the RoPE tables (unless the config
+        turns RoPE off), and values (B, K, L, D)."""
         B, L, _ = x_BLE.shape
         q_BHLD = self.wq(x_BLE).view(B, L, self.n_heads, self.head_dim).transpose(1, 2)
         k_BKLD = self.wk(x_BLE).view(B, L, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v_BKLD = self.wv(x_BLE).view(B, L, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        q_BHLD, k_BKLD = fused(rotary_qk, self.runtime.fused_elementwise, x_BLE)(q_BHLD, k_BKLD, cos_LR, sin_LR)
+        if self.rope:
+            q_BHLD, k_BKLD = fused(rotary_qk, self.runtime.fused_elementwise, x_BLE)(q_BHLD, k_BKLD, cos_LR, sin_LR)
         return q_BHLD, k_BKLD, v_BKLD
 
     def merge_heads(self, o_BHLD: torch.Tensor) -> torch.Tensor:
@@ -441,16 +455,19 @@ class Attention(nn.Module):
         cache: KVCache,
         layer: int,
         backend: Backend,
+        alibi_H: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """Attention of new tokens (the tables hold their absolute positions) over the keys and
         values of block `layer` in `cache` and their own, which are added to it. A prefill (empty
         cache) is causal over its L tokens; a continuation's token i attends every cached position
-        and the new ones up to its own (`decode_attention`, the causal mask aligned bottom-right)."""
+        and the new ones up to its own (`decode_attention`, the causal mask aligned bottom-right;
+        with ALiBi `attention`, whose causal mask and biases are aligned the same way)."""
         q_BHLD, k_BKLD, v_BKLD = self.project(x_BLE, cos_LR, sin_LR)
         prefill = cache.length == 0
         k_BKTD, v_BKTD = cache.store(layer, k_BKLD, v_BKLD)
-        if prefill:
-            o_BHLD = attention(q_BHLD, k_BKTD, v_BKTD, causal=q_BHLD.shape[2] > 1, backend=backend)
+        if prefill or alibi_H is not None:  # (decode_attention takes no ALiBi slopes)
+            o_BHLD = attention(q_BHLD, k_BKTD, v_BKTD, causal=q_BHLD.shape[2] > 1, backend=backend,
+                               alibi_slopes=alibi_H)
         else:
             o_BHLD = decode_attention(q_BHLD, k_BKTD, v_BKTD, causal=True, backend=backend)
         return self.merge_heads(o_BHLD)
@@ -492,10 +509,11 @@ class Block(nn.Module):
         backend: Backend,
         cu_seqlens: Optional[torch.Tensor] = None,
         shard: Optional[SequenceShard] = None,
+        alibi_H: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         a_BLE = self.attn(
             self.attn_norm(x_BLE), cos_LR, sin_LR, causal=causal, layout=layout, kv_lens_B=kv_lens_B, backend=backend,
-            cu_seqlens=cu_seqlens, shard=shard,
+            cu_seqlens=cu_seqlens, shard=shard, alibi_H=alibi_H,
         )
         x_BLE = x_BLE + self.drop(a_BLE)
         return x_BLE + self.drop(self.mlp(self.mlp_norm(x_BLE)))
@@ -508,9 +526,10 @@ class Block(nn.Module):
         cache: KVCache,
         layer: int,
         backend: Backend,
+        alibi_H: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """`forward` for new tokens continuing those in `cache` (see `Attention.decode`)."""
-        a_BLE = self.attn.decode(self.attn_norm(x_BLE), cos_LR, sin_LR, cache, layer, backend)
+        a_BLE = self.attn.decode(self.attn_norm(x_BLE), cos_LR, sin_LR, cache, layer, backend, alibi_H)
         x_BLE = x_BLE + self.drop(a_BLE)
         return x_BLE + self.drop(self.mlp(self.mlp_norm(x_BLE)))
 
@@ -537,6 +556,8 @@ class TransformerTrunk(nn.Module):
         self.blocks = nn.ModuleList(Block(config, self.runtime) for _ in range(config.n_layers))
         self.norm = RMSNorm(config.d_model, config.norm_eps, self.runtime)
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.max_seq_len)
+        # ALiBi's slopes (H,): a buffer, so that they follow the model to its device; never saved
+        self.register_buffer("alibi_H", alibi_slopes(config.n_heads) if config.alibi else None, persistent=False)
         # (pattern index, seq_len) -> layout, least recently used first; layouts live on the CPU.
         self._layouts: OrderedDict[tuple[int, int], BlockLayout] = OrderedDict()
         self._plans: dict[tuple, tuple[Optional[BlockLayout], AttentionPlan]] = {}  # see attention_plan
@@ -611,7 +632,7 @@ class TransformerTrunk(nn.Module):
             plan = plan_attention(
                 backend, batch=B, q_heads=config.n_heads, kv_heads=config.kv_heads, q_len=L,
                 kv_len=L, head_dim=config.head_dim, dtype=dtype, device=device, causal=config.causal,
-                layout=layout, kv_lens=kv_lens_B, cu_seqlens=cu_seqlens,
+                layout=layout, kv_lens=kv_lens_B, cu_seqlens=cu_seqlens, alibi_slopes=self.alibi_H,
             )
             self._plans[key] = (layout, plan)  # the layout stays alive while its id is a key
             if len(self._plans) > self._LAYOUT_CACHE_SIZE:
@@ -651,10 +672,11 @@ class TransformerTrunk(nn.Module):
             backend = plan_attention(
                 backend, batch=B, q_heads=config.n_heads, kv_heads=config.kv_heads, q_len=L, kv_len=L,
                 head_dim=config.head_dim, dtype=attention_dtype(x_BLE), device=x_BLE.device, causal=L > 1,
+                alibi_slopes=self.alibi_H,
             ).backend
         x_BLE = self.drop(x_BLE)
         for i, block in enumerate(self.blocks):
-            x_BLE = block.decode(x_BLE, cos_LR, sin_LR, cache, i, backend)
+            x_BLE = block.decode(x_BLE, cos_LR, sin_LR, cache, i, backend, self.alibi_H)
         cache.advance(L)
         return self.norm(x_BLE)
 
@@ -692,6 +714,11 @@ class TransformerTrunk(nn.Module):
                 "sequences (genoformer.genome.embeddings.Embedder does) or raise max_seq_len in the config."
             )
         if shard is not None:
+            if self.config.alibi:
+                raise ValueError(
+                    "context parallelism does not run ALiBi: the ring attends chunk pairs whose biases it would have "
+                    "to shift per pair; train this model on one device per sequence, or with alibi: false."
+                )
             shard.check_inputs(L, causal=self.config.causal, lengths_B=lengths_B, cu_seqlens=cu_seqlens)
             lengths_B = None  # causal: a query never reaches the padding after it (check_inputs refuses the rest)
         if lengths_B is not None and cu_seqlens is not None:
@@ -720,7 +747,7 @@ class TransformerTrunk(nn.Module):
                 layout, backend = plan.layout, plan.backend
             else:  # the ring cuts the whole sequence's layout per pair of parts and plans each pair
                 layout, backend = self.layout(i, seq_len), self.runtime.attention_backend
-            args = (cos_LR, sin_LR, self.config.causal, layout, kv_lens_B, backend, cu_seqlens, shard)
+            args = (cos_LR, sin_LR, self.config.causal, layout, kv_lens_B, backend, cu_seqlens, shard, self.alibi_H)
             if self.runtime.activation_checkpointing and self.training and torch.is_grad_enabled():
                 x_BLE = checkpoint(block, x_BLE, *args, use_reentrant=False)
             else:

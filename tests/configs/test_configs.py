@@ -76,6 +76,10 @@ def test_config_instantiates(config, tmp_path):
     # omegaconf interpolation ties the data window to the model context
     assert cli.datamodule.window == transformer.max_seq_len
     assert sum(p.numel() for p in cli.model.parameters()) > 0
+    if config.name == "genome_8k_window_alibi_cpu.yaml":  # the recipe that shows exact windows and ALiBi
+        layout = cli.model.model.layout(0, 1024)
+        assert transformer.alibi and not transformer.rope and layout.window == (512, 512)
+        assert layout.covers_window(causal=True)
     for fasta in cli.datamodule.fasta:
         if fasta.startswith(FETCHED):  # real data a recipe may train on, fetched by the script its header names
             assert "fetch-more.sh" in config.read_text(), f"{config.name} names {fasta} without saying how to fetch it"

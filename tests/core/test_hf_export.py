@@ -183,6 +183,11 @@ def test_bad_exports_and_existing_output(tmp_path, causal_checkpoint):
     globals()["OwnLayout"] = OwnLayout  # importable by its class_path, as a user's module would be
     with pytest.raises(ValueError, match="attention layout of its own class .*OwnLayout.*builds genoformer's layouts only"):
         export_hf(tmp_path / "own.ckpt", tmp_path / "own")
+    alibi = torch.load(causal_checkpoint, map_location="cpu", weights_only=True)
+    alibi["hyper_parameters"]["transformer"].update(alibi=True, rope=False)
+    torch.save(alibi, tmp_path / "alibi.ckpt")
+    with pytest.raises(ValueError, match="uses ALiBi .*compute RoPE attention without ALiBi"):
+        export_hf(tmp_path / "alibi.ckpt", tmp_path / "alibi")
     with pytest.raises(ValueError, match="dtype must be auto or one of"):
         export_hf(causal_checkpoint, tmp_path / "f16", dtype="float16")
     assert not any(tmp_path.glob("*/"))  # nothing half-written
@@ -192,7 +197,7 @@ def test_bad_exports_and_existing_output(tmp_path, causal_checkpoint):
     (out / "README.md").write_text("old")
     export_hf(causal_checkpoint, out, overwrite=True)
     assert (out / "README.md").read_text().startswith("---")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "own.ckpt"]  # no temporaries left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["alibi.ckpt", "model", "own.ckpt"]  # no temporaries left
     assert math.isfinite(read_hf_checkpoint(out)[0]["state_dict"]["model.norm.weight"].sum().item())
 
 

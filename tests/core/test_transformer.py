@@ -337,3 +337,57 @@ def test_decoding_refuses_what_it_cannot_run():
             model.decode(torch.zeros(1, 4), KVCache(4))
     with pytest.raises(ValueError, match="at least 1"):
         KVCache(0)
+
+
+# ------------------------------------------------------------------- exact windows and ALiBi
+def _alibi_window_model(**overrides):
+    """Two causal layers with an exact 5-token window and ALiBi alone (no RoPE): the output at i
+    depends on the tokens i - 10 .. i only, and on no absolute position."""
+    values = dict(n_layers=2, causal=True, rope=False, alibi=True,
+                  attention=[SlidingWindow(window=5, block_size=16, exact=True)])
+    values.update(overrides)
+    return tiny_model(**values)
+
+
+def test_exact_window_model_reads_only_its_window():
+    """Layer by layer the window adds 5 positions: a token 10 back moves position i, one 11 back
+    does not; the block-granular window of the same width reads further."""
+    exact = _alibi_window_model()
+    blocky = _alibi_window_model(attention=[SlidingWindow(window=5, block_size=16)])
+    tokens_BL = random_tokens(1, 97)
+    for j, moves_exact in ((49, False), (50, True)):
+        changed_BL = tokens_BL.clone()
+        changed_BL[0, j] = (changed_BL[0, j] + 1) % 4
+        moved = (exact(changed_BL) - exact(tokens_BL))[0, 60].abs().max().item()
+        assert (moved > 1e-5) == moves_exact, (j, moved)
+        assert (blocky(changed_BL) - blocky(tokens_BL))[0, 60].abs().max().item() > 1e-5  # same block band
+
+
+def test_alibi_without_rope_is_shift_equivariant():
+    """ALiBi's bias depends on distances only: past the first 10 positions (the receptive field), a
+    sequence shifted by 7 tokens gives the same outputs shifted by 7; the bias changes them."""
+    model = _alibi_window_model()
+    tokens_BL = random_tokens(1, 90, seed=4)
+    full_BLV, shifted_BLV = model(tokens_BL), model(tokens_BL[:, 7:])
+    torch.testing.assert_close(shifted_BLV[:, 10:], full_BLV[:, 17:], rtol=0, atol=2e-6)
+    assert (_alibi_window_model(alibi=False)(tokens_BL) - full_BLV).abs().max() > 1e-4
+
+
+def test_alibi_decoding_gives_the_logits_of_the_full_forward():
+    """Cached decoding with ALiBi: each new token's biases count from its own position (the bias is
+    aligned to the bottom-right corner of a step's scores)."""
+    model = tiny_model(alibi=True)
+    tokens_BL = random_tokens(2, 40, seed=5, high=5).long()
+    cache = KVCache(48)
+    cached_BLV = decode_all(model, tokens_BL, 9, cache)
+    with torch.inference_mode():
+        full_BLV = model(tokens_BL)
+    torch.testing.assert_close(cached_BLV, full_BLV, rtol=0, atol=2e-6)
+
+
+def test_alibi_slopes_follow_the_model_and_are_never_saved():
+    model = tiny_model(alibi=True, n_heads=4)
+    assert model.alibi_H.tolist() == [0.25, 0.0625, 0.015625, 0.00390625]
+    assert "alibi_H" not in model.state_dict() and tiny_model().alibi_H is None
+    config = tiny_config(alibi=True, rope=False)
+    assert TransformerConfig.from_dict(config.to_dict()) == config
