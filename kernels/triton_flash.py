@@ -924,8 +924,9 @@ def flash_bwd(
 # Custom ops (torch.compile sees one opaque node per pass) and autograd
 # --------------------------------------------------------------------------------------------
 
-_MOD_SCHEMA = ("int? band_lo, int? band_hi, Tensor? alibi, float softcap, float dropout_p, Tensor? rng, "
-               "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k")
+_MOD_SCHEMA = ("int? band_lo=None, int? band_hi=None, Tensor? alibi=None, float softcap=0.0, float dropout_p=0.0, "
+               "Tensor? rng=None, Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, int max_seqlen_q=0, "
+               "int max_seqlen_k=0")
 _FWD_SCHEMA = ("(Tensor q, Tensor k, Tensor v, Tensor? kv_lens, Tensor? kv_counts, Tensor? kv_indices, "
                "Tensor? q_counts, Tensor? q_indices, int block_size, bool causal, float scale, "
                f"Tensor? cu_seqlens, {_MOD_SCHEMA}) -> (Tensor, Tensor)")
@@ -934,8 +935,8 @@ _BWD_SCHEMA = ("(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, 
                f"bool causal, float scale, Tensor? cu_seqlens, Tensor? dlse, {_MOD_SCHEMA}) -> (Tensor, Tensor, Tensor)")
 
 
-def _unflatten(band_lo, band_hi, alibi, softcap, dropout_p, rng, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-               max_seqlen_k) -> tuple[ScoreMods, Varlen | None]:
+def _unflatten(band_lo=None, band_hi=None, alibi=None, softcap=0.0, dropout_p=0.0, rng=None, cu_seqlens_q=None,
+               cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0) -> tuple[ScoreMods, Varlen | None]:
     """The launchers' ScoreMods and Varlen from the custom ops' flat arguments."""
     mods = ScoreMods((band_lo, band_hi), alibi, softcap, dropout_p, rng)
     varlen = None if cu_seqlens_q is None else Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
@@ -983,12 +984,13 @@ def _bwd_fake(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_i
 
 def _setup_context(ctx, inputs, output) -> None:
     q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens = inputs[:12]
-    band_lo, band_hi, alibi, softcap, dropout_p, rng, cu_q, cu_k, max_q, max_k = inputs[12:]
+    band_lo, band_hi, alibi, softcap, dropout_p, rng, cu_q, cu_k, max_q, max_k = _flatten(*_unflatten(*inputs[12:]))
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, cu_seqlens,
                           alibi, rng, cu_q, cu_k)
     ctx.block_size, ctx.causal, ctx.scale = block_size, causal, scale
     ctx.band, ctx.softcap, ctx.dropout_p, ctx.max_seqlens = (band_lo, band_hi), softcap, dropout_p, (max_q, max_k)
+    ctx.num_inputs = len(inputs)  # the backward returns one gradient per input (12 without the modifiers)
     # an unused output's gradient arrives as None, not as zeros (eager and in AOT autograd's
     # traced backward alike): without return_lse the backward does nothing more than before
     ctx.set_materialize_grads(False)
@@ -1007,7 +1009,7 @@ def _backward(ctx, do, dlse, bwd=_bwd_op):
     dq, dk, dv = bwd(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices,
                      ctx.block_size, ctx.causal, ctx.scale, cu_seqlens, dlse, *ctx.band, alibi, ctx.softcap,
                      ctx.dropout_p, rng, cu_q, cu_k, *ctx.max_seqlens)
-    return (dq, dk, dv) + (None,) * 19
+    return (dq, dk, dv) + (None,) * (ctx.num_inputs - 3)
 
 
 _fwd_op.register_autograd(_backward, setup_context=_setup_context)
