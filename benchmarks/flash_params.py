@@ -12,10 +12,10 @@ stage: copies flash-attn's tests/test_flash_attn.py (Dao-AILab/flash-attention; 
     the file is read and run, never committed. The GPU machine cannot fetch it: carry the folder.
 suite / count: the file runs against `genoformer.kernels.flash_attn_compat` through a package
     `flash_attn` written at run time into a temporary folder (SHIM): it re-exports the compatible
-    module's functions, flash-attn's bert_padding helpers from it, a rotary embedding for the
-    KV-cache tests' set-up, and stand-ins that raise `UnsupportedFeature` for what the module lacks
-    (flash_attn_with_kvcache while the module has none, flash-attn's internal and compiled entry
-    points). A conftest.py beside the copied file records every case's outcome and reports a case
+    module's functions (flash_attn_with_kvcache included: genoformer.kernels.kvcache's), flash-attn's
+    bert_padding helpers from it, a rotary embedding for the KV-cache tests' set-up, and stand-ins
+    that raise `UnsupportedFeature` for what the module lacks (flash-attn's internal and compiled
+    entry points). A conftest.py beside the copied file records every case's outcome and reports a case
     that raised `UnsupportedFeature` as skipped, its reason "missing feature: PARAMETER"; nothing
     else is changed: a failing assertion is a failure.
   count collects every case on a CPU (the file asks the GPU's compute capability at import; the
@@ -152,6 +152,8 @@ if not torch.cuda.is_available():  # counting on a CPU: the file reads the GPU's
 
 from genoformer.kernels.flash_attn_compat import UnsupportedFeature  # noqa: E402
 
+from genoformer.kernels import flash_attn_compat  # noqa: E402
+
 KVCACHE = {"test_flash_attn_kvcache", "test_flash_attn_kvcache_paged_block_table_bounds"}
 INTERNAL = {"test_flash_attn_varlen_paged_kv_num_splits": "_flash_attn_varlen_forward",
             "test_flash_attn_generator_arg_must_be_none": "flash_attn_gpu"}
@@ -160,14 +162,9 @@ INTERNAL = {"test_flash_attn_varlen_paged_kv_num_splits": "_flash_attn_varlen_fo
 def missing(item):
     """The missing feature a collected case needs, or None."""
     name = item.originalname
-    if name in KVCACHE:
+    if name in KVCACHE and not hasattr(flash_attn_compat, "flash_attn_with_kvcache"):
         return "flash_attn_with_kvcache"
-    if name in INTERNAL:
-        return INTERNAL[name]
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    if params.get("paged_kv_block_size") is not None:
-        return "block_table"
-    return None
+    return INTERNAL.get(name)
 
 
 def uses(item):
@@ -189,6 +186,10 @@ def uses(item):
         found.append("causal with seqlen_q != seqlen_k")
     if "varlen" in name:
         found.append("varlen")
+    if name in KVCACHE:
+        found.append("flash_attn_with_kvcache")
+    if params.get("paged_kv_block_size") is not None:
+        found.append("block_table")
     if "d" in params and params["d"] % 8:
         found.append("head dim not a multiple of 8")
     return found
@@ -308,7 +309,7 @@ def stage(args: argparse.Namespace) -> None:
 
 
 COUNT_COLUMNS = ("window_size", "alibi_slopes", "dropout_p", "softcap", "causal with seqlen_q != seqlen_k", "varlen",
-                 "head dim not a multiple of 8")
+                 "head dim not a multiple of 8", "flash_attn_with_kvcache", "block_table")
 
 
 def count(args: argparse.Namespace) -> dict:
@@ -353,9 +354,10 @@ def render_count(summary: dict) -> str:
         environment_markdown(summary["environment"], summary["command"]),
         "",
         f"flash-attn's tests/test_flash_attn.py (unmodified) collected against genoformer.kernels.flash_attn_compat: "
-        f"{total['cases']:,} cases, of which {missing:,} need a feature the module lacks (the KV-cache API, paged "
-        f"KV caches, flash-attn's internal entry points); every other case runs on our kernels. Columns count the "
-        f"cases that exercise each parameter (a case may count in several).",
+        f"{total['cases']:,} cases, of which {missing:,} need a feature the module lacks (flash-attn's internal "
+        f"and compiled entry points); every other case runs on our kernels (the KV-cache cases on "
+        f"genoformer.kernels.kvcache's flash_attn_with_kvcache). Columns count the cases that exercise each "
+        f"parameter (a case may count in several).",
         "",
         markdown_table(_count_rows(table)),
     ])
@@ -375,11 +377,11 @@ def suite(args: argparse.Namespace) -> dict:
         pytest_args = ["-q", "-rfs", "--tb=line", "-n", str(args.workers)] if args.workers else ["-q", "-rfs",
                                                                                                   "--tb=line"]
         code, seconds = _pytest(folder, pytest_args, env, args.budget, selected_log)
-        listed = _pytest(folder, ["--collect-only", "-q"], {k: v for k, v in env.items() if k != "FA_RESULTS"},
-                         600, folder / "collect.log")
+        _pytest(folder, ["--collect-only", "-q"], {k: v for k, v in env.items() if k != "FA_RESULTS"}, 600,
+                folder / "collect.log")
         selected = sum(1 for line in (folder / "collect.log").read_text().splitlines() if "::" in line)
-        del listed
     cases = [json.loads(line) for line in results_path.read_text().splitlines()] if results_path.is_file() else []
+    results_path.unlink(missing_ok=True)  # its cases go into flash_attn_suite.json
     summary = {"environment": describe_environment(), "command": command_line(), "budget_s": args.budget,
                "seconds": seconds, "returncode": code, "selected": selected, "fraction": args.fraction,
                "minimum": args.minimum, "seed": args.seed, "cases": cases}

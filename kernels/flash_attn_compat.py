@@ -29,9 +29,11 @@ Parameters, as flash-attn 2 defines them (see ``genoformer.kernels.reference`` f
                        here S_dmask is computed beside the kernels in PyTorch (memory O(L^2)).
 Head dims 1 to 256 (no multiple of 8 is needed: the launcher pads), fp16 and bf16 on GPUs.
 
-What flash-attn has and this module does not raise `UnsupportedFeature` naming the parameter
-(flash_attn_varlen_func's `block_table`: paged KV caches). The KV-cache decoding entry point
-(`flash_attn_with_kvcache`) is not here yet; new entry points build on `_flash_call`.
+flash_attn_with_kvcache (decoding over a key/value cache, paged or not) is
+``genoformer.kernels.kvcache``'s, re-exported here. flash_attn_varlen_func's block_table (a paged
+cache, forward only in flash-attn) gathers the pages into contiguous keys first: right, not fast.
+`UnsupportedFeature` is what a flash-attn feature this module lacks raises, naming the parameter;
+new entry points build on `_flash_call`.
 
 Shape legend: B batch, L / S query / key length, T total tokens of a varlen batch, H / Hk query /
 key-value heads, D head dim; suffixes name a tensor's layout (q_BLHD, q_BHLD).
@@ -46,6 +48,7 @@ import torch
 import torch.nn.functional as F
 
 from genoformer.kernels.dropout import draw_rng, keep_mask
+from genoformer.kernels.kvcache import flash_attn_with_kvcache
 from genoformer.kernels.reference import alibi_bias, reference_attention, window_mask
 
 ATTN_PROBS_BLOCK_N = 128
@@ -62,6 +65,7 @@ __all__ = [
     "flash_attn_varlen_func",
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_with_kvcache",
     "pad_input",
     "unpad_input",
 ]
@@ -214,10 +218,11 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            deterministic=False, return_attn_probs=False, block_table=None):
     """flash-attn 2's flash_attn_varlen_func: q (T_q, H, D), k and v (T_k, Hk, D), cu_seqlens_q and
     cu_seqlens_k (N + 1,) int32, each sequence with its own query and key length -> out (T_q, H, D);
-    with return_attn_probs (out, softmax_lse (H, T_q), S_dmask). block_table (paged KV) is not
-    supported here (`UnsupportedFeature`)."""
+    with return_attn_probs (out, softmax_lse (H, T_q), S_dmask). block_table (N, pages) int32: k and
+    v are paged caches (pages, page_size, Hk, D), sequence s reading its keys through row s
+    (`_gathered_pages`)."""
     if block_table is not None:
-        raise UnsupportedFeature("block_table", "paged KV caches")
+        k, v = _gathered_pages(k, v, block_table, cu_seqlens_k)
     varlen = _varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     out, lse, probs = _flash_call(_varlen_heads_first(q), _varlen_heads_first(k), _varlen_heads_first(v),
                                   dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
@@ -242,6 +247,20 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
     return flash_attn_varlen_func(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                                   dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                                   return_attn_probs)
+
+
+def _gathered_pages(k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
+                    cu_seqlens_k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Paged caches (pages, page_size, Hk, D) read through block_table (N, pages per sequence) into
+    contiguous keys and values (T_k, Hk, D): sequence s's first cu_seqlens_k[s + 1] - cu_seqlens_k[s]
+    positions, position t on page block_table[s, t // page_size] (differentiable; one host read of T_k)."""
+    page_size = k_cache.shape[1]
+    cu = cu_seqlens_k.long()
+    tokens_T = torch.arange(int(cu[-1]), device=k_cache.device)
+    sequence_T = torch.searchsorted(cu, tokens_T, right=True) - 1
+    position_T = tokens_T - cu[sequence_T]
+    page_T = block_table.long()[sequence_T, position_T // page_size]
+    return k_cache[page_T, position_T % page_size], v_cache[page_T, position_T % page_size]
 
 
 # ------------------------------------------------------------------------------ padding helpers

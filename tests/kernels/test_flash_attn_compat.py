@@ -107,12 +107,24 @@ def test_attn_probs_encode_the_probabilities_and_the_dropout_mask():
     assert torch.equal((probs >= 0)[..., allowed], kept[..., allowed])
 
 
-def test_missing_features_raise_naming_the_parameter():
-    q = torch.zeros(4, 1, 8)
-    cu = torch.tensor([0, 4], dtype=torch.int32)
-    with pytest.raises(fa.UnsupportedFeature, match="does not support block_table") as raised:
-        fa.flash_attn_varlen_func(q, q, q, cu, cu, 4, 4, block_table=torch.zeros(1, 1, dtype=torch.int32))
-    assert raised.value.parameter == "block_table" and isinstance(raised.value, NotImplementedError)
+def test_paged_keys_are_read_through_the_block_table():
+    """flash_attn_varlen_func with block_table reads each sequence's keys from its pages: the same
+    output as the contiguous keys; flash_attn_with_kvcache is the kvcache module's."""
+    page, lengths = 4, (6, 9)
+    q = _blhd(1, 15, 2, 8, 11)[0]
+    k, v = _blhd(1, 15, 1, 8, 12)[0], _blhd(1, 15, 1, 8, 13)[0]
+    cu = torch.tensor([0, 6, 15], dtype=torch.int32)
+    table = torch.tensor([[3, 0, 7], [5, 1, 2]], dtype=torch.int32)  # pages of sequence 0, then 1
+    k_pages, v_pages = torch.zeros(8, page, 1, 8), torch.zeros(8, page, 1, 8)
+    for s, n in enumerate(lengths):
+        for t in range(n):
+            k_pages[table[s, t // page], t % page] = k[cu[s] + t]
+            v_pages[table[s, t // page], t % page] = v[cu[s] + t]
+    paged = fa.flash_attn_varlen_func(q, k_pages, v_pages, cu, cu, 9, 9, causal=True, block_table=table)
+    torch.testing.assert_close(paged, fa.flash_attn_varlen_func(q, k, v, cu, cu, 9, 9, causal=True))
+    from genoformer.kernels import kvcache
+
+    assert fa.flash_attn_with_kvcache is kvcache.flash_attn_with_kvcache
 
 
 def test_unpad_and_pad_input_round_trip():
@@ -135,15 +147,15 @@ def test_suite_runner_records_outcomes_and_missing_features(tmp_path):
     suite.write_text(textwrap.dedent('''
         import pytest, torch
         from flash_attn import flash_attn_func, flash_attn_with_kvcache
-        from flash_attn.flash_attn_interface import _get_block_size_n
+        from flash_attn.flash_attn_interface import _get_block_size_n, flash_attn_gpu
 
         @pytest.mark.parametrize("causal", [False, True])
         def test_runs(causal):
             q = torch.randn(1, 9, 2, 8)
             assert flash_attn_func(q, q, q, causal=causal).shape == q.shape
 
-        def test_kvcache():
-            flash_attn_with_kvcache(torch.zeros(1), None, None)
+        def test_extension():
+            flash_attn_gpu.fwd(torch.zeros(1))
 
         def test_wrong():
             assert _get_block_size_n("cpu", 64, True, False) == -1
@@ -154,8 +166,8 @@ def test_suite_runner_records_outcomes_and_missing_features(tmp_path):
     code, _ = flash_params._pytest(shim, ["-q"], {"FA_RESULTS": str(results)}, 300, tmp_path / "log")
     outcomes = {json.loads(line)["nodeid"].split("::")[-1]: json.loads(line) for line in results.read_text().splitlines()}
     assert outcomes["test_runs[False]"]["outcome"] == outcomes["test_runs[True]"]["outcome"] == "passed"
-    assert outcomes["test_kvcache"]["outcome"] == "skipped"
-    assert outcomes["test_kvcache"]["reason"] == "missing feature: flash_attn_with_kvcache"
+    assert outcomes["test_extension"]["outcome"] == "skipped"
+    assert outcomes["test_extension"]["reason"] == "missing feature: flash_attn_gpu"
     assert outcomes["test_wrong"]["outcome"] == "failed" and code == 1
     summary = {"environment": {"device": "cpu", "device_type": "cpu", "date_utc": "", "torch": "", "triton": "",
                                "python": ""}, "command": "", "budget_s": 1, "seconds": 1, "returncode": 1,
