@@ -23,8 +23,11 @@ suite / count: the file runs against `genoformer.kernels.flash_attn_compat` thro
     flash-attn parameter and those that need a feature the module lacks.
   suite runs a deterministic stratified sample on the GPU: the suite has ~508k cases, each new
     kernel variant compiles for seconds, and a GPU call lasts minutes. From every test function a
-    sample seeded by its name (SAMPLE_FRACTION of its cases, at least SAMPLE_MIN), run by
+    sample seeded by its name (--fraction of its cases, at least --minimum), run by
     `pytest -n WORKERS` until the budget ends; cases not finished by then are counted as not run.
+    The conftest replaces each function's parametrize marks by one holding its sample (ids as pytest
+    writes them), so pytest builds only the sampled cases: collecting all 508,777 takes minutes in
+    every process (12 minutes on two busy CPU cores).
 bench: bf16 on the GPU, B=1, 16 heads of 128, 16k tokens, our kernels with each parameter against
     the same call without it (ratios: exact window / block-granular window of the same width, ALiBi
     and softcap / plain causal, dropout / none, the compatible module / the native call), and
@@ -51,6 +54,7 @@ import math
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -134,15 +138,19 @@ def apply_rotary_emb(x, cos, sin, interleaved=False, inplace=False, seqlen_offse
 ''',
     "tests/conftest.py": '''
 """Beside flash-attn's unmodified test file: sampling, outcomes, missing features (benchmarks/flash_params.py)."""
+import inspect
 import json
+import math
 import os
 import random
 
 import pytest
 import torch
+from _pytest.mark.structures import ParameterSet
 
 COUNT = os.environ.get("FA_COUNT")
 RESULTS = os.environ.get("FA_RESULTS")
+SELECTED = os.environ.get("FA_SELECTED")
 FRACTION = float(os.environ.get("FA_SAMPLE_FRACTION", "1"))
 MINIMUM = int(os.environ.get("FA_SAMPLE_MIN", "0"))
 SEED = os.environ.get("FA_SAMPLE_SEED", "0")
@@ -150,9 +158,8 @@ SEED = os.environ.get("FA_SAMPLE_SEED", "0")
 if not torch.cuda.is_available():  # counting on a CPU: the file reads the GPU's compute capability at import
     torch.cuda.get_device_capability = lambda *args, **kwargs: (9, 0)
 
-from genoformer.kernels.flash_attn_compat import UnsupportedFeature  # noqa: E402
-
 from genoformer.kernels import flash_attn_compat  # noqa: E402
+from genoformer.kernels.flash_attn_compat import UnsupportedFeature  # noqa: E402
 
 KVCACHE = {"test_flash_attn_kvcache", "test_flash_attn_kvcache_paged_block_table_bounds"}
 INTERNAL = {"test_flash_attn_varlen_paged_kv_num_splits": "_flash_attn_varlen_forward",
@@ -195,33 +202,73 @@ def uses(item):
     return found
 
 
-def pytest_collection_modifyitems(config, items):
-    if COUNT:
-        table = {}
-        for item in items:
-            row = table.setdefault(item.originalname, {"cases": 0})
-            row["cases"] += 1
-            for key in [*uses(item), *(["missing: " + m] if missing(item) else [])]:
-                row[key] = row.get(key, 0) + 1
-            if missing(item) is None and not (set(uses(item)) & {"window_size", "alibi_slopes", "dropout_p",
-                                                                  "softcap"}):
-                row["plain"] = row.get("plain", 0) + 1
-        with open(COUNT, "w") as handle:
-            json.dump(table, handle, indent=1)
-        config.hook.pytest_deselected(items=list(items))
-        items[:] = []
+def _case_id(name, value, index):
+    """pytest's default id of one parametrize value (numbers, bools, strings, None as themselves)."""
+    return str(value) if isinstance(value, (bool, int, float, str, type(None))) else f"{name}{index}"
+
+
+def _sample(function, name):
+    """Replace a test function's stacked parametrize marks by one holding a seeded sample of their
+    combinations (FRACTION of them, at least MINIMUM), ids as pytest writes them: pytest then builds
+    the sampled cases only, not the 508k of the file (minutes of collecting on every worker)."""
+    marks = getattr(function, "pytestmark", [])
+    axes = []
+    for mark in marks:  # the decorator nearest the function first, as pytest orders the ids
+        if mark.name != "parametrize":
+            continue
+        names = mark.args[0]
+        names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+        values = [value for value in mark.args[1]]
+        if any(isinstance(value, ParameterSet) for value in values):  # pytest.param(...): its values
+            values = [value.values[0] if len(names) == 1 else value.values for value in values]
+        axes.append((names, values))
+    if not axes:
         return
-    groups = {}
+    total = math.prod(len(values) for _, values in axes)
+    count = min(total, max(MINIMUM, round(FRACTION * total)))
+    argnames, argvalues, ids = [n for names, _ in axes for n in names], [], []
+    for index in sorted(random.Random(f"{SEED}:{name}").sample(range(total), count)):
+        combo, parts = [], []
+        for names, values in axes:
+            index, r = divmod(index, len(values))
+            value = values[r]
+            if len(names) == 1:
+                combo.append(value)
+                parts.append(_case_id(names[0], value, r))
+            else:
+                combo.extend(value)
+                parts.extend(_case_id(n, v, r) for n, v in zip(names, value))
+        argvalues.append(tuple(combo))
+        ids.append("-".join(parts))
+    function.pytestmark = [mark for mark in marks if mark.name != "parametrize"] + [
+        pytest.mark.parametrize(argnames, argvalues, ids=ids).mark]
+    if SELECTED:
+        with open(SELECTED, "a") as handle:
+            handle.write(json.dumps({"function": name, "selected": count, "cases": total}) + "\\n")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_pycollect_makeitem(collector, name, obj):
+    if not COUNT and inspect.isfunction(obj) and name.startswith("test_"):
+        _sample(obj, name)
+    yield
+
+
+def pytest_collection_modifyitems(config, items):
+    if not COUNT:  # the functions' samples mixed (seeded, the same in every worker): a budget cuts them alike
+        random.Random(SEED).shuffle(items)
+        return
+    table = {}
     for item in items:
-        groups.setdefault(item.originalname, []).append(item)
-    keep = []
-    for name in sorted(groups):
-        group = sorted(groups[name], key=lambda item: item.nodeid)
-        size = min(len(group), max(MINIMUM, round(FRACTION * len(group))))
-        keep += random.Random(f"{SEED}:{name}").sample(group, size)
-    kept = {id(item) for item in keep}
-    config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
-    items[:] = [item for item in items if id(item) in kept]
+        row = table.setdefault(item.originalname, {"cases": 0})
+        row["cases"] += 1
+        lacking = missing(item)
+        for key in [*uses(item), *(["missing: " + lacking] if lacking else [])]:
+            row[key] = row.get(key, 0) + 1
+    with open(COUNT, "w") as handle:
+        json.dump(table, handle, indent=1)
+    config.hook.pytest_deselected(items=list(items))
+    items[:] = []
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -271,17 +318,20 @@ def _suite_file() -> Path:
 
 def _pytest(folder: Path, args: list[str], env: dict, timeout: float, log: Path) -> tuple[int | None, float]:
     """pytest on the shim folder's tests in a child process (the shim first on PYTHONPATH); its
-    output to `log`; (return code or None on timeout, seconds)."""
+    output to `log`; (return code, or None when the budget stopped it with its workers; seconds)."""
     env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(folder), str(REPO),
                                                                 os.environ.get("PYTHONPATH", "")])}
     command = [sys.executable, "-m", "pytest", str(folder / "tests" / SUITE_FILE), "-p", "no:cacheprovider",
                "--rootdir", str(folder / "tests"), *args]
     began = time.monotonic()
     with open(log, "w") as handle:
+        child = subprocess.Popen(command, cwd=folder, env=env, stdout=handle, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
         try:
-            code = subprocess.run(command, cwd=folder, env=env, stdout=handle, stderr=subprocess.STDOUT,
-                                  timeout=timeout).returncode
+            code = child.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)  # pytest and its xdist workers
+            child.wait()
             code = None
     return code, time.monotonic() - began
 
@@ -367,24 +417,24 @@ def render_count(summary: dict) -> str:
 def suite(args: argparse.Namespace) -> dict:
     results_path = args.out / "flash_attn_suite_cases.jsonl"
     results_path.unlink(missing_ok=True)
-    env = {"FA_RESULTS": str(results_path), "FA_SAMPLE_FRACTION": str(args.fraction),
-           "FA_SAMPLE_MIN": str(args.minimum), "FA_SAMPLE_SEED": str(args.seed),
-           "GENOFORMER_TRITON_AUTOTUNE": "0"}
     with tempfile.TemporaryDirectory(prefix="flash_attn_shim_") as tmp:
         folder = Path(tmp)
         write_shim(folder, _suite_file())
-        selected_log = args.out / "flash_attn_suite.log"
-        pytest_args = ["-q", "-rfs", "--tb=line", "-n", str(args.workers)] if args.workers else ["-q", "-rfs",
-                                                                                                  "--tb=line"]
-        code, seconds = _pytest(folder, pytest_args, env, args.budget, selected_log)
-        _pytest(folder, ["--collect-only", "-q"], {k: v for k, v in env.items() if k != "FA_RESULTS"}, 600,
-                folder / "collect.log")
-        selected = sum(1 for line in (folder / "collect.log").read_text().splitlines() if "::" in line)
+        selected_path = folder / "selected.jsonl"
+        env = {"FA_RESULTS": str(results_path), "FA_SELECTED": str(selected_path),
+               "FA_SAMPLE_FRACTION": str(args.fraction), "FA_SAMPLE_MIN": str(args.minimum),
+               "FA_SAMPLE_SEED": str(args.seed), "GENOFORMER_TRITON_AUTOTUNE": "0"}
+        pytest_args = ["-q", "-rfs", "--tb=line", *(["-n", str(args.workers)] if args.workers else [])]
+        code, seconds = _pytest(folder, pytest_args, env, args.budget, args.out / "flash_attn_suite.log")
+        # each collecting process wrote the same sample: one line per function
+        selected = {row["function"]: row for row in map(json.loads, selected_path.read_text().splitlines())} \
+            if selected_path.is_file() else {}
     cases = [json.loads(line) for line in results_path.read_text().splitlines()] if results_path.is_file() else []
     results_path.unlink(missing_ok=True)  # its cases go into flash_attn_suite.json
     summary = {"environment": describe_environment(), "command": command_line(), "budget_s": args.budget,
-               "seconds": seconds, "returncode": code, "selected": selected, "fraction": args.fraction,
-               "minimum": args.minimum, "seed": args.seed, "cases": cases}
+               "seconds": seconds, "returncode": code, "selected": sum(row["selected"] for row in selected.values()),
+               "functions": selected, "fraction": args.fraction, "minimum": args.minimum, "seed": args.seed,
+               "cases": cases}
     publish(args.out, "flash_attn_suite", summary, render_suite(summary))
     return summary
 
@@ -703,8 +753,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p = sub.add_parser(name, help=text)
         p.add_argument("--out", type=Path, required=True, help="folder for the result files")
     suite_parser = sub.choices["suite"]
-    suite_parser.add_argument("--fraction", type=float, default=0.002, help="share of each function's cases (0.002)")
-    suite_parser.add_argument("--minimum", type=int, default=4, help="cases per function at least (4)")
+    suite_parser.add_argument("--fraction", type=float, default=0.001, help="share of each function's cases (0.001)")
+    suite_parser.add_argument("--minimum", type=int, default=3, help="cases per function at least (3)")
     suite_parser.add_argument("--seed", type=int, default=0, help="the sample's seed (0)")
     suite_parser.add_argument("--workers", type=int, default=8, help="pytest-xdist workers (8; 0: none)")
     suite_parser.add_argument("--budget", type=float, default=270.0, help="seconds before pytest is stopped (270)")
