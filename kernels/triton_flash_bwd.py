@@ -123,6 +123,7 @@ def _dkdv_steps(
     docs/design/kernels.md)."""
     MODS: tl.constexpr = ALIBI_ or SOFTCAP
     offs_d = tl.arange(0, D_TILE)
+    k_pos = offs_n.to(tl.float32)  # ALiBi's key positions (the tile's rows)
     start_next = tile_start(t_lo, idx_ptr, bs, TPB, BLOCK_M1, SPARSE, t_lo < t_hi)
     for t in range(t_lo, t_hi):
         start_m = start_next  # loaded one step ahead: see tile_start
@@ -136,8 +137,8 @@ def _dkdv_steps(
             lse = tl.load(lse_base + offs_m, mask=offs_m < Lq, other=float("inf"))
         s2T = mma(k, tl.trans(q), None, DOT_F32)  # (BLOCK_N1, BLOCK_M1)
         if MODS:
-            s2T, tT = base2_scores(s2T, offs_m[None, :], offs_n[:, None], shift, qk_scale, cap_in, cap2, slope2,
-                                   ALIBI_, SOFTCAP, TANH_ASM)
+            s2T, tT = base2_scores(s2T, (offs_m + shift).to(tl.float32)[None, :], k_pos[:, None], qk_scale, cap_in,
+                                   cap2, slope2, ALIBI_, SOFTCAP, TANH_ASM)
         pT = tl.math.exp2(scaled(s2T, qk_scale, MODS) - lse[None, :])
         if MASK:
             keep = offs_n[:, None] < kv_end
@@ -345,14 +346,14 @@ def bwd_dkdv_kernel(
 def _dq_steps(
     dq, q, do, lse, delta, k_src, v_src, sk_l, sv_l,
     idx_ptr, bs, TPB, t_lo, t_hi, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-    lo_off, hi_off, shift, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr, drop_scale,
+    lo_off, hi_off, q_pos, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr, drop_scale,
     BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr,
     BAND_LO: tl.constexpr, BAND_HI: tl.constexpr,
     SPARSE: tl.constexpr, MASK: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
     HAS_DOCS: tl.constexpr, TMA: tl.constexpr,
     ALIBI_: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, TANH_ASM: tl.constexpr,
 ):
-    """Accumulate dQ (BLOCK_M2, D_TILE) over key tiles t_lo..t_hi (doc_lo, doc_hi: as in the forward)."""
+    """Accumulate dQ (BLOCK_M2, D_TILE) over key tiles t_lo..t_hi (doc_lo, doc_hi, q_pos: as in the forward)."""
     MODS: tl.constexpr = ALIBI_ or SOFTCAP
     offs_d = tl.arange(0, D_TILE)
     start_next = tile_start(t_lo, idx_ptr, bs, TPB, BLOCK_N2, SPARSE, t_lo < t_hi)
@@ -364,7 +365,7 @@ def _dq_steps(
         v = stream_tile(v_src, start_n, offs_n, sv_l, offs_n < kv_end, offs_d, D, D_TILE, MASK, TMA, ALIGN8)
         s2 = mma(q, tl.trans(k), None, DOT_F32)  # (BLOCK_M2, BLOCK_N2)
         if MODS:
-            s2, t2 = base2_scores(s2, offs_m[:, None], offs_n[None, :], shift, qk_scale, cap_in, cap2, slope2,
+            s2, t2 = base2_scores(s2, q_pos[:, None], offs_n.to(tl.float32)[None, :], qk_scale, cap_in, cap2, slope2,
                                   ALIBI_, SOFTCAP, TANH_ASM)
         p = tl.math.exp2(scaled(s2, qk_scale, MODS) - lse[:, None])
         if MASK:
@@ -465,20 +466,21 @@ def bwd_dq_kernel(
         t_lo, t_first, t_full, t_end = clamp_ranges(t_lo, t_first, t_full, t_end, e_lo * TPB, e_hi * TPB)
     dq = tl.zeros([BLOCK_M2, D_TILE], dtype=tl.float32)
     seq_head = seq * H + h
+    q_pos = (offs_m + shift).to(tl.float32)  # ALiBi's distances are |i + shift - j|
     if HAS_DOCS or BAND_LO:  # the start of the documents' span or of the band
         dq = _dq_steps(dq, q, do, lse, delta, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB, t_lo, t_first,
                        offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                       lo_off, hi_off, shift, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr, drop_scale,
+                       lo_off, hi_off, q_pos, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr, drop_scale,
                        BLOCK_M2, BLOCK_N2, D, D_TILE, BAND_LO, BAND_HI, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS, TMA,
                        ALIBI_, SOFTCAP, DROPOUT, TANH_ASM)
     dq = _dq_steps(dq, q, do, lse, delta, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB, t_first, t_full,
                    offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                   lo_off, hi_off, shift, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr, drop_scale,
+                   lo_off, hi_off, q_pos, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr, drop_scale,
                    BLOCK_M2, BLOCK_N2, D, D_TILE, BAND_LO, BAND_HI, SPARSE, False, DOT_F32, ALIGN8, HAS_DOCS, TMA,
                    ALIBI_, SOFTCAP, DROPOUT, TANH_ASM)
     dq = _dq_steps(dq, q, do, lse, delta, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB, t_full, t_end,
                    offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                   lo_off, hi_off, shift, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr, drop_scale,
+                   lo_off, hi_off, q_pos, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr, drop_scale,
                    BLOCK_M2, BLOCK_N2, D, D_TILE, BAND_LO, BAND_HI, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS, TMA,
                    ALIBI_, SOFTCAP, DROPOUT, TANH_ASM)
     dq_base = slice_ptr(DQ, b, sdq_b, h, sdq_h, q_row0, sdq_l, ALIGN8)

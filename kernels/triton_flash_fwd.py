@@ -183,16 +183,18 @@ def tanh(x, ASM: tl.constexpr):
 
 
 @triton.jit
-def base2_scores(s, q_pos, k_pos, shift, qk_scale, cap_in, cap2, slope2,
+def base2_scores(s, q_pos, k_pos, qk_scale, cap_in, cap2, slope2,
                  ALIBI_: tl.constexpr, SOFTCAP: tl.constexpr, TANH_ASM: tl.constexpr):
     """Base-2 scores of unscaled q . k tiles `s` with the score modifiers, and t, the softcap's tanh
     (its gradient is 1 - t^2; s2 itself when there is no softcap).
 
     SOFTCAP: s2 = cap2 * tanh(s * cap_in), cap_in = scale / softcap, cap2 = softcap * log2(e).
-    ALIBI_: s2 -= slope2 * |k_pos - q_pos - shift|, slope2 = slope * log2(e); q_pos and k_pos are the
-    tile's query and key positions, shaped to broadcast against s (rows and columns, or the other
-    way round in the transposed dK/dV tiles).  Without either modifier the kernels scale by
-    qk_scale themselves (``scaled``): that path is the plain kernels' instruction for instruction."""
+    ALIBI_: s2 -= slope2 * |q_pos - k_pos|, slope2 = slope * log2(e); q_pos (i + shift) and k_pos (j)
+    are the tile's query and key positions as float32 (exact below 2^24; a subtraction and a fused
+    multiply-add per score, no integer conversion), shaped to broadcast against s (rows and columns,
+    or the other way round in the transposed dK/dV tiles).  Without either modifier the kernels
+    scale by qk_scale themselves (``scaled``): that path is the plain kernels' instruction for
+    instruction."""
     if SOFTCAP:
         t = tanh(s * cap_in, TANH_ASM)
         s2 = t * cap2
@@ -200,7 +202,7 @@ def base2_scores(s, q_pos, k_pos, shift, qk_scale, cap_in, cap2, slope2,
         s2 = s * qk_scale
         t = s2
     if ALIBI_:
-        s2 = s2 - slope2 * tl.abs(k_pos - q_pos - shift).to(tl.float32)
+        s2 = s2 - slope2 * tl.abs(q_pos - k_pos)
     return s2, t
 
 
@@ -482,7 +484,7 @@ def row_tile_range(
 def _fwd_steps(
     acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l,
     idx_ptr, bs, TPB, t_lo, t_hi, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-    lo_off, hi_off, shift, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr,
+    lo_off, hi_off, q_pos, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr,
     BAND_LO: tl.constexpr, BAND_HI: tl.constexpr,
     SPARSE: tl.constexpr, MASK: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
@@ -491,7 +493,8 @@ def _fwd_steps(
 ):
     """Online-softmax update over key tiles t_lo..t_hi; MASK=False is the unmasked fast path.
 
-    doc_lo, doc_hi (BLOCK_M,): each query row's document span (read only when HAS_DOCS).
+    doc_lo, doc_hi (BLOCK_M,): each query row's document span (read only when HAS_DOCS); q_pos
+    (BLOCK_M,) float32: i + shift, ALiBi's row positions (read only with ALIBI_).
     RESCALE_TAU > 0: the running max m_i (and with it acc, l_i) is only moved when some row's
     max grew by more than RESCALE_TAU; otherwise p = exp2(s2 - m_i) <= 2^RESCALE_TAU, exact in
     fp32 and bf16 alike, and the (BLOCK_M, D_TILE) multiply of acc is skipped. A row with
@@ -509,7 +512,7 @@ def _fwd_steps(
         k = stream_tile(k_src, start_n, offs_n, sk_l, offs_n < kv_end, offs_d, D, D_TILE, MASK, TMA, ALIGN8)
         s = mma(q, tl.trans(k), None, DOT_F32)  # (BLOCK_M, BLOCK_N) fp32, unscaled q . k
         if MODS:  # now base-2 scores
-            s, _ = base2_scores(s, offs_m[:, None], offs_n[None, :], shift, qk_scale, cap_in, cap2, slope2,
+            s, _ = base2_scores(s, q_pos[:, None], offs_n.to(tl.float32)[None, :], qk_scale, cap_in, cap2, slope2,
                                 ALIBI_, SOFTCAP, TANH_ASM)
         if MASK:
             keep = offs_n[None, :] < kv_end
@@ -657,20 +660,21 @@ def attn_fwd_kernel(
     k_src = tile_source(k_base, seq_k, sk_l, BLOCK_N, D, D_TILE, TMA)
     v_src = tile_source(v_base, seq_k, sv_l, BLOCK_N, D, D_TILE, TMA)
     seq_head = seq * H + h
+    q_pos = (offs_m + shift).to(tl.float32)  # ALiBi's distances are |i + shift - j|
     if HAS_DOCS or BAND_LO:  # the start of the documents' span or of the band
         acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB,
                                    t_lo, t_first, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                                   lo_off, hi_off, shift, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr,
+                                   lo_off, hi_off, q_pos, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr,
                                    BLOCK_M, BLOCK_N, D, D_TILE, BAND_LO, BAND_HI, SPARSE, True, DOT_F32, ALIGN8,
                                    HAS_DOCS, TMA, RESCALE_TAU, ALIBI_, SOFTCAP, DROPOUT, TANH_ASM)
     acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB,
                                t_first, t_full, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                               lo_off, hi_off, shift, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr,
+                               lo_off, hi_off, q_pos, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr,
                                BLOCK_M, BLOCK_N, D, D_TILE, BAND_LO, BAND_HI, SPARSE, False, DOT_F32, ALIGN8,
                                HAS_DOCS, TMA, RESCALE_TAU, ALIBI_, SOFTCAP, DROPOUT, TANH_ASM)
     acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB,
                                t_full, t_end, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                               lo_off, hi_off, shift, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr,
+                               lo_off, hi_off, q_pos, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr,
                                BLOCK_M, BLOCK_N, D, D_TILE, BAND_LO, BAND_HI, SPARSE, True, DOT_F32, ALIGN8,
                                HAS_DOCS, TMA, RESCALE_TAU, ALIBI_, SOFTCAP, DROPOUT, TANH_ASM)
     if DROPOUT:  # the kept probabilities' 1 / (1 - p)

@@ -14,6 +14,7 @@ SMOKE = {
     "attention": ["--ours", "torch", "--patterns", "causal", "bigbird", "--head-dims", "16"],
     "data": [],
     "flash_attn_check": ["--backends", "triton"],
+    "flash_params": [],
     "generate_bench": [],
     "gluon_bench": [],
     "head_dims": [],

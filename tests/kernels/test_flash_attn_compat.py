@@ -137,11 +137,13 @@ def test_unpad_and_pad_input_round_trip():
 
 
 def test_suite_runner_records_outcomes_and_missing_features(tmp_path):
-    """benchmarks/flash_params.py's run-time shim: `import flash_attn` resolves to the compatible
+    """benchmarks/flash_attn_suite.py's run-time shim: `import flash_attn` resolves to the compatible
     module, a case that meets a missing feature is recorded as skipped with the parameter, a wrong
-    assertion as failed, the rest as passed (here on a CPU, with a stand-in test file)."""
+    assertion as failed, the rest as passed (here on a CPU, with a stand-in test file); --smoke
+    collects a seeded sample of each function's cases and its result renders."""
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))
-    from benchmarks import flash_params
+    from benchmarks import flash_attn_suite
+    from benchmarks.common import read_result, render
 
     suite = tmp_path / "test_flash_attn.py"
     suite.write_text(textwrap.dedent('''
@@ -150,8 +152,9 @@ def test_suite_runner_records_outcomes_and_missing_features(tmp_path):
         from flash_attn.flash_attn_interface import _get_block_size_n, flash_attn_gpu
 
         @pytest.mark.parametrize("causal", [False, True])
-        def test_runs(causal):
-            q = torch.randn(1, 9, 2, 8)
+        @pytest.mark.parametrize("d", [8, 16, 24, 32])
+        def test_runs(d, causal):
+            q = torch.randn(1, 9, 2, d)
             assert flash_attn_func(q, q, q, causal=causal).shape == q.shape
 
         def test_extension():
@@ -161,19 +164,24 @@ def test_suite_runner_records_outcomes_and_missing_features(tmp_path):
             assert _get_block_size_n("cpu", 64, True, False) == -1
     '''))
     shim = tmp_path / "shim"
-    flash_params.write_shim(shim, suite)
+    flash_attn_suite.write_shim(shim, suite)
     results = tmp_path / "cases.jsonl"
-    code, _ = flash_params._pytest(shim, ["-q"], {"FA_RESULTS": str(results)}, 300, tmp_path / "log")
+    env = {"FA_RESULTS": str(results), "FA_SAMPLE_FRACTION": "0.5", "FA_SAMPLE_MIN": "1"}
+    code, _ = flash_attn_suite.run_pytest(shim, ["-q"], env, 300, tmp_path / "log")
     outcomes = {json.loads(line)["nodeid"].split("::")[-1]: json.loads(line) for line in results.read_text().splitlines()}
-    assert outcomes["test_runs[False]"]["outcome"] == outcomes["test_runs[True]"]["outcome"] == "passed"
+    ran = sorted(name for name in outcomes if name.startswith("test_runs"))
+    assert len(ran) == 4 and all(outcomes[name]["outcome"] == "passed" for name in ran), ran  # half of 8, seeded
+    assert all(name.split("[")[1].split("-")[0] in ("8", "16", "24", "32") for name in ran)  # pytest's ids
     assert outcomes["test_extension"]["outcome"] == "skipped"
     assert outcomes["test_extension"]["reason"] == "missing feature: flash_attn_gpu"
     assert outcomes["test_wrong"]["outcome"] == "failed" and code == 1
-    summary = {"environment": {"device": "cpu", "device_type": "cpu", "date_utc": "", "torch": "", "triton": "",
-                               "python": ""}, "command": "", "budget_s": 1, "seconds": 1, "returncode": 1,
-               "selected": 4, "fraction": 1, "minimum": 0, "seed": 0, "cases": list(outcomes.values())}
-    text = flash_params.render_suite(summary)
-    assert "| all | 2 | 1 | 0 | 1 |" in text, text
-    with pytest.raises(SystemExit) as exited:
-        flash_params.parse_args(["suite", "--help"])
-    assert exited.value.code == 0
+    summary = flash_attn_suite.summarize({
+        "kind": "suite", "collected_only": False, "seconds": 1.0, "returncode": 1, "budget_s": 60, "fraction": 0.5,
+        "minimum": 1, "seed": 0, "cases": list(outcomes.values()),
+        "functions": {"test_runs": {"selected": 4, "cases": 8}, "test_extension": {"selected": 1, "cases": 1},
+                      "test_wrong": {"selected": 1, "cases": 1}}})
+    assert summary.failed and summary.tables[0]["rows"][-1]["passed"] == 4
+    result = flash_attn_suite.BENCHMARK.main(["--smoke", "--out", str(tmp_path), "--suite-file", str(suite)])
+    saved = read_result(tmp_path / "flash_attn_suite.json")
+    assert saved["data"]["functions"]["test_runs"] == {"function": "test_runs", "selected": 3, "cases": 8}  # --minimum 3
+    assert render(saved).startswith(f"## {result['title']}")
