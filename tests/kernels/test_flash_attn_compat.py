@@ -11,13 +11,11 @@ import json
 import sys
 import textwrap
 
-import pytest
 import torch
 
 from genoformer.kernels import flash_attn_compat as fa
 from genoformer.kernels.dropout import keep_mask
 from genoformer.kernels.reference import reference_attention
-from genoformer.kernels.triton_flash import Varlen
 
 
 def _blhd(B, L, H, D, seed, dtype=torch.float32):
@@ -61,7 +59,6 @@ def test_packed_variants_and_their_gradients():
 def test_varlen_functions_keep_each_sequence_apart():
     """Each sequence of a varlen call equals the dense call on it alone (its own Lq and Lk, causal
     aligned to its own corner); lse comes as (H, T_q); the packed variants agree."""
-    q_lengths, k_lengths = (5, 17, 1), (9, 17, 4)
     q, k, v = _blhd(1, 23, 2, 8, 4)[0], _blhd(1, 30, 2, 8, 5)[0], _blhd(1, 30, 2, 8, 6)[0]
     cu_q = torch.tensor([0, 5, 22, 23], dtype=torch.int32)
     cu_k = torch.tensor([0, 9, 26, 30], dtype=torch.int32)
