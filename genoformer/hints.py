@@ -10,8 +10,9 @@ Python style.
     raise FileExistsError(f"{out} exists; pass {option('overwrite')} to replace it")
 
 On the command line a value is written as a shell takes it: quoted where it holds characters the
-shell would read (``'[96,192]'``, a path with a space), a list as ``'[a,b]'`` (which both the
-tool commands and the training commands read as a list).
+shell would read (a path with a space); a list comma-separated for the tool commands
+(``--horizons 96,192``) and as ``'[a,b]'`` for the training commands (``--data.init_args.fasta
+'[a.fa,b.fa]'``), as each reads a list.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ def option(name: str, value: object = True, *, metavar: str | None = None) -> st
     """One option as typed: ``name=value`` in Python, ``--name value`` on the command line.
 
     A True value is a bare flag on the command line (``--overwrite``) where the command takes
-    one. A list or tuple is ``name=[96, 192]`` in Python and ``--name '[96,192]'`` on the command
-    line. ``metavar`` stands for a value the reader chooses (``sampling_rate=HZ`` /
+    one. A list or tuple is ``name=[96, 192]`` in Python, ``--name 96,192`` for a tool command and
+    ``--name '[96,192]'`` for a training command. ``metavar`` stands for a value the reader chooses (``sampling_rate=HZ`` /
     ``--sampling_rate HZ``).
     """
     style = _STYLE.get()
@@ -65,7 +66,8 @@ def option(name: str, value: object = True, *, metavar: str | None = None) -> st
     if value is True and (style is None or style.bare_flags):
         return hint(f"{name}=True", flag)
     if isinstance(value, (list, tuple)):
-        typed = "[" + ",".join(str(item) for item in value) + "]"
+        items = ",".join(str(item) for item in value)
+        typed = items if style is not None and style.bare_flags and items else f"[{items}]"
         return hint(f"{name}={list(value)!r}", f"{flag} {shlex.quote(typed)}")
     typed = "true" if value is True else "false" if value is False else str(value)
     return hint(f"{name}={value!r}", f"{flag} {shlex.quote(typed)}")

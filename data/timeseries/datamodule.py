@@ -37,7 +37,7 @@ class TimeSeriesDataModule(ShardedLoaders, L.LightningDataModule):
             (built beforehand with `genoformer prepare_timeseries`) to train on together.
         sources: CSV/.npy files to build ``store`` from when it does not exist yet; an existing
             store must have been built from exactly these files. One store only.
-        sampling_rate: Samples per second, for building the store (or give ``time_column``).
+        sampling_rate: Samples per second, or the step as a period ("5min"), for building the store (or give ``time_column``).
         time_column: CSV column with the time in seconds, for building the store.
         missing: Missing values when building the store: "keep" (the default: stored as missing,
             masked by the model and the losses), "error", "ffill", "zero", "linear".
@@ -73,7 +73,7 @@ class TimeSeriesDataModule(ShardedLoaders, L.LightningDataModule):
         self,
         store: str | list[str],
         sources: list[str] | None = None,
-        sampling_rate: float | None = None,
+        sampling_rate: float | str | None = None,
         time_column: str | list[str] | None = None,
         missing: MissingPolicy = "keep",
         context: int = 8192,

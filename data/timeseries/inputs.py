@@ -79,8 +79,9 @@ def _open_text(path: Path) -> IO[str]:
     return opener(path, "rt", encoding="utf-8", newline="")
 
 
-def _header_line(path: Path) -> str:
-    """The first non-blank line of the file (the header)."""
+def _head_lines(path: Path, skip_rows: int) -> list[tuple[int, str]]:
+    """(line number, text) of the first non-blank lines after the `skip_rows` skipped lines,
+    from the first 64 KiB of the file; the first one is the header."""
     try:
         with _open_text(path) as text:
             head = text.read(1 << 16)
@@ -90,10 +91,40 @@ def _header_line(path: Path) -> str:
         raise ValueError(f"{path}: cannot be read as a (compressed) CSV file ({exc})") from None
     if "\x00" in head:
         raise ValueError(f"{path}: binary data, not a CSV file")
-    for line in head.lstrip("\ufeff").splitlines():
-        if line.strip():
-            return line
-    raise ValueError(f"{path}: the file is empty; expected a CSV with a header row")
+    lines = head.lstrip("\ufeff").splitlines()
+    if len(head) == 1 << 16 and lines:
+        lines = lines[:-1]  # the last one may be cut
+    found = [(number, line) for number, line in enumerate(lines, start=1) if number > skip_rows and line.strip()]
+    if not found:
+        skipped = f" after the {skip_rows} skipped lines" if skip_rows else ""
+        raise ValueError(f"{path}: the file is empty{skipped}; expected a CSV with a header row")
+    return found
+
+
+def _field_count(line: str, sep: str) -> int:
+    return len(next(csv.reader([line], delimiter=sep)))
+
+
+def _check_preamble(path: Path, lines: list[tuple[int, str]], sep: str, delimiter: Optional[str]) -> None:
+    """A header followed by rows with another number of fields, where a later line starts a
+    table whose rows match it: lines before the header (a station's name, units, a title) that
+    `skip_rows` skips. ValueError naming that line; nothing for a file whose first rows agree."""
+    header_fields = _field_count(lines[0][1], sep)
+    following = [_field_count(line, sep) for _, line in lines[1:6]]
+    if not following or all(count == header_fields for count in following):
+        return
+    for index in range(1, min(len(lines) - 1, 20)):
+        number, line = lines[index]
+        candidate = delimiter if delimiter is not None else max(DELIMITERS, key=line.count)
+        fields = _field_count(line, candidate)
+        rows = [_field_count(text, candidate) for _, text in lines[index + 1:index + 6]]
+        names = next(csv.reader([line], delimiter=candidate))
+        if fields > 1 and rows and all(count == fields for count in rows) and not all(_is_number(n) for n in names):
+            before = f"{number - 1} line{'s' if number > 2 else ''}"
+            raise ValueError(
+                f"{path}: skip the {before} before the header with {option('skip_rows', number - 1)} (line {number} "
+                f"looks like the header, {line.strip()[:60]!r}; the first line has {header_fields} fields, the rows "
+                f"after it {following[0]})")
 
 
 def _is_number(text: str) -> bool:
@@ -104,13 +135,13 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _data_line(path: Path, row: int) -> int:
+def _data_line(path: Path, row: int, skip_rows: int = 0) -> int:
     """The line number (1-based) of data row `row` (0-based, after the header; blank lines are
     skipped, as pandas does). Used on error paths only: it reads the file again."""
     with _open_text(path) as text:
-        seen = -1  # the header is the first non-blank line
+        seen = -1  # the header is the first non-blank line after the skipped ones
         for number, line in enumerate(text, start=1):
-            if line.strip():
+            if number > skip_rows and line.strip():
                 if seen == row:
                     return number
                 seen += 1
@@ -123,37 +154,50 @@ def _as_list(columns: str | Sequence[str] | None) -> list[str]:
     return [columns] if isinstance(columns, str) else list(columns)
 
 
+def _named_columns(columns: str | Sequence[str] | None, header: Sequence[str]) -> list[str]:
+    """`columns` as a list; one name that is not a column but whose comma-separated parts all
+    are (`date,time`) is those columns."""
+    if isinstance(columns, str) and columns not in header:
+        parts = [part.strip() for part in columns.split(",")]
+        if len(parts) > 1 and all(part in header for part in parts):
+            return parts
+    return _as_list(columns)
+
+
 @dataclass
 class _Table:
     """One CSV or .npy file, read: values (T, C) float64 with NaN for missing, and the time of
-    each row in seconds (None without a time column)."""
+    each row in seconds since the first (None without a time column)."""
 
     names: list[str]
     values: np.ndarray
-    seconds: Optional[np.ndarray] = None
-    start: Optional[pd.Timestamp] = None
+    seconds: Optional[np.ndarray] = None  # since the first row
+    start: Optional[pd.Timestamp | float] = None  # the first row's time: a date, or its seconds as written
     skipped: list[str] = field(default_factory=list)
     row_line: Callable[[int], str] = lambda row: f"row {row}"  # data row (0-based) -> its place, for errors
 
 
 def _read_csv(path: Path, time_column: str | Sequence[str] | None, columns: Sequence[str] | None,
-              dayfirst: bool, delimiter: str | None) -> _Table:
+              dayfirst: bool, delimiter: str | None, skip_rows: int = 0) -> _Table:
     """Read one CSV with pandas (see the module docstring)."""
-    header_text = _header_line(path)
+    lines = _head_lines(path, skip_rows)
+    header_text = lines[0][1]
     sep = delimiter if delimiter is not None else max(DELIMITERS, key=header_text.count)
+    _check_preamble(path, lines, sep, delimiter)
     header = [name.strip() for name in next(csv.reader(io.StringIO(header_text), delimiter=sep))]
     if all(_is_number(name) for name in header):
         raise ValueError(f"{path}: the first row is numeric; the CSV needs a header row naming the columns")
     if len(set(header)) != len(header):
         raise ValueError(f"{path}: duplicate column names in the header {header}")
-    time_columns = _as_list(time_column)
+    time_columns = _named_columns(time_column, header)
     for name in time_columns + _as_list(columns):
         if name not in header:
             which = "time_column" if name in time_columns else "columns"
             raise ValueError(f"{path}: {which} {name!r} is not a column; the columns are {header} "
                              f"(delimiter {sep!r}: pass {option('delimiter', metavar='CHAR')} if that is wrong)")
     try:
-        frame = pd.read_csv(path, sep=sep, header=0, names=header, index_col=False, na_values=MISSING_TEXT,
+        frame = pd.read_csv(path, sep=sep, skiprows=lines[0][0] - 1, header=0, names=header, index_col=False,
+                            na_values=MISSING_TEXT,
                             keep_default_na=True, dtype={name: str for name in time_columns},
                             skipinitialspace=True, encoding="utf-8", low_memory=False)
     except pd.errors.ParserError as exc:
@@ -162,8 +206,8 @@ def _read_csv(path: Path, time_column: str | Sequence[str] | None, columns: Sequ
         raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save the CSV as UTF-8") from None
     if frame.empty:
         raise ValueError(f"{path}: no data rows after the header")
-    where = lambda row: f"line {_data_line(path, row)}"  # noqa: E731 - error paths only
-    _check_short_rows(path, frame, header, sep)
+    where = lambda row: f"line {_data_line(path, row, skip_rows)}"  # noqa: E731 - error paths only
+    _check_short_rows(path, frame, header, sep, skip_rows)
     value_names, skipped = _value_columns(path, frame, header, time_columns, columns, where)
     values = np.empty((len(frame), len(value_names)), dtype=np.float64)
     for c, name in enumerate(value_names):
@@ -181,7 +225,7 @@ def _read_csv(path: Path, time_column: str | Sequence[str] | None, columns: Sequ
     return table
 
 
-def _check_short_rows(path: Path, frame: pd.DataFrame, header: list[str], sep: str) -> None:
+def _check_short_rows(path: Path, frame: pd.DataFrame, header: list[str], sep: str, skip_rows: int) -> None:
     """pandas fills the cells a short row lacks with NaN; a short row is a broken file, not
     missing values. Rows with an empty last cell are read again to tell the two apart."""
     last = frame[header[-1]]
@@ -192,7 +236,7 @@ def _check_short_rows(path: Path, frame: pd.DataFrame, header: list[str], sep: s
     with _open_text(path) as text:
         row = -1
         for number, line in enumerate(text, start=1):
-            if not line.strip():
+            if number <= skip_rows or not line.strip():
                 continue
             if row in wanted:
                 fields = next(csv.reader([line.rstrip("\r\n")], delimiter=sep))
@@ -235,10 +279,15 @@ def _value_columns(path: Path, frame: pd.DataFrame, header: list[str], time_colu
     return chosen, skipped
 
 
+_END_OF_DAY = r"(?:^|(?<=[ T]))24:00(?::00(?:\.0*)?)?$"
+"""A time of 24:00 (ISO 8601's end of a day: the next day's 00:00), as hours written 1-24 end a day."""
+
+
 def _parse_times(path: Path, frame: pd.DataFrame, time_columns: list[str], dayfirst: bool,
-                 where) -> tuple[np.ndarray, Optional[pd.Timestamp]]:
-    """Seconds of each row since the first row, float64, and the first row's time (None when
-    the time column holds numbers)."""
+                 where) -> tuple[np.ndarray, pd.Timestamp | float]:
+    """Seconds of each row since the first row, float64, and the first row's time (a Timestamp,
+    or its seconds as written when the time column holds numbers). A time of 24:00, or an hour
+    column of 24, is midnight of the next day."""
     label = time_columns[0] if len(time_columns) == 1 else "+".join(time_columns)
     parts = frame[time_columns]
     empty = parts.isna().any(axis=1).to_numpy()
@@ -249,11 +298,14 @@ def _parse_times(path: Path, frame: pd.DataFrame, time_columns: list[str], dayfi
         numbers = pd.to_numeric(parts.iloc[:, 0], errors="coerce")
         if numbers.notna().all():
             seconds = numbers.to_numpy(dtype=np.float64)
-            return seconds - seconds[0], None
+            return seconds - seconds[0], float(seconds[0])
     lowered = [name.lower() for name in time_columns]
     if len(time_columns) > 1 and set(lowered) <= set(_DATE_PARTS) and {"year", "month", "day"} <= set(lowered):
         assembled = parts.apply(pd.to_numeric, errors="coerce")
         assembled.columns = lowered
+        end_of_day = (assembled["hour"] == 24).to_numpy() if "hour" in assembled else np.zeros(len(assembled), bool)
+        if end_of_day.any():
+            assembled.loc[end_of_day, "hour"] = 0
         bad = assembled.isna().any(axis=1).to_numpy()
         if not bad.any():
             times = pd.to_datetime(assembled, errors="coerce", utc=True)
@@ -261,7 +313,11 @@ def _parse_times(path: Path, frame: pd.DataFrame, time_columns: list[str], dayfi
     else:
         text = parts.iloc[:, 0] if len(time_columns) == 1 else parts.iloc[:, 0].str.cat(
             [parts.iloc[:, i] for i in range(1, len(time_columns))], sep=" ")
-        times = pd.to_datetime(text.str.strip(), dayfirst=dayfirst, errors="coerce", utc=True)
+        text = text.str.strip()
+        end_of_day = text.str.contains(_END_OF_DAY, regex=True).to_numpy()
+        if end_of_day.any():
+            text = text.str.replace(_END_OF_DAY, "00:00", regex=True)
+        times = pd.to_datetime(text, dayfirst=dayfirst, errors="coerce", utc=True)
         bad = times.isna().to_numpy()
     if bad.any():
         row = int(np.argmax(bad))
@@ -270,6 +326,8 @@ def _parse_times(path: Path, frame: pd.DataFrame, time_columns: list[str], dayfi
         raise ValueError(
             f"{path}: {where(row)}, time column {label!r}: {value!r} is not a time like the first row's {first!r} "
             f"(seconds, ISO 8601 dates and times, or day-first dates with {option('dayfirst')})")
+    if end_of_day.any():
+        times = times + pd.to_timedelta(end_of_day.astype(np.int64), unit="D")
     return (times - times.iloc[0]).dt.total_seconds().to_numpy(dtype=np.float64), times.iloc[0]
 
 
@@ -280,18 +338,83 @@ class _Grid:
     positions: np.ndarray  # grid step of each row, non-decreasing int64
     step: float  # seconds
     jitter: float  # largest distance of a row's time from its step, in steps
+    start: Optional[pd.Timestamp | float] = None  # the time of step 0 where the grid is anchored (snap, resample)
 
 
-def _place_on_grid(path: Path, table: _Table, step: Optional[float], label: str) -> _Grid:
-    """Grid positions of the rows (see the module docstring); `step` None: detected."""
+Aggregation = Literal["mean", "median", "min", "max", "first", "last", "sum"]
+AGGREGATIONS = ("mean", "median", "min", "max", "first", "last", "sum")
+_EPOCH = pd.Timestamp(0, tz="UTC")
+
+
+def step_seconds(sampling_rate: float | str) -> float:
+    """The grid's step in seconds: 1 / `sampling_rate` for samples per second (360, "0.2"), or a
+    period as pandas writes it ("5min", "1h", "30s", "100ms")."""
+    try:
+        rate = float(sampling_rate)
+    except ValueError:
+        try:
+            seconds = pd.Timedelta(str(sampling_rate)).total_seconds()
+        except ValueError:
+            seconds = 0.0
+        if seconds > 0:
+            return seconds
+        raise ValueError(f"{option('sampling_rate', metavar='RATE')} takes samples per second (360, 0.2) or a period "
+                         f"(5min, 1h, 30s, 100ms); got {sampling_rate!r}") from None
+    if not rate > 0 or not np.isfinite(rate):
+        raise ValueError(f"sampling_rate must be positive (samples per second), got {sampling_rate}")
+    return 1.0 / rate
+
+
+def tolerance_seconds(snap: float | str) -> float:
+    """`snap` in seconds: a number of seconds (30) or a period ("30s", "2min")."""
+    try:
+        seconds = float(snap)
+    except ValueError:
+        try:
+            seconds = pd.Timedelta(str(snap)).total_seconds()
+        except ValueError:
+            seconds = -1.0
+    if not seconds >= 0 or not np.isfinite(seconds):
+        raise ValueError(f"{option('snap', metavar='PERIOD')} takes how far a time may lie from its step: a period "
+                         f"(30s, 2min) or seconds (30); got {snap!r}")
+    return seconds
+
+
+def period_text(seconds: float) -> str:
+    """A step as a period that `step_seconds` reads back: 5min, 1h, 30s, 100ms."""
+    for unit, size in (("D", 86400.0), ("h", 3600.0), ("min", 60.0), ("s", 1.0), ("ms", 1e-3)):
+        count = seconds / size
+        if count >= 1 and abs(count - round(count)) < 1e-9 * max(1.0, count):
+            return f"{int(round(count))}{unit}"
+    return f"{seconds:g}s"
+
+
+def _check_increasing(path: Path, table: _Table, label: str) -> None:
     seconds = table.seconds
-    diffs = np.diff(seconds)
-    back = np.flatnonzero(diffs < 0)
+    back = np.flatnonzero(np.diff(seconds) < 0)
     if len(back):
         row = int(back[0]) + 1
         raise ValueError(f"{path}: the time column {label!r} goes backwards at {table.row_line(row)} "
                          f"({seconds[row]:g} s after the first row, the row before at {seconds[row - 1]:g} s); "
                          "sort the rows by time (one series per file)")
+
+
+def nominal_step(seconds: np.ndarray) -> Optional[float]:
+    """The median time between rows, rounded to a whole second when it is one or more (the step a
+    file was meant to have, for hints); None when every row has the same time."""
+    diffs = np.diff(seconds)
+    positive = diffs[diffs > 0]
+    if not len(positive):
+        return None
+    median = float(np.median(positive))
+    return float(round(median)) if median >= 1 else median
+
+
+def _place_on_grid(path: Path, table: _Table, step: Optional[float], label: str) -> _Grid:
+    """Grid positions of the rows (see the module docstring); `step` None: detected."""
+    seconds = table.seconds
+    _check_increasing(path, table, label)
+    diffs = np.diff(seconds)
     detected = step is None
     if detected:
         positive = diffs[diffs > 0]
@@ -310,12 +433,54 @@ def _place_on_grid(path: Path, table: _Table, step: Optional[float], label: str)
     jitter = float(np.abs(offsets).max()) if len(offsets) else 0.0
     if jitter >= 0.5:
         row = int(np.argmax(np.abs(offsets)))
+        nominal = step if not detected else nominal_step(seconds)
+        given = "" if not detected else f"{option('sampling_rate', period_text(nominal))} "
         rate = "the given sampling rate" if not detected else f"the detected step of {step:g} s"
         raise ValueError(
-            f"{path}: the times drift off a regular grid of {rate}: {table.row_line(row)} lies {offsets[row]:+.2f} "
-            f"steps from its place; pass the true {option('sampling_rate', metavar='HZ')} (or leave it out to "
-            "detect it), or resample the file")
+            f"{path}: snap each time to its nearest step, {given}{option('snap', period_text(nominal / 2))} (up to half "
+            f"a step away; for several rows a step, average them instead: {given}{option('resample', 'mean')}) (the times "
+            f"drift off a regular grid of {rate}: {table.row_line(row)} lies {offsets[row]:+.2f} steps from its place)")
     return _Grid(positions, step, jitter)
+
+
+def _grid_times(table: _Table) -> np.ndarray:
+    """Each row's time in seconds from where the grid is anchored: the epoch (1970-01-01 UTC) for
+    dates, so that a 5-minute grid falls on the clock's 5 minutes; zero for times in seconds."""
+    origin = (table.start - _EPOCH).total_seconds() if isinstance(table.start, pd.Timestamp) else float(table.start)
+    return origin + table.seconds
+
+
+def _grid_start(table: _Table, seconds: float) -> pd.Timestamp | float:
+    return _EPOCH + pd.Timedelta(seconds=seconds) if isinstance(table.start, pd.Timestamp) else seconds
+
+
+def _snap_to_grid(path: Path, table: _Table, step: float, tolerance: float, label: str) -> _Grid:
+    """Each row on the grid step nearest its time, when at most `tolerance` seconds away."""
+    _check_increasing(path, table, label)
+    times = _grid_times(table)
+    steps = np.rint(times / step)
+    distance = np.abs(times - steps * step)
+    far = np.flatnonzero(distance > tolerance * (1 + 1e-9))
+    if len(far):
+        row = int(far[0])
+        raise ValueError(
+            f"{path}: snap up to half a step, {option('snap', period_text(step / 2))}, or average the rows of each step, "
+            f"{option('resample', 'mean')} ({table.row_line(row)} lies {distance[row]:g} s from the nearest "
+            f"{period_text(step)} step, more than {option('snap', period_text(tolerance))} allows; {len(far)} rows in all)")
+    positions = (steps - steps[0]).astype(np.int64)
+    return _Grid(positions, step, float(distance.max() / step), _grid_start(table, float(steps[0] * step)))
+
+
+def _resample(table: _Table, step: float, how: str) -> tuple[_Grid, np.ndarray, int]:
+    """The rows of each grid step [k step, (k + 1) step) aggregated by `how` (pandas' groupby,
+    missing values left out; a step with none observed stays missing): (grid of the steps with
+    rows, their values (U, C), rows merged into another row's step)."""
+    steps = np.floor(_grid_times(table) / step + 1e-9)
+    grouped = pd.DataFrame(table.values).groupby(steps, sort=True)
+    values = grouped.sum(min_count=1) if how == "sum" else grouped.agg(how)
+    unique = values.index.to_numpy(dtype=np.float64)
+    grid = _Grid((unique - unique[0]).astype(np.int64), step, 0.0, _grid_start(table, float(unique[0] * step)))
+    return grid, values.to_numpy(dtype=np.float64), len(table.values) - len(unique)
 
 
 def _merge_duplicates(path: Path, table: _Table, grid: _Grid, policy: str, label: str) -> tuple[np.ndarray, np.ndarray, int]:
@@ -418,12 +583,15 @@ class LoadedFile:
 
 
 def load_file(path: Path, *, step: Optional[float], time_column, columns, dayfirst: bool, delimiter: Optional[str],
-              missing: str, duplicates: str, npy_channels_first: bool,
-              channel_names: Optional[Sequence[str]]) -> tuple[LoadedFile, list[str], Optional[float]]:
-    """One file on its grid: (loaded series, channel names, its step in seconds or None)."""
+              missing: str, duplicates: str, npy_channels_first: bool, channel_names: Optional[Sequence[str]],
+              skip_rows: int = 0, snap: Optional[float] = None,
+              resample: Optional[str] = None) -> tuple[LoadedFile, list[str], Optional[float]]:
+    """One file on its grid: (loaded series, channel names, its step in seconds or None).
+    `snap` (seconds) puts each row on its nearest step, `resample` aggregates the rows of each
+    step; both need `step` and a time column (see the module docstring)."""
     label = "+".join(_as_list(time_column))
     if path.name.lower().endswith(CSV_SUFFIXES):
-        table = _read_csv(path, time_column, columns, dayfirst, delimiter)
+        table = _read_csv(path, time_column, columns, dayfirst, delimiter, skip_rows)
     else:
         if time_column is not None or columns is not None:
             raise ValueError(f"{path}: a .npy file has no named columns; time_column and columns apply to CSV files")
@@ -442,18 +610,29 @@ def load_file(path: Path, *, step: Optional[float], time_column, columns, dayfir
         grid_TC = table.values
         where = table.row_line
     else:
-        grid = _place_on_grid(path, table, step, label)
-        positions, values, merged = _merge_duplicates(path, table, grid, duplicates, label)
+        if (snap is not None or resample is not None) and step is None:
+            nominal = nominal_step(table.seconds)
+            which = "snap" if snap is not None else "resample"
+            raise ValueError(f"{path}: pass the grid's step as well, {option('sampling_rate', period_text(nominal or 1.0))} "
+                             f"(the median time between rows) ({option(which, metavar='...')} needs the grid's step)")
+        if resample is not None:
+            grid, values, merged = _resample(table, step, resample)
+            positions = grid.positions
+        else:
+            grid = _place_on_grid(path, table, step, label) if snap is None else \
+                _snap_to_grid(path, table, step, snap, label)
+            positions, values, merged = _merge_duplicates(path, table, grid, duplicates, label)
         grid_TC = np.full((int(positions[-1]) + 1, len(names)), np.nan)
         grid_TC[positions] = values
         present = np.zeros(len(grid_TC), bool)
         present[positions] = True
         gaps, jitter, file_step = gap_summary(present), grid.jitter, grid.step
-        if table.start is not None:
-            start_time = table.start.isoformat()
+        start = table.start if grid.start is None else grid.start
+        if isinstance(start, pd.Timestamp):
+            start_time = start.isoformat()
 
         def where(step_index: int) -> str:
-            if present[step_index]:
+            if present[step_index] and resample is None:
                 return table.row_line(int(np.searchsorted(grid.positions, step_index)))
             return f"time step {step_index} (a gap: no row at {step_index * grid.step:g} s after the first row)"
     if np.isnan(grid_TC).all(axis=0).any():

@@ -38,14 +38,18 @@ from genoformer.data.storage import (
     sha256_files,
 )
 from genoformer.data.timeseries.inputs import (
+    AGGREGATIONS,
     DUPLICATE_POLICIES,
     MISSING_POLICIES,
+    Aggregation,
     DuplicatePolicy,
     LoadedFile,
     MissingPolicy,
     is_timeseries_file_name,
     load_file,
     series_name,
+    step_seconds,
+    tolerance_seconds,
 )
 from genoformer.progress import tqdm
 
@@ -91,7 +95,7 @@ def prepare_timeseries_store(
     paths: Sequence[str | Path],
     out: str | Path,
     *,
-    sampling_rate: float | None = None,
+    sampling_rate: float | str | None = None,
     time_column: str | Sequence[str] | None = None,
     columns: Sequence[str] | None = None,
     dayfirst: bool = False,
@@ -100,6 +104,9 @@ def prepare_timeseries_store(
     channel_names: Sequence[str] | None = None,
     missing: MissingPolicy = "keep",
     npy_channels_first: bool = False,
+    skip_rows: int = 0,
+    snap: float | str | None = None,
+    resample: Aggregation | None = None,
     chunk_size: int = 1 << 16,
     overwrite: bool = False,
     progress: bool = True,
@@ -111,8 +118,9 @@ def prepare_timeseries_store(
         paths: Input files (``.csv``, ``.csv.gz``/``.xz``/``.bz2`` or ``.npy``); each becomes one
             series. All need the same channels.
         out: Directory of the zarr store to create.
-        sampling_rate: Samples per second: the grid's step is 1 / sampling_rate. Required unless
-            ``time_column`` gives the times (then detected from them).
+        sampling_rate: Samples per second (the grid's step is 1 / sampling_rate), or the step as a
+            period ("5min", "1h", "30s", "100ms"). Required unless ``time_column`` gives the times
+            (then detected from them).
         time_column: CSV column(s) holding the time: seconds, or dates and times (several columns
             are joined with spaces, e.g. ["Date", "Time"]). Not stored as channels.
         columns: CSV columns to store as channels (default: every numeric column).
@@ -123,6 +131,14 @@ def prepare_timeseries_store(
         missing: "keep" (default: stored as NaN, the mask), "error", "ffill", "zero" or "linear";
             see the module docstring.
         npy_channels_first: .npy arrays are (C, T) instead of (T, C).
+        skip_rows: Lines before a CSV's header to skip (a title, a station's name, units).
+        snap: Put each row on the grid step nearest its time when it lies at most this far from
+            it: a period ("30s", "150s") or seconds; the grid falls on the clock (a 5-minute step on
+            :00, :05, ...) for dates, on multiples of the step for times in seconds. Needs
+            ``sampling_rate``.
+        resample: Aggregate the rows of each grid step, [k step, (k + 1) step), by "mean",
+            "median", "min", "max", "first", "last" or "sum" (missing values left out), the grid
+            anchored as for ``snap``. Needs ``sampling_rate``; excludes ``snap``.
         chunk_size: Time steps per chunk.
         overwrite: Always rebuild. Without it, a complete store built from the same files (same
             SHA-256) with the same options is kept as it is (the call returns at once) and any other
@@ -143,26 +159,34 @@ def prepare_timeseries_store(
         raise ValueError(f"missing={missing!r}: use one of {', '.join(MISSING_POLICIES)}")
     if duplicates not in DUPLICATE_POLICIES:
         raise ValueError(f"duplicates={duplicates!r}: use one of {', '.join(DUPLICATE_POLICIES)}")
-    if sampling_rate is not None and not sampling_rate > 0:
-        raise ValueError(f"sampling_rate must be positive (samples per second), got {sampling_rate}")
+    step = None if sampling_rate is None else step_seconds(sampling_rate)
+    tolerance = None if snap is None else tolerance_seconds(snap)
+    if snap is not None and resample is not None:
+        raise ValueError(f"give one of {option('snap', metavar='PERIOD')} (each row to its nearest step) and "
+                         f"{option('resample', metavar='AGGREGATION')} (the rows of each step aggregated)")
+    if resample is not None and resample not in AGGREGATIONS:
+        raise ValueError(f"resample={resample!r}: use one of {', '.join(AGGREGATIONS)}")
+    if skip_rows < 0:
+        raise ValueError(f"skip_rows must be 0 or more, got {skip_rows}")
     if delimiter is not None and len(delimiter) != 1:
         raise ValueError(f"delimiter must be one character, got {delimiter!r}")
     time_column = time_column if time_column is None or isinstance(time_column, str) else list(time_column)
     arguments = {"paths": [str(p.resolve()) for p in paths], "sampling_rate": sampling_rate,
                  "time_column": time_column, "columns": None if columns is None else list(columns),
                  "dayfirst": dayfirst, "delimiter": delimiter, "duplicates": duplicates, "missing": missing,
-                 "npy_channels_first": npy_channels_first, "chunk_size": chunk_size,
+                 "npy_channels_first": npy_channels_first, "skip_rows": skip_rows, "snap": snap,
+                 "resample": resample, "chunk_size": chunk_size,
                  "channel_names": None if channel_names is None else list(channel_names)}
     existing = None if overwrite else reusable_store(out, TIMESERIES_FORMAT, arguments, "paths")
     if existing is not None and [s["source_sha256"] for s in existing["series"]] == sha256_files(paths):
         return out
     names_seen: list[str] | None = None
-    step = None if sampling_rate is None else 1.0 / sampling_rate
     loaded: list[LoadedFile] = []
     for path in tqdm(paths, desc="read", unit="file", disable=not progress):
         series, names, file_step = load_file(path, step=step, time_column=time_column, columns=columns, dayfirst=dayfirst,
                                          delimiter=delimiter, missing=missing, duplicates=duplicates,
-                                         npy_channels_first=npy_channels_first, channel_names=channel_names)
+                                         npy_channels_first=npy_channels_first, channel_names=channel_names,
+                                         skip_rows=skip_rows, snap=tolerance, resample=resample)
         if names_seen is None:
             names_seen = names
         elif names != names_seen:

@@ -15,6 +15,7 @@ Shape legend: C channels, T time steps, H horizon, K quantile levels, N windows,
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
@@ -26,6 +27,7 @@ from matplotlib.figure import Figure
 from genoformer.hints import hint, option
 from genoformer.data.storage import atomic_build, refuse_existing
 from genoformer.data.inputs import expand_inputs
+from genoformer.data.timeseries.inputs import Aggregation
 from genoformer.data.timeseries.store import (
     DuplicatePolicy,
     MissingPolicy,
@@ -54,11 +56,14 @@ def prepare_timeseries(
     *,
     inputs: Union[str, list[str]],
     out: Path,
-    sampling_rate: Optional[float] = None,
+    sampling_rate: Optional[Union[float, str]] = None,
     time_column: Optional[Union[str, list[str]]] = None,
     columns: Optional[list[str]] = None,
+    skip_rows: int = 0,
     dayfirst: bool = False,
     delimiter: Optional[str] = None,
+    snap: Optional[str] = None,
+    resample: Optional[Aggregation] = None,
     duplicates: DuplicatePolicy = "error",
     missing: MissingPolicy = "keep",
     npy_channels_first: bool = False,
@@ -67,23 +72,34 @@ def prepare_timeseries(
     """Build a chunked zarr time-series store from CSV or .npy files (one series per file).
 
     Rows are put on a regular time grid: steps without a row are gaps, stored as missing values
-    like the missing cells, and the command reports them. As with `prepare`, re-running with the
-    same inputs and options is a no-op.
+    like the missing cells, and the command reports them. Times that jitter around a grid (a
+    monitor's readings a few seconds off every 5 minutes, a new phase after each restart) go to
+    their nearest step with --snap, or are aggregated per step with --resample. As with
+    `prepare`, re-running with the same inputs and options is a no-op. docs/timeseries.md shows
+    the options on a monitor's export and a weather station's.
 
     Args:
         inputs: Input files (.csv with a header row, also .csv.gz/.xz/.bz2, or .npy): several after
             one flag (--inputs a.csv b.csv, so a shell glob works), a folder (every such file in
             it), or a list ("[a.csv,b.csv]"); all must have the same channels.
         out: Store directory to create, conventionally ending in .zarr.
-        sampling_rate: Samples per second, the grid's step; detected from time_column when not
-            given (the median time between rows), required without a time column.
+        sampling_rate: The grid's step as samples per second (360, 0.2) or as a period (5min,
+            1h, 30s, 100ms); detected from time_column when not given (the median time between
+            rows), required without a time column.
         time_column: CSV column with the time, in seconds or as dates and times (ISO 8601, or
-            day-first with --dayfirst); several are joined: "[Date,Time]" or
-            "[year,month,day,hour]". Not stored as channels.
+            day-first with --dayfirst; 24:00 is midnight of the next day, as hours written 1-24 end
+            a day); several are joined: Date,Time or year,month,day,hour. Not stored as channels.
         columns: CSV columns to store: glucose, glucose,insulin or "[glucose,insulin]" (default: every
             numeric column).
+        skip_rows: Lines before the CSV's header to skip (a title, a station's name, units).
         dayfirst: A flag: dates are day first (16/12/2006).
         delimiter: CSV delimiter (default: the one of , ; tab | most frequent in the header).
+        snap: Put each row on the grid step nearest its time when it lies at most this far from
+            it: a period (30s, 150s; half a step snaps every row) or seconds. The grid falls on the
+            clock for dates (a 5-minute step on :00, :05, ...). Needs --sampling_rate.
+        resample: Aggregate the rows of each grid step, [k step, (k + 1) step): mean, median,
+            min, max, first, last or sum (missing values left out; a step without a row is a
+            gap). Needs --sampling_rate; the grid falls on the clock as for --snap.
         duplicates: Rows on the same time step: error, first, last or mean (of observed values).
         missing: Missing cells (empty, ?, NaN, NA, ...) and gaps: keep (stored as missing, which
             models mask and the evaluator skips), error, or fill them: ffill, zero or linear.
@@ -99,6 +115,9 @@ def prepare_timeseries(
         columns=columns,
         dayfirst=dayfirst,
         delimiter=delimiter,
+        skip_rows=skip_rows,
+        snap=snap,
+        resample=resample,
         duplicates=duplicates,
         missing=missing,
         npy_channels_first=npy_channels_first,
@@ -122,7 +141,7 @@ def describe_series(store: TimeSeriesStore) -> list[str]:
         if info.start_time:
             words.append(f"from {info.start_time}")
         words.append(f"gaps: {gaps['count']} ({gaps['missing_steps']} steps, longest {gaps['longest']})")
-        if info.missing:
+        if any(info.missing):
             words.append(f"missing values per channel: {info.missing}")
         if any(info.filled):
             words.append(f"filled per channel: {info.filled}")
@@ -226,7 +245,8 @@ def protocol_results(
     results, chosen = [], {}
     for horizon in sorted(horizons):
         model, scores = DirectAR.fit_select(zscored, splits, horizon, ar_orders)
-        chosen[horizon] = {"order": model.order, "validation_mse": scores}
+        chosen[horizon] = {"order": model.order,  # None: one order given, fitted without a validation window
+                           "validation_mse": {order: None if math.isnan(mse) else mse for order, mse in scores.items()}}
         results += evaluate_protocol(model, raw, lookback=model.order, **{**common, "horizons": (horizon,)})
     return {"results": results, "protocol": protocol, "baseline": {"name": baseline, "orders": chosen}}
 

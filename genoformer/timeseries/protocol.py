@@ -44,7 +44,7 @@ import torch
 
 from genoformer.hints import option
 from genoformer.progress import tqdm
-from genoformer.timeseries.baselines import WindowMoments, fill_lookback, linear_mse, linear_problem
+from genoformer.timeseries.baselines import WindowMoments, fill_lookback, linear_mse, linear_problem, observed_runs
 
 PROTOCOL_HORIZONS = (96, 192, 336, 720)
 """The horizons of the long-horizon protocol."""
@@ -326,6 +326,24 @@ class SeasonalNaive:
         return out_NCH
 
 
+def validation_windows(series: Sequence[np.ndarray], splits: Sequence[ProtocolSplit], order: int, horizon: int) -> int:
+    """How many forecasts an AR model of `order` can be scored on in the validation parts: starts t
+    in [train_end, test_start - horizon] with [t - order, t + horizon) observed, summed over
+    series and channels."""
+    count = 0
+    for values, split in zip(series, splits):
+        for channel_T in np.asarray(values)[:, max(0, split.train_end - order): split.test_start]:
+            count += sum(max(0, end - start - order - horizon + 1) for start, end in observed_runs(channel_T))
+    return count
+
+
+def longest_validation_run(series: Sequence[np.ndarray], splits: Sequence[ProtocolSplit]) -> int:
+    """The longest stretch of observed values inside the validation parts."""
+    return max((end - start for values, split in zip(series, splits)
+                for channel_T in np.asarray(values)[:, split.train_end: split.test_start]
+                for start, end in observed_runs(channel_T)), default=0)
+
+
 @dataclasses.dataclass
 class DirectAR:
     """Linear autoregression of order p, direct multi-horizon form, shared by all channels.
@@ -373,8 +391,11 @@ class DirectAR:
         """Fit one model per order on the training parts of the (z-scored) series (C, T_i) and keep
         the one with the lowest MSE on their validation parts: every start t in the validation
         part whose horizon fits in it, seeing [t - order, t). Returns the model and the
-        validation MSE of every order tried (orders longer than a training part, or with fewer
-        fully observed training windows than coefficients, are skipped)."""
+        validation MSE of every order tried. Orders longer than a training part, or with fewer
+        fully observed training windows than coefficients, are skipped; so are orders without a
+        fully observed validation window (gaps, or a validation part shorter than the horizon),
+        unless no order has one: then a single order is fitted as it is (its score NaN), and
+        several are an error that says to give one."""
         scores: dict[int, float] = {}
         best: Optional[DirectAR] = None
         shortest = min(split.train_end for split in splits)
@@ -382,9 +403,23 @@ class DirectAR:
         train = WindowMoments([channel_T for values, split in zip(series, splits)
                                for channel_T in np.asarray(values)[:, : split.train_end]],
                               max(tried, default=1) + horizon)
-        for order in tried:
-            if train.count(order + horizon) <= order:
-                continue
+        fitted = [order for order in tried if train.count(order + horizon) > order]
+        validated = [order for order in fitted if validation_windows(series, splits, order, horizon)]
+        if not fitted:
+            raise ValueError(
+                f"no AR order in {sorted(orders)} fits in the training part ({shortest} steps, or too few fully "
+                f"observed windows) with horizon {horizon}; pass shorter orders, {option('ar_orders', [8, 32])}.")
+        if not validated and len(fitted) == 1:
+            return cls.fit([], fitted[0], horizon, moments=train), {fitted[0]: math.nan}
+        if not validated:
+            room = longest_validation_run(series, splits)
+            raise ValueError(
+                f"pass one AR order, which needs no choosing, e.g. {option('ar_orders', [fitted[-1]])} (orders that fit "
+                f"the training part: {', '.join(map(str, fitted))}), or fill the gaps: prepare the store with "
+                f"{option('missing', 'linear')} (no order can be chosen on the validation part at horizon {horizon}: it "
+                f"holds no fully observed window of order + {horizon} steps; its longest observed stretch is {room} "
+                "steps)")
+        for order in validated:
             model = cls.fit([], order, horizon, moments=train)
             scores[order] = model.mse_on(
                 [values[:, : split.test_start] for values, split in zip(series, splits)],
@@ -392,11 +427,6 @@ class DirectAR:
             )
             if best is None or scores[order] < scores[best.order]:
                 best = model
-        if best is None:
-            raise ValueError(
-                f"no AR order in {sorted(orders)} fits in the training part ({shortest} steps, or too few fully "
-                f"observed windows) with horizon {horizon}."
-            )
         return best, scores
 
     def mse_on(self, parts: Sequence[np.ndarray], firsts: Sequence[int]) -> float:
@@ -408,7 +438,8 @@ class DirectAR:
                                 span)
         problem = linear_problem(moments.moments(span), self.order)
         if problem[3] == 0:
-            raise ValueError(f"every validation part is shorter than the horizon {self.horizon}.")
+            raise ValueError(f"no fully observed window of {span} steps (order {self.order} + horizon {self.horizon}) "
+                             "to score in these parts.")
         return linear_mse(np.concatenate([self.coef_PH, self.intercept_H[None]], axis=0), problem)
 
     def __call__(self, context_NCP: np.ndarray, horizon: int) -> np.ndarray:

@@ -51,7 +51,7 @@ def test_every_command_help_imports_no_heavy_module():
 
 
 def test_an_option_error_imports_no_heavy_module():
-    outcome = imported_after(["prepare_timeseries", "--inputs", "a.csv", "--out", "a.zarr", "--sampling_rate", "fast"],
+    outcome = imported_after(["prepare_timeseries", "--inputs", "a.csv", "--out", "a.zarr", "--skip_rows", "many"],
                              ["evaluate", "--checkpoint", "x.ckpt", "--inputs", "a.fa", "--contxt", "5"],
                              ["forecast", "--checkpoint", "x.ckpt", "--store", "s.zarr", "--out", "f.npz", "--backend", "cuda"])
     assert outcome["exit"] == [2, 2, 2]

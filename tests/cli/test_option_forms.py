@@ -76,7 +76,7 @@ def _typed_option(command: str) -> str | None:
     for parameter in inspect.signature(parsing_function(TOOL_COMMANDS[command])).parameters.values():
         annotation = parameter.annotation
         arms = typing.get_args(annotation) if typing.get_origin(annotation) is typing.Union else (annotation,)
-        if any(arm in (int, float) or typing.get_origin(arm) is typing.Literal for arm in arms):
+        if str not in arms and any(arm in (int, float) or typing.get_origin(arm) is typing.Literal for arm in arms):
             return parameter.name
     return None
 

@@ -173,3 +173,17 @@ def test_quantile_losses_by_hand():
     pinball = [np.maximum(q * (truth - f), (q - 1) * (truth - f)) for q, f in zip(levels, (-1.0, 1.0))]
     assert row["quantile_loss"] == pytest.approx(np.mean(pinball))
     assert row["wql"] == pytest.approx(np.mean([2 * p.sum() / np.abs(truth).sum() for p in pinball]))
+
+
+def test_ar_skips_orders_without_a_validation_window_and_fits_one_order_as_it_is():
+    t = np.arange(1000)
+    x = (np.sin(2 * np.pi * t / 25) + 0.05 * np.random.default_rng(1).normal(size=len(t)))[None]
+    for start in (690, 760, 830):  # validation part [700, 900): observed stretches of 60 steps at most
+        x[0, start:start + 10] = np.nan
+    split = ProtocolSplit(1000, 700, 900)
+    model, scores = DirectAR.fit_select([x], [split], horizon=20, orders=[4, 60])
+    assert model.order == 4 and list(scores) == [4]  # 60 + 20 steps fit in no validation stretch
+    model, scores = DirectAR.fit_select([x], [split], horizon=20, orders=[60])
+    assert model.order == 60 and math.isnan(scores[60])  # nothing to choose: fitted as it is
+    with pytest.raises(ValueError, match="pass one AR order"):
+        DirectAR.fit_select([x], [split], horizon=20, orders=[60, 120])
