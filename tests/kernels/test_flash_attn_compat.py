@@ -163,17 +163,17 @@ def test_suite_runner_records_outcomes_and_missing_features(tmp_path):
     shim = tmp_path / "shim"
     flash_attn_suite.write_shim(shim, suite)
     results = tmp_path / "cases.jsonl"
-    env = {"FA_RESULTS": str(results), "FA_SAMPLE_FRACTION": "0.5", "FA_SAMPLE_MIN": "1"}
+    env = {"FA_RESULTS": str(results), "FA_SAMPLE_SCALE": "1.42", "FA_SAMPLE_MIN": "1"}  # round(1.42 sqrt(8)) = 4
     code, _ = flash_attn_suite.run_pytest(shim, ["-q"], env, 300, tmp_path / "log")
     outcomes = {json.loads(line)["nodeid"].split("::")[-1]: json.loads(line) for line in results.read_text().splitlines()}
     ran = sorted(name for name in outcomes if name.startswith("test_runs"))
-    assert len(ran) == 4 and all(outcomes[name]["outcome"] == "passed" for name in ran), ran  # half of 8, seeded
+    assert len(ran) == 4 and all(outcomes[name]["outcome"] == "passed" for name in ran), ran  # 4 of 8, seeded
     assert all(name.split("[")[1].split("-")[0] in ("8", "16", "24", "32") for name in ran)  # pytest's ids
     assert outcomes["test_extension"]["outcome"] == "skipped"
     assert outcomes["test_extension"]["reason"] == "missing feature: flash_attn_gpu"
     assert outcomes["test_wrong"]["outcome"] == "failed" and code == 1
     summary = flash_attn_suite.summarize({
-        "kind": "suite", "collected_only": False, "seconds": 1.0, "returncode": 1, "budget_s": 60, "fraction": 0.5,
+        "kind": "suite", "collected_only": False, "seconds": 1.0, "returncode": 1, "budget_s": 60, "scale": 1.42,
         "minimum": 1, "seed": 0, "cases": list(outcomes.values()),
         "functions": {"test_runs": {"selected": 4, "cases": 8}, "test_extension": {"selected": 1, "cases": 1},
                       "test_wrong": {"selected": 1, "cases": 1}}})
