@@ -7,8 +7,9 @@ written for the file as it lies in the repository (README's `docs/install.md`, a
 them for the site. An image of the repository outside docs/ (a benchmark's plot) is copied into
 the site under repository/; a link to another repository file that is no page of the site (a
 config, a script) keeps its text without the link; a link to nothing at all is left for MkDocs to
-report, which `mkdocs build --strict` makes an error. The design notes of docs/design/ join the navigation in
-name order, so that a new note needs no edit here.
+report, which `mkdocs build --strict` makes an error. The design notes of docs/design/ join the
+navigation in name order, and a guide of docs/ that mkdocs.yml's nav does not list joins it under
+"More guides", so that a new page is never left out of the site's navigation.
 """
 
 from __future__ import annotations
@@ -30,9 +31,23 @@ FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.MULTILINE | re.DOTALL)
 LINK = re.compile(r"(?P<text>!?\[[^\]\n]*\])\((?P<target>[^)\s]+)(?P<title>\s+\"[^\"]*\")?\)")
 
 
+def _nav_files(nav) -> set[str]:
+    """The page paths that a navigation (lists of titles and paths) names."""
+    if isinstance(nav, str):
+        return {nav}
+    if isinstance(nav, dict):
+        return set().union(*(_nav_files(value) for value in nav.values()))
+    return set().union(*(_nav_files(item) for item in nav)) if nav else set()
+
+
 def on_config(config):
-    design = sorted((Path(config["docs_dir"]) / "design").glob("*.md"))
-    if design and config["nav"] is not None:
+    docs_dir = Path(config["docs_dir"])
+    listed = _nav_files(config["nav"])
+    unlisted = [path.name for path in sorted(docs_dir.glob("*.md")) if path.name not in listed]
+    if unlisted:  # a guide added without a place in mkdocs.yml's nav still gets one
+        config["nav"].append({"More guides": unlisted})
+    design = sorted((docs_dir / "design").glob("*.md"))
+    if design:
         config["nav"].append({"Design notes": [f"design/{path.name}" for path in design]})
     return config
 

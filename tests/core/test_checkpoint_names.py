@@ -81,7 +81,7 @@ def test_a_folder_without_a_run_and_a_missing_path_say_what_to_pass(tmp_path, mo
     with pytest.raises(FileNotFoundError, match="a pretrained model's name .*genoformer-dna"):
         resolve_checkpoint(tmp_path / "nope.ckpt")
     with pytest.raises(FileNotFoundError, match="is named genoformer-dna: pass that name"):
-        resolve_checkpoint("examples/genoformer_dna.ckpt")  # the README's path, from another folder
+        resolve_checkpoint("examples/genoformer_dna.ckpt")  # the guides' path, from another folder
 
 
 def test_a_pretrained_name_is_found_in_a_clone_then_in_the_cache(tmp_path, monkeypatch, capsys):

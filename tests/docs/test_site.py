@@ -11,6 +11,7 @@ test's temporary folder.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import http.server
 import os
 import re
@@ -51,6 +52,20 @@ def test_the_site_has_the_home_page_the_guides_and_the_benchmarks(site):
     for guide in ("install", "quickstart", "training", "embed", "scoring", "finetune", "timeseries", "sharing"):
         assert (site / guide / "index.html").is_file(), guide
     assert (site / "quickstart_loss.png").is_file()
+
+
+def test_a_guide_missing_from_the_nav_still_gets_a_place(tmp_path):
+    """The hook puts every guide of docs/ that mkdocs.yml's nav leaves out under "More guides", and
+    the design notes under "Design notes"."""
+    pytest.importorskip("mkdocs", reason="mkdocs-material is in the test extras: pip install -e '.[dev]'")
+    spec = importlib.util.spec_from_file_location("site_hooks", REPO_ROOT / "docs" / "hooks" / "site.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    (tmp_path / "design").mkdir()
+    for name in ("index.md", "listed.md", "new.md", "design/why.md"):
+        (tmp_path / name).write_text("# A page\n")
+    config = hooks.on_config({"docs_dir": str(tmp_path), "nav": [{"Home": "index.md"}, {"Guides": [{"A": "listed.md"}]}]})
+    assert config["nav"][2:] == [{"More guides": ["new.md"]}, {"Design notes": ["design/why.md"]}]
 
 
 class _Links(HTMLParser):
