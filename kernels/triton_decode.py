@@ -313,9 +313,10 @@ def decode_fwd(
         raise ValueError(f"k_cache and v_cache must be (batch or pages, HKV, positions, D={D}) with H={H} a multiple "
                          f"of HKV; got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
     for name, t in (("seqlens", seqlens), ("leftpad", leftpad), ("batch_idx", batch_idx)):
-        if t is not None and (t.shape != (B,) or t.dtype != torch.int32 or t.device != q.device):
-            raise ValueError(f"{name} must be an int32 tensor of shape ({B},) on {q.device}, got {t.dtype} "
-                             f"{tuple(t.shape)} on {t.device}")
+        if t is not None and (t.shape != (B,) or t.dtype != torch.int32 or t.device != q.device
+                              or not t.is_contiguous()):
+            raise ValueError(f"{name} must be a contiguous int32 tensor of shape ({B},) on {q.device}, got {t.dtype} "
+                             f"{tuple(t.shape)} on {t.device} (strides {t.stride()}): call .contiguous() on it")
     paged = block_table is not None
     if paged and (block_table.dim() != 2 or block_table.shape[0] != B or block_table.dtype != torch.int32):
         raise ValueError(f"block_table must be an int32 tensor of shape ({B}, pages per row), got "

@@ -375,6 +375,16 @@ class KVCache:
         """Count `positions` more as held (after every block stored them)."""
         self.length += positions
 
+    def write_at(self, layer: int, position_1: torch.Tensor, k_BK1D: torch.Tensor,
+                 v_BK1D: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write block `layer`'s key and value of one new position, at the device index position_1
+        (1,) int64, and return the whole buffers (B, K, C, D): what `Transformer.decode_step` reads,
+        without the host knowing the position (a CUDA graph replays it). After a prefill only."""
+        keys_BKCD, values_BKCD = self._keys_BKCD[layer], self._values_BKCD[layer]
+        keys_BKCD.index_copy_(2, position_1, k_BK1D)
+        values_BKCD.index_copy_(2, position_1, v_BK1D)
+        return keys_BKCD, values_BKCD
+
     def repeat_rows(self, times: int) -> None:
         """Repeat every row `times` times in place (B -> B * times, row b's copies next to each
         other): one prefill of a prompt, then several samples decoded from it."""
@@ -473,6 +483,25 @@ class Attention(nn.Module):
         return self.merge_heads(o_BHLD)
 
 
+    def decode_step(
+        self,
+        x_B1E: torch.Tensor,
+        cos_1R: torch.Tensor,
+        sin_1R: torch.Tensor,
+        cache: KVCache,
+        layer: int,
+        position_1: torch.Tensor,
+        seqlens_B: torch.Tensor,
+        backend: Backend,
+    ) -> torch.Tensor:
+        """`decode` of one token per row at the device position position_1, over the whole cache
+        buffers with seqlens_B (B,) int32 = position + 1 keys per row: no host-side length."""
+        q_BH1D, k_BK1D, v_BK1D = self.project(x_B1E, cos_1R, sin_1R)
+        k_BKCD, v_BKCD = cache.write_at(layer, position_1, k_BK1D, v_BK1D)
+        o_BH1D = decode_attention(q_BH1D, k_BKCD, v_BKCD, seqlens_B, causal=True, backend=backend)
+        return self.merge_heads(o_BH1D)
+
+
 class SwiGLU(nn.Module):
     """down(silu(gate(x)) * up(x)); gate and up share one matmul."""
 
@@ -532,6 +561,13 @@ class Block(nn.Module):
         a_BLE = self.attn.decode(self.attn_norm(x_BLE), cos_LR, sin_LR, cache, layer, backend, alibi_H)
         x_BLE = x_BLE + self.drop(a_BLE)
         return x_BLE + self.drop(self.mlp(self.mlp_norm(x_BLE)))
+
+    def decode_step(self, x_B1E, cos_1R, sin_1R, cache, layer, position_1, seqlens_B, backend) -> torch.Tensor:
+        """`decode` of one token per row at a device position (see `Attention.decode_step`)."""
+        a_B1E = self.attn.decode_step(self.attn_norm(x_B1E), cos_1R, sin_1R, cache, layer, position_1, seqlens_B,
+                                      backend)
+        x_B1E = x_B1E + self.drop(a_B1E)
+        return x_B1E + self.drop(self.mlp(self.mlp_norm(x_B1E)))
 
 
 class TransformerTrunk(nn.Module):
@@ -679,6 +715,21 @@ class TransformerTrunk(nn.Module):
             x_BLE = block.decode(x_BLE, cos_LR, sin_LR, cache, i, backend, self.alibi_H)
         cache.advance(L)
         return self.norm(x_BLE)
+
+    def decode_step_blocks(self, x_B1E: torch.Tensor, cache: KVCache, position_1: torch.Tensor) -> torch.Tensor:
+        """`decode_blocks` of one embedded token per row at the device position position_1 (1,) int64
+        (the cache's length, which the caller keeps; nothing here reads it on the host), so that a
+        CUDA graph can replay the step (`genoformer.genome.generate`). The cache must have been
+        prefilled with the rows x holds; the position must lie inside its capacity."""
+        B = x_B1E.shape[0]
+        cos_CR, sin_CR = self.rotary.cos_sin(cache.capacity, x_B1E.device)
+        cos_1R, sin_1R = cos_CR.index_select(0, position_1), sin_CR.index_select(0, position_1)
+        seqlens_B = (position_1 + 1).to(torch.int32).repeat(B)
+        x_B1E = self.drop(x_B1E)
+        for i, block in enumerate(self.blocks):
+            x_B1E = block.decode_step(x_B1E, cos_1R, sin_1R, cache, i, position_1, seqlens_B,
+                                      self.runtime.attention_backend)
+        return self.norm(x_B1E)
 
     def resolve_layer(self, layer: int) -> int:
         """Hidden-state index in 0..n_layers for `layer` (negative counts from the end);
@@ -835,6 +886,13 @@ class Transformer(TransformerTrunk):
         """
         _check_tokens(tokens_BL)
         return self.head(self.decode_blocks(self.embed(tokens_BL.long()), cache))
+
+    def decode_step(self, tokens_B1: torch.Tensor, cache: KVCache, position_1: torch.Tensor) -> torch.Tensor:
+        """Logits (B, 1, V) of one token per row at the device position position_1 (1,) int64, which
+        must equal cache.length: `decode` of one token without reading the length on the host, so
+        that a CUDA graph replays it. The caller advances `cache` (`KVCache.advance(1)`) and the
+        position. The logits are `decode`'s."""
+        return self.head(self.decode_step_blocks(self.embed(tokens_B1), cache, position_1))
 
     def _trunk(
         self,

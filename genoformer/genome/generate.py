@@ -13,7 +13,8 @@ instead of a pass over the whole prefix. Samples of one prompt are decoded toget
 `batch_size` rows at a time, from one prefill.
 
 On the CPU the one-token steps run on one thread (`one_cpu_thread`), the prefills on torch's
-usual threads.
+usual threads. On CUDA each one-token step is replayed as a captured CUDA graph (`GraphStep`),
+whose attention is the Triton decoding kernel over the whole cache.
 
 Context. The model reads at most `context` bases (default: the context it was trained at) to
 predict the next one. A prompt longer than that is cut to its last `context` bases (and the
@@ -136,6 +137,7 @@ class Generator:
         context: int,
         device: Optional[Union[str, torch.device]] = None,
         autocast_dtype: Optional[torch.dtype] = None,
+        cuda_graphs: bool = True,
     ) -> None:
         """
         Args:
@@ -143,6 +145,8 @@ class Generator:
             context: default window in bases: the context the model was trained at.
             device: where to run; None: CUDA when available, else CPU.
             autocast_dtype: None: bfloat16 autocast on CUDA (as in training), float32 on the CPU.
+            cuda_graphs: on CUDA, replay each one-token step as a captured CUDA graph (`GraphStep`);
+                False launches its kernels one by one (the same numbers, more host time per base).
         """
         refuse_masked(model, "this model")
         if not 0 < context <= model.config.max_seq_len:
@@ -151,6 +155,7 @@ class Generator:
         self.model = model.to(self.device).eval()
         self.autocast_dtype = default_autocast_dtype(self.device, autocast_dtype)
         self.context = context
+        self.cuda_graphs = cuda_graphs
 
     @classmethod
     def from_checkpoint(
@@ -260,6 +265,8 @@ class Generator:
         logits_BV = self._window_logits(tokens_BT[:1, start:end], cache).expand(B, -1)
         if cache is not None:
             cache.repeat_rows(B)
+        graph = GraphStep(self.model, cache, self.autocast_dtype) if (
+            cache is not None and self.cuda_graphs and self.device.type == "cuda") else None
         for step in range(length):
             probs_BS = base_probabilities(logits_BV, temperature, top_k).cpu()
             codes_B = torch.cat([torch.multinomial(p_S, 1, generator=g) for p_S, g in zip(probs_BS, streams)])
@@ -271,6 +278,8 @@ class Generator:
             if end - start > context:  # the window restarts on its last overlap + 1 bases
                 start = end - overlap - 1
                 logits_BV = self._window_logits(tokens_BT[:, start:end], cache)
+            elif graph is not None:
+                logits_BV = graph(tokens_BT[:, end - 1 : end])[:, -1]
             elif cache is not None:
                 with autocast(self.device, self.autocast_dtype), one_cpu_thread(self.device):
                     logits_BV = self.model.decode(tokens_BT[:, end - 1 : end], cache)[:, -1]
@@ -286,6 +295,51 @@ class Generator:
                 return self.model(tokens_BW)[:, -1]
             cache.reset()
             return self.model.decode(tokens_BW, cache)[:, -1]
+
+
+class GraphStep:
+    """One-token decoding steps of `model` over `cache` replayed as one captured CUDA graph.
+
+    A step of a small model is a few hundred kernel launches of a few microseconds each: launched
+    one by one from Python, the host's time per base exceeds the GPU's. The step
+    (`Transformer.decode_step`: the position is a device tensor, the cache read whole with per-row
+    lengths) is captured once, on its first call, after two warm-up runs at the same position
+    (they write the same slot: the cache is unchanged), and replayed for every later base. Its
+    inputs are copied into static tensors (the tokens, the position = cache.length) before each
+    replay; the window's restart (a new prefill into the same buffers) needs no new capture.
+    Autocast runs without its weight cache inside (a cached cast would be freed between replays).
+    """
+
+    def __init__(self, model: Transformer, cache: KVCache, autocast_dtype: Optional[torch.dtype]) -> None:
+        self.model, self.cache, self.autocast_dtype = model, cache, autocast_dtype
+        device = next(model.parameters()).device
+        self.tokens_B1 = torch.zeros((cache.batch, 1), dtype=torch.long, device=device)
+        self.position_1 = torch.zeros(1, dtype=torch.long, device=device)
+        self.graph: Optional[torch.cuda.CUDAGraph] = None
+        self.logits_B1V: Optional[torch.Tensor] = None
+
+    def _step(self) -> torch.Tensor:
+        with torch.autocast("cuda", dtype=self.autocast_dtype or torch.float32, enabled=self.autocast_dtype is not None,
+                            cache_enabled=False):
+            return self.model.decode_step(self.tokens_B1, self.cache, self.position_1)
+
+    def __call__(self, tokens_B1: torch.Tensor) -> torch.Tensor:
+        """Logits (B, 1, V) of one token per row after the cache's positions; the cache advances by one."""
+        self.tokens_B1.copy_(tokens_B1)
+        self.position_1.fill_(self.cache.length)
+        if self.graph is None:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    self._step()
+            torch.cuda.current_stream().wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.logits_B1V = self._step()
+        self.graph.replay()
+        self.cache.advance(1)
+        return self.logits_B1V
 
 
 def _prompt_codes(prompt: str) -> np.ndarray:

@@ -294,6 +294,41 @@ def test_shared_prefix_continued_by_several_alternatives():
     torch.testing.assert_close(continued_BLV, full_BLV[:, 15:], rtol=0, atol=2e-6)
 
 
+def test_decode_step_at_a_device_position_gives_the_logits_of_decode():
+    """The graph-replayable step (position as a device tensor, the whole cache buffers read with
+    per-row lengths) gives `decode`'s logits, step after step."""
+    model = tiny_model(n_kv_heads=2)
+    tokens_BL = random_tokens(2, 30, seed=11, high=5).long()
+    with torch.inference_mode():
+        expected_BLV = decode_all(model, tokens_BL, 20, KVCache(40))
+        cache = KVCache(40)
+        steps = [model.decode(tokens_BL[:, :20], cache)]
+        position_1 = torch.tensor([20])
+        for i in range(20, 30):
+            steps.append(model.decode_step(tokens_BL[:, i:i + 1], cache, position_1))
+            cache.advance(1)
+            position_1 += 1
+    torch.testing.assert_close(torch.cat(steps, dim=1), expected_BLV, rtol=0, atol=2e-6)
+
+
+def test_decode_step_on_the_triton_decoding_kernel():
+    """In float16 the step's attention runs the Triton decoding kernel (the interpreter on a CPU)
+    over the whole cache with per-row lengths: the float32 model's logits up to fp16 rounding."""
+    model = tiny_model(n_heads=2)  # head dim 16
+    tokens_BL = random_tokens(3, 24, seed=12, high=5).long()
+    with torch.inference_mode():
+        expected_BLV = decode_all(model, tokens_BL, 16, KVCache(32))[:, 16:]
+        half = tiny_model(n_heads=2).half()
+        cache = KVCache(32)
+        half.decode(tokens_BL[:, :16], cache)
+        position_1, steps = torch.tensor([16]), []
+        for i in range(16, 24):
+            steps.append(half.decode_step(tokens_BL[:, i:i + 1], cache, position_1).float())
+            cache.advance(1)
+            position_1 += 1
+    torch.testing.assert_close(torch.cat(steps, dim=1), expected_BLV, rtol=0, atol=2e-2)
+
+
 def test_cache_reset_prefills_a_new_window_in_the_same_buffers():
     model = tiny_model()
     tokens_BL = random_tokens(2, 30, seed=6).long()

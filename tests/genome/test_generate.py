@@ -4,6 +4,7 @@ sampled, clear errors, the command end to end."""
 
 from __future__ import annotations
 
+import copy
 import gzip
 
 import numpy as np
@@ -201,3 +202,20 @@ def test_generate_command_refuses_a_masked_model_and_a_compressed_out(mlm_checkp
     base = ["generate", "--checkpoint", str(mlm_checkpoint), "--prompt", "ACGT", "--length", "5"]
     assert "masked language model" in fails(capsys, [*base, "--out", str(tmp_path / "s.fasta")])
     assert "plain FASTA text; name it" in fails(capsys, [*base, "--out", str(tmp_path / "s.fasta.gz")])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_cuda_graph_steps_give_the_eager_steps_bases():
+    """On a GPU each one-token step replays a captured CUDA graph (the decoding kernel over the
+    whole cache): the same samples as the steps launched one by one, across window restarts, and
+    greedy bases equal to a hand loop of full forward passes in float32."""
+    model = tiny_model(seed=1, n_heads=2)  # head dim 16: the decoding kernel runs it
+    prompt_L = random_tokens(1, 30, seed=5)[0].numpy()
+    options = dict(temperature=1.2, seed=3, num_samples=4, context=48, overlap=12)
+    graphs = Generator(model, context=64, device="cuda").generate(prompt_L, 120, **options)
+    eager = Generator(model, context=64, device="cuda", cuda_graphs=False).generate(prompt_L, 120, **options)
+    np.testing.assert_array_equal(graphs, eager)
+    exact = Generator(model, context=64, device="cuda", autocast_dtype=torch.float32)
+    expected_L = greedy_by_hand(copy.deepcopy(model).float().cpu(), prompt_L, 40, 48, 12)
+    np.testing.assert_array_equal(exact.generate(prompt_L, 40, top_k=1, context=48, overlap=12)[0], expected_L)
