@@ -1,9 +1,9 @@
 """``attn_implementation="genoformer"``: transformers models on our kernels give the logits and the
 gradients of ``attn_implementation="sdpa"``.
 
-Tiny randomly initialised models of three architectures: Llama (causal, GQA), Mistral (causal,
-a sliding window shorter than the sequence) and ESM with rotary positions (bidirectional, the
-Nucleotide Transformer's architecture). In float32 on the CPU the registered names run our
+Tiny randomly initialised models of four architectures: Llama (causal, GQA), Mistral (causal,
+a sliding window shorter than the sequence), ESM with rotary positions (bidirectional, the
+Nucleotide Transformer's architecture) and Gemma 2 (softcap, alternating windows). In float32 on the CPU the registered names run our
 float64 reference ("genoformer_reference") and the default backend choice ("genoformer": SDPA
 under our entry point on a CPU); in bfloat16 the Triton kernels in Triton's interpreter
 ("genoformer_triton") are held to the 2x rule against the float64 model. Padding (right and left),
@@ -124,8 +124,8 @@ def test_padded_batches_equal_sdpa_on_the_valid_tokens(name, left):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_training_step_gradients_equal_sdpa(name, caplog):
-    """One training step's loss and every parameter's gradient, as sdpa gives them (a sliding
-    window under autograd takes transformers' SDPA path, with a warning saying why)."""
+    """One training step's loss and every parameter's gradient, as sdpa gives them (Mistral's
+    sliding window under autograd on the reference's exact token window), nothing falling back."""
     make, config, length = CASES[name]
     ours, sdpa = model_pair(make, config(), REFERENCE)
     ids = tokens(2, length, seed=3)
@@ -140,8 +140,51 @@ def test_training_step_gradients_equal_sdpa(name, caplog):
     torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-6)
     for (param, a), (_, b) in zip(ours.named_parameters(), sdpa.named_parameters()):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6, msg=lambda m: f"{param}: {m}")
-    windowed = "sliding window" in caplog.text
-    assert windowed == (name == "mistral_window"), caplog.text
+    assert "runs transformers' SDPA" not in caplog.text, caplog.text
+
+
+def gemma2_config():
+    return transformers.Gemma2Config(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                     max_position_embeddings=256, sliding_window=8, attn_logit_softcapping=20.0,
+                                     final_logit_softcapping=None, query_pre_attn_scalar=16, pad_token_id=0)
+
+
+def test_softcap_and_alternating_windows_equal_eager():
+    """Gemma 2 caps its scores with tanh (softcap 20) and alternates sliding-window and global layers:
+    inference (the decoding path) and a training step's gradients (the reference) equal transformers'
+    eager attention (SDPA refuses softcap)."""
+    torch.manual_seed(0)
+    ours = causal_lm(gemma2_config(), REFERENCE)
+    eager = causal_lm(gemma2_config(), "eager")
+    eager.load_state_dict(ours.state_dict())
+    ids = tokens(2, 30, seed=9)
+    with torch.no_grad():
+        torch.testing.assert_close(ours.eval()(ids).logits, eager.eval()(ids).logits, rtol=1e-4, atol=1e-5)
+    for model in (ours, eager):
+        model.train()
+        model(ids, labels=ids).loss.backward()
+    for (param, a), (_, b) in zip(ours.named_parameters(), eager.named_parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6, msg=lambda m: f"{param}: {m}")
+
+
+def test_attention_dropout_trains_on_our_path(caplog):
+    """ESM with attention dropout 0.2 in training: our dropout (no fallback), a seed repeats a step,
+    dropout changes the loss, and in eval mode the logits are sdpa's."""
+    config = esm_config()
+    config.attention_probs_dropout_prob = 0.2
+    ours, sdpa = model_pair(masked_lm, config, REFERENCE)
+    ids = tokens(2, 25, seed=10)
+    ours.train()
+    with caplog.at_level(logging.WARNING, logger="genoformer.kernels"):
+        losses = []
+        for seed in (1, 1, 2):
+            torch.manual_seed(seed)
+            losses.append(ours(ids, labels=ids).loss.item())
+    assert "runs transformers' SDPA" not in caplog.text
+    assert losses[0] == losses[1] != losses[2]
+    with torch.no_grad():
+        torch.testing.assert_close(ours.eval()(ids).logits, sdpa(ids).logits, rtol=1e-4, atol=1e-5)
 
 
 def test_triton_kernels_hold_the_two_x_rule():
