@@ -248,10 +248,18 @@ def _xformers_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens
 def _load_fp8() -> RunFn:
     from genoformer.kernels.triton_fp8 import fp8_attention
 
-    return fp8_attention
+    def run(q, k, v, *, alibi_slopes, **kwargs):  # (alibi_slopes is None: the reason refuses them)
+        return fp8_attention(q, k, v, **kwargs)
+
+    return run
 
 
-def _fp8_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse) -> str | None:
+def _fp8_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse,
+                            alibi_slopes) -> str | None:
+    if alibi_slopes is not None:
+        return "FP8 attention takes no ALiBi slopes: use the triton backend"
+    if causal and q.shape[2] != k.shape[2]:
+        return "FP8 attention runs causal attention with Lq == Lk only: use the triton backend"
     if not torch.compiler.is_compiling() and importlib.util.find_spec("triton") is None:
         return "triton is not installed: pip install triton (or the extra: pip install 'genoformer[triton]')."
     from genoformer.kernels import triton_fp8

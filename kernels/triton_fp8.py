@@ -7,10 +7,11 @@ custom op ``genoformer::triton_fp8_fwd`` with a fake implementation, ``emulated_
 (the same arithmetic in PyTorch, tile by tile: the CPU reference), and ``fp8_attention``, the
 entry the dispatcher's ``fp8`` backend runs. There is no backward: FP8 is an inference option.
 
-The arithmetic. The softmax scale and log2(e) are folded into q, then every QB = 128 rows of q
-and every KB = 128 rows of k and of v (per batch and head) are divided by their block's
-amax / 448 and rounded to e4m3 (448 is e4m3's largest finite value): q8, k8, v8 and the scales
-qs, ks, vs (fp32). A key tile's base-2 scores are s2 = (q8 . k8) * qs * ks. The running max and
+The arithmetic. The softmax scale and log2(e) are folded into q; k and v lose their mean over the
+sequence per feature (``smoothed``: the softmax is unchanged by a shift of every key, and the
+values' mean is added back to every output with a key); then every QB = 128 rows of q and every
+KB = 128 rows of k and of v (per batch and head) are divided by their block's amax / 448 and
+rounded to e4m3 (448 is e4m3's largest finite value): q8, k8, v8 and the scales qs, ks, vs (fp32). A key tile's base-2 scores are s2 = (q8 . k8) * qs * ks. The running max and
 sum stay in fp32 (the house forward's online softmax); p = exp2(s2 - m) in [0, 1] is rounded to
 e4m3 as p8 = e4m3(p * 448) (P_FP8; otherwise p runs in bf16) and the tile adds
 (p8 . v8) * vs / 448 to the accumulator; the row sum adds the unrounded p. v8 is stored
@@ -23,7 +24,7 @@ and 256; fp16 or bf16 in, the same dtype out. Not layouts, packed documents or t
 
 Legend: q (B, H, Lq, D); k, v (B, HKV, Lk, D); q8 (B, H, Lq', D), k8 (B, HKV, Lk', D), v8t
 (B, HKV, D, Lk') e4m3 with Lq', Lk' rounded up to QB, KB (zero rows past L); qs (B, H, Lq' / QB),
-ks, vs (B, HKV, Lk' / KB) fp32.
+ks, vs (B, HKV, Lk' / KB) fp32; mu_v (B, HKV, 1, D) fp32 the values' mean.
 """
 
 from __future__ import annotations
@@ -52,6 +53,16 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 # --------------------------------------------------------------------------------------------
 # Quantization
 # --------------------------------------------------------------------------------------------
+
+
+def smoothed(x_BHLD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x - mean, mean): x (fp32) less its mean over the sequence per batch, head and feature, and that
+    mean (B, H, 1, D) fp32. Keys and values of a trained model share large per-feature offsets;
+    without them the rounding to 3 mantissa bits falls on what varies between positions. A shift of
+    every key changes each query's scores by one constant (the softmax is unchanged); a shift of
+    every value shifts each output by it (added back after the softmax)."""
+    mean_BH1D = x_BHLD.float().mean(dim=2, keepdim=True)
+    return x_BHLD.float() - mean_BH1D, mean_BH1D
 
 
 def quantize_blocks(x_BHLD: torch.Tensor, block: int, *, multiplier: float = 1.0,
@@ -132,7 +143,7 @@ def _fp8_steps(acc, l_i, m_i, q, qs, k_base, v_base, KS, VS, sk_l, sv_d, n_lo, n
 
 @triton.jit
 def fp8_fwd_kernel(
-    Q8, K8, V8T, QS, KS, VS, O, KV_LENS,
+    Q8, K8, V8T, QS, KS, VS, MU_V, O, KV_LENS,
     sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_d, so_b, so_h, so_l, sqs_b, sqs_h, sks_b, sks_h,
     H, GROUP, Lq, Lk,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, QB_: tl.constexpr, KB_: tl.constexpr,
@@ -173,7 +184,8 @@ def fp8_fwd_kernel(
     acc, l_i, m_i = _fp8_steps(acc, l_i, m_i, q, qs, k_base, v_base, ks_base, vs_base, sk_l, sv_d, full, hi,
                                offs_m, kv_end, D, BLOCK_N, KB_, CAUSAL, True, P_FP8, P_SCALE_, ROUND_P)
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # a row with no allowed key: o = 0
-    o = acc / l_safe[:, None]
+    mu_v = tl.load(MU_V + (b * (H // GROUP) + hk).to(tl.int64) * D + offs_d)  # the values' mean, added back
+    o = acc / l_safe[:, None] + tl.where(l_i > 0.0, 1.0, 0.0)[:, None] * mu_v[None, :]
     o_ptrs = O + b.to(tl.int64) * so_b + h.to(tl.int64) * so_h + offs_m[:, None] * so_l + offs_d[None, :]
     tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=offs_m[:, None] < Lq)
 
@@ -226,8 +238,8 @@ def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, lay
 def semantic_reason(q: torch.Tensor, *, layout, cu_seqlens, return_lse: bool) -> str | None:
     """What FP8 attention (kernel and emulation alike) does not run: layouts, documents, the lse,
     gradients."""
-    if layout is not None and not bool(layout.mask.all()):
-        return "FP8 attention runs dense attention only, not block-sparse layouts; use backend 'triton'"
+    if layout is not None and (layout.window is not None or not bool(layout.mask.all())):
+        return "FP8 attention runs dense attention only, not block-sparse layouts or windows; use backend 'triton'"
     if cu_seqlens is not None:
         return "FP8 attention does not run packed documents (cu_seqlens); use backend 'triton'"
     if return_lse:
@@ -252,14 +264,15 @@ def fp8_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_lens: torch.Te
         raise ValueError(f"FP8 attention takes q (B, H, Lq, D), k, v (B, HKV, Lk, D) with D in {HEAD_DIMS} and "
                          f"H % HKV == 0; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     q8, qs = quantize_blocks(q, QB, multiplier=scale * LOG2E)
-    k8, ks = quantize_blocks(k, KB)
-    v8t, vs = quantize_blocks(v, KB, transpose=True)
+    k8, ks = quantize_blocks(smoothed(k)[0], KB)
+    v_smooth, mu_v = smoothed(v)
+    v8t, vs = quantize_blocks(v_smooth, KB, transpose=True)
     o = torch.empty((B, H, Lq, D), dtype=q.dtype, device=q.device)
     lens = kv_lens if kv_lens is not None else qs
 
     def run(cfg: Fp8Config) -> None:
         fp8_fwd_kernel[(triton.cdiv(Lq, cfg.block_m), B * H)](
-            q8, k8, v8t, qs, ks, vs, o, lens,
+            q8, k8, v8t, qs, ks, vs, mu_v, o, lens,
             q8.stride(0), q8.stride(1), q8.stride(2), k8.stride(0), k8.stride(1), k8.stride(2),
             v8t.stride(0), v8t.stride(1), v8t.stride(2), o.stride(0), o.stride(1), o.stride(2),
             qs.stride(0), qs.stride(1), ks.stride(0), ks.stride(1),
@@ -309,8 +322,9 @@ def emulated_fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     HKV, Lk = k.shape[1], k.shape[2]
     group = H // HKV
     q8, qs = quantize_blocks(q, QB, multiplier=scale * LOG2E)
-    k8, ks = quantize_blocks(k, KB)
-    v8, vs = quantize_blocks(v, KB)
+    k8, ks = quantize_blocks(smoothed(k)[0], KB)
+    v_smooth, mu_v = smoothed(v)
+    v8, vs = quantize_blocks(v_smooth, KB)
     q8_BHLD = q8.float()[:, :, :Lq]
     qs_BHL1 = qs.repeat_interleave(QB, dim=-1)[:, :, :Lq, None]
     rows_L1 = torch.arange(Lq, device=q.device)[:, None]
@@ -340,7 +354,8 @@ def emulated_fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
             acc_BHLD = acc_BHLD * alpha[..., None] + (p8 @ v_BHND) * (vs_BH11 / P_SCALE)
         else:
             acc_BHLD = acc_BHLD * alpha[..., None] + (p_BHLN.to(torch.bfloat16).float() @ v_BHND) * vs_BH11
-    out = acc_BHLD / torch.where(l_BHL == 0, 1.0, l_BHL)[..., None]
+    out = acc_BHLD / torch.where(l_BHL == 0, 1.0, l_BHL)[..., None] + (l_BHL > 0)[..., None] * \
+        mu_v.repeat_interleave(group, 1)
     return out.to(q.dtype)
 
 

@@ -71,7 +71,7 @@ def _compile_one(case: tuple) -> dict:
     capability = 89 if kind == "fp8" and gen is SMALL_SMEM else gen.compile_capability
     pointers = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "O": "*bf16", "Q8": "*fp8e4nv", "K8": "*fp8e4nv",
                 "V8T": "*fp8e4nv", "LSE": "*fp32", "PO": "*fp32", "PM": "*fp32", "PL": "*fp32", "QS": "*fp32",
-                "KS": "*fp32", "VS": "*fp32", "ALIBI": "*fp32", "KV_LENS": "*i32", "SEQLENS": "*i32",
+                "KS": "*fp32", "VS": "*fp32", "MU_V": "*fp32", "ALIBI": "*fp32", "KV_LENS": "*i32", "SEQLENS": "*i32",
                 "LEFTPAD": "*i32", "BATCH_IDX": "*i32", "BLOCK_TABLE": "*i32"}
     floats = ("qk_scale", "softcap")
     if kind == "fp8":

@@ -147,6 +147,12 @@ def test_fp8_backend_through_the_entry_point():
         attention(q, k, v, cu_seqlens=torch.tensor([0, 10, 40], dtype=torch.int32), backend="fp8")
     with pytest.raises(ValueError, match="log-sum-exp"):
         attention(q, k, v, return_lse=True, backend="fp8")
+    with pytest.raises(ValueError, match="ALiBi"):
+        attention(q, k, v, alibi_slopes=torch.ones(2), backend="fp8")
+    with pytest.raises(ValueError, match="windows"):
+        attention(q, k, v, layout=BlockLayout.sliding_window(40, 8, block_size=64, exact=True), backend="fp8")
+    with pytest.raises(ValueError, match="Lq == Lk only"):
+        attention(q[:, :, :10], k, v, causal=True, backend="fp8")
     assert "fp8" not in [b.value for order in dispatch.FASTEST_FIRST.values() for b in order.dense]
 
 
