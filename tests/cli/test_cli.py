@@ -32,7 +32,7 @@ def test_top_level_help_lists_every_command(capsys):
     "command, expected",
     [
         ("prepare", "Bases per chunk"),
-        ("prepare_timeseries", "Samples per second"),
+        ("prepare_timeseries", "samples per second"),
         ("embed", "Hidden state to read"),
         ("fit", "--model.help"),
     ],

@@ -273,7 +273,7 @@ def test_evaluate_forecast_horizon_hints_work_as_typed(tmp_path, capsys):
     args = ["evaluate_forecast", "--store", str(store), "--baseline", "seasonal_naive", "--out", str(tmp_path / "sn.json")]
     err = fails(capsys, args)  # the protocol's 336 and 720 do not fit
     typed = shlex.split(re.search(r"--horizons \S+", err).group(0))
-    assert typed == ["--horizons", "[96,192]"]
+    assert typed == ["--horizons", "96,192"]
     main(args + typed)
     assert [row["horizon"] for row in json.loads((tmp_path / "sn.json").read_text())["results"]] == [96, 192]
 
