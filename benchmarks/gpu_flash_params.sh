@@ -22,8 +22,10 @@
 # The result files (NAME.json, benchmarks/common.py's format) go to benchmarks/results/ to publish them
 # (python -m benchmarks.report rebuilds BENCHMARKS.md).
 # versions.log holds the GPU, torch, triton and flash-attn-4 lines. The tails print last.
+# TESTS_S, SUITE_S and TIMINGS_S (default 290, 270, 210 seconds) bound the three steps, to fit a shorter call.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu_out}
+TESTS_S=${TESTS_S:-290}; SUITE_S=${SUITE_S:-270}; TIMINGS_S=${TIMINGS_S:-210}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 unset TRITON_INTERPRET
@@ -38,16 +40,16 @@ stamp() { echo "== $(( $(date +%s) - began )) s: $*"; }
 
 stamp "our GPU tests and flash-attn's suite, side by side"
 (
-    timeout 290 python3 -m pytest -v -rfs --tb=short -p no:cacheprovider -n 6 \
+    timeout "$TESTS_S" python3 -m pytest -v -rfs --tb=short -p no:cacheprovider -n 6 \
         tests/kernels/test_flash_params.py tests/kernels/test_flash_attn_compat.py > "$OUT/flash_params_tests.log" 2>&1
     echo "pytest exit status $?" >> "$OUT/flash_params_tests.log"
 ) &
 tests=$!
-python3 -m benchmarks.flash_attn_suite --out "$OUT" --workers 8 --budget 270 > "$OUT/flash_attn_suite.txt" 2>&1
+python3 -m benchmarks.flash_attn_suite --out "$OUT" --workers 8 --budget "$SUITE_S" > "$OUT/flash_attn_suite.txt" 2>&1
 wait "$tests"
 
 stamp "timings"
-timeout 210 python3 -m benchmarks.flash_params --out "$OUT" > "$OUT/flash_params.log" 2>&1
+timeout "$TIMINGS_S" python3 -m benchmarks.flash_params --out "$OUT" > "$OUT/flash_params.log" 2>&1
 stamp "done"
 grep -E "passed|failed|exit status" "$OUT/flash_params_tests.log" | tail -n 3
 tail -n 30 "$OUT/flash_attn_suite.txt" "$OUT/flash_params.log"
