@@ -11,6 +11,11 @@ dataset) do not pay for Lightning, and a command's ``--help`` or ``--version`` f
 
 from __future__ import annotations
 
+if __name__ == "data":  # found as a top-level package because the checkout's root is on sys.path
+    import genoformer
+
+    genoformer.stand_aside(__name__)  # the installed package named data takes this folder's place
+
 import importlib
 from typing import Any
 

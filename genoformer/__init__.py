@@ -23,28 +23,37 @@ genoformer.data` or `import genoformer.kernels` stays light):
                             time-series stores, datasets and data modules (folder data/)
 
 Arrows run one way: cli -> genome, timeseries -> core -> kernels; the wings and core read data;
-no wing imports the other, and neither kernels nor data imports a model. Importing the package
-does one thing: in a source checkout it keeps the checkout's root behind site-packages on sys.path
-(`_checkout_behind_site_packages`).
+no wing imports the other, and neither kernels nor data imports a model.
 """
 
+import importlib.util as _util
 import sys as _sys
 from pathlib import Path as _Path
 
 
-def _checkout_behind_site_packages() -> None:
-    """In a source checkout the root holds the folder kernels/ (installed as genoformer.kernels).
-    Python puts that root first on sys.path for `python -m ...` or `python cli.py` run there, and
-    the folder then shadows Hugging Face's `kernels` package, which transformers (5.25 and newer
-    require it) imports as soon as it is installed: `from kernels import CUDAProperties` fails
-    inside transformers, and with it Hugging Face export and LoRA fine-tuning. The root stays on
-    sys.path (benchmarks/ and cli.py import from it), after everything installed."""
+def stand_aside(name: str) -> None:
+    """Called by kernels/__init__.py and data/__init__.py when `import NAME` (kernels, data) found
+    that folder of a source checkout as a top-level package: Python puts the checkout's root first
+    on sys.path for a script, a notebook, `python -c` or `python -m` run there, and the folder would
+    then shadow the installed package of that name (Hugging Face's `kernels`, which transformers
+    imports, for one). The installed package takes the folder's place in sys.modules, so that the
+    import gives it; ModuleNotFoundError naming the folder's real import name when none is
+    installed. The folders themselves import as genoformer.kernels and genoformer.data."""
     root = _Path(__file__).resolve().parent.parent
-    if not ((root / "pyproject.toml").is_file() and (root / "kernels" / "__init__.py").is_file()):
-        return  # an installed copy: its parent is site-packages
-    at_root = [entry for entry in _sys.path if _Path(entry or ".").resolve() == root]
-    if at_root:
-        _sys.path[:] = [entry for entry in _sys.path if entry not in at_root] + [str(root)]
-
-
-_checkout_behind_site_packages()
+    elsewhere = [entry for entry in _sys.path if _Path(entry or ".").resolve() != root]
+    saved, _sys.path[:] = _sys.path[:], elsewhere
+    try:
+        spec = next(filter(None, (finder.find_spec(name, None) for finder in _sys.meta_path
+                                  if hasattr(finder, "find_spec"))), None)
+    finally:
+        _sys.path[:] = saved
+    if spec is None or spec.loader is None:
+        raise ModuleNotFoundError(
+            f"No module named {name!r}: import genoformer.{name} for genoformer's folder {name}/, or install the "
+            f"package named {name} that you meant; none is installed, and the folder {root / name} (which a script "
+            f"run in the checkout's root finds first) imports only as genoformer.{name}",
+            name=name,
+        )
+    module = _util.module_from_spec(spec)
+    _sys.modules[name] = module  # the import statement returns what sys.modules holds once the folder's code ran
+    spec.loader.exec_module(module)

@@ -22,6 +22,11 @@ flash-attn 2's functions (flash_attn_func, flash_attn_varlen_func, ...) over our
 
 from __future__ import annotations
 
+if __name__ == "kernels":  # found as a top-level package because the checkout's root is on sys.path
+    import genoformer
+
+    genoformer.stand_aside(__name__)  # the installed package named kernels takes this folder's place
+
 import importlib
 from typing import TYPE_CHECKING, Any
 

@@ -1,11 +1,14 @@
-"""A source checkout on sys.path must not shadow installed packages: its kernels/ folder (installed
-as genoformer.kernels) has the name of Hugging Face's `kernels` package, which transformers imports
-whenever it is installed (genoformer/__init__.py keeps the checkout's root behind site-packages)."""
+"""A source checkout's root on sys.path must not shadow installed packages: its folders kernels/ and
+data/ (installed as genoformer.kernels and genoformer.data) have the names of other packages, such
+as Hugging Face's `kernels`, which transformers imports whenever it is installed. A script run in
+the root (python -c puts the root first on sys.path, as python -m, python cli.py and a notebook
+started there do) gets the installed package on `import kernels` without importing genoformer
+first, or a clear error when none is installed. Plain transformers loading an export from the root
+is tested in test_hf_export.py."""
 
 from __future__ import annotations
 
-import ast
-import importlib.util
+import importlib.metadata
 import subprocess
 import sys
 from pathlib import Path
@@ -13,27 +16,44 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+WITHOUT_SITE_PACKAGES = "import sys; sys.path[:] = [p for p in sys.path if 'site-packages' not in p]; "
+"""Code that leaves out every installed package, so that only the checkout can answer an import."""
+
+
+def installed_kernels() -> Path | None:
+    """Hugging Face's kernels package as installed (its __init__.py), or None."""
+    try:
+        return Path(importlib.metadata.distribution("kernels").locate_file("kernels/__init__.py")).resolve()
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def run_in_checkout(code: str) -> subprocess.CompletedProcess:
-    # python -c puts the working directory first on sys.path, as python -m and python cli.py do
     return subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
 
 
-def test_importing_genoformer_keeps_the_checkout_behind_installed_packages():
-    done = run_in_checkout("import sys, pathlib, genoformer, benchmarks; "
-                           "print([pathlib.Path(p or '.').resolve() == pathlib.Path.cwd() for p in sys.path])")
-    assert done.returncode == 0, done.stderr[-2000:]  # benchmarks/ still imports from the root
-    at_root = ast.literal_eval(done.stdout.strip())
-    assert at_root[-1] and sum(at_root) == 1, "the root must be on sys.path once, last"
-    done = run_in_checkout("import genoformer, importlib.util; spec = importlib.util.find_spec('kernels'); "
-                           "print(spec.origin if spec else 'none')")
+@pytest.mark.skipif(installed_kernels() is None, reason="needs Hugging Face's kernels package installed (transformers 5.25+ requires it)")
+def test_import_kernels_in_the_root_gives_the_installed_package():
+    done = run_in_checkout("import sys, kernels; from kernels import get_kernel; "
+                           "print(kernels.__file__, 'genoformer' in sys.modules)")
     assert done.returncode == 0, done.stderr[-2000:]
-    assert not done.stdout.strip().startswith(str(REPO_ROOT / "kernels")), done.stdout
+    origin, genoformer_imported = done.stdout.split()
+    assert Path(origin).resolve() == installed_kernels(), origin
+    assert genoformer_imported == "True"  # the folder asked genoformer for the installed package
 
 
-@pytest.mark.skipif(importlib.util.find_spec("transformers") is None or importlib.util.find_spec("kernels") is None,
-                    reason="needs transformers with Hugging Face's kernels package installed (transformers 5.25+ requires it)")
-def test_transformers_models_import_from_the_checkout():
-    done = run_in_checkout("import genoformer.core.hf, transformers.modeling_utils; print('ok')")
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+@pytest.mark.parametrize("name", ["kernels", "data"])
+def test_a_folder_without_an_installed_package_says_what_to_import(name):
+    done = run_in_checkout(WITHOUT_SITE_PACKAGES + f"import {name}")
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"ModuleNotFoundError: No module named '{name}': import genoformer.{name} "), last
+    assert str(REPO_ROOT / name) in last, last
+
+
+def test_the_folders_still_import_under_genoformer_from_the_root():
+    done = run_in_checkout("import genoformer.kernels.layout, genoformer.data.splits, sys; "
+                           "print(sys.modules['genoformer.kernels'].__file__, 'kernels' in sys.modules)")
+    assert done.returncode == 0, done.stderr[-2000:]
+    origin, top_level = done.stdout.split()
+    assert Path(origin) == REPO_ROOT / "kernels" / "__init__.py" and top_level == "False"

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -92,6 +94,21 @@ def test_transformers_computes_what_genoformer_computes(exports, objective):
         padded_BLV = lm(input_ids=tokens_BL, attention_mask=mask_BL).logits
         for b, n in enumerate(lengths_B.tolist()):
             torch.testing.assert_close(padded_BLV[b, :n], ours(tokens_BL[b:b + 1, :n])[0], rtol=0, atol=1e-4)
+
+
+def test_plain_transformers_loads_the_export_in_the_checkouts_root(exports):
+    """A script run in the clone's root (which Python puts first on sys.path, with the folder
+    kernels/ in it) loads the export with transformers alone."""
+    checkpoint, directory = exports["CAUSAL_LM"]
+    code = ("import sys, torch; from transformers import AutoModelForCausalLM; "
+            f"lm = AutoModelForCausalLM.from_pretrained({str(directory)!r}, trust_remote_code=True); "
+            "print(lm(input_ids=torch.tensor([[0, 1, 2, 3]])).logits.shape[-1], "
+            "sorted(name for name in sys.modules if name.startswith('genoformer.')))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=SHIPPED.parents[1], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    vocabulary, loaded = done.stdout.split(maxsplit=1)
+    assert int(vocabulary) == genoformer_model(checkpoint).config.vocab_size and loaded.strip() == "[]"
 
 
 def test_causal_log2_likelihood_equals_the_scorer(exports):
