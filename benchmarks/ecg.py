@@ -129,7 +129,7 @@ def measure_step_seconds(overrides: list[str], steps: int) -> float:
     steps), measured in this process with the precision of the config."""
     import torch
 
-    from genoformer.cli import training_cli
+    from genoformer.training_cli import training_cli
 
     built = training_cli(["--config", str(CONFIG), *overrides], run=False)
     module, data = built.model, built.datamodule

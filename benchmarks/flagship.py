@@ -68,7 +68,7 @@ MARKOV_MODELS = {
 
 def config_data() -> tuple[list[str], object]:
     """The flagship config's FASTA files (relative to the repository) and its split."""
-    from genoformer.cli import training_cli
+    from genoformer.training_cli import training_cli
 
     cli = training_cli(["--config", str(CONFIG), "--trainer.accelerator", "cpu", "--trainer.precision", "32-true"], run=False)
     return cli.datamodule.fasta, cli.datamodule.split

@@ -56,7 +56,7 @@ RESULTS = Path("benchmarks/results/genome_science")
 
 def held_out_intervals(config: Path, held_out: str, store: Path | None = None) -> tuple[GenomeStore, dict]:
     """The store of a config (built if missing) and its split's intervals."""
-    from genoformer.cli import training_cli
+    from genoformer.training_cli import training_cli
 
     args = ["--config", str(config), "--trainer.accelerator", "cpu", "--trainer.precision", "32-true"]
     if store is not None:
@@ -360,7 +360,7 @@ def redraw_loss(directory: Path) -> None:
 def genome_names(config: Path) -> dict[str, str]:
     """Contig name -> the genome file it comes from, for the genomes a config names."""
     from genoformer.data.genome.inputs import read_sequences
-    from genoformer.cli import training_cli
+    from genoformer.training_cli import training_cli
 
     cli = training_cli(["--config", str(config), "--trainer.accelerator", "cpu", "--trainer.precision", "32-true"], run=False)
     return {record.name: Path(record.source).name.split(".")[0] for record in read_sequences(cli.datamodule.fasta)}

@@ -383,7 +383,7 @@ class Worker:
         """Step time inside `Trainer.fit`, with the real data module or a batch on the GPU."""
         from lightning.pytorch.strategies import DDPStrategy
 
-        from genoformer.cli import training_cli
+        from genoformer.training_cli import training_cli
 
         context = self.context(case)
         warmup, steps = (1, 2) if self.smoke else (3, 15)

@@ -21,7 +21,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from benchmarks.attention import flex_block_mask
-from genoformer.cli import compose_config, training_cli
+from genoformer.shipped import compose_config
+from genoformer.training_cli import training_cli
 from genoformer.kernels.layout import BlockLayout
 from genoformer.genome.lm import GenoformerLM
 from genoformer.core.transformer import RotaryEmbedding, TransformerConfig, apply_rotary

@@ -30,7 +30,7 @@ from benchmarks.common import (
     table,
     time_calls,
 )
-from genoformer.cli import training_cli
+from genoformer.training_cli import training_cli
 from genoformer.data.genome.store import GenomeStore, prepare_genome_store
 from genoformer.kernels.dispatch import Backend
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from pathlib import Path
+from typing import Literal, NamedTuple, Optional
 
 SPLITS = ("train", "val", "test")
 
@@ -99,3 +100,35 @@ def split_intervals(sequences: Sequence[SequenceSource], spec: SplitSpec) -> dic
         name = "val" if keys & val else "test" if keys & test else "train"
         result[name].append(Interval(index, 0, seq.length))
     return result
+
+
+SplitName = Literal["train", "val", "test"]
+"""The splits a command may read (--split)."""
+
+
+def read_split_spec(config: Optional[Path]) -> Optional[SplitSpec]:
+    """The data split of a training config (`data.init_args.split` of a `genoformer fit` config,
+    its `include:` fragments merged, or of a run's config.yaml); None without a config. A config
+    whose data section has no split uses the data module's default, ``SplitSpec()``."""
+    if config is None:
+        return None
+    from genoformer.shipped import compose_config  # only a config needs jsonargparse (not DataLoader workers)
+
+    config = Path(config)
+    if not config.is_file():
+        raise FileNotFoundError(f"split config not found: {config}; give the YAML the model was trained with "
+                                "(a `genoformer fit` config, or config.yaml in its run directory)")
+    content = compose_config(config)
+    data = content.get("data") if isinstance(content, dict) else None
+    if not isinstance(data, dict):
+        raise ValueError(f"{config} has no `data:` section, so it holds no data split; give the YAML the model was "
+                         "trained with (a `genoformer fit` config, or config.yaml in its run directory)")
+    arguments = data.get("init_args", data)
+    split = arguments.get("split") if isinstance(arguments, dict) else None
+    if split is None:
+        return SplitSpec()
+    try:
+        return SplitSpec(**split)
+    except TypeError as error:
+        raise ValueError(f"{config}: data split {split!r} is not a SplitSpec ({error}); its keys are by, "
+                         "val_fraction, test_fraction, val and test") from error

@@ -6,14 +6,16 @@ genoformer.data` or `import genoformer.kernels` stays light):
     genoformer.core         what every model shares: the transformer trunk and its config
                             (core.transformer), how it runs (core.runtime), the training base
                             (core.training), checkpoints (core.checkpoints, core.export), the
-                            inference policy (core.inference), callbacks and loggers, and
-                            `genoformer doctor` (core.doctor)
+                            inference policy (core.inference), callbacks and loggers
     genoformer.genome       the DNA wing: the language model (genome.lm), embeddings, scoring,
                             evaluation, variant effects, the Markov baseline and their commands
     genoformer.timeseries   the time-series wing: the forecaster model (timeseries.model), its
                             training module, the Forecaster API, the protocol and baselines
                             (timeseries.protocol), its commands
-    genoformer.cli          the `genoformer` command: LightningCLI for training, typed commands
+    genoformer.cli          the `genoformer` command: its table of commands and their options
+    genoformer.training_cli the training commands (fit, validate, test, predict, finetune): LightningCLI
+    genoformer.doctor       `genoformer doctor`: what this machine runs, for every shipped recipe
+    genoformer.parse_errors one-line parse errors: the nearest option, the forms a value takes
     genoformer.hints        error hints that name options as the caller writes them
     genoformer.shipped      what ships: the recipes (configs/), the example data, the pretrained
                             models' names; `genoformer recipes` and `genoformer examples`
@@ -22,8 +24,10 @@ genoformer.data` or `import genoformer.kernels` stays light):
     genoformer.data         storage, inputs, splits, sampling, tiling, packing; genome and
                             time-series stores, datasets and data modules (folder data/)
 
-Arrows run one way: cli -> genome, timeseries -> core -> kernels; the wings and core read data;
-no wing imports the other, and neither kernels nor data imports a model.
+Arrows run one way: cli (with training_cli and doctor) -> genome, timeseries -> core -> kernels,
+data -> hints, progress, shipped, signatures, parse_errors; no wing imports the other, kernels and
+data import neither each other nor a model, and no module imports one that imports it back. The
+`[tool.importlinter]` contracts of pyproject.toml say so, and tests/test_import_contract.py checks them.
 """
 
 import importlib.util as _util

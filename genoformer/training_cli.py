@@ -26,15 +26,16 @@ from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger
 
-from genoformer.cli import ShortErrors, command_with, options_given
 from genoformer.core.callbacks import PredictionWriter, default_progress_bar
 from genoformer.core.checkpoints import (best_checkpoint, canonical_state_dict, check_checkpoint_file, read_checkpoint,
-                                        read_model_checkpoint, resolve_checkpoint)
+                                        resolve_checkpoint)
+from genoformer.core.loading import read_model_checkpoint
 from genoformer.data.genome.datamodule import GenomeDataModule
 from genoformer.data.genome.labelled import LabelledDataModule
 from genoformer.data.timeseries.datamodule import TimeSeriesDataModule
 from genoformer.genome.finetune import FineTuner
 from genoformer.genome.lm import GenoformerLM
+from genoformer.parse_errors import ShortErrors, command_with, options_given
 from genoformer.shipped import INCLUDE_KEY, compose_config, recipe_path
 from genoformer.timeseries.module import TimeSeriesForecaster
 
@@ -680,7 +681,7 @@ _QuotedStrings.add_representer(
 
 class ComposingArgumentParser(ShortErrors, LightningArgumentParser):
     """LightningCLI's parser, reading a config file that has `include:` as its composed config
-    (other files as jsonargparse reads them), with short parse errors (`genoformer.cli.ShortErrors`).
+    (other files as jsonargparse reads them), with short parse errors (`genoformer.parse_errors.ShortErrors`).
     Values in a composed config that jsonargparse reads as paths are relative to the working
     directory, as the shipped configs' paths are."""
 

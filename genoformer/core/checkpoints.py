@@ -291,31 +291,6 @@ def _hub_snapshot(hub_id: str, context: str, remedy: str = "") -> Path:
         ) from error
 
 
-def read_model_checkpoint(path: Union[str, Path], kind: ModelKind) -> tuple[dict, dict]:
-    """(checkpoint, hyper_parameters) of a checkpoint of `kind`, from a .ckpt file, from a Hugging
-    Face directory of `genoformer export --format hf` (safetensors and JSON, nothing unpickled) or
-    from a Hub id of such a directory; ValueError saying what the file holds and which commands
-    read it otherwise."""
-    path = resolve_checkpoint(path)
-    if path.is_dir():
-        from genoformer.core.hf import read_hf_checkpoint  # hf builds on this module
-
-        checkpoint, _ = read_hf_checkpoint(path)
-    else:
-        checkpoint = read_checkpoint(path)
-    found = checkpoint_kind(checkpoint) if isinstance(checkpoint, dict) else None
-    if found is None:
-        raise ValueError(
-            f"{path} is not a genoformer model checkpoint (no model tag, hyperparameters or weights); pass a "
-            f".ckpt file written by `genoformer fit` or `genoformer export`."
-        )
-    if found is not kind:
-        raise ValueError(
-            f"{path} holds {found.description}, not {kind.description}; it is read by {found.readers}."
-        )
-    return checkpoint, dict(checkpoint["hyper_parameters"])
-
-
 def _unreadable_error(path: Path) -> ValueError:
     """Our message for a checkpoint file torch cannot read (rather than torch's own advice)."""
     return ValueError(

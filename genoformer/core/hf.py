@@ -31,7 +31,7 @@ merged into the trunk's weights (W + alpha / r * B A), so that the export is a p
 a forecaster keeps its module's names (`model.*`).
 
 `read_hf_checkpoint` reads such a directory back as the (checkpoint, hyper_parameters) pair that
-`genoformer.core.checkpoints.read_model_checkpoint` returns for a .ckpt; it needs neither
+`genoformer.core.loading.read_model_checkpoint` returns for a .ckpt; it needs neither
 transformers nor the modeling file.
 """
 

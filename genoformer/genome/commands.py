@@ -207,7 +207,7 @@ def finetune(
         ckpt_path: Resume the run in OUT: last, or a .ckpt path (as for fit).
         seed: Seed of the split and of training.
     """
-    from genoformer.cli import training_cli  # the CLI imports this module
+    from genoformer.training_cli import training_cli
 
     on_gpu = device == "gpu" or (device == "auto" and torch.cuda.is_available())
     config = configs_dir() / FINETUNE_CONFIGS["gpu" if on_gpu else "cpu"]

@@ -36,7 +36,8 @@ import numpy as np
 import torch
 import zarr
 
-from genoformer.core.checkpoints import ModelKind, read_model_checkpoint
+from genoformer.core.checkpoints import ModelKind
+from genoformer.core.loading import read_model_checkpoint
 from genoformer.core.inference import Pooling, PoolAccumulator, autocast, default_autocast_dtype, inference_device, load_module_weights
 from genoformer.core.runtime import RuntimeSettings
 from genoformer.core.transformer import Transformer, TransformerConfig

@@ -41,7 +41,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 import pyBigWig
@@ -51,7 +51,7 @@ from genoformer.core.checkpoints import resolve_checkpoint
 from genoformer.data.genome.alphabet import T, reverse_complement
 from genoformer.data.genome.inputs import NamedSequence, read_sequences
 from genoformer.data.genome.regions import Region, record_regions
-from genoformer.data.splits import SplitSpec
+from genoformer.data.splits import SplitName, SplitSpec, read_split_spec
 from genoformer.data.storage import atomic_build, refuse_existing, write_json, write_text
 from genoformer.hints import option
 from genoformer.kernels.dispatch import Backend
@@ -65,39 +65,11 @@ from genoformer.genome.mixture import (
     require_causal,
 )
 from genoformer.genome.scoring import Scorer
-from genoformer.shipped import compose_config
 
-SplitName = Literal["train", "val", "test"]
 CPU_CONTEXT = 2048
 """The longest default context of `evaluate` and `score` on a CPU (see the module docstring)."""
 BEDGRAPH_SUFFIXES = (".bedgraph", ".bg", ".bdg")
 BIGWIG_SUFFIXES = (".bw", ".bigwig")
-
-
-def read_split_spec(config: Optional[Path]) -> Optional[SplitSpec]:
-    """The data split of a training config (`data.init_args.split` of a `genoformer fit` config,
-    its `include:` fragments merged, or of a run's config.yaml); None without a config. A config
-    whose data section has no split uses the data module's default, ``SplitSpec()``."""
-    if config is None:
-        return None
-    config = Path(config)
-    if not config.is_file():
-        raise FileNotFoundError(f"split config not found: {config}; give the YAML the model was trained with "
-                                "(a `genoformer fit` config, or config.yaml in its run directory)")
-    content = compose_config(config)
-    data = content.get("data") if isinstance(content, dict) else None
-    if not isinstance(data, dict):
-        raise ValueError(f"{config} has no `data:` section, so it holds no data split; give the YAML the model was "
-                         "trained with (a `genoformer fit` config, or config.yaml in its run directory)")
-    arguments = data.get("init_args", data)
-    split = arguments.get("split") if isinstance(arguments, dict) else None
-    if split is None:
-        return SplitSpec()
-    try:
-        return SplitSpec(**split)
-    except TypeError as error:
-        raise ValueError(f"{config}: data split {split!r} is not a SplitSpec ({error}); its keys are by, "
-                         "val_fraction, test_fraction, val and test") from error
 
 
 def _strand_ranges(records: Sequence[NamedSequence], index: int, region: Region,

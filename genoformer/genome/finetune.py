@@ -36,7 +36,8 @@ from torch import nn
 from torchmetrics import classification as tmc
 from torchmetrics import regression as tmr
 
-from genoformer.core.checkpoints import ModelKind, read_model_checkpoint
+from genoformer.core.checkpoints import ModelKind
+from genoformer.core.loading import read_model_checkpoint
 from genoformer.core.inference import load_module_weights
 from genoformer.core.runtime import RuntimeSettings
 from genoformer.core.training import TrainingModule, adamw_warmup_cosine, fused_adamw_allowed

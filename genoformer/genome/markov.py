@@ -62,9 +62,8 @@ import numpy as np
 from genoformer.data.genome.alphabet import N, encode, reverse_complement
 from genoformer.data.genome.inputs import NamedSequence, check_sequence_inputs, read_sequences
 from genoformer.data.genome.regions import record_regions
-from genoformer.data.splits import SplitSpec
+from genoformer.data.splits import SplitName, SplitSpec, read_split_spec
 from genoformer.data.storage import atomic_build, refuse_existing, write_json
-from genoformer.genome.evaluate import SplitName, read_split_spec
 from genoformer.progress import tqdm
 
 #: 2-bit codes of a 31-base context and a target fill the 64 bits of one key.

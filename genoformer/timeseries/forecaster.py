@@ -34,7 +34,8 @@ import numpy as np
 import torch
 
 from genoformer.data.tiling import Keep, same_length_batches, tile_windows
-from genoformer.core.checkpoints import ModelKind, read_model_checkpoint
+from genoformer.core.checkpoints import ModelKind
+from genoformer.core.loading import read_model_checkpoint
 from genoformer.core.inference import Pooling, autocast, default_autocast_dtype, inference_device, load_module_weights, pool_tokens
 from genoformer.core.runtime import RuntimeSettings
 from genoformer.kernels.dispatch import Backend

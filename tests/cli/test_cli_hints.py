@@ -19,7 +19,8 @@ import torch
 import zarr
 
 from cli_helpers import fails
-from genoformer.cli import _tool_arguments, main, training_cli
+from genoformer.cli import _tool_arguments, main
+from genoformer.training_cli import training_cli
 from genoformer.genome.commands import prepare
 from genoformer.data import GenomeStore, TimeSeriesStore, prepare_genome_store, prepare_timeseries_store
 from genoformer.hints import command_line_hints

@@ -14,7 +14,9 @@ import pytest
 import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from genoformer.cli import INCLUDE_KEY, compose_config, main, training_cli
+from genoformer.cli import main
+from genoformer.shipped import INCLUDE_KEY, compose_config
+from genoformer.training_cli import training_cli
 from genoformer.core.callbacks import NonFiniteGuard, ResumeCheckpoint
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from genoformer.cli import training_cli
+from genoformer.training_cli import training_cli
 from genoformer.core.checkpoints import resolve_checkpoint
 from genoformer.data.genome.datamodule import GenomeDataModule
 from genoformer.data.genome.labelled import LabelledDataModule

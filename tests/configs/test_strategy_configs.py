@@ -15,7 +15,7 @@ from jsonargparse import ArgumentParser
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, Strategy
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-from genoformer.cli import training_cli
+from genoformer.training_cli import training_cli
 from genoformer.core.transformer import Block
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from genoformer.cli import training_cli
+from genoformer.training_cli import training_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ from model_helpers import WINDOW, random_tokens, split_runtime, tiny_config, tok
 
 from genoformer.core.runtime import RuntimeSettings
 from genoformer.core.transformer import TransformerConfig
-from genoformer.cli import training_cli
+from genoformer.training_cli import training_cli
 from genoformer.data.genome.alphabet import TOKEN_CODES
 from genoformer.data.loaders import ResumableDataLoader
 from genoformer.data.sampling import ShardSampler
@@ -150,7 +150,7 @@ def test_command_line_runtime_settings_win_over_the_checkpoint(tmp_path):
 def _validate_cli(path: Path, root: Path):
     from unittest import mock
 
-    from genoformer.cli import GenoformerCLI
+    from genoformer.training_cli import GenoformerCLI
 
     with mock.patch.object(GenoformerCLI, "_run_subcommand"):
         return training_cli([
@@ -253,7 +253,7 @@ def test_time_series_validate_runs_with_the_command_line_backend(tmp_path):
     --model.init_args.runtime.attention_backend sdpa` runs on SDPA whatever trained it."""
     from unittest import mock
 
-    from genoformer.cli import GenoformerCLI
+    from genoformer.training_cli import GenoformerCLI
 
     path = _forecaster_checkpoint(tmp_path, RuntimeSettings(attention_backend=Backend.TORCH, activation_checkpointing=True))
     hparams = torch.load(path, weights_only=True)["hyper_parameters"]

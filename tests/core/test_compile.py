@@ -19,7 +19,7 @@ from torch._dynamo.utils import counters
 
 import genoformer.core.training as training_module
 from genoformer.core.runtime import RuntimeSettings
-from genoformer.cli import training_cli
+from genoformer.training_cli import training_cli
 from genoformer.kernels.dispatch import Backend
 from genoformer.kernels.layout import SlidingWindow
 from genoformer.genome.lm import IGNORE, GenoformerLM, cross_entropy_sum

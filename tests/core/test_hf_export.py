@@ -17,7 +17,8 @@ import torch
 from model_helpers import WINDOW, fit_tiny, random_tokens
 from safetensors.torch import load_file
 
-from genoformer.core.checkpoints import FORMAT_VERSION, read_model_checkpoint, ModelKind
+from genoformer.core.checkpoints import FORMAT_VERSION, ModelKind
+from genoformer.core.loading import read_model_checkpoint
 from genoformer.core.hf import export_hf, is_hf_directory, read_hf_checkpoint
 from genoformer.core.inference import load_module_weights
 from genoformer.core.transformer import Transformer, TransformerConfig

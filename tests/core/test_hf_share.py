@@ -13,7 +13,8 @@ import pytest
 import torch
 from model_helpers import random_tokens, tiny_config
 
-from genoformer.core.checkpoints import ModelKind, read_model_checkpoint
+from genoformer.core.checkpoints import ModelKind
+from genoformer.core.loading import read_model_checkpoint
 from genoformer.core.hf import LAYOUT_FILE, export_hf, merge_lora, modeling_source, read_hf_checkpoint
 from genoformer.core.inference import load_module_weights
 from genoformer.core.transformer import Transformer, TransformerConfig

@@ -266,7 +266,7 @@ def test_command_errors_name_what_to_do(tmp_path, capsys):
 
 @pytest.mark.parametrize("name, patch_len", [("ecg_8k_gpu.yaml", 16), ("ecg_8k_cpu.yaml", 64)])
 def test_ecg_8k_configs_take_a_training_step_on_the_cpu(tmp_path, name, patch_len):
-    from genoformer.cli import training_cli
+    from genoformer.training_cli import training_cli
 
     cli = training_cli(["--config", str(REPO_ROOT / "configs" / name), "--trainer.accelerator", "cpu",
                         "--trainer.precision", "32-true", "--trainer.default_root_dir", str(tmp_path),

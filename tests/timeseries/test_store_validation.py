@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from genoformer.cli import training_cli
+from genoformer.training_cli import training_cli
 from genoformer.core.transformer import TransformerConfig
 from genoformer.data.splits import SplitSpec
 from genoformer.data.timeseries.datamodule import TimeSeriesDataModule

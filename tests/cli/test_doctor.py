@@ -16,7 +16,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from genoformer import shipped
 from genoformer.cli import main
-from genoformer.core import doctor
+from genoformer import doctor
 from genoformer.kernels import dispatch, flash_attn_backend, triton_flash
 
 
