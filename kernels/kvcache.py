@@ -21,12 +21,14 @@ softcap > 0 replaces each scaled score s by softcap * tanh(s / softcap); ALiBi s
 slope_h * |pos_i - j|.  A query with no allowed key outputs 0; its lse is +inf in
 ``flash_attn_with_kvcache`` (flash-attn's convention) and -inf in ``decode_attention`` (ours,
 ``genoformer.kernels.dispatch``).  Rotary embeddings (rotary_cos, rotary_sin (seqlen_ro,
-rotary_dim / 2)) rotate the new keys at positions cache_seqlens[b] - lo_b + t, and the queries at
-the same positions when causal or windowed, else all at cache_seqlens[b] - lo_b; interleaved pairs
-(0, 1), (2, 3), ... or halves (GPT-NeoX) as rotary_interleaved says.
+rotary_dim / 2)) rotate the new keys at their cache positions cache_seqlens[b] + t (left padding
+included, as flash-attn does), and the queries at the same positions when causal or windowed, else
+all at cache_seqlens[b]; interleaved pairs (0, 1), (2, 3), ... or halves (GPT-NeoX) as
+rotary_interleaved says. window_size's bounds may be ints or one-element tensors.
 
 What is refused (ValueError naming the parameter): paged caches with cache_batch_idx, rotary
-embeddings without new keys, positions past the cache's end.
+embeddings without new keys; positions past the cache's end (CacheOverflow, also a RuntimeError as
+flash-attn raises for a block_table too short).
 
 Shape legend: B batch, Bc cache rows, H query heads, HKV key/value heads (H % HKV == 0), Lq queries
 per row, Ln new keys per row, C cache positions per row, D head dim, R rotary_dim / 2.
@@ -45,6 +47,11 @@ from genoformer.kernels.backend import Backend
 from genoformer.kernels.reference import lse_dtype
 
 LN2 = math.log(2.0)
+
+
+class CacheOverflow(ValueError, RuntimeError):
+    """Keys past the cache's end: a ValueError like our other refusals, and the RuntimeError that
+    flash-attn raises for it, so that code written against either catches it."""
 
 
 # ---------------------------------------------------------------------------------- the mask
@@ -330,22 +337,26 @@ def flash_attn_with_kvcache(
         if k is not None:
             raise ValueError("cache_seqlens must say where the new keys go: pass the keys each row holds")
         seqlens_B = torch.full((B,), capacity, dtype=torch.int32, device=device)
-    start_B = seqlens_B if leftpad_B is None else seqlens_B - leftpad_B  # rotary positions count from lo_b
+    window_size = (int(window_size[0]), int(window_size[1]))  # flash-attn's callers pass ints or 0-d tensors
+    Ln = 0 if k is None else k.shape[1]
+    reach = int((seqlens_B.long() + Ln).max())
+    if reach > capacity:
+        paged = block_table is not None
+        where = (f"the {capacity} positions of block_table's {block_table.shape[1]} pages per row" if paged
+                 else f"the cache's {capacity} positions")
+        raise CacheOverflow(f"cache_seqlens{' + the new keys' if Ln else ''} must be at most {capacity}"
+                            f"{' (or give block_table more pages per row)' if paged else ''}: they reach position "
+                            f"{reach}, past {where}")
     if k is not None:
-        Ln = k.shape[1]
         if k.shape != (B, Ln, HKV, D) or v.shape != k.shape:
             raise ValueError(f"k and v must be (B={B}, Ln, HKV={HKV}, D={D}), got {tuple(k.shape)} and {tuple(v.shape)}")
         positions_BL = seqlens_B.long().unsqueeze(1) + torch.arange(Ln, device=device)
         if rotary_cos is not None:
-            rotary_BL = start_B.long().unsqueeze(1) + torch.arange(Ln, device=device)
-            k = _rotate(k, rotary_cos, rotary_sin, rotary_BL, rotary_interleaved)
-            q_positions_BL = start_B.long().unsqueeze(1) + (
+            k = _rotate(k, rotary_cos, rotary_sin, positions_BL, rotary_interleaved)
+            q_positions_BL = seqlens_B.long().unsqueeze(1) + (
                 torch.arange(Lq, device=device) if causal or window_size != (-1, -1) else torch.zeros(Lq, device=device,
                                                                                                      dtype=torch.long))
             q = _rotate(q, rotary_cos, rotary_sin, q_positions_BL, rotary_interleaved)
-        if bool((positions_BL[:, -1] >= capacity).any()):
-            raise ValueError(f"the new keys run past the cache's {capacity} positions: cache_seqlens + Ln must be at "
-                             f"most {capacity}")
         if block_table is not None:
             pages_BL = block_table.long().gather(1, positions_BL // k_cache.shape[1])
             k_cache[pages_BL, positions_BL % k_cache.shape[1]] = k

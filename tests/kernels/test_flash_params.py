@@ -203,16 +203,18 @@ def test_dropout_is_deterministic_for_a_seed(attn):
 def test_window_reads_no_tile_outside_it(attn, layout):
     """Tiles wholly outside the window are skipped, not masked: NaN in every key, value, query and
     gradient more than a tile beyond the window never reaches the rows inside it (a masked
-    visit would multiply NaN by 0). Interpreter tiles are at most 32 wide; the layout's blocks 32."""
-    L, W = 256, 24
+    visit would multiply NaN by 0). Tiles are at most 32 wide in the interpreter and 128 on a GPU;
+    the layout's blocks as wide."""
+    tile = 32 if DEVICE.type == "cpu" else 128
+    L, W = 8 * tile, 24
     q, k, v, dout = (t.to(F16) for t in inputs(1, 2, 1, L, L, 16, F16, seed=4))
-    inside = slice(96, 160)
-    far = W + 64  # the window plus two tiles
+    inside = slice(3 * tile, 5 * tile)
+    far = W + 2 * tile  # the window plus two tiles
     for t in (q, k, v, dout):
         t[:, :, : inside.start - far] = float("nan")
         t[:, :, inside.stop + far:] = float("nan")
     if layout:
-        kwargs = {"layout": BlockLayout.sliding_window(L, W, 32, exact=True)}
+        kwargs = {"layout": BlockLayout.sliding_window(L, W, tile, exact=True)}
     else:
         kwargs = {"window": (W, W)}
     got = attn.run_with_grads(triton_attention, q, k, v, dout, **kwargs)

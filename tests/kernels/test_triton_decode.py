@@ -244,6 +244,31 @@ def test_flash_attn_with_kvcache_rotates_new_keys_and_queries(interleaved, causa
     torch.testing.assert_close(out.transpose(1, 2).double().cpu(), exact, rtol=0, atol=1e-4)
 
 
+def test_flash_attn_with_kvcache_rotates_at_cache_positions_with_left_padding():
+    """With cache_leftpad, rotary positions stay the cache positions cache_seqlens + t (flash-attn's
+    kernel and test alike); the left padding moves only the causal alignment and the keys a row has.
+    A window's bounds may come as 0-d tensors (flash-attn's test draws them with torch.randint)."""
+    q, k_cache, v_cache, k_new, v_new = _flash_inputs(B=2, Lq=2, Ln=2, dtype=torch.float32)
+    angles = torch.rand(80, 8, generator=torch.Generator().manual_seed(2), dtype=torch.float64) * 6
+    cos, sin = angles.cos().float().to(DEVICE), angles.sin().float().to(DEVICE)
+    lens = torch.tensor([20, 30], dtype=torch.int32, device=DEVICE)
+    leftpad = torch.tensor([7, 0], dtype=torch.int32, device=DEVICE)
+    original = k_cache.clone()
+    out = kvcache.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, rotary_cos=cos, rotary_sin=sin,
+                                         cache_seqlens=lens, cache_leftpad=leftpad, causal=True,
+                                         window_size=(torch.tensor(9), torch.tensor(3)), rotary_interleaved=False)
+    positions = lens.cpu().long()[:, None] + torch.arange(2)
+    k_rot = _rotate_reference(k_new.cpu(), cos.cpu().double(), sin.cpu().double(), positions, False)
+    q_rot = _rotate_reference(q.cpu(), cos.cpu().double(), sin.cpu().double(), positions, False)
+    full_k = original.double().cpu().clone()
+    for b, n in enumerate(lens.tolist()):
+        full_k[b, n:n + 2] = k_rot[b]
+    exact, _ = kvcache.kvcache_reference(q_rot.transpose(1, 2), full_k.transpose(1, 2),
+                                         v_cache.double().cpu().transpose(1, 2), (lens + 2).cpu(), scale=32 ** -0.5,
+                                         causal=True, window=(9, 3), leftpad_B=leftpad.cpu())
+    torch.testing.assert_close(out.transpose(1, 2).double().cpu(), exact, rtol=0, atol=1e-4)
+
+
 def test_flash_attn_with_kvcache_paged_and_int_lengths():
     """A paged cache (pages of 16 positions in any order) gives the result of the same keys laid
     out in rows; cache_seqlens may be a plain int."""
@@ -270,6 +295,12 @@ def test_flash_attn_with_kvcache_refusals_name_the_parameter():
         kvcache.flash_attn_with_kvcache(q, k_cache, v_cache, rotary_cos=torch.ones(4, 4), rotary_sin=torch.ones(4, 4))
     with pytest.raises(ValueError, match="past the cache's 64 positions"):
         kvcache.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=64)
+    pages = torch.zeros(4, 16, 2, 32, dtype=q.dtype, device=DEVICE)
+    one_page = torch.zeros(2, 1, dtype=torch.int32, device=DEVICE)
+    for new, lengths in (((k_new, v_new), 16), ((None, None), 17)):  # flash-attn's callers catch a RuntimeError
+        with pytest.raises(RuntimeError, match="give block_table more pages per row"):
+            kvcache.flash_attn_with_kvcache(q, pages, pages.clone(), *new, cache_seqlens=lengths, block_table=one_page)
+    assert kvcache.flash_attn_with_kvcache(q, pages, pages.clone(), cache_seqlens=16, block_table=one_page).isfinite().all()
     with pytest.raises(ValueError, match="give both k and v"):
         kvcache.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, cache_seqlens=3)
     table = torch.zeros(2, 4, dtype=torch.int32, device=DEVICE)
