@@ -15,7 +15,6 @@ transformers compute from the export against the .ckpt.
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -51,7 +50,6 @@ def measure(args) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        os.environ.setdefault("HF_MODULES_CACHE", str(work / "modules"))
         record = next(iter(read_sequences([str(GENOME)])))
         genome, window = GENOME, 8192  # transformers reads the first window at once: score's first window
         if args.smoke:

@@ -42,6 +42,31 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture(scope="session", autouse=True)
+def hf_cache(tmp_path_factory):
+    """Every test runs offline with transformers' and the Hub's caches under a temporary folder.
+
+    transformers copies an export's modeling files into its modules cache and imports that folder
+    as the package `transformers_modules` once per process: a test that loads remote code from
+    another cache (a benchmark's smoke run, say) would leave that package pointing there, and every
+    later export would fail to import. The paths are read when the libraries are imported (Lightning
+    imports both, above), so the imported modules' constants are patched with the environment."""
+    import huggingface_hub.constants as hub_constants
+    import transformers.dynamic_module_utils as dynamic
+
+    root = tmp_path_factory.mktemp("hf_home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HOME", str(root))
+        patch.setenv("HF_HUB_CACHE", str(root / "hub"))
+        patch.setenv("HF_MODULES_CACHE", str(root / "modules"))
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        patch.setenv("TRANSFORMERS_OFFLINE", "1")
+        patch.setattr(dynamic, "HF_MODULES_CACHE", str(root / "modules"))
+        patch.setattr(hub_constants, "HF_HUB_CACHE", str(root / "hub"))
+        patch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+        yield root
+
+
 @pytest.fixture(scope="session")
 def mlm_checkpoint(tmp_path_factory) -> Path:
     """A masked-LM checkpoint after 3 steps; its layers alternate sliding-window and dense."""

@@ -27,7 +27,6 @@ from genoformer.genome.scoring import LOG2E, Scorer
 
 SHIPPED = Path(__file__).resolve().parents[2] / "examples" / "genoformer_dna.ckpt"
 LOAD = dict(trust_remote_code=True, local_files_only=True)
-pytestmark = pytest.mark.usefixtures("hf_cache")  # tests/core/conftest.py: offline, temporary caches
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,6 @@ from genoformer.genome.lm import GenoformerLM, Objective
 from genoformer.kernels.layout import BigBird, SlidingWindow
 
 LOAD = dict(trust_remote_code=True, local_files_only=True)
-pytestmark = pytest.mark.usefixtures("hf_cache")  # tests/core/conftest.py: offline, temporary caches
 
 
 def save(module: L.LightningModule, path: Path) -> Path:
