@@ -467,6 +467,9 @@ class TrainingProgress(ProgressBar):
         self._line(f"validation at step {trainer.global_step:,}" + (f": {metrics}" if metrics else ""))
 
     def _evaluation_batch(self, what: str, batch_idx: int, total: float) -> None:
+        """A line for a batch of validate, test or predict; `total` is the batches of its dataloader,
+        which Lightning's `total_*_batches_current_dataloader` read at the index that
+        `has_dataloader_changed` recorded (the caller records it first)."""
         if self._due() or batch_idx + 1 == total:
             of = f"/{int(total):,}" if math.isfinite(total) else ""
             self._line(f"{what}: batch {batch_idx + 1:,}{of}")
@@ -474,14 +477,17 @@ class TrainingProgress(ProgressBar):
     def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:
         if trainer.state.fn == "validate":
+            self.has_dataloader_changed(dataloader_idx)
             self._evaluation_batch("validating", batch_idx, self.total_val_batches_current_dataloader)
 
     def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                           batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.has_dataloader_changed(dataloader_idx)
         self._evaluation_batch("testing", batch_idx, self.total_test_batches_current_dataloader)
 
     def on_predict_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                              batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.has_dataloader_changed(dataloader_idx)
         self._evaluation_batch("predicting", batch_idx, self.total_predict_batches_current_dataloader)
 
 

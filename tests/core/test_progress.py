@@ -93,6 +93,34 @@ def test_training_in_a_log_prints_progress_lines(tmp_path):
     assert re.search(r"^validation at step 3: val/loss [\d.]+", text, re.MULTILINE), text
 
 
+def test_validate_test_and_predict_in_a_log_count_each_dataloader_s_batches():
+    """Lightning counts evaluation batches per dataloader: the lines name each one's own total
+    (a line at the first batch, then at most one an hour, and at each dataloader's last)."""
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.demos.boring_classes import BoringModel, RandomDataset
+    from torch.utils.data import DataLoader
+
+    class Model(BoringModel):
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            return super().validation_step(batch, batch_idx)
+
+        def test_step(self, batch, batch_idx, dataloader_idx=0):
+            return super().test_step(batch, batch_idx)
+
+    out = io.StringIO()
+    trainer = Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_model_summary=False,
+                      callbacks=[TrainingProgress(seconds=3600, stream=out)])
+    model = Model()
+    two, three = DataLoader(RandomDataset(32, 4), batch_size=2), DataLoader(RandomDataset(32, 6), batch_size=2)
+    trainer.validate(model, [two, three], verbose=False)
+    trainer.test(model, [three, two], verbose=False)
+    trainer.predict(model, [two])
+    lines = out.getvalue().splitlines()
+    assert [line for line in lines if line.endswith(("/2", "/3"))] == [
+        "validating: batch 1/2", "validating: batch 2/2", "validating: batch 3/3",
+        "testing: batch 3/3", "testing: batch 2/2", "predicting: batch 2/2"], lines  # the first, then each last
+
+
 def test_the_default_progress_follows_the_output(monkeypatch):
     monkeypatch.setattr(sys, "stderr", io.StringIO())
     assert isinstance(default_progress_bar(), TrainingProgress)
