@@ -315,10 +315,15 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="the sample's seed (0)")
     parser.add_argument("--workers", type=int, default=8, help="pytest-xdist workers (8; 0: none)")
     parser.add_argument("--budget", type=float, default=270.0, help="seconds before pytest is stopped (270)")
+    parser.add_argument("--functions", default="",
+                        help="only these test functions, comma-separated (e.g. test_flash_attn_kvcache); their "
+                             "result is named flash_attn_suite_subset")
 
 
 def name_of(args: argparse.Namespace) -> str:
-    return "flash_attn_suite_count" if args.count else "flash_attn_suite"
+    if args.count:
+        return "flash_attn_suite_count"
+    return "flash_attn_suite_subset" if args.functions else "flash_attn_suite"
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -346,13 +351,17 @@ def measure(args: argparse.Namespace) -> dict:
             cases = []
         else:
             workers = ["-n", str(args.workers)] if args.workers else []
-            code, seconds = run_pytest(folder, ["-q", "-rfs", "--tb=line", *workers], env, args.budget,
+            only = ["-k", " or ".join(args.functions.split(","))] if args.functions else []
+            code, seconds = run_pytest(folder, ["-q", "-rfs", "--tb=line", *workers, *only], env, args.budget,
                                        args.out / "flash_attn_suite.log")
             cases = [json.loads(line) for line in results_path.read_text().splitlines()] \
                 if results_path.is_file() else []
         # every collecting process wrote the same sample: one line per function is kept
         selected = {row["function"]: row for row in map(json.loads, selected_path.read_text().splitlines())} \
             if selected_path.is_file() else {}
+        if args.functions:  # -k's substring match
+            selected = {name: row for name, row in selected.items()
+                        if any(part in name for part in args.functions.split(","))}
     return {"kind": "suite", "collected_only": args.smoke, "seconds": seconds, "returncode": code,
             "budget_s": args.budget, "scale": args.scale, "minimum": args.minimum, "seed": args.seed,
             "functions": selected, "cases": cases}
