@@ -14,6 +14,16 @@ each instead of several float32 round trips through memory. `compile_blocks` com
 block whole, attention included: the Triton kernels are custom ops, and `plan_attention`
 resolves the backend before the blocks run, so nothing breaks the graph.
 
+Long sequences. The memory of a training step grows linearly with the length when nothing
+L x L is ever built (the attention kernels never do) and the large position-wise intermediates
+are not kept: `RuntimeSettings.activation_checkpointing` keeps only each block's input and
+recomputes the rest in the backward pass, and `RuntimeSettings.sequence_chunk` runs each block's
+MLP (and the language model's head and loss) over chunks of positions, recomputed chunk by chunk
+(`over_chunks`), so that the SwiGLU's (L, 2F) intermediates exist for one chunk at a time. RoPE
+tables are built for the longest length seen so far, in float64 before the float32 cast (angles
+of positions in the millions keep their precision). Inference with `sequence_chunk` also runs
+the attention's projections and rotations in chunks (a whole chromosome in one window).
+
 Packed documents. A batch may hold several documents per row (`cu_seqlens`, the cumulative
 document lengths over the flattened B * L tokens, as `genoformer.kernels.dispatch.attention`
 takes them): every layer's attention then stays inside each document and RoPE positions restart
@@ -267,6 +277,33 @@ def fused(fn: Callable[..., Any], enabled: bool, x: torch.Tensor) -> Callable[..
     return _compiled(fn) if use else fn
 
 
+def over_chunks(fn: Callable[..., Any], chunk: Optional[int], *inputs_BL: torch.Tensor) -> Any:
+    """`fn(*inputs_BL)` of a position-wise `fn` (row b, position l of its output depends only on
+    row b, position l of each input), computed over chunks of at most `chunk` positions (dim 1).
+
+    While autograd records (a training step), every chunk runs under activation checkpointing: its
+    intermediates are not kept but recomputed in the backward pass, one chunk at a time (a
+    selective recomputation that bounds the memory of fn's large intermediates by one chunk's).
+    Outputs are tensors (B, L, ...) concatenated along dim 1, tuples of them concatenated element
+    by element, or 0-d tensors summed (a loss). chunk None: fn on the whole inputs, kept as usual.
+    The inputs are split with `Tensor.split`, whose backward concatenates the chunks' gradients
+    once (a slice per chunk would write a whole-length gradient per chunk).
+    """
+    if chunk is None:
+        return fn(*inputs_BL)
+    recompute = torch.is_grad_enabled() and any(x.requires_grad for x in inputs_BL if x.is_floating_point())
+    pieces = zip(*(x.split(chunk, dim=1) for x in inputs_BL))
+    outs = [checkpoint(fn, *piece, use_reentrant=False) if recompute else fn(*piece) for piece in pieces]
+    first = outs[0]
+    if len(outs) == 1:
+        return first
+    if isinstance(first, tuple):
+        return tuple(torch.cat(parts, dim=1) for parts in zip(*outs))
+    if first.dim() == 0:
+        return torch.stack(outs).sum()
+    return torch.cat(outs, dim=1)
+
+
 class RMSNorm(nn.Module):
     """Root-mean-square norm computed in float32, returned in the input dtype."""
 
@@ -281,8 +318,9 @@ class RMSNorm(nn.Module):
 
 
 class RotaryEmbedding(nn.Module):
-    """Cos/sin tables for RoPE (half-split convention), computed once per device in float64 and
-    stored in float32."""
+    """Cos/sin tables for RoPE (half-split convention), computed per device in float64 and stored
+    in float32, for the longest length asked so far (rounded up to a power of two, at most
+    max_seq_len): a model of a long max_seq_len holds tables only as long as its inputs."""
 
     def __init__(self, head_dim: int, theta: float, max_seq_len: int) -> None:
         super().__init__()
@@ -295,21 +333,24 @@ class RotaryEmbedding(nn.Module):
         """(cos_LR, sin_LR) float32 for positions 0..seq_len-1."""
         if seq_len > self.max_seq_len:
             raise ValueError(f"seq_len={seq_len} exceeds the rotary table size max_seq_len={self.max_seq_len}.")
-        if device not in self._tables:
-            self._tables[device] = self._build(device)
-        cos_LR, sin_LR = self._tables[device]
+        held = self._tables.get(device)
+        if held is None or held[0].shape[0] < seq_len:
+            self._tables[device] = held = self._build(min(self.max_seq_len, 1 << max(0, seq_len - 1).bit_length()),
+                                                      device)
+        cos_LR, sin_LR = held
         return cos_LR[:seq_len], sin_LR[:seq_len]
 
-    def cos_sin_at(self, positions_BL: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(cos_B1LR, sin_B1LR) float32 for per-row positions (B, L), e.g. `document_positions`;
-        they broadcast over the heads in `apply_rotary`."""
-        cos_LR, sin_LR = self.cos_sin(self.max_seq_len, positions_BL.device)
+    def cos_sin_at(self, positions_BL: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos_B1LR, sin_B1LR) float32 for per-row positions (B, L) below `length`, e.g.
+        `document_positions`; they broadcast over the heads in `apply_rotary`."""
+        cos_LR, sin_LR = self.cos_sin(length, positions_BL.device)
         return cos_LR[positions_BL].unsqueeze(1), sin_LR[positions_BL].unsqueeze(1)
 
     @torch.inference_mode(False)  # the cache is reused by training after eval under inference mode
-    def _build(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    def _build(self, length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        # float64 angles: position * frequency in float32 loses ~0.06 rad at position 10^6
         inv_freq_R = self.theta ** (-torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim)
-        angle_LR = torch.arange(self.max_seq_len, dtype=torch.float64)[:, None] * inv_freq_R[None, :]
+        angle_LR = torch.arange(length, dtype=torch.float64)[:, None] * inv_freq_R[None, :]
         return (
             angle_LR.cos().to(device=device, dtype=torch.float32),
             angle_LR.sin().to(device=device, dtype=torch.float32),
@@ -443,7 +484,20 @@ class Attention(nn.Module):
         self, x_BLE: torch.Tensor, cos_LR: torch.Tensor, sin_LR: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Queries (B, H, L, D) and keys (B, K, L, D) rotated by the RoPE tables (unless the config
-        turns RoPE off), and values (B, K, L, D)."""
+        turns RoPE off), and values (B, K, L, D).
+
+        Without autograd and with `sequence_chunk` (inference over a long window), computed over
+        chunks of positions: the float32 rotations of the reference ops then exist for one chunk."""
+        chunk = self.runtime.sequence_chunk
+        if chunk is not None and not torch.is_grad_enabled() and x_BLE.shape[1] > chunk and cos_LR.dim() == 2:
+            parts = [self._project(x_BCE, cos_CR, sin_CR)
+                     for x_BCE, cos_CR, sin_CR in zip(x_BLE.split(chunk, 1), cos_LR.split(chunk), sin_LR.split(chunk))]
+            return tuple(torch.cat(heads, dim=2) for heads in zip(*parts))
+        return self._project(x_BLE, cos_LR, sin_LR)
+
+    def _project(
+        self, x_BLE: torch.Tensor, cos_LR: torch.Tensor, sin_LR: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         B, L, _ = x_BLE.shape
         q_BHLD = self.wq(x_BLE).view(B, L, self.n_heads, self.head_dim).transpose(1, 2)
         k_BKLD = self.wk(x_BLE).view(B, L, self.n_kv_heads, self.head_dim).transpose(1, 2)
@@ -545,7 +599,11 @@ class Block(nn.Module):
             cu_seqlens=cu_seqlens, shard=shard, alibi_H=alibi_H,
         )
         x_BLE = x_BLE + self.drop(a_BLE)
-        return x_BLE + self.drop(self.mlp(self.mlp_norm(x_BLE)))
+        return x_BLE + self.drop(over_chunks(self.mlp_branch, self.mlp.runtime.sequence_chunk, x_BLE))
+
+    def mlp_branch(self, x_BLE: torch.Tensor) -> torch.Tensor:
+        """mlp(norm(x)): position-wise (see `over_chunks`)."""
+        return self.mlp(self.mlp_norm(x_BLE))
 
     def decode(
         self,
@@ -598,6 +656,15 @@ class TransformerTrunk(nn.Module):
         self._layouts: OrderedDict[tuple[int, int], BlockLayout] = OrderedDict()
         self._plans: dict[tuple, tuple[Optional[BlockLayout], AttentionPlan]] = {}  # see attention_plan
         self.sequence_shard: Optional[SequenceShard] = None  # context parallelism (module docstring)
+
+    def reach(self, length: int) -> None:
+        """Let this model run sequences of up to `length` tokens in one forward pass (inference over
+        a window longer than max_seq_len, e.g. a whole chromosome): raises this instance's
+        max_seq_len and RoPE limit, never lowers them. Positions beyond those seen in training rely
+        on RoPE extrapolating; a checkpoint saved from the model would record the new limit."""
+        if length > self.config.max_seq_len:
+            self.config.max_seq_len = length
+            self.rotary.max_seq_len = length
 
     def apply_runtime(self, settings: RuntimeSettings) -> None:
         """Run with `settings` from now on (the one place where runtime settings reach the model).
@@ -785,12 +852,12 @@ class TransformerTrunk(nn.Module):
         x_BLE = self.drop(x_BLE)
         states = [x_BLE]
         if shard is not None:
-            cos_LR, sin_LR = self.rotary.cos_sin_at(shard.positions(x_BLE.device)[None])  # (1, 1, L, R) each
+            cos_LR, sin_LR = self.rotary.cos_sin_at(shard.positions(x_BLE.device)[None], seq_len)  # (1, 1, L, R) each
         elif cu_seqlens is None:
             cos_LR, sin_LR = self.rotary.cos_sin(L, x_BLE.device)
         else:
             cu_seqlens = cu_seqlens.to(x_BLE.device)
-            cos_LR, sin_LR = self.rotary.cos_sin_at(document_positions(cu_seqlens, B, L))  # (B, 1, L, R) each
+            cos_LR, sin_LR = self.rotary.cos_sin_at(document_positions(cu_seqlens, B, L), L)  # (B, 1, L, R) each
         for i in range(last):
             block = self.blocks[i]
             if shard is None:

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from genoformer.core.checkpoints import ModelKind
 from genoformer.core.runtime import RuntimeSettings
 from genoformer.core.training import TrainingModule
-from genoformer.core.transformer import Transformer, TransformerConfig, document_positions, fused
+from genoformer.core.transformer import Transformer, TransformerConfig, document_positions, fused, over_chunks
 from genoformer.data.genome.alphabet import MASK, PAD, T, TOKEN_CODES, VOCAB_SIZE
 
 LN2 = math.log(2.0)
@@ -73,6 +73,12 @@ def cross_entropy_sum(logits_BLV: torch.Tensor, targets_BL: torch.Tensor) -> tor
     """Summed cross-entropy in nats (float32) over the targets that are not IGNORE."""
     logits_NV = logits_BLV.reshape(-1, logits_BLV.shape[-1]).float()
     return F.cross_entropy(logits_NV, targets_BL.reshape(-1), ignore_index=IGNORE, reduction="sum")
+
+
+def head_cross_entropy_sum(hidden_BLE: torch.Tensor, head_VE: torch.Tensor, targets_BL: torch.Tensor) -> torch.Tensor:
+    """`cross_entropy_sum` of the output head's logits hidden_BLE @ head_VE^T: one region on a GPU,
+    position-wise over chunks (`genoformer.core.transformer.over_chunks`)."""
+    return cross_entropy_sum(F.linear(hidden_BLE, head_VE), targets_BL)
 
 
 def _tokens(batch: dict[str, Any]) -> torch.Tensor:
@@ -182,23 +188,28 @@ class GenoformerLM(TrainingModule):
         tokens_BL = tokens_BL.long()
         shard = self.model.sequence_shard
         if self.objective is Objective.CAUSAL_LM:
-            if shard is None:
-                logits_BLV = self.model(tokens_BL, lengths_B, cu_seqlens)[:, :-1]
-                targets_BL = tokens_BL[:, 1:]
+            hidden_BLE = self.model.hidden_state(tokens_BL, lengths_B, layer=-1, cu_seqlens=cu_seqlens)
+            if shard is None:  # the last position predicts nothing
+                targets_BL = F.pad(tokens_BL[:, 1:], (0, 1), value=PAD)
             else:  # the token after a part's last one may belong to another process's part
-                logits_BLV = self.model(tokens_BL, lengths_B, cu_seqlens)
                 targets_BL = shard.next_tokens(tokens_BL, fill=PAD)
             targets_BL = torch.where(targets_BL < PAD, targets_BL, IGNORE)
             if cu_seqlens is not None:
                 B, L = tokens_BL.shape
-                first_BL = document_positions(cu_seqlens.to(tokens_BL.device), B, L)[:, 1:] == 0
-                targets_BL = torch.where(first_BL, IGNORE, targets_BL)
+                next_first_BL = F.pad(document_positions(cu_seqlens.to(tokens_BL.device), B, L)[:, 1:] == 0, (0, 1))
+                targets_BL = torch.where(next_first_BL, IGNORE, targets_BL)
         else:
             inputs_BL, targets_BL = mask_tokens(tokens_BL, self.mask_prob)
-            logits_BLV = self.model(inputs_BL, lengths_B, cu_seqlens)
+            hidden_BLE = self.model.hidden_state(inputs_BL, lengths_B, layer=-1, cu_seqlens=cu_seqlens)
         n_targets = (targets_BL != IGNORE).sum()
         fuse = self.runtime.fused_elementwise or self.runtime.compile
-        total = fused(cross_entropy_sum, fuse, logits_BLV)(logits_BLV, targets_BL)
+        head_VE = self.model.head.weight
+
+        def chunk_loss(hidden_BCE: torch.Tensor, targets_BC: torch.Tensor) -> torch.Tensor:
+            return fused(head_cross_entropy_sum, fuse, hidden_BCE)(hidden_BCE, head_VE, targets_BC)
+
+        # sequence_chunk: the logits and their float32 softmax exist for one chunk at a time
+        total = over_chunks(chunk_loss, self.runtime.sequence_chunk, hidden_BLE, targets_BL)
         if shard is not None:
             total, n_targets = shard.sum(total), shard.sum(n_targets)
         return total / n_targets.clamp(min=1), n_targets
