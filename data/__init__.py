@@ -23,7 +23,7 @@ _HOMES = {
     **dict.fromkeys(("A", "C", "G", "T", "N", "PAD", "MASK", "BOS", "VOCAB_SIZE", "InvalidBaseError", "encode",
                      "decode", "reverse_complement"), "genome.alphabet"),
     **dict.fromkeys(("PackedRandomWindowDataset", "PackedTiledWindowDataset", "RandomWindowDataset",
-                     "TiledWindowDataset", "tile_starts"), "genome.datasets"),
+                     "TiledWindowDataset", "WholeRecordDataset", "tile_starts"), "genome.datasets"),
     **dict.fromkeys(("ContigInfo", "GenomeStore", "prepare_genome_store"), "genome.store"),
     "GenomeDataModule": "genome.datamodule",
     **dict.fromkeys(("SequenceRecord", "read_records"), "genome.seqfiles"),

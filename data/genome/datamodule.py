@@ -26,6 +26,7 @@ from genoformer.data.genome.datasets import (
     PackedTiledWindowDataset,
     RandomWindowDataset,
     TiledWindowDataset,
+    WholeRecordDataset,
 )
 from genoformer.data.genome.store import GenomeStore, prepare_genome_store
 from genoformer.data.loaders import ShardedLoaders, store_built_from
@@ -91,6 +92,13 @@ class GenomeDataModule(ShardedLoaders, L.LightningDataModule):
             ``{ecoli_k12_mg1655.fasta.gz: 1, drosophila_dm3_chr2R.fasta.gz: 1}``: half each, whatever
             their lengths); every training file must be named. Default: files weighted by length.
             Not with ``pack``.
+        whole_records: Every training window is one whole training interval (a whole chromosome
+            with ``split.by`` contigs or files), as long as it is, at most ``window`` tokens (a
+            longer one gives a random window of ``window`` tokens inside it): a bacterial
+            chromosome in one window (`genoformer.data.genome.datasets.WholeRecordDataset`).
+            Validation and test tiles are then not padded to the window either. Window lengths
+            differ, so batch_size must be 1. Not with ``pack``, ``source_weights`` or context
+            parallelism.
     """
 
     store_inputs: ClassVar[str] = "fasta"
@@ -118,8 +126,13 @@ class GenomeDataModule(ShardedLoaders, L.LightningDataModule):
         rank: int | None = None,
         world_size: int | None = None,
         source_weights: dict[str, float] | None = None,
+        whole_records: bool = False,
     ) -> None:
         super().__init__()
+        if whole_records and (batch_size != 1 or pack or source_weights is not None):
+            raise ValueError(
+                f"whole_records=True gives windows of different lengths, one per batch: set batch_size to 1 (got "
+                f"{batch_size}), and leave pack ({pack}) false and source_weights unset (got {source_weights})")
         if pack and max_shift:
             raise ValueError(f"max_shift={max_shift} does nothing with pack=True (packed pieces start anywhere "
                              "already); set max_shift to 0 or pack to false")
@@ -144,6 +157,7 @@ class GenomeDataModule(ShardedLoaders, L.LightningDataModule):
         self.persistent_workers = persistent_workers
         self.rank = rank
         self.world_size = world_size
+        self.whole_records = whole_records
         self.datasets: dict[str, Dataset] = {}
 
     def prepare_data(self) -> None:
@@ -170,9 +184,15 @@ class GenomeDataModule(ShardedLoaders, L.LightningDataModule):
         intervals = split_intervals([SequenceSource(c.name, c.length, c.source_name) for c in store.contigs], self.split)
         part = self._window_part()
         if stage in ("fit", None):
-            if not self.pack:
+            if not self.pack and not self.whole_records:
                 self._check_record_lengths(store, intervals["train"])
-            if self.pack:
+            if self.whole_records:
+                self.datasets["train"] = WholeRecordDataset(
+                    store, self.window, self.samples_per_epoch, intervals=intervals["train"], seed=self.seed,
+                    max_n_fraction=self.max_n_fraction, reverse_complement=self.reverse_complement,
+                    cache_bytes=self.cache_bytes,
+                )
+            elif self.pack:
                 self.datasets["train"] = PackedRandomWindowDataset(
                     store, self.window, self.samples_per_epoch, intervals=intervals["train"], seed=self.seed,
                     max_n_fraction=self.max_n_fraction, reverse_complement=self.reverse_complement,
@@ -186,6 +206,8 @@ class GenomeDataModule(ShardedLoaders, L.LightningDataModule):
                     part=part,
                 )
         tiled, extra = (PackedTiledWindowDataset, {}) if self.pack else (TiledWindowDataset, {"part": part})
+        if self.whole_records:
+            extra = {"pad": False}
         for name, needed_by in (("val", "validate"), ("test", "test")):
             if intervals[name]:
                 self.datasets[name] = tiled(store, self.window, self.eval_stride, intervals=intervals[name],
@@ -207,6 +229,10 @@ class GenomeDataModule(ShardedLoaders, L.LightningDataModule):
         split = self._window_split()
         if split is None:
             return None
+        if self.whole_records:
+            raise ValueError(
+                "whole_records=True cannot be combined with context parallelism yet: a part of every window needs "
+                "windows of one length; set " + option("whole_records", False) + " and a window")
         if self.pack:
             raise ValueError(
                 "pack=True cannot be combined with context parallelism yet: the ring attention "
@@ -268,7 +294,9 @@ class GenomeDataModule(ShardedLoaders, L.LightningDataModule):
             return f"store {self.store_path}: " + describe_documents(batch, names)
         rows = []
         for row, (contig, start) in enumerate(zip(batch["contig"].tolist(), batch["start"].tolist())):
-            length = int(batch["length"][row]) if "length" in batch else self.window  # whole windows, also of parts
+            # whole windows (also of parts), or unpadded whole-record windows
+            length = int(batch["length"][row]) if "length" in batch else (
+                batch["tokens"].shape[1] if self.whole_records else self.window)
             strand = " (reverse complement)" if "reverse" in batch and bool(batch["reverse"][row]) else ""
             rows.append(f"{names[contig]}[{start}:{start + length}){strand}")
         return f"store {self.store_path}: " + ", ".join(rows[:8]) + (", ..." if len(rows) > 8 else "")

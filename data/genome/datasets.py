@@ -1,6 +1,7 @@
 """Datasets of genome windows: random windows for training, tiles for evaluation and embedding,
-and their packed variants (several records or record pieces per window, see
-genoformer.data.packing) for records shorter than the window.
+their packed variants (several records or record pieces per window, see
+genoformer.data.packing) for records shorter than the window, and whole records as windows
+(`WholeRecordDataset`: a bacterial chromosome in one window of millions of tokens).
 
 Legend: L = window length (tokens), P = documents in a packed window. A sample is a dict
 ``{"tokens": torch.uint8 (L,), "contig": int, "start": int, "index": int, ...}``; the default
@@ -223,6 +224,91 @@ class RandomWindowDataset(Dataset):
                 "index": index}
 
 
+class WholeRecordDataset(Dataset):
+    """Training windows that are whole intervals: each sample is one interval of the split (a
+    whole record with ``split.by`` contigs or files) as one window of its own length, so that a
+    model at a context of millions of tokens reads a bacterial chromosome whole. An interval
+    longer than ``window`` gives a random window of ``window`` bases inside it.
+
+    Intervals are drawn with probability proportional to their length (every base about equally
+    likely to be trained on), reverse-complemented with probability 1/2 with
+    ``reverse_complement``; a draw with more than ``max_n_fraction`` N is redrawn. Sample ``index``
+    of ``epoch`` is a pure function of (seed, epoch, index). Samples: ``{"tokens": uint8 (l,),
+    "contig", "start", "reverse", "index"}`` with l = min(interval length, window): lengths differ
+    between samples, so batches hold one window each (the default collate stacks equal lengths
+    only). Intervals shorter than ``min_length`` are left out with a WARNING.
+    """
+
+    def __init__(self, store: str | Path | GenomeStore, window: int, samples_per_epoch: int, *,
+                 intervals: Sequence[Interval] | None = None, seed: int = 0, max_n_fraction: float = 0.1,
+                 reverse_complement: bool = False, min_length: int = 1, cache_bytes: int = DEFAULT_CACHE_BYTES,
+                 max_attempts: int = 100) -> None:
+        if window < 1 or samples_per_epoch < 1 or min_length < 1:
+            raise ValueError(f"window ({window}), samples_per_epoch ({samples_per_epoch}) and min_length "
+                             f"({min_length}) must be >= 1")
+        if not 0 <= max_n_fraction <= 1:
+            raise ValueError(f"max_n_fraction={max_n_fraction} must be in [0, 1]")
+        self._holder = _StoreHolder(store, cache_bytes)
+        gs = self._holder.store
+        self.window = window
+        self.samples_per_epoch = samples_per_epoch
+        self.seed = seed
+        self.epoch = 0
+        self.max_n_fraction = max_n_fraction
+        self.reverse_complement = reverse_complement
+        self.max_attempts = max_attempts
+        candidates = whole_contigs(gs) if intervals is None else list(intervals)
+        usable = [iv for iv in candidates if iv.length >= min_length and gs.contigs[iv.index].n_count < iv.length]
+        if len(usable) < len(candidates):
+            kept = set(usable)
+            left = [iv for iv in candidates if iv not in kept]
+            log.warning("%d interval(s) of %s, %d bases in total, are shorter than min_length (%d) or all N and give "
+                        "no training windows", len(left), gs.path, sum(iv.length for iv in left), min_length)
+        if not usable:
+            raise ValueError(f"no interval of {gs.path} is at least {min_length} bases long and not all N; "
+                             "lower min_length or use another split")
+        self.intervals = usable
+        self._cum_lengths = np.cumsum(np.array([iv.length for iv in usable], dtype=np.int64))
+
+    @property
+    def store(self) -> GenomeStore:
+        return self._holder.store
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.samples_per_epoch
+
+    def locate(self, epoch: int, index: int) -> tuple[int, int, int, bool]:
+        """(contig index, start, end, reverse) of sample ``index`` in ``epoch``, without N checks:
+        the first draw."""
+        return self._draw(sample_rng(self.seed, epoch, index))
+
+    def _draw(self, rng: np.random.Generator) -> tuple[int, int, int, bool]:
+        j = int(np.searchsorted(self._cum_lengths, rng.integers(self._cum_lengths[-1]), side="right"))
+        iv = self.intervals[j]
+        length = min(iv.length, self.window)
+        start = iv.start + int(rng.integers(iv.length - length + 1))
+        reverse = bool(rng.random() < 0.5) if self.reverse_complement else False
+        return iv.index, start, start + length, reverse
+
+    def __getitem__(self, key: int | tuple[int, int]) -> dict:
+        epoch, index = split_key(key, self.epoch)
+        rng = sample_rng(self.seed, epoch, index)
+        for _ in range(self.max_attempts):
+            contig, start, end, reverse = self._draw(rng)
+            codes = self.store.read(contig, start, end)
+            if np.count_nonzero(codes == N) <= self.max_n_fraction * (end - start):
+                break
+        else:
+            raise RuntimeError(f"no record window with at most {self.max_n_fraction:.0%} N found in "
+                               f"{self.max_attempts} draws; raise max_n_fraction")
+        codes = reverse_complement(codes) if reverse else codes
+        return {"tokens": torch.from_numpy(np.ascontiguousarray(codes)), "contig": contig, "start": start,
+                "reverse": reverse, "index": index}
+
+
 def interval_probabilities(store: GenomeStore, intervals: Sequence[Interval], starts_I: np.ndarray,
                            source_weights: dict[str, float]) -> np.ndarray:
     """(I,) probability of drawing each interval: its source file's normalised weight, shared
@@ -258,15 +344,21 @@ class TiledWindowDataset(Dataset):
     stops at the interval's end and is padded with PAD (``length`` = real tokens). Samples:
     ``{"tokens": uint8 (L,), "contig", "start", "length", "index"}``. Keys may be an index or an
     (epoch, index) pair; the epoch is ignored. ``part``: the window positions this process keeps
-    (see the module docstring); ``length`` still counts the whole tile's bases.
+    (see the module docstring); ``length`` still counts the whole tile's bases. ``pad`` False:
+    a tile cut short is handed as it is, its tokens only and no ``length``, for batches of one
+    window: a whole-record window of millions of tokens is not padded to the longest record's.
     """
 
     def __init__(self, store: str | Path | GenomeStore, window: int, stride: int | None = None, *,
                  intervals: Sequence[Interval] | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES,
-                 part: WindowPart | None = None) -> None:
+                 part: WindowPart | None = None, pad: bool = True) -> None:
+        if not pad and part is not None:
+            raise ValueError("unpadded tiles (pad=False) cannot be cut into parts: every process of a window must "
+                             "hold positions of one length")
         self._holder = _StoreHolder(store, cache_bytes)
         self.window = window
         self.part = part
+        self.pad = pad
         self.stride = window if stride is None else stride
         ivs = whole_contigs(self._holder.store) if intervals is None else list(intervals)
         self.intervals = [iv for iv in ivs if iv.length > 0]
@@ -295,6 +387,9 @@ class TiledWindowDataset(Dataset):
     def __getitem__(self, key: int | tuple[int, int]) -> dict:
         _, index = split_key(key, 0)
         contig, start, end = self.locate(index)
+        if not self.pad:  # no padding: no "length" either (the model would mask nothing)
+            return {"tokens": torch.from_numpy(self.store.read(contig, start, end)), "contig": contig, "start": start,
+                    "index": index}
         codes = read_part(self.store, contig, start, end, self.window, self.part)
         return {"tokens": torch.from_numpy(codes), "contig": contig, "start": start, "length": end - start,
                 "index": index}

@@ -154,3 +154,17 @@ def test_batches_are_page_locked_on_cuda_machines(small_store, monkeypatch):
     assert module.train_dataloader().pin_memory is torch.cuda.is_available()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert module.train_dataloader().pin_memory and module.val_dataloader().pin_memory
+
+
+def test_whole_record_windows_train_one_record_per_step(small_store):
+    split = SplitSpec(by="contigs", val=["chrC"])
+    dm = GenomeDataModule(str(small_store), window=1 << 20, batch_size=1, num_workers=0, samples_per_epoch=6,
+                          split=split, whole_records=True, max_n_fraction=1.0)
+    dm.setup("fit")
+    lengths = {int(dm.datasets["train"][i]["tokens"].shape[0]) for i in range(6)}
+    assert lengths <= {50_000, 33_000} and lengths
+    val = next(iter(dm.val_dataloader()))
+    assert val["tokens"].shape == (1, 21_000) and "length" not in val  # chrC whole, not padded to the window
+    assert "chrC[0:21000)" in dm.describe_batch(val)
+    with pytest.raises(ValueError, match="set batch_size to 1"):
+        GenomeDataModule(str(small_store), window=1 << 20, batch_size=2, whole_records=True)

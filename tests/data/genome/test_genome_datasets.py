@@ -218,3 +218,48 @@ def test_source_weights_share_windows_by_file_whatever_their_lengths(tmp_path):
         RandomWindowDataset(store, 500, 1, source_weights={"long.fa": 1})
     with pytest.raises(ValueError, match="finite, >= 0"):
         RandomWindowDataset(store, 500, 1, source_weights={"long.fa": -1, "short.fa": 1})
+
+
+# ------------------------------------------------------------------------- whole records
+def test_whole_record_windows_are_whole_intervals_weighted_by_length(small_store, small_records):
+    from genoformer.data import WholeRecordDataset
+
+    seqs = dict(small_records)
+    ds = WholeRecordDataset(small_store, 10**7, 200, seed=2, max_n_fraction=1.0, reverse_complement=True)
+    names = [c.name for c in ds.store.contigs]
+    counts = collections.Counter()
+    for i in range(200):
+        s = ds[i]
+        name = names[s["contig"]]
+        counts[name] += 1
+        assert s["start"] == 0 and s["tokens"].shape == (len(seqs[name]),)  # the whole record, unpadded
+        expected = encode(seqs[name])
+        assert np.array_equal(s["tokens"].numpy(), reverse_complement(expected) if s["reverse"] else expected)
+        assert torch.equal(WholeRecordDataset(small_store, 10**7, 200, seed=2, max_n_fraction=1.0,
+                                              reverse_complement=True)[i]["tokens"], s["tokens"])
+    assert counts["chrA"] > counts["chrB"] > counts["chrC"] > 0  # 50k, 33k and 21k bases
+
+
+def test_whole_record_windows_cut_long_records_and_follow_the_split(small_store, small_records):
+    from genoformer.data import WholeRecordDataset
+
+    names = [c.name for c in GenomeStore(small_store).contigs]
+    intervals = split_intervals([SequenceSource(c.name, c.length, "small.fa.gz") for c in GenomeStore(small_store).contigs],
+                                SplitSpec(by="contigs", val=["chrB"]))
+    ds = WholeRecordDataset(small_store, 30_000, 50, intervals=intervals["train"], max_n_fraction=1.0)
+    seqs = dict(small_records)
+    for i in range(50):
+        s = ds[i]
+        name = names[s["contig"]]
+        assert name != "chrB"
+        length = min(len(seqs[name]), 30_000)  # chrA (50k) gives 30k windows, chrC (21k) whole
+        assert s["tokens"].shape == (length,)
+        assert np.array_equal(s["tokens"].numpy(), encode(seqs[name][s["start"]:s["start"] + length]))
+
+
+def test_unpadded_tiles_are_as_long_as_their_bases(small_store, small_records):
+    tiles = TiledWindowDataset(small_store, 40_000, pad=False)
+    lengths = [tiles[i]["tokens"].shape[0] for i in range(len(tiles))]
+    assert lengths == [40_000, 10_000, 33_000, 21_000] and "length" not in tiles[0]
+    with pytest.raises(ValueError, match="cannot be cut into parts"):
+        TiledWindowDataset(small_store, 40_000, pad=False, part=[(0, 10)])
