@@ -3,7 +3,8 @@
 `Embedder`, `Scorer` (genome wing) and `Forecaster` (time-series wing) run trained weights the
 same way: on `inference_device` (CUDA when there is one), under bfloat16 autocast on CUDA (as
 training runs, and as the Triton kernels need) and float32 elsewhere, with runtime settings for
-inference (`RuntimeSettings.for_inference`), and pool per-token vectors with `Pooling`.
+inference (`RuntimeSettings.for_inference`, position-wise work in chunks of `INFERENCE_CHUNK`),
+and pool per-token vectors with `Pooling`.
 
 Shape legend: T tokens of one sequence, E model width, X sequences.
 """
@@ -20,6 +21,11 @@ from torch import nn
 from genoformer.core.checkpoints import canonical_state_dict
 from genoformer.core.pooling import Pooling
 from genoformer.hints import option
+
+INFERENCE_CHUNK = 1 << 16
+"""Positions per chunk of the position-wise work when trained weights run (the runtime's
+sequence_chunk): a window of a whole chromosome holds the large intermediates (SwiGLU, float32
+rotations, logits) of this many positions at a time; a window of up to this many runs as one."""
 
 
 def inference_device(device: Optional[Union[str, torch.device]]) -> torch.device:

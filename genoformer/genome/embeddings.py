@@ -4,8 +4,9 @@
     result = embedder.embed("genes.fa.gz", pooling="mean", layer=-1)
     save_embeddings(result, "genes.npz")
 
-Sequences longer than the window (default: the context the model was trained on) are cut into
-windows that overlap by `overlap` tokens, all of the same length (the last one ends at the
+Sequences longer than the window (default: the context the model was trained on; any length up
+to a whole chromosome may be asked for, see `Embedder.embed`) are cut into windows that overlap
+by `overlap` tokens, all of the same length (the last one ends at the
 sequence end). Every position takes its vector from the window whose centre is nearest, i.e.
 where it sits farthest from a window edge (centre-crop stitching). Pooled vectors are computed
 over the stitched per-token vectors, so they do not depend on how a sequence was tiled or
@@ -37,8 +38,16 @@ import torch
 import zarr
 
 from genoformer.core.checkpoints import ModelKind
+from genoformer.core.inference import (
+    INFERENCE_CHUNK,
+    Pooling,
+    PoolAccumulator,
+    autocast,
+    default_autocast_dtype,
+    inference_device,
+    load_module_weights,
+)
 from genoformer.core.loading import read_model_checkpoint
-from genoformer.core.inference import Pooling, PoolAccumulator, autocast, default_autocast_dtype, inference_device, load_module_weights
 from genoformer.core.runtime import RuntimeSettings
 from genoformer.core.transformer import Transformer, TransformerConfig
 from genoformer.data.genome.inputs import NamedSequence, SequenceInputs, read_sequences
@@ -118,7 +127,7 @@ class Embedder:
         checkpoint, hparams = read_model_checkpoint(path, ModelKind.GENOME_LM)
         check_alphabet(checkpoint, f"{path}: embed")
         config = TransformerConfig.from_dict(hparams["transformer"])
-        model = Transformer(config, RuntimeSettings.for_inference(backend))
+        model = Transformer(config, RuntimeSettings.for_inference(backend, sequence_chunk=INFERENCE_CHUNK))
         load_module_weights(model, checkpoint)
         window = min(checkpoint.get("trained_seq_len") or config.max_seq_len, config.max_seq_len)
         return cls(model, window=window, device=device, autocast_dtype=autocast_dtype)
@@ -152,7 +161,9 @@ class Embedder:
             batch_size: windows per forward pass.
             overlap: tokens shared by neighbouring windows; default window // 4. Each position
                 keeps at least overlap // 2 tokens of context on both sides (except at sequence ends).
-            window: window length; default the trained context (at most max_seq_len).
+            window: window length; default the trained context. Longer windows (up to a whole
+                record) run too: the model reaches them (`TransformerTrunk.reach`; positions past
+                the trained context rely on RoPE extrapolating), in memory linear in the window.
             both_strands: average each token's vector with its vector in the reverse complement
                 (see the module docstring); twice the work.
             regions: embed only these stretches of the records, each as its own sequence: a BED
@@ -162,8 +173,9 @@ class Embedder:
         """
         pooling = Pooling(pooling)
         window = self.window if window is None else window
-        if not 0 < window <= self.model.config.max_seq_len:
-            raise ValueError(f"window must be in [1, max_seq_len={self.model.config.max_seq_len}], got {window}.")
+        if window < 1:
+            raise ValueError(f"window must be at least 1 token (this model was trained at {self.window}), got {window}.")
+        self.model.reach(window)
         overlap = window // 4 if overlap is None else overlap
         if not 0 <= overlap < window:
             raise ValueError(f"overlap must be in [0, window={window}), got {overlap}.")
@@ -195,9 +207,12 @@ class Embedder:
                 lengths_B = torch.full((len(batch),), tokens_BW.shape[1], device=self.device)
                 with autocast(self.device, self.autocast_dtype):
                     hidden_BWF = strand_features(self.model, tokens_BW, lengths_B, both_strands=both_strands, layer=layer)
-                hidden_BWE = hidden_BWF.float().unflatten(-1, (-1, width)).mean(-2).cpu().numpy()
-                for (index, tile), hidden_WE in zip(batch, hidden_BWE):
-                    pools[index].add(tile.keep_start, hidden_WE[tile.keep_start - tile.start : tile.keep_end - tile.start])
+                for (index, tile), hidden_WF in zip(batch, hidden_BWF):
+                    # to the host a chunk at a time: no float32 copy of a whole-chromosome window on the device
+                    for lo in range(tile.keep_start, tile.keep_end, INFERENCE_CHUNK):
+                        hi = min(lo + INFERENCE_CHUNK, tile.keep_end)
+                        hidden_CF = hidden_WF[lo - tile.start : hi - tile.start]
+                        pools[index].add(lo, hidden_CF.float().unflatten(-1, (-1, width)).mean(-2).cpu().numpy())
                 bar.update(len(batch))
         return Embeddings(names, [pool.result() for pool in pools], pooling, layer)
 

@@ -18,12 +18,19 @@ tokens overlapping by `overlap` (default context // 2):
 Bases whose code is not A, C, G or T (N) are never scored. Windows are batched only with windows of
 the same length, so a score never depends on what else was in the batch.
 
+Long windows: `context` may exceed the model's max_seq_len (up to a whole record, e.g. a 4.6 Mbp
+chromosome in one window on one GPU; positions past the trained context rely on RoPE
+extrapolating). Memory stays linear in the window: the model runs its position-wise work in
+chunks (`genoformer.core.inference.INFERENCE_CHUNK`), and the output head, its log-softmax and the
+target's log2 p are computed one chunk of positions at a time on the device; only (B, W) values
+come back to the host.
+
 Shape legend: B batch of windows, W window length, V vocabulary, L sequence length.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Optional, Union
 
@@ -69,6 +76,7 @@ class Scorer:
             raise ValueError(f"mask_period must be at least 2, got {mask_period}.")
         if not 0 < context <= model.config.max_seq_len:
             raise ValueError(f"context must be in [1, max_seq_len={model.config.max_seq_len}], got {context}.")
+        self.trained_context = context
         self.device = inference_device(device)
         self.model = model.to(self.device).eval()
         self.autocast_dtype = default_autocast_dtype(self.device, autocast_dtype)
@@ -94,22 +102,24 @@ class Scorer:
 
     def check_context(self, context: int, overlap: Optional[int], *, name: str = "context",
                       command: Optional[str] = None) -> int:
-        """Validate `context` and `overlap`; returns the overlap to use.
+        """Validate `context` and `overlap` and let the model run windows of `context` tokens (past
+        its max_seq_len too: `TransformerTrunk.reach`); returns the overlap to use.
 
         `name` is the caller's option that set `context` (`window` for `genoformer variant_effect`)
         and `command` the `genoformer` command whose --help the message points to, so that the
         hint names an option that exists where it is read.
         """
-        max_len = self.model.config.max_seq_len
-        if not 2 <= context <= max_len:
+        if context < 2:
             see = hint("", f" (options: genoformer {command} --help)") if command else ""
             raise ValueError(
-                f"{name} {context} is outside what this model takes: 2 to its max_seq_len {max_len} "
-                f"(it was trained at {self.context}); pass {option(name, min(self.context, max_len))} or less{see}."
+                f"{name} {context} is too short: a window holds at least 2 tokens (this model was trained at "
+                f"{self.trained_context}); pass {option(name, self.trained_context)} or any length up to the longest "
+                f"record{see}."
             )
         overlap = context // 2 if overlap is None else overlap
         if not 0 <= overlap < context:
             raise ValueError(f"overlap must be in [0, context={context}), got {overlap}.")
+        self.model.reach(context)
         return overlap
 
     def log2_likelihood(
@@ -194,15 +204,36 @@ class Scorer:
         return (torch.log_softmax(logits_BTV.float(), dim=-1) * LOG2E).cpu()
 
     def log2_probabilities(self, tokens_BW: torch.Tensor) -> torch.Tensor:
-        """log2 softmax of the model's logits for token ids (B, W): float32 (B, W, V), on the CPU."""
+        """log2 softmax of the model's logits for token ids (B, W): float32 (B, W, V), on the CPU
+        (the head in chunks of positions, as `target_log2p`)."""
+        return torch.cat(list(self._log2_softmax_chunks(tokens_BW)), dim=1)
+
+    def target_log2p(self, inputs_BW: torch.Tensor, targets_BW: torch.Tensor) -> torch.Tensor:
+        """log2 p(targets_BW[b, i]) under the model's output at position i for token ids inputs_BW
+        (B, W): float64 (B, W) on the CPU. The head and its log-softmax run over chunks of
+        positions on the device (the runtime's sequence_chunk), never over the whole window, and
+        only the targets' values come back."""
+        targets_BW1 = targets_BW.to(self.device).long().unsqueeze(-1)
+        chunk = self.model.runtime.sequence_chunk or inputs_BW.shape[1]
+        parts = [log2p_BCV.gather(-1, targets_BC1)[..., 0].cpu() for log2p_BCV, targets_BC1
+                 in zip(self._log2_softmax_chunks(inputs_BW, on_host=False), targets_BW1.split(chunk, 1))]
+        return torch.cat(parts, dim=1).double()
+
+    def _log2_softmax_chunks(self, tokens_BW: torch.Tensor, on_host: bool = True) -> Iterator[torch.Tensor]:
+        """float32 (B, C, V) log2 softmax of the logits of consecutive chunks of C positions (the
+        runtime's sequence_chunk; the whole window without one), on the CPU or the device."""
         with autocast(self.device, self.autocast_dtype):
-            logits_BWV = self.model(tokens_BW.to(self.device))
-        return (torch.log_softmax(logits_BWV.float(), dim=-1) * LOG2E).cpu()
+            hidden_BWE = self.model.hidden_state(tokens_BW.to(self.device))
+        for hidden_BCE in hidden_BWE.split(self.model.runtime.sequence_chunk or tokens_BW.shape[1], 1):
+            with autocast(self.device, self.autocast_dtype):
+                logits_BCV = self.model.head(hidden_BCE)
+            log2p_BCV = torch.log_softmax(logits_BCV.float(), dim=-1) * LOG2E
+            yield log2p_BCV.cpu() if on_host else log2p_BCV
 
     def _score_causal(self, tokens_BW: torch.Tensor, batch: list[tuple[int, Tile]], results: list[np.ndarray]) -> None:
-        # logits at window offset i predict the token at offset i + 1
-        target_BW1 = tokens_BW[:, 1:, None].clamp(max=T)
-        log2p_BW = self.log2_probabilities(tokens_BW)[:, :-1].gather(-1, target_BW1)[..., 0].double().numpy()
+        # the output at window offset i predicts the token at offset i + 1 (the last predicts nothing)
+        targets_BW = torch.nn.functional.pad(tokens_BW[:, 1:].clamp(max=T), (0, 1))
+        log2p_BW = self.target_log2p(tokens_BW, targets_BW)[:, :-1].numpy()
         for (index, tile), log2p_W in zip(batch, log2p_BW):
             lo = max(tile.keep_start, tile.start + 1)
             results[index][lo:tile.keep_end] = log2p_W[lo - tile.start - 1:tile.keep_end - tile.start - 1]
@@ -210,12 +241,11 @@ class Scorer:
     def _score_masked(self, tokens_BW: torch.Tensor, batch: list[tuple[int, Tile]], results: list[np.ndarray]) -> None:
         B, W = tokens_BW.shape
         position_BW = torch.tensor([tile.start for _, tile in batch])[:, None] + torch.arange(W)[None, :]
-        target_BW1 = tokens_BW[..., None].clamp(max=T)
+        targets_BW = tokens_BW.clamp(max=T)
         log2p_BW = torch.empty(B, W, dtype=torch.float64)
         for phase in range(self.mask_period):
             masked_BW = position_BW % self.mask_period == phase
             inputs_BW = torch.where(masked_BW & (tokens_BW <= T), MASK, tokens_BW)
-            log2p = self.log2_probabilities(inputs_BW).gather(-1, target_BW1)[..., 0].double()
-            log2p_BW = torch.where(masked_BW, log2p, log2p_BW)
+            log2p_BW = torch.where(masked_BW, self.target_log2p(inputs_BW, targets_BW), log2p_BW)
         for (index, tile), log2p_W in zip(batch, log2p_BW.numpy()):
             results[index][tile.keep_start:tile.keep_end] = log2p_W[tile.keep_start - tile.start:tile.keep_end - tile.start]

@@ -59,8 +59,24 @@ def test_layers_and_window_limits(embedder):
         embedder.embed(sequence, layer=3, progress=False)
     with pytest.raises(ValueError, match="overlap"):
         embedder.embed(sequence, window=64, overlap=64, progress=False)
-    with pytest.raises(ValueError, match="window"):
-        embedder.embed(sequence, window=10_000, progress=False)
+    with pytest.raises(ValueError, match="window must be at least 1 token"):
+        embedder.embed(sequence, window=0, progress=False)
+
+
+@pytest.mark.parametrize("pooling", ["none", "mean", "last"])
+def test_a_record_longer_than_max_seq_len_embeds_in_one_window_in_chunks(mlm_checkpoint, monkeypatch, pooling):
+    from genoformer.genome import embeddings
+
+    sequence = random_sequence(700, 11)  # past the model's max_seq_len of 512
+    whole = Embedder.from_checkpoint(mlm_checkpoint, device="cpu")
+    whole.model.runtime.sequence_chunk = None
+    reference = whole.embed(sequence, pooling=pooling, window=700, progress=False).arrays[0]
+    chunked = Embedder.from_checkpoint(mlm_checkpoint, device="cpu")
+    chunked.model.runtime.sequence_chunk = 64  # the model's position-wise work, 64 positions at a time
+    monkeypatch.setattr(embeddings, "INFERENCE_CHUNK", 50)  # and the host transfers, 50 at a time
+    result = chunked.embed(sequence, pooling=pooling, window=700, progress=False).arrays[0]
+    assert chunked.model.config.max_seq_len == 700 and result.shape == reference.shape
+    np.testing.assert_allclose(result, reference, rtol=1e-5, atol=1e-5)
 
 
 def test_deterministic_and_independent_of_batching(embedder):

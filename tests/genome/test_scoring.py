@@ -86,9 +86,21 @@ def test_batching_does_not_change_scores(causal):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_a_context_longer_than_the_model_takes_is_an_error(causal):
-    with pytest.raises(ValueError, match=r"context 100000 is outside .*; pass context=96 or less"):
-        causal.log2_likelihood(np.zeros(10, dtype=np.uint8), context=100_000)
+def test_a_context_shorter_than_two_tokens_is_an_error(causal):
+    with pytest.raises(ValueError, match=r"context 1 is too short: .*; pass context=96 "):
+        causal.log2_likelihood(np.zeros(10, dtype=np.uint8), context=1)
+
+
+def test_a_record_longer_than_max_seq_len_is_scored_in_one_window_in_chunks(causal_checkpoint):
+    # the whole record in one window past the model's max_seq_len (512), the head in chunks of 64
+    scorer = Scorer.from_checkpoint(causal_checkpoint, device="cpu")
+    codes = random_tokens(1, 700, seed=9)[0].numpy()
+    scorer.model.runtime.sequence_chunk = 64
+    scores = scorer.log2_likelihood(codes, context=len(codes))
+    assert scorer.model.config.max_seq_len == 700 and np.isfinite(scores[1:]).all()
+    scorer.model.runtime.sequence_chunk = None  # the whole window at once, the reference
+    by_hand = log2_softmax(scorer.model, codes)
+    np.testing.assert_allclose(scores[1:], [by_hand[p - 1, codes[p]] for p in range(1, 700)], rtol=1e-5, atol=1e-6)
 
 
 def write_fasta(path, records):
@@ -145,7 +157,7 @@ def test_evaluate_errors_name_the_problem(causal_checkpoint, tmp_path):
         evaluate(checkpoint=causal_checkpoint, inputs=[str(empty)], device="cpu")
     good = write_fasta(tmp_path / "g.fa.gz", [("a", "ACGT" * 10)])
     with pytest.raises(ValueError, match="context"):
-        evaluate(checkpoint=causal_checkpoint, inputs=[str(good)], context=10**6, device="cpu")
+        evaluate(checkpoint=causal_checkpoint, inputs=[str(good)], context=1, device="cpu")
 
 
 def test_exported_checkpoint_is_smaller_and_scores_the_same(causal_checkpoint, tmp_path):
