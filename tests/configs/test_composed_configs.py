@@ -200,3 +200,26 @@ def test_include_takes_paths_only(tmp_path):
     recipe = _write(tmp_path, "recipe.yaml", "include: {trainer: base.yaml}\n")
     with pytest.raises(ValueError, match="takes a fragment's path or a list of paths"):
         compose_config(recipe)
+
+
+MILLION = {"genome_dna_256k_gpu.yaml": 262144, "genome_dna_1m_gpu.yaml": 1048576,
+           "genome_dna_chromosome_gpu.yaml": 5242880, "genome_dna_256k_dense_gpu.yaml": 262144}
+
+
+@pytest.mark.parametrize(("name", "context"), MILLION.items())
+def test_one_gpu_long_context_recipes_keep_memory_linear(name, context, tmp_path):
+    """The flagship's architecture at 256k to a whole chromosome: blocks recomputed, position-wise work
+    in chunks, one window per step; the window + global layout of configs/layouts/window_global.yaml
+    (what their headers pass with --init_weights) unless dense."""
+    from genoformer.core.transformer import _spec_from_dict
+
+    cli = _cpu_cli(CONFIGS / name, tmp_path)
+    config, runtime = cli.model.model.config, cli.model.runtime
+    assert (config.d_model, config.n_layers, config.n_heads) == (256, 8, 4)
+    assert config.max_seq_len == cli.datamodule.window == context and cli.datamodule.batch_size == 1
+    assert runtime.activation_checkpointing and runtime.sequence_chunk == 65536 and runtime.compile
+    layout = [_spec_from_dict(spec) for spec in yaml.safe_load((CONFIGS / "layouts" / "window_global.yaml").read_text())]
+    assert config.attention == ([None] if "dense" in name else layout)
+    assert f"--model.init_args.transformer.max_seq_len {context}" in (CONFIGS / name).read_text()
+    if name == "genome_dna_chromosome_gpu.yaml":
+        assert cli.datamodule.whole_records and cli.datamodule.split.by == "files"
