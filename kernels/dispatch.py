@@ -386,8 +386,8 @@ def plan_attention(
     (ValueError saying why when it cannot run such inputs). Pass the batch's cu_seqlens (or any
     tensor of that kind) when the inputs are packed: only its presence, dtype and device are
     read; so is alibi_slopes' (any tensor of that kind). For the Triton backend the layout's block
-    lists are built on `device` here, so that a
-    compiled caller finds them ready. return_lse as for `attention`, judged in the caller's grad
+    lists are built on `device` here, so that a compiled caller finds them ready (the backward's
+    only while grad mode is on). return_lse as for `attention`, judged in the caller's grad
     mode (call it where the attention will run: under no_grad flash-attn may return lse).
     Cheap to call on every forward pass: nothing is allocated beyond one element per call.
     """
@@ -400,7 +400,8 @@ def plan_attention(
                     return_lse=return_lse, alibi_slopes=alibi_slopes)
     if plan.backend is Backend.TRITON and plan.layout is not None:
         plan.layout.kv_indices(device)
-        plan.layout.q_indices(device)
+        if torch.is_grad_enabled():  # the backward's lists; inference never builds them
+            plan.layout.q_indices(device)
     return plan
 
 

@@ -84,22 +84,30 @@ def _check_window(window) -> None:
         )
 
 
-def _sorted_true_indices(mask_HRK: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """For each (head, row) of a (H, R, K) bool mask: count of True and their column indices.
+def _padded_lists(head_Z: torch.Tensor, row_Z: torch.Tensor, col_Z: torch.Tensor, heads: int,
+                  rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """CSR lists of Z allowed blocks (head, row, column), given sorted by (head, row, column):
+    counts (heads, rows) int32 and indices (heads, rows, max(1, C)) int32, each row's columns
+    ascending and padded with its last valid index (or 0 when the row is empty), as the layout
+    contract says. Work and memory are O(Z + the padded output)."""
+    flat_Z = head_Z * rows + row_Z
+    counts_N = torch.bincount(flat_Z, minlength=heads * rows)  # N = heads * rows lists
+    width = max(1, int(counts_N.max()) if counts_N.numel() else 1)
+    first_N = torch.cumsum(counts_N, 0) - counts_N  # each list's first entry among the Z
+    slot_Z = torch.arange(col_Z.numel()) - first_N[flat_Z]
+    last_N = torch.zeros_like(counts_N)
+    filled_N = counts_N > 0
+    last_N[filled_N] = col_Z[(first_N + counts_N - 1)[filled_N]]
+    indices_NC = last_N.to(torch.int32).unsqueeze(1).repeat(1, width)  # padding: the row's last index
+    indices_NC[flat_Z, slot_Z] = col_Z.to(torch.int32)
+    return counts_N.view(heads, rows).to(torch.int32), indices_NC.view(heads, rows, width)
 
-    Returns counts (H, R) int32 and indices (H, R, max(1, C)) int32, ascending, each row padded
-    with its last valid index (or 0 when the row is empty), as the layout contract says.
-    """
-    counts_HR = mask_HRK.sum(-1)
-    width = max(1, int(counts_HR.max()) if counts_HR.numel() else 1)
-    # A stable sort of "not allowed" puts the allowed columns first, in ascending order.
-    order_HRK = torch.argsort((~mask_HRK).to(torch.int8), dim=-1, stable=True)
-    indices_HRC = order_HRK[..., :width]
-    last_HR1 = indices_HRC.gather(-1, (counts_HR - 1).clamp_min(0).unsqueeze(-1))
-    last_HR1 = torch.where(counts_HR.unsqueeze(-1) > 0, last_HR1, torch.zeros_like(last_HR1))
-    slot_C = torch.arange(width)
-    indices_HRC = torch.where(slot_C < counts_HR.unsqueeze(-1), indices_HRC, last_HR1)
-    return counts_HR.to(torch.int32), indices_HRC.to(torch.int32)
+
+def _band(n: int, low: int, high: int) -> torch.Tensor:
+    """(n, n) bool: True where low <= m - k <= high (m the row, k the column), built without any
+    n x n integer temporary (row and column differences of a million-token layout's blocks would
+    take 8 bytes each)."""
+    return torch.ones(n, n, dtype=torch.bool).tril(-low).triu(-high)
 
 
 @dataclass(frozen=True, eq=False)
@@ -163,7 +171,7 @@ class BlockLayout:
     @property
     def density(self) -> float:
         """Fraction of True blocks (1.0 is dense attention)."""
-        return float(self.mask.float().mean())
+        return int(torch.count_nonzero(self.mask)) / self.mask.numel()
 
     def __repr__(self) -> str:
         window = "" if self.window is None else f", window={self.window}"
@@ -195,20 +203,31 @@ class BlockLayout:
         Returns counts (H_l, Mb) int32 and indices (H_l, Mb, max(1, C)) int32: ascending key-block
         indices, padded with the row's last valid index (or 0 when the row is empty).
         """
-        return self._cached_indices("kv", torch.device(device), self.mask)
+        return self._cached_indices("kv", torch.device(device))
 
     def q_indices(self, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
         """The transposed layout: for each (head, key block) the query blocks that attend to it.
 
         Returns counts (H_l, Nb) int32 and indices (H_l, Nb, max(1, C)) int32, ascending, padded
         like `kv_indices`. Backward kernels that accumulate dk, dv per key block walk these.
+        A causal layout with global blocks lists every query block for a global key block: its
+        padded width is Mb, the one part of a layout's lists that grows with the square of the
+        length (4 * Mb^2 bytes: 0.27 GB at 1M tokens in blocks of 128).
         """
-        return self._cached_indices("q", torch.device(device), self.mask.transpose(1, 2))
+        return self._cached_indices("q", torch.device(device))
 
-    def _cached_indices(self, kind: str, device: torch.device, mask_HRK: torch.Tensor):
+    def _cached_indices(self, kind: str, device: torch.device):
         key = (kind, str(device))
         if key not in self._cache:
-            counts_HR, indices_HRC = _sorted_true_indices(mask_HRK)
+            if "entries" not in self._cache:  # the allowed blocks (head, query block, key block), row-major
+                self._cache["entries"] = self.mask.nonzero(as_tuple=True)
+            head_Z, m_Z, n_Z = self._cache["entries"]
+            if kind == "kv":
+                counts_HR, indices_HRC = _padded_lists(head_Z, m_Z, n_Z, self.num_heads, self.num_q_blocks)
+            else:  # by (head, key block); stable, so query blocks stay ascending
+                order_Z = torch.argsort(head_Z * self.num_kv_blocks + n_Z, stable=True)
+                counts_HR, indices_HRC = _padded_lists(head_Z[order_Z], n_Z[order_Z], m_Z[order_Z], self.num_heads,
+                                                       self.num_kv_blocks)
             self._cache[key] = (counts_HR.to(device), indices_HRC.to(device))
         return self._cache[key]
 
@@ -225,8 +244,7 @@ class BlockLayout:
                 "attention is only defined here for self-attention."
             )
         if "causal" not in self._cache:
-            lower_MN = torch.ones(self.num_q_blocks, self.num_kv_blocks, dtype=torch.bool).tril()
-            self._cache["causal"] = BlockLayout(self.block_size, self.mask & lower_MN, self.q_len, self.kv_len,
+            self._cache["causal"] = BlockLayout(self.block_size, self.mask.tril(), self.q_len, self.kv_len,
                                                 self.window)
         return self._cache["causal"]
 
@@ -238,6 +256,8 @@ class BlockLayout:
                 f"refine needs a block size that divides {self.block_size}, got {block_size}."
             )
         factor = self.block_size // block_size
+        if factor == 1:
+            return self
         fine_HMN = self.mask.repeat_interleave(factor, 1).repeat_interleave(factor, 2)
         Mb, Nb = _num_blocks(self.q_len, block_size), _num_blocks(self.kv_len, block_size)
         return BlockLayout(block_size, fine_HMN[:, :Mb, :Nb], self.q_len, self.kv_len, self.window)
@@ -414,9 +434,7 @@ class BlockLayout:
             raise ValueError(f"window must be a non-negative number of tokens, got {window!r}.")
         radius = -(-window // block_size)
         n = _num_blocks(seq_len, block_size)
-        m_M1 = torch.arange(n).unsqueeze(1)
-        n_1N = torch.arange(n).unsqueeze(0)
-        return cls(block_size, ((m_M1 - n_1N).abs() <= radius).unsqueeze(0), seq_len, seq_len,
+        return cls(block_size, _band(n, -radius, radius).unsqueeze(0), seq_len, seq_len,
                    (window, window) if exact else None)
 
     @classmethod
@@ -451,6 +469,8 @@ class BlockLayout:
         if not isinstance(num_random_blocks, int) or num_random_blocks < 0:
             raise ValueError(f"num_random_blocks must be a non-negative int, got {num_random_blocks!r}.")
         n = _num_blocks(seq_len, block_size)
+        if num_random_blocks == 0:  # nothing to draw: no (heads, n, n) float scores either
+            return cls(block_size, torch.zeros(num_heads, n, n, dtype=torch.bool), seq_len, seq_len)
         generator = torch.Generator().manual_seed(seed)
         score_HMN = torch.rand(num_heads, n, n, generator=generator)  # uniform in [0, 1)
         if exclude is not None:
@@ -495,10 +515,10 @@ class BlockLayout:
         if not isinstance(stride, int) or stride < 1:
             raise ValueError(f"stride must be a positive number of blocks, got {stride!r}.")
         n = _num_blocks(seq_len, block_size)
-        offset_MN = torch.arange(n).unsqueeze(1) - torch.arange(n).unsqueeze(0)
-        mask_MN = offset_MN % stride == 0
-        if max_steps is not None:
-            mask_MN &= offset_MN.abs() <= max_steps * stride
+        reach = n - 1 if max_steps is None else min(n - 1, max_steps * stride)
+        mask_MN = torch.zeros(n, n, dtype=torch.bool)
+        for offset in range(-(reach - reach % stride), reach + 1, stride):  # the diagonals m - k = offset
+            mask_MN.diagonal(-offset).fill_(True)
         return cls(block_size, mask_MN.unsqueeze(0), seq_len, seq_len)
 
 

@@ -99,12 +99,14 @@ def tensor_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernels: st
     return None
 
 
-def layout_lists(layout: BlockLayout | None, device: torch.device):
+def layout_lists(layout: BlockLayout | None, device: torch.device, backward: bool = True):
     """What the kernels take of a layout: (block size, kv_counts, kv_indices, q_counts, q_indices),
-    its CSR lists both ways on the device (cached by the layout); (0, None x 4) without one."""
+    its CSR lists both ways on the device (cached by the layout); (0, None x 4) without one.
+    backward False: the query lists (the backward's) are None, never built: a causal layout's
+    global key block lists every query block, Mb^2 int32 at the length of a whole chromosome."""
     if layout is None:
         return 0, None, None, None, None
-    return (layout.block_size, *layout.kv_indices(device), *layout.q_indices(device))
+    return (layout.block_size, *layout.kv_indices(device), *(layout.q_indices(device) if backward else (None, None)))
 
 
 def documents_reason(cu_seqlens: torch.Tensor, kv_lens: torch.Tensor | None, Lq: int, Lk: int,
@@ -728,6 +730,51 @@ def empty_like_rows(t: torch.Tensor, shape: tuple[int, int, int, int] | None = N
     return torch.empty((B, H, L, D), dtype=dtype, device=t.device)
 
 
+MAX_GRID_Y = 65535
+"""CUDA's limit on a grid's second dimension, where the forward (and the backward unless
+``heads_outer``) put the tiles of one (batch, head): a 4.6 Mbp chromosome in one window is 72,526
+query tiles of 64 rows."""
+
+INT32_OFFSETS = 2**31
+"""The kernels address a row of a (batch, head) slice as row * row stride in 32-bit integers
+(only the slice's start is 64-bit): a slice must end below this many elements."""
+
+
+def rows_fit_int32(t: torch.Tensor, margin: int = 256) -> bool:
+    """Whether the kernels' 32-bit row offsets reach every row of t (B, H, L, D), with `margin`
+    rows past the end (the last tile's masked rows): a (B, L, H, D) buffer viewed as (B, H, L, D)
+    has a row stride of H * D, so at a million tokens and H * D = 2,048 its last row lies 2^31
+    elements in. A contiguous copy has a row stride of D."""
+    return (t.shape[2] + margin) * t.stride(2) + t.shape[3] <= INT32_OFFSETS
+
+
+def fwd_tiles(cfg: configs.FwdConfig, Lq: int, units: int, block_size: int) -> int:
+    """Query tiles of one (batch, head) the forward launches with `cfg` (the grid's second
+    dimension): a layout's rows (or split-plan items) `units` of block_size // block_m tiles each,
+    else the query length in tiles."""
+    return units * (block_size // cfg.block_m) if units else triton.cdiv(Lq, cfg.block_m)
+
+
+def bwd_tiles(cfg: configs.BwdConfig, Lq: int, Lk: int, key_units: int, query_units: int,
+              block_size: int) -> tuple[int, int]:
+    """(key tiles of the dK/dV kernel, query tiles of the dQ kernel) per (batch, head) with `cfg`."""
+    key = key_units * (block_size // cfg.block_n1) if key_units else triton.cdiv(Lk, cfg.block_n1)
+    query = query_units * (block_size // cfg.block_m2) if query_units else triton.cdiv(Lq, cfg.block_m2)
+    return key, query
+
+
+def grid_fitting(candidates: tuple, tiles: Callable[[object], tuple[int, ...]], what: str) -> tuple:
+    """The candidates whose tile counts fit the grid's second dimension (a ``heads_outer``
+    configuration puts them in the first, which has no such limit); ValueError when none does."""
+    fitting = tuple(c for c in candidates if getattr(c, "heads_outer", False) or max(tiles(c)) <= MAX_GRID_Y)
+    if not fitting:
+        counts = sorted({max(tiles(c)) for c in candidates})
+        raise ValueError(f"the Triton {what} cannot launch {counts[0]:,} tiles per head with any configuration (CUDA "
+                         f"allows {MAX_GRID_Y:,} in a grid's second dimension): shorten the window, or use a layout "
+                         "with a larger block size")
+    return fitting
+
+
 def flash_fwd(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_lens: torch.Tensor | None,
     kv_counts: torch.Tensor | None, kv_indices: torch.Tensor | None, block_size: int,
@@ -787,10 +834,15 @@ def flash_fwd(
             merge_split_rows(plan, po, pm, pl, o, lse, block_size, align8)
 
     tma = _tma_ready(q, k, v)
-    cands = _without_tma(fwd_candidates(q.device, D, block_size if sparse else None, mods.dropout_p > 0), tma)
+    cands = _without_tma(fwd_candidates(q.device, D, block_size if sparse else None, mods.dropout_p > 0)
+                         if config is None else (config,), tma)
+    units = items.shape[1] if sparse else 0
+    rows = varlen.max_seqlen_q if varlen is not None else Lq
+    cands = grid_fitting(cands, lambda c: (fwd_tiles(c, rows, units, block_size),), "forward")
+    # (which candidates fit depends on the exact length, not its bucket alone)
     key = ("fwd", q.device.index, D, q.dtype, causal, sparse, docs, block_size, tma, _bucket(Lq), _bucket(Lk),
-           _mods_key(mods, causal, varlen))
-    run(_without_tma((config,), tma)[0] if config is not None else choose_config(key, cands, run, q.device))
+           _mods_key(mods, causal, varlen), cands)
+    run(cands[0] if config is not None else choose_config(key, cands, run, q.device))
     return o, lse
 
 
@@ -824,6 +876,8 @@ def flash_bwd(
     d_tile = configs.tile_dim(D)  # the kernels mask the head-dim padding D..d_tile
     align8 = _align8(D, q, k, v, o, do)
     pre_m = 64 if d_tile <= 128 else 32
+    while triton.cdiv(Lq, pre_m) > MAX_GRID_Y:  # a whole chromosome: more rows per program
+        pre_m *= 2
     if dlse is not None:
         dlse = dlse.to(torch.float32).contiguous()
     bwd_preprocess_kernel[(B * H, triton.cdiv(Lq, pre_m))](
@@ -913,10 +967,14 @@ def flash_bwd(
             _split_sum(query_plan, pdq, dq, scale, bs, align8)
 
     tma = _tma_ready(q, k, v, do)
-    cands = _without_tma(bwd_candidates(q.device, D, block_size if sparse else None), tma)
+    cands = _without_tma(bwd_candidates(q.device, D, block_size if sparse else None) if config is None else (config,), tma)
+    key_units = key_items.shape[1] if sparse else 0
+    query_units = query_items.shape[1] if sparse else 0
+    tiled_q, tiled_k = (varlen.max_seqlen_q, varlen.max_seqlen_k) if varlen is not None else (Lq, Lk)
+    cands = grid_fitting(cands, lambda c: bwd_tiles(c, tiled_q, tiled_k, key_units, query_units, bs), "backward")
     key = ("bwd", q.device.index, D, q.dtype, causal, sparse, docs, block_size, tma, H // HKV, _bucket(Lq),
-           _bucket(Lk), _mods_key(mods, causal, varlen))
-    run(_without_tma((config,), tma)[0] if config is not None else choose_config(key, cands, run, q.device))
+           _bucket(Lk), _mods_key(mods, causal, varlen), cands)
+    run(cands[0] if config is not None else choose_config(key, cands, run, q.device))
     return dq, dk, dv
 
 
@@ -960,7 +1018,7 @@ def _fwd_impl(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, bloc
 def _bwd_impl(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
               cu_seqlens, dlse, *flat):
     mods, varlen = _unflatten(*flat)
-    do = do if do.stride(-1) == 1 else do.contiguous()
+    do = do if do.stride(-1) == 1 and rows_fit_int32(do) else do.contiguous()  # (32-bit row offsets)
     return flash_bwd(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices,
                      block_size, causal, scale, cu_seqlens, dlse=dlse, mods=mods, varlen=varlen)
 
@@ -1126,16 +1184,21 @@ def triton_attention(
     _check(q, k, v, causal, layout, kv_lens, cu_seqlens)
     mods = _check_mods(q, k, window=window, alibi_slopes=alibi_slopes, softcap=softcap, dropout_p=dropout_p,
                        dropout_rng=dropout_rng, varlen=varlen, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
-    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    # strided head dims, and row strides whose 32-bit row offsets would overflow, are copied
+    q, k, v = (t if t.stride(-1) == 1 and rows_fit_int32(t) else t.contiguous() for t in (q, k, v))
     D = q.shape[-1]
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     if D != padded_head_dim(D):
         q, k, v = (_pad_head_dim(t, padded_head_dim(D)) for t in (q, k, v))
+    if not all(rows_fit_int32(t) for t in (q, k, v)):
+        raise ValueError(f"triton attention cannot run these inputs: {q.shape[2]:,} rows of {q.shape[3]} elements per "
+                         f"head exceed the kernels' 32-bit row offsets ({INT32_OFFSETS:,} elements); shorten the window")
     band = _window_band(window, layout, q.shape[2], k.shape[2])
     if layout is not None and layout.window is not None and layout.covers_window(causal):
         layout = None  # the window's own tile ranges do what the block lists would
     mods = dataclasses.replace(mods, band=band)
-    block_size, kv_counts, kv_indices, q_counts, q_indices = layout_lists(layout, q.device)
+    backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    block_size, kv_counts, kv_indices, q_counts, q_indices = layout_lists(layout, q.device, backward)
     forward = _fwd_op if torch.compiler.is_compiling() else _EagerAttention.apply
     o, lse2 = forward(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
                       cu_seqlens, *_flatten(mods, varlen))
