@@ -23,7 +23,8 @@ from typing import Any, Optional
 
 from genoformer.kernels.dispatch import Backend
 
-RUNTIME_FIELDS = ("attention_backend", "activation_checkpointing", "fused_elementwise", "compile", "sequence_chunk")
+RUNTIME_FIELDS = ("attention_backend", "activation_checkpointing", "fused_elementwise", "compile", "sequence_chunk",
+                  "cuda_graphs")
 """Names of the settings; checkpoints written before the settings had their own object stored
 the first three inside the architecture, and `TransformerConfig.from_dict` drops them."""
 
@@ -54,6 +55,11 @@ class RuntimeSettings:
             a step linear in the length with a small slope (docs/long_context.md); alone it is a
             selective recomputation of the MLPs. Results equal the unchunked ones up to float
             rounding. Inference runs the same chunks (bounded memory over a whole chromosome).
+        cuda_graphs: With compile, the compiled blocks record CUDA graphs and replay them
+            (torch.compile's "reduce-overhead" mode): one launch per block instead of one per
+            kernel, for small models whose steps the host's launches hold back. Needs fixed
+            shapes (a recording per shape) and memory for the recorded buffers; no effect
+            without compile.
     """
 
     attention_backend: Backend = Backend.AUTO
@@ -61,6 +67,7 @@ class RuntimeSettings:
     fused_elementwise: bool = True
     compile: bool = False
     sequence_chunk: Optional[int] = None
+    cuda_graphs: bool = False
 
     def __post_init__(self) -> None:
         self.attention_backend = Backend(self.attention_backend)

@@ -71,7 +71,7 @@ class TrainingModule(L.LightningModule):
         reach the trunk here, and its blocks are compiled when asked."""
         self.model.apply_runtime(self.runtime)
         if self.runtime.compile and not self._blocks_compiled:
-            compile_blocks(self.model)
+            compile_blocks(self.model, mode="reduce-overhead" if self.runtime.cuda_graphs else None)
             self._blocks_compiled = True
 
     # ------------------------------------------------------------------- exact resume

@@ -982,17 +982,18 @@ def _check_tokens(tokens_BL: torch.Tensor) -> None:
         )
 
 
-def compile_blocks(model: TransformerTrunk, backend: str = "inductor") -> None:
+def compile_blocks(model: TransformerTrunk, backend: str = "inductor", mode: Optional[str] = None) -> None:
     """Compile every block of `model` and its final norm in place with torch.compile.
 
     `nn.Module.compile` keeps parameter names, so checkpoints stay as they are. Blocks share
     one compiled graph per kind of layer (dense or a layout; training or evaluation) with the
     attention kernels inside it. The first step compiles (tens of seconds on a GPU). `backend`
-    is torch.compile's (the tests use "aot_eager", which skips code generation).
+    is torch.compile's (the tests use "aot_eager", which skips code generation); `mode` is
+    torch.compile's too ("reduce-overhead": CUDA graphs, `RuntimeSettings.cuda_graphs`).
     """
     # Compiled modules share the frame of nn.Module._call_impl: one cache entry per kind of layer,
     # train or eval, and shape. The default limit of 8 would send a long run back to eager.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     for block in model.blocks:
-        block.compile(backend=backend)
-    model.norm.compile(backend=backend)
+        block.compile(backend=backend, mode=mode)
+    model.norm.compile(backend=backend, mode=mode)

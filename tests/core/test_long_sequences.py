@@ -151,3 +151,34 @@ def test_rope_tables_keep_their_precision_at_a_million_positions():
             assert abs(float(sin_LR[position, r]) - math.sin(angle)) < 1e-6
     short_LR, _ = rotary.cos_sin(10, torch.device("cpu"))
     torch.testing.assert_close(short_LR, cos_LR[:10])
+
+
+def test_compiled_blocks_recompute_chunks_in_one_graph_each():
+    """The long-context recipes' runtime (compile, activation_checkpointing, sequence_chunk) on our
+    kernels (interpreted on a CPU): no graph break, and the unchunked eager model's results."""
+    from torch._dynamo.utils import counters
+
+    from genoformer.core.transformer import Transformer, compile_blocks
+    from genoformer.kernels.dispatch import Backend
+
+    torch._dynamo.reset()
+    counters.clear()
+    config = tiny_config(n_layers=2, n_heads=2, max_seq_len=64, attention=[WINDOW_GLOBAL])
+    torch.manual_seed(0)
+    eager = Transformer(config, RuntimeSettings(attention_backend=Backend.TRITON)).to(torch.bfloat16).train()
+    chunked = Transformer(config, RuntimeSettings(attention_backend=Backend.TRITON, activation_checkpointing=True,
+                                                  sequence_chunk=32)).to(torch.bfloat16).train()
+    chunked.load_state_dict(eager.state_dict())
+    compile_blocks(chunked, backend="aot_eager")
+    tokens_BL = random_tokens(1, 64, seed=3)
+    results = []
+    for model in (eager, chunked):
+        logits_BLV = model(tokens_BL)
+        logits_BLV.float().square().mean().backward()
+        results.append((logits_BLV.detach(), _grads(model)))
+    try:
+        assert dict(counters["graph_break"]) == {}
+    finally:
+        torch._dynamo.reset()
+    torch.testing.assert_close(results[1][0], results[0][0], atol=2e-2, rtol=2e-2)
+    _assert_same_grads(results[1][1], results[0][1], atol=2e-2)
