@@ -22,7 +22,8 @@ from genoformer.data.storage import write_text
 ORDER = (
     "data", "attention", "attention_gluon", "attention_gluon_h100", "backward", "gluon_fwd", "gluon_layouts",
     "packed", "head_dims", "flash_attn_head_dims", "sanitize", "host_overhead", "kernel_variants",
-    "train_step", "train", "train_backends", "genome_science", "flagship", "mixture_speed", "finetune",
+    "train_step", "train", "train_backends", "million_memory", "million_chromosome", "million_cpu_memory",
+    "million_speed", "million_scaling", "million_context", "genome_science", "flagship", "mixture_speed", "finetune",
     "hf_export", "ecg", "timeseries_datasets", "generate", "mutagenesis",
 )
 """Sections in page order: data, kernels, training, genome, sharing, time series, first-day tools."""
@@ -39,6 +40,7 @@ drivers, one per area, are
 
     bash benchmarks/gpu_kernels.sh tests|headdims|attention|gluon|bwd|mfu|...   # attention kernels
     bash benchmarks/gpu_training.sh step|speed|ddp                             # training speed
+    bash benchmarks/gpu_million.sh A|B|C|D                                       # one GPU, a million tokens
     bash benchmarks/gpu_genome.sh science|stage1|stage2|finetune ...            # genome models
     bash benchmarks/gpu_timeseries.sh ecg|train|evaluate                        # time series
 

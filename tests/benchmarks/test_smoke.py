@@ -21,6 +21,7 @@ SMOKE = {
     "hf_export": [],
     "host_overhead": [],
     "kernel_variants": [],
+    "million": ["--step", "memory", "--budget-s", "1"],
     "mutagenesis_bench": [],
     "packed": [],
     "sanitize": [],
