@@ -842,10 +842,11 @@ def scaling_table(cases: list[dict]) -> dict:
             if c["series"] == series:
                 row[_tag(c["context"])] = (f"{c['tokens_per_s']:,.0f} tok/s, {c['peak_gib']:.1f} GiB" if c.get("status") == "ok"
                                            and "peak_gib" in c else f"{c['tokens_per_s']:,.0f} tok/s"
-                                           if c.get("status") == "ok" else "OOM" if c.get("status") == "OOM" else "-")
+                                           if c.get("status") == "ok" else "OOM" if c.get("status") == "OOM"
+                                           else "error" if str(c.get("status")).startswith("error") else "-")
         rows.append(row)
     return table(rows, "Tokens per second and peak memory (128k tokens a step: batch 131,072 // context); "
-                       "'-' not run (see the notes)", ["series", *[_tag(n) for n in contexts]])
+                       "'-' not run (see the notes); errors in the result file", ["series", *[_tag(n) for n in contexts]])
 
 
 def summarize(data: dict) -> Summary:
