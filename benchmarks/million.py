@@ -15,7 +15,7 @@ Models: `flagship` is the shipped flagship's architecture (configs/base/genome_s
 width 256, 8 layers of 4 heads of 64), `reference` the 85M model (configs/models/reference_85m.yaml);
 layouts `window_global` (configs/layouts/window_global.yaml: a 2,048-token sliding window plus the
 first 128 tokens in every layer) and `dense` (causal). Runtimes: `long` is the long recipes'
-(activation_checkpointing, sequence_chunk 65,536), `plain` keeps every activation (what the
+(activation_checkpointing, sequence_chunk 16,384), `plain` keeps every activation (what the
 genome_128k recipe runs), `compiled` the flagship's 8k recipe (compiled blocks), `graphs` compiled
 blocks replaying CUDA graphs. The plain PyTorch anchors are benchmarks/train_models.py's
 PlainDecoder, compiled: `sdpa` (FlashAttention-2, causal: no window) and `flex` (FlexAttention with
@@ -80,7 +80,7 @@ BACTERIA = ("ecoli_k12_mg1655.fasta.gz", "saureus_col.fasta.gz", "hpylori_els37.
 K, M = 1 << 10, 1 << 20
 COMPILER = {"cuda": "inductor", "cpu": "aot_eager"}
 """torch.compile's backend per device: on a CPU (--smoke) the graphs are captured, not generated."""
-LONG_CHUNK = 65536
+LONG_CHUNK = 16384
 """The recipes' sequence_chunk (configs/base/genome_million_gpu.yaml)."""
 HELD_OUT_FRACTION = 0.05
 """The flagship's split held out the last 2% (validation) + 3% (test) of every training record."""
