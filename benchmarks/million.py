@@ -4,10 +4,10 @@ plain PyTorch, the scaling table, and whether the context helps (benchmarks/gpu_
 steps on a GPU; docs/long_context.md).
 
     python -m benchmarks.million --step memory --out OUT       A: training steps 128k to 1M (and 2M, 4M)
-    python -m benchmarks.million --step chromosome --out OUT   A: E. coli evaluated, scored, embedded whole
-    python -m benchmarks.million --step speed --out OUT        B: the flagship at 8k and 32k, profiles
-    python -m benchmarks.million --step scaling --out OUT      C: tokens/s and peak memory, 8k to 1M
-    python -m benchmarks.million --step context --data DIR --out OUT   D: continue at 128k, bits/base 32k-1M
+    python -m benchmarks.million --step speed --out OUT        A: the flagship at 8k and 32k, profiles
+    python -m benchmarks.million --step chromosome --out OUT   B: E. coli evaluated, scored, embedded whole
+    python -m benchmarks.million --step scaling --out OUT      B: tokens/s and peak memory, 8k to 1M
+    python -m benchmarks.million --step context --data DIR... --out OUT   B: continue at 128k, bits/base 32k-1M
     python -m benchmarks.million --step cpu_memory --out OUT   (CPU) step memory per token per runtime
     python -m benchmarks.million --step scaling --from OUT/million_scaling.json --out OUT --plots OUT
 
@@ -27,7 +27,7 @@ optimizer state, layouts), per token divided by the step's tokens.
 Every step works to a time budget (--budget-s): cases run most important first, the result file is
 rewritten after each case (a step cut short keeps what it measured), and a case not run says why
 (out of the budget, a shorter context ran out of memory, too slow by the shorter contexts' times).
-The data of the context step come from `python -m benchmarks.million_data` (CPU).
+The data of the context step come from `python -m benchmarks.million_data`.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ import importlib.util
 import json
 import math
 import os
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -481,14 +482,18 @@ def chromosome(args: argparse.Namespace) -> dict:
     length, `genoformer embed` with --window the record's length, as the commands run them, on the
     shipped flagship's weights with the window + global layout (dense attention over 4.6 Mbp would
     take minutes per pass); the peak memory of each."""
+    with tempfile.TemporaryDirectory() as scratch:
+        return _chromosome(args, Path(args.scratch) if args.scratch is not None else Path(scratch))
+
+
+def _chromosome(args: argparse.Namespace, out: Path) -> dict:
     from genoformer.genome.commands import embed
     from genoformer.genome.evaluate import evaluate, score
 
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device)
     source = FLAGSHIP if not args.smoke else _tiny_checkpoint(out / "chromosome_tiny.ckpt")
-    checkpoint = window_global_checkpoint(source, out / "chromosome_model" / "window_global.ckpt", args.smoke)
+    checkpoint = window_global_checkpoint(source, out / "window_global.ckpt", args.smoke)
     inputs = str(ECOLI if not args.smoke else _smoke_fasta(out))
     length = int(sum(r.codes.size for r in read_sequences([inputs])))
     data = {"step": "chromosome", "record": Path(inputs).name, "record_bases": length,
@@ -496,11 +501,11 @@ def chromosome(args: argparse.Namespace) -> dict:
     device_option = {"device": args.device}
     runs = [
         ("evaluate", lambda: evaluate(checkpoint=checkpoint, inputs=[inputs], context=length, overlap=0,
-                                      out=out / "chromosome_model" / "evaluate.json", overwrite=True, **device_option)),
+                                      out=out / "evaluate.json", overwrite=True, **device_option)),
         ("score", lambda: score(checkpoint=checkpoint, inputs=[inputs], context=length, overlap=0,
-                                out=out / "chromosome_model" / "ecoli.bw", overwrite=True, **device_option)),
+                                out=out / "ecoli.bw", overwrite=True, **device_option)),
         ("embed", lambda: embed(checkpoint=checkpoint, inputs=[inputs], window=length, overlap=0,
-                                out=out / "chromosome_model" / "ecoli.npz", overwrite=True, **device_option)),
+                                out=out / "ecoli.npz", overwrite=True, **device_option)),
     ]
     for name, run in runs:
         record = {"command": name, "context": length}
@@ -510,7 +515,7 @@ def chromosome(args: argparse.Namespace) -> dict:
         if name == "evaluate" and isinstance(result, dict):
             record.update(bits_per_base=result["total"]["bits_per_base"], bases=result["total"]["bases"])
         if name == "embed" and record["status"] == "ok":
-            with np.load(out / "chromosome_model" / "ecoli.npz") as stored:
+            with np.load(out / "ecoli.npz") as stored:
                 record["embedding_shape"] = list(stored["embeddings"].shape)
         print(f"chromosome: {name}: {record['status']} {record['seconds']:.1f} s {record.get('peak_gib', 0):.1f} GiB",
               flush=True)
@@ -578,12 +583,10 @@ def profile_steps(step: Callable[[], object], device: torch.device, steps: int =
             "top": [{"kernel": name[:110], "ms": ms, "calls": count} for name, ms, count in kernels[:15]]}
 
 
-def loader_rate(smoke: bool, seconds: float = 20.0) -> dict[str, Any]:
+def loader_rate(smoke: bool, seconds: float = 10.0) -> dict[str, Any]:
     """Batches per second the genome data module's training loader gives (the flagship recipe's
     8k x 16 batches of random windows, 4 workers, from a store of the four bacteria built here):
     against a step's rate, whether the data can hold the GPU back."""
-    import tempfile
-
     from genoformer.data.genome.datamodule import GenomeDataModule
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -611,23 +614,25 @@ def speed(args: argparse.Namespace) -> dict:
     device = torch.device(args.device)
     flash_attn_4 = importlib.util.find_spec("flash_attn") is not None and device.type == "cuda"
     data = {"step": "speed", "flash_attn_4": "installed" if flash_attn_4 else "not installed on this machine"}
-    data["loader"] = loader_rate(args.smoke)
-    return run_cases(speed_cases(args.smoke, flash_attn_4), args, data)
+    run_cases(speed_cases(args.smoke, flash_attn_4), args, data)
+    data["loader"] = loader_rate(args.smoke)  # last: the cases matter more
+    save(args, data)
+    return data
 
 
 # ---------------------------------------------------------------------------- step C: scaling
 def scaling_cases(smoke: bool) -> list[Case]:
-    """Tokens/s and peak memory from 8k to 1M, 128k tokens a step (batch 131,072 // context): for
-    each model, genoformer (the long runtime) on the window + global layout, the plain PyTorch
-    anchors beside it (eager SDPA, dense causal; Flex on the same block masks), then genoformer
-    dense causal; each series in increasing context until it runs out of memory or its shorter
+    """Tokens/s and peak memory at 8k, 32k, 128k and 1M, 128k tokens a step (batch 131,072 //
+    context), for both models: genoformer (the long runtime) on the window + global layout, plain
+    PyTorch's eager SDPA (dense causal), genoformer dense causal, then Flex on the window + global
+    block masks; each series in increasing context until it runs out of memory or its shorter
     contexts say the next would take too long."""
-    contexts = _lengths(smoke, 8 * K, 32 * K, 128 * K, 256 * K, 512 * K, M)
+    contexts = _lengths(smoke, 8 * K, 32 * K, 128 * K, M)
     per_step = _lengths(smoke, 128 * K)[0]
     cases = []
-    for arch in ("flagship", "reference"):
-        for kind, layout in (("genoformer", "window_global"), ("sdpa", "dense"), ("flex", "window_global"),
-                             ("genoformer", "dense")):
+    for kind, layout in (("genoformer", "window_global"), ("sdpa", "dense"), ("genoformer", "dense"),
+                         ("flex", "window_global")):  # Flex last: it compiles its kernel for every case
+        for arch in ("flagship", "reference"):
             series = f"{kind}-{arch}-{layout}"
             cases += [Case(f"{series}-{_tag(n)}", kind, arch, layout, n, max(1, per_step // n), series=series,
                            compiled=False) for n in contexts]
@@ -641,14 +646,16 @@ def scaling(args: argparse.Namespace) -> dict:
 
 
 # ------------------------------------------------------------------------ step D: the context
-def _read_context_data(path: Path) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, int]]]:
-    with np.load(path) as stored:
-        train = {key[len("train/"):]: stored[key] for key in stored.files if key.startswith("train/")}
-        heldout = {}
-        for key in stored.files:
-            if key.startswith("heldout/"):
-                name, _, start = key[len("heldout/"):].rpartition("@")
-                heldout[name] = (stored[key], int(start))
+def _read_context_data(*paths: Path) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, int]]]:
+    """The training records and the held-out sequences (codes, first held-out base) of every file."""
+    train, heldout = {}, {}
+    for path in paths:
+        with np.load(path) as stored:
+            train.update({key[len("train/"):]: stored[key] for key in stored.files if key.startswith("train/")})
+            for key in stored.files:
+                if key.startswith("heldout/"):
+                    name, _, start = key[len("heldout/"):].rpartition("@")
+                    heldout[name] = (stored[key], int(start))
     return train, heldout
 
 
@@ -715,12 +722,13 @@ def context(args: argparse.Namespace) -> dict:
     from genoformer.genome.scoring import Scorer
 
     device = torch.device(args.device)
-    train, heldout = _read_context_data(Path(args.data) / "context_data.npz")
+    train, heldout = _read_context_data(*(Path(folder) / "context_data.npz" for folder in args.data))
     if args.smoke:
         heldout = {name: (codes[max(0, start - 2000):start + 500], min(start, 2000)) for name, (codes, start) in
                    list(heldout.items())[:2]}
     budget = Budget(args.budget_s)
-    data = {"step": "context", "train_context": args.train_context, "contexts": args.contexts, "log": [], "models": {}}
+    data = {"step": "context", "train_context": args.train_context, "contexts": args.contexts, "log": [], "models": {},
+            "heldout_bases": {name: int(codes.size - start) for name, (codes, start) in heldout.items()}}
     weights = None if args.smoke else FLAGSHIP
     module = build_lm("flagship", "window_global", max(args.contexts), runtime_for("long", device), args.smoke,
                       weights).to(device)
@@ -899,6 +907,12 @@ def _speed_summary(data: dict, summary: Summary) -> None:
                                     best and plain and best["tokens_per_s"] / plain["tokens_per_s"], 1.3, "x",
                                     None if not (best and plain) else f"{best['tokens_per_s'] / plain['tokens_per_s']:.2f}x "
                                     f"({best['name']} against plain-sdpa-compiled-8k)"))
+    same = [c for c in at_8k if today and c["batch"] == today["batch"] and c is not today and "loss" in c]
+    drift = max((abs(c["loss"] - today["loss"]) for c in same), default=None)
+    summary.targets.append(verdict("the faster runtimes train the same model: their loss after the same steps on the same "
+                                   "batch within 0.01 nats of the recipe's", "no runtime to compare" if drift is None else
+                                   f"{drift:.4f} nats at most ({', '.join(c['name'] for c in same)})",
+                                   None if drift is None else drift <= 0.01))
     summary.notes.append(f"flash-attn-4: {data.get('flash_attn_4')}.")
     loader = data.get("loader")
     if loader:
@@ -922,6 +936,10 @@ def _context_summary(data: dict, summary: Summary) -> None:
                          f"tokens, {data.get('train_seconds', 0):.0f} s). Gains are over the shortest context "
                          "(positive: fewer bits), 95% intervals from 10 kb blocks.")
     summary.notes.append("Plot: benchmarks/results/million_context.png (--plots).")
+    held = data.get("heldout_bases", {})
+    if held and not any(name.startswith("eukaryotic") for name in held):
+        summary.notes.append("No eukaryotic held-out DNA in this run (python -m benchmarks.million_data --no_bacteria "
+                             "on the CPU machine writes it; carry .device).")
     rows = []
     for label, per_context in data["models"].items():
         for n, row in per_context.items():
@@ -1014,8 +1032,8 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--longest", type=int, default=4 * M, help="memory: the longest window tried after 1M (2M, 4M)")
     parser.add_argument("--case-cap-s", type=float, default=60.0,
                         help="scaling: skip a case its series' shorter contexts say would take longer")
-    parser.add_argument("--data", type=Path, default=REPO_ROOT / ".device" / "million",
-                        help="context: folder of context_data.npz (python -m benchmarks.million_data)")
+    parser.add_argument("--data", type=Path, nargs="+", default=[REPO_ROOT / ".device" / "million"],
+                        help="context: folders of context_data.npz (python -m benchmarks.million_data), read together")
     parser.add_argument("--contexts", type=int, nargs="+", default=[32 * K, 128 * K, M], help="context: scored at")
     parser.add_argument("--train-context", dest="train_context", type=int, default=128 * K)
     parser.add_argument("--train-s", dest="train_s", type=float, default=200.0, help="context: seconds of training")
@@ -1026,6 +1044,8 @@ def arguments(parser: argparse.ArgumentParser) -> None:
                         help="cpu_memory: the lengths")
     parser.add_argument("--layers", type=int, default=2, help="cpu_memory: the flagship's width with this many layers")
     parser.add_argument("--plots", type=Path, default=None, help="also draw the step's figures in this folder")
+    parser.add_argument("--scratch", type=Path, default=None,
+                        help="chromosome: keep the commands' outputs here (default: a temporary folder, deleted)")
 
 
 def measure(args: argparse.Namespace) -> dict:

@@ -40,7 +40,7 @@ drivers, one per area, are
 
     bash benchmarks/gpu_kernels.sh tests|headdims|attention|gluon|bwd|mfu|...   # attention kernels
     bash benchmarks/gpu_training.sh step|speed|ddp                             # training speed
-    bash benchmarks/gpu_million.sh A|B|C|D                                       # one GPU, a million tokens
+    bash benchmarks/gpu_million.sh A|B                                         # one GPU, a million tokens
     bash benchmarks/gpu_genome.sh science|stage1|stage2|finetune ...            # genome models
     bash benchmarks/gpu_timeseries.sh ecg|train|evaluate                        # time series
 
