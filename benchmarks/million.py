@@ -311,7 +311,7 @@ def run_cases(cases: list[Case], args: argparse.Namespace, data: dict, cap_s: fl
             record = {**dataclasses.asdict(case), "status": stopped[case.series]}
         elif budget.spent:
             record = {**dataclasses.asdict(case), "status": budget.skipped()}
-        elif (estimate := _estimate_s(last.get(case.series, []), case)) > min(cap_s, _left(budget)):
+        elif (estimate := _estimate_s(last.get(case.series, []), case, args.steps)) > min(cap_s, _left(budget)):
             record = {**dataclasses.asdict(case), "status": f"skipped: about {estimate:.0f} s by the shorter contexts"}
         else:
             print(f"{data['step']}: {case.name} ...", flush=True)
@@ -328,9 +328,10 @@ def run_cases(cases: list[Case], args: argparse.Namespace, data: dict, cap_s: fl
     return data
 
 
-def _estimate_s(done: list[dict], case: Case) -> float:
-    """Seconds a case will take (warm-up + steps), from the step time of the series' last case
-    scaled by the measured growth per doubling (at least linear in the tokens)."""
+def _estimate_s(done: list[dict], case: Case, steps: int) -> float:
+    """Seconds a case will take (warm-up, `steps` timed steps and about a step's worth of building),
+    from the step time of the series' last case scaled by the measured growth per doubling (at least
+    linear in the tokens)."""
     if not done:
         return 0.0
     last = done[-1]
@@ -339,7 +340,7 @@ def _estimate_s(done: list[dict], case: Case) -> float:
         doublings = math.log2(last["tokens"] / done[-2]["tokens"])
         growth = max(2.0, (last["step_ms"] / done[-2]["step_ms"]) ** (1 / doublings))
     doublings = math.log2(max(case.tokens / last["tokens"], 1.0))
-    return last["step_ms"] / 1e3 * growth**doublings * 4  # warm-up + timed steps
+    return last["step_ms"] / 1e3 * growth**doublings * (steps + 2)
 
 
 def _lengths(smoke: bool, *contexts: int) -> list[int]:
@@ -350,7 +351,7 @@ def _lengths(smoke: bool, *contexts: int) -> list[int]:
 # ------------------------------------------------------------------------------- step A: memory
 def memory_cases(smoke: bool, longest: int) -> list[Case]:
     """Step A's training steps, most important first: the window + global layout at 128k to 1M
-    (the flagship's architecture, then dense causal at 256k, then the 85M reference), the plain
+    (the flagship's architecture, then the 85M reference), dense causal at 256k (both), the plain
     runtime (every activation kept) at growing windows until it runs out of memory, dense causal at
     128k, then longer windows while the budget lasts."""
     lengths = _lengths(smoke, 128 * K, 256 * K, 512 * K, M)
@@ -362,8 +363,8 @@ def memory_cases(smoke: bool, longest: int) -> list[Case]:
                      series=f"{arch}-{layout}{suffix}") for n in windows]
 
     longer = [n for n in _lengths(smoke, 2 * M, 4 * M) if n <= longest]
-    return (series("flagship", "window_global", lengths) + series("flagship", "dense", [n256k])
-            + series("reference", "window_global", lengths) + series("reference", "dense", [n256k])
+    return (series("flagship", "window_global", lengths) + series("reference", "window_global", lengths)
+            + series("flagship", "dense", [n256k]) + series("reference", "dense", [n256k])
             + series("flagship", "window_global", lengths, runtime="plain") + series("flagship", "dense", [n128k])
             + series("flagship", "window_global", longer) + series("reference", "window_global", longer[:1]))
 
