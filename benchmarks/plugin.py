@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from benchmarks.common import REPO_ROOT, Attempts, Benchmark, Summary, Timer, at_least, at_most, median, ratio
-from benchmarks.common import synchronize, table, time_calls, verdict
+from benchmarks.common import describe_environment, synchronize, table, time_calls, verdict
 
 SHIPPED = REPO_ROOT / "examples" / "genoformer_dna.ckpt"
 ECOLI = REPO_ROOT / "examples" / "ecoli_k12_mg1655.fasta.gz"
@@ -374,7 +374,8 @@ def measure(args) -> dict:
         began = time.perf_counter()
         value, error = attempts.attempt(name, lambda: MEASURES[name](args, device))
         if error is None:
-            data["sections"][name] = {**value, "section_seconds": round(time.perf_counter() - began, 1)}
+            data["sections"][name] = {**value, "section_seconds": round(time.perf_counter() - began, 1),
+                                      "device": describe_environment(device)["device"]}
         else:
             data["errors"][name] = error
         print(f"{name}: {error or 'done'} ({time.perf_counter() - began:.0f} s)", flush=True)
@@ -490,7 +491,8 @@ def summarize(data: dict) -> Summary:
     if not tables:
         tables.append(table([{"section": name, "error": error} for name, error in errors.items()]))
     notes = [f"{name}: {error}" for name, error in errors.items()]
-    notes += [f"{name}: {part['section_seconds']:g} s" for name, part in sections.items()]
+    notes += [f"{name}: {part['section_seconds']:g} s on {part.get('device', 'the device above')}"
+              for name, part in sections.items()]
     return Summary(tables=tables, targets=targets, notes=notes,
                    failed=any(not error.startswith("not run") for error in errors.values()))
 
