@@ -96,9 +96,9 @@ def test_a_failed_section_fails_the_run_and_says_why(tmp_path):
     failed = _result_file(tmp_path, "plugin_c", {"decode": _gpu_sections()["decode"]},
                           {"generate": "RuntimeError: CUDA error: an illegal memory access was encountered"})
     with pytest.raises(SystemExit) as exit_info:
-        plugin.BENCHMARK.main(["--out", str(tmp_path / "again"), "--from", str(failed)])
+        plugin.BENCHMARK.main(["--out", str(tmp_path), "--name", "plugin_again", "--from", str(failed)])
     assert exit_info.value.code == 1
-    again = read_result(tmp_path / "again" / "plugin.json")
+    again = read_result(tmp_path / "plugin_again.json")
     assert any("illegal memory access" in note for note in again["summary"]["notes"])
     statuses = {t["target"].split(" ")[0]: (t["measured"], t["status"]) for t in again["summary"]["targets"]}
     assert statuses["decoding"] == ("1.20x", "MET")
