@@ -9,6 +9,9 @@ Shapes: ``codes`` is a 1-D ``np.uint8`` array (L,) of the codes above.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 A, C, G, T, N = 0, 1, 2, 3, 4
@@ -111,3 +114,11 @@ def reverse_complement(codes: np.ndarray) -> np.ndarray:
     An involution: ``reverse_complement(reverse_complement(x)) == x``. Returns a new array.
     """
     return COMPLEMENT[np.asarray(codes)[::-1]]
+
+
+def check_alphabet(checkpoint: Mapping[str, Any], action: str) -> None:
+    """ValueError unless the checkpoint's model reads this genoformer's token codes."""
+    alphabet = checkpoint.get("alphabet", TOKEN_CODES)
+    if alphabet != TOKEN_CODES:
+        raise ValueError(f"the checkpoint's model reads the token codes {alphabet}, this genoformer encodes "
+                         f"{TOKEN_CODES}; {action} with the genoformer version that trained it")

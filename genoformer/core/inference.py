@@ -1,26 +1,35 @@
 """The inference policy every trained model runs under: device, autocast, weights, pooling.
 
-`Embedder`, `Scorer` (genome wing) and `Forecaster` (time-series wing) run trained weights the
-same way: on `inference_device` (CUDA when there is one), under bfloat16 autocast on CUDA (as
-training runs, and as the Triton kernels need) and float32 elsewhere, with runtime settings for
-inference (`RuntimeSettings.for_inference`, position-wise work in chunks of `INFERENCE_CHUNK`),
-and pool per-token vectors with `Pooling`.
+Every inference class is an `InferenceModel`: `Embedder`, `Scorer`, `Generator`,
+`SequencePredictor`, `GeneAnnotator` (genome wing) and `Forecaster` (time-series wing). They load
+through one `from_checkpoint` (genoformer.core.loading.load_model: any checkpoint, its kind checked,
+the network the class builds, the weights loaded) and run trained weights the same way: on
+`inference_device` (CUDA when there is one), under bfloat16 autocast on CUDA (as training runs, and
+as the Triton kernels need) and float32 elsewhere, with runtime settings for inference
+(`RuntimeSettings.for_inference`, position-wise work in chunks of `INFERENCE_CHUNK`); per-token
+vectors are pooled with `Pooling`.
 
 Shape legend: T tokens of one sequence, E model width, X sequences.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Optional, Union
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
 
 import numpy as np
 import torch
 from torch import nn
 
-from genoformer.core.checkpoints import canonical_state_dict
+from genoformer.core.checkpoints import ModelKind
+from genoformer.core.loading import LoadedModel, load_model
 from genoformer.core.pooling import Pooling
+from genoformer.core.runtime import RuntimeSettings
 from genoformer.hints import option
+from genoformer.kernels.dispatch import Backend
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 INFERENCE_CHUNK = 1 << 16
 """Positions per chunk of the position-wise work when trained weights run (the runtime's
@@ -56,10 +65,66 @@ def autocast(device: torch.device, autocast_dtype: Optional[torch.dtype]) -> tor
     return torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None)
 
 
-def load_module_weights(network: nn.Module, checkpoint: Mapping, prefix: str = "model.") -> None:
-    """Load the weights a training module saved under `prefix` (its `self.model`) into `network`."""
-    state_dict = canonical_state_dict(checkpoint["state_dict"])
-    network.load_state_dict({key[len(prefix):]: value for key, value in state_dict.items() if key.startswith(prefix)})
+class InferenceModel:
+    """Base of the inference classes: the policy (device, autocast) and the one `from_checkpoint`.
+
+    A subclass names the `kind` it reads, `build`s its network from a checkpoint's hyperparameters
+    and makes itself `from_loaded` (the loaded model plus its own options)."""
+
+    kind: ClassVar[ModelKind]
+    prefix: ClassVar[str] = "model."
+    """Where the training module saved the network's weights ("model.": its `self.model`; "": all of it)."""
+
+    def __init__(self, device: Optional[Union[str, torch.device]], autocast_dtype: Optional[torch.dtype]) -> None:
+        """device None: CUDA when available, else CPU; autocast_dtype None: bfloat16 on CUDA, float32 elsewhere."""
+        self.device = inference_device(device)
+        self.autocast_dtype = default_autocast_dtype(self.device, autocast_dtype)
+
+    def on_device(self, network: nn.Module) -> nn.Module:
+        """`network` on this model's device, in eval mode."""
+        return network.to(self.device).eval()
+
+    @classmethod
+    def check(cls, checkpoint: dict[str, Any], name: str) -> None:
+        """Refuse the checkpoint `name` if this class cannot run it (ValueError saying what to do)."""
+
+    @classmethod
+    def build(cls, hparams: dict[str, Any], runtime: RuntimeSettings) -> nn.Module:
+        """The network of a checkpoint with these hyperparameters (its weights are loaded after)."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_loaded(cls, loaded: LoadedModel, *, device: Optional[Union[str, torch.device]] = None,
+                    autocast_dtype: Optional[torch.dtype] = None, **options: Any) -> Self:
+        """This class running `loaded` (`options`: the class's own, such as a Scorer's mask_period)."""
+        raise NotImplementedError
+
+    @classmethod
+    def load(cls, path: Union[str, Path], backend: Backend = Backend.AUTO) -> LoadedModel:
+        """The model of checkpoint `path` as this class reads it, on the CPU, attention through `backend`."""
+        runtime = RuntimeSettings.for_inference(backend, sequence_chunk=INFERENCE_CHUNK)
+        return load_model(path, cls.kind, cls.build, runtime, prefix=cls.prefix,
+                          check=cls.check)
+
+    @classmethod
+    def from_checkpoint(cls, path: Union[str, Path], device: Optional[Union[str, torch.device]] = None,
+                        backend: Backend = Backend.AUTO, autocast_dtype: Optional[torch.dtype] = None,
+                        **options: Any) -> Self:
+        """Load a checkpoint to run: a .ckpt file, a run directory (its best checkpoint), RUN_DIR/best or
+        RUN_DIR/last, a directory of `genoformer export --format hf`, a pretrained model's name or a
+        Hub id (genoformer.core.checkpoints.resolve_checkpoint); a checkpoint of another kind is
+        refused, naming the commands that read it.
+
+        Args:
+            path: the checkpoint.
+            device: where to run; None: CUDA when available, else CPU.
+            backend: attention backend to run with (the training backend may not exist here);
+                AUTO picks per device.
+            autocast_dtype: None: bfloat16 autocast on CUDA (as in training, and as the Triton
+                kernels need), float32 on the CPU.
+            options: the class's own options (see its constructor).
+        """
+        return cls.from_loaded(cls.load(path, backend), device=device, autocast_dtype=autocast_dtype, **options)
 
 
 def pool_tokens(hidden_XTE: np.ndarray, pooling: Pooling) -> np.ndarray:

@@ -31,32 +31,21 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 import torch
 import zarr
 
-from genoformer.core.checkpoints import ModelKind
-from genoformer.core.inference import (
-    INFERENCE_CHUNK,
-    Pooling,
-    PoolAccumulator,
-    autocast,
-    default_autocast_dtype,
-    inference_device,
-    load_module_weights,
-)
-from genoformer.core.loading import read_model_checkpoint
-from genoformer.core.runtime import RuntimeSettings
-from genoformer.core.transformer import Transformer, TransformerConfig
+from genoformer.core.inference import INFERENCE_CHUNK, Pooling, PoolAccumulator, autocast
+from genoformer.core.loading import LoadedModel
+from genoformer.core.transformer import Transformer
 from genoformer.data.genome.inputs import NamedSequence, SequenceInputs, read_sequences
 from genoformer.data.genome.regions import record_regions
 from genoformer.data.storage import atomic_build
 from genoformer.data.tiling import Keep, same_length_batches, tile_windows
 from genoformer.genome.heads import strand_features
-from genoformer.genome.lm import check_alphabet
-from genoformer.kernels.dispatch import Backend
+from genoformer.genome.inference import LanguageModelRunner
 from genoformer.progress import tqdm
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +69,7 @@ class Embeddings:
         return np.stack(self.arrays)
 
 
-class Embedder:
+class Embedder(LanguageModelRunner):
     """Runs a `Transformer` in eval mode over sequences of any length (see the module docstring)."""
 
     def __init__(
@@ -102,35 +91,14 @@ class Embedder:
         """
         if not 0 < window <= model.config.max_seq_len:
             raise ValueError(f"window must be in [1, max_seq_len={model.config.max_seq_len}], got {window}.")
-        self.device = inference_device(device)
-        self.model = model.to(self.device).eval()
+        super().__init__(device, autocast_dtype)
+        self.model = self.on_device(model)
         self.window = window
-        self.autocast_dtype = default_autocast_dtype(self.device, autocast_dtype)
 
     @classmethod
-    def from_checkpoint(
-        cls,
-        path: Union[str, Path],
-        device: Optional[Union[str, torch.device]] = None,
-        backend: Backend = Backend.AUTO,
-        autocast_dtype: Optional[torch.dtype] = None,
-    ) -> Embedder:
-        """Load a GenoformerLM Lightning checkpoint (.ckpt) for embedding.
-
-        Args:
-            path: the checkpoint file.
-            device: where to run; None: CUDA when available, else CPU.
-            backend: attention backend to run with (the training backend may not exist here);
-                AUTO picks per device.
-            autocast_dtype: see `Embedder`; None: bfloat16 autocast on CUDA, float32 on the CPU.
-        """
-        checkpoint, hparams = read_model_checkpoint(path, ModelKind.GENOME_LM)
-        check_alphabet(checkpoint, f"{path}: embed")
-        config = TransformerConfig.from_dict(hparams["transformer"])
-        model = Transformer(config, RuntimeSettings.for_inference(backend, sequence_chunk=INFERENCE_CHUNK))
-        load_module_weights(model, checkpoint)
-        window = min(checkpoint.get("trained_seq_len") or config.max_seq_len, config.max_seq_len)
-        return cls(model, window=window, device=device, autocast_dtype=autocast_dtype)
+    def from_loaded(cls, loaded: LoadedModel, **options: Any) -> Embedder:
+        """The default window is the context the model was trained at."""
+        return cls(loaded.network, window=loaded.context, **options)
 
     @torch.inference_mode()
     def embed(

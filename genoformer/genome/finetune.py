@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
@@ -38,11 +37,11 @@ from torchmetrics import regression as tmr
 
 from genoformer.core.checkpoints import ModelKind
 from genoformer.core.loading import read_model_checkpoint
-from genoformer.core.inference import load_module_weights
+from genoformer.core.loading import load_module_weights
 from genoformer.core.runtime import RuntimeSettings
 from genoformer.core.training import TrainingModule, adamw_warmup_cosine, fused_adamw_allowed
 from genoformer.core.transformer import Transformer, TransformerConfig
-from genoformer.data.genome.alphabet import TOKEN_CODES, VOCAB_SIZE
+from genoformer.data.genome.alphabet import TOKEN_CODES, VOCAB_SIZE, check_alphabet
 from genoformer.data.genome.annotations import ANNOTATION_CLASSES, CDS_MINUS, CDS_PLUS
 from genoformer.data.genome.labelled import IGNORE, TargetKind, TargetSpace
 from genoformer.genome.heads import (
@@ -54,7 +53,6 @@ from genoformer.genome.heads import (
     strand_features,
     swap_strands,
 )
-from genoformer.genome.lm import check_alphabet
 
 LORA_TARGETS = ("wq", "wk", "wv", "wo", "w_gate_up", "w_down")
 """The projections that get low-rank adapters: every linear layer of every block."""
@@ -359,17 +357,6 @@ class FineTuner(TrainingModule):
         if targets is not None:
             self.set_targets(TargetSpace.from_dict(targets))
         super().on_load_checkpoint(checkpoint)
-
-    @classmethod
-    def from_checkpoint(cls, path: Union[str, Path], runtime: Optional[RuntimeSettings] = None) -> FineTuner:
-        """The fine-tuned model of a checkpoint written by `genoformer finetune`, weights loaded, in eval mode."""
-        checkpoint, hparams = read_model_checkpoint(path, ModelKind.GENOME_FINETUNED)
-        check_alphabet(checkpoint, f"{path}: load it")
-        if hparams.get("targets") is None:
-            raise ValueError(f"{path} holds no head (it was saved before its targets were known); fine-tune it again")
-        module = cls(**{**hparams, "runtime": runtime})
-        module.load_state_dict(checkpoint["state_dict"])
-        return module.eval()
 
 
 def add_lora(trunk: Transformer, rank: int, alpha: float) -> None:

@@ -43,18 +43,19 @@ import math
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 import torch
 
 from genoformer.core.checkpoints import resolve_checkpoint
-from genoformer.core.inference import autocast, default_autocast_dtype, inference_device
+from genoformer.core.inference import autocast
+from genoformer.core.loading import LoadedModel
 from genoformer.core.transformer import KVCache, Transformer
 from genoformer.data.genome.alphabet import BASES, InvalidBaseError, T, decode, encode
 from genoformer.data.genome.inputs import read_sequences
 from genoformer.data.storage import refuse_existing, write_text
-from genoformer.genome.embeddings import Embedder
+from genoformer.genome.inference import LanguageModelRunner
 from genoformer.hints import option
 from genoformer.kernels.dispatch import Backend
 from genoformer.progress import tqdm
@@ -127,7 +128,7 @@ def refuse_masked(model: Transformer, what: str) -> None:
         )
 
 
-class Generator:
+class Generator(LanguageModelRunner):
     """Samples continuations of DNA prompts from a causal `Transformer` (see the module docstring)."""
 
     def __init__(
@@ -151,25 +152,17 @@ class Generator:
         refuse_masked(model, "this model")
         if not 0 < context <= model.config.max_seq_len:
             raise ValueError(f"context must be in [1, max_seq_len={model.config.max_seq_len}], got {context}.")
-        self.device = inference_device(device)
-        self.model = model.to(self.device).eval()
-        self.autocast_dtype = default_autocast_dtype(self.device, autocast_dtype)
+        super().__init__(device, autocast_dtype)
+        self.model = self.on_device(model)
         self.context = context
         self.cuda_graphs = cuda_graphs
 
     @classmethod
-    def from_checkpoint(
-        cls,
-        path: Union[str, Path],
-        device: Optional[Union[str, torch.device]] = None,
-        backend: Backend = Backend.AUTO,
-    ) -> Generator:
-        """Load a DNA language model checkpoint (.ckpt or an exported folder); the default
-        context is its trained context. A masked model is refused (ValueError)."""
-        embedder = Embedder.from_checkpoint(path, device=device, backend=backend)
-        refuse_masked(embedder.model, str(path))
-        return cls(embedder.model, context=embedder.window, device=embedder.device,
-                   autocast_dtype=embedder.autocast_dtype)
+    def from_loaded(cls, loaded: LoadedModel, **options: Any) -> Generator:
+        """The default context is the one the model was trained at; a masked model is refused
+        (ValueError). Options: cuda_graphs."""
+        refuse_masked(loaded.network, str(loaded.source))
+        return cls(loaded.network, context=loaded.context, **options)
 
     def check_window(self, context: Optional[int], overlap: Optional[int]) -> tuple[int, int]:
         """(context, overlap) to use, validated; None takes the defaults."""

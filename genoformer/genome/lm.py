@@ -31,7 +31,7 @@ from genoformer.core.checkpoints import ModelKind
 from genoformer.core.runtime import RuntimeSettings
 from genoformer.core.training import TrainingModule
 from genoformer.core.transformer import Transformer, TransformerConfig, document_positions, fused, over_chunks
-from genoformer.data.genome.alphabet import MASK, PAD, T, TOKEN_CODES, VOCAB_SIZE
+from genoformer.data.genome.alphabet import MASK, PAD, T, TOKEN_CODES, VOCAB_SIZE, check_alphabet
 
 LN2 = math.log(2.0)
 IGNORE = -100
@@ -256,11 +256,3 @@ class GenoformerLM(TrainingModule):
         check_alphabet(checkpoint, "load it")
         super().on_load_checkpoint(checkpoint)
         self.trained_seq_len = checkpoint.get("trained_seq_len", 0)
-
-
-def check_alphabet(checkpoint: Mapping[str, Any], action: str) -> None:
-    """ValueError unless the checkpoint's model reads this genoformer's token codes."""
-    alphabet = checkpoint.get("alphabet", TOKEN_CODES)
-    if alphabet != TOKEN_CODES:
-        raise ValueError(f"the checkpoint's model reads the token codes {alphabet}, this genoformer encodes "
-                         f"{TOKEN_CODES}; {action} with the genoformer version that trained it")

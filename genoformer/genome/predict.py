@@ -23,14 +23,16 @@ import csv
 import dataclasses
 import io
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 import torch
 
-from genoformer.core.inference import autocast, default_autocast_dtype, inference_device
+from genoformer.core.checkpoints import ModelKind
+from genoformer.core.inference import InferenceModel, autocast
+from genoformer.core.loading import LoadedModel
 from genoformer.core.runtime import RuntimeSettings
-from genoformer.data.genome.alphabet import PAD
+from genoformer.data.genome.alphabet import PAD, check_alphabet
 from genoformer.data.genome.annotations import Gene
 from genoformer.data.genome.inputs import SequenceInputs, read_sequences
 from genoformer.data.genome.labelled import TargetKind, TargetSpace
@@ -39,13 +41,15 @@ from genoformer.data.storage import write_text
 from genoformer.data.tiling import Keep, same_length_batches, tile_windows
 from genoformer.genome.finetune import FineTuner
 from genoformer.genome.genecalls import call_genes
-from genoformer.kernels.dispatch import Backend
 from genoformer.progress import tqdm
 
 
-class _FineTunedModel:
-    """A fine-tuned model on its inference device, in eval mode."""
+class FineTunedModel(InferenceModel):
+    """A fine-tuned model (genoformer.genome.finetune.FineTuner, trunk and head) on its inference
+    device, in eval mode: the base of SequencePredictor and GeneAnnotator."""
 
+    kind = ModelKind.GENOME_FINETUNED
+    prefix = ""  # the whole module: trunk and head
     expected: tuple[bool, ...] = (False, True)
     """Which kinds of targets the class serves: per sequence (False) and/or per base (True)."""
 
@@ -56,20 +60,26 @@ class _FineTunedModel:
         if module.targets.kind.per_base not in self.expected:
             other = "GeneAnnotator (genoformer annotate)" if module.targets.kind.per_base else "SequencePredictor (genoformer classify)"
             raise ValueError(f"this model predicts {module.targets.kind.value}; run it with {other}")
-        self.device = inference_device(device)
-        self.module = module.to(self.device).eval()
-        self.autocast_dtype = default_autocast_dtype(self.device, autocast_dtype)
+        super().__init__(device, autocast_dtype)
+        self.module = self.on_device(module)
 
     @property
     def targets(self) -> TargetSpace:
         return self.module.targets
 
     @classmethod
-    def from_checkpoint(cls, path: Union[str, Path], device: Optional[Union[str, torch.device]] = None,
-                        backend: Backend = Backend.AUTO, autocast_dtype: Optional[torch.dtype] = None):
-        """Load a checkpoint written by `genoformer finetune` (device None: CUDA when available)."""
-        module = FineTuner.from_checkpoint(path, RuntimeSettings.for_inference(backend))
-        return cls(module, device=device, autocast_dtype=autocast_dtype)
+    def check(cls, checkpoint: dict[str, Any], name: str) -> None:
+        check_alphabet(checkpoint, f"{name}: load it")
+        if (checkpoint.get("hyper_parameters") or {}).get("targets") is None:
+            raise ValueError(f"{name} holds no head (it was saved before its targets were known); fine-tune it again")
+
+    @classmethod
+    def build(cls, hparams: dict[str, Any], runtime: RuntimeSettings) -> FineTuner:
+        return FineTuner(**{**hparams, "runtime": runtime})
+
+    @classmethod
+    def from_loaded(cls, loaded: LoadedModel, **options: Any) -> FineTunedModel:
+        return cls(loaded.network, **options)
 
     @torch.inference_mode()
     def _run(self, rows: list[np.ndarray]) -> np.ndarray:
@@ -124,7 +134,7 @@ class SequencePredictions:
         return write_text(Path(path), self.table(), overwrite=overwrite)
 
 
-class SequencePredictor(_FineTunedModel):
+class SequencePredictor(FineTunedModel):
     """Runs a model fine-tuned to classify or regress whole sequences."""
 
     expected = (False,)
@@ -173,7 +183,7 @@ class AnnotatedSequence:
         return len(self.codes)
 
 
-class GeneAnnotator(_FineTunedModel):
+class GeneAnnotator(FineTunedModel):
     """Runs a model fine-tuned for per-base gene classes over whole genomes and calls genes."""
 
     expected = (True,)

@@ -31,18 +31,17 @@ Shape legend: B batch of windows, W window length, V vocabulary, L sequence leng
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 import torch
 
 from genoformer.data.genome.alphabet import MASK, T
 from genoformer.data.tiling import Keep, Tile, same_length_batches, tile_windows
-from genoformer.core.inference import autocast, default_autocast_dtype, inference_device
-from genoformer.genome.embeddings import Embedder
+from genoformer.core.inference import autocast
+from genoformer.core.loading import LoadedModel
+from genoformer.genome.inference import LanguageModelRunner
 from genoformer.hints import hint, option
-from genoformer.kernels.dispatch import Backend
 from genoformer.core.transformer import KVCache, Transformer
 from genoformer.progress import tqdm
 
@@ -51,7 +50,7 @@ DEFAULT_MASK_PERIOD = 7
 """Masked models: one base in 7 masked per pass, close to the 15% of training."""
 
 
-class Scorer:
+class Scorer(LanguageModelRunner):
     """Runs a `Transformer` in eval mode and returns log2 p(base) for every base it can score."""
 
     def __init__(
@@ -77,24 +76,15 @@ class Scorer:
         if not 0 < context <= model.config.max_seq_len:
             raise ValueError(f"context must be in [1, max_seq_len={model.config.max_seq_len}], got {context}.")
         self.trained_context = context
-        self.device = inference_device(device)
-        self.model = model.to(self.device).eval()
-        self.autocast_dtype = default_autocast_dtype(self.device, autocast_dtype)
+        super().__init__(device, autocast_dtype)
+        self.model = self.on_device(model)
         self.context = context
         self.mask_period = mask_period
 
     @classmethod
-    def from_checkpoint(
-        cls,
-        path: Union[str, Path],
-        device: Optional[Union[str, torch.device]] = None,
-        backend: Backend = Backend.AUTO,
-        mask_period: int = DEFAULT_MASK_PERIOD,
-    ) -> Scorer:
-        """Load a GenoformerLM checkpoint (.ckpt); the default context is its trained context."""
-        embedder = Embedder.from_checkpoint(path, device=device, backend=backend)
-        return cls(embedder.model, context=embedder.window, device=embedder.device,
-                   autocast_dtype=embedder.autocast_dtype, mask_period=mask_period)
+    def from_loaded(cls, loaded: LoadedModel, **options: Any) -> Scorer:
+        """The default context is the one the model was trained at (options: mask_period)."""
+        return cls(loaded.network, context=loaded.context, **options)
 
     @property
     def causal(self) -> bool:

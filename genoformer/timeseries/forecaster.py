@@ -28,15 +28,15 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 import torch
 
 from genoformer.data.tiling import Keep, same_length_batches, tile_windows
 from genoformer.core.checkpoints import ModelKind
-from genoformer.core.loading import read_model_checkpoint
-from genoformer.core.inference import Pooling, autocast, default_autocast_dtype, inference_device, load_module_weights, pool_tokens
+from genoformer.core.inference import InferenceModel, Pooling, autocast, pool_tokens
+from genoformer.core.loading import LoadedModel
 from genoformer.core.runtime import RuntimeSettings
 from genoformer.kernels.dispatch import Backend
 from genoformer.core.transformer import TransformerConfig
@@ -63,8 +63,10 @@ ENSEMBLE_FIELDS = ("context", "horizon", "n_channels", "patch_len", "quantiles")
 """The `ForecastConfig` fields on which the members of an ensemble must agree."""
 
 
-class Forecaster:
+class Forecaster(InferenceModel):
     """Runs a `TimeSeriesTransformer`, or an ensemble of them, in eval mode (see the module docstring)."""
+
+    kind = ModelKind.FORECASTER
 
     def __init__(
         self,
@@ -97,10 +99,9 @@ class Forecaster:
                         f"ensemble members must agree on forecast.{field}: model 0 has {first}, model {index} has "
                         f"{mine}; ensemble checkpoints of one configuration (e.g. trained with different seeds)."
                     )
-        self.device = inference_device(device)
-        self.members = [member.to(self.device).eval() for member in members]
+        super().__init__(device, autocast_dtype)
+        self.members = [self.on_device(member) for member in members]
         self.config: ForecastConfig = members[0].forecast_config
-        self.autocast_dtype = default_autocast_dtype(self.device, autocast_dtype)
 
     @property
     def model(self) -> TimeSeriesTransformer:
@@ -113,15 +114,13 @@ class Forecaster:
         return self.members[0]
 
     @classmethod
-    def from_checkpoint(
-        cls,
-        path: Union[str, Path],
-        device: Optional[Union[str, torch.device]] = None,
-        backend: Backend = Backend.AUTO,
-        autocast_dtype: Optional[torch.dtype] = None,
-    ) -> Forecaster:
-        """Load a TimeSeriesForecaster Lightning checkpoint (.ckpt written by `genoformer fit`)."""
-        return cls(load_network(path, backend), device=device, autocast_dtype=autocast_dtype)
+    def build(cls, hparams: dict[str, Any], runtime: RuntimeSettings) -> TimeSeriesTransformer:
+        return TimeSeriesTransformer(TransformerConfig.from_dict(hparams["transformer"]),
+                                     ForecastConfig.from_dict(hparams["forecast"]), runtime)
+
+    @classmethod
+    def from_loaded(cls, loaded: LoadedModel, **options: Any) -> Forecaster:
+        return cls(loaded.network, **options)
 
     @classmethod
     def from_checkpoints(
@@ -132,7 +131,7 @@ class Forecaster:
         autocast_dtype: Optional[torch.dtype] = None,
     ) -> Forecaster:
         """An ensemble of TimeSeriesForecaster checkpoints: forecasts are the mean of theirs."""
-        return cls([load_network(path, backend) for path in paths], device=device, autocast_dtype=autocast_dtype)
+        return cls([cls.load(path, backend).network for path in paths], device=device, autocast_dtype=autocast_dtype)
 
     def _autocast(self) -> torch.autocast:
         return autocast(self.device, self.autocast_dtype)
@@ -337,18 +336,6 @@ class Forecaster:
                     f"position {position}; mark a value as missing with NaN (the model masks missing values)."
                 )
         return [np.ascontiguousarray(v, dtype=np.float32) for v in items], layout, like
-
-
-def load_network(path: Union[str, Path], backend: Backend = Backend.AUTO) -> TimeSeriesTransformer:
-    """The `TimeSeriesTransformer` of a TimeSeriesForecaster Lightning checkpoint (.ckpt written by
-    `genoformer fit`), on the CPU, attention through `backend`."""
-    checkpoint, hparams = read_model_checkpoint(path, ModelKind.FORECASTER)
-    model = TimeSeriesTransformer(
-        TransformerConfig.from_dict(hparams["transformer"]), ForecastConfig.from_dict(hparams["forecast"]),
-        RuntimeSettings.for_inference(backend),
-    )
-    load_module_weights(model, checkpoint)
-    return model
 
 
 def _to_numpy(value: Union[np.ndarray, torch.Tensor]) -> np.ndarray:

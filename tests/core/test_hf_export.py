@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 from genoformer.core.checkpoints import FORMAT_VERSION, ModelKind
 from genoformer.core.loading import read_model_checkpoint
 from genoformer.core.hf import export_hf, is_hf_directory, read_hf_checkpoint
-from genoformer.core.inference import load_module_weights
+from genoformer.core.loading import load_module_weights
 from genoformer.core.transformer import Transformer, TransformerConfig
 from genoformer.genome.lm import Objective
 from genoformer.genome.scoring import LOG2E, Scorer

@@ -16,12 +16,13 @@ from model_helpers import random_tokens, tiny_config
 from genoformer.core.checkpoints import ModelKind
 from genoformer.core.loading import read_model_checkpoint
 from genoformer.core.hf import LAYOUT_FILE, export_hf, merge_lora, modeling_source, read_hf_checkpoint
-from genoformer.core.inference import load_module_weights
+from genoformer.core.loading import load_module_weights
 from genoformer.core.transformer import Transformer, TransformerConfig
 from genoformer.data.genome.annotations import ANNOTATION_CLASSES, STRAND_SWAP
 from genoformer.data.genome.labelled import TargetKind, TargetSpace
 from genoformer.genome.finetune import FineTuner
 from genoformer.genome.lm import GenoformerLM, Objective
+from genoformer.genome.predict import FineTunedModel
 from genoformer.kernels.layout import BigBird, SlidingWindow
 
 LOAD = dict(trust_remote_code=True, local_files_only=True)
@@ -103,7 +104,7 @@ def test_fine_tuned_models_load_into_transformers_and_back(tuned, name):
     torch.testing.assert_close(logits, expected, rtol=0, atol=1e-4)
     torch.testing.assert_close(predicted, wanted, rtol=0, atol=1e-4)
     # and back into genoformer: the same predictions from the directory
-    loaded = FineTuner.from_checkpoint(directory)
+    loaded = FineTunedModel.load(directory).network
     with torch.no_grad():
         again = loaded.predict_outputs(tokens_BL, lengths_B)
     if per_base:

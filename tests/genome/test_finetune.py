@@ -18,6 +18,7 @@ from genoformer.data.genome.annotations import ANNOTATION_CLASSES, STRAND_SWAP
 from genoformer.data.genome.labelled import IGNORE, LabelledDataModule, TargetKind, TargetSpace
 from genoformer.genome.finetune import Adaptation, FineTuner
 from genoformer.genome.heads import flip_within, reverse_complement_rows, valid_mask
+from genoformer.genome.predict import FineTunedModel
 
 CLASSES = TargetSpace(TargetKind.SEQUENCE_CLASSES, ("a", "b"))
 
@@ -219,14 +220,14 @@ def test_checkpoint_round_trip(causal_checkpoint, tmp_path):
     L_trainer = trainer()
     L_trainer.strategy.connect(module)
     L_trainer.save_checkpoint(tmp_path / "tuned.ckpt")
-    loaded = FineTuner.from_checkpoint(tmp_path / "tuned.ckpt")
+    loaded = FineTunedModel.load(tmp_path / "tuned.ckpt").network
     assert not loaded.training and loaded.targets == module.targets and loaded.adaptation is Adaptation.LORA
     tokens_BL, lengths_B = random_tokens(2, 20, seed=5), torch.tensor([20, 14])
     with torch.no_grad():
         torch.testing.assert_close(loaded.predict_outputs(tokens_BL, lengths_B),
                                    module.eval().predict_outputs(tokens_BL, lengths_B))
     with pytest.raises(ValueError, match="language model"):
-        FineTuner.from_checkpoint(causal_checkpoint)
+        FineTunedModel.load(causal_checkpoint)
 
 
 def test_argument_errors(causal_checkpoint):
