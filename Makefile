@@ -3,6 +3,8 @@
 #                     and embed the lambda phage genome with the trained model (run it again:
 #                     the run resumes from its last.ckpt, and the embeddings are replaced)
 #   make test         install into .venv (with the test extras), then run the whole test suite
+# and for the house rules (make test runs them too):
+#   make lint         ruff's lint (pyproject.toml's [tool.ruff]) and the import contract ([tool.importlinter])
 # and one more for the guides:
 #   make docs         build the guides' site into site/ (mkdocs build --strict), then check it in
 #                     headless Chromium (tests/docs), with screenshots in runs/site/
@@ -15,7 +17,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN_DIR ?= runs/quickstart
 
-.PHONY: install install-dev quickstart test docs
+.PHONY: install install-dev quickstart test lint docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +38,10 @@ quickstart: install
 
 test: install-dev
 	$(BIN)/python -m pytest tests -q -ra --timeout=900
+
+lint: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q tests/test_import_contract.py
 
 docs: install-dev
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict

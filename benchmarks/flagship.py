@@ -31,8 +31,6 @@ import argparse
 import gzip
 import json
 import shutil
-import subprocess
-import sys
 import tarfile
 import time
 from pathlib import Path

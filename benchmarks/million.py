@@ -37,7 +37,6 @@ import contextlib
 import dataclasses
 import gc
 import importlib.util
-import json
 import math
 import os
 import tempfile
@@ -61,14 +60,13 @@ from benchmarks.common import (
     command_line,
     describe_environment,
     error_text,
-    fmt,
     table,
     verdict,
     write_result,
 )
 from genoformer.core.runtime import RuntimeSettings
 from genoformer.core.transformer import TransformerConfig, _spec_from_dict, compile_blocks
-from genoformer.data.genome.alphabet import T, reverse_complement
+from genoformer.data.genome.alphabet import reverse_complement
 from genoformer.data.genome.inputs import read_sequences
 from genoformer.genome.lm import GenoformerLM, Objective
 from genoformer.kernels.dispatch import Backend
@@ -273,7 +271,7 @@ def measure_case(case: Case, device: torch.device, steps: int, smoke: bool) -> d
         if not _is_oom(error):
             record["traceback"] = traceback.format_exc()[-3000:]
     finally:
-        del model, loss_fn, optimizer
+        model = loss_fn = optimizer = None  # freed before the next case (the closures above read them)
         _free(device)
         torch._dynamo.reset()
     record["seconds"] = time.perf_counter() - began

@@ -58,7 +58,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from genoformer.kernels.gluon_fwd import HEAD_DIMS, descriptor_layout, tma_load, tma_store
+from genoformer.kernels.gluon_fwd import HEAD_DIMS, tma_load, tma_store
 
 # The CTA-wide barrier (inside a warp_specialize partition: its warps only, a named barrier) was
 # renamed: 3.6, the GPU image's, has only thread_barrier, 3.9 only barrier.
