@@ -1,4 +1,4 @@
-"""What genome and time-series stores share: the metadata schema, atomic building, the chunk cache.
+"""What genome and time-series stores share: the metadata schema, the one atomic writer, the chunk cache.
 
 A store is a zarr v3 group. Its attributes hold one key, ``"genoformer"``, a dict with
 ``format`` ("genoformer.genome" or "genoformer.timeseries"), ``format_version``,
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import hashlib
 import json
 import logging
@@ -26,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import zarr
@@ -37,6 +38,34 @@ log = logging.getLogger(__name__)
 
 METADATA_KEY = "genoformer"
 _TMP_MARK = ".tmp-"
+
+
+class CorruptStoreError(ValueError):
+    """Bytes of a store that do not match the checksum written with them (or cannot be decoded):
+    the store was damaged after it was built. Its message is one line: the store, the command
+    that rebuilds it, and what was found."""
+
+
+def rebuild_command(command: str, inputs_flag: str, inputs: Sequence[str], out: Path, options: dict[str, Any]) -> str:
+    """The command line that builds the store ``out`` again, replacing it: ``genoformer COMMAND
+    INPUTS_FLAG INPUT... --out OUT`` with ``options`` (a True flag bare, a list as '[a,b]'; None and
+    False left out) and ``--overwrite``."""
+    words = ["genoformer", command, inputs_flag, *inputs, "--out", str(out)]
+    for name, value in options.items():
+        if value is None or value is False:
+            continue
+        words.append(f"--{name}")
+        if isinstance(value, (list, tuple)):
+            words.append("[" + ",".join(map(str, value)) + "]")
+        elif value is not True:
+            words.append(str(value))
+    return shlex.join([*words, "--overwrite"])
+
+
+def damaged_store(path: Path, rebuild: str, found: str) -> CorruptStoreError:
+    """Our one-line message for a store whose data no longer match their checksums."""
+    return CorruptStoreError(f"{path} is damaged (its data changed after it was built: a disk or copy error), so "
+                             f"it cannot be read; rebuild it: {rebuild} (found: {found})")
 
 
 def tool_version() -> str:
@@ -93,6 +122,18 @@ def reusable_store(out: Path, fmt: str, arguments: dict, paths_key: str) -> dict
     options = {k: v for k, v in arguments.items() if k != paths_key}
     stored = {k: v for k, v in existing.get("arguments", {}).items() if k != paths_key}
     return existing if stored == options else None
+
+
+_WARNED: set[Path] = set()
+
+
+def warn_unchecked_store(path: Path, rebuild: str) -> None:
+    """Say once per process that the store at ``path`` (an older format) has no chunk
+    checksums, and how to rebuild it with them."""
+    if path.resolve() not in _WARNED:
+        _WARNED.add(path.resolve())
+        log.warning("%s was built by an older genoformer without chunk checksums: damage to it would go unnoticed. "
+                    "Rebuild it to have every read checked: %s", path, rebuild)
 
 
 def open_store_group(path: str | Path, fmt: str, supported_versions: tuple[int, ...]) -> tuple[zarr.Group, dict]:
@@ -158,31 +199,102 @@ def refuse_existing(out: Path, overwrite: bool) -> None:
         raise FileExistsError(f"{out} exists; pass {option('overwrite')} to replace it")
 
 
+class DiskFullError(OSError):
+    """A write that met a full disk (or quota): says which file, that the old one was kept, and
+    what to do; `errno` stays ENOSPC (or EDQUOT)."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _disk_full(out: Path, error: OSError) -> DiskFullError:
+    try:
+        free = f"{shutil.disk_usage(out.parent).free / 1e6:,.1f} MB free there now"
+    except OSError:
+        free = "free space unknown"
+    kept = f"{out} was left as it was" if out.exists() else f"nothing was written at {out}"
+    return DiskFullError(error.errno, f"no space left on the device while writing {out} ({free}); {kept}. Free some "
+                                      f"space or write elsewhere, then run the command again "
+                                      f"({os.strerror(error.errno)})")
+
+
+def _fsync(path: Path, directory: bool = False) -> None:
+    """Flush `path` (a file, or a directory's entries) to the disk."""
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    except OSError as error:
+        if not directory or error.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise  # some file systems cannot sync a directory; the rename is then as durable as they make it
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(path: Path) -> None:
+    """Flush a file, or every file and folder of a directory tree, to the disk."""
+    if not path.is_dir():
+        _fsync(path)
+        return
+    for folder, _, files in os.walk(path):
+        for name in files:
+            _fsync(Path(folder, name))
+        _fsync(Path(folder), directory=True)
+
+
 @contextlib.contextmanager
 def atomic_build(out: Path, overwrite: bool) -> Iterator[Path]:
     """Yield a temporary path beside ``out`` to build into (a store directory or a single file);
-    on success rename it to ``out``.
+    on success flush it to the disk and rename it to ``out``. The one atomic writer: every file
+    genoformer writes goes through it (or through :func:`atomic_open` on it).
 
-    On any exception the temporary is deleted and ``out`` is left as it was. With ``overwrite``
-    an existing ``out`` is replaced only after the new one is complete. The temporary path keeps
-    ``out``'s suffix, so writers that go by the suffix (``numpy.savez``) write it as named.
+    The temporary lies in ``out``'s own directory, so the rename never crosses file systems (a
+    move across them copies into ``out``, and a full disk then truncates it). On any exception
+    the temporary is deleted and ``out`` is left as it was; a full disk raises
+    :class:`DiskFullError` naming ``out``. A file replaces an existing ``out`` in one rename,
+    so a reader sees the old file or the new one, never neither; a directory (a store) is
+    renamed aside first, then replaced. With ``overwrite`` an existing ``out`` is replaced only
+    after the new one is complete and on the disk. The temporary path keeps ``out``'s suffix,
+    so writers that go by the suffix (``numpy.savez``) write it as named.
     """
+    out = Path(out)
     refuse_existing(out, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_temporaries(out)
     tmp = _temporary_name(out, "new")
     try:
-        yield tmp
-        if out.exists():
+        try:
+            yield tmp
+            _fsync_tree(tmp)
+        except OSError as error:
+            if error.errno in _FULL and not isinstance(error, DiskFullError):
+                raise _disk_full(out, error) from error
+            raise
+        if out.exists() and (tmp.is_dir() or out.is_dir()):  # a directory cannot be renamed over
             old = _temporary_name(out, "old")
             os.replace(out, old)
             os.replace(tmp, out)
+            _fsync(out.parent, directory=True)
             _remove(old)
         else:
             os.replace(tmp, out)
+            _fsync(out.parent, directory=True)
     finally:
         if tmp.exists():
             _remove(tmp)
+
+
+@contextlib.contextmanager
+def atomic_open(out: Path, mode: str = "wb", *, overwrite: bool = True, **kwargs: Any) -> Iterator[IO]:
+    """`open(out, mode)` through :func:`atomic_build`: the file object writes a temporary
+    beside ``out``, which replaces ``out`` (flushed to the disk) only when the block ends without
+    an exception. ``mode`` is a writing mode ("w", "wb", "wt")."""
+    if not mode.startswith("w"):
+        raise ValueError(f"atomic_open writes a new file; mode {mode!r} does not (use 'w', 'wb' or 'wt')")
+    with atomic_build(Path(out), overwrite) as tmp, open(tmp, mode, **kwargs) as file:
+        yield file
 
 
 def write_text(path: Path, text: str, *, overwrite: bool) -> Path:

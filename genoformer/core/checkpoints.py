@@ -13,6 +13,15 @@ with these conventions, kept by `genoformer.core.training.TrainingModule` when i
 Checkpoints written before the tag existed (format version 0) are recognised by their
 hyperparameters once, here (`checkpoint_kind`), and nowhere else.
 
+Every read checks the file first (`verify_checkpoint_file`): a .ckpt is a zip container whose
+every record (the pickled values, each tensor's bytes) carries the CRC-32 torch wrote with it,
+and a record whose bytes no longer match is refused with one error naming the file, before any
+value reaches a model. Checking costs one pass over the file at several GB/s (about 4 ms for the
+13 MB shipped model, against 10 ms for `torch.load`; benchmarks/integrity.py). Checkpoints are
+written by `AtomicCheckpointIO` (the trainer's, set by the `genoformer` command) through the one
+atomic writer (`genoformer.data.storage.atomic_build`): a save that fails, a full disk included,
+leaves the previous file as it was.
+
 Reading a .ckpt unpickles it, but only plain containers and tensors
 (`torch.load(weights_only=True)`), so a checkpoint cannot run code when it is loaded. A Hugging
 Face directory of `genoformer export --format hf` is read without unpickling anything
@@ -23,15 +32,24 @@ huggingface_hub): prefer those for models from other people.
 from __future__ import annotations
 
 import enum
+import mmap
+import os
 import pickle
 import re
+import shlex
+import struct
 import sys
+import types
 import zipfile
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+
+from genoformer.data.storage import atomic_open
 
 FORMAT_VERSION = 1
 """Version of the conventions above written into every checkpoint's "genoformer" entry."""
@@ -131,13 +149,62 @@ def check_checkpoint_file(path: Union[str, Path]) -> Path:
     return path
 
 
+_LOCAL_HEADER = struct.Struct("<4s22xHH")
+"""A zip local file header: signature, then (after 22 bytes) the name's and the extra field's lengths."""
+
+
+def _record_damage(data: memoryview, info: zipfile.ZipInfo) -> Optional[str]:
+    """Why a stored record of a zip container does not hold what its central directory says
+    (its header, its name or its CRC-32 over its bytes), or None when it does."""
+    start = info.header_offset
+    if start + _LOCAL_HEADER.size > len(data):
+        return "its header lies past the end of the file"
+    signature, name_length, extra_length = _LOCAL_HEADER.unpack_from(data, start)
+    name_at = start + _LOCAL_HEADER.size
+    if signature != b"PK\x03\x04" or bytes(data[name_at:name_at + name_length]) != info.orig_filename.encode():
+        return "its header is damaged"
+    begin = name_at + name_length + extra_length
+    if begin + info.compress_size > len(data):
+        return "its bytes run past the end of the file"
+    if zlib.crc32(data[begin:begin + info.compress_size]) != info.CRC:
+        return "its bytes do not match the CRC-32 written with them"
+    return None
+
+
+def verify_checkpoint_file(path: Union[str, Path]) -> Path:
+    """`path` when every record of the checkpoint file matches the CRC-32 written with it (see the
+    module docstring); FileNotFoundError or ValueError, in our words, otherwise."""
+    path = check_checkpoint_file(path)
+    try:
+        with open(path, "rb") as file, zipfile.ZipFile(file) as archive:
+            infos = archive.infolist()
+            if any(info.compress_type != zipfile.ZIP_STORED for info in infos):
+                damage = archive.testzip()  # not torch's layout: zipfile decompresses and checks each record
+                if damage is not None:
+                    raise _damaged_error(path, damage, "its bytes do not match the CRC-32 written with them")
+                return path
+            with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                data = memoryview(mapped)
+                try:
+                    for info in infos:
+                        damage = _record_damage(data, info)
+                        if damage is not None:
+                            raise _damaged_error(path, info.filename, damage)
+                finally:
+                    data.release()
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as error:
+        raise _unreadable_error(path) from error
+    return path
+
+
 def read_checkpoint(path: Union[str, Path]) -> dict:
     """The contents of a checkpoint file (tensors on the CPU), unpickling plain values only.
 
     FileNotFoundError for a missing file; ValueError, in our words, for a file torch cannot read
-    (truncated, or not a checkpoint) or one that holds objects other than plain values and tensors.
+    (truncated, or not a checkpoint), a damaged one (`verify_checkpoint_file`), or one that holds
+    objects other than plain values and tensors.
     """
-    path = check_checkpoint_file(path)
+    path = verify_checkpoint_file(path)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except _UNREADABLE_ERRORS as exc:
@@ -289,6 +356,76 @@ def _hub_snapshot(hub_id: str, context: str, remedy: str = "") -> Path:
             + ("" if remedy else "Pass a .ckpt file, a run directory, a directory of `genoformer export --format hf`, "
                "or a Hub id (owner/name) with a network.")
         ) from error
+
+
+def _record_description(record: str) -> str:
+    """A zip record of torch.save as a reader knows it: `<archive>/data/7` is tensor 7's bytes."""
+    folder, _, name = record.rpartition("/")
+    if folder.endswith("/data") or folder == "data":
+        return f"the bytes of tensor {name}"
+    return "the table of its values" if name == "data.pkl" else f"its record {name}"
+
+
+def _damaged_error(path: Path, record: str, damage: str) -> ValueError:
+    """Our message for a checkpoint whose bytes changed after it was written."""
+    return ValueError(
+        f"{path} is damaged: {_record_description(record)} changed after it was written ({damage}; a disk, copy "
+        f"or transfer error), so the checkpoint cannot be trusted. Use another copy, or an earlier checkpoint of "
+        f"the run; `genoformer verify {shlex.quote(str(path.parent))}` checks every checkpoint in its folder"
+    )
+
+
+def write_checkpoint(checkpoint: dict[str, Any], path: Path, *, overwrite: bool) -> Path:
+    """`torch.save(checkpoint)` to `path` through the one atomic writer (see the module
+    docstring); an existing file is replaced only with `overwrite`. A full disk raises
+    `genoformer.data.storage.DiskFullError` naming `path`, which is left as it was."""
+    with atomic_open(Path(path), "wb", overwrite=overwrite) as file:
+        failed: list[OSError] = []
+
+        def write(data: Any) -> int:
+            try:
+                return file.write(data)
+            except OSError as error:  # torch reports it as a RuntimeError of its own: keep it
+                failed.append(error)
+                raise
+
+        try:
+            torch.save(checkpoint, types.SimpleNamespace(write=write, flush=file.flush))
+        except RuntimeError:
+            if failed:
+                raise failed[0] from None
+            raise
+    return Path(path)
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's torch.save/torch.load checkpoint plugin, saving through the one atomic writer
+    and verifying every checkpoint it loads (see the module docstring).
+
+    Lightning's own save writes a temporary file in $TMPDIR and moves it over the checkpoint; on
+    a cluster, where $TMPDIR and the run directory are two file systems, the move copies into
+    the checkpoint, and a full disk truncates it. Here the temporary lies beside the checkpoint,
+    is flushed to the disk and renamed over it. Remote paths (``s3://...``) keep Lightning's own
+    behaviour.
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Union[str, Path],
+                        storage_options: Optional[Any] = None) -> None:
+        if _remote(path):
+            super().save_checkpoint(checkpoint, path, storage_options)
+            return
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} takes no storage_options")
+        write_checkpoint(checkpoint, Path(path), overwrite=True)
+
+    def load_checkpoint(self, path: Union[str, Path], *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if not _remote(path):
+            verify_checkpoint_file(path)
+        return super().load_checkpoint(path, *args, **kwargs)
+
+
+def _remote(path: Union[str, Path]) -> bool:
+    return "://" in str(path)
 
 
 def _unreadable_error(path: Path) -> ValueError:

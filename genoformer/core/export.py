@@ -16,11 +16,18 @@ from typing import Literal, Optional
 
 import torch
 
-from genoformer.core.checkpoints import (TAG_KEY, canonical_state_dict, checkpoint_kind, read_checkpoint,
-                                        resolve_checkpoint, tag)
+from genoformer.core.checkpoints import (
+    TAG_KEY,
+    canonical_state_dict,
+    checkpoint_kind,
+    read_checkpoint,
+    resolve_checkpoint,
+    tag,
+    write_checkpoint,
+)
 from genoformer.core.hf import export_hf
 from genoformer.core.runtime import RUNTIME_FIELDS
-from genoformer.data.storage import atomic_build, refuse_existing
+from genoformer.data.storage import refuse_existing
 
 KEPT_KEYS = ("state_dict", "hyper_parameters", "trained_seq_len", "alphabet", "pytorch-lightning_version", "epoch",
              "global_step", TAG_KEY)
@@ -75,7 +82,6 @@ def export(
         for name, tensor in canonical_state_dict(state["state_dict"]).items()
     }
     tag(exported, kind)
-    with atomic_build(out, overwrite) as tmp:
-        torch.save(exported, tmp)
+    write_checkpoint(exported, out, overwrite=overwrite)
     print(f"wrote {out} ({kind.description}, {out.stat().st_size / 2**20:.1f} MiB, {'stored' if dtype == 'auto' else dtype} weights)")
     return out

@@ -4,19 +4,23 @@ Lightning's CSVLogger deletes an existing metrics.csv as soon as it starts, so r
 (`genoformer fit ... --ckpt_path last`) lost the metrics of the steps before the checkpoint, and
 a run that failed before its first step left the directory without them. `AppendingCSVLogger`
 appends to the file instead, and writes nothing (neither metrics.csv nor hparams.yaml) until the
-run has logged its first metric.
+run has logged its first metric. When a new column appears (the first validation metric), the
+file is rewritten with it through the atomic writer, so that a crash during the rewrite keeps the
+rows already logged; hparams.yaml is written the same way.
 """
 
 from __future__ import annotations
 
 import csv
-import os
+from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.core.saving import save_hparams_to_yaml
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.fabric.loggers.logger import rank_zero_experiment
+
+from genoformer.data.storage import atomic_build, atomic_open
 
 
 class _AppendingWriter(ExperimentWriter):
@@ -33,8 +37,17 @@ class _AppendingWriter(ExperimentWriter):
 
     def save(self) -> None:
         if self.metrics and self.hparams:
-            save_hparams_to_yaml(os.path.join(self.log_dir, self.NAME_HPARAMS_FILE), self.hparams)
+            with atomic_build(Path(self.log_dir, self.NAME_HPARAMS_FILE), overwrite=True) as tmp:
+                save_hparams_to_yaml(tmp, self.hparams)
         super().save()
+
+    def _rewrite_with_new_header(self, fieldnames: list[str]) -> None:
+        with open(self.metrics_file_path, newline="") as file:
+            rows = list(csv.DictReader(file))
+        with atomic_open(Path(self.metrics_file_path), "w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=fieldnames)
+            writer.writeheader()
+            writer.writerows(rows)
 
 
 class AppendingCSVLogger(CSVLogger):

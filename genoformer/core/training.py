@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar, Optional, Union
 
 import lightning as L
@@ -83,6 +84,14 @@ class TrainingModule(L.LightningModule):
         torch.manual_seed(step_seed(self.base_seed, self.global_step, self.global_rank))
 
     # ------------------------------------------------------------------- checkpoints
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
+        """Lightning's loader, after `checkpoints.verify_checkpoint_file` checked the file (a
+        local path; a file object or remote path is read as Lightning reads it)."""
+        if isinstance(checkpoint_path, (str, Path)) and "://" not in str(checkpoint_path):
+            checkpoints.verify_checkpoint_file(checkpoint_path)
+        return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoints.tag(checkpoint, self.kind)
         checkpoint["seed"] = self.base_seed

@@ -63,7 +63,7 @@ from genoformer.data.genome.alphabet import N, encode, reverse_complement
 from genoformer.data.genome.inputs import NamedSequence, check_sequence_inputs, read_sequences
 from genoformer.data.genome.regions import record_regions
 from genoformer.data.splits import SplitName, SplitSpec, read_split_spec
-from genoformer.data.storage import atomic_build, refuse_existing, write_json
+from genoformer.data.storage import atomic_open, refuse_existing, write_json
 from genoformer.progress import tqdm
 
 #: 2-bit codes of a 31-base context and a target fill the 64 bits of one key.
@@ -279,9 +279,8 @@ class MarkovModel:
                   "positions": np.array(self.positions)}
         for j, (keys_C, counts_C4) in enumerate(zip(self.keys, self.counts)):
             arrays[f"keys_{j}"], arrays[f"counts_{j}"] = keys_C, counts_C4
-        with atomic_build(path, overwrite) as tmp:
-            with open(tmp, "wb") as handle:  # a file object: savez would append .npz to the temporary name
-                np.savez(handle, **arrays)
+        with atomic_open(path, "wb", overwrite=overwrite) as handle:
+            np.savez(handle, **arrays)
         return path
 
     @classmethod
