@@ -14,9 +14,10 @@ Arrays are chunked along the sequence (``chunk_size`` bases, default 16 Ki) and 
 Blosc(blosclz, bit-shuffle): the bit-shuffle puts the two low bits of every code into bit planes
 of their own and the always-zero high bits into planes the compressor removes, so ACGT sequence
 costs just over 2 bits per base (about 0.265 B/base; zstd instead of blosclz: 0.255 B/base,
-decoding 2.5x slower) with standard codecs any zarr reader can decode. Chunks are grouped into shards
-(zarr's sharding codec) of ``shard_chunks`` chunks (8 Mi bases by default), one file each, so a
-large genome does not become hundreds of thousands of files. The shards are encoded by
+decoding 2.5x slower) with standard codecs any zarr reader can decode. Each compressed chunk is
+followed by its CRC32C (zarr's ``crc32c`` codec; format 2 on), which every read checks. Chunks
+are grouped into shards (zarr's sharding codec) of ``shard_chunks`` chunks (8 Mi bases by
+default), one file each, so a large genome does not become hundreds of thousands of files. The shards are encoded by
 ``shards.write_sharded`` (zarr's per-chunk write overhead would dominate ``prepare``), and every
 array is read back through zarr and checked before the store is marked complete.
 
@@ -28,6 +29,13 @@ cost about 11 us on one core, faster than pyfaidx on the plain FASTA (benchmarks
 process keeps an LRU cache of decoded chunks (``cache_bytes``); a cached window is a slice copy.
 The cache only helps while the decoded genome (1 byte/base) mostly fits; ``cache_bytes=0`` skips
 it.
+
+Integrity: a chunk whose bytes changed after the build (a disk, copy or transfer error) fails its
+CRC32C on the first read, raising :class:`~genoformer.data.storage.CorruptStoreError` with one
+line that names the store and the exact `genoformer prepare ... --overwrite` that rebuilds it;
+`genoformer verify STORE` reads every chunk and compares every contig with the SHA-256 recorded at
+the build. Stores of format 1 (no chunk checksums) are still read, with a warning that says how to
+rebuild them; `prepare` with the same inputs rebuilds them in place.
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ from pathlib import Path
 
 import numpy as np
 import zarr
-from zarr.codecs import BloscCodec
+from zarr.codecs import BloscCodec, Crc32cCodec
 
 from genoformer.data.genome.alphabet import N, TOKEN_CODES, InvalidBaseError, encode_bytes, softmask_bytes
 from genoformer.data.genome.seqfiles import SequenceFileReader, SequenceRecord
@@ -49,18 +57,23 @@ from genoformer.data.shards import ShardedArrayReader, write_sharded
 from genoformer.data.storage import (
     METADATA_KEY,
     ChunkCache,
+    CorruptStoreError,
     atomic_build,
     base_metadata,
+    damaged_store,
     open_store_group,
+    rebuild_command,
     reusable_store,
     sha256_files,
+    warn_unchecked_store,
 )
 from genoformer.progress import tqdm
 
 log = logging.getLogger(__name__)
 
 GENOME_FORMAT = "genoformer.genome"
-GENOME_FORMAT_VERSION = 1
+GENOME_FORMAT_VERSION = 2
+"""2: every chunk followed by its CRC32C; 1 (still read, with a warning): no chunk checksums."""
 DEFAULT_CHUNK_SIZE = 1 << 14
 DEFAULT_SHARD_CHUNKS = 512
 COMPRESSORS = ("blosclz", "lz4", "zstd")
@@ -83,12 +96,24 @@ class ContigInfo:
     codes_sha256: str  # SHA-256 of the uint8 codes, checked when the store is verified
 
 
-def _codec(compressor: str, level: int) -> BloscCodec:
+def _codecs(compressor: str, level: int) -> tuple[BloscCodec, Crc32cCodec]:
     # typesize 2 on 1-byte codes: Blosc bit-shuffles pairs of bases (16 bit planes instead of 8)
     # and splits each block into two streams; any reader decodes it the same way (the typesize is
     # in every chunk's header), and decoding runs 1.5x faster than with typesize 1 (c-blosc
     # 1.21, numcodecs 0.16; docs/design/data.md) for 0.3% more bytes.
-    return BloscCodec(cname=compressor, clevel=level, shuffle="bitshuffle", typesize=2)
+    return BloscCodec(cname=compressor, clevel=level, shuffle="bitshuffle", typesize=2), Crc32cCodec()
+
+
+def rebuild(path: Path, arguments: dict) -> str:
+    """The `genoformer prepare` command that builds the store at ``path`` again from its inputs
+    (``arguments`` as recorded in its metadata), replacing it."""
+    defaults = {"chunk_size": DEFAULT_CHUNK_SIZE, "compressor": "blosclz", "compression_level": 3,
+                "keep_softmask": True}
+    options = {name: arguments.get(name, default) for name, default in defaults.items()
+               if arguments.get(name, default) != default}
+    if options.get("keep_softmask") is False:
+        options["keep_softmask"] = "false"
+    return rebuild_command("prepare", "--fasta", arguments.get("fasta_paths", ["GENOME.fa"]), path, options)
 
 
 def _encode_record(path: Path, record: SequenceRecord) -> np.ndarray:
@@ -170,18 +195,23 @@ def prepare_genome_store(
     if existing is not None:
         stored = list(dict.fromkeys(c["source_sha256"] for c in existing["contigs"]))
         if stored == sha256_files(paths):
-            log.info("%s is up to date (same input checksums and options); keeping it", out)
-            return out
+            if existing.get("format_version") == GENOME_FORMAT_VERSION:
+                log.info("%s is up to date (same input checksums and options); keeping it", out)
+                return out
+            log.warning("%s was built from the same files by an older genoformer (format %s): rebuilding it with "
+                        "chunk checksums (format %d)", out, existing.get("format_version"), GENOME_FORMAT_VERSION)
+            overwrite = True
 
     with atomic_build(out, overwrite) as tmp:
-        _write_genome(tmp, paths, arguments, command, chunk_size, shard_chunks, _codec(compressor, compression_level),
+        _write_genome(tmp, paths, arguments, command, chunk_size, shard_chunks, _codecs(compressor, compression_level),
                       keep_softmask, progress)
     log.info("wrote genome store %s", out)
     return out
 
 
 def _write_genome(tmp: Path, paths: list[Path], arguments: dict, command: str | None, chunk_size: int,
-                  shard_chunks: int, codec: BloscCodec, keep_softmask: bool, progress: bool) -> None:
+                  shard_chunks: int, codecs: tuple[BloscCodec, Crc32cCodec], keep_softmask: bool,
+                  progress: bool) -> None:
     group = zarr.open_group(tmp, mode="w-")
     meta = base_metadata(GENOME_FORMAT, GENOME_FORMAT_VERSION, arguments, command)
     meta["alphabet"] = TOKEN_CODES
@@ -212,7 +242,7 @@ def _write_genome(tmp: Path, paths: list[Path], arguments: dict, command: str | 
                 shard = chunk_size * min(shard_chunks, -(-n // chunk_size))  # short contig: one small shard
                 array = contigs_group.create_array(
                     str(index), shape=(n,), dtype="uint8", chunks=(chunk_size,),
-                    shards=(shard,), compressors=codec, fill_value=N,
+                    shards=(shard,), compressors=codecs, fill_value=N,
                 )
                 write_sharded(array, tmp, codes, N)
                 softmasked = 0
@@ -221,7 +251,7 @@ def _write_genome(tmp: Path, paths: list[Path], arguments: dict, command: str | 
                     softmasked = int(np.count_nonzero(mask))
                     mask_array = mask_group.create_array(
                         str(index), shape=(n,), dtype="bool", chunks=(chunk_size,),
-                        shards=(shard,), compressors=codec, fill_value=False,
+                        shards=(shard,), compressors=codecs, fill_value=False,
                     )
                     write_sharded(mask_array, tmp, mask, False)
                 contigs.append({
@@ -282,7 +312,11 @@ class GenomeStore:
         self.path = Path(path)
         self.cache_bytes = cache_bytes
         self.direct_reads = direct_reads
-        group, self.metadata = open_store_group(self.path, GENOME_FORMAT, (GENOME_FORMAT_VERSION,))
+        group, self.metadata = open_store_group(self.path, GENOME_FORMAT, (1, GENOME_FORMAT_VERSION))
+        self.rebuild = rebuild(self.path, self.metadata.get("arguments", {}))
+        """The command that builds this store again from its inputs, replacing it."""
+        if self.metadata["format_version"] < 2:
+            warn_unchecked_store(self.path, self.rebuild)
         self.chunk_size: int = int(self.metadata["chunk_size"])
         self.contigs: tuple[ContigInfo, ...] = tuple(
             ContigInfo(index=i, **c) for i, c in enumerate(self.metadata["contigs"])
@@ -354,13 +388,30 @@ class GenomeStore:
             if self.direct_reads:
                 data = self._reader(index).read_chunk(chunk)
             else:
-                data = self._array(index)[chunk * self.chunk_size:(chunk + 1) * self.chunk_size]
+                data = self._zarr_read(index, "contigs", chunk * self.chunk_size, (chunk + 1) * self.chunk_size)
             self._cache.put(key, data)
         return data
 
+    def _zarr_read(self, index: int, kind: str, start: int, end: int) -> np.ndarray:
+        try:
+            return self._array(index, kind)[start:end]
+        except (ValueError, RuntimeError) as error:  # zarr's crc32c codec: "Stored and computed checksum do not match"
+            raise CorruptStoreError(f"{self.path / kind / str(index)}: {error}") from error
+
+    def _damaged(self, error: CorruptStoreError, contig: int) -> CorruptStoreError:
+        return damaged_store(self.path, self.rebuild, f"contig {self.contigs[contig].name!r}: {error}")
+
     def read(self, contig: str | int, start: int, end: int) -> np.ndarray:
-        """Codes of ``contig`` in [start, end) as a new writable ``np.uint8`` array (end - start,)."""
+        """Codes of ``contig`` in [start, end) as a new writable ``np.uint8`` array (end - start,);
+        :class:`~genoformer.data.storage.CorruptStoreError` when the chunks read do not match
+        their checksums."""
         index = self.contig(contig).index if isinstance(contig, str) else contig
+        try:
+            return self._read(index, start, end)
+        except CorruptStoreError as error:
+            raise self._damaged(error, index) from error
+
+    def _read(self, index: int, start: int, end: int) -> np.ndarray:
         length = self._lengths[index]
         if not 0 <= start < end <= length:
             if start == end and 0 <= start <= length:
@@ -392,8 +443,26 @@ class GenomeStore:
         info = self.contig(contig)
         if not 0 <= start <= end <= info.length:
             raise IndexError(f"window [{start}, {end}) is outside contig {info.name!r} of length {info.length}")
-        if not info.softmasked:
+        if not info.softmasked or end == start:
             return np.zeros(end - start, dtype=bool)
-        if not self.direct_reads:
-            return self._array(info.index, "softmask")[start:end]
-        return self._reader(info.index, "softmask").read(start, end) if end > start else np.zeros(0, dtype=bool)
+        try:
+            if not self.direct_reads:
+                return self._zarr_read(info.index, "softmask", start, end)
+            return self._reader(info.index, "softmask").read(start, end)
+        except CorruptStoreError as error:
+            raise self._damaged(error, info.index) from error
+
+    def verify(self) -> None:
+        """Read every chunk of every contig (and soft-mask) and compare each contig with the
+        SHA-256 and the length recorded at the build; CorruptStoreError naming the first contig
+        that differs."""
+        for info in self.contigs:
+            codes = self.read(info.index, 0, info.length) if info.length else np.empty(0, np.uint8)
+            found = None
+            if hashlib.sha256(codes).hexdigest() != info.codes_sha256:
+                found = "its bases differ from the SHA-256 recorded when the store was built"
+            elif info.softmasked and np.count_nonzero(self.read_softmask(info.index, 0, info.length)) \
+                    != info.softmasked:
+                found = "its soft-mask differs from the count recorded when the store was built"
+            if found is not None:
+                raise damaged_store(self.path, self.rebuild, f"contig {info.name!r}: {found}")

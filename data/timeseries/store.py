@@ -9,7 +9,10 @@ Layout (zarr v3 group)::
                           "series": list of {name, length, source, source_name, source_sha256,
                           filled, missing, gaps, duplicates, jitter, start_time, values_sha256}
     <store>/series/<i>    (C, T_i) float32 on a regular time grid, chunked along time; NaN marks
-                          a missing value (the store's mask: an observed value is never NaN)
+                          a missing value (the store's mask: an observed value is never NaN);
+                          each compressed chunk followed by its CRC32C (zarr's crc32c codec),
+                          checked on every read: a damaged chunk is one error naming the store
+                          and the `genoformer prepare_timeseries ... --overwrite` that rebuilds it
 
 Reading the files (CSV, .npy) and putting their rows on the time grid: `inputs`.
 """
@@ -17,6 +20,7 @@ Reading the files (CSV, .npy) and putting their rows on the time grid: `inputs`.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,7 +29,7 @@ from typing import Optional
 
 import numpy as np
 import zarr
-from zarr.codecs import BloscCodec
+from zarr.codecs import BloscCodec, Crc32cCodec
 
 from genoformer.hints import option
 from genoformer.data.storage import (
@@ -33,9 +37,12 @@ from genoformer.data.storage import (
     ChunkCache,
     atomic_build,
     base_metadata,
+    damaged_store,
     open_store_group,
+    rebuild_command,
     reusable_store,
     sha256_files,
+    warn_unchecked_store,
 )
 from genoformer.data.timeseries.inputs import (
     AGGREGATIONS,
@@ -53,10 +60,12 @@ from genoformer.data.timeseries.inputs import (
 )
 from genoformer.progress import tqdm
 
+log = logging.getLogger(__name__)
 
 TIMESERIES_FORMAT = "genoformer.timeseries"
-TIMESERIES_FORMAT_VERSION = 2
-"""2: values on a regular grid with NaN for missing values and gaps; 1 (still read): no missing values."""
+TIMESERIES_FORMAT_VERSION = 3
+"""3: every chunk followed by its CRC32C, checked on every read; 2 (still read, with a warning): no
+chunk checksums; 1 (still read, with a warning): no missing values either."""
 
 
 @dataclass(frozen=True)
@@ -179,7 +188,11 @@ def prepare_timeseries_store(
                  "channel_names": None if channel_names is None else list(channel_names)}
     existing = None if overwrite else reusable_store(out, TIMESERIES_FORMAT, arguments, "paths")
     if existing is not None and [s["source_sha256"] for s in existing["series"]] == sha256_files(paths):
-        return out
+        if existing.get("format_version") == TIMESERIES_FORMAT_VERSION:
+            return out
+        log.warning("%s was built from the same files by an older genoformer (format %s): rebuilding it with chunk "
+                    "checksums (format %d)", out, existing.get("format_version"), TIMESERIES_FORMAT_VERSION)
+        overwrite = True
     names_seen: list[str] | None = None
     loaded: list[LoadedFile] = []
     for path in tqdm(paths, desc="read", unit="file", disable=not progress):
@@ -211,7 +224,8 @@ def prepare_timeseries_store(
             values = item.values_CT
             array = series_group.create_array(
                 str(index), shape=values.shape, dtype="float32", chunks=(values.shape[0], min(chunk_size, values.shape[1])),
-                compressors=BloscCodec(cname="zstd", clevel=5, shuffle="shuffle", typesize=4), fill_value=np.nan,
+                compressors=[BloscCodec(cname="zstd", clevel=5, shuffle="shuffle", typesize=4), Crc32cCodec()],
+                fill_value=np.nan,
             )
             array[:] = values
             series.append({"name": series_name(item.path), "length": int(values.shape[1]),
@@ -234,6 +248,16 @@ def prepare_timeseries_store(
         })
         group.attrs[METADATA_KEY] = meta
     return out
+
+
+def rebuild(path: Path, arguments: dict) -> str:
+    """The `genoformer prepare_timeseries` command that builds the store at ``path`` again from its
+    inputs (``arguments`` as recorded in its metadata), replacing it."""
+    defaults = {"sampling_rate": None, "time_column": None, "columns": None, "dayfirst": False, "delimiter": None,
+                "duplicates": "error", "missing": "keep", "npy_channels_first": False}
+    options = {name: arguments.get(name, default) for name, default in defaults.items()
+               if arguments.get(name, default) != default}
+    return rebuild_command("prepare_timeseries", "--inputs", arguments.get("paths", ["SERIES.csv"]), path, options)
 
 
 def _channel_stats(values: list[np.ndarray]) -> dict[str, list[float]]:
@@ -262,7 +286,11 @@ class TimeSeriesStore:
     def __init__(self, path: str | Path, cache_bytes: int = 64 << 20) -> None:
         self.path = Path(path)
         self.cache_bytes = cache_bytes
-        _, self.metadata = open_store_group(self.path, TIMESERIES_FORMAT, (1, TIMESERIES_FORMAT_VERSION))
+        _, self.metadata = open_store_group(self.path, TIMESERIES_FORMAT, (1, 2, TIMESERIES_FORMAT_VERSION))
+        self.rebuild = rebuild(self.path, self.metadata.get("arguments", {}))
+        """The command that builds this store again from its inputs, replacing it."""
+        if self.metadata["format_version"] < 3:
+            warn_unchecked_store(self.path, self.rebuild)
         self.sampling_rate: float = self.metadata["sampling_rate"]
         self.channel_names: list[str] = list(self.metadata["channel_names"])
         stats = self.metadata["stats"]
@@ -296,8 +324,21 @@ class TimeSeriesStore:
         def load() -> np.ndarray:
             if self._group is None:
                 self._group = zarr.open_group(self.path, mode="r")
-            return self._group[f"series/{index}"][:, chunk * self.chunk_size:(chunk + 1) * self.chunk_size]
+            try:
+                return self._group[f"series/{index}"][:, chunk * self.chunk_size:(chunk + 1) * self.chunk_size]
+            except (ValueError, RuntimeError) as error:  # zarr's crc32c codec, or a chunk that does not decode
+                raise damaged_store(self.path, self.rebuild, f"series {self.series[index].name!r}, chunk {chunk}: "
+                                                             f"{error}") from error
         return self._cache.get((index, chunk), load)
+
+    def verify(self) -> None:
+        """Read every chunk of every series and compare each with the SHA-256 recorded at the
+        build; CorruptStoreError naming the first series that differs."""
+        for info in self.series:
+            values = np.ascontiguousarray(self.read(info.index, 0, info.length))
+            if hashlib.sha256(values).hexdigest() != info.values_sha256:
+                raise damaged_store(self.path, self.rebuild, f"series {info.name!r}: its values differ from the "
+                                                             "SHA-256 recorded when the store was built")
 
     def read(self, series: int, start: int, end: int) -> np.ndarray:
         """Values of series ``series`` in [start, end) as a new float32 array (C, end - start),

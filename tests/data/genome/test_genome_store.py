@@ -18,6 +18,7 @@ from data_helpers import EXAMPLES, random_bases, write_fasta
 
 from genoformer.data import GenomeStore, encode, prepare_genome_store
 from genoformer.data.genome import store as genome_store_module
+from genoformer.data.storage import CorruptStoreError
 
 
 def biopython_records(path: Path) -> list[tuple[str, str]]:
@@ -305,7 +306,7 @@ def test_chunks_are_encoded_as_the_metadata_says(small_store, odd_store):
     """Each chunk's Blosc header (byte 3: typesize) matches the array metadata plain zarr reads."""
     for path in (small_store, odd_store):
         array = zarr.open_array(path / "contigs" / "0", mode="r")
-        blosc = array.metadata.codecs[0].codecs[-1]
+        blosc = array.metadata.codecs[0].codecs[1]
         shard = (path / "contigs" / "0" / "c" / "0").read_bytes()
         assert shard[3] == blosc.typesize == 2 and blosc.shuffle.value == "bitshuffle"
 
@@ -349,7 +350,7 @@ def test_corrupt_shard_fails_clearly(tmp_path, small_store):
     data = bytearray(shard.read_bytes())
     data[-10] ^= 0xFF  # inside the index
     shard.write_bytes(bytes(data))
-    with pytest.raises(OSError, match="checksum mismatch.*prepare it again"):
+    with pytest.raises(CorruptStoreError, match="copy.zarr is damaged.*genoformer prepare .*--overwrite.*shard index"):
         GenomeStore(copy, cache_bytes=0).read("chrA", 0, 10)
 
 
@@ -357,3 +358,36 @@ def test_unknown_compressor(tmp_path):
     path = write_fasta(tmp_path / "a.fa", [("a", "ACGT" * 1000)])
     with pytest.raises(ValueError, match="compressor='gzip'"):
         prepare_genome_store([path], tmp_path / "s.zarr", compressor="gzip", progress=False)
+
+
+def test_every_chunk_carries_its_crc32c(small_store):
+    """Format 2: each chunk's last 4 bytes are the CRC32C of the rest, as zarr's crc32c codec writes."""
+    import google_crc32c
+
+    array = zarr.open_array(small_store / "contigs" / "0", mode="r")
+    assert [type(c).__name__ for c in array.metadata.codecs[0].codecs] == ["BytesCodec", "BloscCodec", "Crc32cCodec"]
+    shard = (small_store / "contigs" / "0" / "c" / "0").read_bytes()
+    index = np.frombuffer(shard[-4 - 16 * 4:-4], dtype="<u8").reshape(-1, 2)
+    for offset, nbytes in index.tolist():
+        chunk = shard[offset:offset + nbytes]
+        assert google_crc32c.value(chunk[:-4]) == int.from_bytes(chunk[-4:], "little")
+
+
+def test_a_format_1_store_reads_with_a_warning_and_prepare_upgrades_it(tmp_path, monkeypatch, caplog):
+    """A store of the format before chunk checksums still reads (what it holds is unchanged),
+    says once how to rebuild it, and `prepare` with the same inputs rebuilds it with checksums."""
+    from zarr.codecs import BloscCodec
+
+    path = write_fasta(tmp_path / "a.fa", [("a", random_bases(np.random.default_rng(1), 5000))])
+    with monkeypatch.context() as patch:
+        patch.setattr(genome_store_module, "GENOME_FORMAT_VERSION", 1)
+        patch.setattr(genome_store_module, "_codecs", lambda name, level: (BloscCodec(cname=name, clevel=level,
+                                                                                        shuffle="bitshuffle", typesize=2),))
+        out = prepare_genome_store([path], tmp_path / "old.zarr", progress=False)
+    with caplog.at_level("WARNING"):
+        old = GenomeStore(out, cache_bytes=0)
+        assert old.read("a", 0, 5000).tolist() == encode(SeqIO.read(path, "fasta").seq).tolist()
+    assert "without chunk checksums" in caplog.text and "--overwrite" in caplog.text
+    old.verify()  # the SHA-256 of every contig, recorded since format 1
+    prepare_genome_store([path], out, progress=False)
+    assert GenomeStore(out).metadata["format_version"] == 2

@@ -198,3 +198,23 @@ def test_stores_of_format_version_1_still_read(tmp_path):
     assert store.series[0].gaps["count"] == 0 and not store.series[0].has_missing
     assert TimeSeriesWindowDataset(path, 10, 5, stride=5)[0]["target"][0].tolist() == pytest.approx(
         ((np.arange(10, 15) - 24.5) / np.std(np.arange(50))).tolist(), rel=1e-5)
+
+
+def test_a_store_of_an_older_format_warns_and_prepare_rebuilds_it(tmp_path, caplog):
+    """Format 3 keeps a CRC32C per chunk; a store of format 2 (none) is read with a warning that
+    says how to rebuild it, and `prepare` with the same inputs rebuilds it."""
+    import zarr
+
+    from genoformer.data.storage import METADATA_KEY
+
+    np.save(tmp_path / "x.npy", np.arange(50, dtype=np.float32))
+    path = prepare_timeseries_store([tmp_path / "x.npy"], tmp_path / "s.zarr", sampling_rate=1.0, progress=False)
+    codecs = zarr.open_array(path / "series" / "0", mode="r").metadata.codecs
+    assert type(codecs[-1]).__name__ == "Crc32cCodec"
+    group = zarr.open_group(path, mode="r+")
+    group.attrs[METADATA_KEY] = {**group.attrs[METADATA_KEY], "format_version": 2}
+    with caplog.at_level("WARNING"):
+        TimeSeriesStore(path)
+    assert "without chunk checksums" in caplog.text and "prepare_timeseries --inputs" in caplog.text
+    prepare_timeseries_store([tmp_path / "x.npy"], path, sampling_rate=1.0, progress=False)
+    assert TimeSeriesStore(path).metadata["format_version"] == 3
