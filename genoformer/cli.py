@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import errno
 import importlib
 import importlib.metadata
 import json
@@ -115,6 +116,8 @@ class ToolCommand:
     load: Callable[[], Callable[..., Any]]
     section: str = "Data and inference"
     """The heading the usage lists it under."""
+    positional: bool = False
+    """Its function's arguments without a default are typed without their flag (`verify PATH`)."""
 
 
 def parsing_function(command: ToolCommand) -> Callable[..., Any]:
@@ -168,6 +171,9 @@ TOOL_COMMANDS: dict[str, ToolCommand] = {
     "generate": ToolCommand(
         "Sample DNA continuations of a prompt from a causal language model and write them as FASTA.",
         FunctionIn("genoformer.genome.generate", "generate")),
+    "verify": ToolCommand(
+        "Check checkpoints and data stores against the checksums written with them.",
+        FunctionIn("genoformer.core.verify", "verify"), positional=True),
     "forecast": ToolCommand(
         "Forecast one series of a store with a checkpoint; write .npz and a PNG beside it.",
         FunctionIn("genoformer.timeseries.commands", "forecast")),
@@ -327,9 +333,10 @@ def main(args: Optional[Sequence[str]] = None) -> None:
     _quiet_third_party_notices()
     try:
         if command in TOOL_COMMANDS:
-            function = parsing_function(TOOL_COMMANDS[command])
+            tool = TOOL_COMMANDS[command]
+            function = parsing_function(tool)
             with command_line_hints():
-                CLI(function, args=_tool_arguments(function, argv[1:]), as_positional=False,
+                CLI(function, args=_tool_arguments(function, argv[1:]), as_positional=tool.positional,
                     parser_class=ToolParser, prog=f"genoformer {command}", allow_abbrev=False)
         else:
             from genoformer.training_cli import training_cli
@@ -345,4 +352,17 @@ def main(args: Optional[Sequence[str]] = None) -> None:
         if os.environ.get("GENOFORMER_TRACEBACK") or _raised_inside_a_step(error):
             raise
         print(f"genoformer {command}: error: {error}\n(set GENOFORMER_TRACEBACK=1 to see the traceback)", file=sys.stderr)
+        raise SystemExit(1) from error
+    except OSError as error:
+        # A full disk is not a bug: say which file and what to do (DiskFullError says both).
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT) or os.environ.get("GENOFORMER_TRACEBACK"):
+            raise
+        _end_progress_bars()
+        from genoformer.data.storage import DiskFullError
+
+        message = str(error) if isinstance(error, DiskFullError) else (
+            f"no space left on the device while writing {error.filename}; free some space or write elsewhere, then "
+            f"run the command again ({error.strerror})")
+        print(f"genoformer {command}: error: {message}\n(set GENOFORMER_TRACEBACK=1 to see the traceback)",
+              file=sys.stderr)
         raise SystemExit(1) from error

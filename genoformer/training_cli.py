@@ -25,13 +25,23 @@ from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from genoformer.core.callbacks import PredictionWriter, default_progress_bar
-from genoformer.core.checkpoints import (best_checkpoint, canonical_state_dict, check_checkpoint_file, read_checkpoint,
-                                        resolve_checkpoint)
+from genoformer.core.checkpoints import (
+    AtomicCheckpointIO,
+    best_checkpoint,
+    canonical_state_dict,
+    check_checkpoint_file,
+    read_checkpoint,
+    resolve_checkpoint,
+)
 from genoformer.core.loading import read_model_checkpoint
+from genoformer.core.run_lock import RunLock
 from genoformer.data.genome.datamodule import GenomeDataModule
 from genoformer.data.genome.labelled import LabelledDataModule
+from genoformer.data.storage import write_text
 from genoformer.data.timeseries.datamodule import TimeSeriesDataModule
 from genoformer.genome.finetune import FineTuner
 from genoformer.genome.lm import GenoformerLM
@@ -76,21 +86,33 @@ _DATA_TITLE = (
 
 
 class RunConfigSaver(SaveConfigCallback):
-    """Writes config.yaml as LightningCLI does, except that `fit` writes it after its first
-    training batch: a run that fails before then leaves the run directory as it was."""
+    """Writes config.yaml as LightningCLI does, except that it is written through the atomic
+    writer (a reader never sees half of it) and that `fit` writes it after its first training
+    batch: a run that fails before then leaves the run directory as it was."""
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if stage != "fit":
-            super().setup(trainer, pl_module, stage)
+            self._save(trainer)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        super().setup(trainer, pl_module, "fit")  # a no-op once saved
+        self._save(trainer)
+
+    def _save(self, trainer: Any) -> None:
+        if self.already_saved:
+            return
+        log_dir = trainer.log_dir  # on every rank: it broadcasts
+        if trainer.is_global_zero:
+            text = self.parser.dump(self.config, skip_none=False)
+            write_text(Path(log_dir) / self.config_filename, text, overwrite=True)
+        self.already_saved = True
 
 
 class GenoformerCLI(LightningCLI):
     """LightningCLI that keeps runs apart and evaluates trained weights only.
 
-    - One run directory (`trainer.default_root_dir`) holds one run. `fit` without `--ckpt_path`
+    - One run directory (`trainer.default_root_dir`) holds one run. `fit` holds its lock for the
+      life of the run, so a second `fit` there fails at once naming the first (process, host,
+      start; `genoformer.core.run_lock`). `fit` without `--ckpt_path`
       refuses a directory that holds a run (a metrics.csv, or files in a checkpoints folder) and
       says how to resume it or start elsewhere; `--ckpt_path last` (or `best`) resolves to that
       run's checkpoint, so checkpoints, metrics.csv (appended to by AppendingCSVLogger),
@@ -132,6 +154,7 @@ class GenoformerCLI(LightningCLI):
         self.checkpoint_shapes: dict[str, tuple[int, ...]] = {}
         self.nothing_to_train = False
         self.new_folders: list[Path] = []
+        self.run_lock: Optional[RunLock] = None
         try:
             super().__init__(*args, **kwargs)
         except BaseException:
@@ -300,6 +323,14 @@ class GenoformerCLI(LightningCLI):
             f"Drop {' and '.join(self.model_overrides)} to use the checkpoint's model"
         )
 
+    def instantiate_trainer(self, **kwargs: Any) -> Any:
+        """LightningCLI's trainer, saving and loading checkpoints with `AtomicCheckpointIO` (unless
+        the config names another checkpoint plugin or the strategy brings its own)."""
+        trainer = super().instantiate_trainer(**kwargs)
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        return trainer
+
     def after_instantiate_classes(self) -> None:
         if self.subcommand in EVALUATION_COMMANDS and self.config_init[self.subcommand].ckpt_path is not None:
             self._check_weights_fit(str(self.config_init[self.subcommand].ckpt_path))
@@ -407,6 +438,23 @@ class GenoformerCLI(LightningCLI):
         raise ValueError("\n".join(lines))
 
     def before_fit(self) -> None:
+        # One run per directory, from here to the end of fit (rank 0 only: the ranks Lightning
+        # starts share their run); then the checks of what the directory holds.
+        if rank_zero_only.rank == 0:
+            self.run_lock = RunLock(self.trainer.default_root_dir)
+            self.run_lock.acquire()
+        try:
+            self._check_run_directory()
+        except BaseException:
+            self._release_run_lock()
+            raise
+
+    def _release_run_lock(self) -> None:
+        if self.run_lock is not None:
+            self.run_lock.release()
+            self.run_lock = None
+
+    def _check_run_directory(self) -> None:
         existing = self._run_files()
         run_dir = self.trainer.default_root_dir
         max_steps = self.trainer.max_steps
@@ -439,9 +487,13 @@ class GenoformerCLI(LightningCLI):
         )
 
     def fit(self, model: LightningModule, **kwargs: Any) -> None:
-        """Trainer.fit, unless the resumed run is already at its max_steps (before_fit said so)."""
-        if not self.nothing_to_train:
-            self.trainer.fit(model, **kwargs)
+        """Trainer.fit, unless the resumed run is already at its max_steps (before_fit said so),
+        holding the run directory's lock (`genoformer.core.run_lock`) to the end."""
+        try:
+            if not self.nothing_to_train:
+                self.trainer.fit(model, **kwargs)
+        finally:
+            self._release_run_lock()
 
     def before_validate(self) -> None:
         self._refuse_to_replace_results("validate")

@@ -133,7 +133,8 @@ class LossPlotCallback(L.Callback):
             ax.legend()
         else:
             ax.text(0.5, 0.5, "no loss values were logged", ha="center", va="center", transform=ax.transAxes)
-        figure.savefig(path, dpi=120)
+        with atomic_build(Path(path), overwrite=True) as tmp:
+            figure.savefig(tmp, dpi=120, format="png")
         return path
 
 
@@ -213,10 +214,13 @@ class ResumeCheckpoint(L.Callback):
     most schedulers send before they kill a job) and when training ends between two periodic saves.
 
     A signal only sets a flag; the checkpoint is written at the end of the training step that is
-    running (so weights, optimizer, scheduler, data position and step counters agree) and the
-    process exits with status 128 + the signal number. A SIGTERM that arrives while validating
-    makes Lightning stop at once (exit status 0): the checkpoint is written then, with the same
-    training state. `genoformer fit ... --ckpt_path last` continues from there.
+    running (so weights, optimizer, scheduler, data position and step counters agree), the step's
+    metrics are logged and flushed, and the process exits with status 128 + the signal number
+    (143 for SIGTERM) before anything else runs (validation, the next step). Where Lightning
+    stops first on a SIGTERM of its own (at the end of a step, or while validating), the
+    checkpoint is written then, with the same training state, and the exit status is still 128 +
+    the signal number: a scheduler never mistakes a stopped job for a finished one. `genoformer fit
+    ... --ckpt_path last` continues from there, and metrics.csv ends up with every step's row once.
     """
 
     def __init__(self, signals: tuple[str, ...] = ("SIGTERM", "SIGUSR1")) -> None:
@@ -282,20 +286,49 @@ class ResumeCheckpoint(L.Callback):
             print(f"genoformer: {name} received; saved {path} at step {trainer.global_step}. Resume with the same "
                   "command plus --ckpt_path last", file=sys.stderr, flush=True)
 
+    @property
+    def _status(self) -> int:
+        return 128 + int(self.received or signal.SIGTERM)
+
+    def _stop_if_saved(self) -> None:
+        """Exit (raise Preempted) once the signal's checkpoint is written and its step logged."""
+        if self.saved_path is not None:
+            raise Preempted(self._status)
+
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        # between optimizer steps only: mid-accumulation gradients are not in a checkpoint
-        if (batch_idx + 1) % trainer.accumulate_grad_batches == 0 and self._requested(trainer):
+        # between optimizer steps only: mid-accumulation gradients are not in a checkpoint. The
+        # exit waits for the first hook after Lightning has logged this step's metrics.
+        step_ends = (batch_idx + 1) % trainer.accumulate_grad_batches == 0
+        if self.saved_path is None and step_ends and self._requested(trainer):
             self._save(trainer)
-            raise Preempted(128 + int(self.received or signal.SIGTERM))
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._stop_if_saved()
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._stop_if_saved()
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+        self._stop_if_saved()
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._write_last(trainer)
+        if self.received is None:
+            self._write_last(trainer)
+            return
+        if self.saved_path is None:  # the signal came during the last step: saved, and still a stop
+            self._save(trainer)
+        raise Preempted(self._status)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        # Lightning ends validation on SIGTERM with its own exception: save then
-        if self.received is not None and self.saved_path is None and not isinstance(exception, Preempted):
+        if self.received is None or isinstance(exception, Preempted):
+            return
+        # Lightning stopped first, with its own SIGTERMException (exit status 0): at the end of
+        # the step or while validating. Save then, and exit as a stop on a signal does.
+        if self.saved_path is None:
             self._save(trainer)
+        if isinstance(exception, SystemExit):
+            exception.code = self._status
 
 
 class NonFiniteError(FloatingPointError):

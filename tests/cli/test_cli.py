@@ -34,6 +34,7 @@ def test_top_level_help_lists_every_command(capsys):
         ("prepare", "Bases per chunk"),
         ("prepare_timeseries", "samples per second"),
         ("embed", "Hidden state to read"),
+        ("verify", "A checkpoint, a store, or a folder holding them"),
         ("fit", "--model.help"),
     ],
 )
@@ -165,7 +166,7 @@ def test_embed_keeps_input_order_and_rejects_repeated_names(tmp_path, capsys):
 
     with pytest.raises(SystemExit):
         main(["embed", "--checkpoint", str(checkpoint), "--inputs", f"[{fasta},{fasta}]", "--out", str(tmp_path / "dup.npz")])
-    assert "repeated" in capsys.readouterr().err
+    assert "'r1' appears twice" in capsys.readouterr().err
 
     # a genome store reads as its FASTA does, in embed as in evaluate (one reader for both)
     from genoformer.data.genome.store import prepare_genome_store

@@ -3,8 +3,9 @@
 A run killed with SIGKILL at a step nobody chose, then continued with `--ckpt_path last`, ends
 with exactly the weights, optimizer and scheduler state of a run that was never interrupted; a
 run sent SIGTERM saves `last.ckpt` at the step it is on, exits with status 143 and continues the
-same way. The quick start is shrunk to a 512-token context and 7 windows per epoch so that each
-run takes seconds and the interruptions fall mid-epoch, after epochs have already ended.
+same way; a second `fit` on the directory of a running one fails at once, naming it. The quick
+start is shrunk to a 512-token context and 7 windows per epoch so that each run takes seconds and
+the interruptions fall mid-epoch, after epochs have already ended.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,6 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from genoformer.core.run_lock import LOCK_NAME
 from genoformer.data import prepare_genome_store
 
 pytestmark = pytest.mark.slow
@@ -112,3 +115,25 @@ def test_sigterm_saves_at_the_current_step_then_resume_is_identical(tmp_path, ec
     assert 10 <= saved_at < MAX_STEPS
     _fit(tmp_path, ecoli_store, "--ckpt_path", "last")
     _assert_identical(_checkpoint(tmp_path), reference)
+
+
+def test_a_second_fit_on_a_running_run_directory_fails_at_once_naming_the_first(tmp_path, ecoli_store):
+    """Two `genoformer fit` processes on one run directory would mix two runs; the second must fail
+    before it trains, naming the first (its pid, host and start), and leave the first running."""
+    first = subprocess.Popen(_command(tmp_path, ecoli_store, "--trainer.max_steps", "100000"), cwd=REPO_ROOT,
+                             env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (tmp_path / LOCK_NAME).exists():  # the first run holds the directory from here on
+        assert first.poll() is None, f"the first run ended early:\n{first.stderr.read()[-3000:]}"
+        assert time.monotonic() < deadline, "the first run took no lock in 300 s"
+        time.sleep(0.05)
+    try:
+        second = subprocess.run(_command(tmp_path, ecoli_store, "--ckpt_path", "last"), cwd=REPO_ROOT, env=_env(),
+                                capture_output=True, text=True, timeout=300)
+        assert first.poll() is None, "the first run must still be training"
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=120)
+    assert second.returncode == 1, second.stderr[-3000:]
+    assert f"process {first.pid} on {socket.gethostname()}, started 20" in second.stderr, second.stderr[-3000:]
+    assert "in use by another training run" in second.stderr and "Traceback" not in second.stderr
