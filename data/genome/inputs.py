@@ -96,8 +96,21 @@ def read_sequences(inputs: SequenceInputs, *, literals: bool = False, flag: str 
 
     Every input is checked to exist before the first is read. Raises FileNotFoundError for a
     missing input, and ValueError naming the file and record for an empty record, an invalid
-    character (with its 1-based position) or a malformed file.
+    character (with its 1-based position), a malformed or truncated file, or a name that an
+    earlier record of the inputs has (results are keyed by record name).
     """
+    seen: dict[str, str] = {}
+    for sequence in _read_all(inputs, literals, flag):
+        first = seen.get(sequence.name)
+        if first is not None:
+            where = f"twice in {first}" if first == sequence.source else f"in {first} and again in {sequence.source}"
+            raise ValueError(f"{sequence.source}: the record name {sequence.name!r} appears {where}; results are keyed "
+                             "by record name, so give every record its own name (or read the files one at a time)")
+        seen[sequence.name] = sequence.source
+        yield sequence
+
+
+def _read_all(inputs: SequenceInputs, literals: bool, flag: str) -> Iterator[NamedSequence]:
     for index, item in _entries(inputs, literals, flag):
         if isinstance(item, SeqRecord):
             yield NamedSequence(item.id, "SeqRecord", _encode_literal(item.id, str(item.seq)))

@@ -385,12 +385,7 @@ def _fasta_part(paths: list[Path]) -> _Part:
 def _paired_part(tables: list[_Part], fastas: list[Path]) -> _Part:
     """The rows of the name tables, in their order, with the sequences of the FASTA records they name."""
     fasta = _fasta_part(fastas)
-    records: dict[str, np.ndarray] = {}
-    for name, codes in zip(fasta.names, fasta.codes):
-        if name in records:
-            raise ValueError(f"FASTA record name {name!r} occurs more than once in {fasta.source}; the label table "
-                             "pairs rows with records by name, so make the names unique")
-        records[name] = codes
+    records = dict(zip(fasta.names, fasta.codes))  # names are unique: read_sequences refuses repeats
     first = tables[0]
     if any(t.label_columns != first.label_columns or t.plain_label != first.plain_label for t in tables[1:]):
         raise ValueError(f"the label tables {', '.join(t.source for t in tables)} have different label columns; "

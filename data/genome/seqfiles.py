@@ -1,7 +1,11 @@
 """Reading sequence files: FASTA, GenBank or GFF3 with a ##FASTA section, plain or gzip/xz/bzip2 compressed, streamed.
 
-Compression is recognised from the file's first bytes (not its name). The raw bytes pass
-through a SHA-256 hasher on the way in, so the source checksum costs no second read.
+Compression is recognised from the file's first bytes (not its name). A compressed file is read
+to its end: a gzip, xz or bzip2 stream that stops short is an error, and so is a BGZF (bgzip)
+file without the empty end-of-file block every BGZF writer puts last (a file cut between two of
+its blocks is otherwise a valid gzip file holding a shorter genome). A multi-member gzip file
+that is not BGZF and was cut exactly between two members cannot be told from a whole one. The
+raw bytes pass through a SHA-256 hasher on the way in, so the source checksum costs no second read.
 Records come out one at a time (memory is bounded by the largest record). Errors name the file,
 and where it matters the record and the 1-based base position.
 
@@ -17,6 +21,7 @@ import gzip
 import hashlib
 import io
 import lzma
+import os
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +37,27 @@ _MAGIC = {
     b"\x28\xb5\x2f\xfd": "zstd",
 }
 _DECOMPRESSION_ERRORS = (EOFError, OSError, zlib.error, lzma.LZMAError)
+BGZF_EOF = bytes.fromhex("1f8b08040000000000ff0600424302001b0003000000000000000000")
+"""The empty block that ends every BGZF file (SAM/BAM specification, section 4.1.2)."""
+
+
+def is_bgzf(head: bytes) -> bool:
+    """Whether a gzip file starting with `head` (at least 16 bytes) is BGZF: FEXTRA set and a
+    first extra subfield "BC" of length 2."""
+    return head[:4] == b"\x1f\x8b\x08\x04" and head[12:14] == b"BC" and head[14:16] == b"\x02\x00"
+
+
+def check_bgzf_end(path: Path) -> None:
+    """ValueError when `path` is a BGZF file that does not end with the BGZF end-of-file block."""
+    with open(path, "rb") as f:
+        head = f.read(16)
+        if not is_bgzf(head):
+            return
+        f.seek(max(0, os.fstat(f.fileno()).st_size - len(BGZF_EOF)))
+        if f.read() != BGZF_EOF:
+            raise ValueError(f"{path}: the BGZF (bgzip) file ends without its end-of-file block, so it was cut short "
+                             "(an interrupted copy, download or compression); fetch or compress it again "
+                             "(it is truncated)")
 
 
 @dataclass(frozen=True)
@@ -93,6 +119,8 @@ class SequenceFileReader:
         if not self.path.is_file():
             raise ValueError(f"{self.path} is not a file")
         self.compression = detect_compression(self.path)
+        if self.compression == "gzip":
+            check_bgzf_end(self.path)
         self._hasher = _HashingReader(io.FileIO(self.path, "rb"))
         buffered = io.BufferedReader(self._hasher, buffer_size=1 << 20)
         if self.compression == "gzip":

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -371,20 +370,12 @@ def _track_format(out: Path) -> str:
     raise ValueError(f"cannot tell the track format of {out}: name it *.bedgraph (text) or *.bw (bigWig)")
 
 
-def _check_unique_names(records: Sequence[NamedSequence]) -> None:
-    repeated = sorted(name for name, count in Counter(record.name for record in records).items() if count > 1)
-    if repeated:
-        raise ValueError(f"record names repeat in the inputs ({', '.join(map(repr, repeated[:5]))}); a bigWig "
-                         "keys values by record name: score the genomes one at a time")
-
-
 def write_bigwig(out: Path, records: Sequence[NamedSequence],
                  intervals: Sequence[Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]], *, overwrite: bool) -> Path:
     """Write a bigWig (pyBigWig) of the intervals of each record (in record order, sorted), with
     every record in its header; float32 values, written under a temporary name and renamed. Runs
     of adjacent intervals of one length are written as fixed-step sections (3x faster than one
     entry per interval, and a third smaller)."""
-    _check_unique_names(records)
     with atomic_build(out, overwrite) as tmp:
         track = pyBigWig.open(str(tmp), "w")
         if track is None:
@@ -464,8 +455,6 @@ def score(
     _check_bin(bin)
     mixture = mixture_settings(mix, mix_mode, mix_weight, mix_switch_rate)
     records = list(read_sequences(inputs))
-    if kind == "bigWig":
-        _check_unique_names(records)
     spans = _merged_spans(record_regions(records, regions), len(records))
     checkpoint = resolve_checkpoint(checkpoint)  # the file itself, for the report and titles
     scorer = Scorer.from_checkpoint(checkpoint, device=device, backend=Backend(backend))

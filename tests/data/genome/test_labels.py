@@ -132,7 +132,7 @@ def test_fasta_with_a_name_table(tmp_path):
     ([("r1", "ACGT"), ("r2", "GGCC")], "name\tlabel\nr1\ta\n", r"1 FASTA record\(s\) of .* have no row in .*: 'r2'"),
     ([("r1", "ACGT")], "name\tlabel\nr1\ta\nr9\tb\n", r"1 name\(s\) in .* are not records of .*: 'r9'"),
     ([("r1", "ACGT")], "name\tlabel\nr1\ta\nr1\tb\n", r"the `name` column of .* repeats 1 name\(s\): 'r1'"),
-    ([("r1", "ACGT"), ("r1", "GGCC")], "name\tlabel\nr1\ta\n", r"FASTA record name 'r1' occurs more than once"),
+    ([("r1", "ACGT"), ("r1", "GGCC")], "name\tlabel\nr1\ta\n", r"the record name 'r1' appears twice"),
 ])
 def test_bad_pairings_are_clear_errors(tmp_path, records, table, message):
     fasta = write_fasta(tmp_path / "seqs.fa", records)

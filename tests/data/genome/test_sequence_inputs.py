@@ -23,8 +23,11 @@ def test_files_and_stores_give_the_same_records(tmp_path, small_store, small_rec
 
 def test_several_inputs_keep_their_order(tmp_path, small_store):
     first = write_fasta(tmp_path / "one.fa", [("x", "ACGT")])
-    names = [record.name for record in read_sequences([first, small_store, first])]
-    assert names == ["x", "chrA", "chrB", "chrC", "x"]
+    last = write_fasta(tmp_path / "two.fa", [("y", "ACGT")])
+    names = [record.name for record in read_sequences([first, small_store, last])]
+    assert names == ["x", "chrA", "chrB", "chrC", "y"]
+    with pytest.raises(ValueError, match=r"one.fa: the record name 'x' appears twice in .*one.fa"):
+        list(read_sequences([first, small_store, first]))
 
 
 @pytest.mark.parametrize("records, message", [
