@@ -510,6 +510,29 @@ def in_regions(variants: list[Variant], regions: Union[str, list[str]], lengths:
     return [v for v in variants if any(start < v.pos <= end for start, end in spans.get(v.chrom, ()))]
 
 
+def _listed(names: list[str], at_most: int = 8) -> str:
+    """`names` for a message: the first `at_most`, then how many there are in all."""
+    shown = ", ".join(names[:at_most])
+    return shown if len(names) <= at_most else f"{shown}, ... ({len(names):,} in all)"
+
+
+def _nothing_scored(variants: Path, out: Path, rows: list[Variant], genome: Mapping[str, np.ndarray],
+                    regions: bool) -> str:
+    """Why not one variant could be scored, and what the user can check."""
+    if not rows:
+        where = "in the regions" if regions else "in the file"
+        return f"{variants}: no variants {where}, so nothing was scored and {out} was not written"
+    reasons: dict[str, int] = {}
+    for v in rows:
+        reason = "on a contig not in the reference" if v.chrom not in genome else v.note.split(" (")[0]
+        reasons[reason] = reasons.get(reason, 0) + 1
+    counted = "; ".join(f"{count} {reason}" for reason, count in sorted(reasons.items(), key=lambda item: -item[1]))
+    return (f"scored 0 of {len(rows)} variants of {variants}, so {out} was not written: {counted}. The variants' "
+            f"contigs are {_listed(sorted({v.chrom for v in rows}))}; the reference's are {_listed(list(genome))}. "
+            "Is the reference the build the variants were called on (and are its contigs named the same way, "
+            "'chr1' or '1')?")
+
+
 def variant_effect(
     *,
     checkpoint: Path,
@@ -534,7 +557,9 @@ def variant_effect(
     against the reference window, from the variant to the window's end (the downstream flank
     aligned); masked models take the masked marginal at the variant (SNVs only). Variants that
     cannot be scored (unknown contig, position outside it, ref not matching the reference, an
-    allele that is not A/C/G/T bases) keep their row with the reason. With `mix`, the llr is the
+    allele that is not A/C/G/T bases) keep their row with the reason; when not one variant can be
+    scored (a reference of another build), nothing is written and the command fails, naming the
+    contigs of both. With `mix`, the llr is the
     mixture's of the network and a Markov model (causal models only; each window one stream of
     the mixture, scored by both models from the window's bases).
 
@@ -571,6 +596,18 @@ def variant_effect(
             f"{out}: a VCF output copies the input's VCF records, but {variants} is a TSV; give the variants "
             f"as a VCF, or write a TSV: {option('out', table)}"
         )
+    genome = {record.name: record.codes for record in read_sequences(reference, flag="--reference")}
+    columns, rows = read_variants(variants)
+    if regions is not None:
+        total = len(rows)
+        rows = in_regions(rows, regions, {name: len(codes) for name, codes in genome.items()})
+        print(f"{len(rows)} of {total} variants lie in the regions")
+    unknown = sorted({v.chrom for v in rows} - set(genome))
+    if all(v.chrom in unknown for v in rows):  # nothing to score: say so before the model loads
+        raise ValueError(_nothing_scored(variants, out, rows, genome, regions is not None))
+    if unknown:
+        print(f"{sum(v.chrom in unknown for v in rows)} of {len(rows)} variants lie on contigs that are not in the "
+              f"reference: {_listed(unknown)}; the reference has {_listed(list(genome))}")
     checkpoint = resolve_checkpoint(checkpoint)  # the file itself, for the report and titles
     scorer = Scorer.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
     window = scorer.context if window is None else window
@@ -579,18 +616,14 @@ def variant_effect(
     if mixture is not None:
         require_causal(scorer.causal, checkpoint)
         mixing = load_mixture(mix, mixture)
-    genome = {record.name: record.codes for record in read_sequences(reference, flag="--reference")}
-    columns, rows = read_variants(variants)
-    if regions is not None:
-        total = len(rows)
-        rows = in_regions(rows, regions, {name: len(codes) for name, codes in genome.items()})
-        print(f"{len(rows)} of {total} variants lie in the regions")
     variant_effects(scorer, genome, rows, window=window, both_strands=both_strands, batch_size=batch_size, mixing=mixing)
     failed = [v for v in rows if v.llr is None]
     for v in failed[:20]:
         print(f"{variants}:{v.line}: not scored: {v.note}")
     if len(failed) > 20:
         print(f"... and {len(failed) - 20} more not scored (see the note column)")
+    if len(failed) == len(rows):
+        raise ValueError(_nothing_scored(variants, out, rows, genome, regions is not None))
     if is_vcf(out):
         strands = ", mean of both strands" if both_strands else ""
         mixed = "" if mixing is None else f", mixed with {mixing.path.name} ({mixing.mixture.label()})"
