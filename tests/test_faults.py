@@ -224,6 +224,22 @@ def test_a_checkpoint_with_flipped_weights_is_refused_by_every_reader(flipped_ch
     assert "flipped.ckpt" in err and not (tmp_path / "e.npz").exists()
 
 
+def test_a_run_whose_newest_checkpoint_is_flipped_is_refused_by_name(causal_checkpoint, genome, capsys, tmp_path):
+    """A run directory names its best checkpoint through the record in its newest one: that record
+    is read only once the file is verified, so a damaged last.ckpt is reported, not read past."""
+    folder = tmp_path / "run" / "checkpoints"
+    folder.mkdir(parents=True)
+    shutil.copyfile(causal_checkpoint, folder / "epoch=0-step=2.ckpt")
+    state = torch.load(causal_checkpoint, map_location="cpu", weights_only=True)
+    state["callbacks"] = {"ModelCheckpoint{'monitor': 'val/loss'}": {
+        "monitor": "val/loss", "best_model_path": "epoch=0-step=2.ckpt", "best_model_score": torch.tensor(1.5)}}
+    torch.save(state, folder / "last.ckpt")
+    flip_bytes(folder / "last.ckpt", *_largest_tensor_bytes(folder / "last.ckpt"), count=8)
+    err = one_line_error(capsys, ["evaluate", "--checkpoint", str(tmp_path / "run"), "--inputs", str(genome),
+                                  "--device", "cpu"])
+    assert "last.ckpt is damaged" in err and "genoformer verify" in err
+
+
 def test_lightning_resume_verifies_the_checkpoint(flipped_checkpoint):
     """`fit --ckpt_path` restores through the trainer's CheckpointIO: it verifies too."""
     from genoformer.core.checkpoints import AtomicCheckpointIO

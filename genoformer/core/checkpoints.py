@@ -197,16 +197,17 @@ def verify_checkpoint_file(path: Union[str, Path]) -> Path:
     return path
 
 
-def read_checkpoint(path: Union[str, Path]) -> dict:
-    """The contents of a checkpoint file (tensors on the CPU), unpickling plain values only.
+def read_checkpoint(path: Union[str, Path], *, mmap: bool = False) -> dict:
+    """The contents of a checkpoint file (tensors on the CPU; with `mmap`, mapped from the file and
+    read only when used), unpickling plain values only.
 
-    FileNotFoundError for a missing file; ValueError, in our words, for a file torch cannot read
-    (truncated, or not a checkpoint), a damaged one (`verify_checkpoint_file`), or one that holds
-    objects other than plain values and tensors.
+    FileNotFoundError for a missing file; `DamagedCheckpointError` for a damaged one
+    (`verify_checkpoint_file`); ValueError, in our words, for a file torch cannot read (truncated,
+    or not a checkpoint) or one that holds objects other than plain values and tensors.
     """
     path = verify_checkpoint_file(path)
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except _UNREADABLE_ERRORS as exc:
         raise _unreadable_error(path) from exc
 
@@ -305,12 +306,16 @@ def best_checkpoint(folder: Path) -> tuple[Path, str, float | None] | None:
     """(path, monitor, score) of the best checkpoint in a run's checkpoint folder, or None where
     none is recorded: the ModelCheckpoint record (best_model_path) of the newest checkpoint there,
     read by file name inside `folder` (so a moved or copied run still finds it); without a record,
-    the one checkpoint there that is not a last.ckpt, if there is exactly one."""
+    the one checkpoint there that is not a last.ckpt, if there is exactly one. The newest file is
+    verified before its record is read (`read_checkpoint`): a damaged one is its
+    `DamagedCheckpointError`, a truncated one is passed over for the next newest."""
     files = sorted(folder.glob("*.ckpt"), key=lambda path: (path.stat().st_mtime, bool(_LAST_NAME.match(path.name))))
     for newest in reversed(files):
         try:
-            states = torch.load(newest, map_location="cpu", weights_only=True, mmap=True).get("callbacks") or {}
-        except _UNREADABLE_ERRORS:
+            states = read_checkpoint(newest, mmap=True).get("callbacks") or {}
+        except DamagedCheckpointError:
+            raise  # its record cannot be trusted, nor can an older one be known to be the best
+        except ValueError:
             continue  # a truncated file says nothing; an older one may
         for key, state in states.items():
             recorded = state.get("best_model_path") if isinstance(state, Mapping) else None
@@ -366,9 +371,13 @@ def _record_description(record: str) -> str:
     return "the table of its values" if name == "data.pkl" else f"its record {name}"
 
 
-def _damaged_error(path: Path, record: str, damage: str) -> ValueError:
+class DamagedCheckpointError(ValueError):
+    """A checkpoint file whose bytes changed after it was written (`verify_checkpoint_file`)."""
+
+
+def _damaged_error(path: Path, record: str, damage: str) -> DamagedCheckpointError:
     """Our message for a checkpoint whose bytes changed after it was written."""
-    return ValueError(
+    return DamagedCheckpointError(
         f"{path} is damaged: {_record_description(record)} changed after it was written ({damage}; a disk, copy "
         f"or transfer error), so the checkpoint cannot be trusted. Use another copy, or an earlier checkpoint of "
         f"the run; `genoformer verify {shlex.quote(str(path.parent))}` checks every checkpoint in its folder"
