@@ -440,6 +440,24 @@ def test_variant_effect_with_no_scorable_variant_fails_naming_both_sets_of_conti
     assert "0 of 29" in err and "NC_000913.3" in err and "chr1" in err and "chr2" in err
 
 
+def test_variant_effect_with_some_variants_on_unknown_contigs_names_both_sets_once(causal_checkpoint, genome,
+                                                                                   tmp_path, capsys):
+    from genoformer.data.genome.alphabet import decode
+
+    ref = decode(next(r for r in read_sequences(genome) if r.name == "chr1").codes[99:100])
+    vcf = tmp_path / "mixed.vcf"
+    vcf.write_text("##fileformat=VCFv4.2\n#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO\n"
+                   f"chr1\t100\t.\t{ref}\t{'C' if ref != 'C' else 'G'}\t.\t.\t.\n"
+                   + "".join(f"chrUn_{i}\t10\t.\tA\tC\t.\t.\t.\n" for i in range(3)))
+    capsys.readouterr()
+    main(["variant_effect", "--checkpoint", str(causal_checkpoint), "--reference", str(genome), "--variants",
+          str(vcf), "--out", str(tmp_path / "out.tsv"), "--device", "cpu", "--window", "256"])
+    said = capsys.readouterr().out
+    assert ("3 of 4 variants lie on contigs that are not in the reference: chrUn_0, chrUn_1, chrUn_2; the reference "
+            "has chr1, chr2") in said
+    assert (tmp_path / "out.tsv").is_file()
+
+
 def test_a_full_disk_while_writing_an_output_is_one_line(causal_checkpoint, genome, tmp_path, capsys):
     outputs = tmp_path / "outputs"
     outputs.mkdir()

@@ -189,11 +189,15 @@ def test_indels_equal_a_hand_computation_with_the_flank_aligned(causal_checkpoin
 def test_indels_that_cannot_be_scored_say_why(causal_checkpoint, mlm_checkpoint, genome, tmp_path):
     path, sequence = genome
     long_deletion = f"chr1\t61\t{sequence[60:90]}\t{sequence[60]}"  # 29 bases gone: past a 40-base window's flank
-    rows = run_effects(causal_checkpoint, path, tmp_path, [long_deletion], "long", window=40)
+    snv = f"chr1\t61\t{sequence[60]}\t{'G' if sequence[60] != 'G' else 'T'}"  # scored: the file is written
+    rows = run_effects(causal_checkpoint, path, tmp_path, [long_deletion, snv], "long", window=40)
     assert rows[0][-2] == "" and "do not fit a window of 40" in rows[0][-1] and "window=LARGER" in rows[0][-1]
     assert run_effects(causal_checkpoint, path, tmp_path, [long_deletion], "long_ok", window=96)[0][-1] == ""
-    rows = run_effects(mlm_checkpoint, path, tmp_path, [f"chr1\t61\t{sequence[60:62]}\t{sequence[60]}"], "masked", window=40)
+    masked_deletion = f"chr1\t61\t{sequence[60:62]}\t{sequence[60]}"
+    rows = run_effects(mlm_checkpoint, path, tmp_path, [masked_deletion, snv], "masked", window=40)
     assert rows[0][-2] == "" and "single-nucleotide variants only" in rows[0][-1]
+    with pytest.raises(ValueError, match="scored 0 of 1 variants .*not written: 1 the 30-base ref"):
+        run_effects(causal_checkpoint, path, tmp_path, [long_deletion], "none", window=40)
 
 
 @pytest.mark.parametrize("which", ["causal_checkpoint", "mlm_checkpoint"])
