@@ -1,15 +1,17 @@
 """What the integrity checks cost: `genoformer evaluate` and a training step with them and without.
 
-    python -m benchmarks.integrity --out benchmarks/results/integrity_cpu          # CPU, about 5 minutes
-    python -m benchmarks.integrity --device cuda --out $OUT/integrity              # GPU: benchmarks/gpu_integrity.sh
+    python -m benchmarks.integrity --out benchmarks/results                # CPU, about 6 minutes
+    python -m benchmarks.integrity --device cuda --out $OUT/integrity      # GPU: benchmarks/gpu_integrity.sh
 
 The checks (docs/reliability.md): every checkpoint read is verified against its zip CRC-32s, every
 chunk read from a genome store against its CRC32C, and every checkpoint is saved through the one
-atomic writer (a temporary beside the file, fsync, rename). Measured with them and without, in
-interleaved rounds (the best of each, `benchmarks.common.interleaved_rounds`), on the same data;
-on a CPU in one thread, timed by the process's CPU time (on a shared machine the wall clock moves
-with the other processes' load by more than the checks cost), on a GPU by the wall clock; saves
-always by the wall clock (they wait for the disk):
+atomic writer (a temporary beside the file, fsync, rename). First a flipped byte in a checkpoint
+and in a store chunk must be refused here (else the run fails before timing anything). Then each
+is measured with the checks and without, in interleaved rounds (the best of each,
+`benchmarks.common.interleaved_rounds`), on the same data; on a CPU in one thread, timed by the
+process's CPU time (on a shared machine the wall clock moves with the other processes' load by
+more than the checks cost), on a GPU by the wall clock; saves always by the wall clock (they wait
+for the disk):
 
 - evaluate: the `evaluate` command's function, the shipped DNA model on a genome store, against
   the same genome in a store of the format before chunk checksums (format 1, still read) with
@@ -19,11 +21,15 @@ always by the wall clock (they wait for the disk):
   quick-start model, against the same on the format-1 store;
 - saving: the training checkpoint of that model through `AtomicCheckpointIO` against Lightning's
   own `TorchCheckpointIO`, per save and spread over the steps between two saves (`--save_every`);
+- the parts the checks touch, timed alone many times over (the whole runs differ by less than
+  the noise of timing them on a shared machine; the parts do not): the checkpoint's CRC check,
+  reading the evaluated genome from each store, one window read from each store;
 - loading: the CRC check alone, `torch.load`, and a SHA-256 of the weights (the other way to check
   a checkpoint: a digest recorded at save), to choose the cheaper.
 
-Writes OUT/integrity.json and OUT/integrity.md; the target is at most 3% on the CPU for evaluate
-and for a training step (checks, plus saves spread over the save interval).
+The targets (at most 3% of evaluate's time and of a training step's, saves spread over the save
+interval included) are judged on the parts' cost against the time without the checks; the whole
+runs' ratio with/without is the cross-check beside them.
 """
 
 from __future__ import annotations
@@ -33,23 +39,12 @@ import contextlib
 import hashlib
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
 
-from benchmarks.common import (
-    TrainStep,
-    command_line,
-    describe_environment,
-    environment_markdown,
-    format_number,
-    interleaved_rounds,
-    markdown_table,
-    publish,
-    synchronize,
-    write_json_file,
-)
+from benchmarks.common import Benchmark, Summary, TrainStep, at_most, interleaved_rounds, synchronize, table
 from genoformer.core import checkpoints
 from genoformer.core.transformer import TransformerConfig
 from genoformer.data.genome import store as genome_store
@@ -114,16 +109,15 @@ def checkpoint_checks(on: bool) -> contextlib.AbstractContextManager:
     return patched(checkpoints, verify_checkpoint_file=checkpoints.check_checkpoint_file)
 
 
-CLOCK = {"clock": time.perf_counter}
-"""What `timed` reads: the wall clock on a GPU; on a CPU the process's CPU time (`main` sets it), which
-the other processes of a shared machine do not inflate."""
+Clock = Callable[[], float]
 
 
-def timed(fn) -> float:
-    clock = CLOCK["clock"]
+def timed(fn: Callable[[], object], clock: Clock, repeats: int = 1) -> float:
+    """Seconds per call of `fn` by `clock`, over `repeats` calls."""
     began = clock()
-    fn()
-    return clock() - began
+    for _ in range(repeats):
+        fn()
+    return (clock() - began) / repeats
 
 
 def detection(stores: dict[str, Path], folder: Path) -> dict[str, bool]:
@@ -140,7 +134,7 @@ def detection(stores: dict[str, Path], folder: Path) -> dict[str, bool]:
     try:
         checkpoints.read_checkpoint(flipped)
         checkpoint_refused = False
-    except ValueError:
+    except checkpoints.DamagedCheckpointError:
         checkpoint_refused = True
     copy = folder / "flipped.zarr"
     shutil.copytree(stores["with"], copy)
@@ -157,24 +151,29 @@ def detection(stores: dict[str, Path], folder: Path) -> dict[str, bool]:
 
 
 # ------------------------------------------------------------------------------ evaluate
-def evaluate_seconds(store: Path, checks: bool, device: str, context: int | None) -> float:
+def evaluate_seconds(store: Path, checks: bool, device: str, context: int | None, clock: Clock) -> float:
     with checkpoint_checks(checks):
-        return timed(lambda: evaluate(checkpoint=MODEL, inputs=[str(store)], device=device, context=context))
+        return timed(lambda: evaluate(checkpoint=MODEL, inputs=[str(store)], device=device, context=context), clock)
+
+
+def genome_read_seconds(store: Path, clock: Clock, repeats: int = 20) -> float:
+    """Seconds to read every contig of a store whole without a chunk cache (what evaluate reads)."""
+    genome = genome_store.GenomeStore(store, cache_bytes=0)
+    return timed(lambda: [genome.read(c.index, 0, c.length) for c in genome.contigs], clock, repeats)
 
 
 # ------------------------------------------------------------------------------ training
 class Training:
     """The quick-start model (configs/quickstart.yaml) and one step on a window of a store."""
 
-    def __init__(self, device: torch.device, window: int, batch: int, stores: dict[str, Path]) -> None:
+    def __init__(self, device: torch.device, window: int, batch: int, stores: dict[str, Path], clock: Clock) -> None:
         torch.manual_seed(0)
         config = TransformerConfig(vocab_size=8, d_model=128, n_layers=2, n_heads=4, max_seq_len=window,
-                                   attention=[SlidingWindow(window=1024, block_size=128)])
-        self.device = device
+                                   attention=[SlidingWindow(window=min(1024, window), block_size=128)])
+        self.device, self.batch, self.clock = device, batch, clock
         self.module = GenoformerLM(config, objective=Objective.CAUSAL_LM).to(device)
         self.optimizer = torch.optim.AdamW(self.module.parameters(), lr=1e-4)
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-        self.batch = batch
         self.datasets = {name: RandomWindowDataset(path, window, 10_000, cache_bytes=0)
                          for name, path in stores.items()}
         self.index = 0
@@ -189,10 +188,17 @@ class Training:
         self.step.step()
         synchronize(self.device)
 
-    def read_seconds(self, which: str, windows: int = 2000) -> float:
+    def step_seconds(self, which: str, steps: int) -> float:
+        """Seconds per step (window reads + optimizer step), after one untimed step: what ran before
+        (the other measurements) leaves no trace."""
+        self.one_step(which)
+        return timed(lambda: self.one_step(which), self.clock, steps)
+
+    def read_seconds(self, which: str, windows: int) -> float:
         """Seconds per window read alone (the part of a step the chunk checks touch)."""
         dataset = self.datasets[which]
-        return timed(lambda: [dataset[(1, i)] for i in range(windows)]) / windows
+        reads = iter(range(10**9))
+        return timed(lambda: dataset[(1, next(reads) % len(dataset))], self.clock, windows)
 
     def training_checkpoint(self) -> dict:
         """What a training checkpoint holds: the weights and the optimizer's state."""
@@ -201,173 +207,182 @@ class Training:
 
 
 def save_seconds(checkpoint: dict, folder: Path, atomic: bool) -> float:
+    """One save by the wall clock: a save waits for the disk (fsync), which is no CPU time."""
     from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
     plugin = checkpoints.AtomicCheckpointIO() if atomic else TorchCheckpointIO()
-    began = time.perf_counter()  # the wall clock: a save waits for the disk (fsync), which is no CPU time
-    plugin.save_checkpoint(checkpoint, folder / ("atomic.ckpt" if atomic else "lightning.ckpt"))
-    return time.perf_counter() - began
+    return timed(lambda: plugin.save_checkpoint(checkpoint, folder / ("atomic.ckpt" if atomic else "lightning.ckpt")),
+                 time.perf_counter)
 
 
-def load_seconds(path: Path) -> dict[str, float]:
+def load_seconds(path: Path, clock: Clock, repeats: int) -> dict[str, float]:
+    """Per read of the checkpoint: its CRC check, torch.load, and a SHA-256 of its weights."""
     state = torch.load(path, map_location="cpu", weights_only=True)
 
     def digest() -> None:
         h = hashlib.sha256()
         for tensor in state["state_dict"].values():
             h.update(tensor.contiguous().view(torch.uint8).numpy())
-    return {"load_crc_check": timed(lambda: checkpoints.verify_checkpoint_file(path)),
-            "load_torch": timed(lambda: torch.load(path, map_location="cpu", weights_only=True)),
-            "load_sha256_of_weights": timed(digest)}
+    return {"load_crc_check": timed(lambda: checkpoints.verify_checkpoint_file(path), clock, repeats),
+            "load_torch": timed(lambda: torch.load(path, map_location="cpu", weights_only=True), clock, repeats),
+            "load_sha256_of_weights": timed(digest, clock, repeats)}
 
 
-# ------------------------------------------------------------------------------ report
-def overhead(with_checks: float, without: float) -> float:
-    return 100.0 * (with_checks - without) / without
-
-
-def from_parts(seconds: dict[str, float], batch: int, save_every: int) -> dict[str, float]:
-    """The checks' cost as a percentage of the work without them, from the parts they touch
-    (timed on their own, many times over): for evaluate the checkpoint's CRC check (its one store
-    read of the genome adds a few microseconds); for a training step the window reads, and the
-    saves spread over the steps between two. The whole runs with and without differ by less than
-    the noise of timing them on a shared machine; the parts do not."""
-    reads = (seconds["read_with"] - seconds["read_without"]) * batch
-    saves = (seconds["save_atomic"] - seconds["save_lightning"]) / save_every
-    return {"evaluate": 100.0 * seconds["load_crc_check"] / seconds["evaluate_without"],
-            "training_step": 100.0 * reads / seconds["step_without"],
-            "training_step_with_saves": 100.0 * (reads + saves) / seconds["step_without"]}
-
-
-def render(summary: dict) -> str:
-    """The markdown report of a summary `main` wrote (integrity.json)."""
-    m = summary["seconds"]
-    save_every = summary["save_every"]
-    step_with = m["step_with"] + m["save_atomic"] / save_every
-    step_without = m["step_without"] + m["save_lightning"] / save_every
-
-    def row(what: str, without: float, with_checks: float, unit: str, scale: float, digits: int = 1) -> dict:
-        return {"measured": what, "without checks": f"{without * scale:.{digits}f} {unit}",
-                "with checks": f"{with_checks * scale:.{digits}f} {unit}",
-                "overhead": f"{overhead(with_checks, without):+.2f}%"}
-
-    parts = summary["overhead_percent_from_parts"]
-    reads_us = (m["read_with"] - m["read_without"]) * 1e6 * summary["batch"]
-    from_the_parts = [
-        {"measured": "evaluate", "the checks' cost": f"{m['load_crc_check'] * 1e3:.1f} ms (the checkpoint's CRCs)",
-         "share": f"{parts['evaluate']:.3f}%"},
-        {"measured": "training step",
-         "the checks' cost": f"{reads_us:.1f} us (the chunk CRCs of {summary['batch']} window(s))",
-         "share": f"{parts['training_step']:.4f}%"},
-        {"measured": f"training step, a save every {save_every} steps",
-         "the checks' cost": f"+ {(m['save_atomic'] - m['save_lightning']) * 1e3 / save_every:.2f} ms per step "
-                             "(fsync and rename)",
-         "share": f"{parts['training_step_with_saves']:.4f}%"},
-    ]
-    rows = [
-        row("evaluate", m["evaluate_without"], m["evaluate_with"], "s", 1, 2),
-        row("training step (window reads + step)", m["step_without"], m["step_with"], "ms", 1e3),
-        row(f"training step + a checkpoint save every {save_every} steps", step_without, step_with, "ms", 1e3),
-        row("one window read (no chunk cache)", m["read_without"], m["read_with"], "us", 1e6),
-        row("one checkpoint save (Lightning's / atomic)", m["save_lightning"], m["save_atomic"], "ms", 1e3),
-    ]
-    loading = [{"reading a checkpoint": what, "time": f"{m[key] * 1e3:.2f} ms"}
-               for what, key in (("CRC-32 of every record (the check used)", "load_crc_check"),
-                                 ("torch.load itself", "load_torch"),
-                                 ("SHA-256 of the weights (the other way, not used)", "load_sha256_of_weights"))]
-    detected = ", ".join(f"{key.replace('_', ' ')}: {value}" for key, value in summary["detection"].items())
-    return "\n\n".join([
-        environment_markdown(summary["environment"], summary["command"]),
-        f"{summary['setting']}. Best of {summary['rounds']} interleaved rounds. Checked first: {detected}.",
-        "Whole runs, with the checks and without (the difference is within the noise of a shared machine):",
-        markdown_table(rows),
-        "The checks' cost from the parts they touch, timed on their own, against the time without them:",
-        markdown_table(from_the_parts),
-        f"The checkpoint is {summary['checkpoint_mib']:.1f} MiB ({MODEL.name}):",
-        markdown_table(loading),
-    ])
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="folder for integrity.json and integrity.md")
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+# ------------------------------------------------------------------------------ measure
+def arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="device to measure (default cpu)")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (default 5; 1 with --smoke)")
     parser.add_argument("--genome", type=Path, help="FASTA to evaluate and train on (default: lambda phage on a "
                                                     "CPU, E. coli on a GPU, both in examples/)")
-    parser.add_argument("--bases", type=int, help="evaluate and train on the genome's first BASES bases (default "
-                                                   "6,000 on a CPU, all on a GPU; 0: all)")
+    parser.add_argument("--bases", type=int, help="evaluate the genome's first BASES bases (default 6,000 on a "
+                                                   "CPU, all on a GPU; 0: all); training reads the whole genome")
     parser.add_argument("--context", type=int, help="evaluate's context (default: the command's own default)")
-    parser.add_argument("--window", type=int, default=8192, help="training window (default 8192, the quick start's)")
+    parser.add_argument("--window", type=int, help="training window (default 8192, the quick start's)")
     parser.add_argument("--batch", type=int, help="windows per training step (default 1 on a CPU, 8 on a GPU)")
     parser.add_argument("--steps", type=int, default=3, help="training steps timed per round (default 3)")
     parser.add_argument("--save_every", type=int, default=10,
                         help="steps between two checkpoint saves (default 10, the quick start's; most configs "
                              "save less often)")
-    args = parser.parse_args()
+
+
+def measure(args: argparse.Namespace) -> dict:
     device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("no CUDA device here; run with --device cpu")
+    clock: Clock = time.perf_counter
     if device.type == "cpu":
         torch.set_num_threads(1)
-        CLOCK["clock"] = time.process_time
+        clock = time.process_time
     genome = args.genome or EXAMPLES / ("ecoli_k12_mg1655.fasta.gz" if device.type == "cuda"
                                         else "lambda_phage.fasta.gz")
     batch = args.batch or (8 if device.type == "cuda" else 1)
-    bases = None if args.bases == 0 else args.bases or (None if device.type == "cuda" else 6_000)
+    bases = None if args.bases == 0 else args.bases or (None if device.type == "cuda" else
+                                                        2_000 if args.smoke else 6_000)
+    window = args.window or (512 if args.smoke else 8192)
+    context = args.context or (512 if args.smoke else None)
+    rounds = args.rounds or (1 if args.smoke else 5)
+    steps = 1 if args.smoke else args.steps
+    repeats = 2 if args.smoke else 20  # of the parts timed alone
     with tempfile.TemporaryDirectory(prefix="genoformer-integrity-") as tmp:
         folder = Path(tmp)
-        stores = build_stores(genome, folder / "whole")
-        evaluated = stores if bases is None else build_stores(first_bases(genome, bases, folder), folder / "part")
+        part = None if bases is None else first_bases(genome, bases, folder)
+        stores = build_stores(part if args.smoke and part else genome, folder / "whole")
+        evaluated = stores if part is None else build_stores(part, folder / "part")
         detected = detection(stores, folder)
-        print(detected)
+        print(detected, flush=True)
         if not all(detected.values()):
-            raise SystemExit(f"a check missed the damage it exists for: {detected}")
-        training = Training(device, args.window, batch, stores)
+            return {"detection": detected}
+        training = Training(device, window, batch, stores, clock)
         for which in ("with", "without"):  # warm-up: first reads, first steps
             training.one_step(which)
-
-        def steps(which: str) -> float:
-            training.one_step(which)  # untimed: what ran before (the other measurements) leaves no trace
-            return timed(lambda: [training.one_step(which) for _ in range(args.steps)]) / args.steps
-
         checkpoint = training.training_checkpoint()
         measures = {
-            "evaluate_with": lambda: evaluate_seconds(evaluated["with"], True, args.device, args.context),
-            "evaluate_without": lambda: evaluate_seconds(evaluated["without"], False, args.device, args.context),
-            "step_with": lambda: steps("with"),
-            "step_without": lambda: steps("without"),
-            "read_with": lambda: training.read_seconds("with"),
-            "read_without": lambda: training.read_seconds("without"),
+            "evaluate_with": lambda: evaluate_seconds(evaluated["with"], True, args.device, context, clock),
+            "evaluate_without": lambda: evaluate_seconds(evaluated["without"], False, args.device, context, clock),
+            "genome_read_with": lambda: genome_read_seconds(evaluated["with"], clock, repeats),
+            "genome_read_without": lambda: genome_read_seconds(evaluated["without"], clock, repeats),
+            "step_with": lambda: training.step_seconds("with", steps),
+            "step_without": lambda: training.step_seconds("without", steps),
+            "read_with": lambda: training.read_seconds("with", 100 * repeats),
+            "read_without": lambda: training.read_seconds("without", 100 * repeats),
             "save_atomic": lambda: save_seconds(checkpoint, folder, atomic=True),
             "save_lightning": lambda: save_seconds(checkpoint, folder, atomic=False),
-            "load": lambda: load_seconds(MODEL),
+            "load": lambda: load_seconds(MODEL, clock, repeats),
         }
-        seconds = interleaved_rounds(measures, args.rounds, best=min)
-    part = "" if bases is None else f" (its first {bases:,} bases)"
-    summary = {
-        "environment": describe_environment(device), "command": command_line(), "rounds": args.rounds,
-        "save_every": args.save_every, "checkpoint_mib": MODEL.stat().st_size / 2**20, "seconds": seconds,
-        "detection": detected,
-        "setting": (f"evaluate: {MODEL.name} on {genome.name}{part} "
-                    f"({args.device}, context "
-                    f"{args.context or 'default'}); training: the quick-start model (d_model 128, 2 layers, "
-                    f"sliding window 1024) at {args.window} tokens on the whole genome, {batch} window(s) per step, "
-                    f"{'bfloat16' if device.type == 'cuda' else 'float32'}; window reads without a chunk cache; "
-                    + ("wall clock" if device.type == "cuda" else "CPU time of the process, one thread")),
+        seconds = interleaved_rounds(measures, rounds, best=min)
+    return {
+        "detection": detected, "seconds": seconds, "device": device.type, "rounds": rounds, "batch": batch,
+        "save_every": args.save_every, "checkpoint_mib": MODEL.stat().st_size / 2**20,
+        "setting": (f"evaluate: {MODEL.name} on {genome.name}"
+                    + ("" if bases is None else f" (its first {bases:,} bases)")
+                    + f", context {context or 'default'}; training: the quick-start model (d_model 128, 2 layers, "
+                    f"sliding window {min(1024, window)}) at {window} tokens on the "
+                    + ("same bases" if args.smoke and part else "whole genome")
+                    + f", {batch} window(s) per step, {'bfloat16' if device.type == 'cuda' else 'float32'}; window "
+                    "reads without a chunk cache; timed by "
+                    + ("the wall clock" if device.type == "cuda" else "the process's CPU time, one thread")
+                    + " (saves by the wall clock)"),
     }
-    summary["batch"] = batch
-    summary["overhead_percent_from_parts"] = from_parts(seconds, batch, args.save_every)
-    summary["overhead_percent"] = {
-        "evaluate": overhead(seconds["evaluate_with"], seconds["evaluate_without"]),
-        "training_step": overhead(seconds["step_with"], seconds["step_without"]),
-        "training_step_with_saves": overhead(seconds["step_with"] + seconds["save_atomic"] / args.save_every,
-                                             seconds["step_without"] + seconds["save_lightning"] / args.save_every),
-    }
-    write_json_file(args.out / "integrity.json", summary)  # kept, whatever happens to the rendering
-    publish(args.out, "integrity", summary, render(summary))
-    print({key: format_number(value) for key, value in summary["overhead_percent"].items()})
 
+
+# ------------------------------------------------------------------------------ summarize
+def percent(with_checks: float, without: float) -> float:
+    return 100.0 * (with_checks - without) / without
+
+
+def from_parts(seconds: dict[str, float], batch: int, save_every: int) -> dict[str, float]:
+    """The checks' cost in % of the work without them, from the parts they touch: for evaluate
+    the checkpoint's CRC check and the chunk CRCs of reading the evaluated genome; for a training
+    step the chunk CRCs of its window reads, and with saves the atomic save's extra time spread
+    over the steps between two saves."""
+    evaluate_cost = seconds["load_crc_check"] + seconds["genome_read_with"] - seconds["genome_read_without"]
+    reads = (seconds["read_with"] - seconds["read_without"]) * batch
+    saves = (seconds["save_atomic"] - seconds["save_lightning"]) / save_every
+    return {"evaluate": 100.0 * evaluate_cost / seconds["evaluate_without"],
+            "training_step": 100.0 * reads / seconds["step_without"],
+            "training_step_with_saves": 100.0 * (reads + saves) / seconds["step_without"]}
+
+
+def summarize(data: dict) -> Summary:
+    detected = data["detection"]
+    caught = ", ".join(f"{key.replace('_', ' ')}: {'yes' if value else 'NO'}" for key, value in detected.items())
+    if not all(detected.values()):
+        return Summary(notes=[f"A check missed the damage it exists for, nothing timed ({caught})."], failed=True)
+    m, batch, save_every = data["seconds"], data["batch"], data["save_every"]
+    parts = from_parts(m, batch, save_every)
+    step_with = m["step_with"] + m["save_atomic"] / save_every
+    step_without = m["step_without"] + m["save_lightning"] / save_every
+
+    def whole(what: str, without: float, with_checks: float, scale: float, unit: str) -> dict:
+        return {"measured": what, "without checks": f"{without * scale:.4g} {unit}",
+                "with checks": f"{with_checks * scale:.4g} {unit}", "with / without": with_checks / without,
+                "overhead %": percent(with_checks, without)}
+
+    wholes = [
+        whole("evaluate", m["evaluate_without"], m["evaluate_with"], 1, "s"),
+        whole("training step (window reads + step)", m["step_without"], m["step_with"], 1e3, "ms"),
+        whole(f"training step + a checkpoint save every {save_every} steps", step_without, step_with, 1e3, "ms"),
+        whole("reading the evaluated genome (no chunk cache)", m["genome_read_without"], m["genome_read_with"], 1e3,
+              "ms"),
+        whole("one window read (no chunk cache)", m["read_without"], m["read_with"], 1e6, "us"),
+        whole("one checkpoint save (Lightning's / atomic)", m["save_lightning"], m["save_atomic"], 1e3, "ms"),
+    ]
+    genome_us = (m["genome_read_with"] - m["genome_read_without"]) * 1e6
+    reads_us = (m["read_with"] - m["read_without"]) * 1e6 * batch
+    shares = [
+        {"measured": "evaluate",
+         "the checks' cost": f"{m['load_crc_check'] * 1e3:.2f} ms (the checkpoint's CRCs) + {genome_us:.0f} us "
+                             "(the genome's chunk CRCs)",
+         "of the time without": f"{m['evaluate_without']:.3g} s", "share %": parts["evaluate"]},
+        {"measured": "training step",
+         "the checks' cost": f"{reads_us:.1f} us (the chunk CRCs of {batch} window(s))",
+         "of the time without": f"{m['step_without'] * 1e3:.4g} ms", "share %": parts["training_step"]},
+        {"measured": f"training step, a save every {save_every} steps",
+         "the checks' cost": f"+ {(m['save_atomic'] - m['save_lightning']) * 1e3 / save_every:.2f} ms per step "
+                             "(fsync and rename)",
+         "of the time without": f"{m['step_without'] * 1e3:.4g} ms", "share %": parts["training_step_with_saves"]},
+    ]
+    loading = [{"reading a checkpoint": what, "ms": m[key] * 1e3}
+               for what, key in (("CRC-32 of every record (the check used)", "load_crc_check"),
+                                 ("torch.load itself", "load_torch"),
+                                 ("SHA-256 of the weights (the other way, not used)", "load_sha256_of_weights"))]
+    on = "on the GPU" if data["device"] == "cuda" else "on the CPU"
+    return Summary(
+        tables=[table(shares, "The checks' cost from the parts they touch, timed alone, against the time without "
+                              "them (what the targets judge):", digits=3),
+                table(wholes, "Whole runs with the checks and without, same data, same run (on a shared machine "
+                              "their difference is mostly noise):", digits=4),
+                table(loading, f"Reading the {data['checkpoint_mib']:.1f} MiB checkpoint {MODEL.name}:",
+                      headline=False)],
+        targets=[at_most(f"the checks cost at most 3% of evaluate's time {on}", parts["evaluate"], 3.0, unit="%"),
+                 at_most(f"the checks cost at most 3% of a training step's time {on}, saves included",
+                         parts["training_step_with_saves"], 3.0, unit="%")],
+        notes=[f"{data['setting']}. Best of {data['rounds']} interleaved rounds.", f"Checked first: {caught}."],
+    )
+
+
+BENCHMARK = Benchmark("integrity", "Integrity checks: what they cost", __doc__, measure, summarize,
+                      baseline="the same work without the checks: a store without chunk checksums (format 1), "
+                               "no checkpoint CRC check, Lightning's own checkpoint save",
+                      arguments=arguments)
 
 if __name__ == "__main__":
-    main()
+    BENCHMARK.main()

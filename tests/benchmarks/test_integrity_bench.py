@@ -1,5 +1,5 @@
-"""benchmarks/integrity.py: its report renders from a summary, and its check that damage is caught
-before timing catches it."""
+"""benchmarks/integrity.py: its summary judges the targets on the parts the checks touch, and its
+check that damage is caught before timing catches it (its --smoke run: tests/benchmarks/test_smoke.py)."""
 
 from __future__ import annotations
 
@@ -7,22 +7,30 @@ from pathlib import Path
 
 from benchmarks import integrity
 
+SECONDS = {"evaluate_with": 10.2, "evaluate_without": 10.0, "genome_read_with": 0.011, "genome_read_without": 0.010,
+           "step_with": 1.01, "step_without": 1.0, "read_with": 12e-6, "read_without": 10e-6,
+           "save_atomic": 0.02, "save_lightning": 0.01, "load_crc_check": 0.004, "load_torch": 0.01,
+           "load_sha256_of_weights": 0.012}
+DATA = {"detection": {"flipped_checkpoint_refused": True, "flipped_store_chunk_refused": True},
+        "seconds": SECONDS, "device": "cpu", "rounds": 3, "batch": 1, "save_every": 10, "checkpoint_mib": 12.3,
+        "setting": "a setting"}
 
-def test_the_report_renders_every_measurement():
-    seconds = {"evaluate_with": 10.2, "evaluate_without": 10.0, "step_with": 1.01, "step_without": 1.0,
-               "read_with": 12e-6, "read_without": 10e-6, "save_atomic": 0.02, "save_lightning": 0.01,
-               "load_crc_check": 0.004, "load_torch": 0.01, "load_sha256_of_weights": 0.012}
-    summary = {"environment": {"device": "CPU", "date_utc": "today", "torch": "2", "triton": "3", "python": "3"},
-               "command": "python -m benchmarks.integrity --out x", "rounds": 3, "save_every": 10,
-               "checkpoint_mib": 12.3, "seconds": seconds, "setting": "a setting", "batch": 1,
-               "detection": {"flipped_checkpoint_refused": True, "flipped_store_chunk_refused": True}}
-    summary["overhead_percent_from_parts"] = integrity.from_parts(seconds, 1, 10)
-    text = integrity.render(summary)
-    assert "| evaluate | 10.00 s | 10.20 s | +2.00% |" in text
-    assert "| training step + a checkpoint save every 10 steps | 1001.0 ms | 1012.0 ms | +1.10% |" in text
-    assert "flipped checkpoint refused: True" in text and "SHA-256 of the weights" in text
-    assert "| evaluate | 4.0 ms (the checkpoint's CRCs) | 0.040% |" in text
-    assert "| training step | 2.0 us (the chunk CRCs of 1 window(s)) | 0.0002% |" in text
+
+def test_the_targets_are_judged_on_the_parts_and_the_whole_runs_shown_beside():
+    summary = integrity.summarize(DATA)
+    # evaluate: 4 ms of CRCs + 1 ms of chunk CRCs of 10 s; a step: 2 us of reads + 1 ms of saves per step of 1 s
+    assert [t["status"] for t in summary.targets] == ["MET", "MET"]
+    assert summary.targets[0]["measured"] == "0.0500%" and summary.targets[1]["measured"] == "0.100%"
+    wholes = {row["measured"]: row for row in summary.tables[1]["rows"]}
+    assert abs(wholes["evaluate"]["with / without"] - 1.02) < 1e-9
+    slow = integrity.summarize({**DATA, "seconds": {**SECONDS, "load_crc_check": 0.4}})
+    assert slow.targets[0]["status"] == "NOT MET"
+
+
+def test_a_check_that_misses_its_damage_fails_the_run():
+    summary = integrity.summarize({"detection": {"flipped_checkpoint_refused": False,
+                                                 "flipped_store_chunk_refused": True}})
+    assert summary.failed and "flipped checkpoint refused: NO" in summary.notes[0]
 
 
 def test_damage_is_caught_before_anything_is_timed(tmp_path):

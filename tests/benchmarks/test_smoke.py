@@ -19,6 +19,7 @@ SMOKE = {
     "gluon_bench": [],
     "head_dims": [],
     "hf_export": [],
+    "integrity": [],
     "host_overhead": [],
     "kernel_variants": [],
     "million": ["--step", "memory", "--budget-s", "1"],
