@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import enum
 import mmap
-import os
 import pickle
 import re
 import shlex
