@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# One GPU call for the cost of the integrity checks (docs/reliability.md; BENCHMARKS.md, "Integrity
-# checks"): first checks that a flipped byte in a checkpoint and in a store chunk is refused on this
-# machine, then times `evaluate` of the shipped DNA model on the E. coli genome (trained context) and
-# a training step of the quick-start model (8,192 tokens, 8 windows, bfloat16), each with the checks
-# and without, in three interleaved rounds. About 2 minutes.
+# One GPU call for the cost of the integrity checks (docs/reliability.md): first checks that a flipped
+# byte in a checkpoint and in a store chunk is refused on this machine, then times `evaluate` of the
+# shipped DNA model on the E. coli genome (its default context) and a training step of the
+# quick-start model (8,192 tokens, 8 windows, bfloat16), each with the checks and without, in five
+# interleaved rounds, by the wall clock. About 4 minutes. Writes OUT/integrity.json (the result file:
+# copy it to benchmarks/results/ and run `python -m benchmarks.report`) and OUT/integrity.log.
 #   bash benchmarks/gpu_integrity.sh    (repository root, on the GPU machine; OUT set)
-# Wheels for packages the GPU image lacks travel in .whl/ (benchmarks/gpu_setup.sh).
+# Needs the pre-installed wheels (zarr, ...): benchmarks/gpu_setup.sh puts /tmp/site on PYTHONPATH.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 source benchmarks/gpu_setup.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
-python3 -m benchmarks.integrity --device cuda --out "$OUT/integrity" 2>&1 | tee "$OUT/integrity.log" | tail -n 40
+timeout 450 python3 -m benchmarks.integrity --device cuda --out "$OUT" 2>&1 | tee "$OUT/integrity.log" | tail -n 60
