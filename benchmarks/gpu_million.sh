@@ -89,13 +89,13 @@ if [ "$PART" = A ]; then
     if [ "${SMOKE:-0}" = 1 ]; then
         "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/core/test_long_sequences_gpu.py > "$OUT/million_check.log" 2>&1
     else
-        GENOFORMER_TRITON_AUTOTUNE=0 timeout 100 "$PYTHON" -m pytest -q -m gpu -rfs --tb=short -p no:cacheprovider \
+        GENOFORMER_TRITON_AUTOTUNE=0 timeout 110 "$PYTHON" -m pytest -q -m gpu -rfs --tb=short -p no:cacheprovider \
             tests/core/test_long_sequences_gpu.py > "$OUT/million_check.log" 2>&1
     fi
     check=$?
     log "correctness: exit $check"; tail -n 8 "$OUT/million_check.log"
     [ $check = 0 ] || status=1
-    measure memory "${MEMORY_BUDGET:-100}" 130 --steps 1 || status=1
+    measure memory "${MEMORY_BUDGET:-95}" 125 --steps 1 || status=1
     measure speed "$(( $(left) - 35 ))" "$(left)" || status=1
 else
     measure chromosome 75 90 || status=1

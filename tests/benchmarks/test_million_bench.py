@@ -132,6 +132,7 @@ def test_the_context_step_trains_scores_and_draws_its_curve(tmp_path):
     assert {"bacterial", "eukaryotic"} <= set(longer) and "gain_over_shortest" in longer["bacterial"]
     assert (tmp_path / "million_context.png").stat().st_size > 1000
     assert result["summary"]["tables"][0]["rows"]
+    assert [t["status"] for t in result["summary"]["targets"]] == ["MET"]  # both kinds scored at 512 with intervals
 
 
 @pytest.mark.parametrize("step", ["speed", "scaling"])
