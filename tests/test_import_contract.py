@@ -12,23 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from source_helpers import installed_layout
 
-tomllib = pytest.importorskip("tomllib", reason="import-linter reads pyproject.toml with tomllib (Python 3.11+)")
+pytest.importorskip("tomllib", reason="import-linter reads pyproject.toml with tomllib (Python 3.11+)")
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-PYPROJECT = REPO_ROOT / "pyproject.toml"
-
-
-def installed_layout(into: Path) -> Path:
-    """The Python sources of every package as pyproject.toml's package-dir installs them, under `into`."""
-    package_dirs = tomllib.loads(PYPROJECT.read_text())["tool"]["setuptools"]["package-dir"]
-    for package, folder in sorted(package_dirs.items()):
-        source = REPO_ROOT / folder
-        for path in source.rglob("*.py"):
-            target = into / Path(*package.split(".")) / path.relative_to(source)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
-    return into
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 
 def lint_imports(sources: Path) -> subprocess.CompletedProcess:
