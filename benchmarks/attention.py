@@ -50,15 +50,12 @@ import enum
 import functools
 import gc
 import importlib
-import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 import torch._dynamo.config
 import torch._functorch.config
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from benchmarks.common import (
@@ -66,21 +63,25 @@ from benchmarks.common import (
     Benchmark,
     Budget,
     ClockSampler,
+    Impl,
     Summary,
     Timer,
+    compare,
+    fa2,
+    fa4,
     fmt,
+    median_of_rounds,
+    outputs,
+    random_qkv,
     ratio,
     rotating_rounds,
     table,
+    tuner_choices,
     verdict,
 )
 from genoformer.kernels.dispatch import Backend, attention, unsupported_reason
 from genoformer.kernels.layout import BlockLayout
-from genoformer.kernels.reference import reference_attention, row_error
-
-CHECK_TOLERANCE = {"fwd": 3e-2, "bwd": 6e-2}
-"""Largest row error before a result is WRONG: a few bf16 ulps of the row's largest entry (two
-correct bf16 kernels differ by about 8e-3 and 1e-2; a skipped block changes rows by 0.1 and more)."""
+from genoformer.kernels.reference import reference_attention
 
 GOAL_RATIO, GOAL_HEAD_DIM = 1.15, 128
 OTHERS = {"fa2": "FA2", "fa4": "FA4", "flex": "Flex", "flex_flash": "Flex FLASH"}
@@ -197,35 +198,6 @@ def allowed_pairs(layout: BlockLayout | None, causal: bool, seq_len: int, heads:
 
 
 # ------------------------------------------------------------------ shared: implementations
-@dataclasses.dataclass
-class Impl:
-    """A callable (q, k, v) -> out on (B, H, L, D) tensors, or why there is none."""
-
-    fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None
-    error: str | None = None
-    backward_error: str | None = None  # set when it runs forward only on this device
-
-
-def fa2(causal: bool) -> Impl:
-    """SDPA restricted to the flash backend: FlashAttention-2, dense."""
-
-    def run(q, k, v):
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-    return Impl(run)
-
-
-def fa4(module, causal: bool = True) -> Impl:
-    """flash-attn-4's `flash_attn.cute.flash_attn_func`, dense, on (B, L, H, D) views."""
-
-    def run(q, k, v):
-        out = module.flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal)
-        return (out[0] if isinstance(out, tuple) else out).transpose(1, 2)  # (out, lse) in 4.0 betas
-
-    return Impl(run)
-
-
 def _kv_block_lists(mask_HMN: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Counts (1, H, Mb) and indices (1, H, Mb, Nb) int32 of the True blocks, ascending first."""
     counts_HM = mask_HMN.sum(-1, dtype=torch.int32)
@@ -273,84 +245,6 @@ def flex_block_mask(layout: BlockLayout, causal: bool, heads: int, device: torch
 def static_flex() -> Callable:
     """`torch.compile(flex_attention)` compiled for each shape it meets (dynamic=False)."""
     return torch.compile(flex_attention, dynamic=False)
-
-
-@contextlib.contextmanager
-def tuner_choices(triton_flash) -> Iterator[list[tuple[str, object]]]:
-    """The launch configurations the Triton launchers' tuner (`triton_flash.choose_config`) returns
-    while the block runs, as ("fwd" or "bwd", configuration), cached choices included."""
-    chosen: list[tuple[str, object]] = []
-    choose = triton_flash.choose_config
-
-    def recording(key, *args, **kwargs):
-        config = choose(key, *args, **kwargs)
-        chosen.append((key[0], config))
-        return config
-
-    triton_flash.choose_config = recording
-    try:
-        yield chosen
-    finally:
-        triton_flash.choose_config = choose
-
-
-# --------------------------------------------------------------------- shared: runs and checks
-def random_qkv(shape: tuple[int, ...], device: torch.device, dtype: torch.dtype, seed: int):
-    """q, k, v (leaves that require grad) and dout, standard normal, of one shape."""
-    generator = torch.Generator(device).manual_seed(seed)
-    q, k, v, dout = (torch.randn(shape, generator=generator, device=device, dtype=dtype) for _ in range(4))
-    return q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), dout
-
-
-def outputs(fn: Callable, q, k, v, dout, backward: bool = True) -> tuple[torch.Tensor, tuple | None]:
-    """out and (dq, dk, dv) of one forward + backward (None without the backward)."""
-    for t in (q, k, v):
-        t.grad = None
-    out = fn(q, k, v)
-    if not backward:
-        return out.detach(), None
-    out.backward(dout)
-    grads = (q.grad, k.grad, v.grad)
-    for t in (q, k, v):
-        t.grad = None
-    return out.detach(), grads
-
-
-def compare(got: tuple, expected: tuple) -> dict:
-    """Worst row errors of (out, grads) against the expected ones, and whether both are within
-    CHECK_TOLERANCE (NaN never is)."""
-    errors = {"fwd_rel_err": row_error(got[0], expected[0]), "bwd_rel_err": None}
-    if got[1] is not None and expected[1] is not None:
-        errors["bwd_rel_err"] = max(row_error(a, b) for a, b in zip(got[1], expected[1], strict=True))
-    errors["ok"] = all(errors[f"{d}_rel_err"] <= CHECK_TOLERANCE[d] for d in ("fwd", "bwd")
-                       if errors[f"{d}_rel_err"] is not None)
-    return errors
-
-
-def fwd_bwd_ms(timer: Timer, fn: Callable, q, k, v, dout) -> dict[str, float]:
-    """Forward and backward-alone medians in ms (the backward replayed on one stored graph)."""
-    fwd = timer(lambda: fn(q, k, v))
-    out = fn(q, k, v)
-    bwd = timer(lambda: out.backward(dout, retain_graph=True), grad_to_none=[q, k, v])
-    for t in (q, k, v):
-        t.grad = None
-    return {"fwd_ms": fwd, "bwd_ms": bwd}
-
-
-# ------------------------------------------------------------------------------ the benchmark
-def median_of_rounds(results: list[dict]) -> dict:
-    """One implementation's {"fwd_ms", "bwd_ms", "error", ...} from several rounds: the median time
-    of each direction over the rounds that measured it, the first error, every round kept."""
-    if len(results) == 1:
-        return results[0]
-    merged = {"error": next((r["error"] for r in results if r["error"] is not None), None)}
-    for direction in ("fwd_ms", "bwd_ms"):
-        times = [r[direction] for r in results if r[direction] is not None]
-        merged[direction] = statistics.median(times) if times else None
-        merged[f"{direction}_rounds"] = [r[direction] for r in results]
-    for clock in ("fwd_clock", "bwd_clock"):
-        merged[f"{clock}_rounds"] = [r.get(clock) for r in results]
-    return merged
 
 
 class Run(Attempts):
@@ -675,14 +569,14 @@ def _target(name: str, data: dict, yardstick: Callable[[dict], str | None], limi
                 left_out += 1
                 continue
             items.append((ratio(_time(r, "ours", d, trusted=True), _time(r, key, d, trusted=True)),
-                          f"{r['pattern']} D={r['head_dim']} L={length_label(r['seq_len'])} {d} vs {OTHERS[key]}"))
+                          f"{r['pattern']} D{r['head_dim']} {length_label(r['seq_len'])} {d} vs {OTHERS[key]}"))
     present = [(v, label) for v, label in items if v is not None]
     missing = len(items) - len(present)
-    extra = f"; {left_out} not compared (the other did not run or was WRONG)" if left_out else ""
+    extra = f"; {left_out} not compared (no trusted time)" if left_out else ""
     if not present:
         return verdict(name, "not in this run" + extra, None)
     worst, label = max(present)
-    measured = f"worst {worst:.2f}x ({label}) over {len(present)}" + (f"; {missing} failed or missing" if missing else "")
+    measured = f"worst {worst:.2f}x ({label}) of {len(present)}" + (f"; {missing} failed or missing" if missing else "")
     return verdict(name, measured + extra, worst <= limit and not missing)
 
 
@@ -723,14 +617,15 @@ def summarize(data: dict) -> Summary:
     ]
     absent = {OTHERS[k]: next((r[k]["error"] for r in data["cases"] if (r.get(k) or {}).get("error")), "not run")
               for k in OTHERS if k not in present}
-    notes = [f"ours = `{settings['ours']}`; bf16, B·L = {settings['tokens']:,} tokens (B = 1 beyond), H·D = "
-             f"{settings['width']}, blocks of {settings['block_size']}; medians of {settings['rounds']} rotating "
-             f"round(s); matmul ceiling {fmt((data['matmul'] or {}).get('tflops'))} TFLOP/s.",
-             _float64_note(data.get("float64_check")), _clock_note(data)]
+    notes = [f"ours = `{settings['ours']}`; bf16, B·L = {settings['tokens']:,} (B = 1 beyond), H·D = {settings['width']}, "
+             f"blocks of {settings['block_size']}; medians of {settings['rounds']} rotating rounds.",
+             _float64_note(data.get("float64_check"))]
     notes += [f"{name} absent: {why}" for name, why in absent.items()]
     lengths = " and ".join(length_label(L) for L in sorted({r["seq_len"] for r in cases}))
     title = "Attention kernels" + ("" if settings["ours"] == "triton" else f", ours = {settings['ours']}, {lengths}")
-    return Summary(title=title, tables=[table(ratio_rows, "Time ratios, ours ÷ other (> 1: ours slower)"),
+    d128 = [{k: v for k, v in row.items() if not k.startswith("D64")} for row in ratio_rows]
+    return Summary(title=title, tables=[table(d128, "Time ratios at D 128, ours ÷ other (> 1: ours slower)"),
+                                        table(ratio_rows, "Time ratios, every head dim", headline=False),
                                         table(full, "Every case (ms, fwd / bwd)", headline=False)],
                    targets=targets, notes=[n for n in notes if n])
 
@@ -751,23 +646,9 @@ def _float64_note(checks: list[dict] | None) -> str:
             f"grads): {'; '.join(parts)}.") if parts else ""
 
 
-def _clock_note(data: dict) -> str:
-    clock = data.get("clock") or {}
-    if clock.get("reason") or not clock:
-        return ""
-    parts = []
-    for key in ("ours", *OTHERS):
-        means = [w["sm_mhz"] for r in data["cases"] for name in ("fwd_clock", "bwd_clock")
-                 for w in (r.get(key) or {}).get(f"{name}_rounds", [(r.get(key) or {}).get(name)])
-                 if w and w.get("sm_mhz") is not None]
-        if means:
-            parts.append(f"{OTHERS.get(key, key)} {statistics.median(means):.0f} (lowest {min(means):.0f})")
-    return f"SM clock during the timings, MHz, median of the timings' means: {', '.join(parts)}." if parts else ""
-
-
 BENCHMARK = Benchmark("attention", "Attention kernels", __doc__, measure, summarize, arguments=arguments, merge=merge,
-                      baseline="torch SDPA FlashAttention-2, flash-attn-4 and compiled FlexAttention (Triton and "
-                               "FLASH backends) on the same block masks, checked against one reference",
+                      baseline="SDPA FlashAttention-2, flash-attn-4 and compiled FlexAttention (Triton and FLASH "
+                               "backends) on the same block masks",
                       name_of=lambda args: "attention" if args.ours == "triton" else f"attention_{args.ours}")
 
 if __name__ == "__main__":

@@ -2,29 +2,23 @@
 the wrong type, each in a fresh interpreter as a user's shell starts it (median of --repeats runs),
 and `genoformer --help` and `--version`.
 
-    python -m benchmarks.command_speed                      # a table on stdout
-    python -m benchmarks.command_speed --out speed.json     # and the figures as JSON
-    python -m benchmarks.command_speed --commands prepare_timeseries forecast --repeats 5
+    python -m benchmarks.command_speed --out OUT          # every command, about 5 minutes on 2 cores
+    python -m benchmarks.command_speed --out OUT --commands prepare_timeseries forecast --repeats 5
 
-The machine's CPU count and load average are printed with the table: on a shared machine the
-figures move with the load.
+The load average is recorded with the table: on a shared machine the figures move with the load.
 """
 
 from __future__ import annotations
 
-import argparse
 import inspect
-import json
 import os
 import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
+from benchmarks.common import REPO_ROOT, Benchmark, Summary, table
 from genoformer.cli import TOOL_COMMANDS, TRAINING_COMMANDS, parsing_function
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def seconds(args: list[str], repeats: int) -> tuple[float, int]:
@@ -49,34 +43,34 @@ def wrong_value(command: str) -> list[str]:
     return []
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(parser) -> None:
     parser.add_argument("--commands", nargs="+", default=[*TOOL_COMMANDS, *TRAINING_COMMANDS])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
-    rows = [{"command": "genoformer", "help": seconds(["--help"], args.repeats)[0],
-             "version": seconds(["--version"], args.repeats)[0]}]
-    for command in args.commands:
-        row = {"command": command, "help": seconds([command, "--help"], args.repeats)[0],
-               "unknown_option": seconds([command, "--no_such_option", "1"], args.repeats)[0]}
-        if wrong_value(command):
-            row["wrong_value"] = seconds(wrong_value(command), args.repeats)[0]
-        rows.append(row)
-    load = os.getloadavg()
-    print(f"{os.cpu_count()} CPUs, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; "
-          f"median of {args.repeats} runs, seconds")
-    print("| command | --help | unknown option | wrong value |\n|---|---|---|---|")
-    for row in rows:
-        if row["command"] == "genoformer":
-            print(f"| genoformer | {row['help']:.2f} | (--version {row['version']:.2f}) | |")
-            continue
-        wrong = f"{row['wrong_value']:.2f}" if "wrong_value" in row else ""
-        print(f"| {row['command']} | {row['help']:.2f} | {row['unknown_option']:.2f} | {wrong} |")
-    if args.out is not None:
-        args.out.write_text(json.dumps({"cpus": os.cpu_count(), "load_average": load, "repeats": args.repeats,
-                                        "rows": rows}, indent=2) + "\n")
 
+
+def measure(args) -> dict:
+    commands, repeats = (["prepare"], 1) if args.smoke else (args.commands, args.repeats)
+    load = os.getloadavg()[0]
+    rows = [{"command": "genoformer", "help": seconds(["--help"], repeats)[0], "version": seconds(["--version"], repeats)[0]}]
+    for command in commands:
+        row = {"command": command, "help": seconds([command, "--help"], repeats)[0],
+               "unknown_option": seconds([command, "--no_such_option", "1"], repeats)[0]}
+        if wrong_value(command):
+            row["wrong_value"] = seconds(wrong_value(command), repeats)[0]
+        rows.append(row)
+    return {"repeats": repeats, "load_average": [load, os.getloadavg()[0]], "rows": rows}
+
+
+def summarize(data: dict) -> Summary:
+    rows = [{"command": r["command"], "--help s": r["help"], "unknown option s": r.get("unknown_option"),
+             "wrong value s": r.get("wrong_value"), "--version s": r.get("version")} for r in data["rows"]]
+    load = data["load_average"]
+    return Summary(tables=[table(rows, f"Median of {data['repeats']} fresh interpreters; load average {load[0]:.1f} "
+                                       f"before, {load[1]:.1f} after")])
+
+
+BENCHMARK = Benchmark("command_speed", "Command-line answers: --help and option errors", __doc__, measure, summarize,
+                      arguments=arguments)
 
 if __name__ == "__main__":
-    main()
+    BENCHMARK.main()

@@ -23,11 +23,11 @@ How to write a benchmark (`benchmarks/NAME.py`, run as `python -m benchmarks.NAM
     if __name__ == "__main__":
         BENCHMARK.main()
 
-`Benchmark.main` gives every script the same options: `--out DIR` (required: the result goes to
-DIR/NAME.json, written atomically), `--smoke` (tiny sizes on a CPU: what the tests run),
+`Benchmark.main` gives every script the same options: `--out DIR` (the result goes to DIR/NAME.json,
+written atomically; default runs/benchmarks), `--smoke` (tiny sizes on a CPU: what the tests run),
 `--name` (save under another name, e.g. a run on another GPU) and `--from RESULT.json...`
-(measure nothing: summarize the data of earlier result files again; several are joined by the
-script's `merge`). The result file holds the environment (device, versions, date), the command
+(measure nothing: summarize the data of earlier result files again, under the name of the one
+file or, for several joined by the script's `merge`, of the benchmark). The result file holds the environment (device, versions, date), the command
 line, the same-run baseline, the summary (tables, targets, notes) and the raw data, and its text
 is printed. `python -m benchmarks.report` builds BENCHMARKS.md from benchmarks/results/*.json:
 to publish a run, copy its NAME.json there and run the report (never edit BENCHMARKS.md).
@@ -39,10 +39,17 @@ The pieces, for use inside `measure` and `summarize`:
   `Budget` (stop starting new cases when a GPU call's time runs out), `Attempts` (a failure is
   recorded with its traceback and the run goes on), `ClockSampler` (the GPU's SM clock beside
   the timings), `describe_environment` and `command_line`;
+- attention-like callables f(q, k, v): `random_qkv`, `outputs` (out and grads), `compare` (worst
+  row errors against a reference, within CHECK_TOLERANCE), `fwd_bwd_ms` (forward and backward-alone
+  medians), `Impl`, `fa2` / `fa4` (the FlashAttention yardsticks), `median_of_rounds`,
+  `tuner_choices` (the launch configurations our Triton tuner picked);
 - training: `TrainStep` (one optimizer step under autocast), `kept_weights`, `logged_messages`,
-  `reset_compile_counts` / `compile_counts`, `last_logged_step`;
+  `reset_compile_counts` / `compile_counts`, `last_logged_step`, `profile_breakdown` (device time
+  per part of a step: attention, matmuls, ...), `RepeatedBatch`;
 - statistics: `block_bootstrap` (a confidence interval of a mean difference over blocks);
-- commands: `run_logged` (a child process whose output goes to a log, its tail in the error);
+- parts: `join` (the data of runs measured in parts, as one: a script's `merge`);
+- commands: `run_logged` (a child process whose output goes to a log, its tail in the error),
+  `pack_parts` (a folder in parts the GPU tool can bring back);
 - results: `table`, `at_most` / `at_least` / `verdict` (MET, NOT MET, NOT MEASURED), `fmt`,
   `ratio`, `markdown_table`, `render`, `write_result` / `read_result`, `write_json_file`.
 
@@ -71,38 +78,58 @@ import statistics
 import subprocess
 import sys
 import threading
+import tarfile
 import time
 import traceback
+from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from genoformer.data.storage import write_text
+from genoformer.kernels.reference import row_error
 
 __all__ = [
     "Attempts",
     "Benchmark",
     "Budget",
+    "CHECK_TOLERANCE",
     "ClockSampler",
+    "Impl",
+    "PARTS",
+    "RepeatedBatch",
     "Summary",
     "Timer",
     "TrainStep",
     "at_least",
     "at_most",
     "block_bootstrap",
+    "classify",
     "command_line",
+    "compare",
     "compile_counts",
     "describe_environment",
     "error_text",
+    "fa2",
+    "fa4",
     "fmt",
+    "fwd_bwd_ms",
     "interleaved_rounds",
+    "join",
     "kept_weights",
     "last_logged_step",
     "logged_messages",
     "markdown_table",
     "median",
+    "median_of_rounds",
+    "outputs",
+    "pack_parts",
+    "profile_breakdown",
+    "random_qkv",
     "ratio",
     "read_result",
     "render",
@@ -112,6 +139,7 @@ __all__ = [
     "synchronize",
     "table",
     "time_calls",
+    "tuner_choices",
     "verdict",
     "write_json_file",
     "write_result",
@@ -478,6 +506,196 @@ def last_logged_step(metrics_csv: Path) -> int:
     return max(steps) if steps else 0
 
 
+# ------------------------------------------------------------------- attention-like callables
+CHECK_TOLERANCE = {"fwd": 3e-2, "bwd": 6e-2}
+"""Largest row error before a result is WRONG: a few bf16 ulps of the row's largest entry (two
+correct bf16 kernels differ by about 8e-3 and 1e-2; a skipped block changes rows by 0.1 and more)."""
+
+
+@dataclasses.dataclass
+class Impl:
+    """A callable (q, k, v) -> out on (B, H, L, D) tensors, or why there is none."""
+
+    fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None
+    error: str | None = None
+    backward_error: str | None = None  # set when it runs forward only on this device
+
+
+def fa2(causal: bool) -> Impl:
+    """SDPA restricted to the flash backend: FlashAttention-2, dense."""
+
+    def run(q, k, v):
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return Impl(run)
+
+
+def fa4(module, causal: bool = True) -> Impl:
+    """flash-attn-4's `flash_attn.cute.flash_attn_func`, dense, on (B, L, H, D) views."""
+
+    def run(q, k, v):
+        out = module.flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal)
+        return (out[0] if isinstance(out, tuple) else out).transpose(1, 2)  # (out, lse) in 4.0 betas
+
+    return Impl(run)
+
+
+@contextlib.contextmanager
+def tuner_choices(triton_flash) -> Iterator[list[tuple[str, object]]]:
+    """The launch configurations the Triton launchers' tuner (`triton_flash.choose_config`) returns
+    while the block runs, as ("fwd" or "bwd", configuration), cached choices included."""
+    chosen: list[tuple[str, object]] = []
+    choose = triton_flash.choose_config
+
+    def recording(key, *args, **kwargs):
+        config = choose(key, *args, **kwargs)
+        chosen.append((key[0], config))
+        return config
+
+    triton_flash.choose_config = recording
+    try:
+        yield chosen
+    finally:
+        triton_flash.choose_config = choose
+
+
+def random_qkv(shape: tuple[int, ...], device: torch.device, dtype: torch.dtype, seed: int):
+    """q, k, v (leaves that require grad) and dout, standard normal, of one shape."""
+    generator = torch.Generator(device).manual_seed(seed)
+    q, k, v, dout = (torch.randn(shape, generator=generator, device=device, dtype=dtype) for _ in range(4))
+    return q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), dout
+
+
+def outputs(fn: Callable, q, k, v, dout, backward: bool = True) -> tuple[torch.Tensor, tuple | None]:
+    """out and (dq, dk, dv) of one forward + backward (None without the backward)."""
+    for t in (q, k, v):
+        t.grad = None
+    out = fn(q, k, v)
+    if not backward:
+        return out.detach(), None
+    out.backward(dout)
+    grads = (q.grad, k.grad, v.grad)
+    for t in (q, k, v):
+        t.grad = None
+    return out.detach(), grads
+
+
+def compare(got: tuple, expected: tuple) -> dict:
+    """Worst row errors of (out, grads) against the expected ones, and whether both are within
+    CHECK_TOLERANCE (NaN never is)."""
+    errors = {"fwd_rel_err": row_error(got[0], expected[0]), "bwd_rel_err": None}
+    if got[1] is not None and expected[1] is not None:
+        errors["bwd_rel_err"] = max(row_error(a, b) for a, b in zip(got[1], expected[1], strict=True))
+    errors["ok"] = all(errors[f"{d}_rel_err"] <= CHECK_TOLERANCE[d] for d in ("fwd", "bwd")
+                       if errors[f"{d}_rel_err"] is not None)
+    return errors
+
+
+def fwd_bwd_ms(timer: Timer, fn: Callable, q, k, v, dout) -> dict[str, float]:
+    """Forward and backward-alone medians in ms (the backward replayed on one stored graph)."""
+    fwd = timer(lambda: fn(q, k, v))
+    out = fn(q, k, v)
+    bwd = timer(lambda: out.backward(dout, retain_graph=True), grad_to_none=[q, k, v])
+    for t in (q, k, v):
+        t.grad = None
+    return {"fwd_ms": fwd, "bwd_ms": bwd}
+
+
+def median_of_rounds(results: list[dict]) -> dict:
+    """One implementation's {"fwd_ms", "bwd_ms", "error", ...} from several rounds: the median time
+    of each direction over the rounds that measured it, the first error, every round kept."""
+    if len(results) == 1:
+        return results[0]
+    merged = {"error": next((r["error"] for r in results if r["error"] is not None), None)}
+    for direction in ("fwd_ms", "bwd_ms"):
+        times = [r[direction] for r in results if r[direction] is not None]
+        merged[direction] = statistics.median(times) if times else None
+        merged[f"{direction}_rounds"] = [r[direction] for r in results]
+    for clock in ("fwd_clock", "bwd_clock"):
+        merged[f"{clock}_rounds"] = [r.get(clock) for r in results]
+    return merged
+
+
+PARTS = ("attention", "matmuls", "norms, RoPE, SwiGLU, other elementwise", "loss", "optimizer",
+         "data (host to device)", "other")
+_KERNEL_RULES = (  # kernel (GPU) or operator (CPU) names -> part; first match wins
+    ("attention", ("attn_fwd_kernel", "bwd_dkdv_kernel", "bwd_dq_kernel", "bwd_preprocess_kernel", "flash", "fmha",
+                   "flex_attention", "triton_tem_fused_flex", "scaled_dot_product", "_efficient_attention")),
+    ("optimizer", ("adam", "multi_tensor_apply", "foreach")),
+    ("loss", ("nll_loss", "log_softmax", "cross_entropy", "softmax_backward")),
+    ("matmuls", ("gemm", "nvjet", "cutlass", "xmma", "cublas", "sm90_", "sm80_", "aten::mm", "aten::addmm",
+                 "aten::bmm", "aten::matmul", "aten::linear", "mm_", "splitk")),
+    ("data (host to device)", ("memcpy htod", "memcpy h2d", "aten::_to_copy_h2d")),
+    ("norms, RoPE, SwiGLU, other elementwise", ("rms", "norm", "elementwise", "vectorized", "triton_poi", "triton_red",
+                                                "triton_per", "reduce", "silu", "mul", "add", "cat", "copy", "fill",
+                                                "embedding", "index", "where", "sum", "aten::")),
+)
+_PARENT_RULES = (("optimizer", ("optimizer.step", "adamw", "zero_grad")),
+                 ("loss", ("cross_entropy", "nll_loss", "log_softmax", "nllloss", "logsoftmax")),
+                 ("attention", ("genoformer::triton_flash", "flex_attention", "scaled_dot_product")))
+
+
+def classify(kernel: str, parents: list[str] = ()) -> str:
+    """The part of the step a kernel (or CPU operator) belongs to: its launching operators decide
+    where they are telling (optimizer step, loss, attention op), else its own name."""
+    chain = " | ".join(parents).lower()
+    for part, needles in _PARENT_RULES:
+        if any(needle in chain for needle in needles):
+            return part
+    return next((part for part, needles in _KERNEL_RULES if any(n in kernel.lower() for n in needles)), "other")
+
+
+def profile_breakdown(step, device: torch.device, steps: int) -> dict:
+    """Per-part device time (CPU: operator self time) of `steps` profiled steps, ms per step, and
+    the 25 largest kernels."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        synchronize(device)
+        wall_ms = (time.perf_counter() - t0) * 1e3 / steps
+
+    def parents(event) -> list[str]:
+        names, parent = [event.name], event.cpu_parent
+        while parent is not None:
+            names, parent = names + [parent.name], parent.cpu_parent
+        return names
+
+    found = []  # (kernel or operator, part, ms)
+    for event in prof.events():
+        if device.type == "cuda":
+            found += [(k.name, classify(k.name, parents(event)), k.duration / 1e3) for k in getattr(event, "kernels", [])]
+        elif event.device_type == DeviceType.CPU:
+            found.append((event.name, classify(event.name, parents(event)), event.self_cpu_time_total / 1e3))
+    parts, kernels = defaultdict(float), defaultdict(float)
+    for name, part, ms in found:
+        parts[part] += ms / steps
+        kernels[name[:120], part] += ms / steps
+    per_step = {part: parts.get(part, 0.0) for part in PARTS}
+    top = sorted(kernels.items(), key=lambda item: -item[1])[:25]
+    return {"parts": per_step, "total_ms": sum(per_step.values()), "wall_ms": wall_ms,
+            "top_kernels": [(name, part, ms) for (name, part), ms in top]}
+
+
+class RepeatedBatch(torch.utils.data.Dataset):
+    """The same (already batched, already on the device) batch, n times."""
+
+    def __init__(self, batch: dict, n: int) -> None:
+        self.batch, self.n = batch, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> dict:
+        return self.batch
+
+
 # ---------------------------------------------------------------------- statistics, commands
 def block_bootstrap(differences_N: np.ndarray, weights_N: np.ndarray, draws: int = 2000,
                     seed: int = 0) -> tuple[float, float, float]:
@@ -497,6 +715,21 @@ def block_bootstrap(differences_N: np.ndarray, weights_N: np.ndarray, draws: int
     return float(differences_N.sum() / weights_N.sum()), float(low), float(high)
 
 
+def pack_parts(folder: Path, dest: Path, part_bytes: int = 15 << 20) -> None:
+    """One tar of `folder` in DEST/NAME.tar.part0, part1, ... of at most `part_bytes` each (the device
+    tool brings back files of at most 16 MiB; `cat NAME.tar.part* | tar x` rejoins them); `folder` goes."""
+    tar_path = dest / f"{folder.name}.tar"
+    with tarfile.open(tar_path, "w") as tar:
+        tar.add(folder, arcname=folder.name)
+    shutil.rmtree(folder)
+    with open(tar_path, "rb") as source:
+        index = 0
+        while chunk := source.read(part_bytes):
+            (dest / f"{folder.name}.tar.part{index}").write_bytes(chunk)
+            index += 1
+    tar_path.unlink()
+
+
 def run_logged(command: Sequence[str], log: Path, *, timeout: float | None = None,
                env: Mapping[str, str] | None = None) -> None:
     """Run a child process (e.g. `[sys.executable, "cli.py", "fit", ...]`) from the repository
@@ -512,6 +745,18 @@ def run_logged(command: Sequence[str], log: Path, *, timeout: float | None = Non
     if code != 0:
         tail = "\n".join(log.read_text(errors="replace").replace("\r", "\n").splitlines()[-15:])
         raise RuntimeError(f"{shlex.join(command)} failed ({code}); the end of {log}:\n{tail}")
+
+
+def join(runs: Sequence[Mapping]) -> dict:
+    """The data of several runs as one, for benchmarks measured in parts (a task, a seed or a
+    model per GPU call): mappings merged key by key, recursively; elsewhere a later run's value
+    replaces an earlier one's. A script passes it as its `merge`."""
+    joined: dict = {}
+    for run in runs:
+        for key, value in run.items():
+            both = isinstance(value, Mapping) and isinstance(joined.get(key), Mapping)
+            joined[key] = join([joined[key], value]) if both else value
+    return joined
 
 
 # ---------------------------------------------------------------------- tables and verdicts
@@ -631,8 +876,10 @@ def _heading(result: dict) -> str:
     cores = f", {env['cpu_cores']} cores" if env.get("device_type") == "cpu" and env.get("cpu_cores") else ""
     # where the file went, the time budget and the dates of joined runs say nothing about the numbers
     command = re.sub(r" --(out|budget-s) [^\s;]+| \(\d{4}-\d\d-\d\d \d\d:\d\d UTC\)", "", result["command"])
-    parts = [f"`{command}`", env["device"] + cores, env["date_utc"], f"torch {env['torch']}"]
-    return " · ".join(parts + ([f"baseline in the same run: {result['baseline']}"] if result.get("baseline") else []))
+    first, *more = command.split("; then ")
+    shown = f"`{first}`" + (f" (+ {len(more)} run{'s' * (len(more) > 1)} joined by --from)" if more else "")
+    parts = [shown, env["device"].split(" (")[0] + cores, env["date_utc"]]
+    return " · ".join(parts + ([f"same-run baseline: {result['baseline']}"] if result.get("baseline") else []))
 
 
 def render(result: dict, level: int = 2, headline_only: bool = False) -> str:
@@ -674,8 +921,9 @@ class Benchmark:
     def parser(self) -> argparse.ArgumentParser:
         parser = argparse.ArgumentParser(prog=f"python -m {self.module}", description=self.doc,
                                          formatter_class=argparse.RawDescriptionHelpFormatter)
-        parser.add_argument("--out", type=Path, required=True,
-                            help=f"folder of the result file (OUT/{self.name}.json, or OUT/NAME.json with --name)")
+        parser.add_argument("--out", type=Path, default=REPO_ROOT / "runs" / "benchmarks",
+                            help=f"folder of the result file, OUT/{self.name}.json (default runs/benchmarks; the committed "
+                                 "results are in benchmarks/results)")
         parser.add_argument("--smoke", action="store_true", help="tiny sizes on a CPU, in seconds (checks the script)")
         parser.add_argument("--name", help=f"name of the result file (default {self.name})")
         parser.add_argument("--from", dest="from_results", type=Path, nargs="+", metavar="RESULT.json",
@@ -697,6 +945,8 @@ class Benchmark:
         measures on the CPU with --smoke; asked for CUDA where there is none, it says so."""
         parser = self.parser()
         args = parser.parse_args(argv)
+        if args.from_results and not args.name:  # the name of the one file summarized again, the benchmark's for a join
+            args.name = read_result(args.from_results[0])["name"] if len(args.from_results) == 1 else self.name
         args.name = args.name or self.name_of(args)
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.name):
             parser.error(f"--name must be a file name of letters, digits, '_', '.', '-', got {args.name!r}")
@@ -723,7 +973,7 @@ class Benchmark:
         return result
 
 
-# --------------------------------------------------- kept until every script moved to Benchmark
+# ------------------------------------------- older names, for scripts written before Benchmark
 def environment_markdown(env: dict[str, str], command: str) -> str:
     """The header line of the scripts not yet on `Benchmark` (do not use in new scripts)."""
     cuda = f", CUDA {env['cuda']}" if env.get("device_type") == "cuda" else ""

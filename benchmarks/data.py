@@ -187,12 +187,14 @@ def summarize(data: dict) -> Summary:
     reads, prepare = data["reads"], data["prepare"]
     read_rows = [{"reader": label, "windows/s": reads[key], "x pyfaidx": reads[key] / reads["pyfaidx"],
                   "x memmap": reads[key] / reads["memmap"]} for key, label in READERS.items()]
-    targets = []
-    for key in ("store_uncached", "store_small_cache", "store_warm"):
-        targets += [at_least(f"{READERS[key]}: windows/s >= pyfaidx", reads[key] / reads["pyfaidx"], 1.0, "x"),
-                    at_least(f"{READERS[key]}: windows/s >= 0.5 x memmap", reads[key] / reads["memmap"], 0.5, "x")]
-    targets += [at_least(f"prepare >= 30 MB of FASTA per CPU-second ({label} input)", prepare[label]["mb_s"], 30.0,
-                         " MB/s") for label in ("gz", "plain")]
+    store = ("store_uncached", "store_small_cache", "store_warm")
+    slowest = min(store, key=lambda key: reads[key])
+    targets = [at_least("store windows/s >= pyfaidx, uncached, small and warm cache (worst)",
+                        reads[slowest] / reads["pyfaidx"], 1.0, f"x ({READERS[slowest]})"),
+               at_least("store windows/s >= 0.5 x memmap, the same three (worst)",
+                        reads[slowest] / reads["memmap"], 0.5, f"x ({READERS[slowest]})"),
+               at_least("prepare >= 30 MB of FASTA per CPU-second on one core (gz and plain, worst)",
+                        min(prepare["gz"]["mb_s"], prepare["plain"]["mb_s"]), 30.0, " MB/s")]
     large = [r for r in data["sizes"] if r["bases"] >= data["size_target_min_bases"]]
     worst = max(large, key=lambda r: r["bytes_per_base"])
     targets += [at_most("store <= 0.30 bytes/base (genomes of >= 1 Mbp)", worst["bytes_per_base"], 0.30,
@@ -207,9 +209,7 @@ def summarize(data: dict) -> Summary:
                       "Store size (metadata included)", headline=False)],
         targets=targets,
         notes=[f"Chunks of {reads['chunk_size'] // 1024} Ki bases, Blosc {reads['compressor']} + bit-shuffle; these "
-               f"genomes decode to {reads['decoded_mib']:.0f} MiB, a human genome to about 2,900 MiB (cache: 64 MiB).",
-               f"DataLoader, 2 fork workers, batches of {data['loader']['batch_size']} x {data['window']:,}: "
-               f"{data['loader']['tokens_s'] / 1e6:.1f} M tokens/s."])
+               f"genomes decode to {reads['decoded_mib']:.0f} MiB, a human genome to about 2,900 MiB (cache: 64 MiB)."])
 
 
 BENCHMARK = Benchmark("data", "Data pipeline (CPU)", __doc__, measure, summarize, arguments=arguments,

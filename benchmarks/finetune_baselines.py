@@ -1,7 +1,6 @@
 """Classical baselines that a fine-tuned genoformer model must beat, on real labelled data, on a CPU.
 
-    python -m benchmarks.finetune_baselines --tasks splice tf genes \
-        --out benchmarks/results/finetune_baselines.json
+    python -m benchmarks.finetune_baselines --tasks splice tf genes --out OUT      # the 2-core CPU
 
 Three tasks; each is skipped, with the reason printed and recorded, when its files are absent:
 
@@ -28,12 +27,11 @@ Shapes: S sequences, F features, L bases.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import importlib
 import importlib.metadata
 import os
-import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,7 +40,7 @@ from typing import NamedTuple, Union
 
 import numpy as np
 
-from benchmarks.common import command_line, describe_environment, write_json_file
+from benchmarks.common import Benchmark, Summary, table
 from genoformer.data.genome.alphabet import N, T, decode, encode
 
 REPO = Path(__file__).resolve().parents[1]
@@ -252,7 +250,8 @@ def _summary(folds: list[dict]) -> dict:
     return summary
 
 
-def splice_task(path: Path, folds: int, seed: int, n_jobs: int | None) -> dict:
+def splice_task(path: Path, folds: int, seed: int, n_jobs: int | None, Cs: Sequence[float] = CS,
+                kmers_too: bool = True) -> dict:
     seqs, labels = read_splice_table(path)
     groups = np.unique([canonical_sequence(s) for s in seqs], return_inverse=True)[1]
     splits = splice_folds(seqs, labels, folds, seed)
@@ -261,15 +260,15 @@ def splice_task(path: Path, folds: int, seed: int, n_jobs: int | None) -> dict:
     def kmers(canonical: bool):
         features = kmer_features(seqs, canonical=canonical)
         return lambda tr, te: fit_logistic_regression(features[tr], labels_array[tr], features[te], labels_array[te],
-                                                      train_groups=groups[tr], seed=seed, n_jobs=n_jobs)
+                                                      train_groups=groups[tr], seed=seed, n_jobs=n_jobs, Cs=Cs)
 
     # the windows are oriented (the transcript's strand), so stranded k-mers keep GT apart from AC
     models = {"kmer_logistic_regression": kmers(canonical=True),
-              "stranded_kmer_logistic_regression": kmers(canonical=False)}
+              "stranded_kmer_logistic_regression": kmers(canonical=False)} if kmers_too else {}
     onehot_X = onehot_features(seqs)
     models["onehot_logistic_regression"] = lambda tr, te: fit_logistic_regression(
         onehot_X[tr], labels_array[tr], onehot_X[te], labels_array[te], train_groups=groups[tr], seed=seed,
-        n_jobs=n_jobs)
+        n_jobs=n_jobs, Cs=Cs)
     result = {
         "data": str(path), "sequences": len(seqs), "length": len(seqs[0]),
         "class_counts": {c: int(n) for c, n in zip(*np.unique(labels, return_counts=True))},
@@ -279,7 +278,7 @@ def splice_task(path: Path, folds: int, seed: int, n_jobs: int | None) -> dict:
         "features": {"kmer_logistic_regression": "canonical k-mer frequencies, k = 1..6 (2,772)",
                      "stranded_kmer_logistic_regression": "k-mer frequencies, k = 1..6 (5,460)",
                      "onehot_logistic_regression": "one-hot bases by position (240)"},
-        "C_grid": list(CS),
+        "C_grid": list(Cs),
         "fold_sizes": [[int(len(tr)), int(len(te))] for tr, te in splits],
         "models": {},
     }
@@ -465,12 +464,8 @@ def _gene_modules_missing() -> str | None:
     return None
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.finetune_baselines", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(parser) -> None:
     parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS), help="tasks to run (default all)")
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "finetune_baselines.json",
-                        help="the results JSON file")
     parser.add_argument("--splice", type=Path, default=SPLICE_TABLE, help="splice junction table (sequence, label)")
     parser.add_argument("--tf-dir", type=Path, default=TF_DIR, help="folder of {oct4,mafk}_{train,test}.fasta")
     parser.add_argument("--genomes", type=Path, nargs="+", default=list(GENOMES),
@@ -478,15 +473,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--folds", type=int, default=5, help="cross-validation folds of the splice task")
     parser.add_argument("--seed", type=int, default=0, help="seed of the folds")
     parser.add_argument("--jobs", type=int, default=1, help="processes for each logistic regression's inner CV")
-    return parser.parse_args(argv)
 
 
-def main(argv: Sequence[str] | None = None) -> dict:
-    args = parse_args(argv)
+def measure(args) -> dict:
     from threadpoolctl import threadpool_info  # installed with scikit-learn
 
-    results: dict = {"environment": describe_environment("cpu"), "command": command_line(), "jobs": args.jobs,
-                     "blas_threads": sorted({pool["num_threads"] for pool in threadpool_info()}),
+    if args.smoke:  # the shipped splice table's first 150 rows, 2 folds, two values of C, the one-hot model
+        rows = (REPO / "examples" / "splice_junctions_statlog.tsv").read_text().splitlines()[:151]
+        args.splice = Path(tempfile.mkdtemp()) / "splice.tsv"
+        args.splice.write_text("\n".join(rows) + "\n")
+        args.tasks, args.folds = ["splice"], 2
+    results: dict = {"jobs": args.jobs, "blas_threads": sorted({pool["num_threads"] for pool in threadpool_info()}),
                      "versions": {name: _version(name) for name in ("scikit-learn", "pyrodigal", "numpy")},
                      "tasks": {}, "skipped": {}}
     available = {
@@ -494,28 +491,39 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "tf": lambda: _missing([args.tf_dir / f"{p}_{s}.fasta" for p in ("oct4", "mafk") for s in ("train", "test")]),
         "genes": lambda: _missing(args.genomes) or _gene_modules_missing(),
     }
-    run = {
-        "splice": lambda: splice_task(args.splice, args.folds, args.seed, args.jobs),
-        "tf": lambda: tf_task(args.tf_dir, args.seed, args.jobs),
-        "genes": lambda: genes_task(args.genomes),
-    }
+    run = {"splice": lambda: splice_task(args.splice, args.folds, args.seed, args.jobs, (1e-2, 1.0) if args.smoke else CS,
+                                         kmers_too=not args.smoke),
+           "tf": lambda: tf_task(args.tf_dir, args.seed, args.jobs), "genes": lambda: genes_task(args.genomes)}
     load_before = os.getloadavg()
     for task in args.tasks:
         reason = available[task]()
         if reason is not None:
-            print(f"skipping {task}: {reason}", file=sys.stderr)
             results["skipped"][task] = reason
             continue
         began = time.perf_counter()
-        results["tasks"][task] = run[task]()
-        results["tasks"][task]["seconds"] = time.perf_counter() - began
+        results["tasks"][task] = {**run[task](), "seconds": time.perf_counter() - began}
     # a shared machine: the 1-minute load average before and after says how contended the timings were
     results["load_average_1min"] = [load_before[0], os.getloadavg()[0]]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_json_file(args.out, results)
-    print(f"wrote {args.out}")
-    return results
+    return {"baselines": results}
 
+
+def summarize(data: dict) -> Summary:
+    tasks, rows = data["baselines"]["tasks"], []
+    for task in ("splice", "tf"):
+        for name, m in tasks.get(task, {}).get("models", {}).items():
+            rows.append({"task": task, "model": name.replace("_", " "), "accuracy": m.get("accuracy_mean", m.get("accuracy")),
+                         "accuracy sd": m.get("accuracy_sd"), "AUROC": m.get("auroc_mean", m.get("auroc")),
+                         "MCC": m.get("mcc_mean", m.get("mcc"))})
+    for genome, entry in tasks.get("genes", {}).get("genomes", {}).items():
+        rows += [{"task": f"genes, {genome}", "model": name.replace("_", " "), "MCC": m["per_base_coding_mcc"]}
+                 for name, m in entry["models"].items()]
+    skipped = data["baselines"]["skipped"]
+    return Summary(tables=[table(rows, "Mean over the folds (splice), the test split (tf), whole genomes (genes)")],
+                   notes=[f"{task} skipped: {why}" for task, why in skipped.items()])
+
+
+BENCHMARK = Benchmark("finetune_baselines", "Fine-tuning: the classical baselines (CPU)", __doc__, measure, summarize,
+                      arguments=arguments)
 
 if __name__ == "__main__":
-    main()
+    BENCHMARK.main()

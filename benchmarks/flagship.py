@@ -1,67 +1,88 @@
-"""The flagship DNA model (issue 28): held-out sets, scoring at 1k to 32k of context, the Markov
-baseline and mixture on the same bases, and the BENCHMARKS.md section.
-
-Stages, each a subcommand:
-
-    # CPU: the nine genomes' store for training and the held-out sets (FASTA), carried to the GPU
-    python -m benchmarks.flagship store --out .device/dna/genomes.zarr
-    python -m benchmarks.flagship heldout --out .device/dna/heldout
-    # GPU (benchmarks/gpu_flagship.sh runs it after training): every run's model on every set
-    python -m benchmarks.flagship score --runs /tmp/flagship --heldout .device/dna/heldout --out OUT/flagship
-    # CPU: the Markov models on the same training data, scored on the same bases; the mixtures
-    python -m benchmarks.flagship baseline --heldout .device/dna/heldout --out benchmarks/results/flagship
-    # anywhere: tables, curves and the BENCHMARKS.md section
-    python -m benchmarks.flagship report --results benchmarks/results/flagship --benchmarks_md BENCHMARKS.md
+"""The flagship DNA model: held-out sets, scoring at 1k to 32k of context, order-k Markov models and
+the mixture of both on the same bases.
 
 The held-out sets (`heldout`), fixed by rule so that every method scores the same bases:
-- new_genus: Leptospira kirschneri H1 (GenBank of fetch-more.sh), whole contigs of at least 32 kb
-  in file order until SET_BASES; no Leptospira is in any training set;
-- strain: a non-K-12 E. coli (Prokka GFF3 of fetch-more.sh), the same rule; K-12 is trained on;
+- new_genus: Leptospira kirschneri H1 (fetch-more.sh's GenBank), whole contigs of at least 32 kb in
+  file order until SET_BASES; no Leptospira is trained on;
+- strain: a non-K-12 E. coli (fetch-more.sh's Prokka GFF3), the same rule; K-12 is trained on;
 - eukaryote: C. elegans chromosome X, SET_BASES from 8 Mb on; no nematode is trained on;
 - trained_bacteria / trained_eukaryotes: the test split (the last 3% of every chromosome, never
   trained on) of the training genomes, bacteria whole, eukaryotes' longest chromosome of each
   file, up to SET_BASES.
-Bits per base count A/C/G/T on both strands, less the first base of each record and strand (no
-context), the same bases for every model and the Markov baseline.
+Bits per base count A/C/G/T on both strands, less each record's first base (no context), the same
+bases for every model. Context gains are paired (same model, same bases): 95% intervals by a block
+bootstrap over 50 kb blocks. Stages, each its own call; the result joins them:
+
+    python -m benchmarks.flagship store --out .device/dna/genomes.zarr          # CPU: the training store
+    python -m benchmarks.flagship heldout --out .device/dna/heldout --genomes .device/dna/genomes.zarr
+    python -m benchmarks.flagship --out OUT --stage score --runs /tmp/flagship --heldout .device/dna/heldout  # GPU
+    python -m benchmarks.flagship --out OUT --stage markov --genomes STORE --heldout DIR        # CPU
+    python -m benchmarks.flagship --out OUT --stage mixture                                    # CPU
+    python -m benchmarks.flagship --out benchmarks/results --from SCORE*.json MARKOV.json MIXTURE.json
+(benchmarks/gpu_genome.sh stage1 / stage2 train the flagship and run the score stage.)
 """
 
 from __future__ import annotations
 
-import argparse
+import csv
 import gzip
 import json
-import shutil
-import tarfile
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import command_line, describe_environment, write_json_file
-from benchmarks.genome_science import block_sums
+from benchmarks.common import (
+    Benchmark,
+    Summary,
+    at_least,
+    at_most,
+    block_bootstrap,
+    join,
+    pack_parts,
+    table,
+    verdict,
+    write_json_file,
+)
 from genoformer.data.genome.alphabet import decode, reverse_complement
 
 REPO = Path(__file__).resolve().parents[1]
 PREVIOUS_SHIPPED = REPO / "examples" / "genoformer_bacteria_8k.ckpt"
-"""The model shipped before the flagship, the first round's start (in git until 4576bed)."""
+"""The model shipped before the flagship, the first round's start (git show 4576bed:examples/genoformer_bacteria_8k.ckpt)."""
 EXTRA = REPO.parent / "shared-extra" / "genomes"
 CONFIG = REPO / "configs" / "genome_dna_gpu.yaml"
 CONTEXTS = (1024, 2048, 4096, 8192, 16384, 32768)
-SET_BASES = 600_000
-MIN_CONTIG = 32_768
-WORM_START = 8_000_000  # the eukaryote set: C. elegans chromosome X from this base on
+SET_BASES, MIN_CONTIG, WORM_START = 600_000, 32_768, 8_000_000
 SETS = ("new_genus", "strain", "eukaryote", "trained_bacteria", "trained_eukaryotes")
+LABELS = {"new_genus": "new genus", "strain": "strain (not K-12)", "eukaryote": "new eukaryote",
+          "trained_bacteria": "trained bacteria, test", "trained_eukaryotes": "trained eukaryotes, test"}
 BACTERIA = ("ecoli_k12_mg1655", "saureus_col", "hpylori_els37", "vcholerae_o395")
-PART_BYTES = 15 << 20  # the device tool brings back files of at most 16 MiB
+BACTERIAL, EUKARYOTIC = ("new_genus", "strain", "trained_bacteria"), ("eukaryote", "trained_eukaryotes")
+BLOCK = 50_000
 STAGE2 = ("long", "flagship32k")  # the 32k runs: their bf16 models and per-base scores come back from the GPU
+FLAGSHIP = "flagship32k"  # examples/genoformer_dna.ckpt is its weights in bfloat16
 MARKOV_MODELS = {
     # name: (training data, highest order, settings fixed instead of chosen)
     "bacteria": ("bacteria", 16, {}),  # k, d, a chosen on the training genomes' held-out tails
     "all": ("all", 12, {}),  # every training genome; order 12 keeps the counts of 108 Mbp in memory
-    # what memory of the training genomes gives on a strain: light smoothing, so that a 16-mer seen
-    # once predicts its next base (not chosen on any held-out data; the selection prefers a = 256)
+    # memory of the training genomes on a strain: light smoothing, a 16-mer seen once predicts its next base
     "bacteria_memorising": ("bacteria", 16, {"order": 16, "discount": 0.9, "concentration": 1.0}),
 }
+
+
+def block_sums(records: list[tuple[str, np.ndarray]], log2p: list[np.ndarray]) -> list[dict]:
+    """Per record: bits and scored bases in consecutive blocks of BLOCK bases, both strands summed
+    (the reverse strand's block b covers the same bases as the forward strand's block b)."""
+    n, result = len(records), []
+    for (name, codes), forward, backward in zip(records, log2p[:n], log2p[n:]):
+        both = np.stack([forward, backward[::-1]])  # the reverse strand aligned to forward positions
+        edges = np.arange(0, len(codes) + BLOCK, BLOCK)[: max(2, -(-len(codes) // BLOCK) + 1)]
+        edges[-1] = len(codes)
+        blocks = [both[:, lo:hi] for lo, hi in zip(edges, edges[1:])]
+        result.append({"name": name, "bits": [float(-b[np.isfinite(b)].sum()) for b in blocks],
+                       "bases": [int(np.isfinite(b).sum()) for b in blocks]})
+    return result
 
 
 def config_data() -> tuple[list[str], object]:
@@ -73,7 +94,7 @@ def config_data() -> tuple[list[str], object]:
 
 
 # ------------------------------------------------------------------------------------- store
-def store(args: argparse.Namespace) -> None:
+def store(args) -> None:
     from genoformer.data.genome.store import prepare_genome_store
 
     fasta, _ = config_data()
@@ -123,7 +144,7 @@ def _test_split(genomes: Path, budget: int) -> dict[str, list[tuple[str, np.ndar
     return {"trained_bacteria": read(bacteria), "trained_eukaryotes": read(eukaryotes)}
 
 
-def heldout(args: argparse.Namespace) -> None:
+def heldout(args) -> None:
     from genoformer.data.genome.inputs import read_sequences
 
     out = Path(args.out)
@@ -144,7 +165,7 @@ def heldout(args: argparse.Namespace) -> None:
                 handle.write(f">{title}\n{decode(codes)}\n")
         described[name] = {"records": [title for title, _ in records], "bases": int(sum(len(c) for _, c in records))}
         print(f"{name}: {len(records)} records, {described[name]['bases']:,} bases")
-    write_json_file(out / "sets.json", {"command": command_line(), "sets": described})
+    write_json_file(out / "sets.json", {"sets": described})
 
 
 def read_set(heldout_dir: Path, name: str) -> list[tuple[str, np.ndarray]]:
@@ -160,13 +181,16 @@ def _contexts_of(max_seq_len: int, contexts: list[int]) -> list[int]:
     return usable if max_seq_len >= max(contexts) else usable[-1:]
 
 
-def score(args: argparse.Namespace) -> None:
+def score(args) -> dict:
+    """Every run's model (and, unless --prefix, the model shipped before the flagship) on every
+    held-out set at every context up to its own; the stage-2 models (bf16) and their per-base scores
+    come back as OUT/flagship_scores.tar.part* (`cat ... | tar x`: the mixture stage reads them)."""
     import torch
 
     from genoformer.core.export import export
     from genoformer.genome.scoring import Scorer
 
-    out = Path(args.out)
+    out = Path(args.out) / "flagship_scores"
     out.mkdir(parents=True, exist_ok=True)
     runs = Path(args.runs)
     heldout_dir = Path(args.heldout)
@@ -174,21 +198,24 @@ def score(args: argparse.Namespace) -> None:
     if args.max_bases:  # the smoke test: a few kb of each set
         sets = {name: [(t, c[: args.max_bases]) for t, c in records[:1]] for name, records in sets.items()}
     models = {}
-    if not args.prefix:  # the first round's reference: the model shipped before the flagship
+    if args.smoke:  # the shipped model on slices of the lambda genome
+        models["genoformer_dna"] = REPO / "examples" / "genoformer_dna.ckpt"
+    elif not args.prefix:  # the first round's reference: the model shipped before the flagship
         if not PREVIOUS_SHIPPED.is_file():
             raise SystemExit(f"{PREVIOUS_SHIPPED} (the model the first round compares with) was replaced by "
                              f"examples/genoformer_dna.ckpt: restore it with `git show 4576bed:{PREVIOUS_SHIPPED.relative_to(REPO)} "
                              f"> {PREVIOUS_SHIPPED.relative_to(REPO)}`, or score only some runs with --prefix")
         models["shipped"] = PREVIOUS_SHIPPED
-    for run in sorted(p for p in runs.iterdir() if (p / "checkpoints" / "last.ckpt").is_file() and p.name.startswith(args.prefix)):
+    for run in sorted(p for p in runs.iterdir() if (p / "checkpoints" / "last.ckpt").is_file() and p.name.startswith(args.prefix)
+                      and not args.smoke):
         # the stage-2 models come back (bf16, weights only); the others stay on the GPU machine
         where = out if run.name.startswith(STAGE2) else runs / "exports"
         where.mkdir(exist_ok=True)
         models[run.name] = export(checkpoint=run / "checkpoints" / "last.ckpt", out=where / f"{run.name}.ckpt",
                                   dtype="bfloat16", overwrite=True)
-        if (run / "metrics.csv").is_file():
-            shutil.copy(run / "metrics.csv", out / f"{run.name}.metrics.csv")
-    results = {"environment": {**describe_environment(), "command": command_line()}, "models": {}}
+    results = {"models": {}, "sets": json.loads((heldout_dir / "sets.json").read_text())["sets"],
+               "curves": {r.name: _metrics(r / "metrics.csv") for r in runs.iterdir() if (r / "metrics.csv").is_file()
+                          and r.name.startswith(args.prefix)}}
     for model, path in models.items():
         scorer = Scorer.from_checkpoint(path, device=args.device)
         entry = results["models"][model] = {"max_seq_len": scorer.model.config.max_seq_len,
@@ -211,49 +238,25 @@ def score(args: argparse.Namespace) -> None:
         del scorer
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-    write_json_file(out / "scores.json", results)
-    pack(out, Path(args.out).parent)
-
-
-def _bpb(result: dict) -> float:
-    bits = sum(sum(r["bits"]) for r in result["records"])
-    bases = sum(sum(r["bases"]) for r in result["records"])
-    return bits / bases
-
-
-def pack(folder: Path, dest: Path) -> None:
-    """One tar of `folder`, cut in parts of PART_BYTES (`cat NAME.tar.part* | tar x` rejoins it)."""
-    tar_path = dest / f"{folder.name}.tar"
-    with tarfile.open(tar_path, "w") as tar:
-        tar.add(folder, arcname=folder.name)
-    shutil.rmtree(folder)
-    with open(tar_path, "rb") as source:
-        index = 0
-        while chunk := source.read(PART_BYTES):
-            (dest / f"{folder.name}.tar.part{index}").write_bytes(chunk)
-            index += 1
-    tar_path.unlink()
+    pack_parts(out, Path(args.out))
+    return results
 
 
 # ---------------------------------------------------------------------------------- baseline
-def baseline(args: argparse.Namespace) -> None:
+def baseline(args) -> dict:
     """Order-k Markov models fitted on the flagship's own training intervals (the config's train
     split of the store), each scored on every held-out set, both strands, on the network's bases."""
     from genoformer.data.genome.store import GenomeStore
     from genoformer.data.splits import SequenceSource, split_intervals
     from genoformer.genome.markov import fit_markov_model
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     _, split = config_data()
     genome = GenomeStore(args.genomes)
     train = split_intervals([SequenceSource(c.name, c.length, c.source_name) for c in genome.contigs], split)["train"]
     sets = {name: read_set(Path(args.heldout), name) for name in SETS}
-    previous = out / "markov.json"
-    report = json.loads(previous.read_text()) if previous.is_file() else {"models": {}}
-    report.update({"environment": {**describe_environment("cpu"), "command": command_line()}})
+    report: dict = {"models": {}}
     for name in args.models:
         data, max_order, fixed = MARKOV_MODELS[name]
         chosen = [iv for iv in train if data == "all" or genome.contigs[iv.index].source_name.split(".")[0] in BACTERIA]
@@ -277,7 +280,7 @@ def baseline(args: argparse.Namespace) -> None:
                                 **{f"{i}": np.stack([f, b[::-1]]).astype(np.float32)
                                    for i, (f, b) in enumerate(zip(forward, backward))})
             print(f"markov {name} (order {model.order}) {set_name}: {_bpb(entry['sets'][set_name]):.4f}", flush=True)
-        write_json_file(out / "markov.json", report)
+    return {"markov": report["models"]}
 
 
 # ----------------------------------------------------------------------------------- mixture
@@ -287,16 +290,15 @@ def _streams(path: Path) -> list[np.ndarray]:
         return [arrays[str(i)].astype(np.float64) for i in range(len(arrays.files))]
 
 
-def mixture(args: argparse.Namespace) -> None:
+def mixture(args) -> dict:
     """The network mixed with each Markov model on every held-out set: the switching mixture (no
     fitted weight) and a fixed weight fitted on the other four sets (never on the set it scores)."""
     from genoformer.genome.mixture import Mixture, MixMode, fit_weight
 
-    scores, work = Path(args.scores), Path(args.work)
-    report = {"environment": {**describe_environment("cpu"), "command": command_line()}, "network": args.network,
-              "context": args.context, "markov": {}}
+    scores, work = Path(args.work) / "flagship_scores", Path(args.work)
+    report = {"network": args.network, "markov": {}}
     network = {name: _streams(scores / f"{args.network}.{name}.log2p.npz") for name in SETS}
-    for markov in args.markov:
+    for markov in args.models:
         theirs = {name: _streams(work / f"markov_{markov}.{name}.log2p.npz") for name in SETS}
         flat = {name: (np.concatenate([a.ravel() for a in network[name]]), np.concatenate([b.ravel() for b in theirs[name]]))
                 for name in SETS}
@@ -316,448 +318,136 @@ def mixture(args: argparse.Namespace) -> None:
             row = entry[name]
             print(f"{markov:>20} {name:>18}: network {row['network']:.4f} markov {row['markov']:.4f} "
                   f"fixed({weight:.2f}) {row['fixed']:.4f} switching {row['switching']:.4f}", flush=True)
-    write_json_file(Path(args.out) / "mixture.json", report)
-
-
-# ------------------------------------------------------------------------------------ report
-LABELS = {"new_genus": "new genus (Leptospira)", "strain": "strain (E. coli, not K-12)",
-          "eukaryote": "new eukaryote (C. elegans X)", "trained_bacteria": "trained bacteria, test regions",
-          "trained_eukaryotes": "trained eukaryotes, test regions"}
-IN_PROSE = {"new_genus": "the new genus", "strain": "the strain", "eukaryote": "the new eukaryote",
-            "trained_bacteria": "the trained bacteria's test regions", "trained_eukaryotes": "the trained eukaryotes' test regions"}
-FLAGSHIP = "flagship32k"  # the flagship: examples/genoformer_dna.ckpt is its weights in bfloat16
-RUNS = {  # run: (what it is, what it starts from, data); its steps before: its start's, plus the start's own
-    "shipped": ("the model shipped before (examples/genoformer_bacteria_8k.ckpt), 256 x 8", "fresh", "4 bacteria"),
-    "bacteria": ("first round: stage 1, 256 x 8, bacteria only (data ablation)", "shipped", "4 bacteria"),
-    "warm": ("first round: stage 1, 256 x 8, all nine genomes", "shipped", "9 genomes"),
-    "w256_d8": ("first round: sweep, fresh 256 x 8", "fresh", "9 genomes"),
-    "w384_d6": ("first round: sweep, fresh 384 x 6", "fresh", "9 genomes"),
-    "long_rope10k": ("first round: stage 2 at 32k, RoPE base 10,000", "warm", "9 genomes"),
-    "long_rope500k": ("first round: stage 2 at 32k, RoPE base 500,000", "warm", "9 genomes"),
-    "flagship8k": ("final: stage 1 at 8k, 256 x 8, all nine genomes", "shipped", "9 genomes"),
-    FLAGSHIP: ("final: stage 2 at 32k, RoPE base 500,000 (the flagship)", "flagship8k", "9 genomes"),
-}
-SHIPPED_STEPS = 1600  # the shipped model's own training (configs/genome_bacteria_gpu.yaml)
-TOKENS_PER_STEP = 131_072
-FINAL_COLOURS = {"flagship8k": "black", FLAGSHIP: "crimson"}  # the final round's lines on the training curve
-ROUNDS = ("sweep", "long", "final")  # the results' folders, each a scores.json and its runs' metrics.csv
-CURVE_MODELS = (FLAGSHIP, "long_rope10k", "long_rope500k")  # scored at every context
-BACTERIAL, EUKARYOTIC = ("new_genus", "strain", "trained_bacteria"), ("eukaryote", "trained_eukaryotes")
-TARGETS = {"new_genus_below_markov": 0.15, "moonshot_new_genus": 1.70, "strain_mix_within": 0.02, "gain_1k_8k": 0.01}
-
-
-def _pooled(context_result: dict, names: tuple[str, ...]) -> dict:
-    return {"records": [r for name in names for r in context_result["sets"][name]["records"]]}
+    return {"mixture": report}
 
 
 def _metrics(path: Path) -> dict:
     """A run's metrics.csv: validation bits per base by step, the last logged step, the peak learning rate."""
-    import csv
-
     steps, values, trained, peak_lr = [], [], 0, 0.0
     with open(path) as handle:
         for row in csv.DictReader(handle):
             trained = max(trained, int(row["step"]) + 1)
-            if row.get("lr-AdamW/pg1"):
-                peak_lr = max(peak_lr, float(row["lr-AdamW/pg1"]))
+            peak_lr = max(peak_lr, float(row.get("lr-AdamW/pg1") or 0.0))
             if row.get("val/bpb"):
                 steps.append(int(row["step"]) + 1)
                 values.append(float(row["val/bpb"]))
     return {"steps": steps, "bpb": values, "trained": trained, "peak_lr": peak_lr}
 
 
-def _steps_before(curves: dict[str, dict]) -> dict[str, int]:
-    """Steps each run's weights had seen when it started, counted from a fresh model."""
-    def before(name: str) -> int:
-        start = RUNS[name][1]
-        if start == "fresh":
-            return 0
-        if start == "shipped":
-            return SHIPPED_STEPS
-        if start not in curves:
-            raise SystemExit(f"{name} starts from {start}, whose metrics.csv is not in the results: copy it there")
-        return before(start) + curves[start]["trained"]
-
-    return {name: before(name) for name in curves}
+def _bpb(result: dict) -> float:
+    return sum(sum(r["bits"]) for r in result["records"]) / sum(sum(r["bases"]) for r in result["records"])
 
 
-def _span(values: list[float], digits: int) -> str:
-    low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
-    return low if low == high else f"{low} to {high}"
+def _pooled(context_result: dict, names: tuple[str, ...]) -> dict:
+    return {"records": [r for name in names for r in context_result["sets"][name]["records"]]}
 
 
-def _set_bpb(models: dict, name: str, context: str) -> dict[str, float]:
-    return {s: _bpb(models[name]["contexts"][context]["sets"][s]) for s in SETS}
+def _gain(a: dict, b: dict) -> tuple[float, float, float]:
+    """bits/base(a) - bits/base(b) over the same blocks, with its 95% block-bootstrap interval."""
+    bits_a, bits_b = (np.concatenate([r["bits"] for r in x["records"]]) for x in (a, b))
+    bases = np.concatenate([r["bases"] for r in a["records"]])
+    return block_bootstrap(bits_a - bits_b, bases)
 
 
-def report(args: argparse.Namespace) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+def arguments(parser) -> None:
+    parser.add_argument("--stage", choices=("score", "markov", "mixture"), default="score",
+                        help="score: every run's model on every held-out set (GPU); markov: the Markov models on the "
+                             "flagship's training data (CPU); mixture: the network mixed with each (CPU)")
+    parser.add_argument("--runs", type=Path, help="score: folder of run directories (each with checkpoints/last.ckpt)")
+    parser.add_argument("--heldout", type=Path, default=REPO / ".device" / "dna" / "heldout", help="what `heldout` wrote")
+    parser.add_argument("--genomes", type=Path, default=REPO / ".device" / "dna" / "genomes.zarr", help="the training store")
+    parser.add_argument("--contexts", type=int, nargs="+", default=list(CONTEXTS))
+    parser.add_argument("--prefix", default="", help="score: only the runs whose names start with this (and not the "
+                        "model shipped before the flagship)")
+    parser.add_argument("--batch_size", type=int, default=8)
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--max_bases", type=int, default=0, help="score: only this many bases of one record per set")
+    parser.add_argument("--work", type=Path, default=REPO / "runs" / "flagship", help="per-base scores, Markov models")
+    parser.add_argument("--network", default=FLAGSHIP, help="mixture: the run whose per-base scores are mixed")
+    parser.add_argument("--models", nargs="+", choices=sorted(MARKOV_MODELS), default=list(MARKOV_MODELS))
 
-    from benchmarks.common import markdown_table, replace_markdown_section, write_atomically
-    from benchmarks.genome_science import bootstrap_difference
 
-    root = Path(args.results)
-    rounds = {folder: json.loads((root / folder / "scores.json").read_text()) for folder in ROUNDS}
-    markov = json.loads((root / "markov.json").read_text())
-    mixed = json.loads((root / "mixture.json").read_text())
-    sets = json.loads((root / "sets.json").read_text())["sets"]
-    shipped_science = json.loads(Path(args.shipped_summary).read_text())["regions"]
-    scored = {name: entry for scores in rounds.values() for name, entry in scores["models"].items()}
-    if unknown := sorted(set(scored) - set(RUNS)):
-        raise SystemExit(f"scores of models {unknown} that RUNS does not describe: add them to RUNS in benchmarks/flagship.py")
-    models = {name: scored[name] for name in RUNS if name in scored}
-    found = {path.name.split(".")[0]: path for folder in ROUNDS for path in (root / folder).glob("*.metrics.csv")}
-    if unknown := sorted(set(found) - set(RUNS)):
-        raise SystemExit(f"metrics of runs {unknown} that RUNS does not describe: add them to RUNS in benchmarks/flagship.py")
-    curves = {name: _metrics(found[name]) for name in RUNS if name in found}
-    before = _steps_before(curves)
+def measure(args) -> dict:
+    if args.smoke:  # the score stage: five "sets" of 300 bases cut from the lambda genome, the shipped model
+        from genoformer.data.genome.inputs import read_sequences
 
-    # held-out bits per base, every model at its trained context (the long ones at 8k too, the flagship at 1k too)
+        (record,) = read_sequences([str(REPO / "examples" / "lambda_phage.fasta.gz")])
+        args.heldout, args.runs, args.contexts, args.device = args.out / "heldout", args.out, [128], "cpu"
+        args.heldout.mkdir(parents=True, exist_ok=True)
+        for i, name in enumerate(SETS):
+            (args.heldout / f"{name}.fa.gz").write_bytes(gzip.compress(f">s{i}\n{decode(record.codes[300 * i:300 * i + 300])}\n".encode()))
+        write_json_file(args.heldout / "sets.json", {"sets": {name: {"records": [f"s{i}"], "bases": 300} for i, name in enumerate(SETS)}})
+        return score(args)
+    return {"score": score, "markov": baseline, "mixture": mixture}[args.stage](args)
+
+
+def summarize(data: dict) -> Summary:
+    models, markov, mixed = data.get("models", {}), data.get("markov", {}), data.get("mixture")
+    tables, targets = [], []
     rows = []
     for name, entry in models.items():
         contexts = sorted(entry["contexts"], key=int)
-        shown = ("1024", "8192", contexts[-1]) if name == FLAGSHIP else ("8192", contexts[-1])
-        for context in ([c for c in contexts if c in shown] if len(contexts) > 1 else contexts):
-            result = entry["contexts"][context]
-            row = {"model": name, "what": RUNS[name][0], "params": f"{entry['parameters'] / 1e6:.1f} M", "context": f"{int(context) // 1024}k"}
-            row.update({LABELS[s]: f"{_bpb(result['sets'][s]):.4f}" for s in SETS})
-            rows.append(row)
-    for name, entry in markov["models"].items():
-        row = {"model": f"Markov {name}", "what": f"order {entry['order']}, d {entry['discount']:g}, a {entry['concentration']:g}, "
-               f"{entry['train_bases'] / 1e6:.1f} Mbp", "params": "-", "context": f"{entry['order']}"}
-        row.update({LABELS[s]: f"{_bpb(entry['sets'][s]):.4f}" for s in SETS})
-        rows.append(row)
-    held_out = markdown_table(rows)
-
-    # the context curve of the 32k models, pooled over bacterial and eukaryotic sets, paired bootstrap
-    figure = Figure(figsize=(12, 4.5), layout="constrained")
-    FigureCanvasAgg(figure)
-    per_set, pooled_ax = figure.subplots(1, 2)
-    curve_rows, gains = [], {}
-    for name in CURVE_MODELS:
-        entry = models[name]["contexts"]
-        contexts = sorted(entry, key=int)
-        xs = [int(c) for c in contexts]
-        for label, names in (("bacterial", BACTERIAL), ("eukaryotic", EUKARYOTIC)):
-            row = {"model": name, "held-out DNA": label}
-            row.update({f"{int(c) // 1024}k": f"{_bpb(_pooled(entry[c], names)):.4f}" for c in contexts})
-            for low, high in (("1024", "8192"), ("8192", "32768")):
-                point, lo, hi = gains[(name, label, low, high)] = bootstrap_difference(
-                    _pooled(entry[low], names), _pooled(entry[high], names))
-                row[f"{int(low) // 1024}k - {int(high) // 1024}k (95% CI)"] = f"{point:+.4f} ({lo:+.4f}, {hi:+.4f})"
-            curve_rows.append(row)
-            base = _bpb(_pooled(entry[contexts[0]], names))
-            style = {"linewidth": 2.5} if name == FLAGSHIP else {"linestyle": "--", "alpha": 0.7}
-            pooled_ax.plot(xs, [base - _bpb(_pooled(entry[c], names)) for c in contexts], marker="o",
-                           label=f"{name}, {label}", **style)
-        if name == FLAGSHIP:
-            for s in SETS:
-                base = _bpb(entry[contexts[0]]["sets"][s])
-                per_set.plot(xs, [base - _bpb(entry[c]["sets"][s]) for c in contexts], "o-", label=LABELS[s])
-    for ax, title in ((per_set, f"the flagship ({FLAGSHIP}): each held-out set"),
-                      (pooled_ax, f"{FLAGSHIP} and the first round's two RoPE bases, pooled")):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("context (tokens)")
-        ax.set_ylabel("bits per base saved over a 1k context")
-        ax.axhline(TARGETS["gain_1k_8k"], color="grey", linestyle=":", label=f"target at 8k: {TARGETS['gain_1k_8k']}")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    figure.savefig(root / "context_curve.png", dpi=120)
-    curve = markdown_table(curve_rows)
-
-    # validation bits per base against training tokens, counted from a fresh model
-    figure = Figure(figsize=(8, 4.5), layout="constrained")
-    FigureCanvasAgg(figure)
-    ax = figure.subplots()
-    run_rows = []
-    for name, run in curves.items():
-        style = {"linewidth": 2.5, "color": FINAL_COLOURS[name]} if name in FINAL_COLOURS else {"alpha": 0.7}
-        ax.plot([(before[name] + s) * TOKENS_PER_STEP / 1e6 for s in run["steps"]], run["bpb"], "o-", markersize=3,
-                label=f"{name} ({RUNS[name][2]})", **style)
-        run_rows.append({"run": name, "what": RUNS[name][0], "starts from": RUNS[name][1], "data": RUNS[name][2],
-                         "steps before": f"{before[name]:,}", "steps (last logged)": f"{run['trained']:,}",
-                         "tokens (M)": f"{run['trained'] * TOKENS_PER_STEP / 1e6:.0f}", "peak learning rate": f"{run['peak_lr']:.2g}",
-                         "last val bits/base": f"{run['bpb'][-1]:.4f}" if run["bpb"] else "-"})
-    ax.axvline(SHIPPED_STEPS * TOKENS_PER_STEP / 1e6, color="grey", linestyle=":", label="the shipped model")
-    ax.set_xlabel("training tokens, counted from a fresh model (M)")
-    ax.set_ylabel("validation bits per base")
-    ax.set_title("validation: the first 8 batches of each run's held-out regions\n"
-                 "(bacteria only for `bacteria`; 32k tiles, other windows, for the stage-2 runs)", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    figure.savefig(root / "training_curve.png", dpi=120)
-    runs_table = markdown_table(run_rows)
-
-    mix_rows = []
-    for name, entry in mixed["markov"].items():
-        for s in SETS:
-            e = entry[s]
-            mix_rows.append({"Markov": name, "held out": LABELS[s], f"network ({mixed['network']})": f"{e['network']:.4f}",
-                             "Markov alone": f"{e['markov']:.4f}",
-                             "fixed weight (fitted on the other sets)": f"{e['fixed']:.4f} (w {e['fixed_weight']:.2f})",
-                             "switching (default)": f"**{e['switching']:.4f}**"})
-    mix_table = markdown_table(mix_rows)
-    write_atomically(root / "tables.md", "\n\n".join([runs_table, held_out, curve, mix_table]) + "\n")
-    if args.benchmarks_md:
-        facts = {"rounds": rounds, "models": models, "curves": curves, "before": before, "markov": markov, "mixed": mixed,
-                 "sets": sets, "shipped_science": shipped_science, "gains": gains}
-        replace_markdown_section(args.benchmarks_md, "flagship", _section(facts, runs_table, held_out, curve, mix_table))
-    print(held_out, curve, mix_table, sep="\n\n")
+        rows += [{"model": name, "context": f"{int(c) // 1024}k", **{LABELS[s]: _bpb(entry["contexts"][c]["sets"][s])
+                                                                     for s in SETS}}
+                 for c in contexts if c in ("8192", contexts[-1])]
+    rows += [{"model": f"Markov {name} (order {m['order']})", "context": str(m["order"]),
+              **{LABELS[s]: _bpb(m["sets"][s]) for s in SETS}} for name, m in markov.items()]
+    shown = [r for r in rows if (r["model"], r["context"]) in {("shipped", "8k"), (FLAGSHIP, "32k")} or
+             r["model"].startswith("Markov")]
+    tables += [table(shown or rows, "Bits per base on the held-out sets (lower is better)", digits=5),
+               table(rows, "Every run at its trained context (and 8k)", digits=5, headline=False)]
+    if FLAGSHIP in models:
+        entry = models[FLAGSHIP]["contexts"]
+        gains = {(label, low, high): _gain(_pooled(entry[low], names), _pooled(entry[high], names))
+                 for label, names in (("bacterial", BACTERIAL), ("eukaryotic", EUKARYOTIC))
+                 for low, high in (("1024", "8192"), ("8192", "32768"))}
+        tables.append(table([{"held-out DNA": label, **{f"{int(c) // 1024}k": _bpb(_pooled(entry[c], names))
+                                                        for c in ("1024", "8192", "32768")},
+                              **{f"{int(lo) // 1024}k - {int(hi) // 1024}k (95% CI)":
+                                 "{:+.4f} ({:+.4f}, {:+.4f})".format(*gains[label, lo, hi]) for lo, hi in
+                                 (("1024", "8192"), ("8192", "32768"))}}
+                             for label, names in (("bacterial", BACTERIAL), ("eukaryotic", EUKARYOTIC))],
+                            f"What the context buys ({FLAGSHIP}, half-window overlap)", digits=5))
+        flagship = {s: _bpb(entry["32768"]["sets"][s]) for s in SETS}
+        selected = min((_bpb(m["sets"]["new_genus"]), n) for n, m in markov.items() if n != "bacteria_memorising") \
+            if markov else (None, "")
+        targets += [at_least(f"new genus: >= 0.15 bits/base below the selected Markov model ({selected[1]})",
+                             selected[0] - flagship["new_genus"] if selected[0] else None, 0.15),
+                    at_least("bacterial DNA: 8k >= 0.01 bits/base below 1k (95% CI's low end)",
+                             gains["bacterial", "1024", "8192"][1], 0.01),
+                    verdict("32k no worse than 8k (bacterial / eukaryotic)", "{:+.4f} / {:+.4f} saved".format(
+                        gains["bacterial", "8192", "32768"][0], gains["eukaryotic", "8192", "32768"][0]),
+                            min(gains["bacterial", "8192", "32768"][0], gains["eukaryotic", "8192", "32768"][0]) >= 0)]
+    if mixed:
+        mix_rows = [{"Markov": name, "held out": LABELS[s], f"network ({mixed['network']})": e["network"],
+                     "Markov alone": e["markov"], "fixed weight": e["fixed"], "switching (default)": e["switching"]}
+                    for name, entry in mixed["markov"].items() for s, e in entry.items()]
+        tables += [table([r for r in mix_rows if r["Markov"] == "bacteria_memorising"],
+                         "The network mixed with the memorising Markov model (`--mix`)", digits=5),
+                   table(mix_rows, "Every mixture (fixed weight fitted on the other sets)", digits=5, headline=False)]
+        strain = mixed["markov"]["bacteria_memorising"]["strain"]
+        targets.append(at_most("strain: `--mix` within 0.02 bits/base of the memorising Markov model",
+                               strain["switching"] - strain["markov"], 0.02))
+    return Summary(tables=tables, targets=targets,
+                   notes=["Held-out sets: " + ", ".join(f"{LABELS[s]} {v['bases'] / 1e6:.2f} Mbp" for s, v in
+                                                        data["sets"].items()) + "."] if "sets" in data else [])
 
 
-def _section(facts: dict, runs_table: str, held_out: str, curve: str, mix_table: str) -> str:
-    first, final = facts["rounds"]["long"]["environment"], facts["rounds"]["final"]["environment"]
-    curves, sets, mixed = facts["curves"], facts["sets"], facts["mixed"]
-    train_bases = facts["markov"]["models"]["all"]["train_bases"]
-    mbp = {s: sets[s]["bases"] / 1e6 for s in SETS}
-    network = mixed["network"]
-    mixed_note = "" if network == FLAGSHIP else (
-        f" ({network} is the first round's network: `python -m benchmarks.flagship mixture --network {FLAGSHIP}` "
-        "on the flagship's per-base scores redoes this table)")
-    return "\n".join([
-        "## Flagship DNA model: sweep, data, context, mixture with the Markov model",
-        "",
-        f"The first round (a sweep and two 32k runs) on **{first['device']}**, {first['date_utc']}: "
-        "`bash benchmarks/gpu_flagship.sh sweep` (four 8k runs at once, each about a quarter of the GPU, beside the nine "
-        "time-series runs) and `bash benchmarks/gpu_flagship.sh long` (two 32k runs at once, then `python -m benchmarks.flagship "
-        f"score`). The final round on **{final['device']}**, {final['date_utc']}; torch {final['torch']}, triton {final['triton']}: "
-        f"`bash benchmarks/gpu_flagship.sh stage1` (flagship8k, {curves['flagship8k']['trained']:,} steps at 8k from the shipped "
-        f"model), then `bash benchmarks/gpu_flagship.sh stage2` ({FLAGSHIP}, {curves[FLAGSHIP]['trained']:,} logged steps at 32k, then "
-        "`score`). Markov models and mixtures on the 2-core CPU: `python -m benchmarks.flagship baseline ...` and "
-        "`python -m benchmarks.flagship mixture`; this section: `python -m benchmarks.flagship report --benchmarks_md BENCHMARKS.md`. "
-        "Held-out sets (`python -m benchmarks.flagship heldout`, benchmarks/results/flagship/sets.json): Leptospira kirschneri "
-        f"contigs ({mbp['new_genus']:.2f} Mbp, a genus never trained on), a non-K-12 E. coli ({mbp['strain']:.2f} Mbp), "
-        f"C. elegans chromosome X from {WORM_START / 1e6:g} Mb ({mbp['eukaryote']:.2f} Mbp), and the test split of the training "
-        f"genomes (bacteria {mbp['trained_bacteria']:.2f} Mbp, eukaryotes {mbp['trained_eukaryotes']:.2f} Mbp); both strands, "
-        f"the same bases for every model. Data: configs/genome_dna_gpu.yaml ({len(BACTERIA)} bacteria + Dictyostelium, "
-        f"Plasmodium, Ustilago, Drosophila 2R; {train_bases / 1e6:.1f} Mbp of training intervals, half the windows bacterial).",
-        "",
-        f"The shipped file: `examples/genoformer_dna.ckpt` is {FLAGSHIP} in bfloat16.",
-        "",
-        f"Runs ({TOKENS_PER_STEP:,} tokens per step; steps before: what the starting weights had seen, the shipped model "
-        f"{SHIPPED_STEPS:,}):",
-        "",
-        runs_table,
-        "",
-        "![validation bits per base against training tokens](benchmarks/results/flagship/training_curve.png)",
-        "",
-        "Each run validates on the first 8 batches of its own held-out regions: the bacteria-only run on bacteria, the "
-        "stage-2 runs on 32k tiles (other windows than stage 1's 8k tiles), so levels compare within a run, and "
-        "across runs only on the held-out sets below.",
-        "",
-        "Bits per base on the held-out sets (lower is better):",
-        "",
-        held_out,
-        "",
-        f"What the context buys ({FLAGSHIP} and the first round's 32k runs, scored at each context with half-window overlap; "
-        "paired block bootstrap):",
-        "",
-        curve,
-        "",
-        "![bits per base saved over a 1k context](benchmarks/results/flagship/context_curve.png)",
-        "",
-        f"The network ({network}, {mixed['context'] // 1024}k context) mixed with each Markov model (`--mix`), bits per base on "
-        f"the same bases{mixed_note}:",
-        "",
-        mix_table,
-        "",
-        "### What the measurements say",
-        "",
-        *_measurements(facts),
-        "",
-        "### Targets",
-        "",
-        *_targets(facts),
-    ])
-
-
-def _measurements(facts: dict) -> list[str]:
-    models, curves, mixed = facts["models"], facts["curves"], facts["mixed"]
-    at8k = {name: _set_bpb(models, name, "8192") for name in models}
-    at32k = {name: _set_bpb(models, name, "32768") for name in CURVE_MODELS}
-    eukaryotes, trained = ("eukaryote", "trained_eukaryotes"), ("strain", "trained_bacteria")
-    data = {s: at8k["bacteria"][s] - at8k["warm"][s] for s in SETS}  # > 0: the eukaryotes help
-    width = {s: at8k["w256_d8"][s] - at8k["w384_d6"][s] for s in SETS}  # > 0: the wider model is better
-    rope = {(s, c): (at8k if c == "8k" else at32k)["long_rope10k"][s] - (at8k if c == "8k" else at32k)["long_rope500k"][s]
-            for s in SETS for c in ("8k", "32k")}  # > 0: RoPE base 500,000 is better
-    long_gain = {name: facts["gains"][(name, "bacterial", "8192", "32768")][0] for name in ("long_rope10k", "long_rope500k")}
-    moved = {s: at8k["long_rope500k"][s] - at8k["warm"][s] for s in SETS}  # > 0: stage 2 worse at 8k
-    worst = max(moved, key=moved.get)
-    if "flagship8k" in models:
-        stage2 = {s: at8k[FLAGSHIP][s] - at8k["flagship8k"][s] for s in SETS}
-        final_moved = (f"; {FLAGSHIP}'s 8k scores against flagship8k's: {_span(list(stage2.values()), 4)} "
-                       f"(positive: worse), at a peak learning rate of {curves[FLAGSHIP]['peak_lr']:.2g}")
-    else:
-        final_moved = (f"; flagship8k is not in final/scores.json, so what {FLAGSHIP}'s stage (peak learning rate "
-                       f"{curves[FLAGSHIP]['peak_lr']:.2g}) did to the 8k scores is not measured")
-    memorising = mixed["markov"]["bacteria_memorising"]
-    m_model = facts["markov"]["models"]["bacteria_memorising"]
-    beats = [s for s in SETS if memorising[s]["switching"] < min(memorising[s]["network"], memorising[s]["markov"])]
-    keeps = [s for s in SETS if s not in beats]
-    selected = [n for n in mixed["markov"] if n != "bacteria_memorising"]
-    concentrations = sorted({facts["markov"]["models"][n]["concentration"] for n in selected})
-    gain = {(n, s): mixed["markov"][n][s]["network"] - mixed["markov"][n][s]["switching"] for n in mixed["markov"] for s in SETS}
-    best_selected = max(((n, s) for n in selected for s in SETS), key=gain.get)
-    best_memorising = max(SETS, key=lambda s: gain[("bacteria_memorising", s)])
-    strain = memorising["strain"]
-    sweep_steps = curves["warm"]["trained"]
-    return [
-        f"- **Data.** From the same start and the same {sweep_steps:,} steps, adding the eukaryotes (`warm` against `bacteria`) "
-        f"lowers the new genus by {data['new_genus']:.3f} bits/base and the eukaryotes by {_span([data[s] for s in eukaryotes], 2)}, "
-        f"and costs {_span([-data[s] for s in trained], 3)} on the trained species (the strain, the trained bacteria's test "
-        "regions): each bacterium gets an eighth of the windows instead of a quarter.",
-        f"- **Width.** Fresh 384 x 6 ({models['w384_d6']['parameters'] / 1e6:.1f} M parameters) against 256 x 8 "
-        f"({models['w256_d8']['parameters'] / 1e6:.1f} M) after {curves['w384_d6']['trained']:,} steps: "
-        f"{_span(list(width.values()), 3)} bits/base better, within what {curves['w384_d6']['trained']:,} steps can separate; "
-        "both are far behind the warm-started runs, which carry the shipped model's "
-        f"{SHIPPED_STEPS * TOKENS_PER_STEP / 1e6:.0f} M tokens: a session's device time cannot train a fresh model past the "
-        "shipped one.",
-        f"- **RoPE base.** 500,000 against 10,000 for the first round's 32k stage: "
-        f"{_span([rope[('new_genus', c)] for c in ('8k', '32k')], 4)} bits/base better on the new genus at 8k and 32k and a larger "
-        f"gain from 8k to 32k on bacterial DNA ({long_gain['long_rope500k']:.4f} against {long_gain['long_rope10k']:.4f}), "
-        f"{_span([-rope[('trained_bacteria', c)] for c in ('8k', '32k')], 4)} worse on the trained bacteria; the flagship uses 500,000.",
-        f"- **32k curriculum.** {FLAGSHIP}: {curves[FLAGSHIP]['trained']:,} steps at 32k after {curves['flagship8k']['trained']:,} "
-        "at 8k; its 32k context against 8k is in the targets below. In the first round (long_rope500k, "
-        f"{curves['long_rope500k']['trained']:,} steps at 32k after `warm`'s {sweep_steps:,} at 8k) the 8k scores moved by "
-        f"{_span(list(moved.values()), 4)} (positive: worse; most on {IN_PROSE[worst]}), at a peak learning rate of "
-        f"{curves['long_rope500k']['peak_lr']:.2g}: `--init_weights` then took training settings from the checkpoint (fixed "
-        f"since: they are the config's){final_moved}.",
-        f"- **Mixture.** The switching mixture with a memorising Markov model (order {m_model['order']}, d {m_model['discount']:g}, "
-        f"a {m_model['concentration']:g}; `genoformer baseline --order {m_model['order']} --discount {m_model['discount']:g} "
-        f"--concentration {m_model['concentration']:g} --save`) keeps the network's score where the Markov model does not help "
-        f"({', '.join(IN_PROSE[s] for s in keeps)}: within "
-        f"{max(abs(memorising[s]['switching'] - memorising[s]['network']) for s in keeps):.3f}) and beats both where it "
-        f"remembers ({', '.join(IN_PROSE[s] for s in beats)}). The selected Markov models (a = "
-        f"{', '.join(f'{a:g}' for a in concentrations)}, chosen on held-out tails of the training genomes) barely memorise: "
-        f"with them the mixture gains at most {gain[best_selected]:.3f} bits/base over the network (`{best_selected[0]}`, "
-        f"{IN_PROSE[best_selected[1]]}), against {gain[('bacteria_memorising', best_memorising)]:.3f} with the memorising one "
-        f"({IN_PROSE[best_memorising]}). A fixed weight cannot do both: fitted on the other sets (w {strain['fixed_weight']:.2f}) "
-        f"it stays near the network and misses the strain ({strain['fixed']:.4f} against the switching mixture's "
-        f"{strain['switching']:.4f}).",
-    ]
-
-
-def _targets(facts: dict) -> list[str]:
-    models, curves, before, gains, markov, mixed = (facts[k] for k in ("models", "curves", "before", "gains", "markov", "mixed"))
-    verdict = lambda ok: "MET" if ok else "NOT MET"  # noqa: E731
-    longest = max(models[FLAGSHIP]["contexts"], key=int)
-    flagship = _set_bpb(models, FLAGSHIP, longest)
-    seen_steps = before[FLAGSHIP] + curves[FLAGSHIP]["trained"]
-    seen = seen_steps * TOKENS_PER_STEP
-    selected = {n: _bpb(m["sets"]["new_genus"]) for n, m in markov["models"].items() if n != "bacteria_memorising"}
-    best_markov = min(selected, key=selected.get)
-    genus_gap = selected[best_markov] - flagship["new_genus"]
-    genus = (f"- New genus at least {TARGETS['new_genus_below_markov']} bits/base below the Markov model on the same data: "
-             f"**{verdict(genus_gap >= TARGETS['new_genus_below_markov'])}**: {flagship['new_genus']:.4f} ({FLAGSHIP} at "
-             f"{int(longest) // 1024}k) against {selected[best_markov]:.4f} (the better selected Markov, `{best_markov}`), "
-             f"{genus_gap:.3f} below.")
-    if genus_gap < TARGETS["new_genus_below_markov"]:
-        stage1 = curves["flagship8k"]
-        half = next(i for i, s in enumerate(stage1["steps"]) if s >= stage1["steps"][-1] / 2)
-        val_rate = ((stage1["bpb"][half] - stage1["bpb"][-1])
-                    / ((stage1["steps"][-1] - stage1["steps"][half]) * TOKENS_PER_STEP) * 1e8)  # bits/base per 100 M tokens
-        shipped = _bpb(models["shipped"]["contexts"]["8192"]["sets"]["new_genus"])
-        genus_rate = (shipped - flagship["new_genus"]) / ((seen_steps - SHIPPED_STEPS) * TOKENS_PER_STEP) * 1e8
-        missing = TARGETS["new_genus_below_markov"] - genus_gap
-        rate = max(val_rate, genus_rate)
-        budget = (f"at the faster of the two the missing {missing:.3f} takes at least {missing / rate * 1e8 / 1e9:.1f} B more "
-                  f"tokens, {missing / rate * 1e8 / seen:.1f} times what the model has seen (the rate falls as training goes on)"
-                  if rate > 0 else "neither falls any more: more of the same training will not close it")
-        genus += (f" Gap {missing:.3f}: the model is small ({models[FLAGSHIP]['parameters'] / 1e6:.1f} M parameters) and has "
-                  f"seen {seen / 1e6:.0f} M tokens ({seen_steps:,} steps); over the second half of stage 1 (flagship8k, steps "
-                  f"{stage1['steps'][half]:,} to {stage1['steps'][-1]:,}) validation fell {val_rate:.4f} bits/base per 100 M "
-                  f"tokens, and the new genus fell {genus_rate:.4f} per 100 M tokens from the shipped model ({shipped:.4f}) "
-                  f"to {FLAGSHIP}: {budget}.")
-    moonshot = TARGETS["moonshot_new_genus"]
-    genus += f" Moonshot {moonshot:.2f}: {'reached' if flagship['new_genus'] <= moonshot else 'not reached'}."
-
-    mix = mixed["markov"]["bacteria_memorising"]["strain"]
-    memorising = _bpb(markov["models"]["bacteria_memorising"]["sets"]["strain"])
-    shipped_strain = _bpb(models["shipped"]["contexts"]["8192"]["sets"]["strain"])
-    ahead = mix["markov"] - mix["switching"]
-    strain = (f"- Strain with `--mix` within {TARGETS['strain_mix_within']} of the Markov model: "
-              f"**{verdict(mix['switching'] <= mix['markov'] + TARGETS['strain_mix_within'])}**: {mix['switching']:.4f} "
-              f"({mixed['network']} mixed with `bacteria_memorising`) against the memorising Markov's {mix['markov']:.4f}: "
-              f"{'better than' if ahead >= 0 else 'behind'} it by {abs(ahead):.3f}"
-              + ("" if mixed["network"] == FLAGSHIP else f" (the first round's network; not yet redone on {FLAGSHIP})") + ". "
-              f"The network alone closer to the Markov model than the shipped model: "
-              f"**{verdict(flagship['strain'] < shipped_strain)}**: {flagship['strain']:.4f} ({FLAGSHIP}) against the shipped "
-              f"model's {shipped_strain:.4f} ({flagship['strain'] - memorising:.2f} bits/base behind the memorising Markov model)"
-              + ("." if flagship["strain"] < shipped_strain else "; the eukaryotes took half the windows (the data ablation above)."))
-
-    g81, e81 = gains[(FLAGSHIP, "bacterial", "1024", "8192")], gains[(FLAGSHIP, "eukaryotic", "1024", "8192")]
-    context = (f"- 8k at least {TARGETS['gain_1k_8k']} bits/base below 1k on held-out bacterial DNA: "
-               f"**{verdict(g81[1] >= TARGETS['gain_1k_8k'])}**: {g81[0]:.4f} saved by {FLAGSHIP} (95% CI {g81[1]:.4f} to "
-               f"{g81[2]:.4f}); on eukaryotic DNA {e81[0]:.4f} ({e81[1]:.4f} to {e81[2]:.4f}).")
-    if g81[1] < TARGETS["gain_1k_8k"]:
-        shipped_gain = facts["shipped_science"]["saved_vs_shortest"]["8192"]["point"]
-        first = gains[("long_rope500k", "bacterial", "1024", "8192")][0]
-        first_steps = before["long_rope500k"] + curves["long_rope500k"]["trained"]
-        per_step = (g81[0] - shipped_gain) / (seen_steps - SHIPPED_STEPS)
-        context += (f" Cause: the context gain grows slowly with training: {shipped_gain:.4f} for the shipped model after "
-                    f"{SHIPPED_STEPS:,} steps (on its own test regions, benchmarks/results/genome_science/summary.json), "
-                    f"{g81[0]:.4f} for {FLAGSHIP} after {seen_steps:,} (peak learning rate {curves[FLAGSHIP]['peak_lr']:.2g})"
-                    + (f": at that rate the {TARGETS['gain_1k_8k']} takes about "
-                       f"{round((TARGETS['gain_1k_8k'] - g81[0]) / per_step, -2):,.0f} more steps." if per_step > 0 else
-                       ": no more than the shipped model, so more steps alone will not raise it.")
-                    + f" The first round's long_rope500k: {first:.4f} after {first_steps:,} steps (peak learning rate "
-                    f"{curves['long_rope500k']['peak_lr']:.2g})" + (f", more than {FLAGSHIP} in fewer steps." if first > g81[0] else "."))
-    g328, e328 = gains[(FLAGSHIP, "bacterial", "8192", "32768")], gains[(FLAGSHIP, "eukaryotic", "8192", "32768")]
-    long_context = (f"- 32k no worse than 8k: **{verdict(g328[0] >= 0 and e328[0] >= 0)}**: {g328[0]:+.4f} bits/base saved by "
-                    f"{FLAGSHIP} on bacterial, {e328[0]:+.4f} on eukaryotic DNA (95% CIs {g328[1]:+.4f} to {g328[2]:+.4f}; "
-                    f"{e328[1]:+.4f} to {e328[2]:+.4f}).")
-    return [genus, strain, context, long_context]
-
-
-# -------------------------------------------------------------------------------------- main
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest="stage", required=True)
-    s = commands.add_parser("store", help="the training store of configs/genome_dna_gpu.yaml")
-    s.add_argument("--out", required=True)
-    s.set_defaults(run=store)
-    h = commands.add_parser("heldout", help="the held-out sets as FASTA (CPU)")
-    h.add_argument("--out", required=True)
-    h.add_argument("--genomes", required=True, help="the training store (for its test split)")
-    h.add_argument("--extra", default=str(EXTRA), help="fetch-more.sh's genomes folder")
-    h.add_argument("--bases", type=int, default=SET_BASES)
-    h.set_defaults(run=heldout)
-    c = commands.add_parser("score", help="every run's model on every held-out set (GPU)")
-    c.add_argument("--runs", required=True, help="folder of run directories (each with checkpoints/last.ckpt)")
-    c.add_argument("--heldout", required=True)
-    c.add_argument("--out", required=True)
-    c.add_argument("--contexts", type=int, nargs="+", default=list(CONTEXTS))
-    c.add_argument("--prefix", default="", help="only the runs whose names start with this (and not the shipped model)")
-    c.add_argument("--batch_size", type=int, default=8)
-    c.add_argument("--device", default=None)
-    c.add_argument("--max_bases", type=int, default=0, help="score only this many bases of one record per set (smoke)")
-    c.set_defaults(run=score)
-    b = commands.add_parser("baseline", help="Markov models on the flagship's training data, on every held-out set (CPU)")
-    b.add_argument("--genomes", required=True, help="the training store")
-    b.add_argument("--heldout", required=True)
-    b.add_argument("--out", required=True, help="folder of markov.json")
-    b.add_argument("--work", default=str(REPO / "runs" / "flagship"), help="the models (.npz) and per-base scores")
-    b.add_argument("--models", nargs="+", choices=sorted(MARKOV_MODELS), default=list(MARKOV_MODELS))
-    b.set_defaults(run=baseline)
-    m = commands.add_parser("mixture", help="the network mixed with each Markov model on the same bases (CPU)")
-    m.add_argument("--scores", default=str(REPO / "runs" / "flagship" / "log2p"), help="the network's per-base scores")
-    m.add_argument("--network", default=FLAGSHIP, help="the run whose per-base scores are mixed (the report names it)")
-    m.add_argument("--context", type=int, default=32768, help="the context the network's scores were taken at (for the report)")
-    m.add_argument("--work", default=str(REPO / "runs" / "flagship"), help="the Markov models' per-base scores")
-    m.add_argument("--markov", nargs="+", default=list(MARKOV_MODELS))
-    m.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "flagship"))
-    m.set_defaults(run=mixture)
-    r = commands.add_parser("report", help="tables, curves and the BENCHMARKS.md section")
-    r.add_argument("--results", default=str(REPO / "benchmarks" / "results" / "flagship"))
-    r.add_argument("--benchmarks_md", default=None)
-    r.add_argument("--shipped_summary", default=str(REPO / "benchmarks" / "results" / "genome_science" / "summary.json"),
-                   help="the shipped model's context gain on its own test regions (benchmarks.genome_science report)")
-    r.set_defaults(run=report)
-    args = parser.parse_args(argv)
-    args.run(args)
-
+BENCHMARK = Benchmark("flagship", "Flagship DNA model: held-out DNA, context, mixture with the Markov model", __doc__,
+                      measure, summarize, arguments=arguments, merge=join,
+                      name_of=lambda args: f"flagship_{args.stage}",
+                      baseline="order-k Markov models fitted on the same training data, scored on the same bases")
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] in (["store"], ["heldout"]):
+        import argparse
+
+        parser = argparse.ArgumentParser(prog=f"python -m benchmarks.flagship {sys.argv[1]}")
+        parser.add_argument("--out", type=Path, required=True)
+        parser.add_argument("--genomes", type=Path, help="heldout: the training store (for its test split)")
+        parser.add_argument("--extra", type=Path, default=EXTRA, help="heldout: fetch-more.sh's genomes folder")
+        parser.add_argument("--bases", type=int, default=SET_BASES)
+        options = parser.parse_args(sys.argv[2:])
+        (store if sys.argv[1] == "store" else heldout)(options)
+    else:
+        BENCHMARK.main()

@@ -214,8 +214,7 @@ def summarize(data: dict) -> Summary:
         targets=[verdict("our Triton kernels (the control) pass every case at every head dim",
                          f"{len(trusted.get('triton', []))} of {len(dims)} head dims",
                          len(trusted.get("triton", [])) == len(dims) if "triton" in trusted else None)],
-        notes=[f"FLASH_ATTN_4_HEAD_DIMS row for {tuple(data['capability'] or ())}: frozenset({{{', '.join(map(str, fa4))}}})",
-               "flash-attn installs: " + ", ".join(f"{k}: {v}" for k, v in data["installs"].items())])
+        notes=[f"FLASH_ATTN_4_HEAD_DIMS row for {tuple(data['capability'] or ())}: frozenset({{{', '.join(map(str, fa4))}}})"])
 
 
 BENCHMARK = Benchmark("flash_attn_head_dims", "flash-attn-4's head dims against float64", __doc__, measure, summarize,

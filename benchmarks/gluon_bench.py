@@ -25,8 +25,21 @@ import importlib
 
 import torch
 
-from benchmarks.attention import FULL, Pattern, allowed_pairs, fa2, fa4, length_label, tuner_choices
-from benchmarks.common import Attempts, Benchmark, Budget, Summary, Timer, fmt, interleaved_rounds, ratio, table
+from benchmarks.attention import FULL, Pattern, allowed_pairs, length_label
+from benchmarks.common import (
+    Attempts,
+    Benchmark,
+    Budget,
+    Summary,
+    Timer,
+    fa2,
+    fa4,
+    fmt,
+    interleaved_rounds,
+    ratio,
+    table,
+    tuner_choices,
+)
 from genoformer.kernels.dispatch import Backend, attention
 
 PASSES = {"fwd": ("gluon_api", ("gluon_ws", "gluon_ahead", "gluon_plain", "gluon_api", "triton", "fa2", "fa4"), 0.05),

@@ -11,7 +11,7 @@
 #                                              ): its result names the FLASH_ATTN_4_HEAD_DIMS row to paste
 #   bash benchmarks/gpu_kernels.sh flexflash   the attention table's sliding-window and BigBird rows again
 #                                              (D 64 and 128, 16k and 32k; ours, Flex, Flex FLASH), with the
-#                                              float64 check; merge them into the table with --render-from;
+#                                              float64 check; join them to the table with --from;
 #                                              OURS=gluon for the Hopper path as ours (default triton)
 #   bash benchmarks/gpu_kernels.sh attention   the attention table; ATTN_BUDGET=SECONDS (default 420) and
 #                                              ATTN_ARGS (e.g. "--rounds 3 --lengths 16384": one length per

@@ -10,7 +10,7 @@
 #            eager and compiled, plain-PyTorch anchors, profile, data module); TRAIN_BUDGET
 #            seconds (default 330)
 #   ddp      the same script's two-GPU DDP case beside its one-GPU twin (a machine with 2 GPUs);
-#            merge it into the one-GPU run with `python -m benchmarks.train --render --merge`
+#            join it to the one-GPU run with `python -m benchmarks.train --from ONE.json TWO.json`
 #
 # Result files go to $OUT (./gpu_out when OUT is unset), one folder per step; the tail of each
 # log is printed. Wheels for packages the GPU image lacks travel in .whl/ (gpu_setup.sh).

@@ -20,8 +20,22 @@ import sys
 
 import torch
 
-from benchmarks.attention import allowed_pairs, compare, fa2, fwd_bwd_ms, outputs, random_qkv
-from benchmarks.common import REPO_ROOT, Benchmark, Summary, Timer, at_least, at_most, fmt, ratio, table, verdict
+from benchmarks.attention import allowed_pairs
+from benchmarks.common import (
+    REPO_ROOT,
+    Benchmark,
+    Summary,
+    Timer,
+    at_most,
+    compare,
+    fa2,
+    fwd_bwd_ms,
+    outputs,
+    random_qkv,
+    ratio,
+    table,
+    verdict,
+)
 
 SWEEP = ["-m", "pytest", "tests/kernels/test_triton_attention.py", "-m", "gpu", "-k", "padded_head_dims", "-q", "-rs",
          "-p", "no:cacheprovider"]
@@ -71,21 +85,21 @@ def measure(args) -> dict:
 
 def summarize(data: dict) -> Summary:
     by_dim = {c["head_dim"]: c for c in data["cases"]}
-    rows, targets = [], []
+    rows, to_128, to_fa2 = [], [], []
     for c in data["cases"]:
         pair = {d: (c["ours"][f"{d}_ms"] if c["check"]["ok"] else None) for d in ("fwd", "bwd")}
         rows.append({"D": c["head_dim"], **{f"ours {d} ms": c["ours"][f"{d}_ms"] for d in ("fwd", "bwd")},
                      **{f"FA2 {d} ms": c["fa2"][f"{d}_ms"] for d in ("fwd", "bwd")},
-                     "ours TFLOP/s fwd": c["fwd_flops"] / c["ours"]["fwd_ms"] / 1e9,
-                     "check vs FA2": f"{'ok' if c['check']['ok'] else 'WRONG'} {fmt(c['check']['fwd_rel_err'], 2)} / "
-                                     f"{fmt(c['check']['bwd_rel_err'], 2)}"})
+                     "check vs FA2": "ok" if c["check"]["ok"] else "WRONG"})
         if c["head_dim"] == 128:
             continue
         for d in ("fwd", "bwd"):
-            targets += [at_most(f"D={c['head_dim']} {d}: ours ≤ 1.05x ours at D=128",
-                                ratio(pair[d], by_dim[128]["ours"][f"{d}_ms"]), 1.05, "x"),
-                        at_least(f"D={c['head_dim']} {d}: ours faster than FA2 at D={c['head_dim']} (FA2 ÷ ours)",
-                                 ratio(c["fa2"][f"{d}_ms"], pair[d]), 1.0, "x")]
+            to_128.append((ratio(pair[d], by_dim[128]["ours"][f"{d}_ms"]) or float("inf"), f"D={c['head_dim']} {d}"))
+            to_fa2.append((ratio(pair[d], c["fa2"][f"{d}_ms"]) or float("inf"), f"D={c['head_dim']} {d}"))
+    targets = [at_most("padded head dims: ours ≤ 1.05x ours at D=128, fwd and bwd (worst)", max(to_128)[0], 1.05,
+                       f"x ({max(to_128)[1]})"),
+               at_most("padded head dims: ours faster than FA2 at the same D, fwd and bwd (worst ours ÷ FA2)",
+                       max(to_fa2)[0], 1.0 - 1e-9, f"x ({max(to_fa2)[1]})")] if to_128 else []
     if "sweep" in data:
         targets.append(verdict("GPU sweep of the padded head dims (float64 reference, 2x rule)", data["sweep"]["summary"],
                                data["sweep"]["returncode"] == 0 and data["sweep"]["counts"].get("passed", 0) > 0))

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from benchmarks.attention import compare, outputs, random_qkv
-from benchmarks.common import Benchmark, Summary, Timer, at_least, fmt, ratio, table, verdict
+from benchmarks.common import Benchmark, Summary, Timer, at_least, compare, fmt, outputs, random_qkv, ratio, table, verdict
 
 WAYS = {"packed": "packed row (cu_seqlens)", "unpacked": "one unpacked sequence", "alone": "each document alone (loop)"}
 

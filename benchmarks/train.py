@@ -36,7 +36,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import lightning as L
@@ -44,14 +43,17 @@ import torch
 from torch.utils.data import DataLoader
 
 from benchmarks.common import (
+    PARTS,
     REPO_ROOT,
     Benchmark,
+    RepeatedBatch,
     Summary,
     TrainStep,
     at_least,
     compile_counts,
     error_text,
     median,
+    profile_breakdown,
     reset_compile_counts,
     synchronize,
     table,
@@ -144,73 +146,6 @@ def select(patterns: str) -> dict[str, list[Case]]:
     return chosen
 
 
-# ----------------------------------------------------------------------- the profile of a step
-PARTS = ("attention", "matmuls", "norms, RoPE, SwiGLU, other elementwise", "loss", "optimizer",
-         "data (host to device)", "other")
-_KERNEL_RULES = (  # kernel (GPU) or operator (CPU) names -> part; first match wins
-    ("attention", ("attn_fwd_kernel", "bwd_dkdv_kernel", "bwd_dq_kernel", "bwd_preprocess_kernel", "flash", "fmha",
-                   "flex_attention", "triton_tem_fused_flex", "scaled_dot_product", "_efficient_attention")),
-    ("optimizer", ("adam", "multi_tensor_apply", "foreach")),
-    ("loss", ("nll_loss", "log_softmax", "cross_entropy", "softmax_backward")),
-    ("matmuls", ("gemm", "nvjet", "cutlass", "xmma", "cublas", "sm90_", "sm80_", "aten::mm", "aten::addmm",
-                 "aten::bmm", "aten::matmul", "aten::linear", "mm_", "splitk")),
-    ("data (host to device)", ("memcpy htod", "memcpy h2d", "aten::_to_copy_h2d")),
-    ("norms, RoPE, SwiGLU, other elementwise", ("rms", "norm", "elementwise", "vectorized", "triton_poi", "triton_red",
-                                                "triton_per", "reduce", "silu", "mul", "add", "cat", "copy", "fill",
-                                                "embedding", "index", "where", "sum", "aten::")),
-)
-_PARENT_RULES = (("optimizer", ("optimizer.step", "adamw", "zero_grad")),
-                 ("loss", ("cross_entropy", "nll_loss", "log_softmax", "nllloss", "logsoftmax")),
-                 ("attention", ("genoformer::triton_flash", "flex_attention", "scaled_dot_product")))
-
-
-def classify(kernel: str, parents: list[str] = ()) -> str:
-    """The part of the step a kernel (or CPU operator) belongs to: its launching operators decide
-    where they are telling (optimizer step, loss, attention op), else its own name."""
-    chain = " | ".join(parents).lower()
-    for part, needles in _PARENT_RULES:
-        if any(needle in chain for needle in needles):
-            return part
-    return next((part for part, needles in _KERNEL_RULES if any(n in kernel.lower() for n in needles)), "other")
-
-
-def profile_breakdown(step, device: torch.device, steps: int) -> dict:
-    """Per-part device time (CPU: operator self time) of `steps` profiled steps, ms per step, and
-    the 25 largest kernels."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    step()
-    synchronize(device)
-    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])) as prof:
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        synchronize(device)
-        wall_ms = (time.perf_counter() - t0) * 1e3 / steps
-
-    def parents(event) -> list[str]:
-        names, parent = [event.name], event.cpu_parent
-        while parent is not None:
-            names, parent = names + [parent.name], parent.cpu_parent
-        return names
-
-    found = []  # (kernel or operator, part, ms)
-    for event in prof.events():
-        if device.type == "cuda":
-            found += [(k.name, classify(k.name, parents(event)), k.duration / 1e3) for k in getattr(event, "kernels", [])]
-        elif event.device_type == DeviceType.CPU:
-            found.append((event.name, classify(event.name, parents(event)), event.self_cpu_time_total / 1e3))
-    parts, kernels = defaultdict(float), defaultdict(float)
-    for name, part, ms in found:
-        parts[part] += ms / steps
-        kernels[name[:120], part] += ms / steps
-    per_step = {part: parts.get(part, 0.0) for part in PARTS}
-    top = sorted(kernels.items(), key=lambda item: -item[1])[:25]
-    return {"parts": per_step, "total_ms": sum(per_step.values()), "wall_ms": wall_ms,
-            "top_kernels": [(name, part, ms) for (name, part), ms in top]}
-
-
 class StepTimer(L.Callback):
     """Wall time of the training steps after `warmup` inside `Trainer.fit` (one device
     synchronisation at each end, none in between)."""
@@ -235,19 +170,6 @@ class StepTimer(L.Callback):
         if self.start is None or self.end is None or not self.timed_steps:
             raise RuntimeError("StepTimer saw no timed steps: max_steps must exceed the warm-up steps.")
         return (self.end - self.start) / self.timed_steps * 1e3
-
-
-class _Repeat(torch.utils.data.Dataset):
-    """The same (already batched, already on the device) batch, n times."""
-
-    def __init__(self, batch: dict, n: int) -> None:
-        self.batch, self.n = batch, n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, index: int) -> dict:
-        return self.batch
 
 
 # ----------------------------------------------------------------------------- the worker
@@ -407,7 +329,7 @@ class Worker:
         else:
             device = torch.device("cpu") if self.smoke else torch.device("cuda", cli.trainer.local_rank)
             batch = {"tokens": self.tokens(case.batch, context).to(device)}
-            cli.trainer.fit(cli.model, train_dataloaders=DataLoader(_Repeat(batch, warmup + steps + 1), batch_size=None))
+            cli.trainer.fit(cli.model, train_dataloaders=DataLoader(RepeatedBatch(batch, warmup + steps + 1), batch_size=None))
         return {"status": "ok", "step_ms": timer.step_ms, "tokens_per_s": case.batch * context * case.devices / timer.step_ms * 1e3,
                 "strategy": type(cli.trainer.strategy).__name__, "ddp": isinstance(cli.trainer.strategy, DDPStrategy),
                 "num_workers": cli.datamodule.num_workers if case.data == "real" else 0, "fit_args": arguments}
@@ -490,14 +412,21 @@ def summarize(data: dict) -> Summary:
              for r in records if r["kind"] == "step"]
     fits = [{"case": r["name"], "step ms": r["step_ms"], "tokens/s": round(r["tokens_per_s"]), "strategy": r["strategy"],
              "data workers": r["num_workers"]} for r in records if r["kind"] == "fit"]
-    profiles = [r for r in records if r["kind"] == "profile"]
-    tables = [table(steps, "One optimizer step (median of the timed steps)")]
+    profiles = [r for r in records if r["kind"] == "profile" and r["mode"] == "compiled"] or \
+        [r for r in records if r["kind"] == "profile"]
+    headline = {"genoformer-causal-8k-eager", "sdpa-causal-8k-eager", "genoformer-causal-8k-compiled",
+                "flex-causal-8k-compiled", *(f"genoformer-{p}-{k}k-compiled" for p in ("causal", "window") for k in (32, 64, 128))}
+    shown = [{k: v for k, v in r.items() if k not in ("MFU (matmul)", "graph breaks")} for r in steps if r["case"] in headline]
+    tables = [table(shown or steps, "One optimizer step (median of the timed steps)"),
+              table(steps, "Every case", headline=False)]
     if fits:
-        tables.append(table(fits, "Inside Trainer.fit (compiled, causal 8k x 4 per GPU; real: the config's data module)"))
+        tables.append(table(fits, "Inside Trainer.fit (compiled, causal 8k x 4 per GPU; real: the config's data module)",
+                            headline=False))
     if profiles:
-        tables.append(table([{"part": part, **{f"{p['name']} ms": p["parts"][part] for p in profiles},
-                              **{f"{p['name']} share": f"{100 * p['parts'][part] / p['total_ms']:.1f}%" for p in profiles}}
-                             for part in PARTS], "Where the time goes: device time per part, per step"))
+        tables.append(table([{"part": part, **{f"{p['name'].removeprefix('profile-')} ms": p["parts"][part] for p in profiles},
+                              **{f"{p['name'].removeprefix('profile-')} share": f"{100 * p['parts'][part] / p['total_ms']:.0f}%"
+                                 for p in profiles}} for part in PARTS if any(p["parts"][part] >= 0.5 for p in profiles)],
+                            "Where the time goes: device time per part, per step (ms)"))
         tables += [table([{"kernel": n, "part": part, "ms": ms} for n, part, ms in p["top_kernels"][:12]],
                          f"Largest kernels, {p['name']}", headline=False) for p in profiles]
 
@@ -524,7 +453,7 @@ def summarize(data: dict) -> Summary:
                      ratio_of(tps("genoformer-causal-8k-eager"), tps("sdpa-causal-8k-eager")), 1.0 + 1e-9, "x"),
             at_least("32k compiled MFU >= 40%", mfu("genoformer-causal-32k-compiled"), 40.0, "%"),
             at_least("64k compiled MFU >= 40%", mfu("genoformer-causal-64k-compiled"), 40.0, "%"),
-            verdict("128k trains on one GPU (batch 1)", ", ".join(n for n in tried if n in by) or "no step ran",
+            verdict("128k trains on one GPU (batch 1)", f"{sum(n in by for n in tried)} of {len(tried)} cases ran",
                     any(n in by for n in tried) if tried else None),
             at_least("2 GPUs (DDP) vs 1 GPU, 8k, Trainer.fit >= 1.85x tokens/s",
                      ratio_of(tps("ddp-synthetic-8k-x2"), one["tokens_per_s"] if one else None), 1.85, "x"),
@@ -534,7 +463,8 @@ def summarize(data: dict) -> Summary:
     not_run = [r for r in data["records"] if r.get("status") != "ok"] + data["skipped"]
     math_oom = [r["context"] for r in data["records"] if r["impl"] == "math" and r.get("status") == "OOM"]
     notes = [f"Dense PyTorch (SDPA math) attention, batch 1: out of memory at {min(math_oom):,} tokens."] if math_oom else []
-    notes += [f"Not measured: {', '.join(sorted({r['name'] for r in not_run}))}."] if not_run else []
+    notes += [f"{len({r['name'] for r in not_run})} cases not measured (time budget or memory; the result file "
+              "says which and why)."] if not_run else []
     title = "End-to-end training speed (85M reference model)" + (", per attention backend" if len(backends) > 1 else "")
     return Summary(title=title, tables=tables, targets=targets, notes=notes)
 

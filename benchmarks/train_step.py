@@ -110,7 +110,8 @@ def summarize(data: dict) -> Summary:
              f"{r['max_grad_rel_diff_vs_first']:.1e}"} for r in data["results"]]
     return Summary(tables=[table(rows, f"Model of `{data['config']}`: {model['parameters'] / 1e6:.1f} M parameters, "
                                        f"batch {model['batch_size']} x {model['seq_len']:,} tokens of E. coli")],
-                   notes=["`auto` logged: " + "; ".join(f"`{m}`" for m in data["auto_log"])] if data["auto_log"] else [])
+                   notes=[f"`auto` chose: {', '.join(sorted({m.rsplit(' ', 1)[-1] for m in data['auto_log']}))}"]
+                   if data["auto_log"] else [])
 
 
 BENCHMARK = Benchmark("train_step", "Training step (model of a shipped config)", __doc__, measure, summarize,

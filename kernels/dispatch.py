@@ -478,12 +478,12 @@ FASTEST_FIRST = {
     # 0.54x to 0.88x the time of FlashAttention-2 (SDPA's flash backend). flash-attn-4 runs only
     # the head dims whose gradients were checked (flash_attn_backend.FLASH_ATTN_4_HEAD_DIMS); the
     # others go to triton. Block-sparse layouts run on our kernels only (flash_attn_backend).
-    # gluon (benchmarks/gluon_bench.py, BENCHMARKS.md "Gluon forward kernels"): its forward took
+    # gluon (benchmarks/gluon_bench.py, benchmarks/results/gluon_fwd.json): its forward took
     # 0.79-0.96 of our Triton forward's time at D 64 and 128, 8k to 32k, causal and not (its
     # backward then being the Triton one). It runs layouts, key padding and documents too, but
     # stays out of those rows: with the global row split like the Triton forward's, its forward on
     # layouts took 0.75-0.89x the Triton forward's time at D 128 but 0.94-1.05x at D 64 (H100,
-    # BENCHMARKS.md, "Gluon, third round, continued"), and a row here holds one order for every
+    # benchmarks/results/gluon_layouts.json), and a row here holds one order for every
     # head dim; key padding and packed documents are checked, not timed.
     (9, 0): FastestFirst(
         dense=(Backend.FLASH_ATTN_4, Backend.GLUON, Backend.TRITON, Backend.FLASH_ATTN_2),

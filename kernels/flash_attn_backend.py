@@ -71,7 +71,7 @@ FA4_INSTALL = "pip install flash-attn-4"
 FLASH_ATTN_4_HEAD_DIMS: dict[tuple[int, int], frozenset[int]] = {
     # H200, flash-attn-4 4.0.0b36, bf16, ~1000 tokens: output, dQ, dK, dV against the float64
     # reference, causal and bidirectional, GQA, key padding and packed documents, 12 cases per head
-    # dim (`python -m benchmarks.flash_attn_check --head-dims`, benchmarks/results/flash_attn_head_dims.md).
+    # dim (`python -m benchmarks.flash_attn_check`, benchmarks/results/flash_attn_head_dims.json).
     # Wrong gradients (dQ or dV 70-120x the bf16 allowance) at 16, 40, 48, 72, 80, 104 and
     # 112 (104 and 112 also raise an MLIR error with key padding); 240, 248 and 256 crashed the process.
     (9, 0): frozenset({24, 32, 56, 64, 88, 96, 120, 128, 136, 144, 152, 160, 168, 176, 184, 192, 200, 208, 216,
@@ -245,7 +245,7 @@ def _version_reason(
         checked = f"only head dims {proven} were found right" if proven else "no head dim was checked"
         return (
             f"head dim {D} is not among those whose flash-attn-4 gradients were checked on {_arch(capability)} "
-            f"({checked} by `python -m benchmarks.flash_attn_check --head-dims`; 4.0.0b36 gave wrong gradients at "
+            f"({checked} by `python -m benchmarks.flash_attn_check`; 4.0.0b36 gave wrong gradients at "
             f"others on an H200); use backend 'triton', which auto takes for such inputs."
         )
     if return_lse and torch.is_grad_enabled():

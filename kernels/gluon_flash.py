@@ -210,7 +210,7 @@ def _backward_kernels(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: tor
     lse; dlse: the gradient of that lse, None when nothing downstream used it; the layout's CSR
     lists both ways, kv_lens and cu_seqlens as the forward had them.  Our Triton backward: the Gluon one
     (``gluon_bwd``, dense only) took 1.29-1.87 times its time on the H200
-    (benchmarks/results/gluon_bwd.md), so it is measured there and not used here yet."""
+    (benchmarks/results/gluon_bwd.json), so it is measured there and not used here yet."""
     q, k, v = (_tma_ready(t) for t in (q, k, v))  # what the forward read
     return flash_bwd(do.contiguous(), q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices,
                      block_size, causal, scale, cu_seqlens, dlse=dlse)

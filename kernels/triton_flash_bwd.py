@@ -119,7 +119,7 @@ def _dkdv_steps(
     matmuls of the same tiles (bit-equal results), but the fp32 pT, its 16-bit copy (the dV
     matmul's operand, held until that asynchronous sm_90 matmul completes) and dP are no longer
     live at once: 16 registers a thread fewer at the peak of a 64 x 128 step at D 128 on sm_90,
-    where the default order spills (on sm_80 it spills more; benchmarks/spills.py,
+    where the default order spills (on sm_80 it spills more; ptxas -v of the cross-compile,
     docs/design/kernels.md)."""
     MODS: tl.constexpr = ALIBI_ or SOFTCAP
     offs_d = tl.arange(0, D_TILE)

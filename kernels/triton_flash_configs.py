@@ -38,8 +38,8 @@ Variants (sm_90 only; each a field of the configuration, a constexpr of the kern
                 both before the backward returns.
   dv_late     : backward only; the dK/dV loop issues the dV matmul after dP = v . dO^T (beside dK's)
                 instead of before it: the same matmuls of the same tiles, bit-equal results, fewer
-                registers live at once (no spills in the D 128 step loop on sm_90; see
-                ``benchmarks/spills.py``); on the H200, 0.907x the default's time on the
+                registers live at once (no spills in the D 128 step loop on sm_90, by ptxas -v of
+                the cross-compile); on the H200, 0.907x the default's time on the
                 sliding window's D 128 backward at 16k (docs/design/kernels.md).
 Every variant runs with packed documents (cu_seqlens) too: they change the loads, the rescaling
 and the grid, not which tiles a program visits or how they are masked.

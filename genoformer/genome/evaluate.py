@@ -22,7 +22,7 @@ The window on a CPU: given neither --context nor --overlap, a model trained at a
 than CPU_CONTEXT is read at CPU_CONTEXT tokens with an overlap of a quarter of it
 (`command_window`): on the 2-core CPU a 256 x 8 model then scores about 3x faster than at an
 8,192 window with half-window overlap, for about 0.001 to 0.002 bits per base
-(benchmarks/results/mixture/cpu_speed.md, cpu_speed_dna.md). Otherwise (and on a GPU) the default is the trained
+(benchmarks/results/scoring_speed.json, docs/design/mixture.md). Otherwise (and on a GPU) the default is the trained
 context with overlap context // 2.
 
 Regions (``--regions``, or one ``--split`` of a training data split): only their bases are

@@ -79,7 +79,7 @@ if TYPE_CHECKING:
 
 DEFAULT_SWITCH_RATE = 1e-3
 """alpha of the switching mixture, chosen on a strain of a trained species and on a new genus
-(benchmarks/mixture.py; docs/design/mixture.md has the measurement)."""
+(docs/design/mixture.md has the measurement)."""
 DEFAULT_BLENDS = 5
 """K, the blends of the switching mixture: weights 0, 0.25, 0.5, 0.75 and 1 on the network."""
 _SIDE = 1024  # at most this many rows, and columns, of bases per block of `switching_weights`

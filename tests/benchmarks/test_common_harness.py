@@ -159,7 +159,7 @@ def test_a_benchmark_measures_writes_its_result_and_prints_it(tmp_path, capsys):
     assert result["summary"]["targets"][0]["status"] == "MET" and result["data"] == {"cases": {"3": 6.0}}
     printed = capsys.readouterr().out
     assert printed.startswith("## Toy benchmark\n\n`python -m benchmarks.toy") and "| 3 | 6.00 |" in printed
-    assert " · baseline in the same run: nothing" in printed and printed.rstrip().endswith("- a fact")
+    assert " · same-run baseline: nothing" in printed and printed.rstrip().endswith("- a fact")
     assert not list(tmp_path.glob(".*"))  # nothing left of the atomic write
 
 

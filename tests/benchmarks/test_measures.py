@@ -1,15 +1,23 @@
 """What the benchmarks compute, beside their smoke runs: the pairs a layout allows, the FlexAttention
 mask that must compute our function, the FLOPs of the reference model, where the profiler puts a
-kernel, and how joined runs replace or pair their cases."""
+kernel, how joined runs replace or pair their cases, GPU results cut in parts, the held-out sets'
+rule, and the fine-tuning variants."""
 
 from __future__ import annotations
 
+import inspect
+import tarfile
+
+import numpy as np
 import pytest
 import torch
 from torch.nn.attention.flex_attention import create_block_mask
 
-from benchmarks import attention, train
+from benchmarks import attention, finetune_bench, flagship, train
+from benchmarks.common import classify, pack_parts
 from benchmarks.train_models import REFERENCE, build_genoformer, fit_arguments, model_flops_per_token, parameter_count
+from data_helpers import write_fasta
+from genoformer.genome.commands import finetune
 from genoformer.kernels.layout import BlockLayout
 
 
@@ -75,7 +83,7 @@ def test_the_flops_count_is_the_usual_formula_for_causal_attention():
     ("void at::native::cunn_SoftMaxForward", ["aten::_log_softmax", "aten::cross_entropy"], "loss"),
 ])
 def test_the_profile_puts_each_kernel_in_its_part(kernel, parents, part):
-    assert train.classify(kernel, parents) == part
+    assert classify(kernel, parents) == part
 
 
 def test_joined_training_runs_pair_each_case_with_its_own_run():
@@ -97,3 +105,36 @@ def test_joined_training_runs_pair_each_case_with_its_own_run():
     assert verdicts["real data module vs a batch on the GPU: step time within 3%"]["measured"] == "+0.0%"
     with pytest.raises(SystemExit, match="no case matches"):
         train.select("nonsense-case")
+
+
+def test_gpu_results_cut_in_parts_rejoin_into_the_folder(tmp_path):
+    folder = tmp_path / "out" / "flagship_scores"
+    folder.mkdir(parents=True)
+    payload = np.random.default_rng(0).bytes(3500)
+    (folder / "scores.bin").write_bytes(payload)
+    pack_parts(folder, tmp_path / "out", part_bytes=1000)
+    parts = sorted((tmp_path / "out").glob("flagship_scores.tar.part*"), key=lambda p: int(p.name.rsplit("part", 1)[1]))
+    assert not folder.exists() and len(parts) > 3 and all(p.stat().st_size <= 1000 for p in parts)
+    (tmp_path / "joined.tar").write_bytes(b"".join(p.read_bytes() for p in parts))
+    with tarfile.open(tmp_path / "joined.tar") as tar:
+        tar.extractall(tmp_path / "back", filter="data")
+    assert (tmp_path / "back" / "flagship_scores" / "scores.bin").read_bytes() == payload
+
+
+def test_held_out_sets_follow_their_rule(tmp_path, monkeypatch):
+    assert flagship._contexts_of(32768, [1024, 8192, 32768]) == [1024, 8192, 32768]  # long models: every context
+    assert flagship._contexts_of(8192, [1024, 8192, 32768]) == [8192]
+    monkeypatch.setattr(flagship, "MIN_CONTIG", 100)
+    rng = np.random.default_rng(1)
+    fasta = write_fasta(tmp_path / "g.fa", [(f"c{i}", "".join(rng.choice(list("ACGT"), size=n)))
+                                            for i, n in enumerate([50, 300, 120, 400, 200])])
+    # contigs of at least MIN_CONTIG bases, in file order, until the budget is reached
+    assert [name for name, _ in flagship._whole_contigs(fasta, budget=500)] == ["c1", "c2", "c3"]
+
+
+def test_fine_tuning_variants_are_finetune_options():
+    options = set(inspect.signature(finetune).parameters)
+    for variants in (finetune_bench.SEQUENCE_VARIANTS, finetune_bench.GENE_VARIANTS):
+        for name, values in variants.items():
+            assert set(values) <= options, name
+

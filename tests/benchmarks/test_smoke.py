@@ -12,7 +12,11 @@ from benchmarks.common import read_result, render
 
 SMOKE = {
     "attention": ["--ours", "torch", "--patterns", "causal", "bigbird", "--head-dims", "16"],
+    "command_speed": [],
     "data": [],
+    "finetune_baselines": [],
+    "finetune_bench": [],
+    "flagship": [],
     "flash_attn_check": ["--backends", "triton"],
     "flash_params": [],
     "generate_bench": [],
@@ -26,6 +30,7 @@ SMOKE = {
     "mutagenesis_bench": [],
     "packed": [],
     "sanitize": [],
+    "scoring_speed": [],
     "train": [],
     "train_step": [],
 }

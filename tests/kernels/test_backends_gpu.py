@@ -85,7 +85,7 @@ def _assert_within_twice_naive_error(result, naive, exact, what: str) -> None:
 
 
 # The head dims flash-attn-4 is trusted with, each in the situations its wrong gradients showed in:
-# GQA, causal and bidirectional, packed and padded (benchmarks/flash_attn_check.py --head-dims
+# GQA, causal and bidirectional, packed and padded (benchmarks/flash_attn_check.py
 # sweeps every head dim; these guard the table against a new flash-attn-4 release).
 TRUSTED_DIMS = sorted(set().union(*flash_attn_backend.FLASH_ATTN_4_HEAD_DIMS.values()))
 TRUSTED_CASES = {

@@ -1,0 +1,48 @@
+"""BENCHMARKS.md is what `python -m benchmarks.report` makes of the committed result files, one page
+of at most 20 KB, every section a result file's, every section that README, docs and configs name
+found there; and nothing in the package imports benchmarks/."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks import report
+from benchmarks.common import RESULTS, read_result
+
+REPO = Path(__file__).resolve().parents[2]
+PAGE = REPO / "BENCHMARKS.md"
+
+
+def test_the_committed_page_is_what_the_committed_results_give():
+    assert PAGE.read_text() == report.page(RESULTS), "run: python -m benchmarks.report"
+    assert len(PAGE.read_bytes()) <= 20_000
+
+
+def test_the_check_runs_as_typed_and_fails_on_a_stale_page(tmp_path):
+    command = [sys.executable, "-m", "benchmarks.report", "--check"]
+    assert subprocess.run(command, cwd=REPO, capture_output=True).returncode == 0
+    (tmp_path / "B.md").write_text(PAGE.read_text().replace("MET", "MT", 1))
+    stale = subprocess.run([*command, "--out", str(tmp_path / "B.md")], cwd=REPO, capture_output=True, text=True)
+    assert stale.returncode == 1 and "python -m benchmarks.report" in stale.stderr
+
+
+def test_every_section_comes_from_a_result_file_and_every_named_section_exists():
+    titles = {read_result(path)["title"] for path in RESULTS.glob("*.json")}
+    page = PAGE.read_text()
+    headings = re.findall(r"^## (.+)$", page, flags=re.M)
+    assert set(headings) - {"Also measured"} <= titles and len(headings) > 10
+    listed = re.findall(r"^- `\w+\.json`: (.+) \(", page, flags=re.M)
+    sources = [REPO / "README.md", *REPO.glob("docs/*.md"), *REPO.glob("docs/design/*.md"), *REPO.glob("configs/*.yaml")]
+    for source in sources:
+        for name in re.findall(r'BENCHMARKS\.md[^"\n]{0,3}"([^"]+)"', source.read_text()):
+            name = " ".join(name.replace("#", "").split())
+            assert any(title.startswith(name) for title in [*headings, *listed]), f"{source.name} names {name!r}"
+
+
+def test_nothing_in_the_package_imports_benchmarks():
+    for folder in ("genoformer", "kernels", "data"):
+        for path in (REPO / folder).rglob("*.py"):
+            assert not re.search(r"^\s*(from|import) benchmarks\b", path.read_text(), flags=re.M), path
