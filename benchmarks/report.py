@@ -6,8 +6,8 @@
 
 Each result file gives one section: its title, the command, device, date and same-run baseline,
 its headline tables, its target verdicts and notes (benchmarks.common.render). The sections come
-in the order of PAGE; every other result file gets a line (its tables: --all). What was tried before, and the
-dated rounds, are in docs/design/benchmark_history.md.
+in the order of PAGE; every other result file is named under "Also measured" (its tables: --all).
+What was tried before, and the dated rounds, are in docs/design/benchmark_history.md.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ def page(results: Path) -> str:
     """The whole BENCHMARKS.md of the result files in `results`."""
     found = {result["name"]: result for result in map(read_result, sorted(Path(results).glob("*.json")))}
     sections = [render(found[name], headline_only=True) for name in PAGE if name in found]
-    others = [f"- `{name}.json`: {r['title']} ({r['environment']['date_utc'][:10]})"
-              for name, r in sorted(found.items()) if name not in PAGE]
+    others = [f"`{name}` ({r['environment']['date_utc'][:10]})" for name, r in sorted(found.items()) if name not in PAGE]
     if others:
-        sections.append("## Also measured\n\n`python -m benchmarks.report --all` prints their tables:\n\n" + "\n".join(others))
+        sections.append("## Also measured\n\nIn benchmarks/results (`python -m benchmarks.report --all` prints their tables): "
+                        + ", ".join(others) + ".")
     return INTRO + "".join(f"\n{section}\n" for section in sections)
 
 
