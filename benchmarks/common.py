@@ -26,11 +26,12 @@ How to write a benchmark (`benchmarks/NAME.py`, run as `python -m benchmarks.NAM
 `Benchmark.main` gives every script the same options: `--out DIR` (the result goes to DIR/NAME.json,
 written atomically; default runs/benchmarks), `--smoke` (tiny sizes on a CPU: what the tests run),
 `--name` (save under another name, e.g. a run on another GPU) and `--from RESULT.json...`
-(measure nothing: summarize the data of earlier result files again, under the name of the one
-file or, for several joined by the script's `merge`, of the benchmark). The result file holds the environment (device, versions, date), the command
-line, the same-run baseline, the summary (tables, targets, notes) and the raw data, and its text
-is printed. `python -m benchmarks.report` builds BENCHMARKS.md from benchmarks/results/*.json:
-to publish a run, copy its NAME.json there and run the report (never edit BENCHMARKS.md).
+(measure nothing: summarize the data of earlier result files again, several joined by the
+script's `merge` under the benchmark's name). The result file holds the environment (device,
+versions, date), the command line, the same-run baseline, the summary (tables, targets, notes) and
+the raw data, and its text is printed. `python -m benchmarks.report` builds BENCHMARKS.md from
+benchmarks/results/*.json: to publish a run, copy its NAME.json there and run the report (never
+edit BENCHMARKS.md).
 
 The pieces, for use inside `measure` and `summarize`:
 - timing: `Timer` (do_bench medians on a GPU, a perf_counter loop on a CPU), `time_calls` (each
@@ -945,8 +946,8 @@ class Benchmark:
         measures on the CPU with --smoke; asked for CUDA where there is none, it says so."""
         parser = self.parser()
         args = parser.parse_args(argv)
-        if args.from_results and not args.name:  # the name of the one file summarized again, the benchmark's for a join
-            args.name = read_result(args.from_results[0])["name"] if len(args.from_results) == 1 else self.name
+        if args.from_results and len(args.from_results) > 1 and not args.name:  # a join: the benchmark's name
+            args.name = self.name
         args.name = args.name or self.name_of(args)
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.name):
             parser.error(f"--name must be a file name of letters, digits, '_', '.', '-', got {args.name!r}")

@@ -6,7 +6,8 @@
 
 Each result file gives one section: its title, the command, device, date and same-run baseline,
 its headline tables, its target verdicts and notes (benchmarks.common.render). The sections come
-in the order of PAGE; every other result file is named under "Also measured" (its tables: --all).
+in the order of PAGE while the page keeps within 20 KB; every other result file is named under
+"Also measured" (its tables: --all).
 What was tried before, and the dated rounds, are in docs/design/benchmark_history.md.
 """
 
@@ -19,9 +20,12 @@ from pathlib import Path
 from benchmarks.common import REPO_ROOT, RESULTS, read_result, render
 from genoformer.data.storage import write_text
 
-PAGE = ("data", "attention", "packed", "head_dims", "sanitize", "train_step", "train", "flagship", "finetune", "hf_export",
-        "ecg", "timeseries_datasets", "generate")
-"""The sections of the page, in order; every other result file gets one line under "Also measured"."""
+PAGE = ("data", "attention", "packed", "head_dims", "sanitize", "train_step", "train", "million_memory", "million_context",
+        "flagship", "finetune", "hf_export", "ecg", "timeseries_datasets", "generate")
+"""The sections of the page, in order; every other result file is named under "Also measured"."""
+
+LIMIT_BYTES = 20_000
+"""The page's size at most: a section of PAGE that would pass it is named under "Also measured"."""
 
 INTRO = """\
 # Benchmarks
@@ -35,13 +39,24 @@ each step runs). Earlier rounds, and what each figure led to: docs/design/benchm
 
 
 def page(results: Path) -> str:
-    """The whole BENCHMARKS.md of the result files in `results`."""
+    """The whole BENCHMARKS.md of the result files in `results`: PAGE's sections, in order, as long
+    as the page stays within LIMIT_BYTES; every other result file named under "Also measured"."""
     found = {result["name"]: result for result in map(read_result, sorted(Path(results).glob("*.json")))}
-    sections = [render(found[name], headline_only=True) for name in PAGE if name in found]
-    others = [f"`{name}` ({r['environment']['date_utc'][:10]})" for name, r in sorted(found.items()) if name not in PAGE]
+    sections, others = [], dict(found)
+    for name in (name for name in PAGE if name in found):
+        section = render(found[name], headline_only=True)
+        rest = {n: r for n, r in others.items() if n != name}
+        if len(_page(sections + [section], rest).encode()) <= LIMIT_BYTES:
+            sections.append(section)
+            others = rest
+    return _page(sections, others)
+
+
+def _page(sections: list[str], others: dict[str, dict]) -> str:
     if others:
-        sections.append("## Also measured\n\nIn benchmarks/results (`python -m benchmarks.report --all` prints their tables): "
-                        + ", ".join(others) + ".")
+        named = ", ".join(f"`{name}` ({r['environment']['date_utc'][:10]})" for name, r in sorted(others.items()))
+        sections = [*sections, "## Also measured\n\nIn benchmarks/results (`python -m benchmarks.report --all` prints "
+                               f"their tables): {named}."]
     return INTRO + "".join(f"\n{section}\n" for section in sections)
 
 

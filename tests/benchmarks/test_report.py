@@ -4,6 +4,7 @@ found there; and nothing in the package imports benchmarks/."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -35,10 +36,22 @@ def test_every_section_comes_from_a_result_file_and_every_named_section_exists()
     headings = re.findall(r"^## (.+)$", page, flags=re.M)
     assert set(headings) - {"Also measured"} <= titles and len(headings) > 10
     sources = [REPO / "README.md", *REPO.glob("docs/*.md"), *REPO.glob("docs/design/*.md"), *REPO.glob("configs/*.yaml")]
+    scripts = "".join(path.read_text() for path in (REPO / "benchmarks").glob("*.py"))  # a section to come: its title
     for source in sources:
         for name in re.findall(r'BENCHMARKS\.md[^"\n]{0,3}"([^"]+)"', source.read_text()):
             name = " ".join(name.replace("#", "").split())
-            assert any(title.startswith(name) for title in headings), f"{source.name} names {name!r}"
+            assert any(title.startswith(name) for title in headings) or f'"{name}' in scripts, f"{source.name} names {name!r}"
+
+
+def test_a_section_past_the_size_limit_is_named_instead(tmp_path):
+    for path in RESULTS.glob("*.json"):
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    large = read_result(RESULTS / "generate.json")  # the last of PAGE
+    large["summary"]["notes"] = ["a long note " * 500]
+    (tmp_path / "generate.json").write_text(json.dumps(large))
+    text = report.page(tmp_path)
+    assert len(text.encode()) <= report.LIMIT_BYTES and "`generate` (" in text
+    assert f"## {large['title']}" not in text and text.count("\n## ") == PAGE.read_text().count("\n## ") - 1
 
 
 def test_nothing_in_the_package_imports_benchmarks():
