@@ -13,7 +13,7 @@ SECONDS = {"evaluate_with": 10.2, "evaluate_without": 10.0, "genome_read_with": 
            "load_sha256_of_weights": 0.012}
 DATA = {"detection": {"flipped_checkpoint_refused": True, "flipped_store_chunk_refused": True},
         "seconds": SECONDS, "device": "cpu", "rounds": 3, "batch": 1, "save_every": 10, "checkpoint_mib": 12.3,
-        "setting": "a setting"}
+        "setting": "a setting", "rounds_seconds": {"step_with": [1.01, 1.2], "step_without": [1.1, 1.0]}}
 
 
 def test_the_targets_are_judged_on_the_parts_and_the_whole_runs_shown_beside():
@@ -23,6 +23,8 @@ def test_the_targets_are_judged_on_the_parts_and_the_whole_runs_shown_beside():
     assert summary.targets[0]["measured"] == "0.0500%" and summary.targets[1]["measured"] == "0.100%"
     wholes = {row["measured"]: row for row in summary.tables[1]["rows"]}
     assert abs(wholes["evaluate"]["with / without"] - 1.02) < 1e-9
+    step = wholes["training step (window reads + step)"]
+    assert abs(step["spread over the rounds %"] - 100 * 0.19 / 1.01) < 1e-9  # the wider of the two
     slow = integrity.summarize({**DATA, "seconds": {**SECONDS, "load_crc_check": 0.4}})
     assert slow.targets[0]["status"] == "NOT MET"
 
