@@ -43,7 +43,10 @@ The pieces, for use inside `measure` and `summarize`:
 - attention-like callables f(q, k, v): `random_qkv`, `outputs` (out and grads), `compare` (worst
   row errors against a reference, within CHECK_TOLERANCE), `fwd_bwd_ms` (forward and backward-alone
   medians), `Impl`, `fa2` / `fa4` (the FlashAttention yardsticks), `median_of_rounds`,
-  `tuner_choices` (the launch configurations our Triton tuner picked);
+  `tuner_choices` (the launch configurations our Triton tuner picked); the cases they run on:
+  `Sweep` (`FULL`, `TINY`), `Pattern`, `Case`, `build_cases`, `length_label`, `allowed_pairs`
+  (the exact pairs a layout allows), `flex_block_mask` and `static_flex` (FlexAttention on the
+  same layouts);
 - training: `TrainStep` (one optimizer step under autocast), `kept_weights`, `logged_messages`,
   `reset_compile_counts` / `compile_counts`, `last_logged_step`, `profile_breakdown` (device time
   per part of a step: attention, matmuls, ...), `RepeatedBatch`;
@@ -65,6 +68,7 @@ import contextlib
 import csv
 import dataclasses
 import datetime
+import enum
 import importlib.metadata
 import importlib.util
 import json
@@ -90,8 +94,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from genoformer.data.storage import write_text
+from genoformer.kernels.layout import BlockLayout
 from genoformer.kernels.reference import row_error
 
 __all__ = [
@@ -99,16 +105,23 @@ __all__ = [
     "Benchmark",
     "Budget",
     "CHECK_TOLERANCE",
+    "Case",
     "ClockSampler",
+    "FULL",
     "Impl",
     "PARTS",
+    "Pattern",
     "RepeatedBatch",
     "Summary",
+    "Sweep",
+    "TINY",
     "Timer",
     "TrainStep",
+    "allowed_pairs",
     "at_least",
     "at_most",
     "block_bootstrap",
+    "build_cases",
     "classify",
     "command_line",
     "compare",
@@ -117,12 +130,14 @@ __all__ = [
     "error_text",
     "fa2",
     "fa4",
+    "flex_block_mask",
     "fmt",
     "fwd_bwd_ms",
     "interleaved_rounds",
     "join",
     "kept_weights",
     "last_logged_step",
+    "length_label",
     "logged_messages",
     "markdown_table",
     "median",
@@ -137,6 +152,7 @@ __all__ = [
     "reset_compile_counts",
     "rotating_rounds",
     "run_logged",
+    "static_flex",
     "synchronize",
     "table",
     "time_calls",
@@ -696,6 +712,163 @@ class RepeatedBatch(torch.utils.data.Dataset):
     def __getitem__(self, index: int) -> dict:
         return self.batch
 
+
+# -------------------------------------------------------- attention cases: shapes and patterns
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    """The shapes and pattern parameters of one run."""
+
+    lengths: tuple[int, ...]
+    head_dims: tuple[int, ...]
+    tokens: int  # B * L for L <= tokens; B = 1 beyond
+    width: int  # H * D
+    block_size: int
+    window: int  # sliding_window pattern: ± tokens
+    bigbird_window: int
+    bigbird_global_blocks: int
+    bigbird_random_blocks: int
+    custom_window: int  # custom pattern: causal window (tokens) | every custom_stride-th key block
+    custom_stride: int
+    memory_shape: tuple[int, int, int, int]  # (B, H, L, D) of the peak-memory comparison
+    matmul_n: int  # the ceiling multiplies two (n, n) matrices
+    dtype: str = "bfloat16"
+
+    def batch(self, seq_len: int) -> int:
+        return max(1, self.tokens // seq_len)
+
+    def heads(self, head_dim: int) -> int:
+        return self.width // head_dim
+
+
+FULL = Sweep(lengths=(16384, 65536, 32768, 8192), head_dims=(64, 128), tokens=16384, width=2048, block_size=128,
+             window=1024, bigbird_window=512, bigbird_global_blocks=1, bigbird_random_blocks=2, custom_window=512,
+             custom_stride=16, memory_shape=(1, 16, 65536, 128), matmul_n=8192)
+TINY = Sweep(lengths=(256,), head_dims=(16, 32), tokens=512, width=64, block_size=32, window=32, bigbird_window=32,
+             bigbird_global_blocks=1, bigbird_random_blocks=1, custom_window=32, custom_stride=3,
+             memory_shape=(1, 2, 512, 64), matmul_n=256)
+
+
+class Pattern(str, enum.Enum):
+    """Which (query, key) pairs attend."""
+
+    CAUSAL = "causal"
+    SLIDING_WINDOW = "sliding_window"
+    BIGBIRD = "bigbird"
+    CUSTOM = "custom"
+
+    @property
+    def causal(self) -> bool:
+        return self in (Pattern.CAUSAL, Pattern.CUSTOM)
+
+    @property
+    def dense(self) -> bool:
+        """Dense causal: the one pattern FA2 and FA4 compute too."""
+        return self is Pattern.CAUSAL
+
+    def layout(self, sweep: Sweep, seq_len: int) -> BlockLayout | None:
+        """The layout ours receives (None: dense causal)."""
+        bs = sweep.block_size
+        if self is Pattern.SLIDING_WINDOW:
+            return BlockLayout.sliding_window(seq_len, sweep.window, bs)
+        if self is Pattern.BIGBIRD:
+            return BlockLayout.bigbird(seq_len, sweep.bigbird_window, sweep.bigbird_global_blocks,
+                                       sweep.bigbird_random_blocks, bs)
+        if self is Pattern.CUSTOM:
+            local = BlockLayout.sliding_window(seq_len, sweep.custom_window, bs)
+            return (local | BlockLayout.strided(seq_len, sweep.custom_stride, bs)).with_causal()
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One configuration of the sweep."""
+
+    head_dim: int
+    heads: int
+    batch: int
+    seq_len: int
+    pattern: Pattern
+
+    @property
+    def label(self) -> str:
+        return f"D={self.head_dim} L={length_label(self.seq_len)} {self.pattern.value}"
+
+
+def build_cases(sweep: Sweep, patterns: list[Pattern]) -> list[Case]:
+    for seq_len in sweep.lengths:
+        if seq_len % sweep.block_size:
+            raise ValueError(f"every length must be a multiple of the block size {sweep.block_size}, got {seq_len}.")
+    return [Case(d, sweep.heads(d), sweep.batch(L), L, p) for L in sweep.lengths for d in sweep.head_dims for p in patterns]
+
+
+def length_label(seq_len: int) -> str:
+    return f"{seq_len // 1024}k" if seq_len % 1024 == 0 else str(seq_len)
+
+
+def allowed_pairs(layout: BlockLayout | None, causal: bool, seq_len: int, heads: int) -> int:
+    """Exact number of allowed (query, key) pairs summed over heads (one batch element); a causal
+    diagonal block of s tokens allows s (s + 1) / 2, and the last block may be partial."""
+    if layout is None:
+        return (seq_len * (seq_len + 1) // 2 if causal else seq_len * seq_len) * heads
+    bs, Mb = layout.block_size, layout.num_q_blocks
+    sizes_M = torch.full((Mb,), bs, dtype=torch.int64)
+    sizes_M[-1] = seq_len - (Mb - 1) * bs
+    pairs_MN = sizes_M[:, None] * sizes_M[None, :]
+    if causal:
+        block_M = torch.arange(Mb)
+        pairs_MN = torch.where(block_M[None, :] < block_M[:, None], pairs_MN, 0) + torch.diag(sizes_M * (sizes_M + 1) // 2)
+    per_layout_head_H = (layout.mask.to(torch.int64) * pairs_MN).sum((1, 2))
+    return int(per_layout_head_H.sum()) * (heads // layout.num_heads)
+
+
+# ---------------------------------------------------- FlexAttention masks of the same layouts
+def _kv_block_lists(mask_HMN: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Counts (1, H, Mb) and indices (1, H, Mb, Nb) int32 of the True blocks, ascending first."""
+    counts_HM = mask_HMN.sum(-1, dtype=torch.int32)
+    # A stable sort of "not allowed" lists the allowed key blocks first, in ascending order.
+    indices_HMN = torch.argsort((~mask_HMN).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+    return counts_HM.unsqueeze(0), indices_HMN.unsqueeze(0)
+
+
+def _causal_mask_mod(b, h, q_idx, kv_idx):
+    return kv_idx <= q_idx
+
+
+def flex_block_mask(layout: BlockLayout, causal: bool, heads: int, device: torch.device,
+                    index_only: bool = False) -> BlockMask:
+    """The FlexAttention BlockMask of `layout` (+ causal), from the layout's own block lists.
+
+    Allowed blocks are "full" except, when causal, the diagonal ones ("partial": the mask_mod
+    applies layout.mask[h, q // bs, kv // bs] and kv <= q there). The mask_mod states the whole
+    rule, since uncompiled Flex (the CPU) reads only the mask_mod and the FLASH backend drops the
+    block lists of a trivial one; `index_only` keeps only kv <= q, the same function for compiled
+    Flex's Triton backend (never for FLASH). Built from block lists, it never materialises the
+    (L, L) mask (4 GiB per head at 64k).
+    """
+    bs = layout.block_size
+    if layout.q_len % bs:
+        raise ValueError(f"Flex comparison needs L ({layout.q_len}) to be a multiple of the block size {bs}.")
+    allowed_HMN = layout.mask.to(device)
+    block_M = torch.arange(layout.num_q_blocks, device=device)
+    if causal:
+        full_HMN = allowed_HMN & (block_M[None, :] < block_M[:, None])
+        partial_HMN = allowed_HMN & (block_M[None, :] == block_M[:, None])
+    else:
+        full_HMN, partial_HMN = allowed_HMN, torch.zeros_like(allowed_HMN)
+    lookup_HMN = allowed_HMN.expand(heads, -1, -1).contiguous()  # mask_mod sees the real head index
+
+    def layout_mod(b, h, q_idx, kv_idx):
+        allowed = lookup_HMN[h, q_idx // bs, kv_idx // bs]
+        return allowed & (kv_idx <= q_idx) if causal else allowed
+
+    mask_mod = (_causal_mask_mod if causal else None) if index_only else layout_mod
+    return BlockMask.from_kv_blocks(*_kv_block_lists(partial_HMN), *_kv_block_lists(full_HMN), BLOCK_SIZE=bs,
+                                    mask_mod=mask_mod, seq_lengths=(layout.q_len, layout.kv_len))
+
+
+def static_flex() -> Callable:
+    """`torch.compile(flex_attention)` compiled for each shape it meets (dynamic=False)."""
+    return torch.compile(flex_attention, dynamic=False)
 
 # ---------------------------------------------------------------------- statistics, commands
 def block_bootstrap(differences_N: np.ndarray, weights_N: np.ndarray, draws: int = 2000,

@@ -25,17 +25,20 @@ import importlib
 
 import torch
 
-from benchmarks.attention import FULL, Pattern, allowed_pairs, length_label
 from benchmarks.common import (
     Attempts,
     Benchmark,
     Budget,
+    FULL,
+    Pattern,
     Summary,
     Timer,
+    allowed_pairs,
     fa2,
     fa4,
     fmt,
     interleaved_rounds,
+    length_label,
     ratio,
     table,
     tuner_choices,

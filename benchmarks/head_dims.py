@@ -20,12 +20,12 @@ import sys
 
 import torch
 
-from benchmarks.attention import allowed_pairs
 from benchmarks.common import (
-    REPO_ROOT,
     Benchmark,
+    REPO_ROOT,
     Summary,
     Timer,
+    allowed_pairs,
     at_most,
     compare,
     fa2,

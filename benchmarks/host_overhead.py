@@ -16,8 +16,7 @@ import time
 
 import torch
 
-from benchmarks.attention import flex_block_mask, static_flex
-from benchmarks.common import Attempts, Benchmark, Summary, Timer, synchronize, table
+from benchmarks.common import Attempts, Benchmark, Summary, Timer, flex_block_mask, static_flex, synchronize, table
 from genoformer.kernels.layout import BlockLayout
 
 

@@ -20,8 +20,18 @@ import dataclasses
 
 import torch
 
-from benchmarks.attention import FULL, TINY, Pattern, allowed_pairs, length_label
-from benchmarks.common import Attempts, Benchmark, Summary, Timer, table
+from benchmarks.common import (
+    Attempts,
+    Benchmark,
+    FULL,
+    Pattern,
+    Summary,
+    TINY,
+    Timer,
+    allowed_pairs,
+    length_label,
+    table,
+)
 from genoformer.kernels.reference import row_error
 
 CHECK_TOLERANCE = 3e-2

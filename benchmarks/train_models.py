@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-from benchmarks.attention import flex_block_mask
+from benchmarks.common import flex_block_mask
 from genoformer.shipped import compose_config
 from genoformer.training_cli import training_cli
 from genoformer.kernels.layout import BlockLayout

@@ -14,7 +14,7 @@ import torch
 from torch.nn.attention.flex_attention import create_block_mask
 
 from benchmarks import attention, finetune_bench, flagship, train
-from benchmarks.common import classify, pack_parts
+from benchmarks.common import allowed_pairs, classify, flex_block_mask, pack_parts
 from benchmarks.train_models import REFERENCE, build_genoformer, fit_arguments, model_flops_per_token, parameter_count
 from data_helpers import write_fasta
 from genoformer.genome.commands import finetune
@@ -28,9 +28,9 @@ def test_allowed_pairs_counts_the_token_mask(seq_len):
                    BlockLayout.bigbird(seq_len, 32, 1, 1, 32, num_heads=heads), BlockLayout.dense(seq_len, block_size=32)):
         for causal in (False, True):
             expected = int(layout.token_mask(causal).sum()) * (heads // layout.num_heads)
-            assert attention.allowed_pairs(layout, causal, seq_len, heads) == expected
+            assert allowed_pairs(layout, causal, seq_len, heads) == expected
     dense = BlockLayout.dense(seq_len, block_size=32)
-    assert attention.allowed_pairs(None, True, seq_len, heads) == int(dense.token_mask(True).sum()) * heads
+    assert allowed_pairs(None, True, seq_len, heads) == int(dense.token_mask(True).sum()) * heads
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -40,7 +40,7 @@ def test_flex_block_mask_is_the_layout(causal):
     every partial (diagonal) block."""
     seq_len, heads, bs = 256, 2, 32
     layout = BlockLayout.bigbird(seq_len, 32, 1, 1, bs, seed=3)
-    block_mask = attention.flex_block_mask(layout, causal, heads, torch.device("cpu"))
+    block_mask = flex_block_mask(layout, causal, heads, torch.device("cpu"))
     reference = create_block_mask(block_mask.mask_mod, 1, heads, seq_len, seq_len, device="cpu", BLOCK_SIZE=bs)
     dense = block_mask.to_dense()
     assert torch.equal(dense.expand_as(reference.to_dense()).bool(), reference.to_dense().bool())
@@ -49,7 +49,7 @@ def test_flex_block_mask_is_the_layout(causal):
     q_idx, kv_idx = torch.meshgrid(torch.arange(seq_len), torch.arange(seq_len), indexing="ij")
     for h in range(heads):
         assert torch.equal(block_mask.mask_mod(0, h, q_idx, kv_idx), layout.token_mask(causal)[0])
-    index_only = attention.flex_block_mask(layout, causal, heads, torch.device("cpu"), index_only=True)
+    index_only = flex_block_mask(layout, causal, heads, torch.device("cpu"), index_only=True)
     assert torch.equal(index_only.to_dense(), dense)
     if causal:
         partial = layout.mask[0, q_idx // bs, kv_idx // bs] & (q_idx // bs == kv_idx // bs)
