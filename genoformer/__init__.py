@@ -33,6 +33,7 @@ data import neither each other nor a model, and no module imports one that impor
 import importlib.util as _util
 import sys as _sys
 from pathlib import Path as _Path
+from types import ModuleType as _ModuleType
 
 
 def stand_aside(name: str) -> None:
@@ -41,8 +42,11 @@ def stand_aside(name: str) -> None:
     on sys.path for a script, a notebook, `python -c` or `python -m` run there, and the folder would
     then shadow the installed package of that name (Hugging Face's `kernels`, which transformers
     imports, for one). The installed package takes the folder's place in sys.modules, so that the
-    import gives it; ModuleNotFoundError naming the folder's real import name when none is
-    installed. The folders themselves import as genoformer.kernels and genoformer.data."""
+    import gives it. When none is installed, an empty stand-in takes it: every name read from it
+    raises ModuleNotFoundError naming the folder's real import name, and it has no __file__ nor
+    __version__, which is how transformers' availability checks (find the spec, then import it)
+    tell a folder on sys.path from an installed package. The folders themselves import as
+    genoformer.kernels and genoformer.data."""
     root = _Path(__file__).resolve().parent.parent
     elsewhere = [entry for entry in _sys.path if _Path(entry or ".").resolve() != root]
     saved, _sys.path[:] = _sys.path[:], elsewhere
@@ -52,12 +56,28 @@ def stand_aside(name: str) -> None:
     finally:
         _sys.path[:] = saved
     if spec is None or spec.loader is None:
-        raise ModuleNotFoundError(
-            f"No module named {name!r}: import genoformer.{name} for genoformer's folder {name}/, or install the "
-            f"package named {name} that you meant; none is installed, and the folder {root / name} (which a script "
-            f"run in the checkout's root finds first) imports only as genoformer.{name}",
-            name=name,
-        )
+        _sys.modules[name] = _NotInstalled(name, root / name)
+        return
     module = _util.module_from_spec(spec)
     _sys.modules[name] = module  # the import statement returns what sys.modules holds once the folder's code ran
     spec.loader.exec_module(module)
+
+
+class _NotInstalled(_ModuleType):
+    """What `import kernels` (or data) gives in a checkout's root when no package of that name is
+    installed: a module without a file whose every public name raises ModuleNotFoundError."""
+
+    def __init__(self, name: str, folder: _Path) -> None:
+        super().__init__(name)
+        self._folder = folder
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):  # __file__, __version__, __path__: read by import machinery and version checks
+            raise AttributeError(attr)
+        name = self.__name__
+        raise ModuleNotFoundError(
+            f"No module named {name!r}: import genoformer.{name} for genoformer's folder {name}/, or install the "
+            f"package named {name} that you meant; none is installed, and the folder {self._folder} (which a script "
+            f"run in the checkout's root finds first) imports only as genoformer.{name}",
+            name=name,
+        )

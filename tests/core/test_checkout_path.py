@@ -44,11 +44,24 @@ def test_import_kernels_in_the_root_gives_the_installed_package():
 
 @pytest.mark.parametrize("name", ["kernels", "data"])
 def test_a_folder_without_an_installed_package_says_what_to_import(name):
-    done = run_in_checkout(WITHOUT_SITE_PACKAGES + f"import {name}")
-    assert done.returncode == 1
+    done = run_in_checkout(WITHOUT_SITE_PACKAGES + f"import {name}; print(getattr({name}, '__file__', None)); "
+                           f"from {name} import anything")
+    assert done.returncode == 1 and done.stdout.strip() == "None", done.stdout + done.stderr[-2000:]
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(f"ModuleNotFoundError: No module named '{name}': import genoformer.{name} "), last
     assert str(REPO_ROOT / name) in last, last
+
+
+def test_transformers_sees_no_package_where_only_the_folder_is():
+    """transformers (5.17 and newer) checks an optional package by finding its spec, then importing it
+    when it has no metadata: a folder of the checkout with no package of its name installed must
+    read as not installed, not break `import transformers` (data/ stands for kernels/ here, since
+    Hugging Face's kernels may be installed)."""
+    pytest.importorskip("transformers")
+    done = run_in_checkout("from transformers.utils import import_utils; "
+                           "print(import_utils._is_package_available('data', return_version=True))")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "(False, 'N/A')", done.stdout
 
 
 def test_the_folders_still_import_under_genoformer_from_the_root():
