@@ -65,7 +65,7 @@ def test_transformers_sees_no_package_where_only_the_folder_is():
 
 
 def test_the_folders_still_import_under_genoformer_from_the_root():
-    done = run_in_checkout("import genoformer.kernels.layout, genoformer.data.splits, sys; "
+    done = run_in_checkout("import genoformer.kernels.backend, genoformer.data.splits, sys; "
                            "print(sys.modules['genoformer.kernels'].__file__, 'kernels' in sys.modules)")
     assert done.returncode == 0, done.stderr[-2000:]
     origin, top_level = done.stdout.split()
