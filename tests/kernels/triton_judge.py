@@ -36,7 +36,8 @@ def on_cpu(kwargs: dict) -> dict:
 
 
 def max_errors(attn, fn, q, k, v, dout, dtype, **kwargs):
-    """{name: (kernel error, same-precision PyTorch error, floor)} of `fn` against the float64 reference.
+    """{name: (kernel error, same-precision PyTorch error, floor)} of `fn` against the float64
+    reference, and `fn`'s result (out and the gradients).
 
     The reference and the same-precision PyTorch baseline run on CPU copies (the conftest helpers
     build their masks on the CPU); only `fn` runs on DEVICE.
@@ -54,10 +55,13 @@ def max_errors(attn, fn, q, k, v, dout, dtype, **kwargs):
         base = (naive.tensors()[name].double() - ref).abs().max().item()
         floor = torch.finfo(dtype).eps * ref.abs().max().item()
         out[name] = (err, base, floor)
-    return out
+    return out, got
 
 
 def assert_close_to_reference(attn, fn, q, k, v, dout, dtype, **kwargs):
-    for name, (err, base, floor) in max_errors(attn, fn, q, k, v, dout, dtype, **kwargs).items():
+    """Asserts the criterion above for out, dq, dk and dv; returns `fn`'s result."""
+    errors, got = max_errors(attn, fn, q, k, v, dout, dtype, **kwargs)
+    for name, (err, base, floor) in errors.items():
         assert err <= 2 * base + floor, (
             f"{name}: error {err:.3e} > 2 x same-precision PyTorch error {base:.3e} + {floor:.1e}")
+    return got
