@@ -36,8 +36,8 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from genoformer.kernels import gluon_fwd
 from genoformer.kernels.gluon_fwd import GluonConfig
 from genoformer.kernels.layout import BlockLayout
-from genoformer.kernels.triton_flash import (LN2, csr_args, doc_args, doc_order, documents_reason, flash_bwd,
-                                             layout_lists, merge_split_rows, placeholder, split_rows,
+from genoformer.kernels.triton_flash import (LN2, csr_args, doc_args, doc_order, documents_reason,
+                                             empty_like_rows, flash_bwd, layout_lists, merge_split_rows, placeholder, split_rows,
                                              tensor_reason)
 from genoformer.kernels.triton_flash_fwd import LOG2E
 
@@ -211,9 +211,13 @@ def _backward_kernels(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: tor
     lists both ways, kv_lens and cu_seqlens as the forward had them.  Our Triton backward: the Gluon one
     (``gluon_bwd``, dense only) took 1.29-1.87 times its time on the H200
     (benchmarks/results/gluon_bwd.json), so it is measured there and not used here yet."""
-    q, k, v = (_tma_ready(t) for t in (q, k, v))  # what the forward read
-    return flash_bwd(do.contiguous(), q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices,
-                     block_size, causal, scale, cu_seqlens, dlse=dlse)
+    read = [_tma_ready(t) for t in (q, k, v)]  # what the forward read
+    grads = flash_bwd(do.contiguous(), *read, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices,
+                      block_size, causal, scale, cu_seqlens, dlse=dlse)
+    # laid out as empty_like_rows(input), which the fake promises torch.compile: flash_bwd lays each
+    # gradient out like the tensor it read, so only where _tma_ready copied an input is it copied back
+    return tuple(grad if t_read is t else empty_like_rows(t).copy_(grad)
+                 for grad, t_read, t in zip(grads, read, (q, k, v)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -268,7 +272,7 @@ def _fwd_fake(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, bloc
 @_bwd_op.register_fake
 def _bwd_fake(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
               cu_seqlens, dlse):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    return empty_like_rows(q), empty_like_rows(k), empty_like_rows(v)
 
 
 def _setup_context(ctx, inputs, output) -> None:

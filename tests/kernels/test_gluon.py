@@ -244,6 +244,12 @@ def test_custom_op_schemas_and_fake_shapes():
     assert (lse.shape, lse.dtype) == ((2, 6, 77), torch.float32)
     assert [(t.shape, t.dtype) for t in (dq, dk, dv)] == [((2, 6, 77, 64), torch.bfloat16)] + [
         ((2, 3, 77, 64), torch.bfloat16)] * 2
+    with FakeTensorMode():  # a model's (B, L, H, D) projections: the gradients come back in that layout
+        q = torch.empty(2, 77, 6, 64, dtype=torch.bfloat16).transpose(1, 2)
+        k = torch.empty(2, 77, 3, 64, dtype=torch.bfloat16).transpose(1, 2)
+        o, lse = fwd(q, k, k, None, None, None, None, None, 0, True, 0.125, None, [])
+        dq, dk, dv = bwd(o, q, k, k, o, lse, None, None, None, None, None, 0, True, 0.125, None, lse)
+    assert [t.stride() for t in (dq, dk, dv)] == [q.stride(), k.stride(), k.stride()]
 
 
 @needs_gluon
