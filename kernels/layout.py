@@ -216,6 +216,7 @@ class BlockLayout:
         """
         return self._cached_indices("q", torch.device(device))
 
+    @torch.inference_mode(False)  # the lists outlive the call: training after scoring saves them for backward
     def _cached_indices(self, kind: str, device: torch.device):
         key = (kind, str(device))
         if key not in self._cache:

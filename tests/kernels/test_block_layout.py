@@ -139,6 +139,15 @@ def test_indices_match_the_mask(kind):
     assert again[0] is counts and again[1] is indices, "cached per device"
 
 
+def test_lists_first_built_while_scoring_serve_training():
+    """A layout's block lists, cached on first use, may first be built under torch.inference_mode
+    (a model scored, then trained further): they must be ordinary tensors, which autograd may save."""
+    layout = BlockLayout.sliding_window(256, 64, 32)
+    with torch.inference_mode():
+        lists = [*layout.kv_indices(), *layout.q_indices()]
+    assert not any(t.is_inference() for t in lists)
+
+
 def test_empty_layout_indices_have_width_one():
     layout = BlockLayout.from_block_mask(torch.zeros(2, 2, dtype=torch.bool), 32, 32, 16)
     counts, indices = layout.kv_indices()
