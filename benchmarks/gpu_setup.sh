@@ -1,7 +1,9 @@
 # Sourced by the benchmarks/gpu_*.sh scripts (repository root, on the GPU machine): installs the wheels
-# the GPU image lacks (carried in .whl/, copied from ../shared/wheels-cp312 plus vcfpy) and this
+# the GPU image lacks (carried in .whl/, copied from ../shared/wheels-cp312 plus vcfpy and pyBigWig, a dependency that
+# scoring imports) and this
 # package, so that genoformer.data and genoformer.kernels import. Fill .whl/ here first with
-#   mkdir -p .whl && cp ../shared/wheels-cp312/*.whl .whl/ && pip download --no-deps -d .whl vcfpy==0.14.2
+#   mkdir -p .whl && cp ../shared/wheels-cp312/*.whl .whl/ && pip download --no-deps --only-binary=:all: \
+#        --python-version 3.12 --platform manylinux2014_x86_64 -d .whl vcfpy==0.14.2 pyBigWig==0.3.24
 # Wheels staged by an earlier call of the same machine (too many for one call's carry) are in /tmp/staged.
 # Once per machine: scripts started together, or later calls on the warm machine (which then need not
 # carry .whl/ again, leaving room in the call for data), find the marker and only set PYTHONPATH.
