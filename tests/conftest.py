@@ -26,6 +26,8 @@ if not torch.cuda.is_available():
 # training command (the `genoformer` command imports Lightning only then).
 importlib.import_module("lightning.pytorch")
 
+pytest_plugins = ["cpu_times"]
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
