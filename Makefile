@@ -2,7 +2,8 @@
 #   make quickstart   install into .venv, then train on the E. coli genome shipped in examples/
 #                     and embed the lambda phage genome with the trained model (run it again:
 #                     the run resumes from its last.ckpt, and the embeddings are replaced)
-#   make test         install into .venv (with the test extras), then run the whole test suite
+#   make test         install into .venv (with the test extras), then run the whole test suite in
+#                     TEST_WORKERS processes (pytest-xdist, 2 by default; each test file in one)
 # and for the house rules (make test runs them too):
 #   make lint         ruff's lint (pyproject.toml's [tool.ruff]) and the import contract ([tool.importlinter])
 # and one more for the guides:
@@ -16,6 +17,7 @@ TORCH ?= torch==2.13.0
 VENV ?= .venv
 BIN := $(VENV)/bin
 RUN_DIR ?= runs/quickstart
+TEST_WORKERS ?= 2
 
 .PHONY: install install-dev quickstart test lint docs
 
@@ -37,7 +39,7 @@ quickstart: install
 	$(BIN)/genoformer embed --checkpoint $(RUN_DIR)/checkpoints/last.ckpt --inputs examples/lambda_phage.fasta.gz --out $(RUN_DIR)/embeddings.npz --overwrite
 
 test: install-dev
-	$(BIN)/python -m pytest tests -q -ra --timeout=900
+	$(BIN)/python -m pytest tests -q -ra --timeout=900 -n $(TEST_WORKERS) --dist loadfile
 
 lint: install-dev
 	$(BIN)/ruff check .
