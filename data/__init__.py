@@ -20,7 +20,7 @@ import importlib
 from typing import Any
 
 _HOMES = {
-    **dict.fromkeys(("A", "C", "G", "T", "N", "PAD", "MASK", "BOS", "VOCAB_SIZE", "InvalidBaseError", "encode",
+    **dict.fromkeys(("A", "C", "G", "T", "N", "PAD", "MASK", "BOS", "VOCAB_SIZE", "InvalidBaseError", "NotDNAError", "encode",
                      "decode", "reverse_complement"), "genome.alphabet"),
     **dict.fromkeys(("PackedRandomWindowDataset", "PackedTiledWindowDataset", "RandomWindowDataset",
                      "TiledWindowDataset", "WholeRecordDataset", "tile_starts"), "genome.datasets"),

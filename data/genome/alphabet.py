@@ -2,7 +2,8 @@
 
 Lowercase (soft-masked) bases fold to uppercase codes; the IUPAC ambiguity letters
 (R Y S W K M B D H V N) all map to N. Any other character is an error that names it and its
-position. Encoding is a byte-translation table: ``bytes.translate`` then ``np.frombuffer``.
+position, and so is text whose letters are nucleotide codes but mostly ambiguity codes (a protein
+such as MKRSWDHV... reads as one): both are `NotDNAError`. Encoding is a byte-translation table: ``bytes.translate`` then ``np.frombuffer``.
 
 Shapes: ``codes`` is a 1-D ``np.uint8`` array (L,) of the codes above.
 """
@@ -49,38 +50,80 @@ _DECODE = np.frombuffer(BASES.encode("ascii"), dtype=np.uint8)
 COMPLEMENT = np.array([T, G, C, A, N, PAD, MASK, BOS], dtype=np.uint8)
 
 
-class InvalidBaseError(ValueError):
-    """A character that is not a nucleotide letter; ``position`` is 0-based."""
+ALLOWED = f"allowed are A C G T N (any case) and the IUPAC ambiguity codes {' '.join(IUPAC_AMBIGUOUS)} (read as N)"
+"""What a nucleotide sequence may hold, for messages."""
+AMBIGUOUS_SHARE_LIMIT = 0.25
+"""A sequence of which more than this share (and at least `AMBIGUOUS_COUNT_LIMIT` letters) are
+IUPAC ambiguity codes other than N is refused as not DNA: ambiguity codes are rare in sequenced
+DNA (a degenerate primer has a few), while a protein made of the letters that are also nucleotide
+codes (A C G T R Y S W K M B D H V N: Ala, Arg, Lys, Ser, ...) is mostly them."""
+AMBIGUOUS_COUNT_LIMIT = 8
+AMINO_ACID_ONLY = "EFILPQXZJOU*"
+"""Letters of protein sequences that are not nucleotide codes."""
 
-    def __init__(self, char: str, position: int) -> None:
+
+class NotDNAError(ValueError):
+    """Text that is not a nucleotide sequence; `found` says what was found, for messages that add
+    where it was (file, record, row)."""
+
+    def __init__(self, found: str) -> None:
+        self.found = found
+        super().__init__(f"{found}; {ALLOWED}")
+
+
+class InvalidBaseError(NotDNAError):
+    """A character that is not a nucleotide letter; ``position`` is 0-based; ``invalid`` counts
+    the characters of the sequence (of ``length``) that are not."""
+
+    def __init__(self, char: str, position: int, invalid: int = 1, length: int = 0) -> None:
         self.char = char
         self.position = position
+        found = f"base {position + 1:,} (1-based): invalid character {char!r}"
+        if length:
+            found += f" ({invalid:,} of {length:,} characters are not"
+            found += ": amino-acid letters, is it a protein?)" if char.upper() in AMINO_ACID_ONLY else ")"
+        super().__init__(found)
+
+
+class AmbiguousTextError(NotDNAError):
+    """Letters that are all nucleotide codes, but too many of them ambiguity codes to be DNA."""
+
+    def __init__(self, ambiguous: int, unknown: int, length: int) -> None:
+        self.ambiguous = ambiguous
         super().__init__(
-            f"invalid character {char!r} at position {position} (0-based); allowed are A C G T N, "
-            f"lowercase, and the IUPAC ambiguity codes {' '.join(IUPAC_AMBIGUOUS)} (read as N)"
+            f"{ambiguous + unknown:,} of {length:,} letters are not A, C, G or T ({ambiguous:,} IUPAC ambiguity "
+            f"codes such as {' '.join(IUPAC_AMBIGUOUS[:4])}, {unknown:,} N): not DNA (a protein?), which would be "
+            "read as N"
         )
 
 
 _INVALID_BYTE = bytes([INVALID])
+_AMBIGUOUS_BYTES = (IUPAC_AMBIGUOUS + IUPAC_AMBIGUOUS.lower()).encode("ascii")
+_N_BYTES = b"Nn"
 
 
 def encode_bytes(seq: bytes) -> np.ndarray:
     """Encode ASCII bytes to a read-only codes array (a view of the translated bytes).
 
-    Raises InvalidBaseError (a ValueError) naming the first bad character and its position.
+    Raises InvalidBaseError naming the first bad character and its position, and
+    AmbiguousTextError for text whose letters are nucleotide codes but too many of them
+    ambiguity codes (`AMBIGUOUS_SHARE_LIMIT`); both are NotDNAError, a ValueError.
     """
     codes = seq.translate(ENCODE_TABLE)
     if _INVALID_BYTE in codes:
         pos = codes.index(_INVALID_BYTE)
-        raise InvalidBaseError(chr(seq[pos]), pos)
+        raise InvalidBaseError(chr(seq[pos]), pos, codes.count(_INVALID_BYTE), len(seq))
+    ambiguous = len(seq) - len(seq.translate(None, _AMBIGUOUS_BYTES))
+    if ambiguous >= AMBIGUOUS_COUNT_LIMIT and ambiguous > AMBIGUOUS_SHARE_LIMIT * len(seq):
+        raise AmbiguousTextError(ambiguous, len(seq) - len(seq.translate(None, _N_BYTES)), len(seq))
     return np.frombuffer(codes, dtype=np.uint8)
 
 
 def encode(seq: str | bytes) -> np.ndarray:
     """Encode a nucleotide string to a fresh ``np.uint8`` array (L,) of codes.
 
-    Lowercase folds to uppercase, ambiguity codes become N (4). Raises ValueError naming the
-    first character that is not allowed and its 0-based position.
+    Lowercase folds to uppercase, ambiguity codes become N (4). Raises NotDNAError (a
+    ValueError) as `encode_bytes` does.
     """
     if isinstance(seq, str):
         try:

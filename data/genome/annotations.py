@@ -42,7 +42,7 @@ from Bio import SeqIO
 from Bio.Seq import UndefinedSequenceError
 from Bio.SeqIO.FastaIO import SimpleFastaParser
 
-from genoformer.data.genome.alphabet import InvalidBaseError, encode_bytes
+from genoformer.data.genome.alphabet import ALLOWED, NotDNAError, encode_bytes
 from genoformer.data.genome.inputs import read_sequences
 from genoformer.data.genome.labels import bare_suffix, bed_lines, open_text, read_genome_contigs
 from genoformer.data.inputs import expand_inputs
@@ -235,9 +235,8 @@ def _genbank_codes(record, path: Path) -> np.ndarray:
         raise ValueError(f"{path}: record {record.id!r} is empty (no bases); remove it from the file")
     try:
         return encode_bytes(sequence)
-    except InvalidBaseError as exc:
-        raise ValueError(f"{path}: record {record.id!r}, base {exc.position + 1:,} (1-based): invalid character "
-                         f"{exc.char!r}; fix or remove the record") from exc
+    except NotDNAError as exc:
+        raise ValueError(f"{path}: record {record.id!r}, {exc.found}; {ALLOWED}; fix or remove the record") from exc
 
 
 # --- GFF3 ----------------------------------------------------------------------------------------
@@ -349,9 +348,9 @@ def _gff_fasta(handle: TextIO, path: Path) -> list[tuple[str, np.ndarray]]:
             raise ValueError(f"{path}: a record of the ##FASTA section has no name or no bases ({title!r}); fix it")
         try:
             records.append((name, encode_bytes(sequence.encode("latin-1"))))
-        except InvalidBaseError as exc:
-            raise ValueError(f"{path}: ##FASTA record {name!r}, base {exc.position + 1:,} (1-based): invalid character "
-                             f"{exc.char!r}; fix or remove the record") from exc
+        except NotDNAError as exc:
+            raise ValueError(f"{path}: ##FASTA record {name!r}, {exc.found}; {ALLOWED}; fix or remove the "
+                             "record") from exc
     return records
 
 

@@ -29,7 +29,7 @@ from typing import Union
 import numpy as np
 from Bio.SeqRecord import SeqRecord
 
-from genoformer.data.genome.alphabet import InvalidBaseError, encode, encode_bytes
+from genoformer.data.genome.alphabet import ALLOWED, NotDNAError, encode, encode_bytes
 from genoformer.data.genome.seqfiles import SEQUENCE_FILE_SUFFIXES, is_sequence_file_name, read_records
 from genoformer.data.genome.store import GenomeStore
 from genoformer.data.inputs import expand_inputs, is_glob, missing_input_error
@@ -136,17 +136,16 @@ def _read_file(path: Path) -> Iterator[NamedSequence]:
             raise ValueError(f"{path}: record {record.name!r} is empty (no bases); remove it from the file")
         try:
             codes = encode_bytes(record.sequence)
-        except InvalidBaseError as exc:
-            raise ValueError(f"{path}: record {record.name!r}, base {exc.position + 1:,} (1-based): invalid "
-                             f"character {exc.char!r}; allowed are A C G T N (any case) and IUPAC ambiguity "
-                             "codes (read as N); fix or remove the record") from exc
+        except NotDNAError as exc:
+            raise ValueError(f"{path}: record {record.name!r}, {exc.found}; {ALLOWED}; fix or remove the "
+                             "record") from exc
         yield NamedSequence(record.name, str(path), codes)
 
 
 def _encode_literal(name: str, sequence: str) -> np.ndarray:
     try:
         codes = encode(sequence)
-    except InvalidBaseError as exc:
+    except NotDNAError as exc:
         hint = ""
         if "/" in sequence or "." in sequence:
             hint = (
@@ -154,8 +153,7 @@ def _encode_literal(name: str, sequence: str) -> np.ndarray:
                 f"{', '.join(SEQUENCE_FILE_SUFFIXES)}, optionally plus .gz/.xz/.bz2; pass a pathlib.Path for "
                 "other file names)"
             )
-        raise ValueError(f"sequence {name!r}, base {exc.position + 1:,} (1-based): invalid character {exc.char!r}; "
-                         f"allowed are A C G T N (any case) and IUPAC ambiguity codes (read as N){hint}") from exc
+        raise ValueError(f"sequence {name!r}, {exc.found}; {ALLOWED}{hint}") from exc
     if codes.size == 0:
         raise ValueError(f"sequence {name!r} is empty; remove it from the inputs.")
     return codes

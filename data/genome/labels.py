@@ -42,7 +42,7 @@ from typing import Literal, Union
 
 import numpy as np
 
-from genoformer.data.genome.alphabet import InvalidBaseError, encode, reverse_complement
+from genoformer.data.genome.alphabet import ALLOWED, NotDNAError, encode, reverse_complement
 from genoformer.data.genome.inputs import read_sequences
 from genoformer.data.genome.seqfiles import detect_compression, is_sequence_file_name
 from genoformer.data.inputs import expand_inputs, missing_input_error
@@ -195,10 +195,8 @@ def _encode_row(sequence: str, where: str) -> np.ndarray:
         raise ValueError(f"{where}: the sequence is empty; remove the row or give its sequence")
     try:
         return encode(sequence)
-    except InvalidBaseError as exc:
-        raise ValueError(f"{where}: invalid character {exc.char!r} at base {exc.position + 1:,} (1-based) of "
-                         "the sequence; allowed are A C G T N (any case) and IUPAC ambiguity codes (read as N); "
-                         "fix or remove the row") from exc
+    except NotDNAError as exc:
+        raise ValueError(f"{where}: the sequence, {exc.found}; {ALLOWED}; fix or remove the row") from exc
 
 
 @dataclasses.dataclass

@@ -51,7 +51,7 @@ import numpy as np
 import zarr
 from zarr.codecs import BloscCodec, Crc32cCodec
 
-from genoformer.data.genome.alphabet import N, TOKEN_CODES, InvalidBaseError, encode_bytes, softmask_bytes
+from genoformer.data.genome.alphabet import ALLOWED, N, TOKEN_CODES, NotDNAError, encode_bytes, softmask_bytes
 from genoformer.data.genome.seqfiles import SequenceFileReader, SequenceRecord
 from genoformer.data.shards import ShardedArrayReader, write_sharded
 from genoformer.data.storage import (
@@ -119,10 +119,8 @@ def rebuild(path: Path, arguments: dict) -> str:
 def _encode_record(path: Path, record: SequenceRecord) -> np.ndarray:
     try:
         return encode_bytes(record.sequence)
-    except InvalidBaseError as exc:
-        raise ValueError(f"{path}: record {record.name!r}, base {exc.position + 1:,} (1-based): invalid "
-                         f"character {exc.char!r}; allowed are A C G T N (any case) and IUPAC ambiguity "
-                         "codes (read as N); fix or remove the record") from exc
+    except NotDNAError as exc:
+        raise ValueError(f"{path}: record {record.name!r}, {exc.found}; {ALLOWED}; fix or remove the record") from exc
 
 
 def prepare_genome_store(

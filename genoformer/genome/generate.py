@@ -52,7 +52,7 @@ from genoformer.core.checkpoints import resolve_checkpoint
 from genoformer.core.inference import autocast
 from genoformer.core.loading import LoadedModel
 from genoformer.core.transformer import KVCache, Transformer
-from genoformer.data.genome.alphabet import BASES, InvalidBaseError, T, decode, encode
+from genoformer.data.genome.alphabet import ALLOWED, BASES, NotDNAError, T, decode, encode
 from genoformer.data.genome.inputs import read_sequences
 from genoformer.data.storage import refuse_existing, write_text
 from genoformer.genome.inference import LanguageModelRunner
@@ -339,11 +339,8 @@ def _prompt_codes(prompt: str) -> np.ndarray:
     """A literal --prompt as codes; ValueError naming the first bad character, 1-based."""
     try:
         codes = encode(prompt.strip())
-    except InvalidBaseError as exc:
-        raise ValueError(
-            f"--prompt: base {exc.position + 1:,} (1-based) is {exc.char!r}, not a nucleotide; allowed are "
-            "A C G T N (any case) and the IUPAC ambiguity codes (read as N)."
-        ) from exc
+    except NotDNAError as exc:
+        raise ValueError(f"--prompt: {exc.found}; {ALLOWED}") from exc
     if codes.size == 0:
         raise ValueError("--prompt is empty; give at least one base, e.g. --prompt ATG.")
     return codes

@@ -184,7 +184,7 @@ def test_generate_command_reads_prompts_from_fasta(causal_checkpoint, tmp_path, 
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    (["--prompt", "ACGXT"], "--prompt: base 4 (1-based) is 'X'"),
+    (["--prompt", "ACGXT"], "--prompt: base 4 (1-based): invalid character 'X'"),
     ([], "give the prompt one way"),
     (["--prompt", "ACGT", "--prompt_fasta", "p.fa"], "not both"),
     (["--prompt", "ACGT", "--temperature", "0"], "pass --top_k 1"),

@@ -85,7 +85,7 @@ def test_regression_targets(tmp_path):
 
 @pytest.mark.parametrize("text, task, message", [
     ("sequence\tlabel\nACGT\ta\n\tb\n", "classify", r"s.tsv row 3: the sequence is empty"),
-    ("sequence\tlabel\nACGT\ta\nACXT\tb\n", "classify", r"s.tsv row 3: invalid character 'X' at base 3"),
+    ("sequence\tlabel\nACGT\ta\nACXT\tb\n", "classify", r"s.tsv row 3: the sequence, base 3 \(1-based\): invalid character 'X'"),
     ("seq\tlabel\nACGT\ta\n", "classify", r"no `sequence` column; found the columns \['seq', 'label'\]"),
     ("sequence\tclass\nACGT\ta\n", "classify", r"no label column; found the columns \['sequence', 'class'\]"),
     ("sequence\tlabel\nACGT\ta\nGGCC\ta\n", "classify", r"every label is 'a'; classification needs at least 2 classes"),
