@@ -42,6 +42,7 @@ Data and inference verbs are typed functions whose `--help` comes from their doc
         --train examples/splice_junctions_statlog.tsv --out runs/splice
     genoformer classify --checkpoint runs/splice --inputs seqs.tsv --out predictions.tsv      # the run's best
     genoformer annotate --checkpoint examples/genoformer_gene_annotator.ckpt --inputs genome.fa.gz --out genes.gff3
+    genoformer compare_genes --reference annotated.gbk --predicted genes.gff3 --out comparison.tsv
 
 Options are never abbreviated (`--trainer.max_step` is an error, not `max_steps`). Every parse error
 is one line: the nearest valid option to a mistyped one, or what an option takes (`--horizons takes
@@ -150,6 +151,9 @@ TOOL_COMMANDS: dict[str, ToolCommand] = {
     "annotate": ToolCommand(
         "Call genes on whole genomes with a fine-tuned gene annotator; write them as GFF3.",
         FunctionIn("genoformer.genome.commands", "annotate")),
+    "compare_genes": ToolCommand(
+        "Compare gene calls (GFF3) with a reference annotation: per-base coding MCC, gene recall and precision.",
+        FunctionIn("genoformer.genome.commands", "compare_genes")),
     "evaluate": ToolCommand(
         "Bits per base of a trained checkpoint on DNA, per record (or region) and in total.",
         FunctionIn("genoformer.genome.evaluate", "evaluate")),

@@ -282,7 +282,9 @@ def _table_part(table: _Table, labelled: bool, with_sequence: bool) -> _Part:
     sequence_index = table.column("sequence") if with_sequence else None
     name_index = table.column("name")
     ignored = set(label_index) | {i for i, c in enumerate(header) if c.lower() == "label" or c.lower().startswith("label_")}
-    other = [i for i in range(len(header)) if i != sequence_index and i not in ignored]
+    # read for prediction, every column is carried into the output, labels and sequence included
+    other = ([i for i in range(len(header)) if i != sequence_index and i not in ignored] if labelled
+             else list(range(len(header))))
     where = [f"{table.path} row {line}" for line in table.lines]
     codes = ([_encode_row(row[sequence_index], place) for row, place in zip(table.rows, where)]
              if sequence_index is not None else [])

@@ -1,5 +1,5 @@
 """The genome wing's data, embedding and fine-tuning commands: `genoformer prepare`, `embed`,
-`finetune`, `classify` and `annotate`.
+`finetune`, `classify`, `annotate` and `compare_genes`.
 
 (`evaluate`, `score`, `baseline` and `variant_effect` are defined beside what they compute:
 genoformer.genome.evaluate, .markov and .variants.)
@@ -11,28 +11,31 @@ genoformer.genome.evaluate, .markov and .variants.)
         --train examples/splice_junctions_statlog.tsv --out runs/splice
     genoformer classify --checkpoint runs/splice --inputs seqs.tsv --out predictions.tsv
     genoformer annotate --checkpoint examples/genoformer_gene_annotator.ckpt --inputs genome.fa.gz --out genes.gff3
+    genoformer compare_genes --reference annotated.gbk --predicted genes.gff3 prodigal.gff3 --out comparison.tsv
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import shlex
 import time
 import warnings
 from pathlib import Path
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 import torch
 
 from genoformer.core.inference import Pooling
-from genoformer.data.genome.annotations import write_gff3
+from genoformer.data.genome.annotations import read_annotated_genomes, read_genes, write_gff3
 from genoformer.data.genome.labels import read_unlabelled
+from genoformer.data.genome.regions import read_regions
 from genoformer.data.genome.seqfiles import is_sequence_file_name
 from genoformer.data.genome.store import DEFAULT_CHUNK_SIZE, prepare_genome_store
 from genoformer.data.inputs import expand_inputs
-from genoformer.data.storage import refuse_existing
+from genoformer.data.storage import refuse_existing, write_json, write_text
 from genoformer.genome.embeddings import Embedder, save_embeddings
-from genoformer.genome.genecalls import write_tracks_bedgraph
+from genoformer.genome.genecalls import compare_gene_calls, write_tracks_bedgraph
 from genoformer.genome.heads import HeadPooling
 from genoformer.genome.predict import GeneAnnotator, SequencePredictor
 from genoformer.kernels.dispatch import Backend
@@ -167,6 +170,7 @@ def finetune(
     pooling: HeadPoolingName = "mean",
     window: Optional[int] = None,
     val_every: Optional[int] = None,
+    patience: int = 3,
     leaks: Literal["error", "drop"] = "error",
     device: Literal["auto", "cpu", "gpu"] = "auto",
     ckpt_path: Optional[str] = None,
@@ -176,7 +180,9 @@ def finetune(
 
     A class, labels or values per sequence, or gene classes per base. Writes a run directory as `genoformer fit` does
     (checkpoints/, metrics.csv, loss.png, config.yaml; resumable) and prints the equivalent
-    `genoformer fit` command: every flag here is a key of configs/finetune_cpu.yaml.
+    `genoformer fit` command: every flag here is a key of configs/finetune_cpu.yaml. At the end it
+    prints the validation scores of the best checkpoint (checkpoints/best.ckpt) and of the last
+    (checkpoints/last.ckpt), says when the last is worse, and the command that predicts with the best.
 
     Args:
         pretrained: A DNA language model: the shipped genoformer-dna, a .ckpt file (`genoformer fit`
@@ -200,7 +206,11 @@ def finetune(
         from_scratch: A flag: the pretrained architecture with random weights (a baseline).
         pooling: Sequence heads: mean, last or attention.
         window: Bases per window of a per-base task (annotate); default the recipe's.
-        val_every: Validate every this many steps; default min(100, max_steps).
+        val_every: Validate every this many steps; default min(100, max_steps). The last step is
+            always validated.
+        patience: Early stopping: stop after this many validations in a row without a lower
+            validation loss; 0: train all max_steps. The checkpoint with the lowest validation
+            loss is kept as OUT/checkpoints/best.ckpt beside last.ckpt (the last step's).
         leaks: Training sequences that also occur (either strand) in --val or --test: error, or
             drop them from training.
         device: auto (a GPU when there is one), cpu or gpu.
@@ -209,6 +219,11 @@ def finetune(
     """
     from genoformer.training_cli import training_cli
 
+    if device == "gpu" and not torch.cuda.is_available():
+        given = {name: value for name, value in locals().items() if name in _FINETUNE_DEFAULTS}
+        raise ValueError(f"--device gpu: torch {torch.__version__} sees no CUDA GPU here; fine-tune on the CPU "
+                         f"(the CPU recipe, configs/{FINETUNE_CONFIGS['cpu']}):\n"
+                         f"  {_finetune_command({**given, 'device': 'cpu'})}")
     on_gpu = device == "gpu" or (device == "auto" and torch.cuda.is_available())
     config = configs_dir() / FINETUNE_CONFIGS["gpu" if on_gpu else "cpu"]
     val_every = min(100, max_steps) if val_every is None else val_every
@@ -223,6 +238,7 @@ def finetune(
         "--model.init_args.freeze_backbone", str(freeze_backbone).lower(),
         "--model.init_args.from_scratch", str(from_scratch).lower(),
         "--model.init_args.pooling", HeadPooling(pooling).name,
+        "--model.init_args.patience", str(patience),
         "--data.init_args.task", task,
         "--data.init_args.train", json.dumps(_file_list(train)),
         "--data.init_args.seed", str(seed),
@@ -243,12 +259,48 @@ def finetune(
     print("genoformer finetune runs:\n  " + shlex.join(["genoformer", *fit, *_resume(ckpt_path)]))
     with warnings.catch_warnings():  # LightningCLI warns that it gets args while sys.argv holds finetune's
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-        training_cli([*fit, *_resume(ckpt_path)])
+        cli = training_cli([*fit, *_resume(ckpt_path)])
+        print(_summary(cli.trainer, Path(out), task, patience))
         if test is not None:  # the checkpoint with the best validation loss
             training_cli(["test", "--config", str(config), *overrides, "--ckpt_path", "best", "--overwrite"])
     if test is not None:
         print(f"test metrics: {Path(out) / 'test' / 'metrics.csv'}")
     return Path(out)
+
+
+def _summary(trainer: Any, run_dir: Path, task: str, patience: int) -> str:
+    """`validation_summary` of the run `trainer` has just trained into `run_dir`."""
+    from genoformer.genome.finetune import VALIDATION_MONITOR, read_validations, validation_summary
+
+    monitored = [c for c in trainer.checkpoint_callbacks if getattr(c, "monitor", None) == VALIDATION_MONITOR]
+    lasts = [c for c in trainer.checkpoint_callbacks if getattr(c, "save_last", False)]
+    if not monitored or not lasts or not monitored[0].best_model_path:
+        return f"no checkpoint keeps the best {VALIDATION_MONITOR} in this configuration; see {run_dir}/checkpoints"
+    metrics = run_dir / "metrics.csv"
+    predict = (f"genoformer annotate --checkpoint CHECKPOINT --inputs GENOME.fa --out genes.gff3" if task == "annotate"
+               else "genoformer classify --checkpoint CHECKPOINT --inputs SEQUENCES.tsv --out predictions.tsv")
+    return validation_summary(read_validations(metrics) if metrics.is_file() else [],
+                              best=Path(monitored[0].best_model_path), last=Path(lasts[0].last_model_path),
+                              max_steps=trainer.max_steps, patience=patience, predict=predict)
+
+
+def _finetune_command(values: dict[str, Any]) -> str:
+    """`genoformer finetune` with the options in `values` that differ from their defaults."""
+    words = ["genoformer", "finetune"]
+    for name, value in values.items():
+        if value == _FINETUNE_DEFAULTS[name]:
+            continue
+        if isinstance(value, bool):
+            words.append(f"--{name}")
+        elif isinstance(value, (list, tuple)):
+            words += [f"--{name}", *map(str, value)]
+        else:
+            words += [f"--{name}", str(value)]
+    return shlex.join(words)
+
+
+_FINETUNE_DEFAULTS = {name: parameter.default for name, parameter in inspect.signature(finetune).parameters.items()}
+"""`finetune`'s options and their defaults (inspect.Parameter.empty for the required ones)."""
 
 
 def _file_list(files: Union[str, list[str]]) -> list[str]:
@@ -301,6 +353,7 @@ def annotate(
     checkpoint: Path,
     inputs: Union[str, list[str]],
     out: Path,
+    regions: Optional[Union[str, list[str]]] = None,
     tracks: Optional[Path] = None,
     window: Optional[int] = None,
     overlap: Optional[int] = None,
@@ -313,6 +366,7 @@ def annotate(
     """Call genes on whole genomes with a fine-tuned gene annotator; write them as GFF3.
 
     CDS features with strand, 1-based start and end, phase and score; long contigs are tiled.
+    Coordinates are always those of the whole contig, with `regions` too.
 
     Args:
         checkpoint: A model of `genoformer finetune --task annotate`: the shipped
@@ -320,7 +374,11 @@ def annotate(
             or a .ckpt file.
         inputs: FASTA/GenBank files or genome stores: several after one flag, or a list.
         out: The output GFF3; an existing one is an error without --overwrite.
-        tracks: Also write the per-base probabilities of coding on each strand as a bedGraph.
+        regions: Annotate only these: a BED file (0-based) or regions chrom:start-end (1-based,
+            inclusive), several after one flag. Each is read with 3,000 bases on either side, and
+            the genes that overlap it are written whole, in contig coordinates.
+        tracks: Also write the per-base probabilities of coding on each strand as a bedGraph
+            (of the regions only, with `regions`).
         window: Bases per window; default the model's context.
         overlap: Bases shared by neighbouring windows; default window // 4.
         batch_size: Windows per forward pass.
@@ -334,14 +392,97 @@ def annotate(
         refuse_existing(tracks, overwrite)
     annotator = GeneAnnotator.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
     started = time.perf_counter()
-    contigs = annotator.predict(_file_list(inputs), window=window, overlap=overlap, batch_size=batch_size,
-                                 min_gene_length=min_gene_length)
+    contigs = annotator.predict(_file_list(inputs), regions=regions, window=window, overlap=overlap,
+                                 batch_size=batch_size, min_gene_length=min_gene_length)
     seconds = time.perf_counter() - started
-    genes = [gene for contig in contigs for gene in contig.genes]
-    path = write_gff3(out, genes, contigs=[(c.name, c.length) for c in contigs], overwrite=overwrite)
+    genes = list({(g.contig, g.start, g.end, g.strand, g.kind): g for c in contigs for g in c.genes}.values())
+    lengths = {c.name: c.contig_length or c.length for c in contigs}  # whole contigs, once each
+    path = write_gff3(out, genes, contigs=list(lengths.items()), overwrite=overwrite)
     if tracks is not None:
-        write_tracks_bedgraph(tracks, [(c.name, c.probabilities) for c in contigs], overwrite=overwrite)
+        write_tracks_bedgraph(tracks, [(c.name, c.probabilities) for c in contigs], starts=[c.start for c in contigs],
+                              overwrite=overwrite)
     bases = sum(c.length for c in contigs)
-    print(f"wrote {len(genes):,} genes on {len(contigs):,} contigs ({bases:,} bases, "
+    where = f"{len(contigs):,} regions of {len(lengths):,} contigs" if regions is not None else f"{len(contigs):,} contigs"
+    print(f"wrote {len(genes):,} genes on {where} ({bases:,} bases, "
           f"{bases / max(seconds, 1e-9):,.0f} bases/s) to {path}")
     return path
+
+
+# ------------------------------------------------------------------------------- comparing gene calls
+GENE_COMPARISON_COLUMNS = (
+    ("coding_mcc", "coding MCC"),
+    ("strand_coding_mcc", "strand MCC"),
+    ("recall_stop", "recall"),
+    ("precision_stop", "precision"),
+    ("recall_start_stop", "start+stop"),
+    ("predicted_genes", "genes"),
+)
+"""The columns of `compare_genes`' table: (key of a row, heading)."""
+
+
+def compare_genes(
+    *,
+    reference: Path,
+    predicted: Union[str, list[str]],
+    genome: Optional[str] = None,
+    regions: Optional[Union[str, list[str]]] = None,
+    out: Optional[Path] = None,
+    overwrite: bool = False,
+) -> list[dict[str, Any]]:
+    """Compare gene calls (GFF3) with a reference annotation: per-base coding MCC, gene recall and precision.
+
+    One row per predicted file (so that `genoformer annotate` and another gene finder stand side by
+    side), scored on the reference's contigs:
+    coding MCC: Matthews correlation per base of coding (a CDS on either strand) against the rest;
+    strand MCC: the same with the strands apart (CDS+, CDS-, rest); recall: the share of the
+    reference's CDS genes that a called gene matches in strand and stop codon; precision: the share
+    of called CDS genes that match a reference gene so; start+stop: the share of reference genes
+    matched at both ends; genes: the CDS genes called.
+
+    Args:
+        reference: The reference annotation: GenBank with its sequence, or GFF3 (with a ##FASTA
+            section, or with --genome).
+        predicted: GFF3 files of gene calls on the reference's contigs (genoformer annotate,
+            Prodigal, Prokka, ...): several after one flag, or a list.
+        genome: The sequences (FASTA/GenBank or store) of a GFF3 reference without ##FASTA.
+        regions: Compare only these: a BED file (0-based) or regions chrom:start-end (1-based,
+            inclusive), several after one flag: their bases, and the genes whose stop codon
+            ends in one.
+        out: Also write the table: .tsv (one row per predicted file) or .json.
+        overwrite: A flag: replace an existing `out`.
+    """
+    if out is not None:
+        if Path(out).suffix not in (".tsv", ".json"):
+            raise ValueError(f"--out {out}: write the table as .tsv or .json")
+        refuse_existing(Path(out), overwrite)
+    contigs = read_annotated_genomes(reference, genome=genome, progress=False)
+    chosen = None if regions is None else read_regions(regions, {c.name: c.codes.size for c in contigs})
+    rows = [{"predicted": str(path), **compare_gene_calls(contigs, read_genes(path), regions=chosen, source=str(path))}
+            for path in _file_list(predicted)]
+    print(gene_comparison_table(rows, f"gene calls against {reference}"
+                                + ("" if regions is None else f", in {len(chosen):,} region(s)")))
+    if out is not None:
+        if Path(out).suffix == ".json":
+            write_json(Path(out), {"reference": str(reference), "rows": rows}, overwrite=overwrite)
+        else:
+            keys = ["predicted", *(key for key, _ in GENE_COMPARISON_COLUMNS), "reference_genes", "bases"]
+            lines = ["\t".join(keys)] + ["\t".join(_cell(row[key]) for key in keys) for row in rows]
+            write_text(Path(out), "\n".join(lines) + "\n", overwrite=overwrite)
+        print(f"wrote {out}")
+    return rows
+
+
+def _cell(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def gene_comparison_table(rows: list[dict[str, Any]], title: str) -> str:
+    """`compare_genes` rows as aligned text, one line per predicted file."""
+    names = [Path(row["predicted"]).name for row in rows]
+    width = max(len(name) for name in [*names, "predicted"])
+    heads = [head for _, head in GENE_COMPARISON_COLUMNS]
+    lines = [title, f"{'predicted':<{width}}" + "".join(f"  {head:>10}" for head in heads)]
+    for name, row in zip(names, rows):
+        lines.append(f"{name:<{width}}" + "".join(f"  {_cell(row[key]):>10}" for key, _ in GENE_COMPARISON_COLUMNS))
+    lines.append(f"reference: {rows[0]['reference_genes']:,} CDS genes, {rows[0]['bases']:,} bases" if rows else "")
+    return "\n".join(lines)

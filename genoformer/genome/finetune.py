@@ -14,6 +14,11 @@ a random strand (`reverse_complement`: per-base targets flip with it and swap st
 evaluation averages the predictions of both strands (`test_time_strands`), so that a prediction
 does not depend on which strand a file holds.
 
+Training stops early when the validation loss (`VALIDATION_MONITOR`, the metric the recipes' best
+checkpoint is chosen by) has not improved for `patience` validations in a row, and the last
+training step is always validated, so that the run's last checkpoint has a validation score to
+set beside the best one's (`validation_summary`).
+
 Metrics (torchmetrics), logged per split (val, test) as <split>/<name>: classes: accuracy,
 balanced_accuracy, mcc, f1, auroc, auprc; labels: accuracy, f1, auroc, auprc; values: pearson,
 spearman, mse; per-base classes: accuracy, balanced_accuracy, mcc (and coding_mcc, coding on
@@ -24,13 +29,17 @@ Shape legend: B batch, L length (padded), F feature width, K outputs.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import enum
-from typing import Any, Optional
+from pathlib import Path
+from typing import Any, Optional, Union
 
 import torch
 import torch.nn.functional as F
 import torchmetrics
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.callbacks import EarlyStopping
 from torch import nn
 from torchmetrics import classification as tmc
 from torchmetrics import regression as tmr
@@ -53,6 +62,10 @@ from genoformer.genome.heads import (
     strand_features,
     swap_strands,
 )
+
+VALIDATION_MONITOR = "val/loss"
+"""The validation metric that early stopping watches and that the recipes' best checkpoint
+(checkpoints/best.ckpt) is chosen by: lower is better."""
 
 LORA_TARGETS = ("wq", "wk", "wv", "wo", "w_gate_up", "w_down")
 """The projections that get low-rank adapters: every linear layer of every block."""
@@ -93,6 +106,7 @@ class FineTuner(TrainingModule):
         head_dropout: float = 0.1,
         reverse_complement: bool = True,
         test_time_strands: bool = True,
+        patience: int = 3,
         runtime: Optional[RuntimeSettings] = None,
     ) -> None:
         """
@@ -126,6 +140,8 @@ class FineTuner(TrainingModule):
             head_dropout: dropout before the head.
             reverse_complement: train on a random strand of each sequence.
             test_time_strands: evaluate and predict with the mean over both strands.
+            patience: early stopping: stop training after this many validations in a row without
+                a lower validation loss; 0: train all the steps.
             runtime: how to run (genoformer.core.runtime.RuntimeSettings); never saved.
         """
         super().__init__(runtime)
@@ -134,6 +150,8 @@ class FineTuner(TrainingModule):
                              "adapters; pass one of them")
         if lora_rank < 0:
             raise ValueError(f"lora_rank must be 0 (no adapters) or positive, got {lora_rank}")
+        if patience < 0:
+            raise ValueError(f"patience must be 0 (no early stopping) or a number of validations, got {patience}")
         weights = None
         if transformer is None:
             if pretrained is None:
@@ -166,6 +184,7 @@ class FineTuner(TrainingModule):
         self.head_dropout = head_dropout
         self.reverse_complement = reverse_complement
         self.test_time_strands = test_time_strands
+        self.patience = patience
         self.targets: Optional[TargetSpace] = None
         self.head: Optional[nn.Module] = None
         self.metrics = nn.ModuleDict()
@@ -191,6 +210,7 @@ class FineTuner(TrainingModule):
                 "head_dropout": head_dropout,
                 "reverse_complement": reverse_complement,
                 "test_time_strands": test_time_strands,
+                "patience": patience,
             }
         )
         if targets is not None:
@@ -255,7 +275,10 @@ class FineTuner(TrainingModule):
         Read on both strands, the features of the reverse complement are those of the sequence
         with the two halves swapped (and positions reversed), so the second strand costs one more
         pass of the head only, not of the trunk."""
-        features_BLF = self.features(tokens_BL, lengths_B)
+        return self._predictions(self.features(tokens_BL, lengths_B), tokens_BL, lengths_B)
+
+    def _predictions(self, features_BLF: torch.Tensor, tokens_BL: torch.Tensor, lengths_B: torch.Tensor) -> torch.Tensor:
+        """`predict_outputs` from the trunk's features of `tokens_BL`, already computed."""
         outputs = self._readout(self._head(features_BLF, lengths_B))
         if not self.test_time_strands:
             return outputs
@@ -323,9 +346,10 @@ class FineTuner(TrainingModule):
 
     def _evaluate(self, batch: dict[str, Any], split: str) -> None:
         tokens_BL, lengths_B, targets = batch["tokens"], batch["length"], batch["targets"]
-        loss = self.loss(self(tokens_BL, lengths_B), targets)
+        features_BLF = self.features(tokens_BL, lengths_B)  # once, for the loss and the predictions
+        loss = self.loss(self._head(features_BLF, lengths_B), targets)
         self.log(f"{split}/loss", loss, prog_bar=split == "val", batch_size=tokens_BL.shape[0], sync_dist=True)
-        predictions = self.predict_outputs(tokens_BL, lengths_B)
+        predictions = self._predictions(features_BLF, tokens_BL, lengths_B)
         metrics = self.metrics[split]
         if self.targets.kind.per_base:
             known = targets != IGNORE if self.targets.kind.classes else torch.isfinite(targets)
@@ -338,7 +362,16 @@ class FineTuner(TrainingModule):
             metrics.update(predictions, targets.long() if self.targets.kind is not TargetKind.SEQUENCE_VALUES else targets)
         self.log_dict({f"{split}/{name}": metric for name, metric in metrics.items()}, batch_size=tokens_BL.shape[0])
 
-    # ------------------------------------------------------------------ optimiser, checkpoints
+    # ------------------------------------------------------------------ optimiser, callbacks, checkpoints
+    def configure_callbacks(self) -> list[Callback]:
+        """Early stopping on the validation loss (unless patience is 0), and a validation at the
+        last training step."""
+        callbacks: list[Callback] = [ValidateLastStep()]
+        if self.patience:
+            # strict=False: a run without validation data trains its steps
+            callbacks.append(EarlyStopping(monitor=VALIDATION_MONITOR, mode="min", patience=self.patience, strict=False))
+        return callbacks
+
     def configure_optimizers(self) -> dict[str, Any]:
         return adamw_warmup_cosine(
             self.model, lambda: self.trainer.estimated_stepping_batches, learning_rate=self.learning_rate,
@@ -357,6 +390,68 @@ class FineTuner(TrainingModule):
         if targets is not None:
             self.set_targets(TargetSpace.from_dict(targets))
         super().on_load_checkpoint(checkpoint)
+
+
+class ValidateLastStep(Callback):
+    """Validate after the last training step (trainer.max_steps) even when it is not a multiple of
+    the validation interval: Lightning validates a step on which the trainer is asked to stop."""
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        if 0 < trainer.max_steps <= trainer.global_step:
+            trainer.should_stop = True
+
+
+HEADLINE_METRICS = ("val/accuracy", "val/coding_mcc", "val/mcc", "val/pearson", "val/f1")
+"""The metric shown beside the validation loss in `validation_summary`: the first one logged."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Validation:
+    """One validation of a run: the optimizer step after which it ran, and its val/* metrics."""
+
+    step: int
+    metrics: dict[str, float]
+
+
+def read_validations(metrics_csv: Union[str, Path]) -> list[Validation]:
+    """The validations recorded in a run's metrics.csv, in order. Lightning logs a validation
+    with the number of optimizer steps before the one that triggered it, so its step is that + 1."""
+    with open(metrics_csv, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    return [Validation(int(row["step"]) + 1, {key: float(value) for key, value in row.items()
+                                              if key.startswith("val/") and value not in ("", None)})
+            for row in rows if row.get(VALIDATION_MONITOR) not in ("", None)]
+
+
+def validation_summary(validations: list[Validation], *, best: Path, last: Path, max_steps: int,
+                       patience: int, predict: str) -> str:
+    """What a finished run's best and last checkpoints scored on validation, said plainly when
+    the last is worse, and the command that predicts with the best (`predict`, a command line
+    with the placeholder CHECKPOINT)."""
+    if not validations:
+        return f"no validation ran; the model is {last}"
+    best_run = min(validations, key=lambda v: v.metrics[VALIDATION_MONITOR])  # the first of equals
+    last_run = validations[-1]
+    shown = next((key for key in HEADLINE_METRICS if key in last_run.metrics), None)
+
+    def line(label: str, run: Validation, path: Path) -> str:
+        metric = "" if shown is None else f"  {shown} {run.metrics.get(shown, float('nan')):.4g}"
+        return f"  {label}: step {run.step:<6} {VALIDATION_MONITOR} {run.metrics[VALIDATION_MONITOR]:.4g}{metric}  {path}"
+
+    lines = [f"validation ({VALIDATION_MONITOR}, lower is better; {len(validations)} validations):",
+             line("best", best_run, best), line("last", last_run, last)]
+    if patience and last_run.step < max_steps:
+        lines.append(f"stopped early at step {last_run.step} of {max_steps}: {VALIDATION_MONITOR} did not improve "
+                     f"for {patience} validations (--patience)")
+    best_loss, last_loss = best_run.metrics[VALIDATION_MONITOR], last_run.metrics[VALIDATION_MONITOR]
+    if best_run is last_run:
+        lines.append("the last checkpoint is the best one")
+    else:
+        lines.append(f"the last checkpoint is WORSE than the best: {VALIDATION_MONITOR} {last_loss:.4g} against "
+                     f"{best_loss:.4g} at step {best_run.step}")
+    lines.append(f"predict with the best checkpoint:\n  {predict.replace('CHECKPOINT', str(best))}")
+    return "\n".join(lines)
 
 
 def add_lora(trunk: Transformer, rank: int, alpha: float) -> None:

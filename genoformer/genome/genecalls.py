@@ -52,8 +52,11 @@ from genoformer.data.genome.annotations import (
     CDS_PLUS,
     RRNA,
     TRNA,
+    AnnotatedContig,
     Gene,
+    label_track,
 )
+from genoformer.data.genome.regions import Region
 from genoformer.data.storage import write_text
 
 
@@ -425,13 +428,62 @@ def gene_agreement(reference: Sequence[Gene], predicted: Sequence[Gene]) -> dict
     }
 
 
+def _stop_base(gene: Gene) -> int:
+    """The last base of the stop codon (0-based): the end for + genes, the start for - genes."""
+    return gene.end - 1 if gene.strand == 1 else gene.start
+
+
+def compare_gene_calls(contigs: Sequence[AnnotatedContig], predicted: Sequence[Gene], *,
+                       regions: Sequence[Region] | None = None, source: str = "predicted") -> dict[str, float | int]:
+    """How `predicted` gene calls agree with annotated `contigs` (their per-base labels and CDS
+    genes), over every base, or over the bases of `regions` and the genes whose stop codon ends
+    in one: ``coding_mcc`` and ``strand_coding_mcc`` per base (the predicted labels are
+    `label_track` of the calls), ``recall_stop``, ``recall_start_stop`` and ``precision_stop`` of
+    `gene_agreement`, ``reference_genes`` and ``predicted_genes`` (CDS genes compared) and
+    ``bases``. ValueError, naming `source`, for calls on contigs the reference does not have."""
+    lengths = {contig.name: contig.codes.size for contig in contigs}
+    unknown = list(dict.fromkeys(g.contig for g in predicted if g.contig not in lengths))
+    if unknown:
+        raise ValueError(f"{source}: {len(unknown):,} contig(s) are not in the reference: {', '.join(map(repr, unknown[:3]))}; "
+                         f"its contigs are {', '.join(map(repr, list(lengths)[:3]))}{' ...' if len(lengths) > 3 else ''}; "
+                         "compare calls made on the reference's own sequences")
+    masks = {name: np.ones(length, dtype=bool) for name, length in lengths.items()}
+    if regions is not None:
+        masks = {name: np.zeros(length, dtype=bool) for name, length in lengths.items()}
+        for region in regions:
+            masks[region.chrom][region.start:region.end] = True
+    by_contig: dict[str, list[Gene]] = {name: [] for name in lengths}
+    for gene in predicted:
+        by_contig[gene.contig].append(gene)
+    reference_labels = np.concatenate([contig.labels[masks[contig.name]] for contig in contigs])
+    predicted_labels = np.concatenate([label_track(lengths[contig.name], by_contig[contig.name])[masks[contig.name]]
+                                       for contig in contigs])
+
+    def compared(genes: Sequence[Gene]) -> list[Gene]:
+        return [g for g in genes if g.kind == "CDS" and masks[g.contig][_stop_base(g)]]
+
+    agreement = gene_agreement(compared([g for contig in contigs for g in contig.genes]), compared(predicted))
+    return {
+        "coding_mcc": per_base_coding_mcc(reference_labels, predicted_labels),
+        "strand_coding_mcc": strand_coding_mcc(reference_labels, predicted_labels),
+        "recall_stop": agreement["stop_and_strand"],
+        "precision_stop": agreement["precision_stop"],
+        "recall_start_stop": agreement["start_and_stop"],
+        "reference_genes": agreement["n_reference"],
+        "predicted_genes": agreement["n_predicted"],
+        "bases": int(reference_labels.size),
+    }
+
+
 def write_tracks_bedgraph(path: Path, contigs: Sequence[tuple[str, np.ndarray]],
-                          classes: Sequence[str] = ("CDS+", "CDS-"), *, overwrite: bool = False) -> Path:
+                          classes: Sequence[str] = ("CDS+", "CDS-"), *, starts: Sequence[int] = (),
+                          overwrite: bool = False) -> Path:
     """Write per-base probabilities of ``classes`` as a bedGraph for a genome browser: for each
     class a ``track`` line, then ``contig  start  end  value`` lines over every contig of
     ``contigs`` ((name, probabilities (L, 5)) pairs), one line per run of bases whose value,
-    rounded to 2 decimals, is the same. Written atomically; an existing file is replaced only
-    with ``overwrite``."""
+    rounded to 2 decimals, is the same. ``starts`` gives where each pair's probabilities start in
+    its contig (a region of it; default 0 for all). Written atomically; an existing file is
+    replaced only with ``overwrite``."""
     unknown = [c for c in classes if c not in ANNOTATION_CLASSES]
     if unknown:
         raise ValueError(f"unknown classes {unknown}; choose from {ANNOTATION_CLASSES}")
@@ -439,11 +491,14 @@ def write_tracks_bedgraph(path: Path, contigs: Sequence[tuple[str, np.ndarray]],
         if np.ndim(probabilities) != 2 or np.shape(probabilities)[1] != len(ANNOTATION_CLASSES):
             raise ValueError(f"{contig}: probabilities must be (L, {len(ANNOTATION_CLASSES)}) over "
                              f"{ANNOTATION_CLASSES}, got {np.shape(probabilities)}")
+    if starts and len(starts) != len(contigs):
+        raise ValueError(f"starts= gives {len(starts)} starts for {len(contigs)} contigs; give one per contig")
+    offsets = list(starts) or [0] * len(contigs)
     lines = []
     for name in classes:
         lines.append(f'track type=bedGraph name="{name}" description="genoformer P({name})" '
                      "visibility=full autoScale=off viewLimits=0:1")
-        for contig, probabilities in contigs:
+        for (contig, probabilities), offset in zip(contigs, offsets):
             hundredths = np.rint(np.asarray(probabilities)[:, ANNOTATION_CLASSES.index(name)] * 100).astype(np.int64)  # (L,)
             if hundredths.size == 0:
                 continue
@@ -451,6 +506,6 @@ def write_tracks_bedgraph(path: Path, contigs: Sequence[tuple[str, np.ndarray]],
             run_start = np.concatenate([[0], cuts])
             run_end = np.concatenate([cuts, [hundredths.size]])
             values = hundredths[run_start]
-            lines += [f"{contig}\t{b}\t{e}\t{v // 100}.{v % 100:02d}"
+            lines += [f"{contig}\t{b + offset}\t{e + offset}\t{v // 100}.{v % 100:02d}"
                       for b, e, v in zip(run_start.tolist(), run_end.tolist(), values.tolist())]
     return write_text(Path(path), "\n".join(lines) + "\n", overwrite=overwrite)

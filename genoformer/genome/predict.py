@@ -1,6 +1,6 @@
 """Predictions of a fine-tuned model: labels of sequences, and genes of whole genomes.
 
-    predictor = SequencePredictor.from_checkpoint("runs/splice/checkpoints/last.ckpt")
+    predictor = SequencePredictor.from_checkpoint("runs/splice/checkpoints/best.ckpt")
     result = predictor.predict(["ACGT...", "TTGA..."])        # or files, records, a LabelledSequences
     result.write_tsv("predictions.tsv")
 
@@ -37,6 +37,7 @@ from genoformer.data.genome.annotations import Gene
 from genoformer.data.genome.inputs import SequenceInputs, read_sequences
 from genoformer.data.genome.labelled import TargetKind, TargetSpace
 from genoformer.data.genome.labels import LabelledSequences
+from genoformer.data.genome.regions import record_regions
 from genoformer.data.storage import write_text
 from genoformer.data.tiling import Keep, same_length_batches, tile_windows
 from genoformer.genome.finetune import FineTuner
@@ -114,10 +115,13 @@ class SequencePredictions:
         return [",".join(f"{v:.6g}" for v in row) for row in self.outputs]
 
     def table(self) -> str:
-        """Tab-separated text: the input's columns (or `name`), `prediction`, then `p_<class>` per
-        class (or label), or `y_<target>` per regression target."""
+        """Tab-separated text: the input's columns (all of them, labels and sequence included; a
+        `name` column first when the input has none), `prediction`, then `p_<class>` per class (or
+        label), or `y_<target>` per regression target. An input column with the name of an output
+        column is replaced by it."""
         prefix = "y_" if self.targets.kind is TargetKind.SEQUENCE_VALUES else "p_"
-        passed = {key: values for key, values in self.columns.items() if key not in ("sequence", "prediction")}
+        written = {"prediction", *(prefix + name for name in self.targets.names)}
+        passed = {key: values for key, values in self.columns.items() if key not in written}
         if "name" not in passed:
             passed = {"name": self.names, **passed}
         buffer = io.StringIO()
@@ -168,15 +172,25 @@ class SequencePredictor(FineTunedModel):
         return SequencePredictions(names, outputs, self.targets, columns)
 
 
+ANNOTATE_FLANK = 3000
+"""Bases on each side of a region that `GeneAnnotator.predict` also reads, so that a gene which
+crosses the region's edge is called whole when it ends within this many bases of it."""
+
+
 @dataclasses.dataclass(frozen=True)
 class AnnotatedSequence:
-    """Per-base class probabilities of one contig and the genes called from them."""
+    """Per-base class probabilities of one contig (or of a region of it) and the genes called
+    from them, in the contig's coordinates."""
 
     name: str
     codes: np.ndarray
     probabilities: np.ndarray
-    """float32 (L, K) over the model's classes."""
+    """float32 (L, K) over the model's classes, L the bases from `start` on."""
     genes: list[Gene]
+    start: int = 0
+    """Where `codes` start in the contig (0-based; 0 for a whole contig)."""
+    contig_length: Optional[int] = None
+    """The whole contig's length (None: `codes` are the whole contig)."""
 
     @property
     def length(self) -> int:
@@ -205,20 +219,46 @@ class GeneAnnotator(FineTunedModel):
                 bar.update(sum(t.keep_end - t.keep_start for _, t in batch))
         return result
 
-    def predict(self, inputs: SequenceInputs, *, window: Optional[int] = None, overlap: Optional[int] = None,
-                 batch_size: int = 8, min_gene_length: int = 90, progress: bool = True) -> list[AnnotatedSequence]:
+    def predict(self, inputs: SequenceInputs, *, regions: Optional[Union[str, list[str]]] = None,
+                window: Optional[int] = None, overlap: Optional[int] = None, batch_size: int = 8,
+                min_gene_length: int = 90, progress: bool = True) -> list[AnnotatedSequence]:
         """Probabilities and gene calls for every contig of `inputs` (FASTA/GenBank files, stores,
-        records, DNA strings); genes come from genoformer.genome.genecalls.call_genes."""
+        records, DNA strings), or for each of `regions` (a BED file or chrom:start-end, as
+        genoformer.data.genome.regions reads them); genes come from
+        genoformer.genome.genecalls.call_genes and are in contig coordinates. A region is read
+        with ANNOTATE_FLANK bases on each side (within the contig), and the genes that overlap it
+        are kept whole."""
         named = list(read_sequences(inputs, literals=True))
         if not named:
             raise ValueError("no sequences to annotate: the input is empty")
+        chosen = record_regions(named, regions)
+        stretches = []
+        for index, region in chosen:
+            length = len(named[index].codes)
+            whole = region.start == 0 and region.end == length
+            stretches.append((index, region, 0 if whole else max(0, region.start - ANNOTATE_FLANK),
+                              length if whole else min(length, region.end + ANNOTATE_FLANK)))
         results = []
-        with tqdm(total=sum(len(r.codes) for r in named), unit="base", unit_scale=True, disable=not progress,
-                  desc="annotating") as bar:
-            for record in named:
-                probabilities = self.probabilities(record.codes, window=window, overlap=overlap,
-                                                   batch_size=batch_size, bar=bar)
-                genes = call_genes(record.codes, probabilities, contig=record.name, min_length=min_gene_length)
-                results.append(AnnotatedSequence(record.name, record.codes, probabilities, genes))
+        with tqdm(total=sum(hi - lo for _, _, lo, hi in stretches), unit="base", unit_scale=True,
+                  disable=not progress, desc="annotating") as bar:
+            for index, region, lo, hi in stretches:
+                record = named[index]
+                codes = record.codes[lo:hi]
+                probabilities = self.probabilities(codes, window=window, overlap=overlap, batch_size=batch_size, bar=bar)
+                genes = [_shifted(gene, lo) for gene in
+                         call_genes(codes, probabilities, contig=record.name, min_length=min_gene_length)]
+                genes = [gene for gene in genes if gene.start < region.end and gene.end > region.start]
+                whole = lo == 0 and hi == len(record.codes) and region.start == 0 and region.end == hi
+                results.append(AnnotatedSequence(
+                    record.name, record.codes[region.start:region.end],
+                    probabilities[region.start - lo:region.end - lo], genes, start=region.start,
+                    contig_length=None if whole else len(record.codes)))
         return results
 
+
+def _shifted(gene: Gene, offset: int) -> Gene:
+    """`gene` moved `offset` bases right (from a stretch's coordinates into its contig's)."""
+    if not offset:
+        return gene
+    return dataclasses.replace(gene, start=gene.start + offset, end=gene.end + offset,
+                               segments=tuple((start + offset, end + offset) for start, end in gene.segments))

@@ -5,7 +5,11 @@ wrong kind."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
+import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -60,21 +64,31 @@ def tables(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def classifier(causal_checkpoint, tables, tmp_path_factory) -> Path:
-    """A classifier run: 4 steps, validation every 2, test metrics at the end."""
+def classifier_run(causal_checkpoint, tables, tmp_path_factory) -> tuple[Path, str]:
+    """A classifier run and what it printed: validation every 2 steps, test metrics at the end,
+    and a learning rate far too high, so that the validation loss rises after step 4 and early
+    stopping (--patience 2) ends the run at step 8 of 40."""
     run = tmp_path_factory.mktemp("classify_run") / "RUN"
-    main(finetune_args(causal_checkpoint, tables, run, "--test", str(tables["test"]), "--max_steps", "4",
-                       "--val_every", "2"))
-    return run
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        main(finetune_args(causal_checkpoint, tables, run, "--test", str(tables["test"]), "--max_steps", "40",
+                           "--val_every", "2", "--patience", "2", "--learning_rate", "0.05"))
+    return run, printed.getvalue()
+
+
+@pytest.fixture(scope="module")
+def classifier(classifier_run) -> Path:
+    return classifier_run[0]
 
 
 def test_finetune_writes_a_run_directory(classifier):
     files = {str(p.relative_to(classifier)) for p in classifier.rglob("*") if p.is_file()}
-    assert {"checkpoints/last.ckpt", "metrics.csv", "loss.png", "config.yaml", "test/metrics.csv"} <= files
-    assert step_of(classifier / "checkpoints" / "last.ckpt") == 4
+    assert {"checkpoints/last.ckpt", "checkpoints/best.ckpt", "metrics.csv", "loss.png", "config.yaml",
+            "test/metrics.csv"} <= files
+    assert step_of(classifier / "checkpoints" / "last.ckpt") == 8  # stopped early
     rows = read_tsv_csv(classifier / "metrics.csv")
     assert {"val/accuracy", "val/auroc", "val/loss"} <= set(rows[0])
-    assert len([r for r in rows if r.get("val/loss")]) == 2  # validated at steps 2 and 4
+    assert len([r for r in rows if r.get("val/loss")]) == 4  # validated at steps 2, 4, 6 and 8
     [test_row] = [r for r in read_tsv_csv(classifier / "test" / "metrics.csv") if r.get("test/accuracy")]
     assert 0.0 <= float(test_row["test/auroc"]) <= 1.0
     config = (classifier / "config.yaml").read_text()
@@ -106,7 +120,8 @@ def test_classify_a_table_keeps_its_columns_and_order(classifier, tables, tmp_pa
     main(["classify", "--checkpoint", str(classifier / "checkpoints" / "last.ckpt"), "--inputs", str(tables["test"]),
           "--out", str(out), "--device", "cpu", "--batch_size", "3"])
     rows = read_tsv(out)
-    assert list(rows[0]) == ["name", "extra", "prediction", "p_a", "p_b"]
+    assert list(rows[0]) == ["name", "sequence", "label", "extra", "prediction", "p_a", "p_b"]  # the input's columns
+    assert [r["label"] for r in rows] == ["ab"[i % 2] for i in range(7)]
     assert [r["name"] for r in rows] == [f"test{i}" for i in range(7)]
     assert [r["extra"] for r in rows] == [f"x{i}" for i in range(7)]
     for row in rows:
@@ -176,7 +191,7 @@ def test_regression_predicts_y_columns(causal_checkpoint, tmp_path):
     main(["classify", "--checkpoint", str(run / "checkpoints" / "last.ckpt"), "--inputs", str(val), "--out", str(out),
           "--device", "cpu"])
     rows = read_tsv(out)
-    assert list(rows[0]) == ["name", "extra", "prediction", "y_alpha", "y_beta"]
+    assert list(rows[0]) == ["name", "sequence", "label_alpha", "label_beta", "extra", "prediction", "y_alpha", "y_beta"]
     for row in rows:
         assert row["prediction"].split(",") == [row["y_alpha"], row["y_beta"]]
         assert np.isfinite([float(row["y_alpha"]), float(row["y_beta"])]).all()
@@ -240,3 +255,38 @@ def test_finetune_without_test_names_no_test_metrics(classifier, causal_checkpoi
     out = capsys.readouterr().out
     assert not (run / "test").exists()
     assert "test metrics:" not in out
+
+
+def test_finetune_stops_early_keeps_the_best_and_says_last_is_worse(classifier_run, tables, tmp_path):
+    """best.ckpt holds the step with the lowest validation loss, the summary says that the last
+    checkpoint is worse and that the run stopped early, and the command it prints predicts with
+    the best checkpoint (run as printed)."""
+    run, out = classifier_run
+    best = run / "checkpoints" / "best.ckpt"
+    found = re.search(r"best: step (\d+) +val/loss ([\d.]+).*?(\S+best\.ckpt)\n +last: step (\d+) +val/loss ([\d.]+)", out)
+    assert found, out
+    best_step, best_loss, best_path, last_step, last_loss = found.groups()
+    assert Path(best_path) == best and step_of(best) == int(best_step) < int(last_step) == step_of(run / "checkpoints" / "last.ckpt")
+    assert float(best_loss) < float(last_loss)
+    assert f"stopped early at step {last_step} of 40" in out and "--patience" in out
+    assert "the last checkpoint is WORSE than the best" in out
+    command = out.split("predict with the best checkpoint:\n")[1].splitlines()[0].strip()
+    assert command.startswith("genoformer classify --checkpoint ") and str(best) in command
+    predictions = tmp_path / "predictions.tsv"
+    args = [str(tables["test"]) if word == "SEQUENCES.tsv" else str(predictions) if word == "predictions.tsv" else word
+            for word in shlex.split(command)[1:]]
+    main([*args, "--device", "cpu"])
+    assert [r["label"] for r in read_tsv(predictions)] == ["ab"[i % 2] for i in range(7)]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine with a CUDA GPU runs --device gpu")
+def test_finetune_device_gpu_on_a_cpu_suggests_device_cpu(causal_checkpoint, tables, tmp_path, capsys):
+    run = tmp_path / "RUN"
+    err = fails(capsys, ["finetune", "--pretrained", str(causal_checkpoint), "--task", "classify", "--train",
+                         str(tables["train"]), "--val", str(tables["val"]), "--out", str(run), "--max_steps", "1",
+                         "--batch_size", "4", "--device", "gpu"])
+    assert "sees no CUDA GPU" in err and not run.exists()
+    [command] = [line.strip() for line in err.splitlines() if line.strip().startswith("genoformer finetune --")]
+    assert len(command) < 400 and "--device cpu" in command and "genoformer fit" not in err
+    main(shlex.split(command)[1:])  # the hint as printed
+    assert (run / "checkpoints" / "best.ckpt").is_file()

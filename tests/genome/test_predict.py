@@ -14,8 +14,9 @@ import pytest
 import torch
 from model_helpers import random_tokens
 
+from genoformer.cli import main
 from genoformer.data.genome.alphabet import decode, encode, reverse_complement
-from genoformer.data.genome.annotations import ANNOTATION_CLASSES, STRAND_SWAP
+from genoformer.data.genome.annotations import ANNOTATION_CLASSES, STRAND_SWAP, read_genes
 from genoformer.data.genome.labelled import TargetKind, TargetSpace
 from genoformer.data.genome.labels import read_unlabelled
 from genoformer.data.tiling import Keep, tile_windows
@@ -87,9 +88,8 @@ def test_predict_a_table_carries_its_columns(classifier_ckpt, tmp_path):
     predictor = SequencePredictor.from_checkpoint(classifier_ckpt, device="cpu")
     result = predictor.predict(read_unlabelled([str(table)]), progress=False)
     rows = list(csv.DictReader(io.StringIO(result.table()), delimiter="\t"))
-    header = list(rows[0])
-    assert header[-4:] == ["prediction", "p_donor", "p_acceptor", "p_neither"]
-    assert "sequence" not in header and "label" not in header
+    assert list(rows[0]) == ["name", "id", "sequence", "label", "note", "prediction", "p_donor", "p_acceptor", "p_neither"]
+    assert [r["label"] for r in rows] == ["donor"] * 4 and rows[2]["sequence"] == dna(34, 2)
     assert [r["id"] for r in rows] == ["r0", "r1", "r2", "r3"] and [r["note"] for r in rows] == ["n0", "n1", "n2", "n3"]
     out = result.write_tsv(tmp_path / "out.tsv")
     assert out.read_text() == result.table()
@@ -108,8 +108,8 @@ def test_tables_for_labels_and_values():
                                  TargetSpace(TargetKind.SEQUENCE_VALUES, ("u", "v"), mean=(0, 0), std=(1, 1)),
                                  columns={"name": ["A"], "prediction": ["old"], "sequence": ["ACGT"]})
     lines = values.table().splitlines()
-    assert lines[0].split("\t") == ["name", "prediction", "y_u", "y_v"]
-    assert lines[1].split("\t") == ["A", "1.5,-2.25", "1.5", "-2.25"]
+    assert lines[0].split("\t") == ["name", "sequence", "prediction", "y_u", "y_v"]  # the output's own column replaces "prediction"
+    assert lines[1].split("\t") == ["A", "ACGT", "1.5,-2.25", "1.5", "-2.25"]
 
 
 def test_sequence_predictor_errors(classifier_ckpt, annotator_ckpt, causal_checkpoint):
@@ -163,3 +163,41 @@ def test_long_contigs_are_tiled_and_stitched(annotator_ckpt, tmp_path):
     np.testing.assert_allclose(contigs[0].probabilities, stitched, atol=1e-6)
     with pytest.raises(ValueError, match="window must be in"):
         annotator.probabilities(codes, window=1024)
+
+
+@pytest.fixture(scope="module")
+def coding_annotator_ckpt(annotator_ckpt, tmp_path_factory) -> Path:
+    """The annotator made to say CDS+ almost everywhere (read on one strand, its head's weights
+    nearly zero, its bias for CDS+), so that it calls genes on random DNA."""
+    checkpoint = torch.load(annotator_ckpt, map_location="cpu", weights_only=False)
+    checkpoint["hyper_parameters"]["test_time_strands"] = False
+    checkpoint["state_dict"]["head.net.3.weight"] *= 0.01
+    checkpoint["state_dict"]["head.net.3.bias"][:] = torch.tensor([0.0, 3.0, 0.0, -3.0, -3.0])  # other, CDS+, CDS-, ...
+    path = tmp_path_factory.mktemp("coding") / "coding.ckpt"
+    torch.save(checkpoint, path)
+    return path
+
+
+def test_annotate_regions_are_in_contig_coordinates(coding_annotator_ckpt, tmp_path):
+    """`annotate --regions ctg1:5001-7000` reads the region with 3,000 bases on either side and
+    writes the genes that overlap it, in the coordinates of the whole contig: the genes of the
+    piece [2000, 10000) cut out by hand, moved by 2,000 bases; the GFF3 header and the bedGraph
+    are the whole contig's too."""
+    sequence = dna(12_000, 6)
+    fasta, piece = tmp_path / "g.fa", tmp_path / "piece.fa"
+    fasta.write_text(f">ctg1\n{sequence}\n>ctg2\n{dna(500, 7)}\n")
+    piece.write_text(f">ctg1\n{sequence[2000:10000]}\n")
+    options = ["--window", "256", "--device", "cpu", "--min_gene_length", "61"]
+    main(["annotate", "--checkpoint", str(coding_annotator_ckpt), "--inputs", str(piece), "--out", str(tmp_path / "piece.gff3"),
+          *options])
+    by_hand = [(g.start + 2000, g.end + 2000, g.strand, g.kind) for g in read_genes(tmp_path / "piece.gff3")
+               if g.start + 2000 < 7000 and g.end + 2000 > 5000]
+    out, tracks = tmp_path / "region.gff3", tmp_path / "region.bedgraph"
+    main(["annotate", "--checkpoint", str(coding_annotator_ckpt), "--inputs", str(fasta), "--regions", "ctg1:5001-7000",
+          "--out", str(out), "--tracks", str(tracks), *options])
+    genes = read_genes(out)
+    assert by_hand and [(g.start, g.end, g.strand, g.kind) for g in genes] == by_hand
+    assert "##sequence-region ctg1 1 12000" in out.read_text() and "ctg2" not in out.read_text()
+    rows = [line.split("\t") for line in tracks.read_text().splitlines() if not line.startswith("track")]
+    assert {row[0] for row in rows} == {"ctg1"}
+    assert min(int(row[1]) for row in rows) == 5000 and max(int(row[2]) for row in rows) == 7000

@@ -148,7 +148,7 @@ def test_fasta_alone_has_no_labels_but_reads_unlabelled(tmp_path):
     assert seqs.names == ["r1", "r2"] and seqs.targets.tolist() == [-1, -1] and seqs.label_names == []
     assert class_balance(seqs) == "2 unlabelled sequences"
     table = write(tmp_path / "t.tsv", "sequence\tlabel\tid\nACGT\ta\tx\n")
-    assert read_unlabelled(table).columns == {"id": ["x"]}
+    assert read_unlabelled(table).columns == {"sequence": ["ACGT"], "label": ["a"], "id": ["x"]}  # all carried
     with pytest.raises(ValueError, match="no FASTA file is given with it"):
         read_labelled(write(tmp_path / "n.tsv", "name\tlabel\nr1\ta\n"), task="classify")
 
