@@ -25,8 +25,8 @@ import torch
 from benchmarks.common import REPO_ROOT, Benchmark, Summary, at_most, median, table
 from genoformer.data.genome.inputs import read_sequences
 from genoformer.data.genome.regions import read_regions
-from genoformer.genome.mutagenesis import DEFAULT_WINDOW, mutagenesis, saturation_mutagenesis
-from genoformer.genome.scoring import Scorer
+from genoformer.genome.mutagenesis import mutagenesis, saturation_mutagenesis
+from genoformer.genome.scoring import CPU_WINDOW, Scorer
 
 CHECKPOINT = REPO_ROOT / "examples" / "genoformer_dna.ckpt"
 GENOME = REPO_ROOT / "examples" / "lambda_phage.fasta.gz"
@@ -43,7 +43,7 @@ def on_cpu(args) -> dict:
             load = os.getloadavg()[0]
             began = time.perf_counter()
             mutagenesis(checkpoint=CHECKPOINT, inputs=[str(GENOME)], regions=[region], out=Path(folder) / "m.tsv",
-                        window=128 if args.smoke else DEFAULT_WINDOW, batch_size=8, device="cpu", overwrite=True)
+                        window=128 if args.smoke else CPU_WINDOW, batch_size=8, device="cpu", overwrite=True)
             runs.append({"seconds": time.perf_counter() - began, "load_average_before": load})
     return {"kind": "cpu", "region": region, "torch_threads": torch.get_num_threads(), "runs": runs}
 

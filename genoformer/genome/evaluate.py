@@ -18,12 +18,11 @@ then holds ``markov_bits_per_base`` and ``mixture_bits_per_base`` beside the net
 ``bits_per_base``, all three over the same bases, and ``mixture`` says which mixture was used.
 `score` writes the mixture's log2 p instead of the network's.
 
-The window on a CPU: given neither --context nor --overlap, a model trained at a longer context
-than CPU_CONTEXT is read at CPU_CONTEXT tokens with an overlap of a quarter of it
-(`command_window`): on the 2-core CPU a 256 x 8 model then scores about 3x faster than at an
-8,192 window with half-window overlap, for about 0.001 to 0.002 bits per base
-(benchmarks/results/scoring_speed.json, docs/design/mixture.md). Otherwise (and on a GPU) the default is the trained
-context with overlap context // 2.
+The window: the default of every scoring command (`genoformer.genome.scoring.scoring_window`):
+on a CPU, given neither --context nor --overlap, a model trained at a longer context than 2,048
+is read at 2,048 tokens with an overlap of 512, about 3x faster than an 8,192 window with
+half-window overlap for about 0.001 to 0.002 bits per base (benchmarks/results/scoring_speed.json,
+docs/design/mixture.md); otherwise (and on a GPU) the trained context with overlap context // 2.
 
 Regions (``--regions``, or one ``--split`` of a training data split): only their bases are
 scored, and exactly as in the whole-record run: the windows of the record's tiling that keep them
@@ -63,10 +62,9 @@ from genoformer.genome.mixture import (
     mixture_settings,
     require_causal,
 )
-from genoformer.genome.scoring import Scorer
+from genoformer.genome.reports import comparison_rows, comparison_text, is_table, write_comparison
+from genoformer.genome.scoring import Scorer, scoring_window
 
-CPU_CONTEXT = 2048
-"""The longest default context of `evaluate` and `score` on a CPU (see the module docstring)."""
 BEDGRAPH_SUFFIXES = (".bedgraph", ".bg", ".bdg")
 BIGWIG_SUFFIXES = (".bw", ".bigwig")
 
@@ -97,39 +95,9 @@ def summarize(names: Sequence[str], sources: Sequence[str], log2p: Sequence[Sequ
     return {"total": total, "records": records}
 
 
-MIXED_COLUMNS = (("bits_per_base", "network"), ("markov_bits_per_base", "Markov"), ("mixture_bits_per_base", "mixture"))
-"""The bits per base of a report with --mix, and their column titles."""
-
-
-def format_table(report: dict[str, Any], title: str, what: str = "record") -> str:
-    """The per-record (or per-region: `what`) and total rows of a report as aligned text: bits per
-    base, or with --mix the network's, the Markov model's and the mixture's side by side."""
-    keys = MIXED_COLUMNS if "mixture" in report else (("bits_per_base", "bits/base"),)
-    rows = [(r["name"], r["bases"], [r[key] for key, _ in keys]) for r in report["records"]]
-    rows.append(("total", report["total"]["bases"], [report["total"][key] for key, _ in keys]))
-    width = max(len(name) for name, _, _ in rows + [(what, 0, 0)])
-    lines = [title, f"{what:<{width}}  {'bases':>12}" + "".join(f"  {head:>9}" for _, head in keys)]
-    for name, bases, values in rows:
-        cells = "".join(f"  {'-' if value is None else f'{value:9.4f}':>9}" for value in values)
-        lines.append(f"{name:<{width}}  {bases:>12,}{cells}")
-    return "\n".join(lines)
-
-
-def command_window(trained: int, device: torch.device, context: Optional[int], overlap: Optional[int]
-                   ) -> tuple[int, Optional[int], str]:
-    """The context and overlap `evaluate` and `score` run at, and a note when the CPU default
-    chose them. Given either, the trained context and overlap None (context // 2,
-    `Scorer.check_context`) fill in the other, as on a GPU; given neither on a CPU, the context
-    is at most CPU_CONTEXT and the overlap a quarter of it (every base after the first window
-    sees at least 3/4 of a window, and a window scores 3/4 of its bases instead of half)."""
-    if device.type != "cpu" or context is not None or overlap is not None:
-        return trained if context is None else context, overlap, ""
-    context = min(trained, CPU_CONTEXT)
-    if context == trained:
-        return context, None, ""
-    note = (f"on a CPU: context {context:,} (trained at {trained:,}) and overlap {context // 4:,}, the fast default; "
-            f"pass {option('context', trained)} for the trained window")
-    return context, context // 4, note
+EVALUATE_COLUMNS = {"model": "bits_per_base", "markov": "markov_bits_per_base", "mixture": "mixture_bits_per_base"}
+"""Where a report's rows hold each method's bits per base (the Markov model's and the mixture's
+with --mix only), for the comparison table (genoformer.genome.reports)."""
 
 
 def evaluate(
@@ -180,7 +148,9 @@ def evaluate(
         split_config: The training config whose data split `split` follows (a fit config, or
             config.yaml of its run); default the data module's default split (the last 5% of
             every record is val).
-        out: Write the report as JSON here (total, records, settings, speed).
+        out: Write the report here: .json (total, records, settings, speed, and the comparison
+            table as "table") or .tsv (the comparison table: model, and with --mix Markov and
+            mixture bits per base, per record and in total; genoformer.genome.reports).
         batch_size: Windows per forward pass.
         device: cpu, cuda or cuda:N; default CUDA when available.
         backend: Attention backend; auto picks the fastest for the device; fp8 runs it in FP8 on
@@ -206,10 +176,10 @@ def evaluate(
     chosen = record_regions(records, regions, split=split, split_spec=split_spec)
     checkpoint = resolve_checkpoint(checkpoint)  # the file itself, for the report and titles
     scorer = Scorer.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
-    context, overlap, window_note = command_window(scorer.context, scorer.device, context, overlap)
-    overlap = scorer.check_context(context, overlap)
-    if window_note:
-        print(window_note)
+    window = scoring_window(scorer.context, scorer.device, context, overlap, name="context")
+    context, overlap = window.length, scorer.check_context(window.length, window.overlap)
+    if window.note:
+        print(window.note)
     if mixture is not None:
         require_causal(scorer.causal, checkpoint)
         mixing = load_mixture(mix, mixture)
@@ -252,7 +222,9 @@ def evaluate(
         report["mixture"] = _mixture_report(report, mixing, sequences, log2p, ranges)
     strand_note = " (both strands)" if both_strands else ""
     what = "record" if regions is None and split is None else "region"
-    print(format_table(report, f"bits per base at a {context:,}-token context{strand_note}: {checkpoint}", what))
+    columns = EVALUATE_COLUMNS if mixture is not None else {"model": EVALUATE_COLUMNS["model"]}
+    report["table"] = comparison_rows(report["records"], report["total"], columns)
+    print(comparison_text(report["table"], f"bits per base at a {context:,}-token context{strand_note}: {checkpoint}", what))
     print(f"{positions:,} positions in {seconds:.1f} s ({positions / seconds:,.0f} bases/s on {report['device']})")
     if mixture is not None:
         mixed = report["mixture"]
@@ -261,8 +233,15 @@ def evaluate(
             f"({mixed['best_fixed_bits_per_base']:.4f} bits/base, fitted on them)")
         weight = "" if mixed["mean_network_weight"] is None else f"; mean weight on the network {mixed['mean_network_weight']:.3f}"
         print(f"mixture: {mixing.label()}{weight}{best}")
+    if mixture is None and scorer.causal:
+        inputs_given = " ".join(map(str, inputs if isinstance(inputs, list) else [inputs]))
+        print("to set a Markov baseline and the mixture of both beside the model in this table, fit the baseline on "
+              f"the model's training genomes and add --mix markov.npz to this command:\n  genoformer baseline --train "
+              f"TRAINING_GENOMES --inputs {inputs_given} --save markov.npz --out markov.tsv")
     if out is not None:
-        print(f"wrote {write_json(out, report, overwrite=True)}")
+        path = (write_comparison(Path(out), report["table"], overwrite=True) if is_table(out)
+                else write_json(out, report, overwrite=True))
+        print(f"wrote {path}")
     return report
 
 
@@ -461,10 +440,10 @@ def score(
     if mixture is not None:
         require_causal(scorer.causal, checkpoint)
         mixing = load_mixture(mix, mixture)
-    context, overlap, window_note = command_window(scorer.context, scorer.device, context, overlap)
-    overlap = scorer.check_context(context, overlap, command="score")
-    if window_note:
-        print(window_note)
+    window = scoring_window(scorer.context, scorer.device, context, overlap, name="context")
+    context, overlap = window.length, scorer.check_context(window.length, window.overlap, command="score")
+    if window.note:
+        print(window.note)
     sequences = [r.codes for r in records]
     log2p = scorer.score_many(sequences, context=context, overlap=overlap, batch_size=batch_size, spans=spans)
     if mixture is not None:

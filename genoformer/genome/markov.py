@@ -64,6 +64,7 @@ from genoformer.data.genome.inputs import NamedSequence, check_sequence_inputs, 
 from genoformer.data.genome.regions import record_regions
 from genoformer.data.splits import SplitName, SplitSpec, read_split_spec
 from genoformer.data.storage import atomic_open, refuse_existing, write_json
+from genoformer.genome.reports import comparison_rows, is_table, write_comparison
 from genoformer.progress import tqdm
 
 #: 2-bit codes of a 31-base context and a target fill the 64 bits of one key.
@@ -564,7 +565,9 @@ def baseline(
         train: Training FASTA/GenBank file (plain or gzip/xz/bzip2) or genome store (.zarr folder
             from `genoformer prepare`), or several as a list ("[a.fa.gz,b.zarr]" or --train a.fa --train+ b.fa).
         inputs: Files or stores to score, given like train; every record is scored on its own.
-        out: JSON file to write (never left half written); an existing one is an error without --overwrite.
+        out: The report to write (never left half written): .json, or .tsv for the comparison
+            table that `genoformer evaluate` writes too (its markov column filled;
+            genoformer.genome.reports); an existing one is an error without --overwrite.
         split: Train on this split (train, val or test) of the training data only, exactly as
             `genoformer fit` holds it out of a store built from it (see split_config).
         regions: Score only these regions of the inputs: a BED file (0-based, optional name
@@ -684,6 +687,10 @@ def baseline(
         "command": " ".join(sys.argv),
     }
     print(format_scores(rows, total, "record" if regions is None and inputs_split is None else "region"))
-    write_json(out, result, overwrite=overwrite)
+    result["table"] = comparison_rows(rows, total, {"markov": "bits_per_base"})
+    if is_table(out):
+        write_comparison(out, result["table"], overwrite=overwrite)
+    else:
+        write_json(out, result, overwrite=overwrite)
     print(f"wrote {out}")
     return out

@@ -24,13 +24,16 @@ about 2.5 windows' work per position instead of 4, with the llr of whole windows
 rounding. Masked models run one masked window per position, of `window` tokens (twice each with
 `both_strands`).
 
-The default window, 1024 (or the model's trained context when shorter), is a trade measured with
-a 256 x 8 causal model of an 8k context (`benchmarks/mutagenesis_bench.py`, 600 SNVs of lambda,
-against float32 at its full 8192 window): Pearson r 0.98 and a mean |difference| of 0.34 bits at 1024, against 0.95
-and 0.51 at 512 and 0.995 and 0.16 at 2048, which costs twice as much. Pass `--window 2048` or
-more on a GPU for scores closer to the full context. On a GPU the model runs under bfloat16
-autocast (the inference policy), whose rounding alone moves the llr by 0.09 bits on average at
-window 1024 and 0.23 at 8192: the llr sums log-probabilities over the window after the variant.
+The default window is that of every scoring command (`genoformer.genome.scoring.scoring_window`),
+so that an SNV gets the llr `genoformer variant_effect` gives it: the trained context, at most
+2,048 on a CPU. The window trades accuracy for time, as measured with a 256 x 8 causal model of an
+8k context (`benchmarks/mutagenesis_bench.py`, 600 SNVs of lambda, against float32 at its full
+8192 window): Pearson r 0.995 and a mean |difference| of 0.16 bits at 2048, against 0.98 and 0.34
+at 1024 (half the work) and 0.95 and 0.51 at 512. On a GPU, where the default is the trained
+context, `--window 2048` makes a long region many times cheaper for that accuracy. On a GPU the
+model runs under bfloat16 autocast (the inference policy), whose rounding alone moves the llr by
+0.09 bits on average at window 1024 and 0.23 at 8192: the llr sums log-probabilities over the
+window after the variant.
 
 Shape legend: P positions of a region, A the four bases A C G T.
 """
@@ -52,13 +55,11 @@ from genoformer.data.genome.alphabet import T
 from genoformer.data.genome.inputs import read_sequences
 from genoformer.data.genome.regions import Region, record_regions
 from genoformer.data.storage import atomic_build, refuse_existing, write_text
-from genoformer.genome.scoring import Scorer
+from genoformer.genome.scoring import Scorer, scoring_window
 from genoformer.genome.variants import Allele, allele_effects
 from genoformer.kernels.dispatch import Backend
 
 BASES = "ACGT"
-DEFAULT_WINDOW = 1024
-"""Default window of `mutagenesis` (see the module docstring)."""
 GPU_BATCH_SIZE = 64
 """Default windows per forward pass on a GPU (8 elsewhere): a 1 kb region at window 1024 takes
 1.1 s in batches of 64 on an H200, 5.3 s in batches of 8."""
@@ -185,7 +186,8 @@ def mutagenesis(
         regions: The regions to mutate: a BED file (0-based) or regions chrom:start-end (1-based,
             inclusive), several after one flag.
         out: The output TSV; the PNG is written beside it with the suffix .png.
-        window: Bases around each variant; default 1024 (or the trained context when shorter).
+        window: Bases around each variant; default the trained context, at most 2,048 on a CPU (as
+            for `genoformer variant_effect`).
         both_strands: A flag: average the llr of the forward strand and of the reverse-complemented
             windows (twice the work).
         batch_size: Windows per forward pass; default 64 on a GPU, 8 on the CPU.
@@ -202,7 +204,10 @@ def mutagenesis(
     chosen = [region for _, region in record_regions(records, regions)]
     checkpoint = resolve_checkpoint(checkpoint)  # the file itself, for the report and titles
     scorer = Scorer.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
-    window = min(DEFAULT_WINDOW, scorer.context) if window is None else window
+    chosen_window = scoring_window(scorer.context, scorer.device, window)
+    window = chosen_window.length
+    if chosen_window.note:
+        print(chosen_window.note)
     if batch_size is None:
         batch_size = GPU_BATCH_SIZE if scorer.device.type == "cuda" else 8
     reference = {record.name: record.codes for record in records}

@@ -30,6 +30,7 @@ Shape legend: B batch of windows, W window length, V vocabulary, L sequence leng
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any, Optional, Union
 
@@ -45,9 +46,47 @@ from genoformer.hints import hint, option
 from genoformer.core.transformer import KVCache, Transformer
 from genoformer.progress import tqdm
 
+CPU_WINDOW = 2048
+"""The longest default window of every scoring command on a CPU (`scoring_window`)."""
 LOG2E = 1.0 / np.log(2.0)
 DEFAULT_MASK_PERIOD = 7
 """Masked models: one base in 7 masked per pass, close to the 15% of training."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoringWindow:
+    """The window a scoring command runs at, and a line to print about it ('' for none)."""
+
+    length: int
+    overlap: Optional[int]
+    """None: the command's own default for `length` (context // 2 for evaluate and score)."""
+    note: str
+
+
+def scoring_window(trained: int, device: torch.device, window: Optional[int] = None, overlap: Optional[int] = None,
+                   *, name: str = "window") -> ScoringWindow:
+    """The default window of every scoring command (`evaluate`, `score`, `variant_effect`,
+    `mutagenesis`), defined here once so that a base or a variant gets the same score from each.
+
+    Given neither `window` nor `overlap` on a CPU, a model trained at a longer context than
+    CPU_WINDOW is read at CPU_WINDOW tokens with an overlap of a quarter of it (every base after
+    the first window sees at least 3/4 of a window): on the 2-core CPU the shipped 256 x 8 model
+    then scores about 3x faster than at an 8,192 window with half-window overlap, for about 0.001
+    to 0.002 bits per base, and a variant about 40x faster than at its 32,768-base trained context
+    (BENCHMARKS.md, CPU scoring speed). Otherwise (and on a GPU) the window is the trained context
+    or the one given. A window longer than CPU_WINDOW on a CPU gets a note that it will be slow.
+    `name` is the command's option for the window (`context` for evaluate and score).
+    """
+    if device.type == "cpu" and window is None and overlap is None and trained > CPU_WINDOW:
+        return ScoringWindow(CPU_WINDOW, CPU_WINDOW // 4,
+                             f"on a CPU: {name} {CPU_WINDOW:,} (trained at {trained:,}) and overlap {CPU_WINDOW // 4:,}, "
+                             f"the fast default; pass {option(name, trained)} for the trained window")
+    length = trained if window is None else window
+    note = ""
+    if device.type == "cpu" and length > CPU_WINDOW:
+        note = (f"on a CPU a {length:,}-base {name} is slow: every window is at least {length / CPU_WINDOW:.0f} times the "
+                f"work of one at the CPU default of {CPU_WINDOW:,}; pass {option(name, CPU_WINDOW)} for the fast default")
+    return ScoringWindow(length, overlap, note)
 
 
 class Scorer(LanguageModelRunner):

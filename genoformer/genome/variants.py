@@ -77,7 +77,7 @@ from genoformer.data.genome.regions import read_regions
 from genoformer.data.storage import atomic_build, refuse_existing, write_text
 from genoformer.data.tiling import Tile, same_length_batches
 from genoformer.genome.mixture import MarkovMixture, MixModeName, load_mixture, mixture_settings, require_causal
-from genoformer.genome.scoring import Scorer
+from genoformer.genome.scoring import Scorer, scoring_window
 from genoformer.hints import option
 from genoformer.kernels.dispatch import Backend
 from genoformer.progress import tqdm
@@ -570,7 +570,9 @@ def variant_effect(
         variants: A VCF (.vcf, .vcf.gz) or a TSV of chrom, pos (1-based), ref, alt.
         out: The output: a TSV of the input's columns, then llr and note; or, for a VCF input, a
             VCF (.vcf, .vcf.gz) of the input's records with the llr of each ALT in INFO GF_LLR.
-        window: Bases around each variant; default the model's trained context.
+        window: Bases around each variant; default the model's trained context (on a CPU at most
+            2,048, the default of every scoring command: `genoformer mutagenesis` scores an SNV
+            as this does).
         both_strands: A flag: average the llr of the forward strand and of the reverse-complemented
             windows (twice the work).
         regions: Keep only the variants inside these: a BED file (0-based) or regions
@@ -610,8 +612,11 @@ def variant_effect(
               f"reference: {_listed(unknown)}; the reference has {_listed(list(genome))}")
     checkpoint = resolve_checkpoint(checkpoint)  # the file itself, for the report and titles
     scorer = Scorer.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
-    window = scorer.context if window is None else window
+    chosen = scoring_window(scorer.context, scorer.device, window)
+    window = chosen.length
     scorer.check_context(window, 0, name="window", command="variant_effect")
+    if chosen.note:
+        print(chosen.note)
     mixing = None
     if mixture is not None:
         require_causal(scorer.causal, checkpoint)

@@ -262,7 +262,7 @@ def test_evaluate_reports_network_markov_and_mixture_side_by_side(mixed_report, 
                      mix=lambda_markov, mix_weight=0.0)
     stdout = capsys.readouterr().out
     assert "on a CPU: context 2,048 (trained at 32,768) and overlap 512, the fast default" in stdout
-    assert "network" in stdout and "Markov" in stdout and "mixture: fixed weight 0 on the network" in stdout
+    assert "model     markov    mixture" in stdout and "mixture: fixed weight 0 on the network" in stdout
     assert fixed["mixture"]["mode"] == "fixed" and fixed["mixture"]["weight"] == 0.0
     assert abs(fixed["total"]["mixture_bits_per_base"] - total["markov_bits_per_base"]) < 1e-9
     assert abs(fixed["total"]["bits_per_base"] - total["bits_per_base"]) < 1e-12

@@ -134,18 +134,24 @@ def test_evaluate_command_writes_the_report(causal_checkpoint, tmp_path, capsys)
 
 
 def test_the_cpu_default_window_is_the_fast_path():
-    """Given neither context nor overlap, a CPU reads a long-context model at 2,048 tokens with
+    """Given neither window nor overlap, a CPU reads a long-context model at 2,048 tokens with
     overlap 512 (3x faster, about 0.002 bits per base); anything given, or a GPU, keeps the
-    trained context with overlap context // 2 (None here: `Scorer.check_context` fills it in)."""
-    from genoformer.genome.evaluate import CPU_CONTEXT, command_window
+    trained context with overlap None (the command's default: `Scorer.check_context` fills in
+    context // 2); a window given longer than 2,048 on a CPU gets a note that it is slow."""
+    from genoformer.genome.scoring import CPU_WINDOW, ScoringWindow, scoring_window
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    context, overlap, note = command_window(8192, cpu, None, None)
-    assert (context, overlap) == (CPU_CONTEXT, CPU_CONTEXT // 4) and "pass context=8192 for the trained window" in note
-    assert command_window(8192, cuda, None, None) == (8192, None, "")
-    assert command_window(8192, cpu, 8192, None) == (8192, None, "")
-    assert command_window(8192, cpu, None, 100) == (8192, 100, "")
-    assert command_window(1024, cpu, None, None) == (1024, None, "")
+    window = scoring_window(8192, cpu, name="context")
+    assert (window.length, window.overlap) == (CPU_WINDOW, CPU_WINDOW // 4)
+    assert "pass context=8192 for the trained window" in window.note
+    assert scoring_window(8192, cuda) == ScoringWindow(8192, None, "")
+    assert scoring_window(8192, cuda, 32768) == ScoringWindow(32768, None, "")  # no CPU, no note
+    slow = scoring_window(32768, cpu, 32768)
+    assert (slow.length, slow.overlap) == (32768, None)
+    assert "a 32,768-base window is slow" in slow.note and "16 times" in slow.note and "window=2048" in slow.note
+    assert scoring_window(8192, cpu, None, 100).length == 8192
+    assert scoring_window(1024, cpu) == ScoringWindow(1024, None, "")
+    assert scoring_window(8192, cpu, 2048) == ScoringWindow(2048, None, "")
 
 
 def test_evaluate_errors_name_the_problem(causal_checkpoint, tmp_path):
