@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 import torch
+import yaml
 from safetensors.torch import load_file, save_file
 
 import genoformer.kernels.layout as layouts
@@ -152,7 +153,8 @@ def export_hf(
     architecture = export_architecture(kind, hparams)
     hf_config = hf_config_dict(config, kind, architecture, trained_seq_len, hparams, dtype)
     n_params = sum(tensor.numel() for tensor in tensors.values())
-    metrics = run_metrics(Path(checkpoint))
+    metrics = run_metrics(Path(checkpoint), state.get("global_step"))
+    training = training_record(Path(checkpoint), kind, hparams, state)
     with atomic_build(out, overwrite) as tmp:
         tmp.mkdir()
         (tmp / CONFIG_FILE).write_text(json.dumps(hf_config, indent=2) + "\n")
@@ -166,7 +168,7 @@ def export_hf(
             shutil.copyfile(layouts.__file__, tmp / LAYOUT_FILE)
             save_tokenizer(tmp, config.max_seq_len)
         card = model_card(out.name, config, kind, architecture, hparams, trained_seq_len, n_params, dtype,
-                          metrics, measured)
+                          metrics, measured, training)
         (tmp / "README.md").write_text(card)
     size = sum(f.stat().st_size for f in out.iterdir())
     print(f"wrote {out} (Hugging Face format, {kind.description}, {n_params:,} parameters, {dtype} weights, "
@@ -361,9 +363,10 @@ def build_tokenizer(max_len: int):
 def model_card(
     name: str, config: TransformerConfig, kind: ModelKind, architecture: Architecture, hparams: Mapping[str, Any],
     trained_seq_len: int, n_params: int, dtype: str, metrics: Mapping[str, float],
-    reports: Sequence[tuple[str, dict]],
+    reports: Sequence[tuple[str, dict]], training: Sequence[str] = (),
 ) -> str:
-    """README.md with Hub metadata, what the model is, its measured figures, and how to load it."""
+    """README.md with Hub metadata, what the model is, what it was trained on (`training`: lines of
+    `training_record`), its measured figures, its limitations, and how to load it."""
     context = trained_seq_len or config.max_seq_len
     if kind is ModelKind.FORECASTER:
         forecast = hparams["forecast"]
@@ -419,7 +422,82 @@ pipeline_tag: {pipeline}
 |---|---|
 {table}
 
-{_measured_section(metrics, reports)}{_loading_section(name, config, kind, architecture, hparams)}"""
+{_training_section(training)}{_measured_section(metrics, reports)}{_limitations_section(kind, architecture, hparams, context)}{_loading_section(name, config, kind, architecture, hparams)}"""
+
+
+TRAINING_DATA_KEYS = ("fasta", "store", "train", "val", "test", "genome", "task", "sources", "inputs", "columns")
+"""The data module options a model card lists under "Training data", where the run's config.yaml has them."""
+
+
+def training_record(checkpoint: Path, kind: ModelKind, hparams: Mapping[str, Any], state: Mapping[str, Any]) -> list[str]:
+    """What a checkpoint was trained on, as lines for the model card: the data options of its run's
+    config.yaml (beside <run dir>/checkpoints/), the model it was fine-tuned from, the steps and
+    the window; a line saying that the data was not recorded when there is no config.yaml."""
+    lines = []
+    if kind is ModelKind.GENOME_FINETUNED and hparams.get("pretrained"):
+        lines.append(f"fine-tuned from `{hparams['pretrained']}`")
+    if state.get("global_step"):
+        lines.append(f"{int(state['global_step']):,} optimizer steps")
+    if state.get("trained_seq_len"):
+        lines.append(f"training windows of up to {int(state['trained_seq_len']):,} tokens")
+    config = checkpoint.resolve().parent.parent / "config.yaml"
+    data = None
+    if checkpoint.resolve().parent.name == "checkpoints" and config.is_file():
+        loaded = yaml.safe_load(config.read_text()) or {}
+        data = (loaded.get("data") or {}) if isinstance(loaded, dict) else {}
+    if data is None:
+        lines.append("the training data is not recorded beside this checkpoint (no config.yaml of its run): "
+                     "say here what it was trained on before sharing it")
+        return lines
+    options = data.get("init_args", data) if isinstance(data, dict) else {}
+    if data.get("class_path"):
+        lines.append(f"data module `{str(data['class_path']).rpartition('.')[2]}`")
+    for key in TRAINING_DATA_KEYS:
+        value = options.get(key) if isinstance(options, dict) else None
+        if value not in (None, [], ""):
+            shown = ", ".join(f"`{item}`" for item in value) if isinstance(value, list) else f"`{value}`"
+            lines.append(f"{key}: {shown}")
+    return lines
+
+
+def _training_section(training: Sequence[str]) -> str:
+    if not training:
+        return ""
+    return "## Training data\n\n" + "\n".join(f"- {line}" for line in training) + "\n\n"
+
+
+def _limitations_section(kind: ModelKind, architecture: Architecture, hparams: Mapping[str, Any], context: int) -> str:
+    """What the model cannot be trusted for, by kind (its scope, context, strands and precision)."""
+    if kind is ModelKind.FORECASTER:
+        forecast = hparams["forecast"]
+        points = [
+            "It forecasts series like those it was trained on (their sampling, scale after z-scoring and "
+            "seasonality); other series need checking against a seasonal-naive and an AR baseline "
+            "(`genoformer evaluate_forecast`).",
+            f"Look-back at most {forecast['context']:,} samples and horizon at most {forecast['horizon']:,}: longer "
+            "forecasts are not made.",
+            "No exogenous inputs (calendar, weather) beyond the series' own channels.",
+        ]
+    else:
+        points = [
+            "It has seen only the data listed above: sequences unlike it (other kingdoms, GC contents, repeats, "
+            "organelles) are scored, embedded or classified without any check that they are in its domain.",
+            f"At most {context:,} bases of context: longer sequences are read in overlapping windows, so no base "
+            "sees more than that.",
+            "Letters other than A, C, G and T are read as N and never scored.",
+            "On a GPU it runs under bfloat16 autocast; figures differ slightly from a CPU's float32.",
+        ]
+        if kind is ModelKind.GENOME_FINETUNED:
+            targets = hparams["targets"]
+            points.append(f"Its outputs are {targets['kind'].replace('_', ' ')} ({', '.join(map(str, targets['names']))}) "
+                          "learned from the labels above; its probabilities are not calibrated.")
+            if architecture is _BASE_HEAD and "CDS+" in targets["names"]:
+                points.append("Gene calls are prokaryotic open reading frames (translation table 11, no introns): "
+                              "eukaryotic genes are not modelled.")
+        elif hparams.get("objective") == "CAUSAL_LM":
+            points.append("A causal model scores each base from the bases before it only; a variant's log-likelihood "
+                          "ratio says how expected a sequence is, not what the variant does to the organism.")
+    return "## Limitations\n\n" + "\n".join(f"- {point}" for point in points) + "\n\n"
 
 
 def _measured_section(metrics: Mapping[str, float], reports: Sequence[tuple[str, dict]]) -> str:
@@ -427,7 +505,8 @@ def _measured_section(metrics: Mapping[str, float], reports: Sequence[tuple[str,
         return ""
     lines = ["## Measured", ""]
     if metrics:
-        lines += ["The training run's last logged validation and test figures:", "", "| metric | value |", "|---|---|"]
+        lines += ["The training run's validation figures at this checkpoint's step (else the last logged) and its "
+                  "test figures:", "", "| metric | value |", "|---|---|"]
         lines += [f"| {key} | {value:.4g} |" for key, value in metrics.items()]
         lines.append("")
     if reports:
@@ -539,14 +618,17 @@ scaled_dot_product_attention and needs only torch and transformers.
 """
 
 
-def run_metrics(checkpoint: Path) -> dict[str, float]:
-    """The last logged value of every val/ and test/ metric of the run a checkpoint belongs to: the
-    metrics.csv of <run dir> and of <run dir>/test when the checkpoint sits in <run dir>/checkpoints
-    (none otherwise)."""
+def run_metrics(checkpoint: Path, step: Optional[int] = None) -> dict[str, float]:
+    """The val/ and test/ metrics of the run a checkpoint belongs to: the metrics.csv of <run dir>
+    and of <run dir>/test when the checkpoint sits in <run dir>/checkpoints (none otherwise). The
+    validation metrics are those of the validation after optimizer step `step` (the checkpoint's:
+    a best checkpoint's own, not the last validation's; Lightning logs it at step - 1), else the
+    last logged value of each."""
     if checkpoint.resolve().parent.name != "checkpoints":
         return {}
     run_dir = checkpoint.resolve().parent.parent
     found: dict[str, float] = {}
+    at_step: dict[str, float] = {}
     for path in (run_dir / "metrics.csv", run_dir / "test" / "metrics.csv"):
         if not path.is_file():
             continue
@@ -555,7 +637,9 @@ def run_metrics(checkpoint: Path) -> dict[str, float]:
                 for key, value in row.items():
                     if key and key.startswith(("val/", "test/")) and value not in ("", None):
                         found[key] = float(value)
-    return dict(sorted(found.items()))
+                        if step and key.startswith("val/") and row.get("step") == str(step - 1):
+                            at_step[key] = float(value)
+    return dict(sorted({**found, **at_step}.items()))
 
 
 def _read_report(path: Path) -> tuple[str, dict]:

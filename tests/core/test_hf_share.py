@@ -239,3 +239,24 @@ def test_the_card_shows_run_metrics_and_reports(tmp_path, causal_checkpoint):
     with pytest.raises(ValueError, match="no total bits per base"):
         (tmp_path / "bad.json").write_text("{}")
         export_hf(checkpoint, tmp_path / "hf2", reports=[tmp_path / "bad.json"])
+
+
+def test_the_card_says_what_the_model_was_trained_on_and_its_limitations(tmp_path, causal_checkpoint):
+    """Training data from the run's config.yaml (or a line saying it is not recorded), the
+    validation figures of the exported checkpoint's own step (a best checkpoint's, not the last
+    validation's), and a limitations section."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    checkpoint = run / "checkpoints" / "best.ckpt"
+    checkpoint.write_bytes(causal_checkpoint.read_bytes())  # saved after optimizer step 3
+    (run / "config.yaml").write_text("data:\n  class_path: genoformer.data.genome.datamodule.GenomeDataModule\n"
+                                     "  init_args:\n    fasta: [genomes/ecoli.fa.gz, genomes/saureus.fa.gz]\n")
+    (run / "metrics.csv").write_text("step,val/loss\n1,1.10\n2,1.05\n5,1.50\n")  # logged at step - 1
+    card = (export_hf(checkpoint, tmp_path / "hf") / "README.md").read_text()
+    training = card.split("## Training data")[1].split("##")[0]
+    assert "fasta: `genomes/ecoli.fa.gz`, `genomes/saureus.fa.gz`" in training and "3 optimizer steps" in training
+    assert "| val/loss | 1.05 |" in card
+    limitations = card.split("## Limitations")[1].split("##")[0]
+    assert "bases of context" in limitations and "not what the variant does" in limitations
+    bare = (export_hf(causal_checkpoint, tmp_path / "bare") / "README.md").read_text()
+    assert "the training data is not recorded beside this checkpoint" in bare and "## Limitations" in bare
