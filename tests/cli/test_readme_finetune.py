@@ -1,4 +1,4 @@
-"""README's fine-tune -> classify recipe, run as written (shorter: 4 steps instead of 400) on the
+"""README's fine-tune -> classify recipe, run as written (shorter: 2 steps instead of 400) on the
 shipped model and the shipped splice junctions: `classify` reads the checkpoint that `finetune`
 kept as the best by validation loss, and its output keeps the input's columns."""
 
@@ -30,7 +30,7 @@ def readme_commands(text: str) -> list[list[str]]:
     raise AssertionError("README.md has no bash block with `genoformer finetune`")
 
 
-@pytest.mark.slow  # the shipped 6.4M-parameter model: 4 steps and 2 validations on 318 sequences
+@pytest.mark.slow  # README's recipe as written: the shipped 6.4M-parameter model, one validation of 318 sequences
 def test_readme_finetune_then_classify_uses_the_best_checkpoint(tmp_path, monkeypatch):
     commands = readme_commands((REPO_ROOT / "README.md").read_text())
     finetune, classify = (next(c for c in commands if c[1] == verb) for verb in ("finetune", "classify"))
@@ -40,7 +40,7 @@ def test_readme_finetune_then_classify_uses_the_best_checkpoint(tmp_path, monkey
     (tmp_path / "my_sequences.tsv").write_text("\n".join([rows[0], *rows[1:6], *rows[-5:]]) + "\n")
     monkeypatch.chdir(tmp_path)
     steps = finetune.index("--max_steps") + 1
-    finetune[steps] = "4"  # the README trains 400
+    finetune[steps] = "2"  # the README trains 400
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         main([*finetune[1:], "--val_every", "2", "--device", "cpu"])
