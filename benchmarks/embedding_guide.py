@@ -1,4 +1,4 @@
-"""Which pooling and which layer of `genoformer embed` tell genomes apart (docs/embeddings.md).
+"""Which pooling and which layer of `genoformer embed` tell genomes apart (docs/embed.md).
 
 Pieces of real bacterial genomes (../shared/data/genomes: E. coli, S. aureus, H. pylori,
 V. cholerae; PIECES per genome, LENGTH bases each, evenly spaced, without N) are embedded with the

@@ -1,4 +1,4 @@
-"""The embedding guide's measures (docs/embeddings.md) on vectors whose answers are known."""
+"""The embedding guide's measures (docs/embed.md) on vectors whose answers are known."""
 
 from __future__ import annotations
 
