@@ -277,11 +277,13 @@ def _summary(trainer: Any, run_dir: Path, task: str, patience: int) -> str:
     if not monitored or not lasts or not monitored[0].best_model_path:
         return f"no checkpoint keeps the best {VALIDATION_MONITOR} in this configuration; see {run_dir}/checkpoints"
     metrics = run_dir / "metrics.csv"
-    predict = (f"genoformer annotate --checkpoint CHECKPOINT --inputs GENOME.fa --out genes.gff3" if task == "annotate"
+    predict = ("genoformer annotate --checkpoint CHECKPOINT --inputs GENOME.fa --out genes.gff3" if task == "annotate"
                else "genoformer classify --checkpoint CHECKPOINT --inputs SEQUENCES.tsv --out predictions.tsv")
+    stopped_early = any(c.patience and c.wait_count >= c.patience for c in trainer.early_stopping_callbacks)
     return validation_summary(read_validations(metrics) if metrics.is_file() else [],
                               best=Path(monitored[0].best_model_path), last=Path(lasts[0].last_model_path),
-                              max_steps=trainer.max_steps, patience=patience, predict=predict)
+                              max_steps=trainer.max_steps, patience=patience, stopped_early=stopped_early,
+                              predict=predict)
 
 
 def _finetune_command(values: dict[str, Any]) -> str:

@@ -425,10 +425,11 @@ def read_validations(metrics_csv: Union[str, Path]) -> list[Validation]:
 
 
 def validation_summary(validations: list[Validation], *, best: Path, last: Path, max_steps: int,
-                       patience: int, predict: str) -> str:
+                       patience: int, stopped_early: bool, predict: str) -> str:
     """What a finished run's best and last checkpoints scored on validation, said plainly when
-    the last is worse, and the command that predicts with the best (`predict`, a command line
-    with the placeholder CHECKPOINT)."""
+    the last is worse, whether early stopping (`patience` validations) ended it before
+    `max_steps`, and the command that predicts with the best (`predict`, a command line with the
+    placeholder CHECKPOINT)."""
     if not validations:
         return f"no validation ran; the model is {last}"
     best_run = min(validations, key=lambda v: v.metrics[VALIDATION_MONITOR])  # the first of equals
@@ -441,9 +442,12 @@ def validation_summary(validations: list[Validation], *, best: Path, last: Path,
 
     lines = [f"validation ({VALIDATION_MONITOR}, lower is better; {len(validations)} validations):",
              line("best", best_run, best), line("last", last_run, last)]
-    if patience and last_run.step < max_steps:
+    if stopped_early:
         lines.append(f"stopped early at step {last_run.step} of {max_steps}: {VALIDATION_MONITOR} did not improve "
                      f"for {patience} validations (--patience)")
+    elif last_run.step < max_steps:
+        lines.append(f"training ended at step {last_run.step} of {max_steps}, on a limit other than max_steps "
+                     "(max_epochs or max_time; Lightning's message above names it)")
     best_loss, last_loss = best_run.metrics[VALIDATION_MONITOR], last_run.metrics[VALIDATION_MONITOR]
     if best_run is last_run:
         lines.append("the last checkpoint is the best one")

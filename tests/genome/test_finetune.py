@@ -263,3 +263,20 @@ def test_setup_refuses_a_window_beyond_the_context(causal_checkpoint, tmp_path):
     bare._trainer = type("T", (), {"datamodule": None})()
     with pytest.raises(ValueError, match="no targets"):
         bare.setup("fit")
+
+
+def test_validation_summary_says_why_the_run_ended_before_max_steps():
+    """Early stopping is named only when it ended the run; a run that ended on another limit
+    before max_steps says so, and a run that reached max_steps says neither."""
+    from genoformer.genome.finetune import Validation, validation_summary
+
+    validations = [Validation(2, {"val/loss": 0.5}), Validation(4, {"val/loss": 0.7})]
+
+    def summary(stopped_early: bool, max_steps: int = 40) -> str:
+        return validation_summary(validations, best=Path("b.ckpt"), last=Path("l.ckpt"), max_steps=max_steps,
+                                  patience=3, stopped_early=stopped_early, predict="use CHECKPOINT")
+
+    assert "stopped early at step 4 of 40" in summary(True)
+    assert "stopped early" not in summary(False) and "training ended at step 4 of 40" in summary(False)
+    assert "stopped early" not in summary(False, 4) and "training ended" not in summary(False, 4)
+    assert "WORSE than the best" in summary(False) and "use b.ckpt" in summary(False)
