@@ -80,8 +80,8 @@ class InvalidBaseError(NotDNAError):
         self.position = position
         found = f"base {position + 1:,} (1-based): invalid character {char!r}"
         if length:
-            found += f" ({invalid:,} of {length:,} characters are not"
-            found += ": amino-acid letters, is it a protein?)" if char.upper() in AMINO_ACID_ONLY else ")"
+            found += f" ({invalid:,} of {length:,} characters are not nucleotide codes"
+            found += f"; {char!r} is an amino-acid letter: a protein?)" if char.upper() in AMINO_ACID_ONLY else ")"
         super().__init__(found)
 
 

@@ -30,7 +30,7 @@ def test_protein_made_of_nucleotide_letters_is_not_dna():
 
 def test_protein_letters_are_named_as_such():
     with pytest.raises(InvalidBaseError, match=r"base 3 \(1-based\): invalid character 'E' \(4 of 8 characters are "
-                                               r"not: amino-acid letters, is it a protein\?\)"):
+                                               r"not nucleotide codes; 'E' is an amino-acid letter: a protein\?\)"):
         encode("MKELLKEA")
 
 
