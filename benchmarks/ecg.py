@@ -191,6 +191,7 @@ def steps_from(specs: list[str]) -> dict[str, list[float]]:
         if not sep or not Path(path).is_file():
             raise SystemExit(f"--steps_from {spec!r}: expected NAME=FILE with FILE an evaluate_forecast JSON")
         rows = json.loads(Path(path).read_text())["results"]
+        rows = [row for row in rows if row.get("method") == "forecaster"] or rows  # a baseline's file: its own rows
         curves[name] = max(rows, key=lambda row: row["horizon"])["mse_by_step"]
     return curves
 
@@ -375,8 +376,9 @@ def main() -> None:
     evaluations = []
     for index, (seed, lookback) in enumerate((seed, lookback) for seed in seeds for lookback in lookbacks):
         evaluations.append(start_cli(
-            "evaluate_forecast", "--store", str(store), "--checkpoint", str(checkpoints[seed]), "--horizons",
-            horizon_list, "--lookback", str(lookback), "--out", str(evaluation_json(lookback, seed)), "--overwrite",
+            "evaluate_forecast", "--store", str(store), "--checkpoint", str(checkpoints[seed]), "--baseline", "[]",
+            "--horizons", horizon_list, "--lookback", str(lookback), "--out", str(evaluation_json(lookback, seed)),
+            "--overwrite",
             log=logs / f"evaluate_{lookback}_seed{seed}.log", threads=2, gpu=slots[index % len(slots)]))
     wait_all(evaluations, "an evaluation")
     per_seed_model = {seed: {lb: json.loads(evaluation_json(lb, seed).read_text())["results"] for lb in lookbacks}
@@ -388,7 +390,7 @@ def main() -> None:
         for index, (group, lookback) in enumerate((g, lb) for g in range(len(groups)) for lb in lookbacks):
             listed = f"[{', '.join(str(checkpoints[seed]) for seed in groups[group])}]"
             evaluations.append(start_cli(
-                "evaluate_forecast", "--store", str(store), "--checkpoint", listed, "--horizons", horizon_list,
+                "evaluate_forecast", "--store", str(store), "--checkpoint", listed, "--baseline", "[]", "--horizons", horizon_list,
                 "--lookback", str(lookback), "--out", str(out / f"ensemble{group}_lookback{lookback}.json"),
                 "--overwrite", log=logs / f"evaluate_{lookback}_ensemble{group}.log", threads=2,
                 gpu=placement[chosen, groups[group][0]]))
@@ -398,7 +400,7 @@ def main() -> None:
         model = {lb: mean_over_seeds([ensembles[group][lb] for group in ensembles]) for lb in lookbacks}
     wait_all(running, "a baseline")
     baselines = {name: json.loads((out / f"baseline_{name}.json").read_text())["results"] for name in ("seasonal_naive", "ar")}
-    baseline_details = {name: json.loads((out / f"baseline_{name}.json").read_text())["baseline"]
+    baseline_details = {name: json.loads((out / f"baseline_{name}.json").read_text())["methods"][name]
                         for name in ("seasonal_naive", "ar")}
 
     length = sum(1 for _ in open(source)) - 1

@@ -87,14 +87,14 @@ elif [ "$PHASE" = evaluate ]; then
             checkpoint="$RUN/$name/checkpoints/best.ckpt"
             [ "$model" = general ] && checkpoint="$RUN/general/checkpoints/best.ckpt"
             timeout "$EVAL_SECONDS" "$PYTHON" cli.py evaluate_forecast --store "$STORES/$name.zarr" --checkpoint "$checkpoint" \
-                --batch_size 2048 --out "$RUN/eval/$model/$name.json" --overwrite "${DEVICE[@]}" > "$RUN/logs/eval_${model}_$name.log" 2>&1 &
+                --baseline "[]" --batch_size 2048 --out "$RUN/eval/$model/$name.json" --overwrite "${DEVICE[@]}" > "$RUN/logs/eval_${model}_$name.log" 2>&1 &
             pids+=($!)
         done
     done
     for name in "${UNSEEN[@]}"; do
         [ -d "$STORES/$name.zarr" ] || { echo "$STORES/$name.zarr not found: $name not scored"; continue; }
         timeout "$EVAL_SECONDS" "$PYTHON" cli.py evaluate_forecast --store "$STORES/$name.zarr" --checkpoint "$RUN/general/checkpoints/best.ckpt" \
-            --batch_size 2048 --out "$RUN/eval/general/$name.json" --overwrite "${DEVICE[@]}" > "$RUN/logs/eval_general_$name.log" 2>&1 &
+            --baseline "[]" --batch_size 2048 --out "$RUN/eval/general/$name.json" --overwrite "${DEVICE[@]}" > "$RUN/logs/eval_general_$name.log" 2>&1 &
         pids+=($!)
     done
     status=0

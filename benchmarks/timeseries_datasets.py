@@ -130,13 +130,14 @@ def add_model_results(summary: dict, model: str, dataset: str, payload: dict) ->
     """Add the rows of one `evaluate_forecast --checkpoint` result (`payload`, its JSON) for
     `dataset` under the name `model`."""
     entry = summary["datasets"].setdefault(dataset, {"methods": {}})
-    entry["methods"][model] = _rows(payload)
+    entry["methods"][model] = _rows(payload, "forecaster")
 
 
-def _rows(payload: dict) -> dict[str, dict]:
+def _rows(payload: dict, method: str) -> dict[str, dict]:
+    """The rows of one method (forecaster, or a baseline's name) of an evaluate_forecast result."""
     return {str(row["horizon"]): {"mse": row["mse"], "mae": row["mae"], "windows": row["windows"],
                                   "lookback": row["lookback"], **({"wql": row["wql"]} if "wql" in row else {})}
-            for row in payload["results"]}
+            for row in payload["results"] if row.get("method", method) == method}
 
 
 def wins(summary: dict) -> list[dict]:
@@ -312,8 +313,8 @@ def main(argv: Optional[list[str]] = None) -> dict:
         for method in args.methods:
             payload = evaluate(method, Path(data["store"]), args.work / "eval" / method / f"{name}.json", horizons,
                                tuple(args.ar_orders))
-            entry["methods"][method] = _rows(payload)
-            entry["baselines"][method] = {"seconds": payload.get("seconds"), **payload["baseline"]}
+            entry["methods"][method] = _rows(payload, method)
+            entry["baselines"][method] = {"seconds": payload.get("seconds"), **payload["methods"][method]}
             print(f"{name} {method}: " + ", ".join(f"{h} {r['mse']:.3f}" for h, r in entry["methods"][method].items()))
     for folder in args.models:
         for model_dir in sorted(p for p in Path(folder).iterdir() if p.is_dir()):

@@ -2,12 +2,13 @@
 and the Python functions behind them.
 
     genoformer prepare_timeseries --inputs ecg.csv --out ecg.zarr --time_column t_seconds
-    genoformer prepare_timeseries --inputs power.csv.xz --out power.zarr --time_column "[Date,Time]" --dayfirst
+    genoformer prepare_timeseries --inputs power.csv.xz --out power.zarr --time_column Date,Time --dayfirst
+    genoformer prepare_timeseries --inputs monitor.csv --out monitor.zarr --time_column timestamp \
+        --sampling_rate 5min --snap 150s
     genoformer forecast --checkpoint CKPT --store ecg.zarr --at 90000 --out forecast.npz
-    genoformer evaluate_forecast --store ecg.zarr --checkpoint CKPT --out model.json
+    genoformer evaluate_forecast --store ecg.zarr --checkpoint CKPT --out results.json   # and the baselines
     genoformer evaluate_forecast --store ecg.zarr --checkpoint [A.ckpt,B.ckpt] --out ensemble.json
-    genoformer evaluate_forecast --store ecg.zarr --baseline ar --out ar.json
-    genoformer evaluate_forecast --store ecg.zarr --baseline dlinear --out dlinear.json
+    genoformer evaluate_forecast --store ecg.zarr --baseline ar,dlinear --out baselines.json
 
 Shape legend: C channels, T time steps, H horizon, K quantile levels, N windows, P look-back.
 """
@@ -16,10 +17,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 import numpy as np
+import pandas as pd
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -251,12 +254,38 @@ def protocol_results(
     return {"results": results, "protocol": protocol, "baseline": {"name": baseline, "orders": chosen}}
 
 
+BaselineName = Literal["seasonal_naive", "ar", "dlinear"]
+BASELINES: tuple[str, ...] = ("seasonal_naive", "ar", "dlinear")
+METHOD_LABELS = {"forecaster": "forecaster", "seasonal_naive": "seasonal naive", "ar": "AR", "dlinear": "DLinear"}
+
+
+def comparison_table(results: list[dict[str, Any]], horizons: Sequence[int]) -> str:
+    """A Markdown table of test MSE (MAE) per method (rows) and horizon (columns), the lowest
+    MSE of each horizon in bold; "-" where a method has no score (a horizon beyond a model's)."""
+    methods = list(dict.fromkeys(row["method"] for row in results))
+    scores = {(row["method"], row["horizon"]): row for row in results}
+    best = {h: min((scores[m, h]["mse"] for m in methods if (m, h) in scores), default=None) for h in horizons}
+    lines = ["| method | " + " | ".join(f"horizon {h}" for h in horizons) + " |",
+             "|---|" + "---|" * len(horizons)]
+    for method in methods:
+        cells = []
+        for h in horizons:
+            row = scores.get((method, h))
+            if row is None:
+                cells.append("-")
+                continue
+            mse = f"{row['mse']:.4f}"
+            cells.append(f"{f'**{mse}**' if row['mse'] == best[h] and len(methods) > 1 else mse} ({row['mae']:.4f})")
+        lines.append(f"| {METHOD_LABELS.get(method, method)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def evaluate_forecast(
     *,
     store: Path,
     out: Path,
     checkpoint: Optional[Union[Path, list[Path]]] = None,
-    baseline: Optional[Literal["seasonal_naive", "ar", "dlinear"]] = None,
+    baseline: list[BaselineName] = list(BASELINES),
     horizons: list[int] = list(PROTOCOL_HORIZONS),
     lookback: Optional[int] = None,
     train_fraction: float = 0.7,
@@ -270,28 +299,34 @@ def evaluate_forecast(
 ) -> Path:
     """Score forecasts under the long-horizon protocol (MSE and MAE on z-scored values) and write JSON.
 
-    Each series is split in time into train (the first train_fraction), validation and test (the
-    last test_fraction); values are z-scored per channel with the training part's statistics;
-    every forecast start in the test part whose horizon fits is scored (stride 1), its look-back
-    reaching back into earlier parts. Missing target values are left out (a window with none
-    observed is skipped); missing look-back values reach a model masked, and the baselines carry
-    the last observed value forward. Baselines are fitted on the training part, gaps of up to 32
-    steps filled the same way (the AR order is chosen on validation, DLinear's training stops at
-    its best validation MSE). Output:
-    {"results": [{"horizon", "mse", "mae", "lookback", "windows", "mse_by_step",
-    "missing_targets", "windows_without_targets"}, ...], ...}, where mse_by_step is the MSE of
-    each forecast step (where in the horizon a model wins or loses); a model with quantiles also
-    gets "quantile_loss" (mean pinball loss) and "wql" (mean weighted quantile loss).
+    A checkpoint and the baselines (seasonal naive, AR and DLinear unless --baseline says
+    otherwise) are scored on the same windows, printed side by side as one table (test MSE, MAE in
+    parentheses, the best MSE of each horizon in bold) and written as JSON and as that table in
+    Markdown (OUT with .md). Each series is split in time into train (the first
+    train_fraction), validation and test (the last test_fraction); values are z-scored per
+    channel with the training part's statistics; every forecast start in the test part whose
+    horizon fits is scored (stride 1), its look-back reaching back into earlier parts. Missing
+    target values are left out (a window with none observed is skipped); missing look-back values
+    reach a model masked, and the baselines carry the last observed value forward. Baselines are
+    fitted on the training part, gaps of up to 32 steps filled the same way (the AR order is
+    chosen on validation, DLinear's training stops at its best validation MSE). Output:
+    {"results": [{"method", "horizon", "mse", "mae", "lookback", "windows", "mse_by_step",
+    "missing_targets", "windows_without_targets"}, ...], "methods": {method: what was fitted or
+    loaded}, "protocol": ..., "table": ...}, where method is forecaster, seasonal_naive, ar or
+    dlinear and mse_by_step the MSE of each forecast step (where in the horizon a model wins or
+    loses); a model with quantiles also gets "quantile_loss" (mean pinball loss) and "wql" (mean
+    weighted quantile loss).
 
     Args:
         store: Time-series store (from `genoformer prepare_timeseries`).
-        out: JSON file to write.
-        checkpoint: A TimeSeriesForecaster (give this or baseline): genoformer-forecaster, a .ckpt, a
-            run directory (its best checkpoint), RUN_DIR/best or RUN_DIR/last; or a list of them,
-            [A.ckpt,B.ckpt,...]: an ensemble, scored on the mean of their forecasts.
-        baseline: seasonal_naive (last period repeated, period from the training autocorrelation),
-            ar (least-squares linear autoregression, direct multi-horizon) or dlinear (trend and
-            remainder, one linear layer each, Adam on the training MSE, best step on validation).
+        out: JSON file to write; the table goes beside it with the suffix .md.
+        checkpoint: A TimeSeriesForecaster: genoformer-forecaster, a .ckpt, a run directory (its best
+            checkpoint), RUN_DIR/best or RUN_DIR/last; or a list of them, [A.ckpt,B.ckpt,...]: an
+            ensemble, scored on the mean of their forecasts.
+        baseline: Baselines scored beside it: seasonal_naive (last period repeated, period from
+            the training autocorrelation), ar (least-squares linear autoregression, direct
+            multi-horizon) and dlinear (trend and remainder, one linear layer each, Adam on the
+            training MSE, best step on validation); one, several (ar,dlinear) or none ("[]").
         horizons: Forecast horizons to score; a checkpoint is scored on those it can forecast (at
             most its forecast.horizon), and the others are named as skipped.
         lookback: Samples the model sees before each forecast start; default its context.
@@ -302,27 +337,60 @@ def evaluate_forecast(
         batch_size: Windows per forward pass.
         device: cpu, cuda or cuda:N; default CUDA when available.
         backend: Attention backend; auto picks the fastest for the device.
-        overwrite: Replace an existing `out`.
+        overwrite: Replace an existing `out` and its table.
     """
     out = Path(out)
+    table_path = out.with_suffix(".md")
     refuse_existing(out, overwrite)
-    if (checkpoint is None) == (baseline is None):
-        raise ValueError(f"give exactly one of {option('checkpoint', metavar='CKPT')} or "
-                         f"{option('baseline', metavar='seasonal_naive|ar|dlinear')}.")
+    refuse_existing(table_path, overwrite)
+    baselines = [baseline] if isinstance(baseline, str) else list(baseline)  # Python: one name, or a list
+    methods = (["forecaster"] if checkpoint is not None else []) + list(dict.fromkeys(baselines))
+    if not methods:
+        raise ValueError(f"nothing to score: give {option('checkpoint', metavar='CKPT')}, "
+                         f"{option('baseline', list(BASELINES))} or both.")
     opened = _open_store(store)
     forecaster = None if checkpoint is None else load_forecaster(checkpoint, device, backend)
-    payload = protocol_results(opened, forecaster=forecaster, baseline=baseline, horizons=tuple(horizons),
-                               lookback=lookback, train_fraction=train_fraction, test_fraction=test_fraction,
-                               ar_orders=tuple(ar_orders), dlinear_lookback=dlinear_lookback, batch_size=batch_size)
-    payload.update({"store": str(store),
-                    "checkpoint": [str(path) for path in checkpoint] if isinstance(checkpoint, list) else
-                    None if checkpoint is None else str(checkpoint)})
+    common = dict(horizons=tuple(horizons), train_fraction=train_fraction, test_fraction=test_fraction,
+                  ar_orders=tuple(ar_orders), dlinear_lookback=dlinear_lookback, batch_size=batch_size)
+    results: list[dict[str, Any]] = []
+    fitted: dict[str, Any] = {}
+    protocol: Optional[dict[str, Any]] = None
+    for method in methods:
+        print(f"scoring {METHOD_LABELS[method]}")
+        if method == "forecaster":
+            payload = protocol_results(opened, forecaster=forecaster, lookback=lookback, **common)
+            fitted[method] = payload["model"]
+        else:
+            payload = protocol_results(opened, baseline=method, **common)
+            fitted[method] = {key: value for key, value in payload["baseline"].items() if key != "name"}
+        protocol = protocol or payload["protocol"]
+        results += [{"method": method, **row} for row in payload["results"]]
+    table = comparison_table(results, sorted(set(horizons)))
+    payload = {"results": results, "methods": fitted, "protocol": protocol, "table": table, "store": str(store),
+               "checkpoint": [str(path) for path in checkpoint] if isinstance(checkpoint, list) else
+               None if checkpoint is None else str(checkpoint)}
     with atomic_build(out, overwrite) as tmp:
         tmp.write_text(json.dumps(payload, indent=2) + "\n")
-    for row in payload["results"]:
-        print(f"horizon {row['horizon']:>5}  mse {row['mse']:.4f}  mae {row['mae']:.4f}  lookback {row['lookback']}")
-    print(f"wrote {out}")
+    heading = f"Test MSE (MAE) on z-scored values, {opened.path.name}"
+    with atomic_build(table_path, overwrite) as tmp:
+        tmp.write_text(f"{heading}\n\n{table}\n")
+    print(f"{heading}:\n{table}")
+    print(f"wrote {out} and {table_path}")
     return out
+
+
+def _score(forecast_CH: np.ndarray, truth_CX: np.ndarray, std_C: np.ndarray) -> Optional[dict[str, float]]:
+    """MSE and MAE of a forecast against the truth after it (its observed values), in the series'
+    units and z-scored by the store's per-channel standard deviation; None without truth."""
+    steps = min(forecast_CH.shape[1], truth_CX.shape[1])
+    error_CX = forecast_CH[:, :steps].astype(np.float64) - truth_CX[:, :steps]
+    observed = ~np.isnan(error_CX)
+    if not observed.any():
+        return None
+    scaled_CX = error_CX / np.where(std_C > 0, std_C, 1.0)[:, None]
+    return {"steps": steps, "mse": float(np.mean(error_CX[observed] ** 2)), "mae": float(np.mean(np.abs(error_CX[observed]))),
+            "mse_zscored": float(np.mean(scaled_CX[observed] ** 2)),
+            "mae_zscored": float(np.mean(np.abs(scaled_CX[observed])))}
 
 
 def forecast(
@@ -341,9 +409,12 @@ def forecast(
     """Forecast one series of a store with a checkpoint; write .npz and a PNG beside it.
 
     The model sees the `context` samples before `at` and forecasts `horizon` samples from `at`.
-    The .npz holds history, forecast, quantiles and levels (when the model has them), truth (the
-    store's values after `at`, when there are any), at, sampling_rate and channel_names; the PNG
-    (same name, .png) draws history, truth, forecast and the widest quantile band.
+    Where the store holds values after `at` (the truth), the forecast is scored against them and
+    the score printed: MSE and MAE in the series' units and z-scored by the store's standard
+    deviation per channel. The .npz holds history, forecast, quantiles and levels (when the
+    model has them), truth, at, sampling_rate, channel_names, start_time (when the store knows
+    the series' dates) and the score; the PNG (same name, .png) draws history, truth, forecast and
+    the widest quantile band, against dates when the store knows them, else seconds.
 
     Args:
         checkpoint: A TimeSeriesForecaster: genoformer-forecaster, a .ckpt, a run directory (its best
@@ -352,7 +423,7 @@ def forecast(
         store: Time-series store (from `genoformer prepare_timeseries`).
         out: Output file, ending in .npz.
         series: Series name or index in the store.
-        at: Forecast origin (sample index); default the end of the series (no truth).
+        at: Forecast origin (sample index); default the end of the series (nothing to score).
         horizon: Samples to forecast; default the trained horizon.
         history: Samples of history to draw (default: 4 horizons); the model always sees its context.
         device: cpu, cuda or cuda:N; default CUDA when available.
@@ -373,7 +444,8 @@ def forecast(
         index = int(series)
     else:
         raise ValueError(f"no series {series!r} in {store}; its series are {names[:20]} (or give an index).")
-    length = opened.series[index].length
+    info = opened.series[index]
+    length = info.length
     at = length if at is None else at
     if not 0 < at <= length:
         raise ValueError(f"the forecast origin must be in [1, {length}] for series {names[index]!r} "
@@ -390,12 +462,26 @@ def forecast(
         "truth": truth_CX, "at": np.array(at), "sampling_rate": np.array(opened.sampling_rate),
         "channel_names": np.array(opened.channel_names, dtype=str),
     }
+    if info.start_time is not None:
+        arrays["start_time"] = np.array(info.start_time)
     if result.quantiles is not None:
         arrays.update(quantiles=result.quantiles, levels=np.array(result.levels))
+    score = _score(result.point, truth_CX, opened.std.astype(np.float64))
+    if score is not None:
+        arrays.update({f"score_{key}": np.array(value) for key, value in score.items()})
     with atomic_build(out, overwrite) as tmp:
         np.savez(tmp, **arrays)
     with atomic_build(png, overwrite) as tmp:
-        plot_forecast(arrays, tmp, title=f"{names[index]}: forecast from sample {at}")
+        origin = f"sample {at}" if info.start_time is None else \
+            f"{pd.Timestamp(info.start_time) + pd.Timedelta(seconds=at / opened.sampling_rate):%Y-%m-%d %H:%M} (sample {at})"
+        plot_forecast(arrays, tmp, title=f"{names[index]}: forecast from {origin}")
+    if score is not None:
+        print(f"score against the {score['steps']} samples after {at}: MSE {score['mse']:.4g}, MAE {score['mae']:.4g} "
+              f"(z-scored: MSE {score['mse_zscored']:.4f}, MAE {score['mae_zscored']:.4f})")
+    else:
+        test_start = ProtocolSplit.of(length).test_start
+        print(f"nothing after sample {at} to score the forecast against; to score one, forecast from inside the "
+              f"series, e.g. from the protocol's test part: {option('at', test_start)}")
     print(f"wrote {out} and {png}")
     return out
 
@@ -410,30 +496,45 @@ def load_forecaster(checkpoint: Union[Path, list[Path]], device: Optional[str], 
 
 
 def plot_forecast(arrays: dict[str, Any], path: Path, *, title: str = "") -> Path:
-    """Draw history, truth, forecast and the widest quantile band of each channel into a PNG
-    (`forecast` writes it atomically)."""
+    """Draw `forecast_figure` into a PNG (`forecast` writes it atomically)."""
+    forecast_figure(arrays, title=title).savefig(path, dpi=120)
+    return Path(path)
+
+
+def forecast_figure(arrays: dict[str, Any], *, title: str = "") -> Figure:
+    """History, truth, forecast and the widest quantile band of each channel (the arrays of
+    `forecast`'s .npz), against dates when `arrays` has the series' start_time, else seconds
+    from its start."""
     history_CT, forecast_CH, truth_CX = arrays["history"], arrays["forecast"], arrays["truth"]
     at, rate = int(arrays["at"]), float(arrays["sampling_rate"])
     names = [str(name) for name in arrays["channel_names"]]
+    start = pd.Timestamp(str(arrays["start_time"])).tz_convert(None).to_datetime64() if "start_time" in arrays else None
     n_channels = history_CT.shape[0]
     figure = Figure(figsize=(10, 2.8 * n_channels + 0.6), layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.subplots(n_channels, 1, squeeze=False)[:, 0]
-    seconds = lambda lo, n: (lo + np.arange(n)) / rate  # noqa: E731 - a two-line helper
+
+    def times(lo: int, n: int) -> np.ndarray:
+        seconds = (lo + np.arange(n)) / rate
+        return seconds if start is None else start + (seconds * 1e9).astype("timedelta64[ns]")
+
     for c, ax in enumerate(axes):
-        ax.plot(seconds(at - history_CT.shape[1], history_CT.shape[1]), history_CT[c], color="0.3", lw=0.8, label="history")
+        ax.plot(times(at - history_CT.shape[1], history_CT.shape[1]), history_CT[c], color="0.3", lw=0.8, label="history")
         if truth_CX.shape[1]:
-            ax.plot(seconds(at, truth_CX.shape[1]), truth_CX[c], color="black", lw=0.8, label="truth")
+            ax.plot(times(at, truth_CX.shape[1]), truth_CX[c], color="black", lw=0.8, label="truth")
         if "quantiles" in arrays:
             levels = list(arrays["levels"])
-            ax.fill_between(seconds(at, forecast_CH.shape[1]), arrays["quantiles"][c, :, 0], arrays["quantiles"][c, :, -1],
+            ax.fill_between(times(at, forecast_CH.shape[1]), arrays["quantiles"][c, :, 0], arrays["quantiles"][c, :, -1],
                             color="tab:blue", alpha=0.25, lw=0, label=f"{levels[0]:g} to {levels[-1]:g} quantiles")
-        ax.plot(seconds(at, forecast_CH.shape[1]), forecast_CH[c], color="tab:blue", lw=1.0, label="forecast")
-        ax.axvline(at / rate, color="tab:red", lw=0.6, ls="--")
+        ax.plot(times(at, forecast_CH.shape[1]), forecast_CH[c], color="tab:blue", lw=1.0, label="forecast")
+        ax.axvline(times(at, 1)[0], color="tab:red", lw=0.6, ls="--")
         ax.set_ylabel(names[c])
         ax.grid(alpha=0.3)
     axes[0].legend(loc="upper left", fontsize=8)
     axes[0].set_title(title)
-    axes[-1].set_xlabel("time (s)")
-    figure.savefig(path, dpi=120)
-    return Path(path)
+    if start is None:
+        axes[-1].set_xlabel("time (s)")
+    else:
+        axes[-1].set_xlabel("date and time")
+        figure.autofmt_xdate()
+    return figure

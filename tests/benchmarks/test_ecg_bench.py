@@ -46,7 +46,7 @@ def test_ecg_benchmark_smoke_run(tmp_path):
     # ensemble is the model of the tables
     assert results["ensemble"] == 2 and results["ensemble_seeds"] == [[0, 1]]
     assert results["model"]["256"] == [{**row, "mse_seeds": [row["mse"]]} for row in results["ensembles"]["0"]["256"]]
-    assert json.loads((out / "ensemble0_lookback256.json").read_text())["model"]["members"] == 2
+    assert json.loads((out / "ensemble0_lookback256.json").read_text())["methods"]["forecaster"]["members"] == 2
     assert "single models, 256 (mean of 2)" in result.stdout and "ensemble of 2, look-back 256" in result.stdout
     assert len(results["model"]["256"][-1]["mse_by_step"]) == 48
     # the error by part of the horizon: steps 1-48 (the smoke run's longest horizon)

@@ -287,7 +287,9 @@ def test_evaluate_forecast_horizon_hints_work_as_typed(tmp_path, capsys):
             str(tmp_path / "model.json"), "--device", "cpu"]
     err = fails(capsys, args)  # the model forecasts 16 steps, shorter than every horizon of the protocol
     main(args + shlex.split(re.search(r"--horizons \S+", err).group(0)))
-    assert [row["horizon"] for row in json.loads((tmp_path / "model.json").read_text())["results"]] == [16]
+    rows = json.loads((tmp_path / "model.json").read_text())["results"]
+    assert [(row["method"], row["horizon"]) for row in rows] == [
+        ("forecaster", 16), ("seasonal_naive", 16), ("ar", 16), ("dlinear", 16)]  # the model beside the baselines
 
 
 # --------------------------------------------------------------------------- 11: nothing left behind

@@ -134,4 +134,4 @@ def test_ar_on_a_gappy_series_says_which_option_fixes_it(monitor_store, tmp_path
     main([*args, *hinted(err, r"--ar_orders \S+")])
     result = json.loads((tmp_path / "ar.json").read_text())
     assert result["results"][0]["horizon"] == 96 and np.isfinite(result["results"][0]["mse"])
-    assert list(result["baseline"]["orders"]["96"]["validation_mse"].values()) == [None]
+    assert list(result["methods"]["ar"]["orders"]["96"]["validation_mse"].values()) == [None]

@@ -225,7 +225,7 @@ def test_fit_tiny_config_then_forecast_embed_and_evaluate(tmp_path, capsys, monk
 
     out = tmp_path / "model.json"
     main(["evaluate_forecast", "--store", str(store), "--checkpoint", str(checkpoint), "--out", str(out),
-          "--horizons", "[16, 96]", "--lookback", "256", "--device", "cpu"])
+          "--horizons", "[16, 96]", "--lookback", "256", "--device", "cpu", "--baseline", "[]"])
     rows = json.loads(out.read_text())["results"]
     assert [(row["horizon"], row["lookback"], row["windows"]) for row in rows] == [(16, 256, 1585), (96, 256, 1505)]
     baseline = tmp_path / "ar.json"
@@ -235,9 +235,9 @@ def test_fit_tiny_config_then_forecast_embed_and_evaluate(tmp_path, capsys, monk
     # an ensemble of the same checkpoint twice scores as the checkpoint alone
     twice = tmp_path / "twice.json"
     main(["evaluate_forecast", "--store", str(store), "--checkpoint", f"[{checkpoint}, {checkpoint}]", "--out",
-          str(twice), "--horizons", "[16, 96]", "--lookback", "256", "--device", "cpu"])
+          str(twice), "--horizons", "[16, 96]", "--lookback", "256", "--device", "cpu", "--baseline", "[]"])
     payload = json.loads(twice.read_text())
-    assert payload["model"]["members"] == 2 and payload["checkpoint"] == [str(checkpoint)] * 2
+    assert payload["methods"]["forecaster"]["members"] == 2 and payload["checkpoint"] == [str(checkpoint)] * 2
     assert [row["mse"] for row in payload["results"]] == pytest.approx([row["mse"] for row in rows], rel=1e-5)
 
     npz = tmp_path / "forecast.npz"
@@ -260,8 +260,8 @@ def test_command_errors_name_what_to_do(tmp_path, capsys):
     assert "genoformer prepare_timeseries" in capsys.readouterr().err
     store = _sine_store(tmp_path)
     with pytest.raises(SystemExit):
-        main(["evaluate_forecast", "--store", str(store), "--out", str(tmp_path / "x.json")])
-    assert "exactly one of --checkpoint CKPT or --baseline" in capsys.readouterr().err
+        main(["evaluate_forecast", "--store", str(store), "--out", str(tmp_path / "x.json"), "--baseline", "[]"])
+    assert "nothing to score: give --checkpoint CKPT, --baseline seasonal_naive,ar,dlinear or both" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name, patch_len", [("ecg_8k_gpu.yaml", 16), ("ecg_8k_cpu.yaml", 64)])
@@ -299,7 +299,8 @@ def test_evaluate_forecast_scores_the_horizons_the_model_has_and_names_the_rest(
     checkpoint = tmp_path / "h96.ckpt"
     trainer.save_checkpoint(checkpoint)
     out = tmp_path / "h96.json"
-    main(["evaluate_forecast", "--store", str(store), "--checkpoint", str(checkpoint), "--out", str(out), "--device", "cpu"])
+    main(["evaluate_forecast", "--store", str(store), "--checkpoint", str(checkpoint), "--out", str(out), "--device", "cpu",
+          "--baseline", "[]"])
     payload = json.loads(out.read_text())
     assert [row["horizon"] for row in payload["results"]] == [96]
     assert payload["protocol"]["skipped_horizons"] == [192, 336, 720]
@@ -320,7 +321,7 @@ def test_commands_refuse_to_replace_a_result(tmp_path, capsys):
     assert out.read_text() == "{}"
     main(["evaluate_forecast", "--store", str(store), "--baseline", "seasonal_naive", "--out", str(out),
           "--horizons", "[96]", "--overwrite"])
-    assert json.loads(out.read_text())["baseline"]["periods"] == [50]  # the sine's period
+    assert json.loads(out.read_text())["methods"]["seasonal_naive"]["periods"] == [50]  # the sine's period
 
 
 @pytest.mark.parametrize("model, option", [("GenoformerLM", "--model.transformer.d_model"),

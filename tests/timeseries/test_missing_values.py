@@ -140,7 +140,7 @@ def test_prepare_and_evaluate_a_csv_with_dates_gaps_and_missing_cells(tmp_path, 
     payload = json.loads(result.read_text())
     row = payload["results"][0]
     assert row["horizon"] == 60 and row["lookback"] == 120 and row["mse"] < 0.1 and row["missing_targets"] > 0
-    assert payload["baseline"]["fits"]["60"]["best_step"] > 0
+    assert payload["methods"]["dlinear"]["fits"]["60"]["best_step"] > 0
     err = fails(capsys, ["prepare_timeseries", "--inputs", str(csv), "--out", str(tmp_path / "m.zarr"),
                          "--time_column", "[Date,Time]"])
     # read month first, 12/01 is 1 December and 13/01 no date: the error names its line (1,440 rows on, less the gap)
