@@ -253,8 +253,9 @@ def prepare_timeseries_store(
 def rebuild(path: Path, arguments: dict) -> str:
     """The `genoformer prepare_timeseries` command that builds the store at ``path`` again from its
     inputs (``arguments`` as recorded in its metadata), replacing it."""
-    defaults = {"sampling_rate": None, "time_column": None, "columns": None, "dayfirst": False, "delimiter": None,
-                "duplicates": "error", "missing": "keep", "npy_channels_first": False}
+    defaults = {"sampling_rate": None, "time_column": None, "columns": None, "skip_rows": 0, "dayfirst": False,
+                "delimiter": None, "snap": None, "resample": None, "duplicates": "error", "missing": "keep",
+                "npy_channels_first": False}
     options = {name: arguments.get(name, default) for name, default in defaults.items()
                if arguments.get(name, default) != default}
     return rebuild_command("prepare_timeseries", "--inputs", arguments.get("paths", ["SERIES.csv"]), path, options)

@@ -109,6 +109,23 @@ def test_weather_station_preamble_and_hours_to_24(tmp_path, capsys):
     np.testing.assert_array_equal(store.read(0, 0, 504)[0], rows["temperature_c"].to_numpy(np.float32))
 
 
+def test_the_command_that_rebuilds_a_store_reads_the_file_as_it_was_read(tmp_path):
+    """A damaged store's error names the command that rebuilds it: with the reading options it was
+    built with (the line before the header, the 1-24 hours, the jittered times)."""
+    weather, monitor = tmp_path / "w.zarr", tmp_path / "m.zarr"
+    main(["prepare_timeseries", "--inputs", str(WEATHER), "--out", str(weather), "--time_column", "date,time",
+          "--dayfirst", "--skip_rows", "1"])
+    main([*monitor_args(monitor), "--snap", "150s"])
+    for path, options in ((weather, ["--skip_rows 1", "--time_column date,time"]), (monitor, ["--snap 150s"])):
+        store = TimeSeriesStore(path)
+        before = store.read(0, 0, store.series[0].length)
+        assert all(typed in store.rebuild for typed in options), store.rebuild
+        words = shlex.split(store.rebuild)
+        assert words[0] == "genoformer"
+        main(words[1:])
+        np.testing.assert_array_equal(TimeSeriesStore(path).read(0, 0, store.series[0].length), before)
+
+
 def test_a_rate_as_a_period_without_a_time_column(tmp_path):
     out = tmp_path / "w.zarr"
     main(["prepare_timeseries", "--inputs", str(WEATHER), "--out", str(out), "--skip_rows", "1",
