@@ -11,20 +11,19 @@ all pieces subtracted). Per variant:
   from the same genome;
 - the same for 4-mer frequencies of the pieces, the baseline measured in the same run.
 
-    python -m benchmarks.embedding_guide --out benchmarks/results/embedding_guide
+    python -m benchmarks.embedding_guide --genomes ../shared/data/genomes --pieces 12 --length 1000 --layers -1 4
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.common import REPO_ROOT, Benchmark, Summary, table
+
 GENOMES = ("ecoli_k12_mg1655", "saureus_col", "hpylori_els37", "vcholerae_o395")
 LAYERS = (-1, 4, 2)
 """The last block (after the final norm), the middle block and an early one of the 8-block model."""
@@ -81,12 +80,24 @@ def pooled(tokens: Sequence[np.ndarray], pooling: str) -> np.ndarray:
     return np.stack([t[-1] for t in tokens])  # last: the state that has read the whole piece
 
 
-def run(args: argparse.Namespace) -> dict:
+def arguments(parser) -> None:
+    parser.add_argument("--genomes", type=Path, default=REPO_ROOT.parent / "shared" / "data" / "genomes",
+                        help="folder of the genomes' FASTA files (--smoke: examples/)")
+    parser.add_argument("--checkpoint", type=Path, default=REPO_ROOT / "examples" / "genoformer_dna.ckpt")
+    parser.add_argument("--pieces", type=int, default=20, help="pieces per genome")
+    parser.add_argument("--length", type=int, default=1500, help="bases per piece")
+    parser.add_argument("--layers", type=int, nargs="+", default=list(LAYERS))
+    parser.add_argument("--device", default="cpu", help="where the model embeds (default cpu)")
+
+
+def measure(args) -> dict:
     from genoformer.core.pooling import Pooling
     from genoformer.genome.embeddings import Embedder
 
+    if args.smoke:
+        args.genomes, args.pieces, args.length, args.layers = REPO_ROOT / "examples", 2, 200, [-1]
     codes, labels = pieces(Path(args.genomes), args.pieces, args.length)
-    embedder = Embedder.from_checkpoint(args.checkpoint, device="cpu")
+    embedder = Embedder.from_checkpoint(args.checkpoint, device=args.device)
     results: dict[str, dict] = {"4-mer frequencies (baseline)": {**scores(kmer_frequencies(codes), labels)}}
     results["4-mer frequencies (baseline)"]["centred"] = scores(
         kmer_frequencies(codes) - kmer_frequencies(codes).mean(0), labels)
@@ -102,17 +113,10 @@ def run(args: argparse.Namespace) -> dict:
                 vectors = pooled(tokens, pooling)
                 name = f"layer {layer}, {pooling}" + (", both strands" if both else "")
                 results[name] = {**scores(vectors, labels), "centred": scores(vectors - vectors.mean(0), labels)}
-    seconds = time.perf_counter() - began
     checkpoint = Path(args.checkpoint).resolve()
-    shown = checkpoint.relative_to(REPO) if checkpoint.is_relative_to(REPO) else checkpoint
-    report = {"checkpoint": str(shown), "genomes": list(GENOMES), "pieces": len(codes),
-              "length": args.length, "seconds": seconds, "results": results}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "embedding_guide.json").write_text(json.dumps(report, indent=1) + "\n")
-    (out / "embedding_guide.md").write_text(markdown(report))
-    print(markdown(report))
-    return report
+    shown = checkpoint.relative_to(REPO_ROOT) if checkpoint.is_relative_to(REPO_ROOT) else checkpoint
+    return {"checkpoint": str(shown), "genomes": list(GENOMES), "pieces": len(codes), "length": args.length,
+            "seconds": time.perf_counter() - began, "results": results}
 
 
 def codes_as_text(codes: Sequence[np.ndarray]):
@@ -121,29 +125,19 @@ def codes_as_text(codes: Sequence[np.ndarray]):
     return (decode(piece) for piece in codes)
 
 
-def markdown(report: dict) -> str:
-    lines = [f"{report['pieces']} pieces of {report['length']:,} bases from {len(report['genomes'])} genomes "
-             f"({', '.join(report['genomes'])}); `{report['checkpoint']}`, CPU float32, {report['seconds']:.0f} s.", "",
-             "| embedding | cosine between genomes | cosine within | nearest neighbour | centred: between | centred: within | centred: nearest neighbour |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
-    for name, row in report["results"].items():
-        centred = row["centred"]
-        lines.append(f"| {name} | {row['cosine_between']:.3f} | {row['cosine_within']:.3f} | "
-                     f"{row['nearest_neighbour_accuracy']:.3f} | {centred['cosine_between']:.3f} | "
-                     f"{centred['cosine_within']:.3f} | {centred['nearest_neighbour_accuracy']:.3f} |")
-    return "\n".join(lines) + "\n"
+def summarize(data: dict) -> Summary:
+    rows = [{"embedding": name, "cosine between genomes": row["cosine_between"], "cosine within": row["cosine_within"],
+             "nearest neighbour": row["nearest_neighbour_accuracy"], "centred: between": row["centred"]["cosine_between"],
+             "centred: within": row["centred"]["cosine_within"],
+             "centred: nearest neighbour": row["centred"]["nearest_neighbour_accuracy"]}
+            for name, row in data["results"].items()]
+    caption = (f"{data['pieces']} pieces of {data['length']:,} bases from {len(data['genomes'])} genomes "
+               f"({', '.join(data['genomes'])}); `{data['checkpoint']}`, float32, {data['seconds']:.0f} s")
+    return Summary(tables=[table(rows, caption)])
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--genomes", default=str(REPO.parent / "shared" / "data" / "genomes"))
-    parser.add_argument("--checkpoint", default=str(REPO / "examples" / "genoformer_dna.ckpt"))
-    parser.add_argument("--pieces", type=int, default=20, help="pieces per genome")
-    parser.add_argument("--length", type=int, default=1500, help="bases per piece")
-    parser.add_argument("--layers", type=int, nargs="+", default=list(LAYERS))
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "embedding_guide"))
-    return parser.parse_args(argv)
-
+BENCHMARK = Benchmark("embedding_guide", "Embeddings: which pooling and layer tell genomes apart", __doc__, measure,
+                      summarize, arguments=arguments, baseline="4-mer frequencies of the same pieces")
 
 if __name__ == "__main__":
-    run(parse_args())
+    BENCHMARK.main()

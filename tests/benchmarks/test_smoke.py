@@ -14,6 +14,7 @@ SMOKE = {
     "attention": ["--ours", "torch", "--patterns", "causal", "bigbird", "--head-dims", "16"],
     "command_speed": [],
     "data": [],
+    "embedding_guide": [],
     "finetune_baselines": [],
     "finetune_bench": [],
     "flagship": [],
