@@ -7,8 +7,10 @@
 # more, when the working tree lacks them), filled on this side once with
 #   bash benchmarks/gpu_gene_model.sh stage [EXTRA]      (EXTRA: fetch-more.sh's folder, ../shared-extra)
 # and either a machine where gpu_setup.sh has already installed the wheels (/tmp/site) or .whl/.
-# Writes to $OUT (7 files): genes_table.tsv and .json (genoformer compare_genes on the Leptospira
-# genome: the new model, the shipped examples/genoformer_gene_annotator.ckpt and pyrodigal meta),
+# Writes to $OUT (7 files): gene_model.json (the result file, with the targets' verdicts: copy it
+# into benchmarks/results/ and run python -m benchmarks.report) and genes_table.tsv (genoformer
+# compare_genes on the Leptospira genome: the new model, the shipped
+# examples/genoformer_gene_annotator.ckpt and pyrodigal meta),
 # the new model as genoformer_gene_annotator.ckpt (bf16, the shipped format), metrics.csv of its
 # training, and the three GFF3 files.
 set -euo pipefail

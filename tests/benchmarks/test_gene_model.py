@@ -29,17 +29,20 @@ def test_gene_model_pipeline_at_tiny_size(causal_checkpoint, tmp_path):
     train = annotated_genome(tmp_path / "train.gff3", 1, [(101, 400, "+"), (1501, 1800, "-"), (2301, 2610, "+")])
     test = annotated_genome(tmp_path / "test.gff3", 2, [(201, 500, "-"), (1001, 1600, "+")])
     out = tmp_path / "out"
-    summary = gene_model.main([
+    result = gene_model.BENCHMARK.main([
         "--train", str(train), "--test", str(test), "--out", str(out), "--run", str(tmp_path / "run"),
         "--pretrained", str(causal_checkpoint), "--baseline", "", "--max_steps", "2",
         "--annotate_option=--window", "--annotate_option=256", "--annotate_option=--device", "--annotate_option=cpu",
         "--fit_option", "--trainer.accelerator", "cpu", "--trainer.precision", "32-true", "--data.init_args.window", "256",
         "--data.init_args.batch_size", "2", "--trainer.val_check_interval", "2",
     ])
-    assert {p.name for p in out.iterdir()} == {"genes_table.tsv", "genes_table.json", "genoformer_gene_annotator.ckpt",
+    assert {p.name for p in out.iterdir()} == {"genes_table.tsv", "gene_model.json", "genoformer_gene_annotator.ckpt",
                                               "metrics.csv", "test_genoformer.gff3", "test_pyrodigal.gff3"}
     with open(out / "genes_table.tsv", newline="") as handle:
         rows = list(csv.DictReader(handle, delimiter="\t"))
     assert [Path(row["predicted"]).name for row in rows] == ["test_genoformer.gff3", "test_pyrodigal.gff3"]
     assert all(row["reference_genes"] == "2" and -1.0 <= float(row["coding_mcc"]) <= 1.0 for row in rows)
-    assert summary["rows"] == rows and summary["train_seconds"] > 0
+    assert result["data"]["rows"] == rows and result["data"]["train_seconds"] > 0 and result["data"]["steps"] == 2
+    [mcc, genes] = result["summary"]["targets"]
+    assert "within 0.05 of pyrodigal" in mcc["target"] and "strand and stop" in genes["target"]
+    assert mcc["status"] in ("MET", "NOT MET") and genes["status"] in ("MET", "NOT MET")
