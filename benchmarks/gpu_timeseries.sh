@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# The GPU half of benchmarks/timeseries_datasets.py: a forecaster per dataset for the eight
-# datasets (configs/timeseries_dataset_gpu.yaml) and one general forecaster across seven of them
-# (configs/timeseries_general_gpu.yaml, HELD_OUT left out for zero-shot), all trained at once on
-# one GPU, then `evaluate_forecast` of each under the protocol. Two calls, each under the device
-# tool's 10 minutes (runs/ keeps the checkpoints between them on a warm machine):
-#   bash benchmarks/gpu_timeseries.sh train       # 6-7 minutes of training, every run at once
-#   bash benchmarks/gpu_timeseries.sh evaluate    # protocol results -> $OUT/timeseries_gpu.tar.gz (< 8 min)
+# The time-series figures on the GPU machine (repository root, OUT set), one phase per device call:
+#   bash benchmarks/gpu_timeseries.sh ecg [ECG OPTIONS]   benchmarks/ecg.py: configs/ecg_8k_gpu.yaml trained for
+#       --minutes beside both baselines, evaluated at look-backs 512 to 8,192 -> $OUT/ecg.json; e.g.
+#       bash benchmarks/gpu_timeseries.sh ecg --minutes 5 --num_workers 3 --seeds 8 --ensemble 4 --variants config
+#   bash benchmarks/gpu_timeseries.sh train       a forecaster per dataset for the eight datasets
+#       (configs/timeseries_dataset_gpu.yaml) and one general forecaster across seven of them
+#       (configs/timeseries_general_gpu.yaml, HELD_OUT left out for zero-shot), all at once, 6-7 minutes
+#   bash benchmarks/gpu_timeseries.sh evaluate    `evaluate_forecast` of each under the protocol
+#       -> $OUT/timeseries_gpu.tar.gz (< 8 min; runs/ keeps the checkpoints between the two calls)
 # Then, on the CPU machine: tar xzf timeseries_gpu.tar.gz -C runs/gpu_timeseries and
-#   python -m benchmarks.timeseries_datasets --models runs/gpu_timeseries/eval
-# adds the rows (one folder per model: dataset_model/, general/) to the baselines' tables.
+#   python -m benchmarks.timeseries_datasets --out OUT --methods --models runs/gpu_timeseries/eval
+# gives the model rows, joined to the baselines' result with --from (benchmarks/timeseries_datasets.py).
 #
 # Before: the stores, built on the CPU machine by `python -m benchmarks.timeseries_datasets`
 # (runs/timeseries_datasets/stores, about 17 MB), travel with the call (device tool: carry
@@ -19,7 +21,16 @@
 # SMOKE=1 runs every step on the CPU at tiny sizes (two steps, a tiny model, three small hourly
 # stores): what was run to check this script without a GPU.
 set -uo pipefail
-PHASE=${1:?usage: bash benchmarks/gpu_timeseries.sh train|evaluate}
+PHASE=${1:?usage: bash benchmarks/gpu_timeseries.sh ecg|train|evaluate}
+if [ "$PHASE" = ecg ]; then
+    OUT=${OUT:-$PWD/gpu_out}
+    mkdir -p "$OUT"
+    export PYTHONUNBUFFERED=1
+    source benchmarks/gpu_setup.sh || exit 1
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+    python3 -m benchmarks.ecg --out "$OUT" "${@:2}" 2>&1 | tee "$OUT/ecg.log" | tail -n 30
+    exit "${PIPESTATUS[0]}"
+fi
 OUT=${OUT:-$PWD/gpu_out}
 STORES=${STORES:-runs/timeseries_datasets/stores}
 RUN=${RUN:-runs/gpu_timeseries}
@@ -108,5 +119,5 @@ elif [ "$PHASE" = evaluate ]; then
     tar czf "$OUT/timeseries_gpu.tar.gz" -C "$RUN" eval logs $(cd "$RUN" && ls -d */metrics.csv 2>/dev/null)
     exit $status
 else
-    echo "unknown phase $PHASE: use train or evaluate"; exit 2
+    echo "unknown phase $PHASE: use ecg, train or evaluate"; exit 2
 fi

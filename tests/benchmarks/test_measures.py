@@ -1,7 +1,7 @@
 """What the benchmarks compute, beside their smoke runs: the pairs a layout allows, the FlexAttention
 mask that must compute our function, the FLOPs of the reference model, where the profiler puts a
 kernel, how joined runs replace or pair their cases, GPU results cut in parts, the held-out sets'
-rule, and the fine-tuning variants."""
+rule, the fine-tuning variants, the zero-shot verdicts and the forecaster rows a checkpoint adds."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.nn.attention.flex_attention import create_block_mask
 
-from benchmarks import attention, finetune_bench, flagship, train
+from benchmarks import attention, finetune_bench, flagship, timeseries_datasets, train
 from benchmarks.common import allowed_pairs, classify, flex_block_mask, pack_parts
 from benchmarks.train_models import REFERENCE, build_genoformer, fit_arguments, model_flops_per_token, parameter_count
 from data_helpers import write_fasta
@@ -138,3 +138,26 @@ def test_fine_tuning_variants_are_finetune_options():
         for name, values in variants.items():
             assert set(values) <= options, name
 
+
+def test_zero_shot_rows_judge_the_general_forecaster_against_both_targets():
+    def rows(*mses):
+        return {str(h): {"mse": m, "mae": m} for h, m in zip((96, 720), mses)}
+
+    data = {"horizons": [96, 720], "zero_shot": {"model": "general", "datasets": ["held", "unseen", "absent"]},
+            "datasets": {"held": {"methods": {"general": rows(0.5, 1.0), "seasonal_naive": rows(0.6, 1.1), "ar": rows(0.46, 0.9)}},
+                         "unseen": {"methods": {"general": rows(0.7, 1.0), "seasonal_naive": rows(0.6, 1.1), "ar": rows(0.7, 1.0)}}}}
+    held, unseen = timeseries_datasets.zero_shot(data)  # a dataset without results is left out
+    assert held["beats seasonal naive at every horizon"] == "yes" and held["within 10 % of AR at every horizon"] == "no"
+    assert held["MSE / AR"] == "1.09 / 1.11"
+    assert unseen["beats seasonal naive at every horizon"] == "no" and unseen["within 10 % of AR at every horizon"] == "yes"
+    (target,) = timeseries_datasets.summarize(data).targets
+    assert target["status"] == "NOT MET" and target["measured"] == "0 of 2 (none)"
+
+
+def test_a_checkpoints_evaluation_adds_its_forecaster_rows_only():
+    rows = [{"method": method, "horizon": 96, "mse": mse, "mae": mse, "windows": 3, "lookback": 512}
+            for method, mse in (("forecaster", 0.4), ("ar", 0.5))]
+    data = {"datasets": {}}
+    timeseries_datasets.add_model_results(data, "general", "electricity", {"results": rows})
+    assert data["datasets"]["electricity"]["methods"] == {"general": {"96": {k: v for k, v in rows[0].items()
+                                                                               if k not in ("method", "horizon")}}}

@@ -14,6 +14,7 @@ SMOKE = {
     "attention": ["--ours", "torch", "--patterns", "causal", "bigbird", "--head-dims", "16"],
     "command_speed": [],
     "data": [],
+    "ecg": [],
     "embedding_guide": [],
     "finetune_baselines": [],
     "finetune_bench": [],
@@ -32,6 +33,7 @@ SMOKE = {
     "packed": [],
     "sanitize": [],
     "scoring_speed": [],
+    "timeseries_datasets": [],
     "train": [],
     "train_step": [],
 }
