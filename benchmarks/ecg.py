@@ -80,12 +80,6 @@ def step_seconds(overrides: list[str], steps: int) -> float:
     return sum(time_calls(step.step, device, warmup=3, calls=steps)) / steps / 1e3
 
 
-def mean_rows(runs: list[list[dict]]) -> list[dict]:
-    """One evaluation's rows (a row per horizon) from several: MSE, MAE and MSE by step averaged."""
-    return [{**rows[0], "mse": sum(r["mse"] for r in rows) / len(rows), "mae": sum(r["mae"] for r in rows) / len(rows),
-             "mse_by_step": [sum(s) / len(rows) for s in zip(*(r["mse_by_step"] for r in rows))]} for rows in zip(*runs)]
-
-
 def by_part(curve: list[float]) -> dict[str, float]:
     """Mean MSE over each part of the horizon (STEP_PARTS, cut to its length)."""
     return {f"{a}-{min(b, len(curve))}": sum(curve[a - 1:b]) / len(curve[a - 1:b]) for a, b in STEP_PARTS if a <= len(curve)}
