@@ -236,7 +236,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--genome", type=Path, help="FASTA to evaluate and train on (default: lambda phage on a "
                                                     "CPU, E. coli on a GPU, both in examples/)")
     parser.add_argument("--bases", type=int, help="evaluate the genome's first BASES bases (default 6,000 on a "
-                                                   "CPU, all on a GPU; 0: all); training reads the whole genome")
+                                                   "CPU, 1,000,000 on a GPU; 0: all); training reads the whole genome")
     parser.add_argument("--context", type=int, help="evaluate's context (default: the command's own default)")
     parser.add_argument("--window", type=int, help="training window (default 8192, the quick start's)")
     parser.add_argument("--batch", type=int, help="windows per training step (default 1 on a CPU, 8 on a GPU)")
@@ -255,7 +255,7 @@ def measure(args: argparse.Namespace) -> dict:
     genome = args.genome or EXAMPLES / ("ecoli_k12_mg1655.fasta.gz" if device.type == "cuda"
                                         else "lambda_phage.fasta.gz")
     batch = args.batch or (8 if device.type == "cuda" else 1)
-    bases = None if args.bases == 0 else args.bases or (None if device.type == "cuda" else
+    bases = None if args.bases == 0 else args.bases or (1_000_000 if device.type == "cuda" else
                                                         2_000 if args.smoke else 6_000)
     window = args.window or (512 if args.smoke else 8192)
     context = args.context or (512 if args.smoke else None)
