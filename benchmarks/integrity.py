@@ -1,6 +1,6 @@
 """What the integrity checks cost: `genoformer evaluate` and a training step with them and without.
 
-    python -m benchmarks.integrity --out benchmarks/results                # CPU, about 6 minutes
+    python -m benchmarks.integrity --out benchmarks/results                # CPU, about 4 CPU-minutes
     python -m benchmarks.integrity --device cuda --out $OUT/integrity      # GPU: benchmarks/gpu_integrity.sh
 
 The checks (docs/reliability.md): every checkpoint read is verified against its zip CRC-32s, every
