@@ -32,7 +32,7 @@ def test_the_targets_are_judged_on_the_parts_and_the_whole_runs_shown_beside():
 def test_a_check_that_misses_its_damage_fails_the_run():
     summary = integrity.summarize({"detection": {"flipped_checkpoint_refused": False,
                                                  "flipped_store_chunk_refused": True}})
-    assert summary.failed and "flipped checkpoint refused: NO" in summary.notes[0]
+    assert summary.failed and summary.notes and not summary.targets  # nothing timed
 
 
 def test_damage_is_caught_before_anything_is_timed(tmp_path):
