@@ -266,7 +266,7 @@ def measure(args: argparse.Namespace) -> dict:
         folder = Path(tmp)
         part = None if bases is None else first_bases(genome, bases, folder)
         stores = build_stores(part if args.smoke and part else genome, folder / "whole")
-        evaluated = stores if part is None else build_stores(part, folder / "part")
+        evaluated = stores if part is None or args.smoke else build_stores(part, folder / "part")
         detected = detection(stores, folder)
         print(detected, flush=True)
         if not all(detected.values()):

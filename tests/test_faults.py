@@ -417,8 +417,6 @@ def _logged_steps(root: Path) -> list[int]:
 
 @pytest.mark.parametrize("where", ["start", "end"])
 def test_sigterm_exits_143_after_the_save_and_no_metrics_row_is_lost(tmp_path, where):
-    reference = tmp_path / "reference"
-    _fit(reference, 8)
     run = tmp_path / "run"
     with pytest.raises(SystemExit) as stopped:
         _fit(run, 8, _SignalAt(4, where))
@@ -426,7 +424,7 @@ def test_sigterm_exits_143_after_the_save_and_no_metrics_row_is_lost(tmp_path, w
     saved = read_checkpoint(run / "checkpoints" / "last.ckpt")["global_step"]
     assert saved == 5, "the checkpoint holds the step the signal interrupted, whole"
     _fit(run, 8, ckpt_path=str(run / "checkpoints" / "last.ckpt"))
-    assert _logged_steps(run) == _logged_steps(reference) == list(range(8))
+    assert _logged_steps(run) == list(range(8)), "an uninterrupted run logs every step once"
 
 
 # ----------------------------------------------------------------------- 8. nothing scorable; full disk
