@@ -1,4 +1,10 @@
-"""Linear forecasting baselines and what they share: window moments, look-back filling, DLinear.
+"""The forecasting baselines and their table: seasonal naive, AR and DLinear (`BASELINES`, one row
+each, which the commands, the evaluation and the benchmarks read), and what they share: window
+moments, look-back filling.
+
+To add a baseline, write its class (a `FittedBaseline`: `lookback` and a call from look-backs to
+forecasts) and its fit, and add its row to `BASELINES`: `genoformer evaluate_forecast --baseline
+NAME` then scores it (docs/extending.md).
 
 `WindowMoments` sums, over every window of `span` consecutive observed values of some series
 (a window holding a missing value, NaN, is left out), the outer products w w^T, the values w and
@@ -6,7 +12,7 @@ the count. Every least-squares fit and every MSE of a linear forecaster over suc
 from these sums, so a baseline is fitted and validated without materialising the windows: long
 runs of observed values go through one FFT (the lag products summed over the whole run) with
 corrections at both ends, O(n log n + span^2) instead of O(n span^2); short runs are summed
-directly. `DirectAR` (genoformer.timeseries.protocol) and `DLinear` fit from them.
+directly. `DirectAR` and `DLinear` fit from them.
 
 `DLinear` (Zeng et al. 2023, "Are Transformers Effective for Time Series Forecasting?"): the
 look-back x (L samples) is split into a trend, its moving average over 25 samples (the ends
@@ -27,11 +33,17 @@ Shape legend: N windows, C channels, P look-back, H horizon, S window span, L DL
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import Optional
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Optional, Protocol
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
+
+from genoformer.hints import option
+
+if TYPE_CHECKING:
+    from genoformer.timeseries.protocol import ProtocolSplit
 
 DLINEAR_KERNEL = 25
 """The moving-average kernel of DLinear's trend (the paper's)."""
@@ -341,3 +353,267 @@ def linear_forecast(weights_P1H: np.ndarray, context_NCP: np.ndarray, horizon: i
     lags_MP = fill_lookback(context_NCP[:, :, P - order :]).reshape(N * C, order).astype(np.float64)
     out_MH = lags_MP @ weights_P1H[:order, :horizon] + weights_P1H[order, :horizon]
     return out_MH.reshape(N, C, horizon).astype(np.float32)
+
+
+# ------------------------------------------------------------------------------------ seasonal naive, AR
+def autocorrelation_period(parts_T: Sequence[np.ndarray], max_lag: Optional[int] = None) -> int:
+    """The dominant period of one channel: the lag of the highest autocorrelation after the
+    autocorrelation first turns negative. The autocorrelation is that of the first differences
+    (slow drift, such as an ECG's baseline wander, would otherwise dominate every lag), summed
+    over the parts (one per series); a difference next to a missing value counts as 0. ValueError
+    when it never turns negative (no period)."""
+    diffs = [np.diff(np.asarray(part, dtype=np.float64)) for part in parts_T]
+    diffs = [np.nan_to_num(d - np.nanmean(d)) for d in diffs if np.isfinite(d).sum() > 2]
+    if not diffs:
+        raise ValueError("the training part is too short to find a period; use the ar baseline.")
+    longest = max(len(d) for d in diffs)
+    max_lag = longest // 2 if max_lag is None else min(max_lag, longest - 1)
+    acf = np.zeros(max_lag + 1)
+    for d in diffs:
+        size = 1 << (2 * len(d) - 1).bit_length()
+        spectrum = np.fft.rfft(d, size)
+        lags = np.fft.irfft(spectrum * np.conj(spectrum), size)[: min(max_lag + 1, len(d))]
+        acf[: len(lags)] += lags
+    if acf[0] <= 0:
+        raise ValueError("the training part is constant: it has no period; use the ar baseline.")
+    negative = np.flatnonzero(acf < 0)
+    if len(negative) == 0:
+        raise ValueError(
+            f"no period found: the autocorrelation of the training part never turns negative up to lag "
+            f"{max_lag}; use the ar baseline."
+        )
+    first = int(negative[0])
+    return first + int(np.argmax(acf[first:]))
+
+
+@dataclasses.dataclass
+class SeasonalNaive:
+    """Forecasts the last `period` values repeated; one period per channel."""
+
+    periods: list[int]
+
+    @classmethod
+    def fit(cls, train_parts: Sequence[np.ndarray], max_lag: Optional[int] = None) -> SeasonalNaive:
+        """Periods from the autocorrelation of each channel of the training parts (C, T_i)."""
+        n_channels = np.asarray(train_parts[0]).shape[0]
+        return cls([autocorrelation_period([np.asarray(p)[c] for p in train_parts], max_lag) for c in range(n_channels)])
+
+    @property
+    def lookback(self) -> int:
+        return max(self.periods)
+
+    def __call__(self, context_NCP: np.ndarray, horizon: int) -> np.ndarray:
+        N, C, P = context_NCP.shape
+        if C != len(self.periods):
+            raise ValueError(f"the baseline was fitted on {len(self.periods)} channels, got {C}.")
+        context_NCP = fill_lookback(context_NCP)
+        out_NCH = np.empty((N, C, horizon), dtype=np.float32)
+        for c, period in enumerate(self.periods):
+            if P < period:
+                raise ValueError(f"seasonal naive needs a look-back of at least one period ({period}), got {P}.")
+            last_NM = context_NCP[:, c, P - period :]
+            out_NCH[:, c] = np.tile(last_NM, (1, math.ceil(horizon / period)))[:, :horizon]
+        return out_NCH
+
+
+def validation_windows(series: Sequence[np.ndarray], splits: Sequence[ProtocolSplit], order: int, horizon: int) -> int:
+    """How many forecasts an AR model of `order` can be scored on in the validation parts: starts t
+    in [train_end, test_start - horizon] with [t - order, t + horizon) observed, summed over
+    series and channels."""
+    count = 0
+    for values, split in zip(series, splits):
+        for channel_T in np.asarray(values)[:, max(0, split.train_end - order): split.test_start]:
+            count += sum(max(0, end - start - order - horizon + 1) for start, end in observed_runs(channel_T))
+    return count
+
+
+def longest_validation_run(series: Sequence[np.ndarray], splits: Sequence[ProtocolSplit]) -> int:
+    """The longest stretch of observed values inside the validation parts."""
+    return max((end - start for values, split in zip(series, splits)
+                for channel_T in np.asarray(values)[:, split.train_end: split.test_start]
+                for start, end in observed_runs(channel_T)), default=0)
+
+
+@dataclasses.dataclass
+class DirectAR:
+    """Linear autoregression of order p, direct multi-horizon form, shared by all channels.
+
+    forecast[t + h] = intercept[h] + sum_j coef[j, h] * x[t - p + j] for h < horizon.
+    """
+
+    coef_PH: np.ndarray
+    intercept_H: np.ndarray
+
+    @property
+    def order(self) -> int:
+        return self.coef_PH.shape[0]
+
+    @property
+    def horizon(self) -> int:
+        return self.coef_PH.shape[1]
+
+    lookback = order
+
+    @classmethod
+    def fit(cls, parts: Sequence[np.ndarray], order: int, horizon: int, ridge: float = 1e-6,
+            moments: Optional[WindowMoments] = None) -> DirectAR:
+        """Least squares on every fully observed (order + horizon)-step window of each series
+        part (C, T), every channel alike (or on the windows of `moments`, built from those
+        parts). `ridge` (relative to the mean diagonal) only keeps the solve stable."""
+        if order < 1 or horizon < 1:
+            raise ValueError(f"order ({order}) and horizon ({horizon}) must be >= 1.")
+        span = order + horizon
+        if moments is None:
+            moments = WindowMoments([channel_T for part_CT in parts for channel_T in np.asarray(part_CT)], span)
+        gram, cross, _, rows = linear_problem(moments.moments(span), order)
+        if rows <= order:
+            raise ValueError(
+                f"too little training data for an AR model of order {order} and horizon {horizon} "
+                f"({rows} windows)."
+            )
+        gram[np.diag_indices(order)] += ridge * np.trace(gram[:order, :order]) / order
+        solution = np.linalg.solve(gram, cross)
+        return cls(solution[:order], solution[order])
+
+    @classmethod
+    def fit_select(cls, series: Sequence[np.ndarray], splits: Sequence[ProtocolSplit], horizon: int,
+                   orders: Sequence[int]) -> tuple[DirectAR, dict[int, float]]:
+        """Fit one model per order on the training parts of the (z-scored) series (C, T_i) and keep
+        the one with the lowest MSE on their validation parts: every start t in the validation
+        part whose horizon fits in it, seeing [t - order, t). Returns the model and the
+        validation MSE of every order tried. Orders longer than a training part, or with fewer
+        fully observed training windows than coefficients, are skipped; so are orders without a
+        fully observed validation window (gaps, or a validation part shorter than the horizon),
+        unless no order has one: then a single order is fitted as it is (its score NaN), and
+        several are an error that says to give one."""
+        scores: dict[int, float] = {}
+        best: Optional[DirectAR] = None
+        shortest = min(split.train_end for split in splits)
+        tried = [order for order in sorted(set(int(o) for o in orders)) if order + horizon <= shortest]
+        train = WindowMoments([channel_T for values, split in zip(series, splits)
+                               for channel_T in np.asarray(values)[:, : split.train_end]],
+                              max(tried, default=1) + horizon)
+        fitted = [order for order in tried if train.count(order + horizon) > order]
+        validated = [order for order in fitted if validation_windows(series, splits, order, horizon)]
+        if not fitted:
+            raise ValueError(
+                f"no AR order in {sorted(orders)} fits in the training part ({shortest} steps, or too few fully "
+                f"observed windows) with horizon {horizon}; pass shorter orders, {option('ar_orders', [8, 32])}.")
+        if not validated and len(fitted) == 1:
+            return cls.fit([], fitted[0], horizon, moments=train), {fitted[0]: math.nan}
+        if not validated:
+            room = longest_validation_run(series, splits)
+            raise ValueError(
+                f"pass one AR order, which needs no choosing, e.g. {option('ar_orders', [fitted[-1]])} (orders that fit "
+                f"the training part: {', '.join(map(str, fitted))}), or fill the gaps: prepare the store with "
+                f"{option('missing', 'linear')} (no order can be chosen on the validation part at horizon {horizon}: it "
+                f"holds no fully observed window of order + {horizon} steps; its longest observed stretch is {room} "
+                "steps)")
+        for order in validated:
+            model = cls.fit([], order, horizon, moments=train)
+            scores[order] = model.mse_on(
+                [values[:, : split.test_start] for values, split in zip(series, splits)],
+                [split.train_end for split in splits],
+            )
+            if best is None or scores[order] < scores[best.order]:
+                best = model
+        return best, scores
+
+    def mse_on(self, parts: Sequence[np.ndarray], firsts: Sequence[int]) -> float:
+        """MSE of the horizon-`self.horizon` forecasts from every start t >= first of each part
+        (C, T_i) whose horizon fits in it (stride 1) and whose window is fully observed."""
+        span = self.order + self.horizon
+        moments = WindowMoments([channel_T for part_CT, first in zip(parts, firsts)
+                                 for channel_T in np.asarray(part_CT, dtype=np.float64)[:, max(0, first - self.order):]],
+                                span)
+        problem = linear_problem(moments.moments(span), self.order)
+        if problem[3] == 0:
+            raise ValueError(f"no fully observed window of {span} steps (order {self.order} + horizon {self.horizon}) "
+                             "to score in these parts.")
+        return linear_mse(np.concatenate([self.coef_PH, self.intercept_H[None]], axis=0), problem)
+
+    def __call__(self, context_NCP: np.ndarray, horizon: int) -> np.ndarray:
+        if horizon > self.horizon:
+            raise ValueError(f"this AR model was fitted for horizons up to {self.horizon}, asked for {horizon}.")
+        N, C, P = context_NCP.shape
+        if P < self.order:
+            raise ValueError(f"an AR model of order {self.order} needs a look-back of {self.order}, got {P}.")
+        lags_MP = fill_lookback(context_NCP[:, :, P - self.order :]).reshape(N * C, self.order).astype(np.float64)
+        out_MH = lags_MP @ self.coef_PH[:, :horizon] + self.intercept_H[:horizon]
+        return out_MH.reshape(N, C, horizon).astype(np.float32)
+
+
+# ------------------------------------------------------------------------------------ the table
+class FittedBaseline(Protocol):
+    """A fitted baseline: forecasts (N, C, H) of z-scored values from look-backs (N, C, P), P =
+    its `lookback`, missing values NaN (`fill_lookback` fills them)."""
+
+    lookback: int
+
+    def __call__(self, context_NCP: np.ndarray, horizon: int) -> np.ndarray: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class BaselineOptions:
+    """The baselines' own options (the commands' --ar_orders and --dlinear_lookback)."""
+
+    ar_orders: tuple[int, ...] = (8, 32, 128, 360, 512, 720, 1024, 1536, 2048)
+    """The AR orders to choose among on the validation part (those that fit in the training part)."""
+    dlinear_lookback: int = DLINEAR_LOOKBACK
+
+
+Fits = tuple[list[tuple[tuple[int, ...], FittedBaseline]], dict[str, Any]]
+"""What a baseline's fit gives: (horizons, the forecaster fitted for them) pairs, and what was
+fitted, in the words of the results' "baseline" entry."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    """One row of `BASELINES`: a classical forecaster the protocol judges models against."""
+
+    label: str
+    """Its name in tables and plots."""
+    description: str
+    """What it is, in a few words (the commands' --help)."""
+    fit: Callable[[Sequence[np.ndarray], Sequence[ProtocolSplit], tuple[int, ...], BaselineOptions], Fits]
+    """fit(series, splits, horizons, options): fitted on the training part of each (C, T) series
+    (z-scored with its training statistics, gaps of up to FIT_FILL_LIMIT steps filled), model
+    choices on the validation part, for the horizons to score."""
+
+
+def _fit_seasonal_naive(series, splits, horizons, options) -> Fits:
+    model = SeasonalNaive.fit([values[:, : split.train_end] for values, split in zip(series, splits)])
+    return [(tuple(horizons), model)], {"periods": model.periods}
+
+
+def _fit_ar(series, splits, horizons, options) -> Fits:
+    fitted, chosen = [], {}
+    for horizon in sorted(horizons):
+        model, scores = DirectAR.fit_select(series, splits, horizon, options.ar_orders)
+        chosen[horizon] = {"order": model.order,  # None: one order given, fitted without a validation window
+                           "validation_mse": {order: None if math.isnan(mse) else mse for order, mse in scores.items()}}
+        fitted.append(((horizon,), model))
+    return fitted, {"orders": chosen}
+
+
+def _fit_dlinear(series, splits, horizons, options) -> Fits:
+    fitted, fits = [], {}
+    for horizon in sorted(horizons):
+        model = DLinear.fit(series, splits, horizon=horizon, lookback=options.dlinear_lookback)
+        fits[horizon] = model.info
+        fitted.append(((horizon,), model))
+    return fitted, {"fits": fits}
+
+
+BASELINES: dict[str, Baseline] = {
+    "seasonal_naive": Baseline("seasonal naive", "last period repeated, period from the training autocorrelation",
+                               _fit_seasonal_naive),
+    "ar": Baseline("AR", "least-squares linear autoregression, direct multi-horizon", _fit_ar),
+    "dlinear": Baseline("DLinear", "trend and remainder, one linear layer each, Adam on the training MSE, best "
+                        "step on validation", _fit_dlinear),
+}
+"""Every forecasting baseline, by the name the commands take (`--baseline NAME`); the commands,
+the evaluation and the benchmarks all read this table."""
+
+BaselineName = Literal[tuple(BASELINES)]
+"""The name of a row of `BASELINES`."""

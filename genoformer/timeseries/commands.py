@@ -38,12 +38,10 @@ from genoformer.data.timeseries.store import (
     is_timeseries_file_name,
     prepare_timeseries_store,
 )
-from genoformer.timeseries.baselines import DLINEAR_LOOKBACK, DLinear, fill_short_gaps
+from genoformer.timeseries.baselines import DLINEAR_LOOKBACK, DirectAR, DLinear, SeasonalNaive, fill_short_gaps
 from genoformer.timeseries.protocol import (
     PROTOCOL_HORIZONS,
-    DirectAR,
     ProtocolSplit,
-    SeasonalNaive,
     check_horizons,
     evaluate_protocol,
     zscore_stats,

@@ -38,9 +38,9 @@ from genoformer.core.runtime import RuntimeSettings
 from genoformer.core.training import TrainingModule
 from genoformer.core.transformer import TransformerConfig
 from genoformer.progress import tqdm
-from genoformer.timeseries.baselines import fill_short_gaps
+from genoformer.timeseries.baselines import DirectAR, fill_short_gaps
 from genoformer.timeseries.model import ForecastConfig, TimeSeriesTransformer, pinball_loss, token_targets
-from genoformer.timeseries.protocol import PROTOCOL_HORIZONS, DirectAR, ProtocolSplit
+from genoformer.timeseries.protocol import PROTOCOL_HORIZONS, ProtocolSplit
 
 
 def _context_and_target(batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:

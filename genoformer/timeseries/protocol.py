@@ -1,4 +1,4 @@
-"""The common long-horizon forecasting protocol, and the classical baselines it judges models against.
+"""The common long-horizon forecasting protocol that judges models and the classical baselines alike.
 
 Protocol (as in the long-horizon literature: Informer, Autoformer, PatchTST, ...), per series of
 n time steps:
@@ -18,16 +18,16 @@ out of every sum, and a window none of whose target values is observed is skippe
 reaches the forecaster with its missing values as NaN: a model masks them; the baselines below
 fill them (`genoformer.timeseries.baselines.fill_lookback`).
 
-Baselines, fitted on the training part only (model choices on the validation part):
+The baselines (genoformer.timeseries.baselines, one row each of its table `BASELINES`) are fitted
+on the training part only (model choices on the validation part):
 
 * `SeasonalNaive`: the last period repeated; the period per channel is the lag of the highest
   autocorrelation of the training part after the autocorrelation first turns negative.
 * `DirectAR`: a linear autoregression of order p fitted by least squares, in the direct
   multi-horizon form (one linear map from the last p values to each of the next H values, with an
   intercept); p is chosen on the validation part, separately for each horizon. Fits and
-  validation MSEs come from the window moments of `genoformer.timeseries.baselines` (windows
-  with a missing value left out).
-* `DLinear` (`genoformer.timeseries.baselines`): trend and remainder, one linear layer each.
+  validation MSEs come from window moments (windows with a missing value left out).
+* `DLinear`: trend and remainder, one linear layer each.
 
 Shape legend: N windows, C channels, T time steps, P look-back (order), H horizon, K quantile levels.
 """
@@ -44,7 +44,6 @@ import torch
 
 from genoformer.hints import option
 from genoformer.progress import tqdm
-from genoformer.timeseries.baselines import WindowMoments, fill_lookback, linear_mse, linear_problem, observed_runs
 
 PROTOCOL_HORIZONS = (96, 192, 336, 720)
 """The horizons of the long-horizon protocol."""
@@ -263,191 +262,3 @@ class _ErrorSums:
                            wql=float(torch.mean(2 * self.pinball_K[h] / self.abs_truth[h])))
             rows.append(row)
         return rows
-
-
-# ------------------------------------------------------------------------------------ baselines
-def autocorrelation_period(parts_T: Sequence[np.ndarray], max_lag: Optional[int] = None) -> int:
-    """The dominant period of one channel: the lag of the highest autocorrelation after the
-    autocorrelation first turns negative. The autocorrelation is that of the first differences
-    (slow drift, such as an ECG's baseline wander, would otherwise dominate every lag), summed
-    over the parts (one per series); a difference next to a missing value counts as 0. ValueError
-    when it never turns negative (no period)."""
-    diffs = [np.diff(np.asarray(part, dtype=np.float64)) for part in parts_T]
-    diffs = [np.nan_to_num(d - np.nanmean(d)) for d in diffs if np.isfinite(d).sum() > 2]
-    if not diffs:
-        raise ValueError("the training part is too short to find a period; use the ar baseline.")
-    longest = max(len(d) for d in diffs)
-    max_lag = longest // 2 if max_lag is None else min(max_lag, longest - 1)
-    acf = np.zeros(max_lag + 1)
-    for d in diffs:
-        size = 1 << (2 * len(d) - 1).bit_length()
-        spectrum = np.fft.rfft(d, size)
-        lags = np.fft.irfft(spectrum * np.conj(spectrum), size)[: min(max_lag + 1, len(d))]
-        acf[: len(lags)] += lags
-    if acf[0] <= 0:
-        raise ValueError("the training part is constant: it has no period; use the ar baseline.")
-    negative = np.flatnonzero(acf < 0)
-    if len(negative) == 0:
-        raise ValueError(
-            f"no period found: the autocorrelation of the training part never turns negative up to lag "
-            f"{max_lag}; use the ar baseline."
-        )
-    first = int(negative[0])
-    return first + int(np.argmax(acf[first:]))
-
-
-@dataclasses.dataclass
-class SeasonalNaive:
-    """Forecasts the last `period` values repeated; one period per channel."""
-
-    periods: list[int]
-
-    @classmethod
-    def fit(cls, train_parts: Sequence[np.ndarray], max_lag: Optional[int] = None) -> SeasonalNaive:
-        """Periods from the autocorrelation of each channel of the training parts (C, T_i)."""
-        n_channels = np.asarray(train_parts[0]).shape[0]
-        return cls([autocorrelation_period([np.asarray(p)[c] for p in train_parts], max_lag) for c in range(n_channels)])
-
-    @property
-    def lookback(self) -> int:
-        return max(self.periods)
-
-    def __call__(self, context_NCP: np.ndarray, horizon: int) -> np.ndarray:
-        N, C, P = context_NCP.shape
-        if C != len(self.periods):
-            raise ValueError(f"the baseline was fitted on {len(self.periods)} channels, got {C}.")
-        context_NCP = fill_lookback(context_NCP)
-        out_NCH = np.empty((N, C, horizon), dtype=np.float32)
-        for c, period in enumerate(self.periods):
-            if P < period:
-                raise ValueError(f"seasonal naive needs a look-back of at least one period ({period}), got {P}.")
-            last_NM = context_NCP[:, c, P - period :]
-            out_NCH[:, c] = np.tile(last_NM, (1, math.ceil(horizon / period)))[:, :horizon]
-        return out_NCH
-
-
-def validation_windows(series: Sequence[np.ndarray], splits: Sequence[ProtocolSplit], order: int, horizon: int) -> int:
-    """How many forecasts an AR model of `order` can be scored on in the validation parts: starts t
-    in [train_end, test_start - horizon] with [t - order, t + horizon) observed, summed over
-    series and channels."""
-    count = 0
-    for values, split in zip(series, splits):
-        for channel_T in np.asarray(values)[:, max(0, split.train_end - order): split.test_start]:
-            count += sum(max(0, end - start - order - horizon + 1) for start, end in observed_runs(channel_T))
-    return count
-
-
-def longest_validation_run(series: Sequence[np.ndarray], splits: Sequence[ProtocolSplit]) -> int:
-    """The longest stretch of observed values inside the validation parts."""
-    return max((end - start for values, split in zip(series, splits)
-                for channel_T in np.asarray(values)[:, split.train_end: split.test_start]
-                for start, end in observed_runs(channel_T)), default=0)
-
-
-@dataclasses.dataclass
-class DirectAR:
-    """Linear autoregression of order p, direct multi-horizon form, shared by all channels.
-
-    forecast[t + h] = intercept[h] + sum_j coef[j, h] * x[t - p + j] for h < horizon.
-    """
-
-    coef_PH: np.ndarray
-    intercept_H: np.ndarray
-
-    @property
-    def order(self) -> int:
-        return self.coef_PH.shape[0]
-
-    @property
-    def horizon(self) -> int:
-        return self.coef_PH.shape[1]
-
-    lookback = order
-
-    @classmethod
-    def fit(cls, parts: Sequence[np.ndarray], order: int, horizon: int, ridge: float = 1e-6,
-            moments: Optional[WindowMoments] = None) -> DirectAR:
-        """Least squares on every fully observed (order + horizon)-step window of each series
-        part (C, T), every channel alike (or on the windows of `moments`, built from those
-        parts). `ridge` (relative to the mean diagonal) only keeps the solve stable."""
-        if order < 1 or horizon < 1:
-            raise ValueError(f"order ({order}) and horizon ({horizon}) must be >= 1.")
-        span = order + horizon
-        if moments is None:
-            moments = WindowMoments([channel_T for part_CT in parts for channel_T in np.asarray(part_CT)], span)
-        gram, cross, _, rows = linear_problem(moments.moments(span), order)
-        if rows <= order:
-            raise ValueError(
-                f"too little training data for an AR model of order {order} and horizon {horizon} "
-                f"({rows} windows)."
-            )
-        gram[np.diag_indices(order)] += ridge * np.trace(gram[:order, :order]) / order
-        solution = np.linalg.solve(gram, cross)
-        return cls(solution[:order], solution[order])
-
-    @classmethod
-    def fit_select(cls, series: Sequence[np.ndarray], splits: Sequence[ProtocolSplit], horizon: int,
-                   orders: Sequence[int]) -> tuple[DirectAR, dict[int, float]]:
-        """Fit one model per order on the training parts of the (z-scored) series (C, T_i) and keep
-        the one with the lowest MSE on their validation parts: every start t in the validation
-        part whose horizon fits in it, seeing [t - order, t). Returns the model and the
-        validation MSE of every order tried. Orders longer than a training part, or with fewer
-        fully observed training windows than coefficients, are skipped; so are orders without a
-        fully observed validation window (gaps, or a validation part shorter than the horizon),
-        unless no order has one: then a single order is fitted as it is (its score NaN), and
-        several are an error that says to give one."""
-        scores: dict[int, float] = {}
-        best: Optional[DirectAR] = None
-        shortest = min(split.train_end for split in splits)
-        tried = [order for order in sorted(set(int(o) for o in orders)) if order + horizon <= shortest]
-        train = WindowMoments([channel_T for values, split in zip(series, splits)
-                               for channel_T in np.asarray(values)[:, : split.train_end]],
-                              max(tried, default=1) + horizon)
-        fitted = [order for order in tried if train.count(order + horizon) > order]
-        validated = [order for order in fitted if validation_windows(series, splits, order, horizon)]
-        if not fitted:
-            raise ValueError(
-                f"no AR order in {sorted(orders)} fits in the training part ({shortest} steps, or too few fully "
-                f"observed windows) with horizon {horizon}; pass shorter orders, {option('ar_orders', [8, 32])}.")
-        if not validated and len(fitted) == 1:
-            return cls.fit([], fitted[0], horizon, moments=train), {fitted[0]: math.nan}
-        if not validated:
-            room = longest_validation_run(series, splits)
-            raise ValueError(
-                f"pass one AR order, which needs no choosing, e.g. {option('ar_orders', [fitted[-1]])} (orders that fit "
-                f"the training part: {', '.join(map(str, fitted))}), or fill the gaps: prepare the store with "
-                f"{option('missing', 'linear')} (no order can be chosen on the validation part at horizon {horizon}: it "
-                f"holds no fully observed window of order + {horizon} steps; its longest observed stretch is {room} "
-                "steps)")
-        for order in validated:
-            model = cls.fit([], order, horizon, moments=train)
-            scores[order] = model.mse_on(
-                [values[:, : split.test_start] for values, split in zip(series, splits)],
-                [split.train_end for split in splits],
-            )
-            if best is None or scores[order] < scores[best.order]:
-                best = model
-        return best, scores
-
-    def mse_on(self, parts: Sequence[np.ndarray], firsts: Sequence[int]) -> float:
-        """MSE of the horizon-`self.horizon` forecasts from every start t >= first of each part
-        (C, T_i) whose horizon fits in it (stride 1) and whose window is fully observed."""
-        span = self.order + self.horizon
-        moments = WindowMoments([channel_T for part_CT, first in zip(parts, firsts)
-                                 for channel_T in np.asarray(part_CT, dtype=np.float64)[:, max(0, first - self.order):]],
-                                span)
-        problem = linear_problem(moments.moments(span), self.order)
-        if problem[3] == 0:
-            raise ValueError(f"no fully observed window of {span} steps (order {self.order} + horizon {self.horizon}) "
-                             "to score in these parts.")
-        return linear_mse(np.concatenate([self.coef_PH, self.intercept_H[None]], axis=0), problem)
-
-    def __call__(self, context_NCP: np.ndarray, horizon: int) -> np.ndarray:
-        if horizon > self.horizon:
-            raise ValueError(f"this AR model was fitted for horizons up to {self.horizon}, asked for {horizon}.")
-        N, C, P = context_NCP.shape
-        if P < self.order:
-            raise ValueError(f"an AR model of order {self.order} needs a look-back of {self.order}, got {P}.")
-        lags_MP = fill_lookback(context_NCP[:, :, P - self.order :]).reshape(N * C, self.order).astype(np.float64)
-        out_MH = lags_MP @ self.coef_PH[:, :horizon] + self.intercept_H[:horizon]
-        return out_MH.reshape(N, C, horizon).astype(np.float32)

@@ -8,6 +8,7 @@ import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 
 from genoformer.timeseries.baselines import (
+    DirectAR,
     DLinear,
     WindowMoments,
     fill_short_gaps,
@@ -16,7 +17,7 @@ from genoformer.timeseries.baselines import (
     trend,
     trend_transposed,
 )
-from genoformer.timeseries.protocol import DirectAR, ProtocolSplit, evaluate_protocol
+from genoformer.timeseries.protocol import ProtocolSplit, evaluate_protocol
 
 
 def direct_moments(parts, span):

@@ -14,9 +14,9 @@ import torch
 from genoformer.data.splits import SplitSpec
 from genoformer.data.timeseries.datamodule import TimeSeriesDataModule
 from genoformer.data.timeseries.store import TimeSeriesStore, prepare_timeseries_store
-from genoformer.timeseries.baselines import fill_short_gaps
+from genoformer.timeseries.baselines import DirectAR, fill_short_gaps
 from genoformer.timeseries.module import TimeSeriesForecaster
-from genoformer.timeseries.protocol import DirectAR, ProtocolSplit, zscore_stats
+from genoformer.timeseries.protocol import ProtocolSplit, zscore_stats
 
 LENGTH = 6000  # 0.7 and 0.2 of it are whole: the data module's region split is the protocol's
 ORDERS = [4, 12, 48]

@@ -14,10 +14,10 @@ from cli_helpers import fails
 from genoformer.cli import main
 from genoformer.core.transformer import TransformerConfig
 from genoformer.data.timeseries.store import TimeSeriesStore
-from genoformer.timeseries.baselines import fill_lookback
+from genoformer.timeseries.baselines import DirectAR, SeasonalNaive, fill_lookback
 from genoformer.timeseries.model import ForecastConfig, TimeSeriesTransformer, instance_normalize
 from genoformer.timeseries.module import TimeSeriesForecaster
-from genoformer.timeseries.protocol import DirectAR, ProtocolSplit, SeasonalNaive, evaluate_protocol, zscore_stats
+from genoformer.timeseries.protocol import ProtocolSplit, evaluate_protocol, zscore_stats
 
 
 def tiny(seed=0, **forecast):

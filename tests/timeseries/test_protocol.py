@@ -5,11 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from genoformer.timeseries.baselines import DirectAR, SeasonalNaive, autocorrelation_period
 from genoformer.timeseries.protocol import (
-    DirectAR,
     ProtocolSplit,
-    SeasonalNaive,
-    autocorrelation_period,
     evaluate_protocol,
     window_starts,
     zscore_stats,
