@@ -23,9 +23,8 @@ Shape legend: B batch, L longest sequence of the batch, W window, K targets.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal, Optional
 
 import lightning as L
@@ -43,7 +42,6 @@ from genoformer.data.genome.annotations import (
     region_holdout,
 )
 from genoformer.data.genome.labels import (
-    LabelKind,
     LabelledSequences,
     canonical_key,
     class_balance,
@@ -51,6 +49,7 @@ from genoformer.data.genome.labels import (
     read_labelled,
     split_leak_free,
 )
+from genoformer.data.genome.targets import Task, TargetKind, TargetSpace
 from genoformer.data.loaders import ShardedLoaders
 from genoformer.data.sampling import sample_rng, split_key
 
@@ -59,82 +58,11 @@ log = logging.getLogger(__name__)
 IGNORE = -100
 """Per-base class target where there is none (padding); cross-entropy skips it."""
 
-Task = Literal["classify", "regress", "annotate"]
 BEDGRAPH_SUFFIXES = (".bedgraph", ".bedgraph.gz", ".bdg", ".bdg.gz")
 
 
-class TargetKind(str, enum.Enum):
-    """What a fine-tuned model predicts."""
-
-    SEQUENCE_CLASSES = "sequence_classes"
-    """One class per sequence (binary or multi-class): softmax over the classes."""
-    SEQUENCE_LABELS = "sequence_labels"
-    """Any number of labels per sequence (multi-label): one sigmoid per label."""
-    SEQUENCE_VALUES = "sequence_values"
-    """One or more numbers per sequence (regression)."""
-    BASE_CLASSES = "base_classes"
-    """One class per base (a label track, e.g. coding on each strand)."""
-    BASE_VALUES = "base_values"
-    """One number per base (a signal track)."""
-
-    @property
-    def per_base(self) -> bool:
-        return self in (TargetKind.BASE_CLASSES, TargetKind.BASE_VALUES)
-
-    @property
-    def classes(self) -> bool:
-        return self in (TargetKind.SEQUENCE_CLASSES, TargetKind.BASE_CLASSES)
-
-
-@dataclasses.dataclass(frozen=True)
-class TargetSpace:
-    """The targets a data module serves and a fine-tuned model predicts (saved with the model).
-
-    `names`: the classes in index order, or one name per label or value. `strand_swap`: for each
-    class, the class it becomes on the other strand (per-base classes; identity otherwise).
-    `mean`, `std`: of each value target in training (the model predicts standardised values).
-    """
-
-    kind: TargetKind
-    names: tuple[str, ...]
-    strand_swap: tuple[int, ...] = ()
-    mean: tuple[float, ...] = ()
-    std: tuple[float, ...] = ()
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "kind", TargetKind(self.kind))
-        for field in ("names", "strand_swap", "mean", "std"):
-            object.__setattr__(self, field, tuple(getattr(self, field)))
-        # class names stay text through hyperparameter files (YAML reads a bare 0 as a number)
-        object.__setattr__(self, "names", tuple(str(name) for name in self.names))
-        if not self.names:
-            raise ValueError("a target space needs at least one class, label or value name")
-        if self.kind.classes and len(self.names) < 2:
-            raise ValueError(f"classification needs at least 2 classes, got {list(self.names)}")
-
-    @property
-    def outputs(self) -> int:
-        """Outputs of the head: one per class, label or value."""
-        return len(self.names)
-
-    def swap(self) -> tuple[int, ...]:
-        """The class permutation under reverse complement (identity unless strand_swap is set)."""
-        return self.strand_swap or tuple(range(self.outputs))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind.value, **{k: list(getattr(self, k)) for k in ("names", "strand_swap", "mean", "std")}}
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> TargetSpace:
-        return cls(**values)
-
-
 def _sequence_space(seqs: LabelledSequences) -> TargetSpace:
-    kind = {
-        LabelKind.CLASSES: TargetKind.SEQUENCE_CLASSES,
-        LabelKind.MULTILABEL: TargetKind.SEQUENCE_LABELS,
-        LabelKind.VALUES: TargetKind.SEQUENCE_VALUES,
-    }[LabelKind(seqs.kind)]
+    kind = TargetKind(seqs.kind)
     if kind is not TargetKind.SEQUENCE_VALUES:
         return TargetSpace(kind, seqs.label_names)
     values = seqs.targets.astype(np.float64)
@@ -366,7 +294,7 @@ class LabelledDataModule(ShardedLoaders, L.LightningDataModule):
     def _read_sequences(self) -> None:
         task = "regress" if self.task == "regress" else "classify"
         train = read_labelled(self.train_files, task=task, genome=self.genome)
-        classes = train.label_names if LabelKind(train.kind) is LabelKind.CLASSES else None
+        classes = train.label_names if TargetKind(train.kind) is TargetKind.SEQUENCE_CLASSES else None
         held_out = {}
         if self.val_files:
             held_out["validation"] = read_labelled(self.val_files, task=task, genome=self.genome, classes=classes)

@@ -10,9 +10,9 @@
   reverse complement) whose intervals are cut from ``genome`` (FASTA/GenBank file or store).
 
 Label columns are one column named ``label`` or several named ``label_<name>``. For
-``task="classify"`` one ``label`` column gives class names (``LabelKind.CLASSES``) and
-``label_*`` columns give 0/1 flags (``LabelKind.MULTILABEL``); for ``task="regress"`` every label
-column is a numeric target (``LabelKind.VALUES``). Every other column is kept as text in
+``task="classify"`` one ``label`` column gives class names (``TargetKind.SEQUENCE_CLASSES``) and
+``label_*`` columns give 0/1 flags (``TargetKind.SEQUENCE_LABELS``); for ``task="regress"`` every label
+column is a numeric target (``TargetKind.SEQUENCE_VALUES``). Every other column is kept as text in
 ``columns`` so that prediction files can carry it through.
 
 Held-out sets must not share sequences with the training set: two sequences are the same when
@@ -22,7 +22,7 @@ their codes or the codes of one and the reverse complement of the other are equa
 
 Shapes: N sequences; K label columns of a multi-label set; T regression targets. ``codes[i]``
 is a 1-D ``np.uint8`` array (L_i,) (A0 C1 G2 T3 N4, see ``alphabet.py``); ``targets`` is int64
-(N,) for CLASSES, float32 (N, K) for MULTILABEL and float32 (N, T) for VALUES.
+(N,) for SEQUENCE_CLASSES, float32 (N, K) for SEQUENCE_LABELS and float32 (N, T) for SEQUENCE_VALUES.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from __future__ import annotations
 import bz2
 import csv
 import dataclasses
-import enum
 import gzip
 import io
 import lzma
@@ -45,6 +44,7 @@ import numpy as np
 from genoformer.data.genome.alphabet import ALLOWED, NotDNAError, encode, reverse_complement
 from genoformer.data.genome.inputs import read_sequences
 from genoformer.data.genome.seqfiles import detect_compression, is_sequence_file_name
+from genoformer.data.genome.targets import TargetKind
 from genoformer.data.inputs import expand_inputs, missing_input_error
 
 PathLike = Union[str, Path]
@@ -60,14 +60,6 @@ _FALSE = frozenset({"0", "0.0", "false", "no"})
 IMBALANCE_RATIO = 0.1
 
 
-class LabelKind(str, enum.Enum):
-    """What the targets of a :class:`LabelledSequences` are."""
-
-    CLASSES = "classes"  # one label column, class names (binary or multi-class)
-    MULTILABEL = "multilabel"  # several 0/1 label columns
-    VALUES = "values"  # one or more numeric target columns (regression)
-
-
 @dataclasses.dataclass(frozen=True)
 class LabelledSequences:
     """N sequences with their targets.
@@ -77,10 +69,10 @@ class LabelledSequences:
             ``chrom:start-end(strand)`` (BED coordinates; no ``(strand)`` without a strand
             column), else ``seqI`` with I the 0-based place among all sequences read.
         codes: The codes (L_i,) uint8 of each sequence.
-        targets: CLASSES: int64 (N,) index into ``label_names`` (-1 for unlabelled sequences);
-            MULTILABEL: float32 (N, K) of 0/1; VALUES: float32 (N, T).
+        targets: SEQUENCE_CLASSES: int64 (N,) index into ``label_names`` (-1 for unlabelled sequences);
+            SEQUENCE_LABELS: float32 (N, K) of 0/1; SEQUENCE_VALUES: float32 (N, T).
         kind: What the targets are.
-        label_names: CLASSES: the classes in index order; MULTILABEL/VALUES: one name per
+        label_names: SEQUENCE_CLASSES: the classes in index order; the others: one name per
             target column.
         columns: The inputs' other columns (name, id, any extra; chrom/start/end/score/strand
             for BED) in input order, as text; "" where an input lacks a column others have.
@@ -89,7 +81,7 @@ class LabelledSequences:
     names: list[str]
     codes: list[np.ndarray]
     targets: np.ndarray
-    kind: LabelKind
+    kind: TargetKind
     label_names: list[str]
     columns: dict[str, list[str]]
 
@@ -514,7 +506,7 @@ def _number(text: str, where: str, column: str) -> float:
     return value
 
 
-def _targets(parts: Sequence[_Part], task: str, classes: Sequence[str] | None) -> tuple[np.ndarray, LabelKind, list[str]]:
+def _targets(parts: Sequence[_Part], task: str, classes: Sequence[str] | None) -> tuple[np.ndarray, TargetKind, list[str]]:
     first = parts[0]
     for part in parts[1:]:
         if part.label_columns != first.label_columns or part.plain_label != first.plain_label:
@@ -543,7 +535,7 @@ def _targets(parts: Sequence[_Part], task: str, classes: Sequence[str] | None) -
                 raise ValueError(f"label {row[0]!r} in {place} is not one of the training classes {names}; fix the "
                                  "label or remove the row")
             targets[i] = index[row[0]]
-        return targets, LabelKind.CLASSES, names
+        return targets, TargetKind.SEQUENCE_CLASSES, names
     columns = list(first.label_columns)
     order = list(range(len(columns)))
     if classes is not None:
@@ -555,11 +547,11 @@ def _targets(parts: Sequence[_Part], task: str, classes: Sequence[str] | None) -
         columns = wanted
     if task == "classify":
         values = [[_flag(row[j], place, first.label_columns[j]) for j in order] for row, place in zip(labels, where)]
-        kind = LabelKind.MULTILABEL
+        kind = TargetKind.SEQUENCE_LABELS
     else:
         label = (lambda j: "label") if first.plain_label else (lambda j: f"label_{first.label_columns[j]}")
         values = [[_number(row[j], place, label(j)) for j in order] for row, place in zip(labels, where)]
-        kind = LabelKind.VALUES
+        kind = TargetKind.SEQUENCE_VALUES
     return np.asarray(values, dtype=np.float32).reshape(len(labels), len(columns)), kind, columns
 
 
@@ -595,7 +587,7 @@ def read_unlabelled(paths: Paths, *, genome: PathLike | None = None) -> Labelled
     parts = _read_parts(paths, genome, labelled=False)
     names = _names(parts)
     return LabelledSequences(names, [c for part in parts for c in part.codes], np.full(len(names), -1, dtype=np.int64),
-                             LabelKind.CLASSES, [], _merge_columns(parts))
+                             TargetKind.SEQUENCE_CLASSES, [], _merge_columns(parts))
 
 
 # --- summaries and leak-free splits -------------------------------------------------------------
@@ -606,7 +598,7 @@ def class_balance(seqs: LabelledSequences) -> str:
     mean and sd per target; with a warning when the set is strongly imbalanced (the smallest
     class, or a label's rarer value, below a tenth of the largest)."""
     n = len(seqs)
-    if seqs.kind == LabelKind.CLASSES:
+    if seqs.kind == TargetKind.SEQUENCE_CLASSES:
         if not seqs.label_names:
             return f"{n:,} unlabelled sequences"
         counts = np.bincount(seqs.targets[seqs.targets >= 0], minlength=len(seqs.label_names))
@@ -617,7 +609,7 @@ def class_balance(seqs: LabelledSequences) -> str:
             line += (f"; imbalanced: {seqs.label_names[smallest]} has {counts[smallest] / counts[largest]:.1%} as many "
                      f"sequences as {seqs.label_names[largest]} (consider class weights or resampling)")
         return line
-    if seqs.kind == LabelKind.MULTILABEL:
+    if seqs.kind == TargetKind.SEQUENCE_LABELS:
         positives = seqs.targets.sum(axis=0)
         line = f"{len(seqs.label_names)} labels over {n:,} sequences, positive: " + ", ".join(
             f"{name} {int(p):,} ({100 * p / max(n, 1):.1f}%)" for name, p in zip(seqs.label_names, positives))

@@ -32,6 +32,7 @@ from genoformer.data.genome.labels import read_unlabelled
 from genoformer.data.genome.regions import read_regions
 from genoformer.data.genome.seqfiles import is_sequence_file_name
 from genoformer.data.genome.store import DEFAULT_CHUNK_SIZE, prepare_genome_store
+from genoformer.data.genome.targets import Task
 from genoformer.data.inputs import expand_inputs
 from genoformer.data.storage import refuse_existing, write_json, write_text
 from genoformer.genome.embeddings import Embedder, save_embeddings
@@ -145,7 +146,6 @@ def embed(
 
 
 # ------------------------------------------------------------------------------- fine-tuning
-TaskName = Literal["classify", "regress", "annotate"]
 HeadPoolingName = Literal[tuple(member.value.lower() for member in HeadPooling)]
 FINETUNE_CONFIGS = {"cpu": "finetune_cpu.yaml", "gpu": "finetune_gpu.yaml"}
 """The shipped recipe `finetune` starts from, per device (configs/)."""
@@ -154,7 +154,7 @@ FINETUNE_CONFIGS = {"cpu": "finetune_cpu.yaml", "gpu": "finetune_gpu.yaml"}
 def finetune(
     *,
     pretrained: Path,
-    task: TaskName,
+    task: Task,
     train: Union[str, list[str]],
     out: Path,
     val: Optional[Union[str, list[str]]] = None,

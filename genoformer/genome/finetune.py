@@ -52,7 +52,8 @@ from genoformer.core.training import TrainingModule, adamw_warmup_cosine, fused_
 from genoformer.core.transformer import Transformer, TransformerConfig
 from genoformer.data.genome.alphabet import TOKEN_CODES, VOCAB_SIZE, check_alphabet
 from genoformer.data.genome.annotations import ANNOTATION_CLASSES, CDS_MINUS, CDS_PLUS
-from genoformer.data.genome.labelled import IGNORE, TargetKind, TargetSpace
+from genoformer.data.genome.labelled import IGNORE
+from genoformer.data.genome.targets import TargetKind, TargetSpace
 from genoformer.genome.heads import (
     BaseHead,
     HeadPooling,

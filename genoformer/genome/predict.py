@@ -35,9 +35,9 @@ from genoformer.core.runtime import RuntimeSettings
 from genoformer.data.genome.alphabet import PAD, check_alphabet
 from genoformer.data.genome.annotations import Gene
 from genoformer.data.genome.inputs import SequenceInputs, read_sequences
-from genoformer.data.genome.labelled import TargetKind, TargetSpace
 from genoformer.data.genome.labels import LabelledSequences
 from genoformer.data.genome.regions import record_regions
+from genoformer.data.genome.targets import TargetKind, TargetSpace
 from genoformer.data.storage import write_text
 from genoformer.data.tiling import Keep, same_length_batches, tile_windows
 from genoformer.genome.finetune import FineTuner

@@ -19,7 +19,7 @@ from genoformer.core.hf import LAYOUT_FILE, export_hf, merge_lora, modeling_sour
 from genoformer.core.loading import load_module_weights
 from genoformer.core.transformer import Transformer, TransformerConfig
 from genoformer.data.genome.annotations import ANNOTATION_CLASSES, STRAND_SWAP
-from genoformer.data.genome.labelled import TargetKind, TargetSpace
+from genoformer.data.genome.targets import TargetKind, TargetSpace
 from genoformer.genome.finetune import FineTuner
 from genoformer.genome.lm import GenoformerLM, Objective
 from genoformer.genome.predict import FineTunedModel

@@ -15,7 +15,8 @@ from model_helpers import random_tokens
 from genoformer.core.checkpoints import canonical_state_dict
 from genoformer.data.genome.alphabet import PAD, decode
 from genoformer.data.genome.annotations import ANNOTATION_CLASSES, STRAND_SWAP
-from genoformer.data.genome.labelled import IGNORE, LabelledDataModule, TargetKind, TargetSpace
+from genoformer.data.genome.labelled import IGNORE, LabelledDataModule
+from genoformer.data.genome.targets import TargetKind, TargetSpace
 from genoformer.genome.finetune import Adaptation, FineTuner
 from genoformer.genome.heads import flip_within, reverse_complement_rows, valid_mask
 from genoformer.genome.predict import FineTunedModel

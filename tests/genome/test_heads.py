@@ -11,7 +11,8 @@ from model_helpers import random_tokens
 
 from genoformer.data.genome.alphabet import PAD, reverse_complement
 from genoformer.data.genome.annotations import ANNOTATION_CLASSES, STRAND_SWAP
-from genoformer.data.genome.labelled import IGNORE, TargetKind, TargetSpace
+from genoformer.data.genome.labelled import IGNORE
+from genoformer.data.genome.targets import TargetKind, TargetSpace
 from genoformer.genome.finetune import FineTuner
 from genoformer.genome.heads import (
     BaseHead,

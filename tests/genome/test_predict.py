@@ -17,7 +17,7 @@ from model_helpers import random_tokens
 from genoformer.cli import main
 from genoformer.data.genome.alphabet import decode, encode, reverse_complement
 from genoformer.data.genome.annotations import ANNOTATION_CLASSES, STRAND_SWAP, read_genes
-from genoformer.data.genome.labelled import TargetKind, TargetSpace
+from genoformer.data.genome.targets import TargetKind, TargetSpace
 from genoformer.data.genome.labels import read_unlabelled
 from genoformer.data.tiling import Keep, tile_windows
 from genoformer.genome.finetune import FineTuner

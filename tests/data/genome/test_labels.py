@@ -11,7 +11,6 @@ from data_helpers import SHARED_DATA, random_bases, require_shared, write_fasta
 
 from genoformer.data.genome.alphabet import decode, encode, reverse_complement
 from genoformer.data.genome.labels import (
-    LabelKind,
     LabelledSequences,
     canonical_key,
     class_balance,
@@ -21,6 +20,7 @@ from genoformer.data.genome.labels import (
     read_unlabelled,
     split_leak_free,
 )
+from genoformer.data.genome.targets import TargetKind
 
 SHARED_EXTRA = Path(__file__).resolve().parents[3] / ".." / "shared-extra"
 SPLICE = SHARED_DATA / "labeled" / "splice_junctions_statlog.tsv"
@@ -38,7 +38,7 @@ def write(path: Path, text: str) -> Path:
 def seqs_of(strings: list[str], labels: list[int] | None = None) -> LabelledSequences:
     labels = labels if labels is not None else [0] * len(strings)
     return LabelledSequences([f"s{i}" for i in range(len(strings))], [encode(s) for s in strings],
-                             np.asarray(labels, dtype=np.int64), LabelKind.CLASSES, ["a", "b"], {})
+                             np.asarray(labels, dtype=np.int64), TargetKind.SEQUENCE_CLASSES, ["a", "b"], {})
 
 
 # --- tables -----------------------------------------------------------------------------------
@@ -48,7 +48,7 @@ def test_tsv_classes_in_natural_order_with_names_and_extra_columns(tmp_path):
     path = write(tmp_path / "train.tsv.gz", "name\tsequence\tlabel\tsource\n"
                  "a\tACGT\t10\tx\nb\tacgn\t2\ty\nc\tGGCC\t1\tz\nd\tTTTT\t2\tw\n")
     seqs = read_labelled(path, task="classify")
-    assert seqs.kind == LabelKind.CLASSES and seqs.label_names == ["1", "2", "10"]
+    assert seqs.kind == TargetKind.SEQUENCE_CLASSES and seqs.label_names == ["1", "2", "10"]
     assert seqs.targets.dtype == np.int64 and seqs.targets.tolist() == [2, 1, 0, 1]
     assert seqs.names == ["a", "b", "c", "d"] and decode(seqs.codes[1]) == "ACGN"
     assert seqs.columns == {"name": ["a", "b", "c", "d"], "source": ["x", "y", "z", "w"]}
@@ -66,7 +66,7 @@ def test_string_classes_sort_and_unnamed_rows_are_seq_i(tmp_path):
 def test_multilabel_columns_accept_words(tmp_path):
     path = write(tmp_path / "m.tsv", "sequence\tlabel_open\tlabel_bound\nACGT\t1\ttrue\nGGCC\tno\t0\nTTAA\tyes\tFalse\n")
     seqs = read_labelled(path, task="classify")
-    assert seqs.kind == LabelKind.MULTILABEL and seqs.label_names == ["open", "bound"]
+    assert seqs.kind == TargetKind.SEQUENCE_LABELS and seqs.label_names == ["open", "bound"]
     assert seqs.targets.dtype == np.float32
     np.testing.assert_array_equal(seqs.targets, [[1, 1], [0, 0], [1, 0]])
     reordered = read_labelled(path, task="classify", classes=["bound", "open"])
@@ -76,7 +76,7 @@ def test_multilabel_columns_accept_words(tmp_path):
 def test_regression_targets(tmp_path):
     path = write(tmp_path / "r.csv", "sequence,label_expr,label_stab\nACGT,1.5,-2\nGGCC,3,0.25\n")
     seqs = read_labelled(path, task="regress")
-    assert seqs.kind == LabelKind.VALUES and seqs.label_names == ["expr", "stab"]
+    assert seqs.kind == TargetKind.SEQUENCE_VALUES and seqs.label_names == ["expr", "stab"]
     np.testing.assert_allclose(seqs.targets, [[1.5, -2], [3, 0.25]])
     single = read_labelled(write(tmp_path / "s.tsv", "sequence\tlabel\nACGT\t0.5\nGGCC\t1\n"), task="regress")
     assert single.label_names == ["label"] and single.targets.shape == (2, 1)
@@ -199,12 +199,12 @@ def test_bed_needs_a_genome(tmp_path):
 
 def test_class_balance_lines_and_the_imbalance_warning():
     seqs = LabelledSequences([f"s{i}" for i in range(20)], [encode("ACGT")] * 20,
-                             np.asarray([0] * 19 + [1], dtype=np.int64), LabelKind.CLASSES, ["neg", "pos"], {})
+                             np.asarray([0] * 19 + [1], dtype=np.int64), TargetKind.SEQUENCE_CLASSES, ["neg", "pos"], {})
     line = class_balance(seqs)
     assert line.startswith("2 classes: neg 19 (95.0%), pos 1 (5.0%); imbalanced: pos has 5.3% as many sequences as neg")
     assert "imbalanced" not in class_balance(seqs.subset(np.arange(10, 20)))
     multi = LabelledSequences(["a", "b"], [encode("A"), encode("C")], np.asarray([[1, 0], [1, 1]], np.float32),
-                              LabelKind.MULTILABEL, ["x", "y"], {})
+                              TargetKind.SEQUENCE_LABELS, ["x", "y"], {})
     assert class_balance(multi).startswith("2 labels over 2 sequences, positive: x 2 (100.0%), y 1 (50.0%); imbalanced: x")
 
 

@@ -1,0 +1,82 @@
+"""The one vocabulary of fine-tuning: what a user asks for (`Task`: the --task of `genoformer
+finetune`), what a model predicts (`TargetKind`) and the targets of one model (`TargetSpace`, saved
+with it). A task becomes a kind by its data: classify gives one class per sequence
+(SEQUENCE_CLASSES) or several labels (SEQUENCE_LABELS), regress values per sequence
+(SEQUENCE_VALUES) or per base from a signal track (BASE_VALUES), annotate gene classes per base
+(BASE_CLASSES)."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from typing import Any, Literal
+
+Task = Literal["classify", "regress", "annotate"]
+"""What `genoformer finetune --task` asks for."""
+
+
+class TargetKind(str, enum.Enum):
+    """What a fine-tuned model predicts."""
+
+    SEQUENCE_CLASSES = "sequence_classes"
+    """One class per sequence (binary or multi-class): softmax over the classes."""
+    SEQUENCE_LABELS = "sequence_labels"
+    """Any number of labels per sequence (multi-label): one sigmoid per label."""
+    SEQUENCE_VALUES = "sequence_values"
+    """One or more numbers per sequence (regression)."""
+    BASE_CLASSES = "base_classes"
+    """One class per base (a label track, e.g. coding on each strand)."""
+    BASE_VALUES = "base_values"
+    """One number per base (a signal track)."""
+
+    @property
+    def per_base(self) -> bool:
+        return self in (TargetKind.BASE_CLASSES, TargetKind.BASE_VALUES)
+
+    @property
+    def classes(self) -> bool:
+        return self in (TargetKind.SEQUENCE_CLASSES, TargetKind.BASE_CLASSES)
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetSpace:
+    """The targets a data module serves and a fine-tuned model predicts (saved with the model).
+
+    `names`: the classes in index order, or one name per label or value. `strand_swap`: for each
+    class, the class it becomes on the other strand (per-base classes; identity otherwise).
+    `mean`, `std`: of each value target in training (the model predicts standardised values).
+    """
+
+    kind: TargetKind
+    names: tuple[str, ...]
+    strand_swap: tuple[int, ...] = ()
+    mean: tuple[float, ...] = ()
+    std: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", TargetKind(self.kind))
+        for field in ("names", "strand_swap", "mean", "std"):
+            object.__setattr__(self, field, tuple(getattr(self, field)))
+        # class names stay text through hyperparameter files (YAML reads a bare 0 as a number)
+        object.__setattr__(self, "names", tuple(str(name) for name in self.names))
+        if not self.names:
+            raise ValueError("a target space needs at least one class, label or value name")
+        if self.kind.classes and len(self.names) < 2:
+            raise ValueError(f"classification needs at least 2 classes, got {list(self.names)}")
+
+    @property
+    def outputs(self) -> int:
+        """Outputs of the head: one per class, label or value."""
+        return len(self.names)
+
+    def swap(self) -> tuple[int, ...]:
+        """The class permutation under reverse complement (identity unless strand_swap is set)."""
+        return self.strand_swap or tuple(range(self.outputs))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind.value, **{k: list(getattr(self, k)) for k in ("names", "strand_swap", "mean", "std")}}
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> TargetSpace:
+        return cls(**values)
