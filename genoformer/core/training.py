@@ -9,20 +9,22 @@
   whatever ran in between (validation, a restart);
 - checkpoints tagged with their kind and format version, with canonical keys
   (`genoformer.core.checkpoints`);
-- AdamW with weight decay on matrices only, linear warmup then cosine decay per step, the fused
-  CUDA AdamW where it is safe, and gradient clipping that works with it.
+- AdamW with weight decay on matrices only, linear warmup then cosine decay per step
+  (`OptimizerSettings`), the fused CUDA AdamW where it is safe, and gradient clipping that works
+  with it.
 
 A wing subclasses it, sets `kind`, builds `self.model` (a `TransformerTrunk`) with
-`self.runtime`, sets the optimiser fields (`learning_rate`, `weight_decay`, `betas`,
-`warmup_steps`, `total_steps`, `min_lr_ratio`) and writes its steps.
+`self.runtime`, sets `self.optimization` (`OptimizerSettings.of(locals())` in its __init__, whose
+arguments name the settings' fields) and writes its steps.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Optional, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
 
 import lightning as L
 import numpy as np
@@ -33,6 +35,9 @@ from genoformer.core import checkpoints
 from genoformer.core.checkpoints import COMPILED_PREFIX, ModelKind
 from genoformer.core.runtime import RuntimeSettings
 from genoformer.core.transformer import TransformerTrunk, compile_blocks
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 
 def step_seed(seed: int, step: int, rank: int) -> int:
@@ -49,17 +54,53 @@ def warmup_cosine(step: int, *, warmup_steps: int, total_steps: int, min_lr_rati
     return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+class ArgumentGroup:
+    """Base of a frozen dataclass that groups some of a training module's __init__ arguments: the
+    module keeps them as arguments of its own (flat config keys, model.init_args.NAME), collects
+    them with `of(locals())` and saves them with `to_dict()` among its hyperparameters."""
+
+    @classmethod
+    def of(cls, arguments: Mapping[str, Any]) -> Self:
+        """The group's fields among `arguments` (a module's __init__ locals), by name."""
+        return cls(**{field.name: arguments[field.name] for field in dataclasses.fields(cls)})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values, as the hyperparameters hold them (tuples as lists)."""
+        return {name: list(value) if isinstance(value, tuple) else value
+                for name, value in dataclasses.asdict(self).items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerSettings(ArgumentGroup):
+    """How a training module's weights learn: AdamW, weight decay on matrices only, linear warmup
+    then cosine decay per step (`adamw_warmup_cosine`). What a run was, saved with the
+    hyperparameters, beside `RuntimeSettings` (how it ran, never saved). A module takes the fields
+    as arguments of its own, so that configs and command lines name them as they always did
+    (model.init_args.learning_rate, ...), and collects them with `OptimizerSettings.of(locals())`."""
+
+    learning_rate: float
+    """Peak learning rate, reached after the warmup."""
+    weight_decay: float
+    """AdamW weight decay of matrices (embeddings and linear weights); norm weights never decay."""
+    betas: tuple[float, float]
+    """AdamW (beta1, beta2)."""
+    warmup_steps: int
+    """Optimizer steps of linear warmup from 0 to learning_rate."""
+    total_steps: Optional[int]
+    """Optimizer steps at which the cosine decay ends; None: the trainer's estimated_stepping_batches."""
+    min_lr_ratio: float
+    """Final learning rate as a fraction of learning_rate."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "betas", tuple(self.betas))
+
+
 class TrainingModule(L.LightningModule):
     """Base of genoformer's LightningModules (see the module docstring)."""
 
     kind: ClassVar[ModelKind]
     model: TransformerTrunk
-    learning_rate: float
-    weight_decay: float
-    betas: tuple[float, float]
-    warmup_steps: int
-    total_steps: Optional[int]
-    min_lr_ratio: float
+    optimization: OptimizerSettings
 
     def __init__(self, runtime: Union[RuntimeSettings, Mapping[str, Any], None] = None) -> None:
         super().__init__()
@@ -104,11 +145,8 @@ class TrainingModule(L.LightningModule):
 
     # ------------------------------------------------------------------- optimiser
     def configure_optimizers(self) -> dict[str, Any]:
-        return adamw_warmup_cosine(
-            self.model, lambda: self.trainer.estimated_stepping_batches, learning_rate=self.learning_rate,
-            weight_decay=self.weight_decay, betas=self.betas, warmup_steps=self.warmup_steps,
-            total_steps=self.total_steps, min_lr_ratio=self.min_lr_ratio, fused=fused_adamw_allowed(self),
-        )
+        return adamw_warmup_cosine(self.model, lambda: self.trainer.estimated_stepping_batches, self.optimization,
+                                   fused=fused_adamw_allowed(self))
 
     def configure_gradient_clipping(
         self, optimizer: torch.optim.Optimizer, gradient_clip_val: Optional[float] = None,
@@ -143,22 +181,18 @@ def fused_adamw_allowed(module: L.LightningModule) -> bool:
 def adamw_warmup_cosine(
     model: torch.nn.Module,
     estimated_steps: Callable[[], float],
+    settings: OptimizerSettings,
     *,
-    learning_rate: float,
-    weight_decay: float,
-    betas: tuple[float, float],
-    warmup_steps: int,
-    total_steps: Optional[int],
-    min_lr_ratio: float,
     fused: bool = False,
     own_rates: Sequence[tuple[torch.nn.Module, float]] = (),
 ) -> dict[str, Any]:
     """AdamW (weight decay on matrices only) with `warmup_cosine` per step, as Lightning's
-    configure_optimizers returns it; total_steps None: `estimated_steps()` (the trainer's
+    configure_optimizers returns it; settings.total_steps None: `estimated_steps()` (the trainer's
     estimated_stepping_batches). `own_rates`: (module, peak learning rate) of modules that train at
     their own rate (a fine-tuning head), under the same schedule; only trainable parameters train."""
+    weight_decay, total_steps = settings.weight_decay, settings.total_steps
     groups = []
-    for module, rate in [(model, learning_rate), *own_rates]:
+    for module, rate in [(model, settings.learning_rate), *own_rates]:
         decay, no_decay = [], []
         for param in module.parameters():  # tied weights appear once
             if param.requires_grad:
@@ -167,8 +201,8 @@ def adamw_warmup_cosine(
                    {"params": no_decay, "weight_decay": 0.0, "lr": rate}]
     optimizer = torch.optim.AdamW(
         [group for group in groups if group["params"]],
-        lr=learning_rate,
-        betas=betas,
+        lr=settings.learning_rate,
+        betas=settings.betas,
         # fused (CUDA): one kernel for all parameters instead of several per tensor group
         fused=fused,
     )
@@ -183,7 +217,7 @@ def adamw_warmup_cosine(
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer,
         lambda step: warmup_cosine(
-            step, warmup_steps=warmup_steps, total_steps=total_steps, min_lr_ratio=min_lr_ratio
+            step, warmup_steps=settings.warmup_steps, total_steps=total_steps, min_lr_ratio=settings.min_lr_ratio
         ),
     )
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

@@ -48,7 +48,13 @@ from genoformer.core.checkpoints import ModelKind
 from genoformer.core.loading import read_model_checkpoint
 from genoformer.core.loading import load_module_weights
 from genoformer.core.runtime import RuntimeSettings
-from genoformer.core.training import TrainingModule, adamw_warmup_cosine, fused_adamw_allowed
+from genoformer.core.training import (
+    ArgumentGroup,
+    OptimizerSettings,
+    TrainingModule,
+    adamw_warmup_cosine,
+    fused_adamw_allowed,
+)
 from genoformer.core.transformer import Transformer, TransformerConfig
 from genoformer.data.genome.alphabet import TOKEN_CODES, VOCAB_SIZE, check_alphabet
 from genoformer.data.genome.annotations import ANNOTATION_CLASSES, CDS_MINUS, CDS_PLUS
@@ -78,6 +84,27 @@ class Adaptation(str, enum.Enum):
     FULL = "full"
     LINEAR_PROBE = "linear_probe"
     LORA = "lora"
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptationSettings(ArgumentGroup):
+    """Which weights of the pretrained trunk train, and from what (FineTuner's arguments of these names)."""
+
+    freeze_backbone: bool
+    lora_rank: int
+    lora_alpha: Optional[float]
+    from_scratch: bool
+
+    def __post_init__(self) -> None:
+        if self.freeze_backbone and self.lora_rank:
+            raise ValueError("freeze_backbone and lora_rank contradict each other: a linear probe trains no "
+                             "adapters; pass one of them")
+        if self.lora_rank < 0:
+            raise ValueError(f"lora_rank must be 0 (no adapters) or positive, got {self.lora_rank}")
+
+    @property
+    def adaptation(self) -> Adaptation:
+        return Adaptation.LORA if self.lora_rank else Adaptation.LINEAR_PROBE if self.freeze_backbone else Adaptation.FULL
 
 
 class FineTuner(TrainingModule):
@@ -146,11 +173,8 @@ class FineTuner(TrainingModule):
             runtime: how to run (genoformer.core.runtime.RuntimeSettings); never saved.
         """
         super().__init__(runtime)
-        if freeze_backbone and lora_rank:
-            raise ValueError("freeze_backbone and lora_rank contradict each other: a linear probe trains no "
-                             "adapters; pass one of them")
-        if lora_rank < 0:
-            raise ValueError(f"lora_rank must be 0 (no adapters) or positive, got {lora_rank}")
+        adapting = AdaptationSettings.of(locals())
+        self.optimization = OptimizerSettings.of(locals())
         if patience < 0:
             raise ValueError(f"patience must be 0 (no early stopping) or a number of validations, got {patience}")
         weights = None
@@ -170,18 +194,12 @@ class FineTuner(TrainingModule):
         self.both_strands = config.causal if both_strands is None else both_strands
         self.layer = self.model.resolve_layer(layer)
         self.pooling = HeadPooling(pooling)
-        self.adaptation = Adaptation.LORA if lora_rank else Adaptation.LINEAR_PROBE if freeze_backbone else Adaptation.FULL
+        self.adaptation = adapting.adaptation
         if self.adaptation is Adaptation.LINEAR_PROBE:
             self.model.requires_grad_(False)
         elif self.adaptation is Adaptation.LORA:
             add_lora(self.model, lora_rank, 2.0 * lora_rank if lora_alpha is None else lora_alpha)
-        self.learning_rate = learning_rate
         self.head_learning_rate = 10.0 * learning_rate if head_learning_rate is None else head_learning_rate
-        self.weight_decay = weight_decay
-        self.betas = tuple(betas)
-        self.warmup_steps = warmup_steps
-        self.total_steps = total_steps
-        self.min_lr_ratio = min_lr_ratio
         self.head_dropout = head_dropout
         self.reverse_complement = reverse_complement
         self.test_time_strands = test_time_strands
@@ -197,17 +215,9 @@ class FineTuner(TrainingModule):
                 "pooling": self.pooling.value,
                 "both_strands": self.both_strands,
                 "layer": layer,
-                "freeze_backbone": freeze_backbone,
-                "lora_rank": lora_rank,
-                "lora_alpha": lora_alpha,
-                "from_scratch": from_scratch,
-                "learning_rate": learning_rate,
+                **adapting.to_dict(),
+                **self.optimization.to_dict(),
                 "head_learning_rate": head_learning_rate,
-                "weight_decay": weight_decay,
-                "betas": list(self.betas),
-                "warmup_steps": warmup_steps,
-                "total_steps": total_steps,
-                "min_lr_ratio": min_lr_ratio,
                 "head_dropout": head_dropout,
                 "reverse_complement": reverse_complement,
                 "test_time_strands": test_time_strands,
@@ -374,12 +384,8 @@ class FineTuner(TrainingModule):
         return callbacks
 
     def configure_optimizers(self) -> dict[str, Any]:
-        return adamw_warmup_cosine(
-            self.model, lambda: self.trainer.estimated_stepping_batches, learning_rate=self.learning_rate,
-            weight_decay=self.weight_decay, betas=self.betas, warmup_steps=self.warmup_steps,
-            total_steps=self.total_steps, min_lr_ratio=self.min_lr_ratio, fused=fused_adamw_allowed(self),
-            own_rates=[(self.head, self.head_learning_rate)],
-        )
+        return adamw_warmup_cosine(self.model, lambda: self.trainer.estimated_stepping_batches, self.optimization,
+                                   fused=fused_adamw_allowed(self), own_rates=[(self.head, self.head_learning_rate)])
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_save_checkpoint(checkpoint)

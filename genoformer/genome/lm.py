@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from genoformer.core.checkpoints import ModelKind
 from genoformer.core.runtime import RuntimeSettings
-from genoformer.core.training import TrainingModule
+from genoformer.core.training import OptimizerSettings, TrainingModule
 from genoformer.core.transformer import Transformer, TransformerConfig, document_positions, fused, over_chunks
 from genoformer.data.genome.alphabet import MASK, PAD, T, TOKEN_CODES, VOCAB_SIZE, check_alphabet
 
@@ -138,12 +138,7 @@ class GenoformerLM(TrainingModule):
         config = dataclasses.replace(transformer, causal=objective is Objective.CAUSAL_LM, vocab_size=VOCAB_SIZE)
         self.objective = objective
         self.mask_prob = mask_prob
-        self.learning_rate = learning_rate
-        self.weight_decay = weight_decay
-        self.betas = tuple(betas)
-        self.warmup_steps = warmup_steps
-        self.total_steps = total_steps
-        self.min_lr_ratio = min_lr_ratio
+        self.optimization = OptimizerSettings.of(locals())
         self.model = Transformer(config, self.runtime)
         self.trained_seq_len = 0  # longest training batch length so far: the default embedding window
         # Plain values only, so checkpoints load with torch.load(weights_only=True) and
@@ -153,12 +148,7 @@ class GenoformerLM(TrainingModule):
                 "transformer": config.to_dict(),
                 "objective": objective.value,
                 "mask_prob": mask_prob,
-                "learning_rate": learning_rate,
-                "weight_decay": weight_decay,
-                "betas": list(self.betas),
-                "warmup_steps": warmup_steps,
-                "total_steps": total_steps,
-                "min_lr_ratio": min_lr_ratio,
+                **self.optimization.to_dict(),
             }
         )
 

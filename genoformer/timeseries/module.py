@@ -35,7 +35,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from genoformer.core.checkpoints import ModelKind
 from genoformer.core.runtime import RuntimeSettings
-from genoformer.core.training import TrainingModule
+from genoformer.core.training import OptimizerSettings, TrainingModule
 from genoformer.core.transformer import TransformerConfig
 from genoformer.progress import tqdm
 from genoformer.timeseries.baselines import DirectAR, fill_short_gaps
@@ -151,12 +151,7 @@ class TimeSeriesForecaster(TrainingModule):
         self.linear_orders = None if linear_orders is None else sorted({int(order) for order in linear_orders})
         self.lookback_jitter = lookback_jitter
         self.time_stretch = time_stretch
-        self.learning_rate = learning_rate
-        self.weight_decay = weight_decay
-        self.betas = tuple(betas)
-        self.warmup_steps = warmup_steps
-        self.total_steps = total_steps
-        self.min_lr_ratio = min_lr_ratio
+        self.optimization = OptimizerSettings.of(locals())
         self.model = TimeSeriesTransformer(transformer, forecast, self.runtime)
         self._jitter_rng = np.random.default_rng(seed)
         self._store_totals_2S: Optional[torch.Tensor] = None  # per store, over a validation epoch
@@ -166,12 +161,7 @@ class TimeSeriesForecaster(TrainingModule):
                 "forecast": forecast.to_dict(),
                 "lookback_jitter": lookback_jitter,
                 "time_stretch": time_stretch,
-                "learning_rate": learning_rate,
-                "weight_decay": weight_decay,
-                "betas": list(self.betas),
-                "warmup_steps": warmup_steps,
-                "total_steps": total_steps,
-                "min_lr_ratio": min_lr_ratio,
+                **self.optimization.to_dict(),
                 "seed": seed,
                 "linear_fit_batches": linear_fit_batches,
                 "linear_orders": self.linear_orders,
