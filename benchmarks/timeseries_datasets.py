@@ -29,14 +29,14 @@ from typing import Any
 
 from benchmarks.common import Benchmark, Summary, at_least, join, table, verdict, write_json_file
 from genoformer.data.timeseries.store import TimeSeriesStore
-from genoformer.timeseries.commands import DEFAULT_AR_ORDERS, describe_series, evaluate_forecast, prepare_timeseries
+from genoformer.timeseries.baselines import BASELINES, DEFAULT_AR_ORDERS
+from genoformer.timeseries.commands import describe_series, evaluate_forecast, prepare_timeseries
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data" / "timeseries"
 EXTRA = REPO.parent / "shared-extra" / "timeseries"
 HORIZONS = (96, 192, 336, 720)
-BASELINES = ("seasonal_naive", "ar", "dlinear")
-LABELS = {"seasonal_naive": "seasonal naive", "ar": "AR", "dlinear": "DLinear"}
+LABELS = {name: baseline.label for name, baseline in BASELINES.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,7 +177,7 @@ def arguments(parser) -> None:
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "timeseries_datasets",
                         help="stores and per-method results (kept between runs)")
     parser.add_argument("--datasets", nargs="+", choices=sorted(DATASETS), default=list(DATASETS))
-    parser.add_argument("--methods", nargs="*", choices=BASELINES, default=list(BASELINES),
+    parser.add_argument("--methods", nargs="*", choices=list(BASELINES), default=list(BASELINES),
                         help="baselines to evaluate (none: only --models rows)")
     parser.add_argument("--horizons", nargs="+", type=int, default=list(HORIZONS))
     parser.add_argument("--ar_orders", nargs="+", type=int, default=list(DEFAULT_AR_ORDERS))

@@ -553,12 +553,15 @@ class FittedBaseline(Protocol):
     def __call__(self, context_NCP: np.ndarray, horizon: int) -> np.ndarray: ...
 
 
+DEFAULT_AR_ORDERS = (8, 32, 128, 360, 512, 720, 1024, 1536, 2048)
+"""AR orders tried on the validation part (those that fit in the training part)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class BaselineOptions:
     """The baselines' own options (the commands' --ar_orders and --dlinear_lookback)."""
 
-    ar_orders: tuple[int, ...] = (8, 32, 128, 360, 512, 720, 1024, 1536, 2048)
-    """The AR orders to choose among on the validation part (those that fit in the training part)."""
+    ar_orders: tuple[int, ...] = DEFAULT_AR_ORDERS
     dlinear_lookback: int = DLINEAR_LOOKBACK
 
 

@@ -16,10 +16,9 @@ Shape legend: C channels, T time steps, H horizon, K quantile levels, N windows,
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 import pandas as pd
@@ -38,7 +37,14 @@ from genoformer.data.timeseries.store import (
     is_timeseries_file_name,
     prepare_timeseries_store,
 )
-from genoformer.timeseries.baselines import DLINEAR_LOOKBACK, DirectAR, DLinear, SeasonalNaive, fill_short_gaps
+from genoformer.timeseries.baselines import (
+    BASELINES,
+    DEFAULT_AR_ORDERS,
+    DLINEAR_LOOKBACK,
+    BaselineName,
+    BaselineOptions,
+    fill_short_gaps,
+)
 from genoformer.timeseries.protocol import (
     PROTOCOL_HORIZONS,
     ProtocolSplit,
@@ -48,9 +54,6 @@ from genoformer.timeseries.protocol import (
 )
 from genoformer.timeseries.forecaster import Forecaster
 from genoformer.kernels.dispatch import Backend
-
-DEFAULT_AR_ORDERS = (8, 32, 128, 360, 512, 720, 1024, 1536, 2048)
-"""AR orders tried on the validation part (those that fit in the training part)."""
 
 
 def prepare_timeseries(
@@ -169,7 +172,7 @@ def protocol_results(
     store: TimeSeriesStore,
     *,
     forecaster: Optional[Forecaster] = None,
-    baseline: Optional[Literal["seasonal_naive", "ar", "dlinear"]] = None,
+    baseline: Optional[BaselineName] = None,
     horizons: tuple[int, ...] = PROTOCOL_HORIZONS,
     lookback: Optional[int] = None,
     train_fraction: float = 0.7,
@@ -230,31 +233,18 @@ def protocol_results(
     for values, split in zip(raw, splits):
         mean_C, std_C = zscore_stats(values[:, : split.train_end])
         zscored.append(fill_short_gaps((values - mean_C[:, None]) / std_C[:, None]))
-    if baseline == "seasonal_naive":
-        model = SeasonalNaive.fit([z[:, : s.train_end] for z, s in zip(zscored, splits)])
-        results = evaluate_protocol(model, raw, lookback=model.lookback, **common)
-        return {"results": results, "protocol": protocol, "baseline": {"name": baseline, "periods": model.periods}}
-    if baseline == "dlinear":
-        results, fits = [], {}
-        for horizon in sorted(horizons):
-            model = DLinear.fit(zscored, splits, horizon=horizon, lookback=dlinear_lookback)
-            fits[horizon] = model.info
-            results += evaluate_protocol(model, raw, lookback=model.lookback, **{**common, "horizons": (horizon,)})
-        return {"results": results, "protocol": protocol, "baseline": {"name": baseline, "fits": fits}}
-    if baseline != "ar":
-        raise ValueError(f"unknown baseline {baseline!r}; use seasonal_naive, ar or dlinear.")
-    results, chosen = [], {}
-    for horizon in sorted(horizons):
-        model, scores = DirectAR.fit_select(zscored, splits, horizon, ar_orders)
-        chosen[horizon] = {"order": model.order,  # None: one order given, fitted without a validation window
-                           "validation_mse": {order: None if math.isnan(mse) else mse for order, mse in scores.items()}}
-        results += evaluate_protocol(model, raw, lookback=model.order, **{**common, "horizons": (horizon,)})
-    return {"results": results, "protocol": protocol, "baseline": {"name": baseline, "orders": chosen}}
+    if baseline not in BASELINES:
+        raise ValueError(f"unknown baseline {baseline!r}; use {', '.join(BASELINES)}.")
+    options = BaselineOptions(ar_orders=tuple(ar_orders), dlinear_lookback=dlinear_lookback)
+    fitted, details = BASELINES[baseline].fit(zscored, splits, tuple(horizons), options)
+    results = []
+    for fitted_horizons, model in fitted:
+        results += evaluate_protocol(model, raw, lookback=model.lookback, **{**common, "horizons": fitted_horizons})
+    return {"results": results, "protocol": protocol, "baseline": {"name": baseline, **details}}
 
 
-BaselineName = Literal["seasonal_naive", "ar", "dlinear"]
-BASELINES: tuple[str, ...] = ("seasonal_naive", "ar", "dlinear")
-METHOD_LABELS = {"forecaster": "forecaster", "seasonal_naive": "seasonal naive", "ar": "AR", "dlinear": "DLinear"}
+METHOD_LABELS = {"forecaster": "forecaster", **{name: baseline.label for name, baseline in BASELINES.items()}}
+"""What the tables call each method: the model, and each baseline by its row's label."""
 
 
 def comparison_table(results: list[dict[str, Any]], horizons: Sequence[int]) -> str:
