@@ -495,14 +495,16 @@ def _chromosome(args: argparse.Namespace, out: Path) -> dict:
     checkpoint = window_global_checkpoint(source, out / "window_global.ckpt", args.smoke)
     inputs = str(ECOLI if not args.smoke else _smoke_fasta(out))
     length = int(sum(r.codes.size for r in read_sequences([inputs])))
+    # bigWig needs pyBigWig, which a GPU image may lack: the text track then (the same scores)
+    track = "ecoli.bw" if importlib.util.find_spec("pyBigWig") is not None else "ecoli.bedgraph"
     data = {"step": "chromosome", "record": Path(inputs).name, "record_bases": length,
-            "checkpoint": f"{source.name} with configs/layouts/window_global.yaml", "runs": []}
+            "checkpoint": f"{source.name} with configs/layouts/window_global.yaml", "score_track": track, "runs": []}
     device_option = {"device": args.device}
     runs = [
         ("evaluate", lambda: evaluate(checkpoint=checkpoint, inputs=[inputs], context=length, overlap=0,
                                       out=out / "evaluate.json", overwrite=True, **device_option)),
         ("score", lambda: score(checkpoint=checkpoint, inputs=[inputs], context=length, overlap=0,
-                                out=out / "ecoli.bw", overwrite=True, **device_option)),
+                                out=out / track, overwrite=True, **device_option)),
         ("embed", lambda: embed(checkpoint=checkpoint, inputs=[inputs], window=length, overlap=0,
                                 out=out / "ecoli.npz", overwrite=True, **device_option)),
     ]
@@ -802,7 +804,9 @@ def case_rows(cases: list[dict]) -> list[dict]:
         if not _ran(c):
             continue
         ok = c["status"] == "ok"
-        rows.append({"case": c["name"], "tokens": f"{c['context']:,} x {c.get('batch', 1)}", "runtime": c.get("runtime", ""),
+        runtime = (c.get("runtime", "") if c.get("kind") == "genoformer"  # plain PyTorch: the whole model compiled or not
+                   else "compiled" if c.get("compiled", True) else "eager")
+        rows.append({"case": c["name"], "tokens": f"{c['context']:,} x {c.get('batch', 1)}", "runtime": runtime,
                      "step ms": c.get("step_ms") if ok else None, "tokens/s": round(c["tokens_per_s"]) if ok else None,
                      "peak GiB": c.get("peak_gib") if ok else None,
                      "step bytes/token": round(c["step_bytes_per_token"]) if ok and "step_bytes_per_token" in c else None,

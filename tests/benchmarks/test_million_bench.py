@@ -41,6 +41,13 @@ def test_memory_targets_read_the_cases():
     assert rows["dense causal trains at 256k or more"]["status"] == "NOT MEASURED"
 
 
+def test_case_rows_name_the_runtime_of_each_kind():
+    genoformer = {**_case("genoformer-graphs-8k", 8192, None), "runtime": "graphs"}
+    plain = {**_case("plain-sdpa-compiled-8k", 8192, None), "kind": "sdpa", "runtime": "long", "compiled": True}
+    eager = {**plain, "name": "sdpa-flagship-dense-8k", "compiled": False}
+    assert [row["runtime"] for row in million.case_rows([genoformer, plain, eager])] == ["graphs", "compiled", "eager"]
+
+
 def test_scaling_table_has_a_row_per_series_and_a_column_per_context():
     cases = [_case("genoformer-flagship-window_global-8k", 8192, 1.0), _case("genoformer-flagship-window_global-1M", 1 << 20, 1.0),
              _case("sdpa-flagship-dense-8k", 8192, 1.0, layout="dense"),
@@ -63,13 +70,17 @@ def test_a_longer_context_that_predicts_better_shows_a_positive_gain_with_its_in
 
 
 @pytest.mark.slow
-def test_the_chromosome_step_runs_the_commands_on_one_window(tmp_path):
-    """The whole pipeline of step A's second half (a checkpoint trained a step, three commands): ~15 s."""
+def test_the_chromosome_step_runs_the_commands_on_one_window(tmp_path, monkeypatch):
+    """The whole pipeline of the chromosome step (a checkpoint trained a step, three commands): ~15 s.
+    Without pyBigWig (as on the GPU image) score writes the text track."""
+    real_find_spec = million.importlib.util.find_spec
+    monkeypatch.setattr(million.importlib.util, "find_spec",
+                        lambda name, *args: None if name == "pyBigWig" else real_find_spec(name, *args))
     result = million.main(["--step", "chromosome", "--smoke", "--out", str(tmp_path), "--scratch", str(tmp_path / "scratch")])
     runs = {run["command"]: run for run in result["data"]["runs"]}
     assert set(runs) == {"evaluate", "score", "embed"} and all(run["status"] == "ok" for run in runs.values())
     assert runs["evaluate"]["context"] == result["data"]["record_bases"] == 3000
-    assert runs["embed"]["embedding_shape"] == [1, 32] and (tmp_path / "scratch" / "ecoli.bw").is_file()
+    assert runs["embed"]["embedding_shape"] == [1, 32] and (tmp_path / "scratch" / "ecoli.bedgraph").is_file()
     # a stand-in record is not the chromosome: the target stays unmeasured
     assert result["summary"]["targets"][0]["status"] == "NOT MEASURED"
 
