@@ -26,6 +26,8 @@
 #         Flex beside them until they run out of memory, what the rest of the 8 minutes allows
 #         (--step scaling) -> million_scaling.json, .png
 #   Each part also writes million_A.log or million_B.log (every step's output); at most 6 files.
+#   Step names after the part run only those steps, the later ones getting the time the others leave:
+#     bash benchmarks/gpu_million.sh A check speed        bash benchmarks/gpu_million.sh B chromosome context
 #
 # Each step has a time budget and a hard limit (the budgets' sum keeps a part under 8 minutes); a step
 # rewrites its result file after each case, so a step cut short or failed keeps what it measured and
@@ -37,13 +39,22 @@
 #   cp F/million_*.json F/million_*.png benchmarks/results/ && python -m benchmarks.report   (BENCHMARKS.md)
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu_out}
-mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 PART=${1:-}
+ONLY=" ${*:2} "  # step names after the part: only those steps (e.g. A check speed), in the part's order
 case "$PART" in
     A|B) ;;
-    *) echo "usage: bash benchmarks/gpu_million.sh A|B (A first: the checks, memory and speed)"; exit 2 ;;
+    *) echo "usage: bash benchmarks/gpu_million.sh A|B [STEP...] (A first: check, memory, speed; B: chromosome, context, scaling)"
+       exit 2 ;;
 esac
+for step in ${*:2}; do
+    case "$PART:$step" in
+        A:check|A:memory|A:speed|B:chromosome|B:context|B:scaling) ;;
+        *) echo "part $PART has no step '$step': A has check, memory, speed; B has chromosome, context, scaling"; exit 2 ;;
+    esac
+done
+wanted() { [ "$ONLY" = "  " ] || [[ "$ONLY" == *" $1 "* ]]; }
+mkdir -p "$OUT"
 LOG="$OUT/million_$PART.log"
 log() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$LOG"; }
 STARTED=$SECONDS
@@ -85,29 +96,33 @@ left() { echo $(( 455 - (SECONDS - STARTED) )); }  # seconds left of the part's 
 
 status=0
 if [ "$PART" = A ]; then
-    log "1. correctness: tests/core/test_long_sequences_gpu.py"
-    if [ "${SMOKE:-0}" = 1 ]; then
-        "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/core/test_long_sequences_gpu.py > "$OUT/million_check.log" 2>&1
-    else
-        GENOFORMER_TRITON_AUTOTUNE=0 timeout 110 "$PYTHON" -m pytest -q -m gpu -rfs --tb=short -p no:cacheprovider \
-            tests/core/test_long_sequences_gpu.py > "$OUT/million_check.log" 2>&1
+    if wanted check; then
+        log "1. correctness: tests/core/test_long_sequences_gpu.py"
+        if [ "${SMOKE:-0}" = 1 ]; then
+            "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/core/test_long_sequences_gpu.py > "$OUT/million_check.log" 2>&1
+        else
+            GENOFORMER_TRITON_AUTOTUNE=0 timeout 110 "$PYTHON" -m pytest -q -m gpu -rfs --tb=short -p no:cacheprovider \
+                tests/core/test_long_sequences_gpu.py > "$OUT/million_check.log" 2>&1
+        fi
+        check=$?
+        log "correctness: exit $check"; tail -n 8 "$OUT/million_check.log"
+        [ $check = 0 ] || status=1
     fi
-    check=$?
-    log "correctness: exit $check"; tail -n 8 "$OUT/million_check.log"
-    [ $check = 0 ] || status=1
-    measure memory "${MEMORY_BUDGET:-95}" 125 --steps 1 || status=1
-    measure speed "$(( $(left) - 35 ))" "$(left)" || status=1
+    if wanted memory; then measure memory "${MEMORY_BUDGET:-95}" 125 --steps 1 || status=1; fi
+    if wanted speed; then measure speed "$(( $(left) - 35 ))" "$(left)" || status=1; fi
 else
-    measure chromosome 75 90 || status=1
-    data=("/tmp/million_data/bacteria")
-    [ -f .device/million/context_data.npz ] && data+=(.device/million)
-    smoke_data=()
-    [ "${SMOKE:-0}" = 1 ] && smoke_data=(--context_before 3000)
-    log "the context step's bacteria (python -m benchmarks.million_data --extra none)"
-    "$PYTHON" -m benchmarks.million_data --out /tmp/million_data/bacteria --extra none "${smoke_data[@]}" 2>&1 | tee -a "$LOG"
-    measure context "${CONTEXT_BUDGET:-170}" 200 --data "${data[@]}" --train-s "${CONTEXT_TRAIN:-80}" \
-        --score-reserve-s 60 --plots "$OUT" || status=1
-    measure scaling "$(( $(left) - 30 ))" "$(left)" --plots "$OUT" || status=1
+    if wanted chromosome; then measure chromosome 75 90 || status=1; fi
+    if wanted context; then
+        data=("/tmp/million_data/bacteria")
+        [ -f .device/million/context_data.npz ] && data+=(.device/million)
+        smoke_data=()
+        [ "${SMOKE:-0}" = 1 ] && smoke_data=(--context_before 3000)
+        log "the context step's bacteria (python -m benchmarks.million_data --extra none)"
+        "$PYTHON" -m benchmarks.million_data --out /tmp/million_data/bacteria --extra none "${smoke_data[@]}" 2>&1 | tee -a "$LOG"
+        measure context "${CONTEXT_BUDGET:-170}" 200 --data "${data[@]}" --train-s "${CONTEXT_TRAIN:-80}" \
+            --score-reserve-s 60 --plots "$OUT" || status=1
+    fi
+    if wanted scaling; then measure scaling "$(( $(left) - 30 ))" "$(left)" --plots "$OUT" || status=1; fi
 fi
 log "part $PART done in $(( SECONDS - STARTED )) s (exit $status); files: $(ls "$OUT" | tr '\n' ' ')"
 exit $status
