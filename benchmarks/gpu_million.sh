@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU, a million tokens (docs/long_context.md): issue 48's GPU checks and figures in two calls of
+# One GPU, a million tokens (docs/long_context.md): the GPU checks and figures of the long-context work in two calls of
 # under 8 minutes each (H100 80GB or H200), from the repository root on the GPU machine, OUT set:
 #
 #   bash benchmarks/gpu_million.sh A     about 7.5 minutes, the most important: checks, memory, speed

@@ -815,7 +815,7 @@ def case_rows(cases: list[dict]) -> list[dict]:
 
 
 def memory_targets(cases: list[dict]) -> list[dict]:
-    """The issue's memory targets from step A's cases."""
+    """The memory targets (1M-token steps, flat memory per token, dense causal at 256k) from the memory step's cases."""
     def ok(name: str) -> Optional[dict]:
         return next((c for c in cases if c["name"] == name and c.get("status") == "ok"), None)
 
