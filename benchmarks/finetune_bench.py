@@ -119,7 +119,7 @@ def annotate_genome(checkpoint: Path, genome: Path, window: int) -> dict:
 
 
 def run_variant(args, task: str, variant: str, work: Path) -> dict:
-    from genoformer.genome.commands import finetune
+    from genoformer.training_cli import finetune
 
     out = work / f"{task}_{variant}"
     started = time.perf_counter()

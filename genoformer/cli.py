@@ -144,7 +144,7 @@ TOOL_COMMANDS: dict[str, ToolCommand] = {
         FunctionIn("genoformer.genome.commands", "embed")),
     "finetune": ToolCommand(
         "Fine-tune a pretrained DNA model on labels (per sequence, or gene classes per base).",
-        FunctionIn("genoformer.genome.commands", "finetune")),
+        FunctionIn("genoformer.training_cli", "finetune")),
     "classify": ToolCommand(
         "Predict the class (or labels, or values) of every sequence with a fine-tuned model.",
         FunctionIn("genoformer.genome.commands", "classify")),

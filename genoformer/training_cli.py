@@ -1,4 +1,5 @@
-"""The training commands of `genoformer` (fit, validate, test, predict): LightningCLI and its rules.
+"""The training commands of `genoformer` (fit, validate, test, predict): LightningCLI and its rules;
+and `finetune`, which runs `fit` (and `test`) on the shipped fine-tuning recipe.
 
 `genoformer.cli` imports this module only when a training command runs (it imports Lightning,
 which takes seconds), so that `genoformer --help` and the tool commands start fast. The rules it
@@ -11,12 +12,15 @@ Config files are parsed in jsonargparse's "omegaconf+" mode and may build on fra
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import os
 import re
+import shlex
 import sys
+import warnings
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Literal, Optional, Sequence, Union
 
 import torch
 import yaml
@@ -43,10 +47,13 @@ from genoformer.data.genome.datamodule import GenomeDataModule
 from genoformer.data.genome.labelled import LabelledDataModule
 from genoformer.data.storage import write_text
 from genoformer.data.timeseries.datamodule import TimeSeriesDataModule
-from genoformer.genome.finetune import FineTuner
+from genoformer.data.genome.targets import Task
+from genoformer.genome.commands import file_list
+from genoformer.genome.finetune import VALIDATION_MONITOR, FineTuner, read_validations, validation_summary
+from genoformer.genome.head_pooling import HeadPooling
 from genoformer.genome.lm import GenoformerLM
 from genoformer.parse_errors import ShortErrors, command_with, options_given
-from genoformer.shipped import INCLUDE_KEY, compose_config, recipe_path
+from genoformer.shipped import INCLUDE_KEY, compose_config, configs_dir, recipe_path
 from genoformer.timeseries.module import TimeSeriesForecaster
 
 EVALUATION_COMMANDS = ("validate", "test", "predict")
@@ -782,3 +789,163 @@ def training_cli(args: Optional[Sequence[str]] = None, run: bool = True) -> Ligh
         run=run,
         command_line=argv,
     )
+
+
+# ------------------------------------------------------------------------------- finetune
+HeadPoolingName = Literal[tuple(member.value.lower() for member in HeadPooling)]
+FINETUNE_CONFIGS = {"cpu": "finetune_cpu.yaml", "gpu": "finetune_gpu.yaml"}
+"""The shipped recipe `finetune` starts from, per device (configs/)."""
+
+
+def finetune(
+    *,
+    pretrained: Path,
+    task: Task,
+    train: Union[str, list[str]],
+    out: Path,
+    val: Optional[Union[str, list[str]]] = None,
+    test: Optional[Union[str, list[str]]] = None,
+    genome: Optional[str] = None,
+    max_steps: int = 300,
+    batch_size: Optional[int] = None,
+    learning_rate: float = 1e-4,
+    head_learning_rate: Optional[float] = None,
+    lora: int = 0,
+    freeze_backbone: bool = False,
+    from_scratch: bool = False,
+    pooling: HeadPoolingName = "mean",
+    window: Optional[int] = None,
+    val_every: Optional[int] = None,
+    patience: int = 3,
+    leaks: Literal["error", "drop"] = "error",
+    device: Literal["auto", "cpu", "gpu"] = "auto",
+    ckpt_path: Optional[str] = None,
+    seed: int = 0,
+) -> Path:
+    """Fine-tune a pretrained DNA model on labels (per sequence, or gene classes per base).
+
+    A class, labels or values per sequence, or gene classes per base. Writes a run directory as `genoformer fit` does
+    (checkpoints/, metrics.csv, loss.png, config.yaml; resumable) and prints the equivalent
+    `genoformer fit` command: every flag here is a key of configs/finetune_cpu.yaml. At the end it
+    prints the validation scores of the best checkpoint (checkpoints/best.ckpt) and of the last
+    (checkpoints/last.ckpt), says when the last is worse, and the command that predicts with the best.
+
+    Args:
+        pretrained: A DNA language model: the shipped genoformer-dna, a .ckpt file (`genoformer fit`
+            or `export`), a run directory (its best checkpoint), RUN_DIR/best or RUN_DIR/last.
+        task: classify (one class per sequence, or several 0/1 label_<name> columns), regress
+            (numbers per sequence; or per base from a bedGraph with --genome) or annotate (gene
+            classes per base from GenBank/GFF3 annotations).
+        train: Training files: TSV/CSV with `sequence` and `label` (or label_<name>) columns; FASTA
+            with a TSV of `name` and labels; BED intervals (with --genome); GenBank/GFF3 genomes.
+        out: The run directory.
+        val: Validation files; default: a tenth of the training data held out without leaks.
+        test: Test files: evaluated with the best checkpoint after training, into OUT/test/metrics.csv.
+        genome: The FASTA/GenBank file or store that BED/bedGraph intervals (and GFF3 files
+            without sequences) refer to.
+        max_steps: Optimizer steps.
+        batch_size: Sequences (or windows) per step; default the recipe's.
+        learning_rate: Peak learning rate of the trunk (or its adapters).
+        head_learning_rate: Peak learning rate of the head; default 10 x learning_rate.
+        lora: Rank of LoRA adapters (peft) on every projection; 0: no adapters.
+        freeze_backbone: A flag: train the head only (a linear probe).
+        from_scratch: A flag: the pretrained architecture with random weights (a baseline).
+        pooling: Sequence heads: mean, last or attention.
+        window: Bases per window of a per-base task (annotate); default the recipe's.
+        val_every: Validate every this many steps; default min(100, max_steps). The last step is
+            always validated.
+        patience: Early stopping: stop after this many validations in a row without a lower
+            validation loss; 0: train all max_steps. The checkpoint with the lowest validation
+            loss is kept as OUT/checkpoints/best.ckpt beside last.ckpt (the last step's).
+        leaks: Training sequences that also occur (either strand) in --val or --test: error, or
+            drop them from training.
+        device: auto (a GPU when there is one), cpu or gpu.
+        ckpt_path: Resume the run in OUT: last, or a .ckpt path (as for fit).
+        seed: Seed of the split and of training.
+    """
+    if device == "gpu" and not torch.cuda.is_available():
+        given = {name: value for name, value in locals().items() if name in _FINETUNE_DEFAULTS}
+        raise ValueError(f"--device gpu: torch {torch.__version__} sees no CUDA GPU here; fine-tune on the CPU "
+                         f"(the CPU recipe, configs/{FINETUNE_CONFIGS['cpu']}):\n"
+                         f"  {_finetune_command({**given, 'device': 'cpu'})}")
+    on_gpu = device == "gpu" or (device == "auto" and torch.cuda.is_available())
+    config = configs_dir() / FINETUNE_CONFIGS["gpu" if on_gpu else "cpu"]
+    val_every = min(100, max_steps) if val_every is None else val_every
+    overrides = [
+        "--trainer.default_root_dir", str(out),
+        "--trainer.max_steps", str(max_steps),
+        "--trainer.val_check_interval", str(val_every),
+        "--seed_everything", str(seed),
+        "--model.init_args.pretrained", str(pretrained),
+        "--model.init_args.learning_rate", str(learning_rate),
+        "--model.init_args.lora_rank", str(lora),
+        "--model.init_args.freeze_backbone", str(freeze_backbone).lower(),
+        "--model.init_args.from_scratch", str(from_scratch).lower(),
+        "--model.init_args.pooling", HeadPooling(pooling).name,
+        "--model.init_args.patience", str(patience),
+        "--data.init_args.task", task,
+        "--data.init_args.train", json.dumps(file_list(train)),
+        "--data.init_args.seed", str(seed),
+        "--data.init_args.leaks", leaks,
+    ]
+    optional = {
+        "--model.init_args.head_learning_rate": head_learning_rate,
+        "--data.init_args.val": None if val is None else json.dumps(file_list(val)),
+        "--data.init_args.test": None if test is None else json.dumps(file_list(test)),
+        "--data.init_args.genome": genome,
+        "--data.init_args.batch_size": batch_size,
+        "--data.init_args.window": window,
+    }
+    for flag, value in optional.items():
+        if value is not None:
+            overrides += [flag, str(value)]
+    fit = ["fit", "--config", str(config), *overrides]
+    print("genoformer finetune runs:\n  " + shlex.join(["genoformer", *fit, *_resume(ckpt_path)]))
+    with warnings.catch_warnings():  # LightningCLI warns that it gets args while sys.argv holds finetune's
+        warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+        cli = training_cli([*fit, *_resume(ckpt_path)])
+        print(_summary(cli.trainer, Path(out), task, patience))
+        if test is not None:  # the checkpoint with the best validation loss
+            training_cli(["test", "--config", str(config), *overrides, "--ckpt_path", "best", "--overwrite"])
+    if test is not None:
+        print(f"test metrics: {Path(out) / 'test' / 'metrics.csv'}")
+    return Path(out)
+
+
+def _summary(trainer: Any, run_dir: Path, task: str, patience: int) -> str:
+    """`validation_summary` of the run `trainer` has just trained into `run_dir`."""
+    monitored = [c for c in trainer.checkpoint_callbacks if getattr(c, "monitor", None) == VALIDATION_MONITOR]
+    lasts = [c for c in trainer.checkpoint_callbacks if getattr(c, "save_last", False)]
+    if not monitored or not lasts or not monitored[0].best_model_path:
+        return f"no checkpoint keeps the best {VALIDATION_MONITOR} in this configuration; see {run_dir}/checkpoints"
+    metrics = run_dir / "metrics.csv"
+    predict = ("genoformer annotate --checkpoint CHECKPOINT --inputs GENOME.fa --out genes.gff3" if task == "annotate"
+               else "genoformer classify --checkpoint CHECKPOINT --inputs SEQUENCES.tsv --out predictions.tsv")
+    stopped_early = any(c.patience and c.wait_count >= c.patience for c in trainer.early_stopping_callbacks)
+    return validation_summary(read_validations(metrics) if metrics.is_file() else [],
+                              best=Path(monitored[0].best_model_path), last=Path(lasts[0].last_model_path),
+                              max_steps=trainer.max_steps, patience=patience, stopped_early=stopped_early,
+                              predict=predict)
+
+
+def _finetune_command(values: dict[str, Any]) -> str:
+    """`genoformer finetune` with the options in `values` that differ from their defaults."""
+    words = ["genoformer", "finetune"]
+    for name, value in values.items():
+        if value == _FINETUNE_DEFAULTS[name]:
+            continue
+        if isinstance(value, bool):
+            words.append(f"--{name}")
+        elif isinstance(value, (list, tuple)):
+            words += [f"--{name}", *map(str, value)]
+        else:
+            words += [f"--{name}", str(value)]
+    return shlex.join(words)
+
+
+_FINETUNE_DEFAULTS = {name: parameter.default for name, parameter in inspect.signature(finetune).parameters.items()}
+"""`finetune`'s options and their defaults (inspect.Parameter.empty for the required ones)."""
+
+
+def _resume(ckpt_path: Optional[str]) -> list[str]:
+    return [] if ckpt_path is None else ["--ckpt_path", ckpt_path]

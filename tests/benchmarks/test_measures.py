@@ -17,7 +17,7 @@ from benchmarks import attention, finetune_bench, flagship, timeseries_datasets,
 from benchmarks.common import allowed_pairs, classify, flex_block_mask, pack_parts
 from benchmarks.train_models import REFERENCE, build_genoformer, fit_arguments, model_flops_per_token, parameter_count
 from data_helpers import write_fasta
-from genoformer.genome.commands import finetune
+from genoformer.training_cli import finetune
 from genoformer.kernels.layout import BlockLayout
 
 
