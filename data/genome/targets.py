@@ -3,7 +3,13 @@ finetune`), what a model predicts (`TargetKind`) and the targets of one model (`
 with it). A task becomes a kind by its data: classify gives one class per sequence
 (SEQUENCE_CLASSES) or several labels (SEQUENCE_LABELS), regress values per sequence
 (SEQUENCE_VALUES) or per base from a signal track (BASE_VALUES), annotate gene classes per base
-(BASE_CLASSES)."""
+(BASE_CLASSES).
+
+A new kind of target touches three files: its member here, with what its predictions say in words
+(`TargetSpace.predicted`, `TargetKind.column_prefix`); its loss, output and metrics in
+genoformer/genome/finetune.py (`FineTuner.loss`, `predict_outputs`, `split_metrics`); and the
+reader that gives labelled data of that kind (genoformer.data.genome.labels, or .annotations per
+base)."""
 
 from __future__ import annotations
 
@@ -11,6 +17,8 @@ import dataclasses
 import enum
 from collections.abc import Mapping
 from typing import Any, Literal
+
+import numpy as np
 
 Task = Literal["classify", "regress", "annotate"]
 """What `genoformer finetune --task` asks for."""
@@ -37,6 +45,11 @@ class TargetKind(str, enum.Enum):
     @property
     def classes(self) -> bool:
         return self in (TargetKind.SEQUENCE_CLASSES, TargetKind.BASE_CLASSES)
+
+    @property
+    def column_prefix(self) -> str:
+        """What the output columns of a prediction table are named after a target: y_ for values, p_ for probabilities."""
+        return "y_" if self in (TargetKind.SEQUENCE_VALUES, TargetKind.BASE_VALUES) else "p_"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +89,15 @@ class TargetSpace:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind.value, **{k: list(getattr(self, k)) for k in ("names", "strand_swap", "mean", "std")}}
+
+    def predicted(self, outputs_NK: np.ndarray) -> list[str]:
+        """Per sequence, the prediction in words from its outputs (N, K): the most probable class;
+        the labels with probability >= 0.5 (joined by ","); or the values (joined by ",")."""
+        if self.kind is TargetKind.SEQUENCE_CLASSES:
+            return [self.names[i] for i in outputs_NK.argmax(1)]
+        if self.kind is TargetKind.SEQUENCE_LABELS:
+            return [",".join(n for n, p in zip(self.names, row) if p >= 0.5) for row in outputs_NK]
+        return [",".join(f"{v:.6g}" for v in row) for row in outputs_NK]
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> TargetSpace:

@@ -37,7 +37,7 @@ from genoformer.data.genome.annotations import Gene
 from genoformer.data.genome.inputs import SequenceInputs, read_sequences
 from genoformer.data.genome.labels import LabelledSequences
 from genoformer.data.genome.regions import record_regions
-from genoformer.data.genome.targets import TargetKind, TargetSpace
+from genoformer.data.genome.targets import TargetSpace
 from genoformer.data.storage import write_text
 from genoformer.data.tiling import Keep, same_length_batches, tile_windows
 from genoformer.genome.finetune import FineTuner
@@ -106,20 +106,15 @@ class SequencePredictions:
     """The input's other columns, carried into the output file."""
 
     def predicted(self) -> list[str]:
-        """Per sequence: the most probable class; the labels with probability >= 0.5 (joined by
-        ","); or the values (joined by ",")."""
-        if self.targets.kind is TargetKind.SEQUENCE_CLASSES:
-            return [self.targets.names[i] for i in self.outputs.argmax(1)]
-        if self.targets.kind is TargetKind.SEQUENCE_LABELS:
-            return [",".join(n for n, p in zip(self.targets.names, row) if p >= 0.5) for row in self.outputs]
-        return [",".join(f"{v:.6g}" for v in row) for row in self.outputs]
+        """Per sequence, what the model predicts, in words (`TargetSpace.predicted`)."""
+        return self.targets.predicted(self.outputs)
 
     def table(self) -> str:
         """Tab-separated text: the input's columns (all of them, labels and sequence included; a
         `name` column first when the input has none), `prediction`, then `p_<class>` per class (or
         label), or `y_<target>` per regression target. An input column with the name of an output
         column is replaced by it."""
-        prefix = "y_" if self.targets.kind is TargetKind.SEQUENCE_VALUES else "p_"
+        prefix = self.targets.kind.column_prefix
         written = {"prediction", *(prefix + name for name in self.targets.names)}
         passed = {key: values for key, values in self.columns.items() if key not in written}
         if "name" not in passed:
