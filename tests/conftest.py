@@ -21,6 +21,14 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Under pytest-xdist (make test) each worker takes its share of the cores for torch's threads, and
+# so do the commands its tests run in child processes: threads beyond the cores spin waiting for
+# each other (two test files on a busy 2-core machine: 33 CPU-seconds at two threads, 21 at one).
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ and "OMP_NUM_THREADS" not in os.environ:
+    threads = max(1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+
 # Lightning gives its loggers a console handler on the stderr of the moment it is first imported.
 # Imported here, that is the real stderr, not the captured stream of whichever test first runs a
 # training command (the `genoformer` command imports Lightning only then).
