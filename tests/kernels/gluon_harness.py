@@ -70,7 +70,7 @@ on_hopper = pytest.mark.skipif(not _on_hopper(),
 def descriptor_signature(kernels, rows: int, head_dim: int, dtype: str) -> str:
     """The signature type of a kernel's tensor-descriptor argument (what the launcher's
     ``TensorDescriptor`` mangles to; each file's test_launcher_descriptors_match_the_compiled_signature
-    checks it), ``kernels`` being gluon_fwd or gluon_bwd (their descriptor_layout is the same)."""
+    checks it), ``kernels`` being gluon_fwd (gluon_bwd's descriptors take its layout too)."""
     return f"tensordesc<{dtype}[1, 1, {rows}, {head_dim}],{kernels.descriptor_layout(rows, head_dim)!r}>"
 
 

@@ -91,8 +91,9 @@ def _source(case: tuple):
     constexprs = {"HEAD_DIM": d, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "STAGES": cfg.stages,
                   "CAUSAL": causal, "WARP_SPECIALIZED": cfg.warp_specialized, "PRODUCER_REGS": cfg.producer_regs,
                   "num_warps": cfg.num_warps}
-    m_desc = descriptor_signature(gluon_bwd, cfg.block_m, d, dtype)
-    n_desc = descriptor_signature(gluon_bwd, cfg.block_n, d, dtype)
+    gluon_fwd = sys.modules["genoformer.kernels.gluon_fwd"]  # gluon_bwd's descriptors take its layout
+    m_desc = descriptor_signature(gluon_fwd, cfg.block_m, d, dtype)
+    n_desc = descriptor_signature(gluon_fwd, cfg.block_n, d, dtype)
     signature = {"q_desc": m_desc, "k_desc": n_desc, "v_desc": n_desc, "do_desc": m_desc, "dk_desc": n_desc,
                  "dv_desc": n_desc, "LSE": "*fp32", "DELTA": "*fp32", "DQ_ACC": "*fp32", "H": "i32", "HKV": "i32",
                  "GROUP": "i32", "Lq": "i32", "Lk": "i32", "qk_scale": "fp32", "sm_scale": "fp32"}
@@ -203,14 +204,14 @@ def test_launcher_descriptors_match_the_compiled_signature():
     import torch
     from triton.runtime.jit import mangle_type
 
-    from genoformer.kernels import gluon_bwd, gluon_flash
+    from genoformer.kernels import gluon_bwd, gluon_flash, gluon_fwd
 
     for dtype, name in ((torch.bfloat16, "bf16"), (torch.float16, "fp16")):
         for d in gluon_bwd.HEAD_DIMS:
             t = torch.empty(2, 3, 77, d, dtype=dtype)
             for rows in {cfg.block_m for table in TABLES for cfg in _table(gluon_bwd, table).values()} | {
                     cfg.block_n for table in TABLES for cfg in _table(gluon_bwd, table).values()}:
-                assert mangle_type(gluon_flash._descriptor(t, rows)) == descriptor_signature(gluon_bwd, rows, d, name)
+                assert mangle_type(gluon_flash._descriptor(t, rows)) == descriptor_signature(gluon_fwd, rows, d, name)
 
 
 @needs_gluon
