@@ -5,7 +5,7 @@
 #   make test         install into .venv (with the test extras), then run the whole test suite in
 #                     TEST_WORKERS processes (pytest-xdist, 2 by default; each test file in one)
 # and for the house rules (make test runs them too):
-#   make lint         ruff's lint (pyproject.toml's [tool.ruff]) and the import contract ([tool.importlinter])
+#   make lint         ruff's lint and format check (pyproject.toml's [tool.ruff]) and the import contract
 # and one more for the guides:
 #   make docs         build the guides' site into site/ (mkdocs build --strict), then check it in
 #                     headless Chromium (tests/docs), with screenshots in runs/site/
@@ -43,6 +43,7 @@ test: install-dev
 
 lint: install-dev
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q tests/test_import_contract.py
 
 docs: install-dev

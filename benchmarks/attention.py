@@ -55,41 +55,41 @@ from collections.abc import Callable
 import torch
 import torch._dynamo.config
 import torch._functorch.config
+from genoformer.kernels.dispatch import Backend, attention, unsupported_reason
+from genoformer.kernels.layout import BlockLayout
+from genoformer.kernels.reference import reference_attention
 
 from benchmarks.common import (
     FULL,
     TINY,
-    Case,
-    Pattern,
-    Sweep,
-    allowed_pairs,
-    build_cases,
-    flex_block_mask,
-    length_label,
-    static_flex,
     Attempts,
     Benchmark,
     Budget,
+    Case,
     ClockSampler,
     Impl,
+    Pattern,
     Summary,
+    Sweep,
     Timer,
+    allowed_pairs,
+    build_cases,
     compare,
     fa2,
     fa4,
+    flex_block_mask,
     fmt,
+    length_label,
     median_of_rounds,
     outputs,
     random_qkv,
     ratio,
     rotating_rounds,
+    static_flex,
     table,
     tuner_choices,
     verdict,
 )
-from genoformer.kernels.dispatch import Backend, attention, unsupported_reason
-from genoformer.kernels.layout import BlockLayout
-from genoformer.kernels.reference import reference_attention
 
 GOAL_RATIO, GOAL_HEAD_DIM = 1.15, 128
 OTHERS = {"fa2": "FA2", "fa4": "FA4", "flex": "Flex", "flex_flash": "Flex FLASH"}
@@ -128,30 +128,45 @@ class Run(Attempts):
     def ours(self, causal: bool, layout: BlockLayout | None, q, k, v) -> Impl:
         if self.ours_kind in ("torch", "gluon"):
             backend = Backend(self.ours_kind)
-            reason = unsupported_reason(backend, q, k, v, causal=causal, layout=layout, kv_lens=None, cu_seqlens=None,
-                                        return_lse=False)
-            return Impl(None, error=f"unsupported: {reason}") if reason else Impl(
-                functools.partial(attention, causal=causal, layout=layout, backend=backend))
+            reason = unsupported_reason(
+                backend, q, k, v, causal=causal, layout=layout, kv_lens=None, cu_seqlens=None, return_lse=False
+            )
+            return (
+                Impl(None, error=f"unsupported: {reason}")
+                if reason
+                else Impl(functools.partial(attention, causal=causal, layout=layout, backend=backend))
+            )
         module, error = self.triton_module
         if error is not None:
             return Impl(None, error=error)
         reason = module.unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=None)
-        return Impl(None, error=f"unsupported: {reason}") if reason else Impl(
-            functools.partial(module.triton_attention, causal=causal, layout=layout))
+        return (
+            Impl(None, error=f"unsupported: {reason}")
+            if reason
+            else Impl(functools.partial(module.triton_attention, causal=causal, layout=layout))
+        )
 
     def flex_impls(self, causal: bool, heads: int, seq_len: int, layout: BlockLayout | None, label: str) -> dict:
         """{"flex": Flex's Triton backend, "flex_flash": its FLASH backend} on this layout's BlockMask."""
         if self.device.type != "cuda":  # Flex has no CPU backward, and compiles for each shape
             return {key: Impl(None, error="FlexAttention is compared on CUDA only") for key in ("flex", "flex_flash")}
         layout = layout or BlockLayout.dense(seq_len, block_size=self.sweep.block_size)
-        mask, error = self.attempt(f"{label}: flex mask", lambda: flex_block_mask(layout, causal, heads, self.device, True))
+        mask, error = self.attempt(
+            f"{label}: flex mask", lambda: flex_block_mask(layout, causal, heads, self.device, True)
+        )
         impls = {"flex": Impl(None, error=error) if error else Impl(functools.partial(self.flex, block_mask=mask))}
         fa4_error = self.fa4_module[1]
         if fa4_error is not None:
             return {**impls, "flex_flash": Impl(None, error=fa4_error)}
-        mask, error = self.attempt(f"{label}: flex FLASH mask", lambda: flex_block_mask(layout, causal, heads, self.device))
-        return {**impls, "flex_flash": Impl(None, error=error) if error else Impl(
-            functools.partial(self.flex, block_mask=mask, kernel_options={"BACKEND": "FLASH"}))}
+        mask, error = self.attempt(
+            f"{label}: flex FLASH mask", lambda: flex_block_mask(layout, causal, heads, self.device)
+        )
+        return {
+            **impls,
+            "flex_flash": Impl(None, error=error)
+            if error
+            else Impl(functools.partial(self.flex, block_mask=mask, kernel_options={"BACKEND": "FLASH"})),
+        }
 
     def check(self, label: str, impl: Impl, reference: tuple, q, k, v, dout) -> dict:
         ref_name, expected = reference
@@ -193,9 +208,17 @@ class Run(Attempts):
     def run_case(self, case: Case, index: int) -> dict:
         layout, causal = case.pattern.layout(self.sweep, case.seq_len), case.pattern.causal
         pairs = allowed_pairs(layout, causal, case.seq_len, case.heads)
-        record = {"head_dim": case.head_dim, "heads": case.heads, "batch": case.batch, "seq_len": case.seq_len,
-                  "pattern": case.pattern.value, "causal": causal, "density": pairs / (case.heads * case.seq_len**2),
-                  "fwd_flops": 4 * case.batch * pairs * case.head_dim, "skipped": None}
+        record = {
+            "head_dim": case.head_dim,
+            "heads": case.heads,
+            "batch": case.batch,
+            "seq_len": case.seq_len,
+            "pattern": case.pattern.value,
+            "causal": causal,
+            "density": pairs / (case.heads * case.seq_len**2),
+            "fwd_flops": 4 * case.batch * pairs * case.head_dim,
+            "skipped": None,
+        }
         if self.budget.spent:
             record["skipped"] = self.budget.skipped()
             return record
@@ -206,8 +229,12 @@ class Run(Attempts):
 
     def measure_case(self, case: Case, layout: BlockLayout | None, index: int, record: dict) -> None:
         causal = case.pattern.causal
-        q, k, v, dout = random_qkv((case.batch, case.heads, case.seq_len, case.head_dim), self.device, self.dtype,
-                                   self.seed * 1_000_003 + index)
+        q, k, v, dout = random_qkv(
+            (case.batch, case.heads, case.seq_len, case.head_dim),
+            self.device,
+            self.dtype,
+            self.seed * 1_000_003 + index,
+        )
         ours, others = self.ours(causal, layout, q, k, v), {}
         if case.pattern.dense:
             module, error = self.fa4_module
@@ -215,13 +242,16 @@ class Run(Attempts):
         others.update(self.flex_impls(causal, case.heads, case.seq_len, layout, case.label))
         candidates = [(OTHERS[key], others[key]) for key in ("fa2", "fa4", "flex") if key in others]
         if layout is not None:
-            candidates.append(("torch", Impl(functools.partial(attention, causal=causal, layout=layout,
-                                                               backend=Backend.TORCH))))
+            candidates.append(
+                ("torch", Impl(functools.partial(attention, causal=causal, layout=layout, backend=Backend.TORCH)))
+            )
         reference = (None, None)
         for name, impl in candidates:  # the first that runs is the reference
             if impl.fn is not None:
-                expected, error = self.attempt(f"{case.label}: {name} reference",
-                                               lambda: outputs(impl.fn, q, k, v, dout, impl.backward_error is None))
+                expected, error = self.attempt(
+                    f"{case.label}: {name} reference",
+                    lambda: outputs(impl.fn, q, k, v, dout, impl.backward_error is None),
+                )
                 if error is None:
                     reference = (name, expected)
                     break
@@ -240,8 +270,13 @@ class Run(Attempts):
                 if check["error"] is not None and check["fwd_rel_err"] is None and reference[0] is not None:
                     impl = Impl(None, error=check["error"])  # it failed to run: not timed
             timed[key], checks[key] = impl, check
-        rounds = rotating_rounds({key: functools.partial(self.time_impl, f"{case.label} {key}", impl, q, k, v, dout)
-                                  for key, impl in timed.items()}, self.rounds)
+        rounds = rotating_rounds(
+            {
+                key: functools.partial(self.time_impl, f"{case.label} {key}", impl, q, k, v, dout)
+                for key, impl in timed.items()
+            },
+            self.rounds,
+        )
         for key in timed:
             record[key] = median_of_rounds(rounds[key])
             if key != "ours":
@@ -255,7 +290,9 @@ class Run(Attempts):
             for index, pattern in enumerate(patterns):
                 case = Case(head_dim, heads, 1, seq_len, pattern)
                 record = {"head_dim": head_dim, "seq_len": seq_len, "heads": heads, "pattern": pattern.value}
-                _, error = self.attempt(f"float64 {case.label}", lambda: record.update(self._exact(case, 500_000 + index)))
+                _, error = self.attempt(
+                    f"float64 {case.label}", lambda: record.update(self._exact(case, 500_000 + index))
+                )
                 if error is not None:
                     record["error"] = error
                 checks.append(record)
@@ -266,11 +303,18 @@ class Run(Attempts):
         layout, causal = case.pattern.layout(self.sweep, case.seq_len), case.pattern.causal
         q, k, v, dout = random_qkv((1, case.heads, case.seq_len, case.head_dim), self.device, self.dtype, salt)
         exact = [t.detach().double().requires_grad_(True) for t in (q, k, v)]
-        reference = ("float64", outputs(functools.partial(reference_attention, causal=causal, layout=layout), *exact,
-                                        dout.double()))
-        impls = {"ours": self.ours(causal, layout, q, k, v),
-                 **self.flex_impls(causal, case.heads, case.seq_len, layout, f"float64 {case.label}")}
-        return {key: self.check(f"float64 {case.label} {key}", impl, reference, q, k, v, dout) for key, impl in impls.items()}
+        reference = (
+            "float64",
+            outputs(functools.partial(reference_attention, causal=causal, layout=layout), *exact, dout.double()),
+        )
+        impls = {
+            "ours": self.ours(causal, layout, q, k, v),
+            **self.flex_impls(causal, case.heads, case.seq_len, layout, f"float64 {case.label}"),
+        }
+        return {
+            key: self.check(f"float64 {case.label} {key}", impl, reference, q, k, v, dout)
+            for key, impl in impls.items()
+        }
 
     def release(self) -> None:
         gc.collect()
@@ -303,7 +347,9 @@ class Run(Attempts):
             return (torch.cuda.max_memory_allocated() - before) / 2**20
 
         for name, impl in (("ours", self.ours(True, None, q, k, v)), ("fa2", fa2(causal=True))):
-            peak, error = self.attempt(f"memory {name}", lambda impl=impl: peak_mib(impl)) if impl.fn else (None, impl.error)
+            peak, error = (
+                self.attempt(f"memory {name}", lambda impl=impl: peak_mib(impl)) if impl.fn else (None, impl.error)
+            )
             result[name] = {"peak_mib": peak, "error": error}
         self.release()
         return result
@@ -311,40 +357,72 @@ class Run(Attempts):
 
 def arguments(parser) -> None:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="device to measure (default cuda)")
-    parser.add_argument("--lengths", type=int, nargs="+", help="sequence lengths in this order (default 16384 65536 "
-                        "32768 8192; one per GPU call, as Flex compiles for each shape)")
+    parser.add_argument(
+        "--lengths",
+        type=int,
+        nargs="+",
+        help="sequence lengths in this order (default 16384 65536 "
+        "32768 8192; one per GPU call, as Flex compiles for each shape)",
+    )
     parser.add_argument("--head-dims", type=int, nargs="+", help="head dims (default 64 128; H = 2048 / D)")
-    parser.add_argument("--patterns", type=Pattern, nargs="+", default=list(Pattern), metavar="PATTERN",
-                        help=f"of {', '.join(p.value for p in Pattern)} (default all)")
-    parser.add_argument("--ours", default="triton", choices=("triton", "gluon", "torch"),
-                        help="ours: the Triton kernels, the Hopper path (Gluon forward, Triton backward; sm_90), or "
-                             "attention(backend='torch') where Triton cannot run (--smoke without the interpreter)")
+    parser.add_argument(
+        "--patterns",
+        type=Pattern,
+        nargs="+",
+        default=list(Pattern),
+        metavar="PATTERN",
+        help=f"of {', '.join(p.value for p in Pattern)} (default all)",
+    )
+    parser.add_argument(
+        "--ours",
+        default="triton",
+        choices=("triton", "gluon", "torch"),
+        help="ours: the Triton kernels, the Hopper path (Gluon forward, Triton backward; sm_90), or "
+        "attention(backend='torch') where Triton cannot run (--smoke without the interpreter)",
+    )
     parser.add_argument("--rounds", type=int, default=1, help="rounds in turns, each implementation's median kept")
     parser.add_argument("--budget-s", type=float, default=330.0, help="skip (and record) what is left after this")
     parser.add_argument("--warmup-ms", type=float, default=10.0, help="do_bench warm-up in ms")
     parser.add_argument("--rep-ms", type=float, default=40.0, help="do_bench measuring time in ms")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    parser.add_argument("--no-float64-check", dest="float64_check", action="store_false",
-                        help="skip the float64 check of ours, Flex and Flex FLASH before the sweep")
+    parser.add_argument(
+        "--no-float64-check",
+        dest="float64_check",
+        action="store_false",
+        help="skip the float64 check of ours, Flex and Flex FLASH before the sweep",
+    )
 
 
 def measure(args) -> dict:
     sweep = TINY if args.smoke else FULL
-    sweep = dataclasses.replace(sweep, lengths=tuple(args.lengths or sweep.lengths),
-                                head_dims=tuple(args.head_dims or sweep.head_dims))
+    sweep = dataclasses.replace(
+        sweep, lengths=tuple(args.lengths or sweep.lengths), head_dims=tuple(args.head_dims or sweep.head_dims)
+    )
     if args.smoke:
         args.warmup_ms, args.rep_ms = 0.0, 1.0
         triton_flash = importlib.import_module("genoformer.kernels.triton_flash")
         args.ours = args.ours if triton_flash.INTERPRETED else "torch"
     run = Run(args, sweep)
-    data = {"settings": {**dataclasses.asdict(sweep), "patterns": [p.value for p in args.patterns], "ours": args.ours,
-                         "warmup_ms": args.warmup_ms, "rep_ms": args.rep_ms, "rounds": args.rounds},
-            "matmul": run.matmul_tflops(), "memory": run.peak_memory(), "cases": []}
+    data = {
+        "settings": {
+            **dataclasses.asdict(sweep),
+            "patterns": [p.value for p in args.patterns],
+            "ours": args.ours,
+            "warmup_ms": args.warmup_ms,
+            "rep_ms": args.rep_ms,
+            "rounds": args.rounds,
+        },
+        "matmul": run.matmul_tflops(),
+        "memory": run.peak_memory(),
+        "cases": [],
+    }
     if args.float64_check:
         data["float64_check"] = run.float64_check(args.patterns)
     for index, case in enumerate(build_cases(sweep, args.patterns)):
         data["cases"].append(run.run_case(case, index))
-        print(f"[{run.budget.elapsed:6.1f}s] {case.label}: {data['cases'][-1].get('skipped') or 'measured'}", flush=True)
+        print(
+            f"[{run.budget.elapsed:6.1f}s] {case.label}: {data['cases'][-1].get('skipped') or 'measured'}", flush=True
+        )
     data.update(wall_s=run.budget.elapsed, tracebacks=run.tracebacks, clock=run.clock.close())
     return data
 
@@ -391,17 +469,25 @@ def _check(check: dict | None) -> str:
 
 
 def _notes(record: dict) -> str:
-    notes = [f"{OTHERS.get(k, 'ours')}: {(record.get(k) or {}).get('error')}"[:160]
-             for k in ("ours", *OTHERS) if (record.get(k) or {}).get("error")]
-    notes += [f"{OTHERS[k]} {_check(record[k]['check'])}" for k in OTHERS
-              if ((record.get(k) or {}).get("check") or {}).get("ok") is False]
+    notes = [
+        f"{OTHERS.get(k, 'ours')}: {(record.get(k) or {}).get('error')}"[:160]
+        for k in ("ours", *OTHERS)
+        if (record.get(k) or {}).get("error")
+    ]
+    notes += [
+        f"{OTHERS[k]} {_check(record[k]['check'])}"
+        for k in OTHERS
+        if ((record.get(k) or {}).get("check") or {}).get("ok") is False
+    ]
     return "; ".join(dict.fromkeys(notes))
 
 
 def _cases(data: dict) -> list[dict]:
     order = {p.value: i for i, p in enumerate(Pattern)}
-    return sorted((r for r in data["cases"] if not r.get("skipped")),
-                  key=lambda r: (-r["head_dim"], r["seq_len"], order[r["pattern"]]))
+    return sorted(
+        (r for r in data["cases"] if not r.get("skipped")),
+        key=lambda r: (-r["head_dim"], r["seq_len"], order[r["pattern"]]),
+    )
 
 
 def _target(name: str, data: dict, yardstick: Callable[[dict], str | None], limit: float) -> dict:
@@ -418,8 +504,12 @@ def _target(name: str, data: dict, yardstick: Callable[[dict], str | None], limi
             if _time(r, key, d, trusted=True) is None and _time(r, "ours", d, trusted=True) is not None:
                 left_out += 1
                 continue
-            items.append((ratio(_time(r, "ours", d, trusted=True), _time(r, key, d, trusted=True)),
-                          f"{r['pattern']} D{r['head_dim']} {length_label(r['seq_len'])} {d} vs {OTHERS[key]}"))
+            items.append(
+                (
+                    ratio(_time(r, "ours", d, trusted=True), _time(r, key, d, trusted=True)),
+                    f"{r['pattern']} D{r['head_dim']} {length_label(r['seq_len'])} {d} vs {OTHERS[key]}",
+                )
+            )
     present = [(v, label) for v, label in items if v is not None]
     missing = len(items) - len(present)
     extra = f"; {left_out} not compared (no trusted time)" if left_out else ""
@@ -442,42 +532,71 @@ def summarize(data: dict) -> Summary:
             row = {"ours ÷ other, fwd / bwd": f"{pattern.value} ÷ {OTHERS[key]}"}
             for d, L, B in cells:
                 r = by_key.get((pattern.value, d, L))
-                row[f"D{d} {length_label(L)}" + (f" x{B}" if B > 1 else "")] = \
+                row[f"D{d} {length_label(L)}" + (f" x{B}" if B > 1 else "")] = (
                     _pair(r, key, _ratio) if r is not None and r.get(key) is not None else ""
+                )
             if any(v for v in list(row.values())[1:]):
                 ratio_rows.append(row)
-    full = [{"D": r["head_dim"], "L": length_label(r["seq_len"]), "B×H": f"{r['batch']}×{r['heads']}",
-             "pattern": r["pattern"], "density": round(r["density"], 3), "ours ms": _pair(r, "ours"),
-             **{f"{OTHERS[k]} ms": _pair(r, k) if r.get(k) else "—" for k in present},
-             **{f"ours÷{OTHERS[k]}": _pair(r, k, _ratio) if r.get(k) else "—" for k in present},
-             "ours TFLOP/s": " / ".join(fmt(ratio(r["fwd_flops"] * m / 1e9, _time(r, "ours", d)))
-                                        for d, m in (("fwd", 1), ("bwd", 2.5))),
-             "check": _check(r.get("check")), "notes": _notes(r)} for r in cases]
+    full = [
+        {
+            "D": r["head_dim"],
+            "L": length_label(r["seq_len"]),
+            "B×H": f"{r['batch']}×{r['heads']}",
+            "pattern": r["pattern"],
+            "density": round(r["density"], 3),
+            "ours ms": _pair(r, "ours"),
+            **{f"{OTHERS[k]} ms": _pair(r, k) if r.get(k) else "—" for k in present},
+            **{f"ours÷{OTHERS[k]}": _pair(r, k, _ratio) if r.get(k) else "—" for k in present},
+            "ours TFLOP/s": " / ".join(
+                fmt(ratio(r["fwd_flops"] * m / 1e9, _time(r, "ours", d))) for d, m in (("fwd", 1), ("bwd", 2.5))
+            ),
+            "check": _check(r.get("check")),
+            "notes": _notes(r),
+        }
+        for r in cases
+    ]
     memory = data["memory"]
     mem = {k: (memory.get(k) or {}).get("peak_mib") for k in ("ours", "fa2")}
     goal = lambda r: ("fa4" if r["head_dim"] == GOAL_HEAD_DIM else None) if r["pattern"] == "causal" else "flex_flash"  # noqa: E731
     targets = [
         _target("floor: every pattern, ours ≤ Flex (Triton), fwd and bwd", data, lambda r: "flex", 1.0),
-        _target(f"goal: causal D {GOAL_HEAD_DIM} ≤ {GOAL_RATIO}x FA4, block-sparse ≤ {GOAL_RATIO}x Flex FLASH", data,
-                goal, GOAL_RATIO),
+        _target(
+            f"goal: causal D {GOAL_HEAD_DIM} ≤ {GOAL_RATIO}x FA4, block-sparse ≤ {GOAL_RATIO}x Flex FLASH",
+            data,
+            goal,
+            GOAL_RATIO,
+        ),
         _target("moonshot: the goal's comparisons ≤ 1.0x", data, goal, 1.0),
-        verdict(f"memory: peak fwd+bwd at L={length_label(memory['seq_len'])} ≤ 2x FA2's",
-                f"ours {fmt(mem['ours'])} MiB, FA2 {fmt(mem['fa2'])} MiB" if mem["ours"] else memory.get("error", ""),
-                None if not (mem["ours"] and mem["fa2"]) else mem["ours"] <= 2 * mem["fa2"]),
+        verdict(
+            f"memory: peak fwd+bwd at L={length_label(memory['seq_len'])} ≤ 2x FA2's",
+            f"ours {fmt(mem['ours'])} MiB, FA2 {fmt(mem['fa2'])} MiB" if mem["ours"] else memory.get("error", ""),
+            None if not (mem["ours"] and mem["fa2"]) else mem["ours"] <= 2 * mem["fa2"],
+        ),
     ]
-    absent = {OTHERS[k]: next((r[k]["error"] for r in data["cases"] if (r.get(k) or {}).get("error")), "not run")
-              for k in OTHERS if k not in present}
-    notes = [f"ours = `{settings['ours']}`; bf16, B·L = {settings['tokens']:,} (B = 1 beyond), H·D = {settings['width']}, "
-             f"blocks of {settings['block_size']}; medians of {settings['rounds']} rotating rounds.",
-             _float64_note(data.get("float64_check"))]
+    absent = {
+        OTHERS[k]: next((r[k]["error"] for r in data["cases"] if (r.get(k) or {}).get("error")), "not run")
+        for k in OTHERS
+        if k not in present
+    }
+    notes = [
+        f"ours = `{settings['ours']}`; bf16, B·L = {settings['tokens']:,} (B = 1 beyond), H·D = {settings['width']}, "
+        f"blocks of {settings['block_size']}; medians of {settings['rounds']} rotating rounds.",
+        _float64_note(data.get("float64_check")),
+    ]
     notes += [f"{name} absent: {why}" for name, why in absent.items()]
     lengths = " and ".join(length_label(L) for L in sorted({r["seq_len"] for r in cases}))
     title = "Attention kernels" + ("" if settings["ours"] == "triton" else f", ours = {settings['ours']}, {lengths}")
     d128 = [{k: v for k, v in row.items() if not k.startswith("D64")} for row in ratio_rows]
-    return Summary(title=title, tables=[table(d128, "Time ratios at D 128, ours ÷ other (> 1: ours slower)"),
-                                        table(ratio_rows, "Time ratios, every head dim", headline=False),
-                                        table(full, "Every case (ms, fwd / bwd)", headline=False)],
-                   targets=targets, notes=[n for n in notes if n])
+    return Summary(
+        title=title,
+        tables=[
+            table(d128, "Time ratios at D 128, ours ÷ other (> 1: ours slower)"),
+            table(ratio_rows, "Time ratios, every head dim", headline=False),
+            table(full, "Every case (ms, fwd / bwd)", headline=False),
+        ],
+        targets=targets,
+        notes=[n for n in notes if n],
+    )
 
 
 def _float64_note(checks: list[dict] | None) -> str:
@@ -490,16 +609,32 @@ def _float64_note(checks: list[dict] | None) -> str:
             continue
         bwd = [c["bwd_rel_err"] for _, c in done if c["bwd_rel_err"] is not None]
         wrong = [f"{r['pattern']} D={r['head_dim']}" for r, c in done if not c["ok"]]
-        parts.append(f"{OTHERS.get(key, key)} worst {fmt(max(c['fwd_rel_err'] for _, c in done), 2)} / "
-                     f"{fmt(max(bwd), 2) if bwd else '—'}" + (f", WRONG on {', '.join(wrong)}" if wrong else ", ok"))
-    return (f"Against float64 at L = {checks[0]['seq_len']}, every pattern and head dim (worst row error, out / "
-            f"grads): {'; '.join(parts)}.") if parts else ""
+        parts.append(
+            f"{OTHERS.get(key, key)} worst {fmt(max(c['fwd_rel_err'] for _, c in done), 2)} / "
+            f"{fmt(max(bwd), 2) if bwd else '—'}" + (f", WRONG on {', '.join(wrong)}" if wrong else ", ok")
+        )
+    return (
+        (
+            f"Against float64 at L = {checks[0]['seq_len']}, every pattern and head dim (worst row error, out / "
+            f"grads): {'; '.join(parts)}."
+        )
+        if parts
+        else ""
+    )
 
 
-BENCHMARK = Benchmark("attention", "Attention kernels", __doc__, measure, summarize, arguments=arguments, merge=merge,
-                      baseline="SDPA FlashAttention-2, flash-attn-4 and compiled FlexAttention (Triton and FLASH "
-                               "backends) on the same block masks",
-                      name_of=lambda args: "attention" if args.ours == "triton" else f"attention_{args.ours}")
+BENCHMARK = Benchmark(
+    "attention",
+    "Attention kernels",
+    __doc__,
+    measure,
+    summarize,
+    arguments=arguments,
+    merge=merge,
+    baseline="SDPA FlashAttention-2, flash-attn-4 and compiled FlexAttention (Triton and FLASH "
+    "backends) on the same block masks",
+    name_of=lambda args: "attention" if args.ours == "triton" else f"attention_{args.ours}",
+)
 
 if __name__ == "__main__":
     BENCHMARK.main()

@@ -26,8 +26,12 @@ def seconds(args: list[str], repeats: int) -> tuple[float, int]:
     times, code = [], 0
     for _ in range(repeats):
         began = time.perf_counter()
-        result = subprocess.run([sys.executable, "-c", "from genoformer.cli import main; main()", *args],
-                                cwd=REPO_ROOT, capture_output=True, text=True)
+        result = subprocess.run(
+            [sys.executable, "-c", "from genoformer.cli import main; main()", *args],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+        )
         times.append(time.perf_counter() - began)
         code = result.returncode
     return statistics.median(times), code
@@ -51,10 +55,19 @@ def arguments(parser) -> None:
 def measure(args) -> dict:
     commands, repeats = (["prepare"], 1) if args.smoke else (args.commands, args.repeats)
     load = os.getloadavg()[0]
-    rows = [{"command": "genoformer", "help": seconds(["--help"], repeats)[0], "version": seconds(["--version"], repeats)[0]}]
+    rows = [
+        {
+            "command": "genoformer",
+            "help": seconds(["--help"], repeats)[0],
+            "version": seconds(["--version"], repeats)[0],
+        }
+    ]
     for command in commands:
-        row = {"command": command, "help": seconds([command, "--help"], repeats)[0],
-               "unknown_option": seconds([command, "--no_such_option", "1"], repeats)[0]}
+        row = {
+            "command": command,
+            "help": seconds([command, "--help"], repeats)[0],
+            "unknown_option": seconds([command, "--no_such_option", "1"], repeats)[0],
+        }
         if wrong_value(command):
             row["wrong_value"] = seconds(wrong_value(command), repeats)[0]
         rows.append(row)
@@ -62,15 +75,31 @@ def measure(args) -> dict:
 
 
 def summarize(data: dict) -> Summary:
-    rows = [{"command": r["command"], "--help s": r["help"], "unknown option s": r.get("unknown_option"),
-             "wrong value s": r.get("wrong_value"), "--version s": r.get("version")} for r in data["rows"]]
+    rows = [
+        {
+            "command": r["command"],
+            "--help s": r["help"],
+            "unknown option s": r.get("unknown_option"),
+            "wrong value s": r.get("wrong_value"),
+            "--version s": r.get("version"),
+        }
+        for r in data["rows"]
+    ]
     load = data["load_average"]
-    return Summary(tables=[table(rows, f"Median of {data['repeats']} fresh interpreters; load average {load[0]:.1f} "
-                                       f"before, {load[1]:.1f} after")])
+    return Summary(
+        tables=[
+            table(
+                rows,
+                f"Median of {data['repeats']} fresh interpreters; load average {load[0]:.1f} "
+                f"before, {load[1]:.1f} after",
+            )
+        ]
+    )
 
 
-BENCHMARK = Benchmark("command_speed", "Command-line answers: --help and option errors", __doc__, measure, summarize,
-                      arguments=arguments)
+BENCHMARK = Benchmark(
+    "command_speed", "Command-line answers: --help and option errors", __doc__, measure, summarize, arguments=arguments
+)
 
 if __name__ == "__main__":
     BENCHMARK.main()

@@ -82,8 +82,8 @@ import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import tarfile
+import threading
 import time
 import traceback
 from collections import defaultdict
@@ -93,12 +93,11 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.nn.attention.flex_attention import BlockMask, flex_attention
-
 from genoformer.data.storage import write_text
 from genoformer.kernels.layout import BlockLayout
 from genoformer.kernels.reference import row_error
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 __all__ = [
     "Attempts",
@@ -283,8 +282,11 @@ class Timer:
         if self.device.type == "cuda":
             import triton.testing
 
-            return float(triton.testing.do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms,
-                                                 grad_to_none=grad_to_none, return_mode="median"))
+            return float(
+                triton.testing.do_bench(
+                    fn, warmup=self.warmup_ms, rep=self.rep_ms, grad_to_none=grad_to_none, return_mode="median"
+                )
+            )
 
         def once() -> float:
             for t in grad_to_none or ():
@@ -299,8 +301,11 @@ class Timer:
         return statistics.median(once() for _ in range(min(100, max(3, int(self.rep_ms / estimate)))))
 
 
-def interleaved_rounds(measures: Mapping[str, Callable[[], float | Mapping[str, float]]], rounds: int,
-                       best: Callable[[float, float], float] = max) -> dict[str, float]:
+def interleaved_rounds(
+    measures: Mapping[str, Callable[[], float | Mapping[str, float]]],
+    rounds: int,
+    best: Callable[[float, float], float] = max,
+) -> dict[str, float]:
     """Run every measurement once per round, in turn, for `rounds` rounds, and keep each value's
     best (`max` for rates, `min` for times). On a shared machine the load moves between minutes;
     interleaving gives every measurement the same share of it, so that their ratios hold. A
@@ -309,7 +314,7 @@ def interleaved_rounds(measures: Mapping[str, Callable[[], float | Mapping[str, 
     for _ in range(rounds):
         for name, measure in measures.items():
             values = measure()
-            for key, value in (values.items() if isinstance(values, Mapping) else [(name, values)]):
+            for key, value in values.items() if isinstance(values, Mapping) else [(name, values)]:
                 kept[key] = best(kept[key], value) if key in kept else value
     return kept
 
@@ -405,9 +410,17 @@ class ClockSampler:
                 self.reason = f"no UUID for {device} in its device properties"
                 return
             self._proc = subprocess.Popen(
-                [executable, f"--id=GPU-{uuid.group(0)}", f"--query-gpu={self.QUERY}",
-                 "--format=csv,noheader,nounits", f"--loop-ms={period_ms}"],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                [
+                    executable,
+                    f"--id=GPU-{uuid.group(0)}",
+                    f"--query-gpu={self.QUERY}",
+                    "--format=csv,noheader,nounits",
+                    f"--loop-ms={period_ms}",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             self._reader = threading.Thread(target=self._read, daemon=True)
             self._reader.start()
 
@@ -432,9 +445,13 @@ class ClockSampler:
 
         clocks = [s[1] for s in inside if not math.isnan(s[1])]
         temps = [s[3] for s in inside if not math.isnan(s[3])]
-        return {"sm_mhz": mean(clocks), "sm_mhz_min": min(clocks) if clocks else None,
-                "power_w": mean([s[2] for s in inside]), "temp_c": max(temps) if temps else None,
-                "samples": len(inside)}
+        return {
+            "sm_mhz": mean(clocks),
+            "sm_mhz_min": min(clocks) if clocks else None,
+            "power_w": mean([s[2] for s in inside]),
+            "temp_c": max(temps) if temps else None,
+            "samples": len(inside),
+        }
 
     def close(self) -> dict:
         """Stop sampling; what the results record about it (period, sample count, or why none)."""
@@ -453,8 +470,13 @@ class TrainStep:
     """One optimizer step: zero the gradients, the loss under autocast (none for float32),
     backward, the optimizer's step; `step()` returns the detached loss."""
 
-    def __init__(self, loss_fn: Callable[[], torch.Tensor], optimizer: torch.optim.Optimizer,
-                 device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        loss_fn: Callable[[], torch.Tensor],
+        optimizer: torch.optim.Optimizer,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> None:
         self.loss_fn, self.optimizer, self.device, self.dtype = loss_fn, optimizer, device, dtype
 
     def step(self) -> torch.Tensor:
@@ -604,8 +626,9 @@ def compare(got: tuple, expected: tuple) -> dict:
     errors = {"fwd_rel_err": row_error(got[0], expected[0]), "bwd_rel_err": None}
     if got[1] is not None and expected[1] is not None:
         errors["bwd_rel_err"] = max(row_error(a, b) for a, b in zip(got[1], expected[1], strict=True))
-    errors["ok"] = all(errors[f"{d}_rel_err"] <= CHECK_TOLERANCE[d] for d in ("fwd", "bwd")
-                       if errors[f"{d}_rel_err"] is not None)
+    errors["ok"] = all(
+        errors[f"{d}_rel_err"] <= CHECK_TOLERANCE[d] for d in ("fwd", "bwd") if errors[f"{d}_rel_err"] is not None
+    )
     return errors
 
 
@@ -634,23 +657,83 @@ def median_of_rounds(results: list[dict]) -> dict:
     return merged
 
 
-PARTS = ("attention", "matmuls", "norms, RoPE, SwiGLU, other elementwise", "loss", "optimizer",
-         "data (host to device)", "other")
+PARTS = (
+    "attention",
+    "matmuls",
+    "norms, RoPE, SwiGLU, other elementwise",
+    "loss",
+    "optimizer",
+    "data (host to device)",
+    "other",
+)
 _KERNEL_RULES = (  # kernel (GPU) or operator (CPU) names -> part; first match wins
-    ("attention", ("attn_fwd_kernel", "bwd_dkdv_kernel", "bwd_dq_kernel", "bwd_preprocess_kernel", "flash", "fmha",
-                   "flex_attention", "triton_tem_fused_flex", "scaled_dot_product", "_efficient_attention")),
+    (
+        "attention",
+        (
+            "attn_fwd_kernel",
+            "bwd_dkdv_kernel",
+            "bwd_dq_kernel",
+            "bwd_preprocess_kernel",
+            "flash",
+            "fmha",
+            "flex_attention",
+            "triton_tem_fused_flex",
+            "scaled_dot_product",
+            "_efficient_attention",
+        ),
+    ),
     ("optimizer", ("adam", "multi_tensor_apply", "foreach")),
     ("loss", ("nll_loss", "log_softmax", "cross_entropy", "softmax_backward")),
-    ("matmuls", ("gemm", "nvjet", "cutlass", "xmma", "cublas", "sm90_", "sm80_", "aten::mm", "aten::addmm",
-                 "aten::bmm", "aten::matmul", "aten::linear", "mm_", "splitk")),
+    (
+        "matmuls",
+        (
+            "gemm",
+            "nvjet",
+            "cutlass",
+            "xmma",
+            "cublas",
+            "sm90_",
+            "sm80_",
+            "aten::mm",
+            "aten::addmm",
+            "aten::bmm",
+            "aten::matmul",
+            "aten::linear",
+            "mm_",
+            "splitk",
+        ),
+    ),
     ("data (host to device)", ("memcpy htod", "memcpy h2d", "aten::_to_copy_h2d")),
-    ("norms, RoPE, SwiGLU, other elementwise", ("rms", "norm", "elementwise", "vectorized", "triton_poi", "triton_red",
-                                                "triton_per", "reduce", "silu", "mul", "add", "cat", "copy", "fill",
-                                                "embedding", "index", "where", "sum", "aten::")),
+    (
+        "norms, RoPE, SwiGLU, other elementwise",
+        (
+            "rms",
+            "norm",
+            "elementwise",
+            "vectorized",
+            "triton_poi",
+            "triton_red",
+            "triton_per",
+            "reduce",
+            "silu",
+            "mul",
+            "add",
+            "cat",
+            "copy",
+            "fill",
+            "embedding",
+            "index",
+            "where",
+            "sum",
+            "aten::",
+        ),
+    ),
 )
-_PARENT_RULES = (("optimizer", ("optimizer.step", "adamw", "zero_grad")),
-                 ("loss", ("cross_entropy", "nll_loss", "log_softmax", "nllloss", "logsoftmax")),
-                 ("attention", ("genoformer::triton_flash", "flex_attention", "scaled_dot_product")))
+_PARENT_RULES = (
+    ("optimizer", ("optimizer.step", "adamw", "zero_grad")),
+    ("loss", ("cross_entropy", "nll_loss", "log_softmax", "nllloss", "logsoftmax")),
+    ("attention", ("genoformer::triton_flash", "flex_attention", "scaled_dot_product")),
+)
 
 
 def classify(kernel: str, parents: list[str] = ()) -> str:
@@ -671,7 +754,9 @@ def profile_breakdown(step, device: torch.device, steps: int) -> dict:
 
     step()
     synchronize(device)
-    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    ) as prof:
         t0 = time.perf_counter()
         for _ in range(steps):
             step()
@@ -687,7 +772,9 @@ def profile_breakdown(step, device: torch.device, steps: int) -> dict:
     found = []  # (kernel or operator, part, ms)
     for event in prof.events():
         if device.type == "cuda":
-            found += [(k.name, classify(k.name, parents(event)), k.duration / 1e3) for k in getattr(event, "kernels", [])]
+            found += [
+                (k.name, classify(k.name, parents(event)), k.duration / 1e3) for k in getattr(event, "kernels", [])
+            ]
         elif event.device_type == DeviceType.CPU:
             found.append((event.name, classify(event.name, parents(event)), event.self_cpu_time_total / 1e3))
     parts, kernels = defaultdict(float), defaultdict(float)
@@ -696,8 +783,12 @@ def profile_breakdown(step, device: torch.device, steps: int) -> dict:
         kernels[name[:120], part] += ms / steps
     per_step = {part: parts.get(part, 0.0) for part in PARTS}
     top = sorted(kernels.items(), key=lambda item: -item[1])[:25]
-    return {"parts": per_step, "total_ms": sum(per_step.values()), "wall_ms": wall_ms,
-            "top_kernels": [(name, part, ms) for (name, part), ms in top]}
+    return {
+        "parts": per_step,
+        "total_ms": sum(per_step.values()),
+        "wall_ms": wall_ms,
+        "top_kernels": [(name, part, ms) for (name, part), ms in top],
+    }
 
 
 class RepeatedBatch(torch.utils.data.Dataset):
@@ -740,12 +831,36 @@ class Sweep:
         return self.width // head_dim
 
 
-FULL = Sweep(lengths=(16384, 65536, 32768, 8192), head_dims=(64, 128), tokens=16384, width=2048, block_size=128,
-             window=1024, bigbird_window=512, bigbird_global_blocks=1, bigbird_random_blocks=2, custom_window=512,
-             custom_stride=16, memory_shape=(1, 16, 65536, 128), matmul_n=8192)
-TINY = Sweep(lengths=(256,), head_dims=(16, 32), tokens=512, width=64, block_size=32, window=32, bigbird_window=32,
-             bigbird_global_blocks=1, bigbird_random_blocks=1, custom_window=32, custom_stride=3,
-             memory_shape=(1, 2, 512, 64), matmul_n=256)
+FULL = Sweep(
+    lengths=(16384, 65536, 32768, 8192),
+    head_dims=(64, 128),
+    tokens=16384,
+    width=2048,
+    block_size=128,
+    window=1024,
+    bigbird_window=512,
+    bigbird_global_blocks=1,
+    bigbird_random_blocks=2,
+    custom_window=512,
+    custom_stride=16,
+    memory_shape=(1, 16, 65536, 128),
+    matmul_n=8192,
+)
+TINY = Sweep(
+    lengths=(256,),
+    head_dims=(16, 32),
+    tokens=512,
+    width=64,
+    block_size=32,
+    window=32,
+    bigbird_window=32,
+    bigbird_global_blocks=1,
+    bigbird_random_blocks=1,
+    custom_window=32,
+    custom_stride=3,
+    memory_shape=(1, 2, 512, 64),
+    matmul_n=256,
+)
 
 
 class Pattern(str, enum.Enum):
@@ -771,8 +886,9 @@ class Pattern(str, enum.Enum):
         if self is Pattern.SLIDING_WINDOW:
             return BlockLayout.sliding_window(seq_len, sweep.window, bs)
         if self is Pattern.BIGBIRD:
-            return BlockLayout.bigbird(seq_len, sweep.bigbird_window, sweep.bigbird_global_blocks,
-                                       sweep.bigbird_random_blocks, bs)
+            return BlockLayout.bigbird(
+                seq_len, sweep.bigbird_window, sweep.bigbird_global_blocks, sweep.bigbird_random_blocks, bs
+            )
         if self is Pattern.CUSTOM:
             local = BlockLayout.sliding_window(seq_len, sweep.custom_window, bs)
             return (local | BlockLayout.strided(seq_len, sweep.custom_stride, bs)).with_causal()
@@ -798,7 +914,9 @@ def build_cases(sweep: Sweep, patterns: list[Pattern]) -> list[Case]:
     for seq_len in sweep.lengths:
         if seq_len % sweep.block_size:
             raise ValueError(f"every length must be a multiple of the block size {sweep.block_size}, got {seq_len}.")
-    return [Case(d, sweep.heads(d), sweep.batch(L), L, p) for L in sweep.lengths for d in sweep.head_dims for p in patterns]
+    return [
+        Case(d, sweep.heads(d), sweep.batch(L), L, p) for L in sweep.lengths for d in sweep.head_dims for p in patterns
+    ]
 
 
 def length_label(seq_len: int) -> str:
@@ -816,7 +934,9 @@ def allowed_pairs(layout: BlockLayout | None, causal: bool, seq_len: int, heads:
     pairs_MN = sizes_M[:, None] * sizes_M[None, :]
     if causal:
         block_M = torch.arange(Mb)
-        pairs_MN = torch.where(block_M[None, :] < block_M[:, None], pairs_MN, 0) + torch.diag(sizes_M * (sizes_M + 1) // 2)
+        pairs_MN = torch.where(block_M[None, :] < block_M[:, None], pairs_MN, 0) + torch.diag(
+            sizes_M * (sizes_M + 1) // 2
+        )
     per_layout_head_H = (layout.mask.to(torch.int64) * pairs_MN).sum((1, 2))
     return int(per_layout_head_H.sum()) * (heads // layout.num_heads)
 
@@ -834,8 +954,9 @@ def _causal_mask_mod(b, h, q_idx, kv_idx):
     return kv_idx <= q_idx
 
 
-def flex_block_mask(layout: BlockLayout, causal: bool, heads: int, device: torch.device,
-                    index_only: bool = False) -> BlockMask:
+def flex_block_mask(
+    layout: BlockLayout, causal: bool, heads: int, device: torch.device, index_only: bool = False
+) -> BlockMask:
     """The FlexAttention BlockMask of `layout` (+ causal), from the layout's own block lists.
 
     Allowed blocks are "full" except, when causal, the diagonal ones ("partial": the mask_mod
@@ -862,17 +983,24 @@ def flex_block_mask(layout: BlockLayout, causal: bool, heads: int, device: torch
         return allowed & (kv_idx <= q_idx) if causal else allowed
 
     mask_mod = (_causal_mask_mod if causal else None) if index_only else layout_mod
-    return BlockMask.from_kv_blocks(*_kv_block_lists(partial_HMN), *_kv_block_lists(full_HMN), BLOCK_SIZE=bs,
-                                    mask_mod=mask_mod, seq_lengths=(layout.q_len, layout.kv_len))
+    return BlockMask.from_kv_blocks(
+        *_kv_block_lists(partial_HMN),
+        *_kv_block_lists(full_HMN),
+        BLOCK_SIZE=bs,
+        mask_mod=mask_mod,
+        seq_lengths=(layout.q_len, layout.kv_len),
+    )
 
 
 def static_flex() -> Callable:
     """`torch.compile(flex_attention)` compiled for each shape it meets (dynamic=False)."""
     return torch.compile(flex_attention, dynamic=False)
 
+
 # ---------------------------------------------------------------------- statistics, commands
-def block_bootstrap(differences_N: np.ndarray, weights_N: np.ndarray, draws: int = 2000,
-                    seed: int = 0) -> tuple[float, float, float]:
+def block_bootstrap(
+    differences_N: np.ndarray, weights_N: np.ndarray, draws: int = 2000, seed: int = 0
+) -> tuple[float, float, float]:
     """(mean, 2.5th, 97.5th percentile) of a weighted mean difference over N blocks, the blocks
     resampled with replacement: a 95% interval that keeps the correlation inside each block
     (neighbouring bases, one window's forecasts).
@@ -904,16 +1032,23 @@ def pack_parts(folder: Path, dest: Path, part_bytes: int = 15 << 20) -> None:
     tar_path.unlink()
 
 
-def run_logged(command: Sequence[str], log: Path, *, timeout: float | None = None,
-               env: Mapping[str, str] | None = None) -> None:
+def run_logged(
+    command: Sequence[str], log: Path, *, timeout: float | None = None, env: Mapping[str, str] | None = None
+) -> None:
     """Run a child process (e.g. `[sys.executable, "cli.py", "fit", ...]`) from the repository
     root with its output in `log`; raise with the log's tail when it fails or times out."""
     log = Path(log)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as handle:
         try:
-            code = subprocess.run(list(command), stdout=handle, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
-                                  timeout=timeout, env=None if env is None else dict(env)).returncode
+            code = subprocess.run(
+                list(command),
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                cwd=REPO_ROOT,
+                timeout=timeout,
+                env=None if env is None else dict(env),
+            ).returncode
         except subprocess.TimeoutExpired:
             code = f"timed out after {timeout:g} s"
     if code != 0:
@@ -947,7 +1082,7 @@ def fmt(value: object, digits: int = 3) -> str:
         return "NaN"
     if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-3):
         return f"{value:.{digits}g}"
-    if abs(value) >= 10 ** digits:
+    if abs(value) >= 10**digits:
         return f"{value:,.0f}"
     return f"{value:.{max(digits - 1 - math.floor(math.log10(abs(value))), 0) if value else 0}f}"
 
@@ -957,8 +1092,13 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b == 0 else a / b
 
 
-def table(rows: Sequence[Mapping[str, object]], caption: str = "", columns: Sequence[str] | None = None,
-          digits: int = 3, headline: bool = True) -> dict:
+def table(
+    rows: Sequence[Mapping[str, object]],
+    caption: str = "",
+    columns: Sequence[str] | None = None,
+    digits: int = 3,
+    headline: bool = True,
+) -> dict:
     """A table of a summary: rows of cells, numbers shown by `fmt` with `digits` significant
     digits. `headline=False` keeps it out of BENCHMARKS.md (printed and saved with the result)."""
     rows = [dict(row) for row in rows]
@@ -974,8 +1114,9 @@ def verdict(target: str, measured: str, met: bool | None) -> dict:
     return {"target": target, "measured": measured, "status": NOT_MEASURED if met is None else MET if met else NOT_MET}
 
 
-def _bound(target: str, value: float | None, limit: float, met: Callable[[float], bool], unit: str,
-           measured: str | None) -> dict:
+def _bound(
+    target: str, value: float | None, limit: float, met: Callable[[float], bool], unit: str, measured: str | None
+) -> dict:
     if value is None or math.isnan(value):
         return verdict(target, measured or "not measured", None)
     return verdict(target, measured or f"{fmt(value)}{unit}", met(value))
@@ -991,8 +1132,7 @@ def at_least(target: str, value: float | None, limit: float, unit: str = "", mea
     return _bound(target, value, limit, lambda v: v >= limit, unit, measured)
 
 
-def markdown_table(rows: Sequence[Mapping[str, object]], columns: Sequence[str] | None = None,
-                   digits: int = 3) -> str:
+def markdown_table(rows: Sequence[Mapping[str, object]], columns: Sequence[str] | None = None, digits: int = 3) -> str:
     """A GitHub markdown table of `rows` (one dict per row; a missing key or None gives an empty
     cell; numbers through `fmt`, right-aligned). Columns default to every key in order."""
     if columns is None:
@@ -1003,10 +1143,17 @@ def markdown_table(rows: Sequence[Mapping[str, object]], columns: Sequence[str] 
     def cell(value: object) -> str:  # a pipe would end the cell and a newline the row
         return fmt(value, digits).replace("|", "\\|").replace("\r\n", "<br>").replace("\n", "<br>")
 
-    numeric = {c for c in columns if rows and all(isinstance(r.get(c), (int, float)) for r in rows if r.get(c) is not None)
-               and any(r.get(c) is not None for r in rows)}
-    lines = ["| " + " | ".join(cell(c) for c in columns) + " |",
-             "| " + " | ".join("---:" if c in numeric else "---" for c in columns) + " |"]
+    numeric = {
+        c
+        for c in columns
+        if rows
+        and all(isinstance(r.get(c), (int, float)) for r in rows if r.get(c) is not None)
+        and any(r.get(c) is not None for r in rows)
+    }
+    lines = [
+        "| " + " | ".join(cell(c) for c in columns) + " |",
+        "| " + " | ".join("---:" if c in numeric else "---" for c in columns) + " |",
+    ]
     lines += ["| " + " | ".join(cell(row.get(c)) for c in columns) + " |" for row in rows]
     return "\n".join(lines)
 
@@ -1040,8 +1187,10 @@ def read_result(path: Path) -> dict:
     result = json.loads(Path(path).read_text())
     missing = {"name", "title", "environment", "command", "summary", "data"} - set(result)
     if missing:
-        raise ValueError(f"{path} is not a benchmark result file (no {', '.join(sorted(missing))}): pass a "
-                         "NAME.json that a benchmark's --out wrote")
+        raise ValueError(
+            f"{path} is not a benchmark result file (no {', '.join(sorted(missing))}): pass a "
+            "NAME.json that a benchmark's --out wrote"
+        )
     return result
 
 
@@ -1082,36 +1231,62 @@ class Benchmark:
     several kinds of run `name_of(args)` (the result's name unless --name gives one), and the
     module when it is not benchmarks.NAME."""
 
-    def __init__(self, name: str, title: str, doc: str | None, measure: Callable[[argparse.Namespace], dict],
-                 summarize: Callable[[dict], Summary], *, baseline: str = "",
-                 arguments: Callable[[argparse.ArgumentParser], None] | None = None,
-                 merge: Callable[[list[dict]], dict] | None = None,
-                 name_of: Callable[[argparse.Namespace], str] | None = None, module: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        title: str,
+        doc: str | None,
+        measure: Callable[[argparse.Namespace], dict],
+        summarize: Callable[[dict], Summary],
+        *,
+        baseline: str = "",
+        arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+        merge: Callable[[list[dict]], dict] | None = None,
+        name_of: Callable[[argparse.Namespace], str] | None = None,
+        module: str | None = None,
+    ) -> None:
         self.name, self.title, self.doc, self.baseline = name, title, doc or "", baseline
         self.measure, self.summarize, self.arguments, self.merge = measure, summarize, arguments, merge
         self.name_of = name_of or (lambda args: self.name)
         self.module = module or f"benchmarks.{name}"
 
     def parser(self) -> argparse.ArgumentParser:
-        parser = argparse.ArgumentParser(prog=f"python -m {self.module}", description=self.doc,
-                                         formatter_class=argparse.RawDescriptionHelpFormatter)
-        parser.add_argument("--out", type=Path, default=REPO_ROOT / "runs" / "benchmarks",
-                            help=f"folder of the result file, OUT/{self.name}.json (default runs/benchmarks; the committed "
-                                 "results are in benchmarks/results)")
+        parser = argparse.ArgumentParser(
+            prog=f"python -m {self.module}", description=self.doc, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
+        parser.add_argument(
+            "--out",
+            type=Path,
+            default=REPO_ROOT / "runs" / "benchmarks",
+            help=f"folder of the result file, OUT/{self.name}.json (default runs/benchmarks; the committed "
+            "results are in benchmarks/results)",
+        )
         parser.add_argument("--smoke", action="store_true", help="tiny sizes on a CPU, in seconds (checks the script)")
         parser.add_argument("--name", help=f"name of the result file (default {self.name})")
-        parser.add_argument("--from", dest="from_results", type=Path, nargs="+", metavar="RESULT.json",
-                            help="measure nothing: summarize the data of earlier result files again"
-                                 + (" (several are joined, later ones replacing earlier cases)" if self.merge else ""))
+        parser.add_argument(
+            "--from",
+            dest="from_results",
+            type=Path,
+            nargs="+",
+            metavar="RESULT.json",
+            help="measure nothing: summarize the data of earlier result files again"
+            + (" (several are joined, later ones replacing earlier cases)" if self.merge else ""),
+        )
         if self.arguments is not None:
             self.arguments(parser)
         return parser
 
     def result(self, data: dict, name: str, environment: dict, command: str) -> dict:
         summary = self.summarize(data)
-        return {"name": name, "title": summary.title or self.title, "command": command,
-                "environment": environment, "baseline": self.baseline,
-                "summary": dataclasses.asdict(summary), "data": data}
+        return {
+            "name": name,
+            "title": summary.title or self.title,
+            "command": command,
+            "environment": environment,
+            "baseline": self.baseline,
+            "summary": dataclasses.asdict(summary),
+            "data": data,
+        }
 
     def main(self, argv: Sequence[str] | None = None) -> dict:
         """Parse the command line, measure (or read --from), write OUT/NAME.json, print its text.
@@ -1126,8 +1301,11 @@ class Benchmark:
             parser.error(f"--name must be a file name of letters, digits, '_', '.', '-', got {args.name!r}")
         if args.smoke and hasattr(args, "device"):
             args.device = "cpu"
-        if str(getattr(args, "device", "")).startswith("cuda") and not torch.cuda.is_available() \
-                and not args.from_results:
+        if (
+            str(getattr(args, "device", "")).startswith("cuda")
+            and not torch.cuda.is_available()
+            and not args.from_results
+        ):
             parser.error("no CUDA device here: run it on a GPU machine, or with --smoke on this CPU")
         if args.from_results:
             if len(args.from_results) > 1 and self.merge is None:

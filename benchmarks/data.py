@@ -28,17 +28,22 @@ from pathlib import Path
 import numpy as np
 import pyfaidx
 from Bio.SeqIO.FastaIO import SimpleFastaParser
-from torch.utils.data import DataLoader
-
-from benchmarks.common import REPO_ROOT, Benchmark, Summary, at_least, at_most, interleaved_rounds, table
 from genoformer.data import GenomeStore, RandomWindowDataset, ShardSampler, prepare_genome_store
 from genoformer.data.genome.alphabet import ENCODE_TABLE, encode_bytes
 from genoformer.data.genome.store import DEFAULT_CACHE_BYTES
+from torch.utils.data import DataLoader
+
+from benchmarks.common import REPO_ROOT, Benchmark, Summary, at_least, at_most, interleaved_rounds, table
 
 _LUT = np.frombuffer(ENCODE_TABLE, dtype=np.uint8)
-READERS = {"store_uncached": "store, uncached", "store_small_cache": "store, small cache",
-           "store_cold": "store, cold cache (first pass)", "store_warm": "store, warm cache",
-           "pyfaidx": "pyfaidx + translate", "memmap": "numpy memmap of raw bytes"}
+READERS = {
+    "store_uncached": "store, uncached",
+    "store_small_cache": "store, small cache",
+    "store_cold": "store, cold cache (first pass)",
+    "store_warm": "store, warm cache",
+    "pyfaidx": "pyfaidx + translate",
+    "memmap": "numpy memmap of raw bytes",
+}
 
 
 def unpack_genomes(genomes: list[Path], work: Path) -> tuple[list[Path], dict[str, Path], dict[str, int]]:
@@ -61,7 +66,9 @@ def window_list(lengths: dict[str, int], window: int, count: int, seed: int) -> 
     names = list(lengths)
     starts = np.array([lengths[n] - window + 1 for n in names], dtype=np.float64)
     rng = np.random.default_rng(seed)
-    return [(names[i], int(rng.integers(starts[i]))) for i in rng.choice(len(names), size=count, p=starts / starts.sum())]
+    return [
+        (names[i], int(rng.integers(starts[i]))) for i in rng.choice(len(names), size=count, p=starts / starts.sum())
+    ]
 
 
 def time_reads(read, windows: list[tuple[str, int]], window: int, warmup: list[tuple[str, int]]) -> float:
@@ -73,8 +80,9 @@ def time_reads(read, windows: list[tuple[str, int]], window: int, warmup: list[t
     return len(windows) / (time.perf_counter() - t0)
 
 
-def measure_reads(store_path: Path, plain: list[Path], raw: dict[str, Path], windows, window: int, warmup,
-                  rounds: int) -> dict:
+def measure_reads(
+    store_path: Path, plain: list[Path], raw: dict[str, Path], windows, window: int, warmup, rounds: int
+) -> dict:
     """Windows/s of every reader, best of `rounds` interleaved rounds."""
     probe = GenomeStore(store_path)
     index = {c.name: c.index for c in probe.contigs}
@@ -92,24 +100,35 @@ def measure_reads(store_path: Path, plain: list[Path], raw: dict[str, Path], win
 
     def cached_twice() -> dict[str, float]:
         read = store_reader(DEFAULT_CACHE_BYTES + decoded)  # holds every chunk
-        return {"store_cold": time_reads(read, windows, window, []), "store_warm": time_reads(read, windows, window, [])}
+        return {
+            "store_cold": time_reads(read, windows, window, []),
+            "store_warm": time_reads(read, windows, window, []),
+        }
 
     def reads_of(make):
         return lambda: time_reads(make(), windows, window, warmup)
 
-    best = interleaved_rounds({
-        "store_uncached": reads_of(lambda: store_reader(0)),
-        "store_small_cache": reads_of(lambda: store_reader(decoded // 48)),
-        "pyfaidx": reads_of(lambda: lambda n, s, e: encode_bytes(owner[n][n][s:e].encode("ascii"))),
-        "memmap_translate": reads_of(lambda: lambda n, s, e: encode_bytes(maps[n][s:e].tobytes())),
-        "memmap_lookup": reads_of(lambda: lambda n, s, e: _LUT[maps[n][s:e]]),
-        "store_cached": cached_twice,
-    }, rounds)
+    best = interleaved_rounds(
+        {
+            "store_uncached": reads_of(lambda: store_reader(0)),
+            "store_small_cache": reads_of(lambda: store_reader(decoded // 48)),
+            "pyfaidx": reads_of(lambda: lambda n, s, e: encode_bytes(owner[n][n][s:e].encode("ascii"))),
+            "memmap_translate": reads_of(lambda: lambda n, s, e: encode_bytes(maps[n][s:e].tobytes())),
+            "memmap_lookup": reads_of(lambda: lambda n, s, e: _LUT[maps[n][s:e]]),
+            "store_cached": cached_twice,
+        },
+        rounds,
+    )
     for fa in fastas:
         fa.close()
     sharding = json.loads((store_path / "contigs" / "0" / "zarr.json").read_text())["codecs"][0]["configuration"]
-    return {**best, "memmap": max(best["memmap_translate"], best["memmap_lookup"]), "decoded_mib": decoded / 2**20,
-            "chunk_size": probe.chunk_size, "compressor": sharding["codecs"][1]["configuration"]["cname"]}
+    return {
+        **best,
+        "memmap": max(best["memmap_translate"], best["memmap_lookup"]),
+        "decoded_mib": decoded / 2**20,
+        "chunk_size": probe.chunk_size,
+        "compressor": sharding["codecs"][1]["configuration"]["cname"],
+    }
 
 
 def measure_prepare(gz: list[Path], plain: list[Path], work: Path, repeats: int) -> dict:
@@ -134,15 +153,27 @@ def store_sizes(gz: list[Path], work: Path) -> list[dict]:
         out = prepare_genome_store([path], work / f"size_{path.name}.zarr", progress=False)
         nbytes = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
         bases = GenomeStore(out).total_length
-        rows.append({"genome": path.name.removesuffix(".fasta.gz"), "bases": bases, "store_bytes": nbytes,
-                     "bytes_per_base": nbytes / bases, "gzip_bytes_per_base": path.stat().st_size / bases})
+        rows.append(
+            {
+                "genome": path.name.removesuffix(".fasta.gz"),
+                "bases": bases,
+                "store_bytes": nbytes,
+                "bytes_per_base": nbytes / bases,
+                "gzip_bytes_per_base": path.stat().st_size / bases,
+            }
+        )
     return rows
 
 
 def measure_loader(store_path: Path, window: int, batch_size: int, batches: int) -> dict:
     dataset = RandomWindowDataset(store_path, window, batch_size * (batches + 1), reverse_complement=True)
-    loader = DataLoader(dataset, batch_size=batch_size, sampler=ShardSampler(len(dataset), rank=0, world_size=1),
-                        num_workers=2, multiprocessing_context="fork")
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=ShardSampler(len(dataset), rank=0, world_size=1),
+        num_workers=2,
+        multiprocessing_context="fork",
+    )
     iterator = iter(loader)
     next(iterator)  # workers started and warm
     t0 = time.perf_counter()
@@ -151,8 +182,12 @@ def measure_loader(store_path: Path, window: int, batch_size: int, batches: int)
 
 
 def arguments(parser) -> None:
-    parser.add_argument("--genomes", type=Path, default=REPO_ROOT.parent / "shared" / "data" / "genomes",
-                        help="folder of *.fasta.gz genomes (--smoke: the lambda genome of examples/)")
+    parser.add_argument(
+        "--genomes",
+        type=Path,
+        default=REPO_ROOT.parent / "shared" / "data" / "genomes",
+        help="folder of *.fasta.gz genomes (--smoke: the lambda genome of examples/)",
+    )
     parser.add_argument("--windows", type=int, default=20_000, help="random 8,192-base windows per reader")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the reads (best counts)")
 
@@ -173,47 +208,113 @@ def measure(args) -> dict:
         store_path = prepare_genome_store(gz, work / "all.zarr", progress=False)
         for fasta in plain:  # the .fai indexes, before timing
             pyfaidx.Fasta(str(fasta)).close()
-        reads = measure_reads(store_path, plain, raw, window_list(lengths, window, count, seed=0), window,
-                              window_list(lengths, window, count // 10, seed=1), 1 if args.smoke else args.rounds)
+        reads = measure_reads(
+            store_path,
+            plain,
+            raw,
+            window_list(lengths, window, count, seed=0),
+            window,
+            window_list(lengths, window, count // 10, seed=1),
+            1 if args.smoke else args.rounds,
+        )
         os.sched_setaffinity(0, all_cpus)
         loader = measure_loader(store_path, window, 4 if args.smoke else 32, 3 if args.smoke else 200)
         shutil.rmtree(work / "all.zarr")
-    return {"window": window, "windows": count, "load_average": [load_start, os.getloadavg()[0]],
-            "size_target_min_bases": 0 if args.smoke else 1_000_000, "reads": reads, "prepare": prepare,
-            "sizes": sizes, "loader": loader}
+    return {
+        "window": window,
+        "windows": count,
+        "load_average": [load_start, os.getloadavg()[0]],
+        "size_target_min_bases": 0 if args.smoke else 1_000_000,
+        "reads": reads,
+        "prepare": prepare,
+        "sizes": sizes,
+        "loader": loader,
+    }
 
 
 def summarize(data: dict) -> Summary:
     reads, prepare = data["reads"], data["prepare"]
-    read_rows = [{"reader": label, "windows/s": reads[key], "x pyfaidx": reads[key] / reads["pyfaidx"],
-                  "x memmap": reads[key] / reads["memmap"]} for key, label in READERS.items()]
+    read_rows = [
+        {
+            "reader": label,
+            "windows/s": reads[key],
+            "x pyfaidx": reads[key] / reads["pyfaidx"],
+            "x memmap": reads[key] / reads["memmap"],
+        }
+        for key, label in READERS.items()
+    ]
     store = ("store_uncached", "store_small_cache", "store_warm")
     slowest = min(store, key=lambda key: reads[key])
-    targets = [at_least("store windows/s >= pyfaidx, uncached, small and warm cache (worst)",
-                        reads[slowest] / reads["pyfaidx"], 1.0, f"x ({READERS[slowest]})"),
-               at_least("store windows/s >= 0.5 x memmap, the same three (worst)",
-                        reads[slowest] / reads["memmap"], 0.5, f"x ({READERS[slowest]})"),
-               at_least("prepare >= 30 MB of FASTA per CPU-second on one core (gz and plain, worst)",
-                        min(prepare["gz"]["mb_s"], prepare["plain"]["mb_s"]), 30.0, " MB/s")]
+    targets = [
+        at_least(
+            "store windows/s >= pyfaidx, uncached, small and warm cache (worst)",
+            reads[slowest] / reads["pyfaidx"],
+            1.0,
+            f"x ({READERS[slowest]})",
+        ),
+        at_least(
+            "store windows/s >= 0.5 x memmap, the same three (worst)",
+            reads[slowest] / reads["memmap"],
+            0.5,
+            f"x ({READERS[slowest]})",
+        ),
+        at_least(
+            "prepare >= 30 MB of FASTA per CPU-second on one core (gz and plain, worst)",
+            min(prepare["gz"]["mb_s"], prepare["plain"]["mb_s"]),
+            30.0,
+            " MB/s",
+        ),
+    ]
     large = [r for r in data["sizes"] if r["bases"] >= data["size_target_min_bases"]]
     worst = max(large, key=lambda r: r["bytes_per_base"])
-    targets += [at_most("store <= 0.30 bytes/base (genomes of >= 1 Mbp)", worst["bytes_per_base"], 0.30,
-                        measured=f"worst {worst['bytes_per_base']:.4f} ({worst['genome']})"),
-                at_least("2-worker DataLoader >= 2M tokens/s", data["loader"]["tokens_s"] / 1e6, 2.0, "M tokens/s")]
+    targets += [
+        at_most(
+            "store <= 0.30 bytes/base (genomes of >= 1 Mbp)",
+            worst["bytes_per_base"],
+            0.30,
+            measured=f"worst {worst['bytes_per_base']:.4f} ({worst['genome']})",
+        ),
+        at_least("2-worker DataLoader >= 2M tokens/s", data["loader"]["tokens_s"] / 1e6, 2.0, "M tokens/s"),
+    ]
     return Summary(
-        tables=[table(read_rows, f"Random {data['window']:,}-base windows, one core, {data['windows']:,} per reader "
-                      f"over {prepare['fasta_mb']:.1f} MB of FASTA in {len(data['sizes'])} genomes; load average "
-                      f"{data['load_average'][0]:.1f} / {data['load_average'][1]:.1f} (start / end)"),
-                table([{"genome": r["genome"], "bases": r["bases"], "bytes/base": f"{r['bytes_per_base']:.4f}",
-                        "gzip bytes/base": f"{r['gzip_bytes_per_base']:.4f}"} for r in data["sizes"]],
-                      "Store size (metadata included)", headline=False)],
+        tables=[
+            table(
+                read_rows,
+                f"Random {data['window']:,}-base windows, one core, {data['windows']:,} per reader "
+                f"over {prepare['fasta_mb']:.1f} MB of FASTA in {len(data['sizes'])} genomes; load average "
+                f"{data['load_average'][0]:.1f} / {data['load_average'][1]:.1f} (start / end)",
+            ),
+            table(
+                [
+                    {
+                        "genome": r["genome"],
+                        "bases": r["bases"],
+                        "bytes/base": f"{r['bytes_per_base']:.4f}",
+                        "gzip bytes/base": f"{r['gzip_bytes_per_base']:.4f}",
+                    }
+                    for r in data["sizes"]
+                ],
+                "Store size (metadata included)",
+                headline=False,
+            ),
+        ],
         targets=targets,
-        notes=[f"Chunks of {reads['chunk_size'] // 1024} Ki bases, Blosc {reads['compressor']} + bit-shuffle; these "
-               f"genomes decode to {reads['decoded_mib']:.0f} MiB, a human genome to about 2,900 MiB (cache: 64 MiB)."])
+        notes=[
+            f"Chunks of {reads['chunk_size'] // 1024} Ki bases, Blosc {reads['compressor']} + bit-shuffle; these "
+            f"genomes decode to {reads['decoded_mib']:.0f} MiB, a human genome to about 2,900 MiB (cache: 64 MiB)."
+        ],
+    )
 
 
-BENCHMARK = Benchmark("data", "Data pipeline (CPU)", __doc__, measure, summarize, arguments=arguments,
-                      baseline="pyfaidx on the uncompressed FASTA and a numpy memmap of the raw bytes")
+BENCHMARK = Benchmark(
+    "data",
+    "Data pipeline (CPU)",
+    __doc__,
+    measure,
+    summarize,
+    arguments=arguments,
+    baseline="pyfaidx on the uncompressed FASTA and a numpy memmap of the raw bytes",
+)
 
 if __name__ == "__main__":
     BENCHMARK.main()

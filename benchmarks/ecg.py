@@ -42,11 +42,15 @@ def start_cli(*args: str, log: Path, threads: int, gpu: int | None = None) -> tu
     """`python cli.py ARGS` in the background with at most `threads` BLAS threads (cores left to the
     training's data loaders), on GPU `gpu` alone when given."""
     handle = open(log, "w")
-    env = {**os.environ, **{name: str(threads) for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}}
+    env = {
+        **os.environ,
+        **{name: str(threads) for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")},
+    }
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-    return subprocess.Popen([sys.executable, "cli.py", *args], cwd=REPO_ROOT, stdout=handle, stderr=subprocess.STDOUT,
-                            env=env), handle
+    return subprocess.Popen(
+        [sys.executable, "cli.py", *args], cwd=REPO_ROOT, stdout=handle, stderr=subprocess.STDOUT, env=env
+    ), handle
 
 
 def wait_all(running: list, what: str) -> None:
@@ -75,14 +79,22 @@ def step_seconds(overrides: list[str], steps: int) -> float:
         batch = next(batches)
         return module.losses(batch["context"].to(device), batch["target"].to(device))["loss"]
 
-    step = TrainStep(loss, torch.optim.AdamW(module.parameters(), lr=1e-4), device,
-                     torch.bfloat16 if device.type == "cuda" else torch.float32)
+    step = TrainStep(
+        loss,
+        torch.optim.AdamW(module.parameters(), lr=1e-4),
+        device,
+        torch.bfloat16 if device.type == "cuda" else torch.float32,
+    )
     return sum(time_calls(step.step, device, warmup=3, calls=steps)) / steps / 1e3
 
 
 def by_part(curve: list[float]) -> dict[str, float]:
     """Mean MSE over each part of the horizon (STEP_PARTS, cut to its length)."""
-    return {f"{a}-{min(b, len(curve))}": sum(curve[a - 1:b]) / len(curve[a - 1:b]) for a, b in STEP_PARTS if a <= len(curve)}
+    return {
+        f"{a}-{min(b, len(curve))}": sum(curve[a - 1 : b]) / len(curve[a - 1 : b])
+        for a, b in STEP_PARTS
+        if a <= len(curve)
+    }
 
 
 def arguments(parser) -> None:
@@ -111,75 +123,209 @@ def _measure(args, work: Path, gpus: int) -> dict:
         source = work / "ecg_head.csv"
         source.write_text("".join(ECG_CSV.read_text().splitlines(keepends=True)[:7201]))
         horizons, lookbacks, ar_orders, variants = (16, 48), (256,), (8, 32), ["config"]
-        overrides += ["--data.init_args.sources", f"[{source}]", "--trainer.accelerator", "cpu", "--trainer.precision",
-                      "32-true", "--trainer.val_check_interval", "4", "--trainer.limit_val_batches", "2",
-                      "--data.init_args.num_workers", "0", "--data.init_args.batch_size", "8", "--data.init_args.eval_stride",
-                      "64", "--model.init_args.forecast.context", "256", "--model.init_args.forecast.horizon", "48",
-                      "--model.init_args.transformer.d_model", "32", "--model.init_args.transformer.n_layers", "1",
-                      "--model.init_args.transformer.max_seq_len", "32", "--model.init_args.warmup_steps", "2",
-                      "--model.init_args.forecast.linear_order", "32", "--model.init_args.linear_fit_batches", "2"]
+        overrides += [
+            "--data.init_args.sources",
+            f"[{source}]",
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.precision",
+            "32-true",
+            "--trainer.val_check_interval",
+            "4",
+            "--trainer.limit_val_batches",
+            "2",
+            "--data.init_args.num_workers",
+            "0",
+            "--data.init_args.batch_size",
+            "8",
+            "--data.init_args.eval_stride",
+            "64",
+            "--model.init_args.forecast.context",
+            "256",
+            "--model.init_args.forecast.horizon",
+            "48",
+            "--model.init_args.transformer.d_model",
+            "32",
+            "--model.init_args.transformer.n_layers",
+            "1",
+            "--model.init_args.transformer.max_seq_len",
+            "32",
+            "--model.init_args.warmup_steps",
+            "2",
+            "--model.init_args.forecast.linear_order",
+            "32",
+            "--model.init_args.linear_fit_batches",
+            "2",
+        ]
     horizon_list = f"[{', '.join(map(str, horizons))}]"
-    wait_all([start_cli("prepare_timeseries", "--inputs", str(source), "--out", str(store), "--time_column", "t_seconds",
-                        log=logs / "prepare.log", threads=4)], "prepare_timeseries")
-    baselines_running = [start_cli("evaluate_forecast", "--store", str(store), "--baseline", name, "--horizons", horizon_list,
-                                   "--out", str(work / f"baseline_{name}.json"),
-                                   *(["--ar_orders", f"[{', '.join(map(str, ar_orders))}]"] if ar_orders and name == "ar" else []),
-                                   log=logs / f"baseline_{name}.log", threads=4) for name in ("seasonal_naive", "ar")]
+    wait_all(
+        [
+            start_cli(
+                "prepare_timeseries",
+                "--inputs",
+                str(source),
+                "--out",
+                str(store),
+                "--time_column",
+                "t_seconds",
+                log=logs / "prepare.log",
+                threads=4,
+            )
+        ],
+        "prepare_timeseries",
+    )
+    baselines_running = [
+        start_cli(
+            "evaluate_forecast",
+            "--store",
+            str(store),
+            "--baseline",
+            name,
+            "--horizons",
+            horizon_list,
+            "--out",
+            str(work / f"baseline_{name}.json"),
+            *(["--ar_orders", f"[{', '.join(map(str, ar_orders))}]"] if ar_orders and name == "ar" else []),
+            log=logs / f"baseline_{name}.log",
+            threads=4,
+        )
+        for name in ("seasonal_naive", "ar")
+    ]
     slots = list(range(gpus)) or [None]
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     if args.ensemble < 1 or len(seeds) % args.ensemble:
         raise SystemExit(f"--seeds ({args.seeds}) must be a multiple of --ensemble ({args.ensemble})")
-    groups = [seeds[i:i + args.ensemble] for i in range(0, len(seeds), args.ensemble)]
-    place = {(v, s): slots[(i * len(groups) + seeds.index(s) // args.ensemble) % len(slots)]  # an ensemble on one GPU
-             for i, v in enumerate(variants) for s in seeds}
+    groups = [seeds[i : i + args.ensemble] for i in range(0, len(seeds), args.ensemble)]
+    place = {
+        (v, s): slots[(i * len(groups) + seeds.index(s) // args.ensemble) % len(slots)]  # an ensemble on one GPU
+        for i, v in enumerate(variants)
+        for s in seeds
+    }
     per_slot = max(list(place.values()).count(slot) for slot in slots)
-    train_seconds, cap = 6.0 if args.smoke else args.minutes * 60, yaml.safe_load(CONFIG.read_text())["trainer"]["max_steps"]
+    train_seconds, cap = (
+        6.0 if args.smoke else args.minutes * 60,
+        yaml.safe_load(CONFIG.read_text())["trainer"]["max_steps"],
+    )
     sizing = {}
     for name in variants:  # validation and checkpoints take a few percent: 0.9 of the budget
-        seconds = step_seconds([*overrides, "--trainer.default_root_dir", str(work / name), *VARIANTS[name]],
-                               3 if args.smoke else 20)
-        sizing[name] = {"step_seconds_alone": seconds, "max_steps": max(10, min(cap, int(0.9 * train_seconds / (seconds * per_slot))))}
+        seconds = step_seconds(
+            [*overrides, "--trainer.default_root_dir", str(work / name), *VARIANTS[name]], 3 if args.smoke else 20
+        )
+        sizing[name] = {
+            "step_seconds_alone": seconds,
+            "max_steps": max(10, min(cap, int(0.9 * train_seconds / (seconds * per_slot)))),
+        }
     began = time.perf_counter()
-    wait_all([start_cli("fit", "--config", str(CONFIG), *overrides, "--trainer.default_root_dir", str(work / f"{v}-{s}"),
-                        *VARIANTS[v], "--seed_everything", str(s), "--model.init_args.seed", str(s), "--trainer.max_steps",
-                        str(sizing[v]["max_steps"]), "--model.init_args.total_steps", str(sizing[v]["max_steps"]),
-                        "--trainer.max_time", f"00:00:{int(args.minutes + 1):02d}:00", "--trainer.enable_progress_bar",
-                        "false", log=logs / f"fit_{v}_{s}.log", threads=2, gpu=place[v, s]) for v in variants for s in seeds], "a fit")
+    wait_all(
+        [
+            start_cli(
+                "fit",
+                "--config",
+                str(CONFIG),
+                *overrides,
+                "--trainer.default_root_dir",
+                str(work / f"{v}-{s}"),
+                *VARIANTS[v],
+                "--seed_everything",
+                str(s),
+                "--model.init_args.seed",
+                str(s),
+                "--trainer.max_steps",
+                str(sizing[v]["max_steps"]),
+                "--model.init_args.total_steps",
+                str(sizing[v]["max_steps"]),
+                "--trainer.max_time",
+                f"00:00:{int(args.minutes + 1):02d}:00",
+                "--trainer.enable_progress_bar",
+                "false",
+                log=logs / f"fit_{v}_{s}.log",
+                threads=2,
+                gpu=place[v, s],
+            )
+            for v in variants
+            for s in seeds
+        ],
+        "a fit",
+    )
     fit_seconds = time.perf_counter() - began
     for v in variants:
         best = []
         for s in seeds:
             with open(work / f"{v}-{s}" / "metrics.csv") as handle:
-                best.append(min((float(r["val/mse"]) for r in csv.DictReader(handle) if r.get("val/mse")), default=math.inf))
-        sizing[v].update(best_val_mse=sum(best) / len(best), steps_done=min(last_logged_step(work / f"{v}-{s}" / "metrics.csv")
-                                                                            for s in seeds))
+                best.append(
+                    min((float(r["val/mse"]) for r in csv.DictReader(handle) if r.get("val/mse")), default=math.inf)
+                )
+        sizing[v].update(
+            best_val_mse=sum(best) / len(best),
+            steps_done=min(last_logged_step(work / f"{v}-{s}" / "metrics.csv") for s in seeds),
+        )
     chosen = min(variants, key=lambda v: sizing[v]["best_val_mse"])
-    ckpt = {s: next(p for p in (work / f"{chosen}-{s}" / "checkpoints" / n for n in ("best.ckpt", "last.ckpt")) if p.is_file())
-            for s in seeds}
+    ckpt = {
+        s: next(
+            p for p in (work / f"{chosen}-{s}" / "checkpoints" / n for n in ("best.ckpt", "last.ckpt")) if p.is_file()
+        )
+        for s in seeds
+    }
     members = {(f"seed{s}",): [str(ckpt[s])] for s in seeds}
     members.update({tuple(f"seed{s}" for s in g): [str(ckpt[s]) for s in g] for g in groups if len(g) > 1})
     jobs = [(key, lb) for key in members for lb in lookbacks]
-    wait_all([start_cli("evaluate_forecast", "--store", str(store), "--checkpoint", f"[{', '.join(members[key])}]",
-                        "--baseline", "[]", "--horizons", horizon_list, "--lookback", str(lb), "--out", str(work / f"{'+'.join(key)}_{lb}.json"),
-                        log=logs / f"evaluate_{'+'.join(key)}_{lb}.log", threads=2, gpu=slots[i % len(slots)])
-              for i, (key, lb) in enumerate(jobs)], "an evaluation")
+    wait_all(
+        [
+            start_cli(
+                "evaluate_forecast",
+                "--store",
+                str(store),
+                "--checkpoint",
+                f"[{', '.join(members[key])}]",
+                "--baseline",
+                "[]",
+                "--horizons",
+                horizon_list,
+                "--lookback",
+                str(lb),
+                "--out",
+                str(work / f"{'+'.join(key)}_{lb}.json"),
+                log=logs / f"evaluate_{'+'.join(key)}_{lb}.log",
+                threads=2,
+                gpu=slots[i % len(slots)],
+            )
+            for i, (key, lb) in enumerate(jobs)
+        ],
+        "an evaluation",
+    )
     wait_all(baselines_running, "a baseline")
 
     def read(path: Path, method: str) -> list[dict]:  # the longest horizon's MSE by step, by part of the horizon
         rows = [r for r in json.loads(path.read_text())["results"] if r["method"] == method]
-        return [{k: v for k, v in r.items() if k != "mse_by_step"} | ({"mse_by_part": by_part(r["mse_by_step"])}
-                                                                        if r is rows[-1] else {}) for r in rows]
+        return [
+            {k: v for k, v in r.items() if k != "mse_by_step"}
+            | ({"mse_by_part": by_part(r["mse_by_step"])} if r is rows[-1] else {})
+            for r in rows
+        ]
 
-    return {"seeds": seeds, "ensemble": args.ensemble, "variants": sizing, "chosen": chosen, "fit_seconds": fit_seconds,
-            "gpus": gpus, "lookbacks": list(lookbacks),
-            "models": {"+".join(key): {str(lb): read(work / f"{'+'.join(key)}_{lb}.json", "forecaster") for lb in lookbacks} for key in members},
-            "baselines": {n: read(work / f"baseline_{n}.json", n) for n in ("seasonal_naive", "ar")}}
+    return {
+        "seeds": seeds,
+        "ensemble": args.ensemble,
+        "variants": sizing,
+        "chosen": chosen,
+        "fit_seconds": fit_seconds,
+        "gpus": gpus,
+        "lookbacks": list(lookbacks),
+        "models": {
+            "+".join(key): {str(lb): read(work / f"{'+'.join(key)}_{lb}.json", "forecaster") for lb in lookbacks}
+            for key in members
+        },
+        "baselines": {n: read(work / f"baseline_{n}.json", n) for n in ("seasonal_naive", "ar")},
+    }
 
 
 def merge(runs: list[dict]) -> dict:
     """Calls with other seeds joined: their models side by side, the baselines of the first."""
-    return {**runs[0], "seeds": [s for run in runs for s in run["seeds"]],
-            "models": {key: value for run in runs for key, value in run["models"].items()}}
+    return {
+        **runs[0],
+        "seeds": [s for run in runs for s in run["seeds"]],
+        "models": {key: value for run in runs for key, value in run["models"].items()},
+    }
 
 
 def summarize(data: dict) -> Summary:
@@ -197,24 +343,56 @@ def summarize(data: dict) -> Summary:
     best_ar = [min(r["AR"], r["seasonal naive"]) for r in rows]
     beats = all(row[label[k]] < b for row, b in zip(rows, best_ar) for k in ensembles)
     what = f"ensembles of {data['ensemble']}" if data["ensemble"] > 1 else "models"
-    lookback_rows = [{"look-back": int(lb), **{f"horizon {b['horizon']}": sum(v[lb][i]["mse"] for v in ensembles.values())
-                                               / len(ensembles) for i, b in enumerate(data["baselines"]["ar"])}}
-                     for lb in map(str, data["lookbacks"])]
+    lookback_rows = [
+        {
+            "look-back": int(lb),
+            **{
+                f"horizon {b['horizon']}": sum(v[lb][i]["mse"] for v in ensembles.values()) / len(ensembles)
+                for i, b in enumerate(data["baselines"]["ar"])
+            },
+        }
+        for lb in map(str, data["lookbacks"])
+    ]
     parts = next(iter(ensembles.values()))[longest][-1].get("mse_by_part", {})
     return Summary(
-        tables=[table(rows, f"Test MSE (z-scored) at a look-back of {int(longest):,}; {what} of `configs/ecg_8k_gpu.yaml` "
-                            f"({data['chosen']}), trained {data['fit_seconds'] / 60:.1f} min", digits=4),
-                table(lookback_rows, f"Test MSE against the look-back ({what}, mean)", headline=False),
-                table([{"forecast steps": p, "model": m, "AR": data["baselines"]["ar"][-1]["mse_by_part"][p]}
-                       for p, m in parts.items()], "By part of the longest horizon", headline=False)],
-        targets=[verdict(f"{what} beat both baselines in MSE at every horizon (look-back {int(longest):,})",
-                         f"{sum(r[label[k]] < b for r, b in zip(rows, best_ar) for k in ensembles)} of "
-                         f"{len(rows) * len(ensembles)}", beats)])
+        tables=[
+            table(
+                rows,
+                f"Test MSE (z-scored) at a look-back of {int(longest):,}; {what} of `configs/ecg_8k_gpu.yaml` "
+                f"({data['chosen']}), trained {data['fit_seconds'] / 60:.1f} min",
+                digits=4,
+            ),
+            table(lookback_rows, f"Test MSE against the look-back ({what}, mean)", headline=False),
+            table(
+                [
+                    {"forecast steps": p, "model": m, "AR": data["baselines"]["ar"][-1]["mse_by_part"][p]}
+                    for p, m in parts.items()
+                ],
+                "By part of the longest horizon",
+                headline=False,
+            ),
+        ],
+        targets=[
+            verdict(
+                f"{what} beat both baselines in MSE at every horizon (look-back {int(longest):,})",
+                f"{sum(r[label[k]] < b for r, b in zip(rows, best_ar) for k in ensembles)} of "
+                f"{len(rows) * len(ensembles)}",
+                beats,
+            )
+        ],
+    )
 
 
-BENCHMARK = Benchmark("ecg", "Time series: ECG forecasting against classical baselines", __doc__, measure, summarize,
-                      arguments=arguments, merge=merge,
-                      baseline="seasonal naive and least-squares AR (order chosen on validation) under the same protocol")
+BENCHMARK = Benchmark(
+    "ecg",
+    "Time series: ECG forecasting against classical baselines",
+    __doc__,
+    measure,
+    summarize,
+    arguments=arguments,
+    merge=merge,
+    baseline="seasonal naive and least-squares AR (order chosen on validation) under the same protocol",
+)
 
 if __name__ == "__main__":
     BENCHMARK.main()

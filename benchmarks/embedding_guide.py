@@ -39,7 +39,9 @@ def pieces(folder: Path, per_genome: int, length: int) -> tuple[list[np.ndarray]
     for index, name in enumerate(GENOMES):
         record = next(iter(read_sequences([folder / f"{name}.fasta.gz"])))
         starts = np.linspace(0, len(record.codes) - length, per_genome * 2).astype(int)
-        kept = [record.codes[s:s + length] for s in starts if not (record.codes[s:s + length] >= N).any()][:per_genome]
+        kept = [record.codes[s : s + length] for s in starts if not (record.codes[s : s + length] >= N).any()][
+            :per_genome
+        ]
         codes += kept
         labels += [index] * len(kept)
     return codes, labels
@@ -51,8 +53,8 @@ def kmer_frequencies(codes: Sequence[np.ndarray], k: int = 4) -> np.ndarray:
     for piece in codes:
         index = np.zeros(len(piece) - k + 1, dtype=np.int64)
         for offset in range(k):
-            index = index * 4 + piece[offset:len(piece) - k + 1 + offset]
-        counts = np.bincount(index, minlength=4 ** k).astype(np.float64)
+            index = index * 4 + piece[offset : len(piece) - k + 1 + offset]
+        counts = np.bincount(index, minlength=4**k).astype(np.float64)
         rows.append(counts / counts.sum())
     return np.stack(rows)
 
@@ -81,8 +83,12 @@ def pooled(tokens: Sequence[np.ndarray], pooling: str) -> np.ndarray:
 
 
 def arguments(parser) -> None:
-    parser.add_argument("--genomes", type=Path, default=REPO_ROOT.parent / "shared" / "data" / "genomes",
-                        help="folder of the genomes' FASTA files (--smoke: examples/)")
+    parser.add_argument(
+        "--genomes",
+        type=Path,
+        default=REPO_ROOT.parent / "shared" / "data" / "genomes",
+        help="folder of the genomes' FASTA files (--smoke: examples/)",
+    )
     parser.add_argument("--checkpoint", type=Path, default=REPO_ROOT / "examples" / "genoformer_dna.ckpt")
     parser.add_argument("--pieces", type=int, default=20, help="pieces per genome")
     parser.add_argument("--length", type=int, default=1500, help="bases per piece")
@@ -100,14 +106,18 @@ def measure(args) -> dict:
     embedder = Embedder.from_checkpoint(args.checkpoint, device=args.device)
     results: dict[str, dict] = {"4-mer frequencies (baseline)": {**scores(kmer_frequencies(codes), labels)}}
     results["4-mer frequencies (baseline)"]["centred"] = scores(
-        kmer_frequencies(codes) - kmer_frequencies(codes).mean(0), labels)
+        kmer_frequencies(codes) - kmer_frequencies(codes).mean(0), labels
+    )
     began = time.perf_counter()
     for layer in args.layers:
-        for both in ((False, True) if layer == -1 else (False,)):
-            tokens = embedder.embed(list(codes_as_text(codes)), pooling=Pooling.NONE, layer=layer, both_strands=both,
-                                    progress=False).arrays
+        for both in (False, True) if layer == -1 else (False,):
+            tokens = embedder.embed(
+                list(codes_as_text(codes)), pooling=Pooling.NONE, layer=layer, both_strands=both, progress=False
+            ).arrays
             if layer == -1 and not both:  # correctness: the command's own mean pooling equals ours
-                check = embedder.embed(list(codes_as_text(codes[:3])), pooling=Pooling.MEAN, layer=layer, progress=False)
+                check = embedder.embed(
+                    list(codes_as_text(codes[:3])), pooling=Pooling.MEAN, layer=layer, progress=False
+                )
                 assert np.allclose(np.stack(check.arrays), pooled(tokens[:3], "mean"), atol=1e-4)
             for pooling in ("mean", "max", "last"):
                 vectors = pooled(tokens, pooling)
@@ -115,8 +125,14 @@ def measure(args) -> dict:
                 results[name] = {**scores(vectors, labels), "centred": scores(vectors - vectors.mean(0), labels)}
     checkpoint = Path(args.checkpoint).resolve()
     shown = checkpoint.relative_to(REPO_ROOT) if checkpoint.is_relative_to(REPO_ROOT) else checkpoint
-    return {"checkpoint": str(shown), "genomes": list(GENOMES), "pieces": len(codes), "length": args.length,
-            "seconds": time.perf_counter() - began, "results": results}
+    return {
+        "checkpoint": str(shown),
+        "genomes": list(GENOMES),
+        "pieces": len(codes),
+        "length": args.length,
+        "seconds": time.perf_counter() - began,
+        "results": results,
+    }
 
 
 def codes_as_text(codes: Sequence[np.ndarray]):
@@ -126,18 +142,34 @@ def codes_as_text(codes: Sequence[np.ndarray]):
 
 
 def summarize(data: dict) -> Summary:
-    rows = [{"embedding": name, "cosine between genomes": row["cosine_between"], "cosine within": row["cosine_within"],
-             "nearest neighbour": row["nearest_neighbour_accuracy"], "centred: between": row["centred"]["cosine_between"],
-             "centred: within": row["centred"]["cosine_within"],
-             "centred: nearest neighbour": row["centred"]["nearest_neighbour_accuracy"]}
-            for name, row in data["results"].items()]
-    caption = (f"{data['pieces']} pieces of {data['length']:,} bases from {len(data['genomes'])} genomes "
-               f"({', '.join(data['genomes'])}); `{data['checkpoint']}`, float32, {data['seconds']:.0f} s")
+    rows = [
+        {
+            "embedding": name,
+            "cosine between genomes": row["cosine_between"],
+            "cosine within": row["cosine_within"],
+            "nearest neighbour": row["nearest_neighbour_accuracy"],
+            "centred: between": row["centred"]["cosine_between"],
+            "centred: within": row["centred"]["cosine_within"],
+            "centred: nearest neighbour": row["centred"]["nearest_neighbour_accuracy"],
+        }
+        for name, row in data["results"].items()
+    ]
+    caption = (
+        f"{data['pieces']} pieces of {data['length']:,} bases from {len(data['genomes'])} genomes "
+        f"({', '.join(data['genomes'])}); `{data['checkpoint']}`, float32, {data['seconds']:.0f} s"
+    )
     return Summary(tables=[table(rows, caption)])
 
 
-BENCHMARK = Benchmark("embedding_guide", "Embeddings: which pooling and layer tell genomes apart", __doc__, measure,
-                      summarize, arguments=arguments, baseline="4-mer frequencies of the same pieces")
+BENCHMARK = Benchmark(
+    "embedding_guide",
+    "Embeddings: which pooling and layer tell genomes apart",
+    __doc__,
+    measure,
+    summarize,
+    arguments=arguments,
+    baseline="4-mer frequencies of the same pieces",
+)
 
 if __name__ == "__main__":
     BENCHMARK.main()

@@ -39,17 +39,19 @@ from pathlib import Path
 from typing import NamedTuple, Union
 
 import numpy as np
+from genoformer.data.genome.alphabet import N, T, decode, encode
 
 from benchmarks.common import Benchmark, Summary, table
-from genoformer.data.genome.alphabet import N, T, decode, encode
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
 SHARED_EXTRA = REPO.parent / "shared-extra"
 SPLICE_TABLE = SHARED / "labeled" / "splice_junctions_statlog.tsv"
 TF_DIR = SHARED_EXTRA / "labeled" / "tf_binding"
-GENOMES = (SHARED_EXTRA / "genomes" / "leptospira_kirschneri_h1.gbk.gz",
-           SHARED_EXTRA / "genomes" / "ecoli_draft_prokka.gff3.gz")
+GENOMES = (
+    SHARED_EXTRA / "genomes" / "leptospira_kirschneri_h1.gbk.gz",
+    SHARED_EXTRA / "genomes" / "ecoli_draft_prokka.gff3.gz",
+)
 TASKS = ("splice", "tf", "genes")
 #: The C grid of every logistic regression (inverse L2 strength on standardised features), half a
 #: decade apart: the k-mer models choose C near 0.001 and the one-hot model near 0.03.
@@ -89,8 +91,9 @@ def _codes(sequence: SequenceLike) -> np.ndarray:
     return encode(sequence) if isinstance(sequence, (str, bytes)) else np.asarray(sequence, dtype=np.uint8)
 
 
-def kmer_features(sequences: Sequence[SequenceLike], ks: Sequence[int] = (1, 2, 3, 4, 5, 6),
-                  canonical: bool = True) -> np.ndarray:
+def kmer_features(
+    sequences: Sequence[SequenceLike], ks: Sequence[int] = (1, 2, 3, 4, 5, 6), canonical: bool = True
+) -> np.ndarray:
     """(S, F) float32 k-mer frequencies of each sequence, one block of columns per k in `ks`
     (columns named by `kmer_names`).
 
@@ -118,8 +121,8 @@ def kmer_features(sequences: Sequence[SequenceLike], ks: Sequence[int] = (1, 2, 
         starts = max(len(joined) - k + 1, 0)
         index = np.zeros(starts, dtype=np.int64)
         for j in range(k):
-            index = index * 4 + digits[j:j + starts]
-        valid = bad_prefix[k:k + starts] == bad_prefix[:starts]
+            index = index * 4 + digits[j : j + starts]
+        valid = bad_prefix[k : k + starts] == bad_prefix[:starts]
         counts_SF = np.bincount(owner[:starts][valid] * n + columns[index[valid]], minlength=S * n).reshape(S, n)
         blocks.append(counts_SF / np.maximum(lengths_S - k + 1, 1)[:, None])
     return np.hstack(blocks).astype(np.float32) if blocks else np.zeros((S, 0), np.float32)
@@ -137,9 +140,19 @@ def onehot_features(sequences: Sequence[SequenceLike]) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------- logistic regression
-def fit_logistic_regression(train_X: np.ndarray, train_labels: Sequence, test_X: np.ndarray, test_labels: Sequence,
-                            *, Cs: Sequence[float] = CS, inner_folds: int = 3, train_groups: Sequence | None = None,
-                            seed: int = 0, max_iter: int = 2000, n_jobs: int | None = None) -> dict:
+def fit_logistic_regression(
+    train_X: np.ndarray,
+    train_labels: Sequence,
+    test_X: np.ndarray,
+    test_labels: Sequence,
+    *,
+    Cs: Sequence[float] = CS,
+    inner_folds: int = 3,
+    train_groups: Sequence | None = None,
+    seed: int = 0,
+    max_iter: int = 2000,
+    n_jobs: int | None = None,
+) -> dict:
     """Standardise, choose C by an inner `inner_folds`-fold CV on the training set (grouped by
     `train_groups` when given, log loss), refit on the whole training set, score the test set.
 
@@ -148,8 +161,13 @@ def fit_logistic_regression(train_X: np.ndarray, train_labels: Sequence, test_X:
     (against max_iter), sizes, classes and the confusion matrix (rows: true, columns: predicted).
     """
     from sklearn.linear_model import LogisticRegressionCV
-    from sklearn.metrics import (accuracy_score, balanced_accuracy_score, confusion_matrix, matthews_corrcoef,
-                                 roc_auc_score)
+    from sklearn.metrics import (
+        accuracy_score,
+        balanced_accuracy_score,
+        confusion_matrix,
+        matthews_corrcoef,
+        roc_auc_score,
+    )
     from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
     from sklearn.preprocessing import StandardScaler
 
@@ -163,13 +181,23 @@ def fit_logistic_regression(train_X: np.ndarray, train_labels: Sequence, test_X:
     if train_groups is None:
         inner = list(StratifiedKFold(inner_folds, shuffle=True, random_state=seed).split(train_X, train_y))
     else:
-        inner = list(StratifiedGroupKFold(inner_folds, shuffle=True, random_state=seed)
-                     .split(train_X, train_y, np.asarray(train_groups)))
+        inner = list(
+            StratifiedGroupKFold(inner_folds, shuffle=True, random_state=seed).split(
+                train_X, train_y, np.asarray(train_groups)
+            )
+        )
 
     began = time.perf_counter()
     scaler = StandardScaler().fit(train_X)
-    model = LogisticRegressionCV(Cs=list(Cs), l1_ratios=(0.0,), cv=inner, scoring="neg_log_loss", max_iter=max_iter,
-                                 n_jobs=n_jobs, use_legacy_attributes=False)
+    model = LogisticRegressionCV(
+        Cs=list(Cs),
+        l1_ratios=(0.0,),
+        cv=inner,
+        scoring="neg_log_loss",
+        max_iter=max_iter,
+        n_jobs=n_jobs,
+        use_legacy_attributes=False,
+    )
     model.fit(scaler.transform(train_X), train_y)
     fit_seconds = time.perf_counter() - began
     began = time.perf_counter()
@@ -198,9 +226,16 @@ def fit_logistic_regression(train_X: np.ndarray, train_labels: Sequence, test_X:
     }
 
 
-def kmer_logistic_regression(train_seqs: Sequence[SequenceLike], train_labels: Sequence,
-                             test_seqs: Sequence[SequenceLike], test_labels: Sequence, *,
-                             ks: Sequence[int] = (1, 2, 3, 4, 5, 6), canonical: bool = True, **fit_options) -> dict:
+def kmer_logistic_regression(
+    train_seqs: Sequence[SequenceLike],
+    train_labels: Sequence,
+    test_seqs: Sequence[SequenceLike],
+    test_labels: Sequence,
+    *,
+    ks: Sequence[int] = (1, 2, 3, 4, 5, 6),
+    canonical: bool = True,
+    **fit_options,
+) -> dict:
     """`fit_logistic_regression` on `kmer_features` of the sequences (their time as
     feature_seconds); `fit_options` go to it (Cs, inner_folds, train_groups, seed, n_jobs)."""
     began = time.perf_counter()
@@ -220,7 +255,9 @@ def canonical_sequence(sequence: str) -> str:
     return min(upper, upper.translate(_IUPAC_COMPLEMENT)[::-1])
 
 
-def splice_folds(seqs: Sequence[str], labels: Sequence, folds: int = 5, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+def splice_folds(
+    seqs: Sequence[str], labels: Sequence, folds: int = 5, seed: int = 0
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """(train_idx, test_idx) of each of `folds` stratified folds in which identical sequences and
     reverse complements (one canonical sequence) always fall in the same fold: sklearn's
     StratifiedGroupKFold, shuffled with `seed`. Fold 0 is the fixed 80/20 split."""
@@ -250,8 +287,9 @@ def _summary(folds: list[dict]) -> dict:
     return summary
 
 
-def splice_task(path: Path, folds: int, seed: int, n_jobs: int | None, Cs: Sequence[float] = CS,
-                kmers_too: bool = True) -> dict:
+def splice_task(
+    path: Path, folds: int, seed: int, n_jobs: int | None, Cs: Sequence[float] = CS, kmers_too: bool = True
+) -> dict:
     seqs, labels = read_splice_table(path)
     groups = np.unique([canonical_sequence(s) for s in seqs], return_inverse=True)[1]
     splits = splice_folds(seqs, labels, folds, seed)
@@ -259,25 +297,47 @@ def splice_task(path: Path, folds: int, seed: int, n_jobs: int | None, Cs: Seque
 
     def kmers(canonical: bool):
         features = kmer_features(seqs, canonical=canonical)
-        return lambda tr, te: fit_logistic_regression(features[tr], labels_array[tr], features[te], labels_array[te],
-                                                      train_groups=groups[tr], seed=seed, n_jobs=n_jobs, Cs=Cs)
+        return lambda tr, te: fit_logistic_regression(
+            features[tr],
+            labels_array[tr],
+            features[te],
+            labels_array[te],
+            train_groups=groups[tr],
+            seed=seed,
+            n_jobs=n_jobs,
+            Cs=Cs,
+        )
 
     # the windows are oriented (the transcript's strand), so stranded k-mers keep GT apart from AC
-    models = {"kmer_logistic_regression": kmers(canonical=True),
-              "stranded_kmer_logistic_regression": kmers(canonical=False)} if kmers_too else {}
+    models = (
+        {"kmer_logistic_regression": kmers(canonical=True), "stranded_kmer_logistic_regression": kmers(canonical=False)}
+        if kmers_too
+        else {}
+    )
     onehot_X = onehot_features(seqs)
     models["onehot_logistic_regression"] = lambda tr, te: fit_logistic_regression(
-        onehot_X[tr], labels_array[tr], onehot_X[te], labels_array[te], train_groups=groups[tr], seed=seed,
-        n_jobs=n_jobs, Cs=Cs)
+        onehot_X[tr],
+        labels_array[tr],
+        onehot_X[te],
+        labels_array[te],
+        train_groups=groups[tr],
+        seed=seed,
+        n_jobs=n_jobs,
+        Cs=Cs,
+    )
     result = {
-        "data": str(path), "sequences": len(seqs), "length": len(seqs[0]),
+        "data": str(path),
+        "sequences": len(seqs),
+        "length": len(seqs[0]),
         "class_counts": {c: int(n) for c, n in zip(*np.unique(labels, return_counts=True))},
         "distinct_canonical_sequences": int(groups.max() + 1),
         "protocol": f"{folds}-fold StratifiedGroupKFold (groups: canonical sequence), shuffle seed {seed}; "
-                    "fold 0 is the fixed 80/20 split; C chosen by 3-fold grouped CV inside each training set",
-        "features": {"kmer_logistic_regression": "canonical k-mer frequencies, k = 1..6 (2,772)",
-                     "stranded_kmer_logistic_regression": "k-mer frequencies, k = 1..6 (5,460)",
-                     "onehot_logistic_regression": "one-hot bases by position (240)"},
+        "fold 0 is the fixed 80/20 split; C chosen by 3-fold grouped CV inside each training set",
+        "features": {
+            "kmer_logistic_regression": "canonical k-mer frequencies, k = 1..6 (2,772)",
+            "stranded_kmer_logistic_regression": "k-mer frequencies, k = 1..6 (5,460)",
+            "onehot_logistic_regression": "one-hot bases by position (240)",
+        },
         "C_grid": list(Cs),
         "fold_sizes": [[int(len(tr)), int(len(te))] for tr, te in splits],
         "models": {},
@@ -286,8 +346,11 @@ def splice_task(path: Path, folds: int, seed: int, n_jobs: int | None, Cs: Seque
         per_fold = []
         for fold, (tr, te) in enumerate(splits):
             per_fold.append(fit(tr, te))
-            print(f"splice {name} fold {fold}: accuracy {per_fold[-1]['accuracy']:.4f} "
-                  f"(C {per_fold[-1]['C']:.3g}, {per_fold[-1]['fit_seconds']:.1f} s)", flush=True)
+            print(
+                f"splice {name} fold {fold}: accuracy {per_fold[-1]['accuracy']:.4f} "
+                f"(C {per_fold[-1]['C']:.3g}, {per_fold[-1]['fit_seconds']:.1f} s)",
+                flush=True,
+            )
         result["models"][name] = {**_summary(per_fold), "fold0": per_fold[0], "folds": per_fold}
     return result
 
@@ -304,12 +367,17 @@ def tf_task(folder: Path, seed: int, n_jobs: int | None) -> dict:
         positives, negatives = read(f"oct4_{part}"), read(f"mafk_{part}")
         split[part] = (positives + negatives, [1] * len(positives) + [0] * len(negatives))
     result = kmer_logistic_regression(*split["train"], *split["test"], seed=seed, n_jobs=n_jobs)
-    print(f"tf kmer_logistic_regression: test AUROC {result['auroc']:.4f}, accuracy {result['accuracy']:.4f}",
-          flush=True)
-    return {"data": str(folder), "labels": {"oct4": 1, "mafk": 0},
-            "protocol": "the data set's own train/test split; C chosen by 3-fold CV on the training set",
-            "features": "canonical k-mer frequencies, k = 1..6 (2,772)", "C_grid": list(CS),
-            "models": {"kmer_logistic_regression": result}}
+    print(
+        f"tf kmer_logistic_regression: test AUROC {result['auroc']:.4f}, accuracy {result['accuracy']:.4f}", flush=True
+    )
+    return {
+        "data": str(folder),
+        "labels": {"oct4": 1, "mafk": 0},
+        "protocol": "the data set's own train/test split; C chosen by 3-fold CV on the training set",
+        "features": "canonical k-mer frequencies, k = 1..6 (2,772)",
+        "C_grid": list(CS),
+        "models": {"kmer_logistic_regression": result},
+    }
 
 
 # ------------------------------------------------------------------------------ gene annotation
@@ -361,11 +429,15 @@ def pyrodigal_genes(contigs: Sequence[tuple[str, str]], meta: bool = True) -> Ge
         finder.train(*[sequence for _, sequence in contigs])
     train_seconds = time.perf_counter() - began
     began = time.perf_counter()
-    genes = [PredictedGene(name, gene.begin - 1, gene.end, gene.strand, bool(gene.partial_begin), bool(gene.partial_end))
-             for name, sequence in contigs for gene in finder.find_genes(sequence)]
+    genes = [
+        PredictedGene(name, gene.begin - 1, gene.end, gene.strand, bool(gene.partial_begin), bool(gene.partial_end))
+        for name, sequence in contigs
+        for gene in finder.find_genes(sequence)
+    ]
     find_seconds = time.perf_counter() - began
-    return GeneFinderRun(genes, "meta" if meta else "single", sum(len(s) for _, s in contigs), train_seconds,
-                         find_seconds)
+    return GeneFinderRun(
+        genes, "meta" if meta else "single", sum(len(s) for _, s in contigs), train_seconds, find_seconds
+    )
 
 
 def score_gene_calls(annotated: Sequence, run: GeneFinderRun) -> dict:
@@ -373,25 +445,38 @@ def score_gene_calls(annotated: Sequence, run: GeneFinderRun) -> dict:
     coding MCC (coding or not; and CDS+ / CDS- / other) over all the contigs together, and the
     gene agreement of `genoformer.genome.genecalls` (reference CDS only)."""
     from genoformer.data.genome.annotations import Gene, label_track
+
     from genoformer.genome.genecalls import gene_agreement, per_base_coding_mcc, strand_coding_mcc
 
-    predicted = [Gene(contig=g.contig, start=g.start, end=g.end, strand=g.strand, kind="CDS",
-                      attributes=(("partial", f"{int(g.partial_begin)}{int(g.partial_end)}"),)
-                      if g.partial_begin or g.partial_end else ())
-                 for g in run.genes]
+    predicted = [
+        Gene(
+            contig=g.contig,
+            start=g.start,
+            end=g.end,
+            strand=g.strand,
+            kind="CDS",
+            attributes=(("partial", f"{int(g.partial_begin)}{int(g.partial_end)}"),)
+            if g.partial_begin or g.partial_end
+            else (),
+        )
+        for g in run.genes
+    ]
     by_contig: dict[str, list] = {}
     for gene in predicted:
         by_contig.setdefault(gene.contig, []).append(gene)
     reference_labels = np.concatenate([contig.labels for contig in annotated])
-    predicted_labels = np.concatenate([label_track(len(contig.codes), by_contig.get(contig.name, []))
-                                       for contig in annotated])
+    predicted_labels = np.concatenate(
+        [label_track(len(contig.codes), by_contig.get(contig.name, [])) for contig in annotated]
+    )
     reference_genes = [gene for contig in annotated for gene in contig.genes if gene.kind == "CDS"]
     agreement = gene_agreement(reference_genes, predicted)
     return {
         "per_base_coding_mcc": float(per_base_coding_mcc(reference_labels, predicted_labels)),
         "strand_coding_mcc": float(strand_coding_mcc(reference_labels, predicted_labels)),
-        "agreement": {key: (float(value) if isinstance(value, (float, np.floating)) else value)
-                      for key, value in agreement.items()},
+        "agreement": {
+            key: (float(value) if isinstance(value, (float, np.floating)) else value)
+            for key, value in agreement.items()
+        },
         "n_genes": len(run.genes),
         "n_reference_cds": len(reference_genes),
         "partial_genes": sum(g.partial_begin or g.partial_end for g in run.genes),
@@ -429,17 +514,28 @@ def genes_task(paths: Sequence[Path]) -> dict:
     for path in paths:
         annotated = read_annotated_genomes([path], progress=False)
         contigs = [(contig.name, decode(contig.codes)) for contig in annotated]
-        entry = {"data": str(path), "contigs": len(contigs), "bases": sum(len(s) for _, s in contigs),
-                 "reference_source": annotation_source(path), "models": {}}
+        entry = {
+            "data": str(path),
+            "contigs": len(contigs),
+            "bases": sum(len(s) for _, s in contigs),
+            "reference_source": annotation_source(path),
+            "models": {},
+        }
         for meta in (True, False):
             run = pyrodigal_genes(contigs, meta=meta)
             entry["models"][f"pyrodigal_{run.mode}"] = scores = score_gene_calls(annotated, run)
-            print(f"genes {path.name} pyrodigal {run.mode}: MCC {scores['per_base_coding_mcc']:.4f}, "
-                  f"{scores['n_genes']} genes, {run.seconds:.1f} s", flush=True)
+            print(
+                f"genes {path.name} pyrodigal {run.mode}: MCC {scores['per_base_coding_mcc']:.4f}, "
+                f"{scores['n_genes']} genes, {run.seconds:.1f} s",
+                flush=True,
+            )
         genomes[path.name] = entry
-    return {"protocol": "pyrodigal 1 thread; meta: GeneFinder(meta=True); single: GeneFinder() trained on the "
-                        "genome's own contigs (training time included in bases_per_second); reference: the "
-                        "file's CDS features", "genomes": genomes}
+    return {
+        "protocol": "pyrodigal 1 thread; meta: GeneFinder(meta=True); single: GeneFinder() trained on the "
+        "genome's own contigs (training time included in bases_per_second); reference: the "
+        "file's CDS features",
+        "genomes": genomes,
+    }
 
 
 # ------------------------------------------------------------------------------------------ main
@@ -468,8 +564,13 @@ def arguments(parser) -> None:
     parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS), help="tasks to run (default all)")
     parser.add_argument("--splice", type=Path, default=SPLICE_TABLE, help="splice junction table (sequence, label)")
     parser.add_argument("--tf-dir", type=Path, default=TF_DIR, help="folder of {oct4,mafk}_{train,test}.fasta")
-    parser.add_argument("--genomes", type=Path, nargs="+", default=list(GENOMES),
-                        help="annotated genomes (GenBank, or GFF3 with ##FASTA) for the genes task")
+    parser.add_argument(
+        "--genomes",
+        type=Path,
+        nargs="+",
+        default=list(GENOMES),
+        help="annotated genomes (GenBank, or GFF3 with ##FASTA) for the genes task",
+    )
     parser.add_argument("--folds", type=int, default=5, help="cross-validation folds of the splice task")
     parser.add_argument("--seed", type=int, default=0, help="seed of the folds")
     parser.add_argument("--jobs", type=int, default=1, help="processes for each logistic regression's inner CV")
@@ -483,17 +584,25 @@ def measure(args) -> dict:
         args.splice = Path(tempfile.mkdtemp()) / "splice.tsv"
         args.splice.write_text("\n".join(rows) + "\n")
         args.tasks, args.folds = ["splice"], 2
-    results: dict = {"jobs": args.jobs, "blas_threads": sorted({pool["num_threads"] for pool in threadpool_info()}),
-                     "versions": {name: _version(name) for name in ("scikit-learn", "pyrodigal", "numpy")},
-                     "tasks": {}, "skipped": {}}
+    results: dict = {
+        "jobs": args.jobs,
+        "blas_threads": sorted({pool["num_threads"] for pool in threadpool_info()}),
+        "versions": {name: _version(name) for name in ("scikit-learn", "pyrodigal", "numpy")},
+        "tasks": {},
+        "skipped": {},
+    }
     available = {
         "splice": lambda: _missing([args.splice]),
         "tf": lambda: _missing([args.tf_dir / f"{p}_{s}.fasta" for p in ("oct4", "mafk") for s in ("train", "test")]),
         "genes": lambda: _missing(args.genomes) or _gene_modules_missing(),
     }
-    run = {"splice": lambda: splice_task(args.splice, args.folds, args.seed, args.jobs, (1e-2, 1.0) if args.smoke else CS,
-                                         kmers_too=not args.smoke),
-           "tf": lambda: tf_task(args.tf_dir, args.seed, args.jobs), "genes": lambda: genes_task(args.genomes)}
+    run = {
+        "splice": lambda: splice_task(
+            args.splice, args.folds, args.seed, args.jobs, (1e-2, 1.0) if args.smoke else CS, kmers_too=not args.smoke
+        ),
+        "tf": lambda: tf_task(args.tf_dir, args.seed, args.jobs),
+        "genes": lambda: genes_task(args.genomes),
+    }
     load_before = os.getloadavg()
     for task in args.tasks:
         reason = available[task]()
@@ -511,19 +620,31 @@ def summarize(data: dict) -> Summary:
     tasks, rows = data["baselines"]["tasks"], []
     for task in ("splice", "tf"):
         for name, m in tasks.get(task, {}).get("models", {}).items():
-            rows.append({"task": task, "model": name.replace("_", " "), "accuracy": m.get("accuracy_mean", m.get("accuracy")),
-                         "accuracy sd": m.get("accuracy_sd"), "AUROC": m.get("auroc_mean", m.get("auroc")),
-                         "MCC": m.get("mcc_mean", m.get("mcc"))})
+            rows.append(
+                {
+                    "task": task,
+                    "model": name.replace("_", " "),
+                    "accuracy": m.get("accuracy_mean", m.get("accuracy")),
+                    "accuracy sd": m.get("accuracy_sd"),
+                    "AUROC": m.get("auroc_mean", m.get("auroc")),
+                    "MCC": m.get("mcc_mean", m.get("mcc")),
+                }
+            )
     for genome, entry in tasks.get("genes", {}).get("genomes", {}).items():
-        rows += [{"task": f"genes, {genome}", "model": name.replace("_", " "), "MCC": m["per_base_coding_mcc"]}
-                 for name, m in entry["models"].items()]
+        rows += [
+            {"task": f"genes, {genome}", "model": name.replace("_", " "), "MCC": m["per_base_coding_mcc"]}
+            for name, m in entry["models"].items()
+        ]
     skipped = data["baselines"]["skipped"]
-    return Summary(tables=[table(rows, "Mean over the folds (splice), the test split (tf), whole genomes (genes)")],
-                   notes=[f"{task} skipped: {why}" for task, why in skipped.items()])
+    return Summary(
+        tables=[table(rows, "Mean over the folds (splice), the test split (tf), whole genomes (genes)")],
+        notes=[f"{task} skipped: {why}" for task, why in skipped.items()],
+    )
 
 
-BENCHMARK = Benchmark("finetune_baselines", "Fine-tuning: the classical baselines (CPU)", __doc__, measure, summarize,
-                      arguments=arguments)
+BENCHMARK = Benchmark(
+    "finetune_baselines", "Fine-tuning: the classical baselines (CPU)", __doc__, measure, summarize, arguments=arguments
+)
 
 if __name__ == "__main__":
     BENCHMARK.main()

@@ -51,10 +51,13 @@ GENE_MODEL = REPO_ROOT / "examples" / "genoformer_gene_annotator.ckpt"
 SPLICE_TABLE = REPO_ROOT / "examples" / "splice_junctions_statlog.tsv"
 GENOMES = {"ecoli_draft": "genomes/ecoli_draft_prokka.gff3.gz", "leptospira": "genomes/leptospira_kirschneri_h1.gbk.gz"}
 SEQUENCE_VARIANTS: dict[str, dict[str, Any]] = {
-    "full": {}, "lora": {"lora": 8, "learning_rate": 1e-3}, "linear_probe": {"freeze_backbone": True},
+    "full": {},
+    "lora": {"lora": 8, "learning_rate": 1e-3},
+    "linear_probe": {"freeze_backbone": True},
     "from_scratch": {"from_scratch": True, "learning_rate": 5e-4},
     # the state that has read the whole sequence (both strands), for position-specific signals
-    "full_last": {"pooling": "last"}, "full_last_lr5e-4": {"pooling": "last", "learning_rate": 5e-4},
+    "full_last": {"pooling": "last"},
+    "full_last_lr5e-4": {"pooling": "last", "learning_rate": 5e-4},
     "from_scratch_last": {"from_scratch": True, "learning_rate": 5e-4, "pooling": "last"},
 }
 GENE_VARIANTS: dict[str, dict[str, Any]] = {
@@ -74,16 +77,20 @@ def write_table(path: Path, sequences, labels) -> None:
 def prepare(data: Path, prepared: Path) -> None:
     """The splits as files the `finetune` command reads, and the genomes (on the CPU machine: the
     split needs scikit-learn, which the GPU machine lacks)."""
-    from benchmarks.finetune_baselines import read_splice_table, splice_folds
     from genoformer.data.genome.alphabet import decode
     from genoformer.data.genome.inputs import read_sequences
+
+    from benchmarks.finetune_baselines import read_splice_table, splice_folds
 
     seqs, labels = read_splice_table(SPLICE_TABLE)
     train, test = splice_folds(seqs, labels, folds=5, seed=0)[0]
     for part, rows in (("train", train), ("test", test)):
         write_table(prepared / f"splice_{part}.tsv", [seqs[i] for i in rows], [labels[i] for i in rows])
-        pairs = [(decode(r.codes), label) for name, label in (("oct4", 1), ("mafk", 0))
-                 for r in read_sequences([data / "labeled" / "tf_binding" / f"{name}_{part}.fasta"])]
+        pairs = [
+            (decode(r.codes), label)
+            for name, label in (("oct4", 1), ("mafk", 0))
+            for r in read_sequences([data / "labeled" / "tf_binding" / f"{name}_{part}.fasta"])
+        ]
         write_table(prepared / f"tf_{part}.tsv", *zip(*pairs))
     for relative in GENOMES.values():
         (prepared / relative).parent.mkdir(parents=True, exist_ok=True)
@@ -100,10 +107,18 @@ def test_metrics(run_dir: Path) -> dict[str, float]:
 def annotate_genome(checkpoint: Path, genome: Path, window: int) -> dict:
     """A whole genome annotated by a fine-tuned model, scored against its annotation."""
     from genoformer.data.genome.annotations import read_annotated_genomes
+
     from genoformer.genome.genecalls import call_genes, decode_labels, gene_agreement, per_base_coding_mcc
     from genoformer.genome.predict import GeneAnnotator
 
-    annotator, labels, predicted, reference, called, seconds = GeneAnnotator.from_checkpoint(checkpoint), [], [], [], [], 0.0
+    annotator, labels, predicted, reference, called, seconds = (
+        GeneAnnotator.from_checkpoint(checkpoint),
+        [],
+        [],
+        [],
+        [],
+        0.0,
+    )
     for contig in read_annotated_genomes([genome], progress=False):
         started = time.perf_counter()
         probabilities = annotator.probabilities(contig.codes, window=window, batch_size=16 if window > 2048 else 128)
@@ -114,8 +129,13 @@ def annotate_genome(checkpoint: Path, genome: Path, window: int) -> dict:
         reference += [g for g in contig.genes if g.kind == "CDS"]
         called += [g for g in call_genes(contig.codes, probabilities, contig=contig.name) if g.kind == "CDS"]
     truth = np.concatenate(labels)
-    return {"genome": genome.name, "bases": int(truth.size), "coding_mcc": per_base_coding_mcc(truth, np.concatenate(predicted)),
-            "genes": gene_agreement(reference, called), "annotate_bases_per_second": truth.size / seconds}
+    return {
+        "genome": genome.name,
+        "bases": int(truth.size),
+        "coding_mcc": per_base_coding_mcc(truth, np.concatenate(predicted)),
+        "genes": gene_agreement(reference, called),
+        "annotate_bases_per_second": truth.size / seconds,
+    }
 
 
 def run_variant(args, task: str, variant: str, work: Path) -> dict:
@@ -126,53 +146,119 @@ def run_variant(args, task: str, variant: str, work: Path) -> dict:
     if task == "genes":
         options = GENE_VARIANTS[variant]
         train, test = args.direction.split(":")
-        finetune(pretrained=PRETRAINED, task="annotate", train=[str(args.prepared / GENOMES[train])], out=out,
-                 max_steps=args.gene_steps, val_every=max(1, args.gene_steps // 4), **options)
+        finetune(
+            pretrained=PRETRAINED,
+            task="annotate",
+            train=[str(args.prepared / GENOMES[train])],
+            out=out,
+            max_steps=args.gene_steps,
+            val_every=max(1, args.gene_steps // 4),
+            **options,
+        )
         (best,) = [p for p in (out / "checkpoints").glob("*.ckpt") if p.name != "last.ckpt"]  # save_top_k: 1
-        result = {"steps": args.gene_steps, "train": train,
-                  "evaluation": annotate_genome(best, args.prepared / GENOMES[test], options["window"])}
+        result = {
+            "steps": args.gene_steps,
+            "train": train,
+            "evaluation": annotate_genome(best, args.prepared / GENOMES[test], options["window"]),
+        }
         if args.export is not None and variant == "full_8k":
             from genoformer.core.export import export
 
             export(checkpoint=best, out=args.export, dtype="bfloat16", overwrite=True)
     else:
         options = SEQUENCE_VARIANTS[variant]
-        finetune(pretrained=PRETRAINED, task="classify", train=[str(args.prepared / f"{task}_train.tsv")],
-                 test=[str(args.prepared / f"{task}_test.tsv")], out=out, max_steps=args.steps,
-                 batch_size=args.batch_size, val_every=max(1, args.steps // 4), **options)
+        finetune(
+            pretrained=PRETRAINED,
+            task="classify",
+            train=[str(args.prepared / f"{task}_train.tsv")],
+            test=[str(args.prepared / f"{task}_test.tsv")],
+            out=out,
+            max_steps=args.steps,
+            batch_size=args.batch_size,
+            val_every=max(1, args.steps // 4),
+            **options,
+        )
         result = {"steps": args.steps, "test": test_metrics(out)}
-    return {**result, "seconds": time.perf_counter() - started, "environment": describe_environment(), "command": command_line()}
+    return {
+        **result,
+        "seconds": time.perf_counter() - started,
+        "environment": describe_environment(),
+        "command": command_line(),
+    }
 
 
 def cpu_targets(work: Path, smoke: bool) -> dict:
     """`finetune` of 100 x 60 nt for 300 steps and `annotate` of 100,000 bases, as typed, start-up included."""
-    from genoformer.cli import main as genoformer
     from genoformer.data.genome.alphabet import decode
     from genoformer.data.genome.inputs import read_sequences
+
+    from genoformer.cli import main as genoformer
 
     steps, bases, rows = (2, 2000, 8) if smoke else (300, 100_000, 100)
     header, *lines = SPLICE_TABLE.read_text().splitlines()
     write_table(work / "small_train.tsv", *zip(*(line.split("\t") for line in lines[:rows])))
     write_table(work / "small_val.tsv", *zip(*(line.split("\t") for line in lines[-rows:])))
     started = time.perf_counter()
-    genoformer(["finetune", "--pretrained", str(PRETRAINED), "--task", "classify", "--train", str(work / "small_train.tsv"),
-                "--val", str(work / "small_val.tsv"), "--out", str(work / "small"), "--max_steps", str(steps),
-                "--device", "cpu", "--leaks", "drop", *(["--batch_size", "4"] if smoke else [])])
+    genoformer(
+        [
+            "finetune",
+            "--pretrained",
+            str(PRETRAINED),
+            "--task",
+            "classify",
+            "--train",
+            str(work / "small_train.tsv"),
+            "--val",
+            str(work / "small_val.tsv"),
+            "--out",
+            str(work / "small"),
+            "--max_steps",
+            str(steps),
+            "--device",
+            "cpu",
+            "--leaks",
+            "drop",
+            *(["--batch_size", "4"] if smoke else []),
+        ]
+    )
     finetune_seconds = time.perf_counter() - started
     (record,) = read_sequences(REPO_ROOT / "examples" / "ecoli_k12_mg1655.fasta.gz")
     (work / "head.fasta").write_text(f">ecoli_head\n{decode(record.codes[:bases])}\n")
     started = time.perf_counter()
-    genoformer(["annotate", "--checkpoint", str(GENE_MODEL), "--inputs", str(work / "head.fasta"), "--out",
-                str(work / "head.gff3"), "--device", "cpu", "--overwrite"])
-    return {"torch_threads": torch.get_num_threads(), "finetune_sequences": rows, "finetune_steps": steps,
-            "finetune_seconds": finetune_seconds, "annotate_bases": bases,
-            "annotate_bases_per_second": bases / (time.perf_counter() - started)}
+    genoformer(
+        [
+            "annotate",
+            "--checkpoint",
+            str(GENE_MODEL),
+            "--inputs",
+            str(work / "head.fasta"),
+            "--out",
+            str(work / "head.gff3"),
+            "--device",
+            "cpu",
+            "--overwrite",
+        ]
+    )
+    return {
+        "torch_threads": torch.get_num_threads(),
+        "finetune_sequences": rows,
+        "finetune_steps": steps,
+        "finetune_seconds": finetune_seconds,
+        "annotate_bases": bases,
+        "annotate_bases_per_second": bases / (time.perf_counter() - started),
+    }
 
 
 def arguments(parser) -> None:
-    parser.add_argument("--task", choices=("splice", "tf", "genes", "cpu"), default="splice", help="what this run measures")
-    parser.add_argument("--variants", nargs="+", help="variants of the task (default: full lora linear_probe from_scratch; "
-                        f"genes: full_8k); of {', '.join([*SEQUENCE_VARIANTS, *GENE_VARIANTS])}")
+    parser.add_argument(
+        "--task", choices=("splice", "tf", "genes", "cpu"), default="splice", help="what this run measures"
+    )
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        help="variants of the task (default: full lora linear_probe from_scratch; "
+        f"genes: full_8k); of {', '.join([*SEQUENCE_VARIANTS, *GENE_VARIANTS])}",
+    )
     parser.add_argument("--prepared", type=Path, default=REPO_ROOT / ".device" / "data", help="what `prepare` wrote")
     parser.add_argument("--direction", default="ecoli_draft:leptospira", help="genes: TRAIN:TEST genomes")
     parser.add_argument("--steps", type=int, default=1000)
@@ -184,10 +270,19 @@ def arguments(parser) -> None:
 def measure(args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         if args.task == "cpu" or args.smoke:
-            return {"cpu": {**cpu_targets(Path(tmp), args.smoke), "environment": describe_environment("cpu"),
-                            "command": command_line()}}
+            return {
+                "cpu": {
+                    **cpu_targets(Path(tmp), args.smoke),
+                    "environment": describe_environment("cpu"),
+                    "command": command_line(),
+                }
+            }
         default = ["full_8k"] if args.task == "genes" else ["full", "lora", "linear_probe", "from_scratch"]
-        return {args.task: {variant: run_variant(args, args.task, variant, Path(tmp)) for variant in args.variants or default}}
+        return {
+            args.task: {
+                variant: run_variant(args, args.task, variant, Path(tmp)) for variant in args.variants or default
+            }
+        }
 
 
 def _where(result: dict) -> str:
@@ -198,51 +293,123 @@ def summarize(data: dict) -> Summary:
     baselines = (data.get("baselines") or {}).get("tasks", {})
     tables, targets = [], []
     for task, metric in (("splice", "accuracy"), ("tf", "auroc")):
-        rows = [{"model": f"genoformer, {name.replace('_', ' ')}{_where(r)}", f"test {metric}": r["test"].get(metric),
-                 "test MCC": r["test"].get("mcc"), "steps": r["steps"]} for name, r in data.get(task, {}).items()
-                if name != "full_last" or "full_last_lr5e-4" not in data[task]]  # the same recipe at a tuned rate
+        rows = [
+            {
+                "model": f"genoformer, {name.replace('_', ' ')}{_where(r)}",
+                f"test {metric}": r["test"].get(metric),
+                "test MCC": r["test"].get("mcc"),
+                "steps": r["steps"],
+            }
+            for name, r in data.get(task, {}).items()
+            if name != "full_last" or "full_last_lr5e-4" not in data[task]
+        ]  # the same recipe at a tuned rate
         models = baselines.get(task, {}).get("models", {})
-        rows += [{"model": f"{name.replace('_', ' ')} (CPU)", f"test {metric}": (m.get("fold0") or m)[metric],
-                  "test MCC": (m.get("fold0") or m)["mcc"]} for name, m in models.items()]
+        rows += [
+            {
+                "model": f"{name.replace('_', ' ')} (CPU)",
+                f"test {metric}": (m.get("fold0") or m)[metric],
+                "test MCC": (m.get("fold0") or m)["mcc"],
+            }
+            for name, m in models.items()
+        ]
         if rows:
-            tables.append(table(rows, {"splice": "Splice junctions (StatLog, fold 0 of 5: 2,549 train / 637 test)",
-                                       "tf": "TF binding (Oct4 vs MafK, the package's test split: 100 + 100)"}[task]))
+            tables.append(
+                table(
+                    rows,
+                    {
+                        "splice": "Splice junctions (StatLog, fold 0 of 5: 2,549 train / 637 test)",
+                        "tf": "TF binding (Oct4 vs MafK, the package's test split: 100 + 100)",
+                    }[task],
+                )
+            )
     if data.get("genes"):
-        rows = [{"model": f"genoformer {name}", "coding MCC": r["evaluation"]["coding_mcc"],
-                 "genes: strand + stop": r["evaluation"]["genes"]["stop_and_strand"],
-                 "genes: start + stop": r["evaluation"]["genes"]["start_and_stop"],
-                 "annotate bases/s": round(r["evaluation"]["annotate_bases_per_second"])} for name, r in data["genes"].items()]
+        rows = [
+            {
+                "model": f"genoformer {name}",
+                "coding MCC": r["evaluation"]["coding_mcc"],
+                "genes: strand + stop": r["evaluation"]["genes"]["stop_and_strand"],
+                "genes: start + stop": r["evaluation"]["genes"]["start_and_stop"],
+                "annotate bases/s": round(r["evaluation"]["annotate_bases_per_second"]),
+            }
+            for name, r in data["genes"].items()
+        ]
         genome = next(iter(data["genes"].values()))["evaluation"]["genome"]
         for name, m in baselines.get("genes", {}).get("genomes", {}).get(genome, {}).get("models", {}).items():
-            rows.append({"model": f"{name.replace('_', ' ')} (CPU, 1 thread)", "coding MCC": m["per_base_coding_mcc"],
-                         "genes: strand + stop": m["agreement"]["stop_and_strand"],
-                         "genes: start + stop": m["agreement"]["start_and_stop"], "annotate bases/s": round(m["bases_per_second"])})
+            rows.append(
+                {
+                    "model": f"{name.replace('_', ' ')} (CPU, 1 thread)",
+                    "coding MCC": m["per_base_coding_mcc"],
+                    "genes: strand + stop": m["agreement"]["stop_and_strand"],
+                    "genes: start + stop": m["agreement"]["start_and_stop"],
+                    "annotate bases/s": round(m["bases_per_second"]),
+                }
+            )
         tables.append(table(rows, f"Gene annotation (trained on another genome, tested on the whole {genome})"))
     if "cpu" in data:
         cpu = data["cpu"]
-        tables.append(table([{"command": "finetune", "input": f"{cpu['finetune_sequences']} x 60 nt, {cpu['finetune_steps']} steps",
-                              "seconds": cpu["finetune_seconds"]},
-                             {"command": "annotate", "input": f"{cpu['annotate_bases']:,} bases",
-                              "seconds": cpu["annotate_bases"] / cpu["annotate_bases_per_second"]}],
-                            f"The commands as typed on the CPU ({cpu['torch_threads']} threads, start-up included)"))
-        targets += [at_most(f"CPU: `finetune` of {cpu['finetune_sequences']} x 60 nt, {cpu['finetune_steps']} steps, in at "
-                            "most 10 min", cpu["finetune_seconds"] / 60, 10.0, " min"),
-                    at_least(f"CPU: `annotate` at least 1,000 bases/s ({cpu['torch_threads']} threads)",
-                             cpu["annotate_bases_per_second"], 1000.0, " bases/s")]
-    for task, metric, classical in (("tf", "auroc", "kmer_logistic_regression"), ("splice", "accuracy", "kmer_logistic_regression")):
+        tables.append(
+            table(
+                [
+                    {
+                        "command": "finetune",
+                        "input": f"{cpu['finetune_sequences']} x 60 nt, {cpu['finetune_steps']} steps",
+                        "seconds": cpu["finetune_seconds"],
+                    },
+                    {
+                        "command": "annotate",
+                        "input": f"{cpu['annotate_bases']:,} bases",
+                        "seconds": cpu["annotate_bases"] / cpu["annotate_bases_per_second"],
+                    },
+                ],
+                f"The commands as typed on the CPU ({cpu['torch_threads']} threads, start-up included)",
+            )
+        )
+        targets += [
+            at_most(
+                f"CPU: `finetune` of {cpu['finetune_sequences']} x 60 nt, {cpu['finetune_steps']} steps, in at "
+                "most 10 min",
+                cpu["finetune_seconds"] / 60,
+                10.0,
+                " min",
+            ),
+            at_least(
+                f"CPU: `annotate` at least 1,000 bases/s ({cpu['torch_threads']} threads)",
+                cpu["annotate_bases_per_second"],
+                1000.0,
+                " bases/s",
+            ),
+        ]
+    for task, metric, classical in (
+        ("tf", "auroc", "kmer_logistic_regression"),
+        ("splice", "accuracy", "kmer_logistic_regression"),
+    ):
         best = max((r["test"].get(metric, 0.0) for r in data.get(task, {}).values()), default=None)
         kmer = baselines.get(task, {}).get("models", {}).get(classical)
         if best is not None and kmer is not None:
-            targets.append(at_least(f"{task}: fine-tuned beats k-mer regression (best {metric} ÷ k-mer's)",
-                                    best / (kmer.get("fold0") or kmer)[metric], 1.0 + 1e-9, "x"))
+            targets.append(
+                at_least(
+                    f"{task}: fine-tuned beats k-mer regression (best {metric} ÷ k-mer's)",
+                    best / (kmer.get("fold0") or kmer)[metric],
+                    1.0 + 1e-9,
+                    "x",
+                )
+            )
     return Summary(tables=tables, targets=targets)
 
 
-BENCHMARK = Benchmark("finetune", "Fine-tuning: pretrained genoformer against classical tools and from scratch", __doc__,
-                      measure, summarize, arguments=arguments, merge=join, module="benchmarks.finetune_bench",
-                      name_of=lambda args: f"finetune_{'cpu' if args.smoke else args.task}",
-                      baseline="the same architecture from scratch; k-mer and one-hot logistic regression and pyrodigal "
-                               "on the same splits (finetune_baselines, joined)")
+BENCHMARK = Benchmark(
+    "finetune",
+    "Fine-tuning: pretrained genoformer against classical tools and from scratch",
+    __doc__,
+    measure,
+    summarize,
+    arguments=arguments,
+    merge=join,
+    module="benchmarks.finetune_bench",
+    name_of=lambda args: f"finetune_{'cpu' if args.smoke else args.task}",
+    baseline="the same architecture from scratch; k-mer and one-hot logistic regression and pyrodigal "
+    "on the same splits (finetune_baselines, joined)",
+)
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["prepare"]:

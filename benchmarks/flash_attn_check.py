@@ -25,12 +25,12 @@ import os
 import time
 
 import torch
-
-from benchmarks.common import Benchmark, Summary, error_text, table, verdict
 from genoformer.kernels import Backend, attention, flash_attn_backend
 from genoformer.kernels.dispatch import unsupported_reason
 from genoformer.kernels.flash_attn_backend import FlashAttn
 from genoformer.kernels.reference import allowed_mask, reference_attention
+
+from benchmarks.common import Benchmark, Summary, error_text, table, verdict
 
 PASS_FACTOR = 3.0
 """A tensor passes when its error is at most this multiple of the bf16 baseline's, plus one rounding."""
@@ -50,7 +50,9 @@ class GradCase:
         return f"{self.masking} {'causal' if self.causal else 'bidirectional'}{' GQA' if self.gqa else ''}"
 
 
-GRAD_CASES = tuple(GradCase(m, c, g) for m in ("dense", "packed", "padding") for c in (True, False) for g in (False, True))
+GRAD_CASES = tuple(
+    GradCase(m, c, g) for m in ("dense", "packed", "padding") for c in (True, False) for g in (False, True)
+)
 
 
 def case_inputs(case: GradCase, head_dim: int, index: int, device: torch.device, smoke: bool) -> tuple:
@@ -60,8 +62,11 @@ def case_inputs(case: GradCase, head_dim: int, index: int, device: torch.device,
     L = int(torch.randint(*((20, 31) if smoke else (450, 601)), (1,), generator=g))
     kwargs: dict = {"causal": case.causal}
     if case.masking == "packed":  # 2 to 4 documents per row, cut at random places
-        cuts = [sorted((torch.randperm(L - 1, generator=g)[: int(torch.randint(1, 4, (1,), generator=g))] + 1).tolist())
-                + [L] for _ in range(B)]
+        cuts = [
+            sorted((torch.randperm(L - 1, generator=g)[: int(torch.randint(1, 4, (1,), generator=g))] + 1).tolist())
+            + [L]
+            for _ in range(B)
+        ]
         ends = [b * L + c for b, row in enumerate(cuts) for c in row]
         kwargs["cu_seqlens"] = torch.tensor([0, *ends], dtype=torch.int32, device=device)
     elif case.masking == "padding":
@@ -82,8 +87,9 @@ def same_precision(q, k, v, *, causal=False, kv_lens=None, cu_seqlens=None):
     B, Hq, L, D = q.shape
     k, v = (t.repeat_interleave(Hq // k.shape[1], 1) for t in (k, v))
     scores_BHLS = (q @ k.transpose(-1, -2)) * D**-0.5
-    mask = allowed_mask(L, L, causal=causal, layout=None, kv_lens=kv_lens, device=q.device, cu_seqlens=cu_seqlens,
-                        batch=B)
+    mask = allowed_mask(
+        L, L, causal=causal, layout=None, kv_lens=kv_lens, device=q.device, cu_seqlens=cu_seqlens, batch=B
+    )
     if mask is None:
         return torch.softmax(scores_BHLS, -1) @ v
     return (torch.softmax(scores_BHLS.masked_fill(~mask, torch.finfo(q.dtype).min), -1) * mask) @ v
@@ -103,12 +109,22 @@ def sweep_head_dim(backend_value: str, head_dim: int, device_type: str, smoke: b
     """Every GradCase at one head dim for one backend: a record per case (run in a child process)."""
     os.environ["GENOFORMER_TRITON_AUTOTUNE"] = "0"  # correctness only: the default configurations
     backend, device = Backend(backend_value), torch.device(device_type)
-    run = functools.partial(flash_attn_backend.flash_attn_attention, (FlashAttn.V4,)) \
-        if backend is Backend.FLASH_ATTN_4 else functools.partial(attention, backend=backend)
+    run = (
+        functools.partial(flash_attn_backend.flash_attn_attention, (FlashAttn.V4,))
+        if backend is Backend.FLASH_ATTN_4
+        else functools.partial(attention, backend=backend)
+    )
     records = []
     for index, case in enumerate(GRAD_CASES[:3] if smoke else GRAD_CASES):
-        record = {"backend": backend.value, "head_dim": head_dim, "case": case.name, "ok": False, "error": None,
-                  "reason": None, "tensors": {}}
+        record = {
+            "backend": backend.value,
+            "head_dim": head_dim,
+            "case": case.name,
+            "ok": False,
+            "error": None,
+            "reason": None,
+            "tensors": {},
+        }
         records.append(record)
         if time.time() > deadline:
             record["reason"] = "time budget (--budget-s) spent"
@@ -129,8 +145,12 @@ def sweep_head_dim(backend_value: str, head_dim: int, device_type: str, smoke: b
             err = float((value - truth).abs().max()) if torch.isfinite(value).all() else float("nan")
             naive = float((baseline[name].double() - truth).abs().max())
             rounding = float((truth.to(torch.bfloat16).double() - truth).abs().max())
-            record["tensors"][name] = {"err": err, "baseline_err": naive, "rounding": rounding,
-                                       "ok": err <= PASS_FACTOR * naive + rounding}  # NaN compares False
+            record["tensors"][name] = {
+                "err": err,
+                "baseline_err": naive,
+                "rounding": rounding,
+                "ok": err <= PASS_FACTOR * naive + rounding,
+            }  # NaN compares False
         record["ok"] = all(t["ok"] for t in record["tensors"].values())
     return records
 
@@ -141,16 +161,36 @@ def _isolated(task: tuple) -> list[dict]:
         with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
             return pool.submit(sweep_head_dim, *task).result()
     except Exception as exc:  # the child died (e.g. a crash inside a compiled kernel)
-        return [{"backend": task[0], "head_dim": task[1], "case": case.name, "ok": False, "reason": None,
-                 "error": f"worker process: {error_text(exc)}", "tensors": {}} for case in GRAD_CASES]
+        return [
+            {
+                "backend": task[0],
+                "head_dim": task[1],
+                "case": case.name,
+                "ok": False,
+                "reason": None,
+                "error": f"worker process: {error_text(exc)}",
+                "tensors": {},
+            }
+            for case in GRAD_CASES
+        ]
 
 
 def arguments(parser) -> None:
     parser.add_argument("--dims", type=int, nargs="+", help="head dims (default every multiple of 8, 16 to 256)")
-    parser.add_argument("--backends", type=Backend, nargs="+", default=[Backend.FLASH_ATTN_4, Backend.TRITON],
-                        metavar="BACKEND", help="backends to check (default flash_attn_4 triton)")
-    parser.add_argument("--workers", type=int, default=max(1, min(14, (os.cpu_count() or 2) - 2)),
-                        help="processes at once (0: every task in this process)")
+    parser.add_argument(
+        "--backends",
+        type=Backend,
+        nargs="+",
+        default=[Backend.FLASH_ATTN_4, Backend.TRITON],
+        metavar="BACKEND",
+        help="backends to check (default flash_attn_4 triton)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=max(1, min(14, (os.cpu_count() or 2) - 2)),
+        help="processes at once (0: every task in this process)",
+    )
     parser.add_argument("--budget-s", type=float, default=240.0, help="cases left after this are not run")
     parser.add_argument("--device", default="cuda", help="device (--smoke: the CPU, interpreted)")
 
@@ -164,9 +204,11 @@ def measure(args) -> dict:
     else:
         with concurrent.futures.ThreadPoolExecutor(args.workers) as threads:
             done = list(threads.map(_isolated, tasks))
-    return {"installs": {v.value: flash_attn_backend.import_error(v) or "installed" for v in FlashAttn},
-            "capability": flash_attn_backend.device_capability(torch.device(args.device)),
-            "records": [r for records in done for r in records]}
+    return {
+        "installs": {v.value: flash_attn_backend.import_error(v) or "installed" for v in FlashAttn},
+        "capability": flash_attn_backend.device_capability(torch.device(args.device)),
+        "records": [r for records in done for r in records],
+    }
 
 
 def merge(runs: list[dict]) -> dict:
@@ -177,8 +219,10 @@ def merge(runs: list[dict]) -> dict:
         for r in run["records"]:
             cells.setdefault((r["backend"], r["head_dim"]), {}).setdefault(id(run), []).append(r)
     records = [r for by_run in cells.values() for r in list(by_run.values())[-1]]
-    installs = {k: next((run["installs"][k] for run in runs if run["installs"][k] == "installed"), v)
-                for k, v in runs[-1]["installs"].items()}
+    installs = {
+        k: next((run["installs"][k] for run in runs if run["installs"][k] == "installed"), v)
+        for k, v in runs[-1]["installs"].items()
+    }
     return {**runs[-1], "installs": installs, "records": records}
 
 
@@ -188,8 +232,15 @@ def _cell(records: list[dict]) -> str:
         return f"not run: {records[0]['reason'][:80]}"
     ran = [r for r in records if not r["reason"]]
     errors = [r for r in ran if r["error"]]
-    worst = max((t["err"] / max(PASS_FACTOR * t["baseline_err"] + t["rounding"], 1e-30) for r in ran
-                 for t in r["tensors"].values()), default=None, key=lambda x: float("inf") if x != x else x)
+    worst = max(
+        (
+            t["err"] / max(PASS_FACTOR * t["baseline_err"] + t["rounding"], 1e-30)
+            for r in ran
+            for t in r["tensors"].values()
+        ),
+        default=None,
+        key=lambda x: float("inf") if x != x else x,
+    )
     text = f"{sum(r['ok'] for r in ran)}/{len(records)} ok"
     text += f", worst at {worst:.2g} of its allowance" if worst is not None else ""
     return text + (f", {len(errors)} raised: {errors[0]['error'][:60]}" if errors else "")
@@ -203,23 +254,56 @@ def summarize(data: dict) -> Summary:
         by_cell.setdefault((r["backend"], r["head_dim"]), []).append(r)
     dims = sorted({r["head_dim"] for r in records})
     rows = [{"head dim": d, **{b: _cell(by_cell[b, d]) for b in backends if (b, d) in by_cell}} for d in dims]
-    trusted = {b: [d for d in dims if by_cell.get((b, d)) and len({r["case"] for r in records}) == len(by_cell[b, d])
-                   and all(r["ok"] for r in by_cell[b, d])] for b in backends}
+    trusted = {
+        b: [
+            d
+            for d in dims
+            if by_cell.get((b, d))
+            and len({r["case"] for r in records}) == len(by_cell[b, d])
+            and all(r["ok"] for r in by_cell[b, d])
+        ]
+        for b in backends
+    }
     fa4 = trusted.get(Backend.FLASH_ATTN_4.value, [])
     return Summary(
-        tables=[table([{"backend": b, "head dims passing every case": ", ".join(map(str, ds)) or "none",
-                        "failing or not run": ", ".join(str(d) for d in dims if d not in ds) or "none"}
-                       for b, ds in trusted.items()], f"{len(GRAD_CASES)} cases per head dim"),
-                table(rows, "Every head dim", headline=False)],
-        targets=[verdict("our Triton kernels (the control) pass every case at every head dim",
-                         f"{len(trusted.get('triton', []))} of {len(dims)} head dims",
-                         len(trusted.get("triton", [])) == len(dims) if "triton" in trusted else None)],
-        notes=[f"FLASH_ATTN_4_HEAD_DIMS row for {tuple(data['capability'] or ())}: frozenset({{{', '.join(map(str, fa4))}}})"])
+        tables=[
+            table(
+                [
+                    {
+                        "backend": b,
+                        "head dims passing every case": ", ".join(map(str, ds)) or "none",
+                        "failing or not run": ", ".join(str(d) for d in dims if d not in ds) or "none",
+                    }
+                    for b, ds in trusted.items()
+                ],
+                f"{len(GRAD_CASES)} cases per head dim",
+            ),
+            table(rows, "Every head dim", headline=False),
+        ],
+        targets=[
+            verdict(
+                "our Triton kernels (the control) pass every case at every head dim",
+                f"{len(trusted.get('triton', []))} of {len(dims)} head dims",
+                len(trusted.get("triton", [])) == len(dims) if "triton" in trusted else None,
+            )
+        ],
+        notes=[
+            f"FLASH_ATTN_4_HEAD_DIMS row for {tuple(data['capability'] or ())}: frozenset({{{', '.join(map(str, fa4))}}})"
+        ],
+    )
 
 
-BENCHMARK = Benchmark("flash_attn_head_dims", "flash-attn-4's head dims against float64", __doc__, measure, summarize,
-                      arguments=arguments, merge=merge, module="benchmarks.flash_attn_check",
-                      baseline="dense attention computed in bf16 (the same-precision error), and our Triton kernels")
+BENCHMARK = Benchmark(
+    "flash_attn_head_dims",
+    "flash-attn-4's head dims against float64",
+    __doc__,
+    measure,
+    summarize,
+    arguments=arguments,
+    merge=merge,
+    module="benchmarks.flash_attn_check",
+    baseline="dense attention computed in bf16 (the same-precision error), and our Triton kernels",
+)
 
 if __name__ == "__main__":
     BENCHMARK.main()

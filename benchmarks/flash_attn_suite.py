@@ -43,8 +43,17 @@ from pathlib import Path
 from benchmarks.common import REPO_ROOT, Benchmark, Summary, at_most, table, verdict
 
 SUITE_FILE = REPO_ROOT / ".flash_attn_suite" / "test_flash_attn.py"
-PARAMETERS = ("window_size", "alibi_slopes", "dropout_p", "softcap", "causal with seqlen_q != seqlen_k", "varlen",
-              "head dim not a multiple of 8", "flash_attn_with_kvcache", "block_table")
+PARAMETERS = (
+    "window_size",
+    "alibi_slopes",
+    "dropout_p",
+    "softcap",
+    "causal with seqlen_q != seqlen_k",
+    "varlen",
+    "head dim not a multiple of 8",
+    "flash_attn_with_kvcache",
+    "block_table",
+)
 """The count's columns: the cases exercising each (a case may count in several)."""
 
 # ------------------------------------------------------------------------------ the shim
@@ -63,7 +72,7 @@ else:
     def flash_attn_with_kvcache(*args, **kwargs):
         raise _compat.UnsupportedFeature("flash_attn_with_kvcache", "the KV-cache decoding API")
 ''',
-    "flash_attn/flash_attn_interface.py": '''
+    "flash_attn/flash_attn_interface.py": """
 from genoformer.kernels import flash_attn_compat as _compat
 from flash_attn import *  # noqa: F401,F403
 from flash_attn import flash_attn_with_kvcache  # noqa: F401
@@ -85,10 +94,10 @@ class _Extension:
 
 
 flash_attn_gpu = _Extension()
-''',
-    "flash_attn/bert_padding.py": '''
+""",
+    "flash_attn/bert_padding.py": """
 from genoformer.kernels.flash_attn_compat import pad_input, unpad_input  # noqa: F401
-''',
+""",
     "flash_attn/layers/__init__.py": "",
     "flash_attn/layers/rotary.py": '''
 """flash-attn's apply_rotary_emb in plain PyTorch (the KV-cache tests prepare their inputs with it)."""
@@ -287,14 +296,27 @@ def write_shim(folder: Path, suite_file: Path) -> Path:
 def run_pytest(folder: Path, args: list[str], env: dict, timeout: float, log: Path) -> tuple[int | None, float]:
     """pytest on the shim folder's test file in a child process (the shim first on PYTHONPATH), its
     output to `log`: (return code, or None when the budget stopped it with its workers; seconds)."""
-    env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(folder), str(REPO_ROOT),
-                                                                os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "pytest", str(folder / "tests"), "-p", "no:cacheprovider",
-               "--rootdir", str(folder / "tests"), *args]
+    env = {
+        **os.environ,
+        **env,
+        "PYTHONPATH": os.pathsep.join([str(folder), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(folder / "tests"),
+        "-p",
+        "no:cacheprovider",
+        "--rootdir",
+        str(folder / "tests"),
+        *args,
+    ]
     began = time.monotonic()
     with open(log, "w") as handle:
-        child = subprocess.Popen(command, cwd=folder, env=env, stdout=handle, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
+        child = subprocess.Popen(
+            command, cwd=folder, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             code = child.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -307,17 +329,28 @@ def run_pytest(folder: Path, args: list[str], env: dict, timeout: float, log: Pa
 # ------------------------------------------------------------------------------ measure
 def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--count", action="store_true", help="count every case by parameter (CPU), run nothing")
-    parser.add_argument("--suite-file", type=Path, default=SUITE_FILE,
-                        help=f"flash-attn's tests/test_flash_attn.py (default {SUITE_FILE.relative_to(REPO_ROOT)})")
-    parser.add_argument("--scale", type=float, default=0.3,
-                        help="a function of n cases runs round(scale * sqrt(n)) of them (default 0.3: 488 cases in all)")
+    parser.add_argument(
+        "--suite-file",
+        type=Path,
+        default=SUITE_FILE,
+        help=f"flash-attn's tests/test_flash_attn.py (default {SUITE_FILE.relative_to(REPO_ROOT)})",
+    )
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=0.3,
+        help="a function of n cases runs round(scale * sqrt(n)) of them (default 0.3: 488 cases in all)",
+    )
     parser.add_argument("--minimum", type=int, default=3, help="cases per function at least (3)")
     parser.add_argument("--seed", type=int, default=0, help="the sample's seed (0)")
     parser.add_argument("--workers", type=int, default=8, help="pytest-xdist workers (8; 0: none)")
     parser.add_argument("--budget", type=float, default=270.0, help="seconds before pytest is stopped (270)")
-    parser.add_argument("--functions", default="",
-                        help="only these test functions, comma-separated (e.g. test_flash_attn_kvcache); their "
-                             "result is named flash_attn_suite_subset")
+    parser.add_argument(
+        "--functions",
+        default="",
+        help="only these test functions, comma-separated (e.g. test_flash_attn_kvcache); their "
+        "result is named flash_attn_suite_subset",
+    )
 
 
 def name_of(args: argparse.Namespace) -> str:
@@ -328,43 +361,72 @@ def name_of(args: argparse.Namespace) -> str:
 
 def measure(args: argparse.Namespace) -> dict:
     if not args.suite_file.is_file():
-        sys.exit(f"{args.suite_file} is missing: stage flash-attn's tests/test_flash_attn.py there first (see "
-                 f"benchmarks/gpu_flash_params.sh), or pass --suite-file")
+        sys.exit(
+            f"{args.suite_file} is missing: stage flash-attn's tests/test_flash_attn.py there first (see "
+            f"benchmarks/gpu_flash_params.sh), or pass --suite-file"
+        )
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="flash_attn_shim_") as tmp:
         folder = Path(tmp)
         write_shim(folder, args.suite_file)
         if args.count:
             table_path = folder / "count.json"
-            code, seconds = run_pytest(folder, ["--collect-only", "-q"], {"FA_COUNT": str(table_path)}, 7200,
-                                       folder / "collect.log")
+            code, seconds = run_pytest(
+                folder, ["--collect-only", "-q"], {"FA_COUNT": str(table_path)}, 7200, folder / "collect.log"
+            )
             if not table_path.is_file():
-                sys.exit(f"collecting flash-attn's suite failed (status {code}):\n"
-                         + (folder / "collect.log").read_text()[-3000:])
+                sys.exit(
+                    f"collecting flash-attn's suite failed (status {code}):\n"
+                    + (folder / "collect.log").read_text()[-3000:]
+                )
             return {"kind": "count", "seconds": seconds, "functions": json.loads(table_path.read_text())}
         selected_path, results_path = folder / "selected.jsonl", folder / "cases.jsonl"
-        env = {"FA_RESULTS": str(results_path), "FA_SELECTED": str(selected_path),
-               "FA_SAMPLE_SCALE": str(args.scale), "FA_SAMPLE_MIN": str(args.minimum),
-               "FA_SAMPLE_SEED": str(args.seed), "GENOFORMER_TRITON_AUTOTUNE": "0"}
+        env = {
+            "FA_RESULTS": str(results_path),
+            "FA_SELECTED": str(selected_path),
+            "FA_SAMPLE_SCALE": str(args.scale),
+            "FA_SAMPLE_MIN": str(args.minimum),
+            "FA_SAMPLE_SEED": str(args.seed),
+            "GENOFORMER_TRITON_AUTOTUNE": "0",
+        }
         if args.smoke:  # the sample collected on this CPU, nothing run
             code, seconds = run_pytest(folder, ["--collect-only", "-q"], env, 600, folder / "collect.log")
             cases = []
         else:
             workers = ["-n", str(args.workers)] if args.workers else []
             only = ["-k", " or ".join(args.functions.split(","))] if args.functions else []
-            code, seconds = run_pytest(folder, ["-q", "-rfs", "--tb=line", *workers, *only], env, args.budget,
-                                       args.out / "flash_attn_suite.log")
-            cases = [json.loads(line) for line in results_path.read_text().splitlines()] \
-                if results_path.is_file() else []
+            code, seconds = run_pytest(
+                folder,
+                ["-q", "-rfs", "--tb=line", *workers, *only],
+                env,
+                args.budget,
+                args.out / "flash_attn_suite.log",
+            )
+            cases = (
+                [json.loads(line) for line in results_path.read_text().splitlines()] if results_path.is_file() else []
+            )
         # every collecting process wrote the same sample: one line per function is kept
-        selected = {row["function"]: row for row in map(json.loads, selected_path.read_text().splitlines())} \
-            if selected_path.is_file() else {}
+        selected = (
+            {row["function"]: row for row in map(json.loads, selected_path.read_text().splitlines())}
+            if selected_path.is_file()
+            else {}
+        )
         if args.functions:  # -k's substring match
-            selected = {name: row for name, row in selected.items()
-                        if any(part in name for part in args.functions.split(","))}
-    return {"kind": "suite", "collected_only": args.smoke, "seconds": seconds, "returncode": code,
-            "budget_s": args.budget, "scale": args.scale, "minimum": args.minimum, "seed": args.seed,
-            "functions": selected, "cases": cases}
+            selected = {
+                name: row for name, row in selected.items() if any(part in name for part in args.functions.split(","))
+            }
+    return {
+        "kind": "suite",
+        "collected_only": args.smoke,
+        "seconds": seconds,
+        "returncode": code,
+        "budget_s": args.budget,
+        "scale": args.scale,
+        "minimum": args.minimum,
+        "seed": args.seed,
+        "functions": selected,
+        "cases": cases,
+    }
 
 
 # ------------------------------------------------------------------------------ summarize
@@ -376,18 +438,35 @@ def _count_summary(data: dict) -> Summary:
     rows = []
     for name, row in [*sorted(functions.items()), ("all", dict(total))]:
         missing = {key.removeprefix("missing: "): n for key, n in row.items() if key.startswith("missing: ")}
-        rows.append({"test function": name, "cases": row["cases"], **{p: row.get(p, 0) for p in PARAMETERS},
-                     "need a missing feature": sum(missing.values()),
-                     "which": ", ".join(f"{key} {n}" for key, n in missing.items())})
+        rows.append(
+            {
+                "test function": name,
+                "cases": row["cases"],
+                **{p: row.get(p, 0) for p in PARAMETERS},
+                "need a missing feature": sum(missing.values()),
+                "which": ", ".join(f"{key} {n}" for key, n in missing.items()),
+            }
+        )
     lacking = sum(n for key, n in total.items() if key.startswith("missing: "))
     return Summary(
         title="flash-attn's test suite, counted: the cases each flash-attn parameter takes",
-        tables=[table(rows, caption="flash-attn's tests/test_flash_attn.py, unmodified, collected against "
-                      "genoformer.kernels.flash_attn_compat; a column counts the cases exercising that parameter.")],
-        targets=[at_most("cases that need a feature the module lacks: at most the KV-cache decoding tests",
-                         lacking, total["flash_attn_with_kvcache"], measured=f"{lacking:,} (flash-attn's internal "
-                         f"and compiled entry points)")],
-        notes=[f"{total['cases']:,} cases collected in {data['seconds']:.0f} s."])
+        tables=[
+            table(
+                rows,
+                caption="flash-attn's tests/test_flash_attn.py, unmodified, collected against "
+                "genoformer.kernels.flash_attn_compat; a column counts the cases exercising that parameter.",
+            )
+        ],
+        targets=[
+            at_most(
+                "cases that need a feature the module lacks: at most the KV-cache decoding tests",
+                lacking,
+                total["flash_attn_with_kvcache"],
+                measured=f"{lacking:,} (flash-attn's internal and compiled entry points)",
+            )
+        ],
+        notes=[f"{total['cases']:,} cases collected in {data['seconds']:.0f} s."],
+    )
 
 
 def _outcome(case: dict) -> str:
@@ -410,38 +489,77 @@ def summarize(data: dict) -> Summary:
     rows = []
     for name, row in sorted(data["functions"].items()):
         counts = by_function.get(name, collections.Counter())
-        rows.append({"test function": name, "cases": row["cases"], "selected": row["selected"],
-                     **{k: counts.get(k, 0) for k in outcomes},
-                     "not run (budget)": row["selected"] - sum(counts.values())})
+        rows.append(
+            {
+                "test function": name,
+                "cases": row["cases"],
+                "selected": row["selected"],
+                **{k: counts.get(k, 0) for k in outcomes},
+                "not run (budget)": row["selected"] - sum(counts.values()),
+            }
+        )
     selected = sum(row["selected"] for row in data["functions"].values())
-    rows.append({"test function": "all", "cases": sum(row["cases"] for row in data["functions"].values()),
-                 "selected": selected, **{k: total.get(k, 0) for k in outcomes},
-                 "not run (budget)": selected - sum(total.values())})
+    rows.append(
+        {
+            "test function": "all",
+            "cases": sum(row["cases"] for row in data["functions"].values()),
+            "selected": selected,
+            **{k: total.get(k, 0) for k in outcomes},
+            "not run (budget)": selected - sum(total.values()),
+        }
+    )
     failures = [case for case in data["cases"] if case["outcome"] == "failed"]
-    ended = "collected only (--smoke)" if data["collected_only"] else (
-        "ran to the end" if data["returncode"] is not None else f"stopped by its {data['budget_s']:.0f} s budget")
+    ended = (
+        "collected only (--smoke)"
+        if data["collected_only"]
+        else ("ran to the end" if data["returncode"] is not None else f"stopped by its {data['budget_s']:.0f} s budget")
+    )
     missing = sum(n for k, n in total.items() if k.startswith("skipped ("))
-    targets = [] if data["collected_only"] else [
-        at_most("failures among the cases run", total.get("failed", 0), 0),
-        verdict("skipped for a missing feature: at most the KV-cache decoding tests",
-                f"{missing} (flash-attn's internal entry points)", missing == 0 or all(
+    targets = (
+        []
+        if data["collected_only"]
+        else [
+            at_most("failures among the cases run", total.get("failed", 0), 0),
+            verdict(
+                "skipped for a missing feature: at most the KV-cache decoding tests",
+                f"{missing} (flash-attn's internal entry points)",
+                missing == 0
+                or all(
                     "_flash_attn_varlen_forward" in k or "flash_attn_gpu" in k
-                    for k in total if k.startswith("skipped ("))),
-    ]
+                    for k in total
+                    if k.startswith("skipped (")
+                ),
+            ),
+        ]
+    )
     return Summary(
         title="flash-attn's own test suite against genoformer.kernels.flash_attn_compat",
-        tables=[table(rows, caption=f"flash-attn's tests/test_flash_attn.py, unmodified (`import flash_attn` resolved "
-                      f"to our module by a package written at run time): round({data['scale']:g} sqrt(n)) of a "
-                      f"function's n cases, at least {data['minimum']}, seeded by its name (seed {data['seed']}); pytest "
-                      f"{ended} after {data['seconds']:.0f} s. Skipped by the suite: its own pytest.skip; skipped "
-                      "with a missing feature: the case called what the module raises UnsupportedFeature for.")],
+        tables=[
+            table(
+                rows,
+                caption=f"flash-attn's tests/test_flash_attn.py, unmodified (`import flash_attn` resolved "
+                f"to our module by a package written at run time): round({data['scale']:g} sqrt(n)) of a "
+                f"function's n cases, at least {data['minimum']}, seeded by its name (seed {data['seed']}); pytest "
+                f"{ended} after {data['seconds']:.0f} s. Skipped by the suite: its own pytest.skip; skipped "
+                "with a missing feature: the case called what the module raises UnsupportedFeature for.",
+            )
+        ],
         targets=targets,
         notes=[f"failed: `{case['nodeid']}`: {case['reason']}" for case in failures[:20]],
-        failed=bool(failures))
+        failed=bool(failures),
+    )
 
 
-BENCHMARK = Benchmark("flash_attn_suite", "flash-attn's own test suite against genoformer.kernels.flash_attn_compat",
-                      __doc__, measure, summarize, baseline="", arguments=arguments, name_of=name_of)
+BENCHMARK = Benchmark(
+    "flash_attn_suite",
+    "flash-attn's own test suite against genoformer.kernels.flash_attn_compat",
+    __doc__,
+    measure,
+    summarize,
+    baseline="",
+    arguments=arguments,
+    name_of=name_of,
+)
 
 if __name__ == "__main__":
     BENCHMARK.main()

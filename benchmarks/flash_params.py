@@ -60,27 +60,68 @@ def situations(window: int, smoke: bool) -> list[Situation]:
     causal, block = "causal", f"block-granular window {window}, causal"
     plain = [
         Situation(causal, (("causal", True),), flex="causal", fa4=(("causal", True),)),
-        Situation(block, (("causal", True), ("layout", window)), why_not_flex="the exact window's row",
-                  why_not_fa4="the exact window's row"),
-        Situation(f"exact window {window}, causal", (("causal", True), ("window", (window, 0))), block, 1.05,
-                  flex="sliding", fa4=(("causal", True), ("window_size", (window, 0)))),
-        Situation("ALiBi, causal", (("causal", True), ("alibi", True)), causal, 1.10, flex="alibi",
-                  why_not_fa4="flash-attn-4 takes ALiBi slopes only as a CuTe-DSL score_mod"),
+        Situation(
+            block,
+            (("causal", True), ("layout", window)),
+            why_not_flex="the exact window's row",
+            why_not_fa4="the exact window's row",
+        ),
+        Situation(
+            f"exact window {window}, causal",
+            (("causal", True), ("window", (window, 0))),
+            block,
+            1.05,
+            flex="sliding",
+            fa4=(("causal", True), ("window_size", (window, 0))),
+        ),
+        Situation(
+            "ALiBi, causal",
+            (("causal", True), ("alibi", True)),
+            causal,
+            1.10,
+            flex="alibi",
+            why_not_fa4="flash-attn-4 takes ALiBi slopes only as a CuTe-DSL score_mod",
+        ),
     ]
     if smoke:
         return plain
     both = f"block-granular window ±{window}"
     return plain + [
-        Situation(both, (("layout", window),), why_not_flex="the exact window's row",
-                  why_not_fa4="the exact window's row"),
-        Situation(f"exact window ±{window}", (("window", (window, window)),), both, 1.05, flex="band",
-                  fa4=(("window_size", (window, window)),)),
-        Situation(f"softcap {SOFTCAP:g}, causal", (("causal", True), ("softcap", SOFTCAP)), causal, 1.10,
-                  flex="softcap", fa4=(("causal", True), ("softcap", SOFTCAP))),
-        Situation(f"dropout {DROPOUT:g}, causal", (("causal", True), ("dropout_p", DROPOUT)), causal, 1.25,
-                  why_not_flex="FlexAttention has no dropout", why_not_fa4="flash-attn-4 has no dropout"),
-        Situation("flash_attn_compat.flash_attn_func, causal", (("causal", True), ("compat", True)), causal, 1.03,
-                  why_not_flex="the native call's row", why_not_fa4="the native call's row"),
+        Situation(
+            both, (("layout", window),), why_not_flex="the exact window's row", why_not_fa4="the exact window's row"
+        ),
+        Situation(
+            f"exact window ±{window}",
+            (("window", (window, window)),),
+            both,
+            1.05,
+            flex="band",
+            fa4=(("window_size", (window, window)),),
+        ),
+        Situation(
+            f"softcap {SOFTCAP:g}, causal",
+            (("causal", True), ("softcap", SOFTCAP)),
+            causal,
+            1.10,
+            flex="softcap",
+            fa4=(("causal", True), ("softcap", SOFTCAP)),
+        ),
+        Situation(
+            f"dropout {DROPOUT:g}, causal",
+            (("causal", True), ("dropout_p", DROPOUT)),
+            causal,
+            1.25,
+            why_not_flex="FlexAttention has no dropout",
+            why_not_fa4="flash-attn-4 has no dropout",
+        ),
+        Situation(
+            "flash_attn_compat.flash_attn_func, causal",
+            (("causal", True), ("compat", True)),
+            causal,
+            1.03,
+            why_not_flex="the native call's row",
+            why_not_fa4="the native call's row",
+        ),
     ]
 
 
@@ -88,8 +129,7 @@ def _inputs(shape: tuple, device: torch.device, seed: int = 0) -> list[torch.Ten
     """q, k, v, dout (B, H, L, D) bf16 views of (B, L, H, D) tensors (flash-attn's layout)."""
     B, H, L, D = shape
     g = torch.Generator(device).manual_seed(seed)
-    return [torch.randn(B, L, H, D, device=device, dtype=torch.bfloat16, generator=g).transpose(1, 2)
-            for _ in range(4)]
+    return [torch.randn(B, L, H, D, device=device, dtype=torch.bfloat16, generator=g).transpose(1, 2) for _ in range(4)]
 
 
 def _ours(situation: Situation, shape: tuple, device: torch.device) -> Callable:
@@ -101,8 +141,9 @@ def _ours(situation: Situation, shape: tuple, device: torch.device) -> Callable:
 
     kwargs = dict(situation.ours)
     if kwargs.pop("compat", False):
-        return lambda q, k, v: compat.flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                      causal=kwargs["causal"]).transpose(1, 2)
+        return lambda q, k, v: compat.flash_attn_func(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=kwargs["causal"]
+        ).transpose(1, 2)
     L, bs = shape[2], 128 if shape[2] >= 1024 else 32
     if "layout" in kwargs:
         layout = BlockLayout.sliding_window(L, kwargs.pop("layout"), bs)
@@ -115,9 +156,8 @@ def _ours(situation: Situation, shape: tuple, device: torch.device) -> Callable:
 
 
 def _flex(kind: str, shape: tuple, window: int, device: torch.device, compiled: bool) -> Callable:
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
     from genoformer.kernels import alibi_slopes
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     B, H, L, D = shape
     slopes = alibi_slopes(H).to(device)
@@ -141,10 +181,13 @@ def _flex(kind: str, shape: tuple, window: int, device: torch.device, compiled: 
     score_mod = {"alibi": alibi, "softcap": softcap}.get(kind)
     block_mask = create_block_mask(mask_mod, None, None, L, L, device=str(device))
     if compiled:
-        return functools.partial(torch.compile(flex_attention, dynamic=False), score_mod=score_mod,
-                                 block_mask=block_mask)
+        return functools.partial(
+            torch.compile(flex_attention, dynamic=False), score_mod=score_mod, block_mask=block_mask
+        )
     # uncompiled, on a CPU: forward only (PyTorch has no CPU Flex backward; the forward+backward is recorded as failed)
-    return lambda q, k, v: flex_attention(q.detach(), k.detach(), v.detach(), score_mod=score_mod, block_mask=block_mask)
+    return lambda q, k, v: flex_attention(
+        q.detach(), k.detach(), v.detach(), score_mod=score_mod, block_mask=block_mask
+    )
 
 
 def _fa4(kwargs: tuple) -> Callable:
@@ -169,8 +212,11 @@ def _fa4_reason() -> str | None:
 def _impls(situation: Situation, shape: tuple, window: int, device: torch.device) -> dict:
     """{"ours", "flex", "fa4"}: each a callable (q, k, v) -> out, or why it does not run."""
     impls: dict = {"ours": _ours(situation, shape, device)}
-    impls["flex"] = (_flex(situation.flex, shape, window, device, device.type == "cuda") if situation.flex
-                     else situation.why_not_flex)
+    impls["flex"] = (
+        _flex(situation.flex, shape, window, device, device.type == "cuda")
+        if situation.flex
+        else situation.why_not_flex
+    )
     if situation.fa4 is None:
         impls["fa4"] = situation.why_not_fa4
     elif device.type != "cuda":
@@ -198,13 +244,16 @@ def _warm(name: str, shape: tuple, window: int) -> str:
 
 
 def arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="device (default cuda; cpu with --smoke)")
+    parser.add_argument(
+        "--device", default="cuda", choices=("cuda", "cpu"), help="device (default cuda; cpu with --smoke)"
+    )
     parser.add_argument("--length", type=int, default=16384, help="tokens (default 16384; 64 with --smoke)")
     parser.add_argument("--window", type=int, default=1024, help="window width (default 1024; 16 with --smoke)")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (default 2)")
     parser.add_argument("--rep-ms", type=float, default=60.0, help="do_bench measuring time in ms (default 60)")
-    parser.add_argument("--warm-workers", type=int, default=6,
-                        help="processes compiling the situations first (default 6; 0: none)")
+    parser.add_argument(
+        "--warm-workers", type=int, default=6, help="processes compiling the situations first (default 6; 0: none)"
+    )
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -227,8 +276,9 @@ def measure(args: argparse.Namespace) -> dict:
     attempts = Attempts()
     timer = Timer(device, warmup_ms=1 if args.smoke else 10, rep_ms=1 if args.smoke else args.rep_ms)
     impls = {s.name: _impls(s, shape, window, device) for s in cases}
-    records = {s.name: {key: ({} if callable(impl) else {"error": impl}) for key, impl in impls[s.name].items()}
-               for s in cases}
+    records = {
+        s.name: {key: ({} if callable(impl) else {"error": impl}) for key, impl in impls[s.name].items()} for s in cases
+    }
     for s in cases:  # outputs against ours (bf16 both): the same function is timed
         with torch.no_grad():
             ours, error = attempts.attempt(f"{s.name}: ours", lambda s=s: impls[s.name]["ours"](q, k, v).float())
@@ -237,8 +287,10 @@ def measure(args: argparse.Namespace) -> dict:
                 continue
             for key in ("flex", "fa4"):
                 if callable(impls[s.name][key]):
-                    diff, error = attempts.attempt(f"{s.name}: {key}", lambda s=s, key=key: (
-                        impls[s.name][key](q, k, v).float() - ours).abs().max().item())
+                    diff, error = attempts.attempt(
+                        f"{s.name}: {key}",
+                        lambda s=s, key=key: (impls[s.name][key](q, k, v).float() - ours).abs().max().item(),
+                    )
                     records[s.name][key] = {"error": error} if error else {"max_abs_diff_vs_ours": diff}
     for _ in range(args.rounds):
         for s in cases:
@@ -260,10 +312,19 @@ def measure(args: argparse.Namespace) -> dict:
                         record["error"] = error
                         break
                     record[name] = min(record.get(name, math.inf), ms)
-    return {"shape": list(shape), "window": window, "rounds": args.rounds, "warm_s": warm_s,
-            "warm_errors": warm_errors, "seconds": time.monotonic() - began, "fa4": _fa4_reason() or "installed",
-            "situations": [{"name": s.name, "baseline": s.baseline, "target": s.target, "records": records[s.name]}
-                           for s in cases], "tracebacks": attempts.tracebacks}
+    return {
+        "shape": list(shape),
+        "window": window,
+        "rounds": args.rounds,
+        "warm_s": warm_s,
+        "warm_errors": warm_errors,
+        "seconds": time.monotonic() - began,
+        "fa4": _fa4_reason() or "installed",
+        "situations": [
+            {"name": s.name, "baseline": s.baseline, "target": s.target, "records": records[s.name]} for s in cases
+        ],
+        "tracebacks": attempts.tracebacks,
+    }
 
 
 def summarize(data: dict) -> Summary:
@@ -272,36 +333,57 @@ def summarize(data: dict) -> Summary:
     for s in data["situations"]:
         mine, flex, fa4 = (s["records"][key] for key in ("ours", "flex", "fa4"))
         base = ours.get(s["baseline"], {}) if s["baseline"] else {}
-        row = {"situation": s["name"], "ours fwd ms": mine.get("fwd_ms"), "ours fwd+bwd ms": mine.get("fwd_bwd_ms"),
-               "vs its baseline fwd": ratio(mine.get("fwd_ms"), base.get("fwd_ms")),
-               "vs its baseline fwd+bwd": ratio(mine.get("fwd_bwd_ms"), base.get("fwd_bwd_ms")),
-               "vs Flex fwd": ratio(mine.get("fwd_ms"), flex.get("fwd_ms")),
-               "vs Flex fwd+bwd": ratio(mine.get("fwd_bwd_ms"), flex.get("fwd_bwd_ms")),
-               "vs FA4 fwd": ratio(mine.get("fwd_ms"), fa4.get("fwd_ms")),
-               "vs FA4 fwd+bwd": ratio(mine.get("fwd_bwd_ms"), fa4.get("fwd_bwd_ms")),
-               "not run": "; ".join(f"{key}: {record['error']}" for key, record in s["records"].items()
-                                    if "error" in record)}
+        row = {
+            "situation": s["name"],
+            "ours fwd ms": mine.get("fwd_ms"),
+            "ours fwd+bwd ms": mine.get("fwd_bwd_ms"),
+            "vs its baseline fwd": ratio(mine.get("fwd_ms"), base.get("fwd_ms")),
+            "vs its baseline fwd+bwd": ratio(mine.get("fwd_bwd_ms"), base.get("fwd_bwd_ms")),
+            "vs Flex fwd": ratio(mine.get("fwd_ms"), flex.get("fwd_ms")),
+            "vs Flex fwd+bwd": ratio(mine.get("fwd_bwd_ms"), flex.get("fwd_bwd_ms")),
+            "vs FA4 fwd": ratio(mine.get("fwd_ms"), fa4.get("fwd_ms")),
+            "vs FA4 fwd+bwd": ratio(mine.get("fwd_bwd_ms"), fa4.get("fwd_bwd_ms")),
+            "not run": "; ".join(
+                f"{key}: {record['error']}" for key, record in s["records"].items() if "error" in record
+            ),
+        }
         rows.append(row)
         if s["baseline"]:
-            targets.append(at_most(f"{s['name']}: fwd+bwd at most {s['target']:g}x {s['baseline']}",
-                                   row["vs its baseline fwd+bwd"], s["target"], unit="x"))
+            targets.append(
+                at_most(
+                    f"{s['name']}: fwd+bwd at most {s['target']:g}x {s['baseline']}",
+                    row["vs its baseline fwd+bwd"],
+                    s["target"],
+                    unit="x",
+                )
+            )
     B, H, L, D = data["shape"]
     return Summary(
-        tables=[table(rows, caption=f"bf16, B={B}, {H} heads of {D}, {L:,} tokens, window {data['window']}; "
-                      f"medians of do_bench, best of {data['rounds']} interleaved rounds; ratios of times (below 1: "
-                      "ours faster). Our default launch configurations (no tuning), the same tiles with and without "
-                      "each parameter. Flex: torch.compile(flex_attention), its Triton backend.")],
+        tables=[
+            table(
+                rows,
+                caption=f"bf16, B={B}, {H} heads of {D}, {L:,} tokens, window {data['window']}; "
+                f"medians of do_bench, best of {data['rounds']} interleaved rounds; ratios of times (below 1: "
+                "ours faster). Our default launch configurations (no tuning), the same tiles with and without "
+                "each parameter. Flex: torch.compile(flex_attention), its Triton backend.",
+            )
+        ],
         targets=targets,
         notes=[f"flash-attn-4: {data['fa4']}; compiled first in parallel processes for {data['warm_s']:.0f} s"]
-        + [f"warm-up of {name}: {error}" for name, error in data["warm_errors"].items() if error])
+        + [f"warm-up of {name}: {error}" for name, error in data["warm_errors"].items() if error],
+    )
 
 
 BENCHMARK = Benchmark(
-    "flash_params", "flash-attn's parameters: what each costs in our kernels, against FlexAttention and flash-attn-4",
-    __doc__, measure, summarize,
+    "flash_params",
+    "flash-attn's parameters: what each costs in our kernels, against FlexAttention and flash-attn-4",
+    __doc__,
+    measure,
+    summarize,
     baseline="our kernels without the parameter (plain causal; the block-granular window of the same width; the "
-             "native call for the compatible module)",
-    arguments=arguments)
+    "native call for the compatible module)",
+    arguments=arguments,
+)
 
 if __name__ == "__main__":
     BENCHMARK.main()

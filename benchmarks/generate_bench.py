@@ -23,9 +23,9 @@ import time
 
 import numpy as np
 import torch
+from genoformer.data.genome.inputs import read_sequences
 
 from benchmarks.common import REPO_ROOT, Benchmark, Summary, at_least, at_most, median, table, verdict
-from genoformer.data.genome.inputs import read_sequences
 from genoformer.genome.generate import Generator
 
 SHIPPED = REPO_ROOT / "examples" / "genoformer_dna.ckpt"
@@ -48,8 +48,9 @@ def seconds(fn) -> float:
     return time.perf_counter() - began
 
 
-def measure_prompt(generator: Generator, genome: np.ndarray, prompt: int, length: int, rounds: int,
-                   threads: list[int], check: int) -> dict:
+def measure_prompt(
+    generator: Generator, genome: np.ndarray, prompt: int, length: int, rounds: int, threads: list[int], check: int
+) -> dict:
     points = sorted({int(round(p)) for p in np.linspace(prompt, prompt + length - 1, 4)})
     generator.generate(genome[:prompt], 2)  # warm-up: first-call allocations
     generator.generate(genome[:prompt], 2, use_cache=False)
@@ -59,14 +60,21 @@ def measure_prompt(generator: Generator, genome: np.ndarray, prompt: int, length
         runs.setdefault("prefill", []).append(seconds(lambda: generator.generate(genome[:prompt], 1, seed=0)))
         for count in threads:
             with torch_threads(count):
-                per_base = [seconds(lambda p=p: generator.generate(genome[:p], 2, seed=0, use_cache=False)) / 2
-                            for p in points]
+                per_base = [
+                    seconds(lambda p=p: generator.generate(genome[:p], 2, seed=0, use_cache=False)) / 2 for p in points
+                ]
             runs.setdefault(f"recomputed_{count}", []).append(1e3 * statistics.fmean(per_base))
     greedy = [generator.generate(genome[:prompt], check, top_k=1, use_cache=cache) for cache in (True, False)]
-    return {"prompt": prompt, "length": length, "cached_s": runs["cached"], "prefill_s_best": min(runs["prefill"]),
-            "recomputed_ms_per_base": {str(c): {"best": min(runs[f"recomputed_{c}"]), "median": median(runs[f"recomputed_{c}"])}
-                                       for c in threads},
-            "greedy_same_bases": bool(np.array_equal(*greedy))}
+    return {
+        "prompt": prompt,
+        "length": length,
+        "cached_s": runs["cached"],
+        "prefill_s_best": min(runs["prefill"]),
+        "recomputed_ms_per_base": {
+            str(c): {"best": min(runs[f"recomputed_{c}"]), "median": median(runs[f"recomputed_{c}"])} for c in threads
+        },
+        "greedy_same_bases": bool(np.array_equal(*greedy)),
+    }
 
 
 def arguments(parser) -> None:
@@ -90,25 +98,46 @@ def summarize(data: dict) -> Summary:
         cached = {"best": min(case["cached_s"]), "median": median(case["cached_s"])}
         recomputed = {how: min(v[how] for v in case["recomputed_ms_per_base"].values()) for how in cached}
         speedup = {how: recomputed[how] / (1e3 * cached[how] / case["length"]) for how in cached}
-        rows.append({"prompt bases": case["prompt"], f"cached, {case['length']} bases (s)": cached["best"],
-                     "cached ms/base": 1e3 * cached["best"] / case["length"], "of it prefill (s)": case["prefill_s_best"],
-                     "recomputed ms/base": recomputed["best"], "x faster (best / median)":
-                     f"{speedup['best']:.0f} / {speedup['median']:.0f}", "same greedy bases": "yes" if case["greedy_same_bases"] else "NO"})
+        rows.append(
+            {
+                "prompt bases": case["prompt"],
+                f"cached, {case['length']} bases (s)": cached["best"],
+                "cached ms/base": 1e3 * cached["best"] / case["length"],
+                "of it prefill (s)": case["prefill_s_best"],
+                "recomputed ms/base": recomputed["best"],
+                "x faster (best / median)": f"{speedup['best']:.0f} / {speedup['median']:.0f}",
+                "same greedy bases": "yes" if case["greedy_same_bases"] else "NO",
+            }
+        )
         if case["prompt"] == 1000:
-            targets += [at_most("500 bases from a 1,000-base prompt in at most 30 s (median)", cached["median"], 30.0, " s"),
-                        at_least("the cache at least 20x faster per base than recomputing (median)", speedup["median"],
-                                 20.0, "x")]
+            targets += [
+                at_most("500 bases from a 1,000-base prompt in at most 30 s (median)", cached["median"], 30.0, " s"),
+                at_least(
+                    "the cache at least 20x faster per base than recomputing (median)", speedup["median"], 20.0, "x"
+                ),
+            ]
     same = [c["greedy_same_bases"] for c in data["cases"]]
-    targets.append(verdict("greedy bases the same, cached and recomputed", f"{sum(same)} of {len(same)} prompts",
-                           all(same)))
+    targets.append(
+        verdict("greedy bases the same, cached and recomputed", f"{sum(same)} of {len(same)} prompts", all(same))
+    )
     load = data["load_average"]
-    return Summary(tables=[table(rows, f"Best of the rounds; load average {load[0]:.1f} before, {load[1]:.1f} after")],
-                   targets=targets, failed=not all(same))
+    return Summary(
+        tables=[table(rows, f"Best of the rounds; load average {load[0]:.1f} before, {load[1]:.1f} after")],
+        targets=targets,
+        failed=not all(same),
+    )
 
 
-BENCHMARK = Benchmark("generate", "First-day tools: generate (CPU)", __doc__, measure, summarize,
-                      arguments=arguments, module="benchmarks.generate_bench",
-                      baseline="the same model recomputing the window at every base (use_cache=False)")
+BENCHMARK = Benchmark(
+    "generate",
+    "First-day tools: generate (CPU)",
+    __doc__,
+    measure,
+    summarize,
+    arguments=arguments,
+    module="benchmarks.generate_bench",
+    baseline="the same model recomputing the window at every base (use_cache=False)",
+)
 
 if __name__ == "__main__":
     BENCHMARK.main()

@@ -24,12 +24,13 @@ from __future__ import annotations
 import importlib
 
 import torch
+from genoformer.kernels.dispatch import Backend, attention
 
 from benchmarks.common import (
+    FULL,
     Attempts,
     Benchmark,
     Budget,
-    FULL,
     Pattern,
     Summary,
     Timer,
@@ -43,11 +44,12 @@ from benchmarks.common import (
     table,
     tuner_choices,
 )
-from genoformer.kernels.dispatch import Backend, attention
 
-PASSES = {"fwd": ("gluon_api", ("gluon_ws", "gluon_ahead", "gluon_plain", "gluon_api", "triton", "fa2", "fa4"), 0.05),
-          "bwd": ("triton", ("triton", "gluon_wide", "gluon_narrow", "gluon_ws", "fa2", "fa4"), 0.02),
-          "layouts": ("gluon_api", ("gluon_api", "triton_api"), 0.05)}
+PASSES = {
+    "fwd": ("gluon_api", ("gluon_ws", "gluon_ahead", "gluon_plain", "gluon_api", "triton", "fa2", "fa4"), 0.05),
+    "bwd": ("triton", ("triton", "gluon_wide", "gluon_narrow", "gluon_ws", "fa2", "fa4"), 0.02),
+    "layouts": ("gluon_api", ("gluon_api", "triton_api"), 0.05),
+}
 """pass -> (the implementation the ratios are of, every implementation, the check's tolerance)."""
 
 
@@ -58,6 +60,7 @@ def forward_impls(fa4_module) -> dict:
     def gluon(configs):
         def run(q, k, v, causal):
             return gluon_flash.gluon_fwd_launch(q, k, v, causal, q.shape[-1] ** -0.5, configs[q.shape[-1]])[0]
+
         run.head_dims = tuple(configs)  # a table without the cell's head dim leaves it empty
         return run
 
@@ -66,11 +69,16 @@ def forward_impls(fa4_module) -> dict:
         with torch.enable_grad():
             return attention(q, k, v, causal=causal, backend=Backend.GLUON).detach()
 
-    impls = {"gluon_ws": gluon(gluon_fwd.WS_CONFIGS), "gluon_ahead": gluon(gluon_fwd.AHEAD_CONFIGS),
-             "gluon_plain": gluon(gluon_fwd.PLAIN_CONFIGS), "gluon_api": api,
-             "triton": lambda q, k, v, causal: triton_flash.flash_fwd(q, k, v, None, None, None, 0, causal,
-                                                                     q.shape[-1] ** -0.5)[0],
-             "fa2": lambda q, k, v, causal: fa2(causal).fn(q, k, v)}
+    impls = {
+        "gluon_ws": gluon(gluon_fwd.WS_CONFIGS),
+        "gluon_ahead": gluon(gluon_fwd.AHEAD_CONFIGS),
+        "gluon_plain": gluon(gluon_fwd.PLAIN_CONFIGS),
+        "gluon_api": api,
+        "triton": lambda q, k, v, causal: triton_flash.flash_fwd(
+            q, k, v, None, None, None, 0, causal, q.shape[-1] ** -0.5
+        )[0],
+        "fa2": lambda q, k, v, causal: fa2(causal).fn(q, k, v),
+    }
     if fa4_module is not None:
         impls["fa4"] = lambda q, k, v, causal: fa4(fa4_module, causal).fn(q, k, v)
     return impls
@@ -83,14 +91,17 @@ def backward_impls(fa4_module) -> dict:
     def gluon(configs):
         def setup(q, k, v, do, causal):
             o, lse = gluon_flash.gluon_fwd_launch(q, k, v, causal, q.shape[-1] ** -0.5)
-            return lambda: gluon_bwd.gluon_bwd_launch(do, q, k, v, o, lse, causal, q.shape[-1] ** -0.5,
-                                                      config=configs[q.shape[-1]])
+            return lambda: gluon_bwd.gluon_bwd_launch(
+                do, q, k, v, o, lse, causal, q.shape[-1] ** -0.5, config=configs[q.shape[-1]]
+            )
+
         return setup
 
     def triton(q, k, v, do, causal):
         o, lse = triton_flash.flash_fwd(q, k, v, None, None, None, 0, causal, q.shape[-1] ** -0.5)
-        return lambda: triton_flash.flash_bwd(do, q, k, v, o, lse, None, None, None, None, None, 0, causal,
-                                              q.shape[-1] ** -0.5)
+        return lambda: triton_flash.flash_bwd(
+            do, q, k, v, o, lse, None, None, None, None, None, 0, causal, q.shape[-1] ** -0.5
+        )
 
     def autograd(make):
         def setup(q, k, v, do, causal):
@@ -98,10 +109,16 @@ def backward_impls(fa4_module) -> dict:
             with torch.enable_grad():
                 out = make(causal).fn(*leaves)
             return lambda: torch.autograd.grad(out, leaves, do, retain_graph=True)
+
         return setup
 
-    impls = {"gluon_wide": gluon(gluon_bwd.WIDE_CONFIGS), "gluon_narrow": gluon(gluon_bwd.NARROW_CONFIGS),
-             "gluon_ws": gluon(gluon_bwd.WS_CONFIGS), "triton": triton, "fa2": autograd(fa2)}
+    impls = {
+        "gluon_wide": gluon(gluon_bwd.WIDE_CONFIGS),
+        "gluon_narrow": gluon(gluon_bwd.NARROW_CONFIGS),
+        "gluon_ws": gluon(gluon_bwd.WS_CONFIGS),
+        "triton": triton,
+        "fa2": autograd(fa2),
+    }
     if fa4_module is not None:
         impls["fa4"] = autograd(lambda causal: fa4(fa4_module, causal))
     return impls
@@ -122,11 +139,15 @@ def measure_cell(cell: dict, kind: str, impls: dict, timer: Timer, attempts: Att
 
         def forward(backend):
             return lambda: attention(q, k, v, causal=pattern.causal, layout=layout, backend=backend).detach()
+
         runs = {"gluon_api": forward(Backend.GLUON), "triton_api": forward(Backend.TRITON)}
     elif kind == "fwd":
         flops = 4 * B * H * L * L * D * (0.5 if cell["causal"] else 1.0)
-        runs = {name: (lambda fn=fn: fn(q, k, v, cell["causal"])) for name, fn in impls.items()
-                if D in getattr(fn, "head_dims", (D,))}
+        runs = {
+            name: (lambda fn=fn: fn(q, k, v, cell["causal"]))
+            for name, fn in impls.items()
+            if D in getattr(fn, "head_dims", (D,))
+        }
     else:
         flops = 2.5 * 4 * B * H * L * L * D * (0.5 if cell["causal"] else 1.0)
         runs = {}
@@ -153,7 +174,8 @@ def measure_cell(cell: dict, kind: str, impls: dict, timer: Timer, attempts: Att
             pairs = zip(got, expected) if kind == "bwd" else [(got, expected)]
             record["max_diff_vs_triton"][name] = max(
                 ((a.float() - b.float()).abs().max() / (b.float().abs().max() if kind == "bwd" else 1)).item()
-                for a, b in pairs)
+                for a, b in pairs
+            )
     del results
     with torch.no_grad() if kind == "fwd" else torch.enable_grad():
         times = interleaved_rounds({name: (lambda fn=fn: timer(fn)) for name, fn in runnable.items()}, 2, best=min)
@@ -163,8 +185,13 @@ def measure_cell(cell: dict, kind: str, impls: dict, timer: Timer, attempts: Att
 
 
 def arguments(parser) -> None:
-    parser.add_argument("--passes", dest="kind", choices=tuple(PASSES), default="fwd",
-                        help="forward, backward, or the forward on block-sparse layouts (result gluon_PASS)")
+    parser.add_argument(
+        "--passes",
+        dest="kind",
+        choices=tuple(PASSES),
+        default="fwd",
+        help="forward, backward, or the forward on block-sparse layouts (result gluon_PASS)",
+    )
     parser.add_argument("--seq-lens", type=int, nargs="+", default=[16384, 8192, 32768], help="lengths, in this order")
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128], choices=[64, 128])
     parser.add_argument("--implementations", nargs="+", metavar="NAME", help="only these (and triton, the reference)")
@@ -177,13 +204,17 @@ def arguments(parser) -> None:
 def measure(args) -> dict:
     ours, known, _ = PASSES[args.kind]
     if args.implementations and set(args.implementations) - set(known):
-        raise SystemExit(f"--implementations: no {sorted(set(args.implementations) - set(known))} in the {args.kind} "
-                         f"pass; choose from {' '.join(known)}")
+        raise SystemExit(
+            f"--implementations: no {sorted(set(args.implementations) - set(known))} in the {args.kind} "
+            f"pass; choose from {' '.join(known)}"
+        )
     device = torch.device(args.device)
     if not args.smoke and torch.cuda.get_device_capability(device) != (9, 0):
         raise SystemExit("the Gluon kernels run on an sm_90 (Hopper) GPU only: run this on an H100 or H200")
     attempts = Attempts()
-    fa4_module, fa4_error = attempts.attempt("import flash_attn.cute", lambda: importlib.import_module("flash_attn.cute"))
+    fa4_module, fa4_error = attempts.attempt(
+        "import flash_attn.cute", lambda: importlib.import_module("flash_attn.cute")
+    )
     impls = {} if args.kind == "layouts" else (forward_impls if args.kind == "fwd" else backward_impls)(fa4_module)
     wanted = set(args.implementations or known) | {"triton", "triton_api"}
     if args.smoke:  # what runs on a CPU: the Triton kernels interpreted, and SDPA's error recorded
@@ -191,15 +222,26 @@ def measure(args) -> dict:
     impls = {name: fn for name, fn in impls.items() if name in wanted}
     seq_lens, head_dims = ([128], [64]) if args.smoke else (args.seq_lens, args.head_dims)
     if args.kind == "layouts":
-        cells = [{"D": d, "H": FULL.heads(d), "L": L, "B": FULL.batch(L), "pattern": p}
-                 for d in head_dims for L in seq_lens for p in ("sliding_window", "bigbird", "custom")]
+        cells = [
+            {"D": d, "H": FULL.heads(d), "L": L, "B": FULL.batch(L), "pattern": p}
+            for d in head_dims
+            for L in seq_lens
+            for p in ("sliding_window", "bigbird", "custom")
+        ]
     else:
-        cells = [{"D": d, "H": 2048 // d, "L": L, "B": max(1, 16384 // L), "causal": c}
-                 for L in seq_lens for d in head_dims for c in (True, False)]
+        cells = [
+            {"D": d, "H": 2048 // d, "L": L, "B": max(1, 16384 // L), "causal": c}
+            for L in seq_lens
+            for d in head_dims
+            for c in (True, False)
+        ]
     if args.smoke:
         cells = [{**cell, "H": 2, "B": 1} for cell in cells[:2]]
-    timer, budget, records = Timer(device, 0 if args.smoke else args.warmup_ms, 1 if args.smoke else args.rep_ms), \
-        Budget(args.budget_s), []
+    timer, budget, records = (
+        Timer(device, 0 if args.smoke else args.warmup_ms, 1 if args.smoke else args.rep_ms),
+        Budget(args.budget_s),
+        [],
+    )
     for cell in cells:
         if budget.spent:
             records.append({**cell, "skipped": budget.skipped()})
@@ -216,26 +258,49 @@ def summarize(data: dict) -> Summary:
     ours = ours if any(ours in r["ms"] for r in records) else (names[0] if names else ours)
     ratio_rows, ms_rows, failures = [], [], []
     for r in records:
-        cell = {"D": r["D"], "L x B": f"{length_label(r['L'])} x {r['B']}", "mask": r.get("pattern") or
-                ("causal" if r["causal"] else "bidir")}
-        ratio_rows.append({**cell, **{f"{ours} ÷ {n}": ratio(r["ms"].get(ours), r["ms"].get(n)) for n in names if n != ours}})
-        ms_rows.append({**cell, **{f"{n} ms": r["ms"].get(n) for n in names},
-                        f"{ours} TFLOP/s": r["tflops"].get(ours)})
-        failures += [f"{cell} {n}: {r['errors'].get(n) or 'max |diff| ' + fmt(r['max_diff_vs_triton'].get(n))}"
-                     for n in r["ms"].keys() | r["errors"].keys() if n.startswith("gluon")
-                     and (n in r["errors"] or r["max_diff_vs_triton"].get(n, 0.0) > tolerance)]
+        cell = {
+            "D": r["D"],
+            "L x B": f"{length_label(r['L'])} x {r['B']}",
+            "mask": r.get("pattern") or ("causal" if r["causal"] else "bidir"),
+        }
+        ratio_rows.append(
+            {**cell, **{f"{ours} ÷ {n}": ratio(r["ms"].get(ours), r["ms"].get(n)) for n in names if n != ours}}
+        )
+        ms_rows.append({**cell, **{f"{n} ms": r["ms"].get(n) for n in names}, f"{ours} TFLOP/s": r["tflops"].get(ours)})
+        failures += [
+            f"{cell} {n}: {r['errors'].get(n) or 'max |diff| ' + fmt(r['max_diff_vs_triton'].get(n))}"
+            for n in r["ms"].keys() | r["errors"].keys()
+            if n.startswith("gluon") and (n in r["errors"] or r["max_diff_vs_triton"].get(n, 0.0) > tolerance)
+        ]
     what = {"fwd": "Gluon forward", "bwd": "Backward", "layouts": "Gluon forward on block-sparse layouts"}[data["pass"]]
     notes = [f"flash-attn-4: {data['fa4_error']}"] if data.get("fa4_error") else []
     notes += [f"FAILED: {f}" for f in failures]
-    notes += [f"{len(data['records']) - len(records)} cells skipped (time budget)"] if len(records) < len(data["records"]) else []
-    return Summary(title=f"{what}, {ours} against the others (sm_90)",
-                   tables=[table(ratio_rows, f"Time ratios, {ours} ÷ other (> 1: {ours} slower)"),
-                           table(ms_rows, "Milliseconds", headline=False)], notes=notes, failed=bool(failures))
+    notes += (
+        [f"{len(data['records']) - len(records)} cells skipped (time budget)"]
+        if len(records) < len(data["records"])
+        else []
+    )
+    return Summary(
+        title=f"{what}, {ours} against the others (sm_90)",
+        tables=[
+            table(ratio_rows, f"Time ratios, {ours} ÷ other (> 1: {ours} slower)"),
+            table(ms_rows, "Milliseconds", headline=False),
+        ],
+        notes=notes,
+        failed=bool(failures),
+    )
 
 
-BENCHMARK = Benchmark("gluon_bench", "Gluon kernels (sm_90)", __doc__, measure, summarize, arguments=arguments,
-                      baseline="our Triton kernels, SDPA FlashAttention-2 and flash-attn-4 on the same inputs",
-                      name_of=lambda args: f"gluon_{args.kind}")
+BENCHMARK = Benchmark(
+    "gluon_bench",
+    "Gluon kernels (sm_90)",
+    __doc__,
+    measure,
+    summarize,
+    arguments=arguments,
+    baseline="our Triton kernels, SDPA FlashAttention-2 and flash-attn-4 on the same inputs",
+    name_of=lambda args: f"gluon_{args.kind}",
+)
 
 if __name__ == "__main__":
     BENCHMARK.main()

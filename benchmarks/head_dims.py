@@ -21,8 +21,8 @@ import sys
 import torch
 
 from benchmarks.common import (
-    Benchmark,
     REPO_ROOT,
+    Benchmark,
     Summary,
     Timer,
     allowed_pairs,
@@ -37,8 +37,19 @@ from benchmarks.common import (
     verdict,
 )
 
-SWEEP = ["-m", "pytest", "tests/kernels/test_triton_attention.py", "-m", "gpu", "-k", "padded_head_dims", "-q", "-rs",
-         "-p", "no:cacheprovider"]
+SWEEP = [
+    "-m",
+    "pytest",
+    "tests/kernels/test_triton_attention.py",
+    "-m",
+    "gpu",
+    "-k",
+    "padded_head_dims",
+    "-q",
+    "-rs",
+    "-p",
+    "no:cacheprovider",
+]
 
 
 def run_sweep(timeout_s: float) -> dict:
@@ -72,11 +83,21 @@ def measure(args) -> dict:
     for D in (80, 96, 128):
         q, k, v, dout = random_qkv((1, H, L, D), device, torch.bfloat16, D)
         ours = lambda q, k, v: triton_attention(q, k, v, causal=True)  # noqa: E731
-        baseline = fa2(causal=True).fn if device.type == "cuda" else \
-            lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        baseline = (
+            fa2(causal=True).fn
+            if device.type == "cuda"
+            else lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        )
         check = compare(outputs(ours, q, k, v, dout), outputs(baseline, q, k, v, dout))
-        cases.append({"head_dim": D, "fwd_flops": 4 * allowed_pairs(None, True, L, H) * D, "check": check,
-                      "ours": fwd_bwd_ms(timer, ours, q, k, v, dout), "fa2": fwd_bwd_ms(timer, baseline, q, k, v, dout)})
+        cases.append(
+            {
+                "head_dim": D,
+                "fwd_flops": 4 * allowed_pairs(None, True, L, H) * D,
+                "check": check,
+                "ours": fwd_bwd_ms(timer, ours, q, k, v, dout),
+                "fa2": fwd_bwd_ms(timer, baseline, q, k, v, dout),
+            }
+        )
     data = {"seq_len": L, "heads": H, "cases": cases}
     if args.sweep and not args.smoke:
         data["sweep"] = run_sweep(150)
@@ -88,27 +109,60 @@ def summarize(data: dict) -> Summary:
     rows, to_128, to_fa2 = [], [], []
     for c in data["cases"]:
         pair = {d: (c["ours"][f"{d}_ms"] if c["check"]["ok"] else None) for d in ("fwd", "bwd")}
-        rows.append({"D": c["head_dim"], **{f"ours {d} ms": c["ours"][f"{d}_ms"] for d in ("fwd", "bwd")},
-                     **{f"FA2 {d} ms": c["fa2"][f"{d}_ms"] for d in ("fwd", "bwd")},
-                     "check vs FA2": "ok" if c["check"]["ok"] else "WRONG"})
+        rows.append(
+            {
+                "D": c["head_dim"],
+                **{f"ours {d} ms": c["ours"][f"{d}_ms"] for d in ("fwd", "bwd")},
+                **{f"FA2 {d} ms": c["fa2"][f"{d}_ms"] for d in ("fwd", "bwd")},
+                "check vs FA2": "ok" if c["check"]["ok"] else "WRONG",
+            }
+        )
         if c["head_dim"] == 128:
             continue
         for d in ("fwd", "bwd"):
             to_128.append((ratio(pair[d], by_dim[128]["ours"][f"{d}_ms"]) or float("inf"), f"D={c['head_dim']} {d}"))
             to_fa2.append((ratio(pair[d], c["fa2"][f"{d}_ms"]) or float("inf"), f"D={c['head_dim']} {d}"))
-    targets = [at_most("padded head dims: ours ≤ 1.05x ours at D=128, fwd and bwd (worst)", max(to_128)[0], 1.05,
-                       f"x ({max(to_128)[1]})"),
-               at_most("padded head dims: ours faster than FA2 at the same D, fwd and bwd (worst ours ÷ FA2)",
-                       max(to_fa2)[0], 1.0 - 1e-9, f"x ({max(to_fa2)[1]})")] if to_128 else []
+    targets = (
+        [
+            at_most(
+                "padded head dims: ours ≤ 1.05x ours at D=128, fwd and bwd (worst)",
+                max(to_128)[0],
+                1.05,
+                f"x ({max(to_128)[1]})",
+            ),
+            at_most(
+                "padded head dims: ours faster than FA2 at the same D, fwd and bwd (worst ours ÷ FA2)",
+                max(to_fa2)[0],
+                1.0 - 1e-9,
+                f"x ({max(to_fa2)[1]})",
+            ),
+        ]
+        if to_128
+        else []
+    )
     if "sweep" in data:
-        targets.append(verdict("GPU sweep of the padded head dims (float64 reference, 2x rule)", data["sweep"]["summary"],
-                               data["sweep"]["returncode"] == 0 and data["sweep"]["counts"].get("passed", 0) > 0))
-    return Summary(tables=[table(rows, f"Dense causal, bf16, B = 1, H = {data['heads']}, L = {data['seq_len']:,}")],
-                   targets=targets)
+        targets.append(
+            verdict(
+                "GPU sweep of the padded head dims (float64 reference, 2x rule)",
+                data["sweep"]["summary"],
+                data["sweep"]["returncode"] == 0 and data["sweep"]["counts"].get("passed", 0) > 0,
+            )
+        )
+    return Summary(
+        tables=[table(rows, f"Dense causal, bf16, B = 1, H = {data['heads']}, L = {data['seq_len']:,}")],
+        targets=targets,
+    )
 
 
-BENCHMARK = Benchmark("head_dims", "Padded head dims", __doc__, measure, summarize, arguments=arguments,
-                      baseline="ours at D 128 and SDPA FlashAttention-2 at the same head dim")
+BENCHMARK = Benchmark(
+    "head_dims",
+    "Padded head dims",
+    __doc__,
+    measure,
+    summarize,
+    arguments=arguments,
+    baseline="ours at D 128 and SDPA FlashAttention-2 at the same head dim",
+)
 
 if __name__ == "__main__":
     BENCHMARK.main()

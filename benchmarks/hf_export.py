@@ -21,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from genoformer.data.genome.alphabet import decode
+from genoformer.data.genome.inputs import read_sequences
 
 from benchmarks.common import REPO_ROOT, Benchmark, Summary, at_most, table
 from genoformer.cli import main as genoformer
 from genoformer.core.hf import export_hf
-from genoformer.data.genome.alphabet import decode
-from genoformer.data.genome.inputs import read_sequences
 from genoformer.genome.scoring import LOG2E
 
 SHIPPED = REPO_ROOT / "examples" / "genoformer_dna.ckpt"
@@ -65,8 +65,21 @@ def measure(args) -> dict:
         tracks = {}
         for name, source in (("ckpt", SHIPPED), ("hf", directory)):
             start = time.perf_counter()
-            genoformer(["score", "--checkpoint", str(source), "--inputs", str(genome), "--out", str(work / f"{name}.bw"),
-                        "--device", "cpu", "--context", str(window)])
+            genoformer(
+                [
+                    "score",
+                    "--checkpoint",
+                    str(source),
+                    "--inputs",
+                    str(genome),
+                    "--out",
+                    str(work / f"{name}.bw"),
+                    "--device",
+                    "cpu",
+                    "--context",
+                    str(window),
+                ]
+            )
             data[f"score_seconds_{name}"] = time.perf_counter() - start
             tracks[name] = read_bigwig(work / f"{name}.bw", record.name, record.codes.size)
         both = np.isfinite(tracks["ckpt"]) & np.isfinite(tracks["hf"])
@@ -83,10 +96,11 @@ def measure(args) -> dict:
         data["transformers_positions_compared"] = int(known.sum())
         data["transformers_max_abs_diff_bits"] = float(np.abs(hf_L[known] - track_L[known]).max())
 
-        codes = record.codes[:200 if args.smoke else 4000]
+        codes = record.codes[: 200 if args.smoke else 4000]
         ours = GeneAnnotator.from_checkpoint(ANNOTATOR, device="cpu").probabilities(codes)
-        hf = AutoModelForTokenClassification.from_pretrained(export_hf(ANNOTATOR, work / "annotator"),
-                                                             dtype=torch.float32, **LOAD).eval()
+        hf = AutoModelForTokenClassification.from_pretrained(
+            export_hf(ANNOTATOR, work / "annotator"), dtype=torch.float32, **LOAD
+        ).eval()
         with torch.no_grad():
             theirs = hf.predict(torch.from_numpy(codes.astype(np.int64))[None])[0].numpy()
         data["annotator_bases"] = int(codes.size)
@@ -97,26 +111,57 @@ def measure(args) -> dict:
 def summarize(data: dict) -> Summary:
     extra_kb = (data["directory_bytes"] - data["bf16_weight_bytes"]) / 1e3
     return Summary(
-        tables=[table([{"what": "scoring seconds", "from the .ckpt": data["score_seconds_ckpt"],
-                        "from the export": data["score_seconds_hf"]}],
-                      f"`genoformer score` of {data['genome']} ({data['bases']:,} bases)")],
+        tables=[
+            table(
+                [
+                    {
+                        "what": "scoring seconds",
+                        "from the .ckpt": data["score_seconds_ckpt"],
+                        "from the export": data["score_seconds_hf"],
+                    }
+                ],
+                f"`genoformer score` of {data['genome']} ({data['bases']:,} bases)",
+            )
+        ],
         targets=[
             at_most("export of genoformer_dna.ckpt under 10 s", data["export_seconds"], 10.0, " s"),
-            at_most("export directory at most 500 kB over the bf16 weights", extra_kb, 500.0,
-                    measured=f"{data['directory_bytes'] / 2**20:.2f} MiB, {extra_kb:,.0f} kB over the weights"),
-            at_most("`score` from the export: within 1e-4 bits of the .ckpt", data["score_max_abs_diff_bits"], 1e-4,
-                    measured=f"{data['score_max_abs_diff_bits']:.2e} bits over {data['score_positions_compared']:,} bases"),
-            at_most("transformers logits within 2e-3 bits of `score` (float32)", data["transformers_max_abs_diff_bits"],
-                    2e-3, measured=f"{data['transformers_max_abs_diff_bits']:.2e} bits over "
-                                   f"{data['transformers_positions_compared']:,} bases"),
-            at_most("gene annotator: transformers `predict` gives GeneAnnotator's probabilities",
-                    data["annotator_max_abs_diff_probability"], 1e-6,
-                    measured=f"{data['annotator_max_abs_diff_probability']:.2e} over {data['annotator_bases']:,} bases"),
-        ])
+            at_most(
+                "export directory at most 500 kB over the bf16 weights",
+                extra_kb,
+                500.0,
+                measured=f"{data['directory_bytes'] / 2**20:.2f} MiB, {extra_kb:,.0f} kB over the weights",
+            ),
+            at_most(
+                "`score` from the export: within 1e-4 bits of the .ckpt",
+                data["score_max_abs_diff_bits"],
+                1e-4,
+                measured=f"{data['score_max_abs_diff_bits']:.2e} bits over {data['score_positions_compared']:,} bases",
+            ),
+            at_most(
+                "transformers logits within 2e-3 bits of `score` (float32)",
+                data["transformers_max_abs_diff_bits"],
+                2e-3,
+                measured=f"{data['transformers_max_abs_diff_bits']:.2e} bits over "
+                f"{data['transformers_positions_compared']:,} bases",
+            ),
+            at_most(
+                "gene annotator: transformers `predict` gives GeneAnnotator's probabilities",
+                data["annotator_max_abs_diff_probability"],
+                1e-6,
+                measured=f"{data['annotator_max_abs_diff_probability']:.2e} over {data['annotator_bases']:,} bases",
+            ),
+        ],
+    )
 
 
-BENCHMARK = Benchmark("hf_export", "Sharing: Hugging Face export (CPU)", __doc__, measure, summarize,
-                      baseline="the .ckpt scored by the same `genoformer score`")
+BENCHMARK = Benchmark(
+    "hf_export",
+    "Sharing: Hugging Face export (CPU)",
+    __doc__,
+    measure,
+    summarize,
+    baseline="the .ckpt scored by the same `genoformer score`",
+)
 
 if __name__ == "__main__":
     BENCHMARK.main()

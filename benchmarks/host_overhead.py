@@ -15,9 +15,9 @@ from __future__ import annotations
 import time
 
 import torch
+from genoformer.kernels.layout import BlockLayout
 
 from benchmarks.common import Attempts, Benchmark, Summary, Timer, flex_block_mask, static_flex, synchronize, table
-from genoformer.kernels.layout import BlockLayout
 
 
 def arguments(parser) -> None:
@@ -25,9 +25,8 @@ def arguments(parser) -> None:
 
 
 def measure(args) -> dict:
-    from torch.nn.attention.flex_attention import flex_attention
-
     from genoformer.kernels.triton_flash import triton_attention
+    from torch.nn.attention.flex_attention import flex_attention
 
     device = torch.device(args.device)
     L, width, block = (64, 16, 16) if args.smoke else (16384, 2048, 128)
@@ -46,21 +45,30 @@ def measure(args) -> dict:
     for head_dim in (16,) if args.smoke else (64, 128):
         heads = width // head_dim
         torch.manual_seed(0)
-        q, k, v = (torch.randn(1, heads, L, head_dim, device=device, dtype=torch.bfloat16, requires_grad=True)
-                   for _ in range(3))
+        q, k, v = (
+            torch.randn(1, heads, L, head_dim, device=device, dtype=torch.bfloat16, requires_grad=True)
+            for _ in range(3)
+        )
         dout = torch.randn_like(q)
         flex = static_flex() if device.type == "cuda" else flex_attention
         mask = flex_block_mask(layout, True, heads, device)
         row = {"D": head_dim, "heads": heads}
-        for name, call in {"ours": lambda: triton_attention(q, k, v, causal=True, layout=layout),
-                           "flex": lambda: flex(q, k, v, block_mask=mask)}.items():
+        for name, call in {
+            "ours": lambda: triton_attention(q, k, v, causal=True, layout=layout),
+            "flex": lambda: flex(q, k, v, block_mask=mask),
+        }.items():
+
             def timings(call=call) -> dict:
                 out = call()
                 out.backward(dout, retain_graph=True)  # compile and tune both passes first
                 replay = lambda: out.backward(dout, retain_graph=True)  # noqa: E731
-                return {"fwd GPU ms": timer(call), "bwd GPU ms": timer(replay, grad_to_none=[q, k, v]),
-                        "fwd host ms": host_ms(call, 1 if args.smoke else 200),
-                        "bwd host ms": host_ms(replay, 1 if args.smoke else 50)}
+                return {
+                    "fwd GPU ms": timer(call),
+                    "bwd GPU ms": timer(replay, grad_to_none=[q, k, v]),
+                    "fwd host ms": host_ms(call, 1 if args.smoke else 200),
+                    "bwd host ms": host_ms(replay, 1 if args.smoke else 50),
+                }
+
             values, error = attempts.attempt(f"D={head_dim} {name}", timings)
             row.update({f"{name} {key}": value for key, value in (values or {}).items()})
             row.update({f"{name} error": error} if error else {})
@@ -69,18 +77,39 @@ def measure(args) -> dict:
 
 
 def summarize(data: dict) -> Summary:
-    rows = [{"D": r["D"], **{key: r.get(key) for key in ("ours fwd host ms", "ours fwd GPU ms", "ours bwd host ms",
-                                                         "ours bwd GPU ms")},
-             "ours ÷ Flex fwd": r["ours fwd GPU ms"] / r["flex fwd GPU ms"] if "flex fwd GPU ms" in r else None,
-             "ours ÷ Flex bwd": r["ours bwd GPU ms"] / r["flex bwd GPU ms"] if "flex bwd GPU ms" in r else None}
-            for r in data["rows"]]
-    return Summary(tables=[table(rows, f"Custom pattern at L = {data['seq_len']:,}, bf16 (host ms: 200 forward, "
-                                       "50 backward calls queued without a sync)")],
-                   notes=[f"Flex at D={r['D']}: {r['flex error']}" for r in data["rows"] if r.get("flex error")])
+    rows = [
+        {
+            "D": r["D"],
+            **{
+                key: r.get(key)
+                for key in ("ours fwd host ms", "ours fwd GPU ms", "ours bwd host ms", "ours bwd GPU ms")
+            },
+            "ours ÷ Flex fwd": r["ours fwd GPU ms"] / r["flex fwd GPU ms"] if "flex fwd GPU ms" in r else None,
+            "ours ÷ Flex bwd": r["ours bwd GPU ms"] / r["flex bwd GPU ms"] if "flex bwd GPU ms" in r else None,
+        }
+        for r in data["rows"]
+    ]
+    return Summary(
+        tables=[
+            table(
+                rows,
+                f"Custom pattern at L = {data['seq_len']:,}, bf16 (host ms: 200 forward, "
+                "50 backward calls queued without a sync)",
+            )
+        ],
+        notes=[f"Flex at D={r['D']}: {r['flex error']}" for r in data["rows"] if r.get("flex error")],
+    )
 
 
-BENCHMARK = Benchmark("host_overhead", "Host time per attention call", __doc__, measure, summarize,
-                      arguments=arguments, baseline="compiled FlexAttention (Triton backend) on the same block mask")
+BENCHMARK = Benchmark(
+    "host_overhead",
+    "Host time per attention call",
+    __doc__,
+    measure,
+    summarize,
+    arguments=arguments,
+    baseline="compiled FlexAttention (Triton backend) on the same block mask",
+)
 
 if __name__ == "__main__":
     BENCHMARK.main()

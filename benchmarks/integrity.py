@@ -43,15 +43,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
+from genoformer.data.genome import store as genome_store
+from genoformer.data.genome.datasets import RandomWindowDataset
+from genoformer.kernels.layout import SlidingWindow
 
 from benchmarks.common import Benchmark, Summary, TrainStep, at_most, rotating_rounds, synchronize, table
 from genoformer.core import checkpoints
 from genoformer.core.transformer import TransformerConfig
-from genoformer.data.genome import store as genome_store
-from genoformer.data.genome.datasets import RandomWindowDataset
 from genoformer.genome.evaluate import evaluate
 from genoformer.genome.lm import GenoformerLM, Objective
-from genoformer.kernels.layout import SlidingWindow
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO_ROOT / "examples"
@@ -82,9 +82,11 @@ def build_stores(fasta: Path, folder: Path) -> dict[str, Path]:
 
     folder.mkdir(parents=True, exist_ok=True)
     checked = genome_store.prepare_genome_store([fasta], folder / "checked.zarr", progress=False)
-    with patched(genome_store, GENOME_FORMAT_VERSION=1,
-                           _codecs=lambda name, level: (BloscCodec(cname=name, clevel=level, shuffle="bitshuffle",
-                                                                   typesize=2),)):
+    with patched(
+        genome_store,
+        GENOME_FORMAT_VERSION=1,
+        _codecs=lambda name, level: (BloscCodec(cname=name, clevel=level, shuffle="bitshuffle", typesize=2),),
+    ):
         unchecked = genome_store.prepare_genome_store([fasta], folder / "unchecked.zarr", progress=False)
     return {"with": checked, "without": unchecked}
 
@@ -168,14 +170,21 @@ class Training:
 
     def __init__(self, device: torch.device, window: int, batch: int, stores: dict[str, Path], clock: Clock) -> None:
         torch.manual_seed(0)
-        config = TransformerConfig(vocab_size=8, d_model=128, n_layers=2, n_heads=4, max_seq_len=window,
-                                   attention=[SlidingWindow(window=min(1024, window), block_size=128)])
+        config = TransformerConfig(
+            vocab_size=8,
+            d_model=128,
+            n_layers=2,
+            n_heads=4,
+            max_seq_len=window,
+            attention=[SlidingWindow(window=min(1024, window), block_size=128)],
+        )
         self.device, self.batch, self.clock = device, batch, clock
         self.module = GenoformerLM(config, objective=Objective.CAUSAL_LM).to(device)
         self.optimizer = torch.optim.AdamW(self.module.parameters(), lr=1e-4)
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-        self.datasets = {name: RandomWindowDataset(path, window, 10_000, cache_bytes=0)
-                         for name, path in stores.items()}
+        self.datasets = {
+            name: RandomWindowDataset(path, window, 10_000, cache_bytes=0) for name, path in stores.items()
+        }
         self.index = 0
         self.tokens_BL: torch.Tensor | None = None
         self.step = TrainStep(lambda: self.module.loss(self.tokens_BL)[0], self.optimizer, device, dtype)
@@ -202,8 +211,11 @@ class Training:
 
     def training_checkpoint(self) -> dict:
         """What a training checkpoint holds: the weights and the optimizer's state."""
-        return {"state_dict": self.module.state_dict(), "optimizer_states": [self.optimizer.state_dict()],
-                "global_step": self.index}
+        return {
+            "state_dict": self.module.state_dict(),
+            "optimizer_states": [self.optimizer.state_dict()],
+            "global_step": self.index,
+        }
 
 
 def save_seconds(checkpoint: dict, folder: Path, atomic: bool, repeats: int) -> float:
@@ -212,8 +224,11 @@ def save_seconds(checkpoint: dict, folder: Path, atomic: bool, repeats: int) -> 
     from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
     plugin = checkpoints.AtomicCheckpointIO() if atomic else TorchCheckpointIO()
-    return timed(lambda: plugin.save_checkpoint(checkpoint, folder / ("atomic.ckpt" if atomic else "lightning.ckpt")),
-                 time.perf_counter, repeats)
+    return timed(
+        lambda: plugin.save_checkpoint(checkpoint, folder / ("atomic.ckpt" if atomic else "lightning.ckpt")),
+        time.perf_counter,
+        repeats,
+    )
 
 
 def load_seconds(path: Path, clock: Clock, repeats: int) -> dict[str, float]:
@@ -224,26 +239,39 @@ def load_seconds(path: Path, clock: Clock, repeats: int) -> dict[str, float]:
         h = hashlib.sha256()
         for tensor in state["state_dict"].values():
             h.update(tensor.contiguous().view(torch.uint8).numpy())
-    return {"load_crc_check": timed(lambda: checkpoints.verify_checkpoint_file(path), clock, repeats),
-            "load_torch": timed(lambda: torch.load(path, map_location="cpu", weights_only=True), clock, repeats),
-            "load_sha256_of_weights": timed(digest, clock, repeats)}
+
+    return {
+        "load_crc_check": timed(lambda: checkpoints.verify_checkpoint_file(path), clock, repeats),
+        "load_torch": timed(lambda: torch.load(path, map_location="cpu", weights_only=True), clock, repeats),
+        "load_sha256_of_weights": timed(digest, clock, repeats),
+    }
 
 
 # ------------------------------------------------------------------------------ measure
 def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="device to measure (default cpu)")
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 5; 1 with --smoke)")
-    parser.add_argument("--genome", type=Path, help="FASTA to evaluate and train on (default: lambda phage on a "
-                                                    "CPU, E. coli on a GPU, both in examples/)")
-    parser.add_argument("--bases", type=int, help="evaluate the genome's first BASES bases (default 6,000 on a "
-                                                   "CPU, 1,000,000 on a GPU; 0: all); training reads the whole genome")
+    parser.add_argument(
+        "--genome",
+        type=Path,
+        help="FASTA to evaluate and train on (default: lambda phage on a CPU, E. coli on a GPU, both in examples/)",
+    )
+    parser.add_argument(
+        "--bases",
+        type=int,
+        help="evaluate the genome's first BASES bases (default 6,000 on a "
+        "CPU, 1,000,000 on a GPU; 0: all); training reads the whole genome",
+    )
     parser.add_argument("--context", type=int, help="evaluate's context (default: the command's own default)")
     parser.add_argument("--window", type=int, help="training window (default 8192, the quick start's)")
     parser.add_argument("--batch", type=int, help="windows per training step (default 1 on a CPU, 8 on a GPU)")
     parser.add_argument("--steps", type=int, default=3, help="training steps timed per round (default 3)")
-    parser.add_argument("--save_every", type=int, default=10,
-                        help="steps between two checkpoint saves (default 10, the quick start's; most configs "
-                             "save less often)")
+    parser.add_argument(
+        "--save_every",
+        type=int,
+        default=10,
+        help="steps between two checkpoint saves (default 10, the quick start's; most configs save less often)",
+    )
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -252,11 +280,15 @@ def measure(args: argparse.Namespace) -> dict:
     if device.type == "cpu":
         torch.set_num_threads(1)
         clock = time.process_time
-    genome = args.genome or EXAMPLES / ("ecoli_k12_mg1655.fasta.gz" if device.type == "cuda"
-                                        else "lambda_phage.fasta.gz")
+    genome = args.genome or EXAMPLES / (
+        "ecoli_k12_mg1655.fasta.gz" if device.type == "cuda" else "lambda_phage.fasta.gz"
+    )
     batch = args.batch or (8 if device.type == "cuda" else 1)
-    bases = None if args.bases == 0 else args.bases or (1_000_000 if device.type == "cuda" else
-                                                        2_000 if args.smoke else 6_000)
+    bases = (
+        None
+        if args.bases == 0
+        else args.bases or (1_000_000 if device.type == "cuda" else 2_000 if args.smoke else 6_000)
+    )
     window = args.window or (512 if args.smoke else 8192)
     context = args.context or (512 if args.smoke else None)
     rounds = args.rounds or (1 if args.smoke else 5)
@@ -290,18 +322,25 @@ def measure(args: argparse.Namespace) -> dict:
         }
         every_round = by_round(rotating_rounds(measures, rounds))
     return {
-        "detection": detected, "seconds": {key: min(values) for key, values in every_round.items()},
-        "rounds_seconds": every_round, "device": device.type, "rounds": rounds, "batch": batch,
-        "save_every": args.save_every, "checkpoint_mib": MODEL.stat().st_size / 2**20,
-        "setting": (f"evaluate: {MODEL.name} on {genome.name}"
-                    + ("" if bases is None else f" (its first {bases:,} bases)")
-                    + f", context {context or 'default'}; training: the quick-start model (d_model 128, 2 layers, "
-                    f"sliding window {min(1024, window)}) at {window} tokens on the "
-                    + ("same bases" if args.smoke and part else "whole genome")
-                    + f", {batch} window(s) per step, {'bfloat16' if device.type == 'cuda' else 'float32'}; window "
-                    "reads without a chunk cache; timed by "
-                    + ("the wall clock" if device.type == "cuda" else "the process's CPU time, one thread")
-                    + " (saves by the wall clock)"),
+        "detection": detected,
+        "seconds": {key: min(values) for key, values in every_round.items()},
+        "rounds_seconds": every_round,
+        "device": device.type,
+        "rounds": rounds,
+        "batch": batch,
+        "save_every": args.save_every,
+        "checkpoint_mib": MODEL.stat().st_size / 2**20,
+        "setting": (
+            f"evaluate: {MODEL.name} on {genome.name}"
+            + ("" if bases is None else f" (its first {bases:,} bases)")
+            + f", context {context or 'default'}; training: the quick-start model (d_model 128, 2 layers, "
+            f"sliding window {min(1024, window)}) at {window} tokens on the "
+            + ("same bases" if args.smoke and part else "whole genome")
+            + f", {batch} window(s) per step, {'bfloat16' if device.type == 'cuda' else 'float32'}; window "
+            "reads without a chunk cache; timed by "
+            + ("the wall clock" if device.type == "cuda" else "the process's CPU time, one thread")
+            + " (saves by the wall clock)"
+        ),
     }
 
 
@@ -310,7 +349,7 @@ def by_round(kept: dict[str, list]) -> dict[str, list[float]]:
     values: dict[str, list[float]] = {}
     for name, results in kept.items():
         for result in results:
-            for key, value in (result.items() if isinstance(result, dict) else [(name, result)]):
+            for key, value in result.items() if isinstance(result, dict) else [(name, result)]:
                 values.setdefault(key, []).append(value)
     return values
 
@@ -333,9 +372,11 @@ def from_parts(seconds: dict[str, float], batch: int, save_every: int) -> dict[s
     evaluate_cost = seconds["load_crc_check"] + seconds["genome_read_with"] - seconds["genome_read_without"]
     reads = (seconds["read_with"] - seconds["read_without"]) * batch
     saves = (seconds["save_atomic"] - seconds["save_lightning"]) / save_every
-    return {"evaluate": 100.0 * evaluate_cost / seconds["evaluate_without"],
-            "training_step": 100.0 * reads / seconds["step_without"],
-            "training_step_with_saves": 100.0 * (reads + saves) / seconds["step_without"]}
+    return {
+        "evaluate": 100.0 * evaluate_cost / seconds["evaluate_without"],
+        "training_step": 100.0 * reads / seconds["step_without"],
+        "training_step_with_saves": 100.0 * (reads + saves) / seconds["step_without"],
+    }
 
 
 def summarize(data: dict) -> Summary:
@@ -351,61 +392,107 @@ def summarize(data: dict) -> Summary:
     every_round = data.get("rounds_seconds", {})
 
     def whole(what: str, without: float, with_checks: float, scale: float, unit: str, key: str = "") -> dict:
-        moved = [spread(every_round[f"{key}_{which}"]) for which in ("with", "without") if f"{key}_{which}" in every_round]
-        return {"measured": what, "without checks": f"{without * scale:.4g} {unit}",
-                "with checks": f"{with_checks * scale:.4g} {unit}", "with / without": with_checks / without,
-                "overhead %": percent(with_checks, without),
-                "spread over the rounds %": max(moved) if moved else None}
+        moved = [
+            spread(every_round[f"{key}_{which}"]) for which in ("with", "without") if f"{key}_{which}" in every_round
+        ]
+        return {
+            "measured": what,
+            "without checks": f"{without * scale:.4g} {unit}",
+            "with checks": f"{with_checks * scale:.4g} {unit}",
+            "with / without": with_checks / without,
+            "overhead %": percent(with_checks, without),
+            "spread over the rounds %": max(moved) if moved else None,
+        }
 
     wholes = [
         whole("evaluate", m["evaluate_without"], m["evaluate_with"], 1, "s", "evaluate"),
         whole("training step (window reads + step)", m["step_without"], m["step_with"], 1e3, "ms", "step"),
         whole(f"training step + a checkpoint save every {save_every} steps", step_without, step_with, 1e3, "ms"),
-        whole("reading the evaluated genome (no chunk cache)", m["genome_read_without"], m["genome_read_with"], 1e3,
-              "ms", "genome_read"),
+        whole(
+            "reading the evaluated genome (no chunk cache)",
+            m["genome_read_without"],
+            m["genome_read_with"],
+            1e3,
+            "ms",
+            "genome_read",
+        ),
         whole("one window read (no chunk cache)", m["read_without"], m["read_with"], 1e6, "us", "read"),
         whole("one checkpoint save (Lightning's / atomic)", m["save_lightning"], m["save_atomic"], 1e3, "ms"),
     ]
     genome_us = (m["genome_read_with"] - m["genome_read_without"]) * 1e6
     reads_us = (m["read_with"] - m["read_without"]) * 1e6 * batch
     shares = [
-        {"measured": "evaluate",
-         "the checks' cost": f"{m['load_crc_check'] * 1e3:.2f} ms (the checkpoint's CRCs) + {genome_us:.0f} us "
-                             "(the genome's chunk CRCs)",
-         "of the time without": f"{m['evaluate_without']:.3g} s", "share %": parts["evaluate"]},
-        {"measured": "training step",
-         "the checks' cost": f"{reads_us:.1f} us (the chunk CRCs of {batch} window(s))",
-         "of the time without": f"{m['step_without'] * 1e3:.4g} ms", "share %": parts["training_step"]},
-        {"measured": f"training step, a save every {save_every} steps",
-         "the checks' cost": f"{(m['save_atomic'] - m['save_lightning']) * 1e3 / save_every:+.2f} ms per step (the "
-                             f"atomic save against Lightning's, {m['save_atomic'] * 1e3:.1f} against "
-                             f"{m['save_lightning'] * 1e3:.1f} ms, over {save_every} steps)",
-         "of the time without": f"{m['step_without'] * 1e3:.4g} ms", "share %": parts["training_step_with_saves"]},
+        {
+            "measured": "evaluate",
+            "the checks' cost": f"{m['load_crc_check'] * 1e3:.2f} ms (the checkpoint's CRCs) + {genome_us:.0f} us "
+            "(the genome's chunk CRCs)",
+            "of the time without": f"{m['evaluate_without']:.3g} s",
+            "share %": parts["evaluate"],
+        },
+        {
+            "measured": "training step",
+            "the checks' cost": f"{reads_us:.1f} us (the chunk CRCs of {batch} window(s))",
+            "of the time without": f"{m['step_without'] * 1e3:.4g} ms",
+            "share %": parts["training_step"],
+        },
+        {
+            "measured": f"training step, a save every {save_every} steps",
+            "the checks' cost": f"{(m['save_atomic'] - m['save_lightning']) * 1e3 / save_every:+.2f} ms per step (the "
+            f"atomic save against Lightning's, {m['save_atomic'] * 1e3:.1f} against "
+            f"{m['save_lightning'] * 1e3:.1f} ms, over {save_every} steps)",
+            "of the time without": f"{m['step_without'] * 1e3:.4g} ms",
+            "share %": parts["training_step_with_saves"],
+        },
     ]
-    loading = [{"reading a checkpoint": what, "ms": m[key] * 1e3}
-               for what, key in (("CRC-32 of every record (the check used)", "load_crc_check"),
-                                 ("torch.load itself", "load_torch"),
-                                 ("SHA-256 of the weights (the other way, not used)", "load_sha256_of_weights"))]
+    loading = [
+        {"reading a checkpoint": what, "ms": m[key] * 1e3}
+        for what, key in (
+            ("CRC-32 of every record (the check used)", "load_crc_check"),
+            ("torch.load itself", "load_torch"),
+            ("SHA-256 of the weights (the other way, not used)", "load_sha256_of_weights"),
+        )
+    ]
     on = "on the GPU" if data["device"] == "cuda" else "on the CPU"
     return Summary(
-        tables=[table(shares, "The checks' cost from the parts they touch, timed alone, against the time without "
-                              "them (what the targets judge):", digits=3),
-                table(wholes, "Whole runs with the checks and without, same data, same run, the best of each (a "
-                              "difference below the spread of the same measurement over the rounds is noise of "
-                              "the shared machine):", digits=4),
-                table(loading, f"Reading the {data['checkpoint_mib']:.1f} MiB checkpoint {MODEL.name}:",
-                      headline=False)],
-        targets=[at_most(f"the checks cost at most 3% of evaluate's time {on}", parts["evaluate"], 3.0, unit="%"),
-                 at_most(f"the checks cost at most 3% of a training step's time {on}, saves included",
-                         parts["training_step_with_saves"], 3.0, unit="%")],
+        tables=[
+            table(
+                shares,
+                "The checks' cost from the parts they touch, timed alone, against the time without "
+                "them (what the targets judge):",
+                digits=3,
+            ),
+            table(
+                wholes,
+                "Whole runs with the checks and without, same data, same run, the best of each (a "
+                "difference below the spread of the same measurement over the rounds is noise of "
+                "the shared machine):",
+                digits=4,
+            ),
+            table(loading, f"Reading the {data['checkpoint_mib']:.1f} MiB checkpoint {MODEL.name}:", headline=False),
+        ],
+        targets=[
+            at_most(f"the checks cost at most 3% of evaluate's time {on}", parts["evaluate"], 3.0, unit="%"),
+            at_most(
+                f"the checks cost at most 3% of a training step's time {on}, saves included",
+                parts["training_step_with_saves"],
+                3.0,
+                unit="%",
+            ),
+        ],
         notes=[f"{data['setting']}. Best of {data['rounds']} rotating rounds.", f"Checked first: {caught}."],
     )
 
 
-BENCHMARK = Benchmark("integrity", "Integrity checks: what they cost", __doc__, measure, summarize,
-                      baseline="the same work without the checks: a store without chunk checksums (format 1), "
-                               "no checkpoint CRC check, Lightning's own checkpoint save",
-                      arguments=arguments)
+BENCHMARK = Benchmark(
+    "integrity",
+    "Integrity checks: what they cost",
+    __doc__,
+    measure,
+    summarize,
+    baseline="the same work without the checks: a store without chunk checksums (format 1), "
+    "no checkpoint CRC check, Lightning's own checkpoint save",
+    arguments=arguments,
+)
 
 if __name__ == "__main__":
     BENCHMARK.main()

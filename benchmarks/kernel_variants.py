@@ -19,26 +19,36 @@ import argparse
 import dataclasses
 
 import torch
+from genoformer.kernels.reference import row_error
 
 from benchmarks.common import (
+    FULL,
+    TINY,
     Attempts,
     Benchmark,
-    FULL,
     Pattern,
     Summary,
-    TINY,
     Timer,
     allowed_pairs,
     length_label,
     table,
 )
-from genoformer.kernels.reference import row_error
 
 CHECK_TOLERANCE = 3e-2
 VARIANTS = ("tma", "rescale_tau", "heads_outer", "dq_stream", "dv_late")
 """The configurations' on/off variant fields, shown by name after the tiles."""
-CASES = {f"{p}-{d}": (Pattern(p), d) for p, d in (("custom", 64), ("custom", 128), ("causal", 128), ("causal", 64),
-                                                    ("sliding_window", 128), ("sliding_window", 64), ("bigbird", 128))}
+CASES = {
+    f"{p}-{d}": (Pattern(p), d)
+    for p, d in (
+        ("custom", 64),
+        ("custom", 128),
+        ("causal", 128),
+        ("causal", 64),
+        ("sliding_window", 128),
+        ("sliding_window", 64),
+        ("bigbird", 128),
+    )
+}
 
 
 def parse_extra(spec: str) -> tuple[str, int, object]:
@@ -56,14 +66,18 @@ def parse_extra(spec: str) -> tuple[str, int, object]:
             raise ValueError(f"no on/off variant {sorted(set(flags) - booleans)} in {kind}: {sorted(booleans)}")
         return kind, int(head_dim), config_type(*[int(v) for v in values if v.isdigit()], **flags)
     except (ValueError, KeyError, TypeError) as error:
-        raise argparse.ArgumentTypeError(f"--extra {spec!r}: expected fwd:D:block_m,block_n,warps,stages or bwd:D:m1,"
-                                         f"n1,warps1,stages1,m2,n2,warps2,stages2, then variant names ({error})") from None
+        raise argparse.ArgumentTypeError(
+            f"--extra {spec!r}: expected fwd:D:block_m,block_n,warps,stages or bwd:D:m1,"
+            f"n1,warps1,stages1,m2,n2,warps2,stages2, then variant names ({error})"
+        ) from None
 
 
 def config_text(config) -> str:
     fields = dataclasses.asdict(config)
     flags = [k if v is True else f"{k}={v:g}" for k, v in fields.items() if k in VARIANTS and v]
-    return "(" + ", ".join(str(v) for k, v in fields.items() if k not in VARIANTS) + ")" + "".join(f" +{f}" for f in flags)
+    return (
+        "(" + ", ".join(str(v) for k, v in fields.items() if k not in VARIANTS) + ")" + "".join(f" +{f}" for f in flags)
+    )
 
 
 def measure_case(pattern: Pattern, D: int, L: int, width: int, device, timer: Timer, extra, attempts: Attempts) -> dict:
@@ -86,8 +100,17 @@ def measure_case(pattern: Pattern, D: int, L: int, width: int, device, timer: Ti
         bwds = [configs.fit_bwd(c, bs or None) for c in (bwd, dataclasses.replace(bwd, heads_outer=True))]
     fwds += [configs.fit_fwd(c, bs or None) for kind, dim, c in extra if (kind, dim) == ("fwd", D)]
     bwds += [configs.fit_bwd(c, bs or None) for kind, dim, c in extra if (kind, dim) == ("bwd", D)]
-    scale, record = D**-0.5, {"case": f"{pattern.value} D={D} L={length_label(L)}", "head_dim": D, "seq_len": L,
-                              "fwd_flops": 4 * allowed_pairs(layout, causal, L, H) * D, "fwd": [], "bwd": []}
+    scale, record = (
+        D**-0.5,
+        {
+            "case": f"{pattern.value} D={D} L={length_label(L)}",
+            "head_dim": D,
+            "seq_len": L,
+            "fwd_flops": 4 * allowed_pairs(layout, causal, L, H) * D,
+            "fwd": [],
+            "bwd": [],
+        },
+    )
     runs = {"fwd": lambda c: tf.flash_fwd(q, k, v, None, kcnt, kidx, bs, causal, scale, config=c)}
     first: dict = {}
     for direction, candidates in (("fwd", dict.fromkeys(fwds)), ("bwd", dict.fromkeys(bwds))):
@@ -95,16 +118,20 @@ def measure_case(pattern: Pattern, D: int, L: int, width: int, device, timer: Ti
             if "fwd" not in first:
                 break
             o, lse = first["fwd"]
-            runs["bwd"] = lambda c: tf.flash_bwd(do, q, k, v, o, lse, None, kcnt, kidx, qcnt, qidx, bs, causal, scale,
-                                                 config=c)
+            runs["bwd"] = lambda c: tf.flash_bwd(
+                do, q, k, v, o, lse, None, kcnt, kidx, qcnt, qidx, bs, causal, scale, config=c
+            )
         for config in candidates:
             result, error = attempts.attempt(f"{record['case']} {config}", lambda c=config: runs[direction](c))
             entry = {"config": config_text(config), "ms": None, "err": None, "error": error}
             if error is None:
                 first.setdefault(direction, result)
                 got, expected = (result[0], first["fwd"][0]) if direction == "fwd" else (result, first["bwd"])
-                entry["err"] = row_error(got, expected) if direction == "fwd" else \
-                    max(row_error(a, b) for a, b in zip(got, expected, strict=True))
+                entry["err"] = (
+                    row_error(got, expected)
+                    if direction == "fwd"
+                    else max(row_error(a, b) for a, b in zip(got, expected, strict=True))
+                )
                 entry["ms"] = timer(lambda c=config: runs[direction](c))
             record[direction].append(entry)
     return record
@@ -112,9 +139,15 @@ def measure_case(pattern: Pattern, D: int, L: int, width: int, device, timer: Ti
 
 def arguments(parser) -> None:
     parser.add_argument("--only", nargs="+", metavar="PATTERN-D", choices=sorted(CASES), help="only these cases")
-    parser.add_argument("--extra", nargs="+", type=parse_extra, default=[], metavar="SPEC",
-                        help="candidates beside the table's: fwd:D:block_m,block_n,warps,stages or bwd:D:m1,n1,warps1,"
-                             "stages1,m2,n2,warps2,stages2, then variant names (bwd:128:64,128,8,3,128,64,8,3,dv_late)")
+    parser.add_argument(
+        "--extra",
+        nargs="+",
+        type=parse_extra,
+        default=[],
+        metavar="SPEC",
+        help="candidates beside the table's: fwd:D:block_m,block_n,warps,stages or bwd:D:m1,n1,warps1,"
+        "stages1,m2,n2,warps2,stages2, then variant names (bwd:128:64,128,8,3,128,64,8,3,dv_late)",
+    )
     parser.add_argument("--seq-len", type=int, metavar="L", help="every case at this length (default 16k)")
     parser.add_argument("--device", default="cuda", help="a GPU (--smoke: the CPU, interpreted)")
 
@@ -123,8 +156,11 @@ def measure(args) -> dict:
     device = torch.device(args.device)
     L = 64 if args.smoke else args.seq_len or 16384
     timer, attempts = Timer(device, 0 if args.smoke else 10, 1 if args.smoke else 40), Attempts()
-    cases = [measure_case(Pattern.CAUSAL, 16, L, 32, device, timer, args.extra, attempts)] if args.smoke else \
-        [measure_case(*CASES[n], L, 2048, device, timer, args.extra, attempts) for n in args.only or CASES]
+    cases = (
+        [measure_case(Pattern.CAUSAL, 16, L, 32, device, timer, args.extra, attempts)]
+        if args.smoke
+        else [measure_case(*CASES[n], L, 2048, device, timer, args.extra, attempts) for n in args.only or CASES]
+    )
     return {"cases": cases, "tracebacks": attempts.tracebacks}
 
 
@@ -137,17 +173,32 @@ def summarize(data: dict) -> Summary:
             winner = min(good, key=lambda e: e["ms"]) if good else None
             default = entries[0]["ms"] if entries else None
             flops = record["fwd_flops"] * (2.5 if direction == "bwd" else 1.0)
-            rows += [{"case": record["case"], "pass": direction, "config": e["config"], "ms": e["ms"],
-                      "TFLOP/s": flops / (e["ms"] * 1e9) if e["ms"] else None,
-                      "vs default": e["ms"] / default if e["ms"] and default else None,
-                      "check": e["error"] or ("WRONG" if e["err"] is None or e["err"] > CHECK_TOLERANCE
-                                              else f"{e['err']:.1e}"), "best": "best" if e is winner else ""}
-                     for e in entries]
+            rows += [
+                {
+                    "case": record["case"],
+                    "pass": direction,
+                    "config": e["config"],
+                    "ms": e["ms"],
+                    "TFLOP/s": flops / (e["ms"] * 1e9) if e["ms"] else None,
+                    "vs default": e["ms"] / default if e["ms"] and default else None,
+                    "check": e["error"]
+                    or ("WRONG" if e["err"] is None or e["err"] > CHECK_TOLERANCE else f"{e['err']:.1e}"),
+                    "best": "best" if e is winner else "",
+                }
+                for e in entries
+            ]
     return Summary(tables=[table(rows, "Every candidate; 'vs default': its time over the first (default) candidate's")])
 
 
-BENCHMARK = Benchmark("kernel_variants", "Kernel variants: every launch configuration", __doc__, measure, summarize,
-                      arguments=arguments, baseline="the default (first) configuration of the same launcher")
+BENCHMARK = Benchmark(
+    "kernel_variants",
+    "Kernel variants: every launch configuration",
+    __doc__,
+    measure,
+    summarize,
+    arguments=arguments,
+    baseline="the default (first) configuration of the same launcher",
+)
 
 if __name__ == "__main__":
     BENCHMARK.main()

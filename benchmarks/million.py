@@ -49,6 +49,9 @@ from typing import Any, Optional
 import numpy as np
 import torch
 import yaml
+from genoformer.data.genome.alphabet import reverse_complement
+from genoformer.data.genome.inputs import read_sequences
+from genoformer.kernels.dispatch import Backend
 
 from benchmarks.common import (
     REPO_ROOT,
@@ -66,10 +69,7 @@ from benchmarks.common import (
 )
 from genoformer.core.runtime import RuntimeSettings
 from genoformer.core.transformer import TransformerConfig, _spec_from_dict, compile_blocks
-from genoformer.data.genome.alphabet import reverse_complement
-from genoformer.data.genome.inputs import read_sequences
 from genoformer.genome.lm import GenoformerLM, Objective
-from genoformer.kernels.dispatch import Backend
 
 CONFIGS = REPO_ROOT / "configs"
 EXAMPLES = REPO_ROOT / "examples"
@@ -121,12 +121,14 @@ def runtime_for(kind: str, device: torch.device, backend: Backend = Backend.AUTO
     }[kind]
 
 
-def build_lm(arch: str, layout: str, context: int, runtime: RuntimeSettings, smoke: bool,
-             weights: Optional[Path] = None) -> GenoformerLM:
+def build_lm(
+    arch: str, layout: str, context: int, runtime: RuntimeSettings, smoke: bool, weights: Optional[Path] = None
+) -> GenoformerLM:
     """A causal DNA LM of `arch` with `layout`, taking windows of `context` tokens; the weights of
     `weights` when given (a layout changes no parameter: the shipped flagship's fit any layout)."""
-    config = TransformerConfig(**architecture(arch, smoke), max_seq_len=context, rope_theta=500000.0,
-                               attention=layout_specs(layout, smoke))
+    config = TransformerConfig(
+        **architecture(arch, smoke), max_seq_len=context, rope_theta=500000.0, attention=layout_specs(layout, smoke)
+    )
     torch.manual_seed(0)
     module = GenoformerLM(config, objective=Objective.CAUSAL_LM, runtime=runtime)
     if weights is not None:
@@ -200,8 +202,13 @@ def plain_loss(case: Case, device: torch.device, smoke: bool) -> tuple[torch.nn.
 
     from benchmarks.train_models import PlainDecoder, sdpa_flash_only
 
-    config = TransformerConfig(**architecture(case.arch, smoke), max_seq_len=case.context, vocab_size=8,
-                               rope_theta=500000.0, attention=layout_specs(case.layout, smoke))
+    config = TransformerConfig(
+        **architecture(case.arch, smoke),
+        max_seq_len=case.context,
+        vocab_size=8,
+        rope_theta=500000.0,
+        attention=layout_specs(case.layout, smoke),
+    )
     torch.manual_seed(0)
     backend = COMPILER[device.type]
     if device.type == "cuda":
@@ -223,12 +230,16 @@ def measure_case(case: Case, device: torch.device, steps: int, smoke: bool) -> d
         _free(device)
         tokens_BL = windows(case.context, case.batch, seed=1).to(device)
         if case.kind == "genoformer":
-            model = build_lm(case.arch, case.layout, case.context, runtime_for(case.runtime, device, case.backend),
-                             smoke).to(device)
+            model = build_lm(
+                case.arch, case.layout, case.context, runtime_for(case.runtime, device, case.backend), smoke
+            ).to(device)
             model.model.apply_runtime(model.runtime)
             if model.runtime.compile:
-                compile_blocks(model.model, backend=COMPILER[device.type],
-                               mode="reduce-overhead" if model.runtime.cuda_graphs and device.type == "cuda" else None)
+                compile_blocks(
+                    model.model,
+                    backend=COMPILER[device.type],
+                    mode="reduce-overhead" if model.runtime.cuda_graphs and device.type == "cuda" else None,
+                )
             model.train()
             loss_fn = lambda: model.loss(tokens_BL)[0]  # noqa: E731
         else:
@@ -263,7 +274,9 @@ def measure_case(case: Case, device: torch.device, steps: int, smoke: bool) -> d
         record["tokens_per_s"] = case.tokens / (record["step_ms"] / 1e3)
         if device.type == "cuda":
             peak = torch.cuda.max_memory_allocated(device)
-            record.update(peak_gib=peak / 2**30, base_gib=before / 2**30, step_bytes_per_token=(peak - before) / case.tokens)
+            record.update(
+                peak_gib=peak / 2**30, base_gib=before / 2**30, step_bytes_per_token=(peak - before) / case.tokens
+            )
         if case.profiled:
             record["profile"] = profile_steps(step, device)
     except Exception as error:  # noqa: BLE001 - every failure is recorded with its cause, and the run goes on
@@ -314,8 +327,11 @@ def run_cases(cases: list[Case], args: argparse.Namespace, data: dict, cap_s: fl
         else:
             print(f"{data['step']}: {case.name} ...", flush=True)
             record = measure_case(case, device, args.steps, args.smoke)
-            print(f"{data['step']}: {case.name}: {record['status']} {record.get('step_ms', 0):.0f} ms "
-                  f"{record.get('peak_gib', 0):.1f} GiB", flush=True)
+            print(
+                f"{data['step']}: {case.name}: {record['status']} {record.get('step_ms', 0):.0f} ms "
+                f"{record.get('peak_gib', 0):.1f} GiB",
+                flush=True,
+            )
             if record["status"] == "ok":
                 last.setdefault(case.series, []).append(record)
             elif record["status"] == "OOM" and case.series:
@@ -357,14 +373,30 @@ def memory_cases(smoke: bool, longest: int) -> list[Case]:
 
     def series(arch: str, layout: str, windows: list[int], runtime: str = "long") -> list[Case]:
         suffix = "" if runtime == "long" else f"-{runtime}"
-        return [Case(f"{arch}-{layout}-{_tag(n)}{suffix}", "genoformer", arch, layout, n, runtime=runtime,
-                     series=f"{arch}-{layout}{suffix}") for n in windows]
+        return [
+            Case(
+                f"{arch}-{layout}-{_tag(n)}{suffix}",
+                "genoformer",
+                arch,
+                layout,
+                n,
+                runtime=runtime,
+                series=f"{arch}-{layout}{suffix}",
+            )
+            for n in windows
+        ]
 
     longer = [n for n in _lengths(smoke, 2 * M, 4 * M) if n <= longest]
-    return (series("flagship", "window_global", lengths) + series("reference", "window_global", lengths)
-            + series("flagship", "dense", [n256k]) + series("reference", "dense", [n256k])
-            + series("flagship", "window_global", lengths, runtime="plain") + series("flagship", "dense", [n128k])
-            + series("flagship", "window_global", longer) + series("reference", "window_global", longer[:1]))
+    return (
+        series("flagship", "window_global", lengths)
+        + series("reference", "window_global", lengths)
+        + series("flagship", "dense", [n256k])
+        + series("reference", "dense", [n256k])
+        + series("flagship", "window_global", lengths, runtime="plain")
+        + series("flagship", "dense", [n128k])
+        + series("flagship", "window_global", longer)
+        + series("reference", "window_global", longer[:1])
+    )
 
 
 def _tag(n: int) -> str:
@@ -392,7 +424,9 @@ def _cpu_step_bytes(length: int, mode: str, n_layers: int) -> dict[str, float]:
     (float32, dense causal attention on SDPA), from the kernel's peak-RSS counter, which
     /proc/self/clear_refs resets before the step."""
     torch.set_num_threads(2)
-    config = TransformerConfig(**{**architecture("flagship"), "n_layers": n_layers}, max_seq_len=length, attention=[None])
+    config = TransformerConfig(
+        **{**architecture("flagship"), "n_layers": n_layers}, max_seq_len=length, attention=[None]
+    )
     torch.manual_seed(0)
     module = GenoformerLM(config, runtime=RuntimeSettings(attention_backend=Backend.SDPA, **CPU_MODES[mode])).train()
     tokens_BL = windows(length, 1)
@@ -426,8 +460,11 @@ def cpu_memory(args: argparse.Namespace) -> dict:
             with context.Pool(1) as pool:
                 measured = pool.apply(_cpu_step_bytes, (length, mode, args.layers))
             record = {"mode": mode, "length": length, **measured, "bytes_per_token": measured["step_bytes"] / length}
-            print(f"cpu_memory: {mode} {length:,}: {record['bytes_per_token']:,.0f} bytes/token "
-                  f"({record['seconds']:.1f} s)", flush=True)
+            print(
+                f"cpu_memory: {mode} {length:,}: {record['bytes_per_token']:,.0f} bytes/token "
+                f"({record['seconds']:.1f} s)",
+                flush=True,
+            )
             data["cases"].append(record)
             save(args, data)
     return data
@@ -453,8 +490,14 @@ def _tiny_checkpoint(out: Path) -> Path:
     from torch.utils.data import DataLoader
 
     module = build_lm("flagship", "dense", 2048, RuntimeSettings(), smoke=True)
-    trainer = L.Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        max_steps=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(module, DataLoader([{"tokens": row} for row in windows(256, 2)], batch_size=2))
     trainer.save_checkpoint(out)
     return out
@@ -497,16 +540,52 @@ def _chromosome(args: argparse.Namespace, out: Path) -> dict:
     length = int(sum(r.codes.size for r in read_sequences([inputs])))
     # bigWig needs pyBigWig, which a GPU image may lack: the text track then (the same scores)
     track = "ecoli.bw" if importlib.util.find_spec("pyBigWig") is not None else "ecoli.bedgraph"
-    data = {"step": "chromosome", "record": Path(inputs).name, "record_bases": length,
-            "checkpoint": f"{source.name} with configs/layouts/window_global.yaml", "score_track": track, "runs": []}
+    data = {
+        "step": "chromosome",
+        "record": Path(inputs).name,
+        "record_bases": length,
+        "checkpoint": f"{source.name} with configs/layouts/window_global.yaml",
+        "score_track": track,
+        "runs": [],
+    }
     device_option = {"device": args.device}
     runs = [
-        ("evaluate", lambda: evaluate(checkpoint=checkpoint, inputs=[inputs], context=length, overlap=0,
-                                      out=out / "evaluate.json", overwrite=True, **device_option)),
-        ("score", lambda: score(checkpoint=checkpoint, inputs=[inputs], context=length, overlap=0,
-                                out=out / track, overwrite=True, **device_option)),
-        ("embed", lambda: embed(checkpoint=checkpoint, inputs=[inputs], window=length, overlap=0,
-                                out=out / "ecoli.npz", overwrite=True, **device_option)),
+        (
+            "evaluate",
+            lambda: evaluate(
+                checkpoint=checkpoint,
+                inputs=[inputs],
+                context=length,
+                overlap=0,
+                out=out / "evaluate.json",
+                overwrite=True,
+                **device_option,
+            ),
+        ),
+        (
+            "score",
+            lambda: score(
+                checkpoint=checkpoint,
+                inputs=[inputs],
+                context=length,
+                overlap=0,
+                out=out / track,
+                overwrite=True,
+                **device_option,
+            ),
+        ),
+        (
+            "embed",
+            lambda: embed(
+                checkpoint=checkpoint,
+                inputs=[inputs],
+                window=length,
+                overlap=0,
+                out=out / "ecoli.npz",
+                overwrite=True,
+                **device_option,
+            ),
+        ),
     ]
     for name, run in runs:
         record = {"command": name, "context": length}
@@ -518,8 +597,10 @@ def _chromosome(args: argparse.Namespace, out: Path) -> dict:
         if name == "embed" and record["status"] == "ok":
             with np.load(out / "ecoli.npz") as stored:
                 record["embedding_shape"] = list(stored["embeddings"].shape)
-        print(f"chromosome: {name}: {record['status']} {record['seconds']:.1f} s {record.get('peak_gib', 0):.1f} GiB",
-              flush=True)
+        print(
+            f"chromosome: {name}: {record['status']} {record['seconds']:.1f} s {record.get('peak_gib', 0):.1f} GiB",
+            flush=True,
+        )
         data["runs"].append(record)
         save(args, data)
     return data
@@ -547,8 +628,18 @@ def speed_cases(smoke: bool, flash_attn_4: bool) -> list[Case]:
         Case("genoformer-graphs-8k", "genoformer", "flagship", "dense", n8, b8, runtime="graphs"),
     ]
     if flash_attn_4:
-        cases.append(Case("genoformer-fa4-8k", "genoformer", "flagship", "dense", n8, b8, runtime="compiled",
-                          backend=Backend.FLASH_ATTN_4))
+        cases.append(
+            Case(
+                "genoformer-fa4-8k",
+                "genoformer",
+                "flagship",
+                "dense",
+                n8,
+                b8,
+                runtime="compiled",
+                backend=Backend.FLASH_ATTN_4,
+            )
+        )
     return cases + [
         Case("genoformer-compiled-8k-x2", "genoformer", "flagship", "dense", n8, 2 * b8, runtime="compiled"),
         Case("genoformer-eager-8k", "genoformer", "flagship", "dense", n8, b8, runtime="plain"),
@@ -573,15 +664,23 @@ def profile_steps(step: Callable[[], object], device: torch.device, steps: int =
         wall_ms = (time.perf_counter() - began) * 1e3 / steps
     kernels = []
     for event in prof.key_averages():
-        if device.type == "cuda" and event.self_device_time_total > 0 and event.device_type == torch.autograd.DeviceType.CUDA:
+        if (
+            device.type == "cuda"
+            and event.self_device_time_total > 0
+            and event.device_type == torch.autograd.DeviceType.CUDA
+        ):
             kernels.append((event.key, event.self_device_time_total / 1e3 / steps, event.count / steps))
         elif device.type != "cuda":
             kernels.append((event.key, event.self_cpu_time_total / 1e3 / steps, event.count / steps))
     kernels.sort(key=lambda item: -item[1])
     busy = sum(ms for _, ms, _ in kernels)
-    return {"wall_ms": wall_ms, "busy_ms": busy, "idle_fraction": max(0.0, 1 - busy / wall_ms),
-            "launches_per_step": sum(count for _, _, count in kernels),
-            "top": [{"kernel": name[:110], "ms": ms, "calls": count} for name, ms, count in kernels[:15]]}
+    return {
+        "wall_ms": wall_ms,
+        "busy_ms": busy,
+        "idle_fraction": max(0.0, 1 - busy / wall_ms),
+        "launches_per_step": sum(count for _, _, count in kernels),
+        "top": [{"kernel": name[:110], "ms": ms, "calls": count} for name, ms, count in kernels[:15]],
+    }
 
 
 def loader_rate(smoke: bool, seconds: float = 10.0) -> dict[str, Any]:
@@ -593,8 +692,14 @@ def loader_rate(smoke: bool, seconds: float = 10.0) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         fasta = [str(EXAMPLES / name) for name in (BACTERIA[:1] if smoke else BACTERIA)]
         window, batch = (256, 2) if smoke else (8 * K, 16)
-        module = GenomeDataModule(f"{tmp}/bacteria.zarr", fasta=fasta, window=window, batch_size=batch,
-                                  num_workers=0 if smoke else 4, samples_per_epoch=10**6)
+        module = GenomeDataModule(
+            f"{tmp}/bacteria.zarr",
+            fasta=fasta,
+            window=window,
+            batch_size=batch,
+            num_workers=0 if smoke else 4,
+            samples_per_epoch=10**6,
+        )
         module.prepare_data()
         module.setup("fit")
         began, batches = None, 0
@@ -607,8 +712,13 @@ def loader_rate(smoke: bool, seconds: float = 10.0) -> dict[str, Any]:
             if time.perf_counter() - began > (2.0 if smoke else seconds):
                 break
         elapsed = time.perf_counter() - began
-    return {"batches_per_s": batches / elapsed, "tokens_per_s": batches * batch * window / elapsed,
-            "window": window, "batch": batch, "workers": 0 if smoke else 4}
+    return {
+        "batches_per_s": batches / elapsed,
+        "tokens_per_s": batches * batch * window / elapsed,
+        "window": window,
+        "batch": batch,
+        "workers": 0 if smoke else 4,
+    }
 
 
 def speed(args: argparse.Namespace) -> dict:
@@ -631,12 +741,18 @@ def scaling_cases(smoke: bool) -> list[Case]:
     contexts = _lengths(smoke, 8 * K, 32 * K, 128 * K, M)
     per_step = _lengths(smoke, 128 * K)[0]
     cases = []
-    for kind, layout in (("genoformer", "window_global"), ("sdpa", "dense"), ("genoformer", "dense"),
-                         ("flex", "window_global")):  # Flex last: it compiles its kernel for every case
+    for kind, layout in (
+        ("genoformer", "window_global"),
+        ("sdpa", "dense"),
+        ("genoformer", "dense"),
+        ("flex", "window_global"),
+    ):  # Flex last: it compiles its kernel for every case
         for arch in ("flagship", "reference"):
             series = f"{kind}-{arch}-{layout}"
-            cases += [Case(f"{series}-{_tag(n)}", kind, arch, layout, n, max(1, per_step // n), series=series,
-                           compiled=False) for n in contexts]
+            cases += [
+                Case(f"{series}-{_tag(n)}", kind, arch, layout, n, max(1, per_step // n), series=series, compiled=False)
+                for n in contexts
+            ]
     return cases
 
 
@@ -652,30 +768,38 @@ def _read_context_data(*paths: Path) -> tuple[dict[str, np.ndarray], dict[str, t
     train, heldout = {}, {}
     for path in paths:
         with np.load(path) as stored:
-            train.update({key[len("train/"):]: stored[key] for key in stored.files if key.startswith("train/")})
+            train.update({key[len("train/") :]: stored[key] for key in stored.files if key.startswith("train/")})
             for key in stored.files:
                 if key.startswith("heldout/"):
-                    name, _, start = key[len("heldout/"):].rpartition("@")
+                    name, _, start = key[len("heldout/") :].rpartition("@")
                     heldout[name] = (stored[key], int(start))
     return train, heldout
 
 
-def continue_training(module: GenoformerLM, train: dict[str, np.ndarray], context: int, seconds: float,
-                      device: torch.device, learning_rate: float, log: list) -> int:
+def continue_training(
+    module: GenoformerLM,
+    train: dict[str, np.ndarray],
+    context: int,
+    seconds: float,
+    device: torch.device,
+    learning_rate: float,
+    log: list,
+) -> int:
     """Train `module` on random windows of `context` tokens from `train` (records weighted by
     length, half of them reverse-complemented) for `seconds`; returns the steps taken."""
     records = [codes for codes in train.values() if codes.size >= context]
     weights = np.array([codes.size for codes in records], dtype=float)
     rng = np.random.default_rng(0)
-    optimizer = torch.optim.AdamW(module.parameters(), lr=learning_rate, betas=(0.9, 0.95), weight_decay=0.1,
-                                  fused=device.type == "cuda")
+    optimizer = torch.optim.AdamW(
+        module.parameters(), lr=learning_rate, betas=(0.9, 0.95), weight_decay=0.1, fused=device.type == "cuda"
+    )
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     module.train()
     began, step = time.perf_counter(), 0
     while time.perf_counter() - began < seconds:
         codes = records[int(rng.choice(len(records), p=weights / weights.sum()))]
         start = int(rng.integers(codes.size - context + 1))
-        window = codes[start:start + context]
+        window = codes[start : start + context]
         window = reverse_complement(window) if rng.random() < 0.5 else window
         for group in optimizer.param_groups:
             group["lr"] = learning_rate * min(1.0, (step + 1) / 20)
@@ -698,8 +822,14 @@ def score_heldout(scorer, heldout: dict[str, tuple[np.ndarray, int]], context: i
     scores = {}
     for name, (codes, start) in heldout.items():
         context_here = min(context, codes.size)
-        log2p = scorer.score_many([codes], context=context_here, overlap=context_here // 2, progress=False,
-                                  spans=[[(start, codes.size)]], batch_size=1)[0]
+        log2p = scorer.score_many(
+            [codes],
+            context=context_here,
+            overlap=context_here // 2,
+            progress=False,
+            spans=[[(start, codes.size)]],
+            batch_size=1,
+        )[0]
         scores[name] = log2p[start:]
     return scores
 
@@ -725,20 +855,31 @@ def context(args: argparse.Namespace) -> dict:
     device = torch.device(args.device)
     train, heldout = _read_context_data(*(Path(folder) / "context_data.npz" for folder in args.data))
     if args.smoke:
-        heldout = {name: (codes[max(0, start - 2000):start + 500], min(start, 2000)) for name, (codes, start) in
-                   list(heldout.items())[:2]}
+        heldout = {
+            name: (codes[max(0, start - 2000) : start + 500], min(start, 2000))
+            for name, (codes, start) in list(heldout.items())[:2]
+        }
     budget = Budget(args.budget_s)
-    data = {"step": "context", "train_context": args.train_context, "contexts": args.contexts, "log": [], "models": {},
-            "heldout_bases": {name: int(codes.size - start) for name, (codes, start) in heldout.items()}}
+    data = {
+        "step": "context",
+        "train_context": args.train_context,
+        "contexts": args.contexts,
+        "log": [],
+        "models": {},
+        "heldout_bases": {name: int(codes.size - start) for name, (codes, start) in heldout.items()},
+    }
     weights = None if args.smoke else FLAGSHIP
-    module = build_lm("flagship", "window_global", max(args.contexts), runtime_for("long", device), args.smoke,
-                      weights).to(device)
+    module = build_lm(
+        "flagship", "window_global", max(args.contexts), runtime_for("long", device), args.smoke, weights
+    ).to(device)
     module.model.apply_runtime(module.runtime)
     chunk = INFERENCE_CHUNK if not args.smoke else 256
     for label in ("flagship (window + global, not continued)", "continued"):
         if label == "continued":
             train_s = max(0.0, min(args.train_s, _left(budget) - args.score_reserve_s))
-            steps = continue_training(module, train, args.train_context, train_s, device, args.learning_rate, data["log"])
+            steps = continue_training(
+                module, train, args.train_context, train_s, device, args.learning_rate, data["log"]
+            )
             data.update(train_steps=steps, train_seconds=train_s, train_tokens=steps * args.train_context)
         scorer = Scorer(module.model, context=args.train_context, device=device)
         scorer.model.runtime.activation_checkpointing = False
@@ -804,42 +945,73 @@ def case_rows(cases: list[dict]) -> list[dict]:
         if not _ran(c):
             continue
         ok = c["status"] == "ok"
-        runtime = (c.get("runtime", "") if c.get("kind") == "genoformer"  # plain PyTorch: the whole model compiled or not
-                   else "compiled" if c.get("compiled", True) else "eager")
-        rows.append({"case": c["name"], "tokens": f"{c['context']:,} x {c.get('batch', 1)}", "runtime": runtime,
-                     "step ms": c.get("step_ms") if ok else None, "tokens/s": round(c["tokens_per_s"]) if ok else None,
-                     "peak GiB": c.get("peak_gib") if ok else None,
-                     "step bytes/token": round(c["step_bytes_per_token"]) if ok and "step_bytes_per_token" in c else None,
-                     "status": "" if ok else c["status"]})
+        runtime = (
+            c.get("runtime", "")
+            if c.get("kind") == "genoformer"  # plain PyTorch: the whole model compiled or not
+            else "compiled"
+            if c.get("compiled", True)
+            else "eager"
+        )
+        rows.append(
+            {
+                "case": c["name"],
+                "tokens": f"{c['context']:,} x {c.get('batch', 1)}",
+                "runtime": runtime,
+                "step ms": c.get("step_ms") if ok else None,
+                "tokens/s": round(c["tokens_per_s"]) if ok else None,
+                "peak GiB": c.get("peak_gib") if ok else None,
+                "step bytes/token": round(c["step_bytes_per_token"]) if ok and "step_bytes_per_token" in c else None,
+                "status": "" if ok else c["status"],
+            }
+        )
     return rows
 
 
 def memory_targets(cases: list[dict]) -> list[dict]:
     """The memory targets (1M-token steps, flat memory per token, dense causal at 256k) from the memory step's cases."""
+
     def ok(name: str) -> Optional[dict]:
         return next((c for c in cases if c["name"] == name and c.get("status") == "ok"), None)
 
     rows = []
     for arch in ("flagship", "reference"):
         one = ok(f"{arch}-window_global-1M")
-        rows.append(verdict(f"a 1M-token training step, {arch} (window + global)",
-                            f"{one['step_ms'] / 1e3:.1f} s, {one['peak_gib']:.1f} GiB" if one else "no step ran",
-                            True if one else None if not any(c["name"] == f"{arch}-window_global-1M" and _ran(c)
-                                                             for c in cases) else False))
-        per_token = [c["step_bytes_per_token"] for n in (128 * K, 256 * K, 512 * K, M)
-                     if (c := ok(f"{arch}-window_global-{_tag(n)}")) and "step_bytes_per_token" in c]
+        rows.append(
+            verdict(
+                f"a 1M-token training step, {arch} (window + global)",
+                f"{one['step_ms'] / 1e3:.1f} s, {one['peak_gib']:.1f} GiB" if one else "no step ran",
+                True
+                if one
+                else None
+                if not any(c["name"] == f"{arch}-window_global-1M" and _ran(c) for c in cases)
+                else False,
+            )
+        )
+        per_token = [
+            c["step_bytes_per_token"]
+            for n in (128 * K, 256 * K, 512 * K, M)
+            if (c := ok(f"{arch}-window_global-{_tag(n)}")) and "step_bytes_per_token" in c
+        ]
         spread = max(per_token) / min(per_token) if len(per_token) == 4 else None
         rows.append(at_most_ratio(f"step memory per token from 128k to 1M within 1.2x, {arch}", spread, per_token))
     dense = [c for c in cases if c["layout"] == "dense" and c.get("status") == "ok" and c["context"] >= 256 * K]
-    rows.append(verdict("dense causal trains at 256k or more",
-                        "; ".join(f"{c['name']}: {c['step_ms'] / 1e3:.1f} s, {c['peak_gib']:.1f} GiB" for c in dense)
-                        or "no step ran", True if dense else None))
+    rows.append(
+        verdict(
+            "dense causal trains at 256k or more",
+            "; ".join(f"{c['name']}: {c['step_ms'] / 1e3:.1f} s, {c['peak_gib']:.1f} GiB" for c in dense)
+            or "no step ran",
+            True if dense else None,
+        )
+    )
     return rows
 
 
 def at_most_ratio(target: str, spread: Optional[float], values: list[float]) -> dict:
-    measured = (f"{spread:.2f}x ({min(values):,.0f} to {max(values):,.0f} bytes per token)" if spread is not None
-                else f"{len(values)} of the 4 lengths measured")
+    measured = (
+        f"{spread:.2f}x ({min(values):,.0f} to {max(values):,.0f} bytes per token)"
+        if spread is not None
+        else f"{len(values)} of the 4 lengths measured"
+    )
     return verdict(target, measured, None if spread is None else spread <= 1.2)
 
 
@@ -851,13 +1023,24 @@ def scaling_table(cases: list[dict]) -> dict:
         row: dict[str, Any] = {"series": series}
         for c in cases:
             if c["series"] == series:
-                row[_tag(c["context"])] = (f"{c['tokens_per_s']:,.0f} tok/s, {c['peak_gib']:.1f} GiB" if c.get("status") == "ok"
-                                           and "peak_gib" in c else f"{c['tokens_per_s']:,.0f} tok/s"
-                                           if c.get("status") == "ok" else "OOM" if c.get("status") == "OOM"
-                                           else "error" if str(c.get("status")).startswith("error") else "-")
+                row[_tag(c["context"])] = (
+                    f"{c['tokens_per_s']:,.0f} tok/s, {c['peak_gib']:.1f} GiB"
+                    if c.get("status") == "ok" and "peak_gib" in c
+                    else f"{c['tokens_per_s']:,.0f} tok/s"
+                    if c.get("status") == "ok"
+                    else "OOM"
+                    if c.get("status") == "OOM"
+                    else "error"
+                    if str(c.get("status")).startswith("error")
+                    else "-"
+                )
         rows.append(row)
-    return table(rows, "Tokens per second and peak memory (128k tokens a step: batch 131,072 // context); "
-                       "'-' not run (see the notes); errors in the result file", ["series", *[_tag(n) for n in contexts]])
+    return table(
+        rows,
+        "Tokens per second and peak memory (128k tokens a step: batch 131,072 // context); "
+        "'-' not run (see the notes); errors in the result file",
+        ["series", *[_tag(n) for n in contexts]],
+    )
 
 
 def summarize(data: dict) -> Summary:
@@ -867,8 +1050,10 @@ def summarize(data: dict) -> Summary:
         cases = data["cases"]
         if step == "scaling":
             summary.tables.append(scaling_table(cases))
-            summary.notes.append("Plot: benchmarks/results/million_scaling.png (python -m benchmarks.million --step "
-                                 "scaling --from RESULT --out OUT --plots OUT).")
+            summary.notes.append(
+                "Plot: benchmarks/results/million_scaling.png (python -m benchmarks.million --step "
+                "scaling --from RESULT --out OUT --plots OUT)."
+            )
         else:
             summary.tables.append(table(case_rows(cases)))
         summary.notes += _skipped_note(cases)
@@ -877,21 +1062,45 @@ def summarize(data: dict) -> Summary:
     if step == "speed":
         _speed_summary(data, summary)
     if step == "chromosome":
-        rows = [{"command": r["command"], "window (bases)": r["context"], "seconds": r.get("seconds"),
-                 "peak GiB": r.get("peak_gib"), "bits/base": r.get("bits_per_base"),
-                 "embedding": "x".join(map(str, r["embedding_shape"])) if "embedding_shape" in r else "",
-                 "status": r["status"]} for r in data["runs"]]
+        rows = [
+            {
+                "command": r["command"],
+                "window (bases)": r["context"],
+                "seconds": r.get("seconds"),
+                "peak GiB": r.get("peak_gib"),
+                "bits/base": r.get("bits_per_base"),
+                "embedding": "x".join(map(str, r["embedding_shape"])) if "embedding_shape" in r else "",
+                "status": r["status"],
+            }
+            for r in data["runs"]
+        ]
         summary.tables.append(table(rows, f"{data['record_bases']:,} bases in one window: {data['checkpoint']}"))
         ran = {r["command"]: r["status"] == "ok" for r in data["runs"]}
         whole = data.get("record") == ECOLI.name  # a smoke run's record is a stand-in
-        summary.targets.append(verdict("the whole E. coli chromosome (4,641,652 bases) evaluated, scored and embedded in "
-                                       "one window", ", ".join(f"{r['command']}: {r['status']}" for r in data["runs"]),
-                                       all(ran.get(name) for name in ("evaluate", "score", "embed")) if whole else None))
+        summary.targets.append(
+            verdict(
+                "the whole E. coli chromosome (4,641,652 bases) evaluated, scored and embedded in one window",
+                ", ".join(f"{r['command']}: {r['status']}" for r in data["runs"]),
+                all(ran.get(name) for name in ("evaluate", "score", "embed")) if whole else None,
+            )
+        )
     if step == "cpu_memory":
-        rows = [{"runtime": c["mode"], "length": c["length"], "step bytes/token": round(c["bytes_per_token"]),
-                 "seconds": c["seconds"]} for c in data["cases"]]
-        summary.tables.append(table(rows, f"A training step of the flagship's width, {data['layers']} layers, float32, on the "
-                                          "CPU: the resident memory it adds, per token"))
+        rows = [
+            {
+                "runtime": c["mode"],
+                "length": c["length"],
+                "step bytes/token": round(c["bytes_per_token"]),
+                "seconds": c["seconds"],
+            }
+            for c in data["cases"]
+        ]
+        summary.tables.append(
+            table(
+                rows,
+                f"A training step of the flagship's width, {data['layers']} layers, float32, on the "
+                "CPU: the resident memory it adds, per token",
+            )
+        )
     if step == "context":
         _context_summary(data, summary)
     return summary
@@ -902,47 +1111,82 @@ def _speed_summary(data: dict, summary: Summary) -> None:
     today, plain = cases.get("genoformer-compiled-8k"), cases.get("plain-sdpa-compiled-8k")
     at_8k = [c for c in cases.values() if c["kind"] == "genoformer" and c["context"] == (today or {}).get("context")]
     best = max(at_8k, key=lambda c: c["tokens_per_s"]) if at_8k else None
-    summary.targets.append(at_least("flagship at 8k: at least 2x the tokens/s of the recipe's settings today (same run)",
-                                    best and today and best["tokens_per_s"] / today["tokens_per_s"], 2.0, "x",
-                                    None if not best else f"{best['tokens_per_s'] / today['tokens_per_s']:.2f}x "
-                                    f"({best['name']} against genoformer-compiled-8k)"))
-    summary.targets.append(at_least("flagship at 8k: at least 1.3x plain PyTorch with compiled SDPA",
-                                    best and plain and best["tokens_per_s"] / plain["tokens_per_s"], 1.3, "x",
-                                    None if not (best and plain) else f"{best['tokens_per_s'] / plain['tokens_per_s']:.2f}x "
-                                    f"({best['name']} against plain-sdpa-compiled-8k)"))
+    summary.targets.append(
+        at_least(
+            "flagship at 8k: at least 2x the tokens/s of the recipe's settings today (same run)",
+            best and today and best["tokens_per_s"] / today["tokens_per_s"],
+            2.0,
+            "x",
+            None
+            if not best
+            else f"{best['tokens_per_s'] / today['tokens_per_s']:.2f}x ({best['name']} against genoformer-compiled-8k)",
+        )
+    )
+    summary.targets.append(
+        at_least(
+            "flagship at 8k: at least 1.3x plain PyTorch with compiled SDPA",
+            best and plain and best["tokens_per_s"] / plain["tokens_per_s"],
+            1.3,
+            "x",
+            None
+            if not (best and plain)
+            else f"{best['tokens_per_s'] / plain['tokens_per_s']:.2f}x ({best['name']} against plain-sdpa-compiled-8k)",
+        )
+    )
     same = [c for c in at_8k if today and c["batch"] == today["batch"] and c is not today and "loss" in c]
     drift = max((abs(c["loss"] - today["loss"]) for c in same), default=None)
-    summary.targets.append(verdict("the faster runtimes train the same model: their loss after the same steps on the same "
-                                   "batch within 0.01 nats of the recipe's", "no runtime to compare" if drift is None else
-                                   f"{drift:.4f} nats at most ({', '.join(c['name'] for c in same)})",
-                                   None if drift is None else drift <= 0.01))
+    summary.targets.append(
+        verdict(
+            "the faster runtimes train the same model: their loss after the same steps on the same "
+            "batch within 0.01 nats of the recipe's",
+            "no runtime to compare"
+            if drift is None
+            else f"{drift:.4f} nats at most ({', '.join(c['name'] for c in same)})",
+            None if drift is None else drift <= 0.01,
+        )
+    )
     summary.notes.append(f"flash-attn-4: {data.get('flash_attn_4')}.")
     loader = data.get("loader")
     if loader:
-        summary.notes.append(f"Data: the genome data module's training loader ({loader['workers']} workers, {loader['batch']} x "
-                             f"{loader['window']:,} windows of the four bacteria) gave {loader['tokens_per_s']:,.0f} tokens/s.")
+        summary.notes.append(
+            f"Data: the genome data module's training loader ({loader['workers']} workers, {loader['batch']} x "
+            f"{loader['window']:,} windows of the four bacteria) gave {loader['tokens_per_s']:,.0f} tokens/s."
+        )
     for case in data["cases"]:
         profile = case.get("profile")
         if profile is None:
             continue
-        summary.notes.append(f"Profile of {case['name']}: {profile['busy_ms']:.1f} ms of device time in "
-                             f"{profile['wall_ms']:.1f} ms of wall time per step ({profile['idle_fraction']:.0%} idle), "
-                             f"{profile['launches_per_step']:.0f} launches per step.")
-        summary.tables.append(table([{"kernel": t["kernel"], "ms per step": t["ms"], "calls": round(t["calls"])}
-                                     for t in profile["top"][:10]], f"The largest kernels of {case['name']}",
-                                    headline=False))
+        summary.notes.append(
+            f"Profile of {case['name']}: {profile['busy_ms']:.1f} ms of device time in "
+            f"{profile['wall_ms']:.1f} ms of wall time per step ({profile['idle_fraction']:.0%} idle), "
+            f"{profile['launches_per_step']:.0f} launches per step."
+        )
+        summary.tables.append(
+            table(
+                [
+                    {"kernel": t["kernel"], "ms per step": t["ms"], "calls": round(t["calls"])}
+                    for t in profile["top"][:10]
+                ],
+                f"The largest kernels of {case['name']}",
+                headline=False,
+            )
+        )
 
 
 def _context_summary(data: dict, summary: Summary) -> None:
-    summary.notes.append(f"Continued at {data['train_context']:,} tokens from the shipped flagship's weights with the window "
-                         f"+ global layout: {data.get('train_steps', 0):,} steps ({data.get('train_tokens', 0) / 1e6:.0f} M "
-                         f"tokens, {data.get('train_seconds', 0):.0f} s). Gains are over the shortest context "
-                         "(positive: fewer bits), 95% intervals from 10 kb blocks.")
+    summary.notes.append(
+        f"Continued at {data['train_context']:,} tokens from the shipped flagship's weights with the window "
+        f"+ global layout: {data.get('train_steps', 0):,} steps ({data.get('train_tokens', 0) / 1e6:.0f} M "
+        f"tokens, {data.get('train_seconds', 0):.0f} s). Gains are over the shortest context "
+        "(positive: fewer bits), 95% intervals from 10 kb blocks."
+    )
     summary.notes.append("Plot: benchmarks/results/million_context.png (--plots).")
     held = data.get("heldout_bases", {})
     if held and not any(name.startswith("eukaryotic") for name in held):
-        summary.notes.append("No eukaryotic held-out DNA in this run (python -m benchmarks.million_data --no_bacteria "
-                             "on the CPU machine writes it; carry .device).")
+        summary.notes.append(
+            "No eukaryotic held-out DNA in this run (python -m benchmarks.million_data --no_bacteria "
+            "on the CPU machine writes it; carry .device)."
+        )
     rows = []
     for label, per_context in data["models"].items():
         for n, row in per_context.items():
@@ -951,19 +1195,37 @@ def _context_summary(data: dict, summary: Summary) -> None:
             for kind in ("bacterial", "eukaryotic"):
                 if kind in row:
                     gain = row[kind].get("gain_over_shortest")
-                    rows.append({"model": label, "held-out DNA": kind, "context": int(n),
-                                 "bits/base": round(row[kind]["bits_per_base"], 4), "bases": row[kind]["bases"],
-                                 "gain (95% CI)": "" if gain is None else
-                                 f"{gain['bits']:+.4f} ({gain['low']:+.4f}, {gain['high']:+.4f})"})
+                    rows.append(
+                        {
+                            "model": label,
+                            "held-out DNA": kind,
+                            "context": int(n),
+                            "bits/base": round(row[kind]["bits_per_base"], 4),
+                            "bases": row[kind]["bases"],
+                            "gain (95% CI)": ""
+                            if gain is None
+                            else f"{gain['bits']:+.4f} ({gain['low']:+.4f}, {gain['high']:+.4f})",
+                        }
+                    )
     summary.tables.append(table(rows, "Bits per base on held-out DNA at each context"))
     longest = max(data["contexts"])
     row = data["models"].get("continued", {}).get(str(longest), {})
-    gains = {kind: row[kind]["gain_over_shortest"] for kind in ("bacterial", "eukaryotic")
-             if "gain_over_shortest" in row.get(kind, {})}
-    measured = "; ".join(f"{kind}: {g['bits']:+.4f} bits/base ({g['low']:+.4f}, {g['high']:+.4f})" for kind, g in gains.items())
-    summary.targets.append(verdict(f"the continued model at {longest:,} tokens of context against {min(data['contexts']):,}, "
-                                   "with 95% intervals, on held-out bacterial and eukaryotic DNA",
-                                   measured or row.get("status", "not scored"), True if len(gains) == 2 else None))
+    gains = {
+        kind: row[kind]["gain_over_shortest"]
+        for kind in ("bacterial", "eukaryotic")
+        if "gain_over_shortest" in row.get(kind, {})
+    }
+    measured = "; ".join(
+        f"{kind}: {g['bits']:+.4f} bits/base ({g['low']:+.4f}, {g['high']:+.4f})" for kind, g in gains.items()
+    )
+    summary.targets.append(
+        verdict(
+            f"the continued model at {longest:,} tokens of context against {min(data['contexts']):,}, "
+            "with 95% intervals, on held-out bacterial and eukaryotic DNA",
+            measured or row.get("status", "not scored"),
+            True if len(gains) == 2 else None,
+        )
+    )
 
 
 # ------------------------------------------------------------------------------------ plots
@@ -982,7 +1244,9 @@ def plots(data: dict, folder: Path) -> list[Path]:
             done = [c for c in data["cases"] if c["series"] == series and c.get("status") == "ok"]
             style = "-" if series.startswith("genoformer") else "--"
             if done:
-                speed_ax.plot([c["context"] for c in done], [c["tokens_per_s"] for c in done], style, marker="o", label=series)
+                speed_ax.plot(
+                    [c["context"] for c in done], [c["tokens_per_s"] for c in done], style, marker="o", label=series
+                )
             if measured := [c for c in done if "peak_gib" in c]:  # (GPU runs only)
                 memory_ax.plot([c["context"] for c in measured], [c["peak_gib"] for c in measured], style, marker="o")
         for ax, label in ((speed_ax, "tokens per second"), (memory_ax, "peak memory (GiB)")):
@@ -1002,12 +1266,20 @@ def plots(data: dict, folder: Path) -> list[Path]:
         ax = fig.add_subplot(1, 1, 1)
         for label, per_context in data["models"].items():
             for kind in ("bacterial", "eukaryotic"):
-                points = [(int(n), row[kind].get("gain_over_shortest", {"bits": 0.0, "low": 0.0, "high": 0.0}))
-                          for n, row in per_context.items() if kind in row]
+                points = [
+                    (int(n), row[kind].get("gain_over_shortest", {"bits": 0.0, "low": 0.0, "high": 0.0}))
+                    for n, row in per_context.items()
+                    if kind in row
+                ]
                 if points:
                     ys = [g["bits"] for _, g in points]
-                    errors = [[y - g["low"] for (_, g), y in zip(points, ys)], [g["high"] - y for (_, g), y in zip(points, ys)]]
-                    ax.errorbar([n for n, _ in points], ys, yerr=errors, marker="o", capsize=3, label=f"{label}, {kind}")
+                    errors = [
+                        [y - g["low"] for (_, g), y in zip(points, ys)],
+                        [g["high"] - y for (_, g), y in zip(points, ys)],
+                    ]
+                    ax.errorbar(
+                        [n for n, _ in points], ys, yerr=errors, marker="o", capsize=3, label=f"{label}, {kind}"
+                    )
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("context (tokens)")
@@ -1030,33 +1302,59 @@ TITLES = {
     "cpu_memory": "One GPU, a million tokens: the step's memory per token on the CPU",
 }
 BUDGETS = {"memory": 420, "chromosome": 420, "speed": 420, "scaling": 420, "context": 440, "cpu_memory": 3600}
-STEPS = {"memory": memory, "chromosome": chromosome, "speed": speed, "scaling": scaling, "context": context,
-         "cpu_memory": cpu_memory}
+STEPS = {
+    "memory": memory,
+    "chromosome": chromosome,
+    "speed": speed,
+    "scaling": scaling,
+    "context": context,
+    "cpu_memory": cpu_memory,
+}
 
 
 def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step", choices=list(STEPS), required=True, help="what to measure (see above)")
     parser.add_argument("--device", default=None, help="default: cuda when available (--smoke: cpu)")
-    parser.add_argument("--budget-s", type=float, default=None,
-                        help=f"seconds for new cases (default per step: {BUDGETS})")
+    parser.add_argument(
+        "--budget-s", type=float, default=None, help=f"seconds for new cases (default per step: {BUDGETS})"
+    )
     parser.add_argument("--steps", type=int, default=None, help="timed training steps per case (default 2; speed 10)")
     parser.add_argument("--longest", type=int, default=4 * M, help="memory: the longest window tried after 1M (2M, 4M)")
-    parser.add_argument("--case-cap-s", type=float, default=60.0,
-                        help="scaling: skip a case its series' shorter contexts say would take longer")
-    parser.add_argument("--data", type=Path, nargs="+", default=[REPO_ROOT / ".device" / "million"],
-                        help="context: folders of context_data.npz (python -m benchmarks.million_data), read together")
+    parser.add_argument(
+        "--case-cap-s",
+        type=float,
+        default=60.0,
+        help="scaling: skip a case its series' shorter contexts say would take longer",
+    )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        nargs="+",
+        default=[REPO_ROOT / ".device" / "million"],
+        help="context: folders of context_data.npz (python -m benchmarks.million_data), read together",
+    )
     parser.add_argument("--contexts", type=int, nargs="+", default=[32 * K, 128 * K, M], help="context: scored at")
     parser.add_argument("--train-context", dest="train_context", type=int, default=128 * K)
     parser.add_argument("--train-s", dest="train_s", type=float, default=200.0, help="context: seconds of training")
-    parser.add_argument("--score-reserve-s", dest="score_reserve_s", type=float, default=150.0,
-                        help="context: seconds of the budget kept for scoring")
+    parser.add_argument(
+        "--score-reserve-s",
+        dest="score_reserve_s",
+        type=float,
+        default=150.0,
+        help="context: seconds of the budget kept for scoring",
+    )
     parser.add_argument("--learning-rate", dest="learning_rate", type=float, default=3e-4)
-    parser.add_argument("--lengths", type=int, nargs="+", default=[2048, 4096, 8192, 16384, 32768],
-                        help="cpu_memory: the lengths")
+    parser.add_argument(
+        "--lengths", type=int, nargs="+", default=[2048, 4096, 8192, 16384, 32768], help="cpu_memory: the lengths"
+    )
     parser.add_argument("--layers", type=int, default=2, help="cpu_memory: the flagship's width with this many layers")
     parser.add_argument("--plots", type=Path, default=None, help="also draw the step's figures in this folder")
-    parser.add_argument("--scratch", type=Path, default=None,
-                        help="chromosome: keep the commands' outputs here (default: a temporary folder, deleted)")
+    parser.add_argument(
+        "--scratch",
+        type=Path,
+        default=None,
+        help="chromosome: keep the commands' outputs here (default: a temporary folder, deleted)",
+    )
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -1072,9 +1370,16 @@ def measure(args: argparse.Namespace) -> dict:
     return STEPS[args.step](args)
 
 
-BENCHMARK = Benchmark("million", "One GPU, a million tokens", __doc__, measure, summarize, arguments=arguments,
-                      name_of=lambda args: f"million_{args.step}",
-                      baseline="the plain runtime (every activation kept) and plain PyTorch (SDPA, Flex), same run")
+BENCHMARK = Benchmark(
+    "million",
+    "One GPU, a million tokens",
+    __doc__,
+    measure,
+    summarize,
+    arguments=arguments,
+    name_of=lambda args: f"million_{args.step}",
+    baseline="the plain runtime (every activation kept) and plain PyTorch (SDPA, Flex), same run",
+)
 
 
 def main(argv: Optional[list[str]] = None) -> dict:

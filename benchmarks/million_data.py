@@ -20,13 +20,17 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-
-from benchmarks.million import BACTERIA, EXAMPLES, HELD_OUT_FRACTION
 from genoformer.data.genome.inputs import read_sequences
 
+from benchmarks.million import BACTERIA, EXAMPLES, HELD_OUT_FRACTION
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-EUKARYOTES = ("dictyostelium_ax4.fasta.gz", "plasmodium_falciparum.fasta.gz", "ustilago_maydis.fasta.gz",
-              "drosophila_dm3_chr2R.fasta.gz")
+EUKARYOTES = (
+    "dictyostelium_ax4.fasta.gz",
+    "plasmodium_falciparum.fasta.gz",
+    "ustilago_maydis.fasta.gz",
+    "drosophila_dm3_chr2R.fasta.gz",
+)
 
 
 def prepare(args: argparse.Namespace) -> Path:
@@ -43,40 +47,65 @@ def prepare(args: argparse.Namespace) -> Path:
                 first = max(0, cut - args.context_before)  # the held-out tail with its context before it
                 heldout[f"bacterial/{record.name}@{cut - first}"] = record.codes[first:]
             elif kept < args.eukaryote_bases:
-                train[f"eukaryotic/{record.name}"] = record.codes[:min(cut, args.eukaryote_bases - kept)]
+                train[f"eukaryotic/{record.name}"] = record.codes[: min(cut, args.eukaryote_bases - kept)]
                 kept += train[f"eukaryotic/{record.name}"].size
     celegans = extra / "celegans_ce2_chrX.fasta.gz"
     if celegans.is_file():
         codes = next(iter(read_sequences([str(celegans)]))).codes
         first = max(0, args.celegans_offset - args.context_before)
-        heldout[f"eukaryotic/celegans_chrX@{args.celegans_offset - first}"] = codes[first:args.celegans_offset
-                                                                                    + args.celegans_bases]
+        heldout[f"eukaryotic/celegans_chrX@{args.celegans_offset - first}"] = codes[
+            first : args.celegans_offset + args.celegans_bases
+        ]
     if not heldout:
-        raise SystemExit(f"million_data: nothing held out to score: no bacteria (--no_bacteria) and no {celegans}; "
-                         "drop --no_bacteria, or point --extra at the fetched genomes")
+        raise SystemExit(
+            f"million_data: nothing held out to score: no bacteria (--no_bacteria) and no {celegans}; "
+            "drop --no_bacteria, or point --extra at the fetched genomes"
+        )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "context_data.npz"
-    np.savez_compressed(path, **{f"train/{k}": v for k, v in train.items()}, **{f"heldout/{k}": v for k, v in heldout.items()})
-    print(f"wrote {path}: {len(train)} training records ({sum(map(len, train.values())):,} bases), {len(heldout)} held-out "
-          "sequences" + ("" if celegans.is_file() else f" (no {celegans}: no eukaryotic held-out DNA)"))
+    np.savez_compressed(
+        path, **{f"train/{k}": v for k, v in train.items()}, **{f"heldout/{k}": v for k, v in heldout.items()}
+    )
+    print(
+        f"wrote {path}: {len(train)} training records ({sum(map(len, train.values())):,} bases), {len(heldout)} held-out "
+        "sequences" + ("" if celegans.is_file() else f" (no {celegans}: no eukaryotic held-out DNA)")
+    )
     return path
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.million_data", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.million_data",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--out", type=Path, required=True, help="folder of context_data.npz (e.g. .device/million)")
-    parser.add_argument("--extra", type=Path, default=REPO_ROOT.parent / "shared-extra" / "genomes",
-                        help="folder of the fetched genomes (default ../shared-extra/genomes; 'none': bacteria only)")
+    parser.add_argument(
+        "--extra",
+        type=Path,
+        default=REPO_ROOT.parent / "shared-extra" / "genomes",
+        help="folder of the fetched genomes (default ../shared-extra/genomes; 'none': bacteria only)",
+    )
     parser.add_argument("--celegans_offset", type=int, default=8_000_000, help="first held-out base of C. elegans X")
     parser.add_argument("--celegans_bases", type=int, default=500_000, help="held-out bases of C. elegans X")
-    parser.add_argument("--context_before", type=int, default=1_100_000,
-                        help="bases kept before each held-out part (its context at 1M tokens)")
-    parser.add_argument("--eukaryote_bases", type=int, default=10**12,
-                        help="at most this many training bases of each eukaryotic file (default: all)")
-    parser.add_argument("--no_bacteria", action="store_true",
-                        help="leave out the bacteria (examples/: the GPU machine writes them itself)")
+    parser.add_argument(
+        "--context_before",
+        type=int,
+        default=1_100_000,
+        help="bases kept before each held-out part (its context at 1M tokens)",
+    )
+    parser.add_argument(
+        "--eukaryote_bases",
+        type=int,
+        default=10**12,
+        help="at most this many training bases of each eukaryotic file (default: all)",
+    )
+    parser.add_argument(
+        "--no_bacteria",
+        action="store_true",
+        help="leave out the bacteria (examples/: the GPU machine writes them itself)",
+    )
     return prepare(parser.parse_args(argv))
 
 

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-from benchmarks.common import REPO_ROOT, Benchmark, Summary, at_most, median, table
 from genoformer.data.genome.inputs import read_sequences
 from genoformer.data.genome.regions import read_regions
+
+from benchmarks.common import REPO_ROOT, Benchmark, Summary, at_most, median, table
 from genoformer.genome.mutagenesis import mutagenesis, saturation_mutagenesis
 from genoformer.genome.scoring import CPU_WINDOW, Scorer
 
@@ -42,8 +42,16 @@ def on_cpu(args) -> dict:
         for _ in range(1 if args.smoke else args.repeats):
             load = os.getloadavg()[0]
             began = time.perf_counter()
-            mutagenesis(checkpoint=CHECKPOINT, inputs=[str(GENOME)], regions=[region], out=Path(folder) / "m.tsv",
-                        window=128 if args.smoke else CPU_WINDOW, batch_size=8, device="cpu", overwrite=True)
+            mutagenesis(
+                checkpoint=CHECKPOINT,
+                inputs=[str(GENOME)],
+                regions=[region],
+                out=Path(folder) / "m.tsv",
+                window=128 if args.smoke else CPU_WINDOW,
+                batch_size=8,
+                device="cpu",
+                overwrite=True,
+            )
             runs.append({"seconds": time.perf_counter() - began, "load_average_before": load})
     return {"kind": "cpu", "region": region, "torch_threads": torch.get_num_threads(), "runs": runs}
 
@@ -53,16 +61,19 @@ def windows(args) -> dict:
     genome = {record.name: record.codes for record in read_sequences([str(GENOME)])}
     lengths = {name: len(codes) for name, codes in genome.items()}
     policy = Scorer.from_checkpoint(CHECKPOINT, device=device)  # bfloat16 autocast on a GPU
-    scorers = {"bfloat16": policy,
-               "float32": Scorer(policy.model, context=policy.context, device=device, autocast_dtype=torch.float32)}
+    scorers = {
+        "bfloat16": policy,
+        "float32": Scorer(policy.model, context=policy.context, device=device, autocast_dtype=torch.float32),
+    }
     sizes, batch_sizes = ([64, 128], [8]) if args.smoke else ([128, 256, 512, 1024, 2048, 4096, 8192], [8, 64, 256])
     region = read_regions(f"{RECORD}:20001-20020" if args.smoke else REGION, lengths)
 
     def run(precision: str, window: int, batch_size: int, regions=region) -> tuple[np.ndarray, float]:
         torch.cuda.synchronize(device) if device.type == "cuda" else None
         began = time.perf_counter()
-        matrices = saturation_mutagenesis(scorers[precision], genome, regions, window=window, batch_size=batch_size,
-                                          progress=False)
+        matrices = saturation_mutagenesis(
+            scorers[precision], genome, regions, window=window, batch_size=batch_size, progress=False
+        )
         torch.cuda.synchronize(device) if device.type == "cuda" else None
         return np.concatenate([m[np.isfinite(m)] for m in matrices]), time.perf_counter() - began
 
@@ -70,16 +81,30 @@ def windows(args) -> dict:
         run(precision, sizes[0], 32)  # warm-up: kernels, autotuning, allocator
     llr = {(p, w): run(p, w, 32) for w in sizes for p in scorers}
     reference = llr["float32", max(sizes)][0]
-    rows = [{"window": w, "precision": p, "seconds": s, "pearson_r": float(np.corrcoef(v, reference)[0, 1]),
-             "mean_abs_difference": float(np.abs(v - reference).mean())} for (p, w), (v, s) in llr.items()]
+    rows = [
+        {
+            "window": w,
+            "precision": p,
+            "seconds": s,
+            "pearson_r": float(np.corrcoef(v, reference)[0, 1]),
+            "mean_abs_difference": float(np.abs(v - reference).mean()),
+        }
+        for (p, w), (v, s) in llr.items()
+    ]
     kilobase = read_regions(REGION_1KB, lengths)
     timing = []
     for precision in scorers:
         for window in sizes[-2:] if args.smoke else [1024, 2048]:
             for batch_size in batch_sizes:
                 run(precision, window, batch_size, kilobase)  # warm-up of this shape
-                timing.append({"precision": precision, "window": window, "batch_size": batch_size,
-                               "seconds": run(precision, window, batch_size, kilobase)[1]})
+                timing.append(
+                    {
+                        "precision": precision,
+                        "window": window,
+                        "batch_size": batch_size,
+                        "seconds": run(precision, window, batch_size, kilobase)[1],
+                    }
+                )
     return {"kind": "windows", "variants": int(reference.size), "windows": rows, "region_1kb": timing}
 
 
@@ -95,22 +120,48 @@ def measure(args) -> dict:
 
 def summarize(data: dict) -> Summary:
     if data["kind"] == "windows":
-        rows = [{"window": r["window"], "precision": r["precision"], "seconds": r["seconds"], "Pearson r": r["pearson_r"],
-                 "mean abs difference (bits)": r["mean_abs_difference"]} for r in data["windows"]]
-        return Summary(title="First-day tools: mutagenesis, the llr against the window", tables=[
-            table(rows, f"{data['variants']} SNVs against float32 at the longest window"),
-            table(data["region_1kb"], "A 1 kb region (3,000 SNVs)", headline=False)])
+        rows = [
+            {
+                "window": r["window"],
+                "precision": r["precision"],
+                "seconds": r["seconds"],
+                "Pearson r": r["pearson_r"],
+                "mean abs difference (bits)": r["mean_abs_difference"],
+            }
+            for r in data["windows"]
+        ]
+        return Summary(
+            title="First-day tools: mutagenesis, the llr against the window",
+            tables=[
+                table(rows, f"{data['variants']} SNVs against float32 at the longest window"),
+                table(data["region_1kb"], "A 1 kb region (3,000 SNVs)", headline=False),
+            ],
+        )
     seconds = [run["seconds"] for run in data["runs"]]
     return Summary(
-        tables=[table([{"run": i + 1, "seconds": run["seconds"], "load average before": run["load_average_before"]}
-                       for i, run in enumerate(data["runs"])],
-                      f"`genoformer mutagenesis` of {data['region']}, {data['torch_threads']} torch threads")],
-        targets=[at_most("the 200 positions in at most 2 minutes (median of the runs)", median(seconds), 120.0, " s")])
+        tables=[
+            table(
+                [
+                    {"run": i + 1, "seconds": run["seconds"], "load average before": run["load_average_before"]}
+                    for i, run in enumerate(data["runs"])
+                ],
+                f"`genoformer mutagenesis` of {data['region']}, {data['torch_threads']} torch threads",
+            )
+        ],
+        targets=[at_most("the 200 positions in at most 2 minutes (median of the runs)", median(seconds), 120.0, " s")],
+    )
 
 
-BENCHMARK = Benchmark("mutagenesis", "First-day tools: mutagenesis (CPU)", __doc__, measure, summarize,
-                      arguments=arguments, module="benchmarks.mutagenesis_bench",
-                      name_of=lambda args: "mutagenesis_windows" if args.windows else "mutagenesis")
+BENCHMARK = Benchmark(
+    "mutagenesis",
+    "First-day tools: mutagenesis (CPU)",
+    __doc__,
+    measure,
+    summarize,
+    arguments=arguments,
+    module="benchmarks.mutagenesis_bench",
+    name_of=lambda args: "mutagenesis_windows" if args.windows else "mutagenesis",
+)
 
 if __name__ == "__main__":
     BENCHMARK.main()

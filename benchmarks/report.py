@@ -17,11 +17,27 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmarks.common import REPO_ROOT, RESULTS, read_result, render
 from genoformer.data.storage import write_text
 
-PAGE = ("data", "attention", "packed", "head_dims", "sanitize", "train_step", "train", "million_memory", "million_context",
-        "flagship", "finetune", "ecg", "timeseries_datasets", "hf_export", "generate")
+from benchmarks.common import REPO_ROOT, RESULTS, read_result, render
+
+PAGE = (
+    "data",
+    "attention",
+    "packed",
+    "head_dims",
+    "sanitize",
+    "train_step",
+    "train",
+    "million_memory",
+    "million_context",
+    "flagship",
+    "finetune",
+    "ecg",
+    "timeseries_datasets",
+    "hf_export",
+    "generate",
+)
 """The sections of the page, in order; every other result file is named under "Also measured"."""
 
 LIMIT_BYTES = 20_000
@@ -54,8 +70,11 @@ def page(results: Path) -> str:
 def _page(sections: list[str], others: dict[str, dict]) -> str:
     if others:
         named = ", ".join(f"`{name}`" for name in sorted(others))
-        sections = [*sections, "## Also measured\n\nIn benchmarks/results (`python -m benchmarks.report --all` prints "
-                               f"their tables and dates): {named}."]
+        sections = [
+            *sections,
+            "## Also measured\n\nIn benchmarks/results (`python -m benchmarks.report --all` prints "
+            f"their tables and dates): {named}.",
+        ]
     return INTRO + "".join(f"\n{section}\n" for section in sections)
 
 
@@ -65,11 +84,18 @@ def everything(results: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.report", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--results", type=Path, default=RESULTS, help="folder of result files (default benchmarks/results)")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "BENCHMARKS.md", help="the page (default BENCHMARKS.md)")
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when --out differs from the results")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.report", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--results", type=Path, default=RESULTS, help="folder of result files (default benchmarks/results)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=REPO_ROOT / "BENCHMARKS.md", help="the page (default BENCHMARKS.md)"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 when --out differs from the results"
+    )
     parser.add_argument("--all", action="store_true", help="write nothing; print every table of every result file")
     args = parser.parse_args(argv)
     if not args.results.is_dir():

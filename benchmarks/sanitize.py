@@ -78,7 +78,6 @@ CASES = (
 # ------------------------------------------------------------------------------ the child: cases
 def _layout(case: Case):
     import torch
-
     from genoformer.kernels.layout import BlockLayout
 
     if case.layout == "sliding":
@@ -99,13 +98,16 @@ def run_case(case: Case, device: str) -> dict:
     relative to the largest expected value (a few roundings for a working kernel, about 1 for
     one that skipped work or wrote the wrong rows)."""
     import torch
-
     from genoformer.kernels.reference import reference_attention
     from genoformer.kernels.triton_flash import triton_attention
 
     generator = torch.Generator().manual_seed(0)
-    shapes = {"q": (case.B, case.H, case.L, case.D), "k": (case.B, case.HKV, case.L, case.D),
-              "v": (case.B, case.HKV, case.L, case.D), "do": (case.B, case.H, case.L, case.D)}
+    shapes = {
+        "q": (case.B, case.H, case.L, case.D),
+        "k": (case.B, case.HKV, case.L, case.D),
+        "v": (case.B, case.HKV, case.L, case.D),
+        "do": (case.B, case.H, case.L, case.D),
+    }
     exact = {name: torch.randn(shape, generator=generator, dtype=torch.float64) for name, shape in shapes.items()}
     layout, dtype = _layout(case), getattr(torch, case.dtype)
     kv_lens = None if case.kv_lens is None else torch.tensor(case.kv_lens, dtype=torch.int32)
@@ -119,11 +121,16 @@ def run_case(case: Case, device: str) -> dict:
     low = {name: t.to(device=device, dtype=dtype) for name, t in exact.items()}
     result = forward_backward(triton_attention, low, None if kv_lens is None else kv_lens.to(device))
     expected = forward_backward(reference_attention, {n: t.to(dtype).double() for n, t in exact.items()}, kv_lens)
-    errors = {name: float((value.double().cpu() - expected[name]).abs().max() / expected[name].abs().max().clamp(min=1e-9))
-              for name, value in result.items()}
+    errors = {
+        name: float((value.double().cpu() - expected[name]).abs().max() / expected[name].abs().max().clamp(min=1e-9))
+        for name, value in result.items()
+    }
     finite = all(bool(torch.isfinite(value).all()) for value in result.values())
-    return {"case": case.name, "relative_errors": errors,
-            "ok": finite and max(errors.values()) <= (0.05 if case.dtype == "bfloat16" else 0.01)}
+    return {
+        "case": case.name,
+        "relative_errors": errors,
+        "ok": finite and max(errors.values()) <= (0.05 if case.dtype == "bfloat16" else 0.01),
+    }
 
 
 def child(results_path: Path, smoke: bool, all_configs: bool) -> int:
@@ -153,16 +160,29 @@ def child(results_path: Path, smoke: bool, all_configs: bool) -> int:
 def find_sanitizer() -> str | None:
     """compute-sanitizer on PATH, in a CUDA toolkit, or from the nvidia-cuda-sanitizer-api wheel."""
     patterns = ["/usr/local/cuda*/bin/compute-sanitizer", "/usr/local/cuda*/compute-sanitizer/compute-sanitizer"]
-    patterns += [os.path.join(p, "nvidia", "cuda_sanitizer_api", "compute-sanitizer", "compute-sanitizer")
-                 for p in sys.path if p]
+    patterns += [
+        os.path.join(p, "nvidia", "cuda_sanitizer_api", "compute-sanitizer", "compute-sanitizer") for p in sys.path if p
+    ]
     found = [shutil.which("compute-sanitizer")] + [m for p in patterns for m in sorted(glob.glob(p))[-1:]]
     return next((path for path in found if path), None)
 
 
 def run_tool(tool: str, sanitizer: str, work: Path, all_configs: bool, timeout: int) -> dict:
     log, cases = work / f"{tool}.log", work / f"{tool}_cases.json"
-    command = [sanitizer, "--tool", tool, "--log-file", str(log), "--print-limit", "50",
-               sys.executable, "-m", "benchmarks.sanitize", "--child", str(cases)]
+    command = [
+        sanitizer,
+        "--tool",
+        tool,
+        "--log-file",
+        str(log),
+        "--print-limit",
+        "50",
+        sys.executable,
+        "-m",
+        "benchmarks.sanitize",
+        "--child",
+        str(cases),
+    ]
     command += [] if all_configs else ["--default-config-only"]
     env = {**os.environ, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "GENOFORMER_TRITON_AUTOTUNE": "0"}
     env.pop("TRITON_INTERPRET", None)
@@ -174,11 +194,16 @@ def run_tool(tool: str, sanitizer: str, work: Path, all_configs: bool, timeout: 
     report = log.read_text() if log.exists() else ""
     errors = re.search(r"ERROR SUMMARY: (\d+) error", report)
     race = re.search(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?, (\d+) warnings?\)", report)
-    return {"tool": tool, "all_configs": all_configs, "exit_status": status,
-            "seconds": round(time.perf_counter() - started, 1), "report_tail": report[-2000:],
-            "errors": int(race.group(1)) if race else int(errors.group(1)) if errors else None,
-            "warnings": int(race.group(2)) if race else 0,
-            "cases": json.loads(cases.read_text()) if cases.exists() else []}
+    return {
+        "tool": tool,
+        "all_configs": all_configs,
+        "exit_status": status,
+        "seconds": round(time.perf_counter() - started, 1),
+        "report_tail": report[-2000:],
+        "errors": int(race.group(1)) if race else int(errors.group(1)) if errors else None,
+        "warnings": int(race.group(2)) if race else 0,
+        "cases": json.loads(cases.read_text()) if cases.exists() else [],
+    }
 
 
 def arguments(parser) -> None:
@@ -191,15 +216,28 @@ def measure(args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         if args.smoke:
             status = child(Path(tmp) / "cases.json", smoke=True, all_configs=False)
-            tools = [{"tool": "none (smoke)", "all_configs": False, "exit_status": status, "seconds": 0, "errors": 0,
-                      "warnings": 0, "cases": json.loads((Path(tmp) / "cases.json").read_text())}]
+            tools = [
+                {
+                    "tool": "none (smoke)",
+                    "all_configs": False,
+                    "exit_status": status,
+                    "seconds": 0,
+                    "errors": 0,
+                    "warnings": 0,
+                    "cases": json.loads((Path(tmp) / "cases.json").read_text()),
+                }
+            ]
         else:
             sanitizer = find_sanitizer()
             if sanitizer is None:
-                raise SystemExit("compute-sanitizer not found: install the CUDA toolkit (or pip install "
-                                 "nvidia-cuda-sanitizer-api-cu12) or put it on PATH")
-            tools = [run_tool(tool, sanitizer, Path(tmp), tool == "memcheck" and not args.default_config_only,
-                              args.timeout) for tool in args.tools.split(",")]
+                raise SystemExit(
+                    "compute-sanitizer not found: install the CUDA toolkit (or pip install "
+                    "nvidia-cuda-sanitizer-api-cu12) or put it on PATH"
+                )
+            tools = [
+                run_tool(tool, sanitizer, Path(tmp), tool == "memcheck" and not args.default_config_only, args.timeout)
+                for tool in args.tools.split(",")
+            ]
     return {"tools": tools}
 
 
@@ -209,21 +247,48 @@ def summarize(data: dict) -> Summary:
         matched = sum(c["ok"] for c in t["cases"])
         clean = t["exit_status"] == 0 and t["errors"] == 0 and matched == len(t["cases"]) > 0
         worst = max((e for c in t["cases"] for e in c["relative_errors"].values()), default=None)
-        rows.append({"tool": t["tool"], "launch configs": "every candidate" if t["all_configs"] else "default",
-                     "errors": t["errors"], "warnings": t["warnings"], "cases matching float64":
-                     f"{matched}/{len(t['cases'])}", "worst relative error": worst})
-        targets.append(verdict(f"{t['tool']}: no error, every case matches float64",
-                               f"{t['errors']} errors, {matched}/{len(t['cases'])} cases", clean))
+        rows.append(
+            {
+                "tool": t["tool"],
+                "launch configs": "every candidate" if t["all_configs"] else "default",
+                "errors": t["errors"],
+                "warnings": t["warnings"],
+                "cases matching float64": f"{matched}/{len(t['cases'])}",
+                "worst relative error": worst,
+            }
+        )
+        targets.append(
+            verdict(
+                f"{t['tool']}: no error, every case matches float64",
+                f"{t['errors']} errors, {matched}/{len(t['cases'])} cases",
+                clean,
+            )
+        )
     cases = [{"case": c["case"], **{k: v for k, v in c["relative_errors"].items()}} for c in data["tools"][0]["cases"]]
-    return Summary(tables=[table(rows), table(cases, "Worst relative error of each case against float64", headline=False)],
-                   targets=targets, failed=not all(t["status"] == "MET" for t in targets))
+    return Summary(
+        tables=[table(rows), table(cases, "Worst relative error of each case against float64", headline=False)],
+        targets=targets,
+        failed=not all(t["status"] == "MET" for t in targets),
+    )
 
 
-BENCHMARK = Benchmark("sanitize", "Kernel memory safety: compute-sanitizer over the Triton kernels", __doc__, measure,
-                      summarize, arguments=arguments, baseline="the float64 reference of every case")
+BENCHMARK = Benchmark(
+    "sanitize",
+    "Kernel memory safety: compute-sanitizer over the Triton kernels",
+    __doc__,
+    measure,
+    summarize,
+    arguments=arguments,
+    baseline="the float64 reference of every case",
+)
 
 if __name__ == "__main__":
     if "--child" in sys.argv:  # the process compute-sanitizer watches
-        sys.exit(child(Path(sys.argv[sys.argv.index("--child") + 1]), smoke=False,
-                       all_configs="--default-config-only" not in sys.argv))
+        sys.exit(
+            child(
+                Path(sys.argv[sys.argv.index("--child") + 1]),
+                smoke=False,
+                all_configs="--default-config-only" not in sys.argv,
+            )
+        )
     BENCHMARK.main()

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from genoformer.kernels.dispatch import Backend
 from torch.utils.data import DataLoader
 
 from benchmarks.common import (
@@ -71,7 +72,6 @@ from benchmarks.train_models import (
     parameter_count,
     sdpa_flash_only,
 )
-from genoformer.kernels.dispatch import Backend
 
 PEAK_TFLOPS = 989.0
 ECOLI = REPO_ROOT / "examples" / "ecoli_k12_mg1655.fasta.gz"
@@ -103,7 +103,9 @@ class Case:
         if self.kind == "ceiling":
             return "ceiling"
         if self.kind == "fit":
-            return f"{'ddp' if self.devices > 1 else 'fit'}-{self.data}-{tag}" + (f"-x{self.devices}" if self.devices > 1 else "")
+            return f"{'ddp' if self.devices > 1 else 'fit'}-{self.data}-{tag}" + (
+                f"-x{self.devices}" if self.devices > 1 else ""
+            )
         prefix = "profile-" if self.kind == "profile" else ""
         return f"{prefix}{self.impl}-{self.pattern}-{tag}-{self.mode}" + ("-ckpt" if self.checkpointing else "")
 
@@ -113,20 +115,36 @@ def _steps(*contexts: int, **fields) -> list[Case]:
 
 
 GROUPS: dict[str, list[Case]] = {  # in run order, one child process each; within a group, the most important first
-    "eager-8k": [Case("ceiling"), *_steps(8192, mode="eager"), *_steps(8192, impl="sdpa", mode="eager"),
-                 *_steps(8192, mode="plain"), Case("profile", mode="eager"),
-                 *_steps(8192, 16384, 32768, impl="math", mode="eager")],
-    "compiled-8k": [*_steps(8192, mode="compiled"), Case("profile", mode="compiled"),  # fit reuses the graphs
-                    Case("fit", mode="compiled", data="synthetic"), Case("fit", mode="compiled", data="real")],
-    "flex-compiled-8k": [*_steps(8192, impl="flex", mode="compiled"),
-                         *_steps(8192, impl="flex", pattern="window", mode="compiled")],
-    "compiled-long": [*_steps(32768, 65536, 131072, mode="compiled"),
-                      *_steps(32768, 65536, 131072, 8192, pattern="window", mode="compiled"),
-                      *_steps(16384, mode="compiled")],
+    "eager-8k": [
+        Case("ceiling"),
+        *_steps(8192, mode="eager"),
+        *_steps(8192, impl="sdpa", mode="eager"),
+        *_steps(8192, mode="plain"),
+        Case("profile", mode="eager"),
+        *_steps(8192, 16384, 32768, impl="math", mode="eager"),
+    ],
+    "compiled-8k": [
+        *_steps(8192, mode="compiled"),
+        Case("profile", mode="compiled"),  # fit reuses the graphs
+        Case("fit", mode="compiled", data="synthetic"),
+        Case("fit", mode="compiled", data="real"),
+    ],
+    "flex-compiled-8k": [
+        *_steps(8192, impl="flex", mode="compiled"),
+        *_steps(8192, impl="flex", pattern="window", mode="compiled"),
+    ],
+    "compiled-long": [
+        *_steps(32768, 65536, 131072, mode="compiled"),
+        *_steps(32768, 65536, 131072, 8192, pattern="window", mode="compiled"),
+        *_steps(16384, mode="compiled"),
+    ],
     "eager-long": [*_steps(8192, pattern="window", mode="eager"), *_steps(32768, 65536, 131072, 16384, mode="eager")],
-    "anchors-more": [*_steps(8192, impl="sdpa", mode="compiled"), *_steps(8192, impl="flex", mode="eager"),
-                     *_steps(32768, 65536, 131072, impl="sdpa", mode="compiled"),
-                     *_steps(32768, 65536, 131072, impl="flex", mode="compiled")],
+    "anchors-more": [
+        *_steps(8192, impl="sdpa", mode="compiled"),
+        *_steps(8192, impl="flex", mode="eager"),
+        *_steps(32768, 65536, 131072, impl="sdpa", mode="compiled"),
+        *_steps(32768, 65536, 131072, impl="flex", mode="compiled"),
+    ],
     "ddp-2gpu": [Case("fit", mode="compiled", data="synthetic", devices=2)],
 }
 SMOKE_CASES = "ceiling,genoformer-causal-8k-eager,sdpa-causal-8k-eager"
@@ -190,8 +208,13 @@ class Worker:
     def record(self, case: Case, **values) -> None:
         if int(os.environ.get("LOCAL_RANK", "0")) != 0:
             return  # a DDP rank started by Lightning: rank 0 reports
-        line = {"name": case.name, **dataclasses.asdict(case), "batch": case.batch,
-                "tokens_per_step": case.batch * self.context(case) * case.devices, **values}
+        line = {
+            "name": case.name,
+            **dataclasses.asdict(case),
+            "batch": case.batch,
+            "tokens_per_step": case.batch * self.context(case) * case.devices,
+            **values,
+        }
         with open(self.work / "cases.jsonl", "a") as file:
             file.write(json.dumps(line) + "\n")
         print(f"[train] {case.name}: {values.get('status')}", flush=True)
@@ -206,7 +229,12 @@ class Worker:
             self.record(case, **values)
             if values["status"] == "OOM" and case.impl == "math":
                 oom_math_at = case.context
-            if values["status"] == "OOM" and case.impl == "genoformer" and case.context >= 131072 and case.kind == "step":
+            if (
+                values["status"] == "OOM"
+                and case.impl == "genoformer"
+                and case.context >= 131072
+                and case.kind == "step"
+            ):
                 retry = dataclasses.replace(case, checkpointing=True)  # what a user would switch on
                 self.record(retry, **self.attempt(retry))
 
@@ -231,21 +259,28 @@ class Worker:
             self._store = GenomeStore(prepare_genome_store([ECOLI], self.work / "ecoli.zarr", progress=False))
         contig = self._store.contigs[0]
         starts = torch.randint(0, contig.length - context, (batch,), generator=torch.Generator().manual_seed(0))
-        return torch.stack([torch.from_numpy(self._store.read(contig.name, s, s + context).copy())
-                            for s in starts.tolist()]).to(self.device)
+        return torch.stack(
+            [torch.from_numpy(self._store.read(contig.name, s, s + context).copy()) for s in starts.tolist()]
+        ).to(self.device)
 
     def measure(self, case: Case) -> dict:
         if case.kind == "ceiling":
             n = 1024 if self.smoke else 8192
             a, b = (torch.randn(n, n, device=self.device, dtype=self.dtype) for _ in range(2))
-            return {"status": "ok", "matmul_tflops": 2 * n**3 / median(time_calls(lambda: a @ b, self.device, 3, 20)) / 1e9}
+            return {
+                "status": "ok",
+                "matmul_tflops": 2 * n**3 / median(time_calls(lambda: a @ b, self.device, 3, 20)) / 1e9,
+            }
         if case.kind == "fit":
             return self.fit(case)
         step, config, parameters, extra = self.build_step(case)
         if case.kind == "profile":
             return {"status": "ok", **profile_breakdown(step.step, self.device, 2 if self.smoke else 3), **extra}
-        warmup, steps = (1, 2) if self.smoke or case.impl == "math" else \
-            {8192: (3, 10), 16384: (3, 8), 32768: (2, 5), 65536: (2, 4), 131072: (1, 3)}[case.context]
+        warmup, steps = (
+            (1, 2)
+            if self.smoke or case.impl == "math"
+            else {8192: (3, 10), 16384: (3, 8), 32768: (2, 5), 65536: (2, 4), 131072: (1, 3)}[case.context]
+        )
         t0 = time.perf_counter()
         first_loss = float(step.step())  # compiles a compiled model
         for _ in range(warmup - 1):
@@ -256,16 +291,40 @@ class Worker:
             torch.cuda.reset_peak_memory_stats(self.device)
         step_ms = median(time_calls(step.step, self.device, warmup=0, calls=steps))
         tokens = case.batch * self.context(case)
-        tflops = model_flops_per_token(config, parameters, self.context(case), case.pattern == "window") * tokens / step_ms / 1e9
-        return {"status": "ok", "step_ms": step_ms, "tokens_per_s": tokens / (step_ms / 1e3), "model_tflops": tflops,
-                "mfu": tflops / PEAK_TFLOPS, "first_loss": first_loss, "warmup_s": warmup_s, "parameters": parameters,
-                "peak_gib": torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else None,
-                **compile_counts(), **extra}
+        tflops = (
+            model_flops_per_token(config, parameters, self.context(case), case.pattern == "window")
+            * tokens
+            / step_ms
+            / 1e9
+        )
+        return {
+            "status": "ok",
+            "step_ms": step_ms,
+            "tokens_per_s": tokens / (step_ms / 1e3),
+            "model_tflops": tflops,
+            "mfu": tflops / PEAK_TFLOPS,
+            "first_loss": first_loss,
+            "warmup_s": warmup_s,
+            "parameters": parameters,
+            "peak_gib": torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else None,
+            **compile_counts(),
+            **extra,
+        }
 
     def build_step(self, case: Case):
         context = self.context(case)
-        arguments = fit_arguments(self.arch, context, case.batch, case.pattern == "window", case.mode == "compiled",
-                                  fused=case.mode != "plain", checkpointing=case.checkpointing) + self.backend_args
+        arguments = (
+            fit_arguments(
+                self.arch,
+                context,
+                case.batch,
+                case.pattern == "window",
+                case.mode == "compiled",
+                fused=case.mode != "plain",
+                checkpointing=case.checkpointing,
+            )
+            + self.backend_args
+        )
         torch.manual_seed(0)
         module = build_genoformer(arguments)
         config = module.model.config
@@ -279,8 +338,9 @@ class Worker:
                 compile_blocks(module.model, backend="aot_eager")
             elif case.mode == "compiled":
                 module.configure_model()  # as `genoformer fit` compiles
-            step = TrainStep(lambda: module.loss(tokens_BL)[0], module.configure_optimizers()["optimizer"],
-                             self.device, self.dtype)
+            step = TrainStep(
+                lambda: module.loss(tokens_BL)[0], module.configure_optimizers()["optimizer"], self.device, self.dtype
+            )
             return step, config, parameter_count(module.model), {"fit_args": arguments}
         if case.impl == "flex" and self.smoke:
             raise RuntimeError("FlexAttention anchors need CUDA (no CPU backward)")
@@ -296,10 +356,15 @@ class Worker:
         if case.mode == "compiled":
             for block in anchor.blocks:
                 block.compile(backend="aot_eager" if self.smoke else "inductor")
-        optimizer = torch.optim.AdamW(anchor.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
-                                      fused=self.device.type == "cuda")
-        return TrainStep(lambda: anchor.loss(tokens_BL), optimizer, self.device, self.dtype), config, \
-            parameter_count(anchor), {}
+        optimizer = torch.optim.AdamW(
+            anchor.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=self.device.type == "cuda"
+        )
+        return (
+            TrainStep(lambda: anchor.loss(tokens_BL), optimizer, self.device, self.dtype),
+            config,
+            parameter_count(anchor),
+            {},
+        )
 
     def fit(self, case: Case) -> dict:
         """Step time inside `Trainer.fit`, with the real data module or a batch on the GPU."""
@@ -309,15 +374,39 @@ class Worker:
 
         context = self.context(case)
         warmup, steps = (1, 2) if self.smoke else (3, 15)
-        arguments = fit_arguments(self.arch, context, case.batch, False, case.mode == "compiled" and not self.smoke,
-                                  fused=True) + self.backend_args + [
-            "--trainer.max_steps", str(warmup + steps), "--trainer.limit_val_batches", "0",
-            "--trainer.enable_checkpointing", "false", "--trainer.callbacks", "[]", "--trainer.enable_progress_bar",
-            "false", "--trainer.enable_model_summary", "false", "--model.total_steps", "1000",
-            "--trainer.default_root_dir", str(self.work / f"fit-{case.data}-{case.devices}"),
-            "--data.init_args.store", str(self.work / "fit.zarr")]
+        arguments = (
+            fit_arguments(self.arch, context, case.batch, False, case.mode == "compiled" and not self.smoke, fused=True)
+            + self.backend_args
+            + [
+                "--trainer.max_steps",
+                str(warmup + steps),
+                "--trainer.limit_val_batches",
+                "0",
+                "--trainer.enable_checkpointing",
+                "false",
+                "--trainer.callbacks",
+                "[]",
+                "--trainer.enable_progress_bar",
+                "false",
+                "--trainer.enable_model_summary",
+                "false",
+                "--model.total_steps",
+                "1000",
+                "--trainer.default_root_dir",
+                str(self.work / f"fit-{case.data}-{case.devices}"),
+                "--data.init_args.store",
+                str(self.work / "fit.zarr"),
+            ]
+        )
         if self.smoke:
-            arguments += ["--trainer.accelerator", "cpu", "--trainer.precision", "32-true", "--data.init_args.num_workers", "1"]
+            arguments += [
+                "--trainer.accelerator",
+                "cpu",
+                "--trainer.precision",
+                "32-true",
+                "--data.init_args.num_workers",
+                "1",
+            ]
         if case.devices > 1:
             arguments += ["--config", "configs/strategies/ddp.yaml", "--trainer.devices", str(case.devices)]
         torch.manual_seed(0)
@@ -329,19 +418,35 @@ class Worker:
         else:
             device = torch.device("cpu") if self.smoke else torch.device("cuda", cli.trainer.local_rank)
             batch = {"tokens": self.tokens(case.batch, context).to(device)}
-            cli.trainer.fit(cli.model, train_dataloaders=DataLoader(RepeatedBatch(batch, warmup + steps + 1), batch_size=None))
-        return {"status": "ok", "step_ms": timer.step_ms, "tokens_per_s": case.batch * context * case.devices / timer.step_ms * 1e3,
-                "strategy": type(cli.trainer.strategy).__name__, "ddp": isinstance(cli.trainer.strategy, DDPStrategy),
-                "num_workers": cli.datamodule.num_workers if case.data == "real" else 0, "fit_args": arguments}
+            cli.trainer.fit(
+                cli.model, train_dataloaders=DataLoader(RepeatedBatch(batch, warmup + steps + 1), batch_size=None)
+            )
+        return {
+            "status": "ok",
+            "step_ms": timer.step_ms,
+            "tokens_per_s": case.batch * context * case.devices / timer.step_ms * 1e3,
+            "strategy": type(cli.trainer.strategy).__name__,
+            "ddp": isinstance(cli.trainer.strategy, DDPStrategy),
+            "num_workers": cli.datamodule.num_workers if case.data == "real" else 0,
+            "fit_args": arguments,
+        }
 
 
 # ----------------------------------------------------------------------------- the driver
 def arguments(parser) -> None:
     parser.add_argument("--cases", help="comma-separated case names or globs (default: all; --smoke: a few)")
-    parser.add_argument("--budget-s", type=float, default=360.0,
-                        help="seconds for the whole run: groups still running then are stopped, later ones skipped")
-    parser.add_argument("--attention-backend", default="auto", choices=[b.value for b in Backend],
-                        help="our model's attention backend (model.runtime.attention_backend; default auto)")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=360.0,
+        help="seconds for the whole run: groups still running then are stopped, later ones skipped",
+    )
+    parser.add_argument(
+        "--attention-backend",
+        default="auto",
+        choices=[b.value for b in Backend],
+        help="our model's attention backend (model.runtime.attention_backend; default auto)",
+    )
 
 
 def measure(args) -> dict:
@@ -359,9 +464,17 @@ def measure(args) -> dict:
             if left < 20:
                 skipped += [{"name": c.name, "status": "not run: out of the time budget"} for c in cases]
                 continue
-            command = [sys.executable, "-m", "benchmarks.train", "--worker", str(work), "--cases",
-                       ",".join(c.name for c in cases), "--attention-backend", args.attention_backend] + \
-                      (["--smoke"] if args.smoke else [])
+            command = [
+                sys.executable,
+                "-m",
+                "benchmarks.train",
+                "--worker",
+                str(work),
+                "--cases",
+                ",".join(c.name for c in cases),
+                "--attention-backend",
+                args.attention_backend,
+            ] + (["--smoke"] if args.smoke else [])
             # its own process group, so that a timeout also ends Lightning's DDP ranks and compile workers
             process = subprocess.Popen(command, cwd=REPO_ROOT, start_new_session=True)
             try:
@@ -372,8 +485,11 @@ def measure(args) -> dict:
             lines = (work / "cases.jsonl").read_text().splitlines() if (work / "cases.jsonl").exists() else []
             records = [json.loads(line) for line in lines]
             done = {r["name"] for r in records}
-            skipped += [{"name": c.name, "status": "not run: the group's process stopped first (time budget or crash)"}
-                        for c in cases if c.name not in done]
+            skipped += [
+                {"name": c.name, "status": "not run: the group's process stopped first (time budget or crash)"}
+                for c in cases
+                if c.name not in done
+            ]
     return {"smoke": args.smoke, "peak_tflops": PEAK_TFLOPS, "records": records, "skipped": skipped}
 
 
@@ -391,7 +507,11 @@ def merge(runs: list[dict]) -> dict:
 # ---------------------------------------------------------------------------- the summary
 def _backend(record: dict) -> str:
     args = record.get("fit_args") or []
-    return args[args.index("--model.runtime.attention_backend") + 1] if "--model.runtime.attention_backend" in args else "auto"
+    return (
+        args[args.index("--model.runtime.attention_backend") + 1]
+        if "--model.runtime.attention_backend" in args
+        else "auto"
+    )
 
 
 def summarize(data: dict) -> Summary:
@@ -404,31 +524,85 @@ def summarize(data: dict) -> Summary:
 
     ceiling = by.get("ceiling", {}).get("matmul_tflops")
     backends = {_backend(r) for r in records if r["kind"] == "step" and r["impl"] == "genoformer"}
-    steps = [{"case": r["name"], **({"attention backend": _backend(r)} if len(backends) > 1 else {}),
-              "tokens": f"{r['context']:,} x {r['batch']}", "step ms": r["step_ms"], "tokens/s": round(r["tokens_per_s"]),
-              "MFU (989)": f"{100 * r['mfu']:.1f}%",
-              "MFU (matmul)": f"{100 * r['model_tflops'] / ceiling:.1f}%" if ceiling else None, "peak GiB": r["peak_gib"],
-              "graph breaks": r.get("graph_breaks") if r["mode"] == "compiled" else None}
-             for r in records if r["kind"] == "step"]
-    fits = [{"case": r["name"], "step ms": r["step_ms"], "tokens/s": round(r["tokens_per_s"]), "strategy": r["strategy"],
-             "data workers": r["num_workers"]} for r in records if r["kind"] == "fit"]
-    profiles = [r for r in records if r["kind"] == "profile" and r["mode"] == "compiled"] or \
-        [r for r in records if r["kind"] == "profile"]
-    headline = {"genoformer-causal-8k-eager", "sdpa-causal-8k-eager", "genoformer-causal-8k-compiled",
-                "flex-causal-8k-compiled", *(f"genoformer-{p}-{k}k-compiled" for p in ("causal", "window") for k in (32, 64, 128))}
-    shown = [{k: v for k, v in r.items() if k not in ("MFU (matmul)", "graph breaks")} for r in steps if r["case"] in headline]
-    tables = [table(shown or steps, "One optimizer step (median of the timed steps)"),
-              table(steps, "Every case", headline=False)]
+    steps = [
+        {
+            "case": r["name"],
+            **({"attention backend": _backend(r)} if len(backends) > 1 else {}),
+            "tokens": f"{r['context']:,} x {r['batch']}",
+            "step ms": r["step_ms"],
+            "tokens/s": round(r["tokens_per_s"]),
+            "MFU (989)": f"{100 * r['mfu']:.1f}%",
+            "MFU (matmul)": f"{100 * r['model_tflops'] / ceiling:.1f}%" if ceiling else None,
+            "peak GiB": r["peak_gib"],
+            "graph breaks": r.get("graph_breaks") if r["mode"] == "compiled" else None,
+        }
+        for r in records
+        if r["kind"] == "step"
+    ]
+    fits = [
+        {
+            "case": r["name"],
+            "step ms": r["step_ms"],
+            "tokens/s": round(r["tokens_per_s"]),
+            "strategy": r["strategy"],
+            "data workers": r["num_workers"],
+        }
+        for r in records
+        if r["kind"] == "fit"
+    ]
+    profiles = [r for r in records if r["kind"] == "profile" and r["mode"] == "compiled"] or [
+        r for r in records if r["kind"] == "profile"
+    ]
+    headline = {
+        "genoformer-causal-8k-eager",
+        "sdpa-causal-8k-eager",
+        "genoformer-causal-8k-compiled",
+        "flex-causal-8k-compiled",
+        *(f"genoformer-{p}-{k}k-compiled" for p in ("causal", "window") for k in (32, 64, 128)),
+    }
+    shown = [
+        {k: v for k, v in r.items() if k not in ("MFU (matmul)", "graph breaks")}
+        for r in steps
+        if r["case"] in headline
+    ]
+    tables = [
+        table(shown or steps, "One optimizer step (median of the timed steps)"),
+        table(steps, "Every case", headline=False),
+    ]
     if fits:
-        tables.append(table(fits, "Inside Trainer.fit (compiled, causal 8k x 4 per GPU; real: the config's data module)",
-                            headline=False))
+        tables.append(
+            table(
+                fits,
+                "Inside Trainer.fit (compiled, causal 8k x 4 per GPU; real: the config's data module)",
+                headline=False,
+            )
+        )
     if profiles:
-        tables.append(table([{"part": part, **{f"{p['name'].removeprefix('profile-')} ms": p["parts"][part] for p in profiles},
-                              **{f"{p['name'].removeprefix('profile-')} share": f"{100 * p['parts'][part] / p['total_ms']:.0f}%"
-                                 for p in profiles}} for part in PARTS if any(p["parts"][part] >= 0.5 for p in profiles)],
-                            "Where the time goes: device time per part, per step (ms)"))
-        tables += [table([{"kernel": n, "part": part, "ms": ms} for n, part, ms in p["top_kernels"][:12]],
-                         f"Largest kernels, {p['name']}", headline=False) for p in profiles]
+        tables.append(
+            table(
+                [
+                    {
+                        "part": part,
+                        **{f"{p['name'].removeprefix('profile-')} ms": p["parts"][part] for p in profiles},
+                        **{
+                            f"{p['name'].removeprefix('profile-')} share": f"{100 * p['parts'][part] / p['total_ms']:.0f}%"
+                            for p in profiles
+                        },
+                    }
+                    for part in PARTS
+                    if any(p["parts"][part] >= 0.5 for p in profiles)
+                ],
+                "Where the time goes: device time per part, per step (ms)",
+            )
+        )
+        tables += [
+            table(
+                [{"kernel": n, "part": part, "ms": ms} for n, part, ms in p["top_kernels"][:12]],
+                f"Largest kernels, {p['name']}",
+                headline=False,
+            )
+            for p in profiles
+        ]
 
     def tps(name: str) -> float | None:
         return by[name]["tokens_per_s"] if name in by else None
@@ -446,34 +620,69 @@ def summarize(data: dict) -> Summary:
         tried = [n for n in {r["name"] for r in data["records"]} if n.startswith("genoformer-") and "-128k-" in n]
         targets = [
             at_least("8k compiled MFU >= 45%", mfu("genoformer-causal-8k-compiled"), 45.0, "%"),
-            at_least("8k compiled vs plain PyTorch + compiled Flex >= 1.30x tokens/s",
-                     ratio_of(tps("genoformer-causal-8k-compiled"), tps("flex-causal-8k-compiled")), 1.3, "x"),
+            at_least(
+                "8k compiled vs plain PyTorch + compiled Flex >= 1.30x tokens/s",
+                ratio_of(tps("genoformer-causal-8k-compiled"), tps("flex-causal-8k-compiled")),
+                1.3,
+                "x",
+            ),
             at_least("8k eager MFU >= 35%", mfu("genoformer-causal-8k-eager"), 35.0, "%"),
-            at_least("8k eager vs plain PyTorch + SDPA eager > 1.00x tokens/s",
-                     ratio_of(tps("genoformer-causal-8k-eager"), tps("sdpa-causal-8k-eager")), 1.0 + 1e-9, "x"),
+            at_least(
+                "8k eager vs plain PyTorch + SDPA eager > 1.00x tokens/s",
+                ratio_of(tps("genoformer-causal-8k-eager"), tps("sdpa-causal-8k-eager")),
+                1.0 + 1e-9,
+                "x",
+            ),
             at_least("32k compiled MFU >= 40%", mfu("genoformer-causal-32k-compiled"), 40.0, "%"),
             at_least("64k compiled MFU >= 40%", mfu("genoformer-causal-64k-compiled"), 40.0, "%"),
-            verdict("128k trains on one GPU (batch 1)", f"{sum(n in by for n in tried)} of {len(tried)} cases ran",
-                    any(n in by for n in tried) if tried else None),
-            at_least("2 GPUs (DDP) vs 1 GPU, 8k, Trainer.fit >= 1.85x tokens/s",
-                     ratio_of(tps("ddp-synthetic-8k-x2"), one["tokens_per_s"] if one else None), 1.85, "x"),
-            verdict("real data module vs a batch on the GPU: step time within 3%",
-                    f"{100 * (real['step_ms'] / synthetic['step_ms'] - 1):+.1f}%" if real and synthetic else "not measured",
-                    real["step_ms"] <= 1.03 * synthetic["step_ms"] if real and synthetic else None)]
+            verdict(
+                "128k trains on one GPU (batch 1)",
+                f"{sum(n in by for n in tried)} of {len(tried)} cases ran",
+                any(n in by for n in tried) if tried else None,
+            ),
+            at_least(
+                "2 GPUs (DDP) vs 1 GPU, 8k, Trainer.fit >= 1.85x tokens/s",
+                ratio_of(tps("ddp-synthetic-8k-x2"), one["tokens_per_s"] if one else None),
+                1.85,
+                "x",
+            ),
+            verdict(
+                "real data module vs a batch on the GPU: step time within 3%",
+                f"{100 * (real['step_ms'] / synthetic['step_ms'] - 1):+.1f}%" if real and synthetic else "not measured",
+                real["step_ms"] <= 1.03 * synthetic["step_ms"] if real and synthetic else None,
+            ),
+        ]
     not_run = [r for r in data["records"] if r.get("status") != "ok"] + data["skipped"]
     math_oom = [r["context"] for r in data["records"] if r["impl"] == "math" and r.get("status") == "OOM"]
-    notes = [f"Dense PyTorch (SDPA math) attention, batch 1: out of memory at {min(math_oom):,} tokens."] if math_oom else []
-    notes += [f"{len({r['name'] for r in not_run})} cases not measured (time budget or memory; the result file "
-              "says which and why)."] if not_run else []
+    notes = (
+        [f"Dense PyTorch (SDPA math) attention, batch 1: out of memory at {min(math_oom):,} tokens."]
+        if math_oom
+        else []
+    )
+    notes += (
+        [
+            f"{len({r['name'] for r in not_run})} cases not measured (time budget or memory; the result file "
+            "says which and why)."
+        ]
+        if not_run
+        else []
+    )
     title = "End-to-end training speed (85M reference model)" + (", per attention backend" if len(backends) > 1 else "")
     return Summary(title=title, tables=tables, targets=targets, notes=notes)
 
 
-BENCHMARK = Benchmark("train", "End-to-end training speed (85M reference model)", __doc__, measure, summarize,
-                      arguments=arguments, merge=merge,
-                      baseline="the same architecture in plain PyTorch with SDPA FlashAttention-2 and with compiled "
-                               "FlexAttention; the bf16 matmul ceiling",
-                      name_of=lambda args: "train" if args.attention_backend == "auto" else f"train_{args.attention_backend}")
+BENCHMARK = Benchmark(
+    "train",
+    "End-to-end training speed (85M reference model)",
+    __doc__,
+    measure,
+    summarize,
+    arguments=arguments,
+    merge=merge,
+    baseline="the same architecture in plain PyTorch with SDPA FlashAttention-2 and with compiled "
+    "FlexAttention; the bf16 matmul ceiling",
+    name_of=lambda args: "train" if args.attention_backend == "auto" else f"train_{args.attention_backend}",
+)
 
 if __name__ == "__main__":
     if "--worker" in sys.argv:  # one group's cases, in the child process `measure` starts
@@ -484,6 +693,7 @@ if __name__ == "__main__":
         worker.add_argument("--smoke", action="store_true")
         args = worker.parse_args()
         Worker(args.worker, args.smoke, args.attention_backend).run(
-            [case for cases in select(args.cases).values() for case in cases])
+            [case for cases in select(args.cases).values() for case in cases]
+        )
     else:
         BENCHMARK.main()

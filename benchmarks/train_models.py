@@ -16,16 +16,16 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
+from genoformer.kernels.layout import BlockLayout
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from benchmarks.common import flex_block_mask
+from genoformer.core.transformer import RotaryEmbedding, TransformerConfig, apply_rotary
+from genoformer.genome.lm import GenoformerLM
 from genoformer.shipped import compose_config
 from genoformer.training_cli import training_cli
-from genoformer.kernels.layout import BlockLayout
-from genoformer.genome.lm import GenoformerLM
-from genoformer.core.transformer import RotaryEmbedding, TransformerConfig, apply_rotary
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = REPO_ROOT / "configs"
@@ -75,13 +75,26 @@ def fit_arguments(
     pattern = window_pattern() if window else [None]
     nulls = {"model": {"transformer": {"attention": pattern, "n_kv_heads": None}}}
     return [
-        "--config", str(base_config(context).relative_to(REPO_ROOT)), "--config", json.dumps(nulls),
-        "--model.transformer.d_model", str(arch.d_model), "--model.transformer.n_layers", str(arch.n_layers),
-        "--model.transformer.n_heads", str(arch.n_heads),
-        "--model.transformer.max_seq_len", str(context),
-        "--model.runtime.fused_elementwise", str(fused).lower(),
-        "--model.runtime.activation_checkpointing", str(checkpointing).lower(),
-        "--model.runtime.compile", str(compiled).lower(), "--data.init_args.batch_size", str(batch),
+        "--config",
+        str(base_config(context).relative_to(REPO_ROOT)),
+        "--config",
+        json.dumps(nulls),
+        "--model.transformer.d_model",
+        str(arch.d_model),
+        "--model.transformer.n_layers",
+        str(arch.n_layers),
+        "--model.transformer.n_heads",
+        str(arch.n_heads),
+        "--model.transformer.max_seq_len",
+        str(context),
+        "--model.runtime.fused_elementwise",
+        str(fused).lower(),
+        "--model.runtime.activation_checkpointing",
+        str(checkpointing).lower(),
+        "--model.runtime.compile",
+        str(compiled).lower(),
+        "--data.init_args.batch_size",
+        str(batch),
     ]
 
 
@@ -89,14 +102,26 @@ def build_genoformer(arguments: list[str]) -> GenoformerLM:
     """The LightningModule exactly as `genoformer fit ARGUMENTS` builds it (on the CPU, fp32);
     config paths are relative to the repository root, wherever this runs from."""
     arguments = [
-        str(REPO_ROOT / value) if previous == "--config" and not value.startswith("{") and not Path(value).is_absolute() else value
+        str(REPO_ROOT / value)
+        if previous == "--config" and not value.startswith("{") and not Path(value).is_absolute()
+        else value
         for previous, value in zip([None, *arguments], arguments)
     ]
     with tempfile.TemporaryDirectory() as tmp:
         cli = training_cli(
-            [*arguments, "--trainer.accelerator", "cpu", "--trainer.precision", "32-true",
-             "--trainer.default_root_dir", tmp, "--data.init_args.store", f"{tmp}/store.zarr",
-             "--model.total_steps", "1000"],
+            [
+                *arguments,
+                "--trainer.accelerator",
+                "cpu",
+                "--trainer.precision",
+                "32-true",
+                "--trainer.default_root_dir",
+                tmp,
+                "--data.init_args.store",
+                f"{tmp}/store.zarr",
+                "--model.total_steps",
+                "1000",
+            ],
             run=False,
         )
     return cli.model

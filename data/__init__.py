@@ -20,10 +20,36 @@ import importlib
 from typing import Any
 
 _HOMES = {
-    **dict.fromkeys(("A", "C", "G", "T", "N", "PAD", "MASK", "BOS", "VOCAB_SIZE", "InvalidBaseError", "NotDNAError", "encode",
-                     "decode", "reverse_complement"), "genome.alphabet"),
-    **dict.fromkeys(("PackedRandomWindowDataset", "PackedTiledWindowDataset", "RandomWindowDataset",
-                     "TiledWindowDataset", "WholeRecordDataset", "tile_starts"), "genome.datasets"),
+    **dict.fromkeys(
+        (
+            "A",
+            "C",
+            "G",
+            "T",
+            "N",
+            "PAD",
+            "MASK",
+            "BOS",
+            "VOCAB_SIZE",
+            "InvalidBaseError",
+            "NotDNAError",
+            "encode",
+            "decode",
+            "reverse_complement",
+        ),
+        "genome.alphabet",
+    ),
+    **dict.fromkeys(
+        (
+            "PackedRandomWindowDataset",
+            "PackedTiledWindowDataset",
+            "RandomWindowDataset",
+            "TiledWindowDataset",
+            "WholeRecordDataset",
+            "tile_starts",
+        ),
+        "genome.datasets",
+    ),
     **dict.fromkeys(("ContigInfo", "GenomeStore", "prepare_genome_store"), "genome.store"),
     "GenomeDataModule": "genome.datamodule",
     **dict.fromkeys(("SequenceRecord", "read_records"), "genome.seqfiles"),

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from genoformer.data.sampling import ShardSampler
+from genoformer.data.storage import read_metadata, sha256_files
 from torch.utils.data import DataLoader, Dataset
 
 from genoformer import hints
-from genoformer.data.sampling import ShardSampler
-from genoformer.data.storage import read_metadata, sha256_files
 
 log = logging.getLogger(__name__)
 

@@ -64,8 +64,10 @@ def collate_packed(samples: list[dict[str, Any]]) -> dict[str, Any]:
     per-document entries (``doc_*``) concatenated row after row, plus ``cu_seqlens``."""
     for sample in samples:
         if int(sample["doc_lens"].sum()) != sample["tokens"].shape[-1]:
-            raise ValueError(f"a packed sample's doc_lens ({sample['doc_lens'].tolist()}) must sum to its "
-                             f"window length {sample['tokens'].shape[-1]}")
+            raise ValueError(
+                f"a packed sample's doc_lens ({sample['doc_lens'].tolist()}) must sum to its "
+                f"window length {sample['tokens'].shape[-1]}"
+            )
     batch = default_collate([{k: v for k, v in s.items() if not k.startswith(DOC_PREFIX)} for s in samples])
     for key in samples[0]:
         if key.startswith(DOC_PREFIX):

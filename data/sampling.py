@@ -64,8 +64,15 @@ class ShardSampler(DistributedSampler):
     calls ``set_epoch`` on it and does not replace it under DDP.
     """
 
-    def __init__(self, num_samples: int, *, rank: int | None = None, world_size: int | None = None,
-                 equal_shares: bool = True, start_epoch: int = 0) -> None:
+    def __init__(
+        self,
+        num_samples: int,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        equal_shares: bool = True,
+        start_epoch: int = 0,
+    ) -> None:
         rank, world_size = resolve_rank(rank, world_size)
         super().__init__(range(num_samples), num_replicas=world_size, rank=rank, shuffle=False)
         self.total = num_samples

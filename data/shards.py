@@ -39,9 +39,8 @@ from pathlib import Path
 import google_crc32c
 import numpy as np
 import zarr
-from numcodecs import Blosc, blosc
-
 from genoformer.data.storage import CorruptStoreError
+from numcodecs import Blosc, blosc
 
 _ABSENT = np.uint64(2**64 - 1)
 _ABSENT_INT = 2**64 - 1
@@ -52,25 +51,31 @@ def blosc_for(array: zarr.Array) -> tuple[Blosc, bool]:
     whether a CRC32C follows each chunk."""
     sharding = array.metadata.codecs[0]
     names = [type(c).__name__ for c in sharding.codecs]
-    if names not in (["BytesCodec", "BloscCodec"], ["BytesCodec", "BloscCodec", "Crc32cCodec"]) \
-            or sharding.index_location.value != "end":
-        raise ValueError(f"{array.path}: expected sharding_indexed with one Blosc codec (and a CRC32C after it) and "
-                         "the index at the end")
+    if (
+        names not in (["BytesCodec", "BloscCodec"], ["BytesCodec", "BloscCodec", "Crc32cCodec"])
+        or sharding.index_location.value != "end"
+    ):
+        raise ValueError(
+            f"{array.path}: expected sharding_indexed with one Blosc codec (and a CRC32C after it) and "
+            "the index at the end"
+        )
     cfg = sharding.codecs[1].to_dict()["configuration"]
     shuffle = {"noshuffle": Blosc.NOSHUFFLE, "shuffle": Blosc.SHUFFLE, "bitshuffle": Blosc.BITSHUFFLE}[cfg["shuffle"]]
-    return Blosc(cname=cfg["cname"], clevel=cfg["clevel"], shuffle=shuffle, blocksize=cfg["blocksize"],
-                 typesize=cfg["typesize"]), len(names) == 3
+    return Blosc(
+        cname=cfg["cname"], clevel=cfg["clevel"], shuffle=shuffle, blocksize=cfg["blocksize"], typesize=cfg["typesize"]
+    ), len(names) == 3
 
 
-def encode_shard(codes: np.ndarray, chunk_size: int, chunks_per_shard: int, codec: Blosc, fill: int,
-                 checksummed: bool = True) -> bytes:
+def encode_shard(
+    codes: np.ndarray, chunk_size: int, chunks_per_shard: int, codec: Blosc, fill: int, checksummed: bool = True
+) -> bytes:
     """One shard file's bytes for ``codes`` (at most chunk_size * chunks_per_shard values), each
     chunk followed by its CRC32C when ``checksummed``."""
     index = np.full((chunks_per_shard, 2), _ABSENT, dtype="<u8")  # (chunks, [offset, nbytes])
     parts = []
     offset = 0
     for k in range(min(chunks_per_shard, -(-len(codes) // chunk_size))):
-        chunk = codes[k * chunk_size:(k + 1) * chunk_size]
+        chunk = codes[k * chunk_size : (k + 1) * chunk_size]
         if len(chunk) < chunk_size:
             chunk = np.concatenate([chunk, np.full(chunk_size - len(chunk), fill, dtype=codes.dtype)])
         data = codec.encode(np.ascontiguousarray(chunk))
@@ -93,27 +98,41 @@ def write_sharded(array: zarr.Array, root: Path, values: np.ndarray, fill: int) 
     for s, lo in enumerate(range(0, len(values), shard_len)):
         path = root / array.path / array.metadata.encode_chunk_key((s,))
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(encode_shard(values[lo:lo + shard_len], chunk_size, shard_len // chunk_size, codec, fill,
-                                      checksummed))
+        path.write_bytes(
+            encode_shard(values[lo : lo + shard_len], chunk_size, shard_len // chunk_size, codec, fill, checksummed)
+        )
 
 
 def _check_layout(meta: dict, where: Path) -> None:
     """Check that a sharded 1-D array's ``zarr.json`` describes the layout ``write_sharded``
     writes (the only one the reader understands)."""
     codecs = meta.get("codecs", [])
-    sharding = codecs[0].get("configuration", {}) if len(codecs) == 1 and codecs[0].get("name") == "sharding_indexed" else {}
+    sharding = (
+        codecs[0].get("configuration", {}) if len(codecs) == 1 and codecs[0].get("name") == "sharding_indexed" else {}
+    )
     inner = [c.get("name") for c in sharding.get("codecs", [])]
     index = [c.get("name") for c in sharding.get("index_codecs", [])]
-    endian = [c.get("configuration", {}).get("endian", "little") for c in sharding.get("codecs", []) + sharding.get("index_codecs", [])
-              if c.get("name") == "bytes"]
+    endian = [
+        c.get("configuration", {}).get("endian", "little")
+        for c in sharding.get("codecs", []) + sharding.get("index_codecs", [])
+        if c.get("name") == "bytes"
+    ]
     key = meta.get("chunk_key_encoding", {})
-    if (len(meta.get("shape", [])) != 1 or meta.get("data_type") not in ("uint8", "bool")
-            or inner not in (["bytes", "blosc"], ["bytes", "blosc", "crc32c"])
-            or index != ["bytes", "crc32c"] or sharding.get("index_location") != "end" or set(endian) - {"little"}
-            or key.get("name") != "default" or key.get("configuration", {}).get("separator", "/") != "/"):
-        raise CorruptStoreError(f"{where}: not a 1-D uint8/bool array sharded as genoformer writes it "
-                                "(sharding_indexed with bytes + blosc (+ crc32c) inner codecs and a crc32c index "
-                                "at the end)")
+    if (
+        len(meta.get("shape", [])) != 1
+        or meta.get("data_type") not in ("uint8", "bool")
+        or inner not in (["bytes", "blosc"], ["bytes", "blosc", "crc32c"])
+        or index != ["bytes", "crc32c"]
+        or sharding.get("index_location") != "end"
+        or set(endian) - {"little"}
+        or key.get("name") != "default"
+        or key.get("configuration", {}).get("separator", "/") != "/"
+    ):
+        raise CorruptStoreError(
+            f"{where}: not a 1-D uint8/bool array sharded as genoformer writes it "
+            "(sharding_indexed with bytes + blosc (+ crc32c) inner codecs and a crc32c index "
+            "at the end)"
+        )
 
 
 class ShardedArrayReader:
@@ -147,8 +166,9 @@ class ShardedArrayReader:
         self._dir = array_dir
         # per shard: the mapping as a memoryview (Blosc reads it fastest), as a uint8 array (what
         # google_crc32c reads without a copy), and the index
-        self._shards: list[tuple[memoryview, np.ndarray, list[tuple[int, int]]] | None] = \
-            [None] * -(-self.length // self.shard_len)
+        self._shards: list[tuple[memoryview, np.ndarray, list[tuple[int, int]]] | None] = [None] * -(
+            -self.length // self.shard_len
+        )
 
     def _open_shard(self, shard: int) -> tuple[memoryview, np.ndarray, list[tuple[int, int]]]:
         path = self._dir / "c" / str(shard)
@@ -157,13 +177,16 @@ class ShardedArrayReader:
             if os.fstat(f.fileno()).st_size < size + 4:
                 raise CorruptStoreError(f"{path}: the shard file is too short for its index")
             data = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
-        tail = bytes(data[len(data) - size - 4:])
+        tail = bytes(data[len(data) - size - 4 :])
         if google_crc32c.value(tail[:size]) != int.from_bytes(tail[size:], "little"):
             raise CorruptStoreError(f"{path}: the shard index does not match its checksum")
         index = [(o, n) for o, n in np.frombuffer(tail[:size], dtype="<u8").reshape(-1, 2).tolist()]
         for k, (offset, nbytes) in enumerate(index):  # Blosc header bytes 4-8: the decoded size
-            if offset != _ABSENT_INT and (offset + nbytes > len(data) - size - 4 or nbytes < 16
-                                          or int.from_bytes(data[offset + 4:offset + 8], "little") != self.chunk_size):
+            if offset != _ABSENT_INT and (
+                offset + nbytes > len(data) - size - 4
+                or nbytes < 16
+                or int.from_bytes(data[offset + 4 : offset + 8], "little") != self.chunk_size
+            ):
                 raise CorruptStoreError(f"{path}: chunk {k} is not a Blosc buffer of {self.chunk_size} values")
         self._shards[shard] = data, np.frombuffer(data, dtype=np.uint8), index
         return self._shards[shard]
@@ -179,11 +202,11 @@ class ShardedArrayReader:
             return np.full(self.chunk_size, self.fill, dtype=self.dtype).tobytes()
         if self.checksummed:
             nbytes -= 4
-            stored = int.from_bytes(data[offset + nbytes:offset + nbytes + 4], "little")
-            if google_crc32c.value(data_u8[offset:offset + nbytes]) != stored:
+            stored = int.from_bytes(data[offset + nbytes : offset + nbytes + 4], "little")
+            if google_crc32c.value(data_u8[offset : offset + nbytes]) != stored:
                 raise CorruptStoreError(f"{self._dir / 'c' / str(shard)}: chunk {k} does not match its checksum")
         try:
-            return blosc.decompress(data[offset:offset + nbytes])
+            return blosc.decompress(data[offset : offset + nbytes])
         except RuntimeError as error:  # numcodecs: "error during blosc decompression: -1"
             raise CorruptStoreError(f"{self._dir / 'c' / str(shard)}: chunk {k} cannot be decoded ({error})") from error
 
@@ -201,10 +224,10 @@ class ShardedArrayReader:
             return np.frombuffer(self._decode(first), dtype, end - start, start - first * cs).copy()
         out = np.empty(end - start, dtype=dtype)
         lo = start - first * cs
-        out[:cs - lo] = np.frombuffer(self._decode(first), dtype, cs - lo, lo)
+        out[: cs - lo] = np.frombuffer(self._decode(first), dtype, cs - lo, lo)
         pos = cs - lo
         for chunk in range(first + 1, last):
-            out[pos:pos + cs] = np.frombuffer(self._decode(chunk), dtype)
+            out[pos : pos + cs] = np.frombuffer(self._decode(chunk), dtype)
             pos += cs
         out[pos:] = np.frombuffer(self._decode(last), dtype, end - start - pos)
         return out

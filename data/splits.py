@@ -60,8 +60,10 @@ class SplitSpec:
         if self.by not in ("region", "contigs", "files"):
             raise ValueError(f"split by={self.by!r}: use 'region', 'contigs' or 'files'")
         if not (0 <= self.val_fraction and 0 <= self.test_fraction and self.val_fraction + self.test_fraction < 1):
-            raise ValueError(f"val_fraction={self.val_fraction} and test_fraction={self.test_fraction} must be "
-                             ">= 0 and sum to less than 1")
+            raise ValueError(
+                f"val_fraction={self.val_fraction} and test_fraction={self.test_fraction} must be "
+                ">= 0 and sum to less than 1"
+            )
         if self.by == "region" and (self.val or self.test):
             raise ValueError("split val/test name lists need by='contigs' or by='files', not by='region'")
         overlap = set(self.val) & set(self.test)
@@ -90,9 +92,11 @@ def split_intervals(sequences: Sequence[SequenceSource], spec: SplitSpec) -> dic
         wanted = {name.rsplit("/", 1)[-1] if spec.by == "files" else name for name in names}
         missing = wanted - known
         if missing:
-            raise ValueError(f"split {split_name}: {sorted(missing)} not found among the "
-                             f"{'contig names' if spec.by == 'contigs' else 'source file names'} "
-                             f"{sorted(known)[:20]}")
+            raise ValueError(
+                f"split {split_name}: {sorted(missing)} not found among the "
+                f"{'contig names' if spec.by == 'contigs' else 'source file names'} "
+                f"{sorted(known)[:20]}"
+            )
     val = {n.rsplit("/", 1)[-1] if spec.by == "files" else n for n in spec.val}
     test = {n.rsplit("/", 1)[-1] if spec.by == "files" else n for n in spec.test}
     for index, seq in enumerate(sequences):
@@ -116,13 +120,17 @@ def read_split_spec(config: Optional[Path]) -> Optional[SplitSpec]:
 
     config = Path(config)
     if not config.is_file():
-        raise FileNotFoundError(f"split config not found: {config}; give the YAML the model was trained with "
-                                "(a `genoformer fit` config, or config.yaml in its run directory)")
+        raise FileNotFoundError(
+            f"split config not found: {config}; give the YAML the model was trained with "
+            "(a `genoformer fit` config, or config.yaml in its run directory)"
+        )
     content = compose_config(config)
     data = content.get("data") if isinstance(content, dict) else None
     if not isinstance(data, dict):
-        raise ValueError(f"{config} has no `data:` section, so it holds no data split; give the YAML the model was "
-                         "trained with (a `genoformer fit` config, or config.yaml in its run directory)")
+        raise ValueError(
+            f"{config} has no `data:` section, so it holds no data split; give the YAML the model was "
+            "trained with (a `genoformer fit` config, or config.yaml in its run directory)"
+        )
     arguments = data.get("init_args", data)
     split = arguments.get("split") if isinstance(arguments, dict) else None
     if split is None:
@@ -130,5 +138,7 @@ def read_split_spec(config: Optional[Path]) -> Optional[SplitSpec]:
     try:
         return SplitSpec(**split)
     except TypeError as error:
-        raise ValueError(f"{config}: data split {split!r} is not a SplitSpec ({error}); its keys are by, "
-                         "val_fraction, test_fraction, val and test") from error
+        raise ValueError(
+            f"{config}: data split {split!r} is not a SplitSpec ({error}); its keys are by, "
+            "val_fraction, test_fraction, val and test"
+        ) from error

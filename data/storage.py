@@ -64,8 +64,10 @@ def rebuild_command(command: str, inputs_flag: str, inputs: Sequence[str], out: 
 
 def damaged_store(path: Path, rebuild: str, found: str) -> CorruptStoreError:
     """Our one-line message for a store whose data no longer match their checksums."""
-    return CorruptStoreError(f"{path} is damaged (its data changed after it was built: a disk or copy error), so "
-                             f"it cannot be read; rebuild it: {rebuild} (found: {found})")
+    return CorruptStoreError(
+        f"{path} is damaged (its data changed after it was built: a disk or copy error), so "
+        f"it cannot be read; rebuild it: {rebuild} (found: {found})"
+    )
 
 
 def tool_version() -> str:
@@ -132,8 +134,12 @@ def warn_unchecked_store(path: Path, rebuild: str) -> None:
     checksums, and how to rebuild it with them."""
     if path.resolve() not in _WARNED:
         _WARNED.add(path.resolve())
-        log.warning("%s was built by an older genoformer without chunk checksums: damage to it would go unnoticed. "
-                    "Rebuild it to have every read checked: %s", path, rebuild)
+        log.warning(
+            "%s was built by an older genoformer without chunk checksums: damage to it would go unnoticed. "
+            "Rebuild it to have every read checked: %s",
+            path,
+            rebuild,
+        )
 
 
 def open_store_group(path: str | Path, fmt: str, supported_versions: tuple[int, ...]) -> tuple[zarr.Group, dict]:
@@ -142,20 +148,28 @@ def open_store_group(path: str | Path, fmt: str, supported_versions: tuple[int, 
     kind = fmt.split(".")[-1]
     command = "prepare" if kind == "genome" else f"prepare_{kind}"
     if not path.exists():
-        raise FileNotFoundError(f"store not found: {path}; create it with "
-                                + hint(f"prepare_{kind}_store", f"`genoformer {command} --out {shlex.quote(str(path))}`"))
+        raise FileNotFoundError(
+            f"store not found: {path}; create it with "
+            + hint(f"prepare_{kind}_store", f"`genoformer {command} --out {shlex.quote(str(path))}`")
+        )
     meta = read_metadata(path)
     if meta is None:
         raise ValueError(f"{path} is not a genoformer store (no zarr group with '{METADATA_KEY}' metadata)")
     if meta.get("format") != fmt:
         raise ValueError(f"{path} holds format {meta.get('format')!r}, expected {fmt!r}")
     if meta.get("complete") is not True:
-        raise ValueError(f"{path} is incomplete (its build was interrupted or failed verification); rebuild it: "
-                         + hint(f"prepare_{kind}_store(INPUTS, {str(path)!r}, overwrite=True)",
-                                f"genoformer {command} --out {shlex.quote(str(path))} --overwrite and its input files"))
+        raise ValueError(
+            f"{path} is incomplete (its build was interrupted or failed verification); rebuild it: "
+            + hint(
+                f"prepare_{kind}_store(INPUTS, {str(path)!r}, overwrite=True)",
+                f"genoformer {command} --out {shlex.quote(str(path))} --overwrite and its input files",
+            )
+        )
     if meta.get("format_version") not in supported_versions:
-        raise ValueError(f"{path} has format_version {meta.get('format_version')}, this genoformer reads "
-                         f"{supported_versions}; re-create the store with this version")
+        raise ValueError(
+            f"{path} has format_version {meta.get('format_version')}, this genoformer reads "
+            f"{supported_versions}; re-create the store with this version"
+        )
     return zarr.open_group(path, mode="r"), meta
 
 
@@ -172,7 +186,7 @@ def _remove_stale_temporaries(out: Path) -> None:
     process ids mean nothing here.
     """
     for tmp in out.parent.glob(f".{out.name}{_TMP_MARK}*"):
-        pid_text, _, rest = tmp.name[len(f".{out.name}{_TMP_MARK}"):].partition("@")
+        pid_text, _, rest = tmp.name[len(f".{out.name}{_TMP_MARK}") :].partition("@")
         if not pid_text.isdigit() or not rest.startswith(f"{socket.gethostname()}-"):
             continue
         try:
@@ -216,9 +230,12 @@ def _disk_full(out: Path, error: OSError) -> DiskFullError:
     except OSError:
         free = "free space unknown"
     kept = f"{out} was left as it was" if out.exists() else f"nothing was written at {out}"
-    return DiskFullError(error.errno, f"no space left on the device while writing {out} ({free}); {kept}. Free some "
-                                      f"space or write elsewhere, then run the command again "
-                                      f"({os.strerror(error.errno)})")
+    return DiskFullError(
+        error.errno,
+        f"no space left on the device while writing {out} ({free}); {kept}. Free some "
+        f"space or write elsewhere, then run the command again "
+        f"({os.strerror(error.errno)})",
+    )
 
 
 def _fsync(path: Path, directory: bool = False) -> None:

@@ -51,8 +51,10 @@ def stand_aside(name: str) -> None:
     elsewhere = [entry for entry in _sys.path if _Path(entry or ".").resolve() != root]
     saved, _sys.path[:] = _sys.path[:], elsewhere
     try:
-        spec = next(filter(None, (finder.find_spec(name, None) for finder in _sys.meta_path
-                                  if hasattr(finder, "find_spec"))), None)
+        spec = next(
+            filter(None, (finder.find_spec(name, None) for finder in _sys.meta_path if hasattr(finder, "find_spec"))),
+            None,
+        )
     finally:
         _sys.path[:] = saved
     if spec is None or spec.loader is None:

@@ -135,64 +135,88 @@ def parsing_function(command: ToolCommand) -> Callable[..., Any]:
 TOOL_COMMANDS: dict[str, ToolCommand] = {
     "prepare": ToolCommand(
         "Build a chunked zarr genome store from FASTA or GenBank files (plain, .gz, .xz, .bz2).",
-        FunctionIn("genoformer.genome.commands", "prepare")),
+        FunctionIn("genoformer.genome.commands", "prepare"),
+    ),
     "prepare_timeseries": ToolCommand(
         "Build a chunked zarr time-series store from CSV or .npy files (one series per file).",
-        FunctionIn("genoformer.timeseries.commands", "prepare_timeseries")),
+        FunctionIn("genoformer.timeseries.commands", "prepare_timeseries"),
+    ),
     "embed": ToolCommand(
         "Embed sequences with a trained checkpoint and write them, with their names, to a file.",
-        FunctionIn("genoformer.genome.commands", "embed")),
+        FunctionIn("genoformer.genome.commands", "embed"),
+    ),
     "finetune": ToolCommand(
         "Fine-tune a pretrained DNA model on labels (per sequence, or gene classes per base).",
-        FunctionIn("genoformer.training_cli", "finetune")),
+        FunctionIn("genoformer.training_cli", "finetune"),
+    ),
     "classify": ToolCommand(
         "Predict the class (or labels, or values) of every sequence with a fine-tuned model.",
-        FunctionIn("genoformer.genome.commands", "classify")),
+        FunctionIn("genoformer.genome.commands", "classify"),
+    ),
     "annotate": ToolCommand(
         "Call genes on whole genomes with a fine-tuned gene annotator; write them as GFF3.",
-        FunctionIn("genoformer.genome.commands", "annotate")),
+        FunctionIn("genoformer.genome.commands", "annotate"),
+    ),
     "compare_genes": ToolCommand(
         "Compare gene calls (GFF3) with a reference annotation: per-base coding MCC, gene recall and precision.",
-        FunctionIn("genoformer.genome.commands", "compare_genes")),
+        FunctionIn("genoformer.genome.commands", "compare_genes"),
+    ),
     "evaluate": ToolCommand(
         "Bits per base of a trained checkpoint on DNA, per record (or region) and in total.",
-        FunctionIn("genoformer.genome.evaluate", "evaluate")),
+        FunctionIn("genoformer.genome.evaluate", "evaluate"),
+    ),
     "baseline": ToolCommand(
         "Fit an order-k Markov model on training genomes and print its bits per base on others.",
-        FunctionIn("genoformer.genome.markov", "baseline")),
+        FunctionIn("genoformer.genome.markov", "baseline"),
+    ),
     "export": ToolCommand(
         "Write a checkpoint's weights and configuration without optimizer state: a .ckpt or a Hugging Face directory.",
-        FunctionIn("genoformer.core.export", "export")),
+        FunctionIn("genoformer.core.export", "export"),
+    ),
     "score": ToolCommand(
         "Write the per-base log-likelihood (log2 p, in bits) of every record as a bedGraph or bigWig track.",
-        FunctionIn("genoformer.genome.evaluate", "score")),
+        FunctionIn("genoformer.genome.evaluate", "score"),
+    ),
     "variant_effect": ToolCommand(
         "Score variants (SNVs, MNVs, indels) by the log-likelihood ratio (bits) of alt against ref.",
-        FunctionIn("genoformer.genome.variants", "variant_effect")),
+        FunctionIn("genoformer.genome.variants", "variant_effect"),
+    ),
     "mutagenesis": ToolCommand(
         "In-silico saturation mutagenesis: the llr (bits) of every base at every position of regions.",
-        FunctionIn("genoformer.genome.mutagenesis", "mutagenesis")),
+        FunctionIn("genoformer.genome.mutagenesis", "mutagenesis"),
+    ),
     "generate": ToolCommand(
         "Sample DNA continuations of a prompt from a causal language model and write them as FASTA.",
-        FunctionIn("genoformer.genome.generate", "generate")),
+        FunctionIn("genoformer.genome.generate", "generate"),
+    ),
     "verify": ToolCommand(
         "Check checkpoints and data stores against the checksums written with them.",
-        FunctionIn("genoformer.core.verify", "verify"), positional=True),
+        FunctionIn("genoformer.core.verify", "verify"),
+        positional=True,
+    ),
     "forecast": ToolCommand(
         "Forecast one series of a store with a checkpoint; write .npz and a PNG beside it.",
-        FunctionIn("genoformer.timeseries.commands", "forecast")),
+        FunctionIn("genoformer.timeseries.commands", "forecast"),
+    ),
     "evaluate_forecast": ToolCommand(
         "Score forecasts under the long-horizon protocol (MSE and MAE on z-scored values) and write JSON.",
-        FunctionIn("genoformer.timeseries.commands", "evaluate_forecast")),
+        FunctionIn("genoformer.timeseries.commands", "evaluate_forecast"),
+    ),
     "doctor": ToolCommand(
         "Check this machine: versions, GPU, which attention backends run, and what each recipe would use.",
-        FunctionIn("genoformer.doctor", "doctor"), "Set-up"),
+        FunctionIn("genoformer.doctor", "doctor"),
+        "Set-up",
+    ),
     "recipes": ToolCommand(
         "List the shipped recipes (configs), one line each; --copy DIR writes them into a folder to edit.",
-        FunctionIn("genoformer.shipped", "recipes"), "Set-up"),
+        FunctionIn("genoformer.shipped", "recipes"),
+        "Set-up",
+    ),
     "examples": ToolCommand(
         "Write the example data (genomes, variants, labels, an ECG series) into a folder, examples/ by default.",
-        FunctionIn("genoformer.shipped", "examples"), "Set-up"),
+        FunctionIn("genoformer.shipped", "examples"),
+        "Set-up",
+    ),
 }
 
 
@@ -214,10 +238,15 @@ def _usage() -> str:
         lines.append(f"  {name:<20}{_TRAINING_HELP[name]}")
     for section in dict.fromkeys(command.section for command in TOOL_COMMANDS.values()):
         lines += ["", f"{section}:"]
-        lines += [f"  {name:<20}{command.summary}" for name, command in TOOL_COMMANDS.items() if command.section == section]
-    lines += ["", "Run `genoformer COMMAND --help` for the options of one command. A list option of the data and",
-              "inference commands takes one value, comma-separated values (--columns glucose,insulin), several",
-              "after the option (--inputs a.csv b.csv) or a list (--columns \"[glucose,insulin]\")."]
+        lines += [
+            f"  {name:<20}{command.summary}" for name, command in TOOL_COMMANDS.items() if command.section == section
+        ]
+    lines += [
+        "",
+        "Run `genoformer COMMAND --help` for the options of one command. A list option of the data and",
+        "inference commands takes one value, comma-separated values (--columns glucose,insulin), several",
+        'after the option (--inputs a.csv b.csv) or a list (--columns "[glucose,insulin]").',
+    ]
     return "\n".join(lines)
 
 
@@ -230,10 +259,13 @@ def _raised_inside_a_step(error: BaseException) -> bool:
 
 
 def _list_kind(typehint: Any) -> Optional[str]:
-    """"list" for a list-only option (list[X], Optional[list[X]]), "value or list" for one that
+    """ "list" for a list-only option (list[X], Optional[list[X]]), "value or list" for one that
     also takes a single value (Union[str, list[str]]), None for any other."""
-    arms = [arm for arm in (typing.get_args(typehint) if typing.get_origin(typehint) is typing.Union else (typehint,))
-            if arm is not type(None)]
+    arms = [
+        arm
+        for arm in (typing.get_args(typehint) if typing.get_origin(typehint) is typing.Union else (typehint,))
+        if arm is not type(None)
+    ]
     if not any(typing.get_origin(arm) is list for arm in arms):
         return None
     return "list" if all(typing.get_origin(arm) is list for arm in arms) else "value or list"
@@ -314,7 +346,9 @@ def _quiet_third_party_notices() -> None:
     Python logging), and the deprecation warning Lightning's pytree helper triggers in torch on
     every step. Only those messages: every other warning and log line still shows."""
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_LIGHTNING_TIPS)
-    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
+    warnings.filterwarnings(
+        "ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning
+    )
 
 
 # ----------------------------------------------------------------------- entry point
@@ -340,8 +374,14 @@ def main(args: Optional[Sequence[str]] = None) -> None:
             tool = TOOL_COMMANDS[command]
             function = parsing_function(tool)
             with command_line_hints():
-                CLI(function, args=_tool_arguments(function, argv[1:]), as_positional=tool.positional,
-                    parser_class=ToolParser, prog=f"genoformer {command}", allow_abbrev=False)
+                CLI(
+                    function,
+                    args=_tool_arguments(function, argv[1:]),
+                    as_positional=tool.positional,
+                    parser_class=ToolParser,
+                    prog=f"genoformer {command}",
+                    allow_abbrev=False,
+                )
         else:
             from genoformer.training_cli import training_cli
 
@@ -355,7 +395,9 @@ def main(args: Optional[Sequence[str]] = None) -> None:
         _end_progress_bars()
         if os.environ.get("GENOFORMER_TRACEBACK") or _raised_inside_a_step(error):
             raise
-        print(f"genoformer {command}: error: {error}\n(set GENOFORMER_TRACEBACK=1 to see the traceback)", file=sys.stderr)
+        print(
+            f"genoformer {command}: error: {error}\n(set GENOFORMER_TRACEBACK=1 to see the traceback)", file=sys.stderr
+        )
         raise SystemExit(1) from error
     except OSError as error:
         # A full disk is not a bug: say which file and what to do (DiskFullError says both).
@@ -364,9 +406,16 @@ def main(args: Optional[Sequence[str]] = None) -> None:
         _end_progress_bars()
         from genoformer.data.storage import DiskFullError
 
-        message = str(error) if isinstance(error, DiskFullError) else (
-            f"no space left on the device while writing {error.filename}; free some space or write elsewhere, then "
-            f"run the command again ({error.strerror})")
-        print(f"genoformer {command}: error: {message}\n(set GENOFORMER_TRACEBACK=1 to see the traceback)",
-              file=sys.stderr)
+        message = (
+            str(error)
+            if isinstance(error, DiskFullError)
+            else (
+                f"no space left on the device while writing {error.filename}; free some space or write elsewhere, then "
+                f"run the command again ({error.strerror})"
+            )
+        )
+        print(
+            f"genoformer {command}: error: {message}\n(set GENOFORMER_TRACEBACK=1 to see the traceback)",
+            file=sys.stderr,
+        )
         raise SystemExit(1) from error

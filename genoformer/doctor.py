@@ -69,8 +69,11 @@ class Report:
         if self.notes:
             lines += ["", "Notes:", *(f"  - {note}" for note in dict.fromkeys(self.notes))]
         if self.problems:
-            lines += ["", f"Problems ({len(dict.fromkeys(self.problems))}; genoformer doctor exits with status 1):",
-                      *(f"  - {problem}" for problem in dict.fromkeys(self.problems))]
+            lines += [
+                "",
+                f"Problems ({len(dict.fromkeys(self.problems))}; genoformer doctor exits with status 1):",
+                *(f"  - {problem}" for problem in dict.fromkeys(self.problems)),
+            ]
         else:
             lines += ["", "No problems: every shipped recipe for this machine's devices can run."]
         return "\n".join(lines)
@@ -120,8 +123,10 @@ def _versions(report: Report) -> Any:
     """The versions' lines; torch, imported (None, with the problem said, when it does not import)."""
     root = checkout_root()
     where = f"a clone at {root}" if root is not None else f"installed at {PACKAGE}"
-    report.lines += [f"genoformer    {_version('genoformer') or 'not installed (run from a clone)'} ({where})",
-                     f"Python        {platform.python_version()} ({sys.executable})"]
+    report.lines += [
+        f"genoformer    {_version('genoformer') or 'not installed (run from a clone)'} ({where})",
+        f"Python        {platform.python_version()} ({sys.executable})",
+    ]
     try:
         import torch
     except ImportError as error:
@@ -130,8 +135,10 @@ def _versions(report: Report) -> Any:
     cuda = torch.version.cuda
     cudnn = torch.backends.cudnn.version() if cuda else None
     build = f"built for CUDA {cuda}" + (f", cuDNN {_cudnn(cudnn)}" if cudnn else "") if cuda else "a CPU build, no CUDA"
-    report.lines += [f"torch         {torch.__version__}, {build}",
-                     f"lightning     {_version('lightning') or 'not installed'}"]
+    report.lines += [
+        f"torch         {torch.__version__}, {build}",
+        f"lightning     {_version('lightning') or 'not installed'}",
+    ]
     for label, distributions in PACKAGES.items():
         report.lines.append(f"{label:<14}{_version(*distributions) or 'not installed'}")
     return torch
@@ -150,19 +157,25 @@ def _machine(report: Report, torch: Any) -> tuple[Any, Any]:
         major, minor = torch.cuda.get_device_capability(index)
         memory = torch.cuda.get_device_properties(index).total_memory / 2**30
         bf16 = torch.cuda.is_bf16_supported()
-        report.lines.append(f"GPU           {torch.cuda.get_device_name(index)}, compute capability {major}.{minor} "
-                            f"(sm_{major}{minor}), {memory:.1f} GiB, bfloat16 {'yes' if bf16 else 'no'}; "
-                            f"{torch.cuda.device_count()} CUDA device(s)")
+        report.lines.append(
+            f"GPU           {torch.cuda.get_device_name(index)}, compute capability {major}.{minor} "
+            f"(sm_{major}{minor}), {memory:.1f} GiB, bfloat16 {'yes' if bf16 else 'no'}; "
+            f"{torch.cuda.device_count()} CUDA device(s)"
+        )
         return torch.device("cuda", index), torch.bfloat16 if bf16 else torch.float16
     report.lines.append("GPU           none that torch sees")
     if shutil.which("nvidia-smi") is not None:
-        cause = ("torch is a CPU build: install a CUDA build (pip install torch --index-url "
-                 "https://download.pytorch.org/whl/cu128, or the CUDA version your driver supports)"
-                 if torch.version.cuda is None else
-                 f"torch's CUDA {torch.version.cuda} build finds no usable GPU: the driver may be older than that "
-                 "CUDA needs (nvidia-smi shows its CUDA version), or CUDA_VISIBLE_DEVICES hides the GPUs")
-        report.problems.append(f"this machine has an NVIDIA driver (nvidia-smi) but torch {torch.__version__} sees no "
-                               f"GPU, so the GPU recipes cannot run: {cause}")
+        cause = (
+            "torch is a CPU build: install a CUDA build (pip install torch --index-url "
+            "https://download.pytorch.org/whl/cu128, or the CUDA version your driver supports)"
+            if torch.version.cuda is None
+            else f"torch's CUDA {torch.version.cuda} build finds no usable GPU: the driver may be older than that "
+            "CUDA needs (nvidia-smi shows its CUDA version), or CUDA_VISIBLE_DEVICES hides the GPUs"
+        )
+        report.problems.append(
+            f"this machine has an NVIDIA driver (nvidia-smi) but torch {torch.__version__} sees no "
+            f"GPU, so the GPU recipes cannot run: {cause}"
+        )
     return torch.device("cpu"), torch.float32
 
 
@@ -172,8 +185,10 @@ def _dependencies(report: Report) -> None:
     try:
         required = importlib.metadata.requires("genoformer") or []
     except importlib.metadata.PackageNotFoundError:
-        report.notes.append("genoformer is not installed (run from a clone): its dependencies were not checked; "
-                            "pip install -e . installs them")
+        report.notes.append(
+            "genoformer is not installed (run from a clone): its dependencies were not checked; "
+            "pip install -e . installs them"
+        )
         return
     from packaging.requirements import Requirement
 
@@ -187,8 +202,10 @@ def _dependencies(report: Report) -> None:
         if installed is None:
             report.problems.append(f"{requirement.name} is not installed: pip install '{requirement}'")
         elif requirement.specifier and not requirement.specifier.contains(installed, prereleases=True):
-            report.problems.append(f"{requirement.name} {installed} is installed; genoformer needs {requirement}: "
-                                   f"pip install '{requirement}'")
+            report.problems.append(
+                f"{requirement.name} {installed} is installed; genoformer needs {requirement}: "
+                f"pip install '{requirement}'"
+            )
     report.lines.append(f"dependencies  {checked} required packages checked")
 
 
@@ -207,8 +224,11 @@ def _backends(report: Report, torch: Any, device: Any, dtype: Any) -> None:
 
     q = _probe((1, PROBE_HEADS, PROBE_LENGTH, PROBE_HEAD_DIM), dtype, device)
     layout = BlockLayout.sliding_window(PROBE_LENGTH, 1024, block_size=128).with_causal()
-    report.lines += ["", f"Attention backends on {device.type} ({str(dtype).removeprefix('torch.')}, causal, head dim "
-                     f"{PROBE_HEAD_DIM}; dense, and a sliding-window layout):"]
+    report.lines += [
+        "",
+        f"Attention backends on {device.type} ({str(dtype).removeprefix('torch.')}, causal, head dim "
+        f"{PROBE_HEAD_DIM}; dense, and a sliding-window layout):",
+    ]
     for backend in dispatch.BACKENDS:
         dense = _reason(report, dispatch, backend, q, causal=True)
         sparse = _reason(report, dispatch, backend, q, causal=True, layout=layout)
@@ -230,8 +250,9 @@ def _backends(report: Report, torch: Any, device: Any, dtype: Any) -> None:
     elif device.type == "cuda":
         report.lines.append("Faster here:  nothing to install: auto runs the first backend of its order here")
     else:
-        report.lines.append("Faster here:  a CUDA GPU (the fused kernels run on CUDA; on a CPU, sdpa and torch are "
-                            "the backends)")
+        report.lines.append(
+            "Faster here:  a CUDA GPU (the fused kernels run on CUDA; on a CPU, sdpa and torch are the backends)"
+        )
 
 
 def _install_command(reason: str) -> Optional[str]:
@@ -251,8 +272,10 @@ def _reason(report: Report, dispatch: Any, backend: Any, q: Any, **conditions: A
         return reason
     for label, distributions in PACKAGES.items():
         if reason is not None and f"{label} does not import" in reason and _version(*distributions) is not None:
-            report.problems.append(f"{label} {_version(*distributions)} is installed but does not import, so backend "
-                                   f"{backend.value} cannot run: {reason}")
+            report.problems.append(
+                f"{label} {_version(*distributions)} is installed but does not import, so backend "
+                f"{backend.value} cannot run: {reason}"
+            )
     return reason
 
 
@@ -313,7 +336,9 @@ class _NotHere(Exception):
     """A recipe for a device this machine does not have."""
 
 
-def _recipe_plans(path: Path, torch: Any, device: Any, dispatch: Any, context_parallel: type) -> tuple[str, list[_Plan]]:
+def _recipe_plans(
+    path: Path, torch: Any, device: Any, dispatch: Any, context_parallel: type
+) -> tuple[str, list[_Plan]]:
     """(what the recipe runs, its plans here), or _NotHere."""
     config = compose_config(path)
     trainer = config.get("trainer") or {}
@@ -324,12 +349,21 @@ def _recipe_plans(path: Path, torch: Any, device: Any, dispatch: Any, context_pa
         raise _NotHere(f"needs a CUDA GPU{cpu}")
     on = device if accelerator in ("gpu", "cuda", "auto") else torch.device("cpu")
     precision = str(trainer.get("precision", "32-true"))
-    dtype = (torch.bfloat16 if precision.startswith("bf16") else torch.float16 if precision.startswith("16")
-             else torch.float32)
+    dtype = (
+        torch.bfloat16
+        if precision.startswith("bf16")
+        else torch.float16
+        if precision.startswith("16")
+        else torch.float32
+    )
     if dtype is torch.bfloat16 and on.type == "cuda" and not torch.cuda.is_bf16_supported():
-        return f"cuda {precision}", [_Plan("every layer", "cannot run",
-                                           f"trainer.precision {precision} on a GPU without bfloat16: add "
-                                           "--trainer.precision 16-mixed")]
+        return f"cuda {precision}", [
+            _Plan(
+                "every layer",
+                "cannot run",
+                f"trainer.precision {precision} on a GPU without bfloat16: add --trainer.precision 16-mixed",
+            )
+        ]
     trunk = _trunk(config)
     settings = trunk.config
     strategy = _class(trainer.get("strategy"))
@@ -357,10 +391,15 @@ def _recipe_plans(path: Path, torch: Any, device: Any, dispatch: Any, context_pa
             plans.append(_Plan(kind, choice.backend.value, why))
         else:
             reason = dispatch.unsupported_reason(backend, q, k, k, **conditions)
-            plans.append(_Plan(kind, backend.value, "the recipe names it") if reason is None else
-                         _Plan(kind, "cannot run", f"its attention_backend {backend.value} cannot run here: {reason}"))
-    described = (f"{on.type} {str(dtype).removeprefix('torch.')}, {'causal' if settings.causal else 'bidirectional'} "
-                 f"D{settings.head_dim}{', packed' if packed else ''}{', ring' if ring else ''}")
+            plans.append(
+                _Plan(kind, backend.value, "the recipe names it")
+                if reason is None
+                else _Plan(kind, "cannot run", f"its attention_backend {backend.value} cannot run here: {reason}")
+            )
+    described = (
+        f"{on.type} {str(dtype).removeprefix('torch.')}, {'causal' if settings.causal else 'bidirectional'} "
+        f"D{settings.head_dim}{', packed' if packed else ''}{', ring' if ring else ''}"
+    )
     return described, plans
 
 
@@ -395,4 +434,3 @@ def _class(config: Any) -> Any:
         return None
     module, _, name = str(config["class_path"]).rpartition(".")
     return getattr(importlib.import_module(module), name)
-

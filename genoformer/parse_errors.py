@@ -23,6 +23,7 @@ from typing import Any, NoReturn, Optional
 
 from jsonargparse import ArgumentParser
 
+
 def _option_groups(args: Sequence[str]) -> list[list[str]]:
     """`args` as groups of [option, value] ([option] for a flag, [word] for a leading word such
     as the subcommand); a value is the word after an option that does not start with "--"."""
@@ -74,7 +75,7 @@ def _option_names(parser: ArgumentParser) -> list[str]:
     those of its subcommands' parsers."""
     names = [name[2:] for name in parser._option_string_actions if name.startswith("--")]
     subcommands = parser._subcommands_action
-    for subparser in (subcommands._name_parser_map.values() if subcommands is not None else ()):
+    for subparser in subcommands._name_parser_map.values() if subcommands is not None else ():
         names += _option_names(subparser)
     return list(dict.fromkeys(names))
 
@@ -145,12 +146,12 @@ def accepted_forms(typehint: Any, flag: bool = True) -> str:
         return accepted_forms(arms[0], flag)
     if origin is typing.Union and any(typing.get_origin(arm) is list for arm in arms):
         one, example, _ = _plural(next(arm for arm in arms if typing.get_origin(arm) is not list))
-        return f"{one} ({example}), several after the option or a list (\"[{example},...]\")"
+        return f'{one} ({example}), several after the option or a list ("[{example},...]")'
     if origin is typing.Union:
         return " or ".join(accepted_forms(arm, flag) for arm in arms)
     if origin is list:
         one, example, two = _plural(typing.get_args(typehint)[0] if typing.get_args(typehint) else str)
-        return f"{one} ({example}), comma-separated ({two}) or a list (\"[{two}]\")"
+        return f'{one} ({example}), comma-separated ({two}) or a list ("[{two}]")'
     if origin is typing.Literal:
         return "one of " + ", ".join(str(value) for value in typing.get_args(typehint))
     if isinstance(typehint, type) and issubclass(typehint, enum.Enum):
@@ -195,7 +196,7 @@ def one_line_error(parser: ArgumentParser, message: str, prog: str, flags: bool 
         given = _GIVEN.findall(message)
         classes = list(_CLASS_PATH.finditer(message))
         if len(keys) > 1 and classes and classes[-1].start() < keys[-1].start():  # an option of a class_path
-            given = _GIVEN.findall(message[keys[-1].start():])
+            given = _GIVEN.findall(message[keys[-1].start() :])
             key, inner = f"{keys[0].group(1)}.init_args.{keys[-1].group(1)}", keys[-1].group(1)
             what = _describe(_class_parser(classes[-1].group(1)), inner, flags).replace(f"--{inner}", f"--{key}", 1)
         else:
@@ -212,8 +213,10 @@ def one_line_error(parser: ArgumentParser, message: str, prog: str, flags: bool 
         return f"{_describe(parser, no_value.group('key'), flags)} {listing}; no value given"
     stray = _STRAY.search(message)
     if stray is not None:
-        return (f"every word after the command is an option or an option's value (--name value; a flag alone "
-                f"or with true|false) {listing}; {stray.group('words').strip()!r} follows no option")
+        return (
+            f"every word after the command is an option or an option's value (--name value; a flag alone "
+            f"or with true|false) {listing}; {stray.group('words').strip()!r} follows no option"
+        )
     return f"{listing} {' '.join(line.strip() for line in message.strip().splitlines())}"
 
 

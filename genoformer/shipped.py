@@ -245,8 +245,10 @@ def recipes(*, copy: Optional[Path] = None, overwrite: bool = False) -> None:
     files = sorted(path for path in source.rglob("*.yaml"))
     clashes = [out / path.relative_to(source) for path in files if (out / path.relative_to(source)).exists()]
     if clashes and not overwrite:
-        raise FileExistsError(f"{', '.join(map(str, clashes[:3]))}{' ...' if len(clashes) > 3 else ''} exist "
-                              "already; pass --overwrite to replace them")
+        raise FileExistsError(
+            f"{', '.join(map(str, clashes[:3]))}{' ...' if len(clashes) > 3 else ''} exist "
+            "already; pass --overwrite to replace them"
+        )
     for path in files:
         (out / path.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, out / path.relative_to(source))
@@ -270,12 +272,24 @@ class Pretrained:
 PRETRAINED = {
     model.name: model
     for model in (
-        Pretrained("genoformer-dna", "genoformer_dna.ckpt", "genoformer/genoformer-dna",
-                   "causal DNA language model, 8,192 to 32,768 bases of context"),
-        Pretrained("genoformer-gene-annotator", "genoformer_gene_annotator.ckpt", "genoformer/genoformer-gene-annotator",
-                   "bacterial gene annotator (per-base coding classes), fine-tuned from genoformer-dna"),
-        Pretrained("genoformer-forecaster", "genoformer_forecaster.ckpt", "genoformer/genoformer-forecaster",
-                   "general time-series forecaster (zero-shot on new series)"),
+        Pretrained(
+            "genoformer-dna",
+            "genoformer_dna.ckpt",
+            "genoformer/genoformer-dna",
+            "causal DNA language model, 8,192 to 32,768 bases of context",
+        ),
+        Pretrained(
+            "genoformer-gene-annotator",
+            "genoformer_gene_annotator.ckpt",
+            "genoformer/genoformer-gene-annotator",
+            "bacterial gene annotator (per-base coding classes), fine-tuned from genoformer-dna",
+        ),
+        Pretrained(
+            "genoformer-forecaster",
+            "genoformer_forecaster.ckpt",
+            "genoformer/genoformer-forecaster",
+            "general time-series forecaster (zero-shot on new series)",
+        ),
     )
 }
 

@@ -61,13 +61,20 @@ def _binding(module: str, name: str) -> ast.stmt | None:
     for statement in tree.body:
         if isinstance(statement, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and statement.name == name:
             found = statement
-        elif isinstance(statement, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in statement.targets):
+        elif isinstance(statement, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in statement.targets
+        ):
             found = statement
-        elif isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name) \
-                and statement.target.id == name and statement.value is not None:
+        elif (
+            isinstance(statement, ast.AnnAssign)
+            and isinstance(statement.target, ast.Name)
+            and statement.target.id == name
+            and statement.value is not None
+        ):
             found = statement
         elif isinstance(statement, (ast.Import, ast.ImportFrom)) and any(
-                (alias.asname or alias.name.partition(".")[0]) == name for alias in statement.names):
+            (alias.asname or alias.name.partition(".")[0]) == name for alias in statement.names
+        ):
             found = statement
     return found
 
@@ -129,20 +136,33 @@ def _parameters(module: str, node: ast.FunctionDef) -> list[inspect.Parameter]:
     positional = arguments.posonlyargs + arguments.args
     defaults: list[Any] = [inspect.Parameter.empty] * (len(positional) - len(arguments.defaults))
     defaults += [evaluate(module, value) for value in arguments.defaults]
-    kinds = [inspect.Parameter.POSITIONAL_ONLY] * len(arguments.posonlyargs) + \
-        [inspect.Parameter.POSITIONAL_OR_KEYWORD] * len(arguments.args)
+    kinds = [inspect.Parameter.POSITIONAL_ONLY] * len(arguments.posonlyargs) + [
+        inspect.Parameter.POSITIONAL_OR_KEYWORD
+    ] * len(arguments.args)
     listed = list(zip(positional, kinds, defaults))
     if arguments.vararg is not None:
         listed.append((arguments.vararg, inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.empty))
-    listed += [(argument, inspect.Parameter.KEYWORD_ONLY,
-                inspect.Parameter.empty if default is None else evaluate(module, default))
-               for argument, default in zip(arguments.kwonlyargs, arguments.kw_defaults)]
+    listed += [
+        (
+            argument,
+            inspect.Parameter.KEYWORD_ONLY,
+            inspect.Parameter.empty if default is None else evaluate(module, default),
+        )
+        for argument, default in zip(arguments.kwonlyargs, arguments.kw_defaults)
+    ]
     if arguments.kwarg is not None:
         listed.append((arguments.kwarg, inspect.Parameter.VAR_KEYWORD, inspect.Parameter.empty))
-    return [inspect.Parameter(argument.arg, kind, default=default,
-                              annotation=inspect.Parameter.empty if argument.annotation is None
-                              else evaluate(module, argument.annotation))
-            for argument, kind, default in listed]
+    return [
+        inspect.Parameter(
+            argument.arg,
+            kind,
+            default=default,
+            annotation=inspect.Parameter.empty
+            if argument.annotation is None
+            else evaluate(module, argument.annotation),
+        )
+        for argument, kind, default in listed
+    ]
 
 
 def light_function(module: str, name: str) -> Callable[..., Any]:

@@ -45,9 +45,9 @@ from genoformer.core.loading import read_model_checkpoint
 from genoformer.core.run_lock import RunLock
 from genoformer.data.genome.datamodule import GenomeDataModule
 from genoformer.data.genome.labelled import LabelledDataModule
+from genoformer.data.genome.targets import Task
 from genoformer.data.storage import write_text
 from genoformer.data.timeseries.datamodule import TimeSeriesDataModule
-from genoformer.data.genome.targets import Task
 from genoformer.genome.commands import file_list
 from genoformer.genome.finetune import VALIDATION_MONITOR, FineTuner, read_validations, validation_summary
 from genoformer.genome.head_pooling import HeadPooling
@@ -58,8 +58,14 @@ from genoformer.timeseries.module import TimeSeriesForecaster
 
 EVALUATION_COMMANDS = ("validate", "test", "predict")
 
-SHIPPED_CLASSES = (GenoformerLM, TimeSeriesForecaster, FineTuner, GenomeDataModule, TimeSeriesDataModule,
-                   LabelledDataModule)
+SHIPPED_CLASSES = (
+    GenoformerLM,
+    TimeSeriesForecaster,
+    FineTuner,
+    GenomeDataModule,
+    TimeSeriesDataModule,
+    LabelledDataModule,
+)
 """The shipped training modules and data modules: imported here, so that `--model.help
 TimeSeriesForecaster` and `--data.help GenomeDataModule` find them by their short names."""
 
@@ -178,11 +184,15 @@ class GenoformerCLI(LightningCLI):
             parser.add_argument("--init_weights", type=Optional[str], default=None, help=_INIT_WEIGHTS_HELP)
         if subcommand in EVALUATION_COMMANDS:
             parser.add_argument(
-                "--untrained", action=ActionYesNo(no_prefix=None), default=False,
+                "--untrained",
+                action=ActionYesNo(no_prefix=None),
+                default=False,
                 help="Evaluate the model as initialised, without trained weights (instead of --ckpt_path).",
             )
             parser.add_argument(
-                "--overwrite", action=ActionYesNo(no_prefix=None), default=False,
+                "--overwrite",
+                action=ActionYesNo(no_prefix=None),
+                default=False,
                 help=f"Replace the result of an earlier `genoformer {subcommand}` into the same run directory.",
             )
         return parser
@@ -219,7 +229,10 @@ class GenoformerCLI(LightningCLI):
         if self.ckpt_keyword is not None:
             resolved = self._find_checkpoint(config.trainer, self.ckpt_keyword)
             if resolved is None and subcommand != "fit":
-                folders = ", ".join(str(folder) for folder, _, _ in self._checkpoint_dirs(config.trainer)) or "(none configured)"
+                folders = (
+                    ", ".join(str(folder) for folder, _, _ in self._checkpoint_dirs(config.trainer))
+                    or "(none configured)"
+                )
                 raise FileNotFoundError(
                     f"--ckpt_path {self.ckpt_keyword}: the run in {config.trainer.default_root_dir} has no "
                     f"checkpoint (no last.ckpt in {folders}); train it first with `genoformer fit` and the same "
@@ -260,7 +273,9 @@ class GenoformerCLI(LightningCLI):
             f"  {self._command_with(*change, drop=('--ckpt_path',))}"
         )
 
-    def _take_the_model_of(self, checkpoint: dict, source: str | os.PathLike, resume: bool, new_run: bool = False) -> None:
+    def _take_the_model_of(
+        self, checkpoint: dict, source: str | os.PathLike, resume: bool, new_run: bool = False
+    ) -> None:
         """Parse the command again with the checkpoint's model hyperparameters over the config's
         (given after the user's options, as a command-line override would be, so that what the
         config derives from the model, the data window, follows it); then with the user's own
@@ -269,8 +284,9 @@ class GenoformerCLI(LightningCLI):
         A new run from the weights (`new_run`, --init_weights) takes from the checkpoint what the
         model is, its nested sections (`transformer`, `forecast`, ...), and from the config how to
         train it, the module's own settings (learning rate, warm-up, weight decay, ...)."""
-        self.checkpoint_shapes = {key: tuple(value.shape) for key, value in
-                                  canonical_state_dict(checkpoint.get("state_dict") or {}).items()}
+        self.checkpoint_shapes = {
+            key: tuple(value.shape) for key, value in canonical_state_dict(checkpoint.get("state_dict") or {}).items()
+        }
         hparams = dict(checkpoint.get("hyper_parameters") or {})
         hparams.pop("_instantiator", None)
         if new_run:
@@ -286,29 +302,43 @@ class GenoformerCLI(LightningCLI):
         yours = self.parser.parse_args(args + mine + end) if mine else theirs
         # what the checkpoint says the model is; how to run it (runtime) is the command line's anyway
         described = set(_flat(hparams))
-        differences = {key: values for key, values in _differences(_flat(theirs[subcommand].model.init_args),
-                                                                   _flat(yours[subcommand].model.init_args)).items()
-                       if key in described}
+        differences = {
+            key: values
+            for key, values in _differences(
+                _flat(theirs[subcommand].model.init_args), _flat(yours[subcommand].model.init_args)
+            ).items()
+            if key in described
+        }
         if differences and resume:
-            listed = "; ".join(f"--model.{key} is {theirs_value!r} there, {yours_value!r} in your options"
-                               for key, (theirs_value, yours_value) in differences.items())
+            listed = "; ".join(
+                f"--model.{key} is {theirs_value!r} there, {yours_value!r} in your options"
+                for key, (theirs_value, yours_value) in differences.items()
+            )
             raise ValueError(
                 f"--ckpt_path {source} resumes a run, and a resumed run keeps its model: {listed}. Drop those "
                 "options to resume it, or start a new run from its weights with them:\n"
                 f"  {self._command_with('--init_weights', str(source), '--trainer.default_root_dir', 'NEW_DIR', drop=('--ckpt_path',))}"
             )
         for key, (theirs_value, yours_value) in differences.items():
-            print(f"genoformer {subcommand}: --model.{key} {yours_value!r} (your option) replaces the "
-                  f"{theirs_value!r} of the model in {source}")
+            print(
+                f"genoformer {subcommand}: --model.{key} {yours_value!r} (your option) replaces the "
+                f"{theirs_value!r} of the model in {source}"
+            )
         if not resume:
             # what the config file asked for and the checkpoint overrules: said, never silently dropped
             configured = self.parser.parse_args([*with_recipe_paths(self.command_line), *end])
-            overruled = {key: values for key, values in _differences(_flat(theirs[subcommand].model.init_args),
-                                                                     _flat(configured[subcommand].model.init_args)).items()
-                         if key in described and key not in differences and values[1] is not None}
+            overruled = {
+                key: values
+                for key, values in _differences(
+                    _flat(theirs[subcommand].model.init_args), _flat(configured[subcommand].model.init_args)
+                ).items()
+                if key in described and key not in differences and values[1] is not None
+            }
             for key, (theirs_value, config_value) in overruled.items():
-                print(f"genoformer {subcommand}: the model in {source} has {key} {theirs_value!r}, not the "
-                      f"{config_value!r} of your config; add --model.{key} {config_value!r} to use the config's")
+                print(
+                    f"genoformer {subcommand}: the model in {source} has {key} {theirs_value!r}, not the "
+                    f"{config_value!r} of your config; add --model.{key} {config_value!r} to use the config's"
+                )
         self.model_overrides = {f"--model.{key}": values for key, values in differences.items()}
         self.config = yours
 
@@ -318,12 +348,15 @@ class GenoformerCLI(LightningCLI):
         if not self.model_overrides or not self.checkpoint_shapes:
             return
         own = {key: tuple(value.shape) for key, value in canonical_state_dict(self.model.state_dict()).items()}
-        misfits = sorted(key for key in set(own) | set(self.checkpoint_shapes) if own.get(key) != self.checkpoint_shapes.get(key))
+        misfits = sorted(
+            key for key in set(own) | set(self.checkpoint_shapes) if own.get(key) != self.checkpoint_shapes.get(key)
+        )
         if not misfits:
             return
         key = misfits[0]
-        options = "; ".join(f"{name} {yours!r} (the checkpoint's: {theirs!r})"
-                            for name, (theirs, yours) in self.model_overrides.items())
+        options = "; ".join(
+            f"{name} {yours!r} (the checkpoint's: {theirs!r})" for name, (theirs, yours) in self.model_overrides.items()
+        )
         raise ValueError(
             f"the weights of {source} do not fit the model your options make ({options}): {key} is "
             f"{self.checkpoint_shapes.get(key, 'absent')} in the checkpoint, {own.get(key, 'absent')} here. "
@@ -349,8 +382,10 @@ class GenoformerCLI(LightningCLI):
         self.model.on_load_checkpoint(checkpoint)  # the module's own checks and key names
         self.model.load_state_dict(checkpoint["state_dict"])
         step = checkpoint.get("global_step")
-        print(f"genoformer fit: a new run, starting from the weights in {self.weights_source}"
-              + ("" if step is None else f" (step {step} of the training that wrote them)"))
+        print(
+            f"genoformer fit: a new run, starting from the weights in {self.weights_source}"
+            + ("" if step is None else f" (step {step} of the training that wrote them)")
+        )
         self.weights = None  # loaded: the file's tensors are the model's now
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Any:
@@ -359,7 +394,8 @@ class GenoformerCLI(LightningCLI):
         given = config.get("callbacks") or []
         given = given if isinstance(given, list) else [given]
         if config.get("enable_progress_bar") is not False and not any(
-                isinstance(callback, ProgressBar) for callback in [*given, *callbacks]):
+            isinstance(callback, ProgressBar) for callback in [*given, *callbacks]
+        ):
             callbacks = [*callbacks, default_progress_bar()]
         return super()._instantiate_trainer(config, callbacks)
 
@@ -400,25 +436,33 @@ class GenoformerCLI(LightningCLI):
         files = ", ".join(map(str, data.init_args[inputs]))
         command = f"genoformer {self.subcommand or 'fit'}"
         if Path(store).exists():
-            print(f"{command}: training on the store {store} as it is; the config's {inputs} ({files}) builds a "
-                  "store only where there is none")
+            print(
+                f"{command}: training on the store {store} as it is; the config's {inputs} ({files}) builds a "
+                "store only where there is none"
+            )
             data.init_args[inputs] = []
         else:
-            print(f"{command}: {store} does not exist yet: building it from the config's {inputs} ({files}); "
-                  f"to build it from your own files, name them: --data.init_args.{inputs} '[GENOME.fa]'")
+            print(
+                f"{command}: {store} does not exist yet: building it from the config's {inputs} ({files}); "
+                f"to build it from your own files, name them: --data.init_args.{inputs} '[GENOME.fa]'"
+            )
 
     def _refuse_missing_gpu(self, config: Namespace) -> None:
         trainer = config.trainer
         accelerator = trainer.accelerator
         if not isinstance(accelerator, str) or accelerator not in ("gpu", "cuda") or torch.cuda.is_available():
             return
-        lines = [f"this configuration asks for a GPU (trainer.accelerator: {accelerator}), but torch "
-                 f"{torch.__version__} sees no CUDA GPU here."]
+        lines = [
+            f"this configuration asks for a GPU (trainer.accelerator: {accelerator}), but torch "
+            f"{torch.__version__} sees no CUDA GPU here."
+        ]
         for path in _config_paths(self.command_line):
             twin = _cpu_twin(path)
             if twin is not None:
-                args = [str(twin) if arg == path else f"--config={twin}" if arg == f"--config={path}" else arg
-                        for arg in self._full_command_line()]
+                args = [
+                    str(twin) if arg == path else f"--config={twin}" if arg == f"--config={path}" else arg
+                    for arg in self._full_command_line()
+                ]
                 lines += [f"{twin} is its CPU version (a model sized to train on a CPU):", f"  {command_with(args)}"]
                 break
         overrides = ["--trainer.accelerator", "cpu"]
@@ -436,12 +480,17 @@ class GenoformerCLI(LightningCLI):
         batch = data.get("batch_size")
         if isinstance(batch, int) and batch > 1:
             overrides += ["--data.init_args.batch_size", "1"]
-        keep = (f"; add --trainer.accumulate_grad_batches {batch} to keep the recipe's {batch} windows per "
-                "optimizer step" if isinstance(batch, int) and batch > 1 else "")
-        lines += ["To run this configuration on the CPU anyway (slow: a model sized for a GPU trains many times "
-                  f"slower on a CPU), in float32, uncompiled, with data workers and batches for this machine's "
-                  f"{os.cpu_count()} cores{keep}:",
-                  f"  {self._command_with(*overrides)}"]
+        keep = (
+            f"; add --trainer.accumulate_grad_batches {batch} to keep the recipe's {batch} windows per optimizer step"
+            if isinstance(batch, int) and batch > 1
+            else ""
+        )
+        lines += [
+            "To run this configuration on the CPU anyway (slow: a model sized for a GPU trains many times "
+            f"slower on a CPU), in float32, uncompiled, with data workers and batches for this machine's "
+            f"{os.cpu_count()} cores{keep}:",
+            f"  {self._command_with(*overrides)}",
+        ]
         raise ValueError("\n".join(lines))
 
     def before_fit(self) -> None:
@@ -545,7 +594,9 @@ class GenoformerCLI(LightningCLI):
         folders = [root, root / "lightning_logs", *(folder for folder, _, _ in self._checkpoint_dirs(trainer))]
         init_args = _init_args(trainer.get("logger"))
         if init_args.get("save_dir") is not None:
-            folders.append(Path(init_args.save_dir, str(init_args.get("name") or ""), str(init_args.get("version") or "")))
+            folders.append(
+                Path(init_args.save_dir, str(init_args.get("name") or ""), str(init_args.get("version") or ""))
+            )
         return folders
 
     def _run_folders_hold_files(self, trainer: Any) -> bool:
@@ -553,7 +604,8 @@ class GenoformerCLI(LightningCLI):
         folders, or a metrics.csv), judged from the parsed config before anything is built."""
         folders = [folder for folder, _, _ in self._checkpoint_dirs(trainer)]
         return (Path(trainer.default_root_dir or ".") / "metrics.csv").exists() or any(
-            folder.is_dir() and any(folder.iterdir()) for folder in folders)
+            folder.is_dir() and any(folder.iterdir()) for folder in folders
+        )
 
     def _run_files(self) -> list[Path]:
         """What marks the configured directory as holding a run: its metrics.csv and the files in
@@ -639,14 +691,19 @@ def _flat(namespace: Any, prefix: str = "") -> dict[str, Any]:
         return {prefix.rstrip("."): values}
     flat: dict[str, Any] = {}
     for key, value in values.items():
-        flat.update(_flat(value, f"{prefix}{key}.") if isinstance(value, (dict, Namespace)) else {f"{prefix}{key}": value})
+        flat.update(
+            _flat(value, f"{prefix}{key}.") if isinstance(value, (dict, Namespace)) else {f"{prefix}{key}": value}
+        )
     return flat
 
 
 def _differences(theirs: dict[str, Any], yours: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """{key: (theirs, yours)} where the two flat configs differ."""
-    return {key: (theirs.get(key), yours.get(key)) for key in dict.fromkeys([*theirs, *yours])
-            if theirs.get(key) != yours.get(key)}
+    return {
+        key: (theirs.get(key), yours.get(key))
+        for key in dict.fromkeys([*theirs, *yours])
+        if theirs.get(key) != yours.get(key)
+    }
 
 
 def _config_paths(args: Sequence[str]) -> list[str]:
@@ -744,14 +801,21 @@ class ComposingArgumentParser(ShortErrors, LightningArgumentParser):
     Values in a composed config that jsonargparse reads as paths are relative to the working
     directory, as the shipped configs' paths are."""
 
-    def parse_path(self, path: Any, ext_vars: Optional[dict] = None, env: Optional[bool] = None,
-                   defaults: bool = True, **kwargs: Any) -> Any:
+    def parse_path(
+        self,
+        path: Any,
+        ext_vars: Optional[dict] = None,
+        env: Optional[bool] = None,
+        defaults: bool = True,
+        **kwargs: Any,
+    ) -> Any:
         self._refuse_unknown_sections(path)
         if not _includes_fragments(path):
             return super().parse_path(path, ext_vars=ext_vars, env=env, defaults=defaults, **kwargs)
         composed = yaml.dump(compose_config(path), Dumper=_QuotedStrings, sort_keys=False)
-        return self.parse_string(composed, path=os.path.basename(path), ext_vars=ext_vars, env=env,
-                                 defaults=defaults, **kwargs)
+        return self.parse_string(
+            composed, path=os.path.basename(path), ext_vars=ext_vars, env=env, defaults=defaults, **kwargs
+        )
 
     def _refuse_unknown_sections(self, path: Any) -> None:
         """A mistyped top-level key of a config file (`trainr:`) is named first, before whatever
@@ -865,28 +929,45 @@ def finetune(
     """
     if device == "gpu" and not torch.cuda.is_available():
         given = {name: value for name, value in locals().items() if name in _FINETUNE_DEFAULTS}
-        raise ValueError(f"--device gpu: torch {torch.__version__} sees no CUDA GPU here; fine-tune on the CPU "
-                         f"(the CPU recipe, configs/{FINETUNE_CONFIGS['cpu']}):\n"
-                         f"  {_finetune_command({**given, 'device': 'cpu'})}")
+        raise ValueError(
+            f"--device gpu: torch {torch.__version__} sees no CUDA GPU here; fine-tune on the CPU "
+            f"(the CPU recipe, configs/{FINETUNE_CONFIGS['cpu']}):\n"
+            f"  {_finetune_command({**given, 'device': 'cpu'})}"
+        )
     on_gpu = device == "gpu" or (device == "auto" and torch.cuda.is_available())
     config = configs_dir() / FINETUNE_CONFIGS["gpu" if on_gpu else "cpu"]
     val_every = min(100, max_steps) if val_every is None else val_every
     overrides = [
-        "--trainer.default_root_dir", str(out),
-        "--trainer.max_steps", str(max_steps),
-        "--trainer.val_check_interval", str(val_every),
-        "--seed_everything", str(seed),
-        "--model.init_args.pretrained", str(pretrained),
-        "--model.init_args.learning_rate", str(learning_rate),
-        "--model.init_args.lora_rank", str(lora),
-        "--model.init_args.freeze_backbone", str(freeze_backbone).lower(),
-        "--model.init_args.from_scratch", str(from_scratch).lower(),
-        "--model.init_args.pooling", HeadPooling(pooling).name,
-        "--model.init_args.patience", str(patience),
-        "--data.init_args.task", task,
-        "--data.init_args.train", json.dumps(file_list(train)),
-        "--data.init_args.seed", str(seed),
-        "--data.init_args.leaks", leaks,
+        "--trainer.default_root_dir",
+        str(out),
+        "--trainer.max_steps",
+        str(max_steps),
+        "--trainer.val_check_interval",
+        str(val_every),
+        "--seed_everything",
+        str(seed),
+        "--model.init_args.pretrained",
+        str(pretrained),
+        "--model.init_args.learning_rate",
+        str(learning_rate),
+        "--model.init_args.lora_rank",
+        str(lora),
+        "--model.init_args.freeze_backbone",
+        str(freeze_backbone).lower(),
+        "--model.init_args.from_scratch",
+        str(from_scratch).lower(),
+        "--model.init_args.pooling",
+        HeadPooling(pooling).name,
+        "--model.init_args.patience",
+        str(patience),
+        "--data.init_args.task",
+        task,
+        "--data.init_args.train",
+        json.dumps(file_list(train)),
+        "--data.init_args.seed",
+        str(seed),
+        "--data.init_args.leaks",
+        leaks,
     ]
     optional = {
         "--model.init_args.head_learning_rate": head_learning_rate,
@@ -919,13 +1000,21 @@ def _summary(trainer: Any, run_dir: Path, task: str, patience: int) -> str:
     if not monitored or not lasts or not monitored[0].best_model_path:
         return f"no checkpoint keeps the best {VALIDATION_MONITOR} in this configuration; see {run_dir}/checkpoints"
     metrics = run_dir / "metrics.csv"
-    predict = ("genoformer annotate --checkpoint CHECKPOINT --inputs GENOME.fa --out genes.gff3" if task == "annotate"
-               else "genoformer classify --checkpoint CHECKPOINT --inputs SEQUENCES.tsv --out predictions.tsv")
+    predict = (
+        "genoformer annotate --checkpoint CHECKPOINT --inputs GENOME.fa --out genes.gff3"
+        if task == "annotate"
+        else "genoformer classify --checkpoint CHECKPOINT --inputs SEQUENCES.tsv --out predictions.tsv"
+    )
     stopped_early = any(c.patience and c.wait_count >= c.patience for c in trainer.early_stopping_callbacks)
-    return validation_summary(read_validations(metrics) if metrics.is_file() else [],
-                              best=Path(monitored[0].best_model_path), last=Path(lasts[0].last_model_path),
-                              max_steps=trainer.max_steps, patience=patience, stopped_early=stopped_early,
-                              predict=predict)
+    return validation_summary(
+        read_validations(metrics) if metrics.is_file() else [],
+        best=Path(monitored[0].best_model_path),
+        last=Path(lasts[0].last_model_path),
+        max_steps=trainer.max_steps,
+        patience=patience,
+        stopped_early=stopped_early,
+        predict=predict,
+    )
 
 
 def _finetune_command(values: dict[str, Any]) -> str:

@@ -39,8 +39,9 @@ _HOMES = {
     "attention": "dispatch",
     "alibi_slopes": "dispatch",
     "Backend": "backend",
-    **dict.fromkeys(("BigBird", "BlockLayout", "GlobalTokens", "LayoutSpec", "SlidingWindow", "Strided", "Union"),
-                    "layout"),
+    **dict.fromkeys(
+        ("BigBird", "BlockLayout", "GlobalTokens", "LayoutSpec", "SlidingWindow", "Strided", "Union"), "layout"
+    ),
 }
 """Where each public name lives (a module of this package)."""
 

@@ -36,11 +36,10 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
-
 from genoformer.kernels.documents import document_bounds
 from genoformer.kernels.layout import BlockLayout
 from genoformer.kernels.reference import masked_logsumexp
+from torch.utils.checkpoint import checkpoint
 
 CHUNK_ELEMENTS = 1 << 24
 """Default budget (elements) of one chunk's score matrix: 64 MiB of float32."""
@@ -95,16 +94,24 @@ def blocksparse_attention(
     v_BHNbD = F.pad(v.to(compute_dtype), (0, 0, 0, Nb * bs - S)).view(B, Hkv, Nb, bs, D)
 
     chunks = _chunks_by_width(counts_HGM.amax(dim=(0, 1)), B * Hq * bs * bs + 2 * B * Hkv * Gl * bs * D, chunk_elements)
-    use_checkpoint = (
-        torch.is_grad_enabled() and len(chunks) > 1 and any(t.requires_grad for t in (q, k, v))
-    )
+    use_checkpoint = torch.is_grad_enabled() and len(chunks) > 1 and any(t.requires_grad for t in (q, k, v))
     # packed documents: each query's allowed key span [start, end) within its row, (B, L) each
     doc_bounds = None if cu_seqlens is None else document_bounds(cu_seqlens, B, L)
     slopes_BHG = None
     if alibi_slopes is not None:  # (B or 1, Hkv, G): the slope of each query head
         slopes_BHG = alibi_slopes.to(compute_dtype).reshape(-1, Hkv, G)
-    kwargs = dict(block_size=bs, kv_len=S, causal=causal, kv_lens=kv_lens, doc_bounds=doc_bounds, scale=scale,
-                  return_lse=return_lse, window=layout.window, shift=S - L, slopes_BHG=slopes_BHG)
+    kwargs = dict(
+        block_size=bs,
+        kv_len=S,
+        causal=causal,
+        kv_lens=kv_lens,
+        doc_bounds=doc_bounds,
+        scale=scale,
+        return_lse=return_lse,
+        window=layout.window,
+        shift=S - L,
+        slopes_BHG=slopes_BHG,
+    )
     outs = []
     for rows_m, width in chunks:
         args = (

@@ -98,7 +98,6 @@ from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
 import torch
-
 from genoformer.kernels import flash_attn_backend
 from genoformer.kernels.backend import Backend
 from genoformer.kernels.blocksparse_torch import blocksparse_attention
@@ -123,20 +122,39 @@ class RunFn(Protocol):
     -> (B, Hq, Lq, D) in q's dtype, and with return_lse (out, lse (B, Hq, Lq)), for inputs
     `attention` has checked."""
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-                 layout: BlockLayout | None, kv_lens: torch.Tensor | None, scale: float,
-                 cu_seqlens: torch.Tensor | None, return_lse: bool,
-                 alibi_slopes: torch.Tensor | None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]: ...
+    def __call__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        causal: bool,
+        layout: BlockLayout | None,
+        kv_lens: torch.Tensor | None,
+        scale: float,
+        cu_seqlens: torch.Tensor | None,
+        return_lse: bool,
+        alibi_slopes: torch.Tensor | None,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]: ...
 
 
 class ReasonFn(Protocol):
     """None when the backend can run these (valid) inputs here, else a sentence: why not, what to do.
     return_lse: the caller wants the lse too (differentiable while grad mode is on)."""
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-                 layout: BlockLayout | None, kv_lens: torch.Tensor | None,
-                 cu_seqlens: torch.Tensor | None, return_lse: bool,
-                 alibi_slopes: torch.Tensor | None) -> str | None: ...
+    def __call__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        causal: bool,
+        layout: BlockLayout | None,
+        kv_lens: torch.Tensor | None,
+        cu_seqlens: torch.Tensor | None,
+        return_lse: bool,
+        alibi_slopes: torch.Tensor | None,
+    ) -> str | None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,29 +179,37 @@ def _load_triton() -> RunFn:
     return triton_attention
 
 
-def _triton_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse,
-                               alibi_slopes) -> str | None:
+def _triton_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse, alibi_slopes) -> str | None:
     # (a compiled graph cannot trace find_spec; plan_attention asked it before the graph)
     if not torch.compiler.is_compiling() and importlib.util.find_spec("triton") is None:
         return "triton is not installed: pip install triton (or the extra: pip install 'genoformer[triton]')."
     from genoformer.kernels import triton_flash
 
-    return triton_flash.unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens,
-                                           cu_seqlens=cu_seqlens)
+    return triton_flash.unsupported_reason(
+        q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens
+    )
 
 
 def _load_gluon() -> RunFn:
     from genoformer.kernels.gluon_flash import gluon_attention
 
     def run(q, k, v, *, causal, layout, kv_lens, scale, cu_seqlens, return_lse, alibi_slopes):
-        return gluon_attention(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
-                               scale=scale, return_lse=return_lse)
+        return gluon_attention(
+            q,
+            k,
+            v,
+            causal=causal,
+            layout=layout,
+            kv_lens=kv_lens,
+            cu_seqlens=cu_seqlens,
+            scale=scale,
+            return_lse=return_lse,
+        )
 
     return run
 
 
-def _gluon_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse,
-                              alibi_slopes) -> str | None:
+def _gluon_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse, alibi_slopes) -> str | None:
     if alibi_slopes is not None:
         return "the Gluon kernels take no ALiBi slopes: use the triton backend"
     if layout is not None and layout.window is not None:
@@ -193,12 +219,13 @@ def _gluon_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, r
             return "triton is not installed: pip install triton (or the extra: pip install 'genoformer[triton]')."
         error = _gluon_import_error()
         if error is not None:
-            return (f"the Gluon kernels do not import with this Triton ({error}): upgrade triton to 3.6 or newer "
-                    f"(torch 2.11 ships it), or use the triton backend")
+            return (
+                f"the Gluon kernels do not import with this Triton ({error}): upgrade triton to 3.6 or newer "
+                f"(torch 2.11 ships it), or use the triton backend"
+            )
     from genoformer.kernels import gluon_flash
 
-    return gluon_flash.unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens,
-                                          cu_seqlens=cu_seqlens)
+    return gluon_flash.unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
 
 
 @functools.cache
@@ -217,8 +244,9 @@ def _gluon_import_error() -> str | None:
 def _flash_attn(*versions: FlashAttn) -> BackendEntry:
     """A flash-attn backend that runs the first of `versions` able to run the inputs."""
     run = functools.partial(flash_attn_backend.flash_attn_attention, versions)
-    return BackendEntry(load=lambda: run,
-                        unsupported_reason=functools.partial(flash_attn_backend.unsupported_reason, versions))
+    return BackendEntry(
+        load=lambda: run, unsupported_reason=functools.partial(flash_attn_backend.unsupported_reason, versions)
+    )
 
 
 def _load_xformers() -> RunFn:
@@ -230,19 +258,23 @@ def _load_xformers() -> RunFn:
     return run
 
 
-def _xformers_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse,
-                                 alibi_slopes) -> str | None:
+def _xformers_unsupported_reason(
+    q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse, alibi_slopes
+) -> str | None:
     if alibi_slopes is not None:
         return "genoformer's xformers adapter passes no ALiBi slopes: use the triton, sdpa or torch backend"
     if layout is not None and layout.window is not None:
         return "genoformer's xformers adapter runs no layout with a token window: use the triton or torch backend"
     if causal and q.shape[2] != k.shape[2]:
-        return ("genoformer's xformers adapter runs causal attention with Lq == Lk only (bottom-right alignment "
-                "otherwise): use the triton, sdpa or torch backend")
+        return (
+            "genoformer's xformers adapter runs causal attention with Lq == Lk only (bottom-right alignment "
+            "otherwise): use the triton, sdpa or torch backend"
+        )
     from genoformer.kernels import xformers_backend
 
-    return xformers_backend.unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens,
-                                               cu_seqlens=cu_seqlens, return_lse=return_lse)
+    return xformers_backend.unsupported_reason(
+        q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens, return_lse=return_lse
+    )
 
 
 def _load_fp8() -> RunFn:
@@ -254,8 +286,7 @@ def _load_fp8() -> RunFn:
     return run
 
 
-def _fp8_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse,
-                            alibi_slopes) -> str | None:
+def _fp8_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse, alibi_slopes) -> str | None:
     if alibi_slopes is not None:
         return "FP8 attention takes no ALiBi slopes: use the triton backend"
     if causal and q.shape[2] != k.shape[2]:
@@ -266,8 +297,9 @@ def _fp8_unsupported_reason(q, k, v, *, causal, layout, kv_lens, cu_seqlens, ret
 
     if q.device.type == "cpu":  # the emulation
         return triton_fp8.semantic_reason(q, layout=layout, cu_seqlens=cu_seqlens, return_lse=return_lse)
-    return triton_fp8.unsupported_reason(q, k, v, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
-                                         return_lse=return_lse)
+    return triton_fp8.unsupported_reason(
+        q, k, v, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens, return_lse=return_lse
+    )
 
 
 BACKENDS: dict[Backend, BackendEntry] = {
@@ -342,14 +374,35 @@ def attention(
         float32 (float64 for float64 inputs), -inf for a row with no allowed key.
     """
     backend = _as_backend(backend)
-    _check_inputs(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
-                  alibi_slopes=alibi_slopes)
+    _check_inputs(
+        q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens, alibi_slopes=alibi_slopes
+    )
     scale = q.shape[-1] ** -0.5 if scale is None else _check_scale(scale)
-    plan = _resolve(backend, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
-                    return_lse=return_lse, alibi_slopes=alibi_slopes)
+    plan = _resolve(
+        backend,
+        q,
+        k,
+        v,
+        causal=causal,
+        layout=layout,
+        kv_lens=kv_lens,
+        cu_seqlens=cu_seqlens,
+        return_lse=return_lse,
+        alibi_slopes=alibi_slopes,
+    )
     run = BACKENDS[plan.backend].load()
-    return run(q, k, v, causal=causal, layout=plan.layout, kv_lens=kv_lens, scale=scale, cu_seqlens=cu_seqlens,
-               return_lse=return_lse, alibi_slopes=alibi_slopes)
+    return run(
+        q,
+        k,
+        v,
+        causal=causal,
+        layout=plan.layout,
+        kv_lens=kv_lens,
+        scale=scale,
+        cu_seqlens=cu_seqlens,
+        return_lse=return_lse,
+        alibi_slopes=alibi_slopes,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -396,8 +449,18 @@ def plan_attention(
     one = torch.empty((1, 1, 1, 1), device=device, dtype=dtype)
     q = one.expand(batch, q_heads, q_len, head_dim)
     k = one.expand(batch, kv_heads, kv_len, head_dim)
-    plan = _resolve(backend, q, k, k, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
-                    return_lse=return_lse, alibi_slopes=alibi_slopes)
+    plan = _resolve(
+        backend,
+        q,
+        k,
+        k,
+        causal=causal,
+        layout=layout,
+        kv_lens=kv_lens,
+        cu_seqlens=cu_seqlens,
+        return_lse=return_lse,
+        alibi_slopes=alibi_slopes,
+    )
     if plan.backend is Backend.TRITON and plan.layout is not None:
         plan.layout.kv_indices(device)
         if torch.is_grad_enabled():  # the backward's lists; inference never builds them
@@ -425,22 +488,50 @@ def unsupported_reason(
     backend = _as_backend(backend)
     if backend is Backend.AUTO:
         return None
-    return BACKENDS[backend].unsupported_reason(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens,
-                                                cu_seqlens=cu_seqlens, return_lse=return_lse,
-                                                alibi_slopes=alibi_slopes)
+    return BACKENDS[backend].unsupported_reason(
+        q,
+        k,
+        v,
+        causal=causal,
+        layout=layout,
+        kv_lens=kv_lens,
+        cu_seqlens=cu_seqlens,
+        return_lse=return_lse,
+        alibi_slopes=alibi_slopes,
+    )
 
 
-def _resolve(backend: Backend, q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse=False,
-             alibi_slopes=None) -> AttentionPlan:
+def _resolve(
+    backend: Backend, q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse=False, alibi_slopes=None
+) -> AttentionPlan:
     """The one way from the backend asked for to the one that runs: AUTO chosen (and logged once),
     anything else checked (ValueError with its reason when it cannot run the inputs)."""
     if backend is Backend.AUTO:
         layout = _dense_if_full(layout)
-        chosen = _choose(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
-                         return_lse=return_lse, alibi_slopes=alibi_slopes)
+        chosen = _choose(
+            q,
+            k,
+            v,
+            causal=causal,
+            layout=layout,
+            kv_lens=kv_lens,
+            cu_seqlens=cu_seqlens,
+            return_lse=return_lse,
+            alibi_slopes=alibi_slopes,
+        )
         return AttentionPlan(chosen, layout)
-    reason = unsupported_reason(backend, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens,
-                                cu_seqlens=cu_seqlens, return_lse=return_lse, alibi_slopes=alibi_slopes)
+    reason = unsupported_reason(
+        backend,
+        q,
+        k,
+        v,
+        causal=causal,
+        layout=layout,
+        kv_lens=kv_lens,
+        cu_seqlens=cu_seqlens,
+        return_lse=return_lse,
+        alibi_slopes=alibi_slopes,
+    )
     if reason is not None:
         raise ValueError(f"backend {backend.value!r} cannot run these inputs: {reason}")
     return AttentionPlan(backend, layout)
@@ -519,8 +610,18 @@ class AutoChoice:
     """Whether the order came from measurements on this GPU's generation (`FASTEST_FIRST`)."""
 
 
-def explain_auto(q, k, v, *, causal: bool = False, layout: BlockLayout | None = None, kv_lens=None,
-                 cu_seqlens=None, return_lse: bool = False, alibi_slopes=None) -> AutoChoice:
+def explain_auto(
+    q,
+    k,
+    v,
+    *,
+    causal: bool = False,
+    layout: BlockLayout | None = None,
+    kv_lens=None,
+    cu_seqlens=None,
+    return_lse: bool = False,
+    alibi_slopes=None,
+) -> AutoChoice:
     """The backend auto would run for inputs like these here, with why and what it passes over.
 
     Reads only what the inputs are (device, dtype, shapes, which of layout, kv_lens, cu_seqlens
@@ -532,26 +633,47 @@ def explain_auto(q, k, v, *, causal: bool = False, layout: BlockLayout | None = 
     measured = capability in FASTEST_FIRST
     if capability is not None:
         order = FASTEST_FIRST.get(capability, UNMEASURED if capability >= (8, 0) else PRE_AMPERE).for_inputs(
-            layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
+            layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens
+        )
         arch = f"sm_{capability[0]}{capability[1]}"
         for candidate in order:
             why = unsupported_reason(
-                candidate, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
-                return_lse=return_lse, alibi_slopes=alibi_slopes,
+                candidate,
+                q,
+                k,
+                v,
+                causal=causal,
+                layout=layout,
+                kv_lens=kv_lens,
+                cu_seqlens=cu_seqlens,
+                return_lse=return_lse,
+                alibi_slopes=alibi_slopes,
             )
             if why is None:
                 named = ", ".join(backend.value for backend in order)
                 where = f"the order measured on {arch}" if measured else f"the order for {arch} (not measured there)"
-                return AutoChoice(candidate, f"first of {where} that runs these inputs: {named}",
-                                  tuple(passed_over), measured)
+                return AutoChoice(
+                    candidate, f"first of {where} that runs these inputs: {named}", tuple(passed_over), measured
+                )
             passed_over.append((candidate, why))
-    elements = mask_elements(q, k, layout=None, kv_lens=kv_lens, cu_seqlens=cu_seqlens, return_lse=return_lse,
-                             causal=causal, alibi_slopes=alibi_slopes)
+    elements = mask_elements(
+        q,
+        k,
+        layout=None,
+        kv_lens=kv_lens,
+        cu_seqlens=cu_seqlens,
+        return_lse=return_lse,
+        causal=causal,
+        alibi_slopes=alibi_slopes,
+    )
     where = "none of the CUDA backends runs these inputs" if capability is not None else f"on {q.device.type}"
     if layout is None and elements <= SDPA_MASK_ELEMENTS:
         return AutoChoice(Backend.SDPA, f"{where}: sdpa runs dense inputs", tuple(passed_over), measured)
-    why = "torch runs block-sparse layouts" if layout is not None else (
-        f"torch runs inputs whose mask exceeds sdpa's {SDPA_MASK_ELEMENTS:,} elements")
+    why = (
+        "torch runs block-sparse layouts"
+        if layout is not None
+        else (f"torch runs inputs whose mask exceeds sdpa's {SDPA_MASK_ELEMENTS:,} elements")
+    )
     return AutoChoice(Backend.TORCH, f"{where}: {why}", tuple(passed_over), measured)
 
 
@@ -563,8 +685,17 @@ def _choose(q, k, v, *, causal, layout, kv_lens, cu_seqlens, return_lse, alibi_s
         f"{', token window' if layout is not None and layout.window is not None else ''}"
         f"{', ALiBi' if alibi_slopes is not None else ''}"
     )
-    choice = explain_auto(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
-                          return_lse=return_lse, alibi_slopes=alibi_slopes)
+    choice = explain_auto(
+        q,
+        k,
+        v,
+        causal=causal,
+        layout=layout,
+        kv_lens=kv_lens,
+        cu_seqlens=cu_seqlens,
+        return_lse=return_lse,
+        alibi_slopes=alibi_slopes,
+    )
     capability = flash_attn_backend.device_capability(q.device)
     measured = f" (measured faster on sm_{capability[0]}{capability[1]})" if choice.measured else ""
     reason = " ".join(f"{candidate.value!r}{measured}: {why}" for candidate, why in choice.passed_over) or None
@@ -581,7 +712,9 @@ def _log_once(device_type: str, choice: Backend, situation: str, reason: str | N
         # Passing over a faster backend on a GPU costs speed: say so where a user sees it.
         logger.warning(
             "attention on cuda, %s: backend %r, not a faster one, because %s",
-            situation, choice.value, reason,
+            situation,
+            choice.value,
+            reason,
         )
     else:
         logger.info("attention on %s, %s: backend %r", device_type, situation, choice.value)
@@ -595,9 +728,7 @@ def _as_backend(backend: Backend | str) -> Backend:
         return Backend(backend)
     except ValueError:
         choices = ", ".join(repr(b.value) for b in Backend)
-        raise ValueError(
-            f"unknown attention backend {backend!r}; choose one of {choices} (any case)."
-        ) from None
+        raise ValueError(f"unknown attention backend {backend!r}; choose one of {choices} (any case).") from None
 
 
 def _check_scale(scale) -> float:
@@ -606,8 +737,9 @@ def _check_scale(scale) -> float:
     return float(scale)
 
 
-def _check_inputs(q, k, v, *, causal: bool, layout: BlockLayout | None, kv_lens, cu_seqlens=None,
-                  alibi_slopes=None) -> None:
+def _check_inputs(
+    q, k, v, *, causal: bool, layout: BlockLayout | None, kv_lens, cu_seqlens=None, alibi_slopes=None
+) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}.")

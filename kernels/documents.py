@@ -42,12 +42,14 @@ def check_cu_seqlens(cu_seqlens, *, batch: int, seq_len: int, device: torch.devi
         return  # the value checks read the tensor on the host: a graph break; eager calls make them
     total = batch * seq_len
     rows_R = torch.arange(0, total + 1, seq_len, device=device, dtype=torch.int32)
-    first, last, increasing, rows_ok = torch.stack([
-        cu_seqlens[0],
-        cu_seqlens[-1],
-        (cu_seqlens[1:] > cu_seqlens[:-1]).all().to(torch.int32),
-        torch.isin(rows_R, cu_seqlens).all().to(torch.int32),
-    ]).tolist()
+    first, last, increasing, rows_ok = torch.stack(
+        [
+            cu_seqlens[0],
+            cu_seqlens[-1],
+            (cu_seqlens[1:] > cu_seqlens[:-1]).all().to(torch.int32),
+            torch.isin(rows_R, cu_seqlens).all().to(torch.int32),
+        ]
+    ).tolist()
     if first != 0 or last != total:
         raise ValueError(
             f"cu_seqlens must start at 0 and end at B*L = {batch}*{seq_len} = {total} (the flattened tokens of "

@@ -59,8 +59,9 @@ def _mul_hi_lo(a: int, b_T: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return hi, t & _MASK32
 
 
-def philox4x32(seed: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor, c2: torch.Tensor,
-               c3: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def philox4x32(
+    seed: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor, c2: torch.Tensor, c3: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
     """Philox4x32-10 of the counters (c0, c1, c2, c3) (int64 tensors holding 32-bit values, broadcast
     together) under the 64-bit key `seed` (an int64 tensor, its two's complement bits): the four
     32-bit output words as int64 tensors, as ``triton.language.philox`` computes them."""
@@ -76,8 +77,9 @@ def philox4x32(seed: torch.Tensor, c0: torch.Tensor, c1: torch.Tensor, c2: torch
     return c0, c1, c2, c3
 
 
-def keep_mask(rng: torch.Tensor, p: float, batch: int, heads: int, q_len: int, k_len: int,
-              first_row: int = 0) -> torch.Tensor:
+def keep_mask(
+    rng: torch.Tensor, p: float, batch: int, heads: int, q_len: int, k_len: int, first_row: int = 0
+) -> torch.Tensor:
     """(batch, heads, q_len, k_len) bool: the probabilities dropout keeps for each (row or sequence,
     head, query, key) of the rows first_row .. first_row + batch - 1, positions from 0 (see the
     module docstring); on rng's device."""
@@ -86,8 +88,9 @@ def keep_mask(rng: torch.Tensor, p: float, batch: int, heads: int, q_len: int, k
     groups = -(-k_len // 8)
     c0_S = torch.arange(groups, device=device, dtype=torch.int64).view(1, 1, 1, groups)
     c1_L = torch.arange(q_len, device=device, dtype=torch.int64).view(1, 1, q_len, 1)
-    c2_BH = torch.arange(first_row * heads, (first_row + batch) * heads, device=device,
-                         dtype=torch.int64).view(batch, heads, 1, 1)
+    c2_BH = torch.arange(first_row * heads, (first_row + batch) * heads, device=device, dtype=torch.int64).view(
+        batch, heads, 1, 1
+    )
     words = philox4x32(seed, c0_S, c1_L, c2_BH, offset)  # 4 x (B, H, L, groups)
     halves = [half for word in words for half in (word & 0xFFFF, word >> 16)]  # keys 8g + 0 .. 7
     values_BHLS = torch.stack(halves, dim=-1).reshape(batch, heads, q_len, groups * 8)[..., :k_len]

@@ -61,7 +61,6 @@ import importlib.metadata
 
 import torch
 import torch.nn.functional as F
-
 from genoformer.kernels.layout import BlockLayout
 
 FA2_INSTALL = "pip install flash-attn --no-build-isolation"
@@ -74,8 +73,9 @@ FLASH_ATTN_4_HEAD_DIMS: dict[tuple[int, int], frozenset[int]] = {
     # dim (`python -m benchmarks.flash_attn_check`, benchmarks/results/flash_attn_head_dims.json).
     # Wrong gradients (dQ or dV 70-120x the bf16 allowance) at 16, 40, 48, 72, 80, 104 and
     # 112 (104 and 112 also raise an MLIR error with key padding); 240, 248 and 256 crashed the process.
-    (9, 0): frozenset({24, 32, 56, 64, 88, 96, 120, 128, 136, 144, 152, 160, 168, 176, 184, 192, 200, 208, 216,
-                       224, 232}),
+    (9, 0): frozenset(
+        {24, 32, 56, 64, 88, 96, 120, 128, 136, 144, 152, 160, 168, 176, 184, 192, 200, 208, 216, 224, 232}
+    ),
 }
 """Head dims flash-attn-4 is trusted with, per compute capability: only those a GPU sweep found
 right. A generation without a row runs none (its inputs go to another backend, with the reason)."""
@@ -178,11 +178,22 @@ def unsupported_reason(
     if alibi_slopes is not None:
         return "genoformer's flash-attn adapter passes no ALiBi slopes; use backend 'triton', which runs them."
     if causal and q.shape[2] != k.shape[2] and kv_lens is not None:
-        return ("genoformer's flash-attn adapter runs key padding with causal attention only for Lq == Lk; "
-                "use backend 'triton'.")
+        return (
+            "genoformer's flash-attn adapter runs key padding with causal attention only for Lq == Lk; "
+            "use backend 'triton'."
+        )
     reasons = [
-        _version_reason(version, q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
-                        return_lse=return_lse)
+        _version_reason(
+            version,
+            q,
+            k,
+            v,
+            causal=causal,
+            layout=layout,
+            kv_lens=kv_lens,
+            cu_seqlens=cu_seqlens,
+            return_lse=return_lse,
+        )
         for version in versions
     ]
     if None in reasons:
@@ -261,8 +272,10 @@ def _version_reason(
 def _layout_reason(version: FlashAttn, layout: BlockLayout) -> str:
     """Why this (not dense) layout does not run on `version`, and what does."""
     if layout.window is not None:
-        return ("genoformer's flash-attn adapter runs no layout with a token window (exact=True); use backend "
-                "'triton', which runs it tile by tile.")
+        return (
+            "genoformer's flash-attn adapter runs no layout with a token window (exact=True); use backend "
+            "'triton', which runs it tile by tile."
+        )
     if version is FlashAttn.V4:
         return (
             "genoformer does not run block-sparse layouts on flash-attn-4 (its block-sparse forward failed on "
@@ -393,9 +406,15 @@ def _key_padding(varlen, q_BLHD, k_BSHD, v_BSHD, *, kv_lens, causal, scale):
     lse_BLH = None
     if not causal:
         out_THD, lse_HT = varlen(
-            q=q_BLHD.reshape(B * L, Hq, D), k=k_THD, v=v_THD,
-            cu_seqlens_q=_cumulative(torch.full_like(lens_B, L)), cu_seqlens_k=cu_k,
-            max_seqlen_q=L, max_seqlen_k=longest_k, softmax_scale=scale, causal=False,
+            q=q_BLHD.reshape(B * L, Hq, D),
+            k=k_THD,
+            v=v_THD,
+            cu_seqlens_q=_cumulative(torch.full_like(lens_B, L)),
+            cu_seqlens_k=cu_k,
+            max_seqlen_q=L,
+            max_seqlen_k=longest_k,
+            softmax_scale=scale,
+            causal=False,
         )
         out_BLHD = out_THD.view(B, L, Hq, D)
         if lse_HT is not None:
@@ -406,8 +425,15 @@ def _key_padding(varlen, q_BLHD, k_BSHD, v_BSHD, *, kv_lens, causal, scale):
         before_BL = keep_BS
         out_BLHD = q_BLHD.new_empty(B, L, Hq, D)
         out_BLHD[before_BL], lse_HT = varlen(
-            q=q_BLHD[before_BL], k=k_THD, v=v_THD, cu_seqlens_q=cu_k, cu_seqlens_k=cu_k,
-            max_seqlen_q=longest_k, max_seqlen_k=longest_k, softmax_scale=scale, causal=True,
+            q=q_BLHD[before_BL],
+            k=k_THD,
+            v=v_THD,
+            cu_seqlens_q=cu_k,
+            cu_seqlens_k=cu_k,
+            max_seqlen_q=longest_k,
+            max_seqlen_k=longest_k,
+            softmax_scale=scale,
+            causal=True,
         )
         if lse_HT is not None:
             lse_BLH = lse_HT.new_empty(B, L, Hq)
@@ -415,8 +441,15 @@ def _key_padding(varlen, q_BLHD, k_BSHD, v_BSHD, *, kv_lens, causal, scale):
         after_B = L - lens_B
         if int(after_B.max()) > 0:
             out_BLHD[~before_BL], lse_HT = varlen(
-                q=q_BLHD[~before_BL], k=k_THD, v=v_THD, cu_seqlens_q=_cumulative(after_B), cu_seqlens_k=cu_k,
-                max_seqlen_q=int(after_B.max()), max_seqlen_k=longest_k, softmax_scale=scale, causal=False,
+                q=q_BLHD[~before_BL],
+                k=k_THD,
+                v=v_THD,
+                cu_seqlens_q=_cumulative(after_B),
+                cu_seqlens_k=cu_k,
+                max_seqlen_q=int(after_B.max()),
+                max_seqlen_k=longest_k,
+                softmax_scale=scale,
+                causal=False,
             )
             if lse_HT is not None:
                 lse_BLH[~before_BL] = lse_HT.transpose(0, 1)

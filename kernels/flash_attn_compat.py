@@ -46,7 +46,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-
 from genoformer.kernels.dropout import draw_rng, keep_mask
 from genoformer.kernels.kvcache import flash_attn_with_kvcache
 from genoformer.kernels.reference import alibi_bias, reference_attention, window_mask
@@ -91,16 +90,35 @@ def _window(window_size) -> tuple[int | None, int | None] | None:
     return (None if left < 0 else left, None if right < 0 else right)
 
 
-def _flash_call(q_BHLD: torch.Tensor, k_BHLD: torch.Tensor, v_BHLD: torch.Tensor, *, dropout_p: float,
-                softmax_scale: float | None, causal: bool, window_size, softcap: float, alibi_slopes,
-                return_attn_probs: bool, varlen=None):
+def _flash_call(
+    q_BHLD: torch.Tensor,
+    k_BHLD: torch.Tensor,
+    v_BHLD: torch.Tensor,
+    *,
+    dropout_p: float,
+    softmax_scale: float | None,
+    causal: bool,
+    window_size,
+    softcap: float,
+    alibi_slopes,
+    return_attn_probs: bool,
+    varlen=None,
+):
     """Attention of (B, H, L, D) views (varlen: B = 1 and a `triton_flash.Varlen`): (out_BHLD, lse_BHL
     or None, S_dmask or None). The Triton kernels on CUDA tensors, the float64 reference elsewhere."""
     window = _window(window_size)
     rng = draw_rng(q_BHLD.device) if dropout_p > 0 else None
-    kwargs: dict[str, Any] = dict(causal=causal, scale=softmax_scale, window=window, alibi_slopes=alibi_slopes,
-                                  softcap=softcap, dropout_p=dropout_p, dropout_rng=rng, varlen=varlen,
-                                  return_lse=return_attn_probs)
+    kwargs: dict[str, Any] = dict(
+        causal=causal,
+        scale=softmax_scale,
+        window=window,
+        alibi_slopes=alibi_slopes,
+        softcap=softcap,
+        dropout_p=dropout_p,
+        dropout_rng=rng,
+        varlen=varlen,
+        return_lse=return_attn_probs,
+    )
     if q_BHLD.is_cuda:
         from genoformer.kernels.triton_flash import triton_attention
 
@@ -112,8 +130,9 @@ def _flash_call(q_BHLD: torch.Tensor, k_BHLD: torch.Tensor, v_BHLD: torch.Tensor
     out_BHLD, lse_BHL = result
     lse_BHL = lse_BHL.detach().float().masked_fill(lse_BHL == float("-inf"), float("inf"))  # flash-attn's empty row
     if dropout_p > 0:
-        probs = _attn_probs(q_BHLD, k_BHLD, softmax_scale, causal, window, softcap, alibi_slopes, dropout_p, rng,
-                            varlen)
+        probs = _attn_probs(
+            q_BHLD, k_BHLD, softmax_scale, causal, window, softcap, alibi_slopes, dropout_p, rng, varlen
+        )
     else:
         probs = q_BHLD.new_empty((0,))
     return out_BHLD, lse_BHL, probs
@@ -122,19 +141,46 @@ def _flash_call(q_BHLD: torch.Tensor, k_BHLD: torch.Tensor, v_BHLD: torch.Tensor
 def _attn_probs(q_BHLD, k_BHLD, scale, causal, window, softcap, alibi_slopes, dropout_p, rng, varlen) -> torch.Tensor:
     """S_dmask as flash-attn 2 returns it (module docstring): (B, H, L_r, S_r) in q's dtype."""
     if varlen is None:
-        return _probs_of(q_BHLD, k_BHLD, scale, causal, window, softcap, alibi_slopes, dropout_p, rng, 0,
-                         q_BHLD.shape[2], k_BHLD.shape[2])
+        return _probs_of(
+            q_BHLD,
+            k_BHLD,
+            scale,
+            causal,
+            window,
+            softcap,
+            alibi_slopes,
+            dropout_p,
+            rng,
+            0,
+            q_BHLD.shape[2],
+            k_BHLD.shape[2],
+        )
     cu_q, cu_k = varlen.cu_seqlens_q.tolist(), varlen.cu_seqlens_k.tolist()
     parts = []
     for s in range(len(cu_q) - 1):
-        slopes = alibi_slopes if alibi_slopes is None or alibi_slopes.dim() == 1 else alibi_slopes[s:s + 1]
-        parts.append(_probs_of(q_BHLD[:, :, cu_q[s]:cu_q[s + 1]], k_BHLD[:, :, cu_k[s]:cu_k[s + 1]], scale, causal,
-                               window, softcap, slopes, dropout_p, rng, s, varlen.max_seqlen_q, varlen.max_seqlen_k))
+        slopes = alibi_slopes if alibi_slopes is None or alibi_slopes.dim() == 1 else alibi_slopes[s : s + 1]
+        parts.append(
+            _probs_of(
+                q_BHLD[:, :, cu_q[s] : cu_q[s + 1]],
+                k_BHLD[:, :, cu_k[s] : cu_k[s + 1]],
+                scale,
+                causal,
+                window,
+                softcap,
+                slopes,
+                dropout_p,
+                rng,
+                s,
+                varlen.max_seqlen_q,
+                varlen.max_seqlen_k,
+            )
+        )
     return torch.cat(parts, dim=0)
 
 
-def _probs_of(q_BHLD, k_BHLD, scale, causal, window, softcap, alibi_slopes, dropout_p, rng, first_row,
-              max_q, max_k) -> torch.Tensor:
+def _probs_of(
+    q_BHLD, k_BHLD, scale, causal, window, softcap, alibi_slopes, dropout_p, rng, first_row, max_q, max_k
+) -> torch.Tensor:
     """exp(s - m) per block of ATTN_PROBS_BLOCK_N keys, m the max over that block and those after it
     (flash-attn's running max), negative where dropout dropped, zero-padded to (L_r, S_r)."""
     B, H, L, D = q_BHLD.shape
@@ -153,8 +199,11 @@ def _probs_of(q_BHLD, k_BHLD, scale, causal, window, softcap, alibi_slopes, drop
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
     blocks = max(1, math.ceil(S / ATTN_PROBS_BLOCK_N))
-    block_max = F.pad(scores, (0, blocks * ATTN_PROBS_BLOCK_N - S), value=float("-inf")).view(
-        B, H, L, blocks, ATTN_PROBS_BLOCK_N).amax(-1)
+    block_max = (
+        F.pad(scores, (0, blocks * ATTN_PROBS_BLOCK_N - S), value=float("-inf"))
+        .view(B, H, L, blocks, ATTN_PROBS_BLOCK_N)
+        .amax(-1)
+    )
     running = torch.cummax(block_max.flip(-1), dim=-1).values.flip(-1)  # max over block j and those after it
     running_S = running.repeat_interleave(ATTN_PROBS_BLOCK_N, dim=-1)[..., :S]
     probs = torch.exp(scores - running_S.masked_fill(running_S == float("-inf"), 0.0))
@@ -189,33 +238,109 @@ def _varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
 
 
 # ------------------------------------------------------------------------------ flash-attn 2's API
-def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+def flash_attn_func(
+    q,
+    k,
+    v,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
     """flash-attn 2's flash_attn_func: q (B, L, H, D), k and v (B, S, Hk, D), H % Hk == 0 ->
     out (B, L, H, D); with return_attn_probs (out, softmax_lse, S_dmask). See the module docstring."""
-    out, lse, probs = _flash_call(_heads_first(q), _heads_first(k), _heads_first(v), dropout_p=dropout_p,
-                                  softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-                                  softcap=softcap, alibi_slopes=alibi_slopes, return_attn_probs=return_attn_probs)
+    out, lse, probs = _flash_call(
+        _heads_first(q),
+        _heads_first(k),
+        _heads_first(v),
+        dropout_p=dropout_p,
+        softmax_scale=softmax_scale,
+        causal=causal,
+        window_size=window_size,
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+        return_attn_probs=return_attn_probs,
+    )
     return _returns(out, lse, probs, return_attn_probs, varlen=False)
 
 
-def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                             softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+def flash_attn_kvpacked_func(
+    q,
+    kv,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
     """flash-attn 2's flash_attn_kvpacked_func: q (B, L, H, D), kv (B, S, 2, Hk, D)."""
-    return flash_attn_func(q, kv[:, :, 0], kv[:, :, 1], dropout_p, softmax_scale, causal, window_size, softcap,
-                           alibi_slopes, deterministic, return_attn_probs)
+    return flash_attn_func(
+        q,
+        kv[:, :, 0],
+        kv[:, :, 1],
+        dropout_p,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        alibi_slopes,
+        deterministic,
+        return_attn_probs,
+    )
 
 
-def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+def flash_attn_qkvpacked_func(
+    qkv,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
     """flash-attn 2's flash_attn_qkvpacked_func: qkv (B, L, 3, H, D)."""
-    return flash_attn_func(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], dropout_p, softmax_scale, causal, window_size,
-                           softcap, alibi_slopes, deterministic, return_attn_probs)
+    return flash_attn_func(
+        qkv[:, :, 0],
+        qkv[:, :, 1],
+        qkv[:, :, 2],
+        dropout_p,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        alibi_slopes,
+        deterministic,
+        return_attn_probs,
+    )
 
 
-def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
-                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                           deterministic=False, return_attn_probs=False, block_table=None):
+def flash_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    block_table=None,
+):
     """flash-attn 2's flash_attn_varlen_func: q (T_q, H, D), k and v (T_k, Hk, D), cu_seqlens_q and
     cu_seqlens_k (N + 1,) int32, each sequence with its own query and key length -> out (T_q, H, D);
     with return_attn_probs (out, softmax_lse (H, T_q), S_dmask). block_table (N, pages) int32: k and
@@ -224,33 +349,94 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if block_table is not None:
         k, v = _gathered_pages(k, v, block_table, cu_seqlens_k)
     varlen = _varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    out, lse, probs = _flash_call(_varlen_heads_first(q), _varlen_heads_first(k), _varlen_heads_first(v),
-                                  dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
-                                  window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
-                                  return_attn_probs=return_attn_probs, varlen=varlen)
+    out, lse, probs = _flash_call(
+        _varlen_heads_first(q),
+        _varlen_heads_first(k),
+        _varlen_heads_first(v),
+        dropout_p=dropout_p,
+        softmax_scale=softmax_scale,
+        causal=causal,
+        window_size=window_size,
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+        return_attn_probs=return_attn_probs,
+        varlen=varlen,
+    )
     return _returns(out, lse, probs, return_attn_probs, varlen=True)
 
 
-def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
-                                    softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+def flash_attn_varlen_kvpacked_func(
+    q,
+    kv,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
     """flash-attn 2's flash_attn_varlen_kvpacked_func: q (T_q, H, D), kv (T_k, 2, Hk, D)."""
-    return flash_attn_varlen_func(q, kv[:, 0], kv[:, 1], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                  dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                                  return_attn_probs)
+    return flash_attn_varlen_func(
+        q,
+        kv[:, 0],
+        kv[:, 1],
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        dropout_p,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        alibi_slopes,
+        deterministic,
+        return_attn_probs,
+    )
 
 
-def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
-                                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
-                                     return_attn_probs=False):
+def flash_attn_varlen_qkvpacked_func(
+    qkv,
+    cu_seqlens,
+    max_seqlen,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
     """flash-attn 2's flash_attn_varlen_qkvpacked_func: qkv (T, 3, H, D), one cu_seqlens for both."""
-    return flash_attn_varlen_func(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
-                                  dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                                  return_attn_probs)
+    return flash_attn_varlen_func(
+        qkv[:, 0],
+        qkv[:, 1],
+        qkv[:, 2],
+        cu_seqlens,
+        cu_seqlens,
+        max_seqlen,
+        max_seqlen,
+        dropout_p,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        alibi_slopes,
+        deterministic,
+        return_attn_probs,
+    )
 
 
-def _gathered_pages(k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
-                    cu_seqlens_k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _gathered_pages(
+    k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens_k: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Paged caches (pages, page_size, Hk, D) read through block_table (N, pages per sequence) into
     contiguous keys and values (T_k, Hk, D): sequence s's first cu_seqlens_k[s + 1] - cu_seqlens_k[s]
     positions, position t on page block_table[s, t // page_size] (differentiable; one host read of T_k)."""

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from genoformer.kernels.gluon_fwd import HEAD_DIMS, tma_load, tma_store
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -57,8 +58,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
-
-from genoformer.kernels.gluon_fwd import HEAD_DIMS, tma_load, tma_store
 
 # The CTA-wide barrier (inside a warp_specialize partition: its warps only, a named barrier) was
 # renamed: 3.6, the GPU image's, has only thread_barrier, 3.9 only barrier.
@@ -123,8 +122,9 @@ def acc_layout(rows, cols, num_warps):
     columns (a (64, D) tile over 8 warps: two warpgroups of D / 2 columns each)."""
     warps_m = min(num_warps, rows // 16)
     warps_n = num_warps // warps_m
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[warps_m, warps_n],
-                                     instr_shape=[16, cols // warps_n, 16])
+    return gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[warps_m, warps_n], instr_shape=[16, cols // warps_n, 16]
+    )
 
 
 @gluon.constexpr_function
@@ -132,8 +132,9 @@ def row_layout(head_dim, num_warps):
     """A blocked layout of (rows, head_dim) tiles for the pointer loads of the small kernels:
     8 consecutive elements (16 bytes of a 16-bit tensor) per thread."""
     lanes_d = head_dim // 8
-    return gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[32 // lanes_d, lanes_d],
-                            warps_per_cta=[num_warps, 1], order=[1, 0])
+    return gl.BlockedLayout(
+        size_per_thread=[1, 8], threads_per_warp=[32 // lanes_d, lanes_d], warps_per_cta=[num_warps, 1], order=[1, 0]
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -142,8 +143,18 @@ def row_layout(head_dim, num_warps):
 
 
 @gluon.jit
-def bwd_preprocess_kernel(O, DO, DLSE, DELTA, DQ_ACC, n_rows, HEAD_DIM: gl.constexpr, ROWS: gl.constexpr,
-                          HAS_DLSE: gl.constexpr, num_warps: gl.constexpr):
+def bwd_preprocess_kernel(
+    O,
+    DO,
+    DLSE,
+    DELTA,
+    DQ_ACC,
+    n_rows,
+    HEAD_DIM: gl.constexpr,
+    ROWS: gl.constexpr,
+    HAS_DLSE: gl.constexpr,
+    num_warps: gl.constexpr,
+):
     # grid: (cdiv(B * H * Lq, ROWS),) over the rows of contiguous O, DO (B * H * Lq, D); DLSE the
     # gradient of the base-2 lse (HAS_DLSE only), DELTA (B * H * Lq,), DQ_ACC zeroed here
     layout: gl.constexpr = row_layout(HEAD_DIM, num_warps)
@@ -162,8 +173,9 @@ def bwd_preprocess_kernel(O, DO, DLSE, DELTA, DQ_ACC, n_rows, HEAD_DIM: gl.const
 
 
 @gluon.jit
-def bwd_postprocess_kernel(DQ_ACC, DQ, n_rows, sm_scale, HEAD_DIM: gl.constexpr, ROWS: gl.constexpr,
-                           num_warps: gl.constexpr):
+def bwd_postprocess_kernel(
+    DQ_ACC, DQ, n_rows, sm_scale, HEAD_DIM: gl.constexpr, ROWS: gl.constexpr, num_warps: gl.constexpr
+):
     # grid: (cdiv(B * H * Lq, ROWS),): dq = sm_scale * dq_acc over contiguous (B * H * Lq, D) rows
     layout: gl.constexpr = row_layout(HEAD_DIM, num_warps)
     offs_r = gl.program_id(0) * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
@@ -180,8 +192,21 @@ def bwd_postprocess_kernel(DQ_ACC, DQ, n_rows, sm_scale, HEAD_DIM: gl.constexpr,
 
 
 @gluon.jit
-def _load_step(it, per_head, j_first, q_desc, do_desc, q_bufs, do_bufs, ready, b, h0, BLOCK_M: gl.constexpr,
-               STAGES: gl.constexpr, pred):
+def _load_step(
+    it,
+    per_head,
+    j_first,
+    q_desc,
+    do_desc,
+    q_bufs,
+    do_bufs,
+    ready,
+    b,
+    h0,
+    BLOCK_M: gl.constexpr,
+    STAGES: gl.constexpr,
+    pred,
+):
     """Issue the TMA loads of step `it` (query head h0 + it // per_head, query tile
     j_first + it % per_head) into stage it % STAGES (when pred)."""
     stage = it % STAGES
@@ -194,10 +219,41 @@ def _load_step(it, per_head, j_first, q_desc, do_desc, q_bufs, do_bufs, ready, b
 
 
 @gluon.jit
-def _bwd_steps(dk, dv, it, j_first, n_m, per_head, n_steps, q_desc, do_desc, q_bufs, do_bufs, ready, empty, k_op,
-               v_op, ds_smem, LSE, DELTA, DQ_ACC, b, h0, bh, start_n, Lq, Lk, qk_scale,
-               HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-               CAUSAL: gl.constexpr, WS: gl.constexpr, num_warps: gl.constexpr):
+def _bwd_steps(
+    dk,
+    dv,
+    it,
+    j_first,
+    n_m,
+    per_head,
+    n_steps,
+    q_desc,
+    do_desc,
+    q_bufs,
+    do_bufs,
+    ready,
+    empty,
+    k_op,
+    v_op,
+    ds_smem,
+    LSE,
+    DELTA,
+    DQ_ACC,
+    b,
+    h0,
+    bh,
+    start_n,
+    Lq,
+    Lk,
+    qk_scale,
+    HEAD_DIM: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    WS: gl.constexpr,
+    num_warps: gl.constexpr,
+):
     """Query tiles j_first..n_m of the query head of (B * H) row `bh`, as steps it, it + 1, ... of
     the ring (a counter over the program's heads and tiles); returns dk, dv and the next step's
     counter.  A used stage is refilled here, or with WS released to the producer warp (`empty`).
@@ -231,7 +287,7 @@ def _bwd_steps(dk, dv, it, j_first, n_m, per_head, n_steps, q_desc, do_desc, q_b
         delta = gl.load(DELTA + row_base + offs_c, mask=offs_c < Lq, other=0.0)
         lse = gl.convert_layout(lse, gl.SliceLayout(0, s_layout))
         delta = gl.convert_layout(delta, gl.SliceLayout(0, s_layout))
-        sT = warpgroup_mma_wait(num_outstanding=1, deps=(sT, ))  # S^T done, dP^T may run on
+        sT = warpgroup_mma_wait(num_outstanding=1, deps=(sT,))  # S^T done, dP^T may run on
         pT = gl.exp2(sT * qk_scale - gl.expand_dims(lse, 0))  # (BLOCK_N, BLOCK_M)
         keep = gl.expand_dims(offs_n < Lk, 1)
         if CAUSAL:
@@ -239,13 +295,18 @@ def _bwd_steps(dk, dv, it, j_first, n_m, per_head, n_steps, q_desc, do_desc, q_b
         pT = gl.where(keep, pT, 0.0)
         p_op = gl.convert_layout(pT.to(dtype), a_layout)
         dv = warpgroup_mma(p_op, do_smem, dv, is_async=True)
-        dpT = warpgroup_mma_wait(num_outstanding=1, deps=(dpT, ))  # dP^T done, dV may run on
+        dpT = warpgroup_mma_wait(num_outstanding=1, deps=(dpT,))  # dP^T done, dV may run on
         dsT = (pT * (dpT - gl.expand_dims(delta, 0))).to(dtype)  # (BLOCK_N, BLOCK_M)
         ds_smem.store(dsT)  # both matmuls below read dS^T from shared memory: no registers held for it
         fence_async_shared()
         dk = warpgroup_mma(ds_smem, q_smem, dk, is_async=True)
-        dq = warpgroup_mma(ds_smem.permute((1, 0)), k_op, gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, dq_layout),
-                           use_acc=False, is_async=True)
+        dq = warpgroup_mma(
+            ds_smem.permute((1, 0)),
+            k_op,
+            gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, dq_layout),
+            use_acc=False,
+            is_async=True,
+        )
         dv, dk, dq, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, dq, p_op))
         # every warp is done with the stage and dS^T: refill the stage with the step STAGES ahead
         # (or hand it to the producer), and the next step may overwrite dS^T
@@ -253,8 +314,21 @@ def _bwd_steps(dk, dv, it, j_first, n_m, per_head, n_steps, q_desc, do_desc, q_b
         if WS:
             mbarrier.arrive(empty.index(stage), count=1)
         else:
-            _load_step(it + STAGES, per_head, j_first, q_desc, do_desc, q_bufs, do_bufs, ready,
-                       b, h0, BLOCK_M, STAGES, it + STAGES < n_steps)
+            _load_step(
+                it + STAGES,
+                per_head,
+                j_first,
+                q_desc,
+                do_desc,
+                q_bufs,
+                do_bufs,
+                ready,
+                b,
+                h0,
+                BLOCK_M,
+                STAGES,
+                it + STAGES < n_steps,
+            )
         offs_qm = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))
         offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, dq_layout))
         ptrs = DQ_ACC + (row_base + gl.expand_dims(offs_qm, 1)) * HEAD_DIM + gl.expand_dims(offs_d, 0)
@@ -264,10 +338,44 @@ def _bwd_steps(dk, dv, it, j_first, n_m, per_head, n_steps, q_desc, do_desc, q_b
 
 
 @gluon.jit
-def _bwd_consumer(q_desc, do_desc, dk_desc, dv_desc, k_smem, v_smem, q_bufs, do_bufs, ds_smem, kv_bar, ready, empty,
-                  LSE, DELTA, DQ_ACC, H, GROUP, Lq, Lk, qk_scale, sm_scale, b, hk, h0, start_n, j_first, n_m,
-                  per_head, n_steps, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                  STAGES: gl.constexpr, CAUSAL: gl.constexpr, WS: gl.constexpr, num_warps: gl.constexpr):
+def _bwd_consumer(
+    q_desc,
+    do_desc,
+    dk_desc,
+    dv_desc,
+    k_smem,
+    v_smem,
+    q_bufs,
+    do_bufs,
+    ds_smem,
+    kv_bar,
+    ready,
+    empty,
+    LSE,
+    DELTA,
+    DQ_ACC,
+    H,
+    GROUP,
+    Lq,
+    Lk,
+    qk_scale,
+    sm_scale,
+    b,
+    hk,
+    h0,
+    start_n,
+    j_first,
+    n_m,
+    per_head,
+    n_steps,
+    HEAD_DIM: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    WS: gl.constexpr,
+    num_warps: gl.constexpr,
+):
     """Every step of the program (GROUP heads x their query tiles), then dK, dV through the K, V
     buffers (no longer read) and TMA stores clipped at Lk."""
     dtype: gl.constexpr = q_desc.dtype
@@ -280,9 +388,41 @@ def _bwd_consumer(q_desc, do_desc, dk_desc, dv_desc, k_smem, v_smem, q_bufs, do_
     it = 0
     for g in range(GROUP):
         bh = b * H + h0 + g
-        dk, dv, it = _bwd_steps(dk, dv, it, j_first, n_m, per_head, n_steps, q_desc, do_desc, q_bufs, do_bufs, ready,
-                                empty, k_op, v_op, ds_smem, LSE, DELTA, DQ_ACC, b, h0, bh, start_n, Lq, Lk, qk_scale,
-                                HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL, WS, num_warps)
+        dk, dv, it = _bwd_steps(
+            dk,
+            dv,
+            it,
+            j_first,
+            n_m,
+            per_head,
+            n_steps,
+            q_desc,
+            do_desc,
+            q_bufs,
+            do_bufs,
+            ready,
+            empty,
+            k_op,
+            v_op,
+            ds_smem,
+            LSE,
+            DELTA,
+            DQ_ACC,
+            b,
+            h0,
+            bh,
+            start_n,
+            Lq,
+            Lk,
+            qk_scale,
+            HEAD_DIM,
+            BLOCK_M,
+            BLOCK_N,
+            STAGES,
+            CAUSAL,
+            WS,
+            num_warps,
+        )
     k_op.store((dk * sm_scale).to(dtype))
     v_op.store(dv.to(dtype))
     fence_async_shared()
@@ -292,8 +432,21 @@ def _bwd_consumer(q_desc, do_desc, dk_desc, dv_desc, k_smem, v_smem, q_bufs, do_
 
 
 @gluon.jit
-def _bwd_producer(q_desc, do_desc, q_bufs, do_bufs, ready, empty, b, h0, j_first, per_head, n_steps,
-                  BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
+def _bwd_producer(
+    q_desc,
+    do_desc,
+    q_bufs,
+    do_bufs,
+    ready,
+    empty,
+    b,
+    h0,
+    j_first,
+    per_head,
+    n_steps,
+    BLOCK_M: gl.constexpr,
+    STAGES: gl.constexpr,
+):
     """The producer warp (WS): step it's Q and dO into stage it % STAGES once the consumers released
     it (`empty`; the first wait of each stage passes: a fresh barrier counts its previous phase as
     complete)."""
@@ -304,10 +457,32 @@ def _bwd_producer(q_desc, do_desc, q_bufs, do_bufs, ready, empty, b, h0, j_first
 
 
 @gluon.jit(do_not_specialize=["H", "HKV", "GROUP", "Lq", "Lk"])
-def attn_bwd_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, DELTA, DQ_ACC, H, HKV, GROUP, Lq, Lk,
-                    qk_scale, sm_scale, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                    STAGES: gl.constexpr, CAUSAL: gl.constexpr, WARP_SPECIALIZED: gl.constexpr,
-                    PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
+def attn_bwd_kernel(
+    q_desc,
+    k_desc,
+    v_desc,
+    do_desc,
+    dk_desc,
+    dv_desc,
+    LSE,
+    DELTA,
+    DQ_ACC,
+    H,
+    HKV,
+    GROUP,
+    Lq,
+    Lk,
+    qk_scale,
+    sm_scale,
+    HEAD_DIM: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    WARP_SPECIALIZED: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr,
+    num_warps: gl.constexpr,
+):
     # grid: (key tiles, B * HKV), key tile 0 (the longest causal column) launched first.
     # WARP_SPECIALIZED: the num_warps consumer warps are the default partition and one producer
     # warp (PRODUCER_REGS registers after setmaxnreg) issues the Q, dO loads; launched with maxnreg
@@ -318,8 +493,9 @@ def attn_bwd_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, DELT
     hk = bhk % HKV
     h0 = hk * GROUP  # the first query head of this kv head
     dtype: gl.constexpr = q_desc.dtype
-    ds_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=min(128, BLOCK_M * 2), element_bitwidth=16,
-                                                   rank=2)
+    ds_layout: gl.constexpr = gl.NVMMASharedLayout(
+        swizzle_byte_width=min(128, BLOCK_M * 2), element_bitwidth=16, rank=2
+    )
 
     k_smem = gl.allocate_shared_memory(dtype, [1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)  # stays in SRAM
     v_smem = gl.allocate_shared_memory(dtype, [1, 1, BLOCK_N, HEAD_DIM], v_desc.layout)  # stays in SRAM
@@ -348,21 +524,114 @@ def attn_bwd_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, DELT
     tma_load(k_desc, [b, hk, start_n, 0], kv_bar, k_smem)
     tma_load(v_desc, [b, hk, start_n, 0], kv_bar, v_smem)
     if WARP_SPECIALIZED:
-        gl.warp_specialize([
-            (_bwd_consumer, (q_desc, do_desc, dk_desc, dv_desc, k_smem, v_smem, q_bufs, do_bufs, ds_smem, kv_bar,
-                             ready, empty, LSE, DELTA, DQ_ACC, H, GROUP, Lq, Lk, qk_scale, sm_scale, b, hk, h0,
-                             start_n, j_first, n_m, per_head, n_steps, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                             True, num_warps)),
-            (_bwd_producer, (q_desc, do_desc, q_bufs, do_bufs, ready, empty, b, h0, j_first, per_head, n_steps,
-                             BLOCK_M, STAGES)),
-        ], [1], [PRODUCER_REGS])
+        gl.warp_specialize(
+            [
+                (
+                    _bwd_consumer,
+                    (
+                        q_desc,
+                        do_desc,
+                        dk_desc,
+                        dv_desc,
+                        k_smem,
+                        v_smem,
+                        q_bufs,
+                        do_bufs,
+                        ds_smem,
+                        kv_bar,
+                        ready,
+                        empty,
+                        LSE,
+                        DELTA,
+                        DQ_ACC,
+                        H,
+                        GROUP,
+                        Lq,
+                        Lk,
+                        qk_scale,
+                        sm_scale,
+                        b,
+                        hk,
+                        h0,
+                        start_n,
+                        j_first,
+                        n_m,
+                        per_head,
+                        n_steps,
+                        HEAD_DIM,
+                        BLOCK_M,
+                        BLOCK_N,
+                        STAGES,
+                        CAUSAL,
+                        True,
+                        num_warps,
+                    ),
+                ),
+                (
+                    _bwd_producer,
+                    (
+                        q_desc,
+                        do_desc,
+                        q_bufs,
+                        do_bufs,
+                        ready,
+                        empty,
+                        b,
+                        h0,
+                        j_first,
+                        per_head,
+                        n_steps,
+                        BLOCK_M,
+                        STAGES,
+                    ),
+                ),
+            ],
+            [1],
+            [PRODUCER_REGS],
+        )
     else:
         for i in gl.static_range(STAGES):  # fill the ring
-            _load_step(i, per_head, j_first, q_desc, do_desc, q_bufs, do_bufs, ready, b, h0, BLOCK_M, STAGES,
-                       i < n_steps)
-        _bwd_consumer(q_desc, do_desc, dk_desc, dv_desc, k_smem, v_smem, q_bufs, do_bufs, ds_smem, kv_bar, ready,
-                      empty, LSE, DELTA, DQ_ACC, H, GROUP, Lq, Lk, qk_scale, sm_scale, b, hk, h0, start_n, j_first,
-                      n_m, per_head, n_steps, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL, False, num_warps)
+            _load_step(
+                i, per_head, j_first, q_desc, do_desc, q_bufs, do_bufs, ready, b, h0, BLOCK_M, STAGES, i < n_steps
+            )
+        _bwd_consumer(
+            q_desc,
+            do_desc,
+            dk_desc,
+            dv_desc,
+            k_smem,
+            v_smem,
+            q_bufs,
+            do_bufs,
+            ds_smem,
+            kv_bar,
+            ready,
+            empty,
+            LSE,
+            DELTA,
+            DQ_ACC,
+            H,
+            GROUP,
+            Lq,
+            Lk,
+            qk_scale,
+            sm_scale,
+            b,
+            hk,
+            h0,
+            start_n,
+            j_first,
+            n_m,
+            per_head,
+            n_steps,
+            HEAD_DIM,
+            BLOCK_M,
+            BLOCK_N,
+            STAGES,
+            CAUSAL,
+            False,
+            num_warps,
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -378,15 +647,19 @@ def unsupported_reason(do, q, k, v, o, lse) -> str | None:
 
     B, H, Lq, D = q.shape
     if q.dtype not in (torch.float16, torch.bfloat16) or any(t.dtype != q.dtype for t in (k, v, o, do)):
-        return (f"the Gluon backward takes float16 or bfloat16 q, k, v, o, do of one dtype, got "
-                f"{q.dtype}, {k.dtype}, {v.dtype}, {o.dtype}, {do.dtype}")
+        return (
+            f"the Gluon backward takes float16 or bfloat16 q, k, v, o, do of one dtype, got "
+            f"{q.dtype}, {k.dtype}, {v.dtype}, {o.dtype}, {do.dtype}"
+        )
     if D not in HEAD_DIMS:
         return f"head dim {D} is not supported by the Gluon backward (only {', '.join(map(str, HEAD_DIMS))})"
     if k.shape != v.shape or k.shape[0] != B or k.shape[3] != D or k.shape[1] == 0 or H % k.shape[1]:
         return f"k and v must both be (B={B}, HKV, Lk, D={D}) with H={H} a multiple of HKV; got {tuple(k.shape)}"
     if o.shape != q.shape or do.shape != q.shape or tuple(lse.shape) != (B, H, Lq) or lse.dtype != torch.float32:
-        return (f"o and do must be {tuple(q.shape)} and lse ({B}, {H}, {Lq}) float32; got o {tuple(o.shape)}, "
-                f"do {tuple(do.shape)}, lse {tuple(lse.shape)} {lse.dtype}")
+        return (
+            f"o and do must be {tuple(q.shape)} and lse ({B}, {H}, {Lq}) float32; got o {tuple(o.shape)}, "
+            f"do {tuple(do.shape)}, lse {tuple(lse.shape)} {lse.dtype}"
+        )
     if q.device.type != "cuda" or torch.cuda.get_device_capability(q.device) != (9, 0):
         return "the Gluon backward runs on an sm_90 (Hopper) GPU only: use triton_flash.flash_bwd"
     return None
@@ -401,7 +674,6 @@ def gluon_bwd_launch(do, q, k, v, o, lse, causal: bool, scale: float, dlse=None,
     (``unsupported_reason``).  dK and dV are deterministic, dQ is summed by atomic adds."""
     import torch
     import triton
-
     from genoformer.kernels.gluon_flash import _descriptor, _tma_ready  # (imported here: it imports this module)
 
     reason = unsupported_reason(do, q, k, v, o, lse)
@@ -422,20 +694,49 @@ def gluon_bwd_launch(do, q, k, v, o, lse, causal: bool, scale: float, dlse=None,
     rows = B * H * Lq
     if dlse is not None:
         dlse = dlse.to(torch.float32).contiguous()
-    bwd_preprocess_kernel[(triton.cdiv(rows, PRE_ROWS), )](
-        o, do, dlse if dlse is not None else delta, delta, dq_acc, rows,
-        HEAD_DIM=D, ROWS=PRE_ROWS, HAS_DLSE=dlse is not None, num_warps=4,
+    bwd_preprocess_kernel[(triton.cdiv(rows, PRE_ROWS),)](
+        o,
+        do,
+        dlse if dlse is not None else delta,
+        delta,
+        dq_acc,
+        rows,
+        HEAD_DIM=D,
+        ROWS=PRE_ROWS,
+        HAS_DLSE=dlse is not None,
+        num_warps=4,
     )
     q_desc, do_desc = _descriptor(q, cfg.block_m), _descriptor(do, cfg.block_m)
     k_desc, v_desc = _descriptor(k, cfg.block_n), _descriptor(v, cfg.block_n)
     dk_desc, dv_desc = _descriptor(dk, cfg.block_n), _descriptor(dv, cfg.block_n)
     attn_bwd_kernel[(triton.cdiv(Lk, cfg.block_n), B * HKV)](
-        q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse, delta, dq_acc, H, HKV, H // HKV, Lq, Lk,
-        scale * LOG2E, scale,
-        HEAD_DIM=D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CAUSAL=causal,
-        WARP_SPECIALIZED=cfg.warp_specialized, PRODUCER_REGS=cfg.producer_regs, num_warps=cfg.num_warps,
+        q_desc,
+        k_desc,
+        v_desc,
+        do_desc,
+        dk_desc,
+        dv_desc,
+        lse,
+        delta,
+        dq_acc,
+        H,
+        HKV,
+        H // HKV,
+        Lq,
+        Lk,
+        scale * LOG2E,
+        scale,
+        HEAD_DIM=D,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        STAGES=cfg.stages,
+        CAUSAL=causal,
+        WARP_SPECIALIZED=cfg.warp_specialized,
+        PRODUCER_REGS=cfg.producer_regs,
+        num_warps=cfg.num_warps,
         **({"maxnreg": cfg.maxnreg} if cfg.warp_specialized else {}),
     )
-    bwd_postprocess_kernel[(triton.cdiv(rows, PRE_ROWS), )](dq_acc, dq, rows, scale, HEAD_DIM=D, ROWS=PRE_ROWS,
-                                                          num_warps=4)
+    bwd_postprocess_kernel[(triton.cdiv(rows, PRE_ROWS),)](
+        dq_acc, dq, rows, scale, HEAD_DIM=D, ROWS=PRE_ROWS, num_warps=4
+    )
     return dq, dk, dv

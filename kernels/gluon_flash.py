@@ -31,15 +31,25 @@ import math
 
 import torch
 import triton
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
 from genoformer.kernels import gluon_fwd
 from genoformer.kernels.gluon_fwd import GluonConfig
 from genoformer.kernels.layout import BlockLayout
-from genoformer.kernels.triton_flash import (LN2, csr_args, doc_args, doc_order, documents_reason,
-                                             empty_like_rows, flash_bwd, layout_lists, merge_split_rows, placeholder, split_rows,
-                                             tensor_reason)
+from genoformer.kernels.triton_flash import (
+    LN2,
+    csr_args,
+    doc_args,
+    doc_order,
+    documents_reason,
+    empty_like_rows,
+    flash_bwd,
+    layout_lists,
+    merge_split_rows,
+    placeholder,
+    split_rows,
+    tensor_reason,
+)
 from genoformer.kernels.triton_flash_fwd import LOG2E
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 MIN_TRITON = (3, 6)
 """The oldest Triton whose Gluon has what the kernels use (Hopper TMA, warpgroup_mma, warp_specialize
@@ -55,20 +65,31 @@ TILE = 128
 block size must be a multiple of it."""
 
 
-def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-                       layout: BlockLayout | None = None, kv_lens: torch.Tensor | None = None,
-                       cu_seqlens: torch.Tensor | None = None) -> str | None:
+def unsupported_reason(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    layout: BlockLayout | None = None,
+    kv_lens: torch.Tensor | None = None,
+    cu_seqlens: torch.Tensor | None = None,
+) -> str | None:
     """None when the Gluon kernels can run these inputs here, else a sentence saying why and what to do."""
     if triton_version() < MIN_TRITON:
-        return (f"the Gluon kernels need Triton {'.'.join(map(str, MIN_TRITON))} or newer, found {triton.__version__}: "
-                f"upgrade triton (torch 2.11 ships 3.6) or use the triton backend")
+        return (
+            f"the Gluon kernels need Triton {'.'.join(map(str, MIN_TRITON))} or newer, found {triton.__version__}: "
+            f"upgrade triton (torch 2.11 ships 3.6) or use the triton backend"
+        )
     reason = tensor_reason(q, k, v, "Gluon")
     if reason is not None:
         return reason
     B, H, Lq, D = q.shape
     if D not in gluon_fwd.HEAD_DIMS:
-        return (f"head dim {D} is not supported by the Gluon kernels (only {', '.join(map(str, gluon_fwd.HEAD_DIMS))}): "
-                f"use the triton backend, which takes the multiples of 8 from 16 to 256")
+        return (
+            f"head dim {D} is not supported by the Gluon kernels (only {', '.join(map(str, gluon_fwd.HEAD_DIMS))}): "
+            f"use the triton backend, which takes the multiples of 8 from 16 to 256"
+        )
     if k.shape[0] != B or k.shape[3] != D or k.shape != v.shape:
         return f"k and v must both be (B={B}, HKV, Lk, D={D}); got k {tuple(k.shape)}, v {tuple(v.shape)}"
     HKV, Lk = k.shape[1], k.shape[2]
@@ -80,15 +101,20 @@ def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
         return f"causal attention needs Lq == Lk, got {Lq} and {Lk}"
     if layout is not None:
         if layout.block_size % TILE:
-            return (f"the Gluon kernels take layouts whose block size is a multiple of {TILE} (got "
-                    f"{layout.block_size}): build the layout with block_size={TILE}, or use the triton backend")
+            return (
+                f"the Gluon kernels take layouts whose block size is a multiple of {TILE} (got "
+                f"{layout.block_size}): build the layout with block_size={TILE}, or use the triton backend"
+            )
         if (layout.q_len, layout.kv_len) != (Lq, Lk) or layout.num_heads not in (1, H):
-            return (f"the layout was built for q_len={layout.q_len}, kv_len={layout.kv_len}, {layout.num_heads} "
-                    f"heads; the inputs have Lq={Lq}, Lk={Lk}, {H} query heads: build it for these")
-    if kv_lens is not None and (kv_lens.shape != (B, ) or kv_lens.dtype.is_floating_point
-                                or kv_lens.device != q.device):
-        return (f"kv_lens must be an integer tensor of shape ({B},) on {q.device}, got {kv_lens.dtype} "
-                f"{tuple(kv_lens.shape)} on {kv_lens.device}")
+            return (
+                f"the layout was built for q_len={layout.q_len}, kv_len={layout.kv_len}, {layout.num_heads} "
+                f"heads; the inputs have Lq={Lq}, Lk={Lk}, {H} query heads: build it for these"
+            )
+    if kv_lens is not None and (kv_lens.shape != (B,) or kv_lens.dtype.is_floating_point or kv_lens.device != q.device):
+        return (
+            f"kv_lens must be an integer tensor of shape ({B},) on {q.device}, got {kv_lens.dtype} "
+            f"{tuple(kv_lens.shape)} on {kv_lens.device}"
+        )
     if cu_seqlens is not None:
         if layout is not None:
             return "the Gluon kernels do not run a layout with packed documents (cu_seqlens): use the triton backend"
@@ -103,8 +129,10 @@ def device_reason(device: torch.device) -> str | None:
         return f"the Gluon kernels run on CUDA tensors, got a tensor on {device.type}: use the triton or sdpa backend"
     if torch.cuda.get_device_capability(device) != (9, 0):
         major, minor = torch.cuda.get_device_capability(device)
-        return (f"the Gluon kernels are built for Hopper (sm_90: wgmma, TMA, setmaxnreg); "
-                f"{torch.cuda.get_device_name(device)} is sm_{major}{minor}: use the triton backend")
+        return (
+            f"the Gluon kernels are built for Hopper (sm_90: wgmma, TMA, setmaxnreg); "
+            f"{torch.cuda.get_device_name(device)} is sm_{major}{minor}: use the triton backend"
+        )
     return None
 
 
@@ -117,8 +145,7 @@ def _check(q, k, v, causal, layout=None, kv_lens=None, cu_seqlens=None) -> None:
 def _tma_ready(t: torch.Tensor) -> torch.Tensor:
     """t itself when TMA can read it (16-byte aligned base, every stride but the last a multiple of
     16 bytes, the last dim contiguous), else a contiguous copy (which always can, for D of 64, 128)."""
-    if (t.stride(-1) == 1 and t.data_ptr() % 16 == 0
-            and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1])):
+    if t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1]):
         return t
     return t.contiguous()
 
@@ -130,10 +157,20 @@ def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
     return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, D], layout)
 
 
-def gluon_fwd_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                     config: GluonConfig | None = None, *, kv_lens: torch.Tensor | None = None,
-                     kv_counts: torch.Tensor | None = None, kv_indices: torch.Tensor | None = None,
-                     block_size: int = 0, cu_seqlens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def gluon_fwd_launch(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    scale: float,
+    config: GluonConfig | None = None,
+    *,
+    kv_lens: torch.Tensor | None = None,
+    kv_counts: torch.Tensor | None = None,
+    kv_indices: torch.Tensor | None = None,
+    block_size: int = 0,
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward launcher: o (B, H, Lq, D) in q's dtype and lse (B, H, Lq) fp32 in base 2 (the
     convention ``triton_flash.flash_bwd`` reads).  config: None for ``gluon_fwd.default_config``.
     kv_lens (B,): keys >= kv_lens[b] are padding.  kv_counts, kv_indices: a layout's CSR lists
@@ -145,23 +182,30 @@ def gluon_fwd_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     HKV, Lk = k.shape[1], k.shape[2]
     sparse = kv_counts is not None
     if sparse and (block_size % TILE or kv_indices is None or kv_counts.shape[-1] != triton.cdiv(Lq, block_size)):
-        raise ValueError(f"a layout's CSR lists for Lq={Lq} (layout.kv_indices(device)) with a block size that is a "
-                         f"multiple of {TILE} are needed, got block_size={block_size}, counts "
-                         f"{None if kv_counts is None else tuple(kv_counts.shape)}")
+        raise ValueError(
+            f"a layout's CSR lists for Lq={Lq} (layout.kv_indices(device)) with a block size that is a "
+            f"multiple of {TILE} are needed, got block_size={block_size}, counts "
+            f"{None if kv_counts is None else tuple(kv_counts.shape)}"
+        )
     if not scale > 0:
         raise ValueError(f"scale must be a positive float, got {scale}")
     docs = cu_seqlens is not None
     if docs and (sparse or Lq != Lk):
-        raise ValueError(f"packed documents run without a layout and with Lq == Lk (got Lq={Lq}, Lk={Lk}, "
-                         f"{'a' if sparse else 'no'} layout)")
+        raise ValueError(
+            f"packed documents run without a layout and with Lq == Lk (got Lq={Lq}, Lk={Lk}, "
+            f"{'a' if sparse else 'no'} layout)"
+        )
     masked = sparse or kv_lens is not None or docs
     cfg = gluon_fwd.default_config(D, causal, masked=masked) if config is None else config
     if masked and not cfg.warp_specialized:
-        raise ValueError("layouts, key padding and documents run in the warp-specialised kernel only: pass a "
-                         "configuration of gluon_fwd.WS_CONFIGS (or AHEAD_CONFIGS, but for documents), or none")
+        raise ValueError(
+            "layouts, key padding and documents run in the warp-specialised kernel only: pass a "
+            "configuration of gluon_fwd.WS_CONFIGS (or AHEAD_CONFIGS, but for documents), or none"
+        )
     if docs and cfg.qk_ahead:
-        raise ValueError("packed documents run in the default schedule only: pass a configuration of "
-                         "gluon_fwd.WS_CONFIGS, or none")
+        raise ValueError(
+            "packed documents run in the default schedule only: pass a configuration of gluon_fwd.WS_CONFIGS, or none"
+        )
     q, k, v = (_tma_ready(t) for t in (q, k, v))
     o = torch.empty((B, H, Lq, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)
@@ -183,53 +227,121 @@ def gluon_fwd_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
         else:
             rows = triton.cdiv(Lq, cfg.rows)
         gluon_fwd.attn_fwd_ws_kernel[(rows, B * H)](
-            q_desc, k_desc, v_desc, o_desc, lse, kv_lens if kv_lens is not None else placeholder(q.device), cnt, idx,
-            items, po, spans, programs, scnt_h, sidx_h, sidx_m, sitems_h, *scales,
-            HEAD_DIM=D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CAUSAL=causal,
-            PINGPONG=cfg.pingpong, QK_AHEAD=cfg.qk_ahead, CONSUMER_REGS=cfg.consumer_regs,
-            PRODUCER_REGS=cfg.producer_regs, BS=block_size if sparse else 1, SPARSE=sparse, SPLIT=plan is not None,
-            HAS_KV_LENS=kv_lens is not None, HAS_DOCS=docs, num_warps=4, maxnreg=cfg.maxnreg,
+            q_desc,
+            k_desc,
+            v_desc,
+            o_desc,
+            lse,
+            kv_lens if kv_lens is not None else placeholder(q.device),
+            cnt,
+            idx,
+            items,
+            po,
+            spans,
+            programs,
+            scnt_h,
+            sidx_h,
+            sidx_m,
+            sitems_h,
+            *scales,
+            HEAD_DIM=D,
+            BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n,
+            STAGES=cfg.stages,
+            CAUSAL=causal,
+            PINGPONG=cfg.pingpong,
+            QK_AHEAD=cfg.qk_ahead,
+            CONSUMER_REGS=cfg.consumer_regs,
+            PRODUCER_REGS=cfg.producer_regs,
+            BS=block_size if sparse else 1,
+            SPARSE=sparse,
+            SPLIT=plan is not None,
+            HAS_KV_LENS=kv_lens is not None,
+            HAS_DOCS=docs,
+            num_warps=4,
+            maxnreg=cfg.maxnreg,
         )
         if plan is not None:
             merge_split_rows(plan, po, pm, pl, o, lse, block_size, align8=False)  # D 64, 128
     else:
         gluon_fwd.attn_fwd_tma_kernel[(triton.cdiv(Lq, cfg.rows), B * H)](
-            q_desc, k_desc, v_desc, o_desc, lse, *scales,
-            HEAD_DIM=D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, STAGES=cfg.stages, CAUSAL=causal,
+            q_desc,
+            k_desc,
+            v_desc,
+            o_desc,
+            lse,
+            *scales,
+            HEAD_DIM=D,
+            BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n,
+            STAGES=cfg.stages,
+            CAUSAL=causal,
             num_warps=cfg.num_warps,
         )
     return o, lse
 
 
-def _backward_kernels(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-                      lse: torch.Tensor, kv_lens: torch.Tensor | None, kv_counts: torch.Tensor | None,
-                      kv_indices: torch.Tensor | None, q_counts: torch.Tensor | None, q_indices: torch.Tensor | None,
-                      block_size: int, causal: bool, scale: float, cu_seqlens: torch.Tensor | None,
-                      dlse: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _backward_kernels(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    kv_lens: torch.Tensor | None,
+    kv_counts: torch.Tensor | None,
+    kv_indices: torch.Tensor | None,
+    q_counts: torch.Tensor | None,
+    q_indices: torch.Tensor | None,
+    block_size: int,
+    causal: bool,
+    scale: float,
+    cu_seqlens: torch.Tensor | None,
+    dlse: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward launcher: dq (B, H, Lq, D), dk, dv (B, HKV, Lk, D) from the forward's o and base-2
     lse; dlse: the gradient of that lse, None when nothing downstream used it; the layout's CSR
     lists both ways, kv_lens and cu_seqlens as the forward had them.  Our Triton backward: the Gluon one
     (``gluon_bwd``, dense only) took 1.29-1.87 times its time on the H200
     (benchmarks/results/gluon_bwd.json), so it is measured there and not used here yet."""
     read = [_tma_ready(t) for t in (q, k, v)]  # what the forward read
-    grads = flash_bwd(do.contiguous(), *read, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices,
-                      block_size, causal, scale, cu_seqlens, dlse=dlse)
+    grads = flash_bwd(
+        do.contiguous(),
+        *read,
+        o,
+        lse,
+        kv_lens,
+        kv_counts,
+        kv_indices,
+        q_counts,
+        q_indices,
+        block_size,
+        causal,
+        scale,
+        cu_seqlens,
+        dlse=dlse,
+    )
     # laid out as empty_like_rows(input), which the fake promises torch.compile: flash_bwd lays each
     # gradient out like the tensor it read, so only where _tma_ready copied an input is it copied back
-    return tuple(grad if t_read is t else empty_like_rows(t).copy_(grad)
-                 for grad, t_read, t in zip(grads, read, (q, k, v)))
+    return tuple(
+        grad if t_read is t else empty_like_rows(t).copy_(grad) for grad, t_read, t in zip(grads, read, (q, k, v))
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # Custom ops (torch.compile sees one opaque node per pass) and autograd
 # --------------------------------------------------------------------------------------------
 
-_FWD_SCHEMA = ("(Tensor q, Tensor k, Tensor v, Tensor? kv_lens, Tensor? kv_counts, Tensor? kv_indices, "
-               "Tensor? q_counts, Tensor? q_indices, int block_size, bool causal, float scale, "
-               "Tensor? cu_seqlens, int[] config) -> (Tensor, Tensor)")
-_BWD_SCHEMA = ("(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor? kv_lens, "
-               "Tensor? kv_counts, Tensor? kv_indices, Tensor? q_counts, Tensor? q_indices, int block_size, "
-               "bool causal, float scale, Tensor? cu_seqlens, Tensor? dlse) -> (Tensor, Tensor, Tensor)")
+_FWD_SCHEMA = (
+    "(Tensor q, Tensor k, Tensor v, Tensor? kv_lens, Tensor? kv_counts, Tensor? kv_indices, "
+    "Tensor? q_counts, Tensor? q_indices, int block_size, bool causal, float scale, "
+    "Tensor? cu_seqlens, int[] config) -> (Tensor, Tensor)"
+)
+_BWD_SCHEMA = (
+    "(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor? kv_lens, "
+    "Tensor? kv_counts, Tensor? kv_indices, Tensor? q_counts, Tensor? q_indices, int block_size, "
+    "bool causal, float scale, Tensor? cu_seqlens, Tensor? dlse) -> (Tensor, Tensor, Tensor)"
+)
 
 
 def config_fields(config: GluonConfig | None) -> list[int]:
@@ -246,16 +358,60 @@ def config_from_fields(fields: list[int]) -> GluonConfig | None:
     return GluonConfig(*(bool(x) if kind in ("bool", bool) else int(x) for x, kind in zip(fields, kinds, strict=True)))
 
 
-def _fwd_impl(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens,
-              config):
-    return gluon_fwd_launch(q, k, v, causal, scale, config_from_fields(config), kv_lens=kv_lens, kv_counts=kv_counts,
-                            kv_indices=kv_indices, block_size=block_size, cu_seqlens=cu_seqlens)
+def _fwd_impl(
+    q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens, config
+):
+    return gluon_fwd_launch(
+        q,
+        k,
+        v,
+        causal,
+        scale,
+        config_from_fields(config),
+        kv_lens=kv_lens,
+        kv_counts=kv_counts,
+        kv_indices=kv_indices,
+        block_size=block_size,
+        cu_seqlens=cu_seqlens,
+    )
 
 
-def _bwd_impl(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
-              cu_seqlens, dlse):
-    return _backward_kernels(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size,
-                             causal, scale, cu_seqlens, dlse)
+def _bwd_impl(
+    do,
+    q,
+    k,
+    v,
+    o,
+    lse,
+    kv_lens,
+    kv_counts,
+    kv_indices,
+    q_counts,
+    q_indices,
+    block_size,
+    causal,
+    scale,
+    cu_seqlens,
+    dlse,
+):
+    return _backward_kernels(
+        do,
+        q,
+        k,
+        v,
+        o,
+        lse,
+        kv_lens,
+        kv_counts,
+        kv_indices,
+        q_counts,
+        q_indices,
+        block_size,
+        causal,
+        scale,
+        cu_seqlens,
+        dlse,
+    )
 
 
 _fwd_op = torch.library.custom_op("genoformer::gluon_flash_fwd", _fwd_impl, mutates_args=(), schema=_FWD_SCHEMA)
@@ -263,15 +419,32 @@ _bwd_op = torch.library.custom_op("genoformer::gluon_flash_bwd", _bwd_impl, muta
 
 
 @_fwd_op.register_fake
-def _fwd_fake(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens,
-              config):
+def _fwd_fake(
+    q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens, config
+):
     B, H, Lq, D = q.shape
     return q.new_empty((B, H, Lq, D)), q.new_empty((B, H, Lq), dtype=torch.float32)
 
 
 @_bwd_op.register_fake
-def _bwd_fake(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
-              cu_seqlens, dlse):
+def _bwd_fake(
+    do,
+    q,
+    k,
+    v,
+    o,
+    lse,
+    kv_lens,
+    kv_counts,
+    kv_indices,
+    q_counts,
+    q_indices,
+    block_size,
+    causal,
+    scale,
+    cu_seqlens,
+    dlse,
+):
     return empty_like_rows(q), empty_like_rows(k), empty_like_rows(v)
 
 
@@ -291,8 +464,24 @@ def _backward(ctx, do, dlse, bwd=_bwd_op):
     q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, cu_seqlens = ctx.saved_tensors
     if do is None:
         do = torch.zeros_like(o)
-    dq, dk, dv = bwd(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, ctx.block_size,
-                     ctx.causal, ctx.scale, cu_seqlens, dlse)
+    dq, dk, dv = bwd(
+        do,
+        q,
+        k,
+        v,
+        o,
+        lse,
+        kv_lens,
+        kv_counts,
+        kv_indices,
+        q_counts,
+        q_indices,
+        ctx.block_size,
+        ctx.causal,
+        ctx.scale,
+        cu_seqlens,
+        dlse,
+    )
     return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
 
 
@@ -304,10 +493,24 @@ class _EagerGluonAttention(torch.autograd.Function):
     ``triton_flash._EagerAttention``: the dispatch costs host time a short sequence's kernels do not)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
-                cu_seqlens, config):
-        inputs = (q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens,
-                  config)
+    def forward(
+        ctx, q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens, config
+    ):
+        inputs = (
+            q,
+            k,
+            v,
+            kv_lens,
+            kv_counts,
+            kv_indices,
+            q_counts,
+            q_indices,
+            block_size,
+            causal,
+            scale,
+            cu_seqlens,
+            config,
+        )
         output = _fwd_impl(*inputs)
         _setup_context(ctx, inputs, output)
         return output
@@ -349,8 +552,21 @@ def gluon_attention(
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     block_size, kv_counts, kv_indices, q_counts, q_indices = layout_lists(layout, q.device)
     forward = _fwd_op if torch.compiler.is_compiling() else _EagerGluonAttention.apply
-    o, lse2 = forward(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
-                      cu_seqlens, config_fields(config))
+    o, lse2 = forward(
+        q,
+        k,
+        v,
+        kv_lens,
+        kv_counts,
+        kv_indices,
+        q_counts,
+        q_indices,
+        block_size,
+        causal,
+        scale,
+        cu_seqlens,
+        config_fields(config),
+    )
     if not return_lse:
         return o
     # base 2 -> natural log; an empty row's +inf (a layout row or key padding with no allowed key) -> -inf

@@ -88,8 +88,10 @@ class GluonConfig:
 
     def __post_init__(self):
         if self.qk_ahead and not (self.warp_specialized and self.stages >= 3):
-            raise ValueError(f"qk_ahead needs the warp-specialised kernel and stages >= 3 (a consumer holds three "
-                             f"key tiles at once), got warp_specialized={self.warp_specialized}, stages={self.stages}")
+            raise ValueError(
+                f"qk_ahead needs the warp-specialised kernel and stages >= 3 (a consumer holds three "
+                f"key tiles at once), got warp_specialized={self.warp_specialized}, stages={self.stages}"
+            )
 
     @property
     def rows(self) -> int:
@@ -138,8 +140,9 @@ def descriptor_layout(block_rows: int, head_dim: int, bitwidth: int = 16) -> gl.
     """Shared layout of a (1, 1, block_rows, head_dim) TMA box of `bitwidth`-bit elements, which the
     launcher gives its tensor descriptors and the kernels their buffers (128-byte swizzle for head
     dims of 64 and 128)."""
-    return gl.NVMMASharedLayout(swizzle_byte_width=min(128, head_dim * bitwidth // 8), element_bitwidth=bitwidth,
-                                rank=4)
+    return gl.NVMMASharedLayout(
+        swizzle_byte_width=min(128, head_dim * bitwidth // 8), element_bitwidth=bitwidth, rank=4
+    )
 
 
 @gluon.jit
@@ -175,8 +178,16 @@ def _tile_start(t, idx_row, BS: gl.constexpr, BLOCK_N: gl.constexpr, SPARSE: gl.
 
 
 @gluon.jit
-def _tiles_before(x, count, idx_row, BS: gl.constexpr, BLOCK_N: gl.constexpr, SPARSE: gl.constexpr,
-                  ENDING: gl.constexpr, num_warps: gl.constexpr):
+def _tiles_before(
+    x,
+    count,
+    idx_row,
+    BS: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    SPARSE: gl.constexpr,
+    ENDING: gl.constexpr,
+    num_warps: gl.constexpr,
+):
     """How many of a program's key tiles (in visiting order, ``_tile_start``) end at or before key x
     (ENDING) or start before it; the list holds `count` layout blocks.  Both are prefixes of the
     visiting order, the list being ascending."""
@@ -209,8 +220,21 @@ def _tiles_before(x, count, idx_row, BS: gl.constexpr, BLOCK_N: gl.constexpr, SP
 
 
 @gluon.jit
-def _softmax_update(s, m_i, l_i, start_m, start_n, key_hi, key_lo, qk_scale, BLOCK_M: gl.constexpr,
-                    BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, MASK: gl.constexpr, s_layout: gl.constexpr):
+def _softmax_update(
+    s,
+    m_i,
+    l_i,
+    start_m,
+    start_n,
+    key_hi,
+    key_lo,
+    qk_scale,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    MASK: gl.constexpr,
+    s_layout: gl.constexpr,
+):
     """One tile of the online softmax: from the raw scores s (BLOCK_M, BLOCK_N) fp32 (q . k) of the
     keys [start_n, start_n + BLOCK_N) and the running max m_i and sum l_i (BLOCK_M,), the
     probabilities p (fp32), the factor alpha that rescales what was accumulated with the old max, and
@@ -241,8 +265,22 @@ def _softmax_update(s, m_i, l_i, start_m, start_n, key_hi, key_lo, qk_scale, BLO
 
 
 @gluon.jit
-def _store_rows(acc, l_i, m_i, o_desc, o_smem, LSE, bh, b, h, start_m, Lq, BLOCK_M: gl.constexpr,
-                HEAD_DIM: gl.constexpr, s_layout: gl.constexpr):
+def _store_rows(
+    acc,
+    l_i,
+    m_i,
+    o_desc,
+    o_smem,
+    LSE,
+    bh,
+    b,
+    h,
+    start_m,
+    Lq,
+    BLOCK_M: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    s_layout: gl.constexpr,
+):
     """Normalise and store finished query rows: o = acc / l through shared memory and a TMA store
     (the box is clipped at Lq), lse = m + log2(l) by pointers; a row with no allowed key (l == 0)
     gets o = 0 and lse = +inf.  o_smem (1, 1, BLOCK_M, HEAD_DIM) is free to overwrite (its Q tile
@@ -262,8 +300,19 @@ def _store_rows(acc, l_i, m_i, o_desc, o_smem, LSE, bh, b, h, start_m, Lq, BLOCK
 
 
 @gluon.jit
-def _store_partial(acc, l_i, m_i, PO_row, PM_row, PL_row, start_m, Lq, BLOCK_M: gl.constexpr,
-                   HEAD_DIM: gl.constexpr, s_layout: gl.constexpr):
+def _store_partial(
+    acc,
+    l_i,
+    m_i,
+    PO_row,
+    PM_row,
+    PL_row,
+    start_m,
+    Lq,
+    BLOCK_M: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    s_layout: gl.constexpr,
+):
     """A split row's chunk: the unnormalised acc (BLOCK_M, HEAD_DIM) and the running max and sum of
     its rows, fp32, by pointers (the Triton forward's partials: PO_row + r * HEAD_DIM + d, PM_row + r,
     PL_row + r for a query position r; the kernel offsets them by the slot and the layout row)."""
@@ -282,9 +331,32 @@ def _store_partial(acc, l_i, m_i, PO_row, PM_row, PL_row, start_m, Lq, BLOCK_M: 
 
 
 @gluon.jit
-def _tma_steps(acc, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, ready, k_desc, v_desc, b, hk, start_m, Lk,
-               n_tiles, qk_scale, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-               STAGES: gl.constexpr, CAUSAL: gl.constexpr, MASK: gl.constexpr, num_warps: gl.constexpr):
+def _tma_steps(
+    acc,
+    m_i,
+    l_i,
+    t_lo,
+    t_hi,
+    q_op,
+    k_bufs,
+    v_bufs,
+    ready,
+    k_desc,
+    v_desc,
+    b,
+    hk,
+    start_m,
+    Lk,
+    n_tiles,
+    qk_scale,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    STAGES: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    MASK: gl.constexpr,
+    num_warps: gl.constexpr,
+):
     """Key tiles t_lo..t_hi of the plain kernel.  Tile t lives in stage t % STAGES; when its
     matmuls are done, the stage is refilled with tile t + STAGES (its barrier's next phase)."""
     s_layout: gl.constexpr = mma_layout(BLOCK_N, num_warps)
@@ -295,15 +367,15 @@ def _tma_steps(acc, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, ready, k_desc, v
         mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
         k_op = k_bufs.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))  # (HEAD_DIM, BLOCK_N)
         v_op = v_bufs.index(stage).reshape([BLOCK_N, HEAD_DIM])
-        s = warpgroup_mma(q_op, k_op, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False,
-                          is_async=True)
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-        p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, t * BLOCK_N, Lk, None, qk_scale, BLOCK_M,
-                                             BLOCK_N, CAUSAL, MASK, s_layout)
+        s = warpgroup_mma(q_op, k_op, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        p, alpha, m_i, l_i = _softmax_update(
+            s, m_i, l_i, start_m, t * BLOCK_N, Lk, None, qk_scale, BLOCK_M, BLOCK_N, CAUSAL, MASK, s_layout
+        )
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
         p_op = gl.convert_layout(p.to(v_desc.dtype), p_layout)
         acc = warpgroup_mma(p_op, v_op, acc, is_async=True)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         # the stage is read: refill it with the tile STAGES steps ahead
         nxt = t + STAGES
         bar = ready.index(stage)
@@ -314,9 +386,24 @@ def _tma_steps(acc, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, ready, k_desc, v
 
 
 @gluon.jit(do_not_specialize=["H", "GROUP", "Lq", "Lk"])
-def attn_fwd_tma_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, GROUP, Lq, Lk, qk_scale,
-                        HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                        STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr):
+def attn_fwd_tma_kernel(
+    q_desc,
+    k_desc,
+    v_desc,
+    o_desc,
+    LSE,
+    H,
+    GROUP,
+    Lq,
+    Lk,
+    qk_scale,
+    HEAD_DIM: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    num_warps: gl.constexpr,
+):
     # grid: (query tiles, B * H), the last query tiles (the longest causal rows) launched first
     start_m = (gl.num_programs(0) - 1 - gl.program_id(0)) * BLOCK_M
     bh = gl.program_id(1)
@@ -350,12 +437,58 @@ def attn_fwd_tma_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, GROUP, Lq, Lk, q
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
     mbarrier.wait(q_bar, 0)
     q_op = q_smem.reshape([BLOCK_M, HEAD_DIM])
-    acc, m_i, l_i = _tma_steps(acc, m_i, l_i, 0, t_full, q_op, k_bufs, v_bufs, ready, k_desc, v_desc, b, hk,
-                               start_m, Lk, t_end, qk_scale, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, False,
-                               num_warps)
-    acc, m_i, l_i = _tma_steps(acc, m_i, l_i, t_full, t_end, q_op, k_bufs, v_bufs, ready, k_desc, v_desc, b, hk,
-                               start_m, Lk, t_end, qk_scale, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, True,
-                               num_warps)
+    acc, m_i, l_i = _tma_steps(
+        acc,
+        m_i,
+        l_i,
+        0,
+        t_full,
+        q_op,
+        k_bufs,
+        v_bufs,
+        ready,
+        k_desc,
+        v_desc,
+        b,
+        hk,
+        start_m,
+        Lk,
+        t_end,
+        qk_scale,
+        BLOCK_M,
+        BLOCK_N,
+        HEAD_DIM,
+        STAGES,
+        CAUSAL,
+        False,
+        num_warps,
+    )
+    acc, m_i, l_i = _tma_steps(
+        acc,
+        m_i,
+        l_i,
+        t_full,
+        t_end,
+        q_op,
+        k_bufs,
+        v_bufs,
+        ready,
+        k_desc,
+        v_desc,
+        b,
+        hk,
+        start_m,
+        Lk,
+        t_end,
+        qk_scale,
+        BLOCK_M,
+        BLOCK_N,
+        HEAD_DIM,
+        STAGES,
+        CAUSAL,
+        True,
+        num_warps,
+    )
     _store_rows(acc, l_i, m_i, o_desc, q_smem, LSE, bh, b, h, start_m, Lq, BLOCK_M, HEAD_DIM, s_layout)
 
 
@@ -365,9 +498,29 @@ def attn_fwd_tma_kernel(q_desc, k_desc, v_desc, o_desc, LSE, H, GROUP, Lq, Lk, q
 
 
 @gluon.jit
-def _ws_producer(q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty,
-                 b, h, hk, start_cta, n_tiles, idx_row, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                 STAGES: gl.constexpr, BS: gl.constexpr, SPARSE: gl.constexpr):
+def _ws_producer(
+    q_desc,
+    k_desc,
+    v_desc,
+    q_bufs,
+    k_bufs,
+    v_bufs,
+    q_bar,
+    k_ready,
+    v_ready,
+    kv_empty,
+    b,
+    h,
+    hk,
+    start_cta,
+    n_tiles,
+    idx_row,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr,
+    BS: gl.constexpr,
+    SPARSE: gl.constexpr,
+):
     """The producer warp: both consumers' Q tiles on q_bar, then key tile t's K and V (the t-th tile
     the program visits, ``_tile_start``) into stage t % STAGES once both consumers released it
     (kv_empty; its first wait of each stage passes: a fresh barrier counts its previous phase as
@@ -403,15 +556,17 @@ def _turn_pass(turn, WG: gl.constexpr, PINGPONG: gl.constexpr):
 
 
 @gluon.jit
-def _issue_qk(q_op, k_bufs, k_ready, t, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-              STAGES: gl.constexpr):
+def _issue_qk(
+    q_op, k_bufs, k_ready, t, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr
+):
     """S_t = Q K_t^T (BLOCK_M, BLOCK_N) fp32 as an asynchronous wgmma, once K_t has landed; the
     result is in flight until a warpgroup_mma_wait names it."""
     stage = t % STAGES
     mbarrier.wait(k_ready.index(stage), (t // STAGES) & 1)
     k_op = k_bufs.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))  # (HEAD_DIM, BLOCK_N)
-    return warpgroup_mma(q_op, k_op, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, mma_layout(BLOCK_N, 4)),
-                         use_acc=False, is_async=True)
+    return warpgroup_mma(
+        q_op, k_op, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, mma_layout(BLOCK_N, 4)), use_acc=False, is_async=True
+    )
 
 
 @gluon.jit
@@ -437,10 +592,36 @@ def _key_start(t, idx_row, BS: gl.constexpr, BLOCK_N: gl.constexpr, SPARSE: gl.c
 
 
 @gluon.jit
-def _ws_steps(acc, p, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn,
-              start_m, key_hi, key_lo, idx_row, qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr,
-              BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-              MASK: gl.constexpr, PINGPONG: gl.constexpr, BS: gl.constexpr, SPARSE: gl.constexpr):
+def _ws_steps(
+    acc,
+    p,
+    m_i,
+    l_i,
+    t_lo,
+    t_hi,
+    q_op,
+    k_bufs,
+    v_bufs,
+    k_ready,
+    v_ready,
+    kv_empty,
+    turn,
+    start_m,
+    key_hi,
+    key_lo,
+    idx_row,
+    qk_scale,
+    WG: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    STAGES: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    MASK: gl.constexpr,
+    PINGPONG: gl.constexpr,
+    BS: gl.constexpr,
+    SPARSE: gl.constexpr,
+):
     """Key tiles t_lo..t_hi (t_lo >= 1) of one consumer, one tile behind with P V: step t issues
     S_t = Q K_t^T and then O += P_{t-1} V_{t-1}, waits for S_t only, computes P_t while the second
     matmul runs, then waits for it, releases stage t - 1 and rescales O."""
@@ -452,9 +633,10 @@ def _ws_steps(acc, p, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, k_ready, v_rea
         s = _issue_qk(q_op, k_bufs, k_ready, t, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES)
         acc, p_op = _issue_pv(acc, p, v_bufs, v_ready, t - 1, BLOCK_N, HEAD_DIM, STAGES)
         _turn_pass(turn, WG, PINGPONG)
-        s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # S_t done, P_{t-1} V_{t-1} may run on
-        p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, start_n, key_hi, key_lo, qk_scale, BLOCK_M,
-                                             BLOCK_N, CAUSAL, MASK, s_layout)
+        s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))  # S_t done, P_{t-1} V_{t-1} may run on
+        p, alpha, m_i, l_i = _softmax_update(
+            s, m_i, l_i, start_m, start_n, key_hi, key_lo, qk_scale, BLOCK_M, BLOCK_N, CAUSAL, MASK, s_layout
+        )
         acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_op))
         mbarrier.arrive(kv_empty.index((t - 1) % STAGES), count=1)  # this consumer is done with stage t - 1
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
@@ -462,11 +644,37 @@ def _ws_steps(acc, p, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, k_ready, v_rea
 
 
 @gluon.jit
-def _ws_steps_ahead(acc, p, s, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn,
-                    start_m, key_hi, idx_row, qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr,
-                    BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                    MASK: gl.constexpr, PINGPONG: gl.constexpr, ISSUE_NEXT: gl.constexpr, BS: gl.constexpr,
-                    SPARSE: gl.constexpr):
+def _ws_steps_ahead(
+    acc,
+    p,
+    s,
+    m_i,
+    l_i,
+    t_lo,
+    t_hi,
+    q_op,
+    k_bufs,
+    v_bufs,
+    k_ready,
+    v_ready,
+    kv_empty,
+    turn,
+    start_m,
+    key_hi,
+    idx_row,
+    qk_scale,
+    WG: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    STAGES: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    MASK: gl.constexpr,
+    PINGPONG: gl.constexpr,
+    ISSUE_NEXT: gl.constexpr,
+    BS: gl.constexpr,
+    SPARSE: gl.constexpr,
+):
     """Key tiles t_lo..t_hi (t_lo >= 1) of one consumer with qk_ahead.  Entering step t, S_t is
     done (s) and P_{t-1} in p (16-bit); step t issues O += P_{t-1} V_{t-1} and S_{t+1} = Q K_{t+1}^T
     (ISSUE_NEXT: not for the last tile), computes P_t while both run, then waits for both, releases
@@ -482,8 +690,9 @@ def _ws_steps_ahead(acc, p, s, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, k_rea
         if ISSUE_NEXT:
             s_next = _issue_qk(q_op, k_bufs, k_ready, t + 1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES)
         _turn_pass(turn, WG, PINGPONG)
-        p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, start_n, key_hi, None, qk_scale, BLOCK_M,
-                                             BLOCK_N, CAUSAL, MASK, s_layout)
+        p, alpha, m_i, l_i = _softmax_update(
+            s, m_i, l_i, start_m, start_n, key_hi, None, qk_scale, BLOCK_M, BLOCK_N, CAUSAL, MASK, s_layout
+        )
         p = p.to(v_bufs.dtype)  # carried in 16 bits: the next step's S_{t+2} needs the registers
         if ISSUE_NEXT:
             s, acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(s_next, acc, p_op))
@@ -495,8 +704,20 @@ def _ws_steps_ahead(acc, p, s, m_i, l_i, t_lo, t_hi, q_op, k_bufs, v_bufs, k_rea
 
 
 @gluon.jit
-def _ws_last_pv(acc, p, v_bufs, v_ready, kv_empty, turn, n_tiles, WG: gl.constexpr, BLOCK_N: gl.constexpr,
-                HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+def _ws_last_pv(
+    acc,
+    p,
+    v_bufs,
+    v_ready,
+    kv_empty,
+    turn,
+    n_tiles,
+    WG: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    STAGES: gl.constexpr,
+    PINGPONG: gl.constexpr,
+):
     """The final turn of both schedules: O += P V of the last key tile, then its stage released."""
     _turn_wait(turn, n_tiles, WG, PINGPONG)
     acc, p_op = _issue_pv(acc, p, v_bufs, v_ready, n_tiles - 1, BLOCK_N, HEAD_DIM, STAGES)
@@ -507,11 +728,43 @@ def _ws_last_pv(acc, p, v_bufs, v_ready, kv_empty, turn, n_tiles, WG: gl.constex
 
 
 @gluon.jit
-def _ws_consumer(q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, LSE, AUX, slot, bh, b,
-                 h, start_cta, Lq, n_tiles, t_first, t_full, key_hi, idx_row, qk_scale,
-                 WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-                 STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, QK_AHEAD: gl.constexpr,
-                 BS: gl.constexpr, SPARSE: gl.constexpr, SPLIT: gl.constexpr, HAS_DOCS: gl.constexpr):
+def _ws_consumer(
+    q_bufs,
+    k_bufs,
+    v_bufs,
+    q_bar,
+    k_ready,
+    v_ready,
+    kv_empty,
+    turn,
+    o_desc,
+    LSE,
+    AUX,
+    slot,
+    bh,
+    b,
+    h,
+    start_cta,
+    Lq,
+    n_tiles,
+    t_first,
+    t_full,
+    key_hi,
+    idx_row,
+    qk_scale,
+    WG: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    STAGES: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    PINGPONG: gl.constexpr,
+    QK_AHEAD: gl.constexpr,
+    BS: gl.constexpr,
+    SPARSE: gl.constexpr,
+    SPLIT: gl.constexpr,
+    HAS_DOCS: gl.constexpr,
+):
     """Consumer warpgroup WG (0: the default partition, 1: a worker): the query rows
     [start_cta + WG * BLOCK_M, + BLOCK_M) over all n_tiles key tiles of the program (both
     consumers release every stage; a tile past this one's causal diagonal is fully masked and
@@ -532,34 +785,112 @@ def _ws_consumer(q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turn
         key_lo = None
     mbarrier.wait(q_bar, 0)
     if QK_AHEAD:
-        acc, m_i, l_i = _ws_consumer_ahead(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, start_m, key_hi,
-                                           idx_row, n_tiles, t_full, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
-                                           CAUSAL, PINGPONG, BS, SPARSE)
+        acc, m_i, l_i = _ws_consumer_ahead(
+            q_op,
+            k_bufs,
+            v_bufs,
+            k_ready,
+            v_ready,
+            kv_empty,
+            turn,
+            start_m,
+            key_hi,
+            idx_row,
+            n_tiles,
+            t_full,
+            qk_scale,
+            WG,
+            BLOCK_M,
+            BLOCK_N,
+            HEAD_DIM,
+            STAGES,
+            CAUSAL,
+            PINGPONG,
+            BS,
+            SPARSE,
+        )
     else:
-        acc, m_i, l_i = _ws_consumer_behind(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, start_m, key_hi,
-                                            key_lo, idx_row, n_tiles, t_first, t_full, qk_scale, WG, BLOCK_M, BLOCK_N,
-                                            HEAD_DIM, STAGES, CAUSAL, PINGPONG, BS, SPARSE)
+        acc, m_i, l_i = _ws_consumer_behind(
+            q_op,
+            k_bufs,
+            v_bufs,
+            k_ready,
+            v_ready,
+            kv_empty,
+            turn,
+            start_m,
+            key_hi,
+            key_lo,
+            idx_row,
+            n_tiles,
+            t_first,
+            t_full,
+            qk_scale,
+            WG,
+            BLOCK_M,
+            BLOCK_N,
+            HEAD_DIM,
+            STAGES,
+            CAUSAL,
+            PINGPONG,
+            BS,
+            SPARSE,
+        )
     if SPLIT:
         if slot >= 0:
             # this chunk's acc, m, l (``triton_flash.split_rows``), addressed by query position
             chunk = AUX + (slot.to(gl.int64) * gl.num_programs(1) + bh) * (BS * (HEAD_DIM + 2))
             row_base = start_cta // BS * BS
-            _store_partial(acc, l_i, m_i, chunk - row_base * HEAD_DIM, chunk + BS * HEAD_DIM - row_base,
-                           chunk + BS * (HEAD_DIM + 1) - row_base, start_m, Lq, BLOCK_M, HEAD_DIM,
-                           mma_layout(BLOCK_N, 4))
+            _store_partial(
+                acc,
+                l_i,
+                m_i,
+                chunk - row_base * HEAD_DIM,
+                chunk + BS * HEAD_DIM - row_base,
+                chunk + BS * (HEAD_DIM + 1) - row_base,
+                start_m,
+                Lq,
+                BLOCK_M,
+                HEAD_DIM,
+                mma_layout(BLOCK_N, 4),
+            )
         else:
-            _store_rows(acc, l_i, m_i, o_desc, q_smem, LSE, bh, b, h, start_m, Lq, BLOCK_M, HEAD_DIM,
-                        mma_layout(BLOCK_N, 4))
+            _store_rows(
+                acc, l_i, m_i, o_desc, q_smem, LSE, bh, b, h, start_m, Lq, BLOCK_M, HEAD_DIM, mma_layout(BLOCK_N, 4)
+            )
     else:
-        _store_rows(acc, l_i, m_i, o_desc, q_smem, LSE, bh, b, h, start_m, Lq, BLOCK_M, HEAD_DIM,
-                    mma_layout(BLOCK_N, 4))
+        _store_rows(
+            acc, l_i, m_i, o_desc, q_smem, LSE, bh, b, h, start_m, Lq, BLOCK_M, HEAD_DIM, mma_layout(BLOCK_N, 4)
+        )
 
 
 @gluon.jit
-def _ws_consumer_behind(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, start_m, key_hi, key_lo, idx_row,
-                        n_tiles, t_first, t_full, qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr,
-                        BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                        PINGPONG: gl.constexpr, BS: gl.constexpr, SPARSE: gl.constexpr):
+def _ws_consumer_behind(
+    q_op,
+    k_bufs,
+    v_bufs,
+    k_ready,
+    v_ready,
+    kv_empty,
+    turn,
+    start_m,
+    key_hi,
+    key_lo,
+    idx_row,
+    n_tiles,
+    t_first,
+    t_full,
+    qk_scale,
+    WG: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    STAGES: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    PINGPONG: gl.constexpr,
+    BS: gl.constexpr,
+    SPARSE: gl.constexpr,
+):
     """A consumer's key tiles in the default schedule (``_ws_steps``): key tile 0 peeled (masked),
     with packed documents (key_lo not None) the masked tiles [1, t_first) at the start of its rows'
     span, then the unmasked tiles up to t_full, then the masked ones, and the last P V; (acc, m_i,
@@ -569,31 +900,133 @@ def _ws_consumer_behind(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, 
     _turn_wait(turn, 0, WG, PINGPONG)
     s = _issue_qk(q_op, k_bufs, k_ready, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES)
     _turn_pass(turn, WG, PINGPONG)
-    s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))  # running max of s2
     l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))  # running sum of exp2(s2 - m)
-    p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, start_n, key_hi, key_lo, qk_scale, BLOCK_M, BLOCK_N,
-                                         CAUSAL, True, s_layout)
+    p, alpha, m_i, l_i = _softmax_update(
+        s, m_i, l_i, start_m, start_n, key_hi, key_lo, qk_scale, BLOCK_M, BLOCK_N, CAUSAL, True, s_layout
+    )
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, mma_layout(HEAD_DIM, 4))
     if key_lo is not None:
-        acc, p, m_i, l_i = _ws_steps(acc, p, m_i, l_i, 1, t_first, q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty,
-                                     turn, start_m, key_hi, key_lo, idx_row, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM,
-                                     STAGES, CAUSAL, True, PINGPONG, BS, SPARSE)
-    acc, p, m_i, l_i = _ws_steps(acc, p, m_i, l_i, t_first, t_full, q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty,
-                                 turn, start_m, key_hi, key_lo, idx_row, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM,
-                                 STAGES, CAUSAL, False, PINGPONG, BS, SPARSE)
-    acc, p, m_i, l_i = _ws_steps(acc, p, m_i, l_i, t_full, n_tiles, q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty,
-                                 turn, start_m, key_hi, key_lo, idx_row, qk_scale, WG, BLOCK_M, BLOCK_N, HEAD_DIM,
-                                 STAGES, CAUSAL, True, PINGPONG, BS, SPARSE)
+        acc, p, m_i, l_i = _ws_steps(
+            acc,
+            p,
+            m_i,
+            l_i,
+            1,
+            t_first,
+            q_op,
+            k_bufs,
+            v_bufs,
+            k_ready,
+            v_ready,
+            kv_empty,
+            turn,
+            start_m,
+            key_hi,
+            key_lo,
+            idx_row,
+            qk_scale,
+            WG,
+            BLOCK_M,
+            BLOCK_N,
+            HEAD_DIM,
+            STAGES,
+            CAUSAL,
+            True,
+            PINGPONG,
+            BS,
+            SPARSE,
+        )
+    acc, p, m_i, l_i = _ws_steps(
+        acc,
+        p,
+        m_i,
+        l_i,
+        t_first,
+        t_full,
+        q_op,
+        k_bufs,
+        v_bufs,
+        k_ready,
+        v_ready,
+        kv_empty,
+        turn,
+        start_m,
+        key_hi,
+        key_lo,
+        idx_row,
+        qk_scale,
+        WG,
+        BLOCK_M,
+        BLOCK_N,
+        HEAD_DIM,
+        STAGES,
+        CAUSAL,
+        False,
+        PINGPONG,
+        BS,
+        SPARSE,
+    )
+    acc, p, m_i, l_i = _ws_steps(
+        acc,
+        p,
+        m_i,
+        l_i,
+        t_full,
+        n_tiles,
+        q_op,
+        k_bufs,
+        v_bufs,
+        k_ready,
+        v_ready,
+        kv_empty,
+        turn,
+        start_m,
+        key_hi,
+        key_lo,
+        idx_row,
+        qk_scale,
+        WG,
+        BLOCK_M,
+        BLOCK_N,
+        HEAD_DIM,
+        STAGES,
+        CAUSAL,
+        True,
+        PINGPONG,
+        BS,
+        SPARSE,
+    )
     acc = _ws_last_pv(acc, p, v_bufs, v_ready, kv_empty, turn, n_tiles, WG, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)
     return acc, m_i, l_i
 
 
 @gluon.jit
-def _ws_consumer_ahead(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, start_m, key_hi, idx_row, n_tiles,
-                       t_full, qk_scale, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                       HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-                       BS: gl.constexpr, SPARSE: gl.constexpr):
+def _ws_consumer_ahead(
+    q_op,
+    k_bufs,
+    v_bufs,
+    k_ready,
+    v_ready,
+    kv_empty,
+    turn,
+    start_m,
+    key_hi,
+    idx_row,
+    n_tiles,
+    t_full,
+    qk_scale,
+    WG: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    STAGES: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    PINGPONG: gl.constexpr,
+    BS: gl.constexpr,
+    SPARSE: gl.constexpr,
+):
     """A consumer's key tiles with qk_ahead (``_ws_steps_ahead``): (acc, m_i, l_i) at the end.
 
     Turn 0 issues S_0 and S_1 (S_0 twice when there is one tile; the spare is never read) and
@@ -606,37 +1039,152 @@ def _ws_consumer_ahead(q_op, k_bufs, v_bufs, k_ready, v_ready, kv_empty, turn, s
     s = _issue_qk(q_op, k_bufs, k_ready, 0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES)
     s_next = _issue_qk(q_op, k_bufs, k_ready, gl.minimum(n_tiles - 1, 1), BLOCK_M, BLOCK_N, HEAD_DIM, STAGES)
     _turn_pass(turn, WG, PINGPONG)
-    s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # S_0 done, S_1 runs on
+    s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))  # S_0 done, S_1 runs on
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))  # running max of s2
     l_i = gl.zeros([BLOCK_M], gl.float32, gl.SliceLayout(1, s_layout))  # running sum of exp2(s2 - m)
-    p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i, start_m, start_n, key_hi, None, qk_scale, BLOCK_M, BLOCK_N,
-                                         CAUSAL, True, s_layout)
+    p, alpha, m_i, l_i = _softmax_update(
+        s, m_i, l_i, start_m, start_n, key_hi, None, qk_scale, BLOCK_M, BLOCK_N, CAUSAL, True, s_layout
+    )
     p = p.to(v_bufs.dtype)
-    s = warpgroup_mma_wait(num_outstanding=0, deps=(s_next, ))
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s_next,))
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, mma_layout(HEAD_DIM, 4))
     t_mid = gl.minimum(t_full, n_tiles - 1)  # steps [1, t_mid) unmasked, [t_mid, n - 1) masked
-    acc, p, s, m_i, l_i = _ws_steps_ahead(acc, p, s, m_i, l_i, 1, t_mid, q_op, k_bufs, v_bufs, k_ready, v_ready,
-                                          kv_empty, turn, start_m, key_hi, idx_row, qk_scale, WG, BLOCK_M, BLOCK_N,
-                                          HEAD_DIM, STAGES, CAUSAL, False, PINGPONG, True, BS, SPARSE)
-    acc, p, s, m_i, l_i = _ws_steps_ahead(acc, p, s, m_i, l_i, t_mid, n_tiles - 1, q_op, k_bufs, v_bufs, k_ready,
-                                          v_ready, kv_empty, turn, start_m, key_hi, idx_row, qk_scale, WG, BLOCK_M,
-                                          BLOCK_N, HEAD_DIM, STAGES, CAUSAL, True, PINGPONG, True, BS, SPARSE)
-    acc, p, s, m_i, l_i = _ws_steps_ahead(acc, p, s, m_i, l_i, gl.maximum(n_tiles - 1, 1), n_tiles, q_op, k_bufs,
-                                          v_bufs, k_ready, v_ready, kv_empty, turn, start_m, key_hi, idx_row, qk_scale,
-                                          WG, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, True, PINGPONG, False, BS,
-                                          SPARSE)
+    acc, p, s, m_i, l_i = _ws_steps_ahead(
+        acc,
+        p,
+        s,
+        m_i,
+        l_i,
+        1,
+        t_mid,
+        q_op,
+        k_bufs,
+        v_bufs,
+        k_ready,
+        v_ready,
+        kv_empty,
+        turn,
+        start_m,
+        key_hi,
+        idx_row,
+        qk_scale,
+        WG,
+        BLOCK_M,
+        BLOCK_N,
+        HEAD_DIM,
+        STAGES,
+        CAUSAL,
+        False,
+        PINGPONG,
+        True,
+        BS,
+        SPARSE,
+    )
+    acc, p, s, m_i, l_i = _ws_steps_ahead(
+        acc,
+        p,
+        s,
+        m_i,
+        l_i,
+        t_mid,
+        n_tiles - 1,
+        q_op,
+        k_bufs,
+        v_bufs,
+        k_ready,
+        v_ready,
+        kv_empty,
+        turn,
+        start_m,
+        key_hi,
+        idx_row,
+        qk_scale,
+        WG,
+        BLOCK_M,
+        BLOCK_N,
+        HEAD_DIM,
+        STAGES,
+        CAUSAL,
+        True,
+        PINGPONG,
+        True,
+        BS,
+        SPARSE,
+    )
+    acc, p, s, m_i, l_i = _ws_steps_ahead(
+        acc,
+        p,
+        s,
+        m_i,
+        l_i,
+        gl.maximum(n_tiles - 1, 1),
+        n_tiles,
+        q_op,
+        k_bufs,
+        v_bufs,
+        k_ready,
+        v_ready,
+        kv_empty,
+        turn,
+        start_m,
+        key_hi,
+        idx_row,
+        qk_scale,
+        WG,
+        BLOCK_M,
+        BLOCK_N,
+        HEAD_DIM,
+        STAGES,
+        CAUSAL,
+        True,
+        PINGPONG,
+        False,
+        BS,
+        SPARSE,
+    )
     acc = _ws_last_pv(acc, p, v_bufs, v_ready, kv_empty, turn, n_tiles, WG, BLOCK_N, HEAD_DIM, STAGES, PINGPONG)
     return acc, m_i, l_i
 
 
 @gluon.jit(do_not_specialize=["H", "GROUP", "Lq", "Lk", "scnt_h", "sidx_h", "sidx_m", "sord_h"])
-def attn_fwd_ws_kernel(q_desc, k_desc, v_desc, o_desc, LSE, KV_LENS, CNT, IDX, ORDER, PART, DOCS, DOC_ORDER,
-                       scnt_h, sidx_h, sidx_m, sord_h, H, GROUP, Lq, Lk, qk_scale,
-                       HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                       CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, QK_AHEAD: gl.constexpr,
-                       CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, BS: gl.constexpr,
-                       SPARSE: gl.constexpr, SPLIT: gl.constexpr, HAS_KV_LENS: gl.constexpr,
-                       HAS_DOCS: gl.constexpr, num_warps: gl.constexpr):
+def attn_fwd_ws_kernel(
+    q_desc,
+    k_desc,
+    v_desc,
+    o_desc,
+    LSE,
+    KV_LENS,
+    CNT,
+    IDX,
+    ORDER,
+    PART,
+    DOCS,
+    DOC_ORDER,
+    scnt_h,
+    sidx_h,
+    sidx_m,
+    sord_h,
+    H,
+    GROUP,
+    Lq,
+    Lk,
+    qk_scale,
+    HEAD_DIM: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    PINGPONG: gl.constexpr,
+    QK_AHEAD: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr,
+    BS: gl.constexpr,
+    SPARSE: gl.constexpr,
+    SPLIT: gl.constexpr,
+    HAS_KV_LENS: gl.constexpr,
+    HAS_DOCS: gl.constexpr,
+    num_warps: gl.constexpr,
+):
     # grid: (query programs of 2 * BLOCK_M rows, B * H); num_warps == 4 (the default partition is
     # consumer 0); launched with maxnreg so that the three warpgroups' registers fit the SM
     # (CONSUMER_REGS twice + PRODUCER_REGS).
@@ -654,8 +1202,9 @@ def attn_fwd_ws_kernel(q_desc, k_desc, v_desc, o_desc, LSE, KV_LENS, CNT, IDX, O
     # token's document span [start, end) within its row; the programs run in DOC_ORDER (B, programs)
     # (longest span first) and walk the key tiles from the one holding their first row's document
     # start: a row packed with short documents costs about sum(len_i^2), not L^2.
-    gl.static_assert(not (HAS_DOCS and (SPARSE or QK_AHEAD)),
-                     "packed documents run without a layout, in the default schedule")
+    gl.static_assert(
+        not (HAS_DOCS and (SPARSE or QK_AHEAD)), "packed documents run without a layout, in the default schedule"
+    )
     pid = gl.program_id(0)
     bh = gl.program_id(1)
     b = bh // H
@@ -724,10 +1273,12 @@ def attn_fwd_ws_kernel(q_desc, k_desc, v_desc, o_desc, LSE, KV_LENS, CNT, IDX, O
     else:
         t_first0 = 1
         t_first1 = 1
-    t_full0 = gl.minimum(gl.maximum(_tiles_before(full_end0, count, idx_row, BS, BLOCK_N, SPARSE, True, num_warps),
-                                    1), n_tiles)
-    t_full1 = gl.minimum(gl.maximum(_tiles_before(full_end1, count, idx_row, BS, BLOCK_N, SPARSE, True, num_warps),
-                                    1), n_tiles)
+    t_full0 = gl.minimum(
+        gl.maximum(_tiles_before(full_end0, count, idx_row, BS, BLOCK_N, SPARSE, True, num_warps), 1), n_tiles
+    )
+    t_full1 = gl.minimum(
+        gl.maximum(_tiles_before(full_end1, count, idx_row, BS, BLOCK_N, SPARSE, True, num_warps), 1), n_tiles
+    )
     if HAS_DOCS:
         t_full0 = gl.maximum(t_full0, t_first0)
         t_full1 = gl.maximum(t_full1, t_first1)
@@ -751,15 +1302,115 @@ def attn_fwd_ws_kernel(q_desc, k_desc, v_desc, o_desc, LSE, KV_LENS, CNT, IDX, O
     for i in gl.static_range(2):
         mbarrier.init(turn.index(i), count=1)
 
-    gl.warp_specialize([
-        (_ws_consumer, (q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, LSE, aux, slot,
-                        bh, b, h, start_cta, Lq, n_tiles, t_first0, t_full0, key_hi, idx_row, qk_scale,
-                        0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, PINGPONG, QK_AHEAD, BS, SPARSE, SPLIT,
-                        HAS_DOCS)),
-        (_ws_consumer, (q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, LSE, aux, slot,
-                        bh, b, h, start_cta, Lq, n_tiles, t_first1, t_full1, key_hi, idx_row, qk_scale,
-                        1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, PINGPONG, QK_AHEAD, BS, SPARSE, SPLIT,
-                        HAS_DOCS)),
-        (_ws_producer, (q_desc, k_desc, v_desc, q_bufs, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, b, h, hk,
-                        start_cta, n_tiles, idx_row, BLOCK_M, BLOCK_N, STAGES, BS, SPARSE)),
-    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+    gl.warp_specialize(
+        [
+            (
+                _ws_consumer,
+                (
+                    q_bufs,
+                    k_bufs,
+                    v_bufs,
+                    q_bar,
+                    k_ready,
+                    v_ready,
+                    kv_empty,
+                    turn,
+                    o_desc,
+                    LSE,
+                    aux,
+                    slot,
+                    bh,
+                    b,
+                    h,
+                    start_cta,
+                    Lq,
+                    n_tiles,
+                    t_first0,
+                    t_full0,
+                    key_hi,
+                    idx_row,
+                    qk_scale,
+                    0,
+                    BLOCK_M,
+                    BLOCK_N,
+                    HEAD_DIM,
+                    STAGES,
+                    CAUSAL,
+                    PINGPONG,
+                    QK_AHEAD,
+                    BS,
+                    SPARSE,
+                    SPLIT,
+                    HAS_DOCS,
+                ),
+            ),
+            (
+                _ws_consumer,
+                (
+                    q_bufs,
+                    k_bufs,
+                    v_bufs,
+                    q_bar,
+                    k_ready,
+                    v_ready,
+                    kv_empty,
+                    turn,
+                    o_desc,
+                    LSE,
+                    aux,
+                    slot,
+                    bh,
+                    b,
+                    h,
+                    start_cta,
+                    Lq,
+                    n_tiles,
+                    t_first1,
+                    t_full1,
+                    key_hi,
+                    idx_row,
+                    qk_scale,
+                    1,
+                    BLOCK_M,
+                    BLOCK_N,
+                    HEAD_DIM,
+                    STAGES,
+                    CAUSAL,
+                    PINGPONG,
+                    QK_AHEAD,
+                    BS,
+                    SPARSE,
+                    SPLIT,
+                    HAS_DOCS,
+                ),
+            ),
+            (
+                _ws_producer,
+                (
+                    q_desc,
+                    k_desc,
+                    v_desc,
+                    q_bufs,
+                    k_bufs,
+                    v_bufs,
+                    q_bar,
+                    k_ready,
+                    v_ready,
+                    kv_empty,
+                    b,
+                    h,
+                    hk,
+                    start_cta,
+                    n_tiles,
+                    idx_row,
+                    BLOCK_M,
+                    BLOCK_N,
+                    STAGES,
+                    BS,
+                    SPARSE,
+                ),
+            ),
+        ],
+        [4, 1],
+        [CONSUMER_REGS, PRODUCER_REGS],
+    )

@@ -42,7 +42,6 @@ import math
 
 import torch
 import torch.nn.functional as F
-
 from genoformer.kernels.backend import Backend
 from genoformer.kernels.reference import lse_dtype
 
@@ -56,7 +55,12 @@ class CacheOverflow(ValueError, RuntimeError):
 
 # ---------------------------------------------------------------------------------- the mask
 def allowed_keys(
-    seqlens_B: torch.Tensor, q_len: int, capacity: int, *, causal: bool, window: tuple[int, int],
+    seqlens_B: torch.Tensor,
+    q_len: int,
+    capacity: int,
+    *,
+    causal: bool,
+    window: tuple[int, int],
     leftpad_B: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(B, 1, Lq, C) bool: query i of row b may attend cache position j (the module docstring's rule)."""
@@ -75,8 +79,9 @@ def allowed_keys(
     return allowed_BLC.unsqueeze(1)
 
 
-def _gathered(cache: torch.Tensor, batch_idx_B: torch.Tensor | None, block_table: torch.Tensor | None,
-              batch: int) -> torch.Tensor:
+def _gathered(
+    cache: torch.Tensor, batch_idx_B: torch.Tensor | None, block_table: torch.Tensor | None, batch: int
+) -> torch.Tensor:
     """Each batch row's cache as (B, HKV, C, D): its cache row, or its pages laid end to end.
     cache: (Bc, HKV, C, D), or paged (pages, HKV, page_size, D)."""
     if block_table is not None:
@@ -111,38 +116,84 @@ def _attend(q_BHLD, k_BKCD, v_BKCD, allowed_B1LC, *, seqlens_B, scale, softcap, 
 
 
 def kvcache_reference(
-    q_BHLD: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seqlens_B: torch.Tensor, *,
-    scale: float, causal: bool, window: tuple[int, int] = (-1, -1), leftpad_B: torch.Tensor | None = None,
-    batch_idx_B: torch.Tensor | None = None, block_table: torch.Tensor | None = None,
-    alibi_slopes: torch.Tensor | None = None, softcap: float = 0.0,
+    q_BHLD: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    seqlens_B: torch.Tensor,
+    *,
+    scale: float,
+    causal: bool,
+    window: tuple[int, int] = (-1, -1),
+    leftpad_B: torch.Tensor | None = None,
+    batch_idx_B: torch.Tensor | None = None,
+    block_table: torch.Tensor | None = None,
+    alibi_slopes: torch.Tensor | None = None,
+    softcap: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The float64 judge of decoding: (out (B, H, Lq, D) in q's dtype, lse (B, H, Lq), -inf for a
     row with no allowed key). The cache as ``triton_decode.decode_fwd`` takes it: (Bc, HKV, C, D),
     or paged (pages, HKV, page_size, D) with block_table."""
     k_BKCD = _gathered(k_cache, batch_idx_B, block_table, q_BHLD.shape[0])
     v_BKCD = _gathered(v_cache, batch_idx_B, block_table, q_BHLD.shape[0])
-    allowed_B1LC = allowed_keys(seqlens_B, q_BHLD.shape[2], k_BKCD.shape[2], causal=causal, window=window,
-                                leftpad_B=leftpad_B)
-    return _attend(q_BHLD, k_BKCD, v_BKCD, allowed_B1LC, seqlens_B=seqlens_B, scale=scale, softcap=softcap,
-                   alibi_slopes=alibi_slopes, dtype=torch.float64)
+    allowed_B1LC = allowed_keys(
+        seqlens_B, q_BHLD.shape[2], k_BKCD.shape[2], causal=causal, window=window, leftpad_B=leftpad_B
+    )
+    return _attend(
+        q_BHLD,
+        k_BKCD,
+        v_BKCD,
+        allowed_B1LC,
+        seqlens_B=seqlens_B,
+        scale=scale,
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+        dtype=torch.float64,
+    )
 
 
-def _torch_decode(q_BHLD, k_cache, v_cache, seqlens_B, *, scale, causal, window, leftpad_B, batch_idx_B,
-                  block_table, alibi_slopes, softcap):
+def _torch_decode(
+    q_BHLD,
+    k_cache,
+    v_cache,
+    seqlens_B,
+    *,
+    scale,
+    causal,
+    window,
+    leftpad_B,
+    batch_idx_B,
+    block_table,
+    alibi_slopes,
+    softcap,
+):
     """Decoding in PyTorch at the inputs' precision (float32 for 16-bit inputs): SDPA with a bool mask
     when nothing but the mask changes the scores, the explicit softmax otherwise."""
     k_BKCD = _gathered(k_cache, batch_idx_B, block_table, q_BHLD.shape[0])
     v_BKCD = _gathered(v_cache, batch_idx_B, block_table, q_BHLD.shape[0])
-    allowed_B1LC = allowed_keys(seqlens_B, q_BHLD.shape[2], k_BKCD.shape[2], causal=causal, window=window,
-                                leftpad_B=leftpad_B)
+    allowed_B1LC = allowed_keys(
+        seqlens_B, q_BHLD.shape[2], k_BKCD.shape[2], causal=causal, window=window, leftpad_B=leftpad_B
+    )
     dtype = torch.float64 if q_BHLD.dtype == torch.float64 else torch.float32
     if softcap > 0 or alibi_slopes is not None or q_BHLD.dtype != dtype:
-        return _attend(q_BHLD, k_BKCD, v_BKCD, allowed_B1LC, seqlens_B=seqlens_B, scale=scale, softcap=softcap,
-                       alibi_slopes=alibi_slopes, dtype=dtype)
+        return _attend(
+            q_BHLD,
+            k_BKCD,
+            v_BKCD,
+            allowed_B1LC,
+            seqlens_B=seqlens_B,
+            scale=scale,
+            softcap=softcap,
+            alibi_slopes=alibi_slopes,
+            dtype=dtype,
+        )
     row_ok_B1L1 = allowed_B1LC.any(-1, keepdim=True)
     gqa = q_BHLD.shape[1] != k_BKCD.shape[1]
-    out_BHLD = F.scaled_dot_product_attention(q_BHLD, k_BKCD, v_BKCD, attn_mask=allowed_B1LC | ~row_ok_B1L1,
-                                              scale=scale, enable_gqa=gqa) * row_ok_B1L1
+    out_BHLD = (
+        F.scaled_dot_product_attention(
+            q_BHLD, k_BKCD, v_BKCD, attn_mask=allowed_B1LC | ~row_ok_B1L1, scale=scale, enable_gqa=gqa
+        )
+        * row_ok_B1L1
+    )
     return out_BHLD, None
 
 
@@ -175,9 +226,21 @@ def _run(q_BHLD, k_cache, v_cache, seqlens_B, *, backend: Backend, want_lse: boo
             # a compiled graph traces the custom op; eager calls skip its dispatch (host time per step)
             launch = triton_decode.decode_op if torch.compiler.is_compiling() else triton_decode.launch
             out_BHLD, lse2_BHL = launch(
-                q_BHLD, k_cache, v_cache, seqlens_B, options.pop("scale"), options.pop("causal"), left, right,
-                options.pop("leftpad_B"), options.pop("batch_idx_B"), options.pop("block_table"),
-                options.pop("alibi_slopes"), float(options.pop("softcap")), options.pop("num_splits"))
+                q_BHLD,
+                k_cache,
+                v_cache,
+                seqlens_B,
+                options.pop("scale"),
+                options.pop("causal"),
+                left,
+                right,
+                options.pop("leftpad_B"),
+                options.pop("batch_idx_B"),
+                options.pop("block_table"),
+                options.pop("alibi_slopes"),
+                float(options.pop("softcap")),
+                options.pop("num_splits"),
+            )
             return out_BHLD, torch.where(lse2_BHL == float("inf"), float("-inf"), lse2_BHL * LN2)
         if backend is Backend.TRITON:
             raise ValueError(f"backend 'triton' cannot decode these inputs: {reason}")
@@ -219,25 +282,47 @@ def decode_attention(
     C = k_cache_BKCD.shape[2]
     scale = q_BHLD.shape[-1] ** -0.5 if scale is None else scale
     torch_path = backend not in (Backend.AUTO, Backend.TRITON, Backend.REFERENCE) or (
-        backend is Backend.AUTO and triton_reason(q_BHLD, k_cache_BKCD, v_cache_BKCD) is not None)
+        backend is Backend.AUTO and triton_reason(q_BHLD, k_cache_BKCD, v_cache_BKCD) is not None
+    )
     if cache_seqlens_B is None and torch_path:
         # every row full: SDPA unmasked for one query or none causal, else with the bottom-right causal mask
         mask_LC = None
         if causal and Lq > 1:
             mask_LC = torch.ones(Lq, C, dtype=torch.bool, device=q_BHLD.device).tril(C - Lq)
-        return F.scaled_dot_product_attention(q_BHLD, k_cache_BKCD, v_cache_BKCD, attn_mask=mask_LC, scale=scale,
-                                              enable_gqa=q_BHLD.shape[1] != k_cache_BKCD.shape[1])
+        return F.scaled_dot_product_attention(
+            q_BHLD,
+            k_cache_BKCD,
+            v_cache_BKCD,
+            attn_mask=mask_LC,
+            scale=scale,
+            enable_gqa=q_BHLD.shape[1] != k_cache_BKCD.shape[1],
+        )
     if cache_seqlens_B is None:
         cache_seqlens_B = torch.full((B,), C, dtype=torch.int32, device=q_BHLD.device)
-    out_BHLD, _ = _run(q_BHLD, k_cache_BKCD, v_cache_BKCD, cache_seqlens_B, backend=backend, want_lse=False,
-                       scale=scale, causal=causal, window=(-1, -1), leftpad_B=None, batch_idx_B=None,
-                       block_table=None, alibi_slopes=None, softcap=0.0, num_splits=num_splits)
+    out_BHLD, _ = _run(
+        q_BHLD,
+        k_cache_BKCD,
+        v_cache_BKCD,
+        cache_seqlens_B,
+        backend=backend,
+        want_lse=False,
+        scale=scale,
+        causal=causal,
+        window=(-1, -1),
+        leftpad_B=None,
+        batch_idx_B=None,
+        block_table=None,
+        alibi_slopes=None,
+        softcap=0.0,
+        num_splits=num_splits,
+    )
     return out_BHLD
 
 
 # ------------------------------------------------------------------------- flash-attn's signature
-def _rotate(x_BLHD: torch.Tensor, cos_RL: torch.Tensor, sin_RL: torch.Tensor, positions_BL: torch.Tensor,
-            interleaved: bool) -> torch.Tensor:
+def _rotate(
+    x_BLHD: torch.Tensor, cos_RL: torch.Tensor, sin_RL: torch.Tensor, positions_BL: torch.Tensor, interleaved: bool
+) -> torch.Tensor:
     """x with its first rotary_dim features rotated at `positions_BL`, in float32 (cos, sin (seqlen_ro, R))."""
     R = cos_RL.shape[1]
     cos_BL1R = cos_RL[positions_BL].unsqueeze(2).float()
@@ -258,8 +343,10 @@ def _int32_rows(name: str, value, batch: int, device: torch.device) -> torch.Ten
     if isinstance(value, int) and not isinstance(value, bool):
         return torch.full((batch,), value, dtype=torch.int32, device=device)
     if not isinstance(value, torch.Tensor) or value.shape != (batch,) or value.dtype != torch.int32:
-        raise ValueError(f"{name} must be an int or an int32 tensor of shape ({batch},), got "
-                         f"{getattr(value, 'dtype', type(value).__name__)} {tuple(getattr(value, 'shape', ()))}")
+        raise ValueError(
+            f"{name} must be an int or an int32 tensor of shape ({batch},), got "
+            f"{getattr(value, 'dtype', type(value).__name__)} {tuple(getattr(value, 'shape', ()))}"
+        )
     if value.device != device:
         raise ValueError(f"{name} is on {value.device} but q on {device}; move it with .to(q.device)")
     return value
@@ -313,12 +400,16 @@ def flash_attn_with_kvcache(
         out (B, Lq, H, D) in q's dtype; with return_softmax_lse (out, lse).
     """
     if q.dim() != 4 or k_cache.dim() != 4 or v_cache.dim() != 4:
-        raise ValueError(f"q must be (B, Lq, H, D) and k_cache, v_cache (Bc, C, HKV, D); got {q.dim()}-D, "
-                         f"{k_cache.dim()}-D, {v_cache.dim()}-D")
+        raise ValueError(
+            f"q must be (B, Lq, H, D) and k_cache, v_cache (Bc, C, HKV, D); got {q.dim()}-D, "
+            f"{k_cache.dim()}-D, {v_cache.dim()}-D"
+        )
     B, Lq, H, D = q.shape
     if k_cache.shape != v_cache.shape or k_cache.shape[3] != D or H % k_cache.shape[2]:
-        raise ValueError(f"k_cache and v_cache must be (Bc, C, HKV, D={D}) of one shape with H={H} a multiple of "
-                         f"HKV; got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+        raise ValueError(
+            f"k_cache and v_cache must be (Bc, C, HKV, D={D}) of one shape with H={H} a multiple of "
+            f"HKV; got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}"
+        )
     if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
         raise ValueError("k_cache and v_cache must be contiguous in their last (head) dim")
     if block_table is not None and cache_batch_idx is not None:
@@ -342,20 +433,29 @@ def flash_attn_with_kvcache(
     reach = int((seqlens_B.long() + Ln).max())
     if reach > capacity:
         paged = block_table is not None
-        where = (f"the {capacity} positions of block_table's {block_table.shape[1]} pages per row" if paged
-                 else f"the cache's {capacity} positions")
-        raise CacheOverflow(f"cache_seqlens{' + the new keys' if Ln else ''} must be at most {capacity}"
-                            f"{' (or give block_table more pages per row)' if paged else ''}: they reach position "
-                            f"{reach}, past {where}")
+        where = (
+            f"the {capacity} positions of block_table's {block_table.shape[1]} pages per row"
+            if paged
+            else f"the cache's {capacity} positions"
+        )
+        raise CacheOverflow(
+            f"cache_seqlens{' + the new keys' if Ln else ''} must be at most {capacity}"
+            f"{' (or give block_table more pages per row)' if paged else ''}: they reach position "
+            f"{reach}, past {where}"
+        )
     if k is not None:
         if k.shape != (B, Ln, HKV, D) or v.shape != k.shape:
-            raise ValueError(f"k and v must be (B={B}, Ln, HKV={HKV}, D={D}), got {tuple(k.shape)} and {tuple(v.shape)}")
+            raise ValueError(
+                f"k and v must be (B={B}, Ln, HKV={HKV}, D={D}), got {tuple(k.shape)} and {tuple(v.shape)}"
+            )
         positions_BL = seqlens_B.long().unsqueeze(1) + torch.arange(Ln, device=device)
         if rotary_cos is not None:
             k = _rotate(k, rotary_cos, rotary_sin, positions_BL, rotary_interleaved)
             q_positions_BL = seqlens_B.long().unsqueeze(1) + (
-                torch.arange(Lq, device=device) if causal or window_size != (-1, -1) else torch.zeros(Lq, device=device,
-                                                                                                     dtype=torch.long))
+                torch.arange(Lq, device=device)
+                if causal or window_size != (-1, -1)
+                else torch.zeros(Lq, device=device, dtype=torch.long)
+            )
             q = _rotate(q, rotary_cos, rotary_sin, q_positions_BL, rotary_interleaved)
         if block_table is not None:
             pages_BL = block_table.long().gather(1, positions_BL // k_cache.shape[1])
@@ -366,13 +466,25 @@ def flash_attn_with_kvcache(
             k_cache[rows_B1, positions_BL] = k
             v_cache[rows_B1, positions_BL] = v
         seqlens_B = seqlens_B + Ln
-    scale = D ** -0.5 if softmax_scale is None else float(softmax_scale)
+    scale = D**-0.5 if softmax_scale is None else float(softmax_scale)
     # (B, H, Lq, D) and (Bc, HKV, C, D) views: the kernels read any strides
     out_BHLD, lse_BHL = _run(
-        q.transpose(1, 2), k_cache.transpose(1, 2), v_cache.transpose(1, 2), seqlens_B.to(torch.int32),
-        backend=Backend.AUTO, want_lse=return_softmax_lse, scale=scale, causal=causal, window=tuple(window_size),
-        leftpad_B=leftpad_B, batch_idx_B=batch_idx_B, block_table=block_table, alibi_slopes=alibi_slopes,
-        softcap=softcap, num_splits=num_splits)
+        q.transpose(1, 2),
+        k_cache.transpose(1, 2),
+        v_cache.transpose(1, 2),
+        seqlens_B.to(torch.int32),
+        backend=Backend.AUTO,
+        want_lse=return_softmax_lse,
+        scale=scale,
+        causal=causal,
+        window=tuple(window_size),
+        leftpad_B=leftpad_B,
+        batch_idx_B=batch_idx_B,
+        block_table=block_table,
+        alibi_slopes=alibi_slopes,
+        softcap=softcap,
+        num_splits=num_splits,
+    )
     out = out_BHLD.transpose(1, 2)
     if not return_softmax_lse:
         return out

@@ -76,16 +76,20 @@ def _check_positive_length(name: str, value: int) -> None:
 def _check_window(window) -> None:
     if window is None:
         return
-    if not (isinstance(window, tuple) and len(window) == 2
-            and all(side is None or (isinstance(side, int) and not isinstance(side, bool)) for side in window)):
+    if not (
+        isinstance(window, tuple)
+        and len(window) == 2
+        and all(side is None or (isinstance(side, int) and not isinstance(side, bool)) for side in window)
+    ):
         raise ValueError(
             f"window must be None or a pair (left, right) of ints or None (None: unbounded on that side), got "
             f"{window!r}; e.g. (256, 256) lets query i attend keys i - 256 .. i + 256."
         )
 
 
-def _padded_lists(head_Z: torch.Tensor, row_Z: torch.Tensor, col_Z: torch.Tensor, heads: int,
-                  rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _padded_lists(
+    head_Z: torch.Tensor, row_Z: torch.Tensor, col_Z: torch.Tensor, heads: int, rows: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """CSR lists of Z allowed blocks (head, row, column), given sorted by (head, row, column):
     counts (heads, rows) int32 and indices (heads, rows, max(1, C)) int32, each row's columns
     ascending and padded with its last valid index (or 0 when the row is empty), as the layout
@@ -227,8 +231,9 @@ class BlockLayout:
                 counts_HR, indices_HRC = _padded_lists(head_Z, m_Z, n_Z, self.num_heads, self.num_q_blocks)
             else:  # by (head, key block); stable, so query blocks stay ascending
                 order_Z = torch.argsort(head_Z * self.num_kv_blocks + n_Z, stable=True)
-                counts_HR, indices_HRC = _padded_lists(head_Z[order_Z], n_Z[order_Z], m_Z[order_Z], self.num_heads,
-                                                       self.num_kv_blocks)
+                counts_HR, indices_HRC = _padded_lists(
+                    head_Z[order_Z], n_Z[order_Z], m_Z[order_Z], self.num_heads, self.num_kv_blocks
+                )
             self._cache[key] = (counts_HR.to(device), indices_HRC.to(device))
         return self._cache[key]
 
@@ -245,17 +250,14 @@ class BlockLayout:
                 "attention is only defined here for self-attention."
             )
         if "causal" not in self._cache:
-            self._cache["causal"] = BlockLayout(self.block_size, self.mask.tril(), self.q_len, self.kv_len,
-                                                self.window)
+            self._cache["causal"] = BlockLayout(self.block_size, self.mask.tril(), self.q_len, self.kv_len, self.window)
         return self._cache["causal"]
 
     def refine(self, block_size: int) -> BlockLayout:
         """The same token-level meaning at a smaller block size that divides this one."""
         _check_block_size(block_size)
         if self.block_size % block_size != 0:
-            raise ValueError(
-                f"refine needs a block size that divides {self.block_size}, got {block_size}."
-            )
+            raise ValueError(f"refine needs a block size that divides {self.block_size}, got {block_size}.")
         factor = self.block_size // block_size
         if factor == 1:
             return self
@@ -271,9 +273,14 @@ class BlockLayout:
         that the blocks of the range are whole blocks of this layout.  A window moves with the
         positions: j - i of the crop is that of the layout minus (kv_start - q_start)."""
         bs = self.block_size
-        if (q_start % bs or kv_start % bs or not 0 <= q_start < q_end <= self.q_len
-                or not 0 <= kv_start < kv_end <= self.kv_len
-                or (q_end % bs and q_end != self.q_len) or (kv_end % bs and kv_end != self.kv_len)):
+        if (
+            q_start % bs
+            or kv_start % bs
+            or not 0 <= q_start < q_end <= self.q_len
+            or not 0 <= kv_start < kv_end <= self.kv_len
+            or (q_end % bs and q_end != self.q_len)
+            or (kv_end % bs and kv_end != self.kv_len)
+        ):
             raise ValueError(
                 f"crop({q_start}, {q_end}, {kv_start}, {kv_end}) of a {self.q_len} x {self.kv_len} layout of "
                 f"blocks of {bs}: the ranges must be non-empty, inside the layout, start on a block and end on a "
@@ -281,7 +288,7 @@ class BlockLayout:
             )
         key = ("crop", q_start, q_end, kv_start, kv_end)
         if key not in self._cache:
-            mask_HMN = self.mask[:, q_start // bs: _num_blocks(q_end, bs), kv_start // bs: _num_blocks(kv_end, bs)]
+            mask_HMN = self.mask[:, q_start // bs : _num_blocks(q_end, bs), kv_start // bs : _num_blocks(kv_end, bs)]
             window = None
             if self.window is not None:
                 offset = kv_start - q_start
@@ -413,9 +420,7 @@ class BlockLayout:
         return cls(block_size, mask, q_len, q_len if kv_len is None else kv_len)
 
     @classmethod
-    def dense(
-        cls, q_len: int, kv_len: int | None = None, block_size: int = 128, num_heads: int = 1
-    ) -> BlockLayout:
+    def dense(cls, q_len: int, kv_len: int | None = None, block_size: int = 128, num_heads: int = 1) -> BlockLayout:
         """Every block allowed (dense attention expressed as a layout)."""
         kv_len = q_len if kv_len is None else kv_len
         _check_block_size(block_size)
@@ -435,8 +440,9 @@ class BlockLayout:
             raise ValueError(f"window must be a non-negative number of tokens, got {window!r}.")
         radius = -(-window // block_size)
         n = _num_blocks(seq_len, block_size)
-        return cls(block_size, _band(n, -radius, radius).unsqueeze(0), seq_len, seq_len,
-                   (window, window) if exact else None)
+        return cls(
+            block_size, _band(n, -radius, radius).unsqueeze(0), seq_len, seq_len, (window, window) if exact else None
+        )
 
     @classmethod
     def global_tokens(cls, seq_len: int, num_global_blocks: int, block_size: int = 128) -> BlockLayout:
@@ -504,9 +510,7 @@ class BlockLayout:
         return fixed | random
 
     @classmethod
-    def strided(
-        cls, seq_len: int, stride: int, block_size: int = 128, max_steps: int | None = None
-    ) -> BlockLayout:
+    def strided(cls, seq_len: int, stride: int, block_size: int = 128, max_steps: int | None = None) -> BlockLayout:
         """Strided / dilated: query block m attends key blocks n with (m - n) % stride == 0.
 
         `stride` is in blocks. `max_steps` limits the pattern to |m - n| <= max_steps * stride

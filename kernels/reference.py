@@ -28,7 +28,6 @@ bottom-right corner of the score matrix, as flash-attn aligns them),
 from __future__ import annotations
 
 import torch
-
 from genoformer.kernels.documents import document_mask
 from genoformer.kernels.dropout import keep_mask
 from genoformer.kernels.layout import BlockLayout
@@ -72,8 +71,9 @@ def allowed_mask(
     return mask_BHLS
 
 
-def window_mask(q_len: int, kv_len: int, window: tuple[int | None, int | None] | None,
-                device: torch.device | str = "cpu") -> torch.Tensor | None:
+def window_mask(
+    q_len: int, kv_len: int, window: tuple[int | None, int | None] | None, device: torch.device | str = "cpu"
+) -> torch.Tensor | None:
     """(L, S) bool: i + shift - left <= j <= i + shift + right (shift = S - L; a side None or
     negative is unbounded), or None when the window bounds nothing."""
     if window is None:
@@ -81,8 +81,11 @@ def window_mask(q_len: int, kv_len: int, window: tuple[int | None, int | None] |
     left, right = (None if side is None or side < 0 else side for side in window)
     if left is None and right is None:
         return None
-    offset_LS = (torch.arange(kv_len, device=device).view(1, -1) - torch.arange(q_len, device=device).view(-1, 1)
-                 - (kv_len - q_len))  # j - i - shift
+    offset_LS = (
+        torch.arange(kv_len, device=device).view(1, -1)
+        - torch.arange(q_len, device=device).view(-1, 1)
+        - (kv_len - q_len)
+    )  # j - i - shift
     band_LS = torch.ones(q_len, kv_len, dtype=torch.bool, device=device)
     if left is not None:
         band_LS &= offset_LS >= -left
@@ -93,8 +96,11 @@ def window_mask(q_len: int, kv_len: int, window: tuple[int | None, int | None] |
 
 def alibi_bias(slopes: torch.Tensor, batch: int, q_len: int, kv_len: int, dtype: torch.dtype) -> torch.Tensor:
     """(B or 1, Hq, L, S): -slope * |j - i - shift| (shift = S - L) for slopes (Hq,) or (B, Hq)."""
-    offset_LS = (torch.arange(kv_len, device=slopes.device).view(1, -1)
-                 - torch.arange(q_len, device=slopes.device).view(-1, 1) - (kv_len - q_len))
+    offset_LS = (
+        torch.arange(kv_len, device=slopes.device).view(1, -1)
+        - torch.arange(q_len, device=slopes.device).view(-1, 1)
+        - (kv_len - q_len)
+    )
     slopes_BH11 = slopes.to(dtype).reshape(-1, slopes.shape[-1], 1, 1)
     return -slopes_BH11 * offset_LS.abs().to(dtype)
 
@@ -127,16 +133,56 @@ def reference_attention(
     dropout_p > 0), varlen (a `triton_flash.Varlen`; q (1, Hq, total_q, D)): see the module docstring.
     """
     if varlen is not None:
-        return _varlen_reference(q, k, v, varlen, causal=causal, scale=scale, return_lse=return_lse, window=window,
-                                 alibi_slopes=alibi_slopes, softcap=softcap, dropout_p=dropout_p,
-                                 dropout_rng=dropout_rng)
-    return _reference(q, k, v, causal=causal, layout=layout, kv_lens=kv_lens, scale=scale, cu_seqlens=cu_seqlens,
-                      return_lse=return_lse, window=window, alibi_slopes=alibi_slopes, softcap=softcap,
-                      dropout_p=dropout_p, dropout_rng=dropout_rng)
+        return _varlen_reference(
+            q,
+            k,
+            v,
+            varlen,
+            causal=causal,
+            scale=scale,
+            return_lse=return_lse,
+            window=window,
+            alibi_slopes=alibi_slopes,
+            softcap=softcap,
+            dropout_p=dropout_p,
+            dropout_rng=dropout_rng,
+        )
+    return _reference(
+        q,
+        k,
+        v,
+        causal=causal,
+        layout=layout,
+        kv_lens=kv_lens,
+        scale=scale,
+        cu_seqlens=cu_seqlens,
+        return_lse=return_lse,
+        window=window,
+        alibi_slopes=alibi_slopes,
+        softcap=softcap,
+        dropout_p=dropout_p,
+        dropout_rng=dropout_rng,
+    )
 
 
-def _reference(q, k, v, *, causal, layout, kv_lens, scale, cu_seqlens, return_lse, window, alibi_slopes, softcap,
-               dropout_p, dropout_rng, first_row: int = 0):
+def _reference(
+    q,
+    k,
+    v,
+    *,
+    causal,
+    layout,
+    kv_lens,
+    scale,
+    cu_seqlens,
+    return_lse,
+    window,
+    alibi_slopes,
+    softcap,
+    dropout_p,
+    dropout_rng,
+    first_row: int = 0,
+):
     """`reference_attention` of a batch (dropout rows counted from first_row)."""
     B, Hq, L, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
@@ -151,7 +197,14 @@ def _reference(q, k, v, *, causal, layout, kv_lens, scale, cu_seqlens, return_ls
     if alibi_slopes is not None:
         scores_BHLS = scores_BHLS + alibi_bias(alibi_slopes.to(q.device), B, L, S, torch.float64)
     mask_BHLS = allowed_mask(
-        L, S, causal=causal, layout=layout, kv_lens=kv_lens, device=q.device, cu_seqlens=cu_seqlens, batch=B,
+        L,
+        S,
+        causal=causal,
+        layout=layout,
+        kv_lens=kv_lens,
+        device=q.device,
+        cu_seqlens=cu_seqlens,
+        batch=B,
         window=window,
     )
     if mask_BHLS is None:
@@ -170,17 +223,32 @@ def _reference(q, k, v, *, causal, layout, kv_lens, scale, cu_seqlens, return_ls
     return out_BHLD, masked_logsumexp(scores_BHLS, mask_BHLS).to(lse_dtype(q.dtype))
 
 
-def _varlen_reference(q, k, v, varlen, *, causal, scale, return_lse, window, alibi_slopes, softcap, dropout_p,
-                      dropout_rng):
+def _varlen_reference(
+    q, k, v, varlen, *, causal, scale, return_lse, window, alibi_slopes, softcap, dropout_p, dropout_rng
+):
     """Each sequence of a varlen batch alone (`_reference`), written back in place (differentiable)."""
     cu_q, cu_k = varlen.cu_seqlens_q.tolist(), varlen.cu_seqlens_k.tolist()
     outs, lses = [], []
     for s in range(len(cu_q) - 1):
         rows, keys = slice(cu_q[s], cu_q[s + 1]), slice(cu_k[s], cu_k[s + 1])
         slopes = alibi_slopes if alibi_slopes is None or alibi_slopes.dim() == 1 else alibi_slopes[s]
-        result = _reference(q[:, :, rows], k[:, :, keys], v[:, :, keys], causal=causal, layout=None, kv_lens=None,
-                            scale=scale, cu_seqlens=None, return_lse=True, window=window, alibi_slopes=slopes,
-                            softcap=softcap, dropout_p=dropout_p, dropout_rng=dropout_rng, first_row=s)
+        result = _reference(
+            q[:, :, rows],
+            k[:, :, keys],
+            v[:, :, keys],
+            causal=causal,
+            layout=None,
+            kv_lens=None,
+            scale=scale,
+            cu_seqlens=None,
+            return_lse=True,
+            window=window,
+            alibi_slopes=slopes,
+            softcap=softcap,
+            dropout_p=dropout_p,
+            dropout_rng=dropout_rng,
+            first_row=s,
+        )
         outs.append(result[0])
         lses.append(result[1])
     out = torch.cat(outs, dim=2)

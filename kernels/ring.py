@@ -57,7 +57,6 @@ import functools
 
 import torch
 import torch.distributed as dist
-
 from genoformer.kernels import dispatch
 from genoformer.kernels.dispatch import AttentionPlan, Backend
 from genoformer.kernels.layout import BlockLayout
@@ -229,8 +228,9 @@ def ring_attention(
     _check_shards(q, k, v)
     sharding = _sharding(sharding, q, layout, group, world, rank)
     scale = q.shape[-1] ** -0.5 if scale is None else dispatch._check_scale(scale)
-    schedule = [_pairs(q, k, sharding, rank, owner, causal=causal, layout=layout, backend=backend)
-                for owner in range(world)]
+    schedule = [
+        _pairs(q, k, sharding, rank, owner, causal=causal, layout=layout, backend=backend) for owner in range(world)
+    ]
     out, lse = _RingAttention.apply(q, k, v, _Ring(group, world, rank, sharding), schedule, scale)
     return (out, lse) if return_lse else out
 
@@ -277,7 +277,8 @@ class _RingAttention(torch.autograd.Function):
                 part_out, part_lse = _attend(q, kv_2BHSD, pair, scale)
                 rows = slice(pair.q0, pair.q1)
                 out_BHLD[:, :, rows], lse_BHL[:, :, rows] = merge_partials(
-                    out_BHLD[:, :, rows], lse_BHL[:, :, rows], part_out, part_lse)
+                    out_BHLD[:, :, rows], lse_BHL[:, :, rows], part_out, part_lse
+                )
             for work in works:
                 work.wait()
             kv_2BHSD = arriving
@@ -306,9 +307,9 @@ class _RingAttention(torch.autograd.Function):
             works, arriving = ring.exchange(kv_2BHSD, ring.owner(step + 1)) if step < ring.world - 1 else ([], None)
             for pair in ctx.schedule[ring.owner(step)]:
                 dq, dk, dv = _attend_backward(q, kv_2BHSD, pair, scale, lse_BHL, dout_BHLD, dout_out_BHL)
-                dq_BHLD[:, :, pair.q0:pair.q1] += dq
-                dkv_2BHSD[0, :, :, pair.k0:pair.k1] += dk
-                dkv_2BHSD[1, :, :, pair.k0:pair.k1] += dv
+                dq_BHLD[:, :, pair.q0 : pair.q1] += dq
+                dkv_2BHSD[0, :, :, pair.k0 : pair.k1] += dk
+                dkv_2BHSD[1, :, :, pair.k0 : pair.k1] += dv
             for work in works:
                 work.wait()
             # the accumulated dK, dV follow their shard; after the last step they reach its owner
@@ -324,8 +325,14 @@ def _attend(q, kv_2BHSD, pair: _Pair, scale: float) -> tuple[torch.Tensor, torch
     """One pair's (out, lse) through `attention`."""
     rows, keys = slice(pair.q0, pair.q1), slice(pair.k0, pair.k1)
     return dispatch.attention(
-        q[:, :, rows], kv_2BHSD[0, :, :, keys], kv_2BHSD[1, :, :, keys], causal=pair.causal,
-        layout=pair.plan.layout, scale=scale, backend=pair.plan.backend, return_lse=True,
+        q[:, :, rows],
+        kv_2BHSD[0, :, :, keys],
+        kv_2BHSD[1, :, :, keys],
+        causal=pair.causal,
+        layout=pair.plan.layout,
+        scale=scale,
+        backend=pair.plan.backend,
+        return_lse=True,
     )
 
 
@@ -336,7 +343,11 @@ def _attend_backward(q, kv_2BHSD, pair: _Pair, scale: float, lse_BHL, dout_BHLD,
     inputs = [t.detach().requires_grad_() for t in (q[:, :, rows], kv_2BHSD[0, :, :, keys], kv_2BHSD[1, :, :, keys])]
     with torch.enable_grad():
         part_out, part_lse = dispatch.attention(
-            *inputs, causal=pair.causal, layout=pair.plan.layout, scale=scale, backend=pair.plan.backend,
+            *inputs,
+            causal=pair.causal,
+            layout=pair.plan.layout,
+            scale=scale,
+            backend=pair.plan.backend,
             return_lse=True,
         )
     part_lse_acc = part_lse.detach().to(lse_BHL.dtype)
@@ -346,7 +357,8 @@ def _attend_backward(q, kv_2BHSD, pair: _Pair, scale: float, lse_BHL, dout_BHLD,
     dout_part = dout_BHLD[:, :, rows]
     dlse_part = w_BHL * ((dout_part * part_out.detach().to(dout_part.dtype)).sum(-1) - dout_out_BHL[:, :, rows])
     grads = torch.autograd.grad(
-        (part_out, part_lse), inputs,
+        (part_out, part_lse),
+        inputs,
         ((w_BHL.unsqueeze(-1) * dout_part).to(part_out.dtype), dlse_part.to(part_lse.dtype)),
     )
     return grads
@@ -357,8 +369,10 @@ def _world(group) -> tuple[int, int]:
     """(W, this rank) of the group; (1, 0) when torch.distributed is not initialised."""
     if not (dist.is_available() and dist.is_initialized()):
         if group is not None:
-            raise ValueError("a process group was given but torch.distributed is not initialised; "
-                             "call torch.distributed.init_process_group first.")
+            raise ValueError(
+                "a process group was given but torch.distributed is not initialised; "
+                "call torch.distributed.init_process_group first."
+            )
         return 1, 0
     return dist.get_world_size(group), dist.get_rank(group)
 
@@ -366,8 +380,10 @@ def _world(group) -> tuple[int, int]:
 def _check_shards(q, k, v) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            raise ValueError(f"{name} must be a 4-D tensor (B, H, Lr, D) of this rank's shard, got "
-                             f"{getattr(t, 'shape', type(t).__name__)}.")
+            raise ValueError(
+                f"{name} must be a 4-D tensor (B, H, Lr, D) of this rank's shard, got "
+                f"{getattr(t, 'shape', type(t).__name__)}."
+            )
     if k.shape != v.shape or k.shape[0] != q.shape[0] or k.shape[2:] != q.shape[2:]:
         raise ValueError(
             f"ring attention is self-attention over one sharded sequence: k, v (B, Hkv, Lr, D) must match q "
@@ -412,8 +428,9 @@ def _sharding(sharding: Sharding | None, q, layout: BlockLayout | None, group, w
     return sharding
 
 
-def _pairs(q, k, sharding: Sharding, rank: int, owner: int, *, causal: bool, layout: BlockLayout | None,
-           backend: Backend) -> list[_Pair]:
+def _pairs(
+    q, k, sharding: Sharding, rank: int, owner: int, *, causal: bool, layout: BlockLayout | None, backend: Backend
+) -> list[_Pair]:
     """The attention calls of this rank while it holds `owner`'s shard; empty pairs left out: key
     chunks wholly after the query chunk (causal) and pairs whose sub-layout allows no block."""
     B, Hq, _, D = q.shape
@@ -429,8 +446,18 @@ def _pairs(q, k, sharding: Sharding, rank: int, owner: int, *, causal: bool, lay
                 visible = bool((sub.with_causal() if diagonal else sub).mask.any())
             if visible:
                 plan = dispatch.plan_attention(
-                    backend, batch=B, q_heads=Hq, kv_heads=k.shape[1], q_len=qb - qa, kv_len=kb - ka, head_dim=D,
-                    dtype=q.dtype, device=q.device, causal=diagonal, layout=sub, return_lse=True,
+                    backend,
+                    batch=B,
+                    q_heads=Hq,
+                    kv_heads=k.shape[1],
+                    q_len=qb - qa,
+                    kv_len=kb - ka,
+                    head_dim=D,
+                    dtype=q.dtype,
+                    device=q.device,
+                    causal=diagonal,
+                    layout=sub,
+                    return_lse=True,
                 )
                 pairs.append(_Pair(q0, q0 + qb - qa, k0, k0 + kb - ka, diagonal, plan))
             k0 += kb - ka

@@ -28,20 +28,25 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-
 from genoformer.kernels.layout import BlockLayout
 from genoformer.kernels.reference import alibi_bias, allowed_mask, lse_dtype, masked_logsumexp
 
 
 def _mask_free(L: int, S: int, *, causal: bool, layout, kv_lens, cu_seqlens, alibi_slopes) -> bool:
     """Whether SDPA runs these inputs without a mask (its is_causal is aligned top-left: Lq == Lk only)."""
-    return (layout is None and kv_lens is None and cu_seqlens is None and alibi_slopes is None
-            and (not causal or L == S))
+    return layout is None and kv_lens is None and cu_seqlens is None and alibi_slopes is None and (not causal or L == S)
 
 
 def mask_elements(
-    q: torch.Tensor, k: torch.Tensor, *, layout: BlockLayout | None, kv_lens, cu_seqlens=None,
-    return_lse: bool = False, causal: bool = False, alibi_slopes: torch.Tensor | None = None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    *,
+    layout: BlockLayout | None,
+    kv_lens,
+    cu_seqlens=None,
+    return_lse: bool = False,
+    causal: bool = False,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> int:
     """Elements of the mask SDPA would need (0 when it runs mask-free), or with return_lse
     of the score matrix its lse is computed from, when that is larger."""
@@ -49,8 +54,9 @@ def mask_elements(
     S = k.shape[2]
     if return_lse:
         return B * Hq * L * S
-    if _mask_free(L, S, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
-                  alibi_slopes=alibi_slopes):
+    if _mask_free(
+        L, S, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens, alibi_slopes=alibi_slopes
+    ):
         return 0
     heads = Hq if alibi_slopes is not None else 1 if layout is None else layout.num_heads
     per_row = kv_lens is not None or cu_seqlens is not None or (alibi_slopes is not None and alibi_slopes.dim() == 2)
@@ -77,12 +83,14 @@ def sdpa_attention(
     S = k.shape[2]
     mask_BHLS = None
     bias_BHLS = None if alibi_slopes is None else alibi_bias(alibi_slopes, B, L, S, q.dtype)
-    if _mask_free(L, S, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
-                  alibi_slopes=alibi_slopes):
+    if _mask_free(
+        L, S, causal=causal, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens, alibi_slopes=alibi_slopes
+    ):
         out_BHLD = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=gqa)
     else:
-        mask_BHLS = allowed_mask(L, S, causal=causal, layout=layout, kv_lens=kv_lens, device=q.device,
-                                 cu_seqlens=cu_seqlens, batch=B)
+        mask_BHLS = allowed_mask(
+            L, S, causal=causal, layout=layout, kv_lens=kv_lens, device=q.device, cu_seqlens=cu_seqlens, batch=B
+        )
         if mask_BHLS is None:  # ALiBi alone
             attn_mask, row_ok_BHL1 = bias_BHLS, None
         else:
@@ -99,8 +107,13 @@ def sdpa_attention(
     return out_BHLD, _lse(q, k, mask_BHLS, q.shape[-1] ** -0.5 if scale is None else scale, alibi_slopes)
 
 
-def _lse(q: torch.Tensor, k: torch.Tensor, mask_BHLS: torch.Tensor | None, scale: float,
-         alibi_slopes: torch.Tensor | None = None) -> torch.Tensor:
+def _lse(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    mask_BHLS: torch.Tensor | None,
+    scale: float,
+    alibi_slopes: torch.Tensor | None = None,
+) -> torch.Tensor:
     """(B, Hq, L) logsumexp of the allowed scaled scores (ALiBi's biases added), -inf for a row with none."""
     dtype = lse_dtype(q.dtype)
     k_BHSD = k.to(dtype).repeat_interleave(q.shape[1] // k.shape[1], dim=1)

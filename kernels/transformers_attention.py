@@ -45,14 +45,13 @@ import logging
 from typing import Callable, NamedTuple, Optional
 
 import torch
+from genoformer.kernels.backend import Backend
+from genoformer.kernels.dispatch import attention
+from genoformer.kernels.kvcache import _run as decode_run
 from torch.utils.weak import WeakIdKeyDictionary
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask, sdpa_mask
-
-from genoformer.kernels.backend import Backend
-from genoformer.kernels.dispatch import attention
-from genoformer.kernels.kvcache import _run as decode_run
 
 logger = logging.getLogger("genoformer.kernels")
 
@@ -61,18 +60,41 @@ _warned: set[str] = set()
 
 
 # ------------------------------------------------------------------------------------ masks
-def genoformer_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0, kv_offset: int = 0,
-                    mask_function: Optional[Callable] = None, attention_mask: Optional[torch.Tensor] = None,
-                    use_vmap: bool = False, **kwargs) -> Optional[torch.Tensor]:
+def genoformer_mask(
+    batch_size: int,
+    q_length: int,
+    kv_length: int,
+    q_offset: int = 0,
+    kv_offset: int = 0,
+    mask_function: Optional[Callable] = None,
+    attention_mask: Optional[torch.Tensor] = None,
+    use_vmap: bool = False,
+    **kwargs,
+) -> Optional[torch.Tensor]:
     """The mask a model hands to the attention function: the (B, Lk) bool padding mask of the keys,
     or None without padding (flash-attn's form); for a custom pattern (transformers builds those
     with use_vmap) the full (B, 1, Lq, Lk) bool mask, which the attention function runs on SDPA."""
     if use_vmap:
-        return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
-                         kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
-                         allow_is_causal_skip=False, use_vmap=True, device=kwargs.get("device", "cpu"))
-    return flash_attention_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
-                                kv_offset=kv_offset, attention_mask=attention_mask)
+        return sdpa_mask(
+            batch_size=batch_size,
+            q_length=q_length,
+            kv_length=kv_length,
+            q_offset=q_offset,
+            kv_offset=kv_offset,
+            mask_function=mask_function,
+            attention_mask=attention_mask,
+            allow_is_causal_skip=False,
+            use_vmap=True,
+            device=kwargs.get("device", "cpu"),
+        )
+    return flash_attention_mask(
+        batch_size=batch_size,
+        q_length=q_length,
+        kv_length=kv_length,
+        q_offset=q_offset,
+        kv_offset=kv_offset,
+        attention_mask=attention_mask,
+    )
 
 
 class Padding(NamedTuple):
@@ -157,9 +179,18 @@ def _sdpa_fallback(module, query, key, value, mask, *, causal, window, dropout, 
         mask = mask | ~mask.any(-1, keepdim=True)
         causal = False
     elif mask is None and window is not None:
-        return _sdpa_fallback(module, query, key, value,
-                              torch.ones(query.shape[0], key.shape[2], dtype=torch.bool, device=query.device),
-                              causal=causal, window=window, dropout=dropout, scaling=scaling, reason=reason)
+        return _sdpa_fallback(
+            module,
+            query,
+            key,
+            value,
+            torch.ones(query.shape[0], key.shape[2], dtype=torch.bool, device=query.device),
+            causal=causal,
+            window=window,
+            dropout=dropout,
+            scaling=scaling,
+            reason=reason,
+        )
     return sdpa_attention_forward(module, query, key, value, mask, dropout=dropout, scaling=scaling, is_causal=causal)
 
 
@@ -183,43 +214,108 @@ def _padding_args(runs: Optional[Padding], position_ids, B: int, Lq: int, Lk: in
 def make_attention_forward(backend: Backend) -> Callable:
     """The attention function registered for `backend` (see the module docstring)."""
 
-    def genoformer_attention_forward(module, query, key, value, attention_mask, dropout: float = 0.0,
-                                     scaling: Optional[float] = None, sliding_window: Optional[int] = None,
-                                     softcap: Optional[float] = None, is_causal: Optional[bool] = None, **kwargs):
+    def genoformer_attention_forward(
+        module,
+        query,
+        key,
+        value,
+        attention_mask,
+        dropout: float = 0.0,
+        scaling: Optional[float] = None,
+        sliding_window: Optional[int] = None,
+        softcap: Optional[float] = None,
+        is_causal: Optional[bool] = None,
+        **kwargs,
+    ):
         B, H, Lq, D = query.shape
         Lk = key.shape[2]
         causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True)) and Lq > 1
         window = sliding_window if sliding_window is not None and sliding_window < Lk else None
         softcap = float(softcap or 0.0)
-        scale = D ** -0.5 if scaling is None else float(scaling)
+        scale = D**-0.5 if scaling is None else float(scaling)
         fallback = dict(causal=causal, window=window, dropout=dropout, scaling=scaling)
         if attention_mask is not None and attention_mask.dim() == 4:
-            return _sdpa_fallback(module, query, key, value, attention_mask, **fallback,
-                                  reason="the model built a custom mask pattern (a 4D mask)")
+            return _sdpa_fallback(
+                module,
+                query,
+                key,
+                value,
+                attention_mask,
+                **fallback,
+                reason="the model built a custom mask pattern (a 4D mask)",
+            )
         runs = None
         if attention_mask is not None:
             runs = padding_runs(attention_mask)
             if runs is None:
-                return _sdpa_fallback(module, query, key, value, attention_mask, **fallback,
-                                      reason="a padding mask with padded keys between valid ones")
+                return _sdpa_fallback(
+                    module,
+                    query,
+                    key,
+                    value,
+                    attention_mask,
+                    **fallback,
+                    reason="a padding mask with padded keys between valid ones",
+                )
         featured = window is not None or softcap > 0 or dropout > 0
         if not featured and Lq == Lk:
             kv_lens, cu_seqlens = _padding_args(runs, kwargs.get("position_ids"), B, Lq, Lk)
-            out_BHLD = attention(query, key, value, causal=causal, kv_lens=kv_lens, cu_seqlens=cu_seqlens,
-                                 scale=scale, backend=backend)
+            out_BHLD = attention(
+                query, key, value, causal=causal, kv_lens=kv_lens, cu_seqlens=cu_seqlens, scale=scale, backend=backend
+            )
             return out_BHLD.transpose(1, 2), None
         if not _needs_grad(query, key, value) and dropout == 0:
-            return _decode(module, query, key, value, attention_mask, runs, causal=causal, window=window,
-                           softcap=softcap, scale=scale, backend=backend, fallback=fallback)
-        return _featured(module, query, key, value, attention_mask, runs, kwargs.get("position_ids"), causal=causal,
-                         window=window, softcap=softcap, dropout=dropout, scale=scale, backend=backend,
-                         fallback=fallback)
+            return _decode(
+                module,
+                query,
+                key,
+                value,
+                attention_mask,
+                runs,
+                causal=causal,
+                window=window,
+                softcap=softcap,
+                scale=scale,
+                backend=backend,
+                fallback=fallback,
+            )
+        return _featured(
+            module,
+            query,
+            key,
+            value,
+            attention_mask,
+            runs,
+            kwargs.get("position_ids"),
+            causal=causal,
+            window=window,
+            softcap=softcap,
+            dropout=dropout,
+            scale=scale,
+            backend=backend,
+            fallback=fallback,
+        )
 
     return genoformer_attention_forward
 
 
-def _featured(module, query, key, value, attention_mask, runs, position_ids, *, causal, window, softcap, dropout,
-              scale, backend, fallback):
+def _featured(
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    runs,
+    position_ids,
+    *,
+    causal,
+    window,
+    softcap,
+    dropout,
+    scale,
+    backend,
+    fallback,
+):
     """Sliding windows, softcap, attention dropout and queries fewer than keys, with autograd: the
     Triton kernels on a GPU (exact token windows, in-kernel dropout regenerated by the backward), the
     float64 reference elsewhere, whose parameters they share."""
@@ -230,20 +326,36 @@ def _featured(module, query, key, value, attention_mask, runs, position_ids, *, 
     Lk = key.shape[2]
     padding = _padding_args(runs, position_ids, B, Lq, Lk)
     if padding is None:
-        return _sdpa_fallback(module, query, key, value, attention_mask, **fallback,
-                              reason="left padding with fewer queries than keys")
+        return _sdpa_fallback(
+            module, query, key, value, attention_mask, **fallback, reason="left padding with fewer queries than keys"
+        )
     kv_lens, cu_seqlens = padding
-    options = dict(causal=causal, kv_lens=kv_lens, cu_seqlens=cu_seqlens, scale=scale, softcap=softcap,
-                   window=None if window is None else (window - 1, None if causal else window - 1),
-                   dropout_p=dropout, dropout_rng=draw_rng(query.device) if dropout > 0 else None)
+    options = dict(
+        causal=causal,
+        kv_lens=kv_lens,
+        cu_seqlens=cu_seqlens,
+        scale=scale,
+        softcap=softcap,
+        window=None if window is None else (window - 1, None if causal else window - 1),
+        dropout_p=dropout,
+        dropout_rng=draw_rng(query.device) if dropout > 0 else None,
+    )
     if backend is Backend.TRITON or (backend is Backend.AUTO and query.is_cuda):
         from genoformer.kernels import triton_flash
 
-        reason = triton_flash.unsupported_reason(query, key, value, causal=causal, layout=None, kv_lens=kv_lens,
-                                                 cu_seqlens=cu_seqlens)
+        reason = triton_flash.unsupported_reason(
+            query, key, value, causal=causal, layout=None, kv_lens=kv_lens, cu_seqlens=cu_seqlens
+        )
         if reason is not None:
-            return _sdpa_fallback(module, query, key, value, attention_mask, **fallback,
-                                  reason=f"windows, softcap and dropout run on our Triton kernels only, and {reason}")
+            return _sdpa_fallback(
+                module,
+                query,
+                key,
+                value,
+                attention_mask,
+                **fallback,
+                reason=f"windows, softcap and dropout run on our Triton kernels only, and {reason}",
+            )
         return triton_flash.triton_attention(query, key, value, **options).transpose(1, 2), None
     return reference_attention(query, key, value, **options).transpose(1, 2), None
 
@@ -258,20 +370,47 @@ def _decode(module, query, key, value, attention_mask, runs, *, causal, window, 
     leftpad_B = None
     if runs is not None:
         if not causal and window is not None:
-            return _sdpa_fallback(module, query, key, value, attention_mask, **fallback,
-                                  reason="padding with a bidirectional sliding window")
+            return _sdpa_fallback(
+                module,
+                query,
+                key,
+                value,
+                attention_mask,
+                **fallback,
+                reason="padding with a bidirectional sliding window",
+            )
         if causal and not bool((runs.hi_B == Lk).all()) and Lq < Lk:
-            return _sdpa_fallback(module, query, key, value, attention_mask, **fallback,
-                                  reason="padding after the last key while decoding with a cache")
+            return _sdpa_fallback(
+                module,
+                query,
+                key,
+                value,
+                attention_mask,
+                **fallback,
+                reason="padding after the last key while decoding with a cache",
+            )
         # causal: queries sit at the last Lq keys, and the keys after a valid query are never seen;
         # bidirectional without a window: positions do not matter, the valid run is the keys
         leftpad_B = runs.lo_B
         if not causal:
             seqlens_B = runs.hi_B
-    out_BHLD, _ = decode_run(query, key, value, seqlens_B, backend=backend, want_lse=False, scale=scale,
-                             causal=causal, window=(window - 1 if window else -1, window - 1 if window else -1),
-                             leftpad_B=leftpad_B, batch_idx_B=None, block_table=None, alibi_slopes=None,
-                             softcap=softcap, num_splits=0)
+    out_BHLD, _ = decode_run(
+        query,
+        key,
+        value,
+        seqlens_B,
+        backend=backend,
+        want_lse=False,
+        scale=scale,
+        causal=causal,
+        window=(window - 1 if window else -1, window - 1 if window else -1),
+        leftpad_B=leftpad_B,
+        batch_idx_B=None,
+        block_table=None,
+        alibi_slopes=None,
+        softcap=softcap,
+        num_splits=0,
+    )
     return out_BHLD.transpose(1, 2), None
 
 

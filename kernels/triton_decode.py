@@ -45,10 +45,9 @@ import math
 import torch
 import triton
 import triton.language as tl
-from triton.runtime.interpreter import InterpretedFunction
-
 from genoformer.kernels.triton_flash_configs import HEAD_DIMS, tile_dim
 from genoformer.kernels.triton_flash_fwd import LOG2E, load_tile, mma
+from triton.runtime.interpreter import InterpretedFunction
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 MIN_CHUNK = 256
@@ -77,13 +76,55 @@ def _key_rows(BLOCK_TABLE, b, sbt_b, cache_row, offs_n, n_ok, sk_b, sk_l, page_s
 
 @triton.jit
 def decode_fwd_kernel(
-    Q, K, V, O, LSE, PO, PM, PL, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, ALIBI,
-    sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, so_b, so_h, so_l, sbt_b, salibi_b,
-    H, GROUP, Lq, chunk, page_size, qk_scale, softcap, left, right,
-    D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    LEFT_BOUND: tl.constexpr, RIGHT_BOUND: tl.constexpr, HAS_LEFTPAD: tl.constexpr,
-    HAS_BATCH_IDX: tl.constexpr, PAGED: tl.constexpr, HAS_ALIBI: tl.constexpr, SOFTCAP: tl.constexpr,
-    SPLIT: tl.constexpr, DOT_F32: tl.constexpr,
+    Q,
+    K,
+    V,
+    O,
+    LSE,
+    PO,
+    PM,
+    PL,
+    SEQLENS,
+    LEFTPAD,
+    BATCH_IDX,
+    BLOCK_TABLE,
+    ALIBI,
+    sq_b,
+    sq_h,
+    sq_l,
+    sk_b,
+    sk_h,
+    sk_l,
+    sv_b,
+    sv_h,
+    sv_l,
+    so_b,
+    so_h,
+    so_l,
+    sbt_b,
+    salibi_b,
+    H,
+    GROUP,
+    Lq,
+    chunk,
+    page_size,
+    qk_scale,
+    softcap,
+    left,
+    right,
+    D: tl.constexpr,
+    D_TILE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    LEFT_BOUND: tl.constexpr,
+    RIGHT_BOUND: tl.constexpr,
+    HAS_LEFTPAD: tl.constexpr,
+    HAS_BATCH_IDX: tl.constexpr,
+    PAGED: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
+    SOFTCAP: tl.constexpr,
+    SPLIT: tl.constexpr,
+    DOT_F32: tl.constexpr,
 ):
     # grid: (query tiles of Lq * GROUP rows, B * HKV, splits)
     HKV = H // GROUP
@@ -115,8 +156,13 @@ def decode_fwd_kernel(
     if RIGHT_BOUND:
         k_hi = tl.minimum(k_hi, hi - Lq + last_i + right + 1)
 
-    q_ptrs = Q + b.to(tl.int64) * sq_b + h_r[:, None].to(tl.int64) * sq_h + offs_i[:, None].to(tl.int64) * sq_l \
+    q_ptrs = (
+        Q
+        + b.to(tl.int64) * sq_b
+        + h_r[:, None].to(tl.int64) * sq_h
+        + offs_i[:, None].to(tl.int64) * sq_l
         + offs_d[None, :]
+    )
     q = load_tile(q_ptrs, row_ok, offs_d, D, D_TILE, True)  # (BLOCK_M, D_TILE), stays in registers
     slope = tl.zeros([BLOCK_M], dtype=tl.float32)
     if HAS_ALIBI:
@@ -168,16 +214,38 @@ def decode_fwd_kernel(
 
 
 @triton.jit
-def _store_rows(O, LSE, acc, l_i, m_i, b, h_r, bh_r, offs_i, row_ok, offs_d, so_b, so_h, so_l, Lq,
-                D: tl.constexpr, D_TILE: tl.constexpr):
+def _store_rows(
+    O,
+    LSE,
+    acc,
+    l_i,
+    m_i,
+    b,
+    h_r,
+    bh_r,
+    offs_i,
+    row_ok,
+    offs_d,
+    so_b,
+    so_h,
+    so_l,
+    Lq,
+    D: tl.constexpr,
+    D_TILE: tl.constexpr,
+):
     """o = acc / l in O's dtype and lse = m + log2(l) (base 2) of finished rows; a row with no
     allowed key (l == 0) gets o = 0 and lse = +inf."""
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
     o = acc / l_safe[:, None]
     lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
-    o_ptrs = O + b.to(tl.int64) * so_b + h_r[:, None].to(tl.int64) * so_h + offs_i[:, None].to(tl.int64) * so_l \
+    o_ptrs = (
+        O
+        + b.to(tl.int64) * so_b
+        + h_r[:, None].to(tl.int64) * so_h
+        + offs_i[:, None].to(tl.int64) * so_l
         + offs_d[None, :]
+    )
     if D < D_TILE:
         tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=row_ok[:, None] & (offs_d[None, :] < D))
     else:
@@ -187,8 +255,20 @@ def _store_rows(O, LSE, acc, l_i, m_i, b, h_r, bh_r, offs_i, row_ok, offs_d, so_
 
 @triton.jit
 def decode_merge_kernel(
-    PO, PM, PL, O, LSE, so_b, so_h, so_l, H, Lq, splits,
-    D: tl.constexpr, D_TILE: tl.constexpr, BLOCK: tl.constexpr,
+    PO,
+    PM,
+    PL,
+    O,
+    LSE,
+    so_b,
+    so_h,
+    so_l,
+    H,
+    Lq,
+    splits,
+    D: tl.constexpr,
+    D_TILE: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     # grid: (B * H, row blocks of Lq).  With m = max_s m_s and w_s = exp2(m_s - m):
     # o = sum_s w_s acc_s / sum_s w_s l_s, lse = m + log2(sum_s w_s l_s), in split order
@@ -230,16 +310,22 @@ def unsupported_reason(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
     q (B, H, Lq, D), k_cache and v_cache (Bc, HKV, C, D) (paged: (pages, HKV, page_size, D))."""
     if q.device.type == "cuda":
         if INTERPRETED:
-            return ("the Triton kernels were loaded in interpreter mode (TRITON_INTERPRET=1) and cannot take CUDA "
-                    "tensors; unset TRITON_INTERPRET before importing genoformer")
+            return (
+                "the Triton kernels were loaded in interpreter mode (TRITON_INTERPRET=1) and cannot take CUDA "
+                "tensors; unset TRITON_INTERPRET before importing genoformer"
+            )
         major, _ = torch.cuda.get_device_capability(q.device)
         if major < 8:
-            return (f"the Triton decoding kernel needs a GPU of compute capability 8.0 or newer; "
-                    f"{torch.cuda.get_device_name(q.device)} is {major}.x: decode with the torch path")
+            return (
+                f"the Triton decoding kernel needs a GPU of compute capability 8.0 or newer; "
+                f"{torch.cuda.get_device_name(q.device)} is {major}.x: decode with the torch path"
+            )
     elif q.device.type == "cpu":
         if not INTERPRETED:
-            return ("the Triton kernels run on CPU tensors only under the interpreter: set TRITON_INTERPRET=1 "
-                    "before importing genoformer (slow, meant for tests), or use a CUDA GPU")
+            return (
+                "the Triton kernels run on CPU tensors only under the interpreter: set TRITON_INTERPRET=1 "
+                "before importing genoformer (slow, meant for tests), or use a CUDA GPU"
+            )
     else:
         return f"the Triton kernels run on CUDA tensors, got a tensor on {q.device.type}"
     if q.dtype not in SUPPORTED_DTYPES:
@@ -250,8 +336,10 @@ def unsupported_reason(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
         return f"q and the cache must be on one device, got {q.device}, {k_cache.device}, {v_cache.device}"
     D = q.shape[-1]
     if D not in HEAD_DIMS:
-        return (f"head dim {D} is not supported by the Triton kernels (they take the multiples of 8 from 16 to 256): "
-                f"decode with the torch path")
+        return (
+            f"head dim {D} is not supported by the Triton kernels (they take the multiples of 8 from 16 to 256): "
+            f"decode with the torch path"
+        )
     if q.stride(-1) != 1 or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
         return "q, k_cache and v_cache must be contiguous in their last (head) dim: call .contiguous() first"
     return None
@@ -289,10 +377,20 @@ def _placeholder(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
 
 
 def decode_fwd(
-    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seqlens: torch.Tensor, *,
-    scale: float, causal: bool, window: tuple[int, int] = (-1, -1), leftpad: torch.Tensor | None = None,
-    batch_idx: torch.Tensor | None = None, block_table: torch.Tensor | None = None,
-    alibi_slopes: torch.Tensor | None = None, softcap: float = 0.0, num_splits: int = 0,
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    seqlens: torch.Tensor,
+    *,
+    scale: float,
+    causal: bool,
+    window: tuple[int, int] = (-1, -1),
+    leftpad: torch.Tensor | None = None,
+    batch_idx: torch.Tensor | None = None,
+    block_table: torch.Tensor | None = None,
+    alibi_slopes: torch.Tensor | None = None,
+    softcap: float = 0.0,
+    num_splits: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The launcher: o (B, H, Lq, D) in q's dtype and lse (B, H, Lq) fp32 in base 2 (+inf: no key).
 
@@ -310,21 +408,31 @@ def decode_fwd(
     B, H, Lq, D = q.shape
     HKV = k_cache.shape[1]
     if k_cache.shape != v_cache.shape or k_cache.shape[3] != D or HKV == 0 or H % HKV:
-        raise ValueError(f"k_cache and v_cache must be (batch or pages, HKV, positions, D={D}) with H={H} a multiple "
-                         f"of HKV; got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+        raise ValueError(
+            f"k_cache and v_cache must be (batch or pages, HKV, positions, D={D}) with H={H} a multiple "
+            f"of HKV; got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}"
+        )
     for name, t in (("seqlens", seqlens), ("leftpad", leftpad), ("batch_idx", batch_idx)):
-        if t is not None and (t.shape != (B,) or t.dtype != torch.int32 or t.device != q.device
-                              or not t.is_contiguous()):
-            raise ValueError(f"{name} must be a contiguous int32 tensor of shape ({B},) on {q.device}, got {t.dtype} "
-                             f"{tuple(t.shape)} on {t.device} (strides {t.stride()}): call .contiguous() on it")
+        if t is not None and (
+            t.shape != (B,) or t.dtype != torch.int32 or t.device != q.device or not t.is_contiguous()
+        ):
+            raise ValueError(
+                f"{name} must be a contiguous int32 tensor of shape ({B},) on {q.device}, got {t.dtype} "
+                f"{tuple(t.shape)} on {t.device} (strides {t.stride()}): call .contiguous() on it"
+            )
     paged = block_table is not None
     if paged and (block_table.dim() != 2 or block_table.shape[0] != B or block_table.dtype != torch.int32):
-        raise ValueError(f"block_table must be an int32 tensor of shape ({B}, pages per row), got "
-                         f"{block_table.dtype} {tuple(block_table.shape)}")
-    if alibi_slopes is not None and (alibi_slopes.dtype != torch.float32 or alibi_slopes.shape[-1] != H
-                                     or alibi_slopes.dim() not in (1, 2)):
-        raise ValueError(f"alibi_slopes must be float32 of shape ({H},) or ({B}, {H}), got {alibi_slopes.dtype} "
-                         f"{tuple(alibi_slopes.shape)}")
+        raise ValueError(
+            f"block_table must be an int32 tensor of shape ({B}, pages per row), got "
+            f"{block_table.dtype} {tuple(block_table.shape)}"
+        )
+    if alibi_slopes is not None and (
+        alibi_slopes.dtype != torch.float32 or alibi_slopes.shape[-1] != H or alibi_slopes.dim() not in (1, 2)
+    ):
+        raise ValueError(
+            f"alibi_slopes must be float32 of shape ({H},) or ({B}, {H}), got {alibi_slopes.dtype} "
+            f"{tuple(alibi_slopes.shape)}"
+        )
     if not scale > 0:
         raise ValueError(f"scale must be a positive float, got {scale}")
     group = H // HKV
@@ -351,24 +459,75 @@ def decode_fwd(
     qk_scale = 2 * LOG2E * scale / softcap if softcap > 0 else scale * LOG2E
     alibi = alibi_slopes * LOG2E if alibi_slopes is not None else _placeholder(q.device, torch.float32)
     decode_fwd_kernel[(m_tiles, B * HKV, splits)](
-        q, k_cache, v_cache, o, lse, po, pm, pl, seqlens,
-        leftpad if leftpad is not None else dummy, batch_idx if batch_idx is not None else dummy,
-        block_table if paged else dummy, alibi,
-        q.stride(0), q.stride(1), q.stride(2), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), o.stride(0), o.stride(1), o.stride(2),
+        q,
+        k_cache,
+        v_cache,
+        o,
+        lse,
+        po,
+        pm,
+        pl,
+        seqlens,
+        leftpad if leftpad is not None else dummy,
+        batch_idx if batch_idx is not None else dummy,
+        block_table if paged else dummy,
+        alibi,
+        q.stride(0),
+        q.stride(1),
+        q.stride(2),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        v_cache.stride(0),
+        v_cache.stride(1),
+        v_cache.stride(2),
+        o.stride(0),
+        o.stride(1),
+        o.stride(2),
         block_table.stride(0) if paged else 0,
         alibi.stride(0) if alibi_slopes is not None and alibi_slopes.dim() == 2 else 0,
-        H, group, Lq, chunk, k_cache.shape[2] if paged else 1, qk_scale, softcap * LOG2E, max(left, 0), max(right, 0),
-        D=D, D_TILE=d_tile, BLOCK_M=block_m, BLOCK_N=block_n, LEFT_BOUND=left >= 0,
-        RIGHT_BOUND=causal or right >= 0, HAS_LEFTPAD=leftpad is not None, HAS_BATCH_IDX=batch_idx is not None,
-        PAGED=paged, HAS_ALIBI=alibi_slopes is not None, SOFTCAP=softcap > 0, SPLIT=splits > 1,
-        DOT_F32=_dot_f32(q), num_warps=4, num_stages=2,
+        H,
+        group,
+        Lq,
+        chunk,
+        k_cache.shape[2] if paged else 1,
+        qk_scale,
+        softcap * LOG2E,
+        max(left, 0),
+        max(right, 0),
+        D=D,
+        D_TILE=d_tile,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        LEFT_BOUND=left >= 0,
+        RIGHT_BOUND=causal or right >= 0,
+        HAS_LEFTPAD=leftpad is not None,
+        HAS_BATCH_IDX=batch_idx is not None,
+        PAGED=paged,
+        HAS_ALIBI=alibi_slopes is not None,
+        SOFTCAP=softcap > 0,
+        SPLIT=splits > 1,
+        DOT_F32=_dot_f32(q),
+        num_warps=4,
+        num_stages=2,
     )
     if splits > 1:
         block = 16
         decode_merge_kernel[(B * H, triton.cdiv(Lq, block))](
-            po, pm, pl, o, lse, o.stride(0), o.stride(1), o.stride(2), H, Lq, splits,
-            D=D, D_TILE=d_tile, BLOCK=block,
+            po,
+            pm,
+            pl,
+            o,
+            lse,
+            o.stride(0),
+            o.stride(1),
+            o.stride(2),
+            H,
+            Lq,
+            splits,
+            D=D,
+            D_TILE=d_tile,
+            BLOCK=block,
         )
     return o, lse
 
@@ -377,24 +536,66 @@ def decode_fwd(
 # Custom op (torch.compile sees one opaque node)
 # --------------------------------------------------------------------------------------------
 
-_SCHEMA = ("(Tensor q, Tensor k_cache, Tensor v_cache, Tensor seqlens, float scale, bool causal, int left, "
-           "int right, Tensor? leftpad, Tensor? batch_idx, Tensor? block_table, Tensor? alibi_slopes, "
-           "float softcap, int num_splits) -> (Tensor, Tensor)")
+_SCHEMA = (
+    "(Tensor q, Tensor k_cache, Tensor v_cache, Tensor seqlens, float scale, bool causal, int left, "
+    "int right, Tensor? leftpad, Tensor? batch_idx, Tensor? block_table, Tensor? alibi_slopes, "
+    "float softcap, int num_splits) -> (Tensor, Tensor)"
+)
 
 
-def launch(q, k_cache, v_cache, seqlens, scale, causal, left, right, leftpad, batch_idx, block_table, alibi_slopes,
-           softcap, num_splits):
+def launch(
+    q,
+    k_cache,
+    v_cache,
+    seqlens,
+    scale,
+    causal,
+    left,
+    right,
+    leftpad,
+    batch_idx,
+    block_table,
+    alibi_slopes,
+    softcap,
+    num_splits,
+):
     """``decode_fwd`` with the custom op's positional arguments (what eager callers run)."""
-    return decode_fwd(q, k_cache, v_cache, seqlens, scale=scale, causal=causal, window=(left, right),
-                      leftpad=leftpad, batch_idx=batch_idx, block_table=block_table, alibi_slopes=alibi_slopes,
-                      softcap=softcap, num_splits=num_splits)
+    return decode_fwd(
+        q,
+        k_cache,
+        v_cache,
+        seqlens,
+        scale=scale,
+        causal=causal,
+        window=(left, right),
+        leftpad=leftpad,
+        batch_idx=batch_idx,
+        block_table=block_table,
+        alibi_slopes=alibi_slopes,
+        softcap=softcap,
+        num_splits=num_splits,
+    )
 
 
 decode_op = torch.library.custom_op("genoformer::triton_decode_fwd", launch, mutates_args=(), schema=_SCHEMA)
 
 
 @decode_op.register_fake
-def _fake(q, k_cache, v_cache, seqlens, scale, causal, left, right, leftpad, batch_idx, block_table, alibi_slopes,
-          softcap, num_splits):
+def _fake(
+    q,
+    k_cache,
+    v_cache,
+    seqlens,
+    scale,
+    causal,
+    left,
+    right,
+    leftpad,
+    batch_idx,
+    block_table,
+    alibi_slopes,
+    softcap,
+    num_splits,
+):
     B, H, Lq, D = q.shape
     return q.new_empty((B, H, Lq, D)), q.new_empty((B, H, Lq), dtype=torch.float32)

@@ -44,10 +44,6 @@ from typing import TYPE_CHECKING, Callable, NamedTuple
 import torch
 import triton
 import triton.testing
-from torch.utils.weak import WeakIdKeyDictionary
-from triton.runtime.errors import OutOfResources
-from triton.runtime.interpreter import InterpretedFunction
-
 from genoformer.kernels import triton_flash_configs as configs
 from genoformer.kernels.documents import document_bounds
 from genoformer.kernels.dropout import draw_rng, dropout_threshold
@@ -58,6 +54,9 @@ from genoformer.kernels.triton_flash_bwd import (
     split_sum_kernel,
 )
 from genoformer.kernels.triton_flash_fwd import LOG2E, SCAN, attn_fwd_kernel, fwd_merge_kernel
+from torch.utils.weak import WeakIdKeyDictionary
+from triton.runtime.errors import OutOfResources
+from triton.runtime.interpreter import InterpretedFunction
 
 LN2 = math.log(2.0)  # natural log of a base-2 logarithm's unit: ln(x) == log2(x) * LN2
 
@@ -109,8 +108,9 @@ def layout_lists(layout: BlockLayout | None, device: torch.device, backward: boo
     return (layout.block_size, *layout.kv_indices(device), *(layout.q_indices(device) if backward else (None, None)))
 
 
-def documents_reason(cu_seqlens: torch.Tensor, kv_lens: torch.Tensor | None, Lq: int, Lk: int,
-                     device: torch.device) -> str | None:
+def documents_reason(
+    cu_seqlens: torch.Tensor, kv_lens: torch.Tensor | None, Lq: int, Lk: int, device: torch.device
+) -> str | None:
     """Why packed documents (cu_seqlens) cannot run with these inputs, or None: the Triton and Gluon
     kernels' common terms."""
     if kv_lens is not None:
@@ -118,8 +118,10 @@ def documents_reason(cu_seqlens: torch.Tensor, kv_lens: torch.Tensor | None, Lq:
     if Lq != Lk:
         return f"cu_seqlens (packed documents) needs Lq == Lk, got {Lq} and {Lk}"
     if cu_seqlens.dim() != 1 or cu_seqlens.dtype != torch.int32 or cu_seqlens.device != device:
-        return (f"cu_seqlens must be an int32 tensor of shape (N+1,) on {device}, got {cu_seqlens.dtype} "
-                f"{tuple(cu_seqlens.shape)} on {cu_seqlens.device}")
+        return (
+            f"cu_seqlens must be an int32 tensor of shape (N+1,) on {device}, got {cu_seqlens.dtype} "
+            f"{tuple(cu_seqlens.shape)} on {cu_seqlens.device}"
+        )
     return None
 
 
@@ -138,16 +140,22 @@ def unsupported_reason(
     cu_seqlens' values are checked by the entry point (``genoformer.kernels.documents``), not here."""
     if q.device.type == "cuda":
         if INTERPRETED:
-            return ("the Triton kernels were loaded in interpreter mode (TRITON_INTERPRET=1) and cannot "
-                    "take CUDA tensors; unset TRITON_INTERPRET before importing genoformer")
+            return (
+                "the Triton kernels were loaded in interpreter mode (TRITON_INTERPRET=1) and cannot "
+                "take CUDA tensors; unset TRITON_INTERPRET before importing genoformer"
+            )
         major, _ = torch.cuda.get_device_capability(q.device)
         if major < 8:
-            return (f"the Triton kernels need a GPU of compute capability 8.0 or newer (bf16 tensor cores); "
-                    f"{torch.cuda.get_device_name(q.device)} is {major}.x: use the sdpa or torch backend")
+            return (
+                f"the Triton kernels need a GPU of compute capability 8.0 or newer (bf16 tensor cores); "
+                f"{torch.cuda.get_device_name(q.device)} is {major}.x: use the sdpa or torch backend"
+            )
     elif q.device.type == "cpu":
         if not INTERPRETED:
-            return ("the Triton kernels run on CPU tensors only under the interpreter: set TRITON_INTERPRET=1 "
-                    "before importing genoformer (slow, meant for tests), or use a CUDA GPU")
+            return (
+                "the Triton kernels run on CPU tensors only under the interpreter: set TRITON_INTERPRET=1 "
+                "before importing genoformer (slow, meant for tests), or use a CUDA GPU"
+            )
     else:
         return f"the Triton kernels run on CUDA tensors, got a tensor on {q.device.type}"
     reason = tensor_reason(q, k, v, "Triton")
@@ -155,8 +163,10 @@ def unsupported_reason(
         return reason
     B, H, Lq, D = q.shape
     if not 1 <= D <= MAX_HEAD_DIM:
-        return (f"head dim {D} is not supported by the Triton kernels (they take 1 to {MAX_HEAD_DIM}): "
-                f"choose such a head dim, or use the sdpa or torch backend")
+        return (
+            f"head dim {D} is not supported by the Triton kernels (they take 1 to {MAX_HEAD_DIM}): "
+            f"choose such a head dim, or use the sdpa or torch backend"
+        )
     if k.shape[0] != B or v.shape[0] != B or k.shape[3] != D or v.shape[3] != D:
         return f"k and v must be (B={B}, HKV, Lk, D={D}); got k {tuple(k.shape)}, v {tuple(v.shape)}"
     if k.shape != v.shape:
@@ -183,8 +193,10 @@ def unsupported_reason(
         if h_l not in (1, H):
             return f"layout has {h_l} heads; it must have 1 (shared) or {H} (one per query head)"
         if (mb, nb) != (triton.cdiv(Lq, bs), triton.cdiv(Lk, bs)):
-            return (f"layout is {mb}x{nb} blocks of {bs} but Lq={Lq}, Lk={Lk} need "
-                    f"{triton.cdiv(Lq, bs)}x{triton.cdiv(Lk, bs)}: build the layout for these lengths")
+            return (
+                f"layout is {mb}x{nb} blocks of {bs} but Lq={Lq}, Lk={Lk} need "
+                f"{triton.cdiv(Lq, bs)}x{triton.cdiv(Lk, bs)}: build the layout for these lengths"
+            )
     return None
 
 
@@ -194,35 +206,61 @@ def _check(q, k, v, causal, layout, kv_lens, cu_seqlens) -> None:
         raise ValueError(f"triton attention cannot run these inputs: {reason}")
 
 
-def mods_reason(q: torch.Tensor, k: torch.Tensor, *, window=None, alibi_slopes=None, softcap: float = 0.0,
-                dropout_p: float = 0.0, dropout_rng=None, varlen: Varlen | None = None,
-                layout: BlockLayout | None = None, kv_lens=None, cu_seqlens=None) -> str | None:
+def mods_reason(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    *,
+    window=None,
+    alibi_slopes=None,
+    softcap: float = 0.0,
+    dropout_p: float = 0.0,
+    dropout_rng=None,
+    varlen: Varlen | None = None,
+    layout: BlockLayout | None = None,
+    kv_lens=None,
+    cu_seqlens=None,
+) -> str | None:
     """None when the window, score modifiers and varlen batch suit q (B, H, Lq, D) and k, else a
     sentence saying what to change (values on the device are not read)."""
     B, H = q.shape[:2]
     if window is not None:
-        if (not isinstance(window, tuple) or len(window) != 2
-                or not all(side is None or (isinstance(side, int) and not isinstance(side, bool)) for side in window)):
+        if (
+            not isinstance(window, tuple)
+            or len(window) != 2
+            or not all(side is None or (isinstance(side, int) and not isinstance(side, bool)) for side in window)
+        ):
             return f"window must be a pair (left, right) of ints or None, got {window!r}"
     if alibi_slopes is not None:
         rows = varlen.cu_seqlens_q.shape[0] - 1 if varlen is not None else B
-        if (not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.shape not in ((H,), (rows, H))
-                or not alibi_slopes.is_floating_point()):
-            return (f"alibi_slopes must be a float tensor of shape ({H},) or ({rows}, {H}) (per head, or per "
-                    f"{'sequence' if varlen is not None else 'batch row'} and head), got "
-                    f"{getattr(alibi_slopes, 'dtype', type(alibi_slopes).__name__)} "
-                    f"{tuple(getattr(alibi_slopes, 'shape', ()))}")
+        if (
+            not isinstance(alibi_slopes, torch.Tensor)
+            or alibi_slopes.shape not in ((H,), (rows, H))
+            or not alibi_slopes.is_floating_point()
+        ):
+            return (
+                f"alibi_slopes must be a float tensor of shape ({H},) or ({rows}, {H}) (per head, or per "
+                f"{'sequence' if varlen is not None else 'batch row'} and head), got "
+                f"{getattr(alibi_slopes, 'dtype', type(alibi_slopes).__name__)} "
+                f"{tuple(getattr(alibi_slopes, 'shape', ()))}"
+            )
         if alibi_slopes.device != q.device:
             return f"alibi_slopes must be on q's device {q.device}, got {alibi_slopes.device}"
-    if not (isinstance(softcap, (int, float)) and not isinstance(softcap, bool) and math.isfinite(softcap)
-            and softcap >= 0):
+    if not (
+        isinstance(softcap, (int, float)) and not isinstance(softcap, bool) and math.isfinite(softcap) and softcap >= 0
+    ):
         return f"softcap must be a finite float >= 0 (0: no capping), got {softcap!r}"
     if not (isinstance(dropout_p, (int, float)) and not isinstance(dropout_p, bool) and 0 <= dropout_p < 1):
         return f"dropout_p must be a float in [0, 1), got {dropout_p!r}"
-    if dropout_rng is not None and (not isinstance(dropout_rng, torch.Tensor) or dropout_rng.shape != (2,)
-                                    or dropout_rng.dtype != torch.int64 or dropout_rng.device != q.device):
-        return (f"dropout_rng must be an int64 tensor (seed, offset) of shape (2,) on {q.device} "
-                f"(genoformer.kernels.dropout.draw_rng makes one), got {dropout_rng!r}")
+    if dropout_rng is not None and (
+        not isinstance(dropout_rng, torch.Tensor)
+        or dropout_rng.shape != (2,)
+        or dropout_rng.dtype != torch.int64
+        or dropout_rng.device != q.device
+    ):
+        return (
+            f"dropout_rng must be an int64 tensor (seed, offset) of shape (2,) on {q.device} "
+            f"(genoformer.kernels.dropout.draw_rng makes one), got {dropout_rng!r}"
+        )
     if varlen is not None:
         if B != 1:
             return f"a varlen batch concatenates its sequences along one row: q must be (1, H, total_q, D), got B={B}"
@@ -230,26 +268,53 @@ def mods_reason(q: torch.Tensor, k: torch.Tensor, *, window=None, alibi_slopes=N
             return "a varlen batch takes no layout, kv_lens or cu_seqlens: its cu_seqlens_q / cu_seqlens_k say it all"
         cu_q, cu_k = varlen.cu_seqlens_q, varlen.cu_seqlens_k
         for name, cu in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):
-            if (not isinstance(cu, torch.Tensor) or cu.dtype != torch.int32 or cu.dim() != 1 or cu.shape[0] < 2
-                    or cu.device != q.device):
-                return (f"{name} must be an int32 tensor (N + 1,) with N >= 1 on {q.device}, got "
-                        f"{getattr(cu, 'dtype', type(cu).__name__)} {tuple(getattr(cu, 'shape', ()))}")
+            if (
+                not isinstance(cu, torch.Tensor)
+                or cu.dtype != torch.int32
+                or cu.dim() != 1
+                or cu.shape[0] < 2
+                or cu.device != q.device
+            ):
+                return (
+                    f"{name} must be an int32 tensor (N + 1,) with N >= 1 on {q.device}, got "
+                    f"{getattr(cu, 'dtype', type(cu).__name__)} {tuple(getattr(cu, 'shape', ()))}"
+                )
         if cu_q.shape != cu_k.shape:
-            return (f"cu_seqlens_q and cu_seqlens_k must list the same number of sequences, got "
-                    f"{cu_q.shape[0] - 1} and {cu_k.shape[0] - 1}")
-        if not (isinstance(varlen.max_seqlen_q, int) and isinstance(varlen.max_seqlen_k, int)
-                and varlen.max_seqlen_q >= 0 and varlen.max_seqlen_k >= 0):
-            return (f"max_seqlen_q and max_seqlen_k must be ints >= 0 (the longest sequences), got "
-                    f"{varlen.max_seqlen_q!r} and {varlen.max_seqlen_k!r}")
+            return (
+                f"cu_seqlens_q and cu_seqlens_k must list the same number of sequences, got "
+                f"{cu_q.shape[0] - 1} and {cu_k.shape[0] - 1}"
+            )
+        if not (
+            isinstance(varlen.max_seqlen_q, int)
+            and isinstance(varlen.max_seqlen_k, int)
+            and varlen.max_seqlen_q >= 0
+            and varlen.max_seqlen_k >= 0
+        ):
+            return (
+                f"max_seqlen_q and max_seqlen_k must be ints >= 0 (the longest sequences), got "
+                f"{varlen.max_seqlen_q!r} and {varlen.max_seqlen_k!r}"
+            )
     return None
 
 
-def _check_mods(q, k, *, window, alibi_slopes, softcap, dropout_p, dropout_rng, varlen, layout, kv_lens,
-                cu_seqlens) -> ScoreMods:
+def _check_mods(
+    q, k, *, window, alibi_slopes, softcap, dropout_p, dropout_rng, varlen, layout, kv_lens, cu_seqlens
+) -> ScoreMods:
     """ScoreMods of valid arguments (ValueError saying what to change otherwise): slopes as float32
     contiguous, a dropout rng drawn when none is given; the band is set by the caller."""
-    reason = mods_reason(q, k, window=window, alibi_slopes=alibi_slopes, softcap=softcap, dropout_p=dropout_p,
-                         dropout_rng=dropout_rng, varlen=varlen, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
+    reason = mods_reason(
+        q,
+        k,
+        window=window,
+        alibi_slopes=alibi_slopes,
+        softcap=softcap,
+        dropout_p=dropout_p,
+        dropout_rng=dropout_rng,
+        varlen=varlen,
+        layout=layout,
+        kv_lens=kv_lens,
+        cu_seqlens=cu_seqlens,
+    )
     if reason is not None:
         raise ValueError(f"triton attention cannot run these inputs: {reason}")
     if alibi_slopes is not None:
@@ -278,8 +343,10 @@ def _align8(head_dim: int, *tensors: torch.Tensor) -> bool:
 def _check_last_dim_contiguous(**tensors: torch.Tensor) -> None:
     for name, t in tensors.items():
         if t.stride(-1) != 1:
-            raise ValueError(f"{name} must be contiguous in its last (head) dim, got strides {t.stride()}: "
-                             f"call .contiguous() on it first")
+            raise ValueError(
+                f"{name} must be contiguous in its last (head) dim, got strides {t.stride()}: "
+                f"call .contiguous() on it first"
+            )
 
 
 # --------------------------------------------------------------------------------------------
@@ -334,8 +401,12 @@ def choose_config(key: tuple, candidates: tuple, run: Callable[[object], None], 
         except (triton.CompilationError, OutOfResources, RuntimeError, ValueError) as error:
             if index == 0:
                 raise
-            log.warning("Triton attention: configuration %s does not run on this GPU (%s: %s); tuning without it",
-                        c, type(error).__name__, str(error).splitlines()[0] if str(error) else "")
+            log.warning(
+                "Triton attention: configuration %s does not run on this GPU (%s: %s); tuning without it",
+                c,
+                type(error).__name__,
+                str(error).splitlines()[0] if str(error) else "",
+            )
             times.append(math.inf)
     finalists = [i for i, t in enumerate(times) if t <= FINALIST_MARGIN * min(times)]
     if len(finalists) > 1:
@@ -363,8 +434,9 @@ def _bucket(n: int) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def fwd_candidates(device: torch.device, head_dim: int, block_size: int | None,
-                   dropout: bool = False) -> tuple[configs.FwdConfig, ...]:
+def fwd_candidates(
+    device: torch.device, head_dim: int, block_size: int | None, dropout: bool = False
+) -> tuple[configs.FwdConfig, ...]:
     if device.type == "cpu":
         return (configs.fit_fwd(configs.INTERPRETER_FWD, block_size),)
     gen = _generation(device)
@@ -387,8 +459,9 @@ def _tma_ready(*tensors: torch.Tensor) -> bool:
     t0 = tensors[0]
     if INTERPRETED or t0.device.type != "cuda" or torch.cuda.get_device_capability(t0.device)[0] < 9:
         return False
-    if not all(t.data_ptr() % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1])
-               for t in tensors):
+    if not all(
+        t.data_ptr() % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1]) for t in tensors
+    ):
         return False
     triton.set_allocator(_descriptor_scratch)
     return True
@@ -438,8 +511,15 @@ def csr_args(counts: torch.Tensor | None, indices: torch.Tensor | None, like: to
     if order is None:  # once per layout and device: layouts cache their CSR tensors (kernels.layout)
         order = _ORDERS[counts] = torch.argsort(counts, dim=-1, descending=True, stable=True).to(torch.int32)
     shared = counts.shape[0] == 1
-    return (counts, indices, order, 0 if shared else counts.stride(0),
-            0 if shared else indices.stride(0), indices.stride(1), 0 if shared else order.stride(0))
+    return (
+        counts,
+        indices,
+        order,
+        0 if shared else counts.stride(0),
+        0 if shared else indices.stride(0),
+        indices.stride(1),
+        0 if shared else order.stride(0),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -506,8 +586,9 @@ def split_plan(counts_HR: torch.Tensor, group: int, min_chunk: int) -> SplitPlan
     width = max(len(items) for items in items_P)
     if any(len(items) < width for items in items_P):
         slots += 1  # the slot of empty items, never summed
-    items_PI4 = torch.tensor([items + [(0, 0, 0, slots - 1)] * (width - len(items)) for items in items_P],
-                             dtype=torch.int32)
+    items_PI4 = torch.tensor(
+        [items + [(0, 0, 0, slots - 1)] * (width - len(items)) for items in items_P], dtype=torch.int32
+    )
     longest = max(len(sums) for sums in sums_P)
     sums_PS3 = torch.tensor([sums + [(0, 0, 0)] * (longest - len(sums)) for sums in sums_P], dtype=torch.int32)
     return SplitPlan(items_PI4, sums_PS3, slots)
@@ -537,13 +618,16 @@ def _plan_items(plan: SplitPlan | None, order: torch.Tensor, sord_h: int) -> tup
     return plan.items, 0 if plan.items.shape[0] == 1 else plan.items.stride(0)
 
 
-def _partials(plan: SplitPlan | None, batch: int, heads: int, block_size: int, head_dim: int,
-              like: torch.Tensor, count: int) -> list[torch.Tensor]:
+def _partials(
+    plan: SplitPlan | None, batch: int, heads: int, block_size: int, head_dim: int, like: torch.Tensor, count: int
+) -> list[torch.Tensor]:
     """`count` fp32 partial buffers (B, heads, slots, bs, D) of a split plan (dummies without one)."""
     if plan is None:
         return [placeholder(like.device, torch.float32)] * count
-    return [torch.empty((batch, heads, plan.slots, block_size, head_dim), dtype=torch.float32, device=like.device)
-            for _ in range(count)]
+    return [
+        torch.empty((batch, heads, plan.slots, block_size, head_dim), dtype=torch.float32, device=like.device)
+        for _ in range(count)
+    ]
 
 
 def split_rows(kv_counts: torch.Tensor | None, order: torch.Tensor, sord_h: int, q: torch.Tensor, block_size: int):
@@ -573,28 +657,69 @@ def split_rows(kv_counts: torch.Tensor | None, order: torch.Tensor, sord_h: int,
     return plan, items, sitems_h, view(0, D), view(D, 1), view(D + 1, 1)
 
 
-def merge_split_rows(plan: SplitPlan, po: torch.Tensor, pm: torch.Tensor, pl: torch.Tensor, o: torch.Tensor,
-                     lse: torch.Tensor, block_size: int, align8: bool) -> None:
+def merge_split_rows(
+    plan: SplitPlan,
+    po: torch.Tensor,
+    pm: torch.Tensor,
+    pl: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    block_size: int,
+    align8: bool,
+) -> None:
     """o's and lse's rows of the plan's split lists (forward): the log-sum-exp merge of their
     chunks' partials po (B, H, slots, bs, D), pm, pl (B, H, slots, bs, 1) (``fwd_merge_kernel``)."""
     B, H, Lq, D = o.shape
     block = configs.split_sum_block(block_size)
     fwd_merge_kernel[(B * H, plan.sums.shape[1] * (block_size // block))](
-        po, pm, pl, o, lse, plan.sums, po.stride(1), po.stride(2), pm.stride(1), pm.stride(2),
-        o.stride(0), o.stride(1), o.stride(2), 0 if plan.sums.shape[0] == 1 else plan.sums.stride(0),
-        H, Lq, block_size, D=D, D_TILE=configs.tile_dim(D), BLOCK=block, ALIGN8=align8,
+        po,
+        pm,
+        pl,
+        o,
+        lse,
+        plan.sums,
+        po.stride(1),
+        po.stride(2),
+        pm.stride(1),
+        pm.stride(2),
+        o.stride(0),
+        o.stride(1),
+        o.stride(2),
+        0 if plan.sums.shape[0] == 1 else plan.sums.stride(0),
+        H,
+        Lq,
+        block_size,
+        D=D,
+        D_TILE=configs.tile_dim(D),
+        BLOCK=block,
+        ALIGN8=align8,
     )
 
 
-def _split_sum(plan: SplitPlan, part: torch.Tensor, out: torch.Tensor, scale: float, block_size: int,
-               align8: bool) -> None:
+def _split_sum(
+    plan: SplitPlan, part: torch.Tensor, out: torch.Tensor, scale: float, block_size: int, align8: bool
+) -> None:
     """out's rows of the plan's split lists: scale times the sum of their chunks' partials."""
     B, HO, L, D = out.shape
     block = configs.split_sum_block(block_size)
     split_sum_kernel[(B * HO, plan.sums.shape[1] * (block_size // block))](
-        part, out, plan.sums, part.stride(1), part.stride(2), out.stride(0), out.stride(1), out.stride(2),
-        0 if plan.sums.shape[0] == 1 else plan.sums.stride(0), HO, L, scale, block_size,
-        D=D, D_TILE=configs.tile_dim(D), BLOCK=block, ALIGN8=align8,
+        part,
+        out,
+        plan.sums,
+        part.stride(1),
+        part.stride(2),
+        out.stride(0),
+        out.stride(1),
+        out.stride(2),
+        0 if plan.sums.shape[0] == 1 else plan.sums.stride(0),
+        HO,
+        L,
+        scale,
+        block_size,
+        D=D,
+        D_TILE=configs.tile_dim(D),
+        BLOCK=block,
+        ALIGN8=align8,
     )
 
 
@@ -628,10 +753,18 @@ def doc_order(doc_start: torch.Tensor, doc_end: torch.Tensor, block: int, causal
 def _check_csr(name: str, counts, indices, device) -> None:
     if counts is None:
         return
-    if (counts.dtype != torch.int32 or indices.dtype != torch.int32 or counts.device != device
-            or indices.device != device or not counts.is_contiguous() or not indices.is_contiguous()):
-        raise ValueError(f"{name} CSR lists must be contiguous int32 tensors on {device}; "
-                         f"get them from layout.kv_indices(device) / layout.q_indices(device)")
+    if (
+        counts.dtype != torch.int32
+        or indices.dtype != torch.int32
+        or counts.device != device
+        or indices.device != device
+        or not counts.is_contiguous()
+        or not indices.is_contiguous()
+    ):
+        raise ValueError(
+            f"{name} CSR lists must be contiguous int32 tensors on {device}; "
+            f"get them from layout.kv_indices(device) / layout.q_indices(device)"
+        )
 
 
 class Varlen(NamedTuple):
@@ -690,14 +823,20 @@ def _mod_args(mods: ScoreMods, causal: bool, scale: float, like: torch.Tensor) -
     rng = mods.rng if mods.dropout_p > 0 else placeholder(like.device, torch.int64)
     sal_b = alibi.stride(0) if alibi.dim() == 2 else 0
     scalars = dict(
-        band_lo=0 if lo is None else lo, band_hi=0 if hi is None else hi,
+        band_lo=0 if lo is None else lo,
+        band_hi=0 if hi is None else hi,
         cap_in=scale / mods.softcap if mods.softcap > 0 else 0.0,
         cap2=mods.softcap * LOG2E if mods.softcap > 0 else 0.0,
-        drop_thr=dropout_threshold(mods.dropout_p), drop_scale=1.0 / (1.0 - mods.dropout_p),
+        drop_thr=dropout_threshold(mods.dropout_p),
+        drop_scale=1.0 / (1.0 - mods.dropout_p),
     )
     constexprs = dict(
-        BAND_LO=lo is not None, BAND_HI=hi is not None, ALIBI_=mods.alibi is not None, SOFTCAP=mods.softcap > 0,
-        DROPOUT=mods.dropout_p > 0, TANH_ASM=not INTERPRETED,
+        BAND_LO=lo is not None,
+        BAND_HI=hi is not None,
+        ALIBI_=mods.alibi is not None,
+        SOFTCAP=mods.softcap > 0,
+        DROPOUT=mods.dropout_p > 0,
+        TANH_ASM=not INTERPRETED,
     )
     return (alibi, rng, sal_b), scalars, constexprs
 
@@ -705,8 +844,14 @@ def _mod_args(mods: ScoreMods, causal: bool, scale: float, like: torch.Tensor) -
 def _mods_key(mods: ScoreMods, causal: bool, varlen: Varlen | None) -> tuple:
     """What of the modifiers selects a different kernel (the tuner's key)."""
     lo, hi = _band(mods, causal)
-    return (lo is not None, hi is not None, mods.alibi is not None, mods.softcap > 0, mods.dropout_p > 0,
-            varlen is not None)
+    return (
+        lo is not None,
+        hi is not None,
+        mods.alibi is not None,
+        mods.softcap > 0,
+        mods.dropout_p > 0,
+        varlen is not None,
+    )
 
 
 def _varlen_args(varlen: Varlen | None, like: torch.Tensor):
@@ -717,8 +862,9 @@ def _varlen_args(varlen: Varlen | None, like: torch.Tensor):
     return varlen.cu_seqlens_q, varlen.cu_seqlens_k, varlen.cu_seqlens_q.shape[0] - 1
 
 
-def empty_like_rows(t: torch.Tensor, shape: tuple[int, int, int, int] | None = None,
-                    dtype: torch.dtype | None = None) -> torch.Tensor:
+def empty_like_rows(
+    t: torch.Tensor, shape: tuple[int, int, int, int] | None = None, dtype: torch.dtype | None = None
+) -> torch.Tensor:
     """An uninitialised (B, H, L, D) tensor laid out as t is: (B, L, H, D) in memory (a transposed
     view) when t's heads lie inside its rows (flash-attn's layout, a model's projections), else
     contiguous.  The launchers' outputs and gradients follow their inputs this way, so that a
@@ -755,8 +901,9 @@ def fwd_tiles(cfg: configs.FwdConfig, Lq: int, units: int, block_size: int) -> i
     return units * (block_size // cfg.block_m) if units else triton.cdiv(Lq, cfg.block_m)
 
 
-def bwd_tiles(cfg: configs.BwdConfig, Lq: int, Lk: int, key_units: int, query_units: int,
-              block_size: int) -> tuple[int, int]:
+def bwd_tiles(
+    cfg: configs.BwdConfig, Lq: int, Lk: int, key_units: int, query_units: int, block_size: int
+) -> tuple[int, int]:
     """(key tiles of the dK/dV kernel, query tiles of the dQ kernel) per (batch, head) with `cfg`."""
     key = key_units * (block_size // cfg.block_n1) if key_units else triton.cdiv(Lk, cfg.block_n1)
     query = query_units * (block_size // cfg.block_m2) if query_units else triton.cdiv(Lq, cfg.block_m2)
@@ -769,17 +916,29 @@ def grid_fitting(candidates: tuple, tiles: Callable[[object], tuple[int, ...]], 
     fitting = tuple(c for c in candidates if getattr(c, "heads_outer", False) or max(tiles(c)) <= MAX_GRID_Y)
     if not fitting:
         counts = sorted({max(tiles(c)) for c in candidates})
-        raise ValueError(f"the Triton {what} cannot launch {counts[0]:,} tiles per head with any configuration (CUDA "
-                         f"allows {MAX_GRID_Y:,} in a grid's second dimension): shorten the window, or use a layout "
-                         "with a larger block size")
+        raise ValueError(
+            f"the Triton {what} cannot launch {counts[0]:,} tiles per head with any configuration (CUDA "
+            f"allows {MAX_GRID_Y:,} in a grid's second dimension): shorten the window, or use a layout "
+            "with a larger block size"
+        )
     return fitting
 
 
 def flash_fwd(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_lens: torch.Tensor | None,
-    kv_counts: torch.Tensor | None, kv_indices: torch.Tensor | None, block_size: int,
-    causal: bool, scale: float, cu_seqlens: torch.Tensor | None = None,
-    config: configs.FwdConfig | None = None, *, mods: ScoreMods = NO_MODS, varlen: Varlen | None = None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    kv_lens: torch.Tensor | None,
+    kv_counts: torch.Tensor | None,
+    kv_indices: torch.Tensor | None,
+    block_size: int,
+    causal: bool,
+    scale: float,
+    cu_seqlens: torch.Tensor | None = None,
+    config: configs.FwdConfig | None = None,
+    *,
+    mods: ScoreMods = NO_MODS,
+    varlen: Varlen | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward launcher: returns o (B, H, Lq, D) in q's dtype (laid out as q, ``empty_like_rows``) and
     lse (B, H, Lq) fp32 (base 2).
@@ -818,42 +977,130 @@ def flash_fwd(
             tiles = triton.cdiv(varlen.max_seqlen_q if varlen is not None else Lq, cfg.block_m)
         tile_order = doc_order(doc_start, doc_end, cfg.block_m, causal, keys=False) if docs and not sparse else cnt
         attn_fwd_kernel[(sequences * H if varlen is not None else B * H, tiles)](
-            q, k, v, o, lse, po, pm, pl, lens, cnt, idx, items, doc_start, doc_end, tile_order, cu_q, cu_k, alibi, rng,
-            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
-            po.stride(1) if plan else 0, po.stride(2) if plan else 0, pm.stride(1) if plan else 0,
-            pm.stride(2) if plan else 0, scnt_h, sidx_h, sidx_m, sitems_h, sal_b,
-            H, H // HKV, Lq, Lk, scale * LOG2E, scalars["band_lo"], scalars["band_hi"], scalars["cap_in"],
-            scalars["cap2"], scalars["drop_thr"], scalars["drop_scale"], block_size if sparse else 1,
-            D=D, D_TILE=d_tile, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, SPARSE=sparse,
-            HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8, HAS_DOCS=docs,
-            TMA=cfg.tma, RESCALE_TAU=cfg.rescale_tau, SPLIT=plan is not None, VARLEN=varlen is not None,
-            **mod_constexprs, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            q,
+            k,
+            v,
+            o,
+            lse,
+            po,
+            pm,
+            pl,
+            lens,
+            cnt,
+            idx,
+            items,
+            doc_start,
+            doc_end,
+            tile_order,
+            cu_q,
+            cu_k,
+            alibi,
+            rng,
+            q.stride(0),
+            q.stride(1),
+            q.stride(2),
+            k.stride(0),
+            k.stride(1),
+            k.stride(2),
+            v.stride(0),
+            v.stride(1),
+            v.stride(2),
+            o.stride(0),
+            o.stride(1),
+            o.stride(2),
+            po.stride(1) if plan else 0,
+            po.stride(2) if plan else 0,
+            pm.stride(1) if plan else 0,
+            pm.stride(2) if plan else 0,
+            scnt_h,
+            sidx_h,
+            sidx_m,
+            sitems_h,
+            sal_b,
+            H,
+            H // HKV,
+            Lq,
+            Lk,
+            scale * LOG2E,
+            scalars["band_lo"],
+            scalars["band_hi"],
+            scalars["cap_in"],
+            scalars["cap2"],
+            scalars["drop_thr"],
+            scalars["drop_scale"],
+            block_size if sparse else 1,
+            D=D,
+            D_TILE=d_tile,
+            BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n,
+            SPARSE=sparse,
+            HAS_KV_LENS=kv_lens is not None,
+            SCAN_=SCAN,
+            DOT_F32=_dot_f32(q),
+            ALIGN8=align8,
+            HAS_DOCS=docs,
+            TMA=cfg.tma,
+            RESCALE_TAU=cfg.rescale_tau,
+            SPLIT=plan is not None,
+            VARLEN=varlen is not None,
+            **mod_constexprs,
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
         )
         if plan is not None:
             merge_split_rows(plan, po, pm, pl, o, lse, block_size, align8)
 
     tma = _tma_ready(q, k, v)
-    cands = _without_tma(fwd_candidates(q.device, D, block_size if sparse else None, mods.dropout_p > 0)
-                         if config is None else (config,), tma)
+    cands = _without_tma(
+        fwd_candidates(q.device, D, block_size if sparse else None, mods.dropout_p > 0)
+        if config is None
+        else (config,),
+        tma,
+    )
     units = items.shape[1] if sparse else 0
     rows = varlen.max_seqlen_q if varlen is not None else Lq
     cands = grid_fitting(cands, lambda c: (fwd_tiles(c, rows, units, block_size),), "forward")
     # (which candidates fit depends on the exact length, not its bucket alone)
-    key = ("fwd", q.device.index, D, q.dtype, causal, sparse, docs, block_size, tma, _bucket(Lq), _bucket(Lk),
-           _mods_key(mods, causal, varlen), cands)
+    key = (
+        "fwd",
+        q.device.index,
+        D,
+        q.dtype,
+        causal,
+        sparse,
+        docs,
+        block_size,
+        tma,
+        _bucket(Lq),
+        _bucket(Lk),
+        _mods_key(mods, causal, varlen),
+        cands,
+    )
     run(cands[0] if config is not None else choose_config(key, cands, run, q.device))
     return o, lse
 
 
 def flash_bwd(
-    do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-    lse: torch.Tensor, kv_lens: torch.Tensor | None,
-    kv_counts: torch.Tensor | None, kv_indices: torch.Tensor | None,
-    q_counts: torch.Tensor | None, q_indices: torch.Tensor | None,
-    block_size: int, causal: bool, scale: float, cu_seqlens: torch.Tensor | None = None,
-    config: configs.BwdConfig | None = None, dlse: torch.Tensor | None = None, *,
-    mods: ScoreMods = NO_MODS, varlen: Varlen | None = None,
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    kv_lens: torch.Tensor | None,
+    kv_counts: torch.Tensor | None,
+    kv_indices: torch.Tensor | None,
+    q_counts: torch.Tensor | None,
+    q_indices: torch.Tensor | None,
+    block_size: int,
+    causal: bool,
+    scale: float,
+    cu_seqlens: torch.Tensor | None = None,
+    config: configs.BwdConfig | None = None,
+    dlse: torch.Tensor | None = None,
+    *,
+    mods: ScoreMods = NO_MODS,
+    varlen: Varlen | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward launcher: returns dq, dk, dv (in the inputs' dtype, laid out as q, k, v:
     ``empty_like_rows``). Deterministic.
@@ -881,9 +1128,23 @@ def flash_bwd(
     if dlse is not None:
         dlse = dlse.to(torch.float32).contiguous()
     bwd_preprocess_kernel[(B * H, triton.cdiv(Lq, pre_m))](
-        o, do, dlse if dlse is not None else placeholder(q.device, torch.float32), delta,
-        o.stride(0), o.stride(1), o.stride(2), do.stride(0), do.stride(1), do.stride(2),
-        H, Lq, D=D, D_TILE=d_tile, BLOCK_M=pre_m, ALIGN8=align8, HAS_DLSE=dlse is not None,
+        o,
+        do,
+        dlse if dlse is not None else placeholder(q.device, torch.float32),
+        delta,
+        o.stride(0),
+        o.stride(1),
+        o.stride(2),
+        do.stride(0),
+        do.stride(1),
+        do.stride(2),
+        H,
+        Lq,
+        D=D,
+        D_TILE=d_tile,
+        BLOCK_M=pre_m,
+        ALIGN8=align8,
+        HAS_DLSE=dlse is not None,
     )
     kcnt, kidx, korder, skcnt_h, skidx_h, skidx_m, skord_h = csr_args(kv_counts, kv_indices, q)
     qcnt, qidx, qorder, sqcnt_h, sqidx_h, sqidx_n, sqord_h = csr_args(q_counts, q_indices, q)
@@ -894,8 +1155,14 @@ def flash_bwd(
     doc_start, doc_end = doc_args(cu_seqlens, B, Lq, q)
     cu_q, cu_k, sequences = _varlen_args(varlen, q)
     (alibi, rng, sal_b), scalars, mod_constexprs = _mod_args(mods, causal, scale, q)
-    mod_scalars = (scalars["band_lo"], scalars["band_hi"], scalars["cap_in"], scalars["cap2"], scalars["drop_thr"],
-                   scalars["drop_scale"])
+    mod_scalars = (
+        scalars["band_lo"],
+        scalars["band_hi"],
+        scalars["cap_in"],
+        scalars["cap2"],
+        scalars["drop_thr"],
+        scalars["drop_scale"],
+    )
     rows = sequences if varlen is not None else B  # the grid's batch axis
     # long key-block columns (BigBird's global block) are walked in chunks by several programs
     key_plan = _split_plan(q_counts, H // HKV) if sparse else None
@@ -920,19 +1187,80 @@ def flash_bwd(
         key_order = doc_order(doc_start, doc_end, cfg.block_n1, causal, keys=True) if docs and not sparse else qcnt
         grid = (key_tiles, rows * HKV) if cfg.heads_outer else (rows * HKV, key_tiles)
         bwd_dkdv_kernel[grid](
-            q, k, v, do, dk, dv, pdk, pdv, lse, delta, lens, qcnt, qidx, key_items, doc_start, doc_end, key_order,
-            cu_q, cu_k, alibi, rng,
-            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2),
-            dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2),
-            pdk.stride(1) if key_plan else 0, pdk.stride(2) if key_plan else 0,
-            sqcnt_h, sqidx_h, sqidx_n, skey_items_h, sal_b,
-            H, HKV, H // HKV, Lq, Lk, qk_scale, scale, *mod_scalars, bs,
-            D=D, D_TILE=d_tile, BLOCK_M1=cfg.block_m1, BLOCK_N1=cfg.block_n1, SPARSE=sparse,
-            HAS_KV_LENS=kv_lens is not None, EVEN_Q=even_q, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8,
-            HAS_DOCS=docs, TMA=cfg.tma, HEADS_OUTER=cfg.heads_outer, SPLIT=key_plan is not None,
-            DV_LATE=cfg.dv_late, VARLEN=varlen is not None, **mod_constexprs,
-            num_warps=cfg.warps1, num_stages=cfg.stages1,
+            q,
+            k,
+            v,
+            do,
+            dk,
+            dv,
+            pdk,
+            pdv,
+            lse,
+            delta,
+            lens,
+            qcnt,
+            qidx,
+            key_items,
+            doc_start,
+            doc_end,
+            key_order,
+            cu_q,
+            cu_k,
+            alibi,
+            rng,
+            q.stride(0),
+            q.stride(1),
+            q.stride(2),
+            k.stride(0),
+            k.stride(1),
+            k.stride(2),
+            v.stride(0),
+            v.stride(1),
+            v.stride(2),
+            do.stride(0),
+            do.stride(1),
+            do.stride(2),
+            dk.stride(0),
+            dk.stride(1),
+            dk.stride(2),
+            dv.stride(0),
+            dv.stride(1),
+            dv.stride(2),
+            pdk.stride(1) if key_plan else 0,
+            pdk.stride(2) if key_plan else 0,
+            sqcnt_h,
+            sqidx_h,
+            sqidx_n,
+            skey_items_h,
+            sal_b,
+            H,
+            HKV,
+            H // HKV,
+            Lq,
+            Lk,
+            qk_scale,
+            scale,
+            *mod_scalars,
+            bs,
+            D=D,
+            D_TILE=d_tile,
+            BLOCK_M1=cfg.block_m1,
+            BLOCK_N1=cfg.block_n1,
+            SPARSE=sparse,
+            HAS_KV_LENS=kv_lens is not None,
+            EVEN_Q=even_q,
+            SCAN_=SCAN,
+            DOT_F32=_dot_f32(q),
+            ALIGN8=align8,
+            HAS_DOCS=docs,
+            TMA=cfg.tma,
+            HEADS_OUTER=cfg.heads_outer,
+            SPLIT=key_plan is not None,
+            DV_LATE=cfg.dv_late,
+            VARLEN=varlen is not None,
+            **mod_constexprs,
+            num_warps=cfg.warps1,
+            num_stages=cfg.stages1,
         )
         if key_plan is not None:
             _split_sum(key_plan, pdk, dk, scale, bs, align8)
@@ -951,29 +1279,100 @@ def flash_bwd(
         query_order = doc_order(doc_start, doc_end, cfg.block_m2, causal, keys=False) if docs and not sparse else kcnt
         grid = (query_tiles, rows * H) if cfg.heads_outer else (rows * H, query_tiles)
         bwd_dq_kernel[grid](
-            q, k, v, do, dq, pdq, lse, delta, lens, kcnt, kidx, query_items, doc_start, doc_end, query_order,
-            cu_q, cu_k, alibi, rng,
-            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2),
-            dq.stride(0), dq.stride(1), dq.stride(2), pdq.stride(1) if query_plan else 0,
-            pdq.stride(2) if query_plan else 0, skcnt_h, skidx_h, skidx_m, squery_items_h, sal_b,
-            H, H // HKV, Lq, Lk, qk_scale, scale, *mod_scalars, bs,
-            D=D, D_TILE=d_tile, BLOCK_M2=cfg.block_m2, BLOCK_N2=cfg.block_n2, SPARSE=sparse,
-            HAS_KV_LENS=kv_lens is not None, SCAN_=SCAN, DOT_F32=_dot_f32(q), ALIGN8=align8, HAS_DOCS=docs,
-            TMA=cfg.tma, HEADS_OUTER=cfg.heads_outer, SPLIT=query_plan is not None, VARLEN=varlen is not None,
-            **mod_constexprs, num_warps=cfg.warps2, num_stages=cfg.stages2,
+            q,
+            k,
+            v,
+            do,
+            dq,
+            pdq,
+            lse,
+            delta,
+            lens,
+            kcnt,
+            kidx,
+            query_items,
+            doc_start,
+            doc_end,
+            query_order,
+            cu_q,
+            cu_k,
+            alibi,
+            rng,
+            q.stride(0),
+            q.stride(1),
+            q.stride(2),
+            k.stride(0),
+            k.stride(1),
+            k.stride(2),
+            v.stride(0),
+            v.stride(1),
+            v.stride(2),
+            do.stride(0),
+            do.stride(1),
+            do.stride(2),
+            dq.stride(0),
+            dq.stride(1),
+            dq.stride(2),
+            pdq.stride(1) if query_plan else 0,
+            pdq.stride(2) if query_plan else 0,
+            skcnt_h,
+            skidx_h,
+            skidx_m,
+            squery_items_h,
+            sal_b,
+            H,
+            H // HKV,
+            Lq,
+            Lk,
+            qk_scale,
+            scale,
+            *mod_scalars,
+            bs,
+            D=D,
+            D_TILE=d_tile,
+            BLOCK_M2=cfg.block_m2,
+            BLOCK_N2=cfg.block_n2,
+            SPARSE=sparse,
+            HAS_KV_LENS=kv_lens is not None,
+            SCAN_=SCAN,
+            DOT_F32=_dot_f32(q),
+            ALIGN8=align8,
+            HAS_DOCS=docs,
+            TMA=cfg.tma,
+            HEADS_OUTER=cfg.heads_outer,
+            SPLIT=query_plan is not None,
+            VARLEN=varlen is not None,
+            **mod_constexprs,
+            num_warps=cfg.warps2,
+            num_stages=cfg.stages2,
         )
         if query_plan is not None:
             _split_sum(query_plan, pdq, dq, scale, bs, align8)
 
     tma = _tma_ready(q, k, v, do)
-    cands = _without_tma(bwd_candidates(q.device, D, block_size if sparse else None) if config is None else (config,), tma)
+    cands = _without_tma(
+        bwd_candidates(q.device, D, block_size if sparse else None) if config is None else (config,), tma
+    )
     key_units = key_items.shape[1] if sparse else 0
     query_units = query_items.shape[1] if sparse else 0
     tiled_q, tiled_k = (varlen.max_seqlen_q, varlen.max_seqlen_k) if varlen is not None else (Lq, Lk)
     cands = grid_fitting(cands, lambda c: bwd_tiles(c, tiled_q, tiled_k, key_units, query_units, bs), "backward")
-    key = ("bwd", q.device.index, D, q.dtype, causal, sparse, docs, block_size, tma, H // HKV, _bucket(Lq),
-           _bucket(Lk), _mods_key(mods, causal, varlen), cands)
+    key = (
+        "bwd",
+        q.device.index,
+        D,
+        q.dtype,
+        causal,
+        sparse,
+        docs,
+        block_size,
+        tma,
+        H // HKV,
+        _bucket(Lq),
+        _bucket(Lk),
+        _mods_key(mods, causal, varlen),
+        cands,
+    )
     run(cands[0] if config is not None else choose_config(key, cands, run, q.device))
     return dq, dk, dv
 
@@ -982,19 +1381,35 @@ def flash_bwd(
 # Custom ops (torch.compile sees one opaque node per pass) and autograd
 # --------------------------------------------------------------------------------------------
 
-_MOD_SCHEMA = ("int? band_lo=None, int? band_hi=None, Tensor? alibi=None, float softcap=0.0, float dropout_p=0.0, "
-               "Tensor? rng=None, Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, int max_seqlen_q=0, "
-               "int max_seqlen_k=0")
-_FWD_SCHEMA = ("(Tensor q, Tensor k, Tensor v, Tensor? kv_lens, Tensor? kv_counts, Tensor? kv_indices, "
-               "Tensor? q_counts, Tensor? q_indices, int block_size, bool causal, float scale, "
-               f"Tensor? cu_seqlens, {_MOD_SCHEMA}) -> (Tensor, Tensor)")
-_BWD_SCHEMA = ("(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor? kv_lens, "
-               "Tensor? kv_counts, Tensor? kv_indices, Tensor? q_counts, Tensor? q_indices, int block_size, "
-               f"bool causal, float scale, Tensor? cu_seqlens, Tensor? dlse, {_MOD_SCHEMA}) -> (Tensor, Tensor, Tensor)")
+_MOD_SCHEMA = (
+    "int? band_lo=None, int? band_hi=None, Tensor? alibi=None, float softcap=0.0, float dropout_p=0.0, "
+    "Tensor? rng=None, Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, int max_seqlen_q=0, "
+    "int max_seqlen_k=0"
+)
+_FWD_SCHEMA = (
+    "(Tensor q, Tensor k, Tensor v, Tensor? kv_lens, Tensor? kv_counts, Tensor? kv_indices, "
+    "Tensor? q_counts, Tensor? q_indices, int block_size, bool causal, float scale, "
+    f"Tensor? cu_seqlens, {_MOD_SCHEMA}) -> (Tensor, Tensor)"
+)
+_BWD_SCHEMA = (
+    "(Tensor do, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor? kv_lens, "
+    "Tensor? kv_counts, Tensor? kv_indices, Tensor? q_counts, Tensor? q_indices, int block_size, "
+    f"bool causal, float scale, Tensor? cu_seqlens, Tensor? dlse, {_MOD_SCHEMA}) -> (Tensor, Tensor, Tensor)"
+)
 
 
-def _unflatten(band_lo=None, band_hi=None, alibi=None, softcap=0.0, dropout_p=0.0, rng=None, cu_seqlens_q=None,
-               cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0) -> tuple[ScoreMods, Varlen | None]:
+def _unflatten(
+    band_lo=None,
+    band_hi=None,
+    alibi=None,
+    softcap=0.0,
+    dropout_p=0.0,
+    rng=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k=None,
+    max_seqlen_q=0,
+    max_seqlen_k=0,
+) -> tuple[ScoreMods, Varlen | None]:
     """The launchers' ScoreMods and Varlen from the custom ops' flat arguments."""
     mods = ScoreMods((band_lo, band_hi), alibi, softcap, dropout_p, rng)
     varlen = None if cu_seqlens_q is None else Varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
@@ -1008,19 +1423,56 @@ def _flatten(mods: ScoreMods, varlen: Varlen | None) -> tuple:
     return (*mods.band, mods.alibi, mods.softcap, mods.dropout_p, mods.rng, *varlen)
 
 
-def _fwd_impl(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens,
-              *flat):
+def _fwd_impl(
+    q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens, *flat
+):
     mods, varlen = _unflatten(*flat)
-    return flash_fwd(q, k, v, kv_lens, kv_counts, kv_indices, block_size, causal, scale, cu_seqlens, mods=mods,
-                     varlen=varlen)
+    return flash_fwd(
+        q, k, v, kv_lens, kv_counts, kv_indices, block_size, causal, scale, cu_seqlens, mods=mods, varlen=varlen
+    )
 
 
-def _bwd_impl(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
-              cu_seqlens, dlse, *flat):
+def _bwd_impl(
+    do,
+    q,
+    k,
+    v,
+    o,
+    lse,
+    kv_lens,
+    kv_counts,
+    kv_indices,
+    q_counts,
+    q_indices,
+    block_size,
+    causal,
+    scale,
+    cu_seqlens,
+    dlse,
+    *flat,
+):
     mods, varlen = _unflatten(*flat)
     do = do if do.stride(-1) == 1 and rows_fit_int32(do) else do.contiguous()  # (32-bit row offsets)
-    return flash_bwd(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices,
-                     block_size, causal, scale, cu_seqlens, dlse=dlse, mods=mods, varlen=varlen)
+    return flash_bwd(
+        do,
+        q,
+        k,
+        v,
+        o,
+        lse,
+        kv_lens,
+        kv_counts,
+        kv_indices,
+        q_counts,
+        q_indices,
+        block_size,
+        causal,
+        scale,
+        cu_seqlens,
+        dlse=dlse,
+        mods=mods,
+        varlen=varlen,
+    )
 
 
 _fwd_op = torch.library.custom_op("genoformer::triton_flash_fwd", _fwd_impl, mutates_args=(), schema=_FWD_SCHEMA)
@@ -1028,15 +1480,33 @@ _bwd_op = torch.library.custom_op("genoformer::triton_flash_bwd", _bwd_impl, mut
 
 
 @_fwd_op.register_fake
-def _fwd_fake(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens,
-              *flat):
+def _fwd_fake(
+    q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens, *flat
+):
     B, H, Lq, D = q.shape
     return empty_like_rows(q), q.new_empty((B, H, Lq), dtype=torch.float32)
 
 
 @_bwd_op.register_fake
-def _bwd_fake(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
-              cu_seqlens, dlse, *flat):
+def _bwd_fake(
+    do,
+    q,
+    k,
+    v,
+    o,
+    lse,
+    kv_lens,
+    kv_counts,
+    kv_indices,
+    q_counts,
+    q_indices,
+    block_size,
+    causal,
+    scale,
+    cu_seqlens,
+    dlse,
+    *flat,
+):
     return empty_like_rows(q), empty_like_rows(k), empty_like_rows(v)
 
 
@@ -1044,8 +1514,9 @@ def _setup_context(ctx, inputs, output) -> None:
     q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale, cu_seqlens = inputs[:12]
     band_lo, band_hi, alibi, softcap, dropout_p, rng, cu_q, cu_k, max_q, max_k = _flatten(*_unflatten(*inputs[12:]))
     o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, cu_seqlens,
-                          alibi, rng, cu_q, cu_k)
+    ctx.save_for_backward(
+        q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, cu_seqlens, alibi, rng, cu_q, cu_k
+    )
     ctx.block_size, ctx.causal, ctx.scale = block_size, causal, scale
     ctx.band, ctx.softcap, ctx.dropout_p, ctx.max_seqlens = (band_lo, band_hi), softcap, dropout_p, (max_q, max_k)
     ctx.num_inputs = len(inputs)  # the backward returns one gradient per input (12 without the modifiers)
@@ -1061,12 +1532,36 @@ def _backward(ctx, do, dlse, bwd=_bwd_op):
     # torch.compiler.is_compiling() is False inside AOT autograd's backward) must call the
     # backward op; the eager Function calls the implementation directly.
     q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, cu_seqlens, alibi, rng, cu_q, cu_k = (
-        ctx.saved_tensors)
+        ctx.saved_tensors
+    )
     if do is None:
         do = torch.zeros_like(o)
-    dq, dk, dv = bwd(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices,
-                     ctx.block_size, ctx.causal, ctx.scale, cu_seqlens, dlse, *ctx.band, alibi, ctx.softcap,
-                     ctx.dropout_p, rng, cu_q, cu_k, *ctx.max_seqlens)
+    dq, dk, dv = bwd(
+        do,
+        q,
+        k,
+        v,
+        o,
+        lse,
+        kv_lens,
+        kv_counts,
+        kv_indices,
+        q_counts,
+        q_indices,
+        ctx.block_size,
+        ctx.causal,
+        ctx.scale,
+        cu_seqlens,
+        dlse,
+        *ctx.band,
+        alibi,
+        ctx.softcap,
+        ctx.dropout_p,
+        rng,
+        cu_q,
+        cu_k,
+        *ctx.max_seqlens,
+    )
     return (dq, dk, dv) + (None,) * (ctx.num_inputs - 3)
 
 
@@ -1106,13 +1601,14 @@ def padded_head_dim(head_dim: int) -> int:
 def _pad_head_dim(t: torch.Tensor, width: int) -> torch.Tensor:
     """t (B, H, L, D) with zero columns up to `width`, laid out as t (``empty_like_rows``)."""
     out = empty_like_rows(t, (*t.shape[:3], width))
-    out[..., t.shape[-1]:] = 0
-    out[..., :t.shape[-1]] = t
+    out[..., t.shape[-1] :] = 0
+    out[..., : t.shape[-1]] = t
     return out
 
 
-def _window_band(window: tuple[int | None, int | None] | None, layout: BlockLayout | None, Lq: int,
-                 Lk: int) -> tuple[int | None, int | None]:
+def _window_band(
+    window: tuple[int | None, int | None] | None, layout: BlockLayout | None, Lq: int, Lk: int
+) -> tuple[int | None, int | None]:
     """The kernels' band (relative to the bottom-right diagonal) of a window (left, right) (relative
     to it too) and of a layout's own window (``BlockLayout.window``: relative to j = i), intersected."""
     lo = hi = None
@@ -1182,8 +1678,19 @@ def triton_attention(
     the inputs (see ``unsupported_reason``).
     """
     _check(q, k, v, causal, layout, kv_lens, cu_seqlens)
-    mods = _check_mods(q, k, window=window, alibi_slopes=alibi_slopes, softcap=softcap, dropout_p=dropout_p,
-                       dropout_rng=dropout_rng, varlen=varlen, layout=layout, kv_lens=kv_lens, cu_seqlens=cu_seqlens)
+    mods = _check_mods(
+        q,
+        k,
+        window=window,
+        alibi_slopes=alibi_slopes,
+        softcap=softcap,
+        dropout_p=dropout_p,
+        dropout_rng=dropout_rng,
+        varlen=varlen,
+        layout=layout,
+        kv_lens=kv_lens,
+        cu_seqlens=cu_seqlens,
+    )
     # strided head dims, and row strides whose 32-bit row offsets would overflow, are copied
     q, k, v = (t if t.stride(-1) == 1 and rows_fit_int32(t) else t.contiguous() for t in (q, k, v))
     D = q.shape[-1]
@@ -1191,8 +1698,10 @@ def triton_attention(
     if D != padded_head_dim(D):
         q, k, v = (_pad_head_dim(t, padded_head_dim(D)) for t in (q, k, v))
     if not all(rows_fit_int32(t) for t in (q, k, v)):
-        raise ValueError(f"triton attention cannot run these inputs: {q.shape[2]:,} rows of {q.shape[3]} elements per "
-                         f"head exceed the kernels' 32-bit row offsets ({INT32_OFFSETS:,} elements); shorten the window")
+        raise ValueError(
+            f"triton attention cannot run these inputs: {q.shape[2]:,} rows of {q.shape[3]} elements per "
+            f"head exceed the kernels' 32-bit row offsets ({INT32_OFFSETS:,} elements); shorten the window"
+        )
     band = _window_band(window, layout, q.shape[2], k.shape[2])
     if layout is not None and layout.window is not None and layout.covers_window(causal):
         layout = None  # the window's own tile ranges do what the block lists would
@@ -1200,8 +1709,21 @@ def triton_attention(
     backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     block_size, kv_counts, kv_indices, q_counts, q_indices = layout_lists(layout, q.device, backward)
     forward = _fwd_op if torch.compiler.is_compiling() else _EagerAttention.apply
-    o, lse2 = forward(q, k, v, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal, scale,
-                      cu_seqlens, *_flatten(mods, varlen))
+    o, lse2 = forward(
+        q,
+        k,
+        v,
+        kv_lens,
+        kv_counts,
+        kv_indices,
+        q_counts,
+        q_indices,
+        block_size,
+        causal,
+        scale,
+        cu_seqlens,
+        *_flatten(mods, varlen),
+    )
     if o.shape[-1] != D:
         o = o[..., :D]
     if not return_lse:

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-
 from genoformer.kernels.triton_flash_fwd import (
     alibi_slope,
     base2_scores,
@@ -68,8 +67,9 @@ from genoformer.kernels.triton_flash_fwd import (
 
 
 @triton.jit
-def store_scaled(out_base, offs, sout_l, value, scale, rows_ok, offs_d,
-                 D: tl.constexpr, D_TILE: tl.constexpr, ALIGN8: tl.constexpr):
+def store_scaled(
+    out_base, offs, sout_l, value, scale, rows_ok, offs_d, D: tl.constexpr, D_TILE: tl.constexpr, ALIGN8: tl.constexpr
+):
     """Store scale * value in OUT's dtype at the rows offs of the slice out_base starts (a gradient's tile)."""
     ptrs = tile_ptrs(out_base, offs, sout_l, offs_d, ALIGN8)
     store_tile(ptrs, (value * scale).to(out_base.dtype.element_ty), rows_ok, offs_d, D, D_TILE)
@@ -77,8 +77,22 @@ def store_scaled(out_base, offs, sout_l, value, scale, rows_ok, offs_d,
 
 @triton.jit
 def bwd_preprocess_kernel(
-    O, DO, DLSE, DELTA, so_b, so_h, so_l, sdo_b, sdo_h, sdo_l, H, Lq,
-    D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M: tl.constexpr, ALIGN8: tl.constexpr,
+    O,
+    DO,
+    DLSE,
+    DELTA,
+    so_b,
+    so_h,
+    so_l,
+    sdo_b,
+    sdo_h,
+    sdo_l,
+    H,
+    Lq,
+    D: tl.constexpr,
+    D_TILE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    ALIGN8: tl.constexpr,
     HAS_DLSE: tl.constexpr,
 ):
     # grid: (B * H, cdiv(Lq, BLOCK_M)).  DLSE (B, H, Lq) fp32, contiguous: the gradient of the
@@ -89,10 +103,17 @@ def bwd_preprocess_kernel(
     offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, D_TILE)
     row_ok = offs_m < Lq
-    o = load_tile(tile_ptrs(head_ptr(O, b, so_b, h, so_h, ALIGN8), offs_m, so_l, offs_d, ALIGN8),
-                  row_ok, offs_d, D, D_TILE, True)
-    do = load_tile(tile_ptrs(head_ptr(DO, b, sdo_b, h, sdo_h, ALIGN8), offs_m, sdo_l, offs_d, ALIGN8),
-                   row_ok, offs_d, D, D_TILE, True)
+    o = load_tile(
+        tile_ptrs(head_ptr(O, b, so_b, h, so_h, ALIGN8), offs_m, so_l, offs_d, ALIGN8), row_ok, offs_d, D, D_TILE, True
+    )
+    do = load_tile(
+        tile_ptrs(head_ptr(DO, b, sdo_b, h, sdo_h, ALIGN8), offs_m, sdo_l, offs_d, ALIGN8),
+        row_ok,
+        offs_d,
+        D,
+        D_TILE,
+        True,
+    )
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
     if HAS_DLSE:
         # a gradient g2 on lse2 = lse * log2(e) is g2 * log2(e) on the natural-log lse
@@ -102,14 +123,57 @@ def bwd_preprocess_kernel(
 
 @triton.jit
 def _dkdv_steps(
-    dk, dv, k, v, q_src, do_src, lse_base, delta_base, sq_l, sdo_l,
-    idx_ptr, bs, TPB, t_lo, t_hi, offs_n, start_n, kv_end, Lq, qk_scale, doc_lo, doc_hi,
-    lo_off, hi_off, shift, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr, drop_scale,
-    BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr,
-    BAND_LO: tl.constexpr, BAND_HI: tl.constexpr,
-    SPARSE: tl.constexpr, MASK: tl.constexpr, EVEN_Q: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
-    HAS_DOCS: tl.constexpr, TMA: tl.constexpr, DV_LATE: tl.constexpr,
-    ALIBI_: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, TANH_ASM: tl.constexpr,
+    dk,
+    dv,
+    k,
+    v,
+    q_src,
+    do_src,
+    lse_base,
+    delta_base,
+    sq_l,
+    sdo_l,
+    idx_ptr,
+    bs,
+    TPB,
+    t_lo,
+    t_hi,
+    offs_n,
+    start_n,
+    kv_end,
+    Lq,
+    qk_scale,
+    doc_lo,
+    doc_hi,
+    lo_off,
+    hi_off,
+    shift,
+    cap_in,
+    cap2,
+    slope2,
+    seed,
+    rng_off,
+    seq_head,
+    drop_thr,
+    drop_scale,
+    BLOCK_M1: tl.constexpr,
+    BLOCK_N1: tl.constexpr,
+    D: tl.constexpr,
+    D_TILE: tl.constexpr,
+    BAND_LO: tl.constexpr,
+    BAND_HI: tl.constexpr,
+    SPARSE: tl.constexpr,
+    MASK: tl.constexpr,
+    EVEN_Q: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    ALIGN8: tl.constexpr,
+    HAS_DOCS: tl.constexpr,
+    TMA: tl.constexpr,
+    DV_LATE: tl.constexpr,
+    ALIBI_: tl.constexpr,
+    SOFTCAP: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    TANH_ASM: tl.constexpr,
 ):
     """Accumulate dK, dV (BLOCK_N1, D_TILE) over query tiles t_lo..t_hi (transposed: keys are rows).
 
@@ -137,8 +201,18 @@ def _dkdv_steps(
             lse = tl.load(lse_base + offs_m, mask=offs_m < Lq, other=float("inf"))
         s2T = mma(k, tl.trans(q), None, DOT_F32)  # (BLOCK_N1, BLOCK_M1)
         if MODS:
-            s2T, tT = base2_scores(s2T, (offs_m + shift).to(tl.float32)[None, :], k_pos[:, None], qk_scale, cap_in,
-                                   cap2, slope2, ALIBI_, SOFTCAP, TANH_ASM)
+            s2T, tT = base2_scores(
+                s2T,
+                (offs_m + shift).to(tl.float32)[None, :],
+                k_pos[:, None],
+                qk_scale,
+                cap_in,
+                cap2,
+                slope2,
+                ALIBI_,
+                SOFTCAP,
+                TANH_ASM,
+            )
         pT = tl.math.exp2(scaled(s2T, qk_scale, MODS) - lse[None, :])
         if MASK:
             keep = offs_n[:, None] < kv_end
@@ -174,18 +248,87 @@ def _dkdv_steps(
 
 @triton.jit(do_not_specialize=["band_lo", "band_hi", "drop_thr"])
 def bwd_dkdv_kernel(
-    Q, K, V, DO, DK, DV, PDK, PDV, LSE, DELTA, KV_LENS, CNT, IDX, ORDER, DOC_START, DOC_END, DOC_ORDER,
-    CU_Q, CU_K, ALIBI, RNG,
-    sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, sdo_b, sdo_h, sdo_l,
-    sdk_b, sdk_h, sdk_l, sdv_b, sdv_h, sdv_l, spart_bh, spart_s,
-    scnt_h, sidx_h, sidx_n, sord_h, sal_b,
-    H, HKV, GROUP, Lq, Lk, qk_scale, sm_scale, band_lo, band_hi, cap_in, cap2, drop_thr, drop_scale,
+    Q,
+    K,
+    V,
+    DO,
+    DK,
+    DV,
+    PDK,
+    PDV,
+    LSE,
+    DELTA,
+    KV_LENS,
+    CNT,
+    IDX,
+    ORDER,
+    DOC_START,
+    DOC_END,
+    DOC_ORDER,
+    CU_Q,
+    CU_K,
+    ALIBI,
+    RNG,
+    sq_b,
+    sq_h,
+    sq_l,
+    sk_b,
+    sk_h,
+    sk_l,
+    sv_b,
+    sv_h,
+    sv_l,
+    sdo_b,
+    sdo_h,
+    sdo_l,
+    sdk_b,
+    sdk_h,
+    sdk_l,
+    sdv_b,
+    sdv_h,
+    sdv_l,
+    spart_bh,
+    spart_s,
+    scnt_h,
+    sidx_h,
+    sidx_n,
+    sord_h,
+    sal_b,
+    H,
+    HKV,
+    GROUP,
+    Lq,
+    Lk,
+    qk_scale,
+    sm_scale,
+    band_lo,
+    band_hi,
+    cap_in,
+    cap2,
+    drop_thr,
+    drop_scale,
     BS: tl.constexpr,
-    D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
-    BAND_LO: tl.constexpr, BAND_HI: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr,
-    EVEN_Q: tl.constexpr, SCAN_: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr,
-    TMA: tl.constexpr, HEADS_OUTER: tl.constexpr, SPLIT: tl.constexpr, DV_LATE: tl.constexpr,
-    VARLEN: tl.constexpr, ALIBI_: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr,
+    D: tl.constexpr,
+    D_TILE: tl.constexpr,
+    BLOCK_M1: tl.constexpr,
+    BLOCK_N1: tl.constexpr,
+    BAND_LO: tl.constexpr,
+    BAND_HI: tl.constexpr,
+    SPARSE: tl.constexpr,
+    HAS_KV_LENS: tl.constexpr,
+    EVEN_Q: tl.constexpr,
+    SCAN_: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    ALIGN8: tl.constexpr,
+    HAS_DOCS: tl.constexpr,
+    TMA: tl.constexpr,
+    HEADS_OUTER: tl.constexpr,
+    SPLIT: tl.constexpr,
+    DV_LATE: tl.constexpr,
+    VARLEN: tl.constexpr,
+    ALIBI_: tl.constexpr,
+    SOFTCAP: tl.constexpr,
+    DROPOUT: tl.constexpr,
     TANH_ASM: tl.constexpr,
 ):
     # grid: (B * HKV, key tiles), or (key tiles, B * HKV) when HEADS_OUTER; the longest columns
@@ -233,10 +376,22 @@ def bwd_dkdv_kernel(
     offs_d = tl.arange(0, D_TILE)
     k_row_ok = offs_n < seq_k
     # k and v stay in registers: (BLOCK_N1, D_TILE)
-    k = load_tile(tile_ptrs(slice_ptr(K, b, sk_b, hk, sk_h, k_row0, sk_l, ALIGN8), offs_n, sk_l, offs_d, ALIGN8),
-                  k_row_ok, offs_d, D, D_TILE, True)
-    v = load_tile(tile_ptrs(slice_ptr(V, b, sv_b, hk, sv_h, k_row0, sv_l, ALIGN8), offs_n, sv_l, offs_d, ALIGN8),
-                  k_row_ok, offs_d, D, D_TILE, True)
+    k = load_tile(
+        tile_ptrs(slice_ptr(K, b, sk_b, hk, sk_h, k_row0, sk_l, ALIGN8), offs_n, sk_l, offs_d, ALIGN8),
+        k_row_ok,
+        offs_d,
+        D,
+        D_TILE,
+        True,
+    )
+    v = load_tile(
+        tile_ptrs(slice_ptr(V, b, sv_b, hk, sv_h, k_row0, sv_l, ALIGN8), offs_n, sv_l, offs_d, ALIGN8),
+        k_row_ok,
+        offs_d,
+        D,
+        D_TILE,
+        True,
+    )
     dk = tl.zeros([BLOCK_N1, D_TILE], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N1, D_TILE], dtype=tl.float32)
     # queries that may see this key tile: [q_lo, q_hi), every one of its keys [q_full_lo, q_full_hi).
@@ -258,8 +413,9 @@ def bwd_dkdv_kernel(
     if HAS_DOCS:
         doc_lo = tl.load(DOC_START + doc_base + offs_n, mask=k_row_ok, other=0)
         doc_hi = tl.load(DOC_END + doc_base + offs_n, mask=k_row_ok, other=0)
-        lo, full_lo, full_hi, hi = doc_span(DOC_START, DOC_END, doc_base, start_n,
-                                            tl.minimum(start_n + BLOCK_N1, Lk) - 1)
+        lo, full_lo, full_hi, hi = doc_span(
+            DOC_START, DOC_END, doc_base, start_n, tl.minimum(start_n + BLOCK_N1, Lk) - 1
+        )
         q_lo = tl.maximum(q_lo, lo)
         q_full_lo = tl.maximum(q_full_lo, full_lo)
         q_full_hi = tl.minimum(q_full_hi, full_hi)
@@ -269,10 +425,10 @@ def bwd_dkdv_kernel(
     for g in range(GROUP):
         h = hk * GROUP + g
         slope2 = alibi_slope(ALIBI, sal_b, seq, h, ALIBI_)
-        q_src = tile_source(slice_ptr(Q, b, sq_b, h, sq_h, q_row0, sq_l, ALIGN8), seq_q, sq_l, BLOCK_M1, D, D_TILE,
-                            TMA)
-        do_src = tile_source(slice_ptr(DO, b, sdo_b, h, sdo_h, q_row0, sdo_l, ALIGN8), seq_q, sdo_l, BLOCK_M1, D,
-                             D_TILE, TMA)
+        q_src = tile_source(slice_ptr(Q, b, sq_b, h, sq_h, q_row0, sq_l, ALIGN8), seq_q, sq_l, BLOCK_M1, D, D_TILE, TMA)
+        do_src = tile_source(
+            slice_ptr(DO, b, sdo_b, h, sdo_h, q_row0, sdo_l, ALIGN8), seq_q, sdo_l, BLOCK_M1, D, D_TILE, TMA
+        )
         lse_base = LSE + (b * H + h).to(tl.int64) * Lq + q_row0
         delta_base = DELTA + (b * H + h).to(tl.int64) * Lq + q_row0
         # query tiles [t_lo, t_mid) and [t_full, t_end) are masked (the band's or the documents'
@@ -308,23 +464,166 @@ def bwd_dkdv_kernel(
         if SPLIT:  # this program's chunk of the list
             t_lo, t_mid, t_full, t_end = clamp_ranges(t_lo, t_mid, t_full, t_end, e_lo * TPB, e_hi * TPB)
         seq_head = seq * H + h
-        dk, dv = _dkdv_steps(dk, dv, k, v, q_src, do_src, lse_base, delta_base, sq_l, sdo_l,
-                             idx_ptr, BS, TPB, t_lo, t_mid, offs_n, start_n, kv_end, seq_q, qk_scale, doc_lo, doc_hi,
-                             lo_off, hi_off, shift, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr, drop_scale,
-                             BLOCK_M1, BLOCK_N1, D, D_TILE, BAND_LO, BAND_HI, SPARSE, True, EVEN_Q, DOT_F32, ALIGN8,
-                             HAS_DOCS, TMA, DV_LATE, ALIBI_, SOFTCAP, DROPOUT, TANH_ASM)
-        dk, dv = _dkdv_steps(dk, dv, k, v, q_src, do_src, lse_base, delta_base, sq_l, sdo_l,
-                             idx_ptr, BS, TPB, t_mid, t_full, offs_n, start_n, kv_end, seq_q, qk_scale, doc_lo, doc_hi,
-                             lo_off, hi_off, shift, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr, drop_scale,
-                             BLOCK_M1, BLOCK_N1, D, D_TILE, BAND_LO, BAND_HI, SPARSE, False, EVEN_Q, DOT_F32, ALIGN8,
-                             HAS_DOCS, TMA, DV_LATE, ALIBI_, SOFTCAP, DROPOUT, TANH_ASM)
+        dk, dv = _dkdv_steps(
+            dk,
+            dv,
+            k,
+            v,
+            q_src,
+            do_src,
+            lse_base,
+            delta_base,
+            sq_l,
+            sdo_l,
+            idx_ptr,
+            BS,
+            TPB,
+            t_lo,
+            t_mid,
+            offs_n,
+            start_n,
+            kv_end,
+            seq_q,
+            qk_scale,
+            doc_lo,
+            doc_hi,
+            lo_off,
+            hi_off,
+            shift,
+            cap_in,
+            cap2,
+            slope2,
+            seed,
+            rng_off,
+            seq_head,
+            drop_thr,
+            drop_scale,
+            BLOCK_M1,
+            BLOCK_N1,
+            D,
+            D_TILE,
+            BAND_LO,
+            BAND_HI,
+            SPARSE,
+            True,
+            EVEN_Q,
+            DOT_F32,
+            ALIGN8,
+            HAS_DOCS,
+            TMA,
+            DV_LATE,
+            ALIBI_,
+            SOFTCAP,
+            DROPOUT,
+            TANH_ASM,
+        )
+        dk, dv = _dkdv_steps(
+            dk,
+            dv,
+            k,
+            v,
+            q_src,
+            do_src,
+            lse_base,
+            delta_base,
+            sq_l,
+            sdo_l,
+            idx_ptr,
+            BS,
+            TPB,
+            t_mid,
+            t_full,
+            offs_n,
+            start_n,
+            kv_end,
+            seq_q,
+            qk_scale,
+            doc_lo,
+            doc_hi,
+            lo_off,
+            hi_off,
+            shift,
+            cap_in,
+            cap2,
+            slope2,
+            seed,
+            rng_off,
+            seq_head,
+            drop_thr,
+            drop_scale,
+            BLOCK_M1,
+            BLOCK_N1,
+            D,
+            D_TILE,
+            BAND_LO,
+            BAND_HI,
+            SPARSE,
+            False,
+            EVEN_Q,
+            DOT_F32,
+            ALIGN8,
+            HAS_DOCS,
+            TMA,
+            DV_LATE,
+            ALIBI_,
+            SOFTCAP,
+            DROPOUT,
+            TANH_ASM,
+        )
         if BAND_LO or HAS_DOCS:  # the end of the band or of the documents' span
-            dk, dv = _dkdv_steps(dk, dv, k, v, q_src, do_src, lse_base, delta_base, sq_l, sdo_l,
-                                 idx_ptr, BS, TPB, t_full, t_end, offs_n, start_n, kv_end, seq_q, qk_scale, doc_lo,
-                                 doc_hi, lo_off, hi_off, shift, cap_in, cap2, slope2, seed, rng_off, seq_head,
-                                 drop_thr, drop_scale,
-                                 BLOCK_M1, BLOCK_N1, D, D_TILE, BAND_LO, BAND_HI, SPARSE, True, EVEN_Q, DOT_F32,
-                                 ALIGN8, HAS_DOCS, TMA, DV_LATE, ALIBI_, SOFTCAP, DROPOUT, TANH_ASM)
+            dk, dv = _dkdv_steps(
+                dk,
+                dv,
+                k,
+                v,
+                q_src,
+                do_src,
+                lse_base,
+                delta_base,
+                sq_l,
+                sdo_l,
+                idx_ptr,
+                BS,
+                TPB,
+                t_full,
+                t_end,
+                offs_n,
+                start_n,
+                kv_end,
+                seq_q,
+                qk_scale,
+                doc_lo,
+                doc_hi,
+                lo_off,
+                hi_off,
+                shift,
+                cap_in,
+                cap2,
+                slope2,
+                seed,
+                rng_off,
+                seq_head,
+                drop_thr,
+                drop_scale,
+                BLOCK_M1,
+                BLOCK_N1,
+                D,
+                D_TILE,
+                BAND_LO,
+                BAND_HI,
+                SPARSE,
+                True,
+                EVEN_Q,
+                DOT_F32,
+                ALIGN8,
+                HAS_DOCS,
+                TMA,
+                DV_LATE,
+                ALIBI_,
+                SOFTCAP,
+                DROPOUT,
+                TANH_ASM,
+            )
 
     dk_base = slice_ptr(DK, b, sdk_b, hk, sdk_h, k_row0, sdk_l, ALIGN8)
     dv_base = slice_ptr(DV, b, sdv_b, hk, sdv_h, k_row0, sdv_l, ALIGN8)
@@ -344,14 +643,52 @@ def bwd_dkdv_kernel(
 
 @triton.jit
 def _dq_steps(
-    dq, q, do, lse, delta, k_src, v_src, sk_l, sv_l,
-    idx_ptr, bs, TPB, t_lo, t_hi, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-    lo_off, hi_off, q_pos, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr, drop_scale,
-    BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr,
-    BAND_LO: tl.constexpr, BAND_HI: tl.constexpr,
-    SPARSE: tl.constexpr, MASK: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
-    HAS_DOCS: tl.constexpr, TMA: tl.constexpr,
-    ALIBI_: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, TANH_ASM: tl.constexpr,
+    dq,
+    q,
+    do,
+    lse,
+    delta,
+    k_src,
+    v_src,
+    sk_l,
+    sv_l,
+    idx_ptr,
+    bs,
+    TPB,
+    t_lo,
+    t_hi,
+    offs_m,
+    kv_end,
+    qk_scale,
+    doc_lo,
+    doc_hi,
+    lo_off,
+    hi_off,
+    q_pos,
+    cap_in,
+    cap2,
+    slope2,
+    seed,
+    rng_off,
+    seq_head,
+    drop_thr,
+    drop_scale,
+    BLOCK_M2: tl.constexpr,
+    BLOCK_N2: tl.constexpr,
+    D: tl.constexpr,
+    D_TILE: tl.constexpr,
+    BAND_LO: tl.constexpr,
+    BAND_HI: tl.constexpr,
+    SPARSE: tl.constexpr,
+    MASK: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    ALIGN8: tl.constexpr,
+    HAS_DOCS: tl.constexpr,
+    TMA: tl.constexpr,
+    ALIBI_: tl.constexpr,
+    SOFTCAP: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    TANH_ASM: tl.constexpr,
 ):
     """Accumulate dQ (BLOCK_M2, D_TILE) over key tiles t_lo..t_hi (doc_lo, doc_hi, q_pos: as in the forward)."""
     MODS: tl.constexpr = ALIBI_ or SOFTCAP
@@ -365,8 +702,18 @@ def _dq_steps(
         v = stream_tile(v_src, start_n, offs_n, sv_l, offs_n < kv_end, offs_d, D, D_TILE, MASK, TMA, ALIGN8)
         s2 = mma(q, tl.trans(k), None, DOT_F32)  # (BLOCK_M2, BLOCK_N2)
         if MODS:
-            s2, t2 = base2_scores(s2, q_pos[:, None], offs_n.to(tl.float32)[None, :], qk_scale, cap_in, cap2, slope2,
-                                  ALIBI_, SOFTCAP, TANH_ASM)
+            s2, t2 = base2_scores(
+                s2,
+                q_pos[:, None],
+                offs_n.to(tl.float32)[None, :],
+                qk_scale,
+                cap_in,
+                cap2,
+                slope2,
+                ALIBI_,
+                SOFTCAP,
+                TANH_ASM,
+            )
         p = tl.math.exp2(scaled(s2, qk_scale, MODS) - lse[:, None])
         if MASK:
             keep = offs_n[None, :] < kv_end
@@ -390,15 +737,80 @@ def _dq_steps(
 
 @triton.jit(do_not_specialize=["band_lo", "band_hi", "drop_thr"])
 def bwd_dq_kernel(
-    Q, K, V, DO, DQ, PDQ, LSE, DELTA, KV_LENS, CNT, IDX, ORDER, DOC_START, DOC_END, DOC_ORDER, CU_Q, CU_K, ALIBI, RNG,
-    sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, sdo_b, sdo_h, sdo_l, sdq_b, sdq_h, sdq_l,
-    spart_bh, spart_s, scnt_h, sidx_h, sidx_m, sord_h, sal_b,
-    H, GROUP, Lq, Lk, qk_scale, sm_scale, band_lo, band_hi, cap_in, cap2, drop_thr, drop_scale, BS: tl.constexpr,
-    D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
-    BAND_LO: tl.constexpr, BAND_HI: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr,
-    SCAN_: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr, TMA: tl.constexpr,
-    HEADS_OUTER: tl.constexpr, SPLIT: tl.constexpr, VARLEN: tl.constexpr, ALIBI_: tl.constexpr,
-    SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, TANH_ASM: tl.constexpr,
+    Q,
+    K,
+    V,
+    DO,
+    DQ,
+    PDQ,
+    LSE,
+    DELTA,
+    KV_LENS,
+    CNT,
+    IDX,
+    ORDER,
+    DOC_START,
+    DOC_END,
+    DOC_ORDER,
+    CU_Q,
+    CU_K,
+    ALIBI,
+    RNG,
+    sq_b,
+    sq_h,
+    sq_l,
+    sk_b,
+    sk_h,
+    sk_l,
+    sv_b,
+    sv_h,
+    sv_l,
+    sdo_b,
+    sdo_h,
+    sdo_l,
+    sdq_b,
+    sdq_h,
+    sdq_l,
+    spart_bh,
+    spart_s,
+    scnt_h,
+    sidx_h,
+    sidx_m,
+    sord_h,
+    sal_b,
+    H,
+    GROUP,
+    Lq,
+    Lk,
+    qk_scale,
+    sm_scale,
+    band_lo,
+    band_hi,
+    cap_in,
+    cap2,
+    drop_thr,
+    drop_scale,
+    BS: tl.constexpr,
+    D: tl.constexpr,
+    D_TILE: tl.constexpr,
+    BLOCK_M2: tl.constexpr,
+    BLOCK_N2: tl.constexpr,
+    BAND_LO: tl.constexpr,
+    BAND_HI: tl.constexpr,
+    SPARSE: tl.constexpr,
+    HAS_KV_LENS: tl.constexpr,
+    SCAN_: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    ALIGN8: tl.constexpr,
+    HAS_DOCS: tl.constexpr,
+    TMA: tl.constexpr,
+    HEADS_OUTER: tl.constexpr,
+    SPLIT: tl.constexpr,
+    VARLEN: tl.constexpr,
+    ALIBI_: tl.constexpr,
+    SOFTCAP: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    TANH_ASM: tl.constexpr,
 ):
     # grid: (B * H, query tiles), or (query tiles, B * H) when HEADS_OUTER; the longest rows
     # launched first (as in the forward; VARLEN too).  SPLIT: as in ``bwd_dkdv_kernel``, ORDER holds
@@ -447,42 +859,218 @@ def bwd_dq_kernel(
     offs_d = tl.arange(0, D_TILE)
     row_ok = offs_m < seq_q
     # q, dO, lse, delta stay in registers for the whole program
-    q = load_tile(tile_ptrs(slice_ptr(Q, b, sq_b, h, sq_h, q_row0, sq_l, ALIGN8), offs_m, sq_l, offs_d, ALIGN8),
-                  row_ok, offs_d, D, D_TILE, True)
-    do = load_tile(tile_ptrs(slice_ptr(DO, b, sdo_b, h, sdo_h, q_row0, sdo_l, ALIGN8), offs_m, sdo_l, offs_d, ALIGN8),
-                   row_ok, offs_d, D, D_TILE, True)
+    q = load_tile(
+        tile_ptrs(slice_ptr(Q, b, sq_b, h, sq_h, q_row0, sq_l, ALIGN8), offs_m, sq_l, offs_d, ALIGN8),
+        row_ok,
+        offs_d,
+        D,
+        D_TILE,
+        True,
+    )
+    do = load_tile(
+        tile_ptrs(slice_ptr(DO, b, sdo_b, h, sdo_h, q_row0, sdo_l, ALIGN8), offs_m, sdo_l, offs_d, ALIGN8),
+        row_ok,
+        offs_d,
+        D,
+        D_TILE,
+        True,
+    )
     lse = tl.load(LSE + (b * H + h).to(tl.int64) * Lq + q_row0 + offs_m, mask=row_ok, other=float("inf"))
     delta = tl.load(DELTA + (b * H + h).to(tl.int64) * Lq + q_row0 + offs_m, mask=row_ok, other=0.0)
     k_src = tile_source(slice_ptr(K, b, sk_b, hk, sk_h, k_row0, sk_l, ALIGN8), seq_k, sk_l, BLOCK_N2, D, D_TILE, TMA)
     v_src = tile_source(slice_ptr(V, b, sv_b, hk, sv_h, k_row0, sv_l, ALIGN8), seq_k, sv_l, BLOCK_N2, D, D_TILE, TMA)
 
     count, idx_ptr, TPB, doc_base, doc_lo, doc_hi = query_rows(
-        row, start_m, offs_m, row_ok, b, h, Lq, CNT, scnt_h, IDX, sidx_h, sidx_m, BS, DOC_START, DOC_END,
-        BLOCK_N2, SPARSE, HAS_DOCS)
-    t_lo, t_first, t_full, t_end = row_tile_range(start_m, kv_end, lo_off, hi_off, count, idx_ptr, BS, TPB,
-                                                  DOC_START, DOC_END, doc_base, Lq,
-                                                  BLOCK_M2, BLOCK_N2, BAND_LO, BAND_HI, SPARSE, HAS_DOCS, SCAN_)
+        row,
+        start_m,
+        offs_m,
+        row_ok,
+        b,
+        h,
+        Lq,
+        CNT,
+        scnt_h,
+        IDX,
+        sidx_h,
+        sidx_m,
+        BS,
+        DOC_START,
+        DOC_END,
+        BLOCK_N2,
+        SPARSE,
+        HAS_DOCS,
+    )
+    t_lo, t_first, t_full, t_end = row_tile_range(
+        start_m,
+        kv_end,
+        lo_off,
+        hi_off,
+        count,
+        idx_ptr,
+        BS,
+        TPB,
+        DOC_START,
+        DOC_END,
+        doc_base,
+        Lq,
+        BLOCK_M2,
+        BLOCK_N2,
+        BAND_LO,
+        BAND_HI,
+        SPARSE,
+        HAS_DOCS,
+        SCAN_,
+    )
     if SPLIT:  # this program's chunk of the list
         t_lo, t_first, t_full, t_end = clamp_ranges(t_lo, t_first, t_full, t_end, e_lo * TPB, e_hi * TPB)
     dq = tl.zeros([BLOCK_M2, D_TILE], dtype=tl.float32)
     seq_head = seq * H + h
     q_pos = (offs_m + shift).to(tl.float32)  # ALiBi's distances are |i + shift - j|
     if HAS_DOCS or BAND_LO:  # the start of the documents' span or of the band
-        dq = _dq_steps(dq, q, do, lse, delta, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB, t_lo, t_first,
-                       offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                       lo_off, hi_off, q_pos, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr, drop_scale,
-                       BLOCK_M2, BLOCK_N2, D, D_TILE, BAND_LO, BAND_HI, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS, TMA,
-                       ALIBI_, SOFTCAP, DROPOUT, TANH_ASM)
-    dq = _dq_steps(dq, q, do, lse, delta, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB, t_first, t_full,
-                   offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                   lo_off, hi_off, q_pos, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr, drop_scale,
-                   BLOCK_M2, BLOCK_N2, D, D_TILE, BAND_LO, BAND_HI, SPARSE, False, DOT_F32, ALIGN8, HAS_DOCS, TMA,
-                   ALIBI_, SOFTCAP, DROPOUT, TANH_ASM)
-    dq = _dq_steps(dq, q, do, lse, delta, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB, t_full, t_end,
-                   offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                   lo_off, hi_off, q_pos, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr, drop_scale,
-                   BLOCK_M2, BLOCK_N2, D, D_TILE, BAND_LO, BAND_HI, SPARSE, True, DOT_F32, ALIGN8, HAS_DOCS, TMA,
-                   ALIBI_, SOFTCAP, DROPOUT, TANH_ASM)
+        dq = _dq_steps(
+            dq,
+            q,
+            do,
+            lse,
+            delta,
+            k_src,
+            v_src,
+            sk_l,
+            sv_l,
+            idx_ptr,
+            BS,
+            TPB,
+            t_lo,
+            t_first,
+            offs_m,
+            kv_end,
+            qk_scale,
+            doc_lo,
+            doc_hi,
+            lo_off,
+            hi_off,
+            q_pos,
+            cap_in,
+            cap2,
+            slope2,
+            seed,
+            rng_off,
+            seq_head,
+            drop_thr,
+            drop_scale,
+            BLOCK_M2,
+            BLOCK_N2,
+            D,
+            D_TILE,
+            BAND_LO,
+            BAND_HI,
+            SPARSE,
+            True,
+            DOT_F32,
+            ALIGN8,
+            HAS_DOCS,
+            TMA,
+            ALIBI_,
+            SOFTCAP,
+            DROPOUT,
+            TANH_ASM,
+        )
+    dq = _dq_steps(
+        dq,
+        q,
+        do,
+        lse,
+        delta,
+        k_src,
+        v_src,
+        sk_l,
+        sv_l,
+        idx_ptr,
+        BS,
+        TPB,
+        t_first,
+        t_full,
+        offs_m,
+        kv_end,
+        qk_scale,
+        doc_lo,
+        doc_hi,
+        lo_off,
+        hi_off,
+        q_pos,
+        cap_in,
+        cap2,
+        slope2,
+        seed,
+        rng_off,
+        seq_head,
+        drop_thr,
+        drop_scale,
+        BLOCK_M2,
+        BLOCK_N2,
+        D,
+        D_TILE,
+        BAND_LO,
+        BAND_HI,
+        SPARSE,
+        False,
+        DOT_F32,
+        ALIGN8,
+        HAS_DOCS,
+        TMA,
+        ALIBI_,
+        SOFTCAP,
+        DROPOUT,
+        TANH_ASM,
+    )
+    dq = _dq_steps(
+        dq,
+        q,
+        do,
+        lse,
+        delta,
+        k_src,
+        v_src,
+        sk_l,
+        sv_l,
+        idx_ptr,
+        BS,
+        TPB,
+        t_full,
+        t_end,
+        offs_m,
+        kv_end,
+        qk_scale,
+        doc_lo,
+        doc_hi,
+        lo_off,
+        hi_off,
+        q_pos,
+        cap_in,
+        cap2,
+        slope2,
+        seed,
+        rng_off,
+        seq_head,
+        drop_thr,
+        drop_scale,
+        BLOCK_M2,
+        BLOCK_N2,
+        D,
+        D_TILE,
+        BAND_LO,
+        BAND_HI,
+        SPARSE,
+        True,
+        DOT_F32,
+        ALIGN8,
+        HAS_DOCS,
+        TMA,
+        ALIBI_,
+        SOFTCAP,
+        DROPOUT,
+        TANH_ASM,
+    )
     dq_base = slice_ptr(DQ, b, sdq_b, h, sdq_h, q_row0, sdq_l, ALIGN8)
     if SPLIT:
         if slot >= 0:  # a chunk of a split row: its partial sum, in fp32
@@ -496,8 +1084,23 @@ def bwd_dq_kernel(
 
 @triton.jit
 def split_sum_kernel(
-    PART, OUT, SUMS, spart_bh, spart_s, sout_b, sout_h, sout_l, ssum_h, HO, L, scale, bs,
-    D: tl.constexpr, D_TILE: tl.constexpr, BLOCK: tl.constexpr, ALIGN8: tl.constexpr,
+    PART,
+    OUT,
+    SUMS,
+    spart_bh,
+    spart_s,
+    sout_b,
+    sout_h,
+    sout_l,
+    ssum_h,
+    HO,
+    L,
+    scale,
+    bs,
+    D: tl.constexpr,
+    D_TILE: tl.constexpr,
+    BLOCK: tl.constexpr,
+    ALIGN8: tl.constexpr,
 ):
     # grid: (B * HO, split rows * (bs // BLOCK)), HO the heads of OUT (kv heads for dK, dV; query
     # heads for dQ).  out[b, h, row * bs + r] = scale * sum of the row's chunks' partials, added in
@@ -514,5 +1117,15 @@ def split_sum_kernel(
     for c in range(chunks):
         slot = (first + c).to(tl.int64)
         acc += load_tile(tile_ptrs(part + slot * spart_s, offs_r, D, offs_d, False), rows_ok, offs_d, D, D_TILE, True)
-    store_scaled(slice_ptr(OUT, b, sout_b, h, sout_h, b * 0, sout_l, ALIGN8), offs_l, sout_l, acc, scale, rows_ok,
-                 offs_d, D, D_TILE, ALIGN8)
+    store_scaled(
+        slice_ptr(OUT, b, sout_b, h, sout_h, b * 0, sout_l, ALIGN8),
+        offs_l,
+        sout_l,
+        acc,
+        scale,
+        rows_ok,
+        offs_d,
+        D,
+        D_TILE,
+        ALIGN8,
+    )

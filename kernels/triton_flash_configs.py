@@ -113,18 +113,27 @@ def tile_dim(head_dim: int) -> int:
 _FWD: dict[tuple[str, int], tuple[FwdConfig, ...]] = {
     ("sm_90", 16): (FwdConfig(64, 64, 4, 3),),
     ("sm_90", 32): (FwdConfig(64, 64, 4, 3), FwdConfig(128, 64, 4, 3)),
-    ("sm_90", 64): (FwdConfig(64, 64, 4, 3), FwdConfig(128, 64, 4, 3), FwdConfig(64, 64, 4, 3, tma=True),
-                    FwdConfig(64, 64, 4, 3, rescale_tau=8.0),
-                    # one more stage in flight (the custom pattern at 32k: 0.90x the 128x64 tile's time)
-                    FwdConfig(64, 64, 4, 4),
-                    # FlexAttention's H100 tile for D64 (causal at 32k: 0.89x the default's time, the
-                    # window 0.96x)
-                    FwdConfig(128, 128, 4, 3)),
-    ("sm_90", 128): (FwdConfig(128, 128, 8, 3), FwdConfig(128, 64, 8, 4), FwdConfig(128, 128, 8, 3, tma=True),
-                     FwdConfig(128, 128, 8, 3, rescale_tau=8.0),
-                     # short key lists (the custom pattern at 16k: 0.92x the default's time; the
-                     # 64x32 tile 0.94x of the 64x64 one)
-                     FwdConfig(64, 64, 4, 3), FwdConfig(64, 32, 4, 3)),
+    ("sm_90", 64): (
+        FwdConfig(64, 64, 4, 3),
+        FwdConfig(128, 64, 4, 3),
+        FwdConfig(64, 64, 4, 3, tma=True),
+        FwdConfig(64, 64, 4, 3, rescale_tau=8.0),
+        # one more stage in flight (the custom pattern at 32k: 0.90x the 128x64 tile's time)
+        FwdConfig(64, 64, 4, 4),
+        # FlexAttention's H100 tile for D64 (causal at 32k: 0.89x the default's time, the
+        # window 0.96x)
+        FwdConfig(128, 128, 4, 3),
+    ),
+    ("sm_90", 128): (
+        FwdConfig(128, 128, 8, 3),
+        FwdConfig(128, 64, 8, 4),
+        FwdConfig(128, 128, 8, 3, tma=True),
+        FwdConfig(128, 128, 8, 3, rescale_tau=8.0),
+        # short key lists (the custom pattern at 16k: 0.92x the default's time; the
+        # 64x32 tile 0.94x of the 64x64 one)
+        FwdConfig(64, 64, 4, 3),
+        FwdConfig(64, 32, 4, 3),
+    ),
     ("sm_90", 256): (FwdConfig(128, 64, 8, 2), FwdConfig(64, 64, 4, 2)),
     ("sm_80", 16): (FwdConfig(64, 64, 4, 3),),
     ("sm_80", 32): (FwdConfig(64, 64, 4, 3),),
@@ -142,20 +151,26 @@ _FWD: dict[tuple[str, int], tuple[FwdConfig, ...]] = {
 _BWD: dict[tuple[str, int], tuple[BwdConfig, ...]] = {
     ("sm_90", 16): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2),),
     ("sm_90", 32): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2), BwdConfig(32, 128, 4, 3, 64, 64, 4, 3)),
-    ("sm_90", 64): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2), BwdConfig(32, 128, 4, 3, 64, 64, 4, 3),
-                    BwdConfig(64, 64, 4, 3, 128, 64, 8, 2, tma=True),
-                    BwdConfig(64, 64, 4, 3, 128, 64, 8, 2, heads_outer=True),
-                    BwdConfig(32, 128, 4, 3, 64, 64, 4, 3, dq_stream=True),
-                    BwdConfig(64, 64, 4, 3, 128, 64, 8, 2, heads_outer=True, dq_stream=True)),
-    ("sm_90", 128): (BwdConfig(64, 128, 8, 3, 128, 64, 8, 3), BwdConfig(32, 128, 8, 3, 128, 32, 4, 3),
-                     BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, tma=True),
-                     BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, heads_outer=True),
-                     BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, dq_stream=True),
-                     BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, heads_outer=True, dq_stream=True),
-                     # the default's tiles without its register spills in the dK/dV loop; with
-                     # heads_outer and dq_stream the fastest at 16k for the window and custom patterns
-                     BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, dv_late=True),
-                     BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, heads_outer=True, dq_stream=True, dv_late=True)),
+    ("sm_90", 64): (
+        BwdConfig(64, 64, 4, 3, 128, 64, 8, 2),
+        BwdConfig(32, 128, 4, 3, 64, 64, 4, 3),
+        BwdConfig(64, 64, 4, 3, 128, 64, 8, 2, tma=True),
+        BwdConfig(64, 64, 4, 3, 128, 64, 8, 2, heads_outer=True),
+        BwdConfig(32, 128, 4, 3, 64, 64, 4, 3, dq_stream=True),
+        BwdConfig(64, 64, 4, 3, 128, 64, 8, 2, heads_outer=True, dq_stream=True),
+    ),
+    ("sm_90", 128): (
+        BwdConfig(64, 128, 8, 3, 128, 64, 8, 3),
+        BwdConfig(32, 128, 8, 3, 128, 32, 4, 3),
+        BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, tma=True),
+        BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, heads_outer=True),
+        BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, dq_stream=True),
+        BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, heads_outer=True, dq_stream=True),
+        # the default's tiles without its register spills in the dK/dV loop; with
+        # heads_outer and dq_stream the fastest at 16k for the window and custom patterns
+        BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, dv_late=True),
+        BwdConfig(64, 128, 8, 3, 128, 64, 8, 3, heads_outer=True, dq_stream=True, dv_late=True),
+    ),
     ("sm_90", 256): (BwdConfig(32, 64, 8, 2, 64, 32, 8, 2),),
     ("sm_80", 16): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2),),
     ("sm_80", 32): (BwdConfig(64, 64, 4, 3, 128, 64, 8, 2),),

@@ -132,8 +132,20 @@ def store_tile(ptrs, value, rows_ok, offs_d, D: tl.constexpr, D_TILE: tl.constex
 
 
 @triton.jit
-def store_rows(o_base, lse_base, acc, l_i, m_i, so_l, offs_m, row_ok, offs_d,
-               D: tl.constexpr, D_TILE: tl.constexpr, ALIGN8: tl.constexpr):
+def store_rows(
+    o_base,
+    lse_base,
+    acc,
+    l_i,
+    m_i,
+    so_l,
+    offs_m,
+    row_ok,
+    offs_d,
+    D: tl.constexpr,
+    D_TILE: tl.constexpr,
+    ALIGN8: tl.constexpr,
+):
     """Normalise and store finished query rows: o = acc / l in O's dtype and lse = m + log2(l), at
     the rows offs_m of the (batch, head) or (sequence, head) slices that o_base and lse_base start;
     a row with no allowed key (l == 0) gets o = 0 and lse = +inf."""
@@ -173,8 +185,7 @@ def tanh(x, ASM: tl.constexpr):
     softcap; relative error below 2^-10), else 1 - 2 / (exp(2|x|) + 1) with x's sign (the
     interpreter, which runs no inline assembly)."""
     if ASM:
-        y = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True,
-                                      pack=1)
+        y = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1)
     else:
         e = tl.exp(-2.0 * tl.abs(x))
         y = (1.0 - e) / (1.0 + e)
@@ -183,8 +194,9 @@ def tanh(x, ASM: tl.constexpr):
 
 
 @triton.jit
-def base2_scores(s, q_pos, k_pos, qk_scale, cap_in, cap2, slope2,
-                 ALIBI_: tl.constexpr, SOFTCAP: tl.constexpr, TANH_ASM: tl.constexpr):
+def base2_scores(
+    s, q_pos, k_pos, qk_scale, cap_in, cap2, slope2, ALIBI_: tl.constexpr, SOFTCAP: tl.constexpr, TANH_ASM: tl.constexpr
+):
     """Base-2 scores of unscaled q . k tiles `s` with the score modifiers, and t, the softcap's tanh
     (its gradient is 1 - t^2; s2 itself when there is no softcap).
 
@@ -257,8 +269,19 @@ def tile_source(base, rows, stride, BLOCK: tl.constexpr, D: tl.constexpr, D_TILE
 
 
 @triton.jit
-def stream_tile(source, start, offs, stride, rows_ok, offs_d, D: tl.constexpr, D_TILE: tl.constexpr,
-                MASK_ROWS: tl.constexpr, TMA: tl.constexpr, ALIGN8: tl.constexpr):
+def stream_tile(
+    source,
+    start,
+    offs,
+    stride,
+    rows_ok,
+    offs_d,
+    D: tl.constexpr,
+    D_TILE: tl.constexpr,
+    MASK_ROWS: tl.constexpr,
+    TMA: tl.constexpr,
+    ALIGN8: tl.constexpr,
+):
     """The (rows, D_TILE) tile of rows offs = start + arange of a tile the loop streams, read as
     ``load_tile`` does: through the tensor descriptor (TMA: rows past the slice and the head-dim
     padding arrive as zeros, rows_ok zeroes the rest) or through pointers."""
@@ -315,8 +338,7 @@ def tiles_ending_by(x, count, idx_ptr, bs, TPB, BLOCK: tl.constexpr, SPARSE: tl.
 
 
 @triton.jit
-def tiles_starting_before(x, count, idx_ptr, bs, TPB, BLOCK: tl.constexpr, SPARSE: tl.constexpr,
-                          SCAN_: tl.constexpr):
+def tiles_starting_before(x, count, idx_ptr, bs, TPB, BLOCK: tl.constexpr, SPARSE: tl.constexpr, SCAN_: tl.constexpr):
     """How many of the visited tiles (ascending; see ``tile_start``) start before token x."""
     if SPARSE:
         n = 0  # layout blocks of the list that start before x
@@ -389,8 +411,26 @@ def clamp_ranges(t_lo, t_mid, t_full, t_end, c_lo, c_hi):
 
 
 @triton.jit
-def query_rows(row, start_m, offs_m, row_ok, b, h, Lq, CNT, scnt_h, IDX, sidx_h, sidx_m, bs, DOC_START, DOC_END,
-               BLOCK_N: tl.constexpr, SPARSE: tl.constexpr, HAS_DOCS: tl.constexpr):
+def query_rows(
+    row,
+    start_m,
+    offs_m,
+    row_ok,
+    b,
+    h,
+    Lq,
+    CNT,
+    scnt_h,
+    IDX,
+    sidx_h,
+    sidx_m,
+    bs,
+    DOC_START,
+    DOC_END,
+    BLOCK_N: tl.constexpr,
+    SPARSE: tl.constexpr,
+    HAS_DOCS: tl.constexpr,
+):
     """What a query tile reads before its key loop (forward and dQ).
 
     Returns (count, idx_ptr, TPB): its layout row's CSR list and the key tiles per layout block
@@ -416,9 +456,25 @@ def query_rows(row, start_m, offs_m, row_ok, b, h, Lq, CNT, scnt_h, IDX, sidx_h,
 
 @triton.jit
 def row_tile_range(
-    start_m, kv_end, lo_off, hi_off, count, idx_ptr, bs, TPB, DOC_START, DOC_END, doc_base, Lq,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BAND_LO: tl.constexpr, BAND_HI: tl.constexpr,
-    SPARSE: tl.constexpr, HAS_DOCS: tl.constexpr, SCAN_: tl.constexpr,
+    start_m,
+    kv_end,
+    lo_off,
+    hi_off,
+    count,
+    idx_ptr,
+    bs,
+    TPB,
+    DOC_START,
+    DOC_END,
+    doc_base,
+    Lq,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BAND_LO: tl.constexpr,
+    BAND_HI: tl.constexpr,
+    SPARSE: tl.constexpr,
+    HAS_DOCS: tl.constexpr,
+    SCAN_: tl.constexpr,
 ):
     """(t_lo, t_first, t_full, t_end) for the query tile [start_m, start_m + BLOCK_M) over its key tiles.
 
@@ -443,8 +499,9 @@ def row_tile_range(
         full_lo = start_m + BLOCK_M - 1 + lo_off
     if HAS_DOCS:
         # (a sparse tile past Lq, in the ragged last layout row, has count 0: nothing to visit)
-        doc_lo, doc_full_lo, doc_full_hi, doc_hi = doc_span(DOC_START, DOC_END, doc_base, tl.minimum(start_m, Lq - 1),
-                                                            tl.minimum(start_m + BLOCK_M, Lq) - 1)
+        doc_lo, doc_full_lo, doc_full_hi, doc_hi = doc_span(
+            DOC_START, DOC_END, doc_base, tl.minimum(start_m, Lq - 1), tl.minimum(start_m + BLOCK_M, Lq) - 1
+        )
         lo = tl.maximum(lo, doc_lo)
         full_lo = tl.maximum(full_lo, doc_full_lo)
         full_end = tl.minimum(full_end, doc_full_hi)
@@ -482,14 +539,51 @@ def row_tile_range(
 
 @triton.jit
 def _fwd_steps(
-    acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l,
-    idx_ptr, bs, TPB, t_lo, t_hi, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-    lo_off, hi_off, q_pos, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, D_TILE: tl.constexpr,
-    BAND_LO: tl.constexpr, BAND_HI: tl.constexpr,
-    SPARSE: tl.constexpr, MASK: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr,
-    HAS_DOCS: tl.constexpr, TMA: tl.constexpr, RESCALE_TAU: tl.constexpr,
-    ALIBI_: tl.constexpr, SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, TANH_ASM: tl.constexpr,
+    acc,
+    l_i,
+    m_i,
+    q,
+    k_src,
+    v_src,
+    sk_l,
+    sv_l,
+    idx_ptr,
+    bs,
+    TPB,
+    t_lo,
+    t_hi,
+    offs_m,
+    kv_end,
+    qk_scale,
+    doc_lo,
+    doc_hi,
+    lo_off,
+    hi_off,
+    q_pos,
+    cap_in,
+    cap2,
+    slope2,
+    seed,
+    rng_off,
+    seq_head,
+    drop_thr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    D: tl.constexpr,
+    D_TILE: tl.constexpr,
+    BAND_LO: tl.constexpr,
+    BAND_HI: tl.constexpr,
+    SPARSE: tl.constexpr,
+    MASK: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    ALIGN8: tl.constexpr,
+    HAS_DOCS: tl.constexpr,
+    TMA: tl.constexpr,
+    RESCALE_TAU: tl.constexpr,
+    ALIBI_: tl.constexpr,
+    SOFTCAP: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    TANH_ASM: tl.constexpr,
 ):
     """Online-softmax update over key tiles t_lo..t_hi; MASK=False is the unmasked fast path.
 
@@ -512,8 +606,18 @@ def _fwd_steps(
         k = stream_tile(k_src, start_n, offs_n, sk_l, offs_n < kv_end, offs_d, D, D_TILE, MASK, TMA, ALIGN8)
         s = mma(q, tl.trans(k), None, DOT_F32)  # (BLOCK_M, BLOCK_N) fp32, unscaled q . k
         if MODS:  # now base-2 scores
-            s, _ = base2_scores(s, q_pos[:, None], offs_n.to(tl.float32)[None, :], qk_scale, cap_in, cap2, slope2,
-                                ALIBI_, SOFTCAP, TANH_ASM)
+            s, _ = base2_scores(
+                s,
+                q_pos[:, None],
+                offs_n.to(tl.float32)[None, :],
+                qk_scale,
+                cap_in,
+                cap2,
+                slope2,
+                ALIBI_,
+                SOFTCAP,
+                TANH_ASM,
+            )
         if MASK:
             keep = offs_n[None, :] < kv_end
             if BAND_HI:
@@ -576,15 +680,78 @@ def dropout_args(RNG, DROPOUT: tl.constexpr):
 
 @triton.jit(do_not_specialize=["band_lo", "band_hi", "drop_thr"])
 def attn_fwd_kernel(
-    Q, K, V, O, LSE, PO, PM, PL, KV_LENS, CNT, IDX, ORDER, DOC_START, DOC_END, DOC_ORDER, CU_Q, CU_K, ALIBI, RNG,
-    sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, so_b, so_h, so_l,
-    spart_bh, spart_s, sml_bh, sml_s, scnt_h, sidx_h, sidx_m, sord_h, sal_b,
-    H, GROUP, Lq, Lk, qk_scale, band_lo, band_hi, cap_in, cap2, drop_thr, drop_scale, BS: tl.constexpr,
-    D: tl.constexpr, D_TILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BAND_LO: tl.constexpr, BAND_HI: tl.constexpr, SPARSE: tl.constexpr, HAS_KV_LENS: tl.constexpr,
-    SCAN_: tl.constexpr, DOT_F32: tl.constexpr, ALIGN8: tl.constexpr, HAS_DOCS: tl.constexpr, TMA: tl.constexpr,
-    RESCALE_TAU: tl.constexpr, SPLIT: tl.constexpr, VARLEN: tl.constexpr, ALIBI_: tl.constexpr,
-    SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, TANH_ASM: tl.constexpr,
+    Q,
+    K,
+    V,
+    O,
+    LSE,
+    PO,
+    PM,
+    PL,
+    KV_LENS,
+    CNT,
+    IDX,
+    ORDER,
+    DOC_START,
+    DOC_END,
+    DOC_ORDER,
+    CU_Q,
+    CU_K,
+    ALIBI,
+    RNG,
+    sq_b,
+    sq_h,
+    sq_l,
+    sk_b,
+    sk_h,
+    sk_l,
+    sv_b,
+    sv_h,
+    sv_l,
+    so_b,
+    so_h,
+    so_l,
+    spart_bh,
+    spart_s,
+    sml_bh,
+    sml_s,
+    scnt_h,
+    sidx_h,
+    sidx_m,
+    sord_h,
+    sal_b,
+    H,
+    GROUP,
+    Lq,
+    Lk,
+    qk_scale,
+    band_lo,
+    band_hi,
+    cap_in,
+    cap2,
+    drop_thr,
+    drop_scale,
+    BS: tl.constexpr,
+    D: tl.constexpr,
+    D_TILE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BAND_LO: tl.constexpr,
+    BAND_HI: tl.constexpr,
+    SPARSE: tl.constexpr,
+    HAS_KV_LENS: tl.constexpr,
+    SCAN_: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    ALIGN8: tl.constexpr,
+    HAS_DOCS: tl.constexpr,
+    TMA: tl.constexpr,
+    RESCALE_TAU: tl.constexpr,
+    SPLIT: tl.constexpr,
+    VARLEN: tl.constexpr,
+    ALIBI_: tl.constexpr,
+    SOFTCAP: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    TANH_ASM: tl.constexpr,
 ):
     # grid: (B * H, query tiles), the longest rows launched first: dense, the last tiles (the
     # longest causal rows), or with documents the tiles in DOC_ORDER (B, tiles) (by descending
@@ -646,11 +813,46 @@ def attn_fwd_kernel(
     q = load_tile(tile_ptrs(q_base, offs_m, sq_l, offs_d, ALIGN8), row_ok, offs_d, D, D_TILE, True)
 
     count, idx_ptr, TPB, doc_base, doc_lo, doc_hi = query_rows(
-        row, start_m, offs_m, row_ok, b, h, Lq, CNT, scnt_h, IDX, sidx_h, sidx_m, BS, DOC_START, DOC_END,
-        BLOCK_N, SPARSE, HAS_DOCS)
-    t_lo, t_first, t_full, t_end = row_tile_range(start_m, kv_end, lo_off, hi_off, count, idx_ptr, BS, TPB,
-                                                  DOC_START, DOC_END, doc_base, Lq,
-                                                  BLOCK_M, BLOCK_N, BAND_LO, BAND_HI, SPARSE, HAS_DOCS, SCAN_)
+        row,
+        start_m,
+        offs_m,
+        row_ok,
+        b,
+        h,
+        Lq,
+        CNT,
+        scnt_h,
+        IDX,
+        sidx_h,
+        sidx_m,
+        BS,
+        DOC_START,
+        DOC_END,
+        BLOCK_N,
+        SPARSE,
+        HAS_DOCS,
+    )
+    t_lo, t_first, t_full, t_end = row_tile_range(
+        start_m,
+        kv_end,
+        lo_off,
+        hi_off,
+        count,
+        idx_ptr,
+        BS,
+        TPB,
+        DOC_START,
+        DOC_END,
+        doc_base,
+        Lq,
+        BLOCK_M,
+        BLOCK_N,
+        BAND_LO,
+        BAND_HI,
+        SPARSE,
+        HAS_DOCS,
+        SCAN_,
+    )
     if SPLIT:  # this program's chunk of the list
         t_lo, t_first, t_full, t_end = clamp_ranges(t_lo, t_first, t_full, t_end, e_lo * TPB, e_hi * TPB)
 
@@ -662,21 +864,147 @@ def attn_fwd_kernel(
     seq_head = seq * H + h
     q_pos = (offs_m + shift).to(tl.float32)  # ALiBi's distances are |i + shift - j|
     if HAS_DOCS or BAND_LO:  # the start of the documents' span or of the band
-        acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB,
-                                   t_lo, t_first, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                                   lo_off, hi_off, q_pos, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr,
-                                   BLOCK_M, BLOCK_N, D, D_TILE, BAND_LO, BAND_HI, SPARSE, True, DOT_F32, ALIGN8,
-                                   HAS_DOCS, TMA, RESCALE_TAU, ALIBI_, SOFTCAP, DROPOUT, TANH_ASM)
-    acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB,
-                               t_first, t_full, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                               lo_off, hi_off, q_pos, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr,
-                               BLOCK_M, BLOCK_N, D, D_TILE, BAND_LO, BAND_HI, SPARSE, False, DOT_F32, ALIGN8,
-                               HAS_DOCS, TMA, RESCALE_TAU, ALIBI_, SOFTCAP, DROPOUT, TANH_ASM)
-    acc, l_i, m_i = _fwd_steps(acc, l_i, m_i, q, k_src, v_src, sk_l, sv_l, idx_ptr, BS, TPB,
-                               t_full, t_end, offs_m, kv_end, qk_scale, doc_lo, doc_hi,
-                               lo_off, hi_off, q_pos, cap_in, cap2, slope2, seed, rng_off, seq_head, drop_thr,
-                               BLOCK_M, BLOCK_N, D, D_TILE, BAND_LO, BAND_HI, SPARSE, True, DOT_F32, ALIGN8,
-                               HAS_DOCS, TMA, RESCALE_TAU, ALIBI_, SOFTCAP, DROPOUT, TANH_ASM)
+        acc, l_i, m_i = _fwd_steps(
+            acc,
+            l_i,
+            m_i,
+            q,
+            k_src,
+            v_src,
+            sk_l,
+            sv_l,
+            idx_ptr,
+            BS,
+            TPB,
+            t_lo,
+            t_first,
+            offs_m,
+            kv_end,
+            qk_scale,
+            doc_lo,
+            doc_hi,
+            lo_off,
+            hi_off,
+            q_pos,
+            cap_in,
+            cap2,
+            slope2,
+            seed,
+            rng_off,
+            seq_head,
+            drop_thr,
+            BLOCK_M,
+            BLOCK_N,
+            D,
+            D_TILE,
+            BAND_LO,
+            BAND_HI,
+            SPARSE,
+            True,
+            DOT_F32,
+            ALIGN8,
+            HAS_DOCS,
+            TMA,
+            RESCALE_TAU,
+            ALIBI_,
+            SOFTCAP,
+            DROPOUT,
+            TANH_ASM,
+        )
+    acc, l_i, m_i = _fwd_steps(
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_src,
+        v_src,
+        sk_l,
+        sv_l,
+        idx_ptr,
+        BS,
+        TPB,
+        t_first,
+        t_full,
+        offs_m,
+        kv_end,
+        qk_scale,
+        doc_lo,
+        doc_hi,
+        lo_off,
+        hi_off,
+        q_pos,
+        cap_in,
+        cap2,
+        slope2,
+        seed,
+        rng_off,
+        seq_head,
+        drop_thr,
+        BLOCK_M,
+        BLOCK_N,
+        D,
+        D_TILE,
+        BAND_LO,
+        BAND_HI,
+        SPARSE,
+        False,
+        DOT_F32,
+        ALIGN8,
+        HAS_DOCS,
+        TMA,
+        RESCALE_TAU,
+        ALIBI_,
+        SOFTCAP,
+        DROPOUT,
+        TANH_ASM,
+    )
+    acc, l_i, m_i = _fwd_steps(
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_src,
+        v_src,
+        sk_l,
+        sv_l,
+        idx_ptr,
+        BS,
+        TPB,
+        t_full,
+        t_end,
+        offs_m,
+        kv_end,
+        qk_scale,
+        doc_lo,
+        doc_hi,
+        lo_off,
+        hi_off,
+        q_pos,
+        cap_in,
+        cap2,
+        slope2,
+        seed,
+        rng_off,
+        seq_head,
+        drop_thr,
+        BLOCK_M,
+        BLOCK_N,
+        D,
+        D_TILE,
+        BAND_LO,
+        BAND_HI,
+        SPARSE,
+        True,
+        DOT_F32,
+        ALIGN8,
+        HAS_DOCS,
+        TMA,
+        RESCALE_TAU,
+        ALIBI_,
+        SOFTCAP,
+        DROPOUT,
+        TANH_ASM,
+    )
     if DROPOUT:  # the kept probabilities' 1 / (1 - p)
         acc = acc * drop_scale
 
@@ -698,8 +1026,27 @@ def attn_fwd_kernel(
 
 @triton.jit
 def fwd_merge_kernel(
-    PO, PM, PL, O, LSE, SUMS, spart_bh, spart_s, sml_bh, sml_s, so_b, so_h, so_l, ssum_h, H, Lq, bs,
-    D: tl.constexpr, D_TILE: tl.constexpr, BLOCK: tl.constexpr, ALIGN8: tl.constexpr,
+    PO,
+    PM,
+    PL,
+    O,
+    LSE,
+    SUMS,
+    spart_bh,
+    spart_s,
+    sml_bh,
+    sml_s,
+    so_b,
+    so_h,
+    so_l,
+    ssum_h,
+    H,
+    Lq,
+    bs,
+    D: tl.constexpr,
+    D_TILE: tl.constexpr,
+    BLOCK: tl.constexpr,
+    ALIGN8: tl.constexpr,
 ):
     # grid: (B * H, split rows * (bs // BLOCK)).  Merges the chunks of a split row (SUMS (P, S, 3):
     # row, first slot, chunks; an entry with no chunk writes nothing), in slot order: with
@@ -722,7 +1069,8 @@ def fwd_merge_kernel(
         slot = (first + c).to(tl.int64)
         w = tl.math.exp2(tl.load(PM + ml + slot * sml_s, mask=row_ok, other=float("-inf")) - m_sub)
         l_i += w * tl.load(PL + ml + slot * sml_s, mask=row_ok, other=0.0)
-        acc += w[:, None] * load_tile(tile_ptrs(part + slot * spart_s, offs_r, D, offs_d, False), row_ok, offs_d,
-                                      D, D_TILE, True)
+        acc += w[:, None] * load_tile(
+            tile_ptrs(part + slot * spart_s, offs_r, D, offs_d, False), row_ok, offs_d, D, D_TILE, True
+        )
     o_base = slice_ptr(O, b, so_b, h, so_h, b * 0, so_l, ALIGN8)
     store_rows(o_base, LSE + bh.to(tl.int64) * Lq, acc, l_i, m, so_l, offs_m, row_ok, offs_d, D, D_TILE, ALIGN8)

@@ -34,9 +34,8 @@ import dataclasses
 import torch
 import triton
 import triton.language as tl
-from triton.runtime.interpreter import InterpretedFunction
-
 from genoformer.kernels.triton_flash_fwd import LOG2E
+from triton.runtime.interpreter import InterpretedFunction
 
 E4M3_MAX = 448.0
 """The largest finite float8_e4m3fn value: a block's amax maps to it."""
@@ -65,8 +64,9 @@ def smoothed(x_BHLD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return x_BHLD.float() - mean_BH1D, mean_BH1D
 
 
-def quantize_blocks(x_BHLD: torch.Tensor, block: int, *, multiplier: float = 1.0,
-                    transpose: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_blocks(
+    x_BHLD: torch.Tensor, block: int, *, multiplier: float = 1.0, transpose: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(x8, scales): x * multiplier in e4m3, every `block` rows (per batch and head) divided by their
     amax / E4M3_MAX; x8 (B, H, L', D) with L' = L rounded up to `block` (zero rows past L), or
     (B, H, D, L') contiguous with transpose; scales (B, H, L' / block) fp32."""
@@ -95,15 +95,37 @@ def rounded(x, MANTISSA: tl.constexpr, MIN_EXP: tl.constexpr):
     (ROUND_P): Triton's CPU interpreter (3.9) rounds fp32 to e4m3 wrongly where rounding carries into
     the exponent (31.07 became 16, not 32), and to bf16 not to nearest; a value already on the
     format's grid converts exactly."""
-    exponent = tl.floor(tl.math.log2(tl.maximum(x, 2.0 ** MIN_EXP)))
+    exponent = tl.floor(tl.math.log2(tl.maximum(x, 2.0**MIN_EXP)))
     step = tl.math.exp2(exponent - MANTISSA)
     return tl.floor(x / step + 0.5) * step
 
 
 @triton.jit
-def _fp8_steps(acc, l_i, m_i, q, qs, k_base, v_base, KS, VS, sk_l, sv_d, n_lo, n_hi, offs_m, kv_end,
-               D: tl.constexpr, BLOCK_N: tl.constexpr, KB_: tl.constexpr, CAUSAL: tl.constexpr,
-               MASK: tl.constexpr, P_FP8: tl.constexpr, P_SCALE_: tl.constexpr, ROUND_P: tl.constexpr):
+def _fp8_steps(
+    acc,
+    l_i,
+    m_i,
+    q,
+    qs,
+    k_base,
+    v_base,
+    KS,
+    VS,
+    sk_l,
+    sv_d,
+    n_lo,
+    n_hi,
+    offs_m,
+    kv_end,
+    D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    KB_: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    MASK: tl.constexpr,
+    P_FP8: tl.constexpr,
+    P_SCALE_: tl.constexpr,
+    ROUND_P: tl.constexpr,
+):
     """Online softmax over the key tiles starting at n_lo .. n_hi (step BLOCK_N); MASK=False is the
     unmasked fast path (tiles wholly inside the allowed keys)."""
     offs_d = tl.arange(0, D)
@@ -143,11 +165,44 @@ def _fp8_steps(acc, l_i, m_i, q, qs, k_base, v_base, KS, VS, sk_l, sv_d, n_lo, n
 
 @triton.jit
 def fp8_fwd_kernel(
-    Q8, K8, V8T, QS, KS, VS, MU_V, O, KV_LENS,
-    sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sv_b, sv_h, sv_d, so_b, so_h, so_l, sqs_b, sqs_h, sks_b, sks_h,
-    H, GROUP, Lq, Lk,
-    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, QB_: tl.constexpr, KB_: tl.constexpr,
-    CAUSAL: tl.constexpr, HAS_KV_LENS: tl.constexpr, P_FP8: tl.constexpr, P_SCALE_: tl.constexpr,
+    Q8,
+    K8,
+    V8T,
+    QS,
+    KS,
+    VS,
+    MU_V,
+    O,
+    KV_LENS,
+    sq_b,
+    sq_h,
+    sq_l,
+    sk_b,
+    sk_h,
+    sk_l,
+    sv_b,
+    sv_h,
+    sv_d,
+    so_b,
+    so_h,
+    so_l,
+    sqs_b,
+    sqs_h,
+    sks_b,
+    sks_h,
+    H,
+    GROUP,
+    Lq,
+    Lk,
+    D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    QB_: tl.constexpr,
+    KB_: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    HAS_KV_LENS: tl.constexpr,
+    P_FP8: tl.constexpr,
+    P_SCALE_: tl.constexpr,
     ROUND_P: tl.constexpr,
 ):
     # grid: (query tiles, B * H), the last tiles (the longest causal rows) launched first
@@ -179,10 +234,56 @@ def fp8_fwd_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, D], dtype=tl.float32)
-    acc, l_i, m_i = _fp8_steps(acc, l_i, m_i, q, qs, k_base, v_base, ks_base, vs_base, sk_l, sv_d, 0, full,
-                               offs_m, kv_end, D, BLOCK_N, KB_, CAUSAL, False, P_FP8, P_SCALE_, ROUND_P)
-    acc, l_i, m_i = _fp8_steps(acc, l_i, m_i, q, qs, k_base, v_base, ks_base, vs_base, sk_l, sv_d, full, hi,
-                               offs_m, kv_end, D, BLOCK_N, KB_, CAUSAL, True, P_FP8, P_SCALE_, ROUND_P)
+    acc, l_i, m_i = _fp8_steps(
+        acc,
+        l_i,
+        m_i,
+        q,
+        qs,
+        k_base,
+        v_base,
+        ks_base,
+        vs_base,
+        sk_l,
+        sv_d,
+        0,
+        full,
+        offs_m,
+        kv_end,
+        D,
+        BLOCK_N,
+        KB_,
+        CAUSAL,
+        False,
+        P_FP8,
+        P_SCALE_,
+        ROUND_P,
+    )
+    acc, l_i, m_i = _fp8_steps(
+        acc,
+        l_i,
+        m_i,
+        q,
+        qs,
+        k_base,
+        v_base,
+        ks_base,
+        vs_base,
+        sk_l,
+        sv_d,
+        full,
+        hi,
+        offs_m,
+        kv_end,
+        D,
+        BLOCK_N,
+        KB_,
+        CAUSAL,
+        True,
+        P_FP8,
+        P_SCALE_,
+        ROUND_P,
+    )
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # a row with no allowed key: o = 0
     mu_v = tl.load(MU_V + (b * (H // GROUP) + hk).to(tl.int64) * D + offs_d)  # the values' mean, added back
     o = acc / l_safe[:, None] + tl.where(l_i > 0.0, 1.0, 0.0)[:, None] * mu_v[None, :]
@@ -215,19 +316,26 @@ def fp8_candidates(head_dim: int, interpreted: bool = False) -> tuple[Fp8Config,
     return (Fp8Config(128, 128, 8, 3), Fp8Config(128, 64, 4, 3), Fp8Config(128, 128, 8, 4), Fp8Config(64, 128, 4, 3))
 
 
-def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout, kv_lens,
-                       cu_seqlens, return_lse: bool) -> str | None:
+def unsupported_reason(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layout, kv_lens, cu_seqlens, return_lse: bool
+) -> str | None:
     """None when the FP8 kernel can run these (valid) inputs here, else a sentence saying why and what to do."""
     if q.device.type == "cuda":
         if INTERPRETED:
-            return ("the Triton kernels were loaded in interpreter mode (TRITON_INTERPRET=1) and cannot take CUDA "
-                    "tensors; unset TRITON_INTERPRET before importing genoformer")
+            return (
+                "the Triton kernels were loaded in interpreter mode (TRITON_INTERPRET=1) and cannot take CUDA "
+                "tensors; unset TRITON_INTERPRET before importing genoformer"
+            )
         capability = torch.cuda.get_device_capability(q.device)
         if capability < (8, 9):
-            return (f"FP8 attention needs FP8 tensor cores (Ada sm_89, Hopper sm_90 or newer); "
-                    f"{torch.cuda.get_device_name(q.device)} is sm_{capability[0]}{capability[1]}: run in bf16")
+            return (
+                f"FP8 attention needs FP8 tensor cores (Ada sm_89, Hopper sm_90 or newer); "
+                f"{torch.cuda.get_device_name(q.device)} is sm_{capability[0]}{capability[1]}: run in bf16"
+            )
     elif not (q.device.type == "cpu" and INTERPRETED):
-        return f"the Triton FP8 kernel runs on CUDA tensors (or on the CPU under TRITON_INTERPRET=1), got {q.device.type}"
+        return (
+            f"the Triton FP8 kernel runs on CUDA tensors (or on the CPU under TRITON_INTERPRET=1), got {q.device.type}"
+        )
     if q.dtype not in SUPPORTED_DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
         return f"FP8 attention takes float16 or bfloat16 q, k, v (autocast), got {q.dtype}, {k.dtype}, {v.dtype}"
     if q.shape[-1] not in HEAD_DIMS:
@@ -252,8 +360,16 @@ def semantic_reason(q: torch.Tensor, *, layout, cu_seqlens, return_lse: bool) ->
 _TUNED: dict[tuple, Fp8Config] = {}
 
 
-def fp8_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_lens: torch.Tensor | None, causal: bool,
-            scale: float, p_fp8: bool = True, config: Fp8Config | None = None) -> torch.Tensor:
+def fp8_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    kv_lens: torch.Tensor | None,
+    causal: bool,
+    scale: float,
+    p_fp8: bool = True,
+    config: Fp8Config | None = None,
+) -> torch.Tensor:
     """The launcher: o (B, H, Lq, D) in q's dtype. Quantizes q, k, v (``quantize_blocks``), then
     launches ``fp8_fwd_kernel``; p_fp8=False runs p . v in bf16 (the FP8 second matmul off).
     config: run this configuration instead of choosing one (the tuner of the Triton forward,
@@ -261,8 +377,10 @@ def fp8_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_lens: torch.Te
     B, H, Lq, D = q.shape
     HKV, Lk = k.shape[1], k.shape[2]
     if D not in HEAD_DIMS or k.shape != v.shape or H % HKV:
-        raise ValueError(f"FP8 attention takes q (B, H, Lq, D), k, v (B, HKV, Lk, D) with D in {HEAD_DIMS} and "
-                         f"H % HKV == 0; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(
+            f"FP8 attention takes q (B, H, Lq, D), k, v (B, HKV, Lk, D) with D in {HEAD_DIMS} and "
+            f"H % HKV == 0; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
     q8, qs = quantize_blocks(q, QB, multiplier=scale * LOG2E)
     k8, ks = quantize_blocks(smoothed(k)[0], KB)
     v_smooth, mu_v = smoothed(v)
@@ -272,20 +390,64 @@ def fp8_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_lens: torch.Te
 
     def run(cfg: Fp8Config) -> None:
         fp8_fwd_kernel[(triton.cdiv(Lq, cfg.block_m), B * H)](
-            q8, k8, v8t, qs, ks, vs, mu_v, o, lens,
-            q8.stride(0), q8.stride(1), q8.stride(2), k8.stride(0), k8.stride(1), k8.stride(2),
-            v8t.stride(0), v8t.stride(1), v8t.stride(2), o.stride(0), o.stride(1), o.stride(2),
-            qs.stride(0), qs.stride(1), ks.stride(0), ks.stride(1),
-            H, H // HKV, Lq, Lk, D=D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, QB_=QB, KB_=KB, CAUSAL=causal,
-            HAS_KV_LENS=kv_lens is not None, P_FP8=p_fp8, P_SCALE_=P_SCALE, ROUND_P=INTERPRETED,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            q8,
+            k8,
+            v8t,
+            qs,
+            ks,
+            vs,
+            mu_v,
+            o,
+            lens,
+            q8.stride(0),
+            q8.stride(1),
+            q8.stride(2),
+            k8.stride(0),
+            k8.stride(1),
+            k8.stride(2),
+            v8t.stride(0),
+            v8t.stride(1),
+            v8t.stride(2),
+            o.stride(0),
+            o.stride(1),
+            o.stride(2),
+            qs.stride(0),
+            qs.stride(1),
+            ks.stride(0),
+            ks.stride(1),
+            H,
+            H // HKV,
+            Lq,
+            Lk,
+            D=D,
+            BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n,
+            QB_=QB,
+            KB_=KB,
+            CAUSAL=causal,
+            HAS_KV_LENS=kv_lens is not None,
+            P_FP8=p_fp8,
+            P_SCALE_=P_SCALE,
+            ROUND_P=INTERPRETED,
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
         )
 
     if config is None:
         from genoformer.kernels.triton_flash import _bucket, choose_config
 
-        key = ("fp8", q.device.index, D, q.dtype, causal, kv_lens is not None, p_fp8, H // HKV, _bucket(Lq),
-               _bucket(Lk))
+        key = (
+            "fp8",
+            q.device.index,
+            D,
+            q.dtype,
+            causal,
+            kv_lens is not None,
+            p_fp8,
+            H // HKV,
+            _bucket(Lq),
+            _bucket(Lk),
+        )
         candidates = fp8_candidates(D, interpreted=INTERPRETED)
         config = choose_config(key, candidates, run, q.device) if q.is_cuda else candidates[0]
     run(config)
@@ -312,9 +474,17 @@ def _fake(q, k, v, kv_lens, causal, scale, p_fp8):
 # --------------------------------------------------------------------------------------------
 
 
-def emulated_fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-                           kv_lens: torch.Tensor | None, scale: float, p_fp8: bool = True,
-                           block_n: int = KB) -> torch.Tensor:
+def emulated_fp8_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    kv_lens: torch.Tensor | None,
+    scale: float,
+    p_fp8: bool = True,
+    block_n: int = KB,
+) -> torch.Tensor:
     """The kernel's arithmetic in PyTorch (fp32 matmuls of the e4m3 values), key tile by key tile of
     `block_n` keys (a divisor of KB): the same quantization, the same running max at which p is
     rounded to e4m3. Any device; cost O(B * H * Lq * block_n) memory per step. Returns q's dtype."""
@@ -334,8 +504,8 @@ def emulated_fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     acc_BHLD = torch.zeros(B, H, Lq, D, device=q.device)
     for start in range(0, Lk, block_n):
         keys_N = torch.arange(start, start + block_n, device=q.device)
-        k_BHND = k8[:, :, start:start + block_n].float().repeat_interleave(group, 1)
-        v_BHND = v8[:, :, start:start + block_n].float().repeat_interleave(group, 1)
+        k_BHND = k8[:, :, start : start + block_n].float().repeat_interleave(group, 1)
+        v_BHND = v8[:, :, start : start + block_n].float().repeat_interleave(group, 1)
         ks_BH11 = ks[..., start // KB].repeat_interleave(group, 1)[..., None, None]
         s_BHLN = (q8_BHLD @ k_BHND.transpose(-1, -2)) * (qs_BHL1 * ks_BH11)  # the kernel's order
         keep_B1LN = (keys_N < kv_end_B[:, None])[:, None, None, :]
@@ -354,14 +524,24 @@ def emulated_fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
             acc_BHLD = acc_BHLD * alpha[..., None] + (p8 @ v_BHND) * (vs_BH11 / P_SCALE)
         else:
             acc_BHLD = acc_BHLD * alpha[..., None] + (p_BHLN.to(torch.bfloat16).float() @ v_BHND) * vs_BH11
-    out = acc_BHLD / torch.where(l_BHL == 0, 1.0, l_BHL)[..., None] + (l_BHL > 0)[..., None] * \
-        mu_v.repeat_interleave(group, 1)
+    out = acc_BHLD / torch.where(l_BHL == 0, 1.0, l_BHL)[..., None] + (l_BHL > 0)[..., None] * mu_v.repeat_interleave(
+        group, 1
+    )
     return out.to(q.dtype)
 
 
-def fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, layout=None,
-                  kv_lens: torch.Tensor | None = None, scale: float | None = None, cu_seqlens=None,
-                  return_lse: bool = False) -> torch.Tensor:
+def fp8_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    layout=None,
+    kv_lens: torch.Tensor | None = None,
+    scale: float | None = None,
+    cu_seqlens=None,
+    return_lse: bool = False,
+) -> torch.Tensor:
     """FP8 attention (inference): the Triton kernel on a GPU with FP8 tensor cores, the emulation
     elsewhere (a CPU: slow, for tests and for measuring FP8's error). q (B, H, Lq, D), k, v
     (B, HKV, Lk, D); returns (B, H, Lq, D) in q's dtype. Call when the dispatcher's check passed:
@@ -370,4 +550,3 @@ def fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: 
     if q.is_cuda:
         return fp8_op(q, k, v, kv_lens, causal, scale, True)
     return emulated_fp8_attention(q, k, v, causal=causal, kv_lens=kv_lens, scale=scale)
-

@@ -41,7 +41,6 @@ import functools
 import importlib
 
 import torch
-
 from genoformer.kernels.flash_attn_backend import device_capability
 from genoformer.kernels.layout import BlockLayout
 
@@ -66,9 +65,17 @@ def _ops():
 
 
 @torch.compiler.disable
-def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-                       layout: BlockLayout | None, kv_lens: torch.Tensor | None,
-                       cu_seqlens: torch.Tensor | None = None, return_lse: bool = False) -> str | None:
+def unsupported_reason(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    layout: BlockLayout | None,
+    kv_lens: torch.Tensor | None,
+    cu_seqlens: torch.Tensor | None = None,
+    return_lse: bool = False,
+) -> str | None:
     """None when xformers can run these (valid) inputs here, else a sentence saying why and what to do."""
     error = import_error()
     if error is not None:
@@ -79,8 +86,10 @@ def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         return f"xformers takes float16, bfloat16 or float32 (got {q.dtype}); cast q, k, v or use 'sdpa'."
     if q.dtype == torch.bfloat16 and capability < (8, 0):
-        return (f"bfloat16 needs an Ampere or newer GPU (sm_80+) in xformers' kernels, this one is "
-                f"sm_{capability[0]}{capability[1]}; run in float16 (autocast dtype) or use 'sdpa'.")
+        return (
+            f"bfloat16 needs an Ampere or newer GPU (sm_80+) in xformers' kernels, this one is "
+            f"sm_{capability[0]}{capability[1]}; run in float16 (autocast dtype) or use 'sdpa'."
+        )
     if q.shape[-1] % 8 or q.shape[-1] > 256:
         return f"xformers' kernels take head dims that are multiples of 8 up to 256 (got {q.shape[-1]}); use 'sdpa'."
     if return_lse:
@@ -101,10 +110,18 @@ def _expanded(t_BHSD: torch.Tensor, groups: int) -> torch.Tensor:
 
 
 @torch.compiler.disable
-def xformers_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-                       layout: BlockLayout | None = None, kv_lens: torch.Tensor | None = None,
-                       scale: float | None = None, cu_seqlens: torch.Tensor | None = None,
-                       return_lse: bool = False) -> torch.Tensor:
+def xformers_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    layout: BlockLayout | None = None,
+    kv_lens: torch.Tensor | None = None,
+    scale: float | None = None,
+    cu_seqlens: torch.Tensor | None = None,
+    return_lse: bool = False,
+) -> torch.Tensor:
     """xformers attention; q (B, Hq, L, D), k and v (B, Hkv, S, D) -> (B, Hq, L, D). Call only when
     `unsupported_reason` is None (the entry point `attention` does): a layout then has every block
     allowed, dense attention."""
@@ -137,22 +154,27 @@ def _key_padding(run, bias, q_x, k_x, v_x, kv_lens, *, causal, B, L, S, Hq, D):
     valid = [max(n, 1) for n in lens]  # a row without keys runs against one and is zeroed below
     out_BLHD = q_x.new_zeros(B, L, Hq, D)
     if not causal:
-        mask = bias.BlockDiagonalPaddedKeysMask.from_seqlens(q_seqlen=[L] * B, kv_padding=S, kv_seqlen=valid,
-                                                             device=q_x.device)
+        mask = bias.BlockDiagonalPaddedKeysMask.from_seqlens(
+            q_seqlen=[L] * B, kv_padding=S, kv_seqlen=valid, device=q_x.device
+        )
         out_BLHD = run(q_x.reshape(1, B * L, *q_x.shape[2:]), *keys, mask).reshape(B, L, Hq, D)
     else:  # queries before kv_lens[b]: causal on their own prefix; the rest see every valid key
         before = [min(n, L) for n in valid]
         rows_BL = torch.arange(L, device=q_x.device) < torch.tensor(before, device=q_x.device)[:, None]
-        mask = bias.BlockDiagonalCausalWithOffsetPaddedKeysMask.from_seqlens(q_seqlen=before, kv_padding=S,
-                                                                            kv_seqlen=before, device=q_x.device)
+        mask = bias.BlockDiagonalCausalWithOffsetPaddedKeysMask.from_seqlens(
+            q_seqlen=before, kv_padding=S, kv_seqlen=before, device=q_x.device
+        )
         out_BLHD[rows_BL] = run(q_x[rows_BL][None], *keys, mask)[0]
         after = [L - n for n in before]
         if max(after) > 0:
             rest = [(b, n) for b, n in enumerate(after) if n > 0]
             mask = bias.BlockDiagonalPaddedKeysMask.from_seqlens(
-                q_seqlen=[n for _, n in rest], kv_padding=S, kv_seqlen=[valid[b] for b, _ in rest], device=q_x.device)
-            kept = [t.reshape(B, S, *t.shape[2:])[[b for b, _ in rest]].reshape(1, len(rest) * S, *t.shape[2:])
-                    for t in keys]
+                q_seqlen=[n for _, n in rest], kv_padding=S, kv_seqlen=[valid[b] for b, _ in rest], device=q_x.device
+            )
+            kept = [
+                t.reshape(B, S, *t.shape[2:])[[b for b, _ in rest]].reshape(1, len(rest) * S, *t.shape[2:])
+                for t in keys
+            ]
             out_BLHD[~rows_BL] = run(q_x[~rows_BL][None], *kept, mask)[0]
     has_keys_B = torch.tensor([n > 0 for n in lens], device=q_x.device)
     return (out_BLHD * has_keys_B.view(B, 1, 1, 1).to(out_BLHD.dtype)).transpose(1, 2)

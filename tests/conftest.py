@@ -80,10 +80,10 @@ def hf_cache(tmp_path_factory):
 @pytest.fixture(scope="session")
 def mlm_checkpoint(tmp_path_factory) -> Path:
     """A masked-LM checkpoint after 3 steps; its layers alternate sliding-window and dense."""
+    from genoformer.kernels.layout import SlidingWindow
     from model_helpers import fit_tiny
 
     from genoformer.genome.lm import Objective
-    from genoformer.kernels.layout import SlidingWindow
 
     root = tmp_path_factory.mktemp("mlm_run")
     trainer, _ = fit_tiny(root, Objective.MASKED_LM, attention=[SlidingWindow(window=16, block_size=16), None])

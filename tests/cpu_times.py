@@ -24,10 +24,19 @@ def cpu_seconds() -> float:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("cpu times")
-    group.addoption("--cpu-durations", type=int, default=None, metavar="N",
-                    help="show the N tests that took the most CPU time (0: all), and the total")
-    group.addoption("--cpu-durations-file", default=None, metavar="PATH",
-                    help="write every test's CPU seconds per phase to PATH (TSV)")
+    group.addoption(
+        "--cpu-durations",
+        type=int,
+        default=None,
+        metavar="N",
+        help="show the N tests that took the most CPU time (0: all), and the total",
+    )
+    group.addoption(
+        "--cpu-durations-file",
+        default=None,
+        metavar="PATH",
+        help="write every test's CPU seconds per phase to PATH (TSV)",
+    )
 
 
 class CpuTimes:
@@ -78,8 +87,10 @@ class CpuTimes:
                 phases["wall"] = phases.get("wall", 0.0) + wall
                 if self.path and report.when == "teardown":
                     with open(self.path, "a") as f:
-                        f.write(f"{report.nodeid}\t{phases.get('setup', 0):.3f}\t{phases.get('call', 0):.3f}\t"
-                                f"{cpu:.3f}\t{phases['wall']:.3f}\n")
+                        f.write(
+                            f"{report.nodeid}\t{phases.get('setup', 0):.3f}\t{phases.get('call', 0):.3f}\t"
+                            f"{cpu:.3f}\t{phases['wall']:.3f}\n"
+                        )
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         totals = {nodeid: sum(v for k, v in phases.items() if k != "wall") for nodeid, phases in self.tests.items()}
@@ -91,7 +102,8 @@ class CpuTimes:
                 terminalreporter.write_line(f"{seconds:9.2f}s  {nodeid}")
             terminalreporter.write_line(
                 f"tests: {sum(totals.values()):.1f} CPU-s in {len(totals)} tests; this process since it started: "
-                f"{cpu_seconds():.1f} CPU-s (collection {self.collection.get('main', 0.0):.1f})")
+                f"{cpu_seconds():.1f} CPU-s (collection {self.collection.get('main', 0.0):.1f})"
+            )
 
 
 PHASES = pytest.StashKey[dict]()

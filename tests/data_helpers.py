@@ -29,7 +29,7 @@ def write_fasta(path: Path, records: list[tuple[str, str]], width: int = 60, new
     lines = []
     for name, seq in records:
         lines.append(f">{name}")
-        lines.extend(seq[i:i + width] for i in range(0, len(seq), width))
+        lines.extend(seq[i : i + width] for i in range(0, len(seq), width))
     data = (newline.join(lines) + newline).encode("ascii")
     if path.suffix == ".gz":
         path.write_bytes(gzip.compress(data))

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from genoformer.data.genome.alphabet import VOCAB_SIZE
 from torch.utils.data import DataLoader
 
 from genoformer.core.runtime import RUNTIME_FIELDS, RuntimeSettings
 from genoformer.core.transformer import Transformer, TransformerConfig
-from genoformer.data.genome.alphabet import VOCAB_SIZE
 from genoformer.genome.lm import GenoformerLM, Objective
 
 WINDOW = 96  # training window of the shared run (not a multiple of 16 on purpose)
@@ -50,8 +50,9 @@ def token_loader(n: int, length: int, batch_size: int, seed: int = 0) -> DataLoa
 def fit_tiny(root: Path, objective: Objective, callbacks=(), **config) -> tuple[L.Trainer, GenoformerLM]:
     L.seed_everything(0, verbose=False)
     architecture, runtime = split_runtime(config)
-    module = GenoformerLM(tiny_config(**architecture), objective=objective, warmup_steps=2, learning_rate=1e-3,
-                          runtime=runtime)
+    module = GenoformerLM(
+        tiny_config(**architecture), objective=objective, warmup_steps=2, learning_rate=1e-3, runtime=runtime
+    )
     trainer = L.Trainer(
         max_steps=3,
         accelerator="cpu",
@@ -66,4 +67,3 @@ def fit_tiny(root: Path, objective: Objective, callbacks=(), **config) -> tuple[
     )
     trainer.fit(module, token_loader(12, WINDOW, 4, seed=1), token_loader(8, WINDOW, 4, seed=2))
     return trainer, module
-

@@ -37,5 +37,6 @@ def insert_after(path: Path, anchor: str, text: str) -> None:
 def run_python(code: str, sources: Path, *args: str) -> subprocess.CompletedProcess:
     """`python -c code args` with `sources` first on sys.path (ahead of the editable install)."""
     env = {**os.environ, "PYTHONPATH": str(sources)}
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=sources, capture_output=True, text=True, env=env,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=sources, capture_output=True, text=True, env=env, timeout=300
+    )

@@ -29,7 +29,7 @@ def sections() -> dict[str, list[tuple[str, str]]]:
 
 
 def installed(path: str) -> Path:
-    return Path(next(dst + path[len(src):] for src, dst in FOLDERS.items() if path.startswith(src)))
+    return Path(next(dst + path[len(src) :] for src, dst in FOLDERS.items() if path.startswith(src)))
 
 
 def follow(recipe: list[tuple[str, str]], sources: Path) -> str:
@@ -45,7 +45,9 @@ def follow(recipe: list[tuple[str, str]], sources: Path) -> str:
             target.write_text(code)
         else:
             into = re.fullmatch(r"in (\S+), after the line: (.*)", marker, re.S)
-            assert into is not None, f"{marker!r}: a block is marked run, new file: PATH, or in PATH, after the line: LINE"
+            assert into is not None, (
+                f"{marker!r}: a block is marked run, new file: PATH, or in PATH, after the line: LINE"
+            )
             insert_after(sources / installed(into[1]), into[2] + "\n", code)
     assert run is not None, "a recipe ends with a run block"
     return run

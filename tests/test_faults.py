@@ -42,15 +42,15 @@ import numpy as np
 import pytest
 import torch
 from data_helpers import EXAMPLES, random_bases, write_fasta
+from genoformer.data import prepare_genome_store
+from genoformer.data.genome.inputs import read_sequences
+from genoformer.data.genome.store import GenomeStore
 from model_helpers import WINDOW, split_runtime, tiny_config, token_loader
 
 from genoformer.cli import main
 from genoformer.core.callbacks import ResumeCheckpoint
 from genoformer.core.checkpoints import read_checkpoint
 from genoformer.core.loggers import AppendingCSVLogger
-from genoformer.data import prepare_genome_store
-from genoformer.data.genome.inputs import read_sequences
-from genoformer.data.genome.store import GenomeStore
 from genoformer.genome.lm import GenoformerLM, Objective
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -111,6 +111,7 @@ def small_filesystem(root: Path, free: int, elsewhere: Path) -> Iterator[dict[st
             if below(src) != below(dst):
                 raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), str(src), None, str(dst))
             return rename(src, dst, *args, **kwargs)
+
         return move
 
     with pytest.MonkeyPatch.context() as patch:
@@ -152,12 +153,32 @@ def quickstart_store(tmp_path_factory) -> Path:
 
 def quickstart(run_dir: Path, store: Path, *extra: str) -> list[str]:
     """`genoformer fit` of the quick start, shrunk to run in seconds."""
-    return ["fit", "--config", str(REPO_ROOT / "configs" / "quickstart.yaml"),
-            "--trainer.default_root_dir", str(run_dir), "--data.init_args.store", str(store),
-            "--model.transformer.max_seq_len", "256", "--model.transformer.d_model", "32",
-            "--data.init_args.samples_per_epoch", "6", "--data.init_args.num_workers", "0",
-            "--trainer.val_check_interval", "1000", "--trainer.limit_val_batches", "1",
-            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false", *extra]
+    return [
+        "fit",
+        "--config",
+        str(REPO_ROOT / "configs" / "quickstart.yaml"),
+        "--trainer.default_root_dir",
+        str(run_dir),
+        "--data.init_args.store",
+        str(store),
+        "--model.transformer.max_seq_len",
+        "256",
+        "--model.transformer.d_model",
+        "32",
+        "--data.init_args.samples_per_epoch",
+        "6",
+        "--data.init_args.num_workers",
+        "0",
+        "--trainer.val_check_interval",
+        "1000",
+        "--trainer.limit_val_batches",
+        "1",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.enable_model_summary",
+        "false",
+        *extra,
+    ]
 
 
 # ----------------------------------------------------------------------- 1. full disk
@@ -216,11 +237,24 @@ def test_a_checkpoint_with_flipped_weights_is_refused_by_every_reader(flipped_ch
         read_checkpoint(flipped_checkpoint)
     with pytest.raises(ValueError, match="flipped.ckpt.*(corrupt|damaged)"):
         GenoformerLM.load_from_checkpoint(flipped_checkpoint, map_location="cpu")
-    err = one_line_error(capsys, ["evaluate", "--checkpoint", str(flipped_checkpoint), "--inputs", str(genome),
-                                  "--device", "cpu"])
+    err = one_line_error(
+        capsys, ["evaluate", "--checkpoint", str(flipped_checkpoint), "--inputs", str(genome), "--device", "cpu"]
+    )
     assert "flipped.ckpt" in err and "genoformer verify" in err
-    err = one_line_error(capsys, ["embed", "--checkpoint", str(flipped_checkpoint), "--inputs", str(genome),
-                                  "--out", str(tmp_path / "e.npz"), "--device", "cpu"])
+    err = one_line_error(
+        capsys,
+        [
+            "embed",
+            "--checkpoint",
+            str(flipped_checkpoint),
+            "--inputs",
+            str(genome),
+            "--out",
+            str(tmp_path / "e.npz"),
+            "--device",
+            "cpu",
+        ],
+    )
     assert "flipped.ckpt" in err and not (tmp_path / "e.npz").exists()
 
 
@@ -231,12 +265,18 @@ def test_a_run_whose_newest_checkpoint_is_flipped_is_refused_by_name(causal_chec
     folder.mkdir(parents=True)
     shutil.copyfile(causal_checkpoint, folder / "epoch=0-step=2.ckpt")
     state = torch.load(causal_checkpoint, map_location="cpu", weights_only=True)
-    state["callbacks"] = {"ModelCheckpoint{'monitor': 'val/loss'}": {
-        "monitor": "val/loss", "best_model_path": "epoch=0-step=2.ckpt", "best_model_score": torch.tensor(1.5)}}
+    state["callbacks"] = {
+        "ModelCheckpoint{'monitor': 'val/loss'}": {
+            "monitor": "val/loss",
+            "best_model_path": "epoch=0-step=2.ckpt",
+            "best_model_score": torch.tensor(1.5),
+        }
+    }
     torch.save(state, folder / "last.ckpt")
     flip_bytes(folder / "last.ckpt", *_largest_tensor_bytes(folder / "last.ckpt"), count=8)
-    err = one_line_error(capsys, ["evaluate", "--checkpoint", str(tmp_path / "run"), "--inputs", str(genome),
-                                  "--device", "cpu"])
+    err = one_line_error(
+        capsys, ["evaluate", "--checkpoint", str(tmp_path / "run"), "--inputs", str(genome), "--device", "cpu"]
+    )
     assert "last.ckpt is damaged" in err and "genoformer verify" in err
 
 
@@ -259,7 +299,7 @@ def fault_store(tmp_path_factory) -> Path:
 
 def _chunk_spans(shard: Path, chunks_per_shard: int) -> list[tuple[int, int]]:
     data = shard.read_bytes()
-    index = np.frombuffer(data[len(data) - 4 - 16 * chunks_per_shard:len(data) - 4], dtype="<u8").reshape(-1, 2)
+    index = np.frombuffer(data[len(data) - 4 - 16 * chunks_per_shard : len(data) - 4], dtype="<u8").reshape(-1, 2)
     return [(int(o), int(o + n)) for o, n in index.tolist() if o != 2**64 - 1]
 
 
@@ -297,8 +337,9 @@ def test_a_flipped_genome_store_is_one_line_from_evaluate_and_verify(fault_store
     shutil.copytree(fault_store, copy)
     shard = copy / "contigs" / "1" / "c" / "0"
     flip_bytes(shard, *_chunk_spans(shard, 8)[2], count=1)
-    err = one_line_error(capsys, ["evaluate", "--checkpoint", str(causal_checkpoint), "--inputs", str(copy),
-                                  "--device", "cpu"])
+    err = one_line_error(
+        capsys, ["evaluate", "--checkpoint", str(causal_checkpoint), "--inputs", str(copy), "--device", "cpu"]
+    )
     assert str(copy) in err and "genoformer prepare" in err and "--overwrite" in err
     err = one_line_error(capsys, ["verify", str(copy)])
     assert "chrB" in err and str(copy) in err
@@ -311,8 +352,9 @@ def test_a_flipped_timeseries_store_is_refused(tmp_path):
 
     values = np.random.default_rng(0).normal(size=(5000, 2)).astype(np.float32)
     np.save(tmp_path / "s.npy", values)
-    store = prepare_timeseries_store([tmp_path / "s.npy"], tmp_path / "s.zarr", sampling_rate=1.0, chunk_size=1000,
-                                     progress=False)
+    store = prepare_timeseries_store(
+        [tmp_path / "s.npy"], tmp_path / "s.zarr", sampling_rate=1.0, chunk_size=1000, progress=False
+    )
     chunk = next(p for p in sorted((store / "series" / "0").rglob("*")) if p.is_file() and p.name != "zarr.json")
     flip_bytes(chunk, 40, chunk.stat().st_size - 8, count=1)
     with pytest.raises(ValueError, match="(corrupt|damaged).*prepare_timeseries.*--overwrite"):
@@ -325,7 +367,7 @@ def _bgzf_blocks(data: bytes) -> list[int]:
     starts, offset = [], 0
     while offset < len(data):
         starts.append(offset)
-        offset += struct.unpack("<H", data[offset + 16:offset + 18])[0] + 1
+        offset += struct.unpack("<H", data[offset + 16 : offset + 18])[0] + 1
     return starts
 
 
@@ -340,7 +382,7 @@ def test_a_bgzf_file_cut_at_a_block_boundary_is_an_error(tmp_path):
     data = packed.read_bytes()
     blocks = _bgzf_blocks(data)
     assert len(blocks) >= 4  # three blocks of data, then the empty end-of-file block
-    (tmp_path / "cut.fa.gz").write_bytes(data[:blocks[2]])
+    (tmp_path / "cut.fa.gz").write_bytes(data[: blocks[2]])
     with pytest.raises(ValueError, match="cut.fa.gz.*(truncated|end-of-file)"):
         list(read_sequences(tmp_path / "cut.fa.gz"))
     with pytest.raises(ValueError, match="cut.fa.gz.*(truncated|end-of-file)"):
@@ -352,7 +394,7 @@ def test_a_bgzf_file_cut_at_a_block_boundary_is_an_error(tmp_path):
 def test_a_gzip_stream_that_stops_short_is_an_error(tmp_path):
     rng = np.random.default_rng(6)
     data = gzip.compress(f">chr1\n{random_bases(rng, 50_000)}\n".encode())
-    (tmp_path / "short.fa.gz").write_bytes(data[:len(data) // 2])
+    (tmp_path / "short.fa.gz").write_bytes(data[: len(data) // 2])
     with pytest.raises(ValueError, match="short.fa.gz.*truncated"):
         list(read_sequences(tmp_path / "short.fa.gz"))
 
@@ -365,11 +407,20 @@ def test_duplicate_record_names_are_an_error_in_every_reading_command(causal_che
         list(read_sequences(fasta))
     variants = tmp_path / "v.tsv"
     variants.write_text("chr1\t10\tA\tC\n")
-    for args in (["evaluate", "--inputs", str(fasta)],
-                 ["score", "--inputs", str(fasta), "--out", str(tmp_path / "s.bedgraph")],
-                 ["embed", "--inputs", str(fasta), "--out", str(tmp_path / "e.npz")],
-                 ["variant_effect", "--reference", str(fasta), "--variants", str(variants),
-                  "--out", str(tmp_path / "v_out.tsv")]):
+    for args in (
+        ["evaluate", "--inputs", str(fasta)],
+        ["score", "--inputs", str(fasta), "--out", str(tmp_path / "s.bedgraph")],
+        ["embed", "--inputs", str(fasta), "--out", str(tmp_path / "e.npz")],
+        [
+            "variant_effect",
+            "--reference",
+            str(fasta),
+            "--variants",
+            str(variants),
+            "--out",
+            str(tmp_path / "v_out.tsv"),
+        ],
+    ):
         err = one_line_error(capsys, [args[0], "--checkpoint", str(causal_checkpoint), *args[1:], "--device", "cpu"])
         assert "chr1" in err and "dup.fa" in err, (args[0], err)
 
@@ -394,16 +445,25 @@ class _SignalAt(L.Callback):
 def _fit(root: Path, max_steps: int, *callbacks: L.Callback, ckpt_path: str | None = None) -> None:
     L.seed_everything(0, verbose=False)
     architecture, runtime = split_runtime({})
-    module = GenoformerLM(tiny_config(**architecture), objective=Objective.CAUSAL_LM, warmup_steps=2,
-                          learning_rate=1e-3, runtime=runtime)
+    module = GenoformerLM(
+        tiny_config(**architecture), objective=Objective.CAUSAL_LM, warmup_steps=2, learning_rate=1e-3, runtime=runtime
+    )
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     trainer = L.Trainer(
-        max_steps=max_steps, accelerator="cpu", default_root_dir=root, log_every_n_steps=1,
+        max_steps=max_steps,
+        accelerator="cpu",
+        default_root_dir=root,
+        log_every_n_steps=1,
         logger=AppendingCSVLogger(save_dir=root, name="", version=""),
-        callbacks=[ModelCheckpoint(dirpath=root / "checkpoints", save_last=True, save_top_k=0, every_n_train_steps=3),
-                   ResumeCheckpoint(), *callbacks],
-        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+        callbacks=[
+            ModelCheckpoint(dirpath=root / "checkpoints", save_last=True, save_top_k=0, every_n_train_steps=3),
+            ResumeCheckpoint(),
+            *callbacks,
+        ],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
     )
     trainer.fit(module, token_loader(40, WINDOW, 2, seed=1), ckpt_path=ckpt_path)
 
@@ -428,31 +488,68 @@ def test_sigterm_exits_143_after_the_save_and_no_metrics_row_is_lost(tmp_path, w
 
 
 # ----------------------------------------------------------------------- 8. nothing scorable; full disk
-def test_variant_effect_with_no_scorable_variant_fails_naming_both_sets_of_contigs(causal_checkpoint, genome,
-                                                                                   tmp_path, capsys):
+def test_variant_effect_with_no_scorable_variant_fails_naming_both_sets_of_contigs(
+    causal_checkpoint, genome, tmp_path, capsys
+):
     vcf = tmp_path / "wrong_build.vcf"
-    vcf.write_text("##fileformat=VCFv4.2\n#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO\n"
-                   + "".join(f"NC_000913.3\t{10 * i}\t.\tA\tC\t.\t.\t.\n" for i in range(1, 30)))
-    err = one_line_error(capsys, ["variant_effect", "--checkpoint", str(causal_checkpoint), "--reference", str(genome),
-                                  "--variants", str(vcf), "--out", str(tmp_path / "out.vcf"), "--device", "cpu"])
+    vcf.write_text(
+        "##fileformat=VCFv4.2\n#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO\n"
+        + "".join(f"NC_000913.3\t{10 * i}\t.\tA\tC\t.\t.\t.\n" for i in range(1, 30))
+    )
+    err = one_line_error(
+        capsys,
+        [
+            "variant_effect",
+            "--checkpoint",
+            str(causal_checkpoint),
+            "--reference",
+            str(genome),
+            "--variants",
+            str(vcf),
+            "--out",
+            str(tmp_path / "out.vcf"),
+            "--device",
+            "cpu",
+        ],
+    )
     assert "0 of 29" in err and "NC_000913.3" in err and "chr1" in err and "chr2" in err
 
 
-def test_variant_effect_with_some_variants_on_unknown_contigs_names_both_sets_once(causal_checkpoint, genome,
-                                                                                   tmp_path, capsys):
+def test_variant_effect_with_some_variants_on_unknown_contigs_names_both_sets_once(
+    causal_checkpoint, genome, tmp_path, capsys
+):
     from genoformer.data.genome.alphabet import decode
 
     ref = decode(next(r for r in read_sequences(genome) if r.name == "chr1").codes[99:100])
     vcf = tmp_path / "mixed.vcf"
-    vcf.write_text("##fileformat=VCFv4.2\n#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO\n"
-                   f"chr1\t100\t.\t{ref}\t{'C' if ref != 'C' else 'G'}\t.\t.\t.\n"
-                   + "".join(f"chrUn_{i}\t10\t.\tA\tC\t.\t.\t.\n" for i in range(3)))
+    vcf.write_text(
+        "##fileformat=VCFv4.2\n#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO\n"
+        f"chr1\t100\t.\t{ref}\t{'C' if ref != 'C' else 'G'}\t.\t.\t.\n"
+        + "".join(f"chrUn_{i}\t10\t.\tA\tC\t.\t.\t.\n" for i in range(3))
+    )
     capsys.readouterr()
-    main(["variant_effect", "--checkpoint", str(causal_checkpoint), "--reference", str(genome), "--variants",
-          str(vcf), "--out", str(tmp_path / "out.tsv"), "--device", "cpu", "--window", "256"])
+    main(
+        [
+            "variant_effect",
+            "--checkpoint",
+            str(causal_checkpoint),
+            "--reference",
+            str(genome),
+            "--variants",
+            str(vcf),
+            "--out",
+            str(tmp_path / "out.tsv"),
+            "--device",
+            "cpu",
+            "--window",
+            "256",
+        ]
+    )
     said = capsys.readouterr().out
-    assert ("3 of 4 variants lie on contigs that are not in the reference: chrUn_0, chrUn_1, chrUn_2; the reference "
-            "has chr1, chr2") in said
+    assert (
+        "3 of 4 variants lie on contigs that are not in the reference: chrUn_0, chrUn_1, chrUn_2; the reference "
+        "has chr1, chr2"
+    ) in said
     assert (tmp_path / "out.tsv").is_file()
 
 
@@ -461,8 +558,21 @@ def test_a_full_disk_while_writing_an_output_is_one_line(causal_checkpoint, geno
     outputs.mkdir()
     (outputs / "e.npz").write_bytes(b"the previous result")
     with small_filesystem(outputs, free=200, elsewhere=tmp_path):
-        err = one_line_error(capsys, ["embed", "--checkpoint", str(causal_checkpoint), "--inputs", str(genome),
-                                      "--out", str(outputs / "e.npz"), "--device", "cpu", "--overwrite"])
+        err = one_line_error(
+            capsys,
+            [
+                "embed",
+                "--checkpoint",
+                str(causal_checkpoint),
+                "--inputs",
+                str(genome),
+                "--out",
+                str(outputs / "e.npz"),
+                "--device",
+                "cpu",
+                "--overwrite",
+            ],
+        )
     assert "e.npz" in err and "no space left" in err.lower()
     assert (outputs / "e.npz").read_bytes() == b"the previous result"
     assert [p.name for p in outputs.iterdir()] == ["e.npz"]

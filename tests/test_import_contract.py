@@ -21,8 +21,14 @@ PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 def lint_imports(sources: Path) -> subprocess.CompletedProcess:
     code = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(config_filename=sys.argv[1]))"
-    return subprocess.run([sys.executable, "-c", code, str(PYPROJECT)], cwd=sources, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(sources), "PATH": "/usr/bin:/bin"}, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code, str(PYPROJECT)],
+        cwd=sources,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(sources), "PATH": "/usr/bin:/bin"},
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")

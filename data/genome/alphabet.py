@@ -163,5 +163,7 @@ def check_alphabet(checkpoint: Mapping[str, Any], action: str) -> None:
     """ValueError unless the checkpoint's model reads this genoformer's token codes."""
     alphabet = checkpoint.get("alphabet", TOKEN_CODES)
     if alphabet != TOKEN_CODES:
-        raise ValueError(f"the checkpoint's model reads the token codes {alphabet}, this genoformer encodes "
-                         f"{TOKEN_CODES}; {action} with the genoformer version that trained it")
+        raise ValueError(
+            f"the checkpoint's model reads the token codes {alphabet}, this genoformer encodes "
+            f"{TOKEN_CODES}; {action} with the genoformer version that trained it"
+        )

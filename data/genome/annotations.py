@@ -41,12 +41,12 @@ import numpy as np
 from Bio import SeqIO
 from Bio.Seq import UndefinedSequenceError
 from Bio.SeqIO.FastaIO import SimpleFastaParser
-
 from genoformer.data.genome.alphabet import ALLOWED, NotDNAError, encode_bytes
 from genoformer.data.genome.inputs import read_sequences
 from genoformer.data.genome.labels import bare_suffix, bed_lines, open_text, read_genome_contigs
 from genoformer.data.inputs import expand_inputs
 from genoformer.data.storage import write_text
+
 from genoformer.progress import tqdm
 
 log = logging.getLogger(__name__)
@@ -128,8 +128,10 @@ def label_track(length: int, genes: Sequence[Gene]) -> np.ndarray:
         if gene.kind not in GENE_KINDS:
             raise ValueError(f"gene {_describe(gene)} has kind {gene.kind!r}; use one of {GENE_KINDS}")
         if gene.end > length or gene.start < 0:
-            raise ValueError(f"gene {_describe(gene)} lies outside the contig of {length:,} bases; pass the genes of "
-                             "this contig only")
+            raise ValueError(
+                f"gene {_describe(gene)} lies outside the contig of {length:,} bases; pass the genes of "
+                "this contig only"
+            )
     cds = sorted((g for g in genes if g.kind == "CDS"), key=lambda g: g.start)
     rna = sorted((g for g in genes if g.kind != "CDS"), key=lambda g: g.start)
     for gene in cds + rna:
@@ -147,11 +149,27 @@ def _describe(gene: Gene) -> str:
     return f"{gene.kind} {gene.contig}:{gene.start}-{gene.end}" + (f" ({name})" if name else "")
 
 
-def _make_gene(contig: str, pieces: list[tuple[int, int]], strand: int, kind: str, phase: int, score: float | None,
-               attributes: tuple[tuple[str, str], ...]) -> Gene:
+def _make_gene(
+    contig: str,
+    pieces: list[tuple[int, int]],
+    strand: int,
+    kind: str,
+    phase: int,
+    score: float | None,
+    attributes: tuple[tuple[str, str], ...],
+) -> Gene:
     pieces = sorted(pieces)
-    return Gene(contig, pieces[0][0], max(end for _, end in pieces), strand, kind,
-                tuple(pieces) if len(pieces) > 1 else (), phase, score, attributes)
+    return Gene(
+        contig,
+        pieces[0][0],
+        max(end for _, end in pieces),
+        strand,
+        kind,
+        tuple(pieces) if len(pieces) > 1 else (),
+        phase,
+        score,
+        attributes,
+    )
 
 
 def _is_annotation_file(name: str) -> bool:
@@ -186,12 +204,16 @@ def _genbank_genes(record, path: Path) -> tuple[list[Gene], int, int]:
             continue
         pieces = [(int(part.start), int(part.end)) for part in parts]
         if max(end for _, end in pieces) > len(record):
-            raise ValueError(f"{path}: record {record.id!r}: {feature.type} at {feature.location} runs past the end "
-                             f"of the record ({len(record):,} bases); fix the feature")
+            raise ValueError(
+                f"{path}: record {record.id!r}: {feature.type} at {feature.location} runs past the end "
+                f"of the record ({len(record):,} bases); fix the feature"
+            )
         codon_start = feature.qualifiers.get("codon_start", ["1"])[0] if feature.type == "CDS" else "1"
         if codon_start not in ("1", "2", "3"):
-            raise ValueError(f"{path}: record {record.id!r}: CDS at {feature.location} has /codon_start={codon_start!r}; "
-                             "use 1, 2 or 3")
+            raise ValueError(
+                f"{path}: record {record.id!r}: CDS at {feature.location} has /codon_start={codon_start!r}; "
+                "use 1, 2 or 3"
+            )
         phase = int(codon_start) - 1
         attributes = []
         for key, qualifier in (("ID", "locus_tag"), ("gene", "gene"), ("product", "product")):
@@ -214,7 +236,9 @@ def _genbank_records(handle: TextIO, path: Path) -> Iterator:
         yield record
 
 
-def _read_genbank(path: Path, progress: bool, with_sequence: bool) -> Iterator[tuple[str, np.ndarray | None, list[Gene]]]:
+def _read_genbank(
+    path: Path, progress: bool, with_sequence: bool
+) -> Iterator[tuple[str, np.ndarray | None, list[Gene]]]:
     pseudo = mixed = 0
     with open_text(path, encoding="latin-1") as handle:
         for record in tqdm(_genbank_records(handle, path), desc=path.name, unit=" records", disable=not progress):
@@ -229,8 +253,10 @@ def _genbank_codes(record, path: Path) -> np.ndarray:
     try:
         sequence = bytes(record.seq)
     except UndefinedSequenceError as exc:
-        raise ValueError(f"{path}: record {record.id!r} has no sequence (no ORIGIN section); download the GenBank "
-                         "file with its sequence") from exc
+        raise ValueError(
+            f"{path}: record {record.id!r} has no sequence (no ORIGIN section); download the GenBank "
+            "file with its sequence"
+        ) from exc
     if not sequence:
         raise ValueError(f"{path}: record {record.id!r} is empty (no bases); remove it from the file")
     try:
@@ -262,8 +288,10 @@ def _attributes(text: str, where: str) -> tuple[tuple[str, str], ...]:
             continue
         key, sep, value = item.partition("=")
         if not sep:
-            raise ValueError(f"{where}: attribute {item.strip()!r} has no '='; GFF3 attributes are key=value pairs "
-                             "separated by ';' (is this a GTF file? convert it to GFF3)")
+            raise ValueError(
+                f"{where}: attribute {item.strip()!r} has no '='; GFF3 attributes are key=value pairs "
+                "separated by ';' (is this a GTF file? convert it to GFF3)"
+            )
         pairs.append((unquote(key.strip()), unquote(value)))
     return tuple(pairs)
 
@@ -290,8 +318,10 @@ def _parse_gff(path: Path, progress: bool) -> _Gff:
                 continue
             fields = line.rstrip("\r\n").split("\t")
             if len(fields) != 9:
-                raise ValueError(f"{where}: {len(fields)} tab-separated column(s); a GFF3 feature line has 9 "
-                                 "(seqid, source, type, start, end, score, strand, phase, attributes)")
+                raise ValueError(
+                    f"{where}: {len(fields)} tab-separated column(s); a GFF3 feature line has 9 "
+                    "(seqid, source, type, start, end, score, strand, phase, attributes)"
+                )
             seqid = unquote(fields[0])
             seqids.setdefault(seqid)
             kind = fields[2]
@@ -302,16 +332,18 @@ def _parse_gff(path: Path, progress: bool) -> _Gff:
             except ValueError as exc:
                 raise ValueError(f"{where}: start {fields[3]!r} and end {fields[4]!r} must be whole numbers") from exc
             if start < 1 or end < start:
-                raise ValueError(f"{where}: {kind} from {start} to {end}; GFF3 coordinates are 1-based with "
-                                 "start <= end")
+                raise ValueError(
+                    f"{where}: {kind} from {start} to {end}; GFF3 coordinates are 1-based with start <= end"
+                )
             if fields[6] not in ("+", "-"):
                 raise ValueError(f"{where}: {kind} with strand {fields[6]!r}; a gene needs '+' or '-'")
             try:
                 score = None if fields[5] == "." else float(fields[5])
                 phase = 0 if fields[7] == "." else int(fields[7])
             except ValueError as exc:
-                raise ValueError(f"{where}: score {fields[5]!r} must be a number or '.', phase {fields[7]!r} "
-                                 "0, 1, 2 or '.'") from exc
+                raise ValueError(
+                    f"{where}: score {fields[5]!r} must be a number or '.', phase {fields[7]!r} 0, 1, 2 or '.'"
+                ) from exc
             if phase not in (0, 1, 2):
                 raise ValueError(f"{where}: phase {phase}; use 0, 1 or 2")
             attributes = _attributes(fields[8], where)
@@ -322,20 +354,26 @@ def _parse_gff(path: Path, progress: bool) -> _Gff:
                 key = (seqid, kind, "Parent", keys["Parent"])
             else:
                 key = (number,)
-            groups.setdefault(key, []).append((seqid, kind, start - 1, end, 1 if fields[6] == "+" else -1, phase,
-                                               score, attributes, number))
+            groups.setdefault(key, []).append(
+                (seqid, kind, start - 1, end, 1 if fields[6] == "+" else -1, phase, score, attributes, number)
+            )
     genes = []
     for lines in groups.values():
         seqid, kind, _, _, strand, _, score, attributes, first = lines[0]
         other = next((line for line in lines if line[4] != strand), None)
         if other is not None:
-            raise ValueError(f"{path} lines {first} and {other[8]}: one {kind} (same ID/Parent) on both strands; give "
-                             "the parts distinct IDs or fix the strand")
+            raise ValueError(
+                f"{path} lines {first} and {other[8]}: one {kind} (same ID/Parent) on both strands; give "
+                "the parts distinct IDs or fix the strand"
+            )
         pieces = [(line[2], line[3]) for line in lines]
-        first_in_transcription = min(lines, key=lambda line: line[2]) if strand > 0 else max(lines, key=lambda line: line[3])
+        first_in_transcription = (
+            min(lines, key=lambda line: line[2]) if strand > 0 else max(lines, key=lambda line: line[3])
+        )
         last_ending = max(lines, key=lambda line: line[3])
-        gene = _make_gene(seqid, pieces, strand, kind, first_in_transcription[5] if kind == "CDS" else 0, score,
-                          attributes)
+        gene = _make_gene(
+            seqid, pieces, strand, kind, first_in_transcription[5] if kind == "CDS" else 0, score, attributes
+        )
         genes.append((gene, last_ending[8]))
     return _Gff(genes, list(seqids), regions, fasta)
 
@@ -349,8 +387,9 @@ def _gff_fasta(handle: TextIO, path: Path) -> list[tuple[str, np.ndarray]]:
         try:
             records.append((name, encode_bytes(sequence.encode("latin-1"))))
         except NotDNAError as exc:
-            raise ValueError(f"{path}: ##FASTA record {name!r}, {exc.found}; {ALLOWED}; fix or remove the "
-                             "record") from exc
+            raise ValueError(
+                f"{path}: ##FASTA record {name!r}, {exc.found}; {ALLOWED}; fix or remove the record"
+            ) from exc
     return records
 
 
@@ -369,9 +408,11 @@ def read_genes(path: PathLike) -> list[Gene]:
 
 def _check_end(path: Path, gene: Gene, line: int, length: int | None) -> None:
     if length is not None and gene.end > length:
-        raise ValueError(f"{path} line {line}: {gene.kind} ends at {gene.end:,} (1-based, inclusive), past the end of "
-                         f"{gene.contig!r} ({length:,} bases); check that the annotation and the sequences are of the "
-                         "same assembly")
+        raise ValueError(
+            f"{path} line {line}: {gene.kind} ends at {gene.end:,} (1-based, inclusive), past the end of "
+            f"{gene.contig!r} ({length:,} bases); check that the annotation and the sequences are of the "
+            "same assembly"
+        )
 
 
 def _match_seqids(seqids: Sequence[str], names: Sequence[str], path: Path, source: str) -> dict[str, str]:
@@ -388,15 +429,19 @@ def _match_seqids(seqids: Sequence[str], names: Sequence[str], path: Path, sourc
         elif len(by_token.get(seqid, [])) == 1:
             matched[seqid] = by_token[seqid][0]
         elif seqid in by_token:
-            raise ValueError(f"{path}: seqid {seqid!r} matches several sequences of {source} "
-                             f"({', '.join(map(repr, by_token[seqid][:5]))}); name the sequences as the seqids")
+            raise ValueError(
+                f"{path}: seqid {seqid!r} matches several sequences of {source} "
+                f"({', '.join(map(repr, by_token[seqid][:5]))}); name the sequences as the seqids"
+            )
         else:
             missing.append(seqid)
     if missing:
         shown = ", ".join(map(repr, missing[:5]))
-        raise ValueError(f"{path}: {len(missing):,} seqid(s) have no sequence in {source}: {shown}; its sequences are "
-                         f"named {', '.join(map(repr, list(names)[:5]))}; use the genome of this annotation, named by "
-                         "the seqids (or holding them as a ':'/'|'-separated part of the name)")
+        raise ValueError(
+            f"{path}: {len(missing):,} seqid(s) have no sequence in {source}: {shown}; its sequences are "
+            f"named {', '.join(map(repr, list(names)[:5]))}; use the genome of this annotation, named by "
+            "the seqids (or holding them as a ':'/'|'-separated part of the name)"
+        )
     return matched
 
 
@@ -408,8 +453,10 @@ def _gff_contigs(path: Path, genome: PathLike | None, progress: bool) -> list[An
         matched = _match_seqids(seqids, list(records), path, "its ##FASTA section")
     else:
         if genome is None:
-            raise ValueError(f"{path} has no ##FASTA section; pass genome= (the FASTA/GenBank file or genome store "
-                             "with the sequences of its seqids)")
+            raise ValueError(
+                f"{path} has no ##FASTA section; pass genome= (the FASTA/GenBank file or genome store "
+                "with the sequences of its seqids)"
+            )
         wanted = set(gff.seqids)
         records, names = {}, []
         for record in read_sequences(Path(genome), flag="genome"):
@@ -422,12 +469,21 @@ def _gff_contigs(path: Path, genome: PathLike | None, progress: bool) -> list[An
     for gene, line in gff.genes:
         _check_end(path, gene, line, records[matched[gene.contig]].size)
         genes_of[gene.contig].append(gene)
-    return [AnnotatedContig(seqid, records[matched[seqid]], label_track(records[matched[seqid]].size, genes_of[seqid]),
-                            genes_of[seqid], str(path)) for seqid in seqids]
+    return [
+        AnnotatedContig(
+            seqid,
+            records[matched[seqid]],
+            label_track(records[matched[seqid]].size, genes_of[seqid]),
+            genes_of[seqid],
+            str(path),
+        )
+        for seqid in seqids
+    ]
 
 
-def read_annotated_genomes(paths: PathLike | Sequence[PathLike], *, genome: PathLike | None = None,
-                           progress: bool = True) -> list[AnnotatedContig]:
+def read_annotated_genomes(
+    paths: PathLike | Sequence[PathLike], *, genome: PathLike | None = None, progress: bool = True
+) -> list[AnnotatedContig]:
     """Every contig of every GenBank/GFF3 file (folders and quoted globs expanded), with its labels.
 
     A GenBank file gives all its records. A GFF3 file gives the contigs of its ##FASTA section,
@@ -435,8 +491,15 @@ def read_annotated_genomes(paths: PathLike | Sequence[PathLike], *, genome: Path
     sequences from `genome`: a contig the GFF3 never mentions is left out, since nothing says it
     was annotated. `progress` shows a progress bar per file (records or lines).
     """
-    files = [Path(p) for p in expand_inputs(paths if isinstance(paths, (str, Path)) else list(paths),
-                                            is_input=_is_annotation_file, kind=_KIND, flag="paths")]
+    files = [
+        Path(p)
+        for p in expand_inputs(
+            paths if isinstance(paths, (str, Path)) else list(paths),
+            is_input=_is_annotation_file,
+            kind=_KIND,
+            flag="paths",
+        )
+    ]
     contigs: list[AnnotatedContig] = []
     for path in files:
         if _format(path) == "genbank":
@@ -471,8 +534,14 @@ def segment_phases(gene: Gene) -> list[int]:
     return phases
 
 
-def write_gff3(path: PathLike, genes: Sequence[Gene], *, contigs: Sequence[tuple[str, int]], source: str = "genoformer",
-               overwrite: bool = False) -> Path:
+def write_gff3(
+    path: PathLike,
+    genes: Sequence[Gene],
+    *,
+    contigs: Sequence[tuple[str, int]],
+    source: str = "genoformer",
+    overwrite: bool = False,
+) -> Path:
     """Write `genes` as GFF3 (atomically) and return the path.
 
     The file has a ``##gff-version 3`` line, one ``##sequence-region`` line per contig of
@@ -490,12 +559,16 @@ def write_gff3(path: PathLike, genes: Sequence[Gene], *, contigs: Sequence[tuple
     generated = 0
     for gene in sorted(genes, key=lambda g: (order.get(g.contig, -1), g.start, g.end)):
         if gene.contig not in lengths:
-            raise ValueError(f"gene {_describe(gene)} is on contig {gene.contig!r}, which is not in contigs= "
-                             f"({', '.join(map(repr, list(lengths)[:5]))}); pass every contig with its length")
+            raise ValueError(
+                f"gene {_describe(gene)} is on contig {gene.contig!r}, which is not in contigs= "
+                f"({', '.join(map(repr, list(lengths)[:5]))}); pass every contig with its length"
+            )
         inside = 0 <= gene.start < gene.end <= lengths[gene.contig]
         if gene.kind not in GENE_KINDS or gene.strand not in (1, -1) or not inside:
-            raise ValueError(f"gene {_describe(gene)} (strand {gene.strand}) is not a {'/'.join(GENE_KINDS)} on strand "
-                             f"+1/-1 within the {lengths[gene.contig]:,} bases of {gene.contig!r}; fix it")
+            raise ValueError(
+                f"gene {_describe(gene)} (strand {gene.strand}) is not a {'/'.join(GENE_KINDS)} on strand "
+                f"+1/-1 within the {lengths[gene.contig]:,} bases of {gene.contig!r}; fix it"
+            )
         attributes = list(gene.attributes)
         keyed = dict(attributes)
         if "ID" not in keyed and "Parent" not in keyed:
@@ -505,8 +578,10 @@ def write_gff3(path: PathLike, genes: Sequence[Gene], *, contigs: Sequence[tuple
         by = "ID" if "ID" in keyed else "Parent"
         key = (gene.contig, gene.kind, by, keyed[by])
         if key in keys:
-            raise ValueError(f"two {gene.kind} genes on {gene.contig!r} have the {key[2]} {key[3]!r}; a reader would "
-                             "join them into one gene, so give each gene its own ID")
+            raise ValueError(
+                f"two {gene.kind} genes on {gene.contig!r} have the {key[2]} {key[3]!r}; a reader would "
+                "join them into one gene, so give each gene its own ID"
+            )
         keys.add(key)
         column9 = ";".join(f"{_escape(k)}={_escape(v)}" for k, v in attributes)
         score = "." if gene.score is None else repr(float(gene.score))
@@ -514,8 +589,21 @@ def write_gff3(path: PathLike, genes: Sequence[Gene], *, contigs: Sequence[tuple
         phases = segment_phases(gene) if gene.kind == "CDS" else None
         for i, (start, end) in enumerate(gene.pieces()):
             phase = str(phases[i]) if phases is not None else "."
-            lines.append("\t".join([_escape_seqid(gene.contig), source, gene.kind, str(start + 1), str(end), score,
-                                    strand, phase, column9]))
+            lines.append(
+                "\t".join(
+                    [
+                        _escape_seqid(gene.contig),
+                        source,
+                        gene.kind,
+                        str(start + 1),
+                        str(end),
+                        score,
+                        strand,
+                        phase,
+                        column9,
+                    ]
+                )
+            )
     return write_text(Path(path), "\n".join(lines) + "\n", overwrite=overwrite)
 
 
@@ -528,14 +616,23 @@ def _piece(contig: AnnotatedContig, start: int, end: int) -> AnnotatedContig:
     if start == 0 and end == contig.codes.size:
         return contig
     name = f"{contig.name}:{start}-{end}"
-    genes = [dataclasses.replace(g, contig=name, start=g.start - start, end=g.end - start,
-                                 segments=tuple((a - start, b - start) for a, b in g.segments))
-             for g in contig.genes if g.start >= start and g.end <= end]
+    genes = [
+        dataclasses.replace(
+            g,
+            contig=name,
+            start=g.start - start,
+            end=g.end - start,
+            segments=tuple((a - start, b - start) for a, b in g.segments),
+        )
+        for g in contig.genes
+        if g.start >= start and g.end <= end
+    ]
     return AnnotatedContig(name, contig.codes[start:end], contig.labels[start:end], genes, contig.source)
 
 
-def region_holdout(contigs: Sequence[AnnotatedContig], fraction: float, *, gap: int = 1000,
-                   seed: int = 0) -> tuple[list[AnnotatedContig], list[AnnotatedContig]]:
+def region_holdout(
+    contigs: Sequence[AnnotatedContig], fraction: float, *, gap: int = 1000, seed: int = 0
+) -> tuple[list[AnnotatedContig], list[AnnotatedContig]]:
     """(train, held out): about `fraction` of all bases held out as contiguous regions.
 
     A contig whose held-out share, round(fraction * L) bases, is at least `gap` (and 1) is cut:
@@ -575,8 +672,10 @@ def region_holdout(contigs: Sequence[AnnotatedContig], fraction: float, *, gap: 
         else:
             train.append(contig)
     if not held or not train:
-        raise ValueError(f"holding out {fraction:.0%} of {len(contigs):,} contig(s) leaves one side empty (gap {gap:,}); "
-                         "give longer or more contigs, a smaller gap, or another fraction")
+        raise ValueError(
+            f"holding out {fraction:.0%} of {len(contigs):,} contig(s) leaves one side empty (gap {gap:,}); "
+            "give longer or more contigs, a smaller gap, or another fraction"
+        )
     return train, held
 
 
@@ -592,12 +691,15 @@ def read_signal_tracks(bedgraph: PathLike, *, genome: PathLike) -> list[tuple[st
     for number, fields in bed_lines(path):
         where = f"{path} line {number}"
         if len(fields) < 4:
-            raise ValueError(f"{where}: {len(fields)} tab-separated field(s); bedGraph lines are chrom, start, end, value")
+            raise ValueError(
+                f"{where}: {len(fields)} tab-separated field(s); bedGraph lines are chrom, start, end, value"
+            )
         try:
             start, end, value = int(fields[1]), int(fields[2]), float(fields[3])
         except ValueError as exc:
-            raise ValueError(f"{where}: start {fields[1]!r}, end {fields[2]!r} and value {fields[3]!r} must be "
-                             "numbers") from exc
+            raise ValueError(
+                f"{where}: start {fields[1]!r}, end {fields[2]!r} and value {fields[3]!r} must be numbers"
+            ) from exc
         if start < 0 or start >= end:
             raise ValueError(f"{where}: interval {fields[0]}:{start}-{end} is empty or negative (0-based start < end)")
         intervals.setdefault(fields[0], []).append((start, end, value, number))
@@ -606,8 +708,10 @@ def read_signal_tracks(bedgraph: PathLike, *, genome: PathLike) -> list[tuple[st
     contigs, names = read_genome_contigs(genome, set(intervals), needed_by=f"the bedGraph file {path}")
     unknown = [chrom for chrom in intervals if chrom not in contigs]
     if unknown:
-        raise ValueError(f"{path}: chromosome(s) {', '.join(map(repr, unknown[:5]))} are not in {genome}, which holds "
-                         f"{', '.join(map(repr, names[:5]))}; use the genome the bedGraph was made for")
+        raise ValueError(
+            f"{path}: chromosome(s) {', '.join(map(repr, unknown[:5]))} are not in {genome}, which holds "
+            f"{', '.join(map(repr, names[:5]))}; use the genome the bedGraph was made for"
+        )
     tracks = []
     for name in names:
         if name not in intervals:
@@ -617,11 +721,15 @@ def read_signal_tracks(bedgraph: PathLike, *, genome: PathLike) -> list[tuple[st
         previous_end, previous_line = 0, 0
         for start, end, value, number in sorted(intervals[name]):
             if end > codes.size:
-                raise ValueError(f"{path} line {number}: interval {name}:{start}-{end} runs past the end of {name!r} "
-                                 f"({codes.size:,} bases); use the genome the bedGraph was made for")
+                raise ValueError(
+                    f"{path} line {number}: interval {name}:{start}-{end} runs past the end of {name!r} "
+                    f"({codes.size:,} bases); use the genome the bedGraph was made for"
+                )
             if start < previous_end:
-                raise ValueError(f"{path} lines {previous_line} and {number}: intervals on {name!r} overlap; give each "
-                                 "base one value")
+                raise ValueError(
+                    f"{path} lines {previous_line} and {number}: intervals on {name!r} overlap; give each "
+                    "base one value"
+                )
             values[start:end] = value
             previous_end, previous_line = end, number
         tracks.append((name, codes, values))

@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import lightning as L
-from torch.utils.data import DataLoader, Dataset
-
 from genoformer.data.genome.datasets import (
     PackedRandomWindowDataset,
     PackedTiledWindowDataset,
@@ -32,6 +30,8 @@ from genoformer.data.genome.store import GenomeStore, prepare_genome_store
 from genoformer.data.loaders import ShardedLoaders, store_built_from
 from genoformer.data.packing import collate_packed
 from genoformer.data.splits import SequenceSource, SplitSpec, split_intervals
+from torch.utils.data import DataLoader, Dataset
+
 from genoformer.hints import hint, option
 
 log = logging.getLogger(__name__)
@@ -132,10 +132,13 @@ class GenomeDataModule(ShardedLoaders, L.LightningDataModule):
         if whole_records and (batch_size != 1 or pack or source_weights is not None):
             raise ValueError(
                 f"whole_records=True gives windows of different lengths, one per batch: set batch_size to 1 (got "
-                f"{batch_size}), and leave pack ({pack}) false and source_weights unset (got {source_weights})")
+                f"{batch_size}), and leave pack ({pack}) false and source_weights unset (got {source_weights})"
+            )
         if pack and max_shift:
-            raise ValueError(f"max_shift={max_shift} does nothing with pack=True (packed pieces start anywhere "
-                             "already); set max_shift to 0 or pack to false")
+            raise ValueError(
+                f"max_shift={max_shift} does nothing with pack=True (packed pieces start anywhere "
+                "already); set max_shift to 0 or pack to false"
+            )
         self.store_path = Path(store)
         self.fasta = list(fasta) if fasta else []
         self.window = window
@@ -166,8 +169,10 @@ class GenomeDataModule(ShardedLoaders, L.LightningDataModule):
         if store_built_from(self.store_path, self.fasta, "contigs", "data.init_args.fasta"):
             return
         if not self.fasta:
-            raise FileNotFoundError(f"genome store {self.store_path} does not exist and no `fasta` files were "
-                                    "given to build it; run `genoformer prepare` or set data.fasta")
+            raise FileNotFoundError(
+                f"genome store {self.store_path} does not exist and no `fasta` files were "
+                "given to build it; run `genoformer prepare` or set data.fasta"
+            )
         prepare_genome_store(self.fasta, self.store_path)
 
     def setup(self, stage: str | None = None) -> None:
@@ -179,30 +184,51 @@ class GenomeDataModule(ShardedLoaders, L.LightningDataModule):
         store = GenomeStore(self.store_path, self.cache_bytes)
         if stage == "predict":
             # Prediction covers every contig whole, whatever the split, one tile per row (packed or not).
-            self.datasets["predict"] = TiledWindowDataset(store, self.window, self.eval_stride, cache_bytes=self.cache_bytes)
+            self.datasets["predict"] = TiledWindowDataset(
+                store, self.window, self.eval_stride, cache_bytes=self.cache_bytes
+            )
             return
-        intervals = split_intervals([SequenceSource(c.name, c.length, c.source_name) for c in store.contigs], self.split)
+        intervals = split_intervals(
+            [SequenceSource(c.name, c.length, c.source_name) for c in store.contigs], self.split
+        )
         part = self._window_part()
         if stage in ("fit", None):
             if not self.pack and not self.whole_records:
                 self._check_record_lengths(store, intervals["train"])
             if self.whole_records:
                 self.datasets["train"] = WholeRecordDataset(
-                    store, self.window, self.samples_per_epoch, intervals=intervals["train"], seed=self.seed,
-                    max_n_fraction=self.max_n_fraction, reverse_complement=self.reverse_complement,
+                    store,
+                    self.window,
+                    self.samples_per_epoch,
+                    intervals=intervals["train"],
+                    seed=self.seed,
+                    max_n_fraction=self.max_n_fraction,
+                    reverse_complement=self.reverse_complement,
                     cache_bytes=self.cache_bytes,
                 )
             elif self.pack:
                 self.datasets["train"] = PackedRandomWindowDataset(
-                    store, self.window, self.samples_per_epoch, intervals=intervals["train"], seed=self.seed,
-                    max_n_fraction=self.max_n_fraction, reverse_complement=self.reverse_complement,
+                    store,
+                    self.window,
+                    self.samples_per_epoch,
+                    intervals=intervals["train"],
+                    seed=self.seed,
+                    max_n_fraction=self.max_n_fraction,
+                    reverse_complement=self.reverse_complement,
                     cache_bytes=self.cache_bytes,
                 )
             else:
                 self.datasets["train"] = RandomWindowDataset(
-                    store, self.window, self.samples_per_epoch, intervals=intervals["train"], seed=self.seed,
-                    max_n_fraction=self.max_n_fraction, reverse_complement=self.reverse_complement,
-                    max_shift=self.max_shift, cache_bytes=self.cache_bytes, source_weights=self.source_weights,
+                    store,
+                    self.window,
+                    self.samples_per_epoch,
+                    intervals=intervals["train"],
+                    seed=self.seed,
+                    max_n_fraction=self.max_n_fraction,
+                    reverse_complement=self.reverse_complement,
+                    max_shift=self.max_shift,
+                    cache_bytes=self.cache_bytes,
+                    source_weights=self.source_weights,
                     part=part,
                 )
         tiled, extra = (PackedTiledWindowDataset, {}) if self.pack else (TiledWindowDataset, {"part": part})
@@ -210,8 +236,14 @@ class GenomeDataModule(ShardedLoaders, L.LightningDataModule):
             extra = {"pad": False}
         for name, needed_by in (("val", "validate"), ("test", "test")):
             if intervals[name]:
-                self.datasets[name] = tiled(store, self.window, self.eval_stride, intervals=intervals[name],
-                                            cache_bytes=self.cache_bytes, **extra)
+                self.datasets[name] = tiled(
+                    store,
+                    self.window,
+                    self.eval_stride,
+                    intervals=intervals[name],
+                    cache_bytes=self.cache_bytes,
+                    **extra,
+                )
             elif stage == needed_by:
                 raise ValueError(
                     f"the {name} split of {self.store_path} is empty: hold out a part with "
@@ -232,7 +264,8 @@ class GenomeDataModule(ShardedLoaders, L.LightningDataModule):
         if self.whole_records:
             raise ValueError(
                 "whole_records=True cannot be combined with context parallelism yet: a part of every window needs "
-                "windows of one length; set " + option("whole_records", False) + " and a window")
+                "windows of one length; set " + option("whole_records", False) + " and a window"
+            )
         if self.pack:
             raise ValueError(
                 "pack=True cannot be combined with context parallelism yet: the ring attention "
@@ -258,9 +291,15 @@ class GenomeDataModule(ShardedLoaders, L.LightningDataModule):
                 f"training intervals are {max(iv.length for iv in short)} bases at most), so no training window can be "
                 f"drawn unpacked. Pack records into windows end to end: {pack}; or use a shorter window"
             )
-        log.warning("%d of %d training intervals of %s are shorter than the window (%d bases) and give no windows "
-                    "unpacked; to train on them too, pack records into windows: %s", len(short), len(train),
-                    self.store_path, self.window, pack)
+        log.warning(
+            "%d of %d training intervals of %s are shorter than the window (%d bases) and give no windows "
+            "unpacked; to train on them too, pack records into windows: %s",
+            len(short),
+            len(train),
+            self.store_path,
+            self.window,
+            pack,
+        )
 
     def _split_loader(self, name: str) -> DataLoader | list:
         """The loader of split `name` (packed batches with `pack`); [] for a split without data."""
@@ -295,8 +334,11 @@ class GenomeDataModule(ShardedLoaders, L.LightningDataModule):
         rows = []
         for row, (contig, start) in enumerate(zip(batch["contig"].tolist(), batch["start"].tolist())):
             # whole windows (also of parts), or unpadded whole-record windows
-            length = int(batch["length"][row]) if "length" in batch else (
-                batch["tokens"].shape[1] if self.whole_records else self.window)
+            length = (
+                int(batch["length"][row])
+                if "length" in batch
+                else (batch["tokens"].shape[1] if self.whole_records else self.window)
+            )
             strand = " (reverse complement)" if "reverse" in batch and bool(batch["reverse"][row]) else ""
             rows.append(f"{names[contig]}[{start}:{start + length}){strand}")
         return f"store {self.store_path}: " + ", ".join(rows[:8]) + (", ..." if len(rows) > 8 else "")
@@ -308,13 +350,12 @@ def describe_documents(batch: dict[str, Any], names: list[str]) -> str:
     cu_seqlens = batch["cu_seqlens"].tolist()
     row_length = batch["tokens"].shape[1]
     rows: list[list[str]] = []
-    for doc, (contig, start, reverse) in enumerate(zip(batch["doc_contig"].tolist(), batch["doc_start"].tolist(),
-                                                       batch["doc_reverse"].tolist())):
+    for doc, (contig, start, reverse) in enumerate(
+        zip(batch["doc_contig"].tolist(), batch["doc_start"].tolist(), batch["doc_reverse"].tolist())
+    ):
         length = cu_seqlens[doc + 1] - cu_seqlens[doc]
         if cu_seqlens[doc] % row_length == 0:
             rows.append([])
         strand = " (reverse complement)" if reverse else ""
         rows[-1].append(f"PAD x {length}" if contig < 0 else f"{names[contig]}[{start}:{start + length}){strand}")
     return " | ".join(", ".join(row) for row in rows[:8]) + (" | ..." if len(rows) > 8 else "")
-
-

@@ -31,13 +31,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
-
-from genoformer.data.genome.alphabet import N, PAD, reverse_complement
+from genoformer.data.genome.alphabet import PAD, N, reverse_complement
 from genoformer.data.genome.store import DEFAULT_CACHE_BYTES, GenomeStore
 from genoformer.data.packing import pack_lengths
 from genoformer.data.sampling import sample_rng, split_key
 from genoformer.data.splits import Interval
+from torch.utils.data import Dataset
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +67,9 @@ WindowPart = Sequence[tuple[int, int]]
 """Window positions one process keeps: (first, stop) ranges, in the order it holds them."""
 
 
-def read_part(store: GenomeStore, contig: int, start: int, end: int, window: int, part: WindowPart | None,
-              reverse: bool = False) -> np.ndarray:
+def read_part(
+    store: GenomeStore, contig: int, start: int, end: int, window: int, part: WindowPart | None, reverse: bool = False
+) -> np.ndarray:
     """uint8 tokens at the positions ``part`` (None: all of them) of a window of ``window``
     positions over the bases [start, end) of ``contig``; only those bases are read. Positions from
     end - start on are PAD (a tile cut at an interval's end). ``reverse``: the window as the
@@ -123,11 +123,22 @@ class RandomWindowDataset(Dataset):
             default): every valid start equally likely, so files are weighted by length.
     """
 
-    def __init__(self, store: str | Path | GenomeStore, window: int, samples_per_epoch: int, *,
-                 intervals: Sequence[Interval] | None = None, seed: int = 0, max_n_fraction: float = 0.1,
-                 reverse_complement: bool = False, max_shift: int = 0,
-                 cache_bytes: int = DEFAULT_CACHE_BYTES, max_attempts: int = 100,
-                 source_weights: dict[str, float] | None = None, part: WindowPart | None = None) -> None:
+    def __init__(
+        self,
+        store: str | Path | GenomeStore,
+        window: int,
+        samples_per_epoch: int,
+        *,
+        intervals: Sequence[Interval] | None = None,
+        seed: int = 0,
+        max_n_fraction: float = 0.1,
+        reverse_complement: bool = False,
+        max_shift: int = 0,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        max_attempts: int = 100,
+        source_weights: dict[str, float] | None = None,
+        part: WindowPart | None = None,
+    ) -> None:
         if window < 1 or samples_per_epoch < 1:
             raise ValueError(f"window ({window}) and samples_per_epoch ({samples_per_epoch}) must be >= 1")
         if not 0 <= max_n_fraction <= 1:
@@ -144,7 +155,7 @@ class RandomWindowDataset(Dataset):
         self.max_attempts = max_attempts
         self.part = part
         usable, short = [], []
-        for iv in (whole_contigs(gs) if intervals is None else intervals):
+        for iv in whole_contigs(gs) if intervals is None else intervals:
             contig = gs.contigs[iv.index]
             if iv.length < window:
                 short.append(iv)
@@ -154,19 +165,29 @@ class RandomWindowDataset(Dataset):
                 usable.append(iv)
         if short:
             names = ", ".join(f"{gs.contigs[iv.index].name}[{iv.start}:{iv.end})" for iv in short[:5])
-            log.warning("%d interval(s) of %s, %d bases in total, are shorter than the window (%d) and give no "
-                        "training windows: %s%s", len(short), gs.path, sum(iv.length for iv in short), window,
-                        names, ", ..." if len(short) > 5 else "")
+            log.warning(
+                "%d interval(s) of %s, %d bases in total, are shorter than the window (%d) and give no "
+                "training windows: %s%s",
+                len(short),
+                gs.path,
+                sum(iv.length for iv in short),
+                window,
+                names,
+                ", ..." if len(short) > 5 else "",
+            )
         if not usable:
-            raise ValueError(f"no interval of {gs.path} is at least {window} bases long and not all N; "
-                             "use a shorter window or another split")
+            raise ValueError(
+                f"no interval of {gs.path} is at least {window} bases long and not all N; "
+                "use a shorter window or another split"
+            )
         self.intervals = usable
         # Valid starts per interval; a uniform draw over their total weights contigs by length.
         starts = np.array([iv.length - window + 1 for iv in usable], dtype=np.int64)
         self._cum_starts = np.cumsum(starts)
         # With source weights: the probability of each interval, its file's share split by valid starts.
-        self._cum_probability = None if source_weights is None else np.cumsum(
-            interval_probabilities(gs, usable, starts, source_weights))
+        self._cum_probability = (
+            None if source_weights is None else np.cumsum(interval_probabilities(gs, usable, starts, source_weights))
+        )
 
     @property
     def store(self) -> GenomeStore:
@@ -189,8 +210,10 @@ class RandomWindowDataset(Dataset):
             j = int(np.searchsorted(self._cum_starts, u, side="right"))
             offset = u - (int(self._cum_starts[j - 1]) if j else 0)
         else:
-            j = min(int(np.searchsorted(self._cum_probability, rng.random() * self._cum_probability[-1], side="right")),
-                    len(self.intervals) - 1)
+            j = min(
+                int(np.searchsorted(self._cum_probability, rng.random() * self._cum_probability[-1], side="right")),
+                len(self.intervals) - 1,
+            )
             offset = int(rng.integers(self._cum_starts[j] - (self._cum_starts[j - 1] if j else 0)))
         iv = self.intervals[j]
         start = iv.start + offset
@@ -214,14 +237,15 @@ class RandomWindowDataset(Dataset):
             if np.count_nonzero(codes == N) <= limit:
                 break
         else:
-            raise RuntimeError(f"no window of {self.window} bases with at most {self.max_n_fraction:.0%} N "
-                               f"found in {self.max_attempts} draws; raise max_n_fraction or shorten the window")
+            raise RuntimeError(
+                f"no window of {self.window} bases with at most {self.max_n_fraction:.0%} N "
+                f"found in {self.max_attempts} draws; raise max_n_fraction or shorten the window"
+            )
         if codes is None:
             codes = read_part(store, contig, start, start + self.window, self.window, self.part, reverse)
         else:
             codes = take_part(reverse_complement(codes) if reverse else codes, self.part)
-        return {"tokens": torch.from_numpy(codes), "contig": contig, "start": start, "reverse": reverse,
-                "index": index}
+        return {"tokens": torch.from_numpy(codes), "contig": contig, "start": start, "reverse": reverse, "index": index}
 
 
 class WholeRecordDataset(Dataset):
@@ -239,13 +263,24 @@ class WholeRecordDataset(Dataset):
     only). Intervals shorter than ``min_length`` are left out with a WARNING.
     """
 
-    def __init__(self, store: str | Path | GenomeStore, window: int, samples_per_epoch: int, *,
-                 intervals: Sequence[Interval] | None = None, seed: int = 0, max_n_fraction: float = 0.1,
-                 reverse_complement: bool = False, min_length: int = 1, cache_bytes: int = DEFAULT_CACHE_BYTES,
-                 max_attempts: int = 100) -> None:
+    def __init__(
+        self,
+        store: str | Path | GenomeStore,
+        window: int,
+        samples_per_epoch: int,
+        *,
+        intervals: Sequence[Interval] | None = None,
+        seed: int = 0,
+        max_n_fraction: float = 0.1,
+        reverse_complement: bool = False,
+        min_length: int = 1,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        max_attempts: int = 100,
+    ) -> None:
         if window < 1 or samples_per_epoch < 1 or min_length < 1:
-            raise ValueError(f"window ({window}), samples_per_epoch ({samples_per_epoch}) and min_length "
-                             f"({min_length}) must be >= 1")
+            raise ValueError(
+                f"window ({window}), samples_per_epoch ({samples_per_epoch}) and min_length ({min_length}) must be >= 1"
+            )
         if not 0 <= max_n_fraction <= 1:
             raise ValueError(f"max_n_fraction={max_n_fraction} must be in [0, 1]")
         self._holder = _StoreHolder(store, cache_bytes)
@@ -262,11 +297,19 @@ class WholeRecordDataset(Dataset):
         if len(usable) < len(candidates):
             kept = set(usable)
             left = [iv for iv in candidates if iv not in kept]
-            log.warning("%d interval(s) of %s, %d bases in total, are shorter than min_length (%d) or all N and give "
-                        "no training windows", len(left), gs.path, sum(iv.length for iv in left), min_length)
+            log.warning(
+                "%d interval(s) of %s, %d bases in total, are shorter than min_length (%d) or all N and give "
+                "no training windows",
+                len(left),
+                gs.path,
+                sum(iv.length for iv in left),
+                min_length,
+            )
         if not usable:
-            raise ValueError(f"no interval of {gs.path} is at least {min_length} bases long and not all N; "
-                             "lower min_length or use another split")
+            raise ValueError(
+                f"no interval of {gs.path} is at least {min_length} bases long and not all N; "
+                "lower min_length or use another split"
+            )
         self.intervals = usable
         self._cum_lengths = np.cumsum(np.array([iv.length for iv in usable], dtype=np.int64))
 
@@ -302,22 +345,32 @@ class WholeRecordDataset(Dataset):
             if np.count_nonzero(codes == N) <= self.max_n_fraction * (end - start):
                 break
         else:
-            raise RuntimeError(f"no record window with at most {self.max_n_fraction:.0%} N found in "
-                               f"{self.max_attempts} draws; raise max_n_fraction")
+            raise RuntimeError(
+                f"no record window with at most {self.max_n_fraction:.0%} N found in "
+                f"{self.max_attempts} draws; raise max_n_fraction"
+            )
         codes = reverse_complement(codes) if reverse else codes
-        return {"tokens": torch.from_numpy(np.ascontiguousarray(codes)), "contig": contig, "start": start,
-                "reverse": reverse, "index": index}
+        return {
+            "tokens": torch.from_numpy(np.ascontiguousarray(codes)),
+            "contig": contig,
+            "start": start,
+            "reverse": reverse,
+            "index": index,
+        }
 
 
-def interval_probabilities(store: GenomeStore, intervals: Sequence[Interval], starts_I: np.ndarray,
-                           source_weights: dict[str, float]) -> np.ndarray:
+def interval_probabilities(
+    store: GenomeStore, intervals: Sequence[Interval], starts_I: np.ndarray, source_weights: dict[str, float]
+) -> np.ndarray:
     """(I,) probability of drawing each interval: its source file's normalised weight, shared
     among the file's intervals in proportion to their valid starts ``starts_I``."""
     sources = [store.contigs[iv.index].source_name for iv in intervals]
     missing = sorted(set(sources) - set(source_weights))
     if missing:
-        raise ValueError(f"source_weights names no weight for {missing}; give every training file a weight "
-                         f"(files here: {sorted(set(sources))}) or leave source_weights out")
+        raise ValueError(
+            f"source_weights names no weight for {missing}; give every training file a weight "
+            f"(files here: {sorted(set(sources))}) or leave source_weights out"
+        )
     bad = {name: w for name, w in source_weights.items() if not (np.isfinite(w) and w >= 0)}
     if bad or not any(source_weights[name] > 0 for name in sources):
         raise ValueError(f"source_weights must be finite, >= 0 and not all 0 for the training files: {source_weights}")
@@ -349,12 +402,22 @@ class TiledWindowDataset(Dataset):
     window: a whole-record window of millions of tokens is not padded to the longest record's.
     """
 
-    def __init__(self, store: str | Path | GenomeStore, window: int, stride: int | None = None, *,
-                 intervals: Sequence[Interval] | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES,
-                 part: WindowPart | None = None, pad: bool = True) -> None:
+    def __init__(
+        self,
+        store: str | Path | GenomeStore,
+        window: int,
+        stride: int | None = None,
+        *,
+        intervals: Sequence[Interval] | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        part: WindowPart | None = None,
+        pad: bool = True,
+    ) -> None:
         if not pad and part is not None:
-            raise ValueError("unpadded tiles (pad=False) cannot be cut into parts: every process of a window must "
-                             "hold positions of one length")
+            raise ValueError(
+                "unpadded tiles (pad=False) cannot be cut into parts: every process of a window must "
+                "hold positions of one length"
+            )
         self._holder = _StoreHolder(store, cache_bytes)
         self.window = window
         self.part = part
@@ -388,20 +451,33 @@ class TiledWindowDataset(Dataset):
         _, index = split_key(key, 0)
         contig, start, end = self.locate(index)
         if not self.pad:  # no padding: no "length" either (the model would mask nothing)
-            return {"tokens": torch.from_numpy(self.store.read(contig, start, end)), "contig": contig, "start": start,
-                    "index": index}
+            return {
+                "tokens": torch.from_numpy(self.store.read(contig, start, end)),
+                "contig": contig,
+                "start": start,
+                "index": index,
+            }
         codes = read_part(self.store, contig, start, end, self.window, self.part)
-        return {"tokens": torch.from_numpy(codes), "contig": contig, "start": start, "length": end - start,
-                "index": index}
+        return {
+            "tokens": torch.from_numpy(codes),
+            "contig": contig,
+            "start": start,
+            "length": end - start,
+            "index": index,
+        }
 
 
 def _packed_sample(pieces: list[tuple[int, int, int, bool]], codes: list[np.ndarray], index: int) -> dict:
     """A packed sample (see genoformer.data.packing) of documents (contig, start, length, reverse)."""
     contig_P, start_P, len_P, reverse_P = (np.array(column) for column in zip(*pieces))
-    return {"tokens": torch.from_numpy(np.concatenate(codes)), "doc_lens": torch.from_numpy(len_P.astype(np.int64)),
-            "doc_contig": torch.from_numpy(contig_P.astype(np.int64)),
-            "doc_start": torch.from_numpy(start_P.astype(np.int64)),
-            "doc_reverse": torch.from_numpy(reverse_P.astype(bool)), "index": index}
+    return {
+        "tokens": torch.from_numpy(np.concatenate(codes)),
+        "doc_lens": torch.from_numpy(len_P.astype(np.int64)),
+        "doc_contig": torch.from_numpy(contig_P.astype(np.int64)),
+        "doc_start": torch.from_numpy(start_P.astype(np.int64)),
+        "doc_reverse": torch.from_numpy(reverse_P.astype(bool)),
+        "index": index,
+    }
 
 
 class PackedRandomWindowDataset(Dataset):
@@ -421,10 +497,19 @@ class PackedRandomWindowDataset(Dataset):
     the forward strand, whatever its strand. Arguments as for :class:`RandomWindowDataset`.
     """
 
-    def __init__(self, store: str | Path | GenomeStore, window: int, samples_per_epoch: int, *,
-                 intervals: Sequence[Interval] | None = None, seed: int = 0, max_n_fraction: float = 0.1,
-                 reverse_complement: bool = False, cache_bytes: int = DEFAULT_CACHE_BYTES,
-                 max_attempts: int = 100) -> None:
+    def __init__(
+        self,
+        store: str | Path | GenomeStore,
+        window: int,
+        samples_per_epoch: int,
+        *,
+        intervals: Sequence[Interval] | None = None,
+        seed: int = 0,
+        max_n_fraction: float = 0.1,
+        reverse_complement: bool = False,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        max_attempts: int = 100,
+    ) -> None:
         if window < 1 or samples_per_epoch < 1:
             raise ValueError(f"window ({window}) and samples_per_epoch ({samples_per_epoch}) must be >= 1")
         if not 0 <= max_n_fraction <= 1:
@@ -439,7 +524,7 @@ class PackedRandomWindowDataset(Dataset):
         self.reverse_complement = reverse_complement
         self.max_attempts = max_attempts
         usable = []
-        for iv in (whole_contigs(gs) if intervals is None else intervals):
+        for iv in whole_contigs(gs) if intervals is None else intervals:
             contig = gs.contigs[iv.index]
             if contig.n_count == contig.length:
                 log.warning("contig %s is all N: no training documents from it", contig.name)
@@ -488,8 +573,10 @@ class PackedRandomWindowDataset(Dataset):
             if limit >= self.window or sum(np.count_nonzero(c == N) for c in codes) <= limit:
                 break
         else:
-            raise RuntimeError(f"no window of {self.window} bases with at most {self.max_n_fraction:.0%} N "
-                               f"found in {self.max_attempts} draws; raise max_n_fraction or shorten the window")
+            raise RuntimeError(
+                f"no window of {self.window} bases with at most {self.max_n_fraction:.0%} N "
+                f"found in {self.max_attempts} draws; raise max_n_fraction or shorten the window"
+            )
         codes = [reverse_complement(c) if piece[3] else c for c, piece in zip(codes, pieces)]
         return _packed_sample(pieces, codes, index)
 
@@ -503,8 +590,15 @@ class PackedTiledWindowDataset(Dataset):
     (epoch, index) pair, the epoch is ignored.
     """
 
-    def __init__(self, store: str | Path | GenomeStore, window: int, stride: int | None = None, *,
-                 intervals: Sequence[Interval] | None = None, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+    def __init__(
+        self,
+        store: str | Path | GenomeStore,
+        window: int,
+        stride: int | None = None,
+        *,
+        intervals: Sequence[Interval] | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> None:
         tiles = TiledWindowDataset(store, window, stride, intervals=intervals, cache_bytes=cache_bytes)
         self._holder = tiles._holder
         self.window = window

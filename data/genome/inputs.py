@@ -28,7 +28,6 @@ from typing import Union
 
 import numpy as np
 from Bio.SeqRecord import SeqRecord
-
 from genoformer.data.genome.alphabet import ALLOWED, NotDNAError, encode, encode_bytes
 from genoformer.data.genome.seqfiles import SEQUENCE_FILE_SUFFIXES, is_sequence_file_name, read_records
 from genoformer.data.genome.store import GenomeStore
@@ -72,8 +71,9 @@ def _entries(inputs: SequenceInputs, literals: bool, flag: str) -> list[tuple[in
         elif isinstance(item, Path) or (isinstance(item, str) and (_names_a_path(item) or not literals)):
             if not os.path.exists(item) and not is_glob(str(item)):
                 raise missing_input_error(str(item), flag, _KIND)
-            for name in expand_inputs(str(item), is_input=is_sequence_file_name, kind="FASTA/GenBank",
-                                      keep_folder=is_genome_store, flag=flag):
+            for name in expand_inputs(
+                str(item), is_input=is_sequence_file_name, kind="FASTA/GenBank", keep_folder=is_genome_store, flag=flag
+            ):
                 entries.append((index, Path(name)))
         elif isinstance(item, str):
             entries.append((index, item))
@@ -90,7 +90,9 @@ def check_sequence_inputs(inputs: SequenceInputs, *, literals: bool = False, fla
     _entries(inputs, literals, flag)
 
 
-def read_sequences(inputs: SequenceInputs, *, literals: bool = False, flag: str = "--inputs") -> Iterator[NamedSequence]:
+def read_sequences(
+    inputs: SequenceInputs, *, literals: bool = False, flag: str = "--inputs"
+) -> Iterator[NamedSequence]:
     """Yield every sequence of every input in order: files record by record, stores contig by
     contig, records and literal strings (with `literals`) one each.
 
@@ -104,8 +106,10 @@ def read_sequences(inputs: SequenceInputs, *, literals: bool = False, flag: str 
         first = seen.get(sequence.name)
         if first is not None:
             where = f"twice in {first}" if first == sequence.source else f"in {first} and again in {sequence.source}"
-            raise ValueError(f"{sequence.source}: the record name {sequence.name!r} appears {where}; results are keyed "
-                             "by record name, so give every record its own name (or read the files one at a time)")
+            raise ValueError(
+                f"{sequence.source}: the record name {sequence.name!r} appears {where}; results are keyed "
+                "by record name, so give every record its own name (or read the files one at a time)"
+            )
         seen[sequence.name] = sequence.source
         yield sequence
 
@@ -137,8 +141,9 @@ def _read_file(path: Path) -> Iterator[NamedSequence]:
         try:
             codes = encode_bytes(record.sequence)
         except NotDNAError as exc:
-            raise ValueError(f"{path}: record {record.name!r}, {exc.found}; {ALLOWED}; fix or remove the "
-                             "record") from exc
+            raise ValueError(
+                f"{path}: record {record.name!r}, {exc.found}; {ALLOWED}; fix or remove the record"
+            ) from exc
         yield NamedSequence(record.name, str(path), codes)
 
 

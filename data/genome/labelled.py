@@ -30,8 +30,6 @@ from typing import Any, Literal, Optional
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
-
 from genoformer.data.genome.alphabet import PAD, reverse_complement
 from genoformer.data.genome.annotations import (
     ANNOTATION_CLASSES,
@@ -49,9 +47,10 @@ from genoformer.data.genome.labels import (
     read_labelled,
     split_leak_free,
 )
-from genoformer.data.genome.targets import Task, TargetKind, TargetSpace
+from genoformer.data.genome.targets import TargetKind, TargetSpace, Task
 from genoformer.data.loaders import ShardedLoaders
 from genoformer.data.sampling import sample_rng, split_key
+from torch.utils.data import DataLoader, Dataset
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +65,9 @@ def _sequence_space(seqs: LabelledSequences) -> TargetSpace:
     if kind is not TargetKind.SEQUENCE_VALUES:
         return TargetSpace(kind, seqs.label_names)
     values = seqs.targets.astype(np.float64)
-    return TargetSpace(kind, seqs.label_names, mean=values.mean(0).tolist(), std=np.maximum(values.std(0), 1e-8).tolist())
+    return TargetSpace(
+        kind, seqs.label_names, mean=values.mean(0).tolist(), std=np.maximum(values.std(0), 1e-8).tolist()
+    )
 
 
 # ---------------------------------------------------------------------------------- datasets
@@ -95,8 +96,11 @@ class SequenceDataset(Dataset):
     def __getitem__(self, key: int | tuple[int, int]) -> dict[str, Any]:
         epoch, index = split_key(key, self.epoch)
         item = int(self._order(epoch)[index]) if self.shuffle else index
-        return {"tokens": torch.from_numpy(self.seqs.codes[item]), "targets": torch.as_tensor(self.seqs.targets[item]),
-                "index": item}
+        return {
+            "tokens": torch.from_numpy(self.seqs.codes[item]),
+            "targets": torch.as_tensor(self.seqs.targets[item]),
+            "index": item,
+        }
 
 
 def _padded_tokens(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -166,9 +170,12 @@ class RandomTrackWindows(Dataset):
         start = u - (int(self._cum[contig - 1]) if contig else 0)
         track = self.tracks[contig]
         end = min(start + self.window, len(track.codes))
-        return {"tokens": torch.from_numpy(track.codes[start:end].copy()),
-                "targets": torch.from_numpy(_track_targets(track.targets[start:end])),
-                "contig": contig, "start": start}
+        return {
+            "tokens": torch.from_numpy(track.codes[start:end].copy()),
+            "targets": torch.from_numpy(_track_targets(track.targets[start:end])),
+            "contig": contig,
+            "start": start,
+        }
 
 
 class TiledTrackWindows(Dataset):
@@ -177,8 +184,11 @@ class TiledTrackWindows(Dataset):
 
     def __init__(self, tracks: Sequence[Track], window: int) -> None:
         self.tracks = list(tracks)
-        self.tiles = [(i, start, min(start + window, len(t.codes)))
-                      for i, t in enumerate(self.tracks) for start in range(0, len(t.codes), window)]
+        self.tiles = [
+            (i, start, min(start + window, len(t.codes)))
+            for i, t in enumerate(self.tracks)
+            for start in range(0, len(t.codes), window)
+        ]
 
     def set_epoch(self, epoch: int) -> None:
         pass
@@ -190,9 +200,12 @@ class TiledTrackWindows(Dataset):
         _, index = split_key(key, 0)
         contig, start, end = self.tiles[index]
         track = self.tracks[contig]
-        return {"tokens": torch.from_numpy(track.codes[start:end].copy()),
-                "targets": torch.from_numpy(_track_targets(track.targets[start:end])),
-                "contig": contig, "start": start}
+        return {
+            "tokens": torch.from_numpy(track.codes[start:end].copy()),
+            "targets": torch.from_numpy(_track_targets(track.targets[start:end])),
+            "contig": contig,
+            "start": start,
+        }
 
 
 def _track_targets(targets: np.ndarray) -> np.ndarray:
@@ -328,8 +341,9 @@ class LabelledDataModule(ShardedLoaders, L.LightningDataModule):
             try:
                 leak_check(train, other, name)
             except ValueError as error:
-                raise ValueError(f"{error}; or drop them from training with --leaks drop "
-                                 "(data.init_args.leaks)") from None
+                raise ValueError(
+                    f"{error}; or drop them from training with --leaks drop (data.init_args.leaks)"
+                ) from None
             return train
         held = {canonical_key(codes) for codes in other.codes}
         keep = [i for i, codes in enumerate(train.codes) if canonical_key(codes) not in held]
@@ -342,8 +356,12 @@ class LabelledDataModule(ShardedLoaders, L.LightningDataModule):
             if self.val_files:
                 train, val = self._tracks(self.train_files), self._tracks(self.val_files)
             else:
-                kept, held = region_holdout(read_annotated_genomes(self.train_files, genome=self.genome),
-                                            self.val_fraction, gap=self.window, seed=self.seed)
+                kept, held = region_holdout(
+                    read_annotated_genomes(self.train_files, genome=self.genome),
+                    self.val_fraction,
+                    gap=self.window,
+                    seed=self.seed,
+                )
                 train, val = contig_tracks(kept), contig_tracks(held)
             self.target_space = TargetSpace(TargetKind.BASE_CLASSES, ANNOTATION_CLASSES, strand_swap=STRAND_SWAP)
         else:
@@ -355,16 +373,19 @@ class LabelledDataModule(ShardedLoaders, L.LightningDataModule):
             else:
                 train, val = _hold_out_track_regions(train, self.val_fraction, gap=self.window)
             values = np.concatenate([t.targets[np.isfinite(t.targets)] for t in train]).astype(np.float64)
-            self.target_space = TargetSpace(TargetKind.BASE_VALUES, ("signal",), mean=[values.mean()],
-                                            std=[max(values.std(), 1e-8)])
+            self.target_space = TargetSpace(
+                TargetKind.BASE_VALUES, ("signal",), mean=[values.mean()], std=[max(values.std(), 1e-8)]
+            )
         _check_no_shared_contigs(train, val, "validation")
         self.splits = {"train": train, "val": val}
         if self.test_files:
             self.splits["test"] = self._tracks(self.test_files)
             _check_no_shared_contigs(train, self.splits["test"], "test")
         bases = sum(len(t.codes) for t in train)
-        print(f"training data: {len(train):,} contigs, {bases:,} bases; "
-              f"validation {sum(len(t.codes) for t in val):,} bases")
+        print(
+            f"training data: {len(train):,} contigs, {bases:,} bases; "
+            f"validation {sum(len(t.codes) for t in val):,} bases"
+        )
         if self.target_space.kind is TargetKind.BASE_CLASSES:
             counts = np.bincount(np.concatenate([t.targets for t in train]), minlength=len(ANNOTATION_CLASSES))
             shares = ", ".join(f"{name} {count / max(1, bases):.1%}" for name, count in zip(ANNOTATION_CLASSES, counts))
@@ -397,8 +418,9 @@ class LabelledDataModule(ShardedLoaders, L.LightningDataModule):
     def _split_loader(self, split: str) -> DataLoader:
         dataset = self._dataset(split)
         if split == "train" and len(dataset) < self.batch_size:
-            raise ValueError(f"{len(dataset)} training samples are fewer than batch_size={self.batch_size}; "
-                             "lower --batch_size")
+            raise ValueError(
+                f"{len(dataset)} training samples are fewer than batch_size={self.batch_size}; lower --batch_size"
+            )
         return self._loader(dataset, split == "train", pad_windows if self.per_base else pad_sequences)
 
 
@@ -412,8 +434,10 @@ def _check_no_shared_contigs(train: Sequence[Track], other: Sequence[Track], wha
     seen = {t.codes.tobytes() for t in train} | {reverse_complement(t.codes).tobytes() for t in train}
     shared = [t.name for t in other if t.codes.tobytes() in seen]
     if shared:
-        raise ValueError(f"{len(shared)} {what} contig(s) are also in the training data ({', '.join(shared[:3])}); "
-                         f"give {what} files of another genome, or leave --val out to hold out regions of training")
+        raise ValueError(
+            f"{len(shared)} {what} contig(s) are also in the training data ({', '.join(shared[:3])}); "
+            f"give {what} files of another genome, or leave --val out to hold out regions of training"
+        )
 
 
 def _hold_out_track_regions(tracks: list[Track], fraction: float, *, gap: int) -> tuple[list[Track], list[Track]]:
@@ -429,4 +453,3 @@ def _hold_out_track_regions(tracks: list[Track], fraction: float, *, gap: int) -
     if not held:
         raise ValueError("the tracks are too short to hold out a validation region; pass --val FILE")
     return kept, held
-

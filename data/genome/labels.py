@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Literal, Union
 
 import numpy as np
-
 from genoformer.data.genome.alphabet import ALLOWED, NotDNAError, encode, reverse_complement
 from genoformer.data.genome.inputs import read_sequences
 from genoformer.data.genome.seqfiles import detect_compression, is_sequence_file_name
@@ -88,8 +87,9 @@ class LabelledSequences:
     def __post_init__(self) -> None:
         n = len(self.names)
         if len(self.codes) != n or len(self.targets) != n:
-            raise ValueError(f"{n} names, {len(self.codes)} sequences and {len(self.targets)} targets: "
-                             "give one of each per sequence")
+            raise ValueError(
+                f"{n} names, {len(self.codes)} sequences and {len(self.targets)} targets: give one of each per sequence"
+            )
         for column, values in self.columns.items():
             if len(values) != n:
                 raise ValueError(f"column {column!r} has {len(values)} values for {n} sequences")
@@ -157,16 +157,19 @@ def bed_lines(path: PathLike) -> Iterator[tuple[int, list[str]]]:
             yield number, line.split("\t")
 
 
-def read_genome_contigs(genome: PathLike | None, wanted: set[str], *,
-                        needed_by: str) -> tuple[dict[str, np.ndarray], list[str]]:
+def read_genome_contigs(
+    genome: PathLike | None, wanted: set[str], *, needed_by: str
+) -> tuple[dict[str, np.ndarray], list[str]]:
     """The codes of the contigs of `genome` named in `wanted`, and the names of all its contigs.
 
     `genome` is a FASTA/GenBank file or a genome store; `needed_by` names what needs it (for the
     error when no genome is given).
     """
     if genome is None:
-        raise ValueError(f"{needed_by} needs the genome its coordinates refer to; pass genome= "
-                         "(a FASTA/GenBank file or a genome store from `genoformer prepare`)")
+        raise ValueError(
+            f"{needed_by} needs the genome its coordinates refer to; pass genome= "
+            "(a FASTA/GenBank file or a genome store from `genoformer prepare`)"
+        )
     kept: dict[str, np.ndarray] = {}
     names: list[str] = []
     for record in read_sequences(Path(genome), flag="genome"):
@@ -221,12 +224,14 @@ class _Table:
         plain = [i for i, column in enumerate(self.header) if column.lower() == "label"]
         prefixed = [i for i, column in enumerate(self.header) if column.lower().startswith("label_")]
         if plain and prefixed:
-            raise ValueError(f"{self.path}: has both a `label` column and `label_<name>` columns "
-                             f"({', '.join(self.header[i] for i in prefixed)}); use one `label` column or only "
-                             "`label_<name>` columns")
+            raise ValueError(
+                f"{self.path}: has both a `label` column and `label_<name>` columns "
+                f"({', '.join(self.header[i] for i in prefixed)}); use one `label` column or only "
+                "`label_<name>` columns"
+            )
         if plain:
             return plain, ["label"], True
-        return prefixed, [self.header[i][len("label_"):] for i in prefixed], False
+        return prefixed, [self.header[i][len("label_") :] for i in prefixed], False
 
 
 def _read_table(path: Path) -> _Table:
@@ -239,25 +244,31 @@ def _read_table(path: Path) -> _Table:
             while header is not None and not any(field.strip() for field in header):
                 header = next(reader, None)
             if header is None:
-                raise ValueError(f"{path}: the file is empty; expected a header row with `sequence` (or `name`) "
-                                 "and label columns")
+                raise ValueError(
+                    f"{path}: the file is empty; expected a header row with `sequence` (or `name`) and label columns"
+                )
             header = [field.strip() for field in header]
             duplicated = sorted({column for column in header if header.count(column) > 1})
             if duplicated:
-                raise ValueError(f"{path}: the header repeats the column(s) {duplicated}; give every column a "
-                                 "distinct name")
+                raise ValueError(
+                    f"{path}: the header repeats the column(s) {duplicated}; give every column a distinct name"
+                )
             rows, lines = [], []
             for row in reader:
                 if not any(field.strip() for field in row):
                     continue
                 if len(row) != len(header):
-                    raise ValueError(f"{path} row {reader.line_num}: {len(row)} fields but the header has "
-                                     f"{len(header)} ({', '.join(header)}); check the delimiter "
-                                     f"({'tab' if delimiter == chr(9) else 'comma'} for this suffix) and quoting")
+                    raise ValueError(
+                        f"{path} row {reader.line_num}: {len(row)} fields but the header has "
+                        f"{len(header)} ({', '.join(header)}); check the delimiter "
+                        f"({'tab' if delimiter == chr(9) else 'comma'} for this suffix) and quoting"
+                    )
                 rows.append(row)
                 lines.append(reader.line_num)
         except csv.Error as exc:
-            raise ValueError(f"{path} row {reader.line_num}: malformed {bare_suffix(path)[1:].upper()} ({exc})") from exc
+            raise ValueError(
+                f"{path} row {reader.line_num}: malformed {bare_suffix(path)[1:].upper()} ({exc})"
+            ) from exc
     if not rows:
         raise ValueError(f"{path}: the table has a header but no rows; add the labelled sequences")
     return _Table(path, header, rows, lines)
@@ -269,19 +280,30 @@ def _table_part(table: _Table, labelled: bool, with_sequence: bool) -> _Part:
     header = table.header
     label_index, label_names, plain = table.label_columns() if labelled else ([], [], True)
     if labelled and not label_index:
-        raise ValueError(f"{table.path}: no label column; found the columns {header}; add a column named `label` "
-                         "(class names, or the value to regress) or several named `label_<name>`")
+        raise ValueError(
+            f"{table.path}: no label column; found the columns {header}; add a column named `label` "
+            "(class names, or the value to regress) or several named `label_<name>`"
+        )
     sequence_index = table.column("sequence") if with_sequence else None
     name_index = table.column("name")
-    ignored = set(label_index) | {i for i, c in enumerate(header) if c.lower() == "label" or c.lower().startswith("label_")}
+    ignored = set(label_index) | {
+        i for i, c in enumerate(header) if c.lower() == "label" or c.lower().startswith("label_")
+    }
     # read for prediction, every column is carried into the output, labels and sequence included
-    other = ([i for i in range(len(header)) if i != sequence_index and i not in ignored] if labelled
-             else list(range(len(header))))
+    other = (
+        [i for i in range(len(header)) if i != sequence_index and i not in ignored]
+        if labelled
+        else list(range(len(header)))
+    )
     where = [f"{table.path} row {line}" for line in table.lines]
-    codes = ([_encode_row(row[sequence_index], place) for row, place in zip(table.rows, where)]
-             if sequence_index is not None else [])
-    names: list[str | None] = ([row[name_index].strip() for row in table.rows] if name_index is not None
-                               else [None] * len(table.rows))
+    codes = (
+        [_encode_row(row[sequence_index], place) for row, place in zip(table.rows, where)]
+        if sequence_index is not None
+        else []
+    )
+    names: list[str | None] = (
+        [row[name_index].strip() for row in table.rows] if name_index is not None else [None] * len(table.rows)
+    )
     return _Part(
         source=str(table.path),
         names=names,
@@ -309,16 +331,22 @@ def _read_bed(path: Path, labelled: bool) -> list[_BedInterval]:
     for number, fields in bed_lines(path):
         where = f"{path} line {number}"
         if len(fields) < 3:
-            raise ValueError(f"{where}: {len(fields)} tab-separated field(s); BED needs chrom, start, end and the "
-                             "label (4th column), separated by tabs")
+            raise ValueError(
+                f"{where}: {len(fields)} tab-separated field(s); BED needs chrom, start, end and the "
+                "label (4th column), separated by tabs"
+            )
         try:
             start, end = int(fields[1]), int(fields[2])
         except ValueError as exc:
-            raise ValueError(f"{where}: start {fields[1]!r} and end {fields[2]!r} must be whole numbers (0-based "
-                             "start, exclusive end)") from exc
+            raise ValueError(
+                f"{where}: start {fields[1]!r} and end {fields[2]!r} must be whole numbers (0-based "
+                "start, exclusive end)"
+            ) from exc
         if start < 0 or start >= end:
-            raise ValueError(f"{where}: interval {fields[0]}:{start}-{end} is empty or negative (start must be >= 0 "
-                             "and < end; BED starts are 0-based, ends exclusive)")
+            raise ValueError(
+                f"{where}: interval {fields[0]}:{start}-{end} is empty or negative (start must be >= 0 "
+                "and < end; BED starts are 0-based, ends exclusive)"
+            )
         if labelled and (len(fields) < 4 or not fields[3].strip()):
             raise ValueError(f"{where}: no label; give the label in the 4th column")
         strand = fields[5].strip() if len(fields) >= 6 else ""
@@ -330,8 +358,9 @@ def _read_bed(path: Path, labelled: bool) -> list[_BedInterval]:
     return intervals
 
 
-def _bed_part(path: Path, intervals: list[_BedInterval], contigs: dict[str, np.ndarray], known: list[str],
-              labelled: bool) -> _Part:
+def _bed_part(
+    path: Path, intervals: list[_BedInterval], contigs: dict[str, np.ndarray], known: list[str], labelled: bool
+) -> _Part:
     names, codes, labels, where = [], [], [], []
     has_score = any(len(iv.fields) >= 5 for iv in intervals)
     has_strand = any(len(iv.fields) >= 6 for iv in intervals)
@@ -343,12 +372,16 @@ def _bed_part(path: Path, intervals: list[_BedInterval], contigs: dict[str, np.n
     for iv in intervals:
         contig = contigs.get(iv.chrom)
         if contig is None:
-            raise ValueError(f"{iv.where}: chromosome {iv.chrom!r} is not in the genome, which holds "
-                             f"{_examples(known)}; use the genome the BED file was made for")
+            raise ValueError(
+                f"{iv.where}: chromosome {iv.chrom!r} is not in the genome, which holds "
+                f"{_examples(known)}; use the genome the BED file was made for"
+            )
         if iv.end > contig.size:
-            raise ValueError(f"{iv.where}: interval {iv.chrom}:{iv.start}-{iv.end} runs past the end of {iv.chrom!r} "
-                             f"({contig.size:,} bases); use the genome the BED file was made for")
-        piece = contig[iv.start:iv.end]
+            raise ValueError(
+                f"{iv.where}: interval {iv.chrom}:{iv.start}-{iv.end} runs past the end of {iv.chrom!r} "
+                f"({contig.size:,} bases); use the genome the BED file was made for"
+            )
+        piece = contig[iv.start : iv.end]
         codes.append(reverse_complement(piece) if iv.strand == "-" else piece.copy())
         names.append(f"{iv.chrom}:{iv.start}-{iv.end}" + (f"({iv.strand})" if iv.strand in ("+", "-") else ""))
         labels.append([iv.fields[3].strip()] if labelled else [])
@@ -370,8 +403,16 @@ def _fasta_part(paths: list[Path]) -> _Part:
             names.append(record.name)
             codes.append(record.codes)
             sources.append(str(path))
-    return _Part(", ".join(map(str, paths)), names, codes, [], True, [[] for _ in names],
-                 [f"{source} record {name!r}" for source, name in zip(sources, names)], {})
+    return _Part(
+        ", ".join(map(str, paths)),
+        names,
+        codes,
+        [],
+        True,
+        [[] for _ in names],
+        [f"{source} record {name!r}" for source, name in zip(sources, names)],
+        {},
+    )
 
 
 def _paired_part(tables: list[_Part], fastas: list[Path]) -> _Part:
@@ -380,24 +421,32 @@ def _paired_part(tables: list[_Part], fastas: list[Path]) -> _Part:
     records = dict(zip(fasta.names, fasta.codes))  # names are unique: read_sequences refuses repeats
     first = tables[0]
     if any(t.label_columns != first.label_columns or t.plain_label != first.plain_label for t in tables[1:]):
-        raise ValueError(f"the label tables {', '.join(t.source for t in tables)} have different label columns; "
-                         "give them the same ones")
+        raise ValueError(
+            f"the label tables {', '.join(t.source for t in tables)} have different label columns; "
+            "give them the same ones"
+        )
     names = [name for table in tables for name in table.names]
     duplicated = sorted(name for name, count in Counter(names).items() if count > 1)
     if duplicated:
-        raise ValueError(f"the `name` column of {', '.join(t.source for t in tables)} repeats {len(duplicated):,} "
-                         f"name(s): {_examples(duplicated)}; every FASTA record needs exactly one row")
+        raise ValueError(
+            f"the `name` column of {', '.join(t.source for t in tables)} repeats {len(duplicated):,} "
+            f"name(s): {_examples(duplicated)}; every FASTA record needs exactly one row"
+        )
     named = set(names)
     unlabelled = [name for name in records if name not in named]
     if unlabelled:
-        raise ValueError(f"{len(unlabelled):,} FASTA record(s) of {fasta.source} have no row in "
-                         f"{', '.join(t.source for t in tables)}: {_examples(unlabelled)}; add a row for each record "
-                         "(or remove the records)")
+        raise ValueError(
+            f"{len(unlabelled):,} FASTA record(s) of {fasta.source} have no row in "
+            f"{', '.join(t.source for t in tables)}: {_examples(unlabelled)}; add a row for each record "
+            "(or remove the records)"
+        )
     missing = [name for name in names if name not in records]
     if missing:
-        raise ValueError(f"{len(missing):,} name(s) in {', '.join(t.source for t in tables)} are not records of "
-                         f"{fasta.source}: {_examples(missing)}; the `name` column must hold the FASTA record ids "
-                         "(the first word of each '>' line)")
+        raise ValueError(
+            f"{len(missing):,} name(s) in {', '.join(t.source for t in tables)} are not records of "
+            f"{fasta.source}: {_examples(missing)}; the `name` column must hold the FASTA record ids "
+            "(the first word of each '>' line)"
+        )
     columns = _merge_columns(tables)
     return _Part(
         source=", ".join([t.source for t in tables] + [fasta.source]),
@@ -415,14 +464,23 @@ def _merge_columns(parts: Sequence[_Part]) -> dict[str, list[str]]:
     order: list[str] = []
     for part in parts:
         order += [column for column in part.columns if column not in order]
-    return {column: [value for part in parts for value in part.columns.get(column, [""] * len(part.names))]
-            for column in order}
+    return {
+        column: [value for part in parts for value in part.columns.get(column, [""] * len(part.names))]
+        for column in order
+    }
 
 
 def _read_parts(paths: Paths, genome: PathLike | None, labelled: bool) -> list[_Part]:
     """One part per input in order; a FASTA+table pairing is one part at the place of its first table."""
-    files = [Path(p) for p in expand_inputs(paths if isinstance(paths, (str, Path)) else list(paths),
-                                            is_input=_is_labelled_input, kind=_KIND, flag="paths")]
+    files = [
+        Path(p)
+        for p in expand_inputs(
+            paths if isinstance(paths, (str, Path)) else list(paths),
+            is_input=_is_labelled_input,
+            kind=_KIND,
+            flag="paths",
+        )
+    ]
     slots: list[tuple[str, object]] = []  # ("part", _Part) | ("names", _Part) | ("fasta", Path) | ("bed", Path)
     beds: dict[Path, list[_BedInterval]] = {}
     for path in files:
@@ -434,16 +492,20 @@ def _read_parts(paths: Paths, genome: PathLike | None, labelled: bool) -> list[_
             elif table.column("name") is not None:
                 slots.append(("names", _table_part(table, labelled, with_sequence=False)))
             else:
-                raise ValueError(f"{path}: no `sequence` column; found the columns {table.header}; add a `sequence` "
-                                 "column, or a `name` column with the record ids of a FASTA file given next to it")
+                raise ValueError(
+                    f"{path}: no `sequence` column; found the columns {table.header}; add a `sequence` "
+                    "column, or a `name` column with the record ids of a FASTA file given next to it"
+                )
         elif suffix in _BED_SUFFIXES:
             beds[path] = _read_bed(path, labelled)
             slots.append(("bed", path))
         elif is_sequence_file_name(path.name):
             slots.append(("fasta", path))
         else:
-            raise ValueError(f"{path}: unknown input type; give {_KIND} files (.tsv, .txt, .csv, .bed, .fa, .fasta, "
-                             "... optionally .gz)")
+            raise ValueError(
+                f"{path}: unknown input type; give {_KIND} files (.tsv, .txt, .csv, .bed, .fa, .fasta, "
+                "... optionally .gz)"
+            )
     contigs: dict[str, np.ndarray] = {}
     known: list[str] = []
     if beds:
@@ -452,11 +514,15 @@ def _read_parts(paths: Paths, genome: PathLike | None, labelled: bool) -> list[_
     name_tables = [item for kind, item in slots if kind == "names"]
     fastas = [item for kind, item in slots if kind == "fasta"]
     if labelled and fastas and not name_tables:
-        raise ValueError(f"{fastas[0]}: a FASTA file holds no labels; give a TSV/CSV with a `name` column (the record "
-                         "ids) and label columns next to it, or a table with `sequence` and label columns")
+        raise ValueError(
+            f"{fastas[0]}: a FASTA file holds no labels; give a TSV/CSV with a `name` column (the record "
+            "ids) and label columns next to it, or a table with `sequence` and label columns"
+        )
     if name_tables and not fastas:
-        raise ValueError(f"{name_tables[0].source}: no `sequence` column, and no FASTA file is given with it to take "
-                         "the sequences of the `name` column from; add the FASTA file to the inputs")
+        raise ValueError(
+            f"{name_tables[0].source}: no `sequence` column, and no FASTA file is given with it to take "
+            "the sequences of the `name` column from; add the FASTA file to the inputs"
+        )
     parts: list[_Part] = []
     for kind, item in slots:
         if kind == "part":
@@ -491,27 +557,37 @@ def _flag(text: str, where: str, column: str) -> float:
         return 1.0
     if lower in _FALSE:
         return 0.0
-    raise ValueError(f"{where}, column 'label_{column}': {text!r} is not 0/1; multi-label columns hold 0 or 1 "
-                     "(also true/false, yes/no)")
+    raise ValueError(
+        f"{where}, column 'label_{column}': {text!r} is not 0/1; multi-label columns hold 0 or 1 "
+        "(also true/false, yes/no)"
+    )
 
 
 def _number(text: str, where: str, column: str) -> float:
     try:
         value = float(text)
     except ValueError as exc:
-        raise ValueError(f"{where}, column {column!r}: {text!r} is not a number; regression targets must be numeric "
-                         "(use task='classify' for class names)") from exc
+        raise ValueError(
+            f"{where}, column {column!r}: {text!r} is not a number; regression targets must be numeric "
+            "(use task='classify' for class names)"
+        ) from exc
     if not math.isfinite(value):
-        raise ValueError(f"{where}, column {column!r}: {text!r} is not a finite number; remove the row or give its value")
+        raise ValueError(
+            f"{where}, column {column!r}: {text!r} is not a finite number; remove the row or give its value"
+        )
     return value
 
 
-def _targets(parts: Sequence[_Part], task: str, classes: Sequence[str] | None) -> tuple[np.ndarray, TargetKind, list[str]]:
+def _targets(
+    parts: Sequence[_Part], task: str, classes: Sequence[str] | None
+) -> tuple[np.ndarray, TargetKind, list[str]]:
     first = parts[0]
     for part in parts[1:]:
         if part.label_columns != first.label_columns or part.plain_label != first.plain_label:
-            raise ValueError(f"{part.source} has the label columns {part.label_columns} but {first.source} has "
-                             f"{first.label_columns}; give every input the same label columns")
+            raise ValueError(
+                f"{part.source} has the label columns {part.label_columns} but {first.source} has "
+                f"{first.label_columns}; give every input the same label columns"
+            )
     labels = [row for part in parts for row in part.labels]
     where = [place for part in parts for place in part.where]
     sources = ", ".join(part.source for part in parts)
@@ -526,14 +602,18 @@ def _targets(parts: Sequence[_Part], task: str, classes: Sequence[str] | None) -
         else:
             names = _natural_order({row[0] for row in labels})
             if len(names) < 2:
-                raise ValueError(f"{sources}: every label is {names[0]!r}; classification needs at least 2 classes, so "
-                                 "add sequences of the other class(es) (or use task='regress' for numeric targets)")
+                raise ValueError(
+                    f"{sources}: every label is {names[0]!r}; classification needs at least 2 classes, so "
+                    "add sequences of the other class(es) (or use task='regress' for numeric targets)"
+                )
         index = {name: i for i, name in enumerate(names)}
         targets = np.empty(len(labels), dtype=np.int64)
         for i, (row, place) in enumerate(zip(labels, where)):
             if row[0] not in index:
-                raise ValueError(f"label {row[0]!r} in {place} is not one of the training classes {names}; fix the "
-                                 "label or remove the row")
+                raise ValueError(
+                    f"label {row[0]!r} in {place} is not one of the training classes {names}; fix the "
+                    "label or remove the row"
+                )
             targets[i] = index[row[0]]
         return targets, TargetKind.SEQUENCE_CLASSES, names
     columns = list(first.label_columns)
@@ -541,8 +621,10 @@ def _targets(parts: Sequence[_Part], task: str, classes: Sequence[str] | None) -
     if classes is not None:
         wanted = [str(c) for c in classes]
         if sorted(wanted) != sorted(columns):
-            raise ValueError(f"{sources}: the label columns {columns} differ from the training labels {wanted}; give "
-                             "the same label columns as in training")
+            raise ValueError(
+                f"{sources}: the label columns {columns} differ from the training labels {wanted}; give "
+                "the same label columns as in training"
+            )
         order = [columns.index(name) for name in wanted]
         columns = wanted
     if task == "classify":
@@ -555,8 +637,13 @@ def _targets(parts: Sequence[_Part], task: str, classes: Sequence[str] | None) -
     return np.asarray(values, dtype=np.float32).reshape(len(labels), len(columns)), kind, columns
 
 
-def read_labelled(paths: Paths, *, task: Literal["classify", "regress"], genome: PathLike | None = None,
-                  classes: Sequence[str] | None = None) -> LabelledSequences:
+def read_labelled(
+    paths: Paths,
+    *,
+    task: Literal["classify", "regress"],
+    genome: PathLike | None = None,
+    classes: Sequence[str] | None = None,
+) -> LabelledSequences:
     """Read labelled sequences from TSV/CSV tables, FASTA+table pairings and BED files (see the
     module docstring), concatenated in input order.
 
@@ -576,8 +663,9 @@ def read_labelled(paths: Paths, *, task: Literal["classify", "regress"], genome:
         raise ValueError(f"task={task!r}: use 'classify' or 'regress'")
     parts = _read_parts(paths, genome, labelled=True)
     targets, kind, label_names = _targets(parts, task, classes)
-    return LabelledSequences(_names(parts), [c for part in parts for c in part.codes], targets, kind, label_names,
-                             _merge_columns(parts))
+    return LabelledSequences(
+        _names(parts), [c for part in parts for c in part.codes], targets, kind, label_names, _merge_columns(parts)
+    )
 
 
 def read_unlabelled(paths: Paths, *, genome: PathLike | None = None) -> LabelledSequences:
@@ -586,8 +674,14 @@ def read_unlabelled(paths: Paths, *, genome: PathLike | None = None) -> Labelled
     (int64 (N,)) and no label names."""
     parts = _read_parts(paths, genome, labelled=False)
     names = _names(parts)
-    return LabelledSequences(names, [c for part in parts for c in part.codes], np.full(len(names), -1, dtype=np.int64),
-                             TargetKind.SEQUENCE_CLASSES, [], _merge_columns(parts))
+    return LabelledSequences(
+        names,
+        [c for part in parts for c in part.codes],
+        np.full(len(names), -1, dtype=np.int64),
+        TargetKind.SEQUENCE_CLASSES,
+        [],
+        _merge_columns(parts),
+    )
 
 
 # --- summaries and leak-free splits -------------------------------------------------------------
@@ -603,23 +697,28 @@ def class_balance(seqs: LabelledSequences) -> str:
             return f"{n:,} unlabelled sequences"
         counts = np.bincount(seqs.targets[seqs.targets >= 0], minlength=len(seqs.label_names))
         line = f"{len(seqs.label_names)} classes: " + ", ".join(
-            f"{name} {count:,} ({100 * count / max(n, 1):.1f}%)" for name, count in zip(seqs.label_names, counts))
+            f"{name} {count:,} ({100 * count / max(n, 1):.1f}%)" for name, count in zip(seqs.label_names, counts)
+        )
         smallest, largest = int(np.argmin(counts)), int(np.argmax(counts))
         if counts[smallest] < IMBALANCE_RATIO * counts[largest]:
-            line += (f"; imbalanced: {seqs.label_names[smallest]} has {counts[smallest] / counts[largest]:.1%} as many "
-                     f"sequences as {seqs.label_names[largest]} (consider class weights or resampling)")
+            line += (
+                f"; imbalanced: {seqs.label_names[smallest]} has {counts[smallest] / counts[largest]:.1%} as many "
+                f"sequences as {seqs.label_names[largest]} (consider class weights or resampling)"
+            )
         return line
     if seqs.kind == TargetKind.SEQUENCE_LABELS:
         positives = seqs.targets.sum(axis=0)
         line = f"{len(seqs.label_names)} labels over {n:,} sequences, positive: " + ", ".join(
-            f"{name} {int(p):,} ({100 * p / max(n, 1):.1f}%)" for name, p in zip(seqs.label_names, positives))
+            f"{name} {int(p):,} ({100 * p / max(n, 1):.1f}%)" for name, p in zip(seqs.label_names, positives)
+        )
         rare = [name for name, p in zip(seqs.label_names, positives) if min(p, n - p) < IMBALANCE_RATIO * max(p, n - p)]
         if rare:
             line += f"; imbalanced: {', '.join(rare)} (one value under 10% of the other; consider positive weights)"
         return line
     mean, sd = seqs.targets.mean(axis=0), seqs.targets.std(axis=0)
     return f"{len(seqs.label_names)} target(s) over {n:,} sequences: " + ", ".join(
-        f"{name} mean {m:.4g} sd {s:.4g}" for name, m, s in zip(seqs.label_names, mean, sd))
+        f"{name} mean {m:.4g} sd {s:.4g}" for name, m, s in zip(seqs.label_names, mean, sd)
+    )
 
 
 def canonical_key(codes: np.ndarray) -> bytes:
@@ -633,12 +732,16 @@ def leak_check(train: LabelledSequences, other: LabelledSequences, other_name: s
     seen: dict[bytes, str] = {}
     for name, codes in zip(train.names, train.codes):
         seen.setdefault(canonical_key(codes), name)
-    shared = [(name, seen[key]) for name, codes in zip(other.names, other.codes) if (key := canonical_key(codes)) in seen]
+    shared = [
+        (name, seen[key]) for name, codes in zip(other.names, other.codes) if (key := canonical_key(codes)) in seen
+    ]
     if shared:
         other_example, train_example = shared[0]
-        raise ValueError(f"{len(shared):,} of the {len(other):,} {other_name} sequences also occur in the training set "
-                         f"(the same sequence or its reverse complement), e.g. {other_name} {other_example!r} = train "
-                         f"{train_example!r}; deduplicate the files or split one set with split_leak_free")
+        raise ValueError(
+            f"{len(shared):,} of the {len(other):,} {other_name} sequences also occur in the training set "
+            f"(the same sequence or its reverse complement), e.g. {other_name} {other_example!r} = train "
+            f"{train_example!r}; deduplicate the files or split one set with split_leak_free"
+        )
 
 
 def _groups(seqs: LabelledSequences) -> list[np.ndarray]:
@@ -669,8 +772,10 @@ def split_leak_free(seqs: LabelledSequences, fraction: float, seed: int) -> tupl
     if held:
         mask[np.concatenate(held)] = True
     if size == 0 or size == len(seqs):
-        raise ValueError(f"cannot hold out {fraction:.0%} of {len(seqs):,} sequences: they are {len(groups):,} distinct "
-                         "sequences (up to reverse complement) and none fits; give more sequences or a larger fraction")
+        raise ValueError(
+            f"cannot hold out {fraction:.0%} of {len(seqs):,} sequences: they are {len(groups):,} distinct "
+            "sequences (up to reverse complement) and none fits; give more sequences or a larger fraction"
+        )
     return seqs.subset(np.flatnonzero(~mask)), seqs.subset(np.flatnonzero(mask))
 
 
@@ -682,8 +787,9 @@ def kfold_leak_free(seqs: LabelledSequences, folds: int, seed: int) -> list[tupl
     if folds < 2:
         raise ValueError(f"folds={folds}: give at least 2 folds")
     if len(groups) < folds:
-        raise ValueError(f"{len(groups):,} distinct sequences (up to reverse complement) cannot fill {folds} folds; "
-                         "use fewer folds")
+        raise ValueError(
+            f"{len(groups):,} distinct sequences (up to reverse complement) cannot fill {folds} folds; use fewer folds"
+        )
     order = np.random.default_rng(seed).permutation(len(groups))
     order = sorted(order, key=lambda g: -groups[g].size)  # stable: ties stay in the shuffled order
     fold_of = np.empty(len(seqs), dtype=np.int64)
@@ -692,5 +798,7 @@ def kfold_leak_free(seqs: LabelledSequences, folds: int, seed: int) -> list[tupl
         fold = int(np.argmin(sizes))
         fold_of[groups[g]] = fold
         sizes[fold] += groups[g].size
-    return [(np.flatnonzero(fold_of != k).astype(np.int64), np.flatnonzero(fold_of == k).astype(np.int64))
-            for k in range(folds)]
+    return [
+        (np.flatnonzero(fold_of != k).astype(np.int64), np.flatnonzero(fold_of == k).astype(np.int64))
+        for k in range(folds)
+    ]

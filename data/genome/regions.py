@@ -34,6 +34,7 @@ from genoformer.data.genome.inputs import NamedSequence, is_genome_store
 from genoformer.data.genome.labels import bare_suffix, bed_lines
 from genoformer.data.genome.store import GenomeStore
 from genoformer.data.splits import SPLITS, SequenceSource, SplitSpec, split_intervals
+
 from genoformer.hints import option
 
 _BED_SUFFIXES = (".bed",)
@@ -74,8 +75,10 @@ def _records(lengths: Mapping[str, int], limit: int = 10) -> str:
 
 
 def _unknown_record(chrom: str, lengths: Mapping[str, int], where: str) -> ValueError:
-    return ValueError(f"{where}: record {chrom!r} is not in the genome, which holds {len(lengths):,} record(s): "
-                      f"{_records(lengths)}; name one of these records")
+    return ValueError(
+        f"{where}: record {chrom!r} is not in the genome, which holds {len(lengths):,} record(s): "
+        f"{_records(lengths)}; name one of these records"
+    )
 
 
 def _check(region: Region, lengths: Mapping[str, int], where: str) -> Region:
@@ -86,8 +89,10 @@ def _check(region: Region, lengths: Mapping[str, int], where: str) -> Region:
         raise ValueError(f"{where}: the region is empty (0 bases); give an end past the start")
     length = lengths[region.chrom]
     if region.end > length:
-        raise ValueError(f"{where}: the end ({region.end:,}) lies beyond the end of record {region.chrom!r} "
-                         f"({length:,} bases); give an end of at most {length:,}")
+        raise ValueError(
+            f"{where}: the end ({region.end:,}) lies beyond the end of record {region.chrom!r} "
+            f"({length:,} bases); give an end of at most {length:,}"
+        )
     return region
 
 
@@ -115,8 +120,9 @@ def parse_region(text: str, lengths: Mapping[str, int]) -> Region:
         raise _unknown_record(chrom, lengths, where)
     end = lengths[chrom] if match["end"] is None else _number(match["end"])
     if end < start:
-        raise ValueError(f"{where}: the start ({start:,}) lies after the end ({end:,}); give start <= end "
-                         "(both 1-based, inclusive)")
+        raise ValueError(
+            f"{where}: the start ({start:,}) lies after the end ({end:,}); give start <= end (both 1-based, inclusive)"
+        )
     return _check(Region(chrom, start - 1, end, region_label(chrom, start - 1, end)), lengths, where)
 
 
@@ -129,8 +135,10 @@ def read_bed_regions(path: str | os.PathLike, lengths: Mapping[str, int]) -> lis
     for number, fields in bed_lines(path):
         where = f"{path} line {number}"
         if len(fields) < 3:
-            raise ValueError(f"{where}: {len(fields)} tab-separated field(s); BED lines are chrom, start, end "
-                             "(0-based, end exclusive) and an optional name, separated by tabs")
+            raise ValueError(
+                f"{where}: {len(fields)} tab-separated field(s); BED lines are chrom, start, end "
+                "(0-based, end exclusive) and an optional name, separated by tabs"
+            )
         try:
             start, end = int(fields[1]), int(fields[2])
         except ValueError as exc:
@@ -171,8 +179,9 @@ def read_regions(spec: str | os.PathLike | Sequence[str | os.PathLike], lengths:
         text = os.fspath(item)
         if isinstance(item, os.PathLike) or (_is_bed(text) and text not in lengths):
             if not os.path.isfile(text):
-                raise FileNotFoundError(f"BED file of regions not found: {text}; give an existing BED file or "
-                                        f"regions as {_FORMS}")
+                raise FileNotFoundError(
+                    f"BED file of regions not found: {text}; give an existing BED file or regions as {_FORMS}"
+                )
             regions.extend(read_bed_regions(text, lengths))
         else:
             regions.append(parse_region(text, lengths))
@@ -186,16 +195,24 @@ def _sources(records: Sequence[NamedSequence]) -> list[SequenceSource]:
     for record in records:
         if record.source not in stores:
             path = Path(record.source)
-            stores[record.source] = ({contig.name: contig.source_name for contig in GenomeStore(path, 0).contigs}
-                                     if is_genome_store(path) else {})
+            stores[record.source] = (
+                {contig.name: contig.source_name for contig in GenomeStore(path, 0).contigs}
+                if is_genome_store(path)
+                else {}
+            )
         source_name = stores[record.source].get(record.name, Path(record.source).name)
         sources.append(SequenceSource(record.name, record.codes.size, source_name))
     return sources
 
 
-def record_regions(records: Sequence[NamedSequence], regions: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
-                   *, split: str | None = None, split_spec: SplitSpec | None = None,
-                   split_option: str = "split") -> list[tuple[int, Region]]:
+def record_regions(
+    records: Sequence[NamedSequence],
+    regions: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
+    *,
+    split: str | None = None,
+    split_spec: SplitSpec | None = None,
+    split_option: str = "split",
+) -> list[tuple[int, Region]]:
     """(index into `records`, region) of every stretch a command processes, in order.
 
     - `regions` (see :func:`read_regions`): those regions, looked up by record name;
@@ -209,16 +226,19 @@ def record_regions(records: Sequence[NamedSequence], regions: str | os.PathLike 
     empty split; `split_option` is the name of the command's option that chose the split.
     """
     if regions is not None and split is not None:
-        raise ValueError(f"give {option('regions', metavar='REGIONS')} or {option(split_option, metavar='SPLIT')}, "
-                         "not both")
+        raise ValueError(
+            f"give {option('regions', metavar='REGIONS')} or {option(split_option, metavar='SPLIT')}, not both"
+        )
     if split is not None:
         if split not in SPLITS:
             raise ValueError(f"split {split!r} is not one of {', '.join(SPLITS)}; pass {option(split_option, 'test')}")
         spec = SplitSpec() if split_spec is None else split_spec
         intervals = split_intervals(_sources(records), spec)[split]
         if not intervals:
-            raise ValueError(f"the {split} split of these inputs is empty under {spec}; give the split of the "
-                             f"training run ({option('split_config', metavar='CONFIG')}) or another split")
+            raise ValueError(
+                f"the {split} split of these inputs is empty under {spec}; give the split of the "
+                f"training run ({option('split_config', metavar='CONFIG')}) or another split"
+            )
         chosen = []
         for index, start, end in intervals:
             record = records[index]
@@ -231,8 +251,10 @@ def record_regions(records: Sequence[NamedSequence], regions: str | os.PathLike 
     index_of: dict[str, int] = {}
     for index, record in enumerate(records):
         if record.name in index_of:
-            raise ValueError(f"record {record.name!r} occurs twice in the inputs ({records[index_of[record.name]].source} "
-                             f"and {record.source}), so a region cannot tell which is meant; give one genome")
+            raise ValueError(
+                f"record {record.name!r} occurs twice in the inputs ({records[index_of[record.name]].source} "
+                f"and {record.source}), so a region cannot tell which is meant; give one genome"
+            )
         index_of[record.name] = index
     lengths = {record.name: record.codes.size for record in records}
     return [(index_of[region.chrom], region) for region in read_regions(regions, lengths)]

@@ -55,9 +55,11 @@ def check_bgzf_end(path: Path) -> None:
             return
         f.seek(max(0, os.fstat(f.fileno()).st_size - len(BGZF_EOF)))
         if f.read() != BGZF_EOF:
-            raise ValueError(f"{path}: the BGZF (bgzip) file ends without its end-of-file block, so it was cut short "
-                             "(an interrupted copy, download or compression); fetch or compress it again "
-                             "(it is truncated)")
+            raise ValueError(
+                f"{path}: the BGZF (bgzip) file ends without its end-of-file block, so it was cut short "
+                "(an interrupted copy, download or compression); fetch or compress it again "
+                "(it is truncated)"
+            )
 
 
 @dataclass(frozen=True)
@@ -99,8 +101,10 @@ def detect_compression(path: Path) -> str:
     for magic, name in _MAGIC.items():
         if head.startswith(magic):
             if name == "zstd":
-                raise ValueError(f"{path}: zstd-compressed input is not supported; decompress it "
-                                 "(zstd -d) or recompress with gzip, xz or bzip2")
+                raise ValueError(
+                    f"{path}: zstd-compressed input is not supported; decompress it "
+                    "(zstd -d) or recompress with gzip, xz or bzip2"
+                )
             return name
     return "none"
 
@@ -154,8 +158,9 @@ class SequenceFileReader:
         try:
             head = self._binary.peek(4096)[:4096]
         except _DECOMPRESSION_ERRORS as exc:
-            raise ValueError(f"{self.path}: cannot decompress {self.compression} data ({exc}); "
-                             "the file is truncated or corrupt") from exc
+            raise ValueError(
+                f"{self.path}: cannot decompress {self.compression} data ({exc}); the file is truncated or corrupt"
+            ) from exc
         text = head.lstrip()
         if not head:
             raise ValueError(f"{self.path}: the file is empty; expected FASTA records ('>name' lines)")
@@ -168,11 +173,15 @@ class SequenceFileReader:
         if not text:
             raise ValueError(f"{self.path}: the file holds only whitespace; expected FASTA records")
         if b"\x00" in head or any(b > 0x7F for b in head[:256]):
-            raise ValueError(f"{self.path}: not a FASTA or GenBank file (binary data at the start); "
-                             "pass FASTA files, plain or gzip/xz/bzip2 compressed")
+            raise ValueError(
+                f"{self.path}: not a FASTA or GenBank file (binary data at the start); "
+                "pass FASTA files, plain or gzip/xz/bzip2 compressed"
+            )
         first_line = text.split(b"\n", 1)[0][:40].decode("latin-1")
-        raise ValueError(f"{self.path}: not a FASTA file: the first line {first_line!r} is not a "
-                         "'>name' header (GenBank files must start with 'LOCUS', GFF3 files with '##gff-version 3')")
+        raise ValueError(
+            f"{self.path}: not a FASTA file: the first line {first_line!r} is not a "
+            "'>name' header (GenBank files must start with 'LOCUS', GFF3 files with '##gff-version 3')"
+        )
 
     def records(self) -> Iterator[SequenceRecord]:
         """Yield records in file order; raises ValueError with the file name on malformed input."""
@@ -184,14 +193,17 @@ class SequenceFileReader:
                     if line.startswith("##FASTA"):
                         break
                 else:
-                    raise ValueError(f"{self.path}: a GFF3 file without a ##FASTA section holds no sequences; "
-                                     "pass the genome's FASTA file instead (GFF3 from Prokka or Bakta embeds it)")
+                    raise ValueError(
+                        f"{self.path}: a GFF3 file without a ##FASTA section holds no sequences; "
+                        "pass the genome's FASTA file instead (GFF3 from Prokka or Bakta embeds it)"
+                    )
             if fmt in ("fasta", "gff3"):
                 for title, seq in SimpleFastaParser(text):
                     name = title.split(None, 1)[0] if title.strip() else ""
                     if not name:
-                        raise ValueError(f"{self.path}: a record has an empty header line ('>' alone); "
-                                         "every record needs a name")
+                        raise ValueError(
+                            f"{self.path}: a record has an empty header line ('>' alone); every record needs a name"
+                        )
                     yield SequenceRecord(name, title, seq.encode("latin-1"))
             else:
                 try:
@@ -202,8 +214,9 @@ class SequenceFileReader:
             while self._buffered_raw.read(1 << 20):  # hash any bytes after the last record
                 pass
         except _DECOMPRESSION_ERRORS as exc:
-            raise ValueError(f"{self.path}: cannot decompress {self.compression} data ({exc}); "
-                             "the file is truncated or corrupt") from exc
+            raise ValueError(
+                f"{self.path}: cannot decompress {self.compression} data ({exc}); the file is truncated or corrupt"
+            ) from exc
         finally:
             text.detach()
 

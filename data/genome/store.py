@@ -49,9 +49,7 @@ from pathlib import Path
 
 import numpy as np
 import zarr
-from zarr.codecs import BloscCodec, Crc32cCodec
-
-from genoformer.data.genome.alphabet import ALLOWED, N, TOKEN_CODES, NotDNAError, encode_bytes, softmask_bytes
+from genoformer.data.genome.alphabet import ALLOWED, TOKEN_CODES, N, NotDNAError, encode_bytes, softmask_bytes
 from genoformer.data.genome.seqfiles import SequenceFileReader, SequenceRecord
 from genoformer.data.shards import ShardedArrayReader, write_sharded
 from genoformer.data.storage import (
@@ -67,6 +65,8 @@ from genoformer.data.storage import (
     sha256_files,
     warn_unchecked_store,
 )
+from zarr.codecs import BloscCodec, Crc32cCodec
+
 from genoformer.progress import tqdm
 
 log = logging.getLogger(__name__)
@@ -107,10 +107,17 @@ def _codecs(compressor: str, level: int) -> tuple[BloscCodec, Crc32cCodec]:
 def rebuild(path: Path, arguments: dict) -> str:
     """The `genoformer prepare` command that builds the store at ``path`` again from its inputs
     (``arguments`` as recorded in its metadata), replacing it."""
-    defaults = {"chunk_size": DEFAULT_CHUNK_SIZE, "compressor": "blosclz", "compression_level": 3,
-                "keep_softmask": True}
-    options = {name: arguments.get(name, default) for name, default in defaults.items()
-               if arguments.get(name, default) != default}
+    defaults = {
+        "chunk_size": DEFAULT_CHUNK_SIZE,
+        "compressor": "blosclz",
+        "compression_level": 3,
+        "keep_softmask": True,
+    }
+    options = {
+        name: arguments.get(name, default)
+        for name, default in defaults.items()
+        if arguments.get(name, default) != default
+    }
     if options.get("keep_softmask") is False:
         options["keep_softmask"] = "false"
     return rebuild_command("prepare", "--fasta", arguments.get("fasta_paths", ["GENOME.fa"]), path, options)
@@ -196,20 +203,42 @@ def prepare_genome_store(
             if existing.get("format_version") == GENOME_FORMAT_VERSION:
                 log.info("%s is up to date (same input checksums and options); keeping it", out)
                 return out
-            log.warning("%s was built from the same files by an older genoformer (format %s): rebuilding it with "
-                        "chunk checksums (format %d)", out, existing.get("format_version"), GENOME_FORMAT_VERSION)
+            log.warning(
+                "%s was built from the same files by an older genoformer (format %s): rebuilding it with "
+                "chunk checksums (format %d)",
+                out,
+                existing.get("format_version"),
+                GENOME_FORMAT_VERSION,
+            )
             overwrite = True
 
     with atomic_build(out, overwrite) as tmp:
-        _write_genome(tmp, paths, arguments, command, chunk_size, shard_chunks, _codecs(compressor, compression_level),
-                      keep_softmask, progress)
+        _write_genome(
+            tmp,
+            paths,
+            arguments,
+            command,
+            chunk_size,
+            shard_chunks,
+            _codecs(compressor, compression_level),
+            keep_softmask,
+            progress,
+        )
     log.info("wrote genome store %s", out)
     return out
 
 
-def _write_genome(tmp: Path, paths: list[Path], arguments: dict, command: str | None, chunk_size: int,
-                  shard_chunks: int, codecs: tuple[BloscCodec, Crc32cCodec], keep_softmask: bool,
-                  progress: bool) -> None:
+def _write_genome(
+    tmp: Path,
+    paths: list[Path],
+    arguments: dict,
+    command: str | None,
+    chunk_size: int,
+    shard_chunks: int,
+    codecs: tuple[BloscCodec, Crc32cCodec],
+    keep_softmask: bool,
+    progress: bool,
+) -> None:
     group = zarr.open_group(tmp, mode="w-")
     meta = base_metadata(GENOME_FORMAT, GENOME_FORMAT_VERSION, arguments, command)
     meta["alphabet"] = TOKEN_CODES
@@ -229,8 +258,10 @@ def _write_genome(tmp: Path, paths: list[Path], arguments: dict, command: str | 
             done_bytes = 0
             for record in reader.records():
                 if record.name in seen:
-                    raise ValueError(f"{path}: duplicate record name {record.name!r} (first seen in "
-                                     f"{seen[record.name]}); record names must be unique across inputs")
+                    raise ValueError(
+                        f"{path}: duplicate record name {record.name!r} (first seen in "
+                        f"{seen[record.name]}); record names must be unique across inputs"
+                    )
                 seen[record.name] = path
                 if not record.sequence:
                     raise ValueError(f"{path}: record {record.name!r} has no sequence")
@@ -239,8 +270,13 @@ def _write_genome(tmp: Path, paths: list[Path], arguments: dict, command: str | 
                 n = codes.shape[0]
                 shard = chunk_size * min(shard_chunks, -(-n // chunk_size))  # short contig: one small shard
                 array = contigs_group.create_array(
-                    str(index), shape=(n,), dtype="uint8", chunks=(chunk_size,),
-                    shards=(shard,), compressors=codecs, fill_value=N,
+                    str(index),
+                    shape=(n,),
+                    dtype="uint8",
+                    chunks=(chunk_size,),
+                    shards=(shard,),
+                    compressors=codecs,
+                    fill_value=N,
                 )
                 write_sharded(array, tmp, codes, N)
                 softmasked = 0
@@ -248,21 +284,28 @@ def _write_genome(tmp: Path, paths: list[Path], arguments: dict, command: str | 
                     mask = softmask_bytes(record.sequence).view(np.bool_)
                     softmasked = int(np.count_nonzero(mask))
                     mask_array = mask_group.create_array(
-                        str(index), shape=(n,), dtype="bool", chunks=(chunk_size,),
-                        shards=(shard,), compressors=codecs, fill_value=False,
+                        str(index),
+                        shape=(n,),
+                        dtype="bool",
+                        chunks=(chunk_size,),
+                        shards=(shard,),
+                        compressors=codecs,
+                        fill_value=False,
                     )
                     write_sharded(mask_array, tmp, mask, False)
-                contigs.append({
-                    "name": record.name,
-                    "description": record.description,
-                    "length": n,
-                    "source": str(path.resolve()),
-                    "source_name": path.name,
-                    "source_sha256": "",
-                    "n_count": int(np.count_nonzero(codes == N)),
-                    "softmasked": softmasked,
-                    "codes_sha256": hashlib.sha256(codes).hexdigest(),
-                })
+                contigs.append(
+                    {
+                        "name": record.name,
+                        "description": record.description,
+                        "length": n,
+                        "source": str(path.resolve()),
+                        "source_name": path.name,
+                        "source_sha256": "",
+                        "n_count": int(np.count_nonzero(codes == N)),
+                        "softmasked": softmasked,
+                        "codes_sha256": hashlib.sha256(codes).hexdigest(),
+                    }
+                )
                 bases += n
                 bar.update(reader.bytes_read - done_bytes)
                 done_bytes = reader.bytes_read
@@ -284,11 +327,18 @@ def _verify(tmp: Path, contigs: list[dict]) -> None:
     group = zarr.open_group(tmp, mode="r")
     for index, contig in enumerate(contigs):
         codes = group[f"contigs/{index}"][:]
-        mask_ok = not contig["softmasked"] or int(np.count_nonzero(group[f"softmask/{index}"][:])) == contig["softmasked"]
-        if (codes.shape[0] != contig["length"] or hashlib.sha256(codes).hexdigest() != contig["codes_sha256"]
-                or not mask_ok):
-            raise OSError(f"verification failed for contig {contig['name']!r} in {tmp}: the data read back "
-                          "differs from what was written (disk full or faulty storage?)")
+        mask_ok = (
+            not contig["softmasked"] or int(np.count_nonzero(group[f"softmask/{index}"][:])) == contig["softmasked"]
+        )
+        if (
+            codes.shape[0] != contig["length"]
+            or hashlib.sha256(codes).hexdigest() != contig["codes_sha256"]
+            or not mask_ok
+        ):
+            raise OSError(
+                f"verification failed for contig {contig['name']!r} in {tmp}: the data read back "
+                "differs from what was written (disk full or faulty storage?)"
+            )
 
 
 class GenomeStore:
@@ -358,8 +408,10 @@ class GenomeStore:
             try:
                 return self._by_name[key]
             except KeyError:
-                raise KeyError(f"no contig named {key!r} in {self.path}; it has "
-                               f"{[c.name for c in self.contigs[:10]]}{'...' if len(self.contigs) > 10 else ''}") from None
+                raise KeyError(
+                    f"no contig named {key!r} in {self.path}; it has "
+                    f"{[c.name for c in self.contigs[:10]]}{'...' if len(self.contigs) > 10 else ''}"
+                ) from None
         return self.contigs[key]
 
     def _array(self, index: int, kind: str = "contigs") -> zarr.Array:
@@ -414,24 +466,27 @@ class GenomeStore:
         if not 0 <= start < end <= length:
             if start == end and 0 <= start <= length:
                 return np.empty(0, dtype=np.uint8)
-            raise IndexError(f"window [{start}, {end}) is outside contig {self.contigs[index].name!r} "
-                             f"of length {length}")
+            raise IndexError(
+                f"window [{start}, {end}) is outside contig {self.contigs[index].name!r} of length {length}"
+            )
         if self._uncached:
             return (self._readers.get(index) or self._reader(index)).read(start, end)
         cs = self.chunk_size
         first, last = start // cs, (end - 1) // cs
         if first == last:
-            return self._chunk(index, first)[start - first * cs:end - first * cs].copy()
+            return self._chunk(index, first)[start - first * cs : end - first * cs].copy()
         if last == first + 1:
-            return np.concatenate((self._chunk(index, first)[start - first * cs:], self._chunk(index, last)[:end - last * cs]))
+            return np.concatenate(
+                (self._chunk(index, first)[start - first * cs :], self._chunk(index, last)[: end - last * cs])
+            )
         out = np.empty(end - start, dtype=np.uint8)
         lo = start - first * cs
-        out[:cs - lo] = self._chunk(index, first)[lo:]
+        out[: cs - lo] = self._chunk(index, first)[lo:]
         pos = cs - lo
         for chunk in range(first + 1, last + 1):
             data = self._chunk(index, chunk)
             n = min(end - start - pos, cs)
-            out[pos:pos + n] = data[:n]
+            out[pos : pos + n] = data[:n]
             pos += n
         return out
 
@@ -459,8 +514,9 @@ class GenomeStore:
             found = None
             if hashlib.sha256(codes).hexdigest() != info.codes_sha256:
                 found = "its bases differ from the SHA-256 recorded when the store was built"
-            elif info.softmasked and np.count_nonzero(self.read_softmask(info.index, 0, info.length)) \
-                    != info.softmasked:
+            elif (
+                info.softmasked and np.count_nonzero(self.read_softmask(info.index, 0, info.length)) != info.softmasked
+            ):
                 found = "its soft-mask differs from the count recorded when the store was built"
             if found is not None:
                 raise damaged_store(self.path, self.rebuild, f"contig {info.name!r}: {found}")

@@ -19,12 +19,11 @@ from typing import Any, Literal
 
 import lightning as L
 import numpy as np
-from torch.utils.data import DataLoader, Dataset
-
 from genoformer.data.loaders import ShardedLoaders, store_built_from
+from genoformer.data.splits import SequenceSource, SplitSpec, split_intervals
 from genoformer.data.timeseries.datasets import MixedWindowDataset, TimeSeriesWindowDataset
 from genoformer.data.timeseries.store import MissingPolicy, TimeSeriesStore, prepare_timeseries_store
-from genoformer.data.splits import SequenceSource, SplitSpec, split_intervals
+from torch.utils.data import DataLoader, Dataset
 
 log = logging.getLogger(__name__)
 
@@ -102,11 +101,15 @@ class TimeSeriesDataModule(ShardedLoaders, L.LightningDataModule):
         self.store_path = self.store_paths[0]
         self.sources = list(sources) if sources else []
         if self.sources and len(self.store_paths) > 1:
-            raise ValueError("data.init_args.sources builds one store; with several stores, build each with "
-                             "`genoformer prepare_timeseries` and leave sources empty")
+            raise ValueError(
+                "data.init_args.sources builds one store; with several stores, build each with "
+                "`genoformer prepare_timeseries` and leave sources empty"
+            )
         if store_weights is not None and len(store_weights) != len(self.store_paths):
-            raise ValueError(f"data.init_args.store_weights has {len(store_weights)} weights for "
-                             f"{len(self.store_paths)} stores; give one per store")
+            raise ValueError(
+                f"data.init_args.store_weights has {len(store_weights)} weights for "
+                f"{len(self.store_paths)} stores; give one per store"
+            )
         self.window_normalize = window_normalize
         self.window_scale_floor = window_scale_floor
         self.channel_independent = channel_independent
@@ -136,16 +139,25 @@ class TimeSeriesDataModule(ShardedLoaders, L.LightningDataModule):
         if len(self.store_paths) > 1:
             for path in self.store_paths:
                 if not path.exists():
-                    raise FileNotFoundError(f"time-series store {path} (in data.init_args.store) does not exist; build "
-                                            "it with `genoformer prepare_timeseries`")
+                    raise FileNotFoundError(
+                        f"time-series store {path} (in data.init_args.store) does not exist; build "
+                        "it with `genoformer prepare_timeseries`"
+                    )
             return
         if store_built_from(self.store_path, self.sources, "series", "data.init_args.sources"):
             return
         if not self.sources:
-            raise FileNotFoundError(f"time-series store {self.store_path} does not exist and no `sources` were "
-                                    "given to build it; run `genoformer prepare_timeseries` or set data.init_args.sources")
-        prepare_timeseries_store(self.sources, self.store_path, sampling_rate=self.sampling_rate,
-                                 time_column=self.time_column, missing=self.missing)
+            raise FileNotFoundError(
+                f"time-series store {self.store_path} does not exist and no `sources` were "
+                "given to build it; run `genoformer prepare_timeseries` or set data.init_args.sources"
+            )
+        prepare_timeseries_store(
+            self.sources,
+            self.store_path,
+            sampling_rate=self.sampling_rate,
+            time_column=self.time_column,
+            missing=self.missing,
+        )
 
     def setup(self, stage: str | None = None) -> None:
         """Build the datasets the stage needs: fit (train + val), validate or test.
@@ -155,30 +167,55 @@ class TimeSeriesDataModule(ShardedLoaders, L.LightningDataModule):
         """
         for path in self.store_paths:
             if not path.exists():
-                raise FileNotFoundError(f"time-series store {path} does not exist; build it with "
-                                        "`genoformer prepare_timeseries` or set data.init_args.sources")
+                raise FileNotFoundError(
+                    f"time-series store {path} does not exist; build it with "
+                    "`genoformer prepare_timeseries` or set data.init_args.sources"
+                )
         stores = [TimeSeriesStore(path) for path in self.store_paths]
         if not self.channel_independent and len({tuple(store.channel_names) for store in stores}) > 1:
-            raise ValueError(f"the stores {[str(p) for p in self.store_paths]} have different channels "
-                             f"({[store.channel_names for store in stores]}); set data.init_args.channel_independent "
-                             "to true to train on one channel at a time")
-        options = dict(normalize=self.normalize, window_normalize=self.window_normalize,
-                       window_scale_floor=self.window_scale_floor)
+            raise ValueError(
+                f"the stores {[str(p) for p in self.store_paths]} have different channels "
+                f"({[store.channel_names for store in stores]}); set data.init_args.channel_independent "
+                "to true to train on one channel at a time"
+            )
+        options = dict(
+            normalize=self.normalize, window_normalize=self.window_normalize, window_scale_floor=self.window_scale_floor
+        )
         per_store: dict[str, list[TimeSeriesWindowDataset]] = {"train": [], "val": [], "test": []}
         for store in stores:
-            intervals = split_intervals([SequenceSource(s.name, s.length, s.source_name) for s in store.series], self.split)
+            intervals = split_intervals(
+                [SequenceSource(s.name, s.length, s.source_name) for s in store.series], self.split
+            )
             if stage in ("fit", None):
-                per_store["train"].append(TimeSeriesWindowDataset(
-                    store, self.context, self.horizon, intervals=intervals["train"],
-                    samples_per_epoch=self.samples_per_epoch, seed=self.seed, **options))
+                per_store["train"].append(
+                    TimeSeriesWindowDataset(
+                        store,
+                        self.context,
+                        self.horizon,
+                        intervals=intervals["train"],
+                        samples_per_epoch=self.samples_per_epoch,
+                        seed=self.seed,
+                        **options,
+                    )
+                )
             for name, needed_by in (("val", "validate"), ("test", "test")):
                 if intervals[name]:
-                    per_store[name].append(TimeSeriesWindowDataset(
-                        store, self.context, self.horizon, intervals=intervals[name], stride=self.eval_stride,
-                        context_before_interval=self.eval_context_before_split, **options))
+                    per_store[name].append(
+                        TimeSeriesWindowDataset(
+                            store,
+                            self.context,
+                            self.horizon,
+                            intervals=intervals[name],
+                            stride=self.eval_stride,
+                            context_before_interval=self.eval_context_before_split,
+                            **options,
+                        )
+                    )
                 elif stage == needed_by:
-                    raise ValueError(f"the {name} split of {store.path} is empty: set data.init_args.split."
-                                     f"{name}_fraction (e.g. 0.1) or name {name} series with split.by")
+                    raise ValueError(
+                        f"the {name} split of {store.path} is empty: set data.init_args.split."
+                        f"{name}_fraction (e.g. 0.1) or name {name} series with split.by"
+                    )
         mixed = len(stores) > 1 or self.channel_independent
         for name, parts in per_store.items():
             if not parts:
@@ -186,8 +223,9 @@ class TimeSeriesDataModule(ShardedLoaders, L.LightningDataModule):
             if not mixed:
                 self.datasets[name] = parts[0]
             elif name == "train":
-                self.datasets[name] = MixedWindowDataset(parts, samples_per_epoch=self.samples_per_epoch,
-                                                         weights=self.store_weights, seed=self.seed)
+                self.datasets[name] = MixedWindowDataset(
+                    parts, samples_per_epoch=self.samples_per_epoch, weights=self.store_weights, seed=self.seed
+                )
             else:
                 self.datasets[name] = MixedWindowDataset(parts)
 
@@ -202,25 +240,32 @@ class TimeSeriesDataModule(ShardedLoaders, L.LightningDataModule):
         per-window scale no fit over whole series reproduces.
         """
         if self.split.by != "region" or not self.split.val_fraction:
-            raise ValueError("a linear path fitted on whole series needs data.init_args.split.by: region with a "
-                             f"val_fraction above 0 (got by={self.split.by}, val_fraction={self.split.val_fraction}): "
-                             "its order is chosen on the validation part of every series")
+            raise ValueError(
+                "a linear path fitted on whole series needs data.init_args.split.by: region with a "
+                f"val_fraction above 0 (got by={self.split.by}, val_fraction={self.split.val_fraction}): "
+                "its order is chosen on the validation part of every series"
+            )
         if self.window_normalize:
-            raise ValueError("a linear path fitted on whole series reads the store's values, which window_normalize "
-                             "rescales window by window: leave model.init_args.linear_orders unset to fit it on "
-                             "training windows (model.init_args.linear_fit_batches)")
+            raise ValueError(
+                "a linear path fitted on whole series reads the store's values, which window_normalize "
+                "rescales window by window: leave model.init_args.linear_orders unset to fit it on "
+                "training windows (model.init_args.linear_fit_batches)"
+            )
         parts = []
         for path in self.store_paths:
             store = TimeSeriesStore(path)
-            intervals = split_intervals([SequenceSource(s.name, s.length, s.source_name) for s in store.series],
-                                        self.split)
+            intervals = split_intervals(
+                [SequenceSource(s.name, s.length, s.source_name) for s in store.series], self.split
+            )
             ends = {name: {iv.index: iv.end for iv in intervals[name]} for name in ("train", "val")}
             std_C = np.where(store.std > 0, store.std, 1.0)
             for info in store.series:
                 train_end, val_end = ends["train"].get(info.index), ends["val"].get(info.index)
                 if train_end is None or val_end is None:
-                    raise ValueError(f"series {info.name!r} of {path} ({info.length} steps) is too short to hold both a "
-                                     "training and a validation part; drop it from the store or lower the fractions")
+                    raise ValueError(
+                        f"series {info.name!r} of {path} ({info.length} steps) is too short to hold both a "
+                        "training and a validation part; drop it from the store or lower the fractions"
+                    )
                 values_CT = store.read(info.index, 0, val_end).astype(np.float64)
                 if self.normalize:
                     values_CT = (values_CT - store.mean[:, None]) / std_C[:, None]
@@ -250,8 +295,11 @@ class TimeSeriesDataModule(ShardedLoaders, L.LightningDataModule):
         described = [_describe(TimeSeriesStore(path), self.normalize) for path in self.store_paths]
         if len(described) == 1 and not self.channel_independent and not self.window_normalize:
             return described[0]
-        return {"stores": described, "channel_independent": self.channel_independent,
-                "window_normalize": self.window_normalize}
+        return {
+            "stores": described,
+            "channel_independent": self.channel_independent,
+            "window_normalize": self.window_normalize,
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """On resume or evaluation: refuse a store whose channels or statistics differ from the
@@ -260,13 +308,18 @@ class TimeSeriesDataModule(ShardedLoaders, L.LightningDataModule):
         saved = state_dict.get("stores", [state_dict]) if state_dict else []
         for index, here in enumerate(current.get("stores", [current])):
             then = saved[index] if index < len(saved) else {}
-            if not then or then["channel_names"] != here["channel_names"] or not (
-                    np.allclose(then["mean"], here["mean"]) and np.allclose(then["std"], here["std"])):
+            if (
+                not then
+                or then["channel_names"] != here["channel_names"]
+                or not (np.allclose(then["mean"], here["mean"]) and np.allclose(then["std"], here["std"]))
+            ):
                 path = self.store_paths[index]
-                raise ValueError(f"time-series store {path} does not match the checkpoint: it has channels "
-                                 f"{here['channel_names']} (mean {here['mean']}, std {here['std']}), the model "
-                                 f"was trained on {then.get('channel_names')} (mean {then.get('mean')}, std "
-                                 f"{then.get('std')}); set data.init_args.store to the store(s) it was trained on")
+                raise ValueError(
+                    f"time-series store {path} does not match the checkpoint: it has channels "
+                    f"{here['channel_names']} (mean {here['mean']}, std {here['std']}), the model "
+                    f"was trained on {then.get('channel_names')} (mean {then.get('mean')}, std "
+                    f"{then.get('std')}); set data.init_args.store to the store(s) it was trained on"
+                )
 
     def describe_batch(self, batch: dict[str, Any]) -> str:
         """Where a batch's windows come from, for error reports: the store, then per row the
@@ -277,13 +330,24 @@ class TimeSeriesDataModule(ShardedLoaders, L.LightningDataModule):
         stores = batch["store"].tolist() if "store" in batch else [0] * len(batch["series"])
         channels = batch["channel"].tolist() if "channel" in batch else [None] * len(stores)
         prefix = [f"{path.name}:" if len(self.store_paths) > 1 else "" for path in self.store_paths]
-        rows = [f"{prefix[store]}{names[store][series]}[{start}:{start + span})"
-                + ("" if channel is None else f" channel {channel}")
-                for store, series, start, channel in zip(stores, batch["series"].tolist(), batch["start"].tolist(), channels)]
-        where = f"store {self.store_path}" if len(self.store_paths) == 1 else f"stores {[str(p) for p in self.store_paths]}"
+        rows = [
+            f"{prefix[store]}{names[store][series]}[{start}:{start + span})"
+            + ("" if channel is None else f" channel {channel}")
+            for store, series, start, channel in zip(
+                stores, batch["series"].tolist(), batch["start"].tolist(), channels
+            )
+        ]
+        where = (
+            f"store {self.store_path}" if len(self.store_paths) == 1 else f"stores {[str(p) for p in self.store_paths]}"
+        )
         return f"{where}: " + ", ".join(rows[:8]) + (", ..." if len(rows) > 8 else "")
 
 
 def _describe(store: TimeSeriesStore, normalize: bool) -> dict[str, Any]:
-    return {"channel_names": store.channel_names, "sampling_rate": store.sampling_rate,
-            "normalize": normalize, "mean": store.mean.tolist(), "std": store.std.tolist()}
+    return {
+        "channel_names": store.channel_names,
+        "sampling_rate": store.sampling_rate,
+        "normalize": normalize,
+        "mean": store.mean.tolist(),
+        "std": store.std.tolist(),
+    }

@@ -30,11 +30,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
-
 from genoformer.data.sampling import sample_rng, split_key
 from genoformer.data.splits import Interval
 from genoformer.data.timeseries.store import TimeSeriesStore
+from torch.utils.data import Dataset
 
 log = logging.getLogger(__name__)
 
@@ -61,16 +60,28 @@ class TimeSeriesWindowDataset(Dataset):
             keeps the scale 1 of the values ``normalize`` gives).
     """
 
-    def __init__(self, store: str | Path | TimeSeriesStore, context: int, horizon: int, *,
-                 intervals: Sequence[Interval] | None = None, samples_per_epoch: int | None = None,
-                 stride: int | None = None, seed: int = 0, normalize: bool = True,
-                 context_before_interval: bool = False, window_normalize: bool = False,
-                 window_scale_floor: float = 0.0) -> None:
+    def __init__(
+        self,
+        store: str | Path | TimeSeriesStore,
+        context: int,
+        horizon: int,
+        *,
+        intervals: Sequence[Interval] | None = None,
+        samples_per_epoch: int | None = None,
+        stride: int | None = None,
+        seed: int = 0,
+        normalize: bool = True,
+        context_before_interval: bool = False,
+        window_normalize: bool = False,
+        window_scale_floor: float = 0.0,
+    ) -> None:
         if context < 1 or horizon < 1:
             raise ValueError(f"context ({context}) and horizon ({horizon}) must be >= 1")
         if window_scale_floor < 0:
-            raise ValueError(f"window_scale_floor must be at least 0 (a fraction of the store's standard "
-                             f"deviation), got {window_scale_floor}")
+            raise ValueError(
+                f"window_scale_floor must be at least 0 (a fraction of the store's standard "
+                f"deviation), got {window_scale_floor}"
+            )
         self._store = store if isinstance(store, TimeSeriesStore) else TimeSeriesStore(store)
         self._pid = os.getpid()
         self.context, self.horizon = context, horizon
@@ -88,23 +99,38 @@ class TimeSeriesWindowDataset(Dataset):
         self.intervals = [iv for iv in ivs if iv.length >= self.span]
         short = [iv for iv in ivs if iv.length < self.span]
         if short:
-            log.warning("%d interval(s) of %s, %d time steps in total, are shorter than context + horizon (%d) "
-                        "and give no windows", len(short), self._store.path, sum(iv.length for iv in short), self.span)
+            log.warning(
+                "%d interval(s) of %s, %d time steps in total, are shorter than context + horizon (%d) "
+                "and give no windows",
+                len(short),
+                self._store.path,
+                sum(iv.length for iv in short),
+                self.span,
+            )
         if not self.intervals:
-            raise ValueError(f"no interval of {self._store.path} holds context + horizon = {self.span} steps; "
-                             "shorten them or change the split")
+            raise ValueError(
+                f"no interval of {self._store.path} holds context + horizon = {self.span} steps; "
+                "shorten them or change the split"
+            )
         step = self.stride if samples_per_epoch is None else 1
         self._step = step
         self._valid: list[np.ndarray | None] = [self._valid_starts(iv, step) for iv in self.intervals]
-        counts = [1 + (iv.length - self.span) // step if valid is None else len(valid)
-                  for iv, valid in zip(self.intervals, self._valid)]
+        counts = [
+            1 + (iv.length - self.span) // step if valid is None else len(valid)
+            for iv, valid in zip(self.intervals, self._valid)
+        ]
         self.skipped_windows = sum(1 + (iv.length - self.span) // step for iv in self.intervals) - sum(counts)
         if self.skipped_windows:
-            log.info("%d window(s) of %s skipped: no value of their targets is observed", self.skipped_windows,
-                     self._store.path)
+            log.info(
+                "%d window(s) of %s skipped: no value of their targets is observed",
+                self.skipped_windows,
+                self._store.path,
+            )
         if not sum(counts):
-            raise ValueError(f"no window of {self._store.path} in these intervals has an observed target value "
-                             f"(horizon {horizon}); change the split, or use a store with fewer gaps")
+            raise ValueError(
+                f"no window of {self._store.path} in these intervals has an observed target value "
+                f"(horizon {horizon}); change the split, or use a store with fewer gaps"
+            )
         self._cum = np.cumsum(np.array(counts, dtype=np.int64))
         std = np.where(self._store.std > 0, self._store.std, 1.0).astype(np.float32)
         self._mean = self._store.mean[:, None]  # (C, 1)
@@ -165,9 +191,13 @@ class TimeSeriesWindowDataset(Dataset):
         if self.window_normalize:
             values = normalize_by_context(values, self.context, self._scale_floor_C)
         values = torch.from_numpy(values)
-        return {"context": values[:, :self.context], "target": values[:, self.context:], "series": series,
-                "start": start, "index": index}
-
+        return {
+            "context": values[:, : self.context],
+            "target": values[:, self.context :],
+            "series": series,
+            "start": start,
+            "index": index,
+        }
 
 
 def normalize_by_context(values_CS: np.ndarray, context: int, floor_C: np.ndarray | float = 0.0) -> np.ndarray:
@@ -178,7 +208,9 @@ def normalize_by_context(values_CS: np.ndarray, context: int, floor_C: np.ndarra
     observed_C = (~np.isnan(head_CL)).sum(axis=1)
     filled_CL = np.where(np.isnan(head_CL), 0.0, head_CL)
     mean_C = filled_CL.sum(axis=1) / np.maximum(observed_C, 1)
-    var_C = (np.where(np.isnan(head_CL), 0.0, np.square(head_CL - mean_C[:, None]))).sum(axis=1) / np.maximum(observed_C, 1)
+    var_C = (np.where(np.isnan(head_CL), 0.0, np.square(head_CL - mean_C[:, None]))).sum(axis=1) / np.maximum(
+        observed_C, 1
+    )
     floor_C = np.broadcast_to(np.asarray(floor_C, dtype=np.float64), var_C.shape)
     std_C = np.where(floor_C > 0, np.maximum(np.sqrt(var_C), floor_C), np.where(var_C > 1e-12, np.sqrt(var_C), 1.0))
     return ((values_CS - mean_C[:, None]) / std_C[:, None]).astype(np.float32)
@@ -198,8 +230,14 @@ class MixedWindowDataset(Dataset):
         seed: Base seed; random sample ``index`` of ``epoch`` depends only on (seed, epoch, index).
     """
 
-    def __init__(self, parts: Sequence[TimeSeriesWindowDataset], *, samples_per_epoch: int | None = None,
-                 weights: Sequence[float] | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        parts: Sequence[TimeSeriesWindowDataset],
+        *,
+        samples_per_epoch: int | None = None,
+        weights: Sequence[float] | None = None,
+        seed: int = 0,
+    ) -> None:
         if not parts:
             raise ValueError("a mixed dataset needs at least one store's windows")
         if len({(part.context, part.horizon) for part in parts}) != 1:
@@ -238,5 +276,11 @@ class MixedWindowDataset(Dataset):
         epoch, index = split_key(key, self.epoch)
         part, window, channel = self.locate(epoch, index)
         sample = self.parts[part][(epoch, window)]
-        return {**sample, "context": sample["context"][channel : channel + 1],
-                "target": sample["target"][channel : channel + 1], "store": part, "channel": channel, "index": index}
+        return {
+            **sample,
+            "context": sample["context"][channel : channel + 1],
+            "target": sample["target"][channel : channel + 1],
+            "store": part,
+            "channel": channel,
+            "index": index,
+        }

@@ -45,7 +45,6 @@ import pandas as pd
 
 from genoformer.hints import option
 
-
 MissingPolicy = Literal["keep", "error", "ffill", "zero", "linear"]
 DuplicatePolicy = Literal["error", "first", "last", "mean"]
 MISSING_POLICIES = ("keep", "error", "ffill", "zero", "linear")
@@ -74,8 +73,15 @@ def series_name(path: Path) -> str:
 def _open_text(path: Path) -> IO[str]:
     """The file as UTF-8 text, decompressed by its suffix."""
     lower = path.name.lower()
-    opener = gzip.open if lower.endswith(".gz") else lzma.open if lower.endswith(".xz") else \
-        bz2.open if lower.endswith(".bz2") else open
+    opener = (
+        gzip.open
+        if lower.endswith(".gz")
+        else lzma.open
+        if lower.endswith(".xz")
+        else bz2.open
+        if lower.endswith(".bz2")
+        else open
+    )
     return opener(path, "rt", encoding="utf-8", newline="")
 
 
@@ -117,14 +123,15 @@ def _check_preamble(path: Path, lines: list[tuple[int, str]], sep: str, delimite
         number, line = lines[index]
         candidate = delimiter if delimiter is not None else max(DELIMITERS, key=line.count)
         fields = _field_count(line, candidate)
-        rows = [_field_count(text, candidate) for _, text in lines[index + 1:index + 6]]
+        rows = [_field_count(text, candidate) for _, text in lines[index + 1 : index + 6]]
         names = next(csv.reader([line], delimiter=candidate))
         if fields > 1 and rows and all(count == fields for count in rows) and not all(_is_number(n) for n in names):
             before = f"{number - 1} line{'s' if number > 2 else ''}"
             raise ValueError(
                 f"{path}: skip the {before} before the header with {option('skip_rows', number - 1)} (line {number} "
                 f"looks like the header, {line.strip()[:60]!r}; the first line has {header_fields} fields, the rows "
-                f"after it {following[0]})")
+                f"after it {following[0]})"
+            )
 
 
 def _is_number(text: str) -> bool:
@@ -177,8 +184,14 @@ class _Table:
     row_line: Callable[[int], str] = lambda row: f"row {row}"  # data row (0-based) -> its place, for errors
 
 
-def _read_csv(path: Path, time_column: str | Sequence[str] | None, columns: Sequence[str] | None,
-              dayfirst: bool, delimiter: str | None, skip_rows: int = 0) -> _Table:
+def _read_csv(
+    path: Path,
+    time_column: str | Sequence[str] | None,
+    columns: Sequence[str] | None,
+    dayfirst: bool,
+    delimiter: str | None,
+    skip_rows: int = 0,
+) -> _Table:
     """Read one CSV with pandas (see the module docstring)."""
     lines = _head_lines(path, skip_rows)
     header_text = lines[0][1]
@@ -193,13 +206,25 @@ def _read_csv(path: Path, time_column: str | Sequence[str] | None, columns: Sequ
     for name in time_columns + _as_list(columns):
         if name not in header:
             which = "time_column" if name in time_columns else "columns"
-            raise ValueError(f"{path}: {which} {name!r} is not a column; the columns are {header} "
-                             f"(delimiter {sep!r}: pass {option('delimiter', metavar='CHAR')} if that is wrong)")
+            raise ValueError(
+                f"{path}: {which} {name!r} is not a column; the columns are {header} "
+                f"(delimiter {sep!r}: pass {option('delimiter', metavar='CHAR')} if that is wrong)"
+            )
     try:
-        frame = pd.read_csv(path, sep=sep, skiprows=lines[0][0] - 1, header=0, names=header, index_col=False,
-                            na_values=MISSING_TEXT,
-                            keep_default_na=True, dtype={name: str for name in time_columns},
-                            skipinitialspace=True, encoding="utf-8", low_memory=False)
+        frame = pd.read_csv(
+            path,
+            sep=sep,
+            skiprows=lines[0][0] - 1,
+            header=0,
+            names=header,
+            index_col=False,
+            na_values=MISSING_TEXT,
+            keep_default_na=True,
+            dtype={name: str for name in time_columns},
+            skipinitialspace=True,
+            encoding="utf-8",
+            low_memory=False,
+        )
     except pd.errors.ParserError as exc:
         raise ValueError(f"{path}: malformed CSV ({str(exc).strip()}); every row needs one value per column") from None
     except UnicodeDecodeError as exc:
@@ -216,8 +241,10 @@ def _read_csv(path: Path, time_column: str | Sequence[str] | None, columns: Sequ
         if not pd.api.types.is_numeric_dtype(column.dtype):
             bad = np.flatnonzero(numbers.isna().to_numpy() & column.notna().to_numpy())
             if len(bad):
-                raise ValueError(f"{path}: {where(int(bad[0]))}, column {name!r}: {column.iloc[bad[0]]!r} is not a "
-                                 f"number (choose the value columns with {option('columns', metavar='[A,B]')})")
+                raise ValueError(
+                    f"{path}: {where(int(bad[0]))}, column {name!r}: {column.iloc[bad[0]]!r} is not a "
+                    f"number (choose the value columns with {option('columns', metavar='[A,B]')})"
+                )
         values[:, c] = numbers.to_numpy(dtype=np.float64, na_value=np.nan)
     table = _Table(value_names, values, skipped=skipped, row_line=where)
     if time_columns:
@@ -241,15 +268,18 @@ def _check_short_rows(path: Path, frame: pd.DataFrame, header: list[str], sep: s
             if row in wanted:
                 fields = next(csv.reader([line.rstrip("\r\n")], delimiter=sep))
                 if len(fields) < len(header):
-                    raise ValueError(f"{path}: line {number} has {len(fields)} fields, the header has {len(header)}; "
-                                     "every row needs one value per column (an empty cell is a missing value)")
+                    raise ValueError(
+                        f"{path}: line {number} has {len(fields)} fields, the header has {len(header)}; "
+                        "every row needs one value per column (an empty cell is a missing value)"
+                    )
             row += 1
             if row > suspects[-1]:
                 return
 
 
-def _value_columns(path: Path, frame: pd.DataFrame, header: list[str], time_columns: list[str],
-                   columns: Sequence[str] | None, where) -> tuple[list[str], list[str]]:
+def _value_columns(
+    path: Path, frame: pd.DataFrame, header: list[str], time_columns: list[str], columns: Sequence[str] | None, where
+) -> tuple[list[str], list[str]]:
     """(value columns, skipped non-numeric columns)."""
     if columns is not None:
         chosen = list(columns)
@@ -257,8 +287,10 @@ def _value_columns(path: Path, frame: pd.DataFrame, header: list[str], time_colu
             raise ValueError(f"{path}: {option('columns', [])} chooses no column; name the value columns")
         clash = sorted(set(chosen) & set(time_columns))
         if clash:
-            raise ValueError(f"{path}: {clash} are both time and value columns; drop them from one of "
-                             f"{option('columns', metavar='[A,B]')} and {option('time_column', metavar='NAME')}")
+            raise ValueError(
+                f"{path}: {clash} are both time and value columns; drop them from one of "
+                f"{option('columns', metavar='[A,B]')} and {option('time_column', metavar='NAME')}"
+            )
         return chosen, []
     chosen, skipped = [], []
     for name in header:
@@ -274,8 +306,10 @@ def _value_columns(path: Path, frame: pd.DataFrame, header: list[str], time_colu
             numeric = pd.to_numeric(present, errors="coerce").notna().mean() if len(present) else 0.0
             (chosen if numeric > 0.5 else skipped).append(name)
     if not chosen:
-        raise ValueError(f"{path}: no numeric column to store (the columns are {header}); choose the value columns "
-                         f"with {option('columns', metavar='[A,B]')}")
+        raise ValueError(
+            f"{path}: no numeric column to store (the columns are {header}); choose the value columns "
+            f"with {option('columns', metavar='[A,B]')}"
+        )
     return chosen, skipped
 
 
@@ -283,8 +317,9 @@ _END_OF_DAY = r"(?:^|(?<=[ T]))24:00(?::00(?:\.0*)?)?$"
 """A time of 24:00 (ISO 8601's end of a day: the next day's 00:00), as hours written 1-24 end a day."""
 
 
-def _parse_times(path: Path, frame: pd.DataFrame, time_columns: list[str], dayfirst: bool,
-                 where) -> tuple[np.ndarray, pd.Timestamp | float]:
+def _parse_times(
+    path: Path, frame: pd.DataFrame, time_columns: list[str], dayfirst: bool, where
+) -> tuple[np.ndarray, pd.Timestamp | float]:
     """Seconds of each row since the first row, float64, and the first row's time (a Timestamp,
     or its seconds as written when the time column holds numbers). A time of 24:00, or an hour
     column of 24, is midnight of the next day."""
@@ -311,8 +346,11 @@ def _parse_times(path: Path, frame: pd.DataFrame, time_columns: list[str], dayfi
             times = pd.to_datetime(assembled, errors="coerce", utc=True)
             bad = times.isna().to_numpy()
     else:
-        text = parts.iloc[:, 0] if len(time_columns) == 1 else parts.iloc[:, 0].str.cat(
-            [parts.iloc[:, i] for i in range(1, len(time_columns))], sep=" ")
+        text = (
+            parts.iloc[:, 0]
+            if len(time_columns) == 1
+            else parts.iloc[:, 0].str.cat([parts.iloc[:, i] for i in range(1, len(time_columns))], sep=" ")
+        )
         text = text.str.strip()
         end_of_day = text.str.contains(_END_OF_DAY, regex=True).to_numpy()
         if end_of_day.any():
@@ -325,7 +363,8 @@ def _parse_times(path: Path, frame: pd.DataFrame, time_columns: list[str], dayfi
         first = " ".join(str(parts.iloc[0, i]) for i in range(len(time_columns)))
         raise ValueError(
             f"{path}: {where(row)}, time column {label!r}: {value!r} is not a time like the first row's {first!r} "
-            f"(seconds, ISO 8601 dates and times, or day-first dates with {option('dayfirst')})")
+            f"(seconds, ISO 8601 dates and times, or day-first dates with {option('dayfirst')})"
+        )
     if end_of_day.any():
         times = times + pd.to_timedelta(end_of_day.astype(np.int64), unit="D")
     return (times - times.iloc[0]).dt.total_seconds().to_numpy(dtype=np.float64), times.iloc[0]
@@ -358,8 +397,10 @@ def step_seconds(sampling_rate: float | str) -> float:
             seconds = 0.0
         if seconds > 0:
             return seconds
-        raise ValueError(f"{option('sampling_rate', metavar='RATE')} takes samples per second (360, 0.2) or a period "
-                         f"(5min, 1h, 30s, 100ms); got {sampling_rate!r}") from None
+        raise ValueError(
+            f"{option('sampling_rate', metavar='RATE')} takes samples per second (360, 0.2) or a period "
+            f"(5min, 1h, 30s, 100ms); got {sampling_rate!r}"
+        ) from None
     if not rate > 0 or not np.isfinite(rate):
         raise ValueError(f"sampling_rate must be positive (samples per second), got {sampling_rate}")
     return 1.0 / rate
@@ -375,8 +416,10 @@ def tolerance_seconds(snap: float | str) -> float:
         except ValueError:
             seconds = -1.0
     if not seconds >= 0 or not np.isfinite(seconds):
-        raise ValueError(f"{option('snap', metavar='PERIOD')} takes how far a time may lie from its step: a period "
-                         f"(30s, 2min) or seconds (30); got {snap!r}")
+        raise ValueError(
+            f"{option('snap', metavar='PERIOD')} takes how far a time may lie from its step: a period "
+            f"(30s, 2min) or seconds (30); got {snap!r}"
+        )
     return seconds
 
 
@@ -394,9 +437,11 @@ def _check_increasing(path: Path, table: _Table, label: str) -> None:
     back = np.flatnonzero(np.diff(seconds) < 0)
     if len(back):
         row = int(back[0]) + 1
-        raise ValueError(f"{path}: the time column {label!r} goes backwards at {table.row_line(row)} "
-                         f"({seconds[row]:g} s after the first row, the row before at {seconds[row - 1]:g} s); "
-                         "sort the rows by time (one series per file)")
+        raise ValueError(
+            f"{path}: the time column {label!r} goes backwards at {table.row_line(row)} "
+            f"({seconds[row]:g} s after the first row, the row before at {seconds[row - 1]:g} s); "
+            "sort the rows by time (one series per file)"
+        )
 
 
 def nominal_step(seconds: np.ndarray) -> Optional[float]:
@@ -419,8 +464,10 @@ def _place_on_grid(path: Path, table: _Table, step: Optional[float], label: str)
     if detected:
         positive = diffs[diffs > 0]
         if not len(positive):
-            raise ValueError(f"{path}: every row has the same time; pass {option('sampling_rate', metavar='HZ')} "
-                             "or a time column that changes")
+            raise ValueError(
+                f"{path}: every row has the same time; pass {option('sampling_rate', metavar='HZ')} "
+                "or a time column that changes"
+            )
         step = float(np.median(positive))
     positions = np.zeros(len(seconds), dtype=np.int64)
     np.cumsum(np.rint(diffs / step).astype(np.int64), out=positions[1:])
@@ -439,7 +486,8 @@ def _place_on_grid(path: Path, table: _Table, step: Optional[float], label: str)
         raise ValueError(
             f"{path}: snap each time to its nearest step, {given}{option('snap', period_text(nominal / 2))} (up to half "
             f"a step away; for several rows a step, average them instead: {given}{option('resample', 'mean')}) (the times "
-            f"drift off a regular grid of {rate}: {table.row_line(row)} lies {offsets[row]:+.2f} steps from its place)")
+            f"drift off a regular grid of {rate}: {table.row_line(row)} lies {offsets[row]:+.2f} steps from its place)"
+        )
     return _Grid(positions, step, jitter)
 
 
@@ -466,7 +514,8 @@ def _snap_to_grid(path: Path, table: _Table, step: float, tolerance: float, labe
         raise ValueError(
             f"{path}: snap up to half a step, {option('snap', period_text(step / 2))}, or average the rows of each step, "
             f"{option('resample', 'mean')} ({table.row_line(row)} lies {distance[row]:g} s from the nearest "
-            f"{period_text(step)} step, more than {option('snap', period_text(tolerance))} allows; {len(far)} rows in all)")
+            f"{period_text(step)} step, more than {option('snap', period_text(tolerance))} allows; {len(far)} rows in all)"
+        )
     positions = (steps - steps[0]).astype(np.int64)
     return _Grid(positions, step, float(distance.max() / step), _grid_start(table, float(steps[0] * step)))
 
@@ -483,7 +532,9 @@ def _resample(table: _Table, step: float, how: str) -> tuple[_Grid, np.ndarray, 
     return grid, values.to_numpy(dtype=np.float64), len(table.values) - len(unique)
 
 
-def _merge_duplicates(path: Path, table: _Table, grid: _Grid, policy: str, label: str) -> tuple[np.ndarray, np.ndarray, int]:
+def _merge_duplicates(
+    path: Path, table: _Table, grid: _Grid, policy: str, label: str
+) -> tuple[np.ndarray, np.ndarray, int]:
     """(unique positions, their values (U, C), merged row count) under the duplicates policy."""
     positions, values = grid.positions, table.values
     same = np.flatnonzero(np.diff(positions) == 0)
@@ -494,7 +545,8 @@ def _merge_duplicates(path: Path, table: _Table, grid: _Grid, policy: str, label
         raise ValueError(
             f"{path}: {table.row_line(row)} falls on the same time step as the row before it ({label!r}, "
             f"{len(same)} such rows in all); choose which to keep with {option('duplicates', 'first')}, "
-            f"{option('duplicates', 'last')} or {option('duplicates', 'mean')}")
+            f"{option('duplicates', 'last')} or {option('duplicates', 'mean')}"
+        )
     starts = np.flatnonzero(np.r_[True, np.diff(positions) > 0])
     unique = positions[starts]
     if policy == "first":
@@ -542,10 +594,12 @@ def _fill_missing(values: np.ndarray, policy: str, path: Path, names: list[str],
         return [0] * values.shape[1]
     if policy == "error":
         row, col = np.argwhere(missing)[0]
-        raise ValueError(f"{path}: missing value at {where(int(row))}, column {names[col]!r} "
-                         f"({sum(counts)} missing in all); keep them as missing with {option('missing', 'keep')}, "
-                         f"or fill them: {option('missing', 'ffill')}, {option('missing', 'zero')} or "
-                         f"{option('missing', 'linear')}")
+        raise ValueError(
+            f"{path}: missing value at {where(int(row))}, column {names[col]!r} "
+            f"({sum(counts)} missing in all); keep them as missing with {option('missing', 'keep')}, "
+            f"or fill them: {option('missing', 'ffill')}, {option('missing', 'zero')} or "
+            f"{option('missing', 'linear')}"
+        )
     for col in range(values.shape[1]):
         gaps = missing[:, col]
         if not gaps.any():
@@ -582,10 +636,22 @@ class LoadedFile:
     skipped_columns: list[str]
 
 
-def load_file(path: Path, *, step: Optional[float], time_column, columns, dayfirst: bool, delimiter: Optional[str],
-              missing: str, duplicates: str, npy_channels_first: bool, channel_names: Optional[Sequence[str]],
-              skip_rows: int = 0, snap: Optional[float] = None,
-              resample: Optional[str] = None) -> tuple[LoadedFile, list[str], Optional[float]]:
+def load_file(
+    path: Path,
+    *,
+    step: Optional[float],
+    time_column,
+    columns,
+    dayfirst: bool,
+    delimiter: Optional[str],
+    missing: str,
+    duplicates: str,
+    npy_channels_first: bool,
+    channel_names: Optional[Sequence[str]],
+    skip_rows: int = 0,
+    snap: Optional[float] = None,
+    resample: Optional[str] = None,
+) -> tuple[LoadedFile, list[str], Optional[float]]:
     """One file on its grid: (loaded series, channel names, its step in seconds or None).
     `snap` (seconds) puts each row on its nearest step, `resample` aggregates the rows of each
     step; both need `step` and a time column (see the module docstring)."""
@@ -613,14 +679,19 @@ def load_file(path: Path, *, step: Optional[float], time_column, columns, dayfir
         if (snap is not None or resample is not None) and step is None:
             nominal = nominal_step(table.seconds)
             which = "snap" if snap is not None else "resample"
-            raise ValueError(f"{path}: pass the grid's step as well, {option('sampling_rate', period_text(nominal or 1.0))} "
-                             f"(the median time between rows) ({option(which, metavar='...')} needs the grid's step)")
+            raise ValueError(
+                f"{path}: pass the grid's step as well, {option('sampling_rate', period_text(nominal or 1.0))} "
+                f"(the median time between rows) ({option(which, metavar='...')} needs the grid's step)"
+            )
         if resample is not None:
             grid, values, merged = _resample(table, step, resample)
             positions = grid.positions
         else:
-            grid = _place_on_grid(path, table, step, label) if snap is None else \
-                _snap_to_grid(path, table, step, snap, label)
+            grid = (
+                _place_on_grid(path, table, step, label)
+                if snap is None
+                else _snap_to_grid(path, table, step, snap, label)
+            )
             positions, values, merged = _merge_duplicates(path, table, grid, duplicates, label)
         grid_TC = np.full((int(positions[-1]) + 1, len(names)), np.nan)
         grid_TC[positions] = values
@@ -635,11 +706,23 @@ def load_file(path: Path, *, step: Optional[float], time_column, columns, dayfir
             if present[step_index] and resample is None:
                 return table.row_line(int(np.searchsorted(grid.positions, step_index)))
             return f"time step {step_index} (a gap: no row at {step_index * grid.step:g} s after the first row)"
+
     if np.isnan(grid_TC).all(axis=0).any():
         col = int(np.flatnonzero(np.isnan(grid_TC).all(axis=0))[0])
-        raise ValueError(f"{path}: column {names[col]!r} has no values at all; leave it out with "
-                         f"{option('columns', metavar='[A,B]')}")
+        raise ValueError(
+            f"{path}: column {names[col]!r} has no values at all; leave it out with "
+            f"{option('columns', metavar='[A,B]')}"
+        )
     filled = _fill_missing(grid_TC, missing, path, names, where)
-    loaded = LoadedFile(path, grid_TC.astype(np.float32).T.copy(), filled, np.isnan(grid_TC).sum(axis=0).tolist(),
-                     gaps, merged, jitter, start_time, table.skipped)
+    loaded = LoadedFile(
+        path,
+        grid_TC.astype(np.float32).T.copy(),
+        filled,
+        np.isnan(grid_TC).sum(axis=0).tolist(),
+        gaps,
+        merged,
+        jitter,
+        start_time,
+        table.skipped,
+    )
     return loaded, names, file_step

@@ -29,9 +29,6 @@ from typing import Optional
 
 import numpy as np
 import zarr
-from zarr.codecs import BloscCodec, Crc32cCodec
-
-from genoformer.hints import option
 from genoformer.data.storage import (
     METADATA_KEY,
     ChunkCache,
@@ -58,6 +55,9 @@ from genoformer.data.timeseries.inputs import (
     step_seconds,
     tolerance_seconds,
 )
+from zarr.codecs import BloscCodec, Crc32cCodec
+
+from genoformer.hints import option
 from genoformer.progress import tqdm
 
 log = logging.getLogger(__name__)
@@ -171,8 +171,10 @@ def prepare_timeseries_store(
     step = None if sampling_rate is None else step_seconds(sampling_rate)
     tolerance = None if snap is None else tolerance_seconds(snap)
     if snap is not None and resample is not None:
-        raise ValueError(f"give one of {option('snap', metavar='PERIOD')} (each row to its nearest step) and "
-                         f"{option('resample', metavar='AGGREGATION')} (the rows of each step aggregated)")
+        raise ValueError(
+            f"give one of {option('snap', metavar='PERIOD')} (each row to its nearest step) and "
+            f"{option('resample', metavar='AGGREGATION')} (the rows of each step aggregated)"
+        )
     if resample is not None and resample not in AGGREGATIONS:
         raise ValueError(f"resample={resample!r}: use one of {', '.join(AGGREGATIONS)}")
     if skip_rows < 0:
@@ -180,26 +182,52 @@ def prepare_timeseries_store(
     if delimiter is not None and len(delimiter) != 1:
         raise ValueError(f"delimiter must be one character, got {delimiter!r}")
     time_column = time_column if time_column is None or isinstance(time_column, str) else list(time_column)
-    arguments = {"paths": [str(p.resolve()) for p in paths], "sampling_rate": sampling_rate,
-                 "time_column": time_column, "columns": None if columns is None else list(columns),
-                 "dayfirst": dayfirst, "delimiter": delimiter, "duplicates": duplicates, "missing": missing,
-                 "npy_channels_first": npy_channels_first, "skip_rows": skip_rows, "snap": snap,
-                 "resample": resample, "chunk_size": chunk_size,
-                 "channel_names": None if channel_names is None else list(channel_names)}
+    arguments = {
+        "paths": [str(p.resolve()) for p in paths],
+        "sampling_rate": sampling_rate,
+        "time_column": time_column,
+        "columns": None if columns is None else list(columns),
+        "dayfirst": dayfirst,
+        "delimiter": delimiter,
+        "duplicates": duplicates,
+        "missing": missing,
+        "npy_channels_first": npy_channels_first,
+        "skip_rows": skip_rows,
+        "snap": snap,
+        "resample": resample,
+        "chunk_size": chunk_size,
+        "channel_names": None if channel_names is None else list(channel_names),
+    }
     existing = None if overwrite else reusable_store(out, TIMESERIES_FORMAT, arguments, "paths")
     if existing is not None and [s["source_sha256"] for s in existing["series"]] == sha256_files(paths):
         if existing.get("format_version") == TIMESERIES_FORMAT_VERSION:
             return out
-        log.warning("%s was built from the same files by an older genoformer (format %s): rebuilding it with chunk "
-                    "checksums (format %d)", out, existing.get("format_version"), TIMESERIES_FORMAT_VERSION)
+        log.warning(
+            "%s was built from the same files by an older genoformer (format %s): rebuilding it with chunk "
+            "checksums (format %d)",
+            out,
+            existing.get("format_version"),
+            TIMESERIES_FORMAT_VERSION,
+        )
         overwrite = True
     names_seen: list[str] | None = None
     loaded: list[LoadedFile] = []
     for path in tqdm(paths, desc="read", unit="file", disable=not progress):
-        series, names, file_step = load_file(path, step=step, time_column=time_column, columns=columns, dayfirst=dayfirst,
-                                         delimiter=delimiter, missing=missing, duplicates=duplicates,
-                                         npy_channels_first=npy_channels_first, channel_names=channel_names,
-                                         skip_rows=skip_rows, snap=tolerance, resample=resample)
+        series, names, file_step = load_file(
+            path,
+            step=step,
+            time_column=time_column,
+            columns=columns,
+            dayfirst=dayfirst,
+            delimiter=delimiter,
+            missing=missing,
+            duplicates=duplicates,
+            npy_channels_first=npy_channels_first,
+            channel_names=channel_names,
+            skip_rows=skip_rows,
+            snap=tolerance,
+            resample=resample,
+        )
         if names_seen is None:
             names_seen = names
         elif names != names_seen:
@@ -208,12 +236,16 @@ def prepare_timeseries_store(
             if step is None:
                 step = file_step
             elif not math.isclose(file_step, step, rel_tol=1e-3):
-                raise ValueError(f"{path}: its time step of {file_step:g} s ({1 / file_step:g} Hz) differs from "
-                                 f"{step:g} s ({1 / step:g} Hz) of the files before it")
+                raise ValueError(
+                    f"{path}: its time step of {file_step:g} s ({1 / file_step:g} Hz) differs from "
+                    f"{step:g} s ({1 / step:g} Hz) of the files before it"
+                )
         loaded.append(series)
     if step is None:
-        raise ValueError(f"sampling rate unknown: pass {option('sampling_rate', metavar='HZ')} (samples per "
-                         f"second) or {option('time_column', metavar='COLUMN')} (a column of times)")
+        raise ValueError(
+            f"sampling rate unknown: pass {option('sampling_rate', metavar='HZ')} (samples per "
+            f"second) or {option('time_column', metavar='COLUMN')} (a column of times)"
+        )
     with atomic_build(out, overwrite) as tmp:
         group = zarr.open_group(tmp, mode="w-")
         meta = base_metadata(TIMESERIES_FORMAT, TIMESERIES_FORMAT_VERSION, arguments, command)
@@ -223,29 +255,45 @@ def prepare_timeseries_store(
         for index, item in enumerate(loaded):
             values = item.values_CT
             array = series_group.create_array(
-                str(index), shape=values.shape, dtype="float32", chunks=(values.shape[0], min(chunk_size, values.shape[1])),
+                str(index),
+                shape=values.shape,
+                dtype="float32",
+                chunks=(values.shape[0], min(chunk_size, values.shape[1])),
                 compressors=[BloscCodec(cname="zstd", clevel=5, shuffle="shuffle", typesize=4), Crc32cCodec()],
                 fill_value=np.nan,
             )
             array[:] = values
-            series.append({"name": series_name(item.path), "length": int(values.shape[1]),
-                           "source": str(item.path.resolve()), "source_name": item.path.name,
-                           "source_sha256": sha256_files([item.path])[0], "filled": item.filled,
-                           "values_sha256": hashlib.sha256(values).hexdigest(), "missing": item.missing,
-                           "gaps": item.gaps, "duplicates": item.duplicates, "jitter": item.jitter,
-                           "start_time": item.start_time, "skipped_columns": item.skipped_columns})
+            series.append(
+                {
+                    "name": series_name(item.path),
+                    "length": int(values.shape[1]),
+                    "source": str(item.path.resolve()),
+                    "source_name": item.path.name,
+                    "source_sha256": sha256_files([item.path])[0],
+                    "filled": item.filled,
+                    "values_sha256": hashlib.sha256(values).hexdigest(),
+                    "missing": item.missing,
+                    "gaps": item.gaps,
+                    "duplicates": item.duplicates,
+                    "jitter": item.jitter,
+                    "start_time": item.start_time,
+                    "skipped_columns": item.skipped_columns,
+                }
+            )
         check = zarr.open_group(tmp, mode="r")
         for index, info in enumerate(series):
             if hashlib.sha256(np.ascontiguousarray(check[f"series/{index}"][:])).hexdigest() != info["values_sha256"]:
                 raise OSError(f"verification failed for series {info['name']!r} in {tmp}")
-        meta.update({
-            "sampling_rate": 1.0 / step,
-            "channel_names": names_seen,
-            "missing": missing,
-            "stats": _channel_stats([item.values_CT for item in loaded]),
-            "series": series,
-            "complete": True,
-        })
+        meta.update(
+            {
+                "sampling_rate": 1.0 / step,
+                "channel_names": names_seen,
+                "missing": missing,
+                "stats": _channel_stats([item.values_CT for item in loaded]),
+                "series": series,
+                "complete": True,
+            }
+        )
         group.attrs[METADATA_KEY] = meta
     return out
 
@@ -253,11 +301,24 @@ def prepare_timeseries_store(
 def rebuild(path: Path, arguments: dict) -> str:
     """The `genoformer prepare_timeseries` command that builds the store at ``path`` again from its
     inputs (``arguments`` as recorded in its metadata), replacing it."""
-    defaults = {"sampling_rate": None, "time_column": None, "columns": None, "skip_rows": 0, "dayfirst": False,
-                "delimiter": None, "snap": None, "resample": None, "duplicates": "error", "missing": "keep",
-                "npy_channels_first": False}
-    options = {name: arguments.get(name, default) for name, default in defaults.items()
-               if arguments.get(name, default) != default}
+    defaults = {
+        "sampling_rate": None,
+        "time_column": None,
+        "columns": None,
+        "skip_rows": 0,
+        "dayfirst": False,
+        "delimiter": None,
+        "snap": None,
+        "resample": None,
+        "duplicates": "error",
+        "missing": "keep",
+        "npy_channels_first": False,
+    }
+    options = {
+        name: arguments.get(name, default)
+        for name, default in defaults.items()
+        if arguments.get(name, default) != default
+    }
     return rebuild_command("prepare_timeseries", "--inputs", arguments.get("paths", ["SERIES.csv"]), path, options)
 
 
@@ -299,7 +360,9 @@ class TimeSeriesStore:
         self.std = np.array(stats["std"], dtype=np.float32)  # (C,)
         self.min = np.array(stats["min"], dtype=np.float32)
         self.max = np.array(stats["max"], dtype=np.float32)
-        self.series: tuple[SeriesInfo, ...] = tuple(SeriesInfo(index=i, **s) for i, s in enumerate(self.metadata["series"]))
+        self.series: tuple[SeriesInfo, ...] = tuple(
+            SeriesInfo(index=i, **s) for i, s in enumerate(self.metadata["series"])
+        )
         self.chunk_size: int = int(self.metadata["arguments"]["chunk_size"])
         self._reset_handles()
 
@@ -326,10 +389,12 @@ class TimeSeriesStore:
             if self._group is None:
                 self._group = zarr.open_group(self.path, mode="r")
             try:
-                return self._group[f"series/{index}"][:, chunk * self.chunk_size:(chunk + 1) * self.chunk_size]
+                return self._group[f"series/{index}"][:, chunk * self.chunk_size : (chunk + 1) * self.chunk_size]
             except (ValueError, RuntimeError) as error:  # zarr's crc32c codec, or a chunk that does not decode
-                raise damaged_store(self.path, self.rebuild, f"series {self.series[index].name!r}, chunk {chunk}: "
-                                                             f"{error}") from error
+                raise damaged_store(
+                    self.path, self.rebuild, f"series {self.series[index].name!r}, chunk {chunk}: {error}"
+                ) from error
+
         return self._cache.get((index, chunk), load)
 
     def verify(self) -> None:
@@ -338,8 +403,11 @@ class TimeSeriesStore:
         for info in self.series:
             values = np.ascontiguousarray(self.read(info.index, 0, info.length))
             if hashlib.sha256(values).hexdigest() != info.values_sha256:
-                raise damaged_store(self.path, self.rebuild, f"series {info.name!r}: its values differ from the "
-                                                             "SHA-256 recorded when the store was built")
+                raise damaged_store(
+                    self.path,
+                    self.rebuild,
+                    f"series {info.name!r}: its values differ from the SHA-256 recorded when the store was built",
+                )
 
     def read(self, series: int, start: int, end: int) -> np.ndarray:
         """Values of series ``series`` in [start, end) as a new float32 array (C, end - start),
@@ -353,6 +421,6 @@ class TimeSeriesStore:
         while pos < end:
             chunk = pos // cs
             hi = min(end, (chunk + 1) * cs)
-            out[:, pos - start:hi - start] = self._chunk(series, chunk)[:, pos - chunk * cs:hi - chunk * cs]
+            out[:, pos - start : hi - start] = self._chunk(series, chunk)[:, pos - chunk * cs : hi - chunk * cs]
             pos = hi
         return out

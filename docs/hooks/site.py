@@ -59,8 +59,12 @@ def _outside_images(markdown: str, source_dir: Path, docs_dir: Path) -> set[Path
         path = match["target"].partition("#")[0]
         if path and not re.match(r"^[a-z][a-z0-9+.-]*:", path) and not path.startswith("/"):
             real = (source_dir / path).resolve()
-            if real.suffix.lower() in IMAGES and real.is_file() and real.is_relative_to(ROOT) \
-                    and not real.is_relative_to(docs_dir):
+            if (
+                real.suffix.lower() in IMAGES
+                and real.is_file()
+                and real.is_relative_to(ROOT)
+                and not real.is_relative_to(docs_dir)
+            ):
                 found.add(real)
     return found
 
@@ -70,8 +74,11 @@ def on_files(files, config):
     for name, page in FRONT_PAGES.items():
         files.append(File.generated(config, page, abs_src_path=str(ROOT / name)))
     sources = [(ROOT / name, ROOT) for name in FRONT_PAGES]
-    sources += [(Path(file.abs_src_path), Path(file.abs_src_path).parent) for file in files.documentation_pages()
-                if file.src_uri not in FRONT_PAGES.values()]
+    sources += [
+        (Path(file.abs_src_path), Path(file.abs_src_path).parent)
+        for file in files.documentation_pages()
+        if file.src_uri not in FRONT_PAGES.values()
+    ]
     images = set().union(*(_outside_images(path.read_text(), folder.resolve(), docs_dir) for path, folder in sources))
     for image in sorted(images):
         files.append(File.generated(config, f"{COPIED}/{image.relative_to(ROOT).as_posix()}", abs_src_path=str(image)))
@@ -115,7 +122,7 @@ def on_page_markdown(markdown, page, config, files):
 
     pieces, end = [], 0
     for fence in FENCE.finditer(markdown):
-        pieces += [LINK.sub(rewrite, markdown[end:fence.start()]), fence.group(0)]
+        pieces += [LINK.sub(rewrite, markdown[end : fence.start()]), fence.group(0)]
         end = fence.end()
     pieces.append(LINK.sub(rewrite, markdown[end:]))
     return "".join(pieces)

@@ -18,7 +18,13 @@ from typing import Any, Literal, Optional
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import BasePredictionWriter, ModelCheckpoint, ProgressBar, RichProgressBar, TQDMProgressBar
+from lightning.pytorch.callbacks import (
+    BasePredictionWriter,
+    ModelCheckpoint,
+    ProgressBar,
+    RichProgressBar,
+    TQDMProgressBar,
+)
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -68,7 +74,9 @@ class LossPlotCallback(L.Callback):
         self.val: dict[int, float] = {}
         self.metrics: dict[str, dict[int, float]] = {}
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         value = trainer.callback_metrics.get(self.train_key)
         if value is not None:
             self.train[trainer.global_step] = float(value)
@@ -85,7 +93,11 @@ class LossPlotCallback(L.Callback):
                 self.metrics.setdefault(key, {})[trainer.global_step] = float(value)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"train": dict(self.train), "val": dict(self.val), "metrics": {k: dict(v) for k, v in self.metrics.items()}}
+        return {
+            "train": dict(self.train),
+            "val": dict(self.val),
+            "metrics": {k: dict(v) for k, v in self.metrics.items()},
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.train = dict(state_dict["train"])
@@ -112,7 +124,9 @@ class LossPlotCallback(L.Callback):
         ax.set_xlabel("optimizer step")
         if self.bits_per_base:
             ax.set_ylabel("loss (nats per base)")
-            bits_axis = ax.secondary_yaxis("right", functions=(lambda nats: nats / math.log(2), lambda bits: bits * math.log(2)))
+            bits_axis = ax.secondary_yaxis(
+                "right", functions=(lambda nats: nats / math.log(2), lambda bits: bits * math.log(2))
+            )
             bits_axis.set_ylabel("bits per base")
         else:
             ax.set_ylabel("loss")
@@ -128,7 +142,9 @@ class LossPlotCallback(L.Callback):
             metric_ax.legend()
         if baseline is not None:
             bits, label = baseline
-            ax.axhline(bits * math.log(2), color="black", linestyle="--", linewidth=1, label=f"{label}: {bits:.3f} bits/base")
+            ax.axhline(
+                bits * math.log(2), color="black", linestyle="--", linewidth=1, label=f"{label}: {bits:.3f} bits/base"
+            )
         if self.train or self.val:
             ax.legend()
         else:
@@ -242,8 +258,10 @@ class ResumeCheckpoint(L.Callback):
         for callback in trainer.checkpoint_callbacks:
             if isinstance(callback, ModelCheckpoint) and callback.save_last and callback.dirpath:
                 return callback, Path(callback.dirpath) / f"{callback.CHECKPOINT_NAME_LAST}{callback.FILE_EXTENSION}"
-        raise ValueError("ResumeCheckpoint writes the last.ckpt of a ModelCheckpoint with save_last: true; "
-                         "add one to trainer.callbacks (see configs/quickstart.yaml)")
+        raise ValueError(
+            "ResumeCheckpoint writes the last.ckpt of a ModelCheckpoint with save_last: true; "
+            "add one to trainer.callbacks (see configs/quickstart.yaml)"
+        )
 
     def _write_last(self, trainer: L.Trainer) -> Path:
         callback, path = self._last_checkpoint(trainer)
@@ -283,8 +301,12 @@ class ResumeCheckpoint(L.Callback):
         path = self.saved_path = self._write_last(trainer)
         if trainer.is_global_zero:
             name = (self.received or signal.SIGTERM).name
-            print(f"genoformer: {name} received; saved {path} at step {trainer.global_step}. Resume with the same "
-                  "command plus --ckpt_path last", file=sys.stderr, flush=True)
+            print(
+                f"genoformer: {name} received; saved {path} at step {trainer.global_step}. Resume with the same "
+                "command plus --ckpt_path last",
+                file=sys.stderr,
+                flush=True,
+            )
 
     @property
     def _status(self) -> int:
@@ -295,8 +317,9 @@ class ResumeCheckpoint(L.Callback):
         if self.saved_path is not None:
             raise Preempted(self._status)
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         # between optimizer steps only: mid-accumulation gradients are not in a checkpoint. The
         # exit waits for the first hook after Lightning has logged this step's metrics.
         step_ends = (batch_idx + 1) % trainer.accumulate_grad_batches == 0
@@ -309,7 +332,9 @@ class ResumeCheckpoint(L.Callback):
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._stop_if_saved()
 
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         self._stop_if_saved()
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -368,8 +393,9 @@ class NonFiniteGuard(L.Callback):
         self._batches = deque(maxlen=trainer.accumulate_grad_batches)
         self._losses = deque(maxlen=trainer.accumulate_grad_batches)
 
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
-                             batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         self._batches.append((batch_idx, batch))
 
     def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor) -> None:
@@ -389,21 +415,30 @@ class NonFiniteGuard(L.Callback):
         if trainer.world_size > 1:
             bad = trainer.strategy.reduce_boolean_decision(bad, all=False)
         if bad:
-            self._handle(trainer, optimizer, "loss" if not loss_ok else "gradient" if not grads_ok else
-                         "loss or gradient (on another rank)")
+            self._handle(
+                trainer,
+                optimizer,
+                "loss" if not loss_ok else "gradient" if not grads_ok else "loss or gradient (on another rank)",
+            )
         self._losses.clear()
         self._batches.clear()
 
     def _handle(self, trainer: L.Trainer, optimizer: Any, what: str) -> None:
-        report = (f"non-finite {what} at global step {trainer.global_step} (epoch {trainer.current_epoch}); "
-                  f"{self._describe(trainer)}")
+        report = (
+            f"non-finite {what} at global step {trainer.global_step} (epoch {trainer.current_epoch}); "
+            f"{self._describe(trainer)}"
+        )
         if self.policy == "stop":
-            raise NonFiniteError(f"{report}. To skip such steps and count them instead, add "
-                                 "genoformer.core.callbacks.NonFiniteGuard with policy: skip to trainer.callbacks")
+            raise NonFiniteError(
+                f"{report}. To skip such steps and count them instead, add "
+                "genoformer.core.callbacks.NonFiniteGuard with policy: skip to trainer.callbacks"
+            )
         self.skipped += 1
         if self.max_skipped is not None and self.skipped > self.max_skipped:
-            raise NonFiniteError(f"{report}; {self.skipped} steps were non-finite, more than max_skipped="
-                                 f"{self.max_skipped}: stopping (lower the learning rate or check the data)")
+            raise NonFiniteError(
+                f"{report}; {self.skipped} steps were non-finite, more than max_skipped="
+                f"{self.max_skipped}: stopping (lower the learning rate or check the data)"
+            )
         log.warning("skipping step: %s (%d skipped so far)", report, self.skipped)
         for group in optimizer.param_groups:
             for param in group["params"]:
@@ -420,8 +455,9 @@ class NonFiniteGuard(L.Callback):
             parts.append(f"batch {batch_idx}: {where}")
         return "; ".join(parts) if parts else "no batch recorded"
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self.policy == "skip":
             pl_module.log("train/skipped_batches", float(self.skipped), on_step=True, on_epoch=False)
 
@@ -467,10 +503,14 @@ class TrainingProgress(ProgressBar):
         return time.monotonic() - self._last_line >= self.seconds
 
     def _metrics(self, trainer: L.Trainer, pl_module: L.LightningModule, prefix: str = "") -> str:
-        metrics = {key: value for key, value in self.get_metrics(trainer, pl_module).items()
-                   if key != "v_num" and key.startswith(prefix)}
-        return ", ".join(f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}"
-                         for key, value in metrics.items())
+        metrics = {
+            key: value
+            for key, value in self.get_metrics(trainer, pl_module).items()
+            if key != "v_num" and key.startswith(prefix)
+        }
+        return ", ".join(
+            f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}" for key, value in metrics.items()
+        )
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._started, self._first_step = time.monotonic(), trainer.global_step
@@ -478,25 +518,32 @@ class TrainingProgress(ProgressBar):
         self._line(f"training from step {trainer.global_step:,}{goal}")
         self._last_line = -math.inf  # the first step's line follows at once: the speed, early
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         step, last = trainer.global_step, trainer.max_steps
         if not (self._due() or step == last):
             return
         done = step - self._first_step
         per_step = (time.monotonic() - self._started) / max(done, 1)
-        where = f"step {step:,}/{last:,} ({100 * step / last:.0f}%)" if last > 0 else \
-            f"step {step:,} (epoch {trainer.current_epoch})"
+        where = (
+            f"step {step:,}/{last:,} ({100 * step / last:.0f}%)"
+            if last > 0
+            else f"step {step:,} (epoch {trainer.current_epoch})"
+        )
         left = f", about {_clock(per_step * (last - step))} left" if last > 0 and step < last else ""
         metrics = self._metrics(trainer, pl_module)
-        self._line(f"{where}: {per_step:.2f} s/step, {_clock(time.monotonic() - self._started)} so far{left}"
-                   + (f"; {metrics}" if metrics else ""))
+        self._line(
+            f"{where}: {per_step:.2f} s/step, {_clock(time.monotonic() - self._started)} so far{left}"
+            + (f"; {metrics}" if metrics else "")
+        )
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or trainer.state.fn != "fit":
             return
-        metrics = ", ".join(f"{key} {float(value):.4g}" for key, value in trainer.callback_metrics.items()
-                            if key.startswith("val"))
+        metrics = ", ".join(
+            f"{key} {float(value):.4g}" for key, value in trainer.callback_metrics.items() if key.startswith("val")
+        )
         self._line(f"validation at step {trainer.global_step:,}" + (f": {metrics}" if metrics else ""))
 
     def _evaluation_batch(self, what: str, batch_idx: int, total: float) -> None:
@@ -507,19 +554,40 @@ class TrainingProgress(ProgressBar):
             of = f"/{int(total):,}" if math.isfinite(total) else ""
             self._line(f"{what}: batch {batch_idx + 1:,}{of}")
 
-    def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                                batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_validation_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
         if trainer.state.fn == "validate":
             self.has_dataloader_changed(dataloader_idx)
             self._evaluation_batch("validating", batch_idx, self.total_val_batches_current_dataloader)
 
-    def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                          batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_test_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
         self.has_dataloader_changed(dataloader_idx)
         self._evaluation_batch("testing", batch_idx, self.total_test_batches_current_dataloader)
 
-    def on_predict_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                             batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_predict_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
         self.has_dataloader_changed(dataloader_idx)
         self._evaluation_batch("predicting", batch_idx, self.total_predict_batches_current_dataloader)
 

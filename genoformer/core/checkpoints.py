@@ -160,12 +160,12 @@ def _record_damage(data: memoryview, info: zipfile.ZipInfo) -> Optional[str]:
         return "its header lies past the end of the file"
     signature, name_length, extra_length = _LOCAL_HEADER.unpack_from(data, start)
     name_at = start + _LOCAL_HEADER.size
-    if signature != b"PK\x03\x04" or bytes(data[name_at:name_at + name_length]) != info.orig_filename.encode():
+    if signature != b"PK\x03\x04" or bytes(data[name_at : name_at + name_length]) != info.orig_filename.encode():
         return "its header is damaged"
     begin = name_at + name_length + extra_length
     if begin + info.compress_size > len(data):
         return "its bytes run past the end of the file"
-    if zlib.crc32(data[begin:begin + info.compress_size]) != info.CRC:
+    if zlib.crc32(data[begin : begin + info.compress_size]) != info.CRC:
         return "its bytes do not match the CRC-32 written with them"
     return None
 
@@ -284,14 +284,21 @@ def _run_checkpoint(run: Path, spec: Union[str, Path], which: str | None) -> Pat
     lasts = sorted((path for path in files if _LAST_NAME.match(path.name)), key=lambda path: path.stat().st_mtime)
     if which == "last":
         if not lasts:
-            raise FileNotFoundError(f"checkpoint not found: {spec}: the run in {run} has no last.ckpt (its checkpoints: "
-                                    f"{', '.join(path.name for path in files)}); pass one of them")
+            raise FileNotFoundError(
+                f"checkpoint not found: {spec}: the run in {run} has no last.ckpt (its checkpoints: "
+                f"{', '.join(path.name for path in files)}); pass one of them"
+            )
         return _said(spec, lasts[-1], "the run's last checkpoint")
     best = best_checkpoint(folder)
     if best is not None:
         path, monitor, score = best
-        return _said(spec, path, f"the run's best checkpoint, {monitor} {score:.4g}" if score is not None
-                     else f"the run's best checkpoint by {monitor}")
+        return _said(
+            spec,
+            path,
+            f"the run's best checkpoint, {monitor} {score:.4g}"
+            if score is not None
+            else f"the run's best checkpoint by {monitor}",
+        )
     if which is None and lasts:
         return _said(spec, lasts[-1], "the run's last checkpoint: it records no best one (no validation monitor)")
     raise FileNotFoundError(
@@ -338,12 +345,16 @@ def _pretrained(name: str) -> Path:
         if place.is_file():
             return _said(name, place, model.description)
     looked = " nor ".join(map(str, places))
-    return _said(name, _hub_snapshot(
-        model.hub_id,
-        f"{name}: the pretrained model ({model.description}) is not at {looked}, and ",
-        f" Put the file {model.file} (examples/ of the genoformer repository) at {model_cache() / model.file}, "
-        "or set GENOFORMER_HOME to the folder that holds it.",
-    ), f"{model.description}, from the Hugging Face Hub {model.hub_id}")
+    return _said(
+        name,
+        _hub_snapshot(
+            model.hub_id,
+            f"{name}: the pretrained model ({model.description}) is not at {looked}, and ",
+            f" Put the file {model.file} (examples/ of the genoformer repository) at {model_cache() / model.file}, "
+            "or set GENOFORMER_HOME to the folder that holds it.",
+        ),
+        f"{model.description}, from the Hugging Face Hub {model.hub_id}",
+    )
 
 
 def _hub_snapshot(hub_id: str, context: str, remedy: str = "") -> Path:
@@ -357,8 +368,12 @@ def _hub_snapshot(hub_id: str, context: str, remedy: str = "") -> Path:
         detail = str(error).splitlines()[0] if str(error) else "no network?"
         raise FileNotFoundError(
             f"{context}the Hugging Face Hub gave no model {hub_id} ({type(error).__name__}: {detail}).{remedy or ' '}"
-            + ("" if remedy else "Pass a .ckpt file, a run directory, a directory of `genoformer export --format hf`, "
-               "or a Hub id (owner/name) with a network.")
+            + (
+                ""
+                if remedy
+                else "Pass a .ckpt file, a run directory, a directory of `genoformer export --format hf`, "
+                "or a Hub id (owner/name) with a network."
+            )
         ) from error
 
 
@@ -417,8 +432,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     behaviour.
     """
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: Union[str, Path],
-                        storage_options: Optional[Any] = None) -> None:
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Union[str, Path], storage_options: Optional[Any] = None
+    ) -> None:
         if _remote(path):
             super().save_checkpoint(checkpoint, path, storage_options)
             return

@@ -75,8 +75,11 @@ def sequence_sharding(trunk: TransformerTrunk, seq_len: int, parts: int) -> Shar
     causal, chunk bounds on multiples of every block-sparse layer's block size, equal parts (so
     that each process knows the whole length from its own part). ValueError saying what to change
     when seq_len does not divide so."""
-    block_sizes = {layout.block_size for layout in (trunk.layout(i, seq_len) for i in range(trunk.config.n_layers))
-                   if layout is not None}
+    block_sizes = {
+        layout.block_size
+        for layout in (trunk.layout(i, seq_len) for i in range(trunk.config.n_layers))
+        if layout is not None
+    }
     granule = math.lcm(1, *block_sizes)
     sharding = Sharding(seq_len, parts, zigzag=trunk.config.causal, granule=granule)
     step = sharding.num_chunks * granule
@@ -132,8 +135,9 @@ class SequenceShard:
         """(P,) int64: each token's position in the whole sequence (what RoPE rotates by)."""
         return self.sharding.positions(self.rank, device)
 
-    def check_inputs(self, part_len: int, *, causal: bool, lengths_B: Optional[torch.Tensor],
-                     cu_seqlens: Optional[torch.Tensor]) -> None:
+    def check_inputs(
+        self, part_len: int, *, causal: bool, lengths_B: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor]
+    ) -> None:
         """ValueError, saying what to do, for inputs a part cannot run: another part length,
         packed documents, or key padding of a bidirectional model (the ring has neither yet;
         a causal model needs no key padding, since no query reaches the padding after it)."""
@@ -143,11 +147,15 @@ class SequenceShard:
                 f"(part {self.rank} of a {self.seq_len}-token sequence); shard inputs with SequenceShard.shard."
             )
         if cu_seqlens is not None:
-            raise ValueError("packed documents (cu_seqlens) cannot run context-parallel yet: the ring keeps no "
-                             "documents apart; train without packing (data pack: false).")
+            raise ValueError(
+                "packed documents (cu_seqlens) cannot run context-parallel yet: the ring keeps no "
+                "documents apart; train without packing (data pack: false)."
+            )
         if lengths_B is not None and not causal:
-            raise ValueError("key padding (lengths) of a bidirectional model cannot run context-parallel yet: the "
-                             "ring has no key padding; use whole windows, or evaluate on one process.")
+            raise ValueError(
+                "key padding (lengths) of a bidirectional model cannot run context-parallel yet: the "
+                "ring has no key padding; use whole windows, or evaluate on one process."
+            )
 
     def shard(self, whole: torch.Tensor, dim: int = 1) -> torch.Tensor:
         """This process's part of `whole`, which holds the whole sequence along `dim`."""
@@ -171,12 +179,28 @@ class SequenceShard:
         process backpropagates its own part's share of the sum)."""
         return _SumOverGroup.apply(value, self.group)
 
-    def attention(self, q_BHPD: torch.Tensor, k_BKPD: torch.Tensor, v_BKPD: torch.Tensor, *, causal: bool,
-                  layout: Optional[BlockLayout], backend: Backend) -> torch.Tensor:
+    def attention(
+        self,
+        q_BHPD: torch.Tensor,
+        k_BKPD: torch.Tensor,
+        v_BKPD: torch.Tensor,
+        *,
+        causal: bool,
+        layout: Optional[BlockLayout],
+        backend: Backend,
+    ) -> torch.Tensor:
         """This part's rows (B, H, P, D) of attention over the whole sequence (`layout` built for
         it), through the ring over the group."""
-        return ring_attention(q_BHPD, k_BKPD, v_BKPD, group=self.group, sharding=self.sharding, causal=causal,
-                              layout=layout, backend=backend)
+        return ring_attention(
+            q_BHPD,
+            k_BKPD,
+            v_BKPD,
+            group=self.group,
+            sharding=self.sharding,
+            causal=causal,
+            layout=layout,
+            backend=backend,
+        )
 
 
 @contextlib.contextmanager
@@ -218,10 +242,13 @@ class ContextParallelStrategy(DDPStrategy):
         """
         if isinstance(context_parallel, bool) or not isinstance(context_parallel, int) or context_parallel < 1:
             raise ValueError(
-                f"context_parallel must be a positive int (processes per sequence), got {context_parallel!r}.")
+                f"context_parallel must be a positive int (processes per sequence), got {context_parallel!r}."
+            )
         if kwargs.get("ddp_comm_hook") is not None:
-            raise ValueError("ContextParallelStrategy sets its own DDP communication hook (sum over the parts, "
-                             "mean over replicas); leave ddp_comm_hook out.")
+            raise ValueError(
+                "ContextParallelStrategy sets its own DDP communication hook (sum over the parts, "
+                "mean over replicas); leave ddp_comm_hook out."
+            )
         super().__init__(**kwargs)
         self.context_parallel = context_parallel
         self.mesh: Optional[DeviceMesh] = None
@@ -251,8 +278,10 @@ class ContextParallelStrategy(DDPStrategy):
 
     def setup(self, trainer: Any) -> None:
         if trainer.state.fn == TrainerFn.PREDICTING:
-            raise ValueError("prediction (embeddings) does not run context-parallel yet; predict on one device "
-                             "(--trainer.strategy auto --trainer.devices 1) with a window that fits it.")
+            raise ValueError(
+                "prediction (embeddings) does not run context-parallel yet; predict on one device "
+                "(--trainer.strategy auto --trainer.devices 1) with a window that fits it."
+            )
         super().setup(trainer)
 
     def configure_ddp(self) -> None:
@@ -277,8 +306,10 @@ class ContextParallelStrategy(DDPStrategy):
     def _trunk(self) -> TransformerTrunk:
         trunk = getattr(self.lightning_module, "model", None)
         if not isinstance(trunk, TransformerTrunk):
-            raise TypeError(f"context parallelism runs modules whose `model` is a TransformerTrunk (GenoformerLM), "
-                            f"got {type(self.lightning_module).__name__}.")
+            raise TypeError(
+                f"context parallelism runs modules whose `model` is a TransformerTrunk (GenoformerLM), "
+                f"got {type(self.lightning_module).__name__}."
+            )
         return trunk
 
     # ------------------------------------------------------------------ steps
@@ -286,11 +317,14 @@ class ContextParallelStrategy(DDPStrategy):
         """The shard of a batch whose "tokens" (B, P) are this process's parts."""
         tokens = batch.get("tokens") if isinstance(batch, Mapping) else None
         if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2:
-            raise TypeError("context parallelism trains on token batches ({'tokens': (B, P), ...}, as "
-                            "GenomeDataModule gives them); this batch has none.")
+            raise TypeError(
+                "context parallelism trains on token batches ({'tokens': (B, P), ...}, as "
+                "GenomeDataModule gives them); this batch has none."
+            )
         cp = self._mesh()["cp"]
-        return SequenceShard(self._sharding(tokens.shape[1] * self.context_parallel), cp.get_local_rank(),
-                             cp.get_group())
+        return SequenceShard(
+            self._sharding(tokens.shape[1] * self.context_parallel), cp.get_local_rank(), cp.get_group()
+        )
 
     @contextlib.contextmanager
     def _step(self, batch: Any) -> Iterator[None]:
@@ -308,4 +342,3 @@ class ContextParallelStrategy(DDPStrategy):
     def test_step(self, *args: Any, **kwargs: Any) -> Any:
         with self._step(args[0]):
             return super().test_step(*args, **kwargs)
-

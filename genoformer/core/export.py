@@ -29,8 +29,16 @@ from genoformer.core.hf import export_hf
 from genoformer.core.runtime import RUNTIME_FIELDS
 from genoformer.data.storage import refuse_existing
 
-KEPT_KEYS = ("state_dict", "hyper_parameters", "trained_seq_len", "alphabet", "pytorch-lightning_version", "epoch",
-             "global_step", TAG_KEY)
+KEPT_KEYS = (
+    "state_dict",
+    "hyper_parameters",
+    "trained_seq_len",
+    "alphabet",
+    "pytorch-lightning_version",
+    "epoch",
+    "global_step",
+    TAG_KEY,
+)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -71,8 +79,10 @@ def export(
     state = read_checkpoint(checkpoint)
     kind = checkpoint_kind(state)
     if kind is None:
-        raise ValueError(f"{checkpoint} is not a genoformer model checkpoint (no model tag, hyperparameters or "
-                         "weights); pass a .ckpt file written by `genoformer fit`.")
+        raise ValueError(
+            f"{checkpoint} is not a genoformer model checkpoint (no model tag, hyperparameters or "
+            "weights); pass a .ckpt file written by `genoformer fit`."
+        )
     exported = {key: state[key] for key in KEPT_KEYS if key in state}
     architecture = exported["hyper_parameters"].get("transformer")
     if isinstance(architecture, dict):  # runtime settings that older checkpoints stored there
@@ -83,5 +93,7 @@ def export(
     }
     tag(exported, kind)
     write_checkpoint(exported, out, overwrite=overwrite)
-    print(f"wrote {out} ({kind.description}, {out.stat().st_size / 2**20:.1f} MiB, {'stored' if dtype == 'auto' else dtype} weights)")
+    print(
+        f"wrote {out} ({kind.description}, {out.stat().st_size / 2**20:.1f} MiB, {'stored' if dtype == 'auto' else dtype} weights)"
+    )
     return out

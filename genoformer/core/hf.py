@@ -53,7 +53,12 @@ from safetensors.torch import load_file, save_file
 
 import genoformer.kernels.layout as layouts
 from genoformer.core.checkpoints import (
-    FORMAT_VERSION, TAG_KEY, ModelKind, canonical_state_dict, checkpoint_kind, read_checkpoint,
+    FORMAT_VERSION,
+    TAG_KEY,
+    ModelKind,
+    canonical_state_dict,
+    checkpoint_kind,
+    read_checkpoint,
 )
 from genoformer.core.transformer import TransformerConfig
 from genoformer.data.genome.alphabet import BASES, IUPAC_AMBIGUOUS, SPECIAL_TOKENS, TOKEN_CODES
@@ -94,10 +99,12 @@ _LM_ARCHITECTURES = {
     "CAUSAL_LM": Architecture("GenoformerForCausalLM", "AutoModelForCausalLM", "causal language model"),
     "MASKED_LM": Architecture("GenoformerForMaskedLM", "AutoModelForMaskedLM", "masked language model"),
 }
-_SEQUENCE_HEAD = Architecture("GenoformerForSequenceClassification", "AutoModelForSequenceClassification",
-                              "model fine-tuned on sequence labels")
-_BASE_HEAD = Architecture("GenoformerForTokenClassification", "AutoModelForTokenClassification",
-                          "model fine-tuned on per-base labels")
+_SEQUENCE_HEAD = Architecture(
+    "GenoformerForSequenceClassification", "AutoModelForSequenceClassification", "model fine-tuned on sequence labels"
+)
+_BASE_HEAD = Architecture(
+    "GenoformerForTokenClassification", "AutoModelForTokenClassification", "model fine-tuned on per-base labels"
+)
 _FORECASTER = Architecture("GenoformerForecaster", "AutoModel", "time-series forecaster")
 
 
@@ -129,13 +136,17 @@ def export_hf(
     state = read_checkpoint(checkpoint)
     kind = checkpoint_kind(state) if isinstance(state, dict) else None
     if kind is None:
-        raise ValueError(f"{checkpoint} is not a genoformer model checkpoint (no model tag, hyperparameters or "
-                         "weights); pass a .ckpt file written by `genoformer fit`.")
+        raise ValueError(
+            f"{checkpoint} is not a genoformer model checkpoint (no model tag, hyperparameters or "
+            "weights); pass a .ckpt file written by `genoformer fit`."
+        )
     if kind is not ModelKind.FORECASTER:
         alphabet = state.get("alphabet", TOKEN_CODES)
         if alphabet != TOKEN_CODES:
-            raise ValueError(f"{checkpoint}'s model reads the token codes {alphabet}, this genoformer's tokenizer "
-                             f"encodes {TOKEN_CODES}; export it with the genoformer version that trained it.")
+            raise ValueError(
+                f"{checkpoint}'s model reads the token codes {alphabet}, this genoformer's tokenizer "
+                f"encodes {TOKEN_CODES}; export it with the genoformer version that trained it."
+            )
     hparams = dict(state["hyper_parameters"])
     config = TransformerConfig.from_dict(hparams["transformer"])
     _check_exportable(config, checkpoint)
@@ -167,12 +178,15 @@ def export_hf(
             (tmp / MODELING_FILE).write_text(modeling_source())
             shutil.copyfile(layouts.__file__, tmp / LAYOUT_FILE)
             save_tokenizer(tmp, config.max_seq_len)
-        card = model_card(out.name, config, kind, architecture, hparams, trained_seq_len, n_params, dtype,
-                          metrics, measured, training)
+        card = model_card(
+            out.name, config, kind, architecture, hparams, trained_seq_len, n_params, dtype, metrics, measured, training
+        )
         (tmp / "README.md").write_text(card)
     size = sum(f.stat().st_size for f in out.iterdir())
-    print(f"wrote {out} (Hugging Face format, {kind.description}, {n_params:,} parameters, {dtype} weights, "
-          f"{size / 2**20:.1f} MiB, {time.perf_counter() - start:.1f} s)")
+    print(
+        f"wrote {out} (Hugging Face format, {kind.description}, {n_params:,} parameters, {dtype} weights, "
+        f"{size / 2**20:.1f} MiB, {time.perf_counter() - start:.1f} s)"
+    )
     return out
 
 
@@ -188,14 +202,18 @@ def _check_exportable(config: TransformerConfig, checkpoint: Path) -> None:
     """Only what the modeling files compute exports: genoformer's own layout specs (the modeling file
     builds those), RoPE, no ALiBi."""
     if config.alibi or not config.rope:
-        raise ValueError(f"{checkpoint}'s model uses {'ALiBi' if config.alibi else 'no RoPE'} (transformer.alibi: "
-                         f"{config.alibi}, rope: {config.rope}); the Hugging Face modeling files compute RoPE attention "
-                         f"without ALiBi. `genoformer export` writes a portable .ckpt.")
+        raise ValueError(
+            f"{checkpoint}'s model uses {'ALiBi' if config.alibi else 'no RoPE'} (transformer.alibi: "
+            f"{config.alibi}, rope: {config.rope}); the Hugging Face modeling files compute RoPE attention "
+            f"without ALiBi. `genoformer export` writes a portable .ckpt."
+        )
     for spec in config.attention:
         if spec is not None and type(spec).__module__ != layouts.__name__:
-            raise ValueError(f"{checkpoint} has an attention layout of its own class {type(spec).__qualname__} "
-                             f"(module {type(spec).__module__}); the Hugging Face export builds genoformer's layouts "
-                             f"only ({', '.join(layouts.__all__[2:])}). `genoformer export` writes a portable .ckpt.")
+            raise ValueError(
+                f"{checkpoint} has an attention layout of its own class {type(spec).__qualname__} "
+                f"(module {type(spec).__module__}); the Hugging Face export builds genoformer's layouts "
+                f"only ({', '.join(layouts.__all__[2:])}). `genoformer export` writes a portable .ckpt."
+            )
 
 
 def export_architecture(kind: ModelKind, hparams: Mapping[str, Any]) -> Architecture:
@@ -237,8 +255,10 @@ def hf_state_dict(
     head, embed = state_dict.get(SOURCE_PREFIX + HEAD_KEY), state_dict.get(SOURCE_PREFIX + "embed.weight")
     tied = config.tie_embeddings and kind is not ModelKind.FORECASTER  # a forecaster's head reads no tokens
     if tied and head is not None and not torch.equal(head, embed):
-        raise ValueError("the config ties the output head to the embedding, but the checkpoint's head and embedding "
-                         "weights differ; the checkpoint is inconsistent, so it is not exported.")
+        raise ValueError(
+            "the config ties the output head to the embedding, but the checkpoint's head and embedding "
+            "weights differ; the checkpoint is inconsistent, so it is not exported."
+        )
     tensors = {}
     for key, tensor in state_dict.items():
         name = key
@@ -250,7 +270,7 @@ def hf_state_dict(
             if key == SOURCE_PREFIX + HEAD_KEY:
                 continue
             if key.startswith(FINETUNED_HEAD[0]):
-                name = FINETUNED_HEAD[1] + key[len(FINETUNED_HEAD[0]):]
+                name = FINETUNED_HEAD[1] + key[len(FINETUNED_HEAD[0]) :]
         if not name.startswith((SOURCE_PREFIX, HEAD_KEY, FINETUNED_HEAD[1])):
             continue
         tensors[name] = (tensor.to(dtype) if tensor.is_floating_point() else tensor).contiguous().clone()
@@ -258,18 +278,29 @@ def hf_state_dict(
 
 
 def hf_config_dict(
-    config: TransformerConfig, kind: ModelKind, architecture: Architecture, trained_seq_len: int,
-    hparams: Mapping[str, Any], dtype: str,
+    config: TransformerConfig,
+    kind: ModelKind,
+    architecture: Architecture,
+    trained_seq_len: int,
+    hparams: Mapping[str, Any],
+    dtype: str,
 ) -> dict[str, Any]:
     """config.json of the export (the modeling file's config fields and transformers' own keys)."""
-    tag = {"kind": kind.value, "format_version": FORMAT_VERSION, "trained_seq_len": trained_seq_len,
-           "hyper_parameters": {key: value for key, value in hparams.items() if key != "transformer"}}
+    tag = {
+        "kind": kind.value,
+        "format_version": FORMAT_VERSION,
+        "trained_seq_len": trained_seq_len,
+        "hyper_parameters": {key: value for key, value in hparams.items() if key != "transformer"},
+    }
     if kind is ModelKind.FORECASTER:
         module = Path(FORECASTER_MODELING_FILE).stem
         return {
             "model_type": FORECASTER_MODEL_TYPE,
             "architectures": [architecture.name],
-            "auto_map": {"AutoConfig": f"{module}.GenoformerForecasterConfig", "AutoModel": f"{module}.{architecture.name}"},
+            "auto_map": {
+                "AutoConfig": f"{module}.GenoformerForecasterConfig",
+                "AutoModel": f"{module}.{architecture.name}",
+            },
             "transformer": config.to_dict(),
             "forecast": dict(hparams["forecast"]),
             "dtype": dtype,
@@ -279,8 +310,11 @@ def hf_config_dict(
     values = {
         "model_type": MODEL_TYPE,
         "architectures": [architecture.name],
-        "auto_map": {"AutoConfig": f"{module}.GenoformerConfig", "AutoModel": f"{module}.GenoformerModel",
-                     architecture.auto_class: f"{module}.{architecture.name}"},
+        "auto_map": {
+            "AutoConfig": f"{module}.GenoformerConfig",
+            "AutoModel": f"{module}.GenoformerModel",
+            architecture.auto_class: f"{module}.{architecture.name}",
+        },
         **config.to_dict(),
         "alphabet": dict(TOKEN_CODES),
         "pad_token_id": TOKEN_CODES["PAD"],
@@ -299,9 +333,13 @@ def hf_config_dict(
     return values
 
 
-_PROBLEM_TYPES = {"sequence_classes": "single_label_classification", "sequence_labels": "multi_label_classification",
-                  "sequence_values": "regression", "base_classes": "single_label_classification",
-                  "base_values": "regression"}
+_PROBLEM_TYPES = {
+    "sequence_classes": "single_label_classification",
+    "sequence_labels": "multi_label_classification",
+    "sequence_values": "regression",
+    "base_classes": "single_label_classification",
+    "base_values": "regression",
+}
 """transformers' problem_type of each TargetKind value."""
 
 
@@ -340,8 +378,10 @@ def build_tokenizer(max_len: int):
     from tokenizers.models import WordLevel
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {**{base: TOKEN_CODES[base] for base in BASES},
-             **{SPECIAL_TOKEN_TEXT[name]: code for name, code in SPECIAL_TOKENS.items()}}
+    vocab = {
+        **{base: TOKEN_CODES[base] for base in BASES},
+        **{SPECIAL_TOKEN_TEXT[name]: code for name, code in SPECIAL_TOKENS.items()},
+    }
     tokenizer = Tokenizer(WordLevel(vocab))  # no unknown token: a letter outside the alphabet is an error
     folds = [normalizers.Replace(Regex(r"\s"), "")]
     folds += [normalizers.Replace(base.lower(), base) for base in BASES]
@@ -361,9 +401,17 @@ def build_tokenizer(max_len: int):
 
 
 def model_card(
-    name: str, config: TransformerConfig, kind: ModelKind, architecture: Architecture, hparams: Mapping[str, Any],
-    trained_seq_len: int, n_params: int, dtype: str, metrics: Mapping[str, float],
-    reports: Sequence[tuple[str, dict]], training: Sequence[str] = (),
+    name: str,
+    config: TransformerConfig,
+    kind: ModelKind,
+    architecture: Architecture,
+    hparams: Mapping[str, Any],
+    trained_seq_len: int,
+    n_params: int,
+    dtype: str,
+    metrics: Mapping[str, float],
+    reports: Sequence[tuple[str, dict]],
+    training: Sequence[str] = (),
 ) -> str:
     """README.md with Hub metadata, what the model is, what it was trained on (`training`: lines of
     `training_record`), its measured figures, its limitations, and how to load it."""
@@ -371,37 +419,65 @@ def model_card(
     if kind is ModelKind.FORECASTER:
         forecast = hparams["forecast"]
         tags, pipeline = ["time-series", "forecasting", "genoformer"], "time-series-forecasting"
-        what = (f"A genoformer time-series forecaster: patches of {forecast['patch_len']} samples as tokens, "
-                f"a look-back of up to {forecast['context']:,} samples and a horizon of {forecast['horizon']:,}, "
-                "on a pre-norm transformer (RMSNorm, rotary position embeddings, SwiGLU MLP).")
-        rows = [("context", f"{forecast['context']:,} samples"), ("horizon", f"{forecast['horizon']:,} samples"),
-                ("channels", str(forecast.get("n_channels"))), ("quantiles", str(forecast.get("quantiles") or "none"))]
+        what = (
+            f"A genoformer time-series forecaster: patches of {forecast['patch_len']} samples as tokens, "
+            f"a look-back of up to {forecast['context']:,} samples and a horizon of {forecast['horizon']:,}, "
+            "on a pre-norm transformer (RMSNorm, rotary position embeddings, SwiGLU MLP)."
+        )
+        rows = [
+            ("context", f"{forecast['context']:,} samples"),
+            ("horizon", f"{forecast['horizon']:,} samples"),
+            ("channels", str(forecast.get("n_channels"))),
+            ("quantiles", str(forecast.get("quantiles") or "none")),
+        ]
     else:
         tags = ["dna", "genomics", "genoformer"]
         objective = hparams.get("objective")
         if kind is ModelKind.GENOME_FINETUNED:
             targets = hparams["targets"]
             pipeline = "token-classification" if architecture is _BASE_HEAD else "text-classification"
-            what = (f"A genoformer DNA {architecture.description}: a pre-norm transformer over single nucleotides "
-                    f"with a {targets['kind'].replace('_', ' ')} head ({', '.join(map(str, targets['names']))}).")
-            rows = [("targets", f"{targets['kind']}: {', '.join(map(str, targets['names']))}"),
-                    ("pooling", str(hparams.get("pooling")).lower() if architecture is _SEQUENCE_HEAD else "per base"),
-                    ("strands", "both (reverse complement read beside the sequence)"
-                     if head_config(config, hparams)["both_strands"] else "one")]
+            what = (
+                f"A genoformer DNA {architecture.description}: a pre-norm transformer over single nucleotides "
+                f"with a {targets['kind'].replace('_', ' ')} head ({', '.join(map(str, targets['names']))})."
+            )
+            rows = [
+                ("targets", f"{targets['kind']}: {', '.join(map(str, targets['names']))}"),
+                ("pooling", str(hparams.get("pooling")).lower() if architecture is _SEQUENCE_HEAD else "per base"),
+                (
+                    "strands",
+                    "both (reverse complement read beside the sequence)"
+                    if head_config(config, hparams)["both_strands"]
+                    else "one",
+                ),
+            ]
         else:
             pipeline = "text-generation" if objective == "CAUSAL_LM" else "fill-mask"
             task = "next-base prediction" if objective == "CAUSAL_LM" else "masked bases, bidirectional attention"
-            what = (f"A genoformer DNA {architecture.description}: a pre-norm transformer (RMSNorm, rotary position "
-                    "embeddings, SwiGLU MLP, grouped-query attention) over single nucleotides.")
+            what = (
+                f"A genoformer DNA {architecture.description}: a pre-norm transformer (RMSNorm, rotary position "
+                "embeddings, SwiGLU MLP, grouped-query attention) over single nucleotides."
+            )
             rows = [("objective", f"{objective} ({task})")]
     sparse = sorted({type(spec).__name__ for spec in config.attention if spec is not None})
     rows += [
         ("parameters", f"{n_params:,}"),
-        ("context length", f"{context:,} {'samples' if kind is ModelKind.FORECASTER else 'bases'} trained "
-                           f"(at most {config.max_seq_len:,} tokens per forward pass)"),
-        ("layers x width", f"{config.n_layers} x {config.d_model}, {config.n_heads} heads ({config.kv_heads} key/value heads)"),
-        ("attention", "dense" if not sparse else f"block-sparse ({', '.join(sparse)}) and dense layers"
-                      if None in config.attention else f"block-sparse ({', '.join(sparse)})"),
+        (
+            "context length",
+            f"{context:,} {'samples' if kind is ModelKind.FORECASTER else 'bases'} trained "
+            f"(at most {config.max_seq_len:,} tokens per forward pass)",
+        ),
+        (
+            "layers x width",
+            f"{config.n_layers} x {config.d_model}, {config.n_heads} heads ({config.kv_heads} key/value heads)",
+        ),
+        (
+            "attention",
+            "dense"
+            if not sparse
+            else f"block-sparse ({', '.join(sparse)}) and dense layers"
+            if None in config.attention
+            else f"block-sparse ({', '.join(sparse)})",
+        ),
         ("weights", f"{dtype} safetensors"),
     ]
     table = "\n".join(f"| {key} | {value} |" for key, value in rows)
@@ -429,7 +505,9 @@ TRAINING_DATA_KEYS = ("fasta", "store", "train", "val", "test", "genome", "task"
 """The data module options a model card lists under "Training data", where the run's config.yaml has them."""
 
 
-def training_record(checkpoint: Path, kind: ModelKind, hparams: Mapping[str, Any], state: Mapping[str, Any]) -> list[str]:
+def training_record(
+    checkpoint: Path, kind: ModelKind, hparams: Mapping[str, Any], state: Mapping[str, Any]
+) -> list[str]:
     """What a checkpoint was trained on, as lines for the model card: the data options of its run's
     config.yaml (beside <run dir>/checkpoints/), the model it was fine-tuned from, the steps and
     the window; a line saying that the data was not recorded when there is no config.yaml."""
@@ -446,8 +524,10 @@ def training_record(checkpoint: Path, kind: ModelKind, hparams: Mapping[str, Any
         loaded = yaml.safe_load(config.read_text()) or {}
         data = (loaded.get("data") or {}) if isinstance(loaded, dict) else {}
     if data is None:
-        lines.append("the training data is not recorded beside this checkpoint (no config.yaml of its run): "
-                     "say here what it was trained on before sharing it")
+        lines.append(
+            "the training data is not recorded beside this checkpoint (no config.yaml of its run): "
+            "say here what it was trained on before sharing it"
+        )
         return lines
     options = data.get("init_args", data) if isinstance(data, dict) else {}
     if data.get("class_path"):
@@ -489,14 +569,20 @@ def _limitations_section(kind: ModelKind, architecture: Architecture, hparams: M
         ]
         if kind is ModelKind.GENOME_FINETUNED:
             targets = hparams["targets"]
-            points.append(f"Its outputs are {targets['kind'].replace('_', ' ')} ({', '.join(map(str, targets['names']))}) "
-                          "learned from the labels above; its probabilities are not calibrated.")
+            points.append(
+                f"Its outputs are {targets['kind'].replace('_', ' ')} ({', '.join(map(str, targets['names']))}) "
+                "learned from the labels above; its probabilities are not calibrated."
+            )
             if architecture is _BASE_HEAD and "CDS+" in targets["names"]:
-                points.append("Gene calls are prokaryotic open reading frames (translation table 11, no introns): "
-                              "eukaryotic genes are not modelled.")
+                points.append(
+                    "Gene calls are prokaryotic open reading frames (translation table 11, no introns): "
+                    "eukaryotic genes are not modelled."
+                )
         elif hparams.get("objective") == "CAUSAL_LM":
-            points.append("A causal model scores each base from the bases before it only; a variant's log-likelihood "
-                          "ratio says how expected a sequence is, not what the variant does to the organism.")
+            points.append(
+                "A causal model scores each base from the bases before it only; a variant's log-likelihood "
+                "ratio says how expected a sequence is, not what the variant does to the organism."
+            )
     return "## Limitations\n\n" + "\n".join(f"- {point}" for point in points) + "\n\n"
 
 
@@ -505,17 +591,30 @@ def _measured_section(metrics: Mapping[str, float], reports: Sequence[tuple[str,
         return ""
     lines = ["## Measured", ""]
     if metrics:
-        lines += ["The training run's validation figures at this checkpoint's step (else the last logged) and its "
-                  "test figures:", "", "| metric | value |", "|---|---|"]
+        lines += [
+            "The training run's validation figures at this checkpoint's step (else the last logged) and its "
+            "test figures:",
+            "",
+            "| metric | value |",
+            "|---|---|",
+        ]
         lines += [f"| {key} | {value:.4g} |" for key, value in metrics.items()]
         lines.append("")
     if reports:
-        lines += ["Bits per base (lower is better) from `genoformer evaluate` and `genoformer baseline` reports:", "",
-                  "| report | model | records | bases | bits per base |", "|---|---|---|---|---|"]
+        lines += [
+            "Bits per base (lower is better) from `genoformer evaluate` and `genoformer baseline` reports:",
+            "",
+            "| report | model | records | bases | bits per base |",
+            "|---|---|---|---|---|",
+        ]
         for file_name, report in reports:
-            model = (f"order-{report['model']['order']} Markov baseline" if isinstance(report.get("model"), Mapping)
-                     else f"genoformer, {report.get('context', '?'):,}-base context" if "checkpoint" in report
-                     else "?")
+            model = (
+                f"order-{report['model']['order']} Markov baseline"
+                if isinstance(report.get("model"), Mapping)
+                else f"genoformer, {report.get('context', '?'):,}-base context"
+                if "checkpoint" in report
+                else "?"
+            )
             records = ", ".join(str(r.get("name")) for r in report.get("records", [])[:4])
             more = len(report.get("records", [])) - 4
             records += f" and {more} more" if more > 0 else ""
@@ -526,8 +625,9 @@ def _measured_section(metrics: Mapping[str, float], reports: Sequence[tuple[str,
     return "\n".join(lines) + "\n"
 
 
-def _loading_section(name: str, config: TransformerConfig, kind: ModelKind, architecture: Architecture,
-                     hparams: Mapping[str, Any]) -> str:
+def _loading_section(
+    name: str, config: TransformerConfig, kind: ModelKind, architecture: Architecture, hparams: Mapping[str, Any]
+) -> str:
     if kind is ModelKind.FORECASTER:
         return f"""## Load with genoformer
 
@@ -555,7 +655,9 @@ uppercase and the IUPAC ambiguity letters read as N.
 """
     if kind is ModelKind.GENOME_FINETUNED:
         per_base = architecture is _BASE_HEAD
-        python = "annotator = GeneAnnotator.from_checkpoint" if per_base else "predictor = SequencePredictor.from_checkpoint"
+        python = (
+            "annotator = GeneAnnotator.from_checkpoint" if per_base else "predictor = SequencePredictor.from_checkpoint"
+        )
         cls = "GeneAnnotator" if per_base else "SequencePredictor"
         shape = "(1, L, K) per base" if per_base else "(1, K)"
         return f"""## Load with genoformer
@@ -581,11 +683,15 @@ probabilities = model.predict(**inputs)              # averaged over both strand
 {tokens}"""
     objective = hparams.get("objective")
     if objective == "CAUSAL_LM":
-        use = ("logits = model(**inputs).logits          # (1, L, 8): position i predicts base i + 1\n"
-               "log2p = logits[0, :-1].log_softmax(-1)[range(11), inputs.input_ids[0, 1:]] / math.log(2)")
+        use = (
+            "logits = model(**inputs).logits          # (1, L, 8): position i predicts base i + 1\n"
+            "log2p = logits[0, :-1].log_softmax(-1)[range(11), inputs.input_ids[0, 1:]] / math.log(2)"
+        )
     else:
-        use = ("inputs.input_ids[0, 5] = tokenizer.mask_token_id\n"
-               "logits = model(**inputs).logits          # (1, L, 8): predictions at every position")
+        use = (
+            "inputs.input_ids[0, 5] = tokenizer.mask_token_id\n"
+            "logits = model(**inputs).logits          # (1, L, 8): predictions at every position"
+        )
     return f"""## Load with genoformer
 
 ```python
@@ -645,16 +751,22 @@ def run_metrics(checkpoint: Path, step: Optional[int] = None) -> dict[str, float
 def _read_report(path: Path) -> tuple[str, dict]:
     """(file name, content) of a `genoformer evaluate` or `baseline` JSON report."""
     if not path.is_file():
-        raise FileNotFoundError(f"report not found: {path}; pass JSON files written by `genoformer evaluate --out` "
-                                "or `genoformer baseline --out`.")
+        raise FileNotFoundError(
+            f"report not found: {path}; pass JSON files written by `genoformer evaluate --out` "
+            "or `genoformer baseline --out`."
+        )
     try:
         report = json.loads(path.read_text())
     except ValueError as error:
-        raise ValueError(f"{path} is not JSON ({error}); pass a report of `genoformer evaluate` or `baseline`.") from error
+        raise ValueError(
+            f"{path} is not JSON ({error}); pass a report of `genoformer evaluate` or `baseline`."
+        ) from error
     total = report.get("total") if isinstance(report, dict) else None
     if not isinstance(total, dict) or "bits_per_base" not in total or "bases" not in total:
-        raise ValueError(f"{path} has no total bits per base; pass a report of `genoformer evaluate --out` or "
-                         "`genoformer baseline --out`.")
+        raise ValueError(
+            f"{path} has no total bits per base; pass a report of `genoformer evaluate --out` or "
+            "`genoformer baseline --out`."
+        )
     return path.name, report
 
 
@@ -678,23 +790,29 @@ def read_hf_checkpoint(path: Union[str, Path]) -> tuple[dict, dict]:
     "trained_seq_len"; the hyperparameters with "transformer" (TransformerConfig.to_dict layout)."""
     path = Path(path)
     if not is_hf_directory(path):
-        raise ValueError(f"{path} is not a genoformer Hugging Face directory (config.json with model_type "
-                         f"{MODEL_TYPE!r} or {FORECASTER_MODEL_TYPE!r}, and {WEIGHTS_FILE}); write one with "
-                         "`genoformer export --format hf`.")
+        raise ValueError(
+            f"{path} is not a genoformer Hugging Face directory (config.json with model_type "
+            f"{MODEL_TYPE!r} or {FORECASTER_MODEL_TYPE!r}, and {WEIGHTS_FILE}); write one with "
+            "`genoformer export --format hf`."
+        )
     hf_config = json.loads((path / CONFIG_FILE).read_text())
     tagged = hf_config.get(TAG_KEY)
     if not isinstance(tagged, Mapping):
-        raise ValueError(f"{path / CONFIG_FILE} has no {TAG_KEY!r} entry; it was not written by "
-                         "`genoformer export --format hf`.")
+        raise ValueError(
+            f"{path / CONFIG_FILE} has no {TAG_KEY!r} entry; it was not written by `genoformer export --format hf`."
+        )
     version = tagged.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise ValueError(f"{path} has genoformer checkpoint format {version!r}; this genoformer reads formats up to "
-                         f"{FORMAT_VERSION}: upgrade genoformer to read it")
+        raise ValueError(
+            f"{path} has genoformer checkpoint format {version!r}; this genoformer reads formats up to "
+            f"{FORMAT_VERSION}: upgrade genoformer to read it"
+        )
     try:
         kind = ModelKind(tagged.get("kind"))
     except ValueError as error:
-        raise ValueError(f"{path / CONFIG_FILE} names an unknown kind of model {tagged.get('kind')!r}; upgrade "
-                         "genoformer to read it") from error
+        raise ValueError(
+            f"{path / CONFIG_FILE} names an unknown kind of model {tagged.get('kind')!r}; upgrade genoformer to read it"
+        ) from error
     if kind is ModelKind.FORECASTER:
         config = TransformerConfig.from_dict(hf_config["transformer"])
     else:
@@ -703,7 +821,7 @@ def read_hf_checkpoint(path: Union[str, Path]) -> tuple[dict, dict]:
     state_dict = {}
     for name, tensor in load_file(path / WEIGHTS_FILE).items():
         if kind is ModelKind.GENOME_FINETUNED and name.startswith(FINETUNED_HEAD[1]):
-            name = FINETUNED_HEAD[0] + name[len(FINETUNED_HEAD[1]):]
+            name = FINETUNED_HEAD[0] + name[len(FINETUNED_HEAD[1]) :]
         elif kind is not ModelKind.FORECASTER and not name.startswith(SOURCE_PREFIX):
             name = SOURCE_PREFIX + name
         state_dict[name] = tensor

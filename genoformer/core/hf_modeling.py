@@ -44,7 +44,11 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import (
-    BaseModelOutput, CausalLMOutput, MaskedLMOutput, SequenceClassifierOutput, TokenClassifierOutput,
+    BaseModelOutput,
+    CausalLMOutput,
+    MaskedLMOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
 )
 
 from genoformer.kernels.layout import BigBird, BlockLayout, GlobalTokens, SlidingWindow, Strided, Union
@@ -68,8 +72,12 @@ class GenoformerConfig(PretrainedConfig):
     """
 
     model_type = "genoformer"
-    attribute_map = {"hidden_size": "d_model", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
-                     "max_position_embeddings": "max_seq_len"}
+    attribute_map = {
+        "hidden_size": "d_model",
+        "num_hidden_layers": "n_layers",
+        "num_attention_heads": "n_heads",
+        "max_position_embeddings": "max_seq_len",
+    }
 
     def __init__(
         self,
@@ -178,8 +186,10 @@ def layout_spec(value: Any) -> Any:
     if isinstance(value, dict) and "class_path" in value:
         name = str(value["class_path"]).rpartition(".")[2]
         if name not in LAYOUT_SPECS:
-            raise ValueError(f"unknown attention layout {value['class_path']!r}; this modeling file builds "
-                             f"{', '.join(LAYOUT_SPECS)}.")
+            raise ValueError(
+                f"unknown attention layout {value['class_path']!r}; this modeling file builds "
+                f"{', '.join(LAYOUT_SPECS)}."
+            )
         return LAYOUT_SPECS[name](**{key: layout_spec(arg) for key, arg in (value.get("init_args") or {}).items()})
     if isinstance(value, list):
         return [layout_spec(item) for item in value]
@@ -200,7 +210,11 @@ class GenoformerAttention(nn.Module):
         self.wo = nn.Linear(config.n_heads * config.head_dim, config.d_model, bias=False)
 
     def forward(
-        self, x_BLE: torch.Tensor, cos_LR: torch.Tensor, sin_LR: torch.Tensor, mask: Optional[AttentionMask],
+        self,
+        x_BLE: torch.Tensor,
+        cos_LR: torch.Tensor,
+        sin_LR: torch.Tensor,
+        mask: Optional[AttentionMask],
         causal: bool,
     ) -> torch.Tensor:
         B, L, _ = x_BLE.shape
@@ -212,7 +226,10 @@ class GenoformerAttention(nn.Module):
         k_BHLD = k_BKLD.repeat_interleave(group, dim=1)
         v_BHLD = v_BKLD.repeat_interleave(group, dim=1)
         o_BHLD = F.scaled_dot_product_attention(
-            q_BHLD, k_BHLD, v_BHLD, attn_mask=None if mask is None else mask.allowed,
+            q_BHLD,
+            k_BHLD,
+            v_BHLD,
+            attn_mask=None if mask is None else mask.allowed,
             is_causal=causal and mask is None,
         )
         if mask is not None and mask.empty is not None:  # a query with no allowed key gives 0, as in genoformer
@@ -245,7 +262,11 @@ class GenoformerBlock(nn.Module):
         self.drop = nn.Dropout(config.dropout)
 
     def forward(
-        self, x_BLE: torch.Tensor, cos_LR: torch.Tensor, sin_LR: torch.Tensor, mask: Optional[AttentionMask],
+        self,
+        x_BLE: torch.Tensor,
+        cos_LR: torch.Tensor,
+        sin_LR: torch.Tensor,
+        mask: Optional[AttentionMask],
         causal: bool,
     ) -> torch.Tensor:
         x_BLE = x_BLE + self.drop(self.attn(self.attn_norm(x_BLE), cos_LR, sin_LR, mask, causal))
@@ -392,8 +413,14 @@ class _GenoformerLMHead(GenoformerPreTrainedModel):
         return_dict: Optional[bool] = None,
         **kwargs: Any,
     ):
-        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                             inputs_embeds=inputs_embeds, output_hidden_states=output_hidden_states, return_dict=True)
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
         logits_BLV, hidden_states = self.head(outputs.last_hidden_state), outputs.hidden_states
         loss = None
         if labels is not None:
@@ -481,7 +508,9 @@ class GenoformerBaseHead(nn.Module):
 
     def __init__(self, features: int, outputs: int) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Dropout(0.0), nn.Linear(features, features), nn.GELU(), nn.Linear(features, outputs))
+        self.net = nn.Sequential(
+            nn.Dropout(0.0), nn.Linear(features, features), nn.GELU(), nn.Linear(features, outputs)
+        )
 
     def forward(self, features_BLF: torch.Tensor) -> torch.Tensor:
         return self.net(features_BLF.float())
@@ -495,8 +524,10 @@ class _GenoformerFineTuned(GenoformerPreTrainedModel):
     def __init__(self, config: GenoformerConfig) -> None:
         super().__init__(config)
         if not config.head:
-            raise ValueError("this config has no fine-tuning head (config.head); load a language model with "
-                             "AutoModelForCausalLM / AutoModelForMaskedLM instead.")
+            raise ValueError(
+                "this config has no fine-tuning head (config.head); load a language model with "
+                "AutoModelForCausalLM / AutoModelForMaskedLM instead."
+            )
         head = config.head
         self.model = GenoformerModel(config)
         self.both_strands = bool(head["both_strands"])
@@ -520,11 +551,16 @@ class _GenoformerFineTuned(GenoformerPreTrainedModel):
         """Whether the head predicts values (regression) rather than classes or labels."""
         return self.kind.endswith("values")
 
-    def features(self, input_ids: torch.Tensor, lengths_B: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
+    def features(
+        self, input_ids: torch.Tensor, lengths_B: torch.Tensor, attention_mask: Optional[torch.Tensor]
+    ) -> torch.Tensor:
         """(B, L, F): the hidden state at config.head["layer"], and for a causal model the reverse
         complement's beside it, read back into forward positions."""
+
         def hidden(ids_BL: torch.Tensor) -> torch.Tensor:
-            out = self.model(input_ids=ids_BL, attention_mask=attention_mask, output_hidden_states=True, return_dict=True)
+            out = self.model(
+                input_ids=ids_BL, attention_mask=attention_mask, output_hidden_states=True, return_dict=True
+            )
             return out.hidden_states[self.layer]
 
         forward_BLE = hidden(input_ids)

@@ -94,8 +94,14 @@ class InferenceModel:
         raise NotImplementedError
 
     @classmethod
-    def from_loaded(cls, loaded: LoadedModel, *, device: Optional[Union[str, torch.device]] = None,
-                    autocast_dtype: Optional[torch.dtype] = None, **options: Any) -> Self:
+    def from_loaded(
+        cls,
+        loaded: LoadedModel,
+        *,
+        device: Optional[Union[str, torch.device]] = None,
+        autocast_dtype: Optional[torch.dtype] = None,
+        **options: Any,
+    ) -> Self:
         """This class running `loaded` (`options`: the class's own, such as a Scorer's mask_period)."""
         raise NotImplementedError
 
@@ -103,13 +109,17 @@ class InferenceModel:
     def load(cls, path: Union[str, Path], backend: Backend = Backend.AUTO) -> LoadedModel:
         """The model of checkpoint `path` as this class reads it, on the CPU, attention through `backend`."""
         runtime = RuntimeSettings.for_inference(backend, sequence_chunk=INFERENCE_CHUNK)
-        return load_model(path, cls.kind, cls.build, runtime, prefix=cls.prefix,
-                          check=cls.check)
+        return load_model(path, cls.kind, cls.build, runtime, prefix=cls.prefix, check=cls.check)
 
     @classmethod
-    def from_checkpoint(cls, path: Union[str, Path], device: Optional[Union[str, torch.device]] = None,
-                        backend: Backend = Backend.AUTO, autocast_dtype: Optional[torch.dtype] = None,
-                        **options: Any) -> Self:
+    def from_checkpoint(
+        cls,
+        path: Union[str, Path],
+        device: Optional[Union[str, torch.device]] = None,
+        backend: Backend = Backend.AUTO,
+        autocast_dtype: Optional[torch.dtype] = None,
+        **options: Any,
+    ) -> Self:
         """Load a checkpoint to run: a .ckpt file, a run directory (its best checkpoint), RUN_DIR/best or
         RUN_DIR/last, a directory of `genoformer export --format hf`, a pretrained model's name or a
         Hub id (genoformer.core.checkpoints.resolve_checkpoint); a checkpoint of another kind is

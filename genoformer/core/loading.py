@@ -21,7 +21,13 @@ from typing import Any, Union
 
 from torch import nn
 
-from genoformer.core.checkpoints import ModelKind, canonical_state_dict, checkpoint_kind, read_checkpoint, resolve_checkpoint
+from genoformer.core.checkpoints import (
+    ModelKind,
+    canonical_state_dict,
+    checkpoint_kind,
+    read_checkpoint,
+    resolve_checkpoint,
+)
 from genoformer.core.hf import read_hf_checkpoint
 from genoformer.core.runtime import RuntimeSettings
 
@@ -50,8 +56,15 @@ class LoadedModel:
         return min(int(self.checkpoint.get("trained_seq_len") or max_len), max_len)
 
 
-def load_model(spec: Union[str, Path], kind: ModelKind, build: Build, runtime: RuntimeSettings, *,
-               prefix: str = "model.", check: Callable[[dict[str, Any], str], None] | None = None) -> LoadedModel:
+def load_model(
+    spec: Union[str, Path],
+    kind: ModelKind,
+    build: Build,
+    runtime: RuntimeSettings,
+    *,
+    prefix: str = "model.",
+    check: Callable[[dict[str, Any], str], None] | None = None,
+) -> LoadedModel:
     """The model of checkpoint `spec` (anything `resolve_checkpoint` takes), which must hold `kind`:
     `build(hyper_parameters, runtime)` with the weights the training module saved under `prefix`
     ("model.": its `self.model`; "": the whole module), in eval mode. `check(checkpoint, name)`
@@ -68,7 +81,7 @@ def load_model(spec: Union[str, Path], kind: ModelKind, build: Build, runtime: R
 def load_module_weights(network: nn.Module, checkpoint: Mapping, prefix: str = "model.") -> None:
     """Load the weights a training module saved under `prefix` (its `self.model`) into `network`."""
     state_dict = canonical_state_dict(checkpoint["state_dict"])
-    network.load_state_dict({key[len(prefix):]: value for key, value in state_dict.items() if key.startswith(prefix)})
+    network.load_state_dict({key[len(prefix) :]: value for key, value in state_dict.items() if key.startswith(prefix)})
 
 
 def read_model_checkpoint(path: Union[str, Path], kind: ModelKind) -> tuple[dict, dict]:
@@ -88,7 +101,5 @@ def read_model_checkpoint(path: Union[str, Path], kind: ModelKind) -> tuple[dict
             f".ckpt file written by `genoformer fit` or `genoformer export`."
         )
     if found is not kind:
-        raise ValueError(
-            f"{path} holds {found.description}, not {kind.description}; it is read by {found.readers}."
-        )
+        raise ValueError(f"{path} holds {found.description}, not {kind.description}; it is read by {found.readers}.")
     return checkpoint, dict(checkpoint["hyper_parameters"])

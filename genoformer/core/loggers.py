@@ -15,10 +15,10 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from lightning.fabric.loggers.logger import rank_zero_experiment
 from lightning.pytorch.core.saving import save_hparams_to_yaml
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
-from lightning.fabric.loggers.logger import rank_zero_experiment
 
 from genoformer.data.storage import atomic_build, atomic_open
 

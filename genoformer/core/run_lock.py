@@ -91,8 +91,11 @@ class RunLock:
                 os.close(fd)
                 if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
                     raise
-                log.warning("%s: the file system refuses locks (%s); training without the one-run-per-directory "
-                            "lock", self.run_dir, error.strerror)
+                log.warning(
+                    "%s: the file system refuses locks (%s); training without the one-run-per-directory lock",
+                    self.run_dir,
+                    error.strerror,
+                )
                 return
             # the holder may have released (and removed) the file between our open and our lock
             try:
@@ -103,9 +106,12 @@ class RunLock:
                 break
             os.close(fd)
         self.taken_over = _read_holder(fd)
-        me = {"pid": os.getpid(), "host": socket.gethostname(),
-              "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-              "command": " ".join(["genoformer", *sys.argv[1:]])[:500]}
+        me = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": " ".join(["genoformer", *sys.argv[1:]])[:500],
+        }
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
         os.fsync(fd)
@@ -134,8 +140,11 @@ class RunLock:
 def _read_holder(fd: int) -> Optional[Holder]:
     try:
         record = json.loads(os.pread(fd, 4096, 0).decode() or "null")
-        return None if record is None else Holder(int(record["pid"]), str(record["host"]), str(record["started"]),
-                                                  str(record["command"]))
+        return (
+            None
+            if record is None
+            else Holder(int(record["pid"]), str(record["host"]), str(record["started"]), str(record["command"]))
+        )
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
         return None
 
@@ -144,9 +153,13 @@ def _in_use_message(run_dir: Path, holder: Optional[Holder]) -> str:
     if holder is None:
         who = "another process (it has not yet written who it is)"
     elif holder.running() is False:
-        who = (f"{holder}; that process has ended, but processes it started (data loader workers) still hold the lock: "
-               "wait a few seconds, or end them")
+        who = (
+            f"{holder}; that process has ended, but processes it started (data loader workers) still hold the lock: "
+            "wait a few seconds, or end them"
+        )
     else:
         who = str(holder)
-    return (f"{run_dir} is in use by another training run, and one directory holds one run: wait for it to end (or "
-            f"stop it), or train into another directory (--trainer.default_root_dir NEW_DIR); it is held by {who}")
+    return (
+        f"{run_dir} is in use by another training run, and one directory holds one run: wait for it to end (or "
+        f"stop it), or train into another directory (--trainer.default_root_dir NEW_DIR); it is held by {who}"
+    )

@@ -23,8 +23,14 @@ from typing import Any, Optional
 
 from genoformer.kernels.dispatch import Backend
 
-RUNTIME_FIELDS = ("attention_backend", "activation_checkpointing", "fused_elementwise", "compile", "sequence_chunk",
-                  "cuda_graphs")
+RUNTIME_FIELDS = (
+    "attention_backend",
+    "activation_checkpointing",
+    "fused_elementwise",
+    "compile",
+    "sequence_chunk",
+    "cuda_graphs",
+)
 """Names of the settings; checkpoints written before the settings had their own object stored
 the first three inside the architecture, and `TransformerConfig.from_dict` drops them."""
 
@@ -71,17 +77,26 @@ class RuntimeSettings:
 
     def __post_init__(self) -> None:
         self.attention_backend = Backend(self.attention_backend)
-        if self.sequence_chunk is not None and (isinstance(self.sequence_chunk, bool)
-                                                or not isinstance(self.sequence_chunk, int) or self.sequence_chunk < 1):
-            raise ValueError(f"sequence_chunk must be a positive number of tokens or null (no chunks), got "
-                             f"{self.sequence_chunk!r}; e.g. 65536")
+        if self.sequence_chunk is not None and (
+            isinstance(self.sequence_chunk, bool) or not isinstance(self.sequence_chunk, int) or self.sequence_chunk < 1
+        ):
+            raise ValueError(
+                f"sequence_chunk must be a positive number of tokens or null (no chunks), got "
+                f"{self.sequence_chunk!r}; e.g. 65536"
+            )
 
     @classmethod
-    def for_inference(cls, backend: Backend | str = Backend.AUTO, sequence_chunk: Optional[int] = None) -> RuntimeSettings:
+    def for_inference(
+        cls, backend: Backend | str = Backend.AUTO, sequence_chunk: Optional[int] = None
+    ) -> RuntimeSettings:
         """Settings for running trained weights: the given backend, nothing recomputed or compiled;
         `sequence_chunk` as the field (long windows: bounded memory)."""
-        return cls(attention_backend=Backend(backend), activation_checkpointing=False, compile=False,
-                   sequence_chunk=sequence_chunk)
+        return cls(
+            attention_backend=Backend(backend),
+            activation_checkpointing=False,
+            compile=False,
+            sequence_chunk=sequence_chunk,
+        )
 
     @classmethod
     def from_mapping(cls, values: RuntimeSettings | Mapping[str, Any] | None) -> RuntimeSettings:

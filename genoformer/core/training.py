@@ -66,8 +66,9 @@ class ArgumentGroup:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values, as the hyperparameters hold them (tuples as lists)."""
-        return {name: list(value) if isinstance(value, tuple) else value
-                for name, value in dataclasses.asdict(self).items()}
+        return {
+            name: list(value) if isinstance(value, tuple) else value for name, value in dataclasses.asdict(self).items()
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,11 +146,17 @@ class TrainingModule(L.LightningModule):
 
     # ------------------------------------------------------------------- optimiser
     def configure_optimizers(self) -> dict[str, Any]:
-        return adamw_warmup_cosine(self.model, lambda: self.trainer.estimated_stepping_batches, self.optimization,
-                                   fused=fused_adamw_allowed(self))
+        return adamw_warmup_cosine(
+            self.model,
+            lambda: self.trainer.estimated_stepping_batches,
+            self.optimization,
+            fused=fused_adamw_allowed(self),
+        )
 
     def configure_gradient_clipping(
-        self, optimizer: torch.optim.Optimizer, gradient_clip_val: Optional[float] = None,
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: Optional[float] = None,
         gradient_clip_algorithm: Optional[str] = None,
     ) -> None:
         # Lightning refuses to clip for any optimizer that unscales gradients in its step (fused
@@ -197,8 +204,10 @@ def adamw_warmup_cosine(
         for param in module.parameters():  # tied weights appear once
             if param.requires_grad:
                 (decay if param.ndim >= 2 else no_decay).append(param)
-        groups += [{"params": decay, "weight_decay": weight_decay, "lr": rate},
-                   {"params": no_decay, "weight_decay": 0.0, "lr": rate}]
+        groups += [
+            {"params": decay, "weight_decay": weight_decay, "lr": rate},
+            {"params": no_decay, "weight_decay": 0.0, "lr": rate},
+        ]
     optimizer = torch.optim.AdamW(
         [group for group in groups if group["params"]],
         lr=settings.learning_rate,

@@ -147,9 +147,7 @@ class TransformerConfig:
                 "change d_model or n_heads."
             )
         if self.n_heads % self.kv_heads != 0:
-            raise ValueError(
-                f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.kv_heads} (GQA groups)."
-            )
+            raise ValueError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.kv_heads} (GQA groups).")
         if not self.attention:
             raise ValueError("attention must list at least one pattern; use [null] for all-dense layers.")
         for spec in self.attention:
@@ -335,8 +333,9 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(f"seq_len={seq_len} exceeds the rotary table size max_seq_len={self.max_seq_len}.")
         held = self._tables.get(device)
         if held is None or held[0].shape[0] < seq_len:
-            self._tables[device] = held = self._build(min(self.max_seq_len, 1 << max(0, seq_len - 1).bit_length()),
-                                                      device)
+            self._tables[device] = held = self._build(
+                min(self.max_seq_len, 1 << max(0, seq_len - 1).bit_length()), device
+            )
         cos_LR, sin_LR = held
         return cos_LR[:seq_len], sin_LR[:seq_len]
 
@@ -416,8 +415,9 @@ class KVCache:
         """Count `positions` more as held (after every block stored them)."""
         self.length += positions
 
-    def write_at(self, layer: int, position_1: torch.Tensor, k_BK1D: torch.Tensor,
-                 v_BK1D: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def write_at(
+        self, layer: int, position_1: torch.Tensor, k_BK1D: torch.Tensor, v_BK1D: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Write block `layer`'s key and value of one new position, at the device index position_1
         (1,) int64, and return the whole buffers (B, K, C, D): what `Transformer.decode_step` reads,
         without the host knowing the position (a CUDA graph replays it). After a prefill only."""
@@ -475,8 +475,15 @@ class Attention(nn.Module):
             o_BHLD = shard.attention(q_BHLD, k_BKLD, v_BKLD, causal=causal, layout=layout, backend=backend)
             return self.merge_heads(o_BHLD)
         o_BHLD = attention(
-            q_BHLD, k_BKLD, v_BKLD, causal=causal, layout=layout, kv_lens=kv_lens_B, backend=backend,
-            cu_seqlens=cu_seqlens, alibi_slopes=alibi_H,
+            q_BHLD,
+            k_BKLD,
+            v_BKLD,
+            causal=causal,
+            layout=layout,
+            kv_lens=kv_lens_B,
+            backend=backend,
+            cu_seqlens=cu_seqlens,
+            alibi_slopes=alibi_H,
         )
         return self.merge_heads(o_BHLD)
 
@@ -490,8 +497,10 @@ class Attention(nn.Module):
         chunks of positions: the float32 rotations of the reference ops then exist for one chunk."""
         chunk = self.runtime.sequence_chunk
         if chunk is not None and not torch.is_grad_enabled() and x_BLE.shape[1] > chunk and cos_LR.dim() == 2:
-            parts = [self._project(x_BCE, cos_CR, sin_CR)
-                     for x_BCE, cos_CR, sin_CR in zip(x_BLE.split(chunk, 1), cos_LR.split(chunk), sin_LR.split(chunk))]
+            parts = [
+                self._project(x_BCE, cos_CR, sin_CR)
+                for x_BCE, cos_CR, sin_CR in zip(x_BLE.split(chunk, 1), cos_LR.split(chunk), sin_LR.split(chunk))
+            ]
             return tuple(torch.cat(heads, dim=2) for heads in zip(*parts))
         return self._project(x_BLE, cos_LR, sin_LR)
 
@@ -530,12 +539,12 @@ class Attention(nn.Module):
         prefill = cache.length == 0
         k_BKTD, v_BKTD = cache.store(layer, k_BKLD, v_BKLD)
         if prefill or alibi_H is not None:  # (decode_attention takes no ALiBi slopes)
-            o_BHLD = attention(q_BHLD, k_BKTD, v_BKTD, causal=q_BHLD.shape[2] > 1, backend=backend,
-                               alibi_slopes=alibi_H)
+            o_BHLD = attention(
+                q_BHLD, k_BKTD, v_BKTD, causal=q_BHLD.shape[2] > 1, backend=backend, alibi_slopes=alibi_H
+            )
         else:
             o_BHLD = decode_attention(q_BHLD, k_BKTD, v_BKTD, causal=True, backend=backend)
         return self.merge_heads(o_BHLD)
-
 
     def decode_step(
         self,
@@ -595,8 +604,16 @@ class Block(nn.Module):
         alibi_H: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         a_BLE = self.attn(
-            self.attn_norm(x_BLE), cos_LR, sin_LR, causal=causal, layout=layout, kv_lens_B=kv_lens_B, backend=backend,
-            cu_seqlens=cu_seqlens, shard=shard, alibi_H=alibi_H,
+            self.attn_norm(x_BLE),
+            cos_LR,
+            sin_LR,
+            causal=causal,
+            layout=layout,
+            kv_lens_B=kv_lens_B,
+            backend=backend,
+            cu_seqlens=cu_seqlens,
+            shard=shard,
+            alibi_H=alibi_H,
         )
         x_BLE = x_BLE + self.drop(a_BLE)
         return x_BLE + self.drop(over_chunks(self.mlp_branch, self.mlp.runtime.sequence_chunk, x_BLE))
@@ -622,8 +639,9 @@ class Block(nn.Module):
 
     def decode_step(self, x_B1E, cos_1R, sin_1R, cache, layer, position_1, seqlens_B, backend) -> torch.Tensor:
         """`decode` of one token per row at a device position (see `Attention.decode_step`)."""
-        a_B1E = self.attn.decode_step(self.attn_norm(x_B1E), cos_1R, sin_1R, cache, layer, position_1, seqlens_B,
-                                      backend)
+        a_B1E = self.attn.decode_step(
+            self.attn_norm(x_B1E), cos_1R, sin_1R, cache, layer, position_1, seqlens_B, backend
+        )
         x_B1E = x_B1E + self.drop(a_B1E)
         return x_B1E + self.drop(self.mlp(self.mlp_norm(x_B1E)))
 
@@ -729,13 +747,23 @@ class TransformerTrunk(nn.Module):
         layout = self.layout(layer, L)
         # plans depend on these only (kv_lens by presence, dtype, device, shape); ~50 us each to make
         backend = self.runtime.attention_backend
-        key = (backend, id(layout), B, L, dtype, device, config.causal, kv_lens_B is None,
-               cu_seqlens is None)
+        key = (backend, id(layout), B, L, dtype, device, config.causal, kv_lens_B is None, cu_seqlens is None)
         if key not in self._plans:
             plan = plan_attention(
-                backend, batch=B, q_heads=config.n_heads, kv_heads=config.kv_heads, q_len=L,
-                kv_len=L, head_dim=config.head_dim, dtype=dtype, device=device, causal=config.causal,
-                layout=layout, kv_lens=kv_lens_B, cu_seqlens=cu_seqlens, alibi_slopes=self.alibi_H,
+                backend,
+                batch=B,
+                q_heads=config.n_heads,
+                kv_heads=config.kv_heads,
+                q_len=L,
+                kv_len=L,
+                head_dim=config.head_dim,
+                dtype=dtype,
+                device=device,
+                causal=config.causal,
+                layout=layout,
+                kv_lens=kv_lens_B,
+                cu_seqlens=cu_seqlens,
+                alibi_slopes=self.alibi_H,
             )
             self._plans[key] = (layout, plan)  # the layout stays alive while its id is a key
             if len(self._plans) > self._LAYOUT_CACHE_SIZE:
@@ -773,8 +801,16 @@ class TransformerTrunk(nn.Module):
         backend = self.runtime.attention_backend
         if start == 0:  # a prefill: the usual attention, causal over the new tokens
             backend = plan_attention(
-                backend, batch=B, q_heads=config.n_heads, kv_heads=config.kv_heads, q_len=L, kv_len=L,
-                head_dim=config.head_dim, dtype=attention_dtype(x_BLE), device=x_BLE.device, causal=L > 1,
+                backend,
+                batch=B,
+                q_heads=config.n_heads,
+                kv_heads=config.kv_heads,
+                q_len=L,
+                kv_len=L,
+                head_dim=config.head_dim,
+                dtype=attention_dtype(x_BLE),
+                device=x_BLE.device,
+                causal=L > 1,
                 alibi_slopes=self.alibi_H,
             ).backend
         x_BLE = self.drop(x_BLE)
@@ -794,8 +830,9 @@ class TransformerTrunk(nn.Module):
         seqlens_B = (position_1 + 1).to(torch.int32).repeat(B)
         x_B1E = self.drop(x_B1E)
         for i, block in enumerate(self.blocks):
-            x_B1E = block.decode_step(x_B1E, cos_1R, sin_1R, cache, i, position_1, seqlens_B,
-                                      self.runtime.attention_backend)
+            x_B1E = block.decode_step(
+                x_B1E, cos_1R, sin_1R, cache, i, position_1, seqlens_B, self.runtime.attention_backend
+            )
         return self.norm(x_B1E)
 
     def resolve_layer(self, layer: int) -> int:

@@ -70,8 +70,9 @@ def verify(path: Path) -> int:
     """
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist; pass a checkpoint (.ckpt), a store (.zarr) or a folder "
-                                "holding them")
+        raise FileNotFoundError(
+            f"{path} does not exist; pass a checkpoint (.ckpt), a store (.zarr) or a folder holding them"
+        )
     damaged: list[str] = []
     found = list(_found(path))
     if not found:

@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-
 from genoformer.core.inference import Pooling
 from genoformer.data.genome.annotations import read_annotated_genomes, read_genes, write_gff3
 from genoformer.data.genome.labels import read_unlabelled
@@ -130,8 +129,15 @@ def embed(
     """
     refuse_existing(out, overwrite)  # before the model runs, not after
     embedder = Embedder.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
-    options = dict(pooling=Pooling(pooling), layer=layer, batch_size=batch_size, window=window, overlap=overlap,
-                   regions=regions, both_strands=both_strands)
+    options = dict(
+        pooling=Pooling(pooling),
+        layer=layer,
+        batch_size=batch_size,
+        window=window,
+        overlap=overlap,
+        regions=regions,
+        both_strands=both_strands,
+    )
     result = embedder.embed(inputs, **options)
     path = save_embeddings(result, out, overwrite=overwrite)
     print(f"wrote {len(result)} embeddings to {path}")
@@ -223,19 +229,29 @@ def annotate(
         refuse_existing(tracks, overwrite)
     annotator = GeneAnnotator.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
     started = time.perf_counter()
-    contigs = annotator.predict(file_list(inputs), regions=regions, window=window, overlap=overlap,
-                                 batch_size=batch_size, min_gene_length=min_gene_length)
+    contigs = annotator.predict(
+        file_list(inputs),
+        regions=regions,
+        window=window,
+        overlap=overlap,
+        batch_size=batch_size,
+        min_gene_length=min_gene_length,
+    )
     seconds = time.perf_counter() - started
     genes = list({(g.contig, g.start, g.end, g.strand, g.kind): g for c in contigs for g in c.genes}.values())
     lengths = {c.name: c.contig_length or c.length for c in contigs}  # whole contigs, once each
     path = write_gff3(out, genes, contigs=list(lengths.items()), overwrite=overwrite)
     if tracks is not None:
-        write_tracks_bedgraph(tracks, [(c.name, c.probabilities) for c in contigs], starts=[c.start for c in contigs],
-                              overwrite=overwrite)
+        write_tracks_bedgraph(
+            tracks, [(c.name, c.probabilities) for c in contigs], starts=[c.start for c in contigs], overwrite=overwrite
+        )
     bases = sum(c.length for c in contigs)
-    where = f"{len(contigs):,} regions of {len(lengths):,} contigs" if regions is not None else f"{len(contigs):,} contigs"
-    print(f"wrote {len(genes):,} genes on {where} ({bases:,} bases, "
-          f"{bases / max(seconds, 1e-9):,.0f} bases/s) to {path}")
+    where = (
+        f"{len(contigs):,} regions of {len(lengths):,} contigs" if regions is not None else f"{len(contigs):,} contigs"
+    )
+    print(
+        f"wrote {len(genes):,} genes on {where} ({bases:,} bases, {bases / max(seconds, 1e-9):,.0f} bases/s) to {path}"
+    )
     return path
 
 
@@ -288,10 +304,15 @@ def compare_genes(
         refuse_existing(Path(out), overwrite)
     contigs = read_annotated_genomes(reference, genome=genome, progress=False)
     chosen = None if regions is None else read_regions(regions, {c.name: c.codes.size for c in contigs})
-    rows = [{"predicted": str(path), **compare_gene_calls(contigs, read_genes(path), regions=chosen, source=str(path))}
-            for path in file_list(predicted)]
-    print(gene_comparison_table(rows, f"gene calls against {reference}"
-                                + ("" if regions is None else f", in {len(chosen):,} region(s)")))
+    rows = [
+        {"predicted": str(path), **compare_gene_calls(contigs, read_genes(path), regions=chosen, source=str(path))}
+        for path in file_list(predicted)
+    ]
+    print(
+        gene_comparison_table(
+            rows, f"gene calls against {reference}" + ("" if regions is None else f", in {len(chosen):,} region(s)")
+        )
+    )
     if out is not None:
         if Path(out).suffix == ".json":
             write_json(Path(out), {"reference": str(reference), "rows": rows}, overwrite=overwrite)

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 import zarr
 
-from genoformer.core.inference import INFERENCE_CHUNK, Pooling, PoolAccumulator, autocast
+from genoformer.core.inference import INFERENCE_CHUNK, PoolAccumulator, Pooling, autocast
 from genoformer.core.loading import LoadedModel
 from genoformer.core.transformer import Transformer
 from genoformer.data.genome.inputs import NamedSequence, SequenceInputs, read_sequences
@@ -47,6 +47,7 @@ from genoformer.data.tiling import Keep, same_length_batches, tile_windows
 from genoformer.genome.heads import strand_features
 from genoformer.genome.inference import LanguageModelRunner
 from genoformer.progress import tqdm
+
 
 @dataclasses.dataclass(frozen=True)
 class Embeddings:
@@ -142,7 +143,9 @@ class Embedder(LanguageModelRunner):
         pooling = Pooling(pooling)
         window = self.window if window is None else window
         if window < 1:
-            raise ValueError(f"window must be at least 1 token (this model was trained at {self.window}), got {window}.")
+            raise ValueError(
+                f"window must be at least 1 token (this model was trained at {self.window}), got {window}."
+            )
         self.model.reach(window)
         overlap = window // 4 if overlap is None else overlap
         if not 0 <= overlap < window:
@@ -155,8 +158,10 @@ class Embedder(LanguageModelRunner):
         if not named:
             raise ValueError("no sequences to embed: the input is empty.")
         if regions is not None:
-            named = [NamedSequence(region.name, named[index].source, named[index].codes[region.start:region.end])
-                     for index, region in record_regions(named, regions)]
+            named = [
+                NamedSequence(region.name, named[index].source, named[index].codes[region.start : region.end])
+                for index, region in record_regions(named, regions)
+            ]
         names = [record.name for record in named]
         check_unique_names(names)
         sequences = [record.codes for record in named]
@@ -171,10 +176,14 @@ class Embedder(LanguageModelRunner):
         tiles.sort(key=lambda item: -item[1].length)  # stable: equal lengths keep input order
         with tqdm(total=len(tiles), unit="window", disable=not progress, desc="embedding") as bar:
             for batch in same_length_batches(tiles, batch_size):
-                tokens_BW = torch.from_numpy(np.stack([sequences[i][t.start : t.end] for i, t in batch])).to(self.device)
+                tokens_BW = torch.from_numpy(np.stack([sequences[i][t.start : t.end] for i, t in batch])).to(
+                    self.device
+                )
                 lengths_B = torch.full((len(batch),), tokens_BW.shape[1], device=self.device)
                 with autocast(self.device, self.autocast_dtype):
-                    hidden_BWF = strand_features(self.model, tokens_BW, lengths_B, both_strands=both_strands, layer=layer)
+                    hidden_BWF = strand_features(
+                        self.model, tokens_BW, lengths_B, both_strands=both_strands, layer=layer
+                    )
                 for (index, tile), hidden_WF in zip(batch, hidden_BWF):
                     # to the host a chunk at a time: no float32 copy of a whole-chromosome window on the device
                     for lo in range(tile.keep_start, tile.keep_end, INFERENCE_CHUNK):
@@ -189,8 +198,10 @@ def check_unique_names(names: list[str]) -> None:
     """Raise ValueError naming the repeated ones; outputs are keyed by sequence name."""
     repeated = sorted(name for name, count in Counter(names).items() if count > 1)
     if repeated:
-        raise ValueError(f"sequence names must be unique in one result; repeated: {repeated[:5]}. "
-                         "Rename the records, or embed them in separate calls.")
+        raise ValueError(
+            f"sequence names must be unique in one result; repeated: {repeated[:5]}. "
+            "Rename the records, or embed them in separate calls."
+        )
 
 
 # ----------------------------------------------------------------------------------- saving

@@ -51,8 +51,6 @@ from genoformer.data.genome.inputs import NamedSequence, read_sequences
 from genoformer.data.genome.regions import Region, record_regions
 from genoformer.data.splits import SplitName, SplitSpec, read_split_spec
 from genoformer.data.storage import atomic_build, refuse_existing, write_json, write_text
-from genoformer.hints import option
-from genoformer.kernels.dispatch import Backend
 from genoformer.genome.mixture import (
     MarkovMixture,
     MixModeName,
@@ -64,13 +62,16 @@ from genoformer.genome.mixture import (
 )
 from genoformer.genome.reports import comparison_rows, comparison_text, is_table, write_comparison
 from genoformer.genome.scoring import Scorer, scoring_window
+from genoformer.hints import option
+from genoformer.kernels.dispatch import Backend
 
 BEDGRAPH_SUFFIXES = (".bedgraph", ".bg", ".bdg")
 BIGWIG_SUFFIXES = (".bw", ".bigwig")
 
 
-def _strand_ranges(records: Sequence[NamedSequence], index: int, region: Region,
-                   both_strands: bool) -> list[tuple[int, int, int]]:
+def _strand_ranges(
+    records: Sequence[NamedSequence], index: int, region: Region, both_strands: bool
+) -> list[tuple[int, int, int]]:
     """(sequence, start, end) of a region of record `index` on each strand scored: the sequences
     are the records, then with `both_strands` their reverse complements, on which a region
     [s, e) of a record of L bases is [L - e, L - s)."""
@@ -88,7 +89,9 @@ def summarize(names: Sequence[str], sources: Sequence[str], log2p: Sequence[Sequ
     for name, source, strands in zip(names, sources, log2p):
         scored = np.concatenate([values[np.isfinite(values)] for values in strands])
         bits, bases = float(-scored.sum()), int(scored.size)
-        records.append({"name": name, "source": source, "bits_per_base": bits / bases if bases else None, "bases": bases})
+        records.append(
+            {"name": name, "source": source, "bits_per_base": bits / bases if bases else None, "bases": bases}
+        )
         total_bits += bits
         total_bases += bases
     total = {"bits_per_base": total_bits / total_bases if total_bases else None, "bases": total_bases}
@@ -193,8 +196,9 @@ def evaluate(
     if scorer.device.type == "cuda":
         torch.cuda.synchronize(scorer.device)
     began = time.perf_counter()
-    log2p = scorer.score_many(sequences, context=context, overlap=overlap, batch_size=batch_size, description="evaluating",
-                              spans=spans)
+    log2p = scorer.score_many(
+        sequences, context=context, overlap=overlap, batch_size=batch_size, description="evaluating", spans=spans
+    )
     if scorer.device.type == "cuda":
         torch.cuda.synchronize(scorer.device)
     seconds = time.perf_counter() - began
@@ -204,59 +208,93 @@ def evaluate(
     for row, (_, region) in zip(report["records"], chosen):
         row["region"] = region.label
     positions = sum(values.size for parts in strands for values in parts)
-    report.update({
-        "checkpoint": str(checkpoint),
-        "objective": "CAUSAL_LM" if scorer.causal else "MASKED_LM",
-        "context": context,
-        "overlap": overlap,
-        "both_strands": both_strands,
-        "unscored": {"non_acgt": non_acgt, "first_base": positions - report["total"]["bases"] - non_acgt},
-        "device": str(scorer.device) + (f" ({torch.cuda.get_device_name(scorer.device)})" if scorer.device.type == "cuda" else ""),
-        "seconds": seconds,
-        "bases_per_second": positions / seconds,
-    })
+    report.update(
+        {
+            "checkpoint": str(checkpoint),
+            "objective": "CAUSAL_LM" if scorer.causal else "MASKED_LM",
+            "context": context,
+            "overlap": overlap,
+            "both_strands": both_strands,
+            "unscored": {"non_acgt": non_acgt, "first_base": positions - report["total"]["bases"] - non_acgt},
+            "device": str(scorer.device)
+            + (f" ({torch.cuda.get_device_name(scorer.device)})" if scorer.device.type == "cuda" else ""),
+            "seconds": seconds,
+            "bases_per_second": positions / seconds,
+        }
+    )
     if split is not None:
-        report["split"] = {"name": split, "spec": dataclasses.asdict(split_spec or SplitSpec()),
-                           "config": None if split_config is None else str(split_config)}
+        report["split"] = {
+            "name": split,
+            "spec": dataclasses.asdict(split_spec or SplitSpec()),
+            "config": None if split_config is None else str(split_config),
+        }
     if mixture is not None:
         report["mixture"] = _mixture_report(report, mixing, sequences, log2p, ranges)
     strand_note = " (both strands)" if both_strands else ""
     what = "record" if regions is None and split is None else "region"
     columns = EVALUATE_COLUMNS if mixture is not None else {"model": EVALUATE_COLUMNS["model"]}
     report["table"] = comparison_rows(report["records"], report["total"], columns)
-    print(comparison_text(report["table"], f"bits per base at a {context:,}-token context{strand_note}: {checkpoint}", what))
+    print(
+        comparison_text(
+            report["table"], f"bits per base at a {context:,}-token context{strand_note}: {checkpoint}", what
+        )
+    )
     print(f"{positions:,} positions in {seconds:.1f} s ({positions / seconds:,.0f} bases/s on {report['device']})")
     if mixture is not None:
         mixed = report["mixture"]
-        best = "" if mixed["best_fixed_weight"] is None else (
-            f"; the best fixed weight for these bases would be {mixed['best_fixed_weight']:.3f} "
-            f"({mixed['best_fixed_bits_per_base']:.4f} bits/base, fitted on them)")
-        weight = "" if mixed["mean_network_weight"] is None else f"; mean weight on the network {mixed['mean_network_weight']:.3f}"
+        best = (
+            ""
+            if mixed["best_fixed_weight"] is None
+            else (
+                f"; the best fixed weight for these bases would be {mixed['best_fixed_weight']:.3f} "
+                f"({mixed['best_fixed_bits_per_base']:.4f} bits/base, fitted on them)"
+            )
+        )
+        weight = (
+            ""
+            if mixed["mean_network_weight"] is None
+            else f"; mean weight on the network {mixed['mean_network_weight']:.3f}"
+        )
         print(f"mixture: {mixing.label()}{weight}{best}")
     if mixture is None and scorer.causal:
         inputs_given = " ".join(map(str, inputs if isinstance(inputs, list) else [inputs]))
-        print("to set a Markov baseline and the mixture of both beside the model in this table, fit the baseline on "
-              f"the model's training genomes and add --mix markov.npz to this command:\n  genoformer baseline --train "
-              f"TRAINING_GENOMES --inputs {inputs_given} --save markov.npz --out markov.tsv")
+        print(
+            "to set a Markov baseline and the mixture of both beside the model in this table, fit the baseline on "
+            f"the model's training genomes and add --mix markov.npz to this command:\n  genoformer baseline --train "
+            f"TRAINING_GENOMES --inputs {inputs_given} --save markov.npz --out markov.tsv"
+        )
     if out is not None:
-        path = (write_comparison(Path(out), report["table"], overwrite=True) if is_table(out)
-                else write_json(out, report, overwrite=True))
+        path = (
+            write_comparison(Path(out), report["table"], overwrite=True)
+            if is_table(out)
+            else write_json(out, report, overwrite=True)
+        )
         print(f"wrote {path}")
     return report
 
 
-def _mixture_report(report: dict[str, Any], mixing: MarkovMixture, sequences: Sequence[np.ndarray],
-                    log2p: Sequence[np.ndarray], ranges: Sequence[Sequence[tuple[int, int, int]]]) -> dict[str, Any]:
+def _mixture_report(
+    report: dict[str, Any],
+    mixing: MarkovMixture,
+    sequences: Sequence[np.ndarray],
+    log2p: Sequence[np.ndarray],
+    ranges: Sequence[Sequence[tuple[int, int, int]]],
+) -> dict[str, Any]:
     """Add the Markov model's and the mixture's bits per base to every row and the total of a
     report (each region and strand one stream of the mixture); return what the report's
     "mixture" holds: the settings, the mean weight of the network, the best fixed weight for these
     bases and its bits per base (fitted on them: a bound, not a result), the seconds it took."""
     began = time.perf_counter()
-    scored = [list(zip(*(mixing.score(sequences[i], log2p[i][lo:hi], lo, hi) for i, lo, hi in parts))) for parts in ranges]
+    scored = [
+        list(zip(*(mixing.score(sequences[i], log2p[i][lo:hi], lo, hi) for i, lo, hi in parts))) for parts in ranges
+    ]
     seconds = time.perf_counter() - began
     for key, which in (("markov_bits_per_base", 0), ("mixture_bits_per_base", 1)):
-        other = summarize([row["name"] for row in report["records"]], [row["source"] for row in report["records"]],
-                          [parts[which] for parts in scored])
+        other = summarize(
+            [row["name"] for row in report["records"]],
+            [row["source"] for row in report["records"]],
+            [parts[which] for parts in scored],
+        )
         for row, row_other in zip([*report["records"], report["total"]], [*other["records"], other["total"]]):
             row[key] = row_other["bits_per_base"]
     network_L = np.concatenate([log2p[i][lo:hi] for parts in ranges for i, lo, hi in parts])
@@ -268,8 +306,9 @@ def _mixture_report(report: dict[str, Any], mixing: MarkovMixture, sequences: Se
         **mixing.describe(),
         "mean_network_weight": float(weights_L[both_L].mean()) if both_L.any() else None,
         "best_fixed_weight": best,
-        "best_fixed_bits_per_base": None if best is None else
-        -float(np.mean(mix_with_weights(network_L[both_L], markov_L[both_L], best))),
+        "best_fixed_bits_per_base": None
+        if best is None
+        else -float(np.mean(mix_with_weights(network_L[both_L], markov_L[both_L], best))),
         "seconds": seconds,
     }
 
@@ -277,8 +316,9 @@ def _mixture_report(report: dict[str, Any], mixing: MarkovMixture, sequences: Se
 # ------------------------------------------------------------------------------------- tracks
 def _check_bin(bin: int) -> None:
     if bin < 1:
-        raise ValueError(f"{option('bin', bin)}: a bin holds at least 1 base; pass {option('bin', 1)} for one value "
-                         "per base")
+        raise ValueError(
+            f"{option('bin', bin)}: a bin holds at least 1 base; pass {option('bin', 1)} for one value per base"
+        )
 
 
 def track_bins(log2p_L: np.ndarray, start: int, end: int, bin: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -300,7 +340,9 @@ def track_bins(log2p_L: np.ndarray, start: int, end: int, bin: int = 1) -> tuple
     return cuts[keep], ends[keep], (sums[keep] / counts[keep]).astype(np.float32)
 
 
-def merge_runs(starts_I: np.ndarray, ends_I: np.ndarray, keys_I: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def merge_runs(
+    starts_I: np.ndarray, ends_I: np.ndarray, keys_I: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Adjacent intervals (one's end is the next one's start) with equal keys made one: the
     (starts, ends, index of each run's first interval)."""
     if starts_I.size == 0:
@@ -349,8 +391,13 @@ def _track_format(out: Path) -> str:
     raise ValueError(f"cannot tell the track format of {out}: name it *.bedgraph (text) or *.bw (bigWig)")
 
 
-def write_bigwig(out: Path, records: Sequence[NamedSequence],
-                 intervals: Sequence[Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]], *, overwrite: bool) -> Path:
+def write_bigwig(
+    out: Path,
+    records: Sequence[NamedSequence],
+    intervals: Sequence[Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]],
+    *,
+    overwrite: bool,
+) -> Path:
     """Write a bigWig (pyBigWig) of the intervals of each record (in record order, sorted), with
     every record in its header; float32 values, written under a temporary name and renamed. Runs
     of adjacent intervals of one length are written as fixed-step sections (3x faster than one
@@ -366,8 +413,9 @@ def write_bigwig(out: Path, records: Sequence[NamedSequence],
                     run_starts, _, first = merge_runs(starts_I, ends_I, ends_I - starts_I)
                     for start, lo, hi in zip(run_starts.tolist(), first.tolist(), [*first[1:].tolist(), starts_I.size]):
                         span = int(ends_I[lo] - starts_I[lo])
-                        track.addEntries(record.name, start, values=values_I[lo:hi].astype(np.float64), span=span,
-                                         step=span)
+                        track.addEntries(
+                            record.name, start, values=values_I[lo:hi].astype(np.float64), span=span, step=span
+                        )
         finally:
             track.close()
     return out
@@ -463,6 +511,8 @@ def score(
     scored = sum(int(np.isfinite(v).sum()) for v in log2p)
     per = f", {bin}-base bins" if bin > 1 else ""
     per += "" if mixture is None else f"; mixture: {mixing.label()}"
-    print(f"wrote {path} ({kind}{per}; {scored:,} scored bases in {sum(map(len, spans))} stretch(es) of "
-          f"{sum(1 for ranges in spans if ranges)} record(s))")
+    print(
+        f"wrote {path} ({kind}{per}; {scored:,} scored bases in {sum(map(len, spans))} stretch(es) of "
+        f"{sum(1 for ranges in spans if ranges)} record(s))"
+    )
     return path

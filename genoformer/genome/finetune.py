@@ -45,8 +45,7 @@ from torchmetrics import classification as tmc
 from torchmetrics import regression as tmr
 
 from genoformer.core.checkpoints import ModelKind
-from genoformer.core.loading import read_model_checkpoint
-from genoformer.core.loading import load_module_weights
+from genoformer.core.loading import load_module_weights, read_model_checkpoint
 from genoformer.core.runtime import RuntimeSettings
 from genoformer.core.training import (
     ArgumentGroup,
@@ -97,14 +96,18 @@ class AdaptationSettings(ArgumentGroup):
 
     def __post_init__(self) -> None:
         if self.freeze_backbone and self.lora_rank:
-            raise ValueError("freeze_backbone and lora_rank contradict each other: a linear probe trains no "
-                             "adapters; pass one of them")
+            raise ValueError(
+                "freeze_backbone and lora_rank contradict each other: a linear probe trains no "
+                "adapters; pass one of them"
+            )
         if self.lora_rank < 0:
             raise ValueError(f"lora_rank must be 0 (no adapters) or positive, got {self.lora_rank}")
 
     @property
     def adaptation(self) -> Adaptation:
-        return Adaptation.LORA if self.lora_rank else Adaptation.LINEAR_PROBE if self.freeze_backbone else Adaptation.FULL
+        return (
+            Adaptation.LORA if self.lora_rank else Adaptation.LINEAR_PROBE if self.freeze_backbone else Adaptation.FULL
+        )
 
 
 class FineTuner(TrainingModule):
@@ -180,7 +183,9 @@ class FineTuner(TrainingModule):
         weights = None
         if transformer is None:
             if pretrained is None:
-                raise ValueError("FineTuner needs a pretrained model: pass --pretrained CKPT (model.init_args.pretrained)")
+                raise ValueError(
+                    "FineTuner needs a pretrained model: pass --pretrained CKPT (model.init_args.pretrained)"
+                )
             checkpoint, hparams = read_model_checkpoint(pretrained, ModelKind.GENOME_LM)
             check_alphabet(checkpoint, f"{pretrained}: fine-tune it")
             transformer = hparams["transformer"]
@@ -243,8 +248,9 @@ class FineTuner(TrainingModule):
         if targets.kind.per_base:
             self.head = BaseHead(width, targets.outputs, dropout=self.head_dropout)
         else:
-            self.head = SequenceHead(width, targets.outputs, self.pooling, both_strands=self.both_strands,
-                                     dropout=self.head_dropout)
+            self.head = SequenceHead(
+                width, targets.outputs, self.pooling, both_strands=self.both_strands, dropout=self.head_dropout
+            )
         self.register_buffer("value_mean", torch.tensor(targets.mean or [0.0] * targets.outputs), persistent=False)
         self.register_buffer("value_std", torch.tensor(targets.std or [1.0] * targets.outputs), persistent=False)
         self.hparams["targets"] = targets.to_dict()
@@ -256,19 +262,24 @@ class FineTuner(TrainingModule):
         if space is not None:
             self.set_targets(space)
             if space.kind.per_base and datamodule.window > self.model.config.max_seq_len:
-                raise ValueError(f"data window {datamodule.window} exceeds the model's max_seq_len="
-                                 f"{self.model.config.max_seq_len}; lower --window")
+                raise ValueError(
+                    f"data window {datamodule.window} exceeds the model's max_seq_len="
+                    f"{self.model.config.max_seq_len}; lower --window"
+                )
         if self.head is None:
-            raise ValueError("FineTuner has no targets: train it with LabelledDataModule (genoformer finetune) or "
-                             "give model.init_args.targets")
+            raise ValueError(
+                "FineTuner has no targets: train it with LabelledDataModule (genoformer finetune) or "
+                "give model.init_args.targets"
+            )
         self.head.to(self.device)
 
     # ------------------------------------------------------------------ forward
     def features(self, tokens_BL: torch.Tensor, lengths_B: torch.Tensor) -> torch.Tensor:
         """Per-base features (B, L, F) the head reads (see genoformer.genome.heads.strand_features)."""
         with torch.set_grad_enabled(torch.is_grad_enabled() and self.adaptation is not Adaptation.LINEAR_PROBE):
-            return strand_features(self.model, tokens_BL.long(), lengths_B, both_strands=self.both_strands,
-                                   layer=self.layer)
+            return strand_features(
+                self.model, tokens_BL.long(), lengths_B, both_strands=self.both_strands, layer=self.layer
+            )
 
     def _head(self, features_BLF: torch.Tensor, lengths_B: torch.Tensor, other_strand: bool = False) -> torch.Tensor:
         if self.targets.kind.per_base:
@@ -288,7 +299,9 @@ class FineTuner(TrainingModule):
         pass of the head only, not of the trunk."""
         return self._predictions(self.features(tokens_BL, lengths_B), tokens_BL, lengths_B)
 
-    def _predictions(self, features_BLF: torch.Tensor, tokens_BL: torch.Tensor, lengths_B: torch.Tensor) -> torch.Tensor:
+    def _predictions(
+        self, features_BLF: torch.Tensor, tokens_BL: torch.Tensor, lengths_B: torch.Tensor
+    ) -> torch.Tensor:
         """`predict_outputs` from the trunk's features of `tokens_BL`, already computed."""
         outputs = self._readout(self._head(features_BLF, lengths_B))
         if not self.test_time_strands:
@@ -370,7 +383,9 @@ class FineTuner(TrainingModule):
         elif self.targets.kind is TargetKind.BASE_VALUES:
             metrics.update(predictions.squeeze(-1), targets)
         else:
-            metrics.update(predictions, targets.long() if self.targets.kind is not TargetKind.SEQUENCE_VALUES else targets)
+            metrics.update(
+                predictions, targets.long() if self.targets.kind is not TargetKind.SEQUENCE_VALUES else targets
+            )
         self.log_dict({f"{split}/{name}": metric for name, metric in metrics.items()}, batch_size=tokens_BL.shape[0])
 
     # ------------------------------------------------------------------ optimiser, callbacks, checkpoints
@@ -380,12 +395,19 @@ class FineTuner(TrainingModule):
         callbacks: list[Callback] = [ValidateLastStep()]
         if self.patience:
             # strict=False: a run without validation data trains its steps
-            callbacks.append(EarlyStopping(monitor=VALIDATION_MONITOR, mode="min", patience=self.patience, strict=False))
+            callbacks.append(
+                EarlyStopping(monitor=VALIDATION_MONITOR, mode="min", patience=self.patience, strict=False)
+            )
         return callbacks
 
     def configure_optimizers(self) -> dict[str, Any]:
-        return adamw_warmup_cosine(self.model, lambda: self.trainer.estimated_stepping_batches, self.optimization,
-                                   fused=fused_adamw_allowed(self), own_rates=[(self.head, self.head_learning_rate)])
+        return adamw_warmup_cosine(
+            self.model,
+            lambda: self.trainer.estimated_stepping_batches,
+            self.optimization,
+            fused=fused_adamw_allowed(self),
+            own_rates=[(self.head, self.head_learning_rate)],
+        )
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_save_checkpoint(checkpoint)
@@ -403,8 +425,9 @@ class ValidateLastStep(Callback):
     """Validate after the last training step (trainer.max_steps) even when it is not a multiple of
     the validation interval: Lightning validates a step on which the trainer is asked to stop."""
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if 0 < trainer.max_steps <= trainer.global_step:
             trainer.should_stop = True
 
@@ -426,13 +449,26 @@ def read_validations(metrics_csv: Union[str, Path]) -> list[Validation]:
     with the number of optimizer steps before the one that triggered it, so its step is that + 1."""
     with open(metrics_csv, newline="") as handle:
         rows = list(csv.DictReader(handle))
-    return [Validation(int(row["step"]) + 1, {key: float(value) for key, value in row.items()
-                                              if key.startswith("val/") and value not in ("", None)})
-            for row in rows if row.get(VALIDATION_MONITOR) not in ("", None)]
+    return [
+        Validation(
+            int(row["step"]) + 1,
+            {key: float(value) for key, value in row.items() if key.startswith("val/") and value not in ("", None)},
+        )
+        for row in rows
+        if row.get(VALIDATION_MONITOR) not in ("", None)
+    ]
 
 
-def validation_summary(validations: list[Validation], *, best: Path, last: Path, max_steps: int,
-                       patience: int, stopped_early: bool, predict: str) -> str:
+def validation_summary(
+    validations: list[Validation],
+    *,
+    best: Path,
+    last: Path,
+    max_steps: int,
+    patience: int,
+    stopped_early: bool,
+    predict: str,
+) -> str:
     """What a finished run's best and last checkpoints scored on validation, said plainly when
     the last is worse, whether early stopping (`patience` validations) ended it before
     `max_steps`, and the command that predicts with the best (`predict`, a command line with the
@@ -445,22 +481,33 @@ def validation_summary(validations: list[Validation], *, best: Path, last: Path,
 
     def line(label: str, run: Validation, path: Path) -> str:
         metric = "" if shown is None else f"  {shown} {run.metrics.get(shown, float('nan')):.4g}"
-        return f"  {label}: step {run.step:<6} {VALIDATION_MONITOR} {run.metrics[VALIDATION_MONITOR]:.4g}{metric}  {path}"
+        return (
+            f"  {label}: step {run.step:<6} {VALIDATION_MONITOR} {run.metrics[VALIDATION_MONITOR]:.4g}{metric}  {path}"
+        )
 
-    lines = [f"validation ({VALIDATION_MONITOR}, lower is better; {len(validations)} validations):",
-             line("best", best_run, best), line("last", last_run, last)]
+    lines = [
+        f"validation ({VALIDATION_MONITOR}, lower is better; {len(validations)} validations):",
+        line("best", best_run, best),
+        line("last", last_run, last),
+    ]
     if stopped_early:
-        lines.append(f"stopped early at step {last_run.step} of {max_steps}: {VALIDATION_MONITOR} did not improve "
-                     f"for {patience} validations (--patience)")
+        lines.append(
+            f"stopped early at step {last_run.step} of {max_steps}: {VALIDATION_MONITOR} did not improve "
+            f"for {patience} validations (--patience)"
+        )
     elif last_run.step < max_steps:
-        lines.append(f"training ended at step {last_run.step} of {max_steps}, on a limit other than max_steps "
-                     "(max_epochs or max_time; Lightning's message above names it)")
+        lines.append(
+            f"training ended at step {last_run.step} of {max_steps}, on a limit other than max_steps "
+            "(max_epochs or max_time; Lightning's message above names it)"
+        )
     best_loss, last_loss = best_run.metrics[VALIDATION_MONITOR], last_run.metrics[VALIDATION_MONITOR]
     if best_run is last_run:
         lines.append("the last checkpoint is the best one")
     else:
-        lines.append(f"the last checkpoint is WORSE than the best: {VALIDATION_MONITOR} {last_loss:.4g} against "
-                     f"{best_loss:.4g} at step {best_run.step}")
+        lines.append(
+            f"the last checkpoint is WORSE than the best: {VALIDATION_MONITOR} {last_loss:.4g} against "
+            f"{best_loss:.4g} at step {best_run.step}"
+        )
     lines.append(f"predict with the best checkpoint:\n  {predict.replace('CHECKPOINT', str(best))}")
     return "\n".join(lines)
 
@@ -482,29 +529,41 @@ def split_metrics(targets: TargetSpace) -> torchmetrics.MetricCollection:
     kind = targets.kind
     if kind is TargetKind.SEQUENCE_CLASSES and k == 2:
         metrics = {
-            "accuracy": tmc.BinaryAccuracy(), "balanced_accuracy": _BinaryBalancedAccuracy(),
-            "mcc": tmc.BinaryMatthewsCorrCoef(), "f1": tmc.BinaryF1Score(), "auroc": tmc.BinaryAUROC(),
+            "accuracy": tmc.BinaryAccuracy(),
+            "balanced_accuracy": _BinaryBalancedAccuracy(),
+            "mcc": tmc.BinaryMatthewsCorrCoef(),
+            "f1": tmc.BinaryF1Score(),
+            "auroc": tmc.BinaryAUROC(),
             "auprc": tmc.BinaryAveragePrecision(),
         }
     elif kind is TargetKind.SEQUENCE_CLASSES:
         metrics = {
-            "accuracy": tmc.MulticlassAccuracy(k, average="micro"), "balanced_accuracy": tmc.MulticlassAccuracy(k, average="macro"),
-            "mcc": tmc.MulticlassMatthewsCorrCoef(k), "f1": tmc.MulticlassF1Score(k, average="macro"),
-            "auroc": tmc.MulticlassAUROC(k), "auprc": tmc.MulticlassAveragePrecision(k),
+            "accuracy": tmc.MulticlassAccuracy(k, average="micro"),
+            "balanced_accuracy": tmc.MulticlassAccuracy(k, average="macro"),
+            "mcc": tmc.MulticlassMatthewsCorrCoef(k),
+            "f1": tmc.MulticlassF1Score(k, average="macro"),
+            "auroc": tmc.MulticlassAUROC(k),
+            "auprc": tmc.MulticlassAveragePrecision(k),
         }
     elif kind is TargetKind.SEQUENCE_LABELS:
         metrics = {
-            "accuracy": tmc.MultilabelAccuracy(k), "f1": tmc.MultilabelF1Score(k),
-            "auroc": tmc.MultilabelAUROC(k), "auprc": tmc.MultilabelAveragePrecision(k),
+            "accuracy": tmc.MultilabelAccuracy(k),
+            "f1": tmc.MultilabelF1Score(k),
+            "auroc": tmc.MultilabelAUROC(k),
+            "auprc": tmc.MultilabelAveragePrecision(k),
         }
     elif kind is TargetKind.SEQUENCE_VALUES:
-        metrics = {"pearson": tmr.PearsonCorrCoef(num_outputs=k), "spearman": tmr.SpearmanCorrCoef(num_outputs=k),
-                   "mse": tmr.MeanSquaredError(num_outputs=k)}
+        metrics = {
+            "pearson": tmr.PearsonCorrCoef(num_outputs=k),
+            "spearman": tmr.SpearmanCorrCoef(num_outputs=k),
+            "mse": tmr.MeanSquaredError(num_outputs=k),
+        }
         if k > 1:
             metrics = {name: _MeanOverTargets(metric) for name, metric in metrics.items()}
     elif kind is TargetKind.BASE_CLASSES:
         metrics = {
-            "accuracy": tmc.MulticlassAccuracy(k, average="micro"), "balanced_accuracy": tmc.MulticlassAccuracy(k, average="macro"),
+            "accuracy": tmc.MulticlassAccuracy(k, average="micro"),
+            "balanced_accuracy": tmc.MulticlassAccuracy(k, average="macro"),
             "mcc": tmc.MulticlassMatthewsCorrCoef(k),
         }
         if tuple(targets.names) == ANNOTATION_CLASSES:

@@ -59,7 +59,6 @@ from genoformer.data.genome.annotations import (
 from genoformer.data.genome.regions import Region
 from genoformer.data.storage import write_text
 
-
 #: translation table -> (stop codons, start codons).
 GENETIC_CODES: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {
     11: (("TAA", "TAG", "TGA"), ("ATG", "GTG", "TTG")),  # bacteria, archaea, plastids
@@ -116,8 +115,16 @@ class _Orfs:
         return int(self.options[k][self.best[k]])
 
 
-def _strand_orfs(codes: np.ndarray, coding: np.ndarray, evidence: np.ndarray, *, stops: np.ndarray,
-                 starts: np.ndarray, min_length: int, min_score: float) -> _Orfs:
+def _strand_orfs(
+    codes: np.ndarray,
+    coding: np.ndarray,
+    evidence: np.ndarray,
+    *,
+    stops: np.ndarray,
+    starts: np.ndarray,
+    min_length: int,
+    min_score: float,
+) -> _Orfs:
     """Candidate ORFs on the forward strand of ``codes`` (L,); ``coding`` (L,) is that strand's
     coding probability and ``evidence`` (L + 1,) the cumulative sum of ``coding - 0.5``."""
     length = codes.size
@@ -149,8 +156,13 @@ def _strand_orfs(codes: np.ndarray, coding: np.ndarray, evidence: np.ndarray, *,
             best.append(group.size - 1 - int(np.argmin(evidence[group][::-1])))
             edge.append(edge_at if orf == 0 else -1)
             open3.append(orf == stop_at.size)
-    return _Orfs(np.asarray(end, dtype=np.int64), options, np.asarray(best, dtype=np.int64),
-                 np.asarray(edge, dtype=np.int64), np.asarray(open3, dtype=bool))
+    return _Orfs(
+        np.asarray(end, dtype=np.int64),
+        options,
+        np.asarray(best, dtype=np.int64),
+        np.asarray(edge, dtype=np.int64),
+        np.asarray(open3, dtype=bool),
+    )
 
 
 def _start_variants(orfs: _Orfs, evidence: np.ndarray, max_overlap: int) -> list[list[int]]:
@@ -263,13 +275,23 @@ def _check_inputs(codes: np.ndarray, probabilities: np.ndarray) -> None:
     if codes.size and int(codes.max()) > N:
         raise ValueError(f"codes hold {int(codes.max())}, not a base (A=0 C=1 G=2 T=3 N=4); strip special tokens first")
     if probabilities.shape != (codes.size, len(ANNOTATION_CLASSES)):
-        raise ValueError(f"probabilities must be (L, {len(ANNOTATION_CLASSES)}) = ({codes.size}, "
-                         f"{len(ANNOTATION_CLASSES)}) over {ANNOTATION_CLASSES}, got {probabilities.shape}")
+        raise ValueError(
+            f"probabilities must be (L, {len(ANNOTATION_CLASSES)}) = ({codes.size}, "
+            f"{len(ANNOTATION_CLASSES)}) over {ANNOTATION_CLASSES}, got {probabilities.shape}"
+        )
 
 
-def call_genes(codes: np.ndarray, probabilities: np.ndarray, *, contig: str, min_length: int = 90,
-               translation_table: int = 11, min_score: float = 0.5, max_overlap: int = 60,
-               min_rna_length: int = 50) -> list[Gene]:
+def call_genes(
+    codes: np.ndarray,
+    probabilities: np.ndarray,
+    *,
+    contig: str,
+    min_length: int = 90,
+    translation_table: int = 11,
+    min_score: float = 0.5,
+    max_overlap: int = 60,
+    min_rna_length: int = 50,
+) -> list[Gene]:
     """CDS, rRNA and tRNA calls on one contig from per-base class probabilities (rules in the
     module docstring), sorted by start.
 
@@ -286,11 +308,15 @@ def call_genes(codes: np.ndarray, probabilities: np.ndarray, *, contig: str, min
     if translation_table not in GENETIC_CODES:
         raise ValueError(f"translation_table {translation_table} is not supported; use one of {sorted(GENETIC_CODES)}")
     if not 0.5 <= min_score <= 1.0:
-        raise ValueError(f"min_score must be in [0.5, 1], got {min_score}: a gene whose mean coding probability "
-                         "is below 0.5 adds negative evidence and is never chosen")
+        raise ValueError(
+            f"min_score must be in [0.5, 1], got {min_score}: a gene whose mean coding probability "
+            "is below 0.5 adds negative evidence and is never chosen"
+        )
     if not 0 <= max_overlap < min_length:
-        raise ValueError(f"need 0 <= max_overlap < min_length (so that no gene fits inside another), "
-                         f"got max_overlap={max_overlap}, min_length={min_length}")
+        raise ValueError(
+            f"need 0 <= max_overlap < min_length (so that no gene fits inside another), "
+            f"got max_overlap={max_overlap}, min_length={min_length}"
+        )
     stop_codons, start_codons = GENETIC_CODES[translation_table]
     stops, starts = _codon_table(stop_codons), _codon_table(start_codons)
     length = codes.size
@@ -302,8 +328,11 @@ def call_genes(codes: np.ndarray, probabilities: np.ndarray, *, contig: str, min
     settings = dict(stops=stops, starts=starts, min_length=min_length, min_score=min_score)
     plus = _strand_orfs(codes, p_plus, evidence_plus, **settings)
     minus = _strand_orfs(reverse_complement(codes), p_minus[::-1], evidence_rc, **settings)
-    items = _items(length, (plus, _start_variants(plus, evidence_plus, max_overlap)),
-                   (minus, _start_variants(minus, evidence_rc, max_overlap)))
+    items = _items(
+        length,
+        (plus, _start_variants(plus, evidence_plus, max_overlap)),
+        (minus, _start_variants(minus, evidence_rc, max_overlap)),
+    )
     genes = []
     for i in _select(items, evidence_plus, evidence_minus, max_overlap):
         b, e, strand = int(items.start[i]), int(items.end[i]), int(items.strand[i])
@@ -313,8 +342,9 @@ def call_genes(codes: np.ndarray, probabilities: np.ndarray, *, contig: str, min
         left, right = (open5, open3) if strand == 1 else (open3, open5)
         mean = float(((p_plus if strand == 1 else p_minus)[b:e]).mean())
         attributes = (("partial", f"{int(left)}{int(right)}"),) if left or right else ()
-        genes.append(Gene(contig=contig, start=b, end=e, strand=strand, kind="CDS", score=round(mean, 4),
-                          attributes=attributes))
+        genes.append(
+            Gene(contig=contig, start=b, end=e, strand=strand, kind="CDS", score=round(mean, 4), attributes=attributes)
+        )
     genes += _rna_calls(probabilities, contig=contig, min_length=min_rna_length)
     return sorted(genes, key=lambda g: (g.start, g.end, g.strand))
 
@@ -333,8 +363,16 @@ def _rna_calls(probabilities: np.ndarray, *, contig: str, min_length: int) -> li
         p = probabilities[:, column]
         for b, e in zip(*_runs(p > 0.5)):
             if e - b >= min_length:
-                genes.append(Gene(contig=contig, start=int(b), end=int(e), strand=1, kind=kind,
-                                  score=round(float(p[b:e].mean()), 4)))
+                genes.append(
+                    Gene(
+                        contig=contig,
+                        start=int(b),
+                        end=int(e),
+                        strand=1,
+                        kind=kind,
+                        score=round(float(p[b:e].mean()), 4),
+                    )
+                )
     return genes
 
 
@@ -342,8 +380,9 @@ def decode_labels(probabilities: np.ndarray) -> np.ndarray:
     """(L,) uint8: the most probable class of each base, from probabilities (L, 5)."""
     probabilities = np.asarray(probabilities)
     if probabilities.ndim != 2 or probabilities.shape[1] != len(ANNOTATION_CLASSES):
-        raise ValueError(f"probabilities must be (L, {len(ANNOTATION_CLASSES)}) over {ANNOTATION_CLASSES}, "
-                         f"got {probabilities.shape}")
+        raise ValueError(
+            f"probabilities must be (L, {len(ANNOTATION_CLASSES)}) over {ANNOTATION_CLASSES}, got {probabilities.shape}"
+        )
     return probabilities.argmax(axis=1).astype(np.uint8)
 
 
@@ -355,8 +394,10 @@ def coding_mask(labels: np.ndarray) -> np.ndarray:
 
 def _check_pair(reference_labels: np.ndarray, predicted_labels: np.ndarray) -> None:
     if reference_labels.shape != predicted_labels.shape or reference_labels.ndim != 1:
-        raise ValueError(f"reference and predicted labels must be 1-D arrays of one length, got "
-                         f"{reference_labels.shape} and {predicted_labels.shape}")
+        raise ValueError(
+            f"reference and predicted labels must be 1-D arrays of one length, got "
+            f"{reference_labels.shape} and {predicted_labels.shape}"
+        )
 
 
 def _multiclass_mcc(confusion: np.ndarray) -> float:
@@ -368,8 +409,8 @@ def _multiclass_mcc(confusion: np.ndarray) -> float:
     true = [int(v) for v in confusion.sum(axis=1)]
     predicted = [int(v) for v in confusion.sum(axis=0)]
     numerator = correct * total - sum(t * p for t, p in zip(true, predicted))
-    denominator = (total ** 2 - sum(p * p for p in predicted)) * (total ** 2 - sum(t * t for t in true))
-    return float(numerator / denominator ** 0.5) if denominator else 0.0
+    denominator = (total**2 - sum(p * p for p in predicted)) * (total**2 - sum(t * t for t in true))
+    return float(numerator / denominator**0.5) if denominator else 0.0
 
 
 def _confusion(reference: np.ndarray, predicted: np.ndarray, classes: int) -> np.ndarray:
@@ -392,8 +433,9 @@ def strand_coding_mcc(reference_labels: np.ndarray, predicted_labels: np.ndarray
     _check_pair(reference_labels, predicted_labels)
     three = np.zeros(256, dtype=np.uint8)
     three[CDS_PLUS], three[CDS_MINUS] = 1, 2
-    return _multiclass_mcc(_confusion(three[reference_labels.astype(np.uint8)],
-                                      three[predicted_labels.astype(np.uint8)], 3))
+    return _multiclass_mcc(
+        _confusion(three[reference_labels.astype(np.uint8)], three[predicted_labels.astype(np.uint8)], 3)
+    )
 
 
 def _stop_key(gene: Gene) -> tuple[str, int, int]:
@@ -422,8 +464,9 @@ def gene_agreement(reference: Sequence[Gene], predicted: Sequence[Gene]) -> dict
         "n_reference": len(reference),
         "n_predicted": len(predicted),
         "stop_and_strand": _share(sum(_stop_key(g) in predicted_stops for g in reference), len(reference)),
-        "start_and_stop": _share(sum((g.contig, g.strand, g.start, g.end) in predicted_spans for g in reference),
-                                 len(reference)),
+        "start_and_stop": _share(
+            sum((g.contig, g.strand, g.start, g.end) in predicted_spans for g in reference), len(reference)
+        ),
         "precision_stop": _share(sum(_stop_key(g) in reference_stops for g in predicted), len(predicted)),
     }
 
@@ -433,8 +476,13 @@ def _stop_base(gene: Gene) -> int:
     return gene.end - 1 if gene.strand == 1 else gene.start
 
 
-def compare_gene_calls(contigs: Sequence[AnnotatedContig], predicted: Sequence[Gene], *,
-                       regions: Sequence[Region] | None = None, source: str = "predicted") -> dict[str, float | int]:
+def compare_gene_calls(
+    contigs: Sequence[AnnotatedContig],
+    predicted: Sequence[Gene],
+    *,
+    regions: Sequence[Region] | None = None,
+    source: str = "predicted",
+) -> dict[str, float | int]:
     """How `predicted` gene calls agree with annotated `contigs` (their per-base labels and CDS
     genes), over every base, or over the bases of `regions` and the genes whose stop codon ends
     in one: ``coding_mcc`` and ``strand_coding_mcc`` per base (the predicted labels are
@@ -444,20 +492,23 @@ def compare_gene_calls(contigs: Sequence[AnnotatedContig], predicted: Sequence[G
     lengths = {contig.name: contig.codes.size for contig in contigs}
     unknown = list(dict.fromkeys(g.contig for g in predicted if g.contig not in lengths))
     if unknown:
-        raise ValueError(f"{source}: {len(unknown):,} contig(s) are not in the reference: {', '.join(map(repr, unknown[:3]))}; "
-                         f"its contigs are {', '.join(map(repr, list(lengths)[:3]))}{' ...' if len(lengths) > 3 else ''}; "
-                         "compare calls made on the reference's own sequences")
+        raise ValueError(
+            f"{source}: {len(unknown):,} contig(s) are not in the reference: {', '.join(map(repr, unknown[:3]))}; "
+            f"its contigs are {', '.join(map(repr, list(lengths)[:3]))}{' ...' if len(lengths) > 3 else ''}; "
+            "compare calls made on the reference's own sequences"
+        )
     masks = {name: np.ones(length, dtype=bool) for name, length in lengths.items()}
     if regions is not None:
         masks = {name: np.zeros(length, dtype=bool) for name, length in lengths.items()}
         for region in regions:
-            masks[region.chrom][region.start:region.end] = True
+            masks[region.chrom][region.start : region.end] = True
     by_contig: dict[str, list[Gene]] = {name: [] for name in lengths}
     for gene in predicted:
         by_contig[gene.contig].append(gene)
     reference_labels = np.concatenate([contig.labels[masks[contig.name]] for contig in contigs])
-    predicted_labels = np.concatenate([label_track(lengths[contig.name], by_contig[contig.name])[masks[contig.name]]
-                                       for contig in contigs])
+    predicted_labels = np.concatenate(
+        [label_track(lengths[contig.name], by_contig[contig.name])[masks[contig.name]] for contig in contigs]
+    )
 
     def compared(genes: Sequence[Gene]) -> list[Gene]:
         return [g for g in genes if g.kind == "CDS" and masks[g.contig][_stop_base(g)]]
@@ -475,9 +526,14 @@ def compare_gene_calls(contigs: Sequence[AnnotatedContig], predicted: Sequence[G
     }
 
 
-def write_tracks_bedgraph(path: Path, contigs: Sequence[tuple[str, np.ndarray]],
-                          classes: Sequence[str] = ("CDS+", "CDS-"), *, starts: Sequence[int] = (),
-                          overwrite: bool = False) -> Path:
+def write_tracks_bedgraph(
+    path: Path,
+    contigs: Sequence[tuple[str, np.ndarray]],
+    classes: Sequence[str] = ("CDS+", "CDS-"),
+    *,
+    starts: Sequence[int] = (),
+    overwrite: bool = False,
+) -> Path:
     """Write per-base probabilities of ``classes`` as a bedGraph for a genome browser: for each
     class a ``track`` line, then ``contig  start  end  value`` lines over every contig of
     ``contigs`` ((name, probabilities (L, 5)) pairs), one line per run of bases whose value,
@@ -489,23 +545,31 @@ def write_tracks_bedgraph(path: Path, contigs: Sequence[tuple[str, np.ndarray]],
         raise ValueError(f"unknown classes {unknown}; choose from {ANNOTATION_CLASSES}")
     for contig, probabilities in contigs:
         if np.ndim(probabilities) != 2 or np.shape(probabilities)[1] != len(ANNOTATION_CLASSES):
-            raise ValueError(f"{contig}: probabilities must be (L, {len(ANNOTATION_CLASSES)}) over "
-                             f"{ANNOTATION_CLASSES}, got {np.shape(probabilities)}")
+            raise ValueError(
+                f"{contig}: probabilities must be (L, {len(ANNOTATION_CLASSES)}) over "
+                f"{ANNOTATION_CLASSES}, got {np.shape(probabilities)}"
+            )
     if starts and len(starts) != len(contigs):
         raise ValueError(f"starts= gives {len(starts)} starts for {len(contigs)} contigs; give one per contig")
     offsets = list(starts) or [0] * len(contigs)
     lines = []
     for name in classes:
-        lines.append(f'track type=bedGraph name="{name}" description="genoformer P({name})" '
-                     "visibility=full autoScale=off viewLimits=0:1")
+        lines.append(
+            f'track type=bedGraph name="{name}" description="genoformer P({name})" '
+            "visibility=full autoScale=off viewLimits=0:1"
+        )
         for (contig, probabilities), offset in zip(contigs, offsets):
-            hundredths = np.rint(np.asarray(probabilities)[:, ANNOTATION_CLASSES.index(name)] * 100).astype(np.int64)  # (L,)
+            hundredths = np.rint(np.asarray(probabilities)[:, ANNOTATION_CLASSES.index(name)] * 100).astype(
+                np.int64
+            )  # (L,)
             if hundredths.size == 0:
                 continue
             cuts = np.flatnonzero(np.diff(hundredths)) + 1
             run_start = np.concatenate([[0], cuts])
             run_end = np.concatenate([cuts, [hundredths.size]])
             values = hundredths[run_start]
-            lines += [f"{contig}\t{b + offset}\t{e + offset}\t{v // 100}.{v % 100:02d}"
-                      for b, e, v in zip(run_start.tolist(), run_end.tolist(), values.tolist())]
+            lines += [
+                f"{contig}\t{b + offset}\t{e + offset}\t{v // 100}.{v % 100:02d}"
+                for b, e, v in zip(run_start.tolist(), run_end.tolist(), values.tolist())
+            ]
     return write_text(Path(path), "\n".join(lines) + "\n", overwrite=overwrite)

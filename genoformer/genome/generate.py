@@ -68,15 +68,19 @@ FASTA_LINE = 80
 
 def check_sampling(temperature: float, top_k: Optional[int]) -> None:
     """ValueError naming the option and a value that works, for a bad temperature or top_k."""
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
-        math.isfinite(temperature) and temperature > 0
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not (math.isfinite(temperature) and temperature > 0)
     ):
         raise ValueError(
             f"temperature must be a positive number (1 samples from the model's own probabilities, below 1 "
             f"sharpens them, above 1 flattens them), got {temperature!r}; for greedy decoding (always the "
             f"likeliest base) pass {option('top_k', 1)}."
         )
-    if top_k is not None and not (isinstance(top_k, int) and not isinstance(top_k, bool) and 1 <= top_k <= SAMPLED_BASES):
+    if top_k is not None and not (
+        isinstance(top_k, int) and not isinstance(top_k, bool) and 1 <= top_k <= SAMPLED_BASES
+    ):
         raise ValueError(
             f"top_k must be 1 to {SAMPLED_BASES} (only A, C, G and T are sampled), got {top_k!r}; "
             f"{option('top_k', 1)} is greedy, and leaving it unset samples from all four bases."
@@ -217,22 +221,31 @@ class Generator(LanguageModelRunner):
         context, overlap = self.check_window(context, overlap)
         prompt_L = np.asarray(prompt_L)
         if prompt_L.ndim != 1 or prompt_L.size == 0:
-            raise ValueError(f"the prompt must hold at least one base (codes of shape (L,)), got shape {prompt_L.shape}.")
+            raise ValueError(
+                f"the prompt must hold at least one base (codes of shape (L,)), got shape {prompt_L.shape}."
+            )
         if prompt_L.dtype.kind not in "iu" or int(prompt_L.max()) > len(BASES) - 1 or int(prompt_L.min()) < 0:
             raise ValueError(
                 "the prompt must be base codes 0..4 (A C G T N); encode it with genoformer.data.genome.alphabet.encode."
             )
-        for name, value, low in (("length", length, 1), ("num_samples", num_samples, 1),
-                                 ("batch_size", batch_size, 1), ("seed", seed, 0)):
+        for name, value, low in (
+            ("length", length, 1),
+            ("num_samples", num_samples, 1),
+            ("batch_size", batch_size, 1),
+            ("seed", seed, 0),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer of at least {low}, got {value!r}; pass {option(name, max(low, 1))}.")
+                raise ValueError(
+                    f"{name} must be an integer of at least {low}, got {value!r}; pass {option(name, max(low, 1))}."
+                )
         prompt_T = torch.from_numpy(prompt_L.astype(np.int64))
         samples = []
         with tqdm(total=num_samples * length, unit="base", desc="generating", disable=not progress, leave=False) as bar:
             for first in range(0, num_samples, batch_size):
                 streams = [sample_stream(seed, i) for i in range(first, min(first + batch_size, num_samples))]
-                samples.append(self._decode_rows(prompt_T, length, streams, temperature, top_k, context, overlap,
-                                                 use_cache, bar))
+                samples.append(
+                    self._decode_rows(prompt_T, length, streams, temperature, top_k, context, overlap, use_cache, bar)
+                )
         return np.concatenate(samples)
 
     def _decode_rows(
@@ -258,8 +271,11 @@ class Generator(LanguageModelRunner):
         logits_BV = self._window_logits(tokens_BT[:1, start:end], cache).expand(B, -1)
         if cache is not None:
             cache.repeat_rows(B)
-        graph = GraphStep(self.model, cache, self.autocast_dtype) if (
-            cache is not None and self.cuda_graphs and self.device.type == "cuda") else None
+        graph = (
+            GraphStep(self.model, cache, self.autocast_dtype)
+            if (cache is not None and self.cuda_graphs and self.device.type == "cuda")
+            else None
+        )
         for step in range(length):
             probs_BS = base_probabilities(logits_BV, temperature, top_k).cpu()
             codes_B = torch.cat([torch.multinomial(p_S, 1, generator=g) for p_S, g in zip(probs_BS, streams)])
@@ -312,8 +328,12 @@ class GraphStep:
         self.logits_B1V: Optional[torch.Tensor] = None
 
     def _step(self) -> torch.Tensor:
-        with torch.autocast("cuda", dtype=self.autocast_dtype or torch.float32, enabled=self.autocast_dtype is not None,
-                            cache_enabled=False):
+        with torch.autocast(
+            "cuda",
+            dtype=self.autocast_dtype or torch.float32,
+            enabled=self.autocast_dtype is not None,
+            cache_enabled=False,
+        ):
             return self.model.decode_step(self.tokens_B1, self.cache, self.position_1)
 
     def __call__(self, tokens_B1: torch.Tensor) -> torch.Tensor:
@@ -409,7 +429,9 @@ def generate(
             f"(every record a prompt){', not both' if prompt is not None else ''}."
         )
     if out.suffix.lower() in (".gz", ".xz", ".bz2"):
-        raise ValueError(f"--out {out}: generate writes plain FASTA text; name it {out.with_suffix('')} (and compress it after).")
+        raise ValueError(
+            f"--out {out}: generate writes plain FASTA text; name it {out.with_suffix('')} (and compress it after)."
+        )
     refuse_existing(out, overwrite)
     check_sampling(temperature, top_k)
     if prompt is not None:
@@ -423,14 +445,27 @@ def generate(
     began = time.perf_counter()
     for name, label, codes in prompts:
         if len(codes) > window:
-            print(f"prompt {name}: {len(codes):,} bases, more than the context of {window:,}; the model reads its last {window:,}")
-        samples = generator.generate(codes, length, temperature=temperature, top_k=top_k, seed=seed,
-                                     num_samples=num_samples, batch_size=batch_size, context=context,
-                                     overlap=overlap, progress=True)
+            print(
+                f"prompt {name}: {len(codes):,} bases, more than the context of {window:,}; the model reads its last {window:,}"
+            )
+        samples = generator.generate(
+            codes,
+            length,
+            temperature=temperature,
+            top_k=top_k,
+            seed=seed,
+            num_samples=num_samples,
+            batch_size=batch_size,
+            context=context,
+            overlap=overlap,
+            progress=True,
+        )
         for i, sample_L in enumerate(samples, start=1):
             record = f"sample_{i}" if len(prompts) == 1 else f"{name}_sample_{i}"
-            description = (f"prompt={label} prompt_bases={len(codes)} temperature={temperature:g} "
-                           f"top_k={top_k or SAMPLED_BASES} seed={seed}")
+            description = (
+                f"prompt={label} prompt_bases={len(codes)} temperature={temperature:g} "
+                f"top_k={top_k or SAMPLED_BASES} seed={seed}"
+            )
             bases = np.concatenate([codes, sample_L]) if include_prompt else sample_L
             records.append(_fasta_record(record, description, bases))
     seconds = time.perf_counter() - began

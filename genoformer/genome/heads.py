@@ -85,7 +85,9 @@ def valid_mask(lengths_B: torch.Tensor, seq_len: int) -> torch.Tensor:
 class SequenceHead(nn.Module):
     """Pooled features -> K outputs per sequence (logits or standardised values)."""
 
-    def __init__(self, features: int, outputs: int, pooling: HeadPooling, *, both_strands: bool, dropout: float = 0.1) -> None:
+    def __init__(
+        self, features: int, outputs: int, pooling: HeadPooling, *, both_strands: bool, dropout: float = 0.1
+    ) -> None:
         super().__init__()
         self.pooling = HeadPooling(pooling)
         self.both_strands = both_strands

@@ -17,6 +17,7 @@ class LanguageModelRunner(InferenceModel):
     """An `InferenceModel` over a DNA language model's `Transformer` (genoformer.genome.lm.GenoformerLM's network)."""
 
     kind: ClassVar[ModelKind] = ModelKind.GENOME_LM
+
     @classmethod
     def check(cls, checkpoint: dict[str, Any], name: str) -> None:
         check_alphabet(checkpoint, f"{name}: load it")

@@ -31,11 +31,13 @@ from genoformer.core.checkpoints import ModelKind
 from genoformer.core.runtime import RuntimeSettings
 from genoformer.core.training import OptimizerSettings, TrainingModule
 from genoformer.core.transformer import Transformer, TransformerConfig, document_positions, fused, over_chunks
-from genoformer.data.genome.alphabet import MASK, PAD, T, TOKEN_CODES, VOCAB_SIZE, check_alphabet
+from genoformer.data.genome.alphabet import MASK, PAD, TOKEN_CODES, VOCAB_SIZE, T, check_alphabet
 
 LN2 = math.log(2.0)
 IGNORE = -100
 """Target value that cross_entropy skips."""
+
+
 class Objective(str, enum.Enum):
     """Training objective (YAML: the member name, e.g. `objective: MASKED_LM`)."""
 

@@ -87,8 +87,10 @@ _THREE = np.uint64(3)
 
 def _check_order(order: int, name: str = "order") -> None:
     if isinstance(order, bool) or not isinstance(order, (int, np.integer)) or not 0 <= order <= MAX_ORDER:
-        raise ValueError(f"{name}={order!r} is not a usable Markov order: give an integer from 0 to {MAX_ORDER} "
-                         f"(the context and the base must fit 2 bits each in 64 bits)")
+        raise ValueError(
+            f"{name}={order!r} is not a usable Markov order: give an integer from 0 to {MAX_ORDER} "
+            f"(the context and the base must fit 2 bits each in 64 bits)"
+        )
 
 
 def _check_smoothing(discount: float, concentration: float) -> None:
@@ -154,8 +156,9 @@ def _parents(keys_C: np.ndarray, counts_C4: np.ndarray) -> tuple[np.ndarray, np.
     return parent_C[first_G], parent_counts_G4
 
 
-def iter_count_tables(keys_P: np.ndarray, usable_P: np.ndarray, order: int, progress: bool = False
-                      ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+def iter_count_tables(
+    keys_P: np.ndarray, usable_P: np.ndarray, order: int, progress: bool = False
+) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
     """Yield (j, sorted context keys (C_j,) uint64, counts (C_j, 4) uint32) for j = order..0.
 
     ``keys_P`` and ``usable_P`` come from :func:`pack_positions` (several strands and records
@@ -165,8 +168,10 @@ def iter_count_tables(keys_P: np.ndarray, usable_P: np.ndarray, order: int, prog
     """
     total = keys_P.size
     if total >= 1 << 32:
-        raise ValueError(f"{total:,} positions overflow the uint32 counts; train on fewer than 2**32 "
-                         "positions (2 Gbp on both strands)")
+        raise ValueError(
+            f"{total:,} positions overflow the uint32 counts; train on fewer than 2**32 "
+            "positions (2 Gbp on both strands)"
+        )
     short_P = usable_P < order  # record starts and bases after an N: their far context bits are not bases
     short_keys, short_usable = keys_P[short_P], usable_P[short_P]
     keys_P.sort()
@@ -197,8 +202,9 @@ def iter_count_tables(keys_P: np.ndarray, usable_P: np.ndarray, order: int, prog
             bar.update()
 
 
-def _lookup_order(keys_C: np.ndarray, counts_C4: np.ndarray, context_Q: np.ndarray, targets_Q: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _lookup_order(
+    keys_C: np.ndarray, counts_C4: np.ndarray, context_Q: np.ndarray, targets_Q: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Look up Q order-j contexts (fastest when sorted) in an order-j table.
 
     Returns the indices F of the queries whose context is in the table and, for those, n(c, x)
@@ -210,10 +216,12 @@ def _lookup_order(keys_C: np.ndarray, counts_C4: np.ndarray, context_Q: np.ndarr
     found_F = np.flatnonzero(keys_C[rows_Q] == context_Q)
     counts_F4 = counts_C4[rows_Q[found_F]]
     columns = counts_F4.T  # four (F,) views: column sums are much faster than reductions along axis 1
-    return (found_F,
-            counts_F4[np.arange(found_F.size), targets_Q[found_F]],
-            columns[0] + columns[1] + columns[2] + columns[3],
-            (columns[0] > 0).view(np.uint8) + (columns[1] > 0) + (columns[2] > 0) + (columns[3] > 0))
+    return (
+        found_F,
+        counts_F4[np.arange(found_F.size), targets_Q[found_F]],
+        columns[0] + columns[1] + columns[2] + columns[3],
+        (columns[0] > 0).view(np.uint8) + (columns[1] > 0) + (columns[2] > 0) + (columns[3] > 0),
+    )
 
 
 @dataclass(frozen=True)
@@ -251,8 +259,15 @@ class MarkovModel:
         _check_smoothing(self.discount, self.concentration)
 
     @classmethod
-    def fit(cls, sequences: Iterable[np.ndarray], order: int, discount: float, concentration: float,
-            both_strands: bool = True, progress: bool = False) -> MarkovModel:
+    def fit(
+        cls,
+        sequences: Iterable[np.ndarray],
+        order: int,
+        discount: float,
+        concentration: float,
+        both_strands: bool = True,
+        progress: bool = False,
+    ) -> MarkovModel:
         """Count the sequences (code arrays (L,) uint8), each also reverse-complemented by default.
 
         Raises ValueError when there is no A/C/G/T base to count.
@@ -273,11 +288,17 @@ class MarkovModel:
         reads it back, and `genoformer baseline --save` writes it."""
         path = Path(path)
         if path.suffix != ".npz":
-            raise ValueError(f"{path}: a Markov model is saved as .npz; name the file e.g. {path.with_suffix('.npz').name}")
+            raise ValueError(
+                f"{path}: a Markov model is saved as .npz; name the file e.g. {path.with_suffix('.npz').name}"
+            )
         refuse_existing(path, overwrite)
-        arrays = {"format_version": np.array(MODEL_FORMAT_VERSION), "order": np.array(self.order),
-                  "discount": np.array(self.discount), "concentration": np.array(self.concentration),
-                  "positions": np.array(self.positions)}
+        arrays = {
+            "format_version": np.array(MODEL_FORMAT_VERSION),
+            "order": np.array(self.order),
+            "discount": np.array(self.discount),
+            "concentration": np.array(self.concentration),
+            "positions": np.array(self.positions),
+        }
         for j, (keys_C, counts_C4) in enumerate(zip(self.keys, self.counts)):
             arrays[f"keys_{j}"], arrays[f"counts_{j}"] = keys_C, counts_C4
         with atomic_open(path, "wb", overwrite=overwrite) as handle:
@@ -289,7 +310,9 @@ class MarkovModel:
         """A model written by `save` (read with allow_pickle=False: a file cannot run code)."""
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"Markov model not found: {path}; write one with `genoformer baseline ... --save {path}`")
+            raise FileNotFoundError(
+                f"Markov model not found: {path}; write one with `genoformer baseline ... --save {path}`"
+            )
         try:
             with np.load(path, allow_pickle=False) as data:
                 arrays = {name: data[name] for name in data.files}
@@ -298,11 +321,14 @@ class MarkovModel:
             tables = [arrays[f"keys_{j}"] for j in range(order + 1)], [arrays[f"counts_{j}"] for j in range(order + 1)]
             positions = int(arrays["positions"])
         except (KeyError, OSError, ValueError, zipfile.BadZipFile) as error:  # ValueError: not an .npz of arrays
-            raise ValueError(f"{path} is not a Markov model written by `genoformer baseline --save` ({error}); "
-                             "write it again") from error
+            raise ValueError(
+                f"{path} is not a Markov model written by `genoformer baseline --save` ({error}); write it again"
+            ) from error
         if version > MODEL_FORMAT_VERSION:
-            raise ValueError(f"{path} is a Markov model of format {version}; this genoformer reads up to "
-                             f"{MODEL_FORMAT_VERSION}: upgrade genoformer to read it")
+            raise ValueError(
+                f"{path} is a Markov model of format {version}; this genoformer reads up to "
+                f"{MODEL_FORMAT_VERSION}: upgrade genoformer to read it"
+            )
         return cls(order, *settings, *tables, positions)
 
     @property
@@ -316,25 +342,29 @@ class MarkovModel:
         Zero where the context was not seen or is not usable. ``keys_P`` are packed for this
         model's order; the lookups are fastest when they are sorted.
         """
-        count_K1P, total_K1P, distinct_K1P = (np.zeros((self.order + 1, keys_P.size), dtype=np.uint32) for _ in range(3))
+        count_K1P, total_K1P, distinct_K1P = (
+            np.zeros((self.order + 1, keys_P.size), dtype=np.uint32) for _ in range(3)
+        )
         alive_A = np.arange(keys_P.size)  # positions whose context was seen at every order so far
         for j, (keys_C, counts_C4) in enumerate(zip(self.keys, self.counts)):
             if j:
                 alive_A = alive_A[usable_P[alive_A] >= j]
             keys_A = keys_P[alive_A]
             found_F, count_F, total_F, distinct_F = _lookup_order(
-                keys_C, counts_C4, _context(keys_A, self.order, j), (keys_A & _THREE).astype(np.intp))
+                keys_C, counts_C4, _context(keys_A, self.order, j), (keys_A & _THREE).astype(np.intp)
+            )
             alive_A = alive_A[found_F]  # a context never seen has no longer context that was
             count_K1P[j, alive_A], total_K1P[j, alive_A], distinct_K1P[j, alive_A] = count_F, total_F, distinct_F
         return count_K1P, total_K1P, distinct_K1P
 
-    def _log2_probabilities(self, keys_P: np.ndarray, usable_P: np.ndarray,
-                            on_progress: Optional[Callable[[int], None]] = None) -> np.ndarray:
+    def _log2_probabilities(
+        self, keys_P: np.ndarray, usable_P: np.ndarray, on_progress: Optional[Callable[[int], None]] = None
+    ) -> np.ndarray:
         """(P,) log2 p of each position's base, in the order given."""
         sort_P = np.argsort(keys_P)
         out_P = np.empty(keys_P.size, dtype=np.float64)
         for start in range(0, keys_P.size, _CHUNK):
-            chunk = sort_P[start:start + _CHUNK]
+            chunk = sort_P[start : start + _CHUNK]
             orders = interpolate(self._lookups(keys_P[chunk], usable_P[chunk]), self.discount, self.concentration)
             out_P[chunk] = np.log2(deque(orders, maxlen=1).pop())  # the last order is the model
             if on_progress is not None:
@@ -364,8 +394,9 @@ class MarkovModel:
         return np.exp2(self._log2_probabilities(keys_4, np.repeat(usable_P[-1], 4)))
 
 
-def interpolate(lookups: tuple[np.ndarray, np.ndarray, np.ndarray], discount: float, concentration: float
-                ) -> Iterator[np.ndarray]:
+def interpolate(
+    lookups: tuple[np.ndarray, np.ndarray, np.ndarray], discount: float, concentration: float
+) -> Iterator[np.ndarray]:
     """Yield p_j (P,) float64 for j = 0..k from the (K1, P) counts of :meth:`MarkovModel._lookups`.
 
     p_j is the probability of the model truncated at order j, so one pass gives every order.
@@ -373,8 +404,9 @@ def interpolate(lookups: tuple[np.ndarray, np.ndarray, np.ndarray], discount: fl
     count_K1P, total_K1P, distinct_K1P = lookups
     p_P = np.full(count_K1P.shape[1], 0.25)
     for j in range(count_K1P.shape[0]):
-        p_P = ((np.maximum(count_K1P[j] - discount, 0.0) + (discount * distinct_K1P[j] + concentration) * p_P)
-               / (total_K1P[j] + concentration))
+        p_P = (np.maximum(count_K1P[j] - discount, 0.0) + (discount * distinct_K1P[j] + concentration) * p_P) / (
+            total_K1P[j] + concentration
+        )
         yield p_P
 
 
@@ -397,10 +429,15 @@ class Selection:
         return [best[k] for k in sorted(best)]
 
 
-def select_markov_model(sequences: Sequence[np.ndarray], orders: Sequence[int],
-                        discounts: Sequence[float] = DISCOUNTS, concentrations: Sequence[float] = CONCENTRATIONS,
-                        held_out_fraction: float = HELD_OUT_FRACTION, both_strands: bool = True,
-                        progress: bool = False) -> Selection:
+def select_markov_model(
+    sequences: Sequence[np.ndarray],
+    orders: Sequence[int],
+    discounts: Sequence[float] = DISCOUNTS,
+    concentrations: Sequence[float] = CONCENTRATIONS,
+    held_out_fraction: float = HELD_OUT_FRACTION,
+    both_strands: bool = True,
+    progress: bool = False,
+) -> Selection:
     """Choose the order and smoothing by bits per base on the held-out end of every sequence.
 
     The first ``1 - held_out_fraction`` of every sequence is counted (both strands by default)
@@ -422,9 +459,11 @@ def select_markov_model(sequences: Sequence[np.ndarray], orders: Sequence[int],
     held_keys_P = np.concatenate([np.empty(0, np.uint64)] + [keys for keys, _, _ in packed])
     held_usable_P = np.concatenate([np.empty(0, np.uint8)] + [usable for _, usable, _ in packed])
     if held_keys_P.size == 0:
-        raise ValueError("too little training data to choose the order and smoothing on a held-out part: the "
-                         f"last {held_out_fraction:.0%} of the training records has no A/C/G/T base; give the "
-                         "order, discount and concentration (--order, --discount, --concentration)")
+        raise ValueError(
+            "too little training data to choose the order and smoothing on a held-out part: the "
+            f"last {held_out_fraction:.0%} of the training records has no A/C/G/T base; give the "
+            "order, discount and concentration (--order, --discount, --concentration)"
+        )
     sort_P = np.argsort(held_keys_P)  # sorted queries make every order's lookups sequential
     held_keys_P, held_usable_P = held_keys_P[sort_P], held_usable_P[sort_P]
     targets_P = (held_keys_P & _THREE).astype(np.intp)
@@ -436,7 +475,9 @@ def select_markov_model(sequences: Sequence[np.ndarray], orders: Sequence[int],
     lookups = tuple(np.zeros((top + 1, held_keys_P.size), dtype=np.uint32) for _ in range(3))
     for j, keys_C, counts_C4 in iter_count_tables(train_keys_P, train_usable_P, top, progress=progress):
         usable_U = np.flatnonzero(held_usable_P >= j)
-        found_F, *values = _lookup_order(keys_C, counts_C4, _context(held_keys_P[usable_U], top, j), targets_P[usable_U])
+        found_F, *values = _lookup_order(
+            keys_C, counts_C4, _context(held_keys_P[usable_U], top, j), targets_P[usable_U]
+        )
         for lookup, value_F in zip(lookups, values):
             lookup[j, usable_U[found_F]] = value_F
     del train_keys_P, train_usable_P
@@ -448,16 +489,24 @@ def select_markov_model(sequences: Sequence[np.ndarray], orders: Sequence[int],
                     bits[di, ci, j] = -np.log2(p_P).sum()
                 bar.update()
     held_out_bases = held_keys_P.size
-    table = [{"order": int(order), "discount": float(discount), "concentration": float(concentration),
-              "bits_per_base": float(bits[di, ci, order] / held_out_bases)}
-             for order in orders for di, discount in enumerate(discounts)
-             for ci, concentration in enumerate(concentrations)]
+    table = [
+        {
+            "order": int(order),
+            "discount": float(discount),
+            "concentration": float(concentration),
+            "bits_per_base": float(bits[di, ci, order] / held_out_bases),
+        }
+        for order in orders
+        for di, discount in enumerate(discounts)
+        for ci, concentration in enumerate(concentrations)
+    ]
     best = min(table, key=lambda row: row["bits_per_base"])
     return Selection(best["order"], best["discount"], best["concentration"], int(held_out_bases), table)
 
 
-def _check_settings(order: Optional[int], discount: Optional[float], concentration: Optional[float],
-                    max_order: int) -> None:
+def _check_settings(
+    order: Optional[int], discount: Optional[float], concentration: Optional[float], max_order: int
+) -> None:
     _check_order(max_order, "max_order")
     if order is not None:
         _check_order(order)
@@ -465,9 +514,15 @@ def _check_settings(order: Optional[int], discount: Optional[float], concentrati
         _check_smoothing(0.0 if discount is None else discount, 1.0 if concentration is None else concentration)
 
 
-def fit_markov_model(sequences: Sequence[np.ndarray], order: Optional[int] = None, discount: Optional[float] = None,
-                     concentration: Optional[float] = None, max_order: int = DEFAULT_MAX_ORDER,
-                     both_strands: bool = True, progress: bool = False) -> tuple[MarkovModel, Optional[Selection]]:
+def fit_markov_model(
+    sequences: Sequence[np.ndarray],
+    order: Optional[int] = None,
+    discount: Optional[float] = None,
+    concentration: Optional[float] = None,
+    max_order: int = DEFAULT_MAX_ORDER,
+    both_strands: bool = True,
+    progress: bool = False,
+) -> tuple[MarkovModel, Optional[Selection]]:
     """Fit on all the sequences with whatever of order, discount and concentration is not given
     chosen on a held-out part first (:func:`select_markov_model`; orders 0..max_order and the
     grids DISCOUNTS and CONCENTRATIONS). The selection is None when all three are given."""
@@ -500,8 +555,9 @@ def _read_all(paths: Sequence[str], what: str) -> list[NamedSequence]:
     return records
 
 
-def score_region(model: MarkovModel, codes_L: np.ndarray, start: int, end: int,
-                 on_progress: Optional[Callable[[int], None]] = None) -> RecordScore:
+def score_region(
+    model: MarkovModel, codes_L: np.ndarray, start: int, end: int, on_progress: Optional[Callable[[int], None]] = None
+) -> RecordScore:
     """Bits, bases scored and bases skipped (not A/C/G/T) of bases [start, end) of one strand of
     a record, each scored as in the whole record: from the `order` bases before it, across the
     region's start. The record's first base has no context and is not scored (nor skipped), as a
@@ -511,7 +567,7 @@ def score_region(model: MarkovModel, codes_L: np.ndarray, start: int, end: int,
     keep_P = np.arange(lo, end)[valid_L] >= max(start, 1)
     keys_P, usable_P = keys_P[keep_P], usable_P[keep_P]
     bits = -float(model._log2_probabilities(keys_P, usable_P, on_progress).sum()) if keys_P.size else 0.0
-    return RecordScore(bits, int(keys_P.size), int(np.count_nonzero(~valid_L[start - lo:])))
+    return RecordScore(bits, int(keys_P.size), int(np.count_nonzero(~valid_L[start - lo :])))
 
 
 def format_scores(records: Sequence[dict], total: dict, what: str = "record") -> str:
@@ -525,7 +581,11 @@ def format_scores(records: Sequence[dict], total: dict, what: str = "record") ->
 
 
 def _split_note(name: str, spec: Optional[SplitSpec], config: Optional[Path]) -> dict:
-    return {"name": name, "spec": dataclasses.asdict(spec or SplitSpec()), "config": None if config is None else str(config)}
+    return {
+        "name": name,
+        "spec": dataclasses.asdict(spec or SplitSpec()),
+        "config": None if config is None else str(config),
+    }
 
 
 def baseline(
@@ -603,44 +663,56 @@ def baseline(
     split_spec = read_split_spec(split_config)
     train_records = _read_all(train_paths, "training data")
     train_chosen = record_regions(train_records, split=split, split_spec=split_spec)
-    train_sequences = [train_records[index].codes[region.start:region.end] for index, region in train_chosen]
+    train_sequences = [train_records[index].codes[region.start : region.end] for index, region in train_chosen]
     train_bases = sum(int(np.count_nonzero(codes < N)) for codes in train_sequences)
     if train_bases == 0:
         where = f"the {split} split of {train_paths}" if split else str(train_paths)
         raise ValueError(f"no A/C/G/T bases to train on in {where}: every record is all N")
     input_records = _read_all(input_paths, "inputs")
-    chosen = record_regions(input_records, regions, split=inputs_split, split_spec=split_spec, split_option="inputs_split")
+    chosen = record_regions(
+        input_records, regions, split=inputs_split, split_spec=split_spec, split_option="inputs_split"
+    )
     for index, region in chosen:
         record = input_records[index]
-        if not np.any(record.codes[max(region.start, 1):region.end] < N):
+        if not np.any(record.codes[max(region.start, 1) : region.end] < N):
             what = f"record {record.name!r}" if region.name == record.name else f"region {region.name!r}"
-            raise ValueError(f"{record.source}: {what} has no A/C/G/T base to score (the {region.length:,} bases are N, "
-                             "or only the record's first base, which has no context); remove it from the inputs")
+            raise ValueError(
+                f"{record.source}: {what} has no A/C/G/T base to score (the {region.length:,} bases are N, "
+                "or only the record's first base, which has no context); remove it from the inputs"
+            )
 
     start, start_cpu = time.perf_counter(), time.process_time()
-    model, selection = fit_markov_model(train_sequences, order, discount, concentration,
-                                        max_order=max_order, progress=True)
+    model, selection = fit_markov_model(
+        train_sequences, order, discount, concentration, max_order=max_order, progress=True
+    )
     fit_seconds, fit_cpu_seconds = time.perf_counter() - start, time.process_time() - start_cpu
     if save is not None:
-        print(f"wrote {model.save(save, overwrite=overwrite)} (the order-{model.order} model, {model.nbytes / 2**20:,.0f} MiB of counts)")
+        print(
+            f"wrote {model.save(save, overwrite=overwrite)} (the order-{model.order} model, {model.nbytes / 2**20:,.0f} MiB of counts)"
+        )
     if selection is not None:
         print(f"chosen on {selection.held_out_bases:,} held-out bases (best smoothing per order):")
         for row in selection.best_per_order():
             mark = "  <- chosen" if row["order"] == selection.order else ""
-            print(f"  k={row['order']:<2}  d={row['discount']:<4}  a={row['concentration']:<5}  "
-                  f"{row['bits_per_base']:.4f} bits/base{mark}")
+            print(
+                f"  k={row['order']:<2}  d={row['discount']:<4}  a={row['concentration']:<5}  "
+                f"{row['bits_per_base']:.4f} bits/base{mark}"
+            )
     split_note = f" of the {split} split" if split else ""
-    print(f"order-{model.order} Markov model, discount {model.discount}, concentration {model.concentration}: "
-          f"{train_bases:,} training bases{split_note} (both strands counted), {fit_seconds:.1f} s "
-          f"({fit_cpu_seconds:.1f} s CPU), {model.nbytes / 2**20:.0f} MiB of counts")
+    print(
+        f"order-{model.order} Markov model, discount {model.discount}, concentration {model.concentration}: "
+        f"{train_bases:,} training bases{split_note} (both strands counted), {fit_seconds:.1f} s "
+        f"({fit_cpu_seconds:.1f} s CPU), {model.nbytes / 2**20:.0f} MiB of counts"
+    )
 
     strands = 2 if both_strands else 1
     rows = []
     total_bits, total_bases = 0.0, 0  # over every strand scored
     first_bases = 0
     start = time.perf_counter()
-    with tqdm(total=strands * sum(region.length for _, region in chosen), desc="scoring", unit="base",
-              unit_scale=True) as bar:
+    with tqdm(
+        total=strands * sum(region.length for _, region in chosen), desc="scoring", unit="base", unit_scale=True
+    ) as bar:
         for index, region in chosen:
             record = input_records[index]
             length = record.codes.size
@@ -654,8 +726,16 @@ def baseline(
             bits, strand_bases = sum(score.bits for score in scores), sum(score.bases for score in scores)
             total_bits += bits
             total_bases += strand_bases
-            rows.append({"name": region.name, "source": record.source, "region": region.label,
-                         "bits_per_base": bits / strand_bases, "bases": scores[0].bases, "skipped": scores[0].skipped})
+            rows.append(
+                {
+                    "name": region.name,
+                    "source": record.source,
+                    "region": region.label,
+                    "bits_per_base": bits / strand_bases,
+                    "bases": scores[0].bases,
+                    "skipped": scores[0].skipped,
+                }
+            )
     score_seconds = time.perf_counter() - start
     bases = sum(row["bases"] for row in rows)
     skipped = sum(row["skipped"] for row in rows)

@@ -84,8 +84,10 @@ DEFAULT_BLENDS = 5
 """K, the blends of the switching mixture: weights 0, 0.25, 0.5, 0.75 and 1 on the network."""
 _SIDE = 1024  # at most this many rows, and columns, of bases per block of `switching_weights`
 _BISECTIONS = 60  # halvings of [0, 1] in fit_weight: below float64 resolution
-_WRITE_ONE = ("write one with `genoformer baseline --train GENOMES --inputs VALIDATION_GENOMES --out baseline.json "
-              "--save markov.npz` (the genomes the network was trained on)")
+_WRITE_ONE = (
+    "write one with `genoformer baseline --train GENOMES --inputs VALIDATION_GENOMES --out baseline.json "
+    "--save markov.npz` (the genomes the network was trained on)"
+)
 
 
 class MixMode(str, enum.Enum):
@@ -112,13 +114,22 @@ def read_markov_model(path: Union[str, Path]) -> MarkovModel:
     path = check_markov_path(path)
     model = MarkovModel.load(path)
     for j, (keys_C, counts_C4) in enumerate(zip(model.keys, model.counts)):
-        if keys_C.ndim != 1 or counts_C4.shape != (keys_C.size, 4) or keys_C.dtype != np.uint64 or counts_C4.dtype != np.uint32:
-            raise ValueError(f"{path}: the order-{j} table should be (C,) uint64 contexts and (C, 4) uint32 counts of "
-                             f"A, C, G, T, not {keys_C.dtype}{keys_C.shape} and {counts_C4.dtype}{counts_C4.shape}; the "
-                             f"file is damaged or was not written by genoformer: {_WRITE_ONE}")
+        if (
+            keys_C.ndim != 1
+            or counts_C4.shape != (keys_C.size, 4)
+            or keys_C.dtype != np.uint64
+            or counts_C4.dtype != np.uint32
+        ):
+            raise ValueError(
+                f"{path}: the order-{j} table should be (C,) uint64 contexts and (C, 4) uint32 counts of "
+                f"A, C, G, T, not {keys_C.dtype}{keys_C.shape} and {counts_C4.dtype}{counts_C4.shape}; the "
+                f"file is damaged or was not written by genoformer: {_WRITE_ONE}"
+            )
         if keys_C.size and int(keys_C[-1]) >= 4**j:  # sorted: the last is the largest
-            raise ValueError(f"{path}: the order-{j} table holds contexts longer than {j} bases (its orders do not "
-                             f"match); the file is damaged or was not written by genoformer: {_WRITE_ONE}")
+            raise ValueError(
+                f"{path}: the order-{j} table holds contexts longer than {j} bases (its orders do not "
+                f"match); the file is damaged or was not written by genoformer: {_WRITE_ONE}"
+            )
     return model
 
 
@@ -129,8 +140,10 @@ def check_markov_path(path: Union[str, Path]) -> Path:
         raise FileNotFoundError(f"Markov model not found: {path}; {_WRITE_ONE}")
     if path.suffix != ".npz":
         what = " but a network checkpoint (that is --checkpoint)" if path.suffix == ".ckpt" else ""
-        raise ValueError(f"{path} is not a Markov model{what}: --mix takes the .npz that `genoformer baseline --save` "
-                         f"writes; {_WRITE_ONE}")
+        raise ValueError(
+            f"{path} is not a Markov model{what}: --mix takes the .npz that `genoformer baseline --save` "
+            f"writes; {_WRITE_ONE}"
+        )
     return path
 
 
@@ -140,7 +153,7 @@ def markov_log2p(model: MarkovModel, codes_L: np.ndarray, start: int = 0, end: O
     baseline` scores a region); NaN where the base is not A/C/G/T."""
     end = codes_L.size if end is None else end
     lo = max(0, start - model.order)
-    return model.log2_probabilities(codes_L[lo:end])[start - lo:]
+    return model.log2_probabilities(codes_L[lo:end])[start - lo :]
 
 
 def network_bases_only(log2p_markov_L: np.ndarray, log2p_network_L: np.ndarray) -> np.ndarray:
@@ -156,20 +169,26 @@ def _check_pair(log2p_network_L: np.ndarray, log2p_markov_L: np.ndarray) -> tupl
         raise ValueError(f"the two models' scores must be 1-D arrays of one length, got {a_L.shape} and {b_L.shape}")
     for name, values_L in (("network", a_L), ("Markov model", b_L)):
         if np.any(values_L > 1e-6):  # a rounding error above 0 is harmless
-            raise ValueError(f"the {name}'s scores must be log2 probabilities (<= 0); the largest is {np.nanmax(values_L)}")
+            raise ValueError(
+                f"the {name}'s scores must be log2 probabilities (<= 0); the largest is {np.nanmax(values_L)}"
+            )
     return a_L, b_L
 
 
 def _check_weight(weight: float, name: str) -> None:
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0.0 <= weight <= 1.0:
-        raise ValueError(f"{name}={weight!r} must be in [0, 1]: the network's share of each base's probability "
-                         "(0: the Markov model alone, 1: the network alone)")
+        raise ValueError(
+            f"{name}={weight!r} must be in [0, 1]: the network's share of each base's probability "
+            "(0: the Markov model alone, 1: the network alone)"
+        )
 
 
 def _check_switching(switch_rate: float, blends: int) -> None:
     if isinstance(switch_rate, bool) or not isinstance(switch_rate, (int, float)) or not 0.0 < switch_rate < 0.5:
-        raise ValueError(f"mix_switch_rate={switch_rate!r} must be in (0, 0.5): the chance of a switch of blend before "
-                         f"each base (default {DEFAULT_SWITCH_RATE:g}; smaller settles on one blend for longer)")
+        raise ValueError(
+            f"mix_switch_rate={switch_rate!r} must be in (0, 0.5): the chance of a switch of blend before "
+            f"each base (default {DEFAULT_SWITCH_RATE:g}; smaller settles on one blend for longer)"
+        )
     if isinstance(blends, bool) or not isinstance(blends, int) or blends < 2:
         raise ValueError(f"blends={blends!r} must be an integer >= 2 (weights k / (blends - 1) on the network)")
 
@@ -217,12 +236,20 @@ def _blend_probabilities(a_L: np.ndarray, b_L: np.ndarray) -> tuple[np.ndarray, 
     only, and so they stay inside float64), 1 where a score is missing, and where that is."""
     missing_L = np.isnan(a_L) | np.isnan(b_L)
     top_L = np.where(missing_L, 0.0, np.fmax(a_L, b_L))
-    return (np.where(missing_L, 1.0, np.exp2(np.where(missing_L, 0.0, a_L - top_L))),
-            np.where(missing_L, 1.0, np.exp2(np.where(missing_L, 0.0, b_L - top_L))), missing_L)
+    return (
+        np.where(missing_L, 1.0, np.exp2(np.where(missing_L, 0.0, a_L - top_L))),
+        np.where(missing_L, 1.0, np.exp2(np.where(missing_L, 0.0, b_L - top_L))),
+        missing_L,
+    )
 
 
-def switching_weights_reference(log2p_network_L: np.ndarray, log2p_markov_L: np.ndarray, *,
-                                switch_rate: float = DEFAULT_SWITCH_RATE, blends: int = DEFAULT_BLENDS) -> np.ndarray:
+def switching_weights_reference(
+    log2p_network_L: np.ndarray,
+    log2p_markov_L: np.ndarray,
+    *,
+    switch_rate: float = DEFAULT_SWITCH_RATE,
+    blends: int = DEFAULT_BLENDS,
+) -> np.ndarray:
     """(L,) float64 weight w_t of the network at each base, by the recursion of the module
     docstring, one base at a time."""
     _check_switching(switch_rate, blends)
@@ -240,8 +267,13 @@ def switching_weights_reference(log2p_network_L: np.ndarray, log2p_markov_L: np.
     return weights_L
 
 
-def switching_weights(log2p_network_L: np.ndarray, log2p_markov_L: np.ndarray, *,
-                      switch_rate: float = DEFAULT_SWITCH_RATE, blends: int = DEFAULT_BLENDS) -> np.ndarray:
+def switching_weights(
+    log2p_network_L: np.ndarray,
+    log2p_markov_L: np.ndarray,
+    *,
+    switch_rate: float = DEFAULT_SWITCH_RATE,
+    blends: int = DEFAULT_BLENDS,
+) -> np.ndarray:
     """(L,) float64 weight w_t of the network at each base: `switching_weights_reference` by
     products of the chain's matrices M_t = S diag(q(x_t)) (the identity where a model has no
     score), in blocks of R rows of C consecutive bases (R, C <= 1024; see the module docstring).
@@ -271,9 +303,12 @@ def switching_weights(log2p_network_L: np.ndarray, log2p_markov_L: np.ndarray, *
         size = min(block, a_L.size - start)
         rows = -(-size // columns)
         # stored (C, R), so that a column is contiguous; the padding is missing: identities
-        a_CR, b_CR, missing_CR = (np.pad(x_L[start:start + size], (0, rows * columns - size), constant_values=fill)
-                                  .reshape(rows, columns).T.copy()
-                                  for x_L, fill in ((a_L, 1.0), (b_L, 1.0), (missing_L, True)))
+        a_CR, b_CR, missing_CR = (
+            np.pad(x_L[start : start + size], (0, rows * columns - size), constant_values=fill)
+            .reshape(rows, columns)
+            .T.copy()
+            for x_L, fill in ((a_L, 1.0), (b_L, 1.0), (missing_L, True))
+        )
         # pass 1: P_R = M_{r, C-1} ... M_{r, 0}, every row at once
         product_KKR = np.broadcast_to(np.eye(blends)[:, :, None], (blends, blends, rows)).copy()
         for j in range(columns):
@@ -290,7 +325,7 @@ def switching_weights(log2p_network_L: np.ndarray, log2p_markov_L: np.ndarray, *
         for j in range(columns):
             w_CR[j] = (g_K1 * v_KR).sum(axis=0)
             v_KR = step(g_K1 * a_CR[j] + (1.0 - g_K1) * b_CR[j], v_KR, missing_CR[j])
-        weights_L[start:start + size] = w_CR.T.reshape(-1)[:size]
+        weights_L[start : start + size] = w_CR.T.reshape(-1)[:size]
     return weights_L
 
 
@@ -312,13 +347,17 @@ class Mixture:
         object.__setattr__(self, "mode", MixMode(self.mode))
         if self.mode is MixMode.FIXED:
             if self.weight is None:
-                raise ValueError("a fixed mixture needs its weight: pass --mix_weight W, the network's share from 0 to 1 "
-                                 "(`genoformer evaluate --mix MODEL` on validation data reports the best one as "
-                                 "mixture.best_fixed_weight)")
+                raise ValueError(
+                    "a fixed mixture needs its weight: pass --mix_weight W, the network's share from 0 to 1 "
+                    "(`genoformer evaluate --mix MODEL` on validation data reports the best one as "
+                    "mixture.best_fixed_weight)"
+                )
             _check_weight(self.weight, "mix_weight")
         elif self.weight is not None:
-            raise ValueError(f"mix_weight={self.weight} is the weight of a fixed mixture: pass --mix_mode fixed with it, "
-                             "or leave it out (the switching mixture chooses its weight base by base)")
+            raise ValueError(
+                f"mix_weight={self.weight} is the weight of a fixed mixture: pass --mix_mode fixed with it, "
+                "or leave it out (the switching mixture chooses its weight base by base)"
+            )
         _check_switching(self.switch_rate, self.blends)
 
     def weights(self, log2p_network_L: np.ndarray, log2p_markov_L: np.ndarray) -> np.ndarray:
@@ -348,9 +387,11 @@ def require_causal(causal: bool, checkpoint: Union[str, Path]) -> None:
     """A mixture blends next-base predictions: ValueError for a masked model, whose score of a
     base sees the bases after it too."""
     if not causal:
-        raise ValueError(f"--mix blends next-base predictions, and {checkpoint} is a masked language model (its score "
-                         "of a base is a pseudo-likelihood that sees the bases after it, which a Markov model does "
-                         "not): use --mix with a causal model, or leave --mix out")
+        raise ValueError(
+            f"--mix blends next-base predictions, and {checkpoint} is a masked language model (its score "
+            "of a base is a pseudo-likelihood that sees the bases after it, which a Markov model does "
+            "not): use --mix with a causal model, or leave --mix out"
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -361,8 +402,9 @@ class MarkovMixture:
     mixture: Mixture
     path: Path
 
-    def score(self, codes_L: np.ndarray, log2p_network_L: np.ndarray, start: int = 0,
-              end: Optional[int] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def score(
+        self, codes_L: np.ndarray, log2p_network_L: np.ndarray, start: int = 0, end: Optional[int] = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For bases [start, end) of one strand (codes (L,) of the whole strand, the network's
         log2 p (end - start,) of those bases), as one stream: the Markov model's log2 p of the
         bases the network scores (from their context in the whole strand), the mixture's log2 p,
@@ -373,8 +415,14 @@ class MarkovMixture:
 
     def describe(self) -> dict[str, Any]:
         """What a report says about the mixture: the model, its order and smoothing, the settings."""
-        return {"markov": str(self.path), "order": self.markov.order, "discount": self.markov.discount,
-                "concentration": self.markov.concentration, **self.mixture.describe(), "label": self.mixture.label()}
+        return {
+            "markov": str(self.path),
+            "order": self.markov.order,
+            "discount": self.markov.discount,
+            "concentration": self.markov.concentration,
+            **self.mixture.describe(),
+            "label": self.mixture.label(),
+        }
 
     def label(self) -> str:
         return f"{self.mixture.label()}, with the order-{self.markov.order} Markov model {self.path}"
@@ -385,18 +433,27 @@ def load_mixture(mix: Union[str, Path], mixture: Mixture) -> MarkovMixture:
     return MarkovMixture(read_markov_model(mix), mixture, Path(mix))
 
 
-def mixture_settings(mix: Optional[Union[str, Path]], mode: Optional[Union[MixMode, str]], weight: Optional[float],
-                     switch_rate: Optional[float]) -> Optional[Mixture]:
+def mixture_settings(
+    mix: Optional[Union[str, Path]],
+    mode: Optional[Union[MixMode, str]],
+    weight: Optional[float],
+    switch_rate: Optional[float],
+) -> Optional[Mixture]:
     """The mixture that the commands' --mix, --mix_mode, --mix_weight and --mix_switch_rate ask
     for (None without --mix), checked before anything is read (the Markov model's file too, which
     `read_markov_model` then reads). The mode defaults to fixed when a weight is given, else
     switching."""
-    given = [name for name, value in (("mix_mode", mode), ("mix_weight", weight), ("mix_switch_rate", switch_rate))
-             if value is not None]
+    given = [
+        name
+        for name, value in (("mix_mode", mode), ("mix_weight", weight), ("mix_switch_rate", switch_rate))
+        if value is not None
+    ]
     if mix is None:
         if given:
-            raise ValueError(f"--{given[0]} sets how the network is mixed with a Markov model: give the model too, "
-                             f"--mix markov.npz ({_WRITE_ONE})")
+            raise ValueError(
+                f"--{given[0]} sets how the network is mixed with a Markov model: give the model too, "
+                f"--mix markov.npz ({_WRITE_ONE})"
+            )
         return None
     mode = MixMode(mode) if mode is not None else MixMode.FIXED if weight is not None else MixMode.SWITCHING
     if mode is MixMode.FIXED and switch_rate is not None:

@@ -94,12 +94,20 @@ def saturation_mutagenesis(
     so windows they have in common run once."""
     scorer.check_context(window, 0, name="window", command="mutagenesis")
     per_region = [region_alleles(region, reference[region.chrom]) for region in regions]
-    llr = allele_effects(scorer, reference, [a for alleles in per_region for a in alleles], window=window,
-                         both_strands=both_strands, batch_size=batch_size, progress=progress, description="mutagenesis")
+    llr = allele_effects(
+        scorer,
+        reference,
+        [a for alleles in per_region for a in alleles],
+        window=window,
+        both_strands=both_strands,
+        batch_size=batch_size,
+        progress=progress,
+        description="mutagenesis",
+    )
     matrices, done = [], 0
     for region, alleles in zip(regions, per_region):
         llr_PA = np.full((region.length, len(BASES)), np.nan)
-        for allele, value in zip(alleles, llr[done:done + len(alleles)]):
+        for allele, value in zip(alleles, llr[done : done + len(alleles)]):
             llr_PA[allele.start - region.start, BASES.index(allele.alt)] = value
         matrices.append(llr_PA)
         done += len(alleles)
@@ -114,27 +122,46 @@ def mutagenesis_rows(region: Region, codes_L: np.ndarray, llr_PA: np.ndarray) ->
         if codes_L[position] > T:
             continue
         ref = BASES[codes_L[position]]
-        rows += [f"{region.chrom}\t{position + 1}\t{ref}\t{alt}\t{llr_A[a]:.6g}" for a, alt in enumerate(BASES) if alt != ref]
+        rows += [
+            f"{region.chrom}\t{position + 1}\t{ref}\t{alt}\t{llr_A[a]:.6g}" for a, alt in enumerate(BASES) if alt != ref
+        ]
     return rows
 
 
-def plot_mutagenesis(regions: Sequence[Region], reference: Mapping[str, np.ndarray], matrices: Sequence[np.ndarray],
-                     path: Path, *, title: str) -> Path:
+def plot_mutagenesis(
+    regions: Sequence[Region],
+    reference: Mapping[str, np.ndarray],
+    matrices: Sequence[np.ndarray],
+    path: Path,
+    *,
+    title: str,
+) -> Path:
     """Draw each region's heatmap and mean-effect row into a PNG (see the module docstring)."""
     shown = list(zip(regions, matrices))[:MAX_PLOTTED_REGIONS]
     longest = max(region.length for region, _ in shown)
     figure = Figure(figsize=(min(24.0, max(8.0, longest / 40)), 3.6 * len(shown) + 0.4), layout="constrained")
     FigureCanvasAgg(figure)
-    axes = figure.subplots(2 * len(shown), 1, squeeze=False, gridspec_kw={"height_ratios": [2.2, 1.0] * len(shown)})[:, 0]
+    axes = figure.subplots(2 * len(shown), 1, squeeze=False, gridspec_kw={"height_ratios": [2.2, 1.0] * len(shown)})[
+        :, 0
+    ]
     for (region, llr_PA), heat, bars in zip(shown, axes[0::2], axes[1::2]):
         positions_P = np.arange(region.start + 1, region.end + 1)
         limit = float(np.nanmax(np.abs(llr_PA))) if np.isfinite(llr_PA).any() else 1.0
-        colours = heat.imshow(llr_PA.T, aspect="auto", cmap=_colour_map(), vmin=-limit, vmax=limit,
-                              interpolation="nearest", extent=(region.start + 0.5, region.end + 0.5, len(BASES) - 0.5, -0.5))
+        colours = heat.imshow(
+            llr_PA.T,
+            aspect="auto",
+            cmap=_colour_map(),
+            vmin=-limit,
+            vmax=limit,
+            interpolation="nearest",
+            extent=(region.start + 0.5, region.end + 0.5, len(BASES) - 0.5, -0.5),
+        )
         heat.set_yticks(range(len(BASES)), list(BASES))
-        heat.set_title(f"{region.name}" if region.name == region.label else f"{region.name} ({region.label})", fontsize=10)
+        heat.set_title(
+            f"{region.name}" if region.name == region.label else f"{region.name} ({region.label})", fontsize=10
+        )
         figure.colorbar(colours, ax=heat, label="llr (bits)", pad=0.01)
-        codes_P = reference[region.chrom][region.start:region.end]
+        codes_P = reference[region.chrom][region.start : region.end]
         scored_P1 = np.isfinite(llr_PA).any(1, keepdims=True)  # an N position: no llr, a bar of 0
         mean_P = np.nanmean(np.where(scored_P1, llr_PA, 0.0), axis=1)
         bar_colours = [BASE_COLOURS[BASES[c]] if c <= T else "0.6" for c in codes_P]
@@ -148,7 +175,9 @@ def plot_mutagenesis(regions: Sequence[Region], reference: Mapping[str, np.ndarr
                 if code <= T:
                     heat.text(position, code, BASES[code], ha="center", va="center", fontsize=7, color="white")
     handles = [Patch(color=colour, label=base) for base, colour in BASE_COLOURS.items()]
-    axes[1].legend(handles=handles, title="ref", fontsize=7, title_fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    axes[1].legend(
+        handles=handles, title="ref", fontsize=7, title_fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0)
+    )
     figure.suptitle(title, fontsize=10)
     figure.savefig(path, dpi=120)
     return Path(path)
@@ -211,8 +240,9 @@ def mutagenesis(
     if batch_size is None:
         batch_size = GPU_BATCH_SIZE if scorer.device.type == "cuda" else 8
     reference = {record.name: record.codes for record in records}
-    matrices = saturation_mutagenesis(scorer, reference, chosen, window=window, both_strands=both_strands,
-                                      batch_size=batch_size)
+    matrices = saturation_mutagenesis(
+        scorer, reference, chosen, window=window, both_strands=both_strands, batch_size=batch_size
+    )
     rows = ["chrom\tpos\tref\talt\tllr"]
     for region, llr_PA in zip(chosen, matrices):
         rows += mutagenesis_rows(region, reference[region.chrom], llr_PA)
@@ -222,6 +252,8 @@ def mutagenesis(
         plot_mutagenesis(chosen, reference, matrices, tmp, title=f"{Path(checkpoint).name}, window {window}{strands}")
     if len(chosen) > MAX_PLOTTED_REGIONS:
         print(f"{png} draws the first {MAX_PLOTTED_REGIONS} of the {len(chosen)} regions; {out} holds all")
-    print(f"scored {len(rows) - 1:,} variants at {sum(r.length for r in chosen):,} positions of {len(chosen)} "
-          f"region(s); wrote {out} and {png}")
+    print(
+        f"scored {len(rows) - 1:,} variants at {sum(r.length for r in chosen):,} positions of {len(chosen)} "
+        f"region(s); wrote {out} and {png}"
+    )
     return out

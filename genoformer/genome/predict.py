@@ -54,12 +54,21 @@ class FineTunedModel(InferenceModel):
     expected: tuple[bool, ...] = (False, True)
     """Which kinds of targets the class serves: per sequence (False) and/or per base (True)."""
 
-    def __init__(self, module: FineTuner, *, device: Optional[Union[str, torch.device]] = None,
-                 autocast_dtype: Optional[torch.dtype] = None) -> None:
+    def __init__(
+        self,
+        module: FineTuner,
+        *,
+        device: Optional[Union[str, torch.device]] = None,
+        autocast_dtype: Optional[torch.dtype] = None,
+    ) -> None:
         if module.targets is None:
             raise ValueError("the model has no head: fine-tune it first (genoformer finetune)")
         if module.targets.kind.per_base not in self.expected:
-            other = "GeneAnnotator (genoformer annotate)" if module.targets.kind.per_base else "SequencePredictor (genoformer classify)"
+            other = (
+                "GeneAnnotator (genoformer annotate)"
+                if module.targets.kind.per_base
+                else "SequencePredictor (genoformer classify)"
+            )
             raise ValueError(f"this model predicts {module.targets.kind.value}; run it with {other}")
         super().__init__(device, autocast_dtype)
         self.module = self.on_device(module)
@@ -124,8 +133,9 @@ class SequencePredictions:
         writer.writerow([*passed, "prediction", *(prefix + name for name in self.targets.names)])
         predicted = self.predicted()
         for i in range(len(self.names)):
-            writer.writerow([*(values[i] for values in passed.values()), predicted[i],
-                             *(f"{v:.6g}" for v in self.outputs[i])])
+            writer.writerow(
+                [*(values[i] for values in passed.values()), predicted[i], *(f"{v:.6g}" for v in self.outputs[i])]
+            )
         return buffer.getvalue()
 
     def write_tsv(self, path: Union[str, Path], *, overwrite: bool = False) -> Path:
@@ -138,8 +148,9 @@ class SequencePredictor(FineTunedModel):
 
     expected = (False,)
 
-    def predict(self, inputs: Union[SequenceInputs, LabelledSequences], *, batch_size: int = 32,
-                progress: bool = True) -> SequencePredictions:
+    def predict(
+        self, inputs: Union[SequenceInputs, LabelledSequences], *, batch_size: int = 32, progress: bool = True
+    ) -> SequencePredictions:
         """Predict every sequence of `inputs`: what genoformer.data.genome.inputs.read_sequences
         reads (files, stores, records, DNA strings) or a LabelledSequences (from
         genoformer.data.genome.labels.read_unlabelled, e.g. a TSV's sequences with its columns)."""
@@ -155,8 +166,10 @@ class SequencePredictor(FineTunedModel):
         limit = self.module.model.config.max_seq_len
         too_long = [name for name, codes in zip(names, sequences) if len(codes) > limit]
         if too_long:
-            raise ValueError(f"{len(too_long)} sequence(s) are longer than the model's context of {limit:,} bases "
-                             f"({', '.join(too_long[:3])}); cut them first")
+            raise ValueError(
+                f"{len(too_long)} sequence(s) are longer than the model's context of {limit:,} bases "
+                f"({', '.join(too_long[:3])}); cut them first"
+            )
         order = sorted(range(len(sequences)), key=lambda i: -len(sequences[i]))  # similar lengths batch together
         outputs = np.zeros((len(sequences), self.targets.outputs), dtype=np.float32)
         with tqdm(total=len(order), unit="seq", disable=not progress, desc="predicting") as bar:
@@ -197,8 +210,15 @@ class GeneAnnotator(FineTunedModel):
 
     expected = (True,)
 
-    def probabilities(self, codes: np.ndarray, *, window: Optional[int] = None, overlap: Optional[int] = None,
-                      batch_size: int = 8, bar: Optional[tqdm] = None) -> np.ndarray:
+    def probabilities(
+        self,
+        codes: np.ndarray,
+        *,
+        window: Optional[int] = None,
+        overlap: Optional[int] = None,
+        batch_size: int = 8,
+        bar: Optional[tqdm] = None,
+    ) -> np.ndarray:
         """Per-base probabilities (L, K) of one contig's codes, tiled (see the module docstring)."""
         window = window or self.module.model.config.max_seq_len
         overlap = window // 4 if overlap is None else overlap
@@ -209,14 +229,24 @@ class GeneAnnotator(FineTunedModel):
         for batch in same_length_batches(tiles, batch_size):
             outputs_BWK = self._run([codes[t.start : t.end] for _, t in batch])
             for (_, tile), outputs_WK in zip(batch, outputs_BWK):
-                result[tile.keep_start : tile.keep_end] = outputs_WK[tile.keep_start - tile.start : tile.keep_end - tile.start]
+                result[tile.keep_start : tile.keep_end] = outputs_WK[
+                    tile.keep_start - tile.start : tile.keep_end - tile.start
+                ]
             if bar is not None:
                 bar.update(sum(t.keep_end - t.keep_start for _, t in batch))
         return result
 
-    def predict(self, inputs: SequenceInputs, *, regions: Optional[Union[str, list[str]]] = None,
-                window: Optional[int] = None, overlap: Optional[int] = None, batch_size: int = 8,
-                min_gene_length: int = 90, progress: bool = True) -> list[AnnotatedSequence]:
+    def predict(
+        self,
+        inputs: SequenceInputs,
+        *,
+        regions: Optional[Union[str, list[str]]] = None,
+        window: Optional[int] = None,
+        overlap: Optional[int] = None,
+        batch_size: int = 8,
+        min_gene_length: int = 90,
+        progress: bool = True,
+    ) -> list[AnnotatedSequence]:
         """Probabilities and gene calls for every contig of `inputs` (FASTA/GenBank files, stores,
         records, DNA strings), or for each of `regions` (a BED file or chrom:start-end, as
         genoformer.data.genome.regions reads them); genes come from
@@ -231,23 +261,44 @@ class GeneAnnotator(FineTunedModel):
         for index, region in chosen:
             length = len(named[index].codes)
             whole = region.start == 0 and region.end == length
-            stretches.append((index, region, 0 if whole else max(0, region.start - ANNOTATE_FLANK),
-                              length if whole else min(length, region.end + ANNOTATE_FLANK)))
+            stretches.append(
+                (
+                    index,
+                    region,
+                    0 if whole else max(0, region.start - ANNOTATE_FLANK),
+                    length if whole else min(length, region.end + ANNOTATE_FLANK),
+                )
+            )
         results = []
-        with tqdm(total=sum(hi - lo for _, _, lo, hi in stretches), unit="base", unit_scale=True,
-                  disable=not progress, desc="annotating") as bar:
+        with tqdm(
+            total=sum(hi - lo for _, _, lo, hi in stretches),
+            unit="base",
+            unit_scale=True,
+            disable=not progress,
+            desc="annotating",
+        ) as bar:
             for index, region, lo, hi in stretches:
                 record = named[index]
                 codes = record.codes[lo:hi]
-                probabilities = self.probabilities(codes, window=window, overlap=overlap, batch_size=batch_size, bar=bar)
-                genes = [_shifted(gene, lo) for gene in
-                         call_genes(codes, probabilities, contig=record.name, min_length=min_gene_length)]
+                probabilities = self.probabilities(
+                    codes, window=window, overlap=overlap, batch_size=batch_size, bar=bar
+                )
+                genes = [
+                    _shifted(gene, lo)
+                    for gene in call_genes(codes, probabilities, contig=record.name, min_length=min_gene_length)
+                ]
                 genes = [gene for gene in genes if gene.start < region.end and gene.end > region.start]
                 whole = lo == 0 and hi == len(record.codes) and region.start == 0 and region.end == hi
-                results.append(AnnotatedSequence(
-                    record.name, record.codes[region.start:region.end],
-                    probabilities[region.start - lo:region.end - lo], genes, start=region.start,
-                    contig_length=None if whole else len(record.codes)))
+                results.append(
+                    AnnotatedSequence(
+                        record.name,
+                        record.codes[region.start : region.end],
+                        probabilities[region.start - lo : region.end - lo],
+                        genes,
+                        start=region.start,
+                        contig_length=None if whole else len(record.codes),
+                    )
+                )
         return results
 
 
@@ -255,5 +306,9 @@ def _shifted(gene: Gene, offset: int) -> Gene:
     """`gene` moved `offset` bases right (from a stretch's coordinates into its contig's)."""
     if not offset:
         return gene
-    return dataclasses.replace(gene, start=gene.start + offset, end=gene.end + offset,
-                               segments=tuple((start + offset, end + offset) for start, end in gene.segments))
+    return dataclasses.replace(
+        gene,
+        start=gene.start + offset,
+        end=gene.end + offset,
+        segments=tuple((start + offset, end + offset) for start, end in gene.segments),
+    )

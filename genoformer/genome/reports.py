@@ -25,15 +25,21 @@ METHODS = ("model", "markov", "mixture")
 TABLE_SUFFIX = ".tsv"
 
 
-def comparison_rows(records: Sequence[Mapping[str, Any]], total: Mapping[str, Any],
-                    keys: Mapping[str, str]) -> list[dict[str, Any]]:
+def comparison_rows(
+    records: Sequence[Mapping[str, Any]], total: Mapping[str, Any], keys: Mapping[str, str]
+) -> list[dict[str, Any]]:
     """The table's rows (per record, then "total"): name, bases and each method's bits per base,
     read from the report's rows under `keys` (method -> key, e.g. {"model": "bits_per_base"}); a
     method without a key is None."""
     rows = []
     for row in [*records, {"name": "total", **total}]:
-        rows.append({"name": row["name"], "bases": row["bases"],
-                     **{method: row.get(keys[method]) if method in keys else None for method in METHODS}})
+        rows.append(
+            {
+                "name": row["name"],
+                "bases": row["bases"],
+                **{method: row.get(keys[method]) if method in keys else None for method in METHODS},
+            }
+        )
     return rows
 
 
@@ -53,8 +59,11 @@ def write_comparison(path: Path, rows: Sequence[Mapping[str, Any]], *, overwrite
     header = ["name", "bases", *(f"{method}_bits_per_base" for method in METHODS)]
     lines = ["\t".join(header)]
     for row in rows:
-        lines.append("\t".join([str(row["name"]), str(row["bases"]),
-                                *("" if row[m] is None else f"{row[m]:.6f}" for m in METHODS)]))
+        lines.append(
+            "\t".join(
+                [str(row["name"]), str(row["bases"]), *("" if row[m] is None else f"{row[m]:.6f}" for m in METHODS)]
+            )
+        )
     return write_text(Path(path), "\n".join(lines) + "\n", overwrite=overwrite)
 
 

@@ -37,13 +37,13 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 
-from genoformer.data.genome.alphabet import MASK, T
-from genoformer.data.tiling import Keep, Tile, same_length_batches, tile_windows
 from genoformer.core.inference import autocast
 from genoformer.core.loading import LoadedModel
+from genoformer.core.transformer import KVCache, Transformer
+from genoformer.data.genome.alphabet import MASK, T
+from genoformer.data.tiling import Keep, Tile, same_length_batches, tile_windows
 from genoformer.genome.inference import LanguageModelRunner
 from genoformer.hints import hint, option
-from genoformer.core.transformer import KVCache, Transformer
 from genoformer.progress import tqdm
 
 CPU_WINDOW = 2048
@@ -63,8 +63,14 @@ class ScoringWindow:
     note: str
 
 
-def scoring_window(trained: int, device: torch.device, window: Optional[int] = None, overlap: Optional[int] = None,
-                   *, name: str = "window") -> ScoringWindow:
+def scoring_window(
+    trained: int,
+    device: torch.device,
+    window: Optional[int] = None,
+    overlap: Optional[int] = None,
+    *,
+    name: str = "window",
+) -> ScoringWindow:
     """The default window of every scoring command (`evaluate`, `score`, `variant_effect`,
     `mutagenesis`), defined here once so that a base or a variant gets the same score from each.
 
@@ -78,14 +84,19 @@ def scoring_window(trained: int, device: torch.device, window: Optional[int] = N
     `name` is the command's option for the window (`context` for evaluate and score).
     """
     if device.type == "cpu" and window is None and overlap is None and trained > CPU_WINDOW:
-        return ScoringWindow(CPU_WINDOW, CPU_WINDOW // 4,
-                             f"on a CPU: {name} {CPU_WINDOW:,} (trained at {trained:,}) and overlap {CPU_WINDOW // 4:,}, "
-                             f"the fast default; pass {option(name, trained)} for the trained window")
+        return ScoringWindow(
+            CPU_WINDOW,
+            CPU_WINDOW // 4,
+            f"on a CPU: {name} {CPU_WINDOW:,} (trained at {trained:,}) and overlap {CPU_WINDOW // 4:,}, "
+            f"the fast default; pass {option(name, trained)} for the trained window",
+        )
     length = trained if window is None else window
     note = ""
     if device.type == "cpu" and length > CPU_WINDOW:
-        note = (f"on a CPU a {length:,}-base {name} is slow: every window is at least {length / CPU_WINDOW:.0f} times the "
-                f"work of one at the CPU default of {CPU_WINDOW:,}; pass {option(name, CPU_WINDOW)} for the fast default")
+        note = (
+            f"on a CPU a {length:,}-base {name} is slow: every window is at least {length / CPU_WINDOW:.0f} times the "
+            f"work of one at the CPU default of {CPU_WINDOW:,}; pass {option(name, CPU_WINDOW)} for the fast default"
+        )
     return ScoringWindow(length, overlap, note)
 
 
@@ -129,8 +140,9 @@ class Scorer(LanguageModelRunner):
     def causal(self) -> bool:
         return self.model.config.causal
 
-    def check_context(self, context: int, overlap: Optional[int], *, name: str = "context",
-                      command: Optional[str] = None) -> int:
+    def check_context(
+        self, context: int, overlap: Optional[int], *, name: str = "context", command: Optional[str] = None
+    ) -> int:
         """Validate `context` and `overlap` and let the model run windows of `context` tokens (past
         its max_seq_len too: `TransformerTrunk.reach`); returns the overlap to use.
 
@@ -193,13 +205,17 @@ class Scorer(LanguageModelRunner):
                 wanted_L[:] = False
                 for start, end in ranges:
                     wanted_L[start:end] = True
-        tiles = [(i, tile) for i, codes in enumerate(sequences) for tile in tile_windows(len(codes), context, overlap, keep)
-                 if wanted[i][tile.keep_start:tile.keep_end].any()]
+        tiles = [
+            (i, tile)
+            for i, codes in enumerate(sequences)
+            for tile in tile_windows(len(codes), context, overlap, keep)
+            if wanted[i][tile.keep_start : tile.keep_end].any()
+        ]
         tiles.sort(key=lambda item: -item[1].length)  # stable: equal lengths keep input order
         passes = 1 if self.causal else self.mask_period
         with tqdm(total=len(tiles) * passes, unit="window", desc=description, disable=not progress, leave=False) as bar:
             for batch in same_length_batches(tiles, batch_size):
-                tokens_BW = torch.from_numpy(np.stack([sequences[i][t.start:t.end] for i, t in batch])).long()
+                tokens_BW = torch.from_numpy(np.stack([sequences[i][t.start : t.end] for i, t in batch])).long()
                 if self.causal:
                     self._score_causal(tokens_BW, batch, results)
                 else:
@@ -244,8 +260,12 @@ class Scorer(LanguageModelRunner):
         only the targets' values come back."""
         targets_BW1 = targets_BW.to(self.device).long().unsqueeze(-1)
         chunk = self.model.runtime.sequence_chunk or inputs_BW.shape[1]
-        parts = [log2p_BCV.gather(-1, targets_BC1)[..., 0].cpu() for log2p_BCV, targets_BC1
-                 in zip(self._log2_softmax_chunks(inputs_BW, on_host=False), targets_BW1.split(chunk, 1))]
+        parts = [
+            log2p_BCV.gather(-1, targets_BC1)[..., 0].cpu()
+            for log2p_BCV, targets_BC1 in zip(
+                self._log2_softmax_chunks(inputs_BW, on_host=False), targets_BW1.split(chunk, 1)
+            )
+        ]
         return torch.cat(parts, dim=1).double()
 
     def _log2_softmax_chunks(self, tokens_BW: torch.Tensor, on_host: bool = True) -> Iterator[torch.Tensor]:
@@ -265,7 +285,7 @@ class Scorer(LanguageModelRunner):
         log2p_BW = self.target_log2p(tokens_BW, targets_BW)[:, :-1].numpy()
         for (index, tile), log2p_W in zip(batch, log2p_BW):
             lo = max(tile.keep_start, tile.start + 1)
-            results[index][lo:tile.keep_end] = log2p_W[lo - tile.start - 1:tile.keep_end - tile.start - 1]
+            results[index][lo : tile.keep_end] = log2p_W[lo - tile.start - 1 : tile.keep_end - tile.start - 1]
 
     def _score_masked(self, tokens_BW: torch.Tensor, batch: list[tuple[int, Tile]], results: list[np.ndarray]) -> None:
         B, W = tokens_BW.shape
@@ -277,4 +297,6 @@ class Scorer(LanguageModelRunner):
             inputs_BW = torch.where(masked_BW & (tokens_BW <= T), MASK, tokens_BW)
             log2p_BW = torch.where(masked_BW, self.target_log2p(inputs_BW, targets_BW), log2p_BW)
         for (index, tile), log2p_W in zip(batch, log2p_BW.numpy()):
-            results[index][tile.keep_start:tile.keep_end] = log2p_W[tile.keep_start - tile.start:tile.keep_end - tile.start]
+            results[index][tile.keep_start : tile.keep_end] = log2p_W[
+                tile.keep_start - tile.start : tile.keep_end - tile.start
+            ]

@@ -149,8 +149,13 @@ def _read_vcf(path: Path) -> tuple[list[str], list[Variant]]:
                 allele = "." if value is None else str(value)
                 if isinstance(alt, vcfpy.SymbolicAllele):
                     allele = f"<{value}>"
-                row = {"CHROM": record.CHROM, "POS": str(record.POS), "ID": ";".join(record.ID) or ".",
-                       "REF": record.REF, "ALT": allele}
+                row = {
+                    "CHROM": record.CHROM,
+                    "POS": str(record.POS),
+                    "ID": ";".join(record.ID) or ".",
+                    "REF": record.REF,
+                    "ALT": allele,
+                }
                 variants.append(Variant(line, record.CHROM, record.POS, record.REF, allele, row))
     return columns, variants
 
@@ -158,10 +163,15 @@ def _read_vcf(path: Path) -> tuple[list[str], list[Variant]]:
 def _read_tsv(path: Path) -> tuple[list[str], list[Variant]]:
     opener = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "rt", newline="") as handle:
-        rows = [(number, row) for number, row in enumerate(csv.reader(handle, delimiter="\t"), 1)
-                if row and not row[0].startswith("#")]
+        rows = [
+            (number, row)
+            for number, row in enumerate(csv.reader(handle, delimiter="\t"), 1)
+            if row and not row[0].startswith("#")
+        ]
     if not rows:
-        raise ValueError(f"{path} holds no variants; expected tab-separated lines of chrom, pos, ref, alt (1-based pos).")
+        raise ValueError(
+            f"{path} holds no variants; expected tab-separated lines of chrom, pos, ref, alt (1-based pos)."
+        )
     first = rows[0][1]
     if first[0].strip().lower() in ("chrom", "chr", "chromosome", "contig"):
         columns = [c.strip() for c in first]
@@ -219,15 +229,17 @@ def check_variants(variants: list[Variant], reference: Mapping[str, np.ndarray],
             v.note = "ref and alt are the same"
         elif v.pos - 1 + len(v.ref) > len(codes):
             v.note = f"ref {v.ref} runs past the end of contig {v.chrom!r} ({len(codes)} bases)"
-        elif _bases(codes[v.pos - 1:v.pos - 1 + len(v.ref)]) != v.ref.upper():
-            v.note = f"ref {v.ref} does not match the reference {_bases(codes[v.pos - 1:v.pos - 1 + len(v.ref)])} at {v.chrom}:{v.pos}"
+        elif _bases(codes[v.pos - 1 : v.pos - 1 + len(v.ref)]) != v.ref.upper():
+            v.note = f"ref {v.ref} does not match the reference {_bases(codes[v.pos - 1 : v.pos - 1 + len(v.ref)])} at {v.chrom}:{v.pos}"
         elif not causal and (len(v.ref) != 1 or len(v.alt) != 1):
             v.note = "masked models score single-nucleotide variants only (the masked marginal scores one base)"
         else:
             _, end = variant_window(len(codes), v.pos - 1, len(v.ref), len(v.alt), window)
             if v.pos - 1 + len(v.ref) > end:
-                v.note = (f"the {len(v.ref)}-base ref and {len(v.alt)}-base alt do not fit a window of {window} "
-                          f"bases around the variant; pass a {option('window', metavar='LARGER')}")
+                v.note = (
+                    f"the {len(v.ref)}-base ref and {len(v.alt)}-base alt do not fit a window of {window} "
+                    f"bases around the variant; pass a {option('window', metavar='LARGER')}"
+                )
 
 
 def allele_of(variant: Variant) -> Allele:
@@ -263,10 +275,11 @@ class _Job:
     def tokens(self, codes_L: np.ndarray) -> np.ndarray:
         """The window's codes (W,)."""
         if self.alt is None:
-            window_W = codes_L[self.start:self.end]
+            window_W = codes_L[self.start : self.end]
         else:
-            window_W = np.concatenate([codes_L[self.start:self.pos], encode(self.alt),
-                                       codes_L[self.pos + self.ref_length:self.end]])
+            window_W = np.concatenate(
+                [codes_L[self.start : self.pos], encode(self.alt), codes_L[self.pos + self.ref_length : self.end]]
+            )
         return reverse_complement(window_W) if self.reverse else window_W
 
 
@@ -274,8 +287,13 @@ def _strand_jobs(allele: Allele, length: int, window: int, both_strands: bool) -
     """(reference job, alternative job) of each strand scored."""
     s, e = variant_window(length, allele.start, len(allele.ref), len(allele.alt), window)
     strands = (False, True) if both_strands else (False,)
-    return [(_Job(allele.chrom, s, e, allele.start, len(allele.ref), None, reverse),
-             _Job(allele.chrom, s, e, allele.start, len(allele.ref), allele.alt, reverse)) for reverse in strands]
+    return [
+        (
+            _Job(allele.chrom, s, e, allele.start, len(allele.ref), None, reverse),
+            _Job(allele.chrom, s, e, allele.start, len(allele.ref), allele.alt, reverse),
+        )
+        for reverse in strands
+    ]
 
 
 @torch.inference_mode()
@@ -308,8 +326,9 @@ def allele_effects(
     else:
         needed = [ref_job for pairs in strands for ref_job, _ in pairs]
     jobs = sorted(dict.fromkeys(needed), key=lambda job: -job.length)  # stable: equal lengths keep their order
-    results = _run_jobs(scorer, reference, jobs, batch_size=batch_size, progress=progress, description=description,
-                        mixing=mixing)
+    results = _run_jobs(
+        scorer, reference, jobs, batch_size=batch_size, progress=progress, description=description, mixing=mixing
+    )
     llr = np.empty(len(alleles))
     for i, (allele, pairs) in enumerate(zip(alleles, strands)):
         values = []
@@ -343,8 +362,9 @@ def _run_jobs(
     of that prefix and one continuation per window (`_run_continued`); the rest run whole."""
     results: dict[_Job, Union[float, np.ndarray]] = {}
     if scorer.causal and mixing is None and scorer.can_continue:
-        jobs = _run_continued(scorer, reference, jobs, results, batch_size=batch_size, progress=progress,
-                              description=description)
+        jobs = _run_continued(
+            scorer, reference, jobs, results, batch_size=batch_size, progress=progress, description=description
+        )
     items = [(job, Tile(0, job.length, 0, job.length)) for job in jobs]
     with tqdm(total=len(items), unit="window", desc=description, disable=not progress, leave=False) as bar:
         for batch in same_length_batches(items, batch_size):
@@ -396,13 +416,20 @@ def _run_continued(
             left += members
         else:
             kinds.setdefault((offset, length, len(members)), []).append(members)
-    batches = [(kind, chunk[i:i + batch_size]) for kind, chunk in kinds.items()
-               for i in range(0, len(chunk), batch_size)]
-    with tqdm(total=sum(len(g) * kind[2] for kind, g in batches), unit="window", desc=description,
-              disable=not progress, leave=False) as bar:
+    batches = [
+        (kind, chunk[i : i + batch_size]) for kind, chunk in kinds.items() for i in range(0, len(chunk), batch_size)
+    ]
+    with tqdm(
+        total=sum(len(g) * kind[2] for kind, g in batches),
+        unit="window",
+        desc=description,
+        disable=not progress,
+        leave=False,
+    ) as bar:
         for (offset, _, per_group), batch in batches:
-            tokens_GnW = torch.from_numpy(np.stack([[job.tokens(reference[job.chrom]) for job in members]
-                                                    for members in batch])).long()
+            tokens_GnW = torch.from_numpy(
+                np.stack([[job.tokens(reference[job.chrom]) for job in members] for members in batch])
+            ).long()
             tokens_BW = tokens_GnW.flatten(0, 1)  # group g's jobs on rows g * per_group ...
             log2p_BS = scorer.continued_log2_probabilities(tokens_GnW[:, 0, :offset], tokens_BW[:, offset:])
             # row b's log2 p of its bases offset .. W - 1, each from the bases before it
@@ -418,7 +445,9 @@ def _log2p_of_bases(scorer: Scorer, tokens_BW: torch.Tensor) -> torch.Tensor:
     """log2 p(base | the window's bases before it) of every base of each window: float64 (B, W),
     NaN at the first base (no context) and where the base is not A/C/G/T."""
     targets_BW = tokens_BW[:, 1:]  # logits at offset i predict the base at offset i + 1
-    log2p_BW = scorer.log2_probabilities(tokens_BW)[:, :-1].gather(-1, targets_BW.clamp(max=T)[..., None])[..., 0].double()
+    log2p_BW = (
+        scorer.log2_probabilities(tokens_BW)[:, :-1].gather(-1, targets_BW.clamp(max=T)[..., None])[..., 0].double()
+    )
     first_B1 = torch.full((tokens_BW.shape[0], 1), torch.nan, dtype=torch.float64)
     return torch.cat([first_B1, torch.where(targets_BW <= T, log2p_BW, torch.nan)], dim=1)
 
@@ -431,12 +460,14 @@ def _log2_likelihood_from(scorer: Scorer, tokens_BW: torch.Tensor, offset_B: tor
     return torch.where(from_BW, log2p_BW, torch.nan).nansum(-1)
 
 
-def _mixed_log2_likelihood_from(scorer: Scorer, mixing: MarkovMixture, tokens_BW: torch.Tensor,
-                                offset_B: torch.Tensor) -> list[float]:
+def _mixed_log2_likelihood_from(
+    scorer: Scorer, mixing: MarkovMixture, tokens_BW: torch.Tensor, offset_B: torch.Tensor
+) -> list[float]:
     """`_log2_likelihood_from` of the mixture, each window one stream of it from its first base."""
     sums = []
-    for codes_W, log2p_W, offset in zip(tokens_BW.numpy().astype(np.uint8), _log2p_of_bases(scorer, tokens_BW).numpy(),
-                                        offset_B.tolist()):
+    for codes_W, log2p_W, offset in zip(
+        tokens_BW.numpy().astype(np.uint8), _log2p_of_bases(scorer, tokens_BW).numpy(), offset_B.tolist()
+    ):
         sums.append(float(np.nansum(mixing.score(codes_W, log2p_W)[1][offset:])))
     return sums
 
@@ -456,8 +487,16 @@ def variant_effects(
     scorer.check_context(window, 0, name="window", command="variant_effect")
     check_variants(variants, reference, window=window, causal=scorer.causal)
     todo = [v for v in variants if not v.note]
-    llr = allele_effects(scorer, reference, [allele_of(v) for v in todo], window=window, both_strands=both_strands,
-                         batch_size=batch_size, progress=progress, mixing=mixing)
+    llr = allele_effects(
+        scorer,
+        reference,
+        [allele_of(v) for v in todo],
+        window=window,
+        both_strands=both_strands,
+        batch_size=batch_size,
+        progress=progress,
+        mixing=mixing,
+    )
     for v, value in zip(todo, llr.tolist()):
         v.llr = value
     return variants
@@ -482,8 +521,11 @@ def write_vcf(source: Path, variants: list[Variant], path: Path, description: st
         by_line.setdefault(v.line, []).append(v)
     reader, header_lines = _vcf_records(source)
     with reader:
-        kept = [line for line in reader.header.lines
-                if not (line.key == "INFO" and getattr(line, "mapping", {}).get("ID") == INFO_KEY)]
+        kept = [
+            line
+            for line in reader.header.lines
+            if not (line.key == "INFO" and getattr(line, "mapping", {}).get("ID") == INFO_KEY)
+        ]
         header = vcfpy.Header(kept, reader.header.samples)
         header.add_info_line({"ID": INFO_KEY, "Number": "A", "Type": "Float", "Description": description})
         with atomic_build(Path(path), overwrite=True) as tmp:
@@ -516,8 +558,9 @@ def _listed(names: list[str], at_most: int = 8) -> str:
     return shown if len(names) <= at_most else f"{shown}, ... ({len(names):,} in all)"
 
 
-def _nothing_scored(variants: Path, out: Path, rows: list[Variant], genome: Mapping[str, np.ndarray],
-                    regions: bool) -> str:
+def _nothing_scored(
+    variants: Path, out: Path, rows: list[Variant], genome: Mapping[str, np.ndarray], regions: bool
+) -> str:
     """Why not one variant could be scored, and what the user can check."""
     if not rows:
         where = "in the regions" if regions else "in the file"
@@ -527,10 +570,12 @@ def _nothing_scored(variants: Path, out: Path, rows: list[Variant], genome: Mapp
         reason = "on a contig not in the reference" if v.chrom not in genome else v.note.split(" (")[0]
         reasons[reason] = reasons.get(reason, 0) + 1
     counted = "; ".join(f"{count} {reason}" for reason, count in sorted(reasons.items(), key=lambda item: -item[1]))
-    return (f"scored 0 of {len(rows)} variants of {variants}, so {out} was not written: {counted}. The variants' "
-            f"contigs are {_listed(sorted({v.chrom for v in rows}))}; the reference's are {_listed(list(genome))}. "
-            "Is the reference the build the variants were called on (and are its contigs named the same way, "
-            "'chr1' or '1')?")
+    return (
+        f"scored 0 of {len(rows)} variants of {variants}, so {out} was not written: {counted}. The variants' "
+        f"contigs are {_listed(sorted({v.chrom for v in rows}))}; the reference's are {_listed(list(genome))}. "
+        "Is the reference the build the variants were called on (and are its contigs named the same way, "
+        "'chr1' or '1')?"
+    )
 
 
 def variant_effect(
@@ -608,8 +653,10 @@ def variant_effect(
     if all(v.chrom in unknown for v in rows):  # nothing to score: say so before the model loads
         raise ValueError(_nothing_scored(variants, out, rows, genome, regions is not None))
     if unknown:
-        print(f"{sum(v.chrom in unknown for v in rows)} of {len(rows)} variants lie on contigs that are not in the "
-              f"reference: {_listed(unknown)}; the reference has {_listed(list(genome))}")
+        print(
+            f"{sum(v.chrom in unknown for v in rows)} of {len(rows)} variants lie on contigs that are not in the "
+            f"reference: {_listed(unknown)}; the reference has {_listed(list(genome))}"
+        )
     checkpoint = resolve_checkpoint(checkpoint)  # the file itself, for the report and titles
     scorer = Scorer.from_checkpoint(checkpoint, device=device, backend=Backend(backend))
     chosen = scoring_window(scorer.context, scorer.device, window)
@@ -621,7 +668,9 @@ def variant_effect(
     if mixture is not None:
         require_causal(scorer.causal, checkpoint)
         mixing = load_mixture(mix, mixture)
-    variant_effects(scorer, genome, rows, window=window, both_strands=both_strands, batch_size=batch_size, mixing=mixing)
+    variant_effects(
+        scorer, genome, rows, window=window, both_strands=both_strands, batch_size=batch_size, mixing=mixing
+    )
     failed = [v for v in rows if v.llr is None]
     for v in failed[:20]:
         print(f"{variants}:{v.line}: not scored: {v.note}")
@@ -632,8 +681,10 @@ def variant_effect(
     if is_vcf(out):
         strands = ", mean of both strands" if both_strands else ""
         mixed = "" if mixing is None else f", mixed with {mixing.path.name} ({mixing.mixture.label()})"
-        description = (f"genoformer variant_effect: log2 likelihood ratio of ALT against REF (bits), "
-                       f"{Path(checkpoint).name}{mixed}, window {window}{strands}")
+        description = (
+            f"genoformer variant_effect: log2 likelihood ratio of ALT against REF (bits), "
+            f"{Path(checkpoint).name}{mixed}, window {window}{strands}"
+        )
         path = write_vcf(variants, rows, out, description)
     else:
         path = write_effects(columns, rows, out)

@@ -152,7 +152,8 @@ class WindowMoments:
     def count(self, span: int) -> int:
         """The number of windows of `span` consecutive observed values."""
         return max(0, self._long_length - self._long_count * (span - 1)) + sum(
-            max(0, len(run) - span + 1) for run in self.short)
+            max(0, len(run) - span + 1) for run in self.short
+        )
 
     def moments(self, span: int, chunk: int = 8192) -> tuple[np.ndarray, np.ndarray, int]:
         """(sum of w w^T (S, S), sum of w (S,), number of windows) over every window w of `span`
@@ -255,9 +256,21 @@ class DLinear:
         return self.weights_CP1H.shape[2]
 
     @classmethod
-    def fit(cls, series: Sequence[np.ndarray], splits: Sequence, *, horizon: int, lookback: int = DLINEAR_LOOKBACK,
-            kernel: int = DLINEAR_KERNEL, individual: bool = False, learning_rate: float = 5e-3,
-            max_steps: int = 3000, check_every: int = 10, patience: int = 20, seed: int = 0) -> DLinear:
+    def fit(
+        cls,
+        series: Sequence[np.ndarray],
+        splits: Sequence,
+        *,
+        horizon: int,
+        lookback: int = DLINEAR_LOOKBACK,
+        kernel: int = DLINEAR_KERNEL,
+        individual: bool = False,
+        learning_rate: float = 5e-3,
+        max_steps: int = 3000,
+        check_every: int = 10,
+        patience: int = 20,
+        seed: int = 0,
+    ) -> DLinear:
         """Fit on z-scored series (C, T_i) split by their `ProtocolSplit`s: training windows lie in
         [0, train_end); validation windows are every start t in [train_end, test_start) whose
         horizon fits there, their look-back reaching back into the training part. Adam on the
@@ -271,17 +284,33 @@ class DLinear:
         groups = [list(range(n_channels))] if not individual else [[c] for c in range(n_channels)]
         rows, infos = [], []
         for channels in groups:
-            train = [np.asarray(values, dtype=np.float64)[c, : split.train_end] for values, split in zip(series, splits)
-                     for c in channels]
+            train = [
+                np.asarray(values, dtype=np.float64)[c, : split.train_end]
+                for values, split in zip(series, splits)
+                for c in channels
+            ]
             problem = linear_problem(WindowMoments(train, span).moments(span), lookback)
             if problem[3] <= 1:
-                raise ValueError(f"DLinear needs training windows of {span} observed steps (look-back {lookback} + "
-                                 f"horizon {horizon}); the training parts hold {problem[3]}.")
-            validation = [np.asarray(values, dtype=np.float64)[c, max(0, split.train_end - lookback) : split.test_start]
-                          for values, split in zip(series, splits) for c in channels]
+                raise ValueError(
+                    f"DLinear needs training windows of {span} observed steps (look-back {lookback} + "
+                    f"horizon {horizon}); the training parts hold {problem[3]}."
+                )
+            validation = [
+                np.asarray(values, dtype=np.float64)[c, max(0, split.train_end - lookback) : split.test_start]
+                for values, split in zip(series, splits)
+                for c in channels
+            ]
             val_problem = linear_problem(WindowMoments(validation, span).moments(span), lookback)
-            weights, info = _adam_fit(problem, val_problem, kernel, learning_rate, max_steps, check_every,
-                                      patience, np.random.default_rng(seed))
+            weights, info = _adam_fit(
+                problem,
+                val_problem,
+                kernel,
+                learning_rate,
+                max_steps,
+                check_every,
+                patience,
+                np.random.default_rng(seed),
+            )
             rows.append(weights)
             infos.append(info)
         info = infos[0] if not individual else {"channels": infos}
@@ -294,26 +323,41 @@ class DLinear:
         if P < self.lookback:
             raise ValueError(f"DLinear with a look-back of {self.lookback} needs {self.lookback} samples, got {P}.")
         if self.weights_CP1H.shape[0] not in (1, C):
-            raise ValueError(f"this DLinear model was fitted per channel on {self.weights_CP1H.shape[0]} channels, got {C}.")
+            raise ValueError(
+                f"this DLinear model was fitted per channel on {self.weights_CP1H.shape[0]} channels, got {C}."
+            )
         x_NCL = fill_lookback(context_NCP[:, :, P - self.lookback :]).astype(np.float64)
         weights_CP1H = np.broadcast_to(self.weights_CP1H, (C, *self.weights_CP1H.shape[1:]))
         out_NCH = np.einsum("ncl,clh->nch", x_NCL, weights_CP1H[:, :-1, :horizon]) + weights_CP1H[None, :, -1, :horizon]
         return out_NCH.astype(np.float32)
 
 
-def _adam_fit(problem, val_problem, kernel: int, learning_rate: float, max_steps: int, check_every: int,
-              patience: int, rng: np.random.Generator) -> tuple[np.ndarray, dict]:
+def _adam_fit(
+    problem,
+    val_problem,
+    kernel: int,
+    learning_rate: float,
+    max_steps: int,
+    check_every: int,
+    patience: int,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, dict]:
     """DLinear's two layers trained by Adam on the quadratic full-batch MSE of `problem`; returns
     the combined weights (L + 1, H) of the step with the best validation MSE, and how it went."""
     gram, cross, _, count = problem
     L, H = gram.shape[0] - 1, cross.shape[1]
     bound = 1.0 / np.sqrt(L)  # PyTorch's nn.Linear initialisation
-    params = [rng.uniform(-bound, bound, (L, H)), rng.uniform(-bound, bound, H),  # seasonal: weight^T, bias
-              rng.uniform(-bound, bound, (L, H)), rng.uniform(-bound, bound, H)]  # trend
+    params = [
+        rng.uniform(-bound, bound, (L, H)),
+        rng.uniform(-bound, bound, H),  # seasonal: weight^T, bias
+        rng.uniform(-bound, bound, (L, H)),
+        rng.uniform(-bound, bound, H),
+    ]  # trend
 
     def combined() -> np.ndarray:  # x @ ((I - A)^T Ws + A^T Wt) + bs + bt
-        return np.concatenate([params[0] + trend_transposed(params[2] - params[0], kernel),
-                               (params[1] + params[3])[None]], axis=0)
+        return np.concatenate(
+            [params[0] + trend_transposed(params[2] - params[0], kernel), (params[1] + params[3])[None]], axis=0
+        )
 
     first_moment = [np.zeros_like(p) for p in params]
     second_moment = [np.zeros_like(p) for p in params]
@@ -341,11 +385,18 @@ def _adam_fit(problem, val_problem, kernel: int, learning_rate: float, max_steps
                 since += 1
                 if since >= patience:
                     break
-    return best_weights, {"steps": step, "best_step": best_step, "train_mse": linear_mse(best_weights, problem),
-                          "validation_mse": best_val if has_validation else None, "training_windows": count}
+    return best_weights, {
+        "steps": step,
+        "best_step": best_step,
+        "train_mse": linear_mse(best_weights, problem),
+        "validation_mse": best_val if has_validation else None,
+        "training_windows": count,
+    }
 
 
-def linear_forecast(weights_P1H: np.ndarray, context_NCP: np.ndarray, horizon: int, order: Optional[int] = None) -> np.ndarray:
+def linear_forecast(
+    weights_P1H: np.ndarray, context_NCP: np.ndarray, horizon: int, order: Optional[int] = None
+) -> np.ndarray:
     """[last `order` look-back values, 1] @ weights for every window and channel, float32; missing
     look-back values filled by `fill_lookback`."""
     order = weights_P1H.shape[0] - 1 if order is None else order
@@ -396,7 +447,9 @@ class SeasonalNaive:
     def fit(cls, train_parts: Sequence[np.ndarray], max_lag: Optional[int] = None) -> SeasonalNaive:
         """Periods from the autocorrelation of each channel of the training parts (C, T_i)."""
         n_channels = np.asarray(train_parts[0]).shape[0]
-        return cls([autocorrelation_period([np.asarray(p)[c] for p in train_parts], max_lag) for c in range(n_channels)])
+        return cls(
+            [autocorrelation_period([np.asarray(p)[c] for p in train_parts], max_lag) for c in range(n_channels)]
+        )
 
     @property
     def lookback(self) -> int:
@@ -422,16 +475,22 @@ def validation_windows(series: Sequence[np.ndarray], splits: Sequence[ProtocolSp
     series and channels."""
     count = 0
     for values, split in zip(series, splits):
-        for channel_T in np.asarray(values)[:, max(0, split.train_end - order): split.test_start]:
+        for channel_T in np.asarray(values)[:, max(0, split.train_end - order) : split.test_start]:
             count += sum(max(0, end - start - order - horizon + 1) for start, end in observed_runs(channel_T))
     return count
 
 
 def longest_validation_run(series: Sequence[np.ndarray], splits: Sequence[ProtocolSplit]) -> int:
     """The longest stretch of observed values inside the validation parts."""
-    return max((end - start for values, split in zip(series, splits)
-                for channel_T in np.asarray(values)[:, split.train_end: split.test_start]
-                for start, end in observed_runs(channel_T)), default=0)
+    return max(
+        (
+            end - start
+            for values, split in zip(series, splits)
+            for channel_T in np.asarray(values)[:, split.train_end : split.test_start]
+            for start, end in observed_runs(channel_T)
+        ),
+        default=0,
+    )
 
 
 @dataclasses.dataclass
@@ -455,8 +514,14 @@ class DirectAR:
     lookback = order
 
     @classmethod
-    def fit(cls, parts: Sequence[np.ndarray], order: int, horizon: int, ridge: float = 1e-6,
-            moments: Optional[WindowMoments] = None) -> DirectAR:
+    def fit(
+        cls,
+        parts: Sequence[np.ndarray],
+        order: int,
+        horizon: int,
+        ridge: float = 1e-6,
+        moments: Optional[WindowMoments] = None,
+    ) -> DirectAR:
         """Least squares on every fully observed (order + horizon)-step window of each series
         part (C, T), every channel alike (or on the windows of `moments`, built from those
         parts). `ridge` (relative to the mean diagonal) only keeps the solve stable."""
@@ -468,16 +533,16 @@ class DirectAR:
         gram, cross, _, rows = linear_problem(moments.moments(span), order)
         if rows <= order:
             raise ValueError(
-                f"too little training data for an AR model of order {order} and horizon {horizon} "
-                f"({rows} windows)."
+                f"too little training data for an AR model of order {order} and horizon {horizon} ({rows} windows)."
             )
         gram[np.diag_indices(order)] += ridge * np.trace(gram[:order, :order]) / order
         solution = np.linalg.solve(gram, cross)
         return cls(solution[:order], solution[order])
 
     @classmethod
-    def fit_select(cls, series: Sequence[np.ndarray], splits: Sequence[ProtocolSplit], horizon: int,
-                   orders: Sequence[int]) -> tuple[DirectAR, dict[int, float]]:
+    def fit_select(
+        cls, series: Sequence[np.ndarray], splits: Sequence[ProtocolSplit], horizon: int, orders: Sequence[int]
+    ) -> tuple[DirectAR, dict[int, float]]:
         """Fit one model per order on the training parts of the (z-scored) series (C, T_i) and keep
         the one with the lowest MSE on their validation parts: every start t in the validation
         part whose horizon fits in it, seeing [t - order, t). Returns the model and the
@@ -490,15 +555,21 @@ class DirectAR:
         best: Optional[DirectAR] = None
         shortest = min(split.train_end for split in splits)
         tried = [order for order in sorted(set(int(o) for o in orders)) if order + horizon <= shortest]
-        train = WindowMoments([channel_T for values, split in zip(series, splits)
-                               for channel_T in np.asarray(values)[:, : split.train_end]],
-                              max(tried, default=1) + horizon)
+        train = WindowMoments(
+            [
+                channel_T
+                for values, split in zip(series, splits)
+                for channel_T in np.asarray(values)[:, : split.train_end]
+            ],
+            max(tried, default=1) + horizon,
+        )
         fitted = [order for order in tried if train.count(order + horizon) > order]
         validated = [order for order in fitted if validation_windows(series, splits, order, horizon)]
         if not fitted:
             raise ValueError(
                 f"no AR order in {sorted(orders)} fits in the training part ({shortest} steps, or too few fully "
-                f"observed windows) with horizon {horizon}; pass shorter orders, {option('ar_orders', [8, 32])}.")
+                f"observed windows) with horizon {horizon}; pass shorter orders, {option('ar_orders', [8, 32])}."
+            )
         if not validated and len(fitted) == 1:
             return cls.fit([], fitted[0], horizon, moments=train), {fitted[0]: math.nan}
         if not validated:
@@ -508,7 +579,8 @@ class DirectAR:
                 f"the training part: {', '.join(map(str, fitted))}), or fill the gaps: prepare the store with "
                 f"{option('missing', 'linear')} (no order can be chosen on the validation part at horizon {horizon}: it "
                 f"holds no fully observed window of order + {horizon} steps; its longest observed stretch is {room} "
-                "steps)")
+                "steps)"
+            )
         for order in validated:
             model = cls.fit([], order, horizon, moments=train)
             scores[order] = model.mse_on(
@@ -523,13 +595,20 @@ class DirectAR:
         """MSE of the horizon-`self.horizon` forecasts from every start t >= first of each part
         (C, T_i) whose horizon fits in it (stride 1) and whose window is fully observed."""
         span = self.order + self.horizon
-        moments = WindowMoments([channel_T for part_CT, first in zip(parts, firsts)
-                                 for channel_T in np.asarray(part_CT, dtype=np.float64)[:, max(0, first - self.order):]],
-                                span)
+        moments = WindowMoments(
+            [
+                channel_T
+                for part_CT, first in zip(parts, firsts)
+                for channel_T in np.asarray(part_CT, dtype=np.float64)[:, max(0, first - self.order) :]
+            ],
+            span,
+        )
         problem = linear_problem(moments.moments(span), self.order)
         if problem[3] == 0:
-            raise ValueError(f"no fully observed window of {span} steps (order {self.order} + horizon {self.horizon}) "
-                             "to score in these parts.")
+            raise ValueError(
+                f"no fully observed window of {span} steps (order {self.order} + horizon {self.horizon}) "
+                "to score in these parts."
+            )
         return linear_mse(np.concatenate([self.coef_PH, self.intercept_H[None]], axis=0), problem)
 
     def __call__(self, context_NCP: np.ndarray, horizon: int) -> np.ndarray:
@@ -593,8 +672,10 @@ def _fit_ar(series, splits, horizons, options) -> Fits:
     fitted, chosen = [], {}
     for horizon in sorted(horizons):
         model, scores = DirectAR.fit_select(series, splits, horizon, options.ar_orders)
-        chosen[horizon] = {"order": model.order,  # None: one order given, fitted without a validation window
-                           "validation_mse": {order: None if math.isnan(mse) else mse for order, mse in scores.items()}}
+        chosen[horizon] = {
+            "order": model.order,  # None: one order given, fitted without a validation window
+            "validation_mse": {order: None if math.isnan(mse) else mse for order, mse in scores.items()},
+        }
         fitted.append(((horizon,), model))
     return fitted, {"orders": chosen}
 
@@ -609,11 +690,15 @@ def _fit_dlinear(series, splits, horizons, options) -> Fits:
 
 
 BASELINES: dict[str, Baseline] = {
-    "seasonal_naive": Baseline("seasonal naive", "last period repeated, period from the training autocorrelation",
-                               _fit_seasonal_naive),
+    "seasonal_naive": Baseline(
+        "seasonal naive", "last period repeated, period from the training autocorrelation", _fit_seasonal_naive
+    ),
     "ar": Baseline("AR", "least-squares linear autoregression, direct multi-horizon", _fit_ar),
-    "dlinear": Baseline("DLinear", "trend and remainder, one linear layer each, Adam on the training MSE, best "
-                        "step on validation", _fit_dlinear),
+    "dlinear": Baseline(
+        "DLinear",
+        "trend and remainder, one linear layer each, Adam on the training MSE, best step on validation",
+        _fit_dlinear,
+    ),
 }
 """Every forecasting baseline, by the name the commands take (`--baseline NAME`); the commands,
 the evaluation and the benchmarks all read this table."""

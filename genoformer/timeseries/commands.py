@@ -26,9 +26,8 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from genoformer.hints import hint, option
-from genoformer.data.storage import atomic_build, refuse_existing
 from genoformer.data.inputs import expand_inputs
+from genoformer.data.storage import atomic_build, refuse_existing
 from genoformer.data.timeseries.inputs import Aggregation
 from genoformer.data.timeseries.store import (
     DuplicatePolicy,
@@ -37,6 +36,8 @@ from genoformer.data.timeseries.store import (
     is_timeseries_file_name,
     prepare_timeseries_store,
 )
+from genoformer.hints import hint, option
+from genoformer.kernels.dispatch import Backend
 from genoformer.timeseries.baselines import (
     BASELINES,
     DEFAULT_AR_ORDERS,
@@ -45,6 +46,7 @@ from genoformer.timeseries.baselines import (
     BaselineOptions,
     fill_short_gaps,
 )
+from genoformer.timeseries.forecaster import Forecaster
 from genoformer.timeseries.protocol import (
     PROTOCOL_HORIZONS,
     ProtocolSplit,
@@ -52,8 +54,6 @@ from genoformer.timeseries.protocol import (
     evaluate_protocol,
     zscore_stats,
 )
-from genoformer.timeseries.forecaster import Forecaster
-from genoformer.kernels.dispatch import Backend
 
 
 def prepare_timeseries(
@@ -128,8 +128,10 @@ def prepare_timeseries(
         overwrite=overwrite,
     )
     store = TimeSeriesStore(path)
-    print(f"time-series store ready: {path} ({len(store.series)} series, channels {store.channel_names}, "
-          f"{store.sampling_rate:.6g} Hz)")
+    print(
+        f"time-series store ready: {path} ({len(store.series)} series, channels {store.channel_names}, "
+        f"{store.sampling_rate:.6g} Hz)"
+    )
     for line in describe_series(store):
         print(line)
     return path
@@ -161,10 +163,14 @@ def describe_series(store: TimeSeriesStore) -> list[str]:
 
 def _open_store(store: Path) -> TimeSeriesStore:
     if not Path(store).exists():
-        build = hint(f"prepare_timeseries_store(['FILE.csv'], {str(store)!r}, time_column='t_seconds')",
-                     f"genoformer prepare_timeseries --inputs FILE.csv --out {store} --time_column t_seconds")
-        raise FileNotFoundError(f"time-series store not found: {store}; build it with `{build}` (or give the "
-                                "sampling rate instead of a time column).")
+        build = hint(
+            f"prepare_timeseries_store(['FILE.csv'], {str(store)!r}, time_column='t_seconds')",
+            f"genoformer prepare_timeseries --inputs FILE.csv --out {store} --time_column t_seconds",
+        )
+        raise FileNotFoundError(
+            f"time-series store not found: {store}; build it with `{build}` (or give the "
+            "sampling rate instead of a time column)."
+        )
     return TimeSeriesStore(store)
 
 
@@ -188,11 +194,22 @@ def protocol_results(
         raise ValueError("evaluate either a forecaster or a baseline: give exactly one of them.")
     raw = [store.read(info.index, 0, info.length) for info in store.series]
     splits = [ProtocolSplit.of(values.shape[1], train_fraction, test_fraction) for values in raw]
-    protocol = {"train_fraction": train_fraction, "test_fraction": test_fraction, "horizons": list(horizons),
-                "splits": [{"series": info.name, "length": s.length, "train_end": s.train_end,
-                            "test_start": s.test_start} for info, s in zip(store.series, splits)]}
-    common = dict(horizons=horizons, train_fraction=train_fraction, test_fraction=test_fraction,
-                  batch_size=batch_size, progress=progress)
+    protocol = {
+        "train_fraction": train_fraction,
+        "test_fraction": test_fraction,
+        "horizons": list(horizons),
+        "splits": [
+            {"series": info.name, "length": s.length, "train_end": s.train_end, "test_start": s.test_start}
+            for info, s in zip(store.series, splits)
+        ],
+    }
+    common = dict(
+        horizons=horizons,
+        train_fraction=train_fraction,
+        test_fraction=test_fraction,
+        batch_size=batch_size,
+        progress=progress,
+    )
     if forecaster is not None:
         cfg = forecaster.config
         skipped = sorted(h for h in horizons if h > cfg.horizon)
@@ -219,15 +236,24 @@ def protocol_results(
             return point_NCH if levels is None else (point_NCH, quant_NCHK)
 
         # windows cut and errors summed on the model's device: only the series cross to it, once
-        results = evaluate_protocol(model_forecast, raw, lookback=lookback, quantile_levels=levels,
-                                    device=forecaster.device, **common)
-        return {"results": results, "protocol": protocol, "model": {"context": cfg.context,
-                                                                   "horizon": cfg.horizon,
-                                                                   "patch_len": cfg.patch_len,
-                                                                   "members": len(forecaster.members)}}
+        results = evaluate_protocol(
+            model_forecast, raw, lookback=lookback, quantile_levels=levels, device=forecaster.device, **common
+        )
+        return {
+            "results": results,
+            "protocol": protocol,
+            "model": {
+                "context": cfg.context,
+                "horizon": cfg.horizon,
+                "patch_len": cfg.patch_len,
+                "members": len(forecaster.members),
+            },
+        }
     if lookback is not None:
-        raise ValueError(f"{option('lookback', metavar='N')} applies to checkpoints; a baseline's look-back is its "
-                         "period or AR order.")
+        raise ValueError(
+            f"{option('lookback', metavar='N')} applies to checkpoints; a baseline's look-back is its "
+            "period or AR order."
+        )
     check_horizons(horizons, splits)  # before any fitting
     zscored = []  # what the baselines are fitted on: short gaps filled, as their look-backs are
     for values, split in zip(raw, splits):
@@ -253,8 +279,7 @@ def comparison_table(results: list[dict[str, Any]], horizons: Sequence[int]) -> 
     methods = list(dict.fromkeys(row["method"] for row in results))
     scores = {(row["method"], row["horizon"]): row for row in results}
     best = {h: min((scores[m, h]["mse"] for m in methods if (m, h) in scores), default=None) for h in horizons}
-    lines = ["| method | " + " | ".join(f"horizon {h}" for h in horizons) + " |",
-             "|---|" + "---|" * len(horizons)]
+    lines = ["| method | " + " | ".join(f"horizon {h}" for h in horizons) + " |", "|---|" + "---|" * len(horizons)]
     for method in methods:
         cells = []
         for h in horizons:
@@ -334,12 +359,20 @@ def evaluate_forecast(
     baselines = [baseline] if isinstance(baseline, str) else list(baseline)  # Python: one name, or a list
     methods = (["forecaster"] if checkpoint is not None else []) + list(dict.fromkeys(baselines))
     if not methods:
-        raise ValueError(f"nothing to score: give {option('checkpoint', metavar='CKPT')}, "
-                         f"{option('baseline', list(BASELINES))} or both.")
+        raise ValueError(
+            f"nothing to score: give {option('checkpoint', metavar='CKPT')}, "
+            f"{option('baseline', list(BASELINES))} or both."
+        )
     opened = _open_store(store)
     forecaster = None if checkpoint is None else load_forecaster(checkpoint, device, backend)
-    common = dict(horizons=tuple(horizons), train_fraction=train_fraction, test_fraction=test_fraction,
-                  ar_orders=tuple(ar_orders), dlinear_lookback=dlinear_lookback, batch_size=batch_size)
+    common = dict(
+        horizons=tuple(horizons),
+        train_fraction=train_fraction,
+        test_fraction=test_fraction,
+        ar_orders=tuple(ar_orders),
+        dlinear_lookback=dlinear_lookback,
+        batch_size=batch_size,
+    )
     results: list[dict[str, Any]] = []
     fitted: dict[str, Any] = {}
     protocol: Optional[dict[str, Any]] = None
@@ -354,9 +387,18 @@ def evaluate_forecast(
         protocol = protocol or payload["protocol"]
         results += [{"method": method, **row} for row in payload["results"]]
     table = comparison_table(results, sorted(set(horizons)))
-    payload = {"results": results, "methods": fitted, "protocol": protocol, "table": table, "store": str(store),
-               "checkpoint": [str(path) for path in checkpoint] if isinstance(checkpoint, list) else
-               None if checkpoint is None else str(checkpoint)}
+    payload = {
+        "results": results,
+        "methods": fitted,
+        "protocol": protocol,
+        "table": table,
+        "store": str(store),
+        "checkpoint": [str(path) for path in checkpoint]
+        if isinstance(checkpoint, list)
+        else None
+        if checkpoint is None
+        else str(checkpoint),
+    }
     with atomic_build(out, overwrite) as tmp:
         tmp.write_text(json.dumps(payload, indent=2) + "\n")
     heading = f"Test MSE (MAE) on z-scored values, {opened.path.name}"
@@ -376,9 +418,13 @@ def _score(forecast_CH: np.ndarray, truth_CX: np.ndarray, std_C: np.ndarray) -> 
     if not observed.any():
         return None
     scaled_CX = error_CX / np.where(std_C > 0, std_C, 1.0)[:, None]
-    return {"steps": steps, "mse": float(np.mean(error_CX[observed] ** 2)), "mae": float(np.mean(np.abs(error_CX[observed]))),
-            "mse_zscored": float(np.mean(scaled_CX[observed] ** 2)),
-            "mae_zscored": float(np.mean(np.abs(scaled_CX[observed])))}
+    return {
+        "steps": steps,
+        "mse": float(np.mean(error_CX[observed] ** 2)),
+        "mae": float(np.mean(np.abs(error_CX[observed]))),
+        "mse_zscored": float(np.mean(scaled_CX[observed] ** 2)),
+        "mae_zscored": float(np.mean(np.abs(scaled_CX[observed]))),
+    }
 
 
 def forecast(
@@ -436,8 +482,10 @@ def forecast(
     length = info.length
     at = length if at is None else at
     if not 0 < at <= length:
-        raise ValueError(f"the forecast origin must be in [1, {length}] for series {names[index]!r} "
-                         f"({option('at', metavar='T')}), got {at}.")
+        raise ValueError(
+            f"the forecast origin must be in [1, {length}] for series {names[index]!r} "
+            f"({option('at', metavar='T')}), got {at}."
+        )
     forecaster = load_forecaster(checkpoint, device, backend)
     cfg = forecaster.config
     horizon = cfg.horizon if horizon is None else horizon
@@ -446,8 +494,11 @@ def forecast(
     truth_CX = opened.read(index, at, min(length, at + horizon))
     history = 4 * horizon if history is None else history
     arrays = {
-        "history": opened.read(index, max(0, at - history), at), "forecast": result.point,
-        "truth": truth_CX, "at": np.array(at), "sampling_rate": np.array(opened.sampling_rate),
+        "history": opened.read(index, max(0, at - history), at),
+        "forecast": result.point,
+        "truth": truth_CX,
+        "at": np.array(at),
+        "sampling_rate": np.array(opened.sampling_rate),
         "channel_names": np.array(opened.channel_names, dtype=str),
     }
     if info.start_time is not None:
@@ -460,16 +511,23 @@ def forecast(
     with atomic_build(out, overwrite) as tmp:
         np.savez(tmp, **arrays)
     with atomic_build(png, overwrite) as tmp:
-        origin = f"sample {at}" if info.start_time is None else \
-            f"{pd.Timestamp(info.start_time) + pd.Timedelta(seconds=at / opened.sampling_rate):%Y-%m-%d %H:%M} (sample {at})"
+        origin = (
+            f"sample {at}"
+            if info.start_time is None
+            else f"{pd.Timestamp(info.start_time) + pd.Timedelta(seconds=at / opened.sampling_rate):%Y-%m-%d %H:%M} (sample {at})"
+        )
         plot_forecast(arrays, tmp, title=f"{names[index]}: forecast from {origin}")
     if score is not None:
-        print(f"score against the {score['steps']} samples after {at}: MSE {score['mse']:.4g}, MAE {score['mae']:.4g} "
-              f"(z-scored: MSE {score['mse_zscored']:.4f}, MAE {score['mae_zscored']:.4f})")
+        print(
+            f"score against the {score['steps']} samples after {at}: MSE {score['mse']:.4g}, MAE {score['mae']:.4g} "
+            f"(z-scored: MSE {score['mse_zscored']:.4f}, MAE {score['mae_zscored']:.4f})"
+        )
     else:
         test_start = ProtocolSplit.of(length).test_start
-        print(f"nothing after sample {at} to score the forecast against; to score one, forecast from inside the "
-              f"series, e.g. from the protocol's test part: {option('at', test_start)}")
+        print(
+            f"nothing after sample {at} to score the forecast against; to score one, forecast from inside the "
+            f"series, e.g. from the protocol's test part: {option('at', test_start)}"
+        )
     print(f"wrote {out} and {png}")
     return out
 
@@ -507,13 +565,22 @@ def forecast_figure(arrays: dict[str, Any], *, title: str = "") -> Figure:
         return seconds if start is None else start + (seconds * 1e9).astype("timedelta64[ns]")
 
     for c, ax in enumerate(axes):
-        ax.plot(times(at - history_CT.shape[1], history_CT.shape[1]), history_CT[c], color="0.3", lw=0.8, label="history")
+        ax.plot(
+            times(at - history_CT.shape[1], history_CT.shape[1]), history_CT[c], color="0.3", lw=0.8, label="history"
+        )
         if truth_CX.shape[1]:
             ax.plot(times(at, truth_CX.shape[1]), truth_CX[c], color="black", lw=0.8, label="truth")
         if "quantiles" in arrays:
             levels = list(arrays["levels"])
-            ax.fill_between(times(at, forecast_CH.shape[1]), arrays["quantiles"][c, :, 0], arrays["quantiles"][c, :, -1],
-                            color="tab:blue", alpha=0.25, lw=0, label=f"{levels[0]:g} to {levels[-1]:g} quantiles")
+            ax.fill_between(
+                times(at, forecast_CH.shape[1]),
+                arrays["quantiles"][c, :, 0],
+                arrays["quantiles"][c, :, -1],
+                color="tab:blue",
+                alpha=0.25,
+                lw=0,
+                label=f"{levels[0]:g} to {levels[-1]:g} quantiles",
+            )
         ax.plot(times(at, forecast_CH.shape[1]), forecast_CH[c], color="tab:blue", lw=1.0, label="forecast")
         ax.axvline(times(at, 1)[0], color="tab:red", lw=0.6, ls="--")
         ax.set_ylabel(names[c])

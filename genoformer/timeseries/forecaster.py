@@ -33,13 +33,13 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 
-from genoformer.data.tiling import Keep, same_length_batches, tile_windows
 from genoformer.core.checkpoints import ModelKind
 from genoformer.core.inference import InferenceModel, Pooling, autocast, pool_tokens
 from genoformer.core.loading import LoadedModel
 from genoformer.core.runtime import RuntimeSettings
-from genoformer.kernels.dispatch import Backend
 from genoformer.core.transformer import TransformerConfig
+from genoformer.data.tiling import Keep, same_length_batches, tile_windows
+from genoformer.kernels.dispatch import Backend
 from genoformer.timeseries.model import ForecastConfig, TimeSeriesTransformer
 
 SeriesInput = Union[np.ndarray, torch.Tensor, Sequence[Union[np.ndarray, torch.Tensor]]]
@@ -115,8 +115,9 @@ class Forecaster(InferenceModel):
 
     @classmethod
     def build(cls, hparams: dict[str, Any], runtime: RuntimeSettings) -> TimeSeriesTransformer:
-        return TimeSeriesTransformer(TransformerConfig.from_dict(hparams["transformer"]),
-                                     ForecastConfig.from_dict(hparams["forecast"]), runtime)
+        return TimeSeriesTransformer(
+            TransformerConfig.from_dict(hparams["transformer"]), ForecastConfig.from_dict(hparams["forecast"]), runtime
+        )
 
     @classmethod
     def from_loaded(cls, loaded: LoadedModel, **options: Any) -> Forecaster:
@@ -151,18 +152,20 @@ class Forecaster(InferenceModel):
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
         items, layout, like = self._as_series(series)
-        tails = [values_CL[:, -cfg.context:] for values_CL in items]
+        tails = [values_CL[:, -cfg.context :] for values_CL in items]
         points = [np.empty(0, np.float32)] * len(tails)
         quants = [np.empty(0, np.float32)] * len(tails)
         order = sorted(range(len(tails)), key=lambda i: tails[i].shape)
         for lo in range(0, len(order), batch_size):
-            group = order[lo:lo + batch_size]
+            group = order[lo : lo + batch_size]
             # equal shapes share a forward pass; a batch never mixes lengths (no padding)
             by_shape: dict[tuple[int, ...], list[int]] = {}
             for i in group:
                 by_shape.setdefault(tails[i].shape, []).append(i)
             for indices in by_shape.values():
-                point_BCH, quant_BCHK = self._forecast_tensor(torch.from_numpy(np.stack([tails[i] for i in indices])), horizon)
+                point_BCH, quant_BCHK = self._forecast_tensor(
+                    torch.from_numpy(np.stack([tails[i] for i in indices])), horizon
+                )
                 point_BCH = point_BCH.cpu().numpy()
                 quant_BCHK = None if quant_BCHK is None else quant_BCHK.cpu().numpy()
                 for row, i in enumerate(indices):
@@ -177,8 +180,9 @@ class Forecaster(InferenceModel):
         )
 
     @torch.inference_mode()
-    def forecast_batch(self, context_BCL: torch.Tensor,
-                       horizon: Optional[int] = None) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def forecast_batch(
+        self, context_BCL: torch.Tensor, horizon: Optional[int] = None
+    ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """Forecasts of a batch of equally long series (B, C, L) given as a tensor, left on this
         Forecaster's device: (point (B, C, H), quantiles (B, C, H, K) or None), float32.
 
@@ -189,16 +193,18 @@ class Forecaster(InferenceModel):
         number of channels and series shorter than one patch (the model's checks).
         """
         horizon = self._horizon(horizon)
-        context_BCL = context_BCL[..., -self.config.context:]  # what the model reads
+        context_BCL = context_BCL[..., -self.config.context :]  # what the model reads
         if torch.isinf(context_BCL).any():
-            raise ValueError(f"the batch holds {int(torch.isinf(context_BCL).sum())} infinite value(s); mark a value as "
-                             "missing with NaN (the model masks missing values).")
+            raise ValueError(
+                f"the batch holds {int(torch.isinf(context_BCL).sum())} infinite value(s); mark a value as "
+                "missing with NaN (the model masks missing values)."
+            )
         return self._forecast_tensor(context_BCL, horizon)
 
     def _forecast_tensor(self, context_BCL: torch.Tensor, horizon: int) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """`forecast_batch` of inputs already checked (a valid horizon, no infinite value in the last
         `context` samples)."""
-        context_BCL = context_BCL[..., -self.config.context:].to(self.device, torch.float32)
+        context_BCL = context_BCL[..., -self.config.context :].to(self.device, torch.float32)
         point_BCH, quant_BCHK = self._mean_forecast(context_BCL)
         return point_BCH[..., :horizon], None if quant_BCHK is None else quant_BCHK[:, :, :horizon]
 
@@ -264,8 +270,10 @@ class Forecaster(InferenceModel):
             padded = n_patches * cfg.patch_len - values_CL.shape[1]
             tiles = tile_windows(n_patches, window_patches, overlap_patches, Keep.CENTRE)
             # sample range of each tile; the first one starts inside the left padding
-            pieces = [(values_CL[:, max(0, t.start * cfg.patch_len - padded):t.end * cfg.patch_len - padded], t)
-                      for t in tiles]
+            pieces = [
+                (values_CL[:, max(0, t.start * cfg.patch_len - padded) : t.end * cfg.patch_len - padded], t)
+                for t in tiles
+            ]
             stitched_XTE: Optional[np.ndarray] = None
             if padded:  # the first window is shorter in samples (its first patch is partial): on its own
                 batches = [pieces[:1], *same_length_batches(pieces[1:], batch_size)]
@@ -279,7 +287,7 @@ class Forecaster(InferenceModel):
                     stitched_XTE = np.empty((hidden_BXTE.shape[1], n_patches, hidden_BXTE.shape[3]), np.float32)
                 for (_, tile), hidden_XTE in zip(batch, hidden_BXTE):
                     keep = slice(tile.keep_start - tile.start, tile.keep_end - tile.start)
-                    stitched_XTE[:, tile.keep_start:tile.keep_end] = hidden_XTE[:, keep]
+                    stitched_XTE[:, tile.keep_start : tile.keep_end] = hidden_XTE[:, keep]
             outputs.append(pool_tokens(stitched_XTE, pooling))
         if like is torch.Tensor:
             return [torch.from_numpy(array) for array in outputs]
@@ -289,8 +297,12 @@ class Forecaster(InferenceModel):
     def _as_series(self, series: SeriesInput) -> tuple[list[np.ndarray], str, type]:
         """(float32 (C, L) arrays, input layout "1d" | "2d" | "batch", numpy or torch type),
         checking channels, length and finiteness."""
-        like = torch.Tensor if isinstance(series, torch.Tensor) or (
-            isinstance(series, (list, tuple)) and series and isinstance(series[0], torch.Tensor)) else np.ndarray
+        like = (
+            torch.Tensor
+            if isinstance(series, torch.Tensor)
+            or (isinstance(series, (list, tuple)) and series and isinstance(series[0], torch.Tensor))
+            else np.ndarray
+        )
         if isinstance(series, (np.ndarray, torch.Tensor)):
             array = _to_numpy(series)
             if array.ndim == 1:
@@ -309,12 +321,16 @@ class Forecaster(InferenceModel):
             for index, item in enumerate(series):
                 array = _to_numpy(item)
                 if array.ndim not in (1, 2):
-                    raise ValueError(f"series {index} has shape {array.shape}; each must be (length,) or (channels, length).")
+                    raise ValueError(
+                        f"series {index} has shape {array.shape}; each must be (length,) or (channels, length)."
+                    )
                 items.append(array[None] if array.ndim == 1 else array)
             if not items:
                 raise ValueError("no series given: the list is empty.")
         else:
-            raise TypeError(f"series must be a numpy array, a torch tensor or a list of them, got {type(series).__name__}.")
+            raise TypeError(
+                f"series must be a numpy array, a torch tensor or a list of them, got {type(series).__name__}."
+            )
         cfg = self.config
         for index, values_CL in enumerate(items):
             if not cfg.channel_independent and values_CL.shape[0] != cfg.n_channels:

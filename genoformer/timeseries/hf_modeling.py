@@ -64,7 +64,8 @@ class GenoformerForecaster(PreTrainedModel):
     def __init__(self, config: GenoformerForecasterConfig) -> None:
         super().__init__(config)
         self.model = TimeSeriesTransformer(
-            TransformerConfig.from_dict(config.transformer), ForecastConfig.from_dict(config.forecast),
+            TransformerConfig.from_dict(config.transformer),
+            ForecastConfig.from_dict(config.forecast),
             RuntimeSettings.for_inference(),
         )
         self.post_init()
@@ -73,7 +74,10 @@ class GenoformerForecaster(PreTrainedModel):
         """The network initialises itself; transformers' default initialisation is not applied."""
 
     def forward(
-        self, past_values: torch.Tensor, future_values: Optional[torch.Tensor] = None, return_dict: Optional[bool] = None,
+        self,
+        past_values: torch.Tensor,
+        future_values: Optional[torch.Tensor] = None,
+        return_dict: Optional[bool] = None,
         **kwargs: Any,
     ):
         point_BCH, quantiles_BCHK = self.model(past_values.float())

@@ -122,9 +122,11 @@ class ForecastConfig:
         if not 0.0 < self.stats_fraction <= 1.0:
             raise ValueError(f"stats_fraction must be in (0, 1], got {self.stats_fraction}.")
         if self.every_token and self.stats_fraction == 1.0:
-            raise ValueError("every_token trains each token on the samples after its patch, which whole-window "
-                             "statistics would reveal to it: set forecast.stats_fraction below 1 (0.25 keeps the "
-                             "last three quarters of every window's tokens trained).")
+            raise ValueError(
+                "every_token trains each token on the samples after its patch, which whole-window "
+                "statistics would reveal to it: set forecast.stats_fraction below 1 (0.25 keeps the "
+                "last three quarters of every window's tokens trained)."
+            )
 
     @property
     def context_tokens(self) -> int:
@@ -170,8 +172,9 @@ class InstanceStats:
         return y_BCX * self.scale_BC1 + self.mean_BC1
 
 
-def instance_normalize(x_BCL: torch.Tensor, eps: float = 1e-5, samples: Optional[int] = None,
-                       observed_BCL: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, InstanceStats]:
+def instance_normalize(
+    x_BCL: torch.Tensor, eps: float = 1e-5, samples: Optional[int] = None, observed_BCL: Optional[torch.Tensor] = None
+) -> tuple[torch.Tensor, InstanceStats]:
     """(x - mean) / sqrt(var + eps) per window and channel, in float32, with the statistics (of
     the first `samples` samples when given, else of the whole window). With `observed_BCL`
     (bool), the statistics count observed samples only and unobserved ones come out as 0 (a
@@ -192,7 +195,9 @@ def instance_normalize(x_BCL: torch.Tensor, eps: float = 1e-5, samples: Optional
     return (x_BCL - mean_BC1) / scale_BC1 * mask_BCL, InstanceStats(mean_BC1, scale_BC1)
 
 
-def patchify(x_SGL: torch.Tensor, patch_len: int, observed_SGL: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+def patchify(
+    x_SGL: torch.Tensor, patch_len: int, observed_SGL: Optional[torch.Tensor] = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Cut (S, G, L) into T = ceil(L / P) patches aligned to the end; the first is left-padded
     with zeros. Returns values (S, T, G * P) and the observed mask (S, T, G * P), 1.0 for real
     samples (those `observed_SGL` marks, when given) and 0.0 for padding and unobserved ones, in
@@ -203,18 +208,24 @@ def patchify(x_SGL: torch.Tensor, patch_len: int, observed_SGL: Optional[torch.T
     values_SGL = nn.functional.pad(x_SGL, (pad, 0))
     observed = torch.ones_like(x_SGL) if observed_SGL is None else observed_SGL.to(x_SGL.dtype)
     observed_SGL = nn.functional.pad(observed, (pad, 0))
+
     def tokens(v_SGL: torch.Tensor) -> torch.Tensor:
         return v_SGL.view(S, G, T, patch_len).transpose(1, 2).reshape(S, T, G * patch_len)
+
     return tokens(values_SGL), tokens(observed_SGL)
 
 
 class TimeSeriesTransformer(TransformerTrunk):
     """Context windows (B, C, L) -> point forecasts (B, C, H) and quantiles (B, C, H, K)."""
 
-    def __init__(self, config: TransformerConfig, forecast: ForecastConfig, runtime: Optional[RuntimeSettings] = None) -> None:
+    def __init__(
+        self, config: TransformerConfig, forecast: ForecastConfig, runtime: Optional[RuntimeSettings] = None
+    ) -> None:
         if forecast.every_token and not config.causal:
-            raise ValueError("forecast.every_token trains every context token on what follows it, which needs causal "
-                             "attention: set transformer.causal to true (or every_token to false).")
+            raise ValueError(
+                "forecast.every_token trains every context token on what follows it, which needs causal "
+                "attention: set transformer.causal to true (or every_token to false)."
+            )
         needed = forecast.context_tokens + (0 if forecast.every_token else forecast.horizon_tokens)
         if config.max_seq_len < needed:
             raise ValueError(
@@ -231,7 +242,9 @@ class TimeSeriesTransformer(TransformerTrunk):
         else:  # each forecast token -> one patch of the horizon
             self.horizon_queries_QE = nn.Parameter(torch.empty(forecast.horizon_tokens, config.d_model))
             self.head = nn.Linear(config.d_model, width * self.n_outputs)
-        self.register_buffer("quantile_levels_K", torch.tensor(forecast.quantiles, dtype=torch.float32), persistent=False)
+        self.register_buffer(
+            "quantile_levels_K", torch.tensor(forecast.quantiles, dtype=torch.float32), persistent=False
+        )
         if forecast.linear_order:  # the linear path (fixed: buffers, saved in checkpoints); see set_linear
             self.register_buffer("linear_coef_PH", torch.zeros(forecast.linear_order, forecast.horizon))
             self.register_buffer("linear_bias_H", torch.zeros(forecast.horizon))
@@ -302,7 +315,9 @@ class TimeSeriesTransformer(TransformerTrunk):
         input's units, H = the configured horizon."""
         cfg = self.forecast_config
         if cfg.every_token:  # the last token's forecast: the head and the linear path run on it alone
-            last_BCHK1 = self.token_forecasts(context_BCL, math.ceil(context_BCL.shape[-1] / cfg.patch_len) - 1)[:, :, 0]
+            last_BCHK1 = self.token_forecasts(context_BCL, math.ceil(context_BCL.shape[-1] / cfg.patch_len) - 1)[
+                :, :, 0
+            ]
             return last_BCHK1[..., 0], (last_BCHK1[..., 1:] if self.n_outputs > 1 else None)
         B, C, _ = context_BCL.shape
         hidden_SNE, stats = self.hidden(context_BCL)
@@ -330,8 +345,11 @@ class TimeSeriesTransformer(TransformerTrunk):
         hidden_STE = hidden_STE[:, first:]
         G, T = cfg.channels_per_token, hidden_STE.shape[1]
         out_STX = self.head(hidden_STE).float()  # X = G * H * K1
-        out_BCTHK1 = out_STX.view(B, C // G, T, G, cfg.horizon, self.n_outputs).transpose(2, 3).reshape(
-            B, C, T, cfg.horizon, self.n_outputs)
+        out_BCTHK1 = (
+            out_STX.view(B, C // G, T, G, cfg.horizon, self.n_outputs)
+            .transpose(2, 3)
+            .reshape(B, C, T, cfg.horizon, self.n_outputs)
+        )
         out_BCTHK1 = out_BCTHK1 * stats.scale_BC1[..., None, None]
         if cfg.linear_order:  # the linear forecasts, plus the scaled head's
             return out_BCTHK1 + self.linear_forecasts(context_BCL, first, stats)[..., None]
@@ -349,12 +367,16 @@ class TimeSeriesTransformer(TransformerTrunk):
             lags_BCTP = lag_windows(x_BCL, self.forecast_config.linear_order, self.forecast_config.patch_len, first)
             if not centered:
                 return lags_BCTP @ self.linear_coef_PH + self.linear_bias_H
-            return (lags_BCTP @ self.linear_coef_PH + stats.scale_BC1[..., None] * self.linear_bias_H
-                    + stats.mean_BC1[..., None])
+            return (
+                lags_BCTP @ self.linear_coef_PH
+                + stats.scale_BC1[..., None] * self.linear_bias_H
+                + stats.mean_BC1[..., None]
+            )
 
     @torch.no_grad()
-    def linear_normal_equations(self, context_BCL: torch.Tensor, target_BCH: torch.Tensor,
-                                fill_limit: int = FIT_FILL_LIMIT) -> tuple[torch.Tensor, ...]:
+    def linear_normal_equations(
+        self, context_BCL: torch.Tensor, target_BCH: torch.Tensor, fill_limit: int = FIT_FILL_LIMIT
+    ) -> tuple[torch.Tensor, ...]:
         """One batch's share of the linear path's least-squares problem, at the positions the
         model forecasts from in training (every trained token with every_token, else the end of
         the context), in the input's units: (X^T X (p + 1, p + 1), X^T Y (p + 1, H), sum of Y^2,
@@ -385,11 +407,18 @@ class TimeSeriesTransformer(TransformerTrunk):
             ones_BCT1 = ones_BCT1 * stats.scale_BC1[..., None]
         y_NH = y_BCTH.reshape(-1, cfg.horizon).double()
         lags_NP = lag_windows(x_BCL, cfg.linear_order, P, first).reshape(-1, cfg.linear_order).double()
-        observed_BCTP = lag_windows(torch.isfinite(context_BCL).float(), cfg.linear_order, P, first)  # 0 before the start
+        observed_BCTP = lag_windows(
+            torch.isfinite(context_BCL).float(), cfg.linear_order, P, first
+        )  # 0 before the start
         whole_N = torch.isfinite(y_NH).all(dim=1) & observed_BCTP.reshape(-1, cfg.linear_order).bool().all(dim=1)
         y_NH, lags_NP = y_NH[whole_N], lags_NP[whole_N]
         x_NP1 = torch.cat([lags_NP, ones_BCT1.reshape(-1, 1).double()[whole_N]], dim=1)
-        return x_NP1.T @ x_NP1, x_NP1.T @ y_NH, y_NH.square().sum(), torch.tensor(float(len(x_NP1)), dtype=torch.float64)
+        return (
+            x_NP1.T @ x_NP1,
+            x_NP1.T @ y_NH,
+            y_NH.square().sum(),
+            torch.tensor(float(len(x_NP1)), dtype=torch.float64),
+        )
 
     @torch.no_grad()
     def set_linear(self, gram: torch.Tensor, cross: torch.Tensor, ridge: float = 1e-6) -> torch.Tensor:
@@ -407,9 +436,13 @@ class TimeSeriesTransformer(TransformerTrunk):
     def set_linear_coefficients(self, coef_PH: torch.Tensor, bias_H: torch.Tensor) -> None:
         """Keep these coefficients (lags oldest first, as `lag_windows` gives them) and biases
         as the fitted linear path."""
-        if tuple(coef_PH.shape) != tuple(self.linear_coef_PH.shape) or tuple(bias_H.shape) != tuple(self.linear_bias_H.shape):
-            raise ValueError(f"the linear path takes coefficients {tuple(self.linear_coef_PH.shape)} and biases "
-                             f"{tuple(self.linear_bias_H.shape)}, got {tuple(coef_PH.shape)} and {tuple(bias_H.shape)}")
+        if tuple(coef_PH.shape) != tuple(self.linear_coef_PH.shape) or tuple(bias_H.shape) != tuple(
+            self.linear_bias_H.shape
+        ):
+            raise ValueError(
+                f"the linear path takes coefficients {tuple(self.linear_coef_PH.shape)} and biases "
+                f"{tuple(self.linear_bias_H.shape)}, got {tuple(coef_PH.shape)} and {tuple(bias_H.shape)}"
+            )
         self.linear_coef_PH.copy_(coef_PH)
         self.linear_bias_H.copy_(bias_H)
         self.linear_fitted.fill_(True)
@@ -481,8 +514,12 @@ def token_targets(context_BCL: torch.Tensor, target_BCH: torch.Tensor, patch_len
     return windows_BCNH[:, :, ends_T]
 
 
-def pinball_loss(quantiles_BCHK: torch.Tensor, target_BCH: torch.Tensor, levels_K: torch.Tensor,
-                 observed_BCH: Optional[torch.Tensor] = None) -> torch.Tensor:
+def pinball_loss(
+    quantiles_BCHK: torch.Tensor,
+    target_BCH: torch.Tensor,
+    levels_K: torch.Tensor,
+    observed_BCH: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
     """Mean pinball (quantile) loss: max(q (y - f), (q - 1)(y - f)) averaged over everything, or
     over the targets `observed_BCH` (bool) marks."""
     diff_BCHK = target_BCH.unsqueeze(-1) - quantiles_BCHK

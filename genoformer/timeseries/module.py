@@ -146,8 +146,10 @@ class TimeSeriesForecaster(TrainingModule):
             raise ValueError(f"linear_fit_batches must be at least 1, got {linear_fit_batches}.")
         self.linear_fit_batches = linear_fit_batches
         if linear_orders is not None and not [order for order in linear_orders if 1 <= order <= forecast.linear_order]:
-            raise ValueError(f"linear_orders {list(linear_orders)} has no order in [1, forecast.linear_order="
-                             f"{forecast.linear_order}]: name orders up to it, or raise forecast.linear_order")
+            raise ValueError(
+                f"linear_orders {list(linear_orders)} has no order in [1, forecast.linear_order="
+                f"{forecast.linear_order}]: name orders up to it, or raise forecast.linear_order"
+            )
         self.linear_orders = None if linear_orders is None else sorted({int(order) for order in linear_orders})
         self.lookback_jitter = lookback_jitter
         self.time_stretch = time_stretch
@@ -189,8 +191,12 @@ class TimeSeriesForecaster(TrainingModule):
             return
         started = time.perf_counter()
         sums: Optional[list[torch.Tensor]] = None
-        batches = tqdm(itertools.islice(datamodule.train_dataloader(), self.linear_fit_batches),
-                       total=self.linear_fit_batches, desc="fitting the linear path", disable=self.global_rank != 0)
+        batches = tqdm(
+            itertools.islice(datamodule.train_dataloader(), self.linear_fit_batches),
+            total=self.linear_fit_batches,
+            desc="fitting the linear path",
+            disable=self.global_rank != 0,
+        )
         for batch in batches:
             parts = self.model.linear_normal_equations(*_context_and_target(batch))
             sums = list(parts) if sums is None else [total + part for total, part in zip(sums, parts)]
@@ -207,11 +213,13 @@ class TimeSeriesForecaster(TrainingModule):
         solution = self.model.set_linear(gram, cross)
         residual = y_square - 2 * (solution * cross).sum() + (solution * (gram @ solution)).sum()
         values = float(rows) * self.forecast_config.horizon
-        rank_zero_info(f"linear path (order {self.forecast_config.linear_order}): least squares on {int(rows)} "
-                       f"forecasts in {time.perf_counter() - started:.1f} s; there, in the data's units, "
-                       f"its MSE is {float(residual) / values:.4f}, the targets' mean square"
-                       f"{' about their window mean' if self.forecast_config.linear_centered else ''} "
-                       f"{float(y_square) / values:.4f}")
+        rank_zero_info(
+            f"linear path (order {self.forecast_config.linear_order}): least squares on {int(rows)} "
+            f"forecasts in {time.perf_counter() - started:.1f} s; there, in the data's units, "
+            f"its MSE is {float(residual) / values:.4f}, the targets' mean square"
+            f"{' about their window mean' if self.forecast_config.linear_centered else ''} "
+            f"{float(y_square) / values:.4f}"
+        )
 
     def fit_linear_path_as_ar(self, series: list[tuple[np.ndarray, int, int]]) -> dict[int, dict[str, Any]]:
         """Set the linear path to direct AR fitted as the AR baseline is, band by band of the
@@ -238,10 +246,14 @@ class TimeSeriesForecaster(TrainingModule):
             chosen[end] = {"order": ar.order, "validation_mse": scores}
             start = end
         self.model.set_linear_coefficients(torch.from_numpy(coef_PH), torch.from_numpy(bias_H))
-        rank_zero_info(f"linear path: direct AR on {len(series)} series in {time.perf_counter() - started:.1f} s, "
-                       "orders chosen on validation by horizon band: "
-                       + ", ".join(f"steps to {end}: {c['order']} (validation MSE {c['validation_mse'][c['order']]:.4f})"
-                                   for end, c in chosen.items()))
+        rank_zero_info(
+            f"linear path: direct AR on {len(series)} series in {time.perf_counter() - started:.1f} s, "
+            "orders chosen on validation by horizon band: "
+            + ", ".join(
+                f"steps to {end}: {c['order']} (validation MSE {c['validation_mse'][c['order']]:.4f})"
+                for end, c in chosen.items()
+            )
+        )
         return chosen
 
     def forward(self, context_BCL: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -252,8 +264,9 @@ class TimeSeriesForecaster(TrainingModule):
         """{"loss", "mse", "mae"} of one batch (0-d tensors)."""
         return self._losses_and_errors(context_BCL, target_BCH)[0]
 
-    def _losses_and_errors(self, context_BCL: torch.Tensor,
-                           target_BCH: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+    def _losses_and_errors(
+        self, context_BCL: torch.Tensor, target_BCH: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
         """(`losses`, the point forecast's error (B, C, H), where its target is observed (B, C, H))."""
         cfg = self.forecast_config
         if target_BCH.shape[-1] != cfg.horizon:
@@ -272,12 +285,21 @@ class TimeSeriesForecaster(TrainingModule):
             targets_BCTH = torch.where(observed_BCTH, targets_BCTH, 0.0)
             loss = masked_mean(torch.square(out_BCTHK1[..., 0] - targets_BCTH), observed_BCTH)
             if out_BCTHK1.shape[-1] > 1:
-                loss = loss + pinball_loss(out_BCTHK1[..., 1:], targets_BCTH, self.model.quantile_levels_K, observed_BCTH)
+                loss = loss + pinball_loss(
+                    out_BCTHK1[..., 1:], targets_BCTH, self.model.quantile_levels_K, observed_BCTH
+                )
             point_BCH = out_BCTHK1[:, :, -1, :, 0]  # the series' own forecast: the last token's
             observed_BCH = observed_BCTH[:, :, -1]
             error_BCH = point_BCH - targets_BCTH[:, :, -1]
-            return {"loss": loss, "mse": masked_mean(torch.square(error_BCH), observed_BCH),
-                    "mae": masked_mean(error_BCH.abs(), observed_BCH)}, error_BCH, observed_BCH
+            return (
+                {
+                    "loss": loss,
+                    "mse": masked_mean(torch.square(error_BCH), observed_BCH),
+                    "mae": masked_mean(error_BCH.abs(), observed_BCH),
+                },
+                error_BCH,
+                observed_BCH,
+            )
         point_BCH, quantiles_BCHK = self.model(context_BCL)
         observed_BCH = torch.isfinite(target_BCH)
         target_BCH = torch.where(observed_BCH, target_BCH, 0.0)
@@ -325,10 +347,12 @@ class TimeSeriesForecaster(TrainingModule):
             return
         if not all(seen) and not self.trainer.sanity_checking:
             missing = [name for name, scored in zip(names, seen) if not scored]
-            rank_zero_warn(f"val/mse_store_mean leaves out the stores {missing}: no validation window of theirs was "
-                           "scored. Either their validation split is empty (see data.init_args.split), or "
-                           "trainer.limit_val_batches cut the validation set short: it tiles the stores one after "
-                           "another, so raise the limit (1.0: all of it) until every store is reached.")
+            rank_zero_warn(
+                f"val/mse_store_mean leaves out the stores {missing}: no validation window of theirs was "
+                "scored. Either their validation split is empty (see data.init_args.split), or "
+                "trainer.limit_val_batches cut the validation set short: it tiles the stores one after "
+                "another, so raise the limit (1.0: all of it) until every store is reached."
+            )
         mse_S = totals_2S[0] / totals_2S[1].clamp(min=1)
         metrics = {"val/mse_store_mean": mse_S[seen_S].mean()}
         metrics.update({f"val/mse/{name}": mse_S[s] for s, name in enumerate(names) if seen[s]})
@@ -348,13 +372,20 @@ class TimeSeriesForecaster(TrainingModule):
         context_BCL, target_BCH = _context_and_target(batch)
         values, error_BCH, observed_BCH = self._losses_and_errors(context_BCL, target_BCH)
         for name, value in values.items():
-            self.log(f"{split}/{name}", value, prog_bar=split == "val" and name == "mse",
-                     batch_size=context_BCL.shape[0], sync_dist=True)
+            self.log(
+                f"{split}/{name}",
+                value,
+                prog_bar=split == "val" and name == "mse",
+                batch_size=context_BCL.shape[0],
+                sync_dist=True,
+            )
         totals_2S = self._store_totals_2S if split == "val" else None
         if totals_2S is not None:
             if "store" not in batch:
-                raise TypeError(f"with several stores, validation batches must say which store each window is from "
-                                f"(a 'store' index, as TimeSeriesDataModule gives), got keys {sorted(batch)}")
+                raise TypeError(
+                    f"with several stores, validation batches must say which store each window is from "
+                    f"(a 'store' index, as TimeSeriesDataModule gives), got keys {sorted(batch)}"
+                )
             squares_B = torch.where(observed_BCH, torch.square(error_BCH), 0.0).sum(dim=(1, 2), dtype=totals_2S.dtype)
             counts_B = observed_BCH.sum(dim=(1, 2), dtype=totals_2S.dtype)
             totals_2S.index_add_(1, batch["store"].to(totals_2S.device), torch.stack([squares_B, counts_B]))

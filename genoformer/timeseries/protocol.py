@@ -94,8 +94,10 @@ def zscore_stats(train_CT: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     train_CT = np.asarray(train_CT, dtype=np.float64)
     empty = np.flatnonzero(np.isnan(train_CT).all(axis=1))
     if len(empty):
-        raise ValueError(f"channel {int(empty[0])} has no observed value in the training part; a larger "
-                         f"{option('train_fraction', metavar='F')} (or a store without that channel) is needed.")
+        raise ValueError(
+            f"channel {int(empty[0])} has no observed value in the training part; a larger "
+            f"{option('train_fraction', metavar='F')} (or a store without that channel) is needed."
+        )
     mean_C = np.nanmean(train_CT, axis=1)
     std_C = np.nanstd(train_CT, axis=1)
     return mean_C, np.where(std_C > 0, std_C, 1.0)
@@ -164,7 +166,9 @@ def evaluate_protocol(
     horizons = sorted(int(h) for h in horizons)
     if not horizons or horizons[0] < 1:
         raise ValueError(f"horizons must be positive integers, got {horizons}.")
-    check_horizons(horizons, [ProtocolSplit.of(np.shape(values)[1], train_fraction, test_fraction) for values in series])
+    check_horizons(
+        horizons, [ProtocolSplit.of(np.shape(values)[1], train_fraction, test_fraction) for values in series]
+    )
     as_numpy = device is None
     device = torch.device("cpu" if device is None else device)
     longest = horizons[-1]
@@ -182,8 +186,9 @@ def evaluate_protocol(
         looks_CNP = z_CT.unfold(1, lookback, 1)  # view: window k covers [k, k + P)
         # view: the longest horizon's truth from start k, NaN (missing) past the end of the series
         truths_CNH = torch.cat([z_CT, z_CT.new_full((C, longest), math.nan)], dim=1).unfold(1, longest, 1)
-        for first in tqdm(range(starts.start, starts.stop, batch_size), desc="forecast windows",
-                          unit="batch", disable=not progress):
+        for first in tqdm(
+            range(starts.start, starts.stop, batch_size), desc="forecast windows", unit="batch", disable=not progress
+        ):
             batch = range(first, min(first + batch_size, starts.stop))
             context_NCP = looks_CNP[:, batch.start - lookback : batch.stop - lookback].permute(1, 0, 2).contiguous()
             out = forecast(context_NCP.numpy() if as_numpy else context_NCP, longest)
@@ -218,8 +223,9 @@ class _ErrorSums:
         self.starts = dict.fromkeys(horizons, 0)  # windows seen, scored or not
         self.targets = dict.fromkeys(horizons, 0)  # their target values, observed or not
 
-    def add(self, pred_NCH: torch.Tensor, quant_NCHK: Optional[torch.Tensor], truth_NCH: torch.Tensor,
-            fits: dict[int, int]) -> None:
+    def add(
+        self, pred_NCH: torch.Tensor, quant_NCHK: Optional[torch.Tensor], truth_NCH: torch.Tensor, fits: dict[int, int]
+    ) -> None:
         """Add the errors of N windows at the longest horizon (truth NaN where missing); horizon h
         scores the first fits[h] of them."""
         observed_NCH = ~torch.isnan(truth_NCH)
@@ -254,11 +260,20 @@ class _ErrorSums:
         rows = []
         for h in self.horizons:
             count, windows = int(self.count_H[h].sum()), int(self.windows[h])
-            row = {"horizon": h, "mse": float(self.sq_H[h].sum()) / count, "mae": float(self.abs[h]) / count,
-                   "lookback": lookback, "windows": windows, "mse_by_step": (self.sq_H[h] / self.count_H[h]).tolist(),
-                   "missing_targets": self.targets[h] - count, "windows_without_targets": self.starts[h] - windows}
+            row = {
+                "horizon": h,
+                "mse": float(self.sq_H[h].sum()) / count,
+                "mae": float(self.abs[h]) / count,
+                "lookback": lookback,
+                "windows": windows,
+                "mse_by_step": (self.sq_H[h] / self.count_H[h]).tolist(),
+                "missing_targets": self.targets[h] - count,
+                "windows_without_targets": self.starts[h] - windows,
+            }
             if self.levels_K is not None:
-                row.update(quantile_loss=float(self.pinball_K[h].sum()) / (count * len(self.levels_K)),
-                           wql=float(torch.mean(2 * self.pinball_K[h] / self.abs_truth[h])))
+                row.update(
+                    quantile_loss=float(self.pinball_K[h].sum()) / (count * len(self.levels_K)),
+                    wql=float(torch.mean(2 * self.pinball_K[h] / self.abs_truth[h])),
+                )
             rows.append(row)
         return rows

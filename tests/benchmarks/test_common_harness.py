@@ -44,6 +44,7 @@ def test_interleaved_rounds_alternate_the_measurements_and_keep_each_best():
         def run():
             calls.append(name)
             return next(rates[name])
+
         return run
 
     pair = iter([{"cold": 1.0, "warm": 6.0}, {"cold": 2.0, "warm": 5.0}, {"cold": 0.5, "warm": 7.0}])
@@ -56,7 +57,7 @@ def test_interleaved_rounds_alternate_the_measurements_and_keep_each_best():
 def test_rotating_rounds_start_each_round_one_measurement_later_and_keep_every_round():
     calls = []
     kept = rotating_rounds({name: (lambda name=name: calls.append(name) or len(calls)) for name in "abc"}, rounds=3)
-    assert calls == list("abc" "bca" "cab")
+    assert calls == list("abcbcacab")
     assert kept == {"a": [1, 6, 8], "b": [2, 4, 9], "c": [3, 5, 7]}
 
 
@@ -84,8 +85,12 @@ def test_a_train_step_changes_the_weights_and_kept_weights_puts_them_back():
     model = torch.nn.Linear(4, 1)
     before = [p.detach().clone() for p in model.parameters()]
     x = torch.randn(8, 4)
-    step = TrainStep(lambda: model(x).square().mean(), torch.optim.SGD(model.parameters(), lr=0.1),
-                     torch.device("cpu"), torch.float32)
+    step = TrainStep(
+        lambda: model(x).square().mean(),
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        torch.device("cpu"),
+        torch.float32,
+    )
     with kept_weights(model):
         step.step()
         assert not torch.equal(model.weight, before[0])
@@ -112,13 +117,23 @@ def test_run_logged_keeps_the_output_and_raises_with_its_tail(tmp_path):
     run_logged([sys.executable, "-c", "print('hello')"], tmp_path / "ok.log")
     assert (tmp_path / "ok.log").read_text() == "hello\n"
     with pytest.raises(RuntimeError, match=r"failed \(3\)(.|\n)*line 29"):
-        run_logged([sys.executable, "-c", "import sys; print('\\n'.join(f'line {i}' for i in range(30))); sys.exit(3)"],
-                   tmp_path / "bad.log")
+        run_logged(
+            [sys.executable, "-c", "import sys; print('\\n'.join(f'line {i}' for i in range(30))); sys.exit(3)"],
+            tmp_path / "bad.log",
+        )
 
 
 def test_cells_tables_and_verdicts():
-    assert [fmt(v) for v in (None, 12345, 0.72371, 1.9164, 95050.4, 2.5e-5, float("nan"), "ok")] == \
-        ["", "12,345", "0.724", "1.92", "95,050", "2.5e-05", "NaN", "ok"]
+    assert [fmt(v) for v in (None, 12345, 0.72371, 1.9164, 95050.4, 2.5e-5, float("nan"), "ok")] == [
+        "",
+        "12,345",
+        "0.724",
+        "1.92",
+        "95,050",
+        "2.5e-05",
+        "NaN",
+        "ok",
+    ]
     assert fmt(1.9164, 5) == "1.9164"
     assert at_least("fast", 1.3, 1.2, "x") == {"target": "fast", "measured": "1.30x", "status": "MET"}
     assert at_most("small", 0.4, 0.3, measured="worst 0.4 (phage)")["status"] == "NOT MET"
@@ -139,14 +154,19 @@ def _toy(measured: list) -> Benchmark:
     def summarize(data):
         rows = [{"size": int(k), "ms": v} for k, v in data["cases"].items()]
         worst = max(r["ms"] for r in rows)
-        return Summary(tables=[table(rows, "Toy")], targets=[at_most("ms <= 10", worst, 10.0, " ms")],
-                       notes=["a fact"], failed=worst > 100)
+        return Summary(
+            tables=[table(rows, "Toy")],
+            targets=[at_most("ms <= 10", worst, 10.0, " ms")],
+            notes=["a fact"],
+            failed=worst > 100,
+        )
 
     def merge(runs):
         return {"cases": {k: v for run in runs for k, v in run["cases"].items()}}
 
-    return Benchmark("toy", "Toy benchmark", "A toy.", measure, summarize, baseline="nothing", arguments=arguments,
-                     merge=merge)
+    return Benchmark(
+        "toy", "Toy benchmark", "A toy.", measure, summarize, baseline="nothing", arguments=arguments, merge=merge
+    )
 
 
 def test_a_benchmark_measures_writes_its_result_and_prints_it(tmp_path, capsys):
@@ -167,8 +187,17 @@ def test_from_summarizes_earlier_results_again_and_joins_several(tmp_path):
     toy = _toy([])
     toy.main(["--out", str(tmp_path / "a"), "--size", "3"])
     toy.main(["--out", str(tmp_path / "b"), "--size", "7"])
-    joined = toy.main(["--out", str(tmp_path), "--name", "toy_both", "--from",
-                       str(tmp_path / "a" / "toy.json"), str(tmp_path / "b" / "toy.json")])
+    joined = toy.main(
+        [
+            "--out",
+            str(tmp_path),
+            "--name",
+            "toy_both",
+            "--from",
+            str(tmp_path / "a" / "toy.json"),
+            str(tmp_path / "b" / "toy.json"),
+        ]
+    )
     assert joined["name"] == "toy_both" and (tmp_path / "toy_both.json").is_file()
     assert joined["data"] == {"cases": {"3": 6.0, "7": 14.0}} and "; then " in joined["command"]
     assert joined["summary"]["targets"][0]["status"] == "NOT MET"

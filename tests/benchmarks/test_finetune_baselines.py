@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from genoformer.data.genome.alphabet import decode, encode, reverse_complement
 
 from benchmarks.finetune_baselines import (
     canonical_sequence,
@@ -16,7 +17,6 @@ from benchmarks.finetune_baselines import (
     pyrodigal_genes,
     splice_folds,
 )
-from genoformer.data.genome.alphabet import decode, encode, reverse_complement
 
 STOPS = {"TAA", "TAG", "TGA"}
 
@@ -74,6 +74,7 @@ def test_onehot_features_place_each_base():
 def test_kmer_logistic_regression_separates_a_separable_task():
     pytest.importorskip("sklearn")
     rng = np.random.default_rng(1)
+
     # label 1: GC-only, label 0: AT-only sequences; the 1-mer frequencies alone separate them
     def make(n):
         labels = rng.integers(0, 2, n)
@@ -113,10 +114,10 @@ def plant_genes(rng: np.random.Generator, length: int = 20_000) -> tuple[str, li
         unit = "AGGAGG" + random_dna(rng, 7) + orf
         strand = 1 if number % 2 == 0 else -1
         if strand == 1:
-            sequence[at:at + len(unit)] = unit
+            sequence[at : at + len(unit)] = unit
             genes.append((at + 13, at + len(unit), 1))
         else:
-            sequence[at:at + len(unit)] = revcomp(unit)
+            sequence[at : at + len(unit)] = revcomp(unit)
             genes.append((at, at + len(orf), -1))
     return "".join(sequence), genes
 
@@ -133,7 +134,7 @@ def test_pyrodigal_finds_planted_genes_on_both_strands():
         gene = stop_end[0]
         assert gene.contig == "synthetic" and not gene.partial_begin and not gene.partial_end
         assert (gene.end - gene.start) % 3 == 0 and gene.end - gene.start >= 600
-        stop = sequence[gene.end - 3:gene.end] if strand == 1 else revcomp(sequence[gene.start:gene.start + 3])
-        first = sequence[gene.start:gene.start + 3] if strand == 1 else revcomp(sequence[gene.end - 3:gene.end])
+        stop = sequence[gene.end - 3 : gene.end] if strand == 1 else revcomp(sequence[gene.start : gene.start + 3])
+        first = sequence[gene.start : gene.start + 3] if strand == 1 else revcomp(sequence[gene.end - 3 : gene.end])
         assert stop == "TAA" and first in {"ATG", "GTG", "TTG"}
     assert {g.strand for g in run.genes} == {1, -1}

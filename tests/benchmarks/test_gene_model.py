@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from genoformer.data.genome.alphabet import decode
 
 from benchmarks import gene_model
-from genoformer.data.genome.alphabet import decode
 
 pytest.importorskip("pyrodigal")
 
@@ -20,7 +20,9 @@ def annotated_genome(path: Path, seed: int, genes: list[tuple[int, int, str]], l
     sequence = decode(np.random.default_rng(seed).integers(0, 4, length).astype(np.uint8))
     lines = ["##gff-version 3", f"##sequence-region ctg{seed} 1 {length}"]
     lines += [f"ctg{seed}\ttest\tCDS\t{s}\t{e}\t.\t{strand}\t0\tID=g{i}" for i, (s, e, strand) in enumerate(genes)]
-    path.write_text("\n".join(lines + ["##FASTA", f">ctg{seed}"] + [sequence[i:i + 60] for i in range(0, length, 60)]) + "\n")
+    path.write_text(
+        "\n".join(lines + ["##FASTA", f">ctg{seed}"] + [sequence[i : i + 60] for i in range(0, length, 60)]) + "\n"
+    )
     return path
 
 
@@ -29,15 +31,47 @@ def test_gene_model_pipeline_at_tiny_size(causal_checkpoint, tmp_path):
     train = annotated_genome(tmp_path / "train.gff3", 1, [(101, 400, "+"), (1501, 1800, "-"), (2301, 2610, "+")])
     test = annotated_genome(tmp_path / "test.gff3", 2, [(201, 500, "-"), (1001, 1600, "+")])
     out = tmp_path / "out"
-    result = gene_model.BENCHMARK.main([
-        "--train", str(train), "--test", str(test), "--out", str(out), "--run", str(tmp_path / "run"),
-        "--pretrained", str(causal_checkpoint), "--baseline", "", "--max_steps", "2",
-        "--annotate_option=--window", "--annotate_option=256", "--annotate_option=--device", "--annotate_option=cpu",
-        "--fit_option", "--trainer.accelerator", "cpu", "--trainer.precision", "32-true", "--data.init_args.window", "256",
-        "--data.init_args.batch_size", "2", "--trainer.val_check_interval", "2",
-    ])
-    assert {p.name for p in out.iterdir()} == {"genes_table.tsv", "gene_model.json", "genoformer_gene_annotator.ckpt",
-                                              "metrics.csv", "test_genoformer.gff3", "test_pyrodigal.gff3"}
+    result = gene_model.BENCHMARK.main(
+        [
+            "--train",
+            str(train),
+            "--test",
+            str(test),
+            "--out",
+            str(out),
+            "--run",
+            str(tmp_path / "run"),
+            "--pretrained",
+            str(causal_checkpoint),
+            "--baseline",
+            "",
+            "--max_steps",
+            "2",
+            "--annotate_option=--window",
+            "--annotate_option=256",
+            "--annotate_option=--device",
+            "--annotate_option=cpu",
+            "--fit_option",
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.precision",
+            "32-true",
+            "--data.init_args.window",
+            "256",
+            "--data.init_args.batch_size",
+            "2",
+            "--trainer.val_check_interval",
+            "2",
+        ]
+    )
+    assert {p.name for p in out.iterdir()} == {
+        "genes_table.tsv",
+        "gene_model.json",
+        "genoformer_gene_annotator.ckpt",
+        "metrics.csv",
+        "test_genoformer.gff3",
+        "test_pyrodigal.gff3",
+    }
     with open(out / "genes_table.tsv", newline="") as handle:
         rows = list(csv.DictReader(handle, delimiter="\t"))
     assert [Path(row["predicted"]).name for row in rows] == ["test_genoformer.gff3", "test_pyrodigal.gff3"]

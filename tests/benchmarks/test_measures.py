@@ -11,21 +11,24 @@ import tarfile
 import numpy as np
 import pytest
 import torch
+from data_helpers import write_fasta
+from genoformer.kernels.layout import BlockLayout
 from torch.nn.attention.flex_attention import create_block_mask
 
 from benchmarks import attention, finetune_bench, flagship, timeseries_datasets, train
 from benchmarks.common import allowed_pairs, classify, flex_block_mask, pack_parts
 from benchmarks.train_models import REFERENCE, build_genoformer, fit_arguments, model_flops_per_token, parameter_count
-from data_helpers import write_fasta
 from genoformer.training_cli import finetune
-from genoformer.kernels.layout import BlockLayout
 
 
 @pytest.mark.parametrize("seq_len", [256, 200])
 def test_allowed_pairs_counts_the_token_mask(seq_len):
     heads = 4
-    for layout in (BlockLayout.sliding_window(seq_len, 32, 32).with_causal(),
-                   BlockLayout.bigbird(seq_len, 32, 1, 1, 32, num_heads=heads), BlockLayout.dense(seq_len, block_size=32)):
+    for layout in (
+        BlockLayout.sliding_window(seq_len, 32, 32).with_causal(),
+        BlockLayout.bigbird(seq_len, 32, 1, 1, 32, num_heads=heads),
+        BlockLayout.dense(seq_len, block_size=32),
+    ):
         for causal in (False, True):
             expected = int(layout.token_mask(causal).sum()) * (heads // layout.num_heads)
             assert allowed_pairs(layout, causal, seq_len, heads) == expected
@@ -53,7 +56,9 @@ def test_flex_block_mask_is_the_layout(causal):
     assert torch.equal(index_only.to_dense(), dense)
     if causal:
         partial = layout.mask[0, q_idx // bs, kv_idx // bs] & (q_idx // bs == kv_idx // bs)
-        assert torch.equal(index_only.mask_mod(0, 0, q_idx, kv_idx)[partial], block_mask.mask_mod(0, 0, q_idx, kv_idx)[partial])
+        assert torch.equal(
+            index_only.mask_mod(0, 0, q_idx, kv_idx)[partial], block_mask.mask_mod(0, 0, q_idx, kv_idx)[partial]
+        )
 
 
 def test_joined_attention_runs_replace_measured_cases_only():
@@ -75,28 +80,56 @@ def test_the_flops_count_is_the_usual_formula_for_causal_attention():
     assert model_flops_per_token(config, parameters, 8192, window=False) == pytest.approx(usual, rel=1e-4)
 
 
-@pytest.mark.parametrize(("kernel", "parents", "part"), [
-    ("attn_fwd_kernel", [], "attention"),
-    ("triton_poi_fused_mul_silu_0", ["## Call CompiledFxGraph ##"], "norms, RoPE, SwiGLU, other elementwise"),
-    ("sm90_xmma_gemm_bf16bf16_bf16f32", ["aten::mm", "aten::linear"], "matmuls"),
-    ("void at::native::elementwise_kernel", ["aten::mul_", "Optimizer.step#AdamW.step"], "optimizer"),
-    ("void at::native::cunn_SoftMaxForward", ["aten::_log_softmax", "aten::cross_entropy"], "loss"),
-])
+@pytest.mark.parametrize(
+    ("kernel", "parents", "part"),
+    [
+        ("attn_fwd_kernel", [], "attention"),
+        ("triton_poi_fused_mul_silu_0", ["## Call CompiledFxGraph ##"], "norms, RoPE, SwiGLU, other elementwise"),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32", ["aten::mm", "aten::linear"], "matmuls"),
+        ("void at::native::elementwise_kernel", ["aten::mul_", "Optimizer.step#AdamW.step"], "optimizer"),
+        ("void at::native::cunn_SoftMaxForward", ["aten::_log_softmax", "aten::cross_entropy"], "loss"),
+    ],
+)
 def test_the_profile_puts_each_kernel_in_its_part(kernel, parents, part):
     assert classify(kernel, parents) == part
 
 
 def test_joined_training_runs_pair_each_case_with_its_own_run():
     def fit(name, tokens_per_s, step_ms=1.0):
-        return {"name": name, "kind": "fit", "impl": "genoformer", "mode": "compiled", "status": "ok",
-                "tokens_per_s": tokens_per_s, "step_ms": step_ms, "strategy": "x", "num_workers": 0}
+        return {
+            "name": name,
+            "kind": "fit",
+            "impl": "genoformer",
+            "mode": "compiled",
+            "status": "ok",
+            "tokens_per_s": tokens_per_s,
+            "step_ms": step_ms,
+            "strategy": "x",
+            "num_workers": 0,
+        }
 
-    step = {"name": "genoformer-causal-8k-compiled", "kind": "step", "impl": "genoformer", "mode": "compiled",
-            "context": 8192, "batch": 4, "status": "ok", "step_ms": 1.0, "tokens_per_s": 1.0, "mfu": 0.3,
-            "model_tflops": 1.0, "peak_gib": None}
-    one_gpu = {"records": [step, fit("fit-synthetic-8k", 100.0), fit("fit-real-8k", 99.0)],
-               "skipped": [{"name": "ddp-synthetic-8k-x2", "status": "needs 2 GPUs"}]}
-    two_gpus = {"records": [fit("fit-synthetic-8k", 110.0, step_ms=2.0), fit("ddp-synthetic-8k-x2", 209.0)], "skipped": []}
+    step = {
+        "name": "genoformer-causal-8k-compiled",
+        "kind": "step",
+        "impl": "genoformer",
+        "mode": "compiled",
+        "context": 8192,
+        "batch": 4,
+        "status": "ok",
+        "step_ms": 1.0,
+        "tokens_per_s": 1.0,
+        "mfu": 0.3,
+        "model_tflops": 1.0,
+        "peak_gib": None,
+    }
+    one_gpu = {
+        "records": [step, fit("fit-synthetic-8k", 100.0), fit("fit-real-8k", 99.0)],
+        "skipped": [{"name": "ddp-synthetic-8k-x2", "status": "needs 2 GPUs"}],
+    }
+    two_gpus = {
+        "records": [fit("fit-synthetic-8k", 110.0, step_ms=2.0), fit("ddp-synthetic-8k-x2", 209.0)],
+        "skipped": [],
+    }
     merged = train.merge([one_gpu, two_gpus])
     assert merged["skipped"] == []
     verdicts = {t["target"]: t for t in train.summarize(merged).targets}
@@ -126,8 +159,10 @@ def test_held_out_sets_follow_their_rule(tmp_path, monkeypatch):
     assert flagship._contexts_of(8192, [1024, 8192, 32768]) == [8192]
     monkeypatch.setattr(flagship, "MIN_CONTIG", 100)
     rng = np.random.default_rng(1)
-    fasta = write_fasta(tmp_path / "g.fa", [(f"c{i}", "".join(rng.choice(list("ACGT"), size=n)))
-                                            for i, n in enumerate([50, 300, 120, 400, 200])])
+    fasta = write_fasta(
+        tmp_path / "g.fa",
+        [(f"c{i}", "".join(rng.choice(list("ACGT"), size=n))) for i, n in enumerate([50, 300, 120, 400, 200])],
+    )
     # contigs of at least MIN_CONTIG bases, in file order, until the budget is reached
     assert [name for name, _ in flagship._whole_contigs(fasta, budget=500)] == ["c1", "c2", "c3"]
 
@@ -143,21 +178,32 @@ def test_zero_shot_rows_judge_the_general_forecaster_against_both_targets():
     def rows(*mses):
         return {str(h): {"mse": m, "mae": m} for h, m in zip((96, 720), mses)}
 
-    data = {"horizons": [96, 720], "zero_shot": {"model": "general", "datasets": ["held", "unseen", "absent"]},
-            "datasets": {"held": {"methods": {"general": rows(0.5, 1.0), "seasonal_naive": rows(0.6, 1.1), "ar": rows(0.46, 0.9)}},
-                         "unseen": {"methods": {"general": rows(0.7, 1.0), "seasonal_naive": rows(0.6, 1.1), "ar": rows(0.7, 1.0)}}}}
+    data = {
+        "horizons": [96, 720],
+        "zero_shot": {"model": "general", "datasets": ["held", "unseen", "absent"]},
+        "datasets": {
+            "held": {"methods": {"general": rows(0.5, 1.0), "seasonal_naive": rows(0.6, 1.1), "ar": rows(0.46, 0.9)}},
+            "unseen": {"methods": {"general": rows(0.7, 1.0), "seasonal_naive": rows(0.6, 1.1), "ar": rows(0.7, 1.0)}},
+        },
+    }
     held, unseen = timeseries_datasets.zero_shot(data)  # a dataset without results is left out
     assert held["beats seasonal naive at every horizon"] == "yes" and held["within 10 % of AR at every horizon"] == "no"
     assert held["MSE / AR"] == "1.09 / 1.11"
-    assert unseen["beats seasonal naive at every horizon"] == "no" and unseen["within 10 % of AR at every horizon"] == "yes"
+    assert (
+        unseen["beats seasonal naive at every horizon"] == "no"
+        and unseen["within 10 % of AR at every horizon"] == "yes"
+    )
     (target,) = timeseries_datasets.summarize(data).targets
     assert target["status"] == "NOT MET" and target["measured"] == "0 of 2 (none)"
 
 
 def test_a_checkpoints_evaluation_adds_its_forecaster_rows_only():
-    rows = [{"method": method, "horizon": 96, "mse": mse, "mae": mse, "windows": 3, "lookback": 512}
-            for method, mse in (("forecaster", 0.4), ("ar", 0.5))]
+    rows = [
+        {"method": method, "horizon": 96, "mse": mse, "mae": mse, "windows": 3, "lookback": 512}
+        for method, mse in (("forecaster", 0.4), ("ar", 0.5))
+    ]
     data = {"datasets": {}}
     timeseries_datasets.add_model_results(data, "general", "electricity", {"results": rows})
-    assert data["datasets"]["electricity"]["methods"] == {"general": {"96": {k: v for k, v in rows[0].items()
-                                                                               if k not in ("method", "horizon")}}}
+    assert data["datasets"]["electricity"]["methods"] == {
+        "general": {"96": {k: v for k, v in rows[0].items() if k not in ("method", "horizon")}}
+    }

@@ -31,36 +31,94 @@ def test_the_smoke_run_measures_every_section_a_cpu_runs(tmp_path):
 def _gpu_sections() -> dict:
     """Every section's data as a GPU run gives it (made-up numbers, the real keys)."""
     return {
-        "generate": {"prompt_bases": 32000, "steps": 256, "greedy_steps": 64,
-                     "greedy_bases_equal_to_today": {"today": 1.0, "decode kernel": 1.0,
-                                                     "decode kernel, CUDA graph": 0.97},
-                     "bases_per_second": {"1": {"today": 100.0, "decode kernel": 150.0,
-                                                "decode kernel, CUDA graph": 450.0},
-                                          "16": {"today": 800.0, "decode kernel": 1600.0,
-                                                 "decode kernel, CUDA graph": 2000.0}},
-                     "section_seconds": 50.0},
-        "decode": {"rows": [{"shape": "a", "error vs float64": 1e-3, "ours us": 12.0, "FA2 (SDPA) us": 20.0,
-                             "FA4 us": 10.0, "today us": 90.0},
-                            {"shape": "b", "error vs float64": 1e-3, "ours us": 30.0, "FA2 (SDPA) us": 40.0,
-                             "FA4 error": "RuntimeError: unsupported", "today us": 95.0}],
-                   "flash_attn_4": "importable", "tracebacks": [], "section_seconds": 9.0},
-        "mutagenesis": {"positions": 1000, "window": 1024, "batch_size": 64,
-                        "seconds": {"whole windows": [6.0, 5.0], "shared prefix": [2.5, 3.0]},
-                        "llr_pearson_shared_vs_whole": 0.9999, "llr_max_abs_diff_bits": 0.01,
-                        "section_seconds": 30.0},
-        "hf": {"parameters": 1_100_000_000, "tokens": 8192, "ours": "genoformer_ours", "logits_tokens": 2048,
-               "logits_max_abs_diff_vs_sdpa": {"sdpa": 0.0, "genoformer_ours": 0.05, "genoformer": 0.05},
-               "logits_max_abs": 5.0, "fwd_bwd_ms": {"sdpa": 200.0, "genoformer_ours": 190.0, "genoformer": 190.0},
-               "section_seconds": 80.0},
-        "fp8": {"kernel": [{"causal": True, "tokens": 16384, "max abs diff vs emulation": 1e-3, "bf16 ms": 3.0,
-                            "FP8 ms": 2.5, "quantization ms": 0.5},
-                           {"causal": False, "tokens": 16384, "max abs diff vs emulation": 1e-3, "bf16 ms": 6.0,
-                            "FP8 ms": 3.5, "quantization ms": 0.5}],
-                "variants": 2000, "variants_per_second": {"bf16, window 1024": 2000.0, "FP8, window 1024": 2100.0},
-                "section_seconds": 70.0},
-        "fp8_budget": {"bases": 131072, "context": 8192, "snvs": 2000, "window": 1024, "bits_per_base_auto": 1.9,
-                       "bits_per_base_fp8": 1.9015, "llr_pearson_fp8_vs_bf16": 0.9992, "llr_max_abs_diff_bits": 0.1,
-                       "llr_std_bits": 1.0, "section_seconds": 20.0},
+        "generate": {
+            "prompt_bases": 32000,
+            "steps": 256,
+            "greedy_steps": 64,
+            "greedy_bases_equal_to_today": {"today": 1.0, "decode kernel": 1.0, "decode kernel, CUDA graph": 0.97},
+            "bases_per_second": {
+                "1": {"today": 100.0, "decode kernel": 150.0, "decode kernel, CUDA graph": 450.0},
+                "16": {"today": 800.0, "decode kernel": 1600.0, "decode kernel, CUDA graph": 2000.0},
+            },
+            "section_seconds": 50.0,
+        },
+        "decode": {
+            "rows": [
+                {
+                    "shape": "a",
+                    "error vs float64": 1e-3,
+                    "ours us": 12.0,
+                    "FA2 (SDPA) us": 20.0,
+                    "FA4 us": 10.0,
+                    "today us": 90.0,
+                },
+                {
+                    "shape": "b",
+                    "error vs float64": 1e-3,
+                    "ours us": 30.0,
+                    "FA2 (SDPA) us": 40.0,
+                    "FA4 error": "RuntimeError: unsupported",
+                    "today us": 95.0,
+                },
+            ],
+            "flash_attn_4": "importable",
+            "tracebacks": [],
+            "section_seconds": 9.0,
+        },
+        "mutagenesis": {
+            "positions": 1000,
+            "window": 1024,
+            "batch_size": 64,
+            "seconds": {"whole windows": [6.0, 5.0], "shared prefix": [2.5, 3.0]},
+            "llr_pearson_shared_vs_whole": 0.9999,
+            "llr_max_abs_diff_bits": 0.01,
+            "section_seconds": 30.0,
+        },
+        "hf": {
+            "parameters": 1_100_000_000,
+            "tokens": 8192,
+            "ours": "genoformer_ours",
+            "logits_tokens": 2048,
+            "logits_max_abs_diff_vs_sdpa": {"sdpa": 0.0, "genoformer_ours": 0.05, "genoformer": 0.05},
+            "logits_max_abs": 5.0,
+            "fwd_bwd_ms": {"sdpa": 200.0, "genoformer_ours": 190.0, "genoformer": 190.0},
+            "section_seconds": 80.0,
+        },
+        "fp8": {
+            "kernel": [
+                {
+                    "causal": True,
+                    "tokens": 16384,
+                    "max abs diff vs emulation": 1e-3,
+                    "bf16 ms": 3.0,
+                    "FP8 ms": 2.5,
+                    "quantization ms": 0.5,
+                },
+                {
+                    "causal": False,
+                    "tokens": 16384,
+                    "max abs diff vs emulation": 1e-3,
+                    "bf16 ms": 6.0,
+                    "FP8 ms": 3.5,
+                    "quantization ms": 0.5,
+                },
+            ],
+            "variants": 2000,
+            "variants_per_second": {"bf16, window 1024": 2000.0, "FP8, window 1024": 2100.0},
+            "section_seconds": 70.0,
+        },
+        "fp8_budget": {
+            "bases": 131072,
+            "context": 8192,
+            "snvs": 2000,
+            "window": 1024,
+            "bits_per_base_auto": 1.9,
+            "bits_per_base_fp8": 1.9015,
+            "llr_pearson_fp8_vs_bf16": 0.9992,
+            "llr_max_abs_diff_bits": 0.1,
+            "llr_std_bits": 1.0,
+            "section_seconds": 20.0,
+        },
     }
 
 
@@ -72,13 +130,19 @@ def _result_file(tmp_path, name: str, sections: dict, errors: dict):
 
 def test_a_gpu_runs_sections_join_and_each_target_is_judged(tmp_path):
     sections = _gpu_sections()
-    first = _result_file(tmp_path, "plugin_a", {k: sections[k] for k in ("generate", "decode", "mutagenesis")},
-                         {"hf": "OutOfMemoryError: CUDA out of memory"})
+    first = _result_file(
+        tmp_path,
+        "plugin_a",
+        {k: sections[k] for k in ("generate", "decode", "mutagenesis")},
+        {"hf": "OutOfMemoryError: CUDA out of memory"},
+    )
     second = _result_file(tmp_path, "plugin_b", {k: sections[k] for k in ("hf", "fp8", "fp8_budget")}, {})
     joined = plugin.BENCHMARK.main(["--out", str(tmp_path / "joined"), "--from", str(first), str(second)])
     assert joined["data"]["errors"] == {} and not joined["summary"]["failed"]  # hf measured in the second run
-    status = {t["target"].split(" ")[0] + " " + t["target"].split(" ")[1]: (t["measured"], t["status"])
-              for t in joined["summary"]["targets"]}
+    status = {
+        t["target"].split(" ")[0] + " " + t["target"].split(" ")[1]: (t["measured"], t["status"])
+        for t in joined["summary"]["targets"]
+    }
     assert status == {
         "generate at": ("2.50x", "NOT MET"),  # 16 samples: 2,000 bases/s against today's 800 (1 sample: 4.5x)
         "decoding kernel": ("1.20x", "MET"),  # shape a: 12 us against FA4's 10; shape b: 30 against FA2's 40
@@ -93,8 +157,12 @@ def test_a_gpu_runs_sections_join_and_each_target_is_judged(tmp_path):
 
 
 def test_a_failed_section_fails_the_run_and_says_why(tmp_path):
-    failed = _result_file(tmp_path, "plugin_c", {"decode": _gpu_sections()["decode"]},
-                          {"generate": "RuntimeError: CUDA error: an illegal memory access was encountered"})
+    failed = _result_file(
+        tmp_path,
+        "plugin_c",
+        {"decode": _gpu_sections()["decode"]},
+        {"generate": "RuntimeError: CUDA error: an illegal memory access was encountered"},
+    )
     with pytest.raises(SystemExit) as exit_info:
         plugin.BENCHMARK.main(["--out", str(tmp_path), "--name", "plugin_again", "--from", str(failed)])
     assert exit_info.value.code == 1
@@ -102,8 +170,10 @@ def test_a_failed_section_fails_the_run_and_says_why(tmp_path):
     assert any("illegal memory access" in note for note in again["summary"]["notes"])
     statuses = {t["target"].split(" ")[0]: (t["measured"], t["status"]) for t in again["summary"]["targets"]}
     assert statuses["decoding"] == ("1.20x", "MET")
-    assert statuses["generate"] == ("RuntimeError: CUDA error: an illegal memory access was encountered",
-                                    "NOT MEASURED")
+    assert statuses["generate"] == (
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        "NOT MEASURED",
+    )
     assert statuses["mutagenesis"] == ("not run", "NOT MEASURED")
 
 

@@ -35,26 +35,36 @@ def test_every_section_comes_from_a_result_file_and_every_named_section_exists()
     page = PAGE.read_text()
     headings = re.findall(r"^## (.+)$", page, flags=re.M)
     assert set(headings) - {"Also measured"} <= titles and len(headings) > 10
-    sources = [REPO / "README.md", *REPO.glob("docs/*.md"), *REPO.glob("docs/design/*.md"), *REPO.glob("configs/*.yaml")]
+    sources = [
+        REPO / "README.md",
+        *REPO.glob("docs/*.md"),
+        *REPO.glob("docs/design/*.md"),
+        *REPO.glob("configs/*.yaml"),
+    ]
     scripts = "".join(path.read_text() for path in (REPO / "benchmarks").glob("*.py"))  # a section to come: its title
     for source in sources:
         for name in re.findall(r'BENCHMARKS\.md[^"\n]{0,3}"([^"]+)"', source.read_text()):
             name = " ".join(name.replace("#", "").split())
-            assert any(title.startswith(name) for title in headings) or f'"{name}' in scripts, f"{source.name} names {name!r}"
+            assert any(title.startswith(name) for title in headings) or f'"{name}' in scripts, (
+                f"{source.name} names {name!r}"
+            )
 
 
 def test_a_section_past_the_size_limit_is_named_instead(tmp_path):
     for path in RESULTS.glob("*.json"):
         (tmp_path / path.name).write_bytes(path.read_bytes())
     headings = re.findall(r"^## (.+)$", PAGE.read_text(), flags=re.M)
-    last = [name for name in report.PAGE if (RESULTS / f"{name}.json").is_file()
-            and read_result(RESULTS / f"{name}.json")["title"] in headings][-1]  # the last section on the page
+    last = [
+        name
+        for name in report.PAGE
+        if (RESULTS / f"{name}.json").is_file() and read_result(RESULTS / f"{name}.json")["title"] in headings
+    ][-1]  # the last section on the page
     large = read_result(RESULTS / f"{last}.json")
     large["summary"]["notes"] = ["a long note " * 500]
     (tmp_path / f"{last}.json").write_text(json.dumps(large))
     text = report.page(tmp_path)
     assert len(text.encode()) <= report.LIMIT_BYTES and f"`{last}`" in text and f"## {large['title']}" not in text
-    assert all(f"## {title}\n" in text for title in headings[:headings.index(large["title"])])
+    assert all(f"## {title}\n" in text for title in headings[: headings.index(large["title"])])
 
 
 def test_nothing_in_the_package_imports_benchmarks():

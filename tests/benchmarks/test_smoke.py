@@ -47,8 +47,13 @@ def test_a_smoke_run_produces_numbers_and_renders_them(module, tmp_path):
     saved = read_result(tmp_path / f"{result['name']}.json")
     tables = saved["summary"]["tables"]
     assert tables and all(t["rows"] for t in tables)
-    numbers = [v for t in tables for row in t["rows"] for v in row.values()
-               if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    numbers = [
+        v
+        for t in tables
+        for row in t["rows"]
+        for v in row.values()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    ]
     assert numbers and any(math.isfinite(v) and v != 0 for v in numbers)
     text = render(saved)
     assert text.startswith(f"## {saved['title']}\n") and f"`python -m benchmarks.{module}" in text

@@ -50,8 +50,15 @@ def test_unknown_key_inside_a_yaml_file_is_named(tmp_path, capsys):
 
 def test_missing_fasta_names_the_option_and_path(tmp_path, capsys):
     missing = tmp_path / "genome.fa.gz"
-    code, err = _fail(capsys, "--trainer.default_root_dir", str(tmp_path / "run"),
-                      "--data.init_args.store", str(tmp_path / "g.zarr"), "--data.init_args.fasta", f"[{missing}]")
+    code, err = _fail(
+        capsys,
+        "--trainer.default_root_dir",
+        str(tmp_path / "run"),
+        "--data.init_args.store",
+        str(tmp_path / "g.zarr"),
+        "--data.init_args.fasta",
+        f"[{missing}]",
+    )
     assert code == 1 and f"data.init_args.fasta: input file not found: {missing}" in err
     assert "Traceback" not in err
 
@@ -59,9 +66,17 @@ def test_missing_fasta_names_the_option_and_path(tmp_path, capsys):
 def test_missing_checkpoint_names_the_path(tmp_path, capsys, repo_root):
     missing = tmp_path / "last.ckpt"
     store = tmp_path / "lambda.zarr"
-    code, err = _fail(capsys, "--trainer.default_root_dir", str(tmp_path / "run"), "--ckpt_path", str(missing),
-                      "--data.init_args.store", str(store),
-                      "--data.init_args.fasta", f"[{repo_root / 'examples' / 'lambda_phage.fasta.gz'}]")
+    code, err = _fail(
+        capsys,
+        "--trainer.default_root_dir",
+        str(tmp_path / "run"),
+        "--ckpt_path",
+        str(missing),
+        "--data.init_args.store",
+        str(store),
+        "--data.init_args.fasta",
+        f"[{repo_root / 'examples' / 'lambda_phage.fasta.gz'}]",
+    )
     assert code == 1 and str(missing) in err
 
 
@@ -74,9 +89,23 @@ def test_an_error_inside_a_training_step_keeps_its_traceback(tmp_path, monkeypat
 
     monkeypatch.setattr(GenoformerLM, "loss", broken_loss)
     with pytest.raises(ValueError, match="deep inside the model") as caught:
-        main(["fit", "--config", str(QUICKSTART), "--trainer.default_root_dir", str(tmp_path / "run"),
-              "--data.init_args.store", str(tmp_path / "lambda.zarr"),
-              "--data.init_args.fasta", f"[{repo_root / 'examples' / 'lambda_phage.fasta.gz'}]",
-              "--model.transformer.max_seq_len", "256", "--data.init_args.num_workers", "0",
-              "--trainer.enable_progress_bar", "false"])
+        main(
+            [
+                "fit",
+                "--config",
+                str(QUICKSTART),
+                "--trainer.default_root_dir",
+                str(tmp_path / "run"),
+                "--data.init_args.store",
+                str(tmp_path / "lambda.zarr"),
+                "--data.init_args.fasta",
+                f"[{repo_root / 'examples' / 'lambda_phage.fasta.gz'}]",
+                "--model.transformer.max_seq_len",
+                "256",
+                "--data.init_args.num_workers",
+                "0",
+                "--trainer.enable_progress_bar",
+                "false",
+            ]
+        )
     assert any(frame.name == "broken_loss" for frame in traceback.extract_tb(caught.value.__traceback__))

@@ -46,7 +46,9 @@ def test_command_help_comes_from_docstrings(capsys, command, expected):
 
 
 def test_python_cli_py_is_the_same_command():
-    result = subprocess.run([sys.executable, "cli.py", "--help"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "cli.py", "--help"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    )
     assert "prepare" in result.stdout and "fit" in result.stdout
 
 
@@ -91,18 +93,42 @@ def test_prepare_fit_embed_end_to_end(tmp_path, capsys):
     main(["prepare", "--fasta", str(LAMBDA), "--out", str(store)])
     assert store.is_dir()
     run_dir = tmp_path / "run"
-    main([
-        "fit", "--config", str(REPO_ROOT / "configs" / "quickstart.yaml"),
-        "--trainer.default_root_dir", str(run_dir),
-        "--trainer.max_steps", "3", "--trainer.val_check_interval", "3", "--trainer.log_every_n_steps", "1",
-        "--trainer.enable_progress_bar", "false",
-        "--model.transformer.d_model", "32", "--model.transformer.n_layers", "1", "--model.transformer.n_heads", "2",
-        # the data window follows the context through the config's interpolation
-        "--model.transformer.max_seq_len", "512",
-        "--model.transformer.attention", "[{class_path: genoformer.kernels.layout.SlidingWindow, init_args: {window: 128, block_size: 64}}]",
-        "--data.init_args.store", str(store), "--data.init_args.fasta", f"[{LAMBDA}]", "--data.init_args.num_workers", "0",
-        "--data.init_args.split", "{by: region, val_fraction: 0.1, test_fraction: 0.1}",
-    ])
+    main(
+        [
+            "fit",
+            "--config",
+            str(REPO_ROOT / "configs" / "quickstart.yaml"),
+            "--trainer.default_root_dir",
+            str(run_dir),
+            "--trainer.max_steps",
+            "3",
+            "--trainer.val_check_interval",
+            "3",
+            "--trainer.log_every_n_steps",
+            "1",
+            "--trainer.enable_progress_bar",
+            "false",
+            "--model.transformer.d_model",
+            "32",
+            "--model.transformer.n_layers",
+            "1",
+            "--model.transformer.n_heads",
+            "2",
+            # the data window follows the context through the config's interpolation
+            "--model.transformer.max_seq_len",
+            "512",
+            "--model.transformer.attention",
+            "[{class_path: genoformer.kernels.layout.SlidingWindow, init_args: {window: 128, block_size: 64}}]",
+            "--data.init_args.store",
+            str(store),
+            "--data.init_args.fasta",
+            f"[{LAMBDA}]",
+            "--data.init_args.num_workers",
+            "0",
+            "--data.init_args.split",
+            "{by: region, val_fraction: 0.1, test_fraction: 0.1}",
+        ]
+    )
     checkpoint = run_dir / "checkpoints" / "last.ckpt"
     assert checkpoint.is_file()
     assert (run_dir / "loss.png").is_file()
@@ -111,15 +137,37 @@ def test_prepare_fit_embed_end_to_end(tmp_path, capsys):
     training_metrics = (run_dir / "metrics.csv").read_text()
     # test and predict with the same config log beside the training run, never over it
     for command in ("test", "predict"):
-        main([
-            command, "--config", str(REPO_ROOT / "configs" / "quickstart.yaml"), "--ckpt_path", str(checkpoint),
-            "--trainer.default_root_dir", str(run_dir), "--trainer.enable_progress_bar", "false",
-            "--model.transformer.d_model", "32", "--model.transformer.n_layers", "1", "--model.transformer.n_heads", "2",
-            "--model.transformer.max_seq_len", "512",
-            "--model.transformer.attention", "[{class_path: genoformer.kernels.layout.SlidingWindow, init_args: {window: 128, block_size: 64}}]",
-            "--data.init_args.store", str(store), "--data.init_args.fasta", f"[{LAMBDA}]", "--data.init_args.num_workers", "0",
-            "--data.init_args.split", "{by: region, val_fraction: 0.1, test_fraction: 0.1}",
-        ])
+        main(
+            [
+                command,
+                "--config",
+                str(REPO_ROOT / "configs" / "quickstart.yaml"),
+                "--ckpt_path",
+                str(checkpoint),
+                "--trainer.default_root_dir",
+                str(run_dir),
+                "--trainer.enable_progress_bar",
+                "false",
+                "--model.transformer.d_model",
+                "32",
+                "--model.transformer.n_layers",
+                "1",
+                "--model.transformer.n_heads",
+                "2",
+                "--model.transformer.max_seq_len",
+                "512",
+                "--model.transformer.attention",
+                "[{class_path: genoformer.kernels.layout.SlidingWindow, init_args: {window: 128, block_size: 64}}]",
+                "--data.init_args.store",
+                str(store),
+                "--data.init_args.fasta",
+                f"[{LAMBDA}]",
+                "--data.init_args.num_workers",
+                "0",
+                "--data.init_args.split",
+                "{by: region, val_fraction: 0.1, test_fraction: 0.1}",
+            ]
+        )
     assert (run_dir / "metrics.csv").read_text() == training_metrics
     assert "test/bpb" in (run_dir / "test" / "metrics.csv").read_text()
     predictions = np.load(run_dir / "predict" / "predictions.npz")
@@ -143,14 +191,17 @@ def test_prepare_fit_embed_end_to_end(tmp_path, capsys):
 
 def test_embed_keeps_input_order_and_rejects_repeated_names(tmp_path, capsys):
     """Strings and files mixed in one call come out in input order; names must be unique."""
+    from genoformer.kernels.layout import SlidingWindow
     from lightning import Trainer
 
-    from genoformer.kernels.layout import SlidingWindow
-    from genoformer.genome.lm import GenoformerLM
     from genoformer.core.transformer import TransformerConfig
+    from genoformer.genome.lm import GenoformerLM
 
-    module = GenoformerLM(TransformerConfig(d_model=16, n_layers=1, n_heads=2, max_seq_len=256,
-                                            attention=[SlidingWindow(window=64, block_size=32)]))
+    module = GenoformerLM(
+        TransformerConfig(
+            d_model=16, n_layers=1, n_heads=2, max_seq_len=256, attention=[SlidingWindow(window=64, block_size=32)]
+        )
+    )
     trainer = Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, max_steps=0)
     trainer.strategy.connect(module)
     checkpoint = tmp_path / "tiny.ckpt"
@@ -158,28 +209,82 @@ def test_embed_keeps_input_order_and_rejects_repeated_names(tmp_path, capsys):
     fasta = tmp_path / "two.fa"
     fasta.write_text(">r1\nACGTACGTAC\n>r2\nGGGCCCAATT\n")
     out = tmp_path / "mixed.npz"
-    main(["embed", "--checkpoint", str(checkpoint), "--inputs", f"[ACGTAC,{fasta},TTGACA]", "--out", str(out),
-          "--pooling", "max"])
+    main(
+        [
+            "embed",
+            "--checkpoint",
+            str(checkpoint),
+            "--inputs",
+            f"[ACGTAC,{fasta},TTGACA]",
+            "--out",
+            str(out),
+            "--pooling",
+            "max",
+        ]
+    )
     saved = np.load(out)
     assert list(saved["names"]) == ["seq0", "r1", "r2", "seq2"]
     assert saved["embeddings"].shape == (4, 16)
 
     with pytest.raises(SystemExit):
-        main(["embed", "--checkpoint", str(checkpoint), "--inputs", f"[{fasta},{fasta}]", "--out", str(tmp_path / "dup.npz")])
+        main(
+            [
+                "embed",
+                "--checkpoint",
+                str(checkpoint),
+                "--inputs",
+                f"[{fasta},{fasta}]",
+                "--out",
+                str(tmp_path / "dup.npz"),
+            ]
+        )
     assert "'r1' appears twice" in capsys.readouterr().err
 
     # a genome store reads as its FASTA does, in embed as in evaluate (one reader for both)
     from genoformer.data.genome.store import prepare_genome_store
 
     store = prepare_genome_store([fasta], tmp_path / "two.zarr", progress=False)
-    main(["embed", "--checkpoint", str(checkpoint), "--inputs", str(store), "--out", str(tmp_path / "store.npz"),
-          "--pooling", "max"])
-    main(["embed", "--checkpoint", str(checkpoint), "--inputs", str(fasta), "--out", str(tmp_path / "fasta.npz"),
-          "--pooling", "max"])
+    main(
+        [
+            "embed",
+            "--checkpoint",
+            str(checkpoint),
+            "--inputs",
+            str(store),
+            "--out",
+            str(tmp_path / "store.npz"),
+            "--pooling",
+            "max",
+        ]
+    )
+    main(
+        [
+            "embed",
+            "--checkpoint",
+            str(checkpoint),
+            "--inputs",
+            str(fasta),
+            "--out",
+            str(tmp_path / "fasta.npz"),
+            "--pooling",
+            "max",
+        ]
+    )
     from_store, from_fasta = np.load(tmp_path / "store.npz"), np.load(tmp_path / "fasta.npz")
     assert list(from_store["names"]) == list(from_fasta["names"]) == ["r1", "r2"]
     np.testing.assert_array_equal(from_store["embeddings"], from_fasta["embeddings"])
     # and a quoted glob as the shell would have expanded it
-    main(["embed", "--checkpoint", str(checkpoint), "--inputs", str(tmp_path / "tw*.fa"), "--out",
-          str(tmp_path / "glob.npz"), "--pooling", "max"])
+    main(
+        [
+            "embed",
+            "--checkpoint",
+            str(checkpoint),
+            "--inputs",
+            str(tmp_path / "tw*.fa"),
+            "--out",
+            str(tmp_path / "glob.npz"),
+            "--pooling",
+            "max",
+        ]
+    )
     assert list(np.load(tmp_path / "glob.npz")["names"]) == ["r1", "r2"]

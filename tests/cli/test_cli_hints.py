@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 import torch
 import zarr
-
 from cli_helpers import fails
-from genoformer.cli import _tool_arguments, main
-from genoformer.training_cli import training_cli
-from genoformer.genome.commands import prepare
 from genoformer.data import GenomeStore, TimeSeriesStore, prepare_genome_store, prepare_timeseries_store
-from genoformer.hints import command_line_hints
 from genoformer.data.storage import METADATA_KEY
+
+from genoformer.cli import _tool_arguments, main
+from genoformer.genome.commands import prepare
+from genoformer.hints import command_line_hints
+from genoformer.training_cli import training_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LAMBDA = REPO_ROOT / "examples" / "lambda_phage.fasta.gz"
@@ -48,7 +48,12 @@ def test_boolean_options_are_bare_flags():
     assert _tool_arguments(prepare, ["--fasta", "a.fa", "--overwrite"]) == ["--fasta", "a.fa", "--overwrite", "true"]
     assert _tool_arguments(prepare, ["--overwrite", "--out", "x"]) == ["--overwrite", "true", "--out", "x"]
     assert _tool_arguments(prepare, ["--overwrite", "false"]) == ["--overwrite", "false"]
-    assert _tool_arguments(prepare, ["--fasta", "a.fa", "b.fa", "--out", "x"]) == ["--fasta", '["a.fa", "b.fa"]', "--out", "x"]
+    assert _tool_arguments(prepare, ["--fasta", "a.fa", "b.fa", "--out", "x"]) == [
+        "--fasta",
+        '["a.fa", "b.fa"]',
+        "--out",
+        "x",
+    ]
     assert _tool_arguments(prepare, ["--fasta", "[a.fa,b.fa]"]) == ["--fasta", "[a.fa,b.fa]"]
 
 
@@ -84,7 +89,9 @@ def test_fasta_accepts_several_paths_a_folder_and_a_list(tmp_path, capsys):
     main(["prepare", "--fasta", ",".join(paths), "--out", str(tmp_path / "comma.zarr")])  # existing files a,b
     assert [contig.name for contig in GenomeStore(tmp_path / "comma.zarr").contigs] == ["a", "b"]
     (tmp_path / "empty").mkdir()
-    assert "holds no FASTA/GenBank files" in fails(capsys, ["prepare", "--fasta", str(tmp_path / "empty"), "--out", str(tmp_path / "e.zarr")])
+    assert "holds no FASTA/GenBank files" in fails(
+        capsys, ["prepare", "--fasta", str(tmp_path / "empty"), "--out", str(tmp_path / "e.zarr")]
+    )
 
 
 # --------------------------------------------------------------------------- time series
@@ -92,8 +99,16 @@ def test_prepare_timeseries_rerun_is_a_no_op(tmp_path, capsys):
     np.save(tmp_path / "a.npy", np.arange(200, dtype=np.float32))
     np.save(tmp_path / "b.npy", np.arange(200, dtype=np.float32) * 2)
     out = tmp_path / "ts.zarr"
-    args = ["prepare_timeseries", "--inputs", str(tmp_path / "a.npy"), str(tmp_path / "b.npy"),
-            "--sampling_rate", "100", "--out", str(out)]
+    args = [
+        "prepare_timeseries",
+        "--inputs",
+        str(tmp_path / "a.npy"),
+        str(tmp_path / "b.npy"),
+        "--sampling_rate",
+        "100",
+        "--out",
+        str(out),
+    ]
     main(args)
     written = (out / "zarr.json").read_bytes()
     main(args)  # same inputs and options: kept as it is
@@ -110,13 +125,35 @@ def test_prepare_timeseries_rerun_is_a_no_op(tmp_path, capsys):
 def test_timeseries_hints_work_as_typed(tmp_path, capsys):
     csv = tmp_path / "gaps.csv"
     csv.write_text("a,b\n1,2\n3,\n5,6\n")
-    err = fails(capsys, ["prepare_timeseries", "--inputs", str(csv), "--sampling_rate", "10", "--out", str(tmp_path / "x.zarr"),
-                         "--missing", "error"])
+    err = fails(
+        capsys,
+        [
+            "prepare_timeseries",
+            "--inputs",
+            str(csv),
+            "--sampling_rate",
+            "10",
+            "--out",
+            str(tmp_path / "x.zarr"),
+            "--missing",
+            "error",
+        ],
+    )
     for policy in ("ffill", "zero", "linear"):
         assert f"--missing {policy}" in err
         out = tmp_path / f"{policy}.zarr"
-        main(["prepare_timeseries", "--inputs", str(csv), "--sampling_rate", "10", "--out", str(out),
-              *hinted(err, rf"--missing {policy}")])
+        main(
+            [
+                "prepare_timeseries",
+                "--inputs",
+                str(csv),
+                "--sampling_rate",
+                "10",
+                "--out",
+                str(out),
+                *hinted(err, rf"--missing {policy}"),
+            ]
+        )
         assert TimeSeriesStore(out).read(0, 0, 3).shape == (2, 3)
     with pytest.raises(ValueError, match="missing='ffill'"):
         prepare_timeseries_store([csv], tmp_path / "y.zarr", sampling_rate=10, missing="error", progress=False)
@@ -138,8 +175,19 @@ def test_incomplete_store_hint_works_as_typed(tmp_path, capsys):
     group.attrs[METADATA_KEY] = {**group.attrs[METADATA_KEY], "complete": False}
     with pytest.raises(ValueError, match=r"prepare_genome_store\(INPUTS, .*overwrite=True\)"):
         GenomeStore(store)
-    err = fails(capsys, ["validate", "--config", str(REPO_ROOT / "configs" / "quickstart.yaml"), "--untrained",
-                         "--data.init_args.store", str(store), "--trainer.default_root_dir", str(tmp_path / "run")])
+    err = fails(
+        capsys,
+        [
+            "validate",
+            "--config",
+            str(REPO_ROOT / "configs" / "quickstart.yaml"),
+            "--untrained",
+            "--data.init_args.store",
+            str(store),
+            "--trainer.default_root_dir",
+            str(tmp_path / "run"),
+        ],
+    )
     typed = hinted(err, r"genoformer prepare --out \S+ --overwrite")
     main(typed[1:] + ["--fasta", str(fasta)])
     assert GenomeStore(store).contigs[0].length == 1200
@@ -150,13 +198,34 @@ def test_incomplete_store_hint_works_as_typed(tmp_path, capsys):
 def test_empty_split_hint_works_as_typed(tmp_path, capsys):
     store = tmp_path / "lambda.zarr"
     main(["prepare", "--fasta", str(LAMBDA), "--out", str(store)])
-    args = ["validate", "--config", str(REPO_ROOT / "configs" / "quickstart.yaml"), "--untrained",
-            "--trainer.default_root_dir", str(tmp_path / "run"), "--data.init_args.store", str(store),
-            "--data.init_args.fasta", f"[{LAMBDA}]", "--data.init_args.num_workers", "0", "--trainer.enable_progress_bar", "false",
-            "--model.transformer.d_model", "32", "--model.transformer.n_layers", "1", "--model.transformer.n_heads", "2",
-            "--model.transformer.max_seq_len", "512",
-            "--model.transformer.attention", "[{class_path: genoformer.kernels.layout.SlidingWindow, init_args: {window: 128, block_size: 64}}]",
-            "--data.init_args.split", "{by: region, val_fraction: 0.0, test_fraction: 0.1}"]
+    args = [
+        "validate",
+        "--config",
+        str(REPO_ROOT / "configs" / "quickstart.yaml"),
+        "--untrained",
+        "--trainer.default_root_dir",
+        str(tmp_path / "run"),
+        "--data.init_args.store",
+        str(store),
+        "--data.init_args.fasta",
+        f"[{LAMBDA}]",
+        "--data.init_args.num_workers",
+        "0",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--model.transformer.d_model",
+        "32",
+        "--model.transformer.n_layers",
+        "1",
+        "--model.transformer.n_heads",
+        "2",
+        "--model.transformer.max_seq_len",
+        "512",
+        "--model.transformer.attention",
+        "[{class_path: genoformer.kernels.layout.SlidingWindow, init_args: {window: 128, block_size: 64}}]",
+        "--data.init_args.split",
+        "{by: region, val_fraction: 0.0, test_fraction: 0.1}",
+    ]
     err = fails(capsys, args)
     main(args + hinted(err, r"--data\.init_args\.split\.val_fraction [\d.]+"))
     assert "val/bpb" in (tmp_path / "run" / "validate" / "metrics.csv").read_text()
@@ -165,16 +234,26 @@ def test_empty_split_hint_works_as_typed(tmp_path, capsys):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without a GPU")
 def test_gpu_config_without_a_gpu_names_its_cpu_version_and_the_cpu_overrides(tmp_path, capsys):
     gpu = REPO_ROOT / "configs" / "genome_8k_gpu.yaml"
-    args = ["--config", str(gpu), "--trainer.default_root_dir", str(tmp_path / "run"),
-            "--data.init_args.store", str(tmp_path / "s.zarr")]
+    args = [
+        "--config",
+        str(gpu),
+        "--trainer.default_root_dir",
+        str(tmp_path / "run"),
+        "--data.init_args.store",
+        str(tmp_path / "s.zarr"),
+    ]
     err = fails(capsys, ["fit", *args])
     assert "sees no CUDA GPU" in err and "slow" in err
     commands = [shlex.split(line.strip()) for line in err.splitlines() if line.strip().startswith("genoformer fit ")]
     assert len(commands) == 2
     twin, overrides = commands
     assert twin == ["genoformer", "fit", "--config", str(gpu.with_name("genome_8k_cpu.yaml")), *args[2:]]
-    for option, value in [("--trainer.accelerator", "cpu"), ("--trainer.precision", "32-true"),
-                          ("--model.init_args.runtime.compile", "false"), ("--data.init_args.batch_size", "1")]:
+    for option, value in [
+        ("--trainer.accelerator", "cpu"),
+        ("--trainer.precision", "32-true"),
+        ("--model.init_args.runtime.compile", "false"),
+        ("--data.init_args.batch_size", "1"),
+    ]:
         assert overrides[overrides.index(option) + 1] == value
     assert "--trainer.accumulate_grad_batches 8" in err  # how to keep the recipe's batch, in words
     for typed in commands:  # both build on the CPU as typed (minus the subcommand)
@@ -186,14 +265,17 @@ def test_gpu_config_without_a_gpu_names_its_cpu_version_and_the_cpu_overrides(tm
 # --------------------------------------------------------------------------- embed
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
+    from genoformer.kernels.layout import SlidingWindow
     from lightning import Trainer
 
-    from genoformer.kernels.layout import SlidingWindow
-    from genoformer.genome.lm import GenoformerLM
     from genoformer.core.transformer import TransformerConfig
+    from genoformer.genome.lm import GenoformerLM
 
-    module = GenoformerLM(TransformerConfig(d_model=16, n_layers=1, n_heads=2, max_seq_len=256,
-                                            attention=[SlidingWindow(window=64, block_size=32)]))
+    module = GenoformerLM(
+        TransformerConfig(
+            d_model=16, n_layers=1, n_heads=2, max_seq_len=256, attention=[SlidingWindow(window=64, block_size=32)]
+        )
+    )
     trainer = Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, max_steps=0)
     trainer.strategy.connect(module)
     path = tmp_path_factory.mktemp("ckpt") / "tiny.ckpt"
@@ -258,13 +340,17 @@ def test_fit_help_documents_the_data_modules(capsys):
 # --------------------------------------------------------------------------- progress bars
 def test_progress_bar_ends_its_line_before_an_error(tmp_path):
     bad = write_fasta(tmp_path / "bad.fa", {"a": "ACGT!ACGT"})
-    result = subprocess.run([sys.executable, "cli.py", "prepare", "--fasta", str(bad), "--out", str(tmp_path / "x.zarr")],
-                            cwd=REPO_ROOT, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "cli.py", "prepare", "--fasta", str(bad), "--out", str(tmp_path / "x.zarr")],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 1
     lines = result.stderr.split("\n")
     error_line = next(index for index, line in enumerate(lines) if "error:" in line)
     assert lines[error_line].startswith("genoformer prepare: error:")  # not on the bar's line
-    assert "prepare:" not in "\n".join(lines[error_line + 1:])  # and the bar is not drawn again
+    assert "prepare:" not in "\n".join(lines[error_line + 1 :])  # and the bar is not drawn again
 
 
 def test_data_hints_under_a_training_command_name_the_data_module_options(tmp_path):
@@ -272,10 +358,22 @@ def test_data_hints_under_a_training_command_name_the_data_module_options(tmp_pa
     that reaches the data module's own options, and work as typed there."""
     csv = tmp_path / "gaps.csv"
     csv.write_text("a,b\n1,2\n3,\n5,6\n")
-    args = ["--model.transformer", "{d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 64}",
-            "--data", "TimeSeriesDataModule", "--data.init_args.store", str(tmp_path / "s.zarr"),
-            "--data.init_args.sources", f"[{csv}]", "--data.init_args.sampling_rate", "10",
-            "--data.init_args.missing", "error", "--trainer.default_root_dir", str(tmp_path / "run")]
+    args = [
+        "--model.transformer",
+        "{d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 64}",
+        "--data",
+        "TimeSeriesDataModule",
+        "--data.init_args.store",
+        str(tmp_path / "s.zarr"),
+        "--data.init_args.sources",
+        f"[{csv}]",
+        "--data.init_args.sampling_rate",
+        "10",
+        "--data.init_args.missing",
+        "error",
+        "--trainer.default_root_dir",
+        str(tmp_path / "run"),
+    ]
     cli = training_cli(args, run=False)
     with command_line_hints(prefix="data.init_args."), pytest.raises(ValueError) as error:
         cli.datamodule.prepare_data()
@@ -292,5 +390,9 @@ def test_one_plain_value_of_a_list_option_is_a_list_of_one():
 
     assert _tool_arguments(evaluate, ["--inputs", "a.fa"]) == ["--inputs", '["a.fa"]']
     assert _tool_arguments(evaluate, ["--inputs", "a.fa", "b.fa", "--both_strands"]) == [
-        "--inputs", '["a.fa", "b.fa"]', "--both_strands", "true"]
+        "--inputs",
+        '["a.fa", "b.fa"]',
+        "--both_strands",
+        "true",
+    ]
     assert _tool_arguments(evaluate, ["--inputs", "[a.fa,b.fa]"]) == ["--inputs", "[a.fa,b.fa]"]

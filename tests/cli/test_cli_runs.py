@@ -14,22 +14,36 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from cli_helpers import fails
+
 from genoformer.cli import main
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LAMBDA = REPO_ROOT / "examples" / "lambda_phage.fasta.gz"
 QUICKSTART = REPO_ROOT / "configs" / "quickstart.yaml"
 MODEL_OPTIONS = [
-    "--model.transformer.d_model", "32", "--model.transformer.n_layers", "1", "--model.transformer.n_heads", "2",
-    "--model.transformer.max_seq_len", "512",
-    "--model.transformer.attention", "[{class_path: genoformer.kernels.layout.SlidingWindow, init_args: {window: 128, block_size: 64}}]",
+    "--model.transformer.d_model",
+    "32",
+    "--model.transformer.n_layers",
+    "1",
+    "--model.transformer.n_heads",
+    "2",
+    "--model.transformer.max_seq_len",
+    "512",
+    "--model.transformer.attention",
+    "[{class_path: genoformer.kernels.layout.SlidingWindow, init_args: {window: 128, block_size: 64}}]",
 ]
 DATA_OPTIONS = [
-    "--trainer.enable_progress_bar", "false", "--trainer.log_every_n_steps", "1",
-    "--data.init_args.num_workers", "0", "--data.init_args.split", "{by: region, val_fraction: 0.1, test_fraction: 0.1}",
-    "--data.init_args.fasta", f"[{LAMBDA}]",  # what the store is built from
+    "--trainer.enable_progress_bar",
+    "false",
+    "--trainer.log_every_n_steps",
+    "1",
+    "--data.init_args.num_workers",
+    "0",
+    "--data.init_args.split",
+    "{by: region, val_fraction: 0.1, test_fraction: 0.1}",
+    "--data.init_args.fasta",
+    f"[{LAMBDA}]",  # what the store is built from
 ]
 TINY = MODEL_OPTIONS + DATA_OPTIONS
 
@@ -42,19 +56,33 @@ def store(tmp_path_factory) -> Path:
 
 
 def command(subcommand: str, run_dir: Path, store: Path, *extra: str) -> list[str]:
-    return [subcommand, "--config", str(QUICKSTART), "--trainer.default_root_dir", str(run_dir),
-            "--data.init_args.store", str(store), *TINY, *extra]
+    return [
+        subcommand,
+        "--config",
+        str(QUICKSTART),
+        "--trainer.default_root_dir",
+        str(run_dir),
+        "--data.init_args.store",
+        str(store),
+        *TINY,
+        *extra,
+    ]
 
 
 def fit(run_dir: Path, store: Path, steps: int, *extra: str) -> None:
-    main(command("fit", run_dir, store, "--trainer.max_steps", str(steps), "--trainer.val_check_interval",
-                 str(steps), *extra))
+    main(
+        command(
+            "fit", run_dir, store, "--trainer.max_steps", str(steps), "--trainer.val_check_interval", str(steps), *extra
+        )
+    )
 
 
 def suggested(message: str, containing: str) -> list[str]:
     """The command line the message suggests (a line starting with `genoformer` that holds
     `containing`), split as a shell would, without the leading `genoformer`."""
-    lines = [line.strip() for line in message.splitlines() if line.strip().startswith("genoformer ") and containing in line]
+    lines = [
+        line.strip() for line in message.splitlines() if line.strip().startswith("genoformer ") and containing in line
+    ]
     assert len(lines) == 1, message
     words = shlex.split(lines[0])
     assert words[0] == "genoformer"
@@ -95,7 +123,7 @@ def test_fit_into_an_existing_run_refuses_then_resumes_the_same_run(tmp_path, st
     rows = metric_rows(run_dir)
     assert rows[: len(first_rows)] == first_rows  # appended to, never truncated
     old_steps = [int(row["step"]) for row in first_rows if row.get("train/loss")]
-    new_steps = [int(row["step"]) for row in rows[len(first_rows):] if row.get("train/loss")]
+    new_steps = [int(row["step"]) for row in rows[len(first_rows) :] if row.get("train/loss")]
     assert len(new_steps) == 2 and min(new_steps) > max(old_steps)  # the resumed steps, after the old ones
     assert "max_steps: 4" in (run_dir / "config.yaml").read_text()
 
@@ -114,8 +142,20 @@ def test_fit_that_fails_before_its_first_step_changes_nothing(tmp_path, store, c
     run_dir = tmp_path / "run"
     fit(run_dir, store, 2)
     before = snapshot(run_dir)
-    fails(capsys, command("fit", run_dir, store, "--ckpt_path", "last", "--trainer.max_steps", "4",
-                          "--data.init_args.batch_size", "-3"))
+    fails(
+        capsys,
+        command(
+            "fit",
+            run_dir,
+            store,
+            "--ckpt_path",
+            "last",
+            "--trainer.max_steps",
+            "4",
+            "--data.init_args.batch_size",
+            "-3",
+        ),
+    )
     assert snapshot(run_dir) == before
 
     # in a new directory, a failed start leaves no run behind: the next fit there is not refused
@@ -172,8 +212,10 @@ def test_evaluation_needs_weights_and_never_replaces_a_result(tmp_path, store, c
 @pytest.mark.slow
 def test_ckpt_path_best_resolves_to_the_monitored_checkpoint(tmp_path, store, capsys):
     run_dir = tmp_path / "run"
-    checkpoint = ("[{class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_args: "
-                  f"{{dirpath: {run_dir}/checkpoints, save_last: true, monitor: val/loss, save_top_k: 1}}}}]")
+    checkpoint = (
+        "[{class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_args: "
+        f"{{dirpath: {run_dir}/checkpoints, save_last: true, monitor: val/loss, save_top_k: 1}}}}]"
+    )
     fit(run_dir, store, 2, "--trainer.callbacks", checkpoint)
     best = [path for path in (run_dir / "checkpoints").iterdir() if not path.name.startswith("last")]
     assert len(best) == 1
@@ -204,8 +246,20 @@ def test_evaluation_takes_the_model_from_the_checkpoint(tmp_path, store):
     what the config derives from the model (the data window) follows it."""
     run_dir = tmp_path / "run"
     fit(run_dir, store, 1)
-    main(["validate", "--config", str(QUICKSTART), "--trainer.default_root_dir", str(run_dir),
-          "--data.init_args.store", str(store), *DATA_OPTIONS, "--ckpt_path", "last"])
+    main(
+        [
+            "validate",
+            "--config",
+            str(QUICKSTART),
+            "--trainer.default_root_dir",
+            str(run_dir),
+            "--data.init_args.store",
+            str(store),
+            *DATA_OPTIONS,
+            "--ckpt_path",
+            "last",
+        ]
+    )
     assert metric_rows(run_dir / "validate")[-1]["val/bpb"]
 
 
@@ -227,5 +281,8 @@ def test_ckpt_path_last_starts_a_new_run_where_there_is_none(tmp_path, store, ca
     err = fails(capsys, command("fit", run_dir, store, "--ckpt_path", "last"))
     assert "no checkpoint of it to resume from" in err
     new_dir = tmp_path / "new"
-    main([str(new_dir) if word == "NEW_DIR" else word for word in suggested(err, "NEW_DIR")] + ["--trainer.max_steps", "1"])
+    main(
+        [str(new_dir) if word == "NEW_DIR" else word for word in suggested(err, "NEW_DIR")]
+        + ["--trainer.max_steps", "1"]
+    )
     assert checkpoint_step(new_dir / "checkpoints" / "last.ckpt") == 1

@@ -51,9 +51,11 @@ def test_every_command_help_imports_no_heavy_module():
 
 
 def test_an_option_error_imports_no_heavy_module():
-    outcome = imported_after(["prepare_timeseries", "--inputs", "a.csv", "--out", "a.zarr", "--skip_rows", "many"],
-                             ["evaluate", "--checkpoint", "x.ckpt", "--inputs", "a.fa", "--contxt", "5"],
-                             ["forecast", "--checkpoint", "x.ckpt", "--store", "s.zarr", "--out", "f.npz", "--backend", "cuda"])
+    outcome = imported_after(
+        ["prepare_timeseries", "--inputs", "a.csv", "--out", "a.zarr", "--skip_rows", "many"],
+        ["evaluate", "--checkpoint", "x.ckpt", "--inputs", "a.fa", "--contxt", "5"],
+        ["forecast", "--checkpoint", "x.ckpt", "--store", "s.zarr", "--out", "f.npz", "--backend", "cuda"],
+    )
     assert outcome["exit"] == [2, 2, 2]
     assert outcome["heavy"] == []
 
@@ -76,8 +78,9 @@ def test_what_the_source_says_is_the_function(name):
     hints = typing.get_type_hints(real)
     hints.pop("return", None)
     expected = inspect.signature(real).replace(return_annotation=inspect.Signature.empty)
-    expected = expected.replace(parameters=[p.replace(annotation=hints.get(p.name, p.annotation))
-                                            for p in expected.parameters.values()])
+    expected = expected.replace(
+        parameters=[p.replace(annotation=hints.get(p.name, p.annotation)) for p in expected.parameters.values()]
+    )
     assert inspect.signature(stand_in) == expected
     assert typing.get_type_hints(stand_in) == hints
     assert stand_in.__doc__ == real.__doc__

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from genoformer.data.genome.alphabet import decode
 
 from genoformer.cli import main
-from genoformer.data.genome.alphabet import decode
 
 HEADER = ["name", "bases", "model_bits_per_base", "markov_bits_per_base", "mixture_bits_per_base"]
 
@@ -20,8 +20,9 @@ HEADER = ["name", "bases", "model_bits_per_base", "markov_bits_per_base", "mixtu
 def fasta(path: Path, seed: int, records: int = 2) -> Path:
     rng = np.random.default_rng(seed)
     motif = decode(rng.integers(0, 4, 40).astype(np.uint8))  # repeated, so a Markov model learns something
-    path.write_text("".join(f">r{i}\n{motif * 8}{decode(rng.integers(0, 4, 300).astype(np.uint8))}\n"
-                            for i in range(records)))
+    path.write_text(
+        "".join(f">r{i}\n{motif * 8}{decode(rng.integers(0, 4, 300).astype(np.uint8))}\n" for i in range(records))
+    )
     return path
 
 
@@ -45,8 +46,19 @@ def test_evaluate_and_baseline_write_one_table(causal_checkpoint, tmp_path, monk
     main([word.replace("TRAINING_GENOMES", str(train)) for word in shlex.split(hint)[1:]])  # as printed
     markov = table(tmp_path / "markov.tsv")
     assert all(row["markov_bits_per_base"] and not row["model_bits_per_base"] for row in markov)
-    main(["evaluate", "--checkpoint", str(causal_checkpoint), "--inputs", str(test), "--out", "all.tsv",
-          "--mix", "markov.npz"])
+    main(
+        [
+            "evaluate",
+            "--checkpoint",
+            str(causal_checkpoint),
+            "--inputs",
+            str(test),
+            "--out",
+            "all.tsv",
+            "--mix",
+            "markov.npz",
+        ]
+    )
     both = table(tmp_path / "all.tsv")
     assert all(row[column] for row in both for column in HEADER)
     for mixed, alone, network in zip(both, markov, model):

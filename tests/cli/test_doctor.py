@@ -12,12 +12,11 @@ import types
 
 import pytest
 import torch
+from genoformer.kernels import dispatch, flash_attn_backend, triton_flash
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from genoformer import shipped
+from genoformer import doctor, shipped
 from genoformer.cli import main
-from genoformer import doctor
-from genoformer.kernels import dispatch, flash_attn_backend, triton_flash
 
 
 def _doctor(capsys) -> tuple[int, str]:
@@ -59,7 +58,9 @@ def h100(monkeypatch):
     monkeypatch.setattr(cuda, "device_count", lambda: 1)
     monkeypatch.setattr(cuda, "get_device_capability", lambda device=None: (9, 0))
     monkeypatch.setattr(cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
-    monkeypatch.setattr(cuda, "get_device_properties", lambda device=None: types.SimpleNamespace(total_memory=80 * 2**30))
+    monkeypatch.setattr(
+        cuda, "get_device_properties", lambda device=None: types.SimpleNamespace(total_memory=80 * 2**30)
+    )
     monkeypatch.setattr(cuda, "is_bf16_supported", lambda *args, **kwargs: True)
     monkeypatch.setattr(torch.version, "cuda", "12.8")
     monkeypatch.setattr(triton_flash, "INTERPRETED", False)  # as imported on a GPU machine
@@ -87,8 +88,9 @@ def _install_flash_attn_4(monkeypatch, *, working: bool = True) -> None:
     monkeypatch.setitem(sys.modules, "flash_attn", package)
     monkeypatch.setitem(sys.modules, "flash_attn.cute", cute)
     real_version = importlib.metadata.version
-    monkeypatch.setattr(importlib.metadata, "version",
-                        lambda name: "4.0.0b36" if name == "flash-attn-4" else real_version(name))
+    monkeypatch.setattr(
+        importlib.metadata, "version", lambda name: "4.0.0b36" if name == "flash-attn-4" else real_version(name)
+    )
 
 
 def _only_recipes(monkeypatch, *names: str) -> None:
@@ -144,8 +146,10 @@ def test_a_bf16_recipe_on_a_gpu_without_bf16_is_a_problem(h100, capsys):
     _only_recipes(h100, "genome_8k_gpu", "quickstart")
     status, out = _doctor(capsys)
     assert status == 1
-    assert "recipe genome_8k_gpu: trainer.precision bf16-mixed on a GPU without bfloat16: add --trainer.precision " \
-           "16-mixed" in out
+    assert (
+        "recipe genome_8k_gpu: trainer.precision bf16-mixed on a GPU without bfloat16: add --trainer.precision "
+        "16-mixed" in out
+    )
     assert "Attention backends on cuda (float16" in out  # the table asks in the GPU's own half precision
     assert "quickstart" not in out.split("Problems (")[1]
 
@@ -154,7 +158,9 @@ def test_a_driver_that_torch_does_not_see_is_a_problem(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.version, "cuda", None)
     real_which = shutil.which
-    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/nvidia-smi" if name == "nvidia-smi" else real_which(name))
+    monkeypatch.setattr(
+        shutil, "which", lambda name: "/usr/bin/nvidia-smi" if name == "nvidia-smi" else real_which(name)
+    )
     _only_recipes(monkeypatch, "quickstart")
     status, out = _doctor(capsys)
     assert status == 1

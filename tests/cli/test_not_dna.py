@@ -4,7 +4,6 @@ input and what was found, not a sequence of N scored without a word."""
 from __future__ import annotations
 
 import pytest
-
 from cli_helpers import fails
 
 # 48 residues written only with letters that are also nucleotide codes: 36 are not A C G T

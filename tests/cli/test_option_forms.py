@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from genoformer.data.timeseries.store import TimeSeriesStore
 
 from genoformer.cli import TOOL_COMMANDS, _tool_arguments, main, parsing_function
-from genoformer.data.timeseries.store import TimeSeriesStore
 
 
 @pytest.fixture
@@ -29,33 +29,78 @@ def channels(store: Path) -> list[str]:
     return TimeSeriesStore(store).channel_names
 
 
-@pytest.mark.parametrize("columns, expected", [
-    (["glucose"], ["glucose"]),
-    (["glucose,insulin"], ["glucose", "insulin"]),
-    (["glucose, insulin"], ["glucose", "insulin"]),
-    (["[glucose,insulin]"], ["glucose", "insulin"]),
-    (["glucose", "insulin"], ["glucose", "insulin"]),
-], ids=["one", "comma", "comma_space", "list", "several"])
+@pytest.mark.parametrize(
+    "columns, expected",
+    [
+        (["glucose"], ["glucose"]),
+        (["glucose,insulin"], ["glucose", "insulin"]),
+        (["glucose, insulin"], ["glucose", "insulin"]),
+        (["[glucose,insulin]"], ["glucose", "insulin"]),
+        (["glucose", "insulin"], ["glucose", "insulin"]),
+    ],
+    ids=["one", "comma", "comma_space", "list", "several"],
+)
 def test_columns_take_one_value_comma_separated_values_or_a_list(tmp_path, monitor_csv, columns, expected):
     out = tmp_path / "monitor.zarr"
-    main(["prepare_timeseries", "--inputs", str(monitor_csv), "--out", str(out), "--time_column", "t_seconds",
-          "--columns", *columns])
+    main(
+        [
+            "prepare_timeseries",
+            "--inputs",
+            str(monitor_csv),
+            "--out",
+            str(out),
+            "--time_column",
+            "t_seconds",
+            "--columns",
+            *columns,
+        ]
+    )
     assert channels(out) == expected
 
 
 def test_option_equals_value_is_the_same_as_option_value(tmp_path, monitor_csv):
     out = tmp_path / "monitor.zarr"
-    main(["prepare_timeseries", f"--inputs={monitor_csv}", f"--out={out}", "--time_column=t_seconds",
-          "--columns=glucose,insulin", "--overwrite"])
+    main(
+        [
+            "prepare_timeseries",
+            f"--inputs={monitor_csv}",
+            f"--out={out}",
+            "--time_column=t_seconds",
+            "--columns=glucose,insulin",
+            "--overwrite",
+        ]
+    )
     assert channels(out) == ["glucose", "insulin"]
 
 
 def test_horizons_take_comma_separated_numbers(tmp_path, monitor_csv, capsys):
     store = tmp_path / "monitor.zarr"
-    main(["prepare_timeseries", "--inputs", str(monitor_csv), "--out", str(store), "--time_column", "t_seconds",
-          "--columns", "glucose"])
-    main(["evaluate_forecast", "--store", str(store), "--baseline", "seasonal_naive", "--horizons", "96,192",
-          "--out", str(tmp_path / "sn.json")])
+    main(
+        [
+            "prepare_timeseries",
+            "--inputs",
+            str(monitor_csv),
+            "--out",
+            str(store),
+            "--time_column",
+            "t_seconds",
+            "--columns",
+            "glucose",
+        ]
+    )
+    main(
+        [
+            "evaluate_forecast",
+            "--store",
+            str(store),
+            "--baseline",
+            "seasonal_naive",
+            "--horizons",
+            "96,192",
+            "--out",
+            str(tmp_path / "sn.json"),
+        ]
+    )
     assert [row["horizon"] for row in json.loads((tmp_path / "sn.json").read_text())["results"]] == [96, 192]
 
 
@@ -65,9 +110,14 @@ def test_a_value_or_list_option_splits_commas_only_between_existing_files(tmp_pa
     a.touch(), b.touch()
     assert _tool_arguments(forecast, ["--checkpoint", f"{a},{b}"]) == ["--checkpoint", json.dumps([str(a), str(b)])]
     assert _tool_arguments(forecast, ["--checkpoint", f"{a},{tmp_path / 'c.ckpt'}"]) == [
-        "--checkpoint", f"{a},{tmp_path / 'c.ckpt'}"]  # not both files: one path, reported missing as typed
+        "--checkpoint",
+        f"{a},{tmp_path / 'c.ckpt'}",
+    ]  # not both files: one path, reported missing as typed
     evaluate = parsing_function(TOOL_COMMANDS["evaluate"])
-    assert _tool_arguments(evaluate, ["--regions", "NC_001416.1:1,001-2,000"]) == ["--regions", "NC_001416.1:1,001-2,000"]
+    assert _tool_arguments(evaluate, ["--regions", "NC_001416.1:1,001-2,000"]) == [
+        "--regions",
+        "NC_001416.1:1,001-2,000",
+    ]
     assert _tool_arguments(evaluate, ["--inputs", "a.fa,b.fa"]) == ["--inputs", '["a.fa", "b.fa"]']
 
 
@@ -118,9 +168,28 @@ def test_the_forms_an_error_names_work_as_typed(tmp_path, monitor_csv, capsys):
     """`--columns glucose` was refused with a nine-line union dump; the error for a bad list now
     names the comma form, and that form, typed as printed, works."""
     store = tmp_path / "monitor.zarr"
-    main(["prepare_timeseries", "--inputs", str(monitor_csv), "--out", str(store), "--time_column", "t_seconds",
-          "--columns", "glucose"])
-    args = ["evaluate_forecast", "--store", str(store), "--baseline", "seasonal_naive", "--out", str(tmp_path / "sn.json")]
+    main(
+        [
+            "prepare_timeseries",
+            "--inputs",
+            str(monitor_csv),
+            "--out",
+            str(store),
+            "--time_column",
+            "t_seconds",
+            "--columns",
+            "glucose",
+        ]
+    )
+    args = [
+        "evaluate_forecast",
+        "--store",
+        str(store),
+        "--baseline",
+        "seasonal_naive",
+        "--out",
+        str(tmp_path / "sn.json"),
+    ]
     line = only_line(capsys, [*args, "--horizons", "96;192"])
     example = re.search(r"comma-separated \((\S+)\)", line).group(1)
     main([*args, *shlex.split(f"--horizons {example}")])

@@ -16,9 +16,9 @@ import numpy as np
 import pyBigWig
 import pytest
 import torch
+from genoformer.data.genome.alphabet import decode
 
 from genoformer.cli import main
-from genoformer.data.genome.alphabet import decode
 
 POSITIONS = [700, 701, 1900]  # 1-based; each SNV changes the reference base to the next in A C G T
 
@@ -58,15 +58,37 @@ def variant_llrs(checkpoint: Path, reference: Path, snvs: list[tuple[int, str]],
     variants = folder / f"{reference.stem}.tsv"
     variants.write_text("chrom\tpos\tref\talt\n" + "".join(f"chr1\t{p}\t{codes[p - 1]}\t{a}\n" for p, a in snvs))
     out = folder / f"{reference.stem}_effects.tsv"
-    main(["variant_effect", "--checkpoint", str(checkpoint), "--reference", str(reference), "--variants",
-          str(variants), "--out", str(out)])
+    main(
+        [
+            "variant_effect",
+            "--checkpoint",
+            str(checkpoint),
+            "--reference",
+            str(reference),
+            "--variants",
+            str(variants),
+            "--out",
+            str(out),
+        ]
+    )
     return [float(line.split("\t")[4]) for line in out.read_text().splitlines()[1:]]
 
 
 def mutagenesis_llrs(checkpoint: Path, reference: Path, snvs: list[tuple[int, str]], folder: Path) -> list[float]:
     out = folder / f"{reference.stem}_mutagenesis.tsv"
-    main(["mutagenesis", "--checkpoint", str(checkpoint), "--inputs", str(reference), "--regions",
-          *(f"chr1:{p}-{p}" for p, _ in snvs), "--out", str(out)])
+    main(
+        [
+            "mutagenesis",
+            "--checkpoint",
+            str(checkpoint),
+            "--inputs",
+            str(reference),
+            "--regions",
+            *(f"chr1:{p}-{p}" for p, _ in snvs),
+            "--out",
+            str(out),
+        ]
+    )
     llr = {(int(f[1]), f[3]): float(f[4]) for f in (line.split("\t") for line in out.read_text().splitlines()[1:])}
     return [llr[snv] for snv in snvs]
 
@@ -100,8 +122,19 @@ def test_a_long_window_on_a_cpu_gets_a_hint_that_runs(long_context_checkpoint, t
     variants = tmp_path / "v.tsv"
     [(position, alt)] = snvs_at([1900], 3000)
     variants.write_text(f"chrom\tpos\tref\talt\nchr1\t{position}\t{sequence_of(3000)[position - 1]}\t{alt}\n")
-    args = ["variant_effect", "--checkpoint", str(long_context_checkpoint), "--reference", str(reference),
-            "--variants", str(variants), "--out", str(tmp_path / "slow.tsv"), "--window", "4096"]
+    args = [
+        "variant_effect",
+        "--checkpoint",
+        str(long_context_checkpoint),
+        "--reference",
+        str(reference),
+        "--variants",
+        str(variants),
+        "--out",
+        str(tmp_path / "slow.tsv"),
+        "--window",
+        "4096",
+    ]
     capsys.readouterr()
     main(args)
     out = capsys.readouterr().out

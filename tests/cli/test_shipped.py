@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-
 from cli_helpers import fails
+
 from genoformer import shipped
 from genoformer.cli import main
 from genoformer.shipped import compose_config
@@ -23,8 +23,11 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 def test_recipes_lists_every_recipe_with_a_line_from_its_comment(capsys):
     main(["recipes"])
     lines = capsys.readouterr().out.splitlines()
-    listed = {line.split()[0]: line.split(None, 1)[1] for line in lines if line and not line[0].isspace()
-              and len(line.split()) > 1 and (CONFIGS / f"{line.split()[0]}.yaml").is_file()}
+    listed = {
+        line.split()[0]: line.split(None, 1)[1]
+        for line in lines
+        if line and not line[0].isspace() and len(line.split()) > 1 and (CONFIGS / f"{line.split()[0]}.yaml").is_file()
+    }
     assert set(listed) == {path.stem for path in CONFIGS.glob("*.yaml")}
     assert listed["quickstart"].startswith("Quick start: a small causal DNA language model on the E. coli K-12 genome")
     assert listed["genome_8k_gpu"] == "A causal DNA language model at an 8,192-token context on one CUDA GPU (bf16)"
@@ -69,7 +72,9 @@ def test_an_unknown_recipe_lists_the_shipped_ones(tmp_path, monkeypatch, capsys)
         main(["fit", "--config", "quikstart"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2  # an option's error, as the parser's own
-    assert "--config: no config file quikstart here, nor a shipped recipe of that name (did you mean quickstart?)" in err
+    assert (
+        "--config: no config file quikstart here, nor a shipped recipe of that name (did you mean quickstart?)" in err
+    )
     assert "quickstart" in err.split("recipe of that name")[1] and "Traceback" not in err
 
 

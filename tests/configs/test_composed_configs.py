@@ -15,9 +15,9 @@ import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from genoformer.cli import main
+from genoformer.core.callbacks import NonFiniteGuard, ResumeCheckpoint
 from genoformer.shipped import INCLUDE_KEY, compose_config
 from genoformer.training_cli import training_cli
-from genoformer.core.callbacks import NonFiniteGuard, ResumeCheckpoint
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 RECIPES = sorted(CONFIGS.glob("*.yaml"))
@@ -34,8 +34,18 @@ def _cpu_cli(config: Path, tmp_path: Path, *extra: str):
     # the fine-tuning recipes read labelled files, the others build a store
     store = [] if config.name.startswith("finetune_") else ["--data.init_args.store", str(tmp_path / "store.zarr")]
     return training_cli(
-        ["--config", str(config), "--trainer.accelerator", "cpu", "--trainer.precision", "32-true",
-         "--trainer.default_root_dir", str(tmp_path / "run"), *store, *extra],
+        [
+            "--config",
+            str(config),
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.precision",
+            "32-true",
+            "--trainer.default_root_dir",
+            str(tmp_path / "run"),
+            *store,
+            *extra,
+        ],
         run=False,
     )
 
@@ -96,13 +106,18 @@ def test_print_config_shows_the_composed_config(capsys):
     printed = yaml.safe_load(capsys.readouterr().out)
     assert INCLUDE_KEY not in printed
     assert printed["trainer"]["logger"]["init_args"]["save_dir"] == "runs/genome_64k_gpu"
-    assert printed["model"]["init_args"]["transformer"]["d_model"] == compose_config(
-        CONFIGS / "models" / "reference_85m.yaml")["model"]["transformer"]["d_model"]
+    assert (
+        printed["model"]["init_args"]["transformer"]["d_model"]
+        == compose_config(CONFIGS / "models" / "reference_85m.yaml")["model"]["transformer"]["d_model"]
+    )
 
 
 # ------------------------------------------------------------------------ the merge rules
 def test_mappings_merge_key_by_key_and_lists_replace(tmp_path):
-    _write(tmp_path, "base/a.yaml", """\
+    _write(
+        tmp_path,
+        "base/a.yaml",
+        """\
         trainer:
           max_steps: 10
           log_every_n_steps: 5
@@ -110,16 +125,21 @@ def test_mappings_merge_key_by_key_and_lists_replace(tmp_path):
         data:
           class_path: x.Data
           init_args: {batch_size: 2, num_workers: 1}
-        """)
+        """,
+    )
     _write(tmp_path, "base/b.yaml", "trainer:\n  max_steps: 20\n")
-    recipe = _write(tmp_path, "recipe.yaml", """\
+    recipe = _write(
+        tmp_path,
+        "recipe.yaml",
+        """\
         include: [base/a.yaml, base/b.yaml]
         trainer:
           log_every_n_steps: 1
           callbacks: [{class_path: x.C}]
         data:
           init_args: {batch_size: 8}
-        """)
+        """,
+    )
     assert compose_config(recipe) == {
         "trainer": {"max_steps": 20, "log_every_n_steps": 1, "callbacks": [{"class_path": "x.C"}]},
         "data": {"class_path": "x.Data", "init_args": {"batch_size": 8, "num_workers": 1}},
@@ -128,12 +148,16 @@ def test_mappings_merge_key_by_key_and_lists_replace(tmp_path):
 
 def test_another_class_path_replaces_the_mapping_whole(tmp_path):
     _write(tmp_path, "base.yaml", "data:\n  class_path: x.Genome\n  init_args: {fasta: [a.fa], batch_size: 2}\n")
-    recipe = _write(tmp_path, "recipe.yaml", """\
+    recipe = _write(
+        tmp_path,
+        "recipe.yaml",
+        """\
         include: base.yaml
         data:
           class_path: x.Series
           init_args: {batch_size: 4}
-        """)
+        """,
+    )
     assert compose_config(recipe)["data"] == {"class_path": "x.Series", "init_args": {"batch_size": 4}}
 
 
@@ -148,7 +172,10 @@ def test_a_composed_recipe_parses_as_the_whole_file_would(tmp_path):
     """Interpolation sees fragment and recipe together; strings stay strings; a second --config
     merges over the composed recipe."""
     trainer = CONFIGS / "base" / "trainer_cpu.yaml"
-    recipe = _write(tmp_path, "recipe.yaml", f"""\
+    recipe = _write(
+        tmp_path,
+        "recipe.yaml",
+        f"""\
         include: {trainer}
         trainer:
           max_steps: 2
@@ -162,7 +189,8 @@ def test_a_composed_recipe_parses_as_the_whole_file_would(tmp_path):
             store: {tmp_path / "store.zarr"}
             fasta: [examples/lambda_phage.fasta.gz]
             window: ${{...model.init_args.transformer.max_seq_len}}
-        """)
+        """,
+    )
     later = _write(tmp_path, "later.yaml", "trainer:\n  max_steps: 5\n")
     cli = training_cli(["--config", str(recipe), "--config", str(later)], run=False)
     assert cli.datamodule.window == 256 and cli.trainer.max_steps == 5
@@ -174,8 +202,13 @@ def test_a_copy_of_a_recipe_finds_the_shipped_fragments_unless_it_has_its_own(tm
     copy = _write(tmp_path, "copy.yaml", (CONFIGS / "genome_8k_cpu.yaml").read_text())
     assert compose_config(copy) == compose_config(CONFIGS / "genome_8k_cpu.yaml")
     _write(tmp_path, "base/trainer_cpu.yaml", "trainer: {accelerator: cpu, max_steps: 7}\n")
-    assert compose_config(copy)["trainer"] == {"accelerator": "cpu", "max_steps": 2000, "val_check_interval": 250,
-                                               "log_every_n_steps": 10, "default_root_dir": "runs/genome_8k_cpu"}
+    assert compose_config(copy)["trainer"] == {
+        "accelerator": "cpu",
+        "max_steps": 2000,
+        "val_check_interval": 250,
+        "log_every_n_steps": 10,
+        "default_root_dir": "runs/genome_8k_cpu",
+    }
 
 
 def test_a_missing_fragment_is_named_with_what_to_do(tmp_path, capsys):
@@ -202,8 +235,12 @@ def test_include_takes_paths_only(tmp_path):
         compose_config(recipe)
 
 
-MILLION = {"genome_dna_256k_gpu.yaml": 262144, "genome_dna_1m_gpu.yaml": 1048576,
-           "genome_dna_chromosome_gpu.yaml": 5242880, "genome_dna_256k_dense_gpu.yaml": 262144}
+MILLION = {
+    "genome_dna_256k_gpu.yaml": 262144,
+    "genome_dna_1m_gpu.yaml": 1048576,
+    "genome_dna_chromosome_gpu.yaml": 5242880,
+    "genome_dna_256k_dense_gpu.yaml": 262144,
+}
 
 
 @pytest.mark.parametrize(("name", "context"), MILLION.items())
@@ -218,7 +255,9 @@ def test_one_gpu_long_context_recipes_keep_memory_linear(name, context, tmp_path
     assert (config.d_model, config.n_layers, config.n_heads) == (256, 8, 4)
     assert config.max_seq_len == cli.datamodule.window == context and cli.datamodule.batch_size == 1
     assert runtime.activation_checkpointing and runtime.sequence_chunk == 16384 and runtime.compile
-    layout = [_spec_from_dict(spec) for spec in yaml.safe_load((CONFIGS / "layouts" / "window_global.yaml").read_text())]
+    layout = [
+        _spec_from_dict(spec) for spec in yaml.safe_load((CONFIGS / "layouts" / "window_global.yaml").read_text())
+    ]
     assert config.attention == ([None] if "dense" in name else layout)
     assert f"--model.init_args.transformer.max_seq_len {context}" in (CONFIGS / name).read_text()
     if name == "genome_dna_chromosome_gpu.yaml":

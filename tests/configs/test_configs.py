@@ -11,15 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from genoformer.training_cli import training_cli
-from genoformer.core.checkpoints import resolve_checkpoint
 from genoformer.data.genome.datamodule import GenomeDataModule
 from genoformer.data.genome.labelled import LabelledDataModule
 from genoformer.data.timeseries.datamodule import TimeSeriesDataModule
+
+from genoformer.core.checkpoints import resolve_checkpoint
 from genoformer.genome.finetune import FineTuner
 from genoformer.genome.lm import GenoformerLM
 from genoformer.timeseries.module import TimeSeriesForecaster
+from genoformer.training_cli import training_cli
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
 FETCHED = "../shared-extra/"
@@ -44,9 +44,14 @@ def test_config_instantiates(config, tmp_path):
     data = [] if _is_finetune(config) else ["--data.init_args.store", str(tmp_path / "store.zarr")]
     cli = training_cli(
         [
-            "--config", str(config),
-            "--trainer.accelerator", "cpu", "--trainer.precision", "32-true",
-            "--trainer.default_root_dir", str(tmp_path),
+            "--config",
+            str(config),
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.precision",
+            "32-true",
+            "--trainer.default_root_dir",
+            str(tmp_path),
             *data,
         ],
         run=False,
@@ -67,9 +72,13 @@ def test_config_instantiates(config, tmp_path):
         assert isinstance(cli.datamodule, LabelledDataModule)
         fetched = [path for path in cli.datamodule.train_files if str(path).startswith(FETCHED)]
         if fetched:  # real annotated genomes, fetched by the script its header names
-            assert "fetch-more.sh" in config.read_text(), f"{config.name} names {fetched} without saying how to fetch it"
-        for path in [resolve_checkpoint(cli.model.hparams["pretrained"]),
-                     *(p for p in cli.datamodule.train_files if p not in fetched)]:
+            assert "fetch-more.sh" in config.read_text(), (
+                f"{config.name} names {fetched} without saying how to fetch it"
+            )
+        for path in [
+            resolve_checkpoint(cli.model.hparams["pretrained"]),
+            *(p for p in cli.datamodule.train_files if p not in fetched),
+        ]:
             assert Path(path).is_file(), f"{config.name} names a file that is not shipped: {path}"
         if not fetched:
             cli.datamodule.setup("fit")  # the shipped labels read, with their classes
@@ -95,9 +104,12 @@ def test_config_instantiates(config, tmp_path):
 def test_command_line_override_propagates_through_interpolation(tmp_path):
     cli = training_cli(
         [
-            "--config", str(CONFIGS[0].parent / "quickstart.yaml"),
-            "--model.transformer.max_seq_len", "1024",
-            "--trainer.default_root_dir", str(tmp_path),
+            "--config",
+            str(CONFIGS[0].parent / "quickstart.yaml"),
+            "--model.transformer.max_seq_len",
+            "1024",
+            "--trainer.default_root_dir",
+            str(tmp_path),
         ],
         run=False,
     )

@@ -92,7 +92,12 @@ def parser(quickstart_cli):
 
 def test_the_docs_show_config_snippets():
     docs = {snippet.doc for snippet in SNIPPETS}
-    assert {"docs/multi_gpu.md", "docs/flash_attn.md", "docs/attention.md", "docs/design/training.md"} <= docs  # guides, and design notes
+    assert {
+        "docs/multi_gpu.md",
+        "docs/flash_attn.md",
+        "docs/attention.md",
+        "docs/design/training.md",
+    } <= docs  # guides, and design notes
     assert any(snippet.block for snippet in SNIPPETS)
     assert any("--model.runtime.attention_backend" in snippet.options for snippet in SNIPPETS)
     assert set(STALE) <= {(snippet.doc, " ".join(snippet.options)) for snippet in SNIPPETS}
@@ -152,7 +157,7 @@ def _shell_blocks(text: str) -> tuple[list[tuple[int, str]], str]:
     for number, line in enumerate(prose, 1):  # an indented block starts after a blank line
         if line.startswith("    ") and line.strip() and not previous.strip():
             indented = []
-            for following in prose[number - 1:]:
+            for following in prose[number - 1 :]:
                 if following.strip() and not following.startswith("    "):
                     break
                 indented.append(following[4:])
@@ -189,7 +194,7 @@ def commands() -> list[Command]:
                 for index, word in enumerate(words):
                     if word == "genoformer" or word.endswith("which genoformer)"):
                         rest = []
-                        for following in words[index + 1:]:
+                        for following in words[index + 1 :]:
                             if following in SHELL_OPERATORS:
                                 break
                             rest.append(following)
@@ -230,8 +235,14 @@ def test_the_docs_show_commands():
     assert {"docs/training.md", "docs/multi_gpu.md", "README.md"} <= {command.doc for command in COMMANDS}
 
 
-@pytest.mark.parametrize("command", [pytest.param(command, id=f"{command.doc}:{command.line}") for command in COMMANDS
-                                     if not any(PLACEHOLDERS.search(word) for word in command.words)])
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(command, id=f"{command.doc}:{command.line}")
+        for command in COMMANDS
+        if not any(PLACEHOLDERS.search(word) for word in command.words)
+    ],
+)
 def test_command_parses(command, training_parser, monkeypatch):
     """Each command names a genoformer command and only its options, with values of their types
     (relative paths are read from the repository root, as the guides' commands run from a clone)."""

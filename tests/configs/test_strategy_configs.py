@@ -15,8 +15,8 @@ from jsonargparse import ArgumentParser
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, Strategy
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-from genoformer.training_cli import training_cli
 from genoformer.core.transformer import Block
+from genoformer.training_cli import training_cli
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 STRATEGIES = sorted((CONFIGS / "strategies").glob("*.yaml"))
@@ -36,9 +36,20 @@ def _strategy(path: Path) -> Strategy:
 def test_ddp_file_makes_a_ddp_trainer(tmp_path):
     cli = training_cli(
         [
-            "--config", str(CONFIGS / "genome_8k_gpu.yaml"), "--config", str(CONFIGS / "strategies" / "ddp.yaml"),
-            "--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.precision", "32-true",
-            "--trainer.default_root_dir", str(tmp_path), "--data.init_args.store", str(tmp_path / "store.zarr"),
+            "--config",
+            str(CONFIGS / "genome_8k_gpu.yaml"),
+            "--config",
+            str(CONFIGS / "strategies" / "ddp.yaml"),
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.devices",
+            "1",
+            "--trainer.precision",
+            "32-true",
+            "--trainer.default_root_dir",
+            str(tmp_path),
+            "--data.init_args.store",
+            str(tmp_path / "store.zarr"),
         ],
         run=False,
     )

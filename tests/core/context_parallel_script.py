@@ -24,15 +24,15 @@ import lightning as L
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from genoformer.data.genome.alphabet import VOCAB_SIZE
+from genoformer.data.genome.datamodule import GenomeDataModule
+from genoformer.data.splits import SplitSpec
+from genoformer.kernels.layout import SlidingWindow
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from genoformer.core.context_parallel import ContextParallelStrategy, SequenceShard, sequence_sharding, sharded
 from genoformer.core.transformer import TransformerConfig
-from genoformer.data.genome.alphabet import VOCAB_SIZE
-from genoformer.data.genome.datamodule import GenomeDataModule
-from genoformer.data.splits import SplitSpec
 from genoformer.genome.lm import GenoformerLM, Objective
-from genoformer.kernels.layout import SlidingWindow
 
 SEQ_LEN = 192  # 2 and 3 processes cut it into zigzag chunks of whole 16-token blocks
 SLIDING = SlidingWindow(window=32, block_size=16)
@@ -61,8 +61,9 @@ def _one_thread(rank: int, worker, *args) -> None:
 
 def _tiny_lm(objective: Objective, attention: list, seed: int = 0) -> GenoformerLM:
     torch.manual_seed(seed)
-    config = TransformerConfig(vocab_size=VOCAB_SIZE, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
-                               max_seq_len=512, attention=attention)
+    config = TransformerConfig(
+        vocab_size=VOCAB_SIZE, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=512, attention=attention
+    )
     return GenoformerLM(config, objective=objective, warmup_steps=1, learning_rate=1e-3)
 
 
@@ -102,13 +103,16 @@ def _numerics_worker(rank: int, world: int, port: int, out: Path) -> None:
 
 def _trunk_outputs(module: GenoformerLM, tokens_BL: torch.Tensor, shard: SequenceShard) -> dict:
     """A bidirectional trunk's logits and a weighted sum's gradients: whole vs. part."""
-    weights_BLV = torch.randn(*tokens_BL.shape, VOCAB_SIZE, generator=torch.Generator().manual_seed(7),
-                              dtype=torch.float64)
+    weights_BLV = torch.randn(
+        *tokens_BL.shape, VOCAB_SIZE, generator=torch.Generator().manual_seed(7), dtype=torch.float64
+    )
     module.zero_grad()
     logits_BLV = module.model(tokens_BL)
     (logits_BLV * weights_BLV).sum().backward()
-    whole = {"logits": shard.shard(logits_BLV.detach()),
-             "grads": {n: p.grad.clone() for n, p in module.named_parameters()}}
+    whole = {
+        "logits": shard.shard(logits_BLV.detach()),
+        "grads": {n: p.grad.clone() for n, p in module.named_parameters()},
+    }
     module.zero_grad()
     with sharded(module.model, shard):
         part_logits_BLV = module.model(shard.shard(tokens_BL))
@@ -143,29 +147,52 @@ class Record(L.Callback):
 def _fit(root: Path, store: Path, *, devices: int, batch_size: int, max_steps: int, strategy, ckpt_path=None) -> dict:
     L.seed_everything(0, verbose=False)
     module = _tiny_lm(Objective.CAUSAL_LM, [SlidingWindow(window=32, block_size=16), None])
-    data = GenomeDataModule(str(store), window=FIT_WINDOW, batch_size=batch_size, num_workers=0,
-                            samples_per_epoch=16, seed=3, split=SplitSpec(val_fraction=0.05))
+    data = GenomeDataModule(
+        str(store),
+        window=FIT_WINDOW,
+        batch_size=batch_size,
+        num_workers=0,
+        samples_per_epoch=16,
+        seed=3,
+        split=SplitSpec(val_fraction=0.05),
+    )
     record = Record()
     trainer = L.Trainer(
-        max_steps=max_steps, accelerator="cpu", devices=devices, strategy=strategy, logger=False,
-        enable_progress_bar=False, enable_model_summary=False, default_root_dir=root, num_sanity_val_steps=0,
-        val_check_interval=1, check_val_every_n_epoch=None, limit_val_batches=1,
+        max_steps=max_steps,
+        accelerator="cpu",
+        devices=devices,
+        strategy=strategy,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=root,
+        num_sanity_val_steps=0,
+        val_check_interval=1,
+        check_val_every_n_epoch=None,
+        limit_val_batches=1,
         callbacks=[ModelCheckpoint(dirpath=root / "checkpoints", every_n_train_steps=1, save_top_k=-1), record],
     )
     trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
-    return {"grads": record.grads, "batches": record.batches, "val_loss": record.val_loss,
-            "state": {k: v.clone() for k, v in module.state_dict().items()}, "global_step": trainer.global_step}
+    return {
+        "grads": record.grads,
+        "batches": record.batches,
+        "val_loss": record.val_loss,
+        "state": {k: v.clone() for k, v in module.state_dict().items()},
+        "global_step": trainer.global_step,
+    }
 
 
 def _fit_worker(rank: int, world: int, port: int, out: Path, store: Path, name: str, max_steps: int, ckpt) -> None:
     # what torchrun sets: Lightning then runs this process as one rank instead of starting others
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_RANK=str(rank), NODE_RANK="0",
-                      WORLD_SIZE=str(world))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_RANK=str(rank), NODE_RANK="0", WORLD_SIZE=str(world)
+    )
     # find_unused_parameters keeps DDP's first bucket layout (it lays the buckets out anew after a
     # run's first step otherwise, which changes the order in which 4 processes' gradients are summed)
     strategy = ContextParallelStrategy(context_parallel=FIT_PARTS, find_unused_parameters=True)
-    result = _fit(out / name, store, devices=world, batch_size=1, max_steps=max_steps, strategy=strategy,
-                  ckpt_path=ckpt)
+    result = _fit(
+        out / name, store, devices=world, batch_size=1, max_steps=max_steps, strategy=strategy, ckpt_path=ckpt
+    )
     result["replica"] = strategy.sample_replica()
     torch.save(result, out / f"{name}_rank{rank}.pt")
 

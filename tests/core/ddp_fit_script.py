@@ -20,14 +20,38 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def main(out: Path) -> None:
     cli = training_cli(
         [
-            "--config", str(REPO_ROOT / "configs" / "quickstart.yaml"),
-            "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
-            "--trainer.max_steps", "3", "--trainer.limit_val_batches", "0", "--trainer.logger", "false",
-            "--trainer.enable_checkpointing", "false", "--trainer.callbacks", "[]",
-            "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(out),
-            "--model.transformer.d_model", "32", "--model.transformer.max_seq_len", "512",
-            "--data.init_args.store", str(out / "ecoli.zarr"), "--data.init_args.batch_size", "2",
-            "--data.init_args.num_workers", "0",
+            "--config",
+            str(REPO_ROOT / "configs" / "quickstart.yaml"),
+            "--trainer.strategy",
+            "ddp",
+            "--trainer.devices",
+            "2",
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.max_steps",
+            "3",
+            "--trainer.limit_val_batches",
+            "0",
+            "--trainer.logger",
+            "false",
+            "--trainer.enable_checkpointing",
+            "false",
+            "--trainer.callbacks",
+            "[]",
+            "--trainer.enable_progress_bar",
+            "false",
+            "--trainer.default_root_dir",
+            str(out),
+            "--model.transformer.d_model",
+            "32",
+            "--model.transformer.max_seq_len",
+            "512",
+            "--data.init_args.store",
+            str(out / "ecoli.zarr"),
+            "--data.init_args.batch_size",
+            "2",
+            "--data.init_args.num_workers",
+            "0",
         ],
         run=False,
     )
@@ -35,8 +59,12 @@ def main(out: Path) -> None:
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     rank = cli.trainer.global_rank
     torch.save(
-        {"initial": initial, "final": cli.model.state_dict(), "world_size": cli.trainer.world_size,
-         "global_step": cli.trainer.global_step},
+        {
+            "initial": initial,
+            "final": cli.model.state_dict(),
+            "world_size": cli.trainer.world_size,
+            "global_step": cli.trainer.global_step,
+        },
         out / f"rank{rank}.pt",
     )
 

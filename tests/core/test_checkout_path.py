@@ -32,10 +32,14 @@ def run_in_checkout(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.skipif(installed_kernels() is None, reason="needs Hugging Face's kernels package installed (transformers 5.25+ requires it)")
+@pytest.mark.skipif(
+    installed_kernels() is None,
+    reason="needs Hugging Face's kernels package installed (transformers 5.25+ requires it)",
+)
 def test_import_kernels_in_the_root_gives_the_installed_package():
-    done = run_in_checkout("import sys, kernels; from kernels import get_kernel; "
-                           "print(kernels.__file__, 'genoformer' in sys.modules)")
+    done = run_in_checkout(
+        "import sys, kernels; from kernels import get_kernel; print(kernels.__file__, 'genoformer' in sys.modules)"
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     origin, genoformer_imported = done.stdout.split()
     assert Path(origin).resolve() == installed_kernels(), origin
@@ -44,8 +48,9 @@ def test_import_kernels_in_the_root_gives_the_installed_package():
 
 @pytest.mark.parametrize("name", ["kernels", "data"])
 def test_a_folder_without_an_installed_package_says_what_to_import(name):
-    done = run_in_checkout(WITHOUT_SITE_PACKAGES + f"import {name}; print(getattr({name}, '__file__', None)); "
-                           f"from {name} import anything")
+    done = run_in_checkout(
+        WITHOUT_SITE_PACKAGES + f"import {name}; print(getattr({name}, '__file__', None)); from {name} import anything"
+    )
     assert done.returncode == 1 and done.stdout.strip() == "None", done.stdout + done.stderr[-2000:]
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(f"ModuleNotFoundError: No module named '{name}': import genoformer.{name} "), last
@@ -58,15 +63,19 @@ def test_transformers_sees_no_package_where_only_the_folder_is():
     read as not installed, not break `import transformers` (data/ stands for kernels/ here, since
     Hugging Face's kernels may be installed)."""
     pytest.importorskip("transformers")
-    done = run_in_checkout("from transformers.utils import import_utils; "
-                           "print(import_utils._is_package_available('data', return_version=True))")
+    done = run_in_checkout(
+        "from transformers.utils import import_utils; "
+        "print(import_utils._is_package_available('data', return_version=True))"
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "(False, 'N/A')", done.stdout
 
 
 def test_the_folders_still_import_under_genoformer_from_the_root():
-    done = run_in_checkout("import genoformer.kernels.backend, genoformer.data.splits, sys; "
-                           "print(sys.modules['genoformer.kernels'].__file__, 'kernels' in sys.modules)")
+    done = run_in_checkout(
+        "import genoformer.kernels.backend, genoformer.data.splits, sys; "
+        "print(sys.modules['genoformer.kernels'].__file__, 'kernels' in sys.modules)"
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     origin, top_level = done.stdout.split()
     assert Path(origin) == REPO_ROOT / "kernels" / "__init__.py" and top_level == "False"

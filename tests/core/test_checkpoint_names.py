@@ -99,8 +99,10 @@ def test_a_pretrained_name_offline_says_where_to_put_the_file(tmp_path, monkeypa
     with pytest.raises(FileNotFoundError) as error:
         resolve_checkpoint("genoformer-gene-annotator")
     message = str(error.value)
-    assert f"Put the file genoformer_gene_annotator.ckpt (examples/ of the genoformer repository) at {tmp_path}/models/" \
-           "genoformer_gene_annotator.ckpt, or set GENOFORMER_HOME" in message
+    assert (
+        f"Put the file genoformer_gene_annotator.ckpt (examples/ of the genoformer repository) at {tmp_path}/models/"
+        "genoformer_gene_annotator.ckpt, or set GENOFORMER_HOME" in message
+    )
     assert "Hugging Face Hub gave no model genoformer/genoformer-gene-annotator" in message
 
 

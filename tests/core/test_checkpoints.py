@@ -11,18 +11,18 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from genoformer.data.genome.alphabet import TOKEN_CODES
+from genoformer.data.loaders import ResumableDataLoader
+from genoformer.data.sampling import ShardSampler
+from genoformer.kernels.dispatch import Backend
 from lightning.pytorch.callbacks import ModelCheckpoint
 from model_helpers import WINDOW, random_tokens, split_runtime, tiny_config, token_loader
 
 from genoformer.core.runtime import RuntimeSettings
 from genoformer.core.transformer import TransformerConfig
-from genoformer.training_cli import training_cli
-from genoformer.data.genome.alphabet import TOKEN_CODES
-from genoformer.data.loaders import ResumableDataLoader
-from genoformer.data.sampling import ShardSampler
 from genoformer.genome.embeddings import Embedder
-from genoformer.kernels.dispatch import Backend
 from genoformer.genome.lm import GenoformerLM, Objective
+from genoformer.training_cli import training_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,9 +31,17 @@ def _train(root: Path, precision: str = "32-true", **config) -> Path:
     L.seed_everything(0, verbose=False)
     architecture, runtime = split_runtime(config)
     module = GenoformerLM(tiny_config(**architecture), objective=Objective.MASKED_LM, warmup_steps=1, runtime=runtime)
-    trainer = L.Trainer(max_steps=2, accelerator="cpu", precision=precision, logger=False, default_root_dir=root,
-                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
-                        callbacks=[ModelCheckpoint(dirpath=root, save_last=True, save_top_k=0)])
+    trainer = L.Trainer(
+        max_steps=2,
+        accelerator="cpu",
+        precision=precision,
+        logger=False,
+        default_root_dir=root,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        callbacks=[ModelCheckpoint(dirpath=root, save_last=True, save_top_k=0)],
+    )
     trainer.fit(module, token_loader(8, WINDOW, 4, seed=1))
     path = root / "trained.ckpt"
     trainer.save_checkpoint(path)
@@ -69,7 +77,9 @@ def test_checkpoint_rebuilds_its_model_alone(runtime_heavy_checkpoint):
 def test_another_backend_and_no_activation_checkpointing_give_the_same_model(runtime_heavy_checkpoint, backend):
     original = GenoformerLM.load_from_checkpoint(runtime_heavy_checkpoint, map_location="cpu")
     original.model.apply_runtime(RuntimeSettings(attention_backend=Backend.TORCH))
-    changed = GenoformerLM(tiny_config(), objective=Objective.MASKED_LM, runtime=RuntimeSettings(attention_backend=backend))
+    changed = GenoformerLM(
+        tiny_config(), objective=Objective.MASKED_LM, runtime=RuntimeSettings(attention_backend=backend)
+    )
     checkpoint = torch.load(runtime_heavy_checkpoint, map_location="cpu", weights_only=True)
     changed.on_load_checkpoint(checkpoint)
     changed.load_state_dict(checkpoint["state_dict"])
@@ -136,7 +146,9 @@ def test_command_line_runtime_settings_win_over_the_checkpoint(tmp_path):
     how to run (backend, activation checkpointing) still come from the command line."""
     L.seed_everything(0, verbose=False)
     config = tiny_config(d_model=128, n_layers=2, n_heads=4, max_seq_len=512)
-    module = GenoformerLM(config, runtime=RuntimeSettings(activation_checkpointing=True, attention_backend=Backend.TORCH))
+    module = GenoformerLM(
+        config, runtime=RuntimeSettings(activation_checkpointing=True, attention_backend=Backend.TORCH)
+    )
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, max_steps=0)
     trainer.strategy.connect(module)
     path = tmp_path / "run.ckpt"
@@ -153,12 +165,25 @@ def _validate_cli(path: Path, root: Path):
     from genoformer.training_cli import GenoformerCLI
 
     with mock.patch.object(GenoformerCLI, "_run_subcommand"):
-        return training_cli([
-            "validate", "--config", str(REPO_ROOT / "configs" / "quickstart.yaml"), "--ckpt_path", str(path),
-            "--trainer.default_root_dir", str(root), "--data.init_args.store", str(root / "s.zarr"),
-            "--model.transformer.max_seq_len", "512",
-            "--model.runtime.attention_backend", "SDPA", "--model.runtime.activation_checkpointing", "false",
-        ])
+        return training_cli(
+            [
+                "validate",
+                "--config",
+                str(REPO_ROOT / "configs" / "quickstart.yaml"),
+                "--ckpt_path",
+                str(path),
+                "--trainer.default_root_dir",
+                str(root),
+                "--data.init_args.store",
+                str(root / "s.zarr"),
+                "--model.transformer.max_seq_len",
+                "512",
+                "--model.runtime.attention_backend",
+                "SDPA",
+                "--model.runtime.activation_checkpointing",
+                "false",
+            ]
+        )
 
 
 class _Indices(torch.utils.data.Dataset):
@@ -176,14 +201,22 @@ def test_training_position_carries_over_another_number_of_ranks(saved_world_size
     """Samples consumed before the checkpoint are skipped once, whatever the number of ranks now."""
     dataset = _Indices()
     consumed_batches = 3
-    saved = ResumableDataLoader(dataset, batch_size=2, sampler=ShardSampler(24, rank=0, world_size=saved_world_size),
-                                position=lambda: (1, consumed_batches))
+    saved = ResumableDataLoader(
+        dataset,
+        batch_size=2,
+        sampler=ShardSampler(24, rank=0, world_size=saved_world_size),
+        position=lambda: (1, consumed_batches),
+    )
     state = saved.state_dict()
     assert state == {"epoch": 1, "samples_consumed": consumed_batches * 2 * saved_world_size}
     rest = []
     for rank in range(loaded_world_size):
-        loader = ResumableDataLoader(dataset, batch_size=2, sampler=ShardSampler(24, rank=rank, world_size=loaded_world_size),
-                                     position=lambda: (0, 0))
+        loader = ResumableDataLoader(
+            dataset,
+            batch_size=2,
+            sampler=ShardSampler(24, rank=rank, world_size=loaded_world_size),
+            position=lambda: (0, 0),
+        )
         loader.load_state_dict(state)
         rest += [int(i) for batch in loader for i in batch]
     assert sorted(rest)[: 24 - state["samples_consumed"]] == list(range(state["samples_consumed"], 24))
@@ -197,7 +230,8 @@ def _forecaster_checkpoint(root: Path, runtime: RuntimeSettings) -> Path:
 
     module = TimeSeriesForecaster(
         TransformerConfig(d_model=32, n_layers=1, n_heads=2, max_seq_len=64),
-        ForecastConfig(patch_len=8, context=64, horizon=16), runtime=runtime,
+        ForecastConfig(patch_len=8, context=64, horizon=16),
+        runtime=runtime,
     )
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, max_steps=0)
     trainer.strategy.connect(module)
@@ -217,9 +251,13 @@ def test_checkpoints_say_what_they_hold(tmp_path, causal_checkpoint, capsys):
     saved = read_checkpoint(forecaster)
     assert saved["genoformer"] == {"kind": "forecaster", "format_version": FORMAT_VERSION}
     assert checkpoint_kind(read_checkpoint(causal_checkpoint)) is ModelKind.GENOME_LM
-    with pytest.raises(ValueError, match="holds a time-series forecaster, not a DNA language model; it is read by genoformer forecast"):
+    with pytest.raises(
+        ValueError, match="holds a time-series forecaster, not a DNA language model; it is read by genoformer forecast"
+    ):
         Embedder.from_checkpoint(forecaster, device="cpu")
-    with pytest.raises(ValueError, match="holds a DNA language model, not a time-series forecaster; it is read by genoformer embed"):
+    with pytest.raises(
+        ValueError, match="holds a DNA language model, not a time-series forecaster; it is read by genoformer embed"
+    ):
         Forecaster.from_checkpoint(causal_checkpoint, device="cpu")
     with pytest.raises(SystemExit):
         main(["embed", "--checkpoint", str(forecaster), "--inputs", "ACGT", "--out", str(tmp_path / "e.npz")])
@@ -255,15 +293,27 @@ def test_time_series_validate_runs_with_the_command_line_backend(tmp_path):
 
     from genoformer.training_cli import GenoformerCLI
 
-    path = _forecaster_checkpoint(tmp_path, RuntimeSettings(attention_backend=Backend.TORCH, activation_checkpointing=True))
+    path = _forecaster_checkpoint(
+        tmp_path, RuntimeSettings(attention_backend=Backend.TORCH, activation_checkpointing=True)
+    )
     hparams = torch.load(path, weights_only=True)["hyper_parameters"]
     assert "runtime" not in hparams and "attention_backend" not in hparams["transformer"]
     with mock.patch.object(GenoformerCLI, "_run_subcommand"):
-        cli = training_cli([
-            "validate", "--config", str(REPO_ROOT / "configs" / "timeseries_tiny_cpu.yaml"), "--ckpt_path", str(path),
-            "--trainer.default_root_dir", str(tmp_path), "--data.init_args.store", str(tmp_path / "s.zarr"),
-            "--model.init_args.runtime.attention_backend", "SDPA",
-        ])
+        cli = training_cli(
+            [
+                "validate",
+                "--config",
+                str(REPO_ROOT / "configs" / "timeseries_tiny_cpu.yaml"),
+                "--ckpt_path",
+                str(path),
+                "--trainer.default_root_dir",
+                str(tmp_path),
+                "--data.init_args.store",
+                str(tmp_path / "s.zarr"),
+                "--model.init_args.runtime.attention_backend",
+                "SDPA",
+            ]
+        )
     assert cli.model.model.runtime.attention_backend is Backend.SDPA
     assert not cli.model.model.runtime.activation_checkpointing
     assert cli.model.forecast_config.horizon == 16  # the architecture came from the checkpoint

@@ -14,15 +14,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from genoformer.kernels.dispatch import Backend
+from genoformer.kernels.layout import SlidingWindow
 from model_helpers import random_tokens, tiny_config
 from torch._dynamo.utils import counters
 
 import genoformer.core.training as training_module
 from genoformer.core.runtime import RuntimeSettings
-from genoformer.training_cli import training_cli
-from genoformer.kernels.dispatch import Backend
-from genoformer.kernels.layout import SlidingWindow
-from genoformer.genome.lm import IGNORE, GenoformerLM, cross_entropy_sum
 from genoformer.core.transformer import (
     RotaryEmbedding,
     Transformer,
@@ -32,6 +30,8 @@ from genoformer.core.transformer import (
     rotary_qk,
     swiglu,
 )
+from genoformer.genome.lm import IGNORE, GenoformerLM, cross_entropy_sum
+from genoformer.training_cli import training_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,16 +51,44 @@ def test_compile_switch_builds_and_runs_a_step(tmp_path, monkeypatch, dynamo_cou
     monkeypatch.setattr(training_module, "compile_blocks", functools.partial(compile_blocks, backend="aot_eager"))
     cli = training_cli(
         [
-            "--config", str(REPO_ROOT / "configs" / "genome_8k_gpu.yaml"),
-            "--trainer.accelerator", "cpu", "--trainer.precision", "32-true",
-            "--trainer.default_root_dir", str(tmp_path), "--trainer.max_steps", "2",
-            "--trainer.limit_val_batches", "0", "--trainer.enable_progress_bar", "false",
-            "--trainer.logger", "false", "--trainer.enable_checkpointing", "false", "--trainer.callbacks", "[]",
-            "--model.transformer.d_model", "32", "--model.transformer.n_layers", "4",
-            "--model.transformer.n_heads", "2", "--model.transformer.n_kv_heads", "1",
-            "--model.transformer.max_seq_len", "256", "--config", '{"model": {"transformer": {"attention": [null]}}}',
-            "--data.init_args.store", str(tmp_path / "ecoli.zarr"), "--data.init_args.batch_size", "2",
-            "--data.init_args.num_workers", "0",
+            "--config",
+            str(REPO_ROOT / "configs" / "genome_8k_gpu.yaml"),
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.precision",
+            "32-true",
+            "--trainer.default_root_dir",
+            str(tmp_path),
+            "--trainer.max_steps",
+            "2",
+            "--trainer.limit_val_batches",
+            "0",
+            "--trainer.enable_progress_bar",
+            "false",
+            "--trainer.logger",
+            "false",
+            "--trainer.enable_checkpointing",
+            "false",
+            "--trainer.callbacks",
+            "[]",
+            "--model.transformer.d_model",
+            "32",
+            "--model.transformer.n_layers",
+            "4",
+            "--model.transformer.n_heads",
+            "2",
+            "--model.transformer.n_kv_heads",
+            "1",
+            "--model.transformer.max_seq_len",
+            "256",
+            "--config",
+            '{"model": {"transformer": {"attention": [null]}}}',
+            "--data.init_args.store",
+            str(tmp_path / "ecoli.zarr"),
+            "--data.init_args.batch_size",
+            "2",
+            "--data.init_args.num_workers",
+            "0",
         ],
         run=False,
     )
@@ -82,7 +110,9 @@ def test_compiled_blocks_run_the_triton_kernels_in_one_graph(dynamo_counters):
     """Sliding-window and dense layers on our kernels (interpreted on a CPU): no graph break,
     and the same logits and gradients as the eager model."""
     config = tiny_config(
-        n_layers=4, n_heads=2, max_seq_len=64,
+        n_layers=4,
+        n_heads=2,
+        max_seq_len=64,
         attention=[SlidingWindow(window=32, block_size=16), SlidingWindow(window=32, block_size=16), None],
     )
     torch.manual_seed(0)
@@ -164,9 +194,21 @@ def test_every_gpu_config_compiles(tmp_path):
     assert len(gpu_configs) >= 5
     not_compiled = []
     for path in gpu_configs:
-        cli = training_cli(["--config", str(path), "--trainer.accelerator", "cpu", "--trainer.precision", "32-true",
-                            "--trainer.default_root_dir", str(tmp_path), "--data.init_args.store",
-                            str(tmp_path / "store.zarr")], run=False)
+        cli = training_cli(
+            [
+                "--config",
+                str(path),
+                "--trainer.accelerator",
+                "cpu",
+                "--trainer.precision",
+                "32-true",
+                "--trainer.default_root_dir",
+                str(tmp_path),
+                "--data.init_args.store",
+                str(tmp_path / "store.zarr"),
+            ],
+            run=False,
+        )
         if isinstance(cli.model, GenoformerLM) and not cli.model.runtime.compile:
             not_compiled.append(path.name)
     assert not_compiled == []

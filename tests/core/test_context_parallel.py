@@ -21,9 +21,6 @@ import numpy as np
 import pytest
 import torch
 from data_helpers import random_bases, write_fasta
-
-from genoformer.core.context_parallel import ContextParallelStrategy, SequenceShard, sequence_sharding
-from genoformer.core.transformer import Transformer, TransformerConfig
 from genoformer.data.genome.alphabet import PAD, VOCAB_SIZE
 from genoformer.data.genome.datamodule import GenomeDataModule
 from genoformer.data.genome.datasets import RandomWindowDataset, TiledWindowDataset
@@ -31,6 +28,9 @@ from genoformer.data.genome.store import GenomeStore, prepare_genome_store
 from genoformer.data.splits import Interval, SplitSpec
 from genoformer.kernels.layout import SlidingWindow
 from genoformer.kernels.ring import Sharding
+
+from genoformer.core.context_parallel import ContextParallelStrategy, SequenceShard, sequence_sharding
+from genoformer.core.transformer import Transformer, TransformerConfig
 
 SCRIPT = Path(__file__).with_name("context_parallel_script.py")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -47,12 +47,17 @@ def _relative(got: torch.Tensor, expected: torch.Tensor) -> float:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("context_parallel")
-    store = prepare_genome_store([REPO_ROOT / "examples" / "lambda_phage.fasta.gz"], out / "lambda.zarr",
-                                 progress=False)
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "RANK", "MASTER_PORT")}
-    done = subprocess.run([sys.executable, str(SCRIPT), str(out), str(store)], env=env, capture_output=True,
-                          text=True, timeout=600)
+    store = prepare_genome_store(
+        [REPO_ROOT / "examples" / "lambda_phage.fasta.gz"], out / "lambda.zarr", progress=False
+    )
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "RANK", "MASTER_PORT")
+    }
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(out), str(store)], env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     return out
 
@@ -135,24 +140,30 @@ def store(tmp_path_factory) -> GenomeStore:
 def test_random_window_parts_are_the_sharding_s_positions(store, zigzag, max_n_fraction):
     sharding = Sharding(256, 2, zigzag=zigzag, granule=16)
     whole = RandomWindowDataset(store, 256, 20, reverse_complement=True, max_n_fraction=max_n_fraction)
-    parts = [RandomWindowDataset(store, 256, 20, reverse_complement=True, max_n_fraction=max_n_fraction,
-                                 part=sharding.chunks(rank)) for rank in range(2)]
+    parts = [
+        RandomWindowDataset(
+            store, 256, 20, reverse_complement=True, max_n_fraction=max_n_fraction, part=sharding.chunks(rank)
+        )
+        for rank in range(2)
+    ]
     reversed_windows = 0
     for index in range(20):
         sample = whole[index]
         reversed_windows += sample["reverse"]
         for rank, dataset in enumerate(parts):
             part = dataset[index]
-            assert (part["contig"], part["start"], part["reverse"]) == (sample["contig"], sample["start"],
-                                                                        sample["reverse"])
+            assert (part["contig"], part["start"], part["reverse"]) == (
+                sample["contig"],
+                sample["start"],
+                sample["reverse"],
+            )
             assert torch.equal(part["tokens"], sharding.shard(sample["tokens"], rank, dim=0))
     assert 0 < reversed_windows < 20  # both strands were read
 
 
 def test_without_an_n_check_a_process_reads_only_its_part(store, monkeypatch):
     sharding = Sharding(256, 4, zigzag=True)
-    dataset = RandomWindowDataset(store, 256, 8, reverse_complement=True, max_n_fraction=1.0,
-                                  part=sharding.chunks(1))
+    dataset = RandomWindowDataset(store, 256, 8, reverse_complement=True, max_n_fraction=1.0, part=sharding.chunks(1))
     read = []
     original = GenomeStore.read
 
@@ -190,8 +201,14 @@ class _TwoPartSplit:
 
 
 def test_data_module_reads_the_part_and_shards_by_replica_the_strategy_gives(store):
-    data = GenomeDataModule(str(store.path), window=128, batch_size=2, num_workers=0, samples_per_epoch=12,
-                            split=SplitSpec(val_fraction=0.2))
+    data = GenomeDataModule(
+        str(store.path),
+        window=128,
+        batch_size=2,
+        num_workers=0,
+        samples_per_epoch=12,
+        split=SplitSpec(val_fraction=0.2),
+    )
     data.trainer = SimpleNamespace(strategy=_TwoPartSplit())
     data.setup("fit")
     part = Sharding(128, 2, zigzag=True).chunks(1)

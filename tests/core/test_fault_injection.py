@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from genoformer.data import prepare_genome_store
 
 from genoformer.core.run_lock import LOCK_NAME
-from genoformer.data import prepare_genome_store
 
 pytestmark = pytest.mark.slow
 
@@ -39,11 +39,26 @@ def ecoli_store(tmp_path_factory) -> Path:
 
 def _command(run_dir: Path, store: Path, *extra: str) -> list[str]:
     return [
-        sys.executable, "cli.py", "fit", "--config", "configs/quickstart.yaml",
-        "--trainer.default_root_dir", str(run_dir), "--data.init_args.store", str(store),
-        "--model.transformer.max_seq_len", "512", "--data.init_args.samples_per_epoch", "7",
-        "--trainer.val_check_interval", "25", "--trainer.limit_val_batches", "2",
-        "--trainer.enable_progress_bar", "false", *extra,
+        sys.executable,
+        "cli.py",
+        "fit",
+        "--config",
+        "configs/quickstart.yaml",
+        "--trainer.default_root_dir",
+        str(run_dir),
+        "--data.init_args.store",
+        str(store),
+        "--model.transformer.max_seq_len",
+        "512",
+        "--data.init_args.samples_per_epoch",
+        "7",
+        "--trainer.val_check_interval",
+        "25",
+        "--trainer.limit_val_batches",
+        "2",
+        "--trainer.enable_progress_bar",
+        "false",
+        *extra,
     ]
 
 
@@ -52,16 +67,23 @@ def _env() -> dict[str, str]:
 
 
 def _fit(run_dir: Path, store: Path, *extra: str) -> subprocess.CompletedProcess:
-    result = subprocess.run(_command(run_dir, store, *extra), cwd=REPO_ROOT, env=_env(), capture_output=True,
-                            text=True, timeout=600)
+    result = subprocess.run(
+        _command(run_dir, store, *extra), cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
 
 def _start_and_wait_for_checkpoint(run_dir: Path, store: Path) -> subprocess.Popen:
     """Start a run and return once its first periodic last.ckpt exists (the process still runs)."""
-    process = subprocess.Popen(_command(run_dir, store), cwd=REPO_ROOT, env=_env(), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        _command(run_dir, store),
+        cwd=REPO_ROOT,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     last = run_dir / "checkpoints" / "last.ckpt"
     deadline = time.monotonic() + 300
     while not last.exists():
@@ -120,16 +142,28 @@ def test_sigterm_saves_at_the_current_step_then_resume_is_identical(tmp_path, ec
 def test_a_second_fit_on_a_running_run_directory_fails_at_once_naming_the_first(tmp_path, ecoli_store):
     """Two `genoformer fit` processes on one run directory would mix two runs; the second must fail
     before it trains, naming the first (its pid, host and start), and leave the first running."""
-    first = subprocess.Popen(_command(tmp_path, ecoli_store, "--trainer.max_steps", "100000"), cwd=REPO_ROOT,
-                             env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        _command(tmp_path, ecoli_store, "--trainer.max_steps", "100000"),
+        cwd=REPO_ROOT,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 300
     while not (tmp_path / LOCK_NAME).exists():  # the first run holds the directory from here on
         assert first.poll() is None, f"the first run ended early:\n{first.stderr.read()[-3000:]}"
         assert time.monotonic() < deadline, "the first run took no lock in 300 s"
         time.sleep(0.05)
     try:
-        second = subprocess.run(_command(tmp_path, ecoli_store, "--ckpt_path", "last"), cwd=REPO_ROOT, env=_env(),
-                                capture_output=True, text=True, timeout=300)
+        second = subprocess.run(
+            _command(tmp_path, ecoli_store, "--ckpt_path", "last"),
+            cwd=REPO_ROOT,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert first.poll() is None, "the first run must still be training"
     finally:
         first.send_signal(signal.SIGTERM)

@@ -18,9 +18,8 @@ from model_helpers import WINDOW, fit_tiny, random_tokens
 from safetensors.torch import load_file
 
 from genoformer.core.checkpoints import FORMAT_VERSION, ModelKind
-from genoformer.core.loading import read_model_checkpoint
 from genoformer.core.hf import export_hf, is_hf_directory, read_hf_checkpoint
-from genoformer.core.loading import load_module_weights
+from genoformer.core.loading import load_module_weights, read_model_checkpoint
 from genoformer.core.transformer import Transformer, TransformerConfig
 from genoformer.genome.lm import Objective
 from genoformer.genome.scoring import LOG2E, Scorer
@@ -93,19 +92,22 @@ def test_transformers_computes_what_genoformer_computes(exports, objective):
         mask_BL = (torch.arange(77)[None] < lengths_B[:, None]).long()
         padded_BLV = lm(input_ids=tokens_BL, attention_mask=mask_BL).logits
         for b, n in enumerate(lengths_B.tolist()):
-            torch.testing.assert_close(padded_BLV[b, :n], ours(tokens_BL[b:b + 1, :n])[0], rtol=0, atol=1e-4)
+            torch.testing.assert_close(padded_BLV[b, :n], ours(tokens_BL[b : b + 1, :n])[0], rtol=0, atol=1e-4)
 
 
 def test_plain_transformers_loads_the_export_in_the_checkouts_root(exports):
     """A script run in the clone's root (which Python puts first on sys.path, with the folder
     kernels/ in it) loads the export with transformers alone."""
     checkpoint, directory = exports["CAUSAL_LM"]
-    code = ("import sys, torch; from transformers import AutoModelForCausalLM; "
-            f"lm = AutoModelForCausalLM.from_pretrained({str(directory)!r}, trust_remote_code=True); "
-            "print(lm(input_ids=torch.tensor([[0, 1, 2, 3]])).logits.shape[-1], "
-            "sorted(name for name in sys.modules if name.startswith('genoformer.')))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=SHIPPED.parents[1], capture_output=True, text=True,
-                          timeout=300)
+    code = (
+        "import sys, torch; from transformers import AutoModelForCausalLM; "
+        f"lm = AutoModelForCausalLM.from_pretrained({str(directory)!r}, trust_remote_code=True); "
+        "print(lm(input_ids=torch.tensor([[0, 1, 2, 3]])).logits.shape[-1], "
+        "sorted(name for name in sys.modules if name.startswith('genoformer.')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=SHIPPED.parents[1], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     vocabulary, loaded = done.stdout.split(maxsplit=1)
     assert int(vocabulary) == genoformer_model(checkpoint).config.vocab_size and loaded.strip() == "[]"
@@ -159,8 +161,15 @@ def test_read_hf_checkpoint_gives_back_the_weights_and_hparams(exports, objectiv
 def test_no_pickle_in_the_directory(exports):
     for _, directory in exports.values():
         names = sorted(path.name for path in directory.iterdir())
-        assert names == ["README.md", "config.json", "genoformer_layout.py", "model.safetensors", "modeling_genoformer.py",
-                         "tokenizer.json", "tokenizer_config.json"]
+        assert names == [
+            "README.md",
+            "config.json",
+            "genoformer_layout.py",
+            "model.safetensors",
+            "modeling_genoformer.py",
+            "tokenizer.json",
+            "tokenizer_config.json",
+        ]
         assert not [p for p in directory.rglob("*") if p.suffix in {".bin", ".pt", ".pth", ".ckpt", ".pkl"}]
         tensors = load_file(directory / "model.safetensors")
         assert "head.weight" not in tensors and all(t.dtype == torch.float32 for t in tensors.values())
@@ -198,7 +207,9 @@ def test_bad_exports_and_existing_output(tmp_path, causal_checkpoint):
     own["hyper_parameters"]["transformer"]["attention"] = [{"class_path": f"{__name__}.OwnLayout", "init_args": {}}]
     torch.save(own, tmp_path / "own.ckpt")
     globals()["OwnLayout"] = OwnLayout  # importable by its class_path, as a user's module would be
-    with pytest.raises(ValueError, match="attention layout of its own class .*OwnLayout.*builds genoformer's layouts only"):
+    with pytest.raises(
+        ValueError, match="attention layout of its own class .*OwnLayout.*builds genoformer's layouts only"
+    ):
         export_hf(tmp_path / "own.ckpt", tmp_path / "own")
     alibi = torch.load(causal_checkpoint, map_location="cpu", weights_only=True)
     alibi["hyper_parameters"]["transformer"].update(alibi=True, rope=False)
@@ -221,8 +232,9 @@ def test_bad_exports_and_existing_output(tmp_path, causal_checkpoint):
 def test_commands_read_the_export_as_they_read_the_checkpoint(causal_checkpoint, tmp_path):
     """`genoformer export --format hf` writes the directory; Scorer and Embedder load it (no
     pickle read) and give what they give from the .ckpt."""
-    from genoformer.core.export import export
     from genoformer.data.genome.alphabet import encode
+
+    from genoformer.core.export import export
     from genoformer.genome.embeddings import Embedder
     from genoformer.genome.scoring import Scorer
 
@@ -232,6 +244,8 @@ def test_commands_read_the_export_as_they_read_the_checkpoint(causal_checkpoint,
     from_ckpt = Scorer.from_checkpoint(causal_checkpoint, device="cpu").log2_likelihood(codes)
     from_dir = Scorer.from_checkpoint(directory, device="cpu").log2_likelihood(codes)
     np.testing.assert_allclose(from_dir, from_ckpt, atol=1e-4, equal_nan=True)  # the first base has no prediction
-    embedded = [Embedder.from_checkpoint(path, device="cpu").embed(sequence, progress=False).stack()
-                for path in (causal_checkpoint, directory)]
+    embedded = [
+        Embedder.from_checkpoint(path, device="cpu").embed(sequence, progress=False).stack()
+        for path in (causal_checkpoint, directory)
+    ]
     np.testing.assert_allclose(embedded[0], embedded[1], atol=1e-5)

@@ -11,19 +11,18 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
+from genoformer.data.genome.annotations import ANNOTATION_CLASSES, STRAND_SWAP
+from genoformer.data.genome.targets import TargetKind, TargetSpace
+from genoformer.kernels.layout import BigBird, SlidingWindow
 from model_helpers import random_tokens, tiny_config
 
 from genoformer.core.checkpoints import ModelKind
-from genoformer.core.loading import read_model_checkpoint
 from genoformer.core.hf import LAYOUT_FILE, export_hf, merge_lora, modeling_source, read_hf_checkpoint
-from genoformer.core.loading import load_module_weights
+from genoformer.core.loading import load_module_weights, read_model_checkpoint
 from genoformer.core.transformer import Transformer, TransformerConfig
-from genoformer.data.genome.annotations import ANNOTATION_CLASSES, STRAND_SWAP
-from genoformer.data.genome.targets import TargetKind, TargetSpace
 from genoformer.genome.finetune import FineTuner
 from genoformer.genome.lm import GenoformerLM, Objective
 from genoformer.genome.predict import FineTunedModel
-from genoformer.kernels.layout import BigBird, SlidingWindow
 
 LOAD = dict(trust_remote_code=True, local_files_only=True)
 
@@ -53,11 +52,13 @@ def padded_batch(lengths: list[int], seed: int) -> tuple[torch.Tensor, torch.Ten
 
 
 TUNED = {
-    "classes_lora_last": dict(targets=TargetSpace(TargetKind.SEQUENCE_CLASSES, ("no", "yes", "maybe")),
-                              lora_rank=2, pooling="last"),
+    "classes_lora_last": dict(
+        targets=TargetSpace(TargetKind.SEQUENCE_CLASSES, ("no", "yes", "maybe")), lora_rank=2, pooling="last"
+    ),
     "labels_attention": dict(targets=TargetSpace(TargetKind.SEQUENCE_LABELS, ("x", "y")), pooling="attention"),
-    "values_mean": dict(targets=TargetSpace(TargetKind.SEQUENCE_VALUES, ("v", "w"), mean=(3.0, -1.0), std=(2.0, 0.5)),
-                        layer=1),
+    "values_mean": dict(
+        targets=TargetSpace(TargetKind.SEQUENCE_VALUES, ("v", "w"), mean=(3.0, -1.0), std=(2.0, 0.5)), layer=1
+    ),
     "genes_per_base": dict(targets=TargetSpace(TargetKind.BASE_CLASSES, ANNOTATION_CLASSES, strand_swap=STRAND_SWAP)),
 }
 
@@ -120,8 +121,15 @@ def test_lora_is_merged_into_plain_weights(tuned):
     module, directory = tuned["classes_lora_last"]
     state, hparams = read_hf_checkpoint(directory)
     assert hparams["lora_rank"] == 0 and not any("lora_" in key or "base_layer" in key for key in state["state_dict"])
-    merged = merge_lora({"m.base_layer.weight": torch.eye(2), "m.lora_A.default.weight": torch.ones(1, 2),
-                         "m.lora_B.default.weight": torch.full((2, 1), 0.5)}, rank=1, alpha=4.0)
+    merged = merge_lora(
+        {
+            "m.base_layer.weight": torch.eye(2),
+            "m.lora_A.default.weight": torch.ones(1, 2),
+            "m.lora_B.default.weight": torch.full((2, 1), 0.5),
+        },
+        rank=1,
+        alpha=4.0,
+    )
     torch.testing.assert_close(merged["m.weight"], torch.eye(2) + 4.0 * 0.5)
     assert list(merged) == ["m.weight"]
 
@@ -134,8 +142,9 @@ def forecaster(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("forecaster")
     torch.manual_seed(0)
     module = TimeSeriesForecaster(
-        TransformerConfig(d_model=32, n_layers=2, n_heads=4, max_seq_len=64,
-                          attention=[SlidingWindow(window=16, block_size=16), None]),
+        TransformerConfig(
+            d_model=32, n_layers=2, n_heads=4, max_seq_len=64, attention=[SlidingWindow(window=16, block_size=16), None]
+        ),
         ForecastConfig(patch_len=8, context=96, horizon=24, n_channels=2, quantiles=[0.1, 0.9]),
     )
     randomise(module, "head")
@@ -165,9 +174,13 @@ def test_forecasters_round_trip_through_genoformer_and_transformers(forecaster):
     assert "- time-series\n" in card and "pip install genoformer" in card and "24 samples" in card
 
 
-@pytest.mark.parametrize("layout", [SlidingWindow(window=40, block_size=16),
-                                    BigBird(window=16, num_global_blocks=1, num_random_blocks=1, block_size=16,
-                                            per_head=True, seed=3)])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        SlidingWindow(window=40, block_size=16),
+        BigBird(window=16, num_global_blocks=1, num_random_blocks=1, block_size=16, per_head=True, seed=3),
+    ],
+)
 @pytest.mark.parametrize("objective", [Objective.CAUSAL_LM, Objective.MASKED_LM])
 def test_block_sparse_language_models_compute_what_genoformer_computes(tmp_path, layout, objective):
     from transformers import AutoModel
@@ -197,7 +210,8 @@ def test_block_sparse_language_models_compute_what_genoformer_computes(tmp_path,
 def test_the_exported_modeling_file_imports_the_layouts_beside_it():
     source = modeling_source()
     assert "from .genoformer_layout import" in source and "from genoformer" not in source.replace(
-        "from genoformer_layout", "")
+        "from genoformer_layout", ""
+    )
 
 
 def test_a_hub_id_reads_from_the_hub_cache_and_fails_clearly_offline(tmp_path, causal_checkpoint, hf_cache):
@@ -226,8 +240,12 @@ def test_the_card_shows_run_metrics_and_reports(tmp_path, causal_checkpoint):
     checkpoint = run / "checkpoints" / "last.ckpt"
     checkpoint.write_bytes(causal_checkpoint.read_bytes())
     (run / "metrics.csv").write_text("step,train/loss,val/loss,val/bits_per_base\n1,1.3,,\n2,,1.30,1.875\n")
-    model = {"total": {"bits_per_base": 1.8, "bases": 1000}, "records": [{"name": "chr1"}], "checkpoint": "x",
-             "context": 8192}
+    model = {
+        "total": {"bits_per_base": 1.8, "bases": 1000},
+        "records": [{"name": "chr1"}],
+        "checkpoint": "x",
+        "context": 8192,
+    }
     markov = {"total": {"bits_per_base": 1.9, "bases": 1000}, "records": [{"name": "chr1"}], "model": {"order": 5}}
     (tmp_path / "model.json").write_text(json.dumps(model))
     (tmp_path / "markov.json").write_text(json.dumps(markov))
@@ -249,8 +267,10 @@ def test_the_card_says_what_the_model_was_trained_on_and_its_limitations(tmp_pat
     (run / "checkpoints").mkdir(parents=True)
     checkpoint = run / "checkpoints" / "best.ckpt"
     checkpoint.write_bytes(causal_checkpoint.read_bytes())  # saved after optimizer step 3
-    (run / "config.yaml").write_text("data:\n  class_path: genoformer.data.genome.datamodule.GenomeDataModule\n"
-                                     "  init_args:\n    fasta: [genomes/ecoli.fa.gz, genomes/saureus.fa.gz]\n")
+    (run / "config.yaml").write_text(
+        "data:\n  class_path: genoformer.data.genome.datamodule.GenomeDataModule\n"
+        "  init_args:\n    fasta: [genomes/ecoli.fa.gz, genomes/saureus.fa.gz]\n"
+    )
     (run / "metrics.csv").write_text("step,val/loss\n1,1.10\n2,1.05\n5,1.50\n")  # logged at step - 1
     card = (export_hf(checkpoint, tmp_path / "hf") / "README.md").read_text()
     training = card.split("## Training data")[1].split("##")[0]

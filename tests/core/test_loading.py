@@ -30,6 +30,7 @@ def test_the_loaded_model_is_ready_and_its_kind_checked(causal_checkpoint):
     assert not loaded.network.training and loaded.source == causal_checkpoint
     scorer = Scorer.from_loaded(loaded, device="cpu", mask_period=3)
     assert scorer.model is loaded.network and scorer.context == loaded.context and scorer.mask_period == 3
-    with pytest.raises(ValueError, match="holds a DNA language model, not a time-series forecaster; it is read by "
-                                         "genoformer embed"):
+    with pytest.raises(
+        ValueError, match="holds a DNA language model, not a time-series forecaster; it is read by genoformer embed"
+    ):
         Forecaster.from_checkpoint(causal_checkpoint)

@@ -8,13 +8,12 @@ import math
 
 import pytest
 import torch
+from genoformer.kernels.layout import GlobalTokens, SlidingWindow, Union
+from model_helpers import random_tokens, tiny_config, tiny_model
 
 from genoformer.core.runtime import RuntimeSettings
 from genoformer.core.transformer import RotaryEmbedding, over_chunks
 from genoformer.genome.lm import GenoformerLM, Objective
-from genoformer.kernels.layout import GlobalTokens, SlidingWindow, Union
-
-from model_helpers import random_tokens, tiny_config, tiny_model
 
 WINDOW_GLOBAL = Union([SlidingWindow(window=16, block_size=16), GlobalTokens(1, block_size=16)])
 
@@ -63,8 +62,9 @@ def test_chunked_mlps_give_the_unchunked_outputs_and_gradients(checkpointing):
     tokens_BL = random_tokens(2, 97).long()
     outputs, grads, mlp_rows = [], [], []
     for chunk in (None, 40):
-        model = tiny_model(seed=3, attention=[WINDOW_GLOBAL, None], sequence_chunk=chunk,
-                           activation_checkpointing=checkpointing).train()
+        model = tiny_model(
+            seed=3, attention=[WINDOW_GLOBAL, None], sequence_chunk=chunk, activation_checkpointing=checkpointing
+        ).train()
         rows = []
         mlp_forward = model.blocks[1].mlp.forward
 
@@ -92,8 +92,9 @@ def test_chunked_loss_gives_the_unchunked_loss_and_gradients(objective):
     results = []
     for chunk in (None, 32):
         torch.manual_seed(0)
-        module = GenoformerLM(tiny_config(attention=[WINDOW_GLOBAL]), objective=objective,
-                              runtime=RuntimeSettings(sequence_chunk=chunk))
+        module = GenoformerLM(
+            tiny_config(attention=[WINDOW_GLOBAL]), objective=objective, runtime=RuntimeSettings(sequence_chunk=chunk)
+        )
         module.train()
         torch.manual_seed(1)  # the same masked positions for every chunk size
         loss, count = module.loss(tokens_BL)
@@ -156,18 +157,23 @@ def test_rope_tables_keep_their_precision_at_a_million_positions():
 def test_compiled_blocks_recompute_chunks_in_one_graph_each():
     """The long-context recipes' runtime (compile, activation_checkpointing, sequence_chunk) on our
     kernels (interpreted on a CPU): no graph break, and the unchunked eager model's results."""
+    from genoformer.kernels.dispatch import Backend
     from torch._dynamo.utils import counters
 
     from genoformer.core.transformer import Transformer, compile_blocks
-    from genoformer.kernels.dispatch import Backend
 
     torch._dynamo.reset()
     counters.clear()
     config = tiny_config(n_layers=2, n_heads=2, max_seq_len=64, attention=[WINDOW_GLOBAL])
     torch.manual_seed(0)
     eager = Transformer(config, RuntimeSettings(attention_backend=Backend.TRITON)).to(torch.bfloat16).train()
-    chunked = Transformer(config, RuntimeSettings(attention_backend=Backend.TRITON, activation_checkpointing=True,
-                                                  sequence_chunk=32)).to(torch.bfloat16).train()
+    chunked = (
+        Transformer(
+            config, RuntimeSettings(attention_backend=Backend.TRITON, activation_checkpointing=True, sequence_chunk=32)
+        )
+        .to(torch.bfloat16)
+        .train()
+    )
     chunked.load_state_dict(eager.state_dict())
     compile_blocks(chunked, backend="aot_eager")
     tokens_BL = random_tokens(1, 64, seed=3)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from genoformer.kernels import Backend, attention
+from genoformer.kernels.layout import GlobalTokens, SlidingWindow, Union
 
 from genoformer.core.runtime import RuntimeSettings
 from genoformer.core.transformer import TransformerConfig
 from genoformer.genome.lm import GenoformerLM, Objective
-from genoformer.kernels import Backend, attention
-from genoformer.kernels.layout import GlobalTokens, SlidingWindow, Union
 
 pytestmark = [
     pytest.mark.gpu,
@@ -57,16 +57,20 @@ def _inputs(length: int, heads: int, requires_grad: bool = False) -> list[torch.
     return [t.requires_grad_(requires_grad) for t in tensors]
 
 
-@pytest.mark.parametrize("length, heads", [(1 << 20, 4), (3_000_000, 12), (ECOLI, 4)],
-                         ids=["1M-flagship", "3M-reference-int32-rows", "ecoli-flagship"])
+@pytest.mark.parametrize(
+    "length, heads",
+    [(1 << 20, 4), (3_000_000, 12), (ECOLI, 4)],
+    ids=["1M-flagship", "3M-reference-int32-rows", "ecoli-flagship"],
+)
 def test_window_global_attention_at_length_gives_the_exact_rows(length, heads):
     """Inference over a whole window: at 3M tokens and 12 heads of 64 a (B, L, H, D) view's rows pass
     2^31 elements (the launcher copies), at 4.6M the query tiles pass CUDA's 65,535 grid rows."""
     q, k, v = _inputs(length, heads)
     layout = WINDOW_GLOBAL.build(length, heads).with_causal()
     with torch.inference_mode():
-        o_BHLD = attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True, layout=layout,
-                           backend=Backend.TRITON)
+        o_BHLD = attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True, layout=layout, backend=Backend.TRITON
+        )
     rows = _rows(length)
     got_RHD = o_BHLD[0].transpose(0, 1)[rows.cuda()].float()
     exact_RHD = torch.stack([o for o, _ in _exact_rows(q, k, v, layout, rows)])
@@ -81,8 +85,9 @@ def test_window_global_gradients_at_a_million_tokens_are_the_exact_ones():
     layout = WINDOW_GLOBAL.build(length, heads).with_causal()
     rows = _rows(length)
     weights_RHD = torch.randn(rows.numel(), heads, 64, device="cuda")
-    o_BHLD = attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True, layout=layout,
-                       backend=Backend.TRITON)
+    o_BHLD = attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True, layout=layout, backend=Backend.TRITON
+    )
     (o_BHLD[0].transpose(0, 1)[rows.cuda()].float() * weights_RHD).sum().backward()
     reference = [t.detach().float().requires_grad_() for t in (q, k, v)]
     exact = _exact_rows(*reference, layout, rows)
@@ -101,12 +106,15 @@ def test_window_global_gradients_at_a_million_tokens_are_the_exact_ones():
 def test_a_chunked_recomputed_step_at_128k_gives_the_plain_steps_loss_and_gradients():
     """The long recipes' runtime (blocks recomputed, MLPs, head and loss in chunks of 16,384) against
     every activation kept: the flagship's architecture on the window + global layout, bf16 autocast."""
-    config = TransformerConfig(d_model=256, n_layers=8, n_heads=4, max_seq_len=1 << 17, rope_theta=500000.0,
-                               attention=[WINDOW_GLOBAL])
+    config = TransformerConfig(
+        d_model=256, n_layers=8, n_heads=4, max_seq_len=1 << 17, rope_theta=500000.0, attention=[WINDOW_GLOBAL]
+    )
     tokens_BL = torch.randint(0, 4, (1, 1 << 17), generator=torch.Generator().manual_seed(0), dtype=torch.uint8).cuda()
     results = []
-    for runtime in (RuntimeSettings(attention_backend=Backend.TRITON),
-                    RuntimeSettings(attention_backend=Backend.TRITON, activation_checkpointing=True, sequence_chunk=16384)):
+    for runtime in (
+        RuntimeSettings(attention_backend=Backend.TRITON),
+        RuntimeSettings(attention_backend=Backend.TRITON, activation_checkpointing=True, sequence_chunk=16384),
+    ):
         torch.manual_seed(0)
         module = GenoformerLM(config, objective=Objective.CAUSAL_LM, runtime=runtime).cuda().train()
         module.model.apply_runtime(module.runtime)

@@ -8,10 +8,10 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from genoformer.data import GenomeDataModule, GenomeStore, prepare_genome_store
 from model_helpers import tiny_config
 
 from genoformer.core.callbacks import NonFiniteError, NonFiniteGuard
-from genoformer.data import GenomeDataModule, GenomeStore, prepare_genome_store
 from genoformer.genome.lm import GenoformerLM
 
 BAD_STEP = 2
@@ -52,9 +52,18 @@ def _fit(root: Path, store: Path, guard: NonFiniteGuard, poison: Poison, max_ste
     L.seed_everything(0, verbose=False)
     module = GenoformerLM(tiny_config(), warmup_steps=1, learning_rate=1e-3)
     data = GenomeDataModule(str(store), window=64, batch_size=2, num_workers=0, samples_per_epoch=64)
-    trainer = L.Trainer(max_steps=max_steps, accelerator="cpu", logger=False, enable_checkpointing=False,
-                        default_root_dir=root, enable_progress_bar=False, enable_model_summary=False,
-                        limit_val_batches=0, gradient_clip_val=1.0, callbacks=[guard, poison])
+    trainer = L.Trainer(
+        max_steps=max_steps,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        default_root_dir=root,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        gradient_clip_val=1.0,
+        callbacks=[guard, poison],
+    )
     trainer.fit(module, datamodule=data)
     return trainer
 

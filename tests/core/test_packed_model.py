@@ -12,17 +12,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from model_helpers import random_tokens, tiny_config, tiny_model
-from torch._dynamo.utils import counters
-
-from genoformer.core.runtime import RuntimeSettings
-from genoformer.cli import main
 from genoformer.data import GenomeDataModule, SplitSpec, read_records
 from genoformer.data.packing import cu_seqlens_of
 from genoformer.kernels.dispatch import Backend
 from genoformer.kernels.layout import SlidingWindow
-from genoformer.genome.lm import GenoformerLM, Objective
+from model_helpers import random_tokens, tiny_config, tiny_model
+from torch._dynamo.utils import counters
+
+from genoformer.cli import main
+from genoformer.core.runtime import RuntimeSettings
 from genoformer.core.transformer import Transformer, compile_blocks, document_positions
+from genoformer.genome.lm import GenoformerLM, Objective
 
 ROW = 96
 DOCS = [[5, 40, 51], [96], [1, 94, 1]]
@@ -41,7 +41,7 @@ def documents(tokens_BL: torch.Tensor):
     for row, lengths in enumerate(DOCS):
         start = 0
         for n in lengths:
-            yield row, start, tokens_BL[row:row + 1, start:start + n]
+            yield row, start, tokens_BL[row : row + 1, start : start + n]
             start += n
 
 
@@ -63,10 +63,10 @@ def test_packed_logits_equal_each_document_alone(backend, causal):
         states = model.hidden_states(tokens_BL, cu_seqlens=cu_seqlens)
         for row, start, doc_1n in documents(tokens_BL):
             n = doc_1n.shape[1]
-            torch.testing.assert_close(packed_BLV[row, start:start + n], model(doc_1n)[0], atol=2e-5, rtol=1e-5)
+            torch.testing.assert_close(packed_BLV[row, start : start + n], model(doc_1n)[0], atol=2e-5, rtol=1e-5)
             alone = model.hidden_states(doc_1n)
             for layer, state_BLE in enumerate(states):
-                torch.testing.assert_close(state_BLE[row, start:start + n], alone[layer][0], atol=2e-5, rtol=1e-5)
+                torch.testing.assert_close(state_BLE[row, start : start + n], alone[layer][0], atol=2e-5, rtol=1e-5)
 
 
 def test_without_cu_seqlens_documents_see_each_other():
@@ -118,8 +118,9 @@ def test_compiled_blocks_take_packed_batches_without_graph_breaks(backend):
     counters.clear()
     with torch.no_grad():
         for cu in (cu_seqlens, other_cu_seqlens):
-            torch.testing.assert_close(compiled(tokens_BL, cu_seqlens=cu), eager(tokens_BL, cu_seqlens=cu),
-                                       atol=2e-5, rtol=1e-5)
+            torch.testing.assert_close(
+                compiled(tokens_BL, cu_seqlens=cu), eager(tokens_BL, cu_seqlens=cu), atol=2e-5, rtol=1e-5
+            )
     assert dict(counters["graph_break"]) == {}
     assert counters["stats"]["unique_graphs"] >= 1
 
@@ -128,7 +129,9 @@ def test_compiled_blocks_run_packed_batches_on_the_triton_kernels_in_one_graph()
     """Sliding-window and dense layers on our kernels (interpreted on a CPU), packed: no graph
     break, the eager model's logits and gradients, and each document's logits as run alone."""
     config = tiny_config(
-        n_layers=2, n_heads=2, max_seq_len=64,
+        n_layers=2,
+        n_heads=2,
+        max_seq_len=64,
         attention=[SlidingWindow(window=32, block_size=16), None],
     )
     torch.manual_seed(0)
@@ -153,8 +156,8 @@ def test_compiled_blocks_run_packed_batches_on_the_triton_kernels_in_one_graph()
     # moves them by 0.04 and more
     with torch.no_grad():
         for row, start, n in ((0, 0, 20), (0, 20, 44), (1, 0, 7), (1, 7, 57)):
-            alone_1nV = eager(tokens_BL[row:row + 1, start:start + n])
-            torch.testing.assert_close(results[0][0][row, start:start + n], alone_1nV[0], atol=1.6e-2, rtol=0)
+            alone_1nV = eager(tokens_BL[row : row + 1, start : start + n])
+            torch.testing.assert_close(results[0][0][row, start : start + n], alone_1nV[0], atol=1.6e-2, rtol=0)
 
 
 def test_layouts_apply_to_positions_within_the_packed_row():
@@ -167,7 +170,7 @@ def test_layouts_apply_to_positions_within_the_packed_row():
         packed_BLV = model(tokens_BL, cu_seqlens=cu_seqlens)
         for row, start, doc_1n in documents(tokens_BL):
             n = doc_1n.shape[1]
-            torch.testing.assert_close(packed_BLV[row, start:start + n], model(doc_1n)[0], atol=2e-5, rtol=1e-5)
+            torch.testing.assert_close(packed_BLV[row, start : start + n], model(doc_1n)[0], atol=2e-5, rtol=1e-5)
 
 
 @pytest.mark.slow
@@ -179,18 +182,49 @@ def test_fit_with_pack_on_a_fasta_of_short_records(tmp_path):
     while cuts[-1] < len(sequence):
         cuts.append(min(len(sequence), cuts[-1] + lengths[len(cuts) % len(lengths)]))
     fasta = tmp_path / "pieces.fa.gz"
-    fasta.write_bytes(gzip.compress("".join(f">piece{i}\n{sequence[a:b]}\n" for i, (a, b) in
-                                            enumerate(zip(cuts, cuts[1:]))).encode()))
+    fasta.write_bytes(
+        gzip.compress("".join(f">piece{i}\n{sequence[a:b]}\n" for i, (a, b) in enumerate(zip(cuts, cuts[1:]))).encode())
+    )
     run_dir = tmp_path / "run"
-    main(["fit", "--config", str(REPO_ROOT / "configs" / "quickstart.yaml"),
-          "--trainer.default_root_dir", str(run_dir), "--trainer.max_steps", "4", "--trainer.val_check_interval", "4",
-          "--trainer.enable_progress_bar", "false", "--trainer.log_every_n_steps", "1",
-          "--model.transformer.d_model", "32", "--model.transformer.n_layers", "1", "--model.transformer.n_heads", "2",
-          "--model.transformer.max_seq_len", "2048", "--model.transformer.attention",
-          "[{class_path: genoformer.kernels.layout.SlidingWindow, init_args: {window: 256, block_size: 64}}]",
-          "--data.init_args.store", str(tmp_path / "pieces.zarr"), "--data.init_args.fasta", f"[{fasta}]",
-          "--data.init_args.pack", "true", "--data.init_args.batch_size", "2", "--data.init_args.num_workers", "0",
-          "--data.init_args.split", "{by: contigs, val: [piece3, piece4]}"])
+    main(
+        [
+            "fit",
+            "--config",
+            str(REPO_ROOT / "configs" / "quickstart.yaml"),
+            "--trainer.default_root_dir",
+            str(run_dir),
+            "--trainer.max_steps",
+            "4",
+            "--trainer.val_check_interval",
+            "4",
+            "--trainer.enable_progress_bar",
+            "false",
+            "--trainer.log_every_n_steps",
+            "1",
+            "--model.transformer.d_model",
+            "32",
+            "--model.transformer.n_layers",
+            "1",
+            "--model.transformer.n_heads",
+            "2",
+            "--model.transformer.max_seq_len",
+            "2048",
+            "--model.transformer.attention",
+            "[{class_path: genoformer.kernels.layout.SlidingWindow, init_args: {window: 256, block_size: 64}}]",
+            "--data.init_args.store",
+            str(tmp_path / "pieces.zarr"),
+            "--data.init_args.fasta",
+            f"[{fasta}]",
+            "--data.init_args.pack",
+            "true",
+            "--data.init_args.batch_size",
+            "2",
+            "--data.init_args.num_workers",
+            "0",
+            "--data.init_args.split",
+            "{by: contigs, val: [piece3, piece4]}",
+        ]
+    )
     with open(run_dir / "metrics.csv", newline="") as file:
         rows = list(csv.DictReader(file))
     train = [float(row["train/loss"]) for row in rows if row.get("train/loss")]
@@ -210,15 +244,27 @@ def test_packed_validation_scores_every_tile_as_unpacked(tmp_path):
 
     records = list(read_records(LAMBDA))[0].sequence.decode("ascii")
     fasta = tmp_path / "short.fa"
-    fasta.write_text("".join(f">r{i}\n{records[a:a + n]}\n" for i, (a, n) in
-                             enumerate([(0, 97), (500, 300), (1000, 700), (2000, 257), (3000, 1500)])))
+    fasta.write_text(
+        "".join(
+            f">r{i}\n{records[a : a + n]}\n"
+            for i, (a, n) in enumerate([(0, 97), (500, 300), (1000, 700), (2000, 257), (3000, 1500)])
+        )
+    )
     store = prepare_genome_store([fasta], tmp_path / "short.zarr", progress=False)
     torch.manual_seed(0)
-    module = GenoformerLM(tiny_config(), objective=Objective.CAUSAL_LM, runtime=RuntimeSettings(attention_backend="torch")).eval()
+    module = GenoformerLM(
+        tiny_config(), objective=Objective.CAUSAL_LM, runtime=RuntimeSettings(attention_backend="torch")
+    ).eval()
     totals = {}
     for pack in (False, True):
-        dm = GenomeDataModule(str(store), window=256, batch_size=3, num_workers=0, pack=pack,
-                              split=SplitSpec(by="contigs", val=["r0", "r1", "r2", "r3", "r4"]))
+        dm = GenomeDataModule(
+            str(store),
+            window=256,
+            batch_size=3,
+            num_workers=0,
+            pack=pack,
+            split=SplitSpec(by="contigs", val=["r0", "r1", "r2", "r3", "r4"]),
+        )
         dm.setup("validate")
         loss_sum, count = 0.0, 0
         with torch.no_grad():

@@ -14,13 +14,25 @@ from genoformer.core.callbacks import PredictionWriter
 
 def fake_trainer(run_dir: Path) -> SimpleNamespace:
     datamodule = SimpleNamespace(window=4, eval_stride=None, contig_names=lambda: ["chrA", "chrB"])
-    return SimpleNamespace(log_dir=str(run_dir), default_root_dir=str(run_dir), world_size=1, global_rank=0,
-                           datamodule=datamodule, ckpt_path=str(run_dir / "last.ckpt"))
+    return SimpleNamespace(
+        log_dir=str(run_dir),
+        default_root_dir=str(run_dir),
+        world_size=1,
+        global_rank=0,
+        datamodule=datamodule,
+        ckpt_path=str(run_dir / "last.ckpt"),
+    )
 
 
 def batches(value: float) -> list[dict[str, torch.Tensor]]:
-    return [{"embeddings": torch.full((2, 3), value), "contig": torch.tensor([0, 1]),
-             "start": torch.tensor([0, 0]), "length": torch.tensor([4, 3])}]
+    return [
+        {
+            "embeddings": torch.full((2, 3), value),
+            "contig": torch.tensor([0, 1]),
+            "start": torch.tensor([0, 0]),
+            "length": torch.tensor([4, 3]),
+        }
+    ]
 
 
 def test_writes_tiles_with_what_was_computed(tmp_path, capsys):

@@ -71,20 +71,52 @@ def test_training_in_a_log_prints_progress_lines(tmp_path):
     the step, the loss and the time left while it trains, and the validation loss. (A 3-step fit of
     a tiny model in a subprocess, about 15 s: the only way to see what a log of `fit` holds.)"""
     store = tmp_path / "lambda.zarr"
-    subprocess.run([sys.executable, "cli.py", "prepare", "--fasta", str(LAMBDA), "--out", str(store)],
-                   cwd=REPO_ROOT, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "cli.py", "prepare", "--fasta", str(LAMBDA), "--out", str(store)],
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+    )
     log = tmp_path / "fit.log"
     with log.open("w") as out:
         subprocess.run(
-            [sys.executable, "cli.py", "fit", "--config", "configs/quickstart.yaml",
-             "--trainer.default_root_dir", str(tmp_path / "run"), "--data.init_args.store", str(store),
-             "--trainer.max_steps", "3", "--trainer.val_check_interval", "3", "--trainer.limit_val_batches", "1",
-             "--trainer.enable_model_summary", "false", "--data.init_args.num_workers", "0",
-             "--model.transformer.d_model", "32", "--model.transformer.n_layers", "1",
-             "--model.transformer.n_heads", "2", "--model.transformer.max_seq_len", "512",
-             "--model.transformer.attention",
-             "[{class_path: genoformer.kernels.layout.SlidingWindow, init_args: {window: 128, block_size: 64}}]"],
-            cwd=REPO_ROOT, check=True, stdout=out, stderr=subprocess.STDOUT, timeout=600)
+            [
+                sys.executable,
+                "cli.py",
+                "fit",
+                "--config",
+                "configs/quickstart.yaml",
+                "--trainer.default_root_dir",
+                str(tmp_path / "run"),
+                "--data.init_args.store",
+                str(store),
+                "--trainer.max_steps",
+                "3",
+                "--trainer.val_check_interval",
+                "3",
+                "--trainer.limit_val_batches",
+                "1",
+                "--trainer.enable_model_summary",
+                "false",
+                "--data.init_args.num_workers",
+                "0",
+                "--model.transformer.d_model",
+                "32",
+                "--model.transformer.n_layers",
+                "1",
+                "--model.transformer.n_heads",
+                "2",
+                "--model.transformer.max_seq_len",
+                "512",
+                "--model.transformer.attention",
+                "[{class_path: genoformer.kernels.layout.SlidingWindow, init_args: {window: 128, block_size: 64}}]",
+            ],
+            cwd=REPO_ROOT,
+            check=True,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=600,
+        )
     text = log.read_text()
     assert "\r" not in text and "Epoch 0/-2" not in text
     assert "training from step 0 to step 3" in text
@@ -108,8 +140,13 @@ def test_validate_test_and_predict_in_a_log_count_each_dataloader_s_batches():
             return super().test_step(batch, batch_idx)
 
     out = io.StringIO()
-    trainer = Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_model_summary=False,
-                      callbacks=[TrainingProgress(seconds=3600, stream=out)])
+    trainer = Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        callbacks=[TrainingProgress(seconds=3600, stream=out)],
+    )
     model = Model()
     two, three = DataLoader(RandomDataset(32, 4), batch_size=2), DataLoader(RandomDataset(32, 6), batch_size=2)
     trainer.validate(model, [two, three], verbose=False)
@@ -117,8 +154,13 @@ def test_validate_test_and_predict_in_a_log_count_each_dataloader_s_batches():
     trainer.predict(model, [two])
     lines = out.getvalue().splitlines()
     assert [line for line in lines if line.endswith(("/2", "/3"))] == [
-        "validating: batch 1/2", "validating: batch 2/2", "validating: batch 3/3",
-        "testing: batch 3/3", "testing: batch 2/2", "predicting: batch 2/2"], lines  # the first, then each last
+        "validating: batch 1/2",
+        "validating: batch 2/2",
+        "validating: batch 3/3",
+        "testing: batch 3/3",
+        "testing: batch 2/2",
+        "predicting: batch 2/2",
+    ], lines  # the first, then each last
 
 
 def test_the_default_progress_follows_the_output(monkeypatch):

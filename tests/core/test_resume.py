@@ -13,12 +13,12 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from genoformer.data import GenomeDataModule, prepare_genome_store
+from genoformer.data.sampling import ShardSampler
 from lightning.pytorch.callbacks import ModelCheckpoint
 from model_helpers import tiny_config
 
 from genoformer.core.callbacks import ResumeCheckpoint
-from genoformer.data import GenomeDataModule, prepare_genome_store
-from genoformer.data.sampling import ShardSampler
 from genoformer.genome.lm import GenoformerLM, Objective
 
 MAX_STEPS = 12
@@ -53,14 +53,25 @@ class RecordBatches(L.Callback):
 def _run(root: Path, store: Path, every: int, callbacks=(), ckpt_path=None) -> tuple[L.Trainer, GenoformerLM]:
     L.seed_everything(0, verbose=False)
     module = GenoformerLM(tiny_config(dropout=0.1), objective=Objective.MASKED_LM, warmup_steps=3, learning_rate=1e-3)
-    data = GenomeDataModule(str(store), window=128, batch_size=1, num_workers=0, samples_per_epoch=SAMPLES_PER_EPOCH,
-                            seed=3)
+    data = GenomeDataModule(
+        str(store), window=128, batch_size=1, num_workers=0, samples_per_epoch=SAMPLES_PER_EPOCH, seed=3
+    )
     trainer = L.Trainer(
-        max_steps=MAX_STEPS, accelerator="cpu", logger=False, default_root_dir=root, enable_progress_bar=False,
-        enable_model_summary=False, val_check_interval=4, check_val_every_n_epoch=None, limit_val_batches=2,
+        max_steps=MAX_STEPS,
+        accelerator="cpu",
+        logger=False,
+        default_root_dir=root,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        val_check_interval=4,
+        check_val_every_n_epoch=None,
+        limit_val_batches=2,
         num_sanity_val_steps=0,
-        callbacks=[ModelCheckpoint(dirpath=root / "checkpoints", save_last=True, save_top_k=0,
-                                   every_n_train_steps=every), ResumeCheckpoint(), *callbacks],
+        callbacks=[
+            ModelCheckpoint(dirpath=root / "checkpoints", save_last=True, save_top_k=0, every_n_train_steps=every),
+            ResumeCheckpoint(),
+            *callbacks,
+        ],
     )
     trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
     return trainer, module

@@ -28,9 +28,15 @@ def test_a_second_holder_is_refused_naming_the_first(tmp_path):
 
 def test_the_lock_of_a_killed_process_is_taken_over(tmp_path, caplog):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom genoformer.core.run_lock import RunLock\n"
-                               f"RunLock({str(tmp_path)!r}).acquire()\nprint('locked', flush=True)\ntime.sleep(600)"],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom genoformer.core.run_lock import RunLock\n"
+            f"RunLock({str(tmp_path)!r}).acquire()\nprint('locked', flush=True)\ntime.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(RunDirectoryInUse, match=f"process {holder.pid} on"):

@@ -6,12 +6,11 @@ import math
 
 import pytest
 import torch
-
 from genoformer.data.genome.alphabet import VOCAB_SIZE
 from genoformer.kernels.layout import BigBird, SlidingWindow, Strided, Union
-from genoformer.core.transformer import KVCache, RotaryEmbedding, TransformerConfig, apply_rotary
-
 from model_helpers import random_tokens, tiny_config, tiny_model
+
+from genoformer.core.transformer import KVCache, RotaryEmbedding, TransformerConfig, apply_rotary
 
 
 @pytest.mark.parametrize("length", [1, 16, 97])
@@ -58,7 +57,9 @@ def test_bidirectional_model_sees_both_sides():
     assert difference_L.gt(1e-4).all()  # every position, before and after 60
 
 
-@pytest.mark.parametrize("spec", [Strided(stride=3, block_size=16), BigBird(window=16, num_random_blocks=1, block_size=16)])
+@pytest.mark.parametrize(
+    "spec", [Strided(stride=3, block_size=16), BigBird(window=16, num_random_blocks=1, block_size=16)]
+)
 def test_block_sparse_layer_respects_its_layout(spec):
     """One bidirectional layer: position i depends on token j exactly when the layout allows (i, j)."""
     model = tiny_model(n_layers=1, causal=False, attention=[spec])
@@ -109,7 +110,9 @@ def test_activation_checkpointing_gives_identical_gradients():
     tokens_BL = random_tokens(2, 64).long()
     grads, calls = [], []
     for flag in (False, True):
-        model = tiny_model(seed=5, activation_checkpointing=flag, attention=[SlidingWindow(window=16, block_size=16), None])
+        model = tiny_model(
+            seed=5, activation_checkpointing=flag, attention=[SlidingWindow(window=16, block_size=16), None]
+        )
         model.train()
         count = [0]
         mlp_forward = model.blocks[0].mlp.forward
@@ -136,11 +139,15 @@ def test_rope_depends_only_on_relative_position():
     q_D, k_D = torch.randn(2, head_dim, generator=generator, dtype=torch.float64).float()
 
     def rotated(x_D, position):
-        return apply_rotary(x_D.view(1, 1, 1, head_dim), cos_LR[position : position + 1], sin_LR[position : position + 1]).flatten()
+        return apply_rotary(
+            x_D.view(1, 1, 1, head_dim), cos_LR[position : position + 1], sin_LR[position : position + 1]
+        ).flatten()
 
     dot = torch.dot(rotated(q_D, 7), rotated(k_D, 3))
     for shift in (1, 100, 4000 - 7):
-        torch.testing.assert_close(torch.dot(rotated(q_D, 7 + shift), rotated(k_D, 3 + shift)), dot, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(
+            torch.dot(rotated(q_D, 7 + shift), rotated(k_D, 3 + shift)), dot, rtol=1e-4, atol=1e-4
+        )
     # a rotation: norms are kept; position 0 is the identity
     torch.testing.assert_close(rotated(q_D, 1234).norm(), q_D.norm())
     torch.testing.assert_close(rotated(q_D, 0), q_D)
@@ -157,9 +164,7 @@ def test_key_padding_makes_outputs_independent_of_padding():
     model = tiny_model(causal=False, attention=[SlidingWindow(window=16, block_size=16), None])
     tokens_BL = random_tokens(1, 70)
     padded_BL = torch.cat([tokens_BL, torch.full((1, 27), 5, dtype=torch.uint8)], dim=1)
-    torch.testing.assert_close(
-        model(padded_BL, torch.tensor([70]))[:, :70], model(tokens_BL), rtol=1e-5, atol=1e-5
-    )
+    torch.testing.assert_close(model(padded_BL, torch.tensor([70]))[:, :70], model(tokens_BL), rtol=1e-5, atol=1e-5)
 
 
 def test_tied_embeddings_and_init():
@@ -273,7 +278,7 @@ def test_continuing_by_several_tokens_gives_the_logits_of_the_full_forward(steps
         cache = KVCache(30)
         parts, start = [model.decode(tokens_BL[:, :17], cache)], 17
         for count in steps:
-            parts.append(model.decode(tokens_BL[:, start:start + count], cache))
+            parts.append(model.decode(tokens_BL[:, start : start + count], cache))
             start += count
         full_BLV = model(tokens_BL[:, :start])
     torch.testing.assert_close(torch.cat(parts, dim=1), full_BLV, rtol=0, atol=2e-6)
@@ -305,7 +310,7 @@ def test_decode_step_at_a_device_position_gives_the_logits_of_decode():
         steps = [model.decode(tokens_BL[:, :20], cache)]
         position_1 = torch.tensor([20])
         for i in range(20, 30):
-            steps.append(model.decode_step(tokens_BL[:, i:i + 1], cache, position_1))
+            steps.append(model.decode_step(tokens_BL[:, i : i + 1], cache, position_1))
             cache.advance(1)
             position_1 += 1
     torch.testing.assert_close(torch.cat(steps, dim=1), expected_BLV, rtol=0, atol=2e-6)
@@ -323,7 +328,7 @@ def test_decode_step_on_the_triton_decoding_kernel():
         half.decode(tokens_BL[:, :16], cache)
         position_1, steps = torch.tensor([16]), []
         for i in range(16, 24):
-            steps.append(half.decode_step(tokens_BL[:, i:i + 1], cache, position_1).float())
+            steps.append(half.decode_step(tokens_BL[:, i : i + 1], cache, position_1).float())
             cache.advance(1)
             position_1 += 1
     torch.testing.assert_close(torch.cat(steps, dim=1), expected_BLV, rtol=0, atol=2e-2)
@@ -378,8 +383,9 @@ def test_decoding_refuses_what_it_cannot_run():
 def _alibi_window_model(**overrides):
     """Two causal layers with an exact 5-token window and ALiBi alone (no RoPE): the output at i
     depends on the tokens i - 10 .. i only, and on no absolute position."""
-    values = dict(n_layers=2, causal=True, rope=False, alibi=True,
-                  attention=[SlidingWindow(window=5, block_size=16, exact=True)])
+    values = dict(
+        n_layers=2, causal=True, rope=False, alibi=True, attention=[SlidingWindow(window=5, block_size=16, exact=True)]
+    )
     values.update(overrides)
     return tiny_model(**values)
 

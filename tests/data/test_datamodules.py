@@ -9,8 +9,6 @@ import pytest
 import torch
 import yaml
 from data_helpers import write_fasta
-from jsonargparse import ArgumentParser
-
 from genoformer.data import (
     GenomeDataModule,
     RandomWindowDataset,
@@ -18,14 +16,24 @@ from genoformer.data import (
     TimeSeriesDataModule,
     prepare_timeseries_store,
 )
+from jsonargparse import ArgumentParser
+
 from genoformer.hints import command_line_hints
 
 
 def test_genome_module_from_yaml_prepares_store(tmp_path, small_records):
     fasta = write_fasta(tmp_path / "g.fa.gz", small_records)
-    config = {"data": {"store": str(tmp_path / "g.zarr"), "fasta": [str(fasta)], "window": 1024,
-                       "batch_size": 4, "num_workers": 0, "samples_per_epoch": 16,
-                       "split": {"by": "contigs", "val": ["chrC"]}}}
+    config = {
+        "data": {
+            "store": str(tmp_path / "g.zarr"),
+            "fasta": [str(fasta)],
+            "window": 1024,
+            "batch_size": 4,
+            "num_workers": 0,
+            "samples_per_epoch": 16,
+            "split": {"by": "contigs", "val": ["chrC"]},
+        }
+    }
     parser = ArgumentParser()
     parser.add_class_arguments(GenomeDataModule, "data")
     cfg = parser.instantiate_classes(parser.parse_string(yaml.safe_dump(config)))
@@ -60,8 +68,15 @@ class _Probe(L.LightningModule):
 def test_fit_sees_new_windows_each_epoch(small_store):
     dm = GenomeDataModule(str(small_store), window=512, batch_size=4, num_workers=0, samples_per_epoch=8)
     probe = _Probe()
-    trainer = L.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
+    trainer = L.Trainer(
+        max_epochs=2,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    )
     trainer.fit(probe, datamodule=dm)
     assert len(probe.seen[0]) == 8 and probe.seen[0] != probe.seen[1]
 
@@ -112,15 +127,26 @@ def test_short_intervals_are_reported_at_warning_with_their_total_length(small_s
 def test_records_shorter_than_the_window_point_to_pack(small_store, caplog):
     """Unpacked, a record shorter than the window gives no training window: the data module says
     so and names `pack`, which trains on it (in the caller's words)."""
-    module = GenomeDataModule(str(small_store), window=25_000, batch_size=2, num_workers=0, samples_per_epoch=4,
-                              split=SplitSpec(by="region", val_fraction=0.0, test_fraction=0.0))
+    module = GenomeDataModule(
+        str(small_store),
+        window=25_000,
+        batch_size=2,
+        num_workers=0,
+        samples_per_epoch=4,
+        split=SplitSpec(by="region", val_fraction=0.0, test_fraction=0.0),
+    )
     with caplog.at_level(logging.WARNING, logger="genoformer.data"):
         module.setup("fit")
     (record,) = [r for r in caplog.records if "pack records into windows" in r.getMessage()]
     assert "1 of 3 training intervals" in record.getMessage() and "pack=True" in record.getMessage()
 
-    too_long = dict(window=60_000, batch_size=2, num_workers=0, samples_per_epoch=4,
-                    split=SplitSpec(by="region", val_fraction=0.0, test_fraction=0.0))
+    too_long = dict(
+        window=60_000,
+        batch_size=2,
+        num_workers=0,
+        samples_per_epoch=4,
+        split=SplitSpec(by="region", val_fraction=0.0, test_fraction=0.0),
+    )
     with command_line_hints(prefix="data.init_args.", bare_flags=False), pytest.raises(ValueError) as caught:
         GenomeDataModule(str(small_store), **too_long).setup("fit")
     assert "is at least 60000 bases long" in str(caught.value) and "--data.init_args.pack true" in str(caught.value)
@@ -135,14 +161,16 @@ def test_timeseries_checkpoint_carries_the_normalization_and_refuses_other_data(
     rng = np.random.default_rng(1)
     np.save(tmp_path / "a.npy", rng.normal(2.0, 3.0, size=(500, 2)).astype(np.float32))
     np.save(tmp_path / "b.npy", rng.normal(0.0, 1.0, size=(500, 2)).astype(np.float32))
-    trained = TimeSeriesDataModule(str(prepare_timeseries_store([tmp_path / "a.npy"], tmp_path / "a.zarr",
-                                                                sampling_rate=10.0, progress=False)))
+    trained = TimeSeriesDataModule(
+        str(prepare_timeseries_store([tmp_path / "a.npy"], tmp_path / "a.zarr", sampling_rate=10.0, progress=False))
+    )
     state = trained.state_dict()
     assert state["channel_names"] == ["ch0", "ch1"] and state["sampling_rate"] == 10.0
     assert np.allclose(state["mean"], [2.0, 2.0], atol=0.5) and np.allclose(state["std"], [3.0, 3.0], atol=0.5)
     trained.load_state_dict(state)  # the same store: accepted
-    other = TimeSeriesDataModule(str(prepare_timeseries_store([tmp_path / "b.npy"], tmp_path / "b.zarr",
-                                                              sampling_rate=10.0, progress=False)))
+    other = TimeSeriesDataModule(
+        str(prepare_timeseries_store([tmp_path / "b.npy"], tmp_path / "b.zarr", sampling_rate=10.0, progress=False))
+    )
     with pytest.raises(ValueError, match="does not match the checkpoint"):
         other.load_state_dict(state)
 
@@ -158,8 +186,16 @@ def test_batches_are_page_locked_on_cuda_machines(small_store, monkeypatch):
 
 def test_whole_record_windows_train_one_record_per_step(small_store):
     split = SplitSpec(by="contigs", val=["chrC"])
-    dm = GenomeDataModule(str(small_store), window=1 << 20, batch_size=1, num_workers=0, samples_per_epoch=6,
-                          split=split, whole_records=True, max_n_fraction=1.0)
+    dm = GenomeDataModule(
+        str(small_store),
+        window=1 << 20,
+        batch_size=1,
+        num_workers=0,
+        samples_per_epoch=6,
+        split=split,
+        whole_records=True,
+        max_n_fraction=1.0,
+    )
     dm.setup("fit")
     lengths = {int(dm.datasets["train"][i]["tokens"].shape[0]) for i in range(6)}
     assert lengths <= {50_000, 33_000} and lengths

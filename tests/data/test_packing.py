@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 from data_helpers import random_bases, write_fasta
-
 from genoformer.data import (
     PAD,
     GenomeDataModule,
@@ -46,9 +45,14 @@ def _documents(sample: dict, names: list[str], records: dict[str, str]):
     offsets = np.concatenate([[0], np.cumsum(sample["doc_lens"].numpy())])
     for doc in range(len(sample["doc_lens"])):
         contig = int(sample["doc_contig"][doc])
-        tokens = sample["tokens"][offsets[doc]:offsets[doc + 1]].numpy()
-        yield (names[contig] if contig >= 0 else None, int(sample["doc_start"][doc]), int(sample["doc_lens"][doc]),
-               bool(sample["doc_reverse"][doc]), tokens)
+        tokens = sample["tokens"][offsets[doc] : offsets[doc + 1]].numpy()
+        yield (
+            names[contig] if contig >= 0 else None,
+            int(sample["doc_start"][doc]),
+            int(sample["doc_lens"][doc]),
+            bool(sample["doc_reverse"][doc]),
+            tokens,
+        )
 
 
 def _check_cu_seqlens(batch: dict, rows: int, window: int) -> None:
@@ -73,8 +77,10 @@ def test_pack_lengths_puts_every_item_in_one_bin_within_capacity():
 
 
 def test_collate_builds_cu_seqlens_over_the_flattened_batch():
-    samples = [{"tokens": torch.zeros(8, dtype=torch.uint8), "doc_lens": torch.tensor(lens), "index": i}
-               for i, lens in enumerate([[3, 5], [8], [1, 1, 6]])]
+    samples = [
+        {"tokens": torch.zeros(8, dtype=torch.uint8), "doc_lens": torch.tensor(lens), "index": i}
+        for i, lens in enumerate([[3, 5], [8], [1, 1, 6]])
+    ]
     batch = collate_packed(samples)
     assert batch["tokens"].shape == (3, 8) and batch["index"].tolist() == [0, 1, 2]
     assert batch["cu_seqlens"].tolist() == [0, 3, 8, 16, 17, 18, 24]
@@ -92,7 +98,7 @@ def test_packed_training_windows_are_store_pieces_and_short_records_appear_whole
         assert sample["tokens"].dtype == torch.uint8 and sample["tokens"].shape == (WINDOW,)
         assert int(sample["doc_lens"].sum()) == WINDOW and bool((sample["doc_lens"] > 0).all())
         for name, start, length, reverse, tokens in _documents(sample, names, short_records):
-            expected = encode(short_records[name][start:start + length])
+            expected = encode(short_records[name][start : start + length])
             assert np.array_equal(tokens, reverse_complement(expected) if reverse else expected)
             whole[name] += length == LENGTHS[name]
         again = PackedRandomWindowDataset(short_store, WINDOW, 200, seed=5, reverse_complement=True)[(1, i)]
@@ -116,7 +122,7 @@ def test_packed_tiles_hold_every_tile_once_and_pad_the_rest(short_store, short_r
                 if name is None:
                     assert (tokens == PAD).all()
                     continue
-                assert np.array_equal(tokens, encode(short_records[name][start:start + length]))
+                assert np.array_equal(tokens, encode(short_records[name][start : start + length]))
                 seen.append((names.index(name), start, start + length))
         assert sorted(seen) == sorted(tiles.locate(i) for i in range(len(tiles)))
 
@@ -135,8 +141,9 @@ def test_every_base_of_every_record_is_in_exactly_one_packed_tile(short_store):
 
 def test_data_module_packs_train_val_and_test_batches(short_store):
     split = SplitSpec(by="contigs", val=["contig3"], test=["plasmid1", "plasmid2"])
-    dm = GenomeDataModule(str(short_store), window=WINDOW, batch_size=3, num_workers=0, samples_per_epoch=6,
-                          split=split, pack=True)
+    dm = GenomeDataModule(
+        str(short_store), window=WINDOW, batch_size=3, num_workers=0, samples_per_epoch=6, split=split, pack=True
+    )
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))
     assert batch["tokens"].shape == (3, WINDOW) and "length" not in batch

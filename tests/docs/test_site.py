@@ -11,8 +11,8 @@ test's temporary folder.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import http.server
+import importlib.util
 import os
 import re
 import shutil
@@ -37,9 +37,14 @@ def site(tmp_path_factory) -> Path:
     pytest.importorskip("mkdocs", reason="mkdocs-material is in the test extras: pip install -e '.[dev]'")
     out = tmp_path_factory.mktemp("site")
     start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})  # the theme's notice of its successor
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )  # the theme's notice of its successor
     seconds = time.perf_counter() - start
     assert result.returncode == 0, f"mkdocs build --strict failed after {seconds:.1f} s:\n{result.stderr}"
     return out
@@ -64,7 +69,9 @@ def test_a_guide_missing_from_the_nav_still_gets_a_place(tmp_path):
     (tmp_path / "design").mkdir()
     for name in ("index.md", "listed.md", "new.md", "design/why.md"):
         (tmp_path / name).write_text("# A page\n")
-    config = hooks.on_config({"docs_dir": str(tmp_path), "nav": [{"Home": "index.md"}, {"Guides": [{"A": "listed.md"}]}]})
+    config = hooks.on_config(
+        {"docs_dir": str(tmp_path), "nav": [{"Home": "index.md"}, {"Guides": [{"A": "listed.md"}]}]}
+    )
     assert config["nav"][2:] == [{"More guides": ["new.md"]}, {"Design notes": ["design/why.md"]}]
 
 
@@ -138,9 +145,18 @@ def browser():
         pytest.skip("no Chromium binary: apt-get install chromium (or playwright install chromium), or set $CHROMIUM")
     with sync_api.sync_playwright() as playwright:
         # as root, without a sandbox; no background traffic to Google's hosts on a closed network
-        chromium = playwright.chromium.launch(executable_path=executable, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run"])
+        chromium = playwright.chromium.launch(
+            executable_path=executable,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
         yield chromium
         chromium.close()
 
@@ -152,18 +168,26 @@ def test_the_page_renders_in_chromium(browser, served, path, heading, tmp_path):
     page.on("console", lambda message: message.type == "error" and problems.append(f"console: {message.text}"))
     page.on("pageerror", lambda error: problems.append(f"script error: {error}"))
     page.on("requestfailed", lambda request: problems.append(f"failed: {request.url} ({request.failure})"))
-    page.on("response", lambda response: response.status >= 400 and problems.append(
-        f"HTTP {response.status}: {response.url}"))
-    page.on("request", lambda request: not request.url.startswith((served, "data:")) and problems.append(
-        f"off the machine: {request.url}"))
+    page.on(
+        "response",
+        lambda response: response.status >= 400 and problems.append(f"HTTP {response.status}: {response.url}"),
+    )
+    page.on(
+        "request",
+        lambda request: (
+            not request.url.startswith((served, "data:")) and problems.append(f"off the machine: {request.url}")
+        ),
+    )
     page.goto(served + path, wait_until="networkidle")
     assert not problems, "\n".join(problems)
     assert page.locator("article h1").first.inner_text().startswith(heading)
     assert page.locator("nav.md-nav--primary").count() > 0, "the theme's navigation is missing"
     assert page.evaluate("getComputedStyle(document.querySelector('header')).position") == "sticky", (
-        "the theme's stylesheet did not apply")
+        "the theme's stylesheet did not apply"
+    )
     broken_images = page.evaluate(
-        "[...document.images].filter(image => !image.complete || image.naturalWidth === 0).map(image => image.src)")
+        "[...document.images].filter(image => !image.complete || image.naturalWidth === 0).map(image => image.src)"
+    )
     assert not broken_images, broken_images
     out = Path(os.environ.get("GENOFORMER_SITE_SCREENSHOTS") or tmp_path)
     out.mkdir(parents=True, exist_ok=True)

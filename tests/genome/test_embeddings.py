@@ -11,11 +11,11 @@ import torch
 import zarr
 from Bio.Seq import Seq
 from Bio.SeqRecord import SeqRecord
+from genoformer.data.genome.alphabet import decode
+from genoformer.data.tiling import tile_windows
+from genoformer.kernels.layout import SlidingWindow
 from model_helpers import WINDOW, random_tokens, tiny_model
 
-from genoformer.data.genome.alphabet import decode
-from genoformer.kernels.layout import SlidingWindow
-from genoformer.data.tiling import tile_windows
 from genoformer.genome.embeddings import Embedder, Embeddings, Pooling, load_embeddings, save_embeddings
 
 
@@ -41,7 +41,12 @@ def test_per_token_and_pooled_shapes_and_consistency(embedder):
     assert per_token.names == ["seq0", "seq1", "seq2"]
     assert [a.shape for a in per_token.arrays] == [(300, 32), (50, 32), (7, 32)]
     assert all(a.dtype == np.float32 for a in per_token.arrays)
-    for pooling, reduce in [("mean", lambda a: a.mean(0)), ("max", lambda a: a.max(0)), ("first", lambda a: a[0]), ("last", lambda a: a[-1])]:
+    for pooling, reduce in [
+        ("mean", lambda a: a.mean(0)),
+        ("max", lambda a: a.max(0)),
+        ("first", lambda a: a[0]),
+        ("last", lambda a: a[-1]),
+    ]:
         pooled = embedder.embed(sequences, pooling=pooling, progress=False)
         assert pooled.stack().shape == (3, 32)
         for vector, tokens in zip(pooled.arrays, per_token.arrays):
@@ -119,7 +124,14 @@ def test_inputs_from_records_and_fasta_files(embedder, tmp_path):
 
 
 def test_real_genome_fasta(embedder, repo_root):
-    result = embedder.embed(repo_root / "examples" / "lambda_phage.fasta.gz", pooling="mean", window=96, overlap=0, batch_size=64, progress=False)
+    result = embedder.embed(
+        repo_root / "examples" / "lambda_phage.fasta.gz",
+        pooling="mean",
+        window=96,
+        overlap=0,
+        batch_size=64,
+        progress=False,
+    )
     assert len(result) == 1 and result.stack().shape == (1, 32) and np.isfinite(result.stack()).all()
 
 
@@ -159,7 +171,9 @@ def test_bad_inputs_raise_clear_errors(embedder, tmp_path, mlm_checkpoint):
 @pytest.mark.parametrize("suffix", [".npz", ".zarr"])
 @pytest.mark.parametrize("pooling", [Pooling.MEAN, Pooling.NONE])
 def test_save_and_load_round_trip(embedder, tmp_path, suffix, pooling):
-    result = embedder.embed([random_sequence(130, 9), random_sequence(20, 10)], pooling=pooling, layer=1, progress=False)
+    result = embedder.embed(
+        [random_sequence(130, 9), random_sequence(20, 10)], pooling=pooling, layer=1, progress=False
+    )
     path = save_embeddings(result, tmp_path / f"out{suffix}")
     loaded = load_embeddings(path)
     assert isinstance(loaded, Embeddings) and loaded.names == result.names

@@ -10,13 +10,13 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-from model_helpers import random_tokens
-
-from genoformer.core.checkpoints import canonical_state_dict
 from genoformer.data.genome.alphabet import PAD, decode
 from genoformer.data.genome.annotations import ANNOTATION_CLASSES, STRAND_SWAP
 from genoformer.data.genome.labelled import IGNORE, LabelledDataModule
 from genoformer.data.genome.targets import TargetKind, TargetSpace
+from model_helpers import random_tokens
+
+from genoformer.core.checkpoints import canonical_state_dict
 from genoformer.genome.finetune import Adaptation, FineTuner
 from genoformer.genome.heads import flip_within, reverse_complement_rows, valid_mask
 from genoformer.genome.predict import FineTunedModel
@@ -42,21 +42,32 @@ def write_tsv(path: Path, n: int, seed: int, *, regress: bool = False) -> Path:
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("tables")
-    return {"train": write_tsv(folder / "train.tsv", 24, 1), "val": write_tsv(folder / "val.tsv", 8, 2),
-            "train_regress": write_tsv(folder / "train_r.tsv", 16, 3, regress=True),
-            "val_regress": write_tsv(folder / "val_r.tsv", 8, 4, regress=True)}
+    return {
+        "train": write_tsv(folder / "train.tsv", 24, 1),
+        "val": write_tsv(folder / "val.tsv", 8, 2),
+        "train_regress": write_tsv(folder / "train_r.tsv", 16, 3, regress=True),
+        "val_regress": write_tsv(folder / "val_r.tsv", 8, 4, regress=True),
+    }
 
 
 def trainer(**options) -> L.Trainer:
-    values = dict(accelerator="cpu", max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                  enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0)
+    values = dict(
+        accelerator="cpu",
+        max_steps=3,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
     values.update(options)
     return L.Trainer(**values)
 
 
 def pretrained_trunk(checkpoint: Path) -> dict[str, torch.Tensor]:
     state = canonical_state_dict(torch.load(checkpoint, map_location="cpu", weights_only=False)["state_dict"])
-    return {key[len("model."):]: value for key, value in state.items() if key.startswith("model.")}
+    return {key[len("model.") :]: value for key, value in state.items() if key.startswith("model.")}
 
 
 def trunk_name(name: str) -> str:
@@ -109,8 +120,9 @@ def test_linear_probe_keeps_the_whole_trunk_and_full_changes_it(causal_checkpoin
 
 def test_head_trains_at_its_own_learning_rate(causal_checkpoint):
     for options, head_rate in [({"head_learning_rate": 5e-3}, 5e-3), ({}, 10 * 2e-4)]:
-        module = FineTuner(pretrained=str(causal_checkpoint), targets=CLASSES.to_dict(), learning_rate=2e-4,
-                           total_steps=10, **options)
+        module = FineTuner(
+            pretrained=str(causal_checkpoint), targets=CLASSES.to_dict(), learning_rate=2e-4, total_steps=10, **options
+        )
         optimizer = module.configure_optimizers()["optimizer"]
         head_params = {id(p) for p in module.head.parameters()}
         rates = {}
@@ -129,7 +141,9 @@ def test_linear_probe_and_lora_optimise_only_what_trains(causal_checkpoint):
     assert {id(p) for g in groups for p in g["params"]} == {id(p) for p in probe.head.parameters()}
     lora = FineTuner(pretrained=str(causal_checkpoint), targets=CLASSES.to_dict(), lora_rank=2, total_steps=5)
     groups = lora.configure_optimizers()["optimizer"].param_groups
-    expected = {id(p) for n, p in lora.model.named_parameters() if "lora_" in n} | {id(p) for p in lora.head.parameters()}
+    expected = {id(p) for n, p in lora.model.named_parameters() if "lora_" in n} | {
+        id(p) for p in lora.head.parameters()
+    }
     assert {id(p) for g in groups for p in g["params"]} == expected
 
 
@@ -156,13 +170,17 @@ def test_random_strand_flips_tokens_and_per_base_targets_together(causal_checkpo
     assert (new_targets[~keep] == IGNORE).all()
 
 
-@pytest.mark.parametrize("space,targets", [
-    (TargetSpace(TargetKind.SEQUENCE_CLASSES, ("a", "b", "c")), torch.tensor([0, 1, 2, 1])),
-    (TargetSpace(TargetKind.SEQUENCE_CLASSES, ("a", "b")), torch.tensor([0, 1, 1, 0])),
-    (TargetSpace(TargetKind.SEQUENCE_LABELS, ("x", "y")), torch.tensor([[0, 1], [1, 1], [0, 0], [1, 0]]).float()),
-    (TargetSpace(TargetKind.SEQUENCE_VALUES, ("v",), mean=(1.0,), std=(2.0,)), torch.randn(4, 1)),
-    (TargetSpace(TargetKind.SEQUENCE_VALUES, ("v", "w"), mean=(1.0, 0.0), std=(2.0, 1.0)), torch.randn(4, 2)),
-], ids=["multiclass", "binary", "labels", "one_value", "two_values"])
+@pytest.mark.parametrize(
+    "space,targets",
+    [
+        (TargetSpace(TargetKind.SEQUENCE_CLASSES, ("a", "b", "c")), torch.tensor([0, 1, 2, 1])),
+        (TargetSpace(TargetKind.SEQUENCE_CLASSES, ("a", "b")), torch.tensor([0, 1, 1, 0])),
+        (TargetSpace(TargetKind.SEQUENCE_LABELS, ("x", "y")), torch.tensor([[0, 1], [1, 1], [0, 0], [1, 0]]).float()),
+        (TargetSpace(TargetKind.SEQUENCE_VALUES, ("v",), mean=(1.0,), std=(2.0,)), torch.randn(4, 1)),
+        (TargetSpace(TargetKind.SEQUENCE_VALUES, ("v", "w"), mean=(1.0, 0.0), std=(2.0, 1.0)), torch.randn(4, 2)),
+    ],
+    ids=["multiclass", "binary", "labels", "one_value", "two_values"],
+)
 def test_evaluation_metrics_per_target_kind(causal_checkpoint, space, targets):
     module = FineTuner(pretrained=str(causal_checkpoint), targets=space.to_dict()).eval()
     lengths_B = torch.tensor([30, 20, 25, 30])
@@ -173,9 +191,11 @@ def test_evaluation_metrics_per_target_kind(causal_checkpoint, space, targets):
     with torch.no_grad():
         module._evaluate({"tokens": tokens_BL, "length": lengths_B, "targets": targets}, "val")
     values = {name: float(metric.compute()) for name, metric in module.metrics["val"].items()}
-    expected = {TargetKind.SEQUENCE_CLASSES: {"accuracy", "balanced_accuracy", "mcc", "f1", "auroc", "auprc"},
-                TargetKind.SEQUENCE_LABELS: {"accuracy", "f1", "auroc", "auprc"},
-                TargetKind.SEQUENCE_VALUES: {"pearson", "spearman", "mse"}}[space.kind]
+    expected = {
+        TargetKind.SEQUENCE_CLASSES: {"accuracy", "balanced_accuracy", "mcc", "f1", "auroc", "auprc"},
+        TargetKind.SEQUENCE_LABELS: {"accuracy", "f1", "auroc", "auprc"},
+        TargetKind.SEQUENCE_VALUES: {"pearson", "spearman", "mse"},
+    }[space.kind]
     assert set(values) == expected and "val/loss" in logged
     assert all(np.isfinite(v) for v in values.values()), values
 
@@ -212,8 +232,12 @@ def test_validation_through_lightning_logs_the_metrics(causal_checkpoint, tables
 
 def test_checkpoint_round_trip(causal_checkpoint, tmp_path):
     torch.manual_seed(0)
-    module = FineTuner(pretrained=str(causal_checkpoint), lora_rank=2, pooling="attention",
-                       targets=TargetSpace(TargetKind.SEQUENCE_VALUES, ("v",), mean=(3.0,), std=(2.0,)).to_dict())
+    module = FineTuner(
+        pretrained=str(causal_checkpoint),
+        lora_rank=2,
+        pooling="attention",
+        targets=TargetSpace(TargetKind.SEQUENCE_VALUES, ("v",), mean=(3.0,), std=(2.0,)).to_dict(),
+    )
     with torch.no_grad():
         for name, param in module.named_parameters():
             if "lora_B" in name or "query" in name:
@@ -225,8 +249,9 @@ def test_checkpoint_round_trip(causal_checkpoint, tmp_path):
     assert not loaded.training and loaded.targets == module.targets and loaded.adaptation is Adaptation.LORA
     tokens_BL, lengths_B = random_tokens(2, 20, seed=5), torch.tensor([20, 14])
     with torch.no_grad():
-        torch.testing.assert_close(loaded.predict_outputs(tokens_BL, lengths_B),
-                                   module.eval().predict_outputs(tokens_BL, lengths_B))
+        torch.testing.assert_close(
+            loaded.predict_outputs(tokens_BL, lengths_B), module.eval().predict_outputs(tokens_BL, lengths_B)
+        )
     with pytest.raises(ValueError, match="language model"):
         FineTunedModel.load(causal_checkpoint)
 
@@ -274,8 +299,15 @@ def test_validation_summary_says_why_the_run_ended_before_max_steps():
     validations = [Validation(2, {"val/loss": 0.5}), Validation(4, {"val/loss": 0.7})]
 
     def summary(stopped_early: bool, max_steps: int = 40) -> str:
-        return validation_summary(validations, best=Path("b.ckpt"), last=Path("l.ckpt"), max_steps=max_steps,
-                                  patience=3, stopped_early=stopped_early, predict="use CHECKPOINT")
+        return validation_summary(
+            validations,
+            best=Path("b.ckpt"),
+            last=Path("l.ckpt"),
+            max_steps=max_steps,
+            patience=3,
+            stopped_early=stopped_early,
+            predict="use CHECKPOINT",
+        )
 
     assert "stopped early at step 4 of 40" in summary(True)
     assert "stopped early" not in summary(False) and "training ended at step 4 of 40" in summary(False)

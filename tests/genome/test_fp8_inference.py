@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from genoformer.data.genome.alphabet import decode
 from model_helpers import random_tokens
 
 from genoformer.cli import main
-from genoformer.data.genome.alphabet import decode
 
 
 @pytest.fixture(scope="module")
@@ -33,10 +33,32 @@ def test_score_and_mutagenesis_in_fp8_stay_close_to_the_default(causal_checkpoin
     runs = {}
     for backend in ("auto", "fp8"):
         common = ["--checkpoint", str(causal_checkpoint), "--device", "cpu", "--backend", backend]
-        main(["score", *common, "--inputs", str(genome), "--out", str(tmp_path / f"{backend}.bedgraph"),
-              "--context", "128"])
-        main(["mutagenesis", *common, "--inputs", str(genome), "--regions", "chr1:70-75", "--window", "64",
-              "--out", str(tmp_path / f"{backend}.tsv")])
+        main(
+            [
+                "score",
+                *common,
+                "--inputs",
+                str(genome),
+                "--out",
+                str(tmp_path / f"{backend}.bedgraph"),
+                "--context",
+                "128",
+            ]
+        )
+        main(
+            [
+                "mutagenesis",
+                *common,
+                "--inputs",
+                str(genome),
+                "--regions",
+                "chr1:70-75",
+                "--window",
+                "64",
+                "--out",
+                str(tmp_path / f"{backend}.tsv"),
+            ]
+        )
         llr = [float(line.split("\t")[4]) for line in (tmp_path / f"{backend}.tsv").read_text().splitlines()[1:]]
         runs[backend] = (_bedgraph(tmp_path / f"{backend}.bedgraph"), np.array(llr))
     for default, fp8 in zip(runs["auto"], runs["fp8"]):
@@ -45,14 +67,39 @@ def test_score_and_mutagenesis_in_fp8_stay_close_to_the_default(causal_checkpoin
         assert np.abs(default - fp8).max() > 0
 
 
-def test_embed_in_fp8_and_a_layout_refused_with_the_reason(causal_checkpoint, mlm_checkpoint, genome, tmp_path,
-                                                           capsys):
+def test_embed_in_fp8_and_a_layout_refused_with_the_reason(causal_checkpoint, mlm_checkpoint, genome, tmp_path, capsys):
     for backend in ("auto", "fp8"):
-        main(["embed", "--checkpoint", str(causal_checkpoint), "--inputs", str(genome), "--device", "cpu",
-              "--backend", backend, "--out", str(tmp_path / f"{backend}.npz")])
+        main(
+            [
+                "embed",
+                "--checkpoint",
+                str(causal_checkpoint),
+                "--inputs",
+                str(genome),
+                "--device",
+                "cpu",
+                "--backend",
+                backend,
+                "--out",
+                str(tmp_path / f"{backend}.npz"),
+            ]
+        )
     default, fp8 = (np.load(tmp_path / f"{b}.npz")["embeddings"] for b in ("auto", "fp8"))
     assert np.abs(default - fp8).max() < 0.05 * np.abs(default).max()
     with pytest.raises(SystemExit):  # its layers alternate sliding-window layouts and dense ones
-        main(["embed", "--checkpoint", str(mlm_checkpoint), "--inputs", str(genome), "--device", "cpu",
-              "--backend", "fp8", "--out", str(tmp_path / "mlm.npz")])
+        main(
+            [
+                "embed",
+                "--checkpoint",
+                str(mlm_checkpoint),
+                "--inputs",
+                str(genome),
+                "--device",
+                "cpu",
+                "--backend",
+                "fp8",
+                "--out",
+                str(tmp_path / "mlm.npz"),
+            ]
+        )
     assert "FP8 attention runs dense attention only" in capsys.readouterr().err

@@ -9,8 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sklearn.metrics import matthews_corrcoef
-
 from genoformer.data.genome.alphabet import encode, reverse_complement
 from genoformer.data.genome.annotations import (
     CDS_MINUS,
@@ -23,6 +21,8 @@ from genoformer.data.genome.annotations import (
     read_genes,
     write_gff3,
 )
+from sklearn.metrics import matthews_corrcoef
+
 from genoformer.genome.genecalls import (
     call_genes,
     coding_mask,
@@ -34,8 +34,13 @@ from genoformer.genome.genecalls import (
 )
 
 LENGTH = 30_000
-_SENSE = [a + b + c for a in "ACGT" for b in "ACGT" for c in "ACGT"
-          if a + b + c not in {"TAA", "TAG", "TGA", "ATG", "GTG", "TTG"}]
+_SENSE = [
+    a + b + c
+    for a in "ACGT"
+    for b in "ACGT"
+    for c in "ACGT"
+    if a + b + c not in {"TAA", "TAG", "TGA", "ATG", "GTG", "TTG"}
+]
 
 
 def body(rng: np.random.Generator, codons: int) -> str:
@@ -61,7 +66,7 @@ def planted_genome(seed: int = 0) -> Genome:
 
     def plant(start: int, dna: str, strand: int) -> tuple[int, int, int]:
         piece = dna if strand == 1 else "".join({"A": "T", "C": "G", "G": "C", "T": "A"}[b] for b in reversed(dna))
-        sequence[start:start + len(piece)] = piece.encode()
+        sequence[start : start + len(piece)] = piece.encode()
         genes.append((start, start + len(piece), strand))
         return genes[-1]
 
@@ -114,8 +119,9 @@ def test_strands_mirror_under_reverse_complement(genome: Genome) -> None:
     swapped = genome.probabilities[::-1][:, list(STRAND_SWAP)]
     mirrored = call_genes(reverse_complement(genome.codes), swapped, contig="chr")
     flip = {"10": "01", "01": "10", None: None}
-    expected = {(LENGTH - e, LENGTH - s, -strand, flip[genome.partial.get((s, e, strand))])
-                for s, e, strand in genome.genes}
+    expected = {
+        (LENGTH - e, LENGTH - s, -strand, flip[genome.partial.get((s, e, strand))]) for s, e, strand in genome.genes
+    }
     assert {(g.start, g.end, g.strand, g.attribute("partial")) for g in mirrored} == expected
 
 
@@ -192,15 +198,27 @@ def test_gene_agreement_counts() -> None:
     def cds(contig: str, start: int, end: int, strand: int, kind: str = "CDS") -> Gene:
         return Gene(contig=contig, start=start, end=end, strand=strand, kind=kind)
 
-    reference = [cds("a", 100, 400, 1), cds("a", 500, 800, -1), cds("b", 100, 400, 1), cds("b", 900, 1_200, 1),
-                 cds("a", 1_000, 1_100, 1, "tRNA")]
-    predicted = [cds("a", 160, 400, 1),  # same stop, other start
-                 cds("a", 500, 800, -1),  # exact
-                 cds("b", 100, 400, -1),  # wrong strand
-                 cds("a", 2_000, 2_300, 1),  # nothing there
-                 cds("a", 1_000, 1_100, 1, "rRNA")]  # not a CDS: ignored
+    reference = [
+        cds("a", 100, 400, 1),
+        cds("a", 500, 800, -1),
+        cds("b", 100, 400, 1),
+        cds("b", 900, 1_200, 1),
+        cds("a", 1_000, 1_100, 1, "tRNA"),
+    ]
+    predicted = [
+        cds("a", 160, 400, 1),  # same stop, other start
+        cds("a", 500, 800, -1),  # exact
+        cds("b", 100, 400, -1),  # wrong strand
+        cds("a", 2_000, 2_300, 1),  # nothing there
+        cds("a", 1_000, 1_100, 1, "rRNA"),
+    ]  # not a CDS: ignored
     assert gene_agreement(reference, predicted) == {
-        "n_reference": 4, "n_predicted": 4, "stop_and_strand": 0.5, "start_and_stop": 0.25, "precision_stop": 0.5}
+        "n_reference": 4,
+        "n_predicted": 4,
+        "stop_and_strand": 0.5,
+        "start_and_stop": 0.25,
+        "precision_stop": 0.5,
+    }
     # The 3' end of a - gene is its start: a - call that shares only the end does not match.
     assert gene_agreement([cds("a", 500, 800, -1)], [cds("a", 560, 800, -1)])["stop_and_strand"] == 0.0
     assert gene_agreement([cds("a", 500, 800, -1)], [cds("a", 500, 740, -1)])["stop_and_strand"] == 1.0
@@ -211,7 +229,9 @@ def test_called_genes_round_trip_through_gff3(genome: Genome, tmp_path: Path) ->
     calls = call_genes(genome.codes, genome.probabilities, contig="chr")
     path = write_gff3(tmp_path / "calls.gff3", calls, contigs=[("chr", LENGTH)])
     back = read_genes(path)
-    assert [dataclasses.replace(g, attributes=()) for g in back] == [dataclasses.replace(g, attributes=()) for g in calls]
+    assert [dataclasses.replace(g, attributes=()) for g in back] == [
+        dataclasses.replace(g, attributes=()) for g in calls
+    ]
     assert [g.attribute("partial") for g in back] == [g.attribute("partial") for g in calls]
 
 
@@ -220,10 +240,19 @@ def test_bedgraph_tracks(tmp_path: Path) -> None:
     probabilities[:, CDS_PLUS] = [0.1, 0.104, 0.9, 0.9, 0.896, 0.0]
     probabilities[:, CDS_MINUS] = [0.5, 0.5, 0.5, 0.5, 0.5, 1.0]
     path = write_tracks_bedgraph(tmp_path / "tracks.bedgraph", [("chr1", probabilities), ("chr2", probabilities[:2])])
-    track = 'track type=bedGraph name="{0}" description="genoformer P({0})" visibility=full autoScale=off viewLimits=0:1'
+    track = (
+        'track type=bedGraph name="{0}" description="genoformer P({0})" visibility=full autoScale=off viewLimits=0:1'
+    )
     assert path.read_text().splitlines() == [
-        track.format("CDS+"), "chr1\t0\t2\t0.10", "chr1\t2\t5\t0.90", "chr1\t5\t6\t0.00", "chr2\t0\t2\t0.10",
-        track.format("CDS-"), "chr1\t0\t5\t0.50", "chr1\t5\t6\t1.00", "chr2\t0\t2\t0.50",
+        track.format("CDS+"),
+        "chr1\t0\t2\t0.10",
+        "chr1\t2\t5\t0.90",
+        "chr1\t5\t6\t0.00",
+        "chr2\t0\t2\t0.10",
+        track.format("CDS-"),
+        "chr1\t0\t5\t0.50",
+        "chr1\t5\t6\t1.00",
+        "chr2\t0\t2\t0.50",
     ]
     with pytest.raises(FileExistsError):
         write_tracks_bedgraph(path, [("chr1", probabilities)])

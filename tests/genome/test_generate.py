@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 from cli_helpers import fails
+from genoformer.data.genome.alphabet import decode, encode
+from genoformer.data.genome.seqfiles import read_records
 from model_helpers import random_tokens, tiny_model
 
 from genoformer.cli import main
-from genoformer.data.genome.alphabet import decode, encode
-from genoformer.data.genome.seqfiles import read_records
 from genoformer.genome.generate import Generator, base_probabilities, check_sampling
 
 
@@ -35,7 +35,7 @@ def greedy_by_hand(model, prompt_L: np.ndarray, length: int, context: int, overl
         tokens.append(int(logits_V[:4].argmax()))
         if len(tokens) - start > context:
             start = len(tokens) - overlap - 1
-    return np.array(tokens[len(prompt_L):], dtype=np.uint8)
+    return np.array(tokens[len(prompt_L) :], dtype=np.uint8)
 
 
 @pytest.mark.parametrize(
@@ -47,8 +47,9 @@ def test_greedy_equals_a_hand_loop_of_full_forward_passes(generator, prompt_leng
     kept = context // 2 if overlap is None else overlap
     expected_L = greedy_by_hand(generator.model, prompt_L, length, context, kept)
     for use_cache in (True, False):
-        samples_ML = generator.generate(prompt_L, length, top_k=1, context=context, overlap=overlap,
-                                        use_cache=use_cache, num_samples=2)
+        samples_ML = generator.generate(
+            prompt_L, length, top_k=1, context=context, overlap=overlap, use_cache=use_cache, num_samples=2
+        )
         assert samples_ML.shape == (2, length) and samples_ML.dtype == np.uint8
         np.testing.assert_array_equal(samples_ML[0], expected_L)
         np.testing.assert_array_equal(samples_ML[1], expected_L)
@@ -96,13 +97,16 @@ def test_base_probabilities_drop_other_tokens_and_keep_the_top_k():
     assert base_probabilities(logits_BV, 1.0, 1).argmax(-1).tolist() == [1, 0]
 
 
-@pytest.mark.parametrize(("temperature", "top_k", "message"), [
-    (0.0, None, "temperature must be a positive number"),
-    (-1.0, None, "temperature must be a positive number"),
-    (float("nan"), None, "temperature must be a positive number"),
-    (1.0, 0, "top_k must be 1 to 4"),
-    (1.0, 5, "top_k must be 1 to 4"),
-])
+@pytest.mark.parametrize(
+    ("temperature", "top_k", "message"),
+    [
+        (0.0, None, "temperature must be a positive number"),
+        (-1.0, None, "temperature must be a positive number"),
+        (float("nan"), None, "temperature must be a positive number"),
+        (1.0, 0, "top_k must be 1 to 4"),
+        (1.0, 5, "top_k must be 1 to 4"),
+    ],
+)
 def test_bad_sampling_options_raise(generator, temperature, top_k, message):
     with pytest.raises(ValueError, match=message):
         check_sampling(temperature, top_k)
@@ -145,15 +149,33 @@ def read_fasta(path) -> list[tuple[str, str]]:
 
 def test_generate_command_writes_the_samples_of_the_api(causal_checkpoint, tmp_path, capsys):
     out = tmp_path / "samples.fasta"
-    args = ["generate", "--checkpoint", str(causal_checkpoint), "--prompt", "acgtNACGGT", "--length", "90",
-            "--num_samples", "3", "--seed", "7", "--temperature", "0.9", "--top_k", "3", "--out", str(out)]
+    args = [
+        "generate",
+        "--checkpoint",
+        str(causal_checkpoint),
+        "--prompt",
+        "acgtNACGGT",
+        "--length",
+        "90",
+        "--num_samples",
+        "3",
+        "--seed",
+        "7",
+        "--temperature",
+        "0.9",
+        "--top_k",
+        "3",
+        "--out",
+        str(out),
+    ]
     main(args)
     assert f"wrote 3 samples of 90 bases to {out}" in capsys.readouterr().out
     records = read_fasta(out)
     assert [header.split()[0] for header, _ in records] == ["sample_1", "sample_2", "sample_3"]
     assert records[0][0].split()[1:] == ["prompt=acgtNACGGT", "prompt_bases=10", "temperature=0.9", "top_k=3", "seed=7"]
     expected_ML = Generator.from_checkpoint(causal_checkpoint, device="cpu").generate(
-        encode("ACGTNACGGT"), 90, temperature=0.9, top_k=3, seed=7, num_samples=3)
+        encode("ACGTNACGGT"), 90, temperature=0.9, top_k=3, seed=7, num_samples=3
+    )
     assert [sequence for _, sequence in records] == [decode(row) for row in expected_ML]
     assert max(len(line) for line in out.read_text().splitlines()) == 80
 
@@ -168,13 +190,35 @@ def test_generate_command_reads_prompts_from_fasta(causal_checkpoint, tmp_path, 
     with gzip.open(prompts, "wt") as handle:
         handle.write(">first\nACGTACGTAC\n>second\n" + "GGATCCA" * 30 + "\n")
     out = tmp_path / "samples.fasta"
-    main(["generate", "--checkpoint", str(causal_checkpoint), "--prompt_fasta", str(prompts), "--length", "20",
-          "--num_samples", "2", "--top_k", "1", "--context", "64", "--include_prompt", "--out", str(out)])
+    main(
+        [
+            "generate",
+            "--checkpoint",
+            str(causal_checkpoint),
+            "--prompt_fasta",
+            str(prompts),
+            "--length",
+            "20",
+            "--num_samples",
+            "2",
+            "--top_k",
+            "1",
+            "--context",
+            "64",
+            "--include_prompt",
+            "--out",
+            str(out),
+        ]
+    )
     printed = capsys.readouterr().out
     assert "prompt second: 210 bases, more than the context of 64; the model reads its last 64" in printed
     records = read_fasta(out)
-    assert [header.split()[0] for header, _ in records] == ["first_sample_1", "first_sample_2",
-                                                            "second_sample_1", "second_sample_2"]
+    assert [header.split()[0] for header, _ in records] == [
+        "first_sample_1",
+        "first_sample_2",
+        "second_sample_1",
+        "second_sample_2",
+    ]
     assert records[2][0].split()[1:3] == ["prompt=second", "prompt_bases=210"]
     assert records[0][1].startswith("ACGTACGTAC") and len(records[0][1]) == 30
     generator = Generator.from_checkpoint(causal_checkpoint, device="cpu")
@@ -183,17 +227,31 @@ def test_generate_command_reads_prompts_from_fasta(causal_checkpoint, tmp_path, 
     assert next(read_records(out)).name == "first_sample_1"
 
 
-@pytest.mark.parametrize(("extra", "message"), [
-    (["--prompt", "ACGXT"], "--prompt: base 4 (1-based): invalid character 'X'"),
-    ([], "give the prompt one way"),
-    (["--prompt", "ACGT", "--prompt_fasta", "p.fa"], "not both"),
-    (["--prompt", "ACGT", "--temperature", "0"], "pass --top_k 1"),
-    (["--prompt", "ACGT", "--top_k", "6"], "top_k must be 1 to 4"),
-    (["--prompt", "ACGT", "--prompt_fasta", "p.fa"], "--prompt SEQUENCE"),
-])
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--prompt", "ACGXT"], "--prompt: base 4 (1-based): invalid character 'X'"),
+        ([], "give the prompt one way"),
+        (["--prompt", "ACGT", "--prompt_fasta", "p.fa"], "not both"),
+        (["--prompt", "ACGT", "--temperature", "0"], "pass --top_k 1"),
+        (["--prompt", "ACGT", "--top_k", "6"], "top_k must be 1 to 4"),
+        (["--prompt", "ACGT", "--prompt_fasta", "p.fa"], "--prompt SEQUENCE"),
+    ],
+)
 def test_generate_command_errors(causal_checkpoint, tmp_path, capsys, extra, message):
-    err = fails(capsys, ["generate", "--checkpoint", str(causal_checkpoint), "--length", "5",
-                         "--out", str(tmp_path / "s.fasta"), *extra])
+    err = fails(
+        capsys,
+        [
+            "generate",
+            "--checkpoint",
+            str(causal_checkpoint),
+            "--length",
+            "5",
+            "--out",
+            str(tmp_path / "s.fasta"),
+            *extra,
+        ],
+    )
     assert message in err
     assert not (tmp_path / "s.fasta").exists()
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from model_helpers import random_tokens
-
 from genoformer.data.genome.alphabet import PAD, reverse_complement
 from genoformer.data.genome.annotations import ANNOTATION_CLASSES, STRAND_SWAP
 from genoformer.data.genome.labelled import IGNORE
 from genoformer.data.genome.targets import TargetKind, TargetSpace
+from model_helpers import random_tokens
+
 from genoformer.genome.finetune import FineTuner
 from genoformer.genome.heads import (
     BaseHead,
@@ -143,7 +143,7 @@ def test_pooling_shapes_and_values(pooling, both_strands):
     for b, n in enumerate(lengths_B.tolist()):
         real_LF = features_BLF[b, :n]
         if pooling is HeadPooling.LAST:
-            expected = real_LF[-1] if not both_strands else torch.cat([real_LF[-1, : F // 2], real_LF[0, F // 2:]])
+            expected = real_LF[-1] if not both_strands else torch.cat([real_LF[-1, : F // 2], real_LF[0, F // 2 :]])
         else:  # ATTENTION starts with a zero query: uniform weights, the mean
             expected = real_LF.mean(0)
         torch.testing.assert_close(pooled_BF[b], expected)
@@ -160,7 +160,7 @@ def test_attention_pooling_ignores_padding_with_a_trained_query():
     pooled = head.pool(features_BLF, lengths_B)
     alone = head.pool(features_BLF[:1, :5], lengths_B[:1])
     torch.testing.assert_close(pooled[:1], alone)
-    weights = torch.softmax(features_BLF[0, :5] @ head.query / 6 ** 0.5, 0)
+    weights = torch.softmax(features_BLF[0, :5] @ head.query / 6**0.5, 0)
     torch.testing.assert_close(pooled[0], weights @ features_BLF[0, :5])
 
 
@@ -265,15 +265,24 @@ def test_strand_features_of_the_reverse_complement_are_swapped_and_flipped(causa
     tokens_BL, lengths_B = padded_batch(seed=8)
     with torch.no_grad():
         f_BLF = strand_features(module.model, tokens_BL.long(), lengths_B, both_strands=True)
-        f_rc_BLF = strand_features(module.model, reverse_complement_rows(tokens_BL, lengths_B), lengths_B,
-                                   both_strands=True)
+        f_rc_BLF = strand_features(
+            module.model, reverse_complement_rows(tokens_BL, lengths_B), lengths_B, both_strands=True
+        )
     keep = valid_mask(lengths_B, tokens_BL.shape[1])
     torch.testing.assert_close(flip_within(f_rc_BLF, lengths_B)[keep], swap_strands(f_BLF)[keep], atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("space_name,pooling", [("multiclass", HeadPooling.MEAN), ("multiclass", HeadPooling.LAST),
-                                               ("multiclass", HeadPooling.ATTENTION), ("base_classes", None),
-                                               ("base_values", None), ("values", HeadPooling.LAST)])
+@pytest.mark.parametrize(
+    "space_name,pooling",
+    [
+        ("multiclass", HeadPooling.MEAN),
+        ("multiclass", HeadPooling.LAST),
+        ("multiclass", HeadPooling.ATTENTION),
+        ("base_classes", None),
+        ("base_values", None),
+        ("values", HeadPooling.LAST),
+    ],
+)
 def test_swap_strands_shortcut_equals_running_the_reverse_complement(causal_checkpoint, space_name, pooling):
     """predict_outputs with test_time_strands (one trunk pass) equals the mean of the one-strand
     predictions of x and of rc(x) computed by running the trunk on rc(x)."""

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from genoformer.data import GenomeDataModule, SplitSpec
+from genoformer.data.genome.alphabet import MASK, PAD, N
+from genoformer.kernels.layout import SlidingWindow
 from lightning.pytorch.cli import LightningCLI
 from model_helpers import WINDOW, fit_tiny, random_tokens, tiny_config, token_loader
 
 from genoformer.core.callbacks import LossPlotCallback
-from genoformer.data import GenomeDataModule, SplitSpec
-from genoformer.data.genome.alphabet import MASK, N, PAD
-from genoformer.kernels.layout import SlidingWindow
 from genoformer.core.training import warmup_cosine
 from genoformer.genome.lm import IGNORE, GenoformerLM, Objective, mask_tokens
 
@@ -163,13 +163,24 @@ def test_fit_and_test_on_a_genome_data_module(tmp_path):
     fasta = tmp_path / "toy.fa"
     fasta.write_text(">toy\n" + "".join(rng.choice(list("ACGT"), 3000)) + "\n")
     data = GenomeDataModule(
-        store=str(tmp_path / "toy.zarr"), fasta=[str(fasta)], window=128, batch_size=4, num_workers=0,
-        samples_per_epoch=16, split=SplitSpec(val_fraction=0.1, test_fraction=0.05),
+        store=str(tmp_path / "toy.zarr"),
+        fasta=[str(fasta)],
+        window=128,
+        batch_size=4,
+        num_workers=0,
+        samples_per_epoch=16,
+        split=SplitSpec(val_fraction=0.1, test_fraction=0.05),
     )
     module = GenoformerLM(tiny_config(attention=[SlidingWindow(window=32, block_size=16), None]), objective="MASKED_LM")
     trainer = L.Trainer(
-        max_steps=2, accelerator="cpu", logger=False, enable_checkpointing=False, default_root_dir=tmp_path,
-        enable_progress_bar=False, enable_model_summary=False, val_check_interval=2,
+        max_steps=2,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        default_root_dir=tmp_path,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        val_check_interval=2,
     )
     trainer.fit(module, datamodule=data)
     assert torch.isfinite(trainer.callback_metrics["val/loss"])
@@ -189,7 +200,9 @@ def test_loss_plot_draws_the_baseline_of_the_run_directory(tmp_path):
     from genoformer.core.callbacks import read_baseline
 
     assert read_baseline(tmp_path / "baseline.json") is None
-    (tmp_path / "baseline.json").write_text(json.dumps({"total": {"bits_per_base": 1.9, "bases": 10}, "model": {"order": 11}}))
+    (tmp_path / "baseline.json").write_text(
+        json.dumps({"total": {"bits_per_base": 1.9, "bases": 10}, "model": {"order": 11}})
+    )
     assert read_baseline(tmp_path / "baseline.json") == (1.9, "order-11 Markov baseline")
     callback = LossPlotCallback()
     callback.train = {1: 1.4, 2: 1.35}
@@ -215,9 +228,17 @@ def test_fused_adamw_trains_with_gradient_clipping_under_bf16(tmp_path, monkeypa
             norms.append(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item())
 
     trainer = L.Trainer(
-        max_steps=2, accelerator="cpu", precision="bf16-mixed", gradient_clip_val=1e-3, logger=False,
-        enable_checkpointing=False, default_root_dir=tmp_path, enable_progress_bar=False,
-        enable_model_summary=False, limit_val_batches=0, callbacks=[Spy()],
+        max_steps=2,
+        accelerator="cpu",
+        precision="bf16-mixed",
+        gradient_clip_val=1e-3,
+        logger=False,
+        enable_checkpointing=False,
+        default_root_dir=tmp_path,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        callbacks=[Spy()],
     )
     trainer.fit(module, token_loader(8, WINDOW, 4, seed=1))
     assert len(norms) == 2 and all(norm == pytest.approx(1e-3, rel=1e-3) for norm in norms)

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from genoformer.data.genome.alphabet import decode, encode, reverse_complement
+from genoformer.data.genome.inputs import read_sequences
+from genoformer.data.genome.store import prepare_genome_store
 
 from genoformer.cli import main
-from genoformer.data.genome.alphabet import decode, encode, reverse_complement
-from genoformer.data.genome.store import prepare_genome_store
-from genoformer.data.genome.inputs import read_sequences
 from genoformer.genome.markov import (
     CONCENTRATIONS,
     DISCOUNTS,
@@ -27,8 +27,9 @@ from genoformer.genome.markov import (
 )
 
 
-def reference_log2_probabilities(train: list[np.ndarray], test: np.ndarray, order: int, discount: float,
-                                 concentration: float, both_strands: bool) -> np.ndarray:
+def reference_log2_probabilities(
+    train: list[np.ndarray], test: np.ndarray, order: int, discount: float, concentration: float, both_strands: bool
+) -> np.ndarray:
     """The model written out plainly: dictionaries of counts per context tuple, one position at a time."""
     counts = [defaultdict(lambda: np.zeros(4)) for _ in range(order + 1)]
     for codes in train:
@@ -36,7 +37,7 @@ def reference_log2_probabilities(train: list[np.ndarray], test: np.ndarray, orde
             strand = [int(code) for code in strand]
             for i, base in enumerate(strand):
                 for j in range(min(order, i) + 1):
-                    context = tuple(strand[i - j:i])
+                    context = tuple(strand[i - j : i])
                     if base == 4 or 4 in context:
                         break
                     counts[j][context][base] += 1
@@ -48,13 +49,14 @@ def reference_log2_probabilities(train: list[np.ndarray], test: np.ndarray, orde
             continue
         p = 0.25
         for j in range(min(order, i) + 1):
-            context = tuple(test[i - j:i])
+            context = tuple(test[i - j : i])
             if 4 in context:
                 break
             if context in counts[j]:
                 seen = counts[j][context]
                 p = (max(seen[base] - discount, 0) + (discount * np.count_nonzero(seen) + concentration) * p) / (
-                    seen.sum() + concentration)
+                    seen.sum() + concentration
+                )
         out.append(math.log2(p))
     return np.array(out)
 
@@ -66,18 +68,18 @@ def random_codes(rng: np.random.Generator, length: int, n_fraction: float = 0.0)
 
 def markov_chain(rng: np.random.Generator, order: int, length: int, peak: float = 0.3) -> np.ndarray:
     """A sample of a random order-`order` chain whose next-base distributions are Dirichlet(peak)."""
-    transitions = rng.dirichlet([peak] * 4, size=4 ** order)
+    transitions = rng.dirichlet([peak] * 4, size=4**order)
     cumulative = np.cumsum(transitions, axis=1)
     codes = np.empty(length, dtype=np.uint8)
     codes[:order] = rng.integers(0, 4, order)
     context = 0
     for i in range(order):
-        context = (context * 4 + int(codes[i])) % 4 ** order
+        context = (context * 4 + int(codes[i])) % 4**order
     draws = rng.random(length)
     for i in range(order, length):
         base = min(int(np.searchsorted(cumulative[context], draws[i])), 3)
         codes[i] = base
-        context = (context * 4 + base) % 4 ** order
+        context = (context * 4 + base) % 4**order
     return codes
 
 
@@ -181,7 +183,7 @@ def test_n_targets_are_skipped_and_n_contexts_back_off():
     np.testing.assert_array_equal(np.isnan(lp), codes == 4)
     assert model.score(codes).skipped == 3 and model.score(codes).bases == codes.size - 3
     for i in np.flatnonzero(codes < 4):
-        context = decode(codes[max(0, i - 4):i]).split("N")[-1]  # the N-free bases just before
+        context = decode(codes[max(0, i - 4) : i]).split("N")[-1]  # the N-free bases just before
         assert lp[i] == pytest.approx(math.log2(model.next_base_probabilities(context)[codes[i]]), rel=1e-12)
     # the first base after an N is scored with the order-0 probabilities, as at a record start
     assert lp[9] == pytest.approx(math.log2(model.next_base_probabilities("")[2]))
@@ -206,13 +208,16 @@ def test_fixed_values_skip_the_selection():
     assert selection.order == 2 and {row["order"] for row in selection.table} == {2}
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"order": 32}, "order=32"),
-    ({"order": -1}, "order=-1"),
-    ({"order": 2, "discount": 1.0, "concentration": 1.0}, "discount=1.0"),
-    ({"order": 2, "discount": 0.5, "concentration": 0.0}, "concentration=0.0"),
-    ({"max_order": 40}, "max_order=40"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"order": 32}, "order=32"),
+        ({"order": -1}, "order=-1"),
+        ({"order": 2, "discount": 1.0, "concentration": 1.0}, "discount=1.0"),
+        ({"order": 2, "discount": 0.5, "concentration": 0.0}, "concentration=0.0"),
+        ({"max_order": 40}, "max_order=40"),
+    ],
+)
 def test_bad_settings_are_clear_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         fit_markov_model([encode("ACGT" * 100)], **kwargs)
@@ -246,8 +251,10 @@ def chain_files(tmp_path_factory) -> dict[str, Path]:
     return {
         "train_a": write_fasta(root / "train_a.fa.gz", {"a1": chain[:30_000]}),
         "train_b": write_fasta(root / "train_b.fa", {"b1": chain[30_000:45_000], "b2": chain[45_000:50_000]}),
-        "test": write_fasta(root / "test.fa", {"t1": chain[50_000:56_000], "t2": "NN" + chain[56_000:58_000] + "NNN"
-                                               + chain[58_000:60_000]}),
+        "test": write_fasta(
+            root / "test.fa",
+            {"t1": chain[50_000:56_000], "t2": "NN" + chain[56_000:58_000] + "NNN" + chain[58_000:60_000]},
+        ),
     }
 
 
@@ -263,8 +270,19 @@ def run_baseline(args: list[str], capsys) -> tuple[int, str, str]:
 
 def test_baseline_command_writes_the_json_shape(tmp_path, chain_files, capsys):
     out = tmp_path / "results" / "baseline.json"
-    code, stdout, _ = run_baseline(["--train", f"[{chain_files['train_a']},{chain_files['train_b']}]",
-                                    "--inputs", str(chain_files["test"]), "--out", str(out), "--max_order", "5"], capsys)
+    code, stdout, _ = run_baseline(
+        [
+            "--train",
+            f"[{chain_files['train_a']},{chain_files['train_b']}]",
+            "--inputs",
+            str(chain_files["test"]),
+            "--out",
+            str(out),
+            "--max_order",
+            "5",
+        ],
+        capsys,
+    )
     assert code == 0
     result = json.loads(out.read_text())
     assert set(result) >= {"total", "records", "model", "skipped_bases"}
@@ -292,8 +310,22 @@ def test_baseline_saves_the_model_and_it_loads_back(tmp_path, chain_files, capsy
     """`--save` writes the fitted model as .npz (no pickle); loaded back it scores the same, and the
     file is refused as every output is without --overwrite."""
     saved = tmp_path / "markov.npz"
-    args = ["--train", str(chain_files["train_a"]), "--inputs", str(chain_files["test"]), "--out",
-            str(tmp_path / "b.json"), "--order", "3", "--discount", "0.5", "--concentration", "4", "--save", str(saved)]
+    args = [
+        "--train",
+        str(chain_files["train_a"]),
+        "--inputs",
+        str(chain_files["test"]),
+        "--out",
+        str(tmp_path / "b.json"),
+        "--order",
+        "3",
+        "--discount",
+        "0.5",
+        "--concentration",
+        "4",
+        "--save",
+        str(saved),
+    ]
     code, stdout, _ = run_baseline(args, capsys)
     assert code == 0 and f"wrote {saved} (the order-3 model" in stdout
     model = MarkovModel.load(saved)
@@ -305,7 +337,9 @@ def test_baseline_saves_the_model_and_it_loads_back(tmp_path, chain_files, capsy
     code, _, err = run_baseline([*args[:5], str(tmp_path / "c.json"), *args[6:]], capsys)
     assert code == 1 and f"{saved} exists; pass --overwrite" in err
     assert json.loads((tmp_path / "b.json").read_text())["total"] == total
-    code, _, err = run_baseline([*args[:5], str(tmp_path / "d.json"), *args[6:-1], str(tmp_path / "markov.pkl")], capsys)
+    code, _, err = run_baseline(
+        [*args[:5], str(tmp_path / "d.json"), *args[6:-1], str(tmp_path / "markov.pkl")], capsys
+    )
     assert code == 1 and "saved as .npz" in err
     (tmp_path / "broken.npz").write_bytes(b"not a zip")
     with pytest.raises(ValueError, match="not a Markov model written by `genoformer baseline --save`"):
@@ -319,8 +353,20 @@ def test_baseline_refuses_to_replace_an_existing_out(tmp_path, chain_files, caps
     comes before the counting."""
     out = tmp_path / "baseline.json"
     out.write_text("{}")
-    args = ["--train", str(chain_files["train_b"]), "--inputs", str(chain_files["test"]), "--out", str(out),
-            "--order", "2", "--discount", "0.5", "--concentration", "2"]
+    args = [
+        "--train",
+        str(chain_files["train_b"]),
+        "--inputs",
+        str(chain_files["test"]),
+        "--out",
+        str(out),
+        "--order",
+        "2",
+        "--discount",
+        "0.5",
+        "--concentration",
+        "2",
+    ]
     code, stdout, err = run_baseline(args, capsys)
     assert code == 1 and f"{out} exists; pass --overwrite" in err and "order-2" not in stdout
     assert out.read_text() == "{}"
@@ -334,9 +380,25 @@ def test_baseline_reads_stores_and_scores_both_strands(tmp_path, chain_files, ca
     for name, inputs in (("fasta", str(chain_files["test"])), ("store", str(store))):
         for strands in ("false", "true"):
             out = tmp_path / f"{name}_{strands}.json"
-            code, _, _ = run_baseline(["--train", str(chain_files["train_b"]), "--inputs", inputs, "--out", str(out),
-                                       "--order", "3", "--discount", "0.5", "--concentration", "2",
-                                       "--both_strands", strands], capsys)
+            code, _, _ = run_baseline(
+                [
+                    "--train",
+                    str(chain_files["train_b"]),
+                    "--inputs",
+                    inputs,
+                    "--out",
+                    str(out),
+                    "--order",
+                    "3",
+                    "--discount",
+                    "0.5",
+                    "--concentration",
+                    "2",
+                    "--both_strands",
+                    strands,
+                ],
+                capsys,
+            )
             assert code == 0
             results[name, strands] = json.loads(out.read_text())
     assert results["fasta", "false"]["total"] == results["store", "false"]["total"]
@@ -365,14 +427,17 @@ def test_baseline_help_comes_from_the_docstring(capsys):
     assert "Concentration a > 0" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("case, message", [
-    ("missing", "input not found"),
-    ("empty_record", "record 'empty' is empty"),
-    ("all_n_input", "no A/C/G/T base to score"),
-    ("all_n_train", "no A/C/G/T bases to train on"),
-    ("bad_order", "order=32"),
-    ("bad_character", "invalid character 'X'"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("missing", "input not found"),
+        ("empty_record", "record 'empty' is empty"),
+        ("all_n_input", "no A/C/G/T base to score"),
+        ("all_n_train", "no A/C/G/T bases to train on"),
+        ("bad_order", "order=32"),
+        ("bad_character", "invalid character 'X'"),
+    ],
+)
 def test_baseline_errors_are_clear(tmp_path, chain_files, capsys, case, message):
     good = chain_files["train_b"]
     train, inputs, extra = good, good, ["--order", "2"]
@@ -404,7 +469,7 @@ def test_a_region_is_scored_as_in_the_whole_record():
     whole = model.log2_probabilities(codes)
     for start, end in ((0, 400), (2, 50), (100, 250), (399, 400)):
         part = score_region(model, codes, start, end)
-        scored = whole[max(start, 1):end]
+        scored = whole[max(start, 1) : end]
         assert part.bases == int(np.isfinite(scored).sum())
         assert part.bits == pytest.approx(-np.nansum(scored), rel=1e-12, abs=1e-12)
         assert part.skipped == int((codes[start:end] == 4).sum())
@@ -421,14 +486,35 @@ def test_baseline_trains_and_scores_exactly_the_store_splits(tmp_path, chain_fil
     config = tmp_path / "fit.yaml"
     config.write_text("data:\n  init_args:\n    split: {by: region, val_fraction: 0.1, test_fraction: 0.2}\n")
     out = tmp_path / "split.json"
-    code, stdout, _ = run_baseline(["--train", str(store), "--split", "train", "--inputs", str(store),
-                                    "--inputs_split", "test", "--split_config", str(config), "--out", str(out),
-                                    "--order", "3", "--discount", "0.5", "--concentration", "2"], capsys)
+    code, stdout, _ = run_baseline(
+        [
+            "--train",
+            str(store),
+            "--split",
+            "train",
+            "--inputs",
+            str(store),
+            "--inputs_split",
+            "test",
+            "--split_config",
+            str(config),
+            "--out",
+            str(out),
+            "--order",
+            "3",
+            "--discount",
+            "0.5",
+            "--concentration",
+            "2",
+        ],
+        capsys,
+    )
     assert code == 0 and "of the train split" in stdout
     result = json.loads(out.read_text())
     records = list(read_sequences([store]))
-    intervals = split_intervals([SequenceSource(r.name, r.codes.size, "x") for r in records],
-                                SplitSpec(val_fraction=0.1, test_fraction=0.2))
+    intervals = split_intervals(
+        [SequenceSource(r.name, r.codes.size, "x") for r in records], SplitSpec(val_fraction=0.1, test_fraction=0.2)
+    )
     train = [records[i].codes[start:end] for i, start, end in intervals["train"]]
     assert result["model"]["train_bases"] == sum(map(count_bases, train))
     assert result["model"]["counted_positions"] == 2 * sum(map(count_bases, train))  # both strands
@@ -444,13 +530,32 @@ def test_baseline_trains_and_scores_exactly_the_store_splits(tmp_path, chain_fil
 
 def test_baseline_regions_are_rows_in_genome_coordinates(tmp_path, chain_files, capsys):
     out = tmp_path / "regions.json"
-    code, stdout, _ = run_baseline(["--train", str(chain_files["train_b"]), "--inputs", str(chain_files["test"]),
-                                    "--regions", "t1:1-1,000", "t2", "--out", str(out), "--order", "2",
-                                    "--discount", "0.5", "--concentration", "2"], capsys)
+    code, stdout, _ = run_baseline(
+        [
+            "--train",
+            str(chain_files["train_b"]),
+            "--inputs",
+            str(chain_files["test"]),
+            "--regions",
+            "t1:1-1,000",
+            "t2",
+            "--out",
+            str(out),
+            "--order",
+            "2",
+            "--discount",
+            "0.5",
+            "--concentration",
+            "2",
+        ],
+        capsys,
+    )
     assert code == 0 and "region" in stdout
     rows = json.loads(out.read_text())["records"]
     assert [(row["name"], row["region"], row["bases"], row["skipped"]) for row in rows] == [
-        ("t1:1-1000", "t1:1-1000", 999, 0), ("t2", "t2:1-4005", 4000, 5)]
+        ("t1:1-1000", "t1:1-1000", 999, 0),
+        ("t2", "t2:1-4005", 4000, 5),
+    ]
 
 
 def test_baseline_and_evaluate_count_the_same_bases(tmp_path, causal_checkpoint, capsys):
@@ -458,11 +563,27 @@ def test_baseline_and_evaluate_count_the_same_bases(tmp_path, causal_checkpoint,
     from genoformer.genome.evaluate import evaluate
 
     rng = np.random.default_rng(5)
-    fasta = write_fasta(tmp_path / "g.fa", {"a": decode(random_codes(rng, 500, 0.02)),
-                                            "b": "N" + decode(random_codes(rng, 99))})
+    fasta = write_fasta(
+        tmp_path / "g.fa", {"a": decode(random_codes(rng, 500, 0.02)), "b": "N" + decode(random_codes(rng, 99))}
+    )
     out = tmp_path / "b.json"
-    code, _, _ = run_baseline(["--train", str(fasta), "--inputs", str(fasta), "--out", str(out), "--order", "2",
-                               "--discount", "0.5", "--concentration", "2"], capsys)
+    code, _, _ = run_baseline(
+        [
+            "--train",
+            str(fasta),
+            "--inputs",
+            str(fasta),
+            "--out",
+            str(out),
+            "--order",
+            "2",
+            "--discount",
+            "0.5",
+            "--concentration",
+            "2",
+        ],
+        capsys,
+    )
     assert code == 0
     markov = json.loads(out.read_text())
     neural = evaluate(checkpoint=causal_checkpoint, inputs=[str(fasta)], context=64, device="cpu")

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from cli_helpers import fails
-from genoformer.cli import main
 from genoformer.data.genome.inputs import read_sequences
+
+from genoformer.cli import main
 from genoformer.genome import mixture as mixture_module
 from genoformer.genome.evaluate import evaluate
 from genoformer.genome.markov import MarkovModel, score_region
@@ -82,8 +82,9 @@ def test_extreme_probabilities_stay_finite():
 
 
 # ----------------------------------------------------------------------- properties
-@pytest.mark.parametrize("mixture", [Mixture(), Mixture(MixMode.FIXED, 0.3), Mixture(MixMode.FIXED, 1.0),
-                                     Mixture(switch_rate=0.2, blends=2)])
+@pytest.mark.parametrize(
+    "mixture", [Mixture(), Mixture(MixMode.FIXED, 0.3), Mixture(MixMode.FIXED, 1.0), Mixture(switch_rate=0.2, blends=2)]
+)
 def test_a_model_mixed_with_itself_is_the_model(mixture):
     rng = np.random.default_rng(0)
     a_L, _ = random_scores(rng, 4001, missing=0.01)
@@ -93,10 +94,15 @@ def test_a_model_mixed_with_itself_is_the_model(mixture):
     assert abs(bits(mixed_L) - bits(a_L)) < 1e-9
 
 
-def switching_bound(bases: int, switches: int, blends: int = DEFAULT_BLENDS, rate: float = DEFAULT_SWITCH_RATE) -> float:
+def switching_bound(
+    bases: int, switches: int, blends: int = DEFAULT_BLENDS, rate: float = DEFAULT_SWITCH_RATE
+) -> float:
     """The module docstring's regret bound in bits: log2 K + m log2((K - 1) / alpha) + (T - 1 - m) log2(1 / (1 - alpha))."""
-    return (math.log2(blends) + switches * math.log2((blends - 1) / rate)
-            + (bases - 1 - switches) * math.log2(1 / (1 - rate)))
+    return (
+        math.log2(blends)
+        + switches * math.log2((blends - 1) / rate)
+        + (bases - 1 - switches) * math.log2(1 / (1 - rate))
+    )
 
 
 @pytest.mark.parametrize("perfect", ["network", "markov"])
@@ -172,14 +178,17 @@ def test_fit_weight_is_the_minimum_of_the_bits():
 
 
 # ----------------------------------------------------------------------- settings and bad inputs
-@pytest.mark.parametrize("kwargs, message", [
-    ({"mode": "fixed"}, "needs its weight: pass --mix_weight"),
-    ({"weight": 0.5}, "pass --mix_mode fixed"),
-    ({"mode": "fixed", "weight": 1.5}, r"must be in \[0, 1\]"),
-    ({"switch_rate": 0.0}, r"must be in \(0, 0.5\)"),
-    ({"switch_rate": 0.7}, r"must be in \(0, 0.5\)"),
-    ({"blends": 1}, "integer >= 2"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"mode": "fixed"}, "needs its weight: pass --mix_weight"),
+        ({"weight": 0.5}, "pass --mix_mode fixed"),
+        ({"mode": "fixed", "weight": 1.5}, r"must be in \[0, 1\]"),
+        ({"switch_rate": 0.0}, r"must be in \(0, 0.5\)"),
+        ({"switch_rate": 0.7}, r"must be in \(0, 0.5\)"),
+        ({"blends": 1}, "integer >= 2"),
+    ],
+)
 def test_bad_settings_are_clear_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Mixture(**kwargs)
@@ -217,6 +226,7 @@ def test_mixture_settings_and_model_files(tmp_path, lambda_markov):
     np.savez(tmp_path / "embeddings.npz", embeddings=np.zeros((2, 3)))
     with pytest.raises(ValueError, match="not a Markov model written by `genoformer baseline --save`"):
         read_markov_model(tmp_path / "embeddings.npz")
+
     def damaged(name: str, **tables: str) -> Path:
         """The lambda model with some tables replaced by others (name: the table taking its place)."""
         with np.load(lambda_markov) as data:
@@ -239,8 +249,23 @@ REGION = f"{CHROM}:2001-2400"
 def mixed_report(tmp_path_factory, lambda_markov) -> dict:
     """`genoformer evaluate --mix` of 400 bases of lambda (at the CPU's default window), as JSON."""
     out = tmp_path_factory.mktemp("evaluate") / "eval.json"
-    main(["evaluate", "--checkpoint", str(SHIPPED), "--inputs", str(LAMBDA), "--regions", REGION, "--device", "cpu",
-          "--mix", str(lambda_markov), "--out", str(out)])
+    main(
+        [
+            "evaluate",
+            "--checkpoint",
+            str(SHIPPED),
+            "--inputs",
+            str(LAMBDA),
+            "--regions",
+            REGION,
+            "--device",
+            "cpu",
+            "--mix",
+            str(lambda_markov),
+            "--out",
+            str(out),
+        ]
+    )
     return json.loads(out.read_text())
 
 
@@ -258,8 +283,9 @@ def test_evaluate_reports_network_markov_and_mixture_side_by_side(mixed_report, 
     assert total["mixture_bits_per_base"] <= min(total["bits_per_base"], total["markov_bits_per_base"]) + bound
     assert 0 <= mixed["best_fixed_weight"] <= 1 and 0 < mixed["mean_network_weight"] < 1
     # a fixed weight of 0 is the Markov model alone (1, the network alone: test_variant_effect_with_the_mixture)
-    fixed = evaluate(checkpoint=SHIPPED, inputs=[str(LAMBDA)], regions=[REGION], device="cpu",
-                     mix=lambda_markov, mix_weight=0.0)
+    fixed = evaluate(
+        checkpoint=SHIPPED, inputs=[str(LAMBDA)], regions=[REGION], device="cpu", mix=lambda_markov, mix_weight=0.0
+    )
     stdout = capsys.readouterr().out
     assert "on a CPU: context 2,048 (trained at 32,768) and overlap 512, the fast default" in stdout
     assert "model     markov    mixture" in stdout and "mixture: fixed weight 0 on the network" in stdout
@@ -270,8 +296,23 @@ def test_evaluate_reports_network_markov_and_mixture_side_by_side(mixed_report, 
 
 def test_score_writes_the_mixture_track(tmp_path, mixed_report, lambda_markov, capsys):
     track = tmp_path / "mixed.bedgraph"
-    main(["score", "--checkpoint", str(SHIPPED), "--inputs", str(LAMBDA), "--regions", REGION, "--device", "cpu",
-          "--mix", str(lambda_markov), "--out", str(track)])
+    main(
+        [
+            "score",
+            "--checkpoint",
+            str(SHIPPED),
+            "--inputs",
+            str(LAMBDA),
+            "--regions",
+            REGION,
+            "--device",
+            "cpu",
+            "--mix",
+            str(lambda_markov),
+            "--out",
+            str(track),
+        ]
+    )
     assert "mixture: switching" in capsys.readouterr().out
     lines = track.read_text().splitlines()
     assert "mixed with lambda4.npz" in lines[0]
@@ -284,9 +325,25 @@ def test_score_writes_the_mixture_track(tmp_path, mixed_report, lambda_markov, c
 def test_variant_effect_with_the_mixture(tmp_path, lambda_markov, capsys):
     def llr(*extra: str) -> list[float]:
         out = tmp_path / "effects.tsv"
-        main(["variant_effect", "--checkpoint", str(SHIPPED), "--reference", str(LAMBDA), "--variants",
-              str(EXAMPLES / "lambda_variants.tsv"), "--window", "128", "--device", "cpu", "--out", str(out),
-              "--overwrite", *extra])
+        main(
+            [
+                "variant_effect",
+                "--checkpoint",
+                str(SHIPPED),
+                "--reference",
+                str(LAMBDA),
+                "--variants",
+                str(EXAMPLES / "lambda_variants.tsv"),
+                "--window",
+                "128",
+                "--device",
+                "cpu",
+                "--out",
+                str(out),
+                "--overwrite",
+                *extra,
+            ]
+        )
         return [float(line.split("\t")[5]) for line in out.read_text().splitlines()[1:]]
 
     network = llr()
@@ -302,6 +359,15 @@ def test_mix_errors_name_the_fix(tmp_path, lambda_markov, mlm_checkpoint, capsys
     assert "Markov model not found" in fails(capsys, [*base, "--mix", str(tmp_path / "none.npz")])
     assert "a network checkpoint" in fails(capsys, [*base, "--mix", str(SHIPPED)])
     assert "must be in [0, 1]" in fails(capsys, [*base, "--mix", str(lambda_markov), "--mix_weight", "2"])
-    masked = ["evaluate", "--checkpoint", str(mlm_checkpoint), "--inputs", str(LAMBDA), "--device", "cpu",
-              "--mix", str(lambda_markov)]
+    masked = [
+        "evaluate",
+        "--checkpoint",
+        str(mlm_checkpoint),
+        "--inputs",
+        str(LAMBDA),
+        "--device",
+        "cpu",
+        "--mix",
+        str(lambda_markov),
+    ]
     assert "is a masked language model" in fails(capsys, masked)

@@ -10,11 +10,11 @@ import shlex
 import numpy as np
 import pytest
 from cli_helpers import fails
+from genoformer.data.genome.alphabet import decode, encode
+from genoformer.data.genome.regions import Region
 from model_helpers import random_tokens
 
 from genoformer.cli import main
-from genoformer.data.genome.alphabet import decode, encode
-from genoformer.data.genome.regions import Region
 from genoformer.genome.mutagenesis import region_alleles, saturation_mutagenesis
 from genoformer.genome.scoring import Scorer
 from genoformer.genome.variants import variant_effect
@@ -32,22 +32,52 @@ def genome(tmp_path_factory):
 
 
 def run(checkpoint, genome_path, out, *extra: str) -> list[list[str]]:
-    main(["mutagenesis", "--checkpoint", str(checkpoint), "--inputs", str(genome_path), "--out", str(out),
-          "--device", "cpu", *extra])
+    main(
+        [
+            "mutagenesis",
+            "--checkpoint",
+            str(checkpoint),
+            "--inputs",
+            str(genome_path),
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            *extra,
+        ]
+    )
     return [line.split("\t") for line in out.read_text().splitlines()]
 
 
-@pytest.mark.parametrize("which, both_strands", [("causal_checkpoint", False), ("causal_checkpoint", True),
-                                                 ("mlm_checkpoint", False)])
+@pytest.mark.parametrize(
+    "which, both_strands", [("causal_checkpoint", False), ("causal_checkpoint", True), ("mlm_checkpoint", False)]
+)
 def test_mutagenesis_equals_variant_effect_for_every_snv(which, both_strands, genome, tmp_path, request):
     checkpoint = request.getfixturevalue(which)
     path, _ = genome
     strands = ["--both_strands"] if both_strands else []
     # the contig's first bases, its middle and its last bases: windows clipped at both ends
-    rows = run(checkpoint, path, tmp_path / "m.tsv", "--regions", "chr1:1-6", "chr1:40-44", "chr1:86-90",
-               "--window", "32", *strands)
-    effects = variant_effect(checkpoint=checkpoint, reference=[str(path)], variants=tmp_path / "m.tsv",
-                             out=tmp_path / "e.tsv", window=32, both_strands=both_strands, device="cpu")
+    rows = run(
+        checkpoint,
+        path,
+        tmp_path / "m.tsv",
+        "--regions",
+        "chr1:1-6",
+        "chr1:40-44",
+        "chr1:86-90",
+        "--window",
+        "32",
+        *strands,
+    )
+    effects = variant_effect(
+        checkpoint=checkpoint,
+        reference=[str(path)],
+        variants=tmp_path / "m.tsv",
+        out=tmp_path / "e.tsv",
+        window=32,
+        both_strands=both_strands,
+        device="cpu",
+    )
     expected = [line.split("\t") for line in effects.read_text().splitlines()[1:]]
     assert len(rows) - 1 == len(expected) == 3 * 16
     for row, effect in zip(rows[1:], expected):
@@ -65,11 +95,13 @@ def test_continued_prefixes_give_the_scores_of_whole_windows(both_strands, causa
     scorer = Scorer.from_checkpoint(causal_checkpoint, device="cpu")
     reference = {"chr1": encode(sequence)}
     regions = [Region("chr1", 0, 3, "start"), Region("chr1", 43, 46, "middle"), Region("chr1", 87, 90, "end")]
-    continued = saturation_mutagenesis(scorer, reference, regions, window=32, both_strands=both_strands,
-                                       batch_size=4, progress=False)
+    continued = saturation_mutagenesis(
+        scorer, reference, regions, window=32, both_strands=both_strands, batch_size=4, progress=False
+    )
     monkeypatch.setattr(Scorer, "can_continue", property(lambda self: False))
-    whole = saturation_mutagenesis(scorer, reference, regions, window=32, both_strands=both_strands, batch_size=4,
-                                   progress=False)
+    whole = saturation_mutagenesis(
+        scorer, reference, regions, window=32, both_strands=both_strands, batch_size=4, progress=False
+    )
     for got, expected in zip(continued, whole):
         np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4, equal_nan=True)
@@ -94,8 +126,14 @@ def test_tsv_rows_are_in_genome_coordinates_with_the_record_names(causal_checkpo
 def test_alleles_skip_n_and_list_the_three_other_bases():
     codes = np.array([0, 4, 3], dtype=np.uint8)
     alleles = region_alleles(Region("c", 0, 3, "c"), codes)
-    assert [(a.start, a.ref, a.alt) for a in alleles] == [(0, "A", "C"), (0, "A", "G"), (0, "A", "T"),
-                                                         (2, "T", "A"), (2, "T", "C"), (2, "T", "G")]
+    assert [(a.start, a.ref, a.alt) for a in alleles] == [
+        (0, "A", "C"),
+        (0, "A", "G"),
+        (0, "A", "T"),
+        (2, "T", "A"),
+        (2, "T", "C"),
+        (2, "T", "G"),
+    ]
 
 
 def test_png_is_written_beside_the_tsv(causal_checkpoint, genome, tmp_path):
@@ -107,8 +145,17 @@ def test_png_is_written_beside_the_tsv(causal_checkpoint, genome, tmp_path):
 
 def test_regions_are_checked_against_the_genome(causal_checkpoint, genome, tmp_path, capsys):
     path, _ = genome
-    args = ["mutagenesis", "--checkpoint", str(causal_checkpoint), "--inputs", str(path), "--device", "cpu",
-            "--out", str(tmp_path / "r.tsv")]
+    args = [
+        "mutagenesis",
+        "--checkpoint",
+        str(causal_checkpoint),
+        "--inputs",
+        str(path),
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path / "r.tsv"),
+    ]
     err = fails(capsys, args + ["--regions", "chr1:80-95"])
     assert "chr1:80-95" in err and "at most 90" in err
     err = fails(capsys, args + ["--regions", "chr3:1-10"])
@@ -121,8 +168,21 @@ def test_regions_are_checked_against_the_genome(causal_checkpoint, genome, tmp_p
 
 def test_existing_outputs_are_kept_without_overwrite(causal_checkpoint, genome, tmp_path, capsys):
     path, _ = genome
-    args = ["mutagenesis", "--checkpoint", str(causal_checkpoint), "--inputs", str(path), "--device", "cpu",
-            "--regions", "chr1:1-4", "--window", "16", "--out", str(tmp_path / "kept.tsv")]
+    args = [
+        "mutagenesis",
+        "--checkpoint",
+        str(causal_checkpoint),
+        "--inputs",
+        str(path),
+        "--device",
+        "cpu",
+        "--regions",
+        "chr1:1-4",
+        "--window",
+        "16",
+        "--out",
+        str(tmp_path / "kept.tsv"),
+    ]
     main(args)
     written = (tmp_path / "kept.tsv").read_text()
     (tmp_path / "kept.tsv").write_text("mine")

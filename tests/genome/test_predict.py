@@ -12,14 +12,14 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
+from genoformer.data.genome.alphabet import decode, encode, reverse_complement
+from genoformer.data.genome.annotations import ANNOTATION_CLASSES, STRAND_SWAP, read_genes
+from genoformer.data.genome.labels import read_unlabelled
+from genoformer.data.genome.targets import TargetKind, TargetSpace
+from genoformer.data.tiling import Keep, tile_windows
 from model_helpers import random_tokens
 
 from genoformer.cli import main
-from genoformer.data.genome.alphabet import decode, encode, reverse_complement
-from genoformer.data.genome.annotations import ANNOTATION_CLASSES, STRAND_SWAP, read_genes
-from genoformer.data.genome.targets import TargetKind, TargetSpace
-from genoformer.data.genome.labels import read_unlabelled
-from genoformer.data.tiling import Keep, tile_windows
 from genoformer.genome.finetune import FineTuner
 from genoformer.genome.predict import GeneAnnotator, SequencePredictions, SequencePredictor
 
@@ -33,8 +33,13 @@ def save_tuned(pretrained: Path, space: TargetSpace, path: Path, **options) -> P
     with torch.no_grad():  # a head that is not near zero, so predictions differ between inputs
         for param in module.head.parameters():
             param.normal_(0.0, 0.5)
-    trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.strategy.connect(module)
     trainer.save_checkpoint(path)
     return path
@@ -84,11 +89,23 @@ def test_predictions_are_strand_symmetric(classifier_ckpt):
 
 def test_predict_a_table_carries_its_columns(classifier_ckpt, tmp_path):
     table = tmp_path / "in.tsv"
-    table.write_text("id\tsequence\tlabel\tnote\n" + "".join(f"r{i}\t{dna(20 + 7 * i, i)}\tdonor\tn{i}\n" for i in range(4)))
+    table.write_text(
+        "id\tsequence\tlabel\tnote\n" + "".join(f"r{i}\t{dna(20 + 7 * i, i)}\tdonor\tn{i}\n" for i in range(4))
+    )
     predictor = SequencePredictor.from_checkpoint(classifier_ckpt, device="cpu")
     result = predictor.predict(read_unlabelled([str(table)]), progress=False)
     rows = list(csv.DictReader(io.StringIO(result.table()), delimiter="\t"))
-    assert list(rows[0]) == ["name", "id", "sequence", "label", "note", "prediction", "p_donor", "p_acceptor", "p_neither"]
+    assert list(rows[0]) == [
+        "name",
+        "id",
+        "sequence",
+        "label",
+        "note",
+        "prediction",
+        "p_donor",
+        "p_acceptor",
+        "p_neither",
+    ]
     assert [r["label"] for r in rows] == ["donor"] * 4 and rows[2]["sequence"] == dna(34, 2)
     assert [r["id"] for r in rows] == ["r0", "r1", "r2", "r3"] and [r["note"] for r in rows] == ["n0", "n1", "n2", "n3"]
     out = result.write_tsv(tmp_path / "out.tsv")
@@ -99,16 +116,28 @@ def test_predict_a_table_carries_its_columns(classifier_ckpt, tmp_path):
 
 
 def test_tables_for_labels_and_values():
-    labels = SequencePredictions(["a", "b"], np.array([[0.9, 0.2], [0.1, 0.6]], dtype=np.float32),
-                                 TargetSpace(TargetKind.SEQUENCE_LABELS, ("x", "y")))
+    labels = SequencePredictions(
+        ["a", "b"],
+        np.array([[0.9, 0.2], [0.1, 0.6]], dtype=np.float32),
+        TargetSpace(TargetKind.SEQUENCE_LABELS, ("x", "y")),
+    )
     lines = labels.table().splitlines()
     assert lines[0].split("\t") == ["name", "prediction", "p_x", "p_y"]
     assert lines[1].split("\t") == ["a", "x", "0.9", "0.2"] and lines[2].split("\t")[:2] == ["b", "y"]
-    values = SequencePredictions(["a"], np.array([[1.5, -2.25]], dtype=np.float32),
-                                 TargetSpace(TargetKind.SEQUENCE_VALUES, ("u", "v"), mean=(0, 0), std=(1, 1)),
-                                 columns={"name": ["A"], "prediction": ["old"], "sequence": ["ACGT"]})
+    values = SequencePredictions(
+        ["a"],
+        np.array([[1.5, -2.25]], dtype=np.float32),
+        TargetSpace(TargetKind.SEQUENCE_VALUES, ("u", "v"), mean=(0, 0), std=(1, 1)),
+        columns={"name": ["A"], "prediction": ["old"], "sequence": ["ACGT"]},
+    )
     lines = values.table().splitlines()
-    assert lines[0].split("\t") == ["name", "sequence", "prediction", "y_u", "y_v"]  # the output's own column replaces "prediction"
+    assert lines[0].split("\t") == [
+        "name",
+        "sequence",
+        "prediction",
+        "y_u",
+        "y_v",
+    ]  # the output's own column replaces "prediction"
     assert lines[1].split("\t") == ["A", "ACGT", "1.5,-2.25", "1.5", "-2.25"]
 
 
@@ -152,8 +181,9 @@ def test_long_contigs_are_tiled_and_stitched(annotator_ckpt, tmp_path):
     expected = np.zeros_like(stitched)
     for tile in tile_windows(700, 128, 32, Keep.CENTRE):
         with torch.no_grad():
-            window = annotator.module.predict_outputs(torch.from_numpy(codes[tile.start : tile.end])[None],
-                                                      torch.tensor([tile.length]))[0].numpy()
+            window = annotator.module.predict_outputs(
+                torch.from_numpy(codes[tile.start : tile.end])[None], torch.tensor([tile.length])
+            )[0].numpy()
         expected[tile.keep_start : tile.keep_end] = window[tile.keep_start - tile.start : tile.keep_end - tile.start]
     np.testing.assert_allclose(stitched, expected, atol=1e-5)
     fasta = tmp_path / "g.fa"
@@ -188,13 +218,40 @@ def test_annotate_regions_are_in_contig_coordinates(coding_annotator_ckpt, tmp_p
     fasta.write_text(f">ctg1\n{sequence}\n>ctg2\n{dna(500, 7)}\n")
     piece.write_text(f">ctg1\n{sequence[2000:10000]}\n")
     options = ["--window", "256", "--device", "cpu", "--min_gene_length", "61"]
-    main(["annotate", "--checkpoint", str(coding_annotator_ckpt), "--inputs", str(piece), "--out", str(tmp_path / "piece.gff3"),
-          *options])
-    by_hand = [(g.start + 2000, g.end + 2000, g.strand, g.kind) for g in read_genes(tmp_path / "piece.gff3")
-               if g.start + 2000 < 7000 and g.end + 2000 > 5000]
+    main(
+        [
+            "annotate",
+            "--checkpoint",
+            str(coding_annotator_ckpt),
+            "--inputs",
+            str(piece),
+            "--out",
+            str(tmp_path / "piece.gff3"),
+            *options,
+        ]
+    )
+    by_hand = [
+        (g.start + 2000, g.end + 2000, g.strand, g.kind)
+        for g in read_genes(tmp_path / "piece.gff3")
+        if g.start + 2000 < 7000 and g.end + 2000 > 5000
+    ]
     out, tracks = tmp_path / "region.gff3", tmp_path / "region.bedgraph"
-    main(["annotate", "--checkpoint", str(coding_annotator_ckpt), "--inputs", str(fasta), "--regions", "ctg1:5001-7000",
-          "--out", str(out), "--tracks", str(tracks), *options])
+    main(
+        [
+            "annotate",
+            "--checkpoint",
+            str(coding_annotator_ckpt),
+            "--inputs",
+            str(fasta),
+            "--regions",
+            "ctg1:5001-7000",
+            "--out",
+            str(out),
+            "--tracks",
+            str(tracks),
+            *options,
+        ]
+    )
     genes = read_genes(out)
     assert by_hand and [(g.start, g.end, g.strand, g.kind) for g in genes] == by_hand
     assert "##sequence-region ctg1 1 12000" in out.read_text() and "ctg2" not in out.read_text()

@@ -10,9 +10,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from genoformer.data.genome.alphabet import MASK, N, decode, encode, reverse_complement
 from model_helpers import WINDOW, random_tokens
 
-from genoformer.data.genome.alphabet import MASK, N, decode, encode, reverse_complement
 from genoformer.genome.evaluate import evaluate
 from genoformer.genome.scoring import Scorer
 
@@ -53,7 +53,9 @@ def test_causal_tiling_scores_each_base_from_its_most_preceding_context(causal):
     # base 64 is the first one that the window at 0 does not cover; the next window starts at 24
     window = codes[24:88]
     by_hand = log2_softmax(causal.model, window)
-    np.testing.assert_allclose(scores[64:88], [by_hand[p - 24 - 1, codes[p]] for p in range(64, 88)], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        scores[64:88], [by_hand[p - 24 - 1, codes[p]] for p in range(64, 88)], rtol=1e-5, atol=1e-6
+    )
     first = log2_softmax(causal.model, codes[:64])
     np.testing.assert_allclose(scores[1:64], [first[p - 1, codes[p]] for p in range(1, 64)], rtol=1e-5, atol=1e-6)
 
@@ -113,7 +115,9 @@ def write_fasta(path, records):
 def test_evaluate_command_writes_the_report(causal_checkpoint, tmp_path, capsys):
     records = [("chrA", decode(random_tokens(1, 250, seed=8)[0].numpy())), ("plasmid", "ACGTNNACGT" * 3)]
     fasta = write_fasta(tmp_path / "genome.fa.gz", records)
-    report = evaluate(checkpoint=causal_checkpoint, inputs=[str(fasta)], context=64, out=tmp_path / "eval.json", device="cpu")
+    report = evaluate(
+        checkpoint=causal_checkpoint, inputs=[str(fasta)], context=64, out=tmp_path / "eval.json", device="cpu"
+    )
     stored = json.loads((tmp_path / "eval.json").read_text())
     assert stored["total"] == report["total"]
     assert [r["name"] for r in stored["records"]] == ["chrA", "plasmid"]
@@ -216,10 +220,17 @@ def test_evaluate_regions_count_the_bases_of_the_whole_record_run(causal_checkpo
     whole = Scorer.from_checkpoint(causal_checkpoint, device="cpu").log2_likelihood(encode(sequence), context=64)
     assert rows[1]["bits_per_base"] == pytest.approx(-np.nanmean(whole[150:250]), rel=1e-6)
 
-    both = evaluate(checkpoint=causal_checkpoint, inputs=[str(fasta)], context=64, regions=["chrA:151-250"],
-                    both_strands=True, device="cpu")
+    both = evaluate(
+        checkpoint=causal_checkpoint,
+        inputs=[str(fasta)],
+        context=64,
+        regions=["chrA:151-250"],
+        both_strands=True,
+        device="cpu",
+    )
     backward = Scorer.from_checkpoint(causal_checkpoint, device="cpu").log2_likelihood(
-        reverse_complement(encode(sequence)), context=64)
+        reverse_complement(encode(sequence)), context=64
+    )
     expected = -(np.nansum(whole[150:250]) + np.nansum(backward[0:100])) / 199  # the reverse strand's first base
     assert both["records"][0]["bits_per_base"] == pytest.approx(expected, rel=1e-6)
     assert both["records"][0]["bases"] == 199
@@ -229,18 +240,26 @@ def test_evaluate_split_scores_exactly_the_store_split(causal_checkpoint, tmp_pa
     from genoformer.data.genome.store import prepare_genome_store
     from genoformer.data.splits import SequenceSource, SplitSpec, split_intervals
 
-    records = [("chrA", decode(random_tokens(1, 400, seed=14)[0].numpy())),
-               ("chrB", "NN" + decode(random_tokens(1, 198, seed=15)[0].numpy()))]
+    records = [
+        ("chrA", decode(random_tokens(1, 400, seed=14)[0].numpy())),
+        ("chrB", "NN" + decode(random_tokens(1, 198, seed=15)[0].numpy())),
+    ]
     store = prepare_genome_store([write_fasta(tmp_path / "g.fa.gz", records)], tmp_path / "g.zarr", progress=False)
     config = tmp_path / "fit.yaml"
-    config.write_text("data:\n  init_args:\n    store: g.zarr\n    split:\n      by: region\n"
-                      "      val_fraction: 0.1\n      test_fraction: 0.25\n")
-    report = evaluate(checkpoint=causal_checkpoint, inputs=[str(store)], context=64, split="test",
-                      split_config=config, device="cpu")
-    intervals = split_intervals([SequenceSource("chrA", 400, "g.fa.gz"), SequenceSource("chrB", 200, "g.fa.gz")],
-                                SplitSpec(val_fraction=0.1, test_fraction=0.25))["test"]
+    config.write_text(
+        "data:\n  init_args:\n    store: g.zarr\n    split:\n      by: region\n"
+        "      val_fraction: 0.1\n      test_fraction: 0.25\n"
+    )
+    report = evaluate(
+        checkpoint=causal_checkpoint, inputs=[str(store)], context=64, split="test", split_config=config, device="cpu"
+    )
+    intervals = split_intervals(
+        [SequenceSource("chrA", 400, "g.fa.gz"), SequenceSource("chrB", 200, "g.fa.gz")],
+        SplitSpec(val_fraction=0.1, test_fraction=0.25),
+    )["test"]
     assert [(r["name"], r["bases"]) for r in report["records"]] == [
-        (f"{name}:{start + 1}-{end}", end - start) for (name, _), (_, start, end) in zip(records, intervals)]
+        (f"{name}:{start + 1}-{end}", end - start) for (name, _), (_, start, end) in zip(records, intervals)
+    ]
     assert report["split"]["spec"]["test_fraction"] == 0.25 and report["split"]["name"] == "test"
     # without a config: the data module's default split, which holds no test part
     with pytest.raises(ValueError, match="the test split of these inputs is empty"):
@@ -295,24 +314,48 @@ def test_score_writes_bigwig_in_record_coordinates(causal_checkpoint, tmp_path):
     track.close()
 
     regions = ["chrB:101-150", "chrB:141-200"]  # overlapping: joined into 100..200
-    out = score(checkpoint=causal_checkpoint, inputs=[str(fasta)], out=tmp_path / "r.bw", context=64, regions=regions,
-                device="cpu")
+    out = score(
+        checkpoint=causal_checkpoint,
+        inputs=[str(fasta)],
+        out=tmp_path / "r.bw",
+        context=64,
+        regions=regions,
+        device="cpu",
+    )
     track = pyBigWig.open(str(out))
     read = np.array(track.values("chrB", 0, 300))
     np.testing.assert_array_equal(read[100:200], whole[100:200].astype(np.float32))
     assert np.isnan(read[:100]).all() and np.isnan(read[200:]).all() and track.intervals("chrA") is None
     track.close()
 
-    out = score(checkpoint=causal_checkpoint, inputs=[str(fasta)], out=tmp_path / "b.bw", context=64, regions=regions,
-                bin=30, device="cpu")
+    out = score(
+        checkpoint=causal_checkpoint,
+        inputs=[str(fasta)],
+        out=tmp_path / "b.bw",
+        context=64,
+        regions=regions,
+        bin=30,
+        device="cpu",
+    )
     track = pyBigWig.open(str(out))
     bins = ((100, 120), (120, 150), (150, 180), (180, 200))  # 30-base bins from 90, clipped to 100..200
     expected = [(lo, hi, np.float32(np.nanmean(whole[lo:hi]))) for lo, hi in bins]
     assert [(lo, hi, np.float32(value)) for lo, hi, value in track.intervals("chrB")] == expected
     track.close()
 
-    text = score(checkpoint=causal_checkpoint, inputs=[str(fasta)], out=tmp_path / "b.bedgraph", context=64,
-                 regions=regions, bin=30, device="cpu").read_text().splitlines()
+    text = (
+        score(
+            checkpoint=causal_checkpoint,
+            inputs=[str(fasta)],
+            out=tmp_path / "b.bedgraph",
+            context=64,
+            regions=regions,
+            bin=30,
+            device="cpu",
+        )
+        .read_text()
+        .splitlines()
+    )
     assert [line.split("\t")[:3] for line in text[1:]] == [["chrB", str(lo), str(hi)] for lo, hi, _ in expected]
     with pytest.raises(ValueError, match=r"name it \*.bedgraph"):
         score(checkpoint=causal_checkpoint, inputs=[str(fasta)], out=tmp_path / "t.wig", device="cpu")

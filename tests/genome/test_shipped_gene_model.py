@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
-from genoformer.core.checkpoints import ModelKind, checkpoint_kind, read_checkpoint
 from genoformer.data.genome.alphabet import decode, reverse_complement
 from genoformer.data.genome.inputs import read_sequences
+
+from genoformer.core.checkpoints import ModelKind, checkpoint_kind, read_checkpoint
 from genoformer.genome.predict import GeneAnnotator
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -34,5 +34,7 @@ def test_shipped_gene_model_calls_open_reading_frames_on_lambda():
     for gene in genes:
         if dict(gene.attributes).get("partial", "00") != "00":
             continue
-        bases = decode(codes[gene.start : gene.end] if gene.strand > 0 else reverse_complement(codes[gene.start : gene.end]))
+        bases = decode(
+            codes[gene.start : gene.end] if gene.strand > 0 else reverse_complement(codes[gene.start : gene.end])
+        )
         assert len(bases) % 3 == 0 and bases[-3:] in STOPS and bases[:3] in {"ATG", "GTG", "TTG"}

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
 from genoformer.data.genome.inputs import read_sequences
+
 from genoformer.genome.embeddings import Embedder
 from genoformer.genome.scoring import Scorer
 

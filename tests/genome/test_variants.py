@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import math
-
 import re
 import shlex
 
@@ -17,10 +16,10 @@ import pytest
 import torch
 import vcfpy
 from cli_helpers import fails
+from genoformer.data.genome.alphabet import MASK, decode, encode, reverse_complement
 from model_helpers import random_tokens
 
 from genoformer.cli import main
-from genoformer.data.genome.alphabet import MASK, decode, encode, reverse_complement
 from genoformer.genome.evaluate import score
 from genoformer.genome.scoring import Scorer
 from genoformer.genome.variants import variant_effect
@@ -81,21 +80,24 @@ def test_variant_effect_equals_a_hand_computation(which, genome, tmp_path, reque
     alt = "A" if ref != "A" else "C"
     variants = tmp_path / "variants.tsv"
     variants.write_text(f"chrom\tpos\tref\talt\tgene\nchr1\t{pos}\t{ref}\t{alt}\tg1\n")
-    out = variant_effect(checkpoint=checkpoint, reference=[str(path)], variants=variants, out=tmp_path / "e.tsv",
-                         window=40, device="cpu")
+    out = variant_effect(
+        checkpoint=checkpoint, reference=[str(path)], variants=variants, out=tmp_path / "e.tsv", window=40, device="cpu"
+    )
     header, row = out.read_text().splitlines()
     assert header.split("\t") == ["chrom", "pos", "ref", "alt", "gene", "llr", "note"]
     llr = float(row.split("\t")[5])
     scorer = Scorer.from_checkpoint(checkpoint, device="cpu")
     codes = encode(sequence)
     start = pos - 1 - 20
-    ref_window = codes[start:start + 40]
+    ref_window = codes[start : start + 40]
     alt_window = ref_window.copy()
     alt_window[20] = encode(alt)[0]
     if scorer.causal:
+
         def window_log2p(window):
             values = log2_softmax(scorer.model, window)
             return sum(values[i - 1, window[i]] for i in range(1, len(window)))
+
         expected = window_log2p(alt_window) - window_log2p(ref_window)
     else:
         masked = ref_window.copy()
@@ -110,14 +112,19 @@ def test_variant_effect_reports_bad_variants_by_line(causal_checkpoint, genome, 
     wrong = "A" if sequence[9] != "A" else "C"
     variants = tmp_path / "bad.tsv"
     variants.write_text(
-        f"chr1\t10\t{wrong}\tG\n"          # line 1: ref does not match
-        "chr9\t5\tA\tC\n"                   # line 2: unknown contig
-        "chr2\t11\tA\tC\n"                  # line 3: past the end of chr2
+        f"chr1\t10\t{wrong}\tG\n"  # line 1: ref does not match
+        "chr9\t5\tA\tC\n"  # line 2: unknown contig
+        "chr2\t11\tA\tC\n"  # line 3: past the end of chr2
         f"chr1\t5\t{sequence[4]}\t<DEL>\n"  # line 4: not a sequence of bases
         f"chr1\t7\t{sequence[6]}\t{'G' if sequence[6] != 'G' else 'T'}\n"  # line 5: fine
     )
-    out = variant_effect(checkpoint=causal_checkpoint, reference=[str(path)], variants=variants,
-                         out=tmp_path / "bad_effects.tsv", device="cpu")
+    out = variant_effect(
+        checkpoint=causal_checkpoint,
+        reference=[str(path)],
+        variants=variants,
+        out=tmp_path / "bad_effects.tsv",
+        device="cpu",
+    )
     rows = [line.split("\t") for line in out.read_text().splitlines()[1:]]
     assert len(rows) == 5
     assert "does not match" in rows[0][-1] and "not in the reference" in rows[1][-1]
@@ -138,7 +145,9 @@ def test_variant_effect_reads_vcf(causal_checkpoint, genome, tmp_path):
         "#CHROM\tPOS\tID\tREF\tALT\tQUAL\tFILTER\tINFO\n"
         f"chr1\t30\trs1\t{ref}\t{','.join(alts)}\t.\tPASS\t.\n"
     )
-    out = variant_effect(checkpoint=causal_checkpoint, reference=[str(path)], variants=vcf, out=tmp_path / "v.tsv", device="cpu")
+    out = variant_effect(
+        checkpoint=causal_checkpoint, reference=[str(path)], variants=vcf, out=tmp_path / "v.tsv", device="cpu"
+    )
     rows = [line.split("\t") for line in out.read_text().splitlines()]
     assert rows[0][:5] == ["CHROM", "POS", "ID", "REF", "ALT"]
     assert [r[4] for r in rows[1:]] == alts and all(r[-1] == "" for r in rows[1:])
@@ -161,17 +170,23 @@ def masked_llr(model, window: np.ndarray, offset: int, alt: int, ref: int) -> fl
 def run_effects(checkpoint, genome_path, tmp_path, lines: list[str], name: str, **options) -> list[list[str]]:
     variants = tmp_path / f"{name}.tsv"
     variants.write_text("chrom\tpos\tref\talt\n" + "".join(line + "\n" for line in lines))
-    out = variant_effect(checkpoint=checkpoint, reference=[str(genome_path)], variants=variants,
-                         out=tmp_path / f"{name}_effects.tsv", device="cpu", **options)
+    out = variant_effect(
+        checkpoint=checkpoint,
+        reference=[str(genome_path)],
+        variants=variants,
+        out=tmp_path / f"{name}_effects.tsv",
+        device="cpu",
+        **options,
+    )
     return [line.split("\t") for line in out.read_text().splitlines()[1:]]
 
 
 def test_indels_equal_a_hand_computation_with_the_flank_aligned(causal_checkpoint, genome, tmp_path):
     path, sequence = genome
     codes = encode(sequence)
-    deletion = (61, sequence[60:63], sequence[60])          # VCF style: the anchor base, then 2 deleted
-    insertion = (61, sequence[60], sequence[60] + "GTA")   # 3 bases inserted after the anchor
-    complex_ = (61, sequence[60:62], "TTT")                # 2 bases replaced by 3
+    deletion = (61, sequence[60:63], sequence[60])  # VCF style: the anchor base, then 2 deleted
+    insertion = (61, sequence[60], sequence[60] + "GTA")  # 3 bases inserted after the anchor
+    complex_ = (61, sequence[60:62], "TTT")  # 2 bases replaced by 3
     lines = [f"chr1\t{pos}\t{ref}\t{alt}" for pos, ref, alt in (deletion, insertion, complex_)]
     rows = run_effects(causal_checkpoint, path, tmp_path, lines, "indels", window=40)
     assert all(row[-1] == "" for row in rows), rows
@@ -180,7 +195,7 @@ def test_indels_equal_a_hand_computation_with_the_flank_aligned(causal_checkpoin
     for row, (_, ref, alt) in zip(rows, (deletion, insertion, complex_)):
         e = 80 - max(0, len(alt) - len(ref))
         ref_window = codes[s:e]
-        alt_window = np.concatenate([codes[s:p], encode(alt), codes[p + len(ref):e]])
+        alt_window = np.concatenate([codes[s:p], encode(alt), codes[p + len(ref) : e]])
         assert len(alt_window) <= 40
         expected = window_sum(model, alt_window, p - s) - window_sum(model, ref_window, p - s)
         assert float(row[-2]) == pytest.approx(expected, abs=1e-4), (ref, alt)
@@ -251,8 +266,18 @@ def calls_vcf(tmp_path, sequence: str):
 def record_fields(record) -> tuple:
     info = {key: value for key, value in record.INFO.items() if key != "GF_LLR"}
     calls = [(call.sample, dict(call.data)) for call in record.calls]
-    return (record.CHROM, record.POS, record.ID, record.REF, [str(a) for a in record.ALT], record.QUAL,
-            record.FILTER, info, record.FORMAT, calls)
+    return (
+        record.CHROM,
+        record.POS,
+        record.ID,
+        record.REF,
+        [str(a) for a in record.ALT],
+        record.QUAL,
+        record.FILTER,
+        info,
+        record.FORMAT,
+        calls,
+    )
 
 
 @pytest.mark.parametrize("suffix", [".vcf", ".vcf.gz"])
@@ -286,8 +311,19 @@ def test_vcf_output_of_a_tsv_input_is_refused_with_a_hint_that_works(causal_chec
     path, sequence = genome
     variants = tmp_path / "in.tsv"
     variants.write_text(f"chr1\t30\t{sequence[29]}\t{'A' if sequence[29] != 'A' else 'C'}\n")
-    args = ["variant_effect", "--checkpoint", str(causal_checkpoint), "--reference", str(path),
-            "--variants", str(variants), "--window", "40", "--device", "cpu"]
+    args = [
+        "variant_effect",
+        "--checkpoint",
+        str(causal_checkpoint),
+        "--reference",
+        str(path),
+        "--variants",
+        str(variants),
+        "--window",
+        "40",
+        "--device",
+        "cpu",
+    ]
     err = fails(capsys, args + ["--out", str(tmp_path / "out.vcf")])
     assert "is a TSV" in err
     main(args + shlex.split(re.search(r"--out \S+", err).group(0)))  # the hint, as typed
@@ -297,12 +333,25 @@ def test_vcf_output_of_a_tsv_input_is_refused_with_a_hint_that_works(causal_chec
 # ------------------------------------------------------------------------------------ regions
 def test_regions_keep_the_variants_inside_them(causal_checkpoint, genome, tmp_path, capsys):
     path, sequence = genome
-    lines = [f"chr1\t{pos}\t{sequence[pos - 1]}\t{'A' if sequence[pos - 1] != 'A' else 'C'}" for pos in (10, 50, 51, 70, 71)]
+    lines = [
+        f"chr1\t{pos}\t{sequence[pos - 1]}\t{'A' if sequence[pos - 1] != 'A' else 'C'}" for pos in (10, 50, 51, 70, 71)
+    ]
     lines.append("chr2\t2\tC\tG")
     variants = tmp_path / "many.tsv"
     variants.write_text("".join(line + "\n" for line in lines))
-    base = ["variant_effect", "--checkpoint", str(causal_checkpoint), "--reference", str(path),
-            "--variants", str(variants), "--window", "40", "--device", "cpu"]
+    base = [
+        "variant_effect",
+        "--checkpoint",
+        str(causal_checkpoint),
+        "--reference",
+        str(path),
+        "--variants",
+        str(variants),
+        "--window",
+        "40",
+        "--device",
+        "cpu",
+    ]
     main(base + ["--regions", "chr1:51-70", "chr2", "--out", str(tmp_path / "strings.tsv")])
     kept = [row.split("\t")[:2] for row in (tmp_path / "strings.tsv").read_text().splitlines()[1:]]
     assert kept == [["chr1", "51"], ["chr1", "70"], ["chr2", "2"]]
@@ -320,8 +369,19 @@ def test_a_too_short_window_names_the_commands_own_option_and_help(causal_checkp
     path, sequence = genome
     variants = tmp_path / "one.tsv"
     variants.write_text(f"chr1\t30\t{sequence[29]}\t{'A' if sequence[29] != 'A' else 'C'}\n")
-    args = ["variant_effect", "--checkpoint", str(causal_checkpoint), "--reference", str(path),
-            "--variants", str(variants), "--out", str(tmp_path / "e.tsv"), "--device", "cpu"]
+    args = [
+        "variant_effect",
+        "--checkpoint",
+        str(causal_checkpoint),
+        "--reference",
+        str(path),
+        "--variants",
+        str(variants),
+        "--out",
+        str(tmp_path / "e.tsv"),
+        "--device",
+        "cpu",
+    ]
     err = fails(capsys, args + ["--window", "1"])
     assert "--context" not in err and "window 1 is too short" in err
     assert "genoformer variant_effect --help" in err
@@ -331,5 +391,11 @@ def test_a_too_short_window_names_the_commands_own_option_and_help(causal_checkp
         main(shlex.split(re.search(r"genoformer (variant_effect --help)", err).group(1)))
     assert exit_info.value.code == 0 and "--window" in capsys.readouterr().out
     with pytest.raises(ValueError, match=r"pass window=\d+ "):  # the Python API speaks Python
-        variant_effect(checkpoint=causal_checkpoint, reference=[str(path)], variants=variants, out=tmp_path / "p.tsv",
-                       window=1, device="cpu")
+        variant_effect(
+            checkpoint=causal_checkpoint,
+            reference=[str(path)],
+            variants=variants,
+            out=tmp_path / "p.tsv",
+            window=1,
+            device="cpu",
+        )

@@ -11,7 +11,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from genoformer.kernels.dropout import keep_mask
 from genoformer.kernels.reference import alibi_bias, allowed_mask, reference_attention
 
@@ -46,8 +45,24 @@ def run_with_grads(fn, q, k, v, dout, **kwargs) -> Result:
     return Result(out.detach(), q.grad, k.grad, v.grad)
 
 
-def naive_attention(q, k, v, *, causal=False, layout=None, kv_lens=None, scale=None, cu_seqlens=None, window=None,
-                    alibi_slopes=None, softcap=0.0, dropout_p=0.0, dropout_rng=None, varlen=None, first_row=0):
+def naive_attention(
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    layout=None,
+    kv_lens=None,
+    scale=None,
+    cu_seqlens=None,
+    window=None,
+    alibi_slopes=None,
+    softcap=0.0,
+    dropout_p=0.0,
+    dropout_rng=None,
+    varlen=None,
+    first_row=0,
+):
     """Dense attention computed in the inputs' own dtype: the same-precision baseline (every
     parameter of `genoformer.kernels.reference.reference_attention`, the same dropout mask)."""
     if varlen is not None:
@@ -56,9 +71,21 @@ def naive_attention(q, k, v, *, causal=False, layout=None, kv_lens=None, scale=N
         for s in range(len(cu_q) - 1):
             slopes = alibi_slopes if alibi_slopes is None or alibi_slopes.dim() == 1 else alibi_slopes[s]
             rows, keys = slice(cu_q[s], cu_q[s + 1]), slice(cu_k[s], cu_k[s + 1])
-            outs.append(naive_attention(q[:, :, rows], k[:, :, keys], v[:, :, keys], causal=causal, scale=scale,
-                                        window=window, alibi_slopes=slopes, softcap=softcap, dropout_p=dropout_p,
-                                        dropout_rng=dropout_rng, first_row=s))
+            outs.append(
+                naive_attention(
+                    q[:, :, rows],
+                    k[:, :, keys],
+                    v[:, :, keys],
+                    causal=causal,
+                    scale=scale,
+                    window=window,
+                    alibi_slopes=slopes,
+                    softcap=softcap,
+                    dropout_p=dropout_p,
+                    dropout_rng=dropout_rng,
+                    first_row=s,
+                )
+            )
         return torch.cat(outs, dim=2)
     B, Hq, L, D = q.shape
     S = k.shape[2]
@@ -70,8 +97,17 @@ def naive_attention(q, k, v, *, causal=False, layout=None, kv_lens=None, scale=N
         scores = softcap * torch.tanh(scores / softcap)
     if alibi_slopes is not None:
         scores = scores + alibi_bias(alibi_slopes.to(q.device), B, L, S, q.dtype)
-    mask = allowed_mask(L, S, causal=causal, layout=layout, kv_lens=kv_lens, device=q.device,
-                        cu_seqlens=cu_seqlens, batch=B, window=window)
+    mask = allowed_mask(
+        L,
+        S,
+        causal=causal,
+        layout=layout,
+        kv_lens=kv_lens,
+        device=q.device,
+        cu_seqlens=cu_seqlens,
+        batch=B,
+        window=window,
+    )
     if mask is None:
         probs = torch.softmax(scores, -1)
     else:
@@ -138,6 +174,14 @@ def assert_matches_reference(result: Result, expected: Result, atol=1e-10, rtol=
 @pytest.fixture
 def attn():
     """The helpers above, as one object: attn.make_qkv, attn.reference, ..."""
-    helpers = (make_qkv, run_with_grads, naive_attention, reference, assert_matches_reference,
-               cu_seqlens_of, per_document, masked_attention)
+    helpers = (
+        make_qkv,
+        run_with_grads,
+        naive_attention,
+        reference,
+        assert_matches_reference,
+        cu_seqlens_of,
+        per_document,
+        masked_attention,
+    )
     return SimpleNamespace(**{fn.__name__: fn for fn in helpers})

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import sys
 import types
+
 import torch
 
 
@@ -97,34 +98,66 @@ def _v2_outputs(out, lse, return_attn_probs):
     return (out, lse, None) if return_attn_probs else out
 
 
-def v2_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                       return_attn_probs=False):
+def v2_flash_attn_func(
+    q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), return_attn_probs=False
+):
     assert dropout_p == 0.0
     return _v2_outputs(*_dense(q, k, v, softmax_scale, causal, window_size), return_attn_probs)
 
 
 def v2_flash_attn_varlen_func(
-    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0, softmax_scale=None,
-    causal=False, window_size=(-1, -1), return_attn_probs=False,
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    return_attn_probs=False,
 ):
     assert dropout_p == 0.0
-    outputs = _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                      window_size)
+    outputs = _varlen(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size
+    )
     return _v2_outputs(*outputs, return_attn_probs)
 
 
 # ------------------------------------------------------------------------------ flash-attn-4
 def v4_flash_attn_func(
-    q, k, v, qv=None, gather_kv_indices=None, softmax_scale=None, causal=False, window_size=(None, None),
-    block_sparse_tensors=None, block_sparse_tensors_bwd=None, return_lse=False,
+    q,
+    k,
+    v,
+    qv=None,
+    gather_kv_indices=None,
+    softmax_scale=None,
+    causal=False,
+    window_size=(None, None),
+    block_sparse_tensors=None,
+    block_sparse_tensors_bwd=None,
+    return_lse=False,
 ):
     assert block_sparse_tensors is None and block_sparse_tensors_bwd is None
     return _dense(q, k, v, softmax_scale, causal, window_size)
 
 
 def v4_flash_attn_varlen_func(
-    q, k, v, qv=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-    softmax_scale=None, causal=False, window_size=(None, None), block_sparse_tensors=None, return_lse=False,
+    q,
+    k,
+    v,
+    qv=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k=None,
+    max_seqlen_q=None,
+    max_seqlen_k=None,
+    softmax_scale=None,
+    causal=False,
+    window_size=(None, None),
+    block_sparse_tensors=None,
+    return_lse=False,
 ):
     assert block_sparse_tensors is None
     return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size)

@@ -55,7 +55,7 @@ class _Blocks:
             if self.causal:
                 offset = k_len - q_len if self.bottom_right else 0
                 block = torch.arange(k_len)[None, :] <= torch.arange(q_len)[:, None] + offset
-            allowed[q0:q0 + q_len, k0:k0 + k_len] = block
+            allowed[q0 : q0 + q_len, k0 : k0 + k_len] = block
             q0 += q_len
         return allowed
 
@@ -100,7 +100,7 @@ def memory_efficient_attention(query, key, value, attn_bias=None, p=0.0, scale=N
     q_BHMK = query.double().reshape(B, M, -1, K).transpose(1, 2)
     k_BHNK = key.double().reshape(B, N, -1, K).transpose(1, 2)
     v_BHNK = value.double().reshape(B, N, -1, K).transpose(1, 2)
-    scale = K ** -0.5 if scale is None else scale
+    scale = K**-0.5 if scale is None else scale
     scores = (q_BHMK @ k_BHNK.transpose(-1, -2)) * scale
     if attn_bias is not None:
         assert B == 1 or not isinstance(attn_bias, _Blocks), "xformers fake: block-diagonal masks need B == 1"
@@ -123,10 +123,19 @@ def install(monkeypatch) -> None:
     fmha = types.ModuleType("xformers.ops.fmha")
     fmha.__path__ = []
     bias = types.ModuleType("xformers.ops.fmha.attn_bias")
-    for cls in (LowerTriangularMask, BlockDiagonalMask, BlockDiagonalCausalMask, BlockDiagonalPaddedKeysMask,
-                BlockDiagonalCausalWithOffsetPaddedKeysMask):
+    for cls in (
+        LowerTriangularMask,
+        BlockDiagonalMask,
+        BlockDiagonalCausalMask,
+        BlockDiagonalPaddedKeysMask,
+        BlockDiagonalCausalWithOffsetPaddedKeysMask,
+    ):
         setattr(bias, cls.__name__, cls)
     package.ops, ops.fmha, fmha.attn_bias = ops, fmha, bias
-    for name, module in (("xformers", package), ("xformers.ops", ops), ("xformers.ops.fmha", fmha),
-                         ("xformers.ops.fmha.attn_bias", bias)):
+    for name, module in (
+        ("xformers", package),
+        ("xformers.ops", ops),
+        ("xformers.ops.fmha", fmha),
+        ("xformers.ops.fmha.attn_bias", bias),
+    ):
         monkeypatch.setitem(sys.modules, name, module)

@@ -46,7 +46,7 @@ def _triton_version() -> tuple[int, int] | None:
 needs_gluon = pytest.mark.skipif(
     _triton_version() is None or _triton_version() < MIN_TRITON,
     reason=f"the Gluon kernels need triton >= {'.'.join(map(str, MIN_TRITON))} (found "
-           f"{'none' if _triton_version() is None else '.'.join(map(str, _triton_version()))}): pip install -U triton",
+    f"{'none' if _triton_version() is None else '.'.join(map(str, _triton_version()))}): pip install -U triton",
 )
 
 
@@ -58,8 +58,9 @@ def _on_hopper() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 
-on_hopper = pytest.mark.skipif(not _on_hopper(),
-                               reason="needs an sm_90 (Hopper) GPU: the Gluon kernels use wgmma and TMA")
+on_hopper = pytest.mark.skipif(
+    not _on_hopper(), reason="needs an sm_90 (Hopper) GPU: the Gluon kernels use wgmma and TMA"
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -83,13 +84,26 @@ def ptxas_report(ptx: str, capability: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         ptx_file = Path(tmp, "k.ptx")
         ptx_file.write_text(ptx)
-        report = subprocess.run([get_ptxas(capability).path, "-v", f"--gpu-name={sm_arch_from_capability(capability)}",
-                                 str(ptx_file), "-o", str(Path(tmp, "k.cubin"))],
-                                check=True, capture_output=True, text=True).stderr
+        report = subprocess.run(
+            [
+                get_ptxas(capability).path,
+                "-v",
+                f"--gpu-name={sm_arch_from_capability(capability)}",
+                str(ptx_file),
+                "-o",
+                str(Path(tmp, "k.cubin")),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stderr
     spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
-    return {"regs": int(re.search(r"Used (\d+) registers", report).group(1)),
-            "spill_stores_B": int(spills.group(1)), "spill_loads_B": int(spills.group(2)),
-            "wgmma_serialized": "wgmma" in report and "serializ" in report}
+    return {
+        "regs": int(re.search(r"Used (\d+) registers", report).group(1)),
+        "spill_stores_B": int(spills.group(1)),
+        "spill_loads_B": int(spills.group(2)),
+        "wgmma_serialized": "wgmma" in report and "serializ" in report,
+    }
 
 
 def compile_all(compile_one: Callable[[tuple], dict], cases: Iterable[tuple]) -> list[dict]:
@@ -123,8 +137,7 @@ def error_bound(value, naive, truth, floor: float = 0.0) -> tuple[float, float, 
 
     err = (value.double() - truth).abs().max().item()
     naive_err = (naive.double() - truth).abs().max().item()
-    rounding = ((truth.to(value.dtype).double() - truth).abs().max().item() if value.dtype != torch.float32
-                else 1e-4)
+    rounding = (truth.to(value.dtype).double() - truth).abs().max().item() if value.dtype != torch.float32 else 1e-4
     return err, naive_err, 2 * naive_err + rounding + floor
 
 
@@ -136,5 +149,7 @@ def write_errors(request, title: str, errors: list[dict], case_width: int) -> No
         reporter.write_line("")
         reporter.write_line(title)
         for e in errors:
-            reporter.write_line(f"  {e['case']:<{case_width}} " + "  ".join(
-                f"{k} {v[0]:.3g} / {v[1]:.3g} / {v[2]:.3g}" for k, v in e.items() if k != "case"))
+            reporter.write_line(
+                f"  {e['case']:<{case_width}} "
+                + "  ".join(f"{k} {v[0]:.3g} / {v[1]:.3g} / {v[2]:.3g}" for k, v in e.items() if k != "case")
+            )

@@ -11,13 +11,12 @@ import math
 
 import pytest
 import torch
-from jsonargparse import ArgumentParser
-
 from genoformer.kernels import Backend, BlockLayout, attention
 from genoformer.kernels import dispatch as attention_module
 from genoformer.kernels.blocksparse_torch import blocksparse_attention
 from genoformer.kernels.dispatch import unsupported_reason
 from genoformer.kernels.reference import row_error
+from jsonargparse import ArgumentParser
 
 BACKENDS = [Backend.TORCH, Backend.SDPA]
 
@@ -267,8 +266,14 @@ def test_plan_attention_prepares_the_triton_block_lists():
 # ------------------------------------------------------------------------------ backend names
 @pytest.mark.parametrize(
     "text, expected",
-    [("auto", Backend.AUTO), ("AUTO", Backend.AUTO), ("flash_attn", Backend.FLASH_ATTN),
-     ("FLASH_ATTN", Backend.FLASH_ATTN), ("Flash_Attn_4", Backend.FLASH_ATTN_4), ("Triton", Backend.TRITON)],
+    [
+        ("auto", Backend.AUTO),
+        ("AUTO", Backend.AUTO),
+        ("flash_attn", Backend.FLASH_ATTN),
+        ("FLASH_ATTN", Backend.FLASH_ATTN),
+        ("Flash_Attn_4", Backend.FLASH_ATTN_4),
+        ("Triton", Backend.TRITON),
+    ],
 )
 def test_backend_names_parse_as_users_write_them(text, expected):
     """By value or by member name, in any case, through Backend(...) and Backend[...] alike."""
@@ -279,8 +284,9 @@ def test_attention_takes_backend_names_in_any_case(attn):
     q, k, v, dout = attn.make_qkv(B=1, Hq=2, Hkv=2, L=40)
     expected = attn.reference(q, k, v, dout, causal=True)
     for backend in ("SDPA", "Torch", "AUTO"):
-        attn.assert_matches_reference(attn.run_with_grads(attention, q, k, v, dout, causal=True, backend=backend),
-                                      expected)
+        attn.assert_matches_reference(
+            attn.run_with_grads(attention, q, k, v, dout, causal=True, backend=backend), expected
+        )
 
 
 def test_unknown_backend_names_say_what_to_write():
@@ -297,8 +303,12 @@ class _Runtime:
 
 @pytest.mark.parametrize(
     "text, expected",
-    [("flash_attn", Backend.FLASH_ATTN), ("auto", Backend.AUTO), ("FLASH_ATTN", Backend.FLASH_ATTN),
-     ("Triton", Backend.TRITON)],
+    [
+        ("flash_attn", Backend.FLASH_ATTN),
+        ("auto", Backend.AUTO),
+        ("FLASH_ATTN", Backend.FLASH_ATTN),
+        ("Triton", Backend.TRITON),
+    ],
 )
 def test_jsonargparse_reads_a_backend_field_as_users_write_it(text, expected):
     """LightningCLI's parser reads Enum fields by member name (`Backend[text]`): configs that write

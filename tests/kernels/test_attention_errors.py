@@ -7,7 +7,6 @@ import sys
 
 import pytest
 import torch
-
 from genoformer.kernels import Backend, BlockLayout, attention
 
 flash_attn_backend = importlib.import_module("genoformer.kernels.flash_attn_backend")
@@ -76,8 +75,11 @@ def test_triton_not_installed_says_how_to_install(monkeypatch):
 
 def _bf16(B=1, H=2, HKV=1, L=32, S=None, D=16):
     S = L if S is None else S
-    return (torch.randn(B, H, L, D, dtype=torch.bfloat16), torch.randn(B, HKV, S, D, dtype=torch.bfloat16),
-            torch.randn(B, HKV, S, D, dtype=torch.bfloat16))
+    return (
+        torch.randn(B, H, L, D, dtype=torch.bfloat16),
+        torch.randn(B, HKV, S, D, dtype=torch.bfloat16),
+        torch.randn(B, HKV, S, D, dtype=torch.bfloat16),
+    )
 
 
 @pytest.mark.parametrize(
@@ -89,27 +91,59 @@ def _bf16(B=1, H=2, HKV=1, L=32, S=None, D=16):
         (lambda: _bf16(D=264), {}, r"head dim 264 is not supported by the Triton kernels \(they take 1 to 256"),
         (lambda: (_bf16()[0], *_bf16(B=2)[1:]), {}, r"k and v must be \(B=1, HKV, Lk, D=16\)"),
         (lambda: _bf16(H=3, HKV=2), {}, r"query heads \(3\) must be a multiple of key/value heads \(2\)"),
-        (lambda: _bf16(S=48), {"causal": True, "layout": BlockLayout.dense(32, 48, 16)},
-         "causal attention with a layout needs Lq == Lk"),
+        (
+            lambda: _bf16(S=48),
+            {"causal": True, "layout": BlockLayout.dense(32, 48, 16)},
+            "causal attention with a layout needs Lq == Lk",
+        ),
         (lambda: _bf16(), {"kv_lens": torch.tensor([3.0])}, "kv_lens must be an int32/int64 tensor"),
         (lambda: _bf16(), {"layout": BlockLayout.sliding_window(64, 16, 16)}, "build the layout for these lengths"),
         (lambda: _bf16(L=0), {}, "empty input"),
-        (lambda: _bf16(), {"kv_lens": torch.tensor([3]), "cu_seqlens": torch.tensor([0, 32], dtype=torch.int32)},
-         "cu_seqlens and kv_lens cannot be combined"),
-        (lambda: _bf16(S=48), {"cu_seqlens": torch.tensor([0, 32], dtype=torch.int32)},
-         "needs Lq == Lk, got 32 and 48"),
-        (lambda: _bf16(), {"cu_seqlens": torch.tensor([0, 32])},
-         r"cu_seqlens must be an int32 tensor of shape \(N\+1,\)"),
+        (
+            lambda: _bf16(),
+            {"kv_lens": torch.tensor([3]), "cu_seqlens": torch.tensor([0, 32], dtype=torch.int32)},
+            "cu_seqlens and kv_lens cannot be combined",
+        ),
+        (
+            lambda: _bf16(S=48),
+            {"cu_seqlens": torch.tensor([0, 32], dtype=torch.int32)},
+            "needs Lq == Lk, got 32 and 48",
+        ),
+        (
+            lambda: _bf16(),
+            {"cu_seqlens": torch.tensor([0, 32])},
+            r"cu_seqlens must be an int32 tensor of shape \(N\+1,\)",
+        ),
         (lambda: _bf16(), {"alibi_slopes": torch.ones(3)}, r"alibi_slopes must be a float tensor of shape \(2,\)"),
         (lambda: _bf16(), {"softcap": -1.0}, "softcap must be a finite float >= 0"),
         (lambda: _bf16(), {"dropout_p": 1.0}, r"dropout_p must be a float in \[0, 1\)"),
-        (lambda: _bf16(), {"dropout_p": 0.1, "dropout_rng": torch.zeros(2, dtype=torch.int32)},
-         "dropout_rng must be an int64 tensor"),
+        (
+            lambda: _bf16(),
+            {"dropout_p": 0.1, "dropout_rng": torch.zeros(2, dtype=torch.int32)},
+            "dropout_rng must be an int64 tensor",
+        ),
         (lambda: _bf16(), {"window": (3, 2.5)}, r"window must be a pair \(left, right\)"),
     ],
-    ids=["dtype", "mixed_dtype", "device", "head_dim", "shape", "gqa_heads", "causal_lengths", "kv_lens_dtype",
-         "layout_size", "empty", "cu_seqlens_with_kv_lens", "cu_seqlens_lengths", "cu_seqlens_dtype", "alibi_shape",
-         "softcap", "dropout_p", "dropout_rng", "window"],
+    ids=[
+        "dtype",
+        "mixed_dtype",
+        "device",
+        "head_dim",
+        "shape",
+        "gqa_heads",
+        "causal_lengths",
+        "kv_lens_dtype",
+        "layout_size",
+        "empty",
+        "cu_seqlens_with_kv_lens",
+        "cu_seqlens_lengths",
+        "cu_seqlens_dtype",
+        "alibi_shape",
+        "softcap",
+        "dropout_p",
+        "dropout_rng",
+        "window",
+    ],
 )
 def test_triton_launcher_says_what_is_supported(make, kwargs, match):
     """The launcher's checks, through the public function (kernels interpreted on a CPU)."""

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from genoformer.kernels import Backend, BlockLayout, attention
-from genoformer.kernels import dispatch, flash_attn_backend
+from genoformer.kernels import Backend, BlockLayout, attention, dispatch, flash_attn_backend
 from genoformer.kernels.flash_attn_backend import FlashAttn
 
 pytestmark = [
@@ -91,7 +89,10 @@ TRUSTED_DIMS = sorted(set().union(*flash_attn_backend.FLASH_ATTN_4_HEAD_DIMS.val
 TRUSTED_CASES = {
     "causal_gqa": ((2, 8, 2, 997), lambda: dict(causal=True)),
     "packed_bidirectional_gqa": ((2, 8, 2, 777), lambda: dict(cu_seqlens=_cu([[300, 477], [1, 776]]))),
-    "padding_causal_gqa": ((2, 8, 2, 1000), lambda: dict(causal=True, kv_lens=torch.tensor([1000, 555], device=DEVICE))),
+    "padding_causal_gqa": (
+        (2, 8, 2, 1000),
+        lambda: dict(causal=True, kv_lens=torch.tensor([1000, 555], device=DEVICE)),
+    ),
 }
 
 

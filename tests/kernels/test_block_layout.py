@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from genoformer.kernels import BigBird, BlockLayout, GlobalTokens, LayoutSpec, SlidingWindow, Strided, Union
 
 
@@ -20,9 +19,7 @@ def _random_layout(L=97, S=None, bs=16, heads=3, density=0.4, seed=0) -> BlockLa
 
 
 def test_sliding_window_known_patterns():
-    tridiagonal = torch.tensor(
-        [[1, 1, 0, 0], [1, 1, 1, 0], [0, 1, 1, 1], [0, 0, 1, 1]], dtype=torch.bool
-    )
+    tridiagonal = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0], [0, 1, 1, 1], [0, 0, 1, 1]], dtype=torch.bool)
     assert torch.equal(BlockLayout.sliding_window(64, 16, block_size=16).mask[0], tridiagonal)
     assert torch.equal(BlockLayout.sliding_window(64, 1, block_size=16).mask[0], tridiagonal)
     assert torch.equal(BlockLayout.sliding_window(64, 0, block_size=16).mask[0], torch.eye(4, dtype=torch.bool))

@@ -8,7 +8,6 @@ bound in genoformer/kernels/blocksparse_torch.py).
 from __future__ import annotations
 
 import torch
-
 from genoformer.kernels import Backend, BlockLayout, attention
 
 

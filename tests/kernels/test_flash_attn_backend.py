@@ -18,9 +18,7 @@ import sys
 import fake_flash_attn  # tests/kernels/fake_flash_attn.py: the stand-in packages
 import pytest
 import torch
-
-from genoformer.kernels import Backend, BlockLayout, attention
-from genoformer.kernels import dispatch, flash_attn_backend
+from genoformer.kernels import Backend, BlockLayout, attention, dispatch, flash_attn_backend
 from genoformer.kernels.flash_attn_backend import FlashAttn, flash_attn_attention
 from genoformer.kernels.reference import reference_attention
 
@@ -59,7 +57,9 @@ def _per_document_reference(q, k, v, cu_seqlens, **kwargs):
     bounds = cu_seqlens.tolist()
     for start, end in zip(bounds[:-1], bounds[1:]):
         b, s, e = start // L, start % L, start % L + (end - start)
-        out[b, :, s:e] = reference_attention(q[b : b + 1, :, s:e], k[b : b + 1, :, s:e], v[b : b + 1, :, s:e], **kwargs)[0]
+        out[b, :, s:e] = reference_attention(
+            q[b : b + 1, :, s:e], k[b : b + 1, :, s:e], v[b : b + 1, :, s:e], **kwargs
+        )[0]
     return out
 
 
@@ -85,7 +85,11 @@ CASES = {
         lambda: dict(causal=True, kv_lens=torch.tensor([50, 17, 0], dtype=torch.int32)),
         BOTH,
     ),
-    "padding_causal_full": (dict(B=2, Hq=2, Hkv=2, L=33), lambda: dict(causal=True, kv_lens=torch.tensor([33, 33])), BOTH),
+    "padding_causal_full": (
+        dict(B=2, Hq=2, Hkv=2, L=33),
+        lambda: dict(causal=True, kv_lens=torch.tensor([33, 33])),
+        BOTH,
+    ),
     "full_layout_is_dense": (
         dict(B=1, Hq=2, Hkv=2, L=64),
         lambda: dict(causal=True, layout=BlockLayout.dense(64, block_size=16)),
@@ -131,7 +135,9 @@ def test_attention_entry_point_takes_packed_rows(attn, fakes):
     cu_seqlens = torch.tensor([0, 7, 40, 41, 80], dtype=torch.int32)
     for backend in ("flash_attn_2", "flash_attn_4", "flash_attn"):
         result = attn.run_with_grads(attention, q, k, v, dout, causal=True, cu_seqlens=cu_seqlens, backend=backend)
-        expected = attn.run_with_grads(attention, q, k, v, dout, causal=True, cu_seqlens=cu_seqlens, backend="reference")
+        expected = attn.run_with_grads(
+            attention, q, k, v, dout, causal=True, cu_seqlens=cu_seqlens, backend="reference"
+        )
         for name, value in result.tensors().items():
             torch.testing.assert_close(value, expected.tensors()[name], msg=lambda m: f"{backend} {name}: {m}")
     layout = BlockLayout.global_tokens(80, 1, block_size=128)
@@ -159,8 +165,9 @@ def test_fake_aligns_causal_to_the_bottom_right(fakes):
     k = v = torch.randn(1, 4, 1, 8, dtype=torch.float64)
     out = fake_flash_attn.v2_flash_attn_func(q, k, v, causal=True)
     assert (out[0, :2] == 0).all() and (out[0, 2:] != 0).all()
-    ours = reference_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=False,
-                               kv_lens=torch.tensor([4]))
+    ours = reference_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=False, kv_lens=torch.tensor([4])
+    )
     assert (ours[0, 0, :2] != 0).all()
 
 
@@ -185,11 +192,15 @@ def test_attention_entry_point_runs_both_installs_in_bfloat16(attn, fakes):
 
 def test_flash_attn_prefers_flash_attn_4_and_falls_back_to_flash_attn_2(fakes):
     q = torch.randn(1, 2, 64, 16, dtype=torch.bfloat16)
-    assert flash_attn_backend.first_runnable((FlashAttn.V4, FlashAttn.V2), q, q, q, causal=True, layout=None,
-                                             kv_lens=None) is FlashAttn.V4
+    assert (
+        flash_attn_backend.first_runnable((FlashAttn.V4, FlashAttn.V2), q, q, q, causal=True, layout=None, kv_lens=None)
+        is FlashAttn.V4
+    )
     fakes.setattr(flash_attn_backend, "device_capability", lambda device: (8, 0))  # an A100
-    assert flash_attn_backend.first_runnable((FlashAttn.V4, FlashAttn.V2), q, q, q, causal=True, layout=None,
-                                             kv_lens=None) is FlashAttn.V2
+    assert (
+        flash_attn_backend.first_runnable((FlashAttn.V4, FlashAttn.V2), q, q, q, causal=True, layout=None, kv_lens=None)
+        is FlashAttn.V2
+    )
     fakes.setattr(flash_attn_backend, "device_capability", lambda device: (7, 5))
     reason = dispatch.unsupported_reason("flash_attn", q, q, q, causal=True)
     assert reason.startswith("no flash-attn install here can run these inputs: (1) flash-attn-4 trains on Hopper")
@@ -209,7 +220,10 @@ def test_messages_say_why_and_what_to_do(fakes):
         "flash-attn-4 runs on CUDA GPUs only (inputs are on cpu); use backend 'sdpa' or 'torch'."
     )
     fakes.setattr(flash_attn_backend, "device_capability", lambda device: (8, 0))
-    assert "this one is sm_80; flash-attn 2 is for A100 and older GPUs: pip install flash-attn --no-build-isolation" in _reason("flash_attn_4")
+    assert (
+        "this one is sm_80; flash-attn 2 is for A100 and older GPUs: pip install flash-attn --no-build-isolation"
+        in _reason("flash_attn_4")
+    )
     fakes.setattr(flash_attn_backend, "device_capability", lambda device: (9, 0))
     assert "float16 and bfloat16 only (got torch.float32)" in _reason("flash_attn_2", dtype=torch.float32)
     assert "head dim that is a multiple of 8 from 8 to 256 (got 12)" in _reason("flash_attn_4", shape=(1, 2, 64, 12))
@@ -296,7 +310,9 @@ def test_auto_warns_once_when_it_passes_over_a_faster_backend(fakes, caplog):
             assert _auto(q, layout=window) is Backend.TORCH
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 2
-    assert "backend 'flash_attn_2', not a faster one, because 'flash_attn_4' (measured faster on sm_90): " in warnings[0]
+    assert (
+        "backend 'flash_attn_2', not a faster one, because 'flash_attn_4' (measured faster on sm_90): " in warnings[0]
+    )
     assert "pip install flash-attn-4" in warnings[0] and "'triton' (measured faster on sm_90): " in warnings[0]
     assert "backend 'torch', not a faster one, because 'triton' (measured faster on sm_90): (test)" in warnings[1]
 
@@ -341,7 +357,9 @@ def test_auto_takes_triton_for_unproven_head_dims_and_warns_why(fakes_sm90, capl
             assert _auto(torch.zeros(1, 2, 256, 80, dtype=torch.bfloat16)) is Backend.TRITON
     levels = {r.getMessage(): r.levelno for r in caplog.records if r.name == "genoformer.kernels"}
     (warning,) = [m for m, level in levels.items() if level == logging.WARNING]
-    assert "backend 'triton', not a faster one, because 'flash_attn_4' (measured faster on sm_90): head dim 80" in warning
+    assert (
+        "backend 'triton', not a faster one, because 'flash_attn_4' (measured faster on sm_90): head dim 80" in warning
+    )
     assert [m for m, level in levels.items() if level == logging.INFO] == [
         "attention on cuda, dense, causal: backend 'flash_attn_4'"
     ]

@@ -12,7 +12,6 @@ import sys
 import textwrap
 
 import torch
-
 from genoformer.kernels import flash_attn_compat as fa
 from genoformer.kernels.dropout import keep_mask
 from genoformer.kernels.reference import reference_attention
@@ -29,10 +28,19 @@ def test_flash_attn_func_is_the_reference_in_flash_attn_layout():
     row with no key, and an empty S_dmask without dropout, as flash-attn returns."""
     q, k, v = _blhd(2, 40, 4, 16, 0), _blhd(2, 25, 2, 16, 1), _blhd(2, 25, 2, 16, 2)
     slopes = torch.rand(2, 4)
-    out, lse, probs = fa.flash_attn_func(q, k, v, causal=True, window_size=torch.tensor([6, 3]), softcap=2.0,
-                                         alibi_slopes=slopes, return_attn_probs=True)
-    expected, expected_lse = reference_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True,
-                                                 window=(6, 3), softcap=2.0, alibi_slopes=slopes, return_lse=True)
+    out, lse, probs = fa.flash_attn_func(
+        q, k, v, causal=True, window_size=torch.tensor([6, 3]), softcap=2.0, alibi_slopes=slopes, return_attn_probs=True
+    )
+    expected, expected_lse = reference_attention(
+        q.transpose(1, 2),
+        k.transpose(1, 2),
+        v.transpose(1, 2),
+        causal=True,
+        window=(6, 3),
+        softcap=2.0,
+        alibi_slopes=slopes,
+        return_lse=True,
+    )
     assert out.shape == (2, 40, 4, 16) and lse.shape == (2, 4, 40) and probs.numel() == 0
     torch.testing.assert_close(out, expected.transpose(1, 2))
     # rows 0..14 of 40 queries over 25 keys, bottom-right aligned: no key at all
@@ -62,16 +70,18 @@ def test_varlen_functions_keep_each_sequence_apart():
     q, k, v = _blhd(1, 23, 2, 8, 4)[0], _blhd(1, 30, 2, 8, 5)[0], _blhd(1, 30, 2, 8, 6)[0]
     cu_q = torch.tensor([0, 5, 22, 23], dtype=torch.int32)
     cu_k = torch.tensor([0, 9, 26, 30], dtype=torch.int32)
-    out, lse, _ = fa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 17, 17, causal=True, window_size=(4, -1),
-                                            return_attn_probs=True)
+    out, lse, _ = fa.flash_attn_varlen_func(
+        q, k, v, cu_q, cu_k, 17, 17, causal=True, window_size=(4, -1), return_attn_probs=True
+    )
     assert out.shape == (23, 2, 8) and lse.shape == (2, 23)
     for s in range(3):
         rows, keys = slice(int(cu_q[s]), int(cu_q[s + 1])), slice(int(cu_k[s]), int(cu_k[s + 1]))
         alone = fa.flash_attn_func(q[None, rows], k[None, keys], v[None, keys], causal=True, window_size=(4, -1))
         torch.testing.assert_close(out[rows], alone[0])
     kv = torch.stack([k, v], dim=1)
-    torch.testing.assert_close(fa.flash_attn_varlen_kvpacked_func(q, kv, cu_q, cu_k, 17, 17, causal=True,
-                                                                  window_size=(4, -1)), out)
+    torch.testing.assert_close(
+        fa.flash_attn_varlen_kvpacked_func(q, kv, cu_q, cu_k, 17, 17, causal=True, window_size=(4, -1)), out
+    )
     qkv = torch.stack([q, q, q], dim=1)
     same = fa.flash_attn_varlen_qkvpacked_func(qkv, cu_q, 17)
     torch.testing.assert_close(same, fa.flash_attn_varlen_func(q, q, q, cu_q, cu_q, 17, 17))
@@ -94,8 +104,13 @@ def test_attn_probs_encode_the_probabilities_and_the_dropout_mask():
     scores = scores.masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf"))
     blocks = scores.split(fa.ATTN_PROBS_BLOCK_N, dim=-1)
     running = torch.cummax(torch.stack([b.amax(-1) for b in blocks], -1).flip(-1), -1).values.flip(-1)
-    normalised = torch.cat([p * torch.exp(m - lse).unsqueeze(-1) for p, m in
-                            zip(probs.abs().split(fa.ATTN_PROBS_BLOCK_N, dim=-1), running.unbind(-1))], dim=-1)
+    normalised = torch.cat(
+        [
+            p * torch.exp(m - lse).unsqueeze(-1)
+            for p, m in zip(probs.abs().split(fa.ATTN_PROBS_BLOCK_N, dim=-1), running.unbind(-1))
+        ],
+        dim=-1,
+    )
     torch.testing.assert_close(normalised, torch.softmax(scores, -1), atol=1e-5, rtol=1e-4)
     torch.manual_seed(3)
     rng = torch.cat([torch.randint(-(2**63), 2**63 - 1, (1,), dtype=torch.int64), torch.zeros(1, dtype=torch.int64)])
@@ -143,7 +158,8 @@ def test_suite_runner_records_outcomes_and_missing_features(tmp_path):
     from benchmarks.common import read_result, render
 
     suite = tmp_path / "test_flash_attn.py"
-    suite.write_text(textwrap.dedent('''
+    suite.write_text(
+        textwrap.dedent("""
         import pytest, torch
         from flash_attn import flash_attn_func, flash_attn_with_kvcache
         from flash_attn.flash_attn_interface import _get_block_size_n, flash_attn_gpu
@@ -159,26 +175,46 @@ def test_suite_runner_records_outcomes_and_missing_features(tmp_path):
 
         def test_wrong():
             assert _get_block_size_n("cpu", 64, True, False) == -1
-    '''))
+    """)
+    )
     shim = tmp_path / "shim"
     flash_attn_suite.write_shim(shim, suite)
     results = tmp_path / "cases.jsonl"
     env = {"FA_RESULTS": str(results), "FA_SAMPLE_SCALE": "1.42", "FA_SAMPLE_MIN": "1"}  # round(1.42 sqrt(8)) = 4
     code, _ = flash_attn_suite.run_pytest(shim, ["-q"], env, 300, tmp_path / "log")
-    outcomes = {json.loads(line)["nodeid"].split("::")[-1]: json.loads(line) for line in results.read_text().splitlines()}
+    outcomes = {
+        json.loads(line)["nodeid"].split("::")[-1]: json.loads(line) for line in results.read_text().splitlines()
+    }
     ran = sorted(name for name in outcomes if name.startswith("test_runs"))
     assert len(ran) == 4 and all(outcomes[name]["outcome"] == "passed" for name in ran), ran  # 4 of 8, seeded
     assert all(name.split("[")[1].split("-")[0] in ("8", "16", "24", "32") for name in ran)  # pytest's ids
     assert outcomes["test_extension"]["outcome"] == "skipped"
     assert outcomes["test_extension"]["reason"] == "missing feature: flash_attn_gpu"
     assert outcomes["test_wrong"]["outcome"] == "failed" and code == 1
-    summary = flash_attn_suite.summarize({
-        "kind": "suite", "collected_only": False, "seconds": 1.0, "returncode": 1, "budget_s": 60, "scale": 1.42,
-        "minimum": 1, "seed": 0, "cases": list(outcomes.values()),
-        "functions": {"test_runs": {"selected": 4, "cases": 8}, "test_extension": {"selected": 1, "cases": 1},
-                      "test_wrong": {"selected": 1, "cases": 1}}})
+    summary = flash_attn_suite.summarize(
+        {
+            "kind": "suite",
+            "collected_only": False,
+            "seconds": 1.0,
+            "returncode": 1,
+            "budget_s": 60,
+            "scale": 1.42,
+            "minimum": 1,
+            "seed": 0,
+            "cases": list(outcomes.values()),
+            "functions": {
+                "test_runs": {"selected": 4, "cases": 8},
+                "test_extension": {"selected": 1, "cases": 1},
+                "test_wrong": {"selected": 1, "cases": 1},
+            },
+        }
+    )
     assert summary.failed and summary.tables[0]["rows"][-1]["passed"] == 4
     result = flash_attn_suite.BENCHMARK.main(["--smoke", "--out", str(tmp_path), "--suite-file", str(suite)])
     saved = read_result(tmp_path / "flash_attn_suite.json")
-    assert saved["data"]["functions"]["test_runs"] == {"function": "test_runs", "selected": 3, "cases": 8}  # --minimum 3
+    assert saved["data"]["functions"]["test_runs"] == {
+        "function": "test_runs",
+        "selected": 3,
+        "cases": 8,
+    }  # --minimum 3
     assert render(saved).startswith(f"## {result['title']}")

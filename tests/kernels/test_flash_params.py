@@ -24,16 +24,18 @@ if not torch.cuda.is_available():
 
 pytest.importorskip("triton", reason="triton is not installed: pip install triton")
 
-from triton_judge import DEVICE, assert_close_to_reference, inputs  # noqa: E402
-
 from genoformer.kernels import dispatch  # noqa: E402
 from genoformer.kernels.dropout import RESOLUTION, draw_rng, dropout_threshold, keep_mask  # noqa: E402
 from genoformer.kernels.layout import BlockLayout  # noqa: E402
 from genoformer.kernels.triton_flash import INTERPRETED, Varlen, triton_attention  # noqa: E402
+from triton_judge import DEVICE, assert_close_to_reference, inputs  # noqa: E402
 
 if DEVICE.type == "cpu" and not INTERPRETED:
-    pytest.skip("genoformer.kernels.triton_flash was imported before TRITON_INTERPRET=1 was set; "
-                "run `pytest tests/kernels/test_flash_params.py` on its own", allow_module_level=True)
+    pytest.skip(
+        "genoformer.kernels.triton_flash was imported before TRITON_INTERPRET=1 was set; "
+        "run `pytest tests/kernels/test_flash_params.py` on its own",
+        allow_module_level=True,
+    )
 
 F16, BF16 = torch.float16, torch.bfloat16
 
@@ -62,55 +64,161 @@ CASES = {
     "window_left_causal_gqa": (1, 4, 2, 80, 80, 16, BF16, lambda: {"window": (33, None), "causal": True}),
     "window_right_only": (1, 2, 2, 80, 80, 16, F16, lambda: {"window": (-1, 5)}),
     "window_two_keys": (1, 2, 1, 70, 70, 16, BF16, lambda: {"window": (1, 0)}),
-    "window_key_padding": (2, 2, 1, 90, 90, 16, F16,
-                           lambda: {"window": (25, 10), "kv_lens": torch.tensor([90, 41], device=DEVICE)}),
+    "window_key_padding": (
+        2,
+        2,
+        1,
+        90,
+        90,
+        16,
+        F16,
+        lambda: {"window": (25, 10), "kv_lens": torch.tensor([90, 41], device=DEVICE)},
+    ),
     "window_cross_causal": (1, 2, 1, 50, 120, 16, F16, lambda: {"window": (30, 4), "causal": True}),
     # causal with Lq != Lk: bottom-right aligned (rows of a long q before the keys see nothing)
     "causal_short_queries": (1, 2, 1, 17, 130, 32, F16, lambda: {"causal": True}),
     "causal_long_queries": (1, 2, 1, 130, 45, 32, BF16, lambda: {"causal": True}),
     # windows with packed documents and inside layouts (covering: run dense; strided: sparse + band)
-    "window_packed_documents": (2, 2, 1, 97, 97, 32, F16,
-                                lambda: {"window": (16, 0), "causal": True,
-                                         "cu_seqlens": _cu(30, 1, 66, 97)}),
-    "exact_window_layout_causal": (1, 2, 1, 150, 150, 16, BF16,
-                                   lambda: {"layout": BlockLayout.sliding_window(150, 40, 32, exact=True),
-                                            "causal": True}),
-    "window_in_strided_layout": (1, 2, 1, 160, 160, 16, F16,
-                                 lambda: {"layout": _windowed(BlockLayout.strided(160, 2, 32), (70, 50))}),
-    "exact_window_layout_packed": (1, 2, 2, 128, 128, 16, F16,
-                                   lambda: {"layout": BlockLayout.sliding_window(128, 20, 32, exact=True),
-                                            "cu_seqlens": _cu(50, 78), "causal": True}),
-    "window_layout_and_argument": (1, 2, 1, 96, 96, 16, BF16,
-                                   lambda: {"layout": BlockLayout.sliding_window(96, 30, 32, exact=True),
-                                            "window": (12, 3)}),
+    "window_packed_documents": (
+        2,
+        2,
+        1,
+        97,
+        97,
+        32,
+        F16,
+        lambda: {"window": (16, 0), "causal": True, "cu_seqlens": _cu(30, 1, 66, 97)},
+    ),
+    "exact_window_layout_causal": (
+        1,
+        2,
+        1,
+        150,
+        150,
+        16,
+        BF16,
+        lambda: {"layout": BlockLayout.sliding_window(150, 40, 32, exact=True), "causal": True},
+    ),
+    "window_in_strided_layout": (
+        1,
+        2,
+        1,
+        160,
+        160,
+        16,
+        F16,
+        lambda: {"layout": _windowed(BlockLayout.strided(160, 2, 32), (70, 50))},
+    ),
+    "exact_window_layout_packed": (
+        1,
+        2,
+        2,
+        128,
+        128,
+        16,
+        F16,
+        lambda: {
+            "layout": BlockLayout.sliding_window(128, 20, 32, exact=True),
+            "cu_seqlens": _cu(50, 78),
+            "causal": True,
+        },
+    ),
+    "window_layout_and_argument": (
+        1,
+        2,
+        1,
+        96,
+        96,
+        16,
+        BF16,
+        lambda: {"layout": BlockLayout.sliding_window(96, 30, 32, exact=True), "window": (12, 3)},
+    ),
     # ALiBi per head (GQA) and per batch row; with causal, windows, cross lengths and layouts
     "alibi_per_head_gqa": (1, 4, 2, 70, 70, 32, F16, lambda: {"alibi_slopes": torch.rand(4, device=DEVICE) * 0.3}),
-    "alibi_per_row_causal_window": (2, 2, 1, 90, 90, 16, BF16,
-                                    lambda: {"alibi_slopes": torch.rand(2, 2, device=DEVICE), "causal": True,
-                                             "window": (30, 0)}),
-    "alibi_cross_causal": (1, 2, 1, 40, 90, 32, F16,
-                           lambda: {"alibi_slopes": torch.rand(2, device=DEVICE), "causal": True}),
-    "alibi_bigbird": (1, 2, 1, 128, 128, 16, BF16,
-                      lambda: {"alibi_slopes": torch.rand(2, device=DEVICE) * 0.2,
-                               "layout": BlockLayout.bigbird(128, 32, 1, 1, block_size=32)}),
+    "alibi_per_row_causal_window": (
+        2,
+        2,
+        1,
+        90,
+        90,
+        16,
+        BF16,
+        lambda: {"alibi_slopes": torch.rand(2, 2, device=DEVICE), "causal": True, "window": (30, 0)},
+    ),
+    "alibi_cross_causal": (
+        1,
+        2,
+        1,
+        40,
+        90,
+        32,
+        F16,
+        lambda: {"alibi_slopes": torch.rand(2, device=DEVICE), "causal": True},
+    ),
+    "alibi_bigbird": (
+        1,
+        2,
+        1,
+        128,
+        128,
+        16,
+        BF16,
+        lambda: {
+            "alibi_slopes": torch.rand(2, device=DEVICE) * 0.2,
+            "layout": BlockLayout.bigbird(128, 32, 1, 1, block_size=32),
+        },
+    ),
     # softcap on scores well past the cap (scale 1 on unit vectors of 32), with ALiBi and causal
     "softcap": (1, 2, 1, 70, 70, 32, BF16, lambda: {"softcap": 4.0, "scale": 1.0}),
-    "softcap_alibi_causal_gqa": (1, 4, 2, 66, 66, 16, F16,
-                                 lambda: {"softcap": 2.5, "scale": 0.7, "causal": True,
-                                          "alibi_slopes": torch.rand(4, device=DEVICE)}),
+    "softcap_alibi_causal_gqa": (
+        1,
+        4,
+        2,
+        66,
+        66,
+        16,
+        F16,
+        lambda: {"softcap": 2.5, "scale": 0.7, "causal": True, "alibi_slopes": torch.rand(4, device=DEVICE)},
+    ),
     # dropout: the reference applies the kernels' mask (same seed and offset)
     "dropout": (1, 2, 1, 70, 70, 32, F16, lambda: {"dropout_p": 0.25, "dropout_rng": _rng(12345, 7)}),
-    "dropout_causal_window_gqa": (2, 4, 2, 64, 64, 16, BF16,
-                                  lambda: {"dropout_p": 0.1, "dropout_rng": _rng(-9, 2**33 + 3), "causal": True,
-                                           "window": (20, 0)}),
-    "dropout_bigbird_padding": (2, 2, 1, 64, 64, 16, F16,
-                                lambda: {"dropout_p": 0.4, "dropout_rng": _rng(3),
-                                         "layout": BlockLayout.bigbird(64, 16, 1, 1, block_size=32),
-                                         "kv_lens": torch.tensor([64, 50], device=DEVICE)}),
+    "dropout_causal_window_gqa": (
+        2,
+        4,
+        2,
+        64,
+        64,
+        16,
+        BF16,
+        lambda: {"dropout_p": 0.1, "dropout_rng": _rng(-9, 2**33 + 3), "causal": True, "window": (20, 0)},
+    ),
+    "dropout_bigbird_padding": (
+        2,
+        2,
+        1,
+        64,
+        64,
+        16,
+        F16,
+        lambda: {
+            "dropout_p": 0.4,
+            "dropout_rng": _rng(3),
+            "layout": BlockLayout.bigbird(64, 16, 1, 1, block_size=32),
+            "kv_lens": torch.tensor([64, 50], device=DEVICE),
+        },
+    ),
     # head dims that are no multiple of 8 (zero-padded in the launcher)
     "d8_causal": (1, 2, 1, 60, 60, 8, F16, lambda: {"causal": True}),
-    "d59_window_alibi": (1, 2, 1, 50, 70, 59, BF16,
-                         lambda: {"window": (10, 10), "alibi_slopes": torch.rand(2, device=DEVICE)}),
+    "d59_window_alibi": (
+        1,
+        2,
+        1,
+        50,
+        70,
+        59,
+        BF16,
+        lambda: {"window": (10, 10), "alibi_slopes": torch.rand(2, device=DEVICE)},
+    ),
     "d111_causal_gqa": (1, 4, 2, 40, 40, 111, F16, lambda: {"causal": True}),
 }
 
@@ -119,11 +227,21 @@ VARLEN_CASES = {
     # an empty query sequence, and a query with no key at all
     "varlen_causal_gqa": (4, 2, (10, 0, 35, 1), (30, 3, 47, 0), 32, F16, lambda: {"causal": True}),
     "varlen_longer_queries": (2, 1, (40, 9, 70), (12, 30, 20), 16, BF16, lambda: {"causal": True}),
-    "varlen_window_alibi_dropout": (2, 2, (33, 64, 5), (50, 40, 5), 16, F16,
-                                    lambda: {"window": (9, 3), "alibi_slopes": torch.rand(3, 2, device=DEVICE),
-                                             "dropout_p": 0.2, "dropout_rng": _rng(77, 1)}),
-    "varlen_softcap_bidirectional": (2, 1, (20, 48), (64, 17), 32, BF16,
-                                     lambda: {"softcap": 3.0, "scale": 1.0}),
+    "varlen_window_alibi_dropout": (
+        2,
+        2,
+        (33, 64, 5),
+        (50, 40, 5),
+        16,
+        F16,
+        lambda: {
+            "window": (9, 3),
+            "alibi_slopes": torch.rand(3, 2, device=DEVICE),
+            "dropout_p": 0.2,
+            "dropout_rng": _rng(77, 1),
+        },
+    ),
+    "varlen_softcap_bidirectional": (2, 1, (20, 48), (64, 17), 32, BF16, lambda: {"softcap": 3.0, "scale": 1.0}),
 }
 
 
@@ -139,8 +257,9 @@ def test_varlen_matches_reference(attn, case):
     """Sequences of their own query and key lengths in one row, none padded to the longest."""
     Hq, Hkv, q_lengths, k_lengths, D, dtype, kwargs = VARLEN_CASES[case]
     q, k, v, dout = inputs(1, Hq, Hkv, sum(q_lengths), sum(k_lengths), D, dtype, seed=len(case))
-    assert_close_to_reference(attn, triton_attention, q, k, v, dout, dtype, varlen=_varlen(q_lengths, k_lengths),
-                              **kwargs())
+    assert_close_to_reference(
+        attn, triton_attention, q, k, v, dout, dtype, varlen=_varlen(q_lengths, k_lengths), **kwargs()
+    )
 
 
 # --------------------------------------------------------------------------------- dropout
@@ -185,8 +304,10 @@ def test_dropout_is_deterministic_for_a_seed(attn):
     """The same seed and offset give bit-equal outputs and gradients; another seed does not; a
     drawn rng follows torch.manual_seed."""
     q, k, v, dout = (t.to(F16) for t in inputs(1, 2, 1, 64, 64, 16, F16, seed=3))
-    runs = [attn.run_with_grads(triton_attention, q, k, v, dout, causal=True, dropout_p=0.3, dropout_rng=rng)
-            for rng in (_rng(11), _rng(11), _rng(12))]
+    runs = [
+        attn.run_with_grads(triton_attention, q, k, v, dout, causal=True, dropout_p=0.3, dropout_rng=rng)
+        for rng in (_rng(11), _rng(11), _rng(12))
+    ]
     for name, value in runs[0].tensors().items():
         assert torch.equal(value, runs[1].tensors()[name]), name
         assert not torch.equal(value, runs[2].tensors()[name]), name
@@ -212,7 +333,7 @@ def test_window_reads_no_tile_outside_it(attn, layout):
     far = W + 2 * tile  # the window plus two tiles
     for t in (q, k, v, dout):
         t[:, :, : inside.start - far] = float("nan")
-        t[:, :, inside.stop + far:] = float("nan")
+        t[:, :, inside.stop + far :] = float("nan")
     if layout:
         kwargs = {"layout": BlockLayout.sliding_window(L, W, tile, exact=True)}
     else:
@@ -246,8 +367,11 @@ def test_dispatch_takes_exact_windows_and_alibi(attn):
     """Through `attention`: the reference, sdpa, torch and triton backends agree on an exact window
     with ALiBi (the layout carries the window), and flash-attn's adapter refuses both with reasons."""
     q, k, v, dout = (t.to(torch.float32) for t in inputs(2, 4, 2, 70, 70, 16, F16, seed=9))
-    kwargs = {"causal": True, "layout": BlockLayout.sliding_window(70, 20, 16, exact=True).with_causal(),
-              "alibi_slopes": dispatch.alibi_slopes(4).to(DEVICE)}
+    kwargs = {
+        "causal": True,
+        "layout": BlockLayout.sliding_window(70, 20, 16, exact=True).with_causal(),
+        "alibi_slopes": dispatch.alibi_slopes(4).to(DEVICE),
+    }
     expected = attn.reference(*(t.double() for t in (q, k, v, dout)), **kwargs)
     for backend in ("sdpa", "torch"):
         got = attn.run_with_grads(dispatch.attention, q, k, v, dout, backend=backend, **kwargs)
@@ -287,16 +411,31 @@ def test_compiled_call_with_every_parameter_is_one_graph(attn):
     varlen, rng, slopes = _varlen((20, 28), (25, 35)), _rng(3), torch.rand(2, 2, device=DEVICE)
 
     def f(q, k, v):
-        return triton_attention(q, k, v, causal=True, window=(9, 0), alibi_slopes=slopes, softcap=5.0,
-                                dropout_p=0.2, dropout_rng=rng, varlen=varlen) * 2
+        return (
+            triton_attention(
+                q,
+                k,
+                v,
+                causal=True,
+                window=(9, 0),
+                alibi_slopes=slopes,
+                softcap=5.0,
+                dropout_p=0.2,
+                dropout_rng=rng,
+                varlen=varlen,
+            )
+            * 2
+        )
 
     graphs = []
     if DEVICE.type == "cuda":
         backend = "inductor"
     else:
+
         def keep(gm, example_inputs):
             graphs.append(gm)
             return gm.forward
+
         backend = aot_autograd(fw_compiler=keep, bw_compiler=keep)
     compiled = torch.compile(f, fullgraph=True, backend=backend)
     eager = attn.run_with_grads(f, q, k, v, dout)
@@ -311,8 +450,16 @@ def test_compiled_call_with_every_parameter_is_one_graph(attn):
 # ----------------------------------------------------------------------------- GPU sweep
 
 GPU_HEAD_DIMS = (32, 59, 64, 111, 128, 256)
-GPU_KINDS = ("window_causal_gqa", "window_cross", "causal_cross", "alibi_window_padding", "softcap_alibi",
-             "dropout_causal_gqa", "window_bigbird_layout", "varlen_all")
+GPU_KINDS = (
+    "window_causal_gqa",
+    "window_cross",
+    "causal_cross",
+    "alibi_window_padding",
+    "softcap_alibi",
+    "dropout_causal_gqa",
+    "window_bigbird_layout",
+    "varlen_all",
+)
 
 
 def _gpu_case(kind: str, D: int, g: torch.Generator):
@@ -326,11 +473,27 @@ def _gpu_case(kind: str, D: int, g: torch.Generator):
     if kind == "causal_cross":
         return 2, 4, 1, L // 8, S, {"causal": True}
     if kind == "alibi_window_padding":
-        return 2, 4, 2, L, L, {"window": (w, w), "alibi_slopes": torch.rand(2, 4, generator=g).to(DEVICE),
-                               "kv_lens": torch.tensor([L, L // 2], device=DEVICE)}
+        return (
+            2,
+            4,
+            2,
+            L,
+            L,
+            {
+                "window": (w, w),
+                "alibi_slopes": torch.rand(2, 4, generator=g).to(DEVICE),
+                "kv_lens": torch.tensor([L, L // 2], device=DEVICE),
+            },
+        )
     if kind == "softcap_alibi":
-        return 1, 4, 4, L, L, {"softcap": 8.0, "scale": 0.5, "causal": True,
-                               "alibi_slopes": torch.rand(4, generator=g).to(DEVICE) * 0.1}
+        return (
+            1,
+            4,
+            4,
+            L,
+            L,
+            {"softcap": 8.0, "scale": 0.5, "causal": True, "alibi_slopes": torch.rand(4, generator=g).to(DEVICE) * 0.1},
+        )
     if kind == "dropout_causal_gqa":
         return 2, 8, 2, L, L, {"causal": True, "dropout_p": 0.17, "dropout_rng": _rng(int(L))}
     if kind == "window_bigbird_layout":
@@ -338,9 +501,21 @@ def _gpu_case(kind: str, D: int, g: torch.Generator):
         return 1, 4, 2, L, L, {"layout": layout}
     q_lengths = [int(x) for x in torch.randint(1, 700, (4,), generator=g)]
     k_lengths = [int(x) for x in torch.randint(1, 700, (4,), generator=g)]
-    return 1, 4, 2, sum(q_lengths), sum(k_lengths), {
-        "varlen": _varlen(q_lengths, k_lengths), "causal": True, "window": (w, 0),
-        "alibi_slopes": torch.rand(4, 4, generator=g).to(DEVICE), "dropout_p": 0.1, "dropout_rng": _rng(5)}
+    return (
+        1,
+        4,
+        2,
+        sum(q_lengths),
+        sum(k_lengths),
+        {
+            "varlen": _varlen(q_lengths, k_lengths),
+            "causal": True,
+            "window": (w, 0),
+            "alibi_slopes": torch.rand(4, 4, generator=g).to(DEVICE),
+            "dropout_p": 0.1,
+            "dropout_rng": _rng(5),
+        },
+    )
 
 
 @pytest.mark.gpu

@@ -16,27 +16,39 @@ if not torch.cuda.is_available():
 
 pytest.importorskip("triton", reason="triton is not installed: pip install triton")
 
+from genoformer.kernels.triton_flash import INTERPRETED, triton_attention  # noqa: E402
 from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from triton_judge import DEVICE, assert_close_to_reference, inputs  # noqa: E402
 
-from genoformer.kernels.triton_flash import INTERPRETED, triton_attention  # noqa: E402
-
 if DEVICE.type == "cpu" and not INTERPRETED:
-    pytest.skip("genoformer.kernels.triton_flash was imported before TRITON_INTERPRET=1 was set; "
-                "run `pytest tests/kernels/test_flash_params_drawn.py` on its own", allow_module_level=True)
+    pytest.skip(
+        "genoformer.kernels.triton_flash was imported before TRITON_INTERPRET=1 was set; "
+        "run `pytest tests/kernels/test_flash_params_drawn.py` on its own",
+        allow_module_level=True,
+    )
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])  # attn: stateless
 @given(
-    batch=st.integers(1, 2), kv_heads=st.integers(1, 2), group=st.integers(1, 2),
-    q_len=st.integers(1, 64), k_len=st.integers(1, 64), head_dim=st.sampled_from([16, 24, 40]),
-    causal=st.booleans(), left=st.one_of(st.none(), st.integers(0, 40)), right=st.one_of(st.none(), st.integers(0, 40)),
-    alibi=st.booleans(), softcap=st.sampled_from([0.0, 3.0]), dropout_p=st.sampled_from([0.0, 0.2]),
-    dtype=st.sampled_from([torch.float16, torch.bfloat16]), seed=st.integers(0, 2**31 - 1),
+    batch=st.integers(1, 2),
+    kv_heads=st.integers(1, 2),
+    group=st.integers(1, 2),
+    q_len=st.integers(1, 64),
+    k_len=st.integers(1, 64),
+    head_dim=st.sampled_from([16, 24, 40]),
+    causal=st.booleans(),
+    left=st.one_of(st.none(), st.integers(0, 40)),
+    right=st.one_of(st.none(), st.integers(0, 40)),
+    alibi=st.booleans(),
+    softcap=st.sampled_from([0.0, 3.0]),
+    dropout_p=st.sampled_from([0.0, 0.2]),
+    dtype=st.sampled_from([torch.float16, torch.bfloat16]),
+    seed=st.integers(0, 2**31 - 1),
 )
-def test_drawn_shapes_match_reference(attn, batch, kv_heads, group, q_len, k_len, head_dim, causal, left, right,
-                                      alibi, softcap, dropout_p, dtype, seed):
+def test_drawn_shapes_match_reference(
+    attn, batch, kv_heads, group, q_len, k_len, head_dim, causal, left, right, alibi, softcap, dropout_p, dtype, seed
+):
     """hypothesis draws the shapes and every parameter together (tiny, for the interpreter)."""
     q, k, v, dout = inputs(batch, kv_heads * group, kv_heads, q_len, k_len, head_dim, dtype, seed)
     kwargs = {"causal": causal, "window": (left, right), "softcap": softcap}
@@ -50,8 +62,11 @@ def test_drawn_shapes_match_reference(attn, batch, kv_heads, group, q_len, k_len
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])  # attn: stateless
 @given(
     lengths=st.lists(st.tuples(st.integers(0, 32), st.integers(0, 32)), min_size=1, max_size=3),
-    causal=st.booleans(), left=st.one_of(st.none(), st.integers(0, 30)), alibi=st.booleans(),
-    dropout_p=st.sampled_from([0.0, 0.3]), seed=st.integers(0, 2**31 - 1),
+    causal=st.booleans(),
+    left=st.one_of(st.none(), st.integers(0, 30)),
+    alibi=st.booleans(),
+    dropout_p=st.sampled_from([0.0, 0.3]),
+    seed=st.integers(0, 2**31 - 1),
 )
 def test_drawn_varlen_batches_match_reference(attn, lengths, causal, left, alibi, dropout_p, seed):
     """Variable-length batches whose sequences hypothesis draws (empty ones included), query and key
@@ -65,8 +80,11 @@ def test_drawn_varlen_batches_match_reference(attn, lengths, causal, left, alibi
         return torch.tensor([0, *torch.tensor(ns).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
 
     q, k, v, dout = inputs(1, 4, 2, sum(q_lengths), sum(k_lengths), 16, torch.float16, seed)
-    kwargs = {"causal": causal, "window": (left, None),
-              "varlen": Varlen(cu(q_lengths), cu(k_lengths), max(q_lengths), max(k_lengths))}
+    kwargs = {
+        "causal": causal,
+        "window": (left, None),
+        "varlen": Varlen(cu(q_lengths), cu(k_lengths), max(q_lengths), max(k_lengths)),
+    }
     if alibi:
         kwargs["alibi_slopes"] = torch.rand(len(lengths), 4, device=DEVICE)
     if dropout_p:

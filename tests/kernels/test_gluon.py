@@ -35,8 +35,18 @@ import sys
 import textwrap
 
 import pytest
-from gluon_harness import (KERNELS, SM90_SHARED_LIMIT, compile_all, compile_report, descriptor_signature, error_bound,
-                           needs_gluon, on_hopper, ptxas_report, write_errors)
+from gluon_harness import (
+    KERNELS,
+    SM90_SHARED_LIMIT,
+    compile_all,
+    compile_report,
+    descriptor_signature,
+    error_bound,
+    needs_gluon,
+    on_hopper,
+    ptxas_report,
+    write_errors,
+)
 
 
 def _gluon_fwd():
@@ -69,17 +79,22 @@ def _cases() -> list[tuple[str, str, int, bool, str, int, bool, bool]]:
     layout of 256 (its rows whole), and the warp-specialised one with packed documents at both head
     dims; fp16 changes only the element type (checked on the GPU).  Twelve compiles keep the
     test near two minutes on CI."""
-    out = [(f"{table}-d{d}-causal-bf16", table, d, True, "bf16", 0, False, False)
-           for table in ("ws", "plain") for d in (64, 128)]
-    out += [(f"ahead-d{d}-causal-bf16", "ahead", d, True, "bf16", 0, False, False)
-            for d in _table(_gluon_fwd(), "ahead")]
-    out += [(f"ws-d{d}-bidir-sparse128-kvlens-split-bf16", "ws", d, False, "bf16", 128, True, False)
-            for d in (64, 128)]
-    return out + [("ws-d128-bidir-bf16", "ws", 128, False, "bf16", 0, False, False),
-                  ("ahead-d64-bidir-bf16", "ahead", 64, False, "bf16", 0, False, False),
-                  ("ahead-d64-causal-sparse256-kvlens-bf16", "ahead", 64, True, "bf16", 256, False, False),
-                  ("ws-d128-causal-docs-bf16", "ws", 128, True, "bf16", 0, False, True),
-                  ("ws-d64-bidir-docs-bf16", "ws", 64, False, "bf16", 0, False, True)]
+    out = [
+        (f"{table}-d{d}-causal-bf16", table, d, True, "bf16", 0, False, False)
+        for table in ("ws", "plain")
+        for d in (64, 128)
+    ]
+    out += [
+        (f"ahead-d{d}-causal-bf16", "ahead", d, True, "bf16", 0, False, False) for d in _table(_gluon_fwd(), "ahead")
+    ]
+    out += [(f"ws-d{d}-bidir-sparse128-kvlens-split-bf16", "ws", d, False, "bf16", 128, True, False) for d in (64, 128)]
+    return out + [
+        ("ws-d128-bidir-bf16", "ws", 128, False, "bf16", 0, False, False),
+        ("ahead-d64-bidir-bf16", "ahead", 64, False, "bf16", 0, False, False),
+        ("ahead-d64-causal-sparse256-kvlens-bf16", "ahead", 64, True, "bf16", 256, False, False),
+        ("ws-d128-causal-docs-bf16", "ws", 128, True, "bf16", 0, False, True),
+        ("ws-d64-bidir-docs-bf16", "ws", 64, False, "bf16", 0, False, True),
+    ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -96,42 +111,83 @@ def _compile_one(case: tuple) -> dict:
     gluon_fwd = _gluon_fwd()
     cfg = _table(gluon_fwd, table)[d]
     kernel = gluon_fwd.attn_fwd_ws_kernel if cfg.warp_specialized else gluon_fwd.attn_fwd_tma_kernel
-    constexprs = {"HEAD_DIM": d, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "STAGES": cfg.stages,
-                  "CAUSAL": causal, "num_warps": cfg.num_warps}
+    constexprs = {
+        "HEAD_DIM": d,
+        "BLOCK_M": cfg.block_m,
+        "BLOCK_N": cfg.block_n,
+        "STAGES": cfg.stages,
+        "CAUSAL": causal,
+        "num_warps": cfg.num_warps,
+    }
     options = {"num_warps": cfg.num_warps}
     lists = {}
     if cfg.warp_specialized:
-        constexprs.update(PINGPONG=cfg.pingpong, QK_AHEAD=cfg.qk_ahead, CONSUMER_REGS=cfg.consumer_regs,
-                          PRODUCER_REGS=cfg.producer_regs, BS=max(block_size, 1), SPARSE=block_size > 0,
-                          SPLIT=split, HAS_KV_LENS="kvlens" in case_id, HAS_DOCS=docs)
+        constexprs.update(
+            PINGPONG=cfg.pingpong,
+            QK_AHEAD=cfg.qk_ahead,
+            CONSUMER_REGS=cfg.consumer_regs,
+            PRODUCER_REGS=cfg.producer_regs,
+            BS=max(block_size, 1),
+            SPARSE=block_size > 0,
+            SPLIT=split,
+            HAS_KV_LENS="kvlens" in case_id,
+            HAS_DOCS=docs,
+        )
         options["maxnreg"] = cfg.maxnreg
-        lists = {"KV_LENS": "*i64", "CNT": "*i32", "IDX": "*i32", "ORDER": "*i32", "PART": "*fp32", "DOCS": "*i32",
-                 "DOC_ORDER": "*i32", "scnt_h": "i32", "sidx_h": "i32", "sidx_m": "i32", "sord_h": "i32"}
-    signature = {"q_desc": descriptor_signature(gluon_fwd, cfg.block_m, d, dtype),
-                 "k_desc": descriptor_signature(gluon_fwd, cfg.block_n, d, dtype),
-                 "v_desc": descriptor_signature(gluon_fwd, cfg.block_n, d, dtype),
-                 "o_desc": descriptor_signature(gluon_fwd, cfg.block_m, d, dtype),
-                 "LSE": "*fp32", **lists, "H": "i32", "GROUP": "i32", "Lq": "i32", "Lk": "i32", "qk_scale": "fp32",
-                 **{name: "constexpr" for name in constexprs}}
+        lists = {
+            "KV_LENS": "*i64",
+            "CNT": "*i32",
+            "IDX": "*i32",
+            "ORDER": "*i32",
+            "PART": "*fp32",
+            "DOCS": "*i32",
+            "DOC_ORDER": "*i32",
+            "scnt_h": "i32",
+            "sidx_h": "i32",
+            "sidx_m": "i32",
+            "sord_h": "i32",
+        }
+    signature = {
+        "q_desc": descriptor_signature(gluon_fwd, cfg.block_m, d, dtype),
+        "k_desc": descriptor_signature(gluon_fwd, cfg.block_n, d, dtype),
+        "v_desc": descriptor_signature(gluon_fwd, cfg.block_n, d, dtype),
+        "o_desc": descriptor_signature(gluon_fwd, cfg.block_m, d, dtype),
+        "LSE": "*fp32",
+        **lists,
+        "H": "i32",
+        "GROUP": "i32",
+        "Lq": "i32",
+        "Lk": "i32",
+        "qk_scale": "fp32",
+        **{name: "constexpr" for name in constexprs},
+    }
     # torch allocations: 16-byte aligned
-    attrs = {(kernel.arg_names.index(name), ): [["tt.divisibility", 16]]
-             for name in ("LSE", "KV_LENS", "CNT", "IDX", "ORDER", "PART", "DOCS", "DOC_ORDER") if name in signature}
+    attrs = {
+        (kernel.arg_names.index(name),): [["tt.divisibility", 16]]
+        for name in ("LSE", "KV_LENS", "CNT", "IDX", "ORDER", "PART", "DOCS", "DOC_ORDER")
+        if name in signature
+    }
     try:
         source = GluonASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
         compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
     except Exception as error:  # reported to the parent test, which fails with it
         return {"id": case_id, "error": f"{type(error).__name__}: {error}"}
     ptx = compiled.asm["ptx"]
-    return {"id": case_id, "triton": triton.__version__, "shared_B": compiled.metadata.shared,
-            **ptxas_report(ptx, 90),
-            "setmaxnreg": sorted(set(re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx))),
-            "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
-            "tma_loads": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.shared::\w+\.global", ptx))}
+    return {
+        "id": case_id,
+        "triton": triton.__version__,
+        "shared_B": compiled.metadata.shared,
+        **ptxas_report(ptx, 90),
+        "setmaxnreg": sorted(set(re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx))),
+        "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
+        "tma_loads": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.shared::\w+\.global", ptx)),
+    }
 
 
 # --------------------------------------------------------------------------------------------
 # CPU tests
 # --------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def compiled() -> dict[str, dict]:
@@ -147,11 +203,13 @@ def test_compiles_for_sm90_within_shared_memory_without_spills(compiled, case):
     assert "error" not in result, f"{case[0]} does not compile for sm_90: {result.get('error')}"
     assert result["shared_B"] <= SM90_SHARED_LIMIT, (
         f"{case[0]} needs {result['shared_B']} B of shared memory, over sm_90's {SM90_SHARED_LIMIT} B: "
-        f"lower its stages in kernels/gluon_fwd.py")
+        f"lower its stages in kernels/gluon_fwd.py"
+    )
     known = SPILLS_KNOWN.get((case[0], ".".join(result["triton"].split(".")[:2])), 0)
     assert result["spill_stores_B"] <= known and result["spill_loads_B"] <= known, (
         f"{case[0]} spills ({result['spill_stores_B']} B stored, {result['spill_loads_B']} B loaded, "
-        f"{result['regs']} registers; {known} B known for this Triton): shrink its tiles or raise consumer_regs")
+        f"{result['regs']} registers; {known} B known for this Triton): shrink its tiles or raise consumer_regs"
+    )
     assert not result["wgmma_serialized"], f"{case[0]}: ptxas serialised the wgmma chain (a register hazard)"
     assert result["wgmma"] > 0 and result["tma_loads"] > 0, f"{case[0]}: no wgmma or no TMA load in the PTX"
 
@@ -166,16 +224,16 @@ def test_warp_specialised_kernel_moves_registers_to_its_consumers(compiled, case
     moves = {tuple(m) for m in result["setmaxnreg"]}
     assert ("inc", str(cfg.consumer_regs)) in moves and ("dec", str(cfg.producer_regs)) in moves, (
         f"{case[0]}: setmaxnreg {sorted(moves)}, expected the consumers raised to {cfg.consumer_regs} and the "
-        f"producer lowered to {cfg.producer_regs}")
+        f"producer lowered to {cfg.producer_regs}"
+    )
 
 
 @needs_gluon
 def test_launcher_descriptors_match_the_compiled_signature():
     """The launcher's TensorDescriptor mangles to the type the compile test builds its kernels with."""
     import torch
-    from triton.runtime.jit import mangle_type
-
     from genoformer.kernels import gluon_flash
+    from triton.runtime.jit import mangle_type
 
     gluon_fwd = _gluon_fwd()
     for dtype, name in ((torch.bfloat16, "bf16"), (torch.float16, "fp16")):
@@ -187,7 +245,6 @@ def test_launcher_descriptors_match_the_compiled_signature():
 @needs_gluon
 def test_unsupported_inputs_get_a_reason():
     import torch
-
     from genoformer.kernels import gluon_flash
 
     q = torch.empty(1, 4, 33, 96, dtype=torch.bfloat16)
@@ -221,16 +278,25 @@ def test_custom_op_schemas_and_fake_shapes():
     """The ops' schemas, and their fake implementations' outputs (what torch.compile traces with)
     shaped, typed and laid out as the kernels' (GQA: dk, dv have the kv heads)."""
     import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
     from genoformer.kernels import gluon_flash, gluon_fwd
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
     fwd, bwd = torch.ops.genoformer.gluon_flash_fwd.default, torch.ops.genoformer.gluon_flash_bwd.default
     lists = ["kv_lens", "kv_counts", "kv_indices", "q_counts", "q_indices", "block_size"]
-    assert [a.name for a in fwd._schema.arguments] == ["q", "k", "v", *lists, "causal", "scale", "cu_seqlens",
-                                                       "config"]
-    assert [a.name for a in bwd._schema.arguments] == ["do", "q", "k", "v", "o", "lse", *lists, "causal", "scale",
-                                                       "cu_seqlens", "dlse"]
+    assert [a.name for a in fwd._schema.arguments] == ["q", "k", "v", *lists, "causal", "scale", "cu_seqlens", "config"]
+    assert [a.name for a in bwd._schema.arguments] == [
+        "do",
+        "q",
+        "k",
+        "v",
+        "o",
+        "lse",
+        *lists,
+        "causal",
+        "scale",
+        "cu_seqlens",
+        "dlse",
+    ]
     assert len(fwd._schema.returns) == 2 and len(bwd._schema.returns) == 3
     cfg = gluon_fwd.AHEAD_CONFIGS[64]
     assert gluon_flash.config_from_fields(gluon_flash.config_fields(cfg)) == cfg
@@ -243,7 +309,8 @@ def test_custom_op_schemas_and_fake_shapes():
     assert (o.shape, o.dtype, o.is_contiguous()) == ((2, 6, 77, 64), torch.bfloat16, True)
     assert (lse.shape, lse.dtype) == ((2, 6, 77), torch.float32)
     assert [(t.shape, t.dtype) for t in (dq, dk, dv)] == [((2, 6, 77, 64), torch.bfloat16)] + [
-        ((2, 3, 77, 64), torch.bfloat16)] * 2
+        ((2, 3, 77, 64), torch.bfloat16)
+    ] * 2
     with FakeTensorMode():  # a model's (B, L, H, D) projections: the gradients come back in that layout
         q = torch.empty(2, 77, 6, 64, dtype=torch.bfloat16).transpose(1, 2)
         k = torch.empty(2, 77, 3, 64, dtype=torch.bfloat16).transpose(1, 2)
@@ -262,22 +329,34 @@ def test_auto_takes_gluon_before_triton_on_sm90_for_the_dense_inputs_it_runs(mon
     import logging
 
     import torch
-
     from genoformer.kernels import Backend, BlockLayout, dispatch, flash_attn_backend, gluon_flash
 
     monkeypatch.setattr(flash_attn_backend, "device_capability", lambda device: (9, 0))
     monkeypatch.setattr(gluon_flash, "device_reason", lambda device: None)
     monkeypatch.setattr(dispatch, "_logged_choices", set())
-    answers = {Backend.FLASH_ATTN_4: "(test) not installed", Backend.FLASH_ATTN_2: "(test) not installed",
-               Backend.TRITON: None}
+    answers = {
+        Backend.FLASH_ATTN_4: "(test) not installed",
+        Backend.FLASH_ATTN_2: "(test) not installed",
+        Backend.TRITON: None,
+    }
     for backend, reason in answers.items():
         entry = dataclasses.replace(dispatch.BACKENDS[backend], unsupported_reason=lambda *a, r=reason, **kw: r)
         monkeypatch.setitem(dispatch.BACKENDS, backend, entry)
 
     def auto(head_dim=64, **conditions):
-        return dispatch.plan_attention("auto", batch=1, q_heads=4, kv_heads=2, q_len=256, kv_len=256, head_dim=head_dim,
-                                       dtype=torch.bfloat16, device=torch.device("cpu"), causal=True,
-                                       **conditions).backend
+        return dispatch.plan_attention(
+            "auto",
+            batch=1,
+            q_heads=4,
+            kv_heads=2,
+            q_len=256,
+            kv_len=256,
+            head_dim=head_dim,
+            dtype=torch.bfloat16,
+            device=torch.device("cpu"),
+            causal=True,
+            **conditions,
+        ).backend
 
     with caplog.at_level(logging.INFO, logger="genoformer.kernels"):
         assert auto(64) is Backend.GLUON and auto(128) is Backend.GLUON
@@ -301,8 +380,24 @@ def _stand_in_forward(q, k, v, causal, scale, config=None, **dense):
     return o, (lse.double() / math.log(2)).float()
 
 
-def _stand_in_backward(do, q, k, v, o, lse, kv_lens, kv_counts, kv_indices, q_counts, q_indices, block_size, causal,
-                       scale, cu_seqlens, dlse):
+def _stand_in_backward(
+    do,
+    q,
+    k,
+    v,
+    o,
+    lse,
+    kv_lens,
+    kv_counts,
+    kv_indices,
+    q_counts,
+    q_indices,
+    block_size,
+    causal,
+    scale,
+    cu_seqlens,
+    dlse,
+):
     """What the backward computes for dense inputs (no layout, no key padding, no documents), in float64 without
     autograd (a custom op's implementation runs below it): dq, dk, dv of <o, do> + <lse (base 2), dlse>."""
     import math
@@ -335,10 +430,9 @@ def test_torch_compile_captures_the_custom_ops_in_one_graph(attn, monkeypatch, c
     the kernels are replaced by float64 stand-ins on the CPU, so the compiled call must equal the
     eager one (the autograd Function) bit for bit, and the float64 judge."""
     import torch
-    from torch._dynamo.backends.common import aot_autograd
-
     from genoformer.kernels import gluon_flash
     from genoformer.kernels.dispatch import attention
+    from torch._dynamo.backends.common import aot_autograd
 
     monkeypatch.setattr(gluon_flash, "device_reason", lambda device: None)  # CPU tensors pass the checks
     monkeypatch.setattr(gluon_flash, "gluon_fwd_launch", _stand_in_forward)
@@ -400,8 +494,10 @@ def ws_runs():
     try:
         proc = subprocess.run([sys.executable, "-c", WS_SMOKE], capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
-        pytest.fail("the warp-specialised Gluon kernel did not finish within 120 s at L=300 (a barrier deadlock?): "
-                    "run the plain kernel (gluon_fwd.PLAIN_CONFIGS) until it is fixed")
+        pytest.fail(
+            "the warp-specialised Gluon kernel did not finish within 120 s at L=300 (a barrier deadlock?): "
+            "run the plain kernel (gluon_fwd.PLAIN_CONFIGS) until it is fixed"
+        )
     if proc.returncode != 0 or "ok" not in proc.stdout:
         pytest.fail(f"the warp-specialised Gluon kernel failed in its child process:\n{proc.stderr[-4000:]}")
 
@@ -410,8 +506,12 @@ def ws_runs():
 def error_report(request):
     """The worst errors of the GPU tests, printed at the end (pytest -q hides passing tests' output)."""
     yield
-    write_errors(request, "Gluon forward: max |error| against float64 (ours / same-precision dense / bound)", ERRORS,
-                 case_width=44)
+    write_errors(
+        request,
+        "Gluon forward: max |error| against float64 (ours / same-precision dense / bound)",
+        ERRORS,
+        case_width=44,
+    )
 
 
 def _shapes() -> list[tuple[str, tuple[int, int, int, int, int], bool]]:
@@ -447,8 +547,12 @@ def _naive(q, k, v, causal):
 def _table_shapes() -> list:
     """(table, shape) for every table and every shape of a head dim the table has a configuration for."""
     tables = {name: _table(_gluon_fwd(), name) for name in ("ws", "plain", "ahead")}
-    return [pytest.param(name, shape, id=f"{name}-{shape[0]}")
-            for name, table in tables.items() for shape in _shapes() if shape[1][4] in table]
+    return [
+        pytest.param(name, shape, id=f"{name}-{shape[0]}")
+        for name, table in tables.items()
+        for shape in _shapes()
+        if shape[1][4] in table
+    ]
 
 
 @pytest.mark.gpu
@@ -457,7 +561,6 @@ def _table_shapes() -> list:
 @pytest.mark.parametrize("table, shape", _table_shapes())
 def test_output_and_lse_match_float64(request, attn, table, shape):
     import torch
-
     from genoformer.kernels import gluon_flash, gluon_fwd
     from genoformer.kernels.reference import reference_attention
 
@@ -476,7 +579,9 @@ def test_output_and_lse_match_float64(request, attn, table, shape):
     errors = {"out": error_bound(out, naive, exact), "lse": error_bound(lse, naive_lse, exact_lse)}
     ERRORS.append({"case": f"{table} {case}", **errors})
     for name, (err, naive_err, bound) in errors.items():
-        assert err <= bound, f"{table} {case} {name}: error {err:.3g}, same-precision {naive_err:.3g}, bound {bound:.3g}"
+        assert err <= bound, (
+            f"{table} {case} {name}: error {err:.3g}, same-precision {naive_err:.3g}, bound {bound:.3g}"
+        )
 
 
 GRAD_CASES = {
@@ -493,7 +598,6 @@ GRAD_CASES = {
 @pytest.mark.parametrize("case", list(GRAD_CASES))
 def test_gradients_through_the_triton_backward_match_float64(request, attn, monkeypatch, case):
     import torch
-
     from genoformer.kernels import gluon_flash, gluon_fwd
 
     (B, H, HKV, L, D), causal, table = GRAD_CASES[case]
@@ -505,8 +609,10 @@ def test_gradients_through_the_triton_backward_match_float64(request, attn, monk
     exact = attn.reference(*(t.double() for t in (q, k, v, dout)), causal=causal)
     naive = attn.run_with_grads(attn.naive_attention, q, k, v, dout, causal=causal)
     result = attn.run_with_grads(gluon_flash.gluon_attention, q, k, v, dout, causal=causal, config=cfg)
-    errors = {name: error_bound(value, naive.tensors()[name], exact.tensors()[name])
-              for name, value in result.tensors().items()}
+    errors = {
+        name: error_bound(value, naive.tensors()[name], exact.tensors()[name])
+        for name, value in result.tensors().items()
+    }
     ERRORS.append({"case": f"grad {case}", **errors})
     for name, (err, naive_err, bound) in errors.items():
         assert not result.tensors()[name].isnan().any(), f"{case} {name} has NaN"
@@ -518,7 +624,6 @@ def test_gradients_through_the_triton_backward_match_float64(request, attn, monk
 @on_hopper
 def test_fp16_matches_float64(request, attn):
     import torch
-
     from genoformer.kernels import gluon_flash, gluon_fwd
     from genoformer.kernels.reference import reference_attention
 
@@ -543,7 +648,6 @@ def test_inductor_compiles_the_custom_ops_and_matches_eager(request, attn, monke
     """torch.compile(fullgraph=True) with inductor, the way the training step compiles the model: the
     custom ops' outputs and gradients (the lse's included) equal the eager Function's bit for bit."""
     import torch
-
     from genoformer.kernels.dispatch import attention
 
     request.getfixturevalue("ws_runs")
@@ -572,36 +676,39 @@ def _masked_cases() -> list:
     docs: rows packed with random documents (``_docs_of``), no layout."""
     rng = random.Random(31)
     out = []
-    for i, (L, D, causal, table, kind, bs, padded, split) in enumerate([
-        (77, 64, True, "ws", "random", 128, True, False),
-        (1000, 128, False, "ws", "random", 128, False, False),
-        (1000, 64, True, "ahead", "random", 256, True, False),
-        (4097, 128, True, "ws", "sliding_window", 128, False, False),
-        (4097, 64, False, "ws", "bigbird", 128, True, False),
-        (3000, 128, False, "ws", "bigbird", 256, False, False),
-        (2500, 64, False, "ahead", "sliding_window", 128, True, False),
-        (1000, 128, True, "ws", "none", 0, True, False),
-        (513, 64, False, "ws", "none", 0, True, False),
-        (4500, 128, True, "ws", "bigbird", 128, True, True),
-        (6000, 64, False, "ahead", "bigbird", 256, False, True),
-        (5000, 128, False, "ws", "bigbird", 256, True, True),
-        (1000, 128, True, "ws", "docs", 0, False, False),
-        (3000, 64, False, "ws", "docs", 0, False, False),
-        (4097, 128, False, "ws", "docs", 0, False, False),
-        (2048, 64, True, "ws", "docs", 0, False, False),
-    ]):
+    for i, (L, D, causal, table, kind, bs, padded, split) in enumerate(
+        [
+            (77, 64, True, "ws", "random", 128, True, False),
+            (1000, 128, False, "ws", "random", 128, False, False),
+            (1000, 64, True, "ahead", "random", 256, True, False),
+            (4097, 128, True, "ws", "sliding_window", 128, False, False),
+            (4097, 64, False, "ws", "bigbird", 128, True, False),
+            (3000, 128, False, "ws", "bigbird", 256, False, False),
+            (2500, 64, False, "ahead", "sliding_window", 128, True, False),
+            (1000, 128, True, "ws", "none", 0, True, False),
+            (513, 64, False, "ws", "none", 0, True, False),
+            (4500, 128, True, "ws", "bigbird", 128, True, True),
+            (6000, 64, False, "ahead", "bigbird", 256, False, True),
+            (5000, 128, False, "ws", "bigbird", 256, True, True),
+            (1000, 128, True, "ws", "docs", 0, False, False),
+            (3000, 64, False, "ws", "docs", 0, False, False),
+            (4097, 128, False, "ws", "docs", 0, False, False),
+            (2048, 64, True, "ws", "docs", 0, False, False),
+        ]
+    ):
         hkv = rng.choice((1, 2))
         h = hkv * rng.choice((1, 2, 3))
         b = rng.choice((2, 3))
-        case = (f"d{D}-{'causal' if causal else 'bidir'}-L{L}-B{b}H{h}KV{hkv}-{kind}{bs or ''}"
-                f"{'-kvlens' if padded else ''}{'-split' if split else ''}")
+        case = (
+            f"d{D}-{'causal' if causal else 'bidir'}-L{L}-B{b}H{h}KV{hkv}-{kind}{bs or ''}"
+            f"{'-kvlens' if padded else ''}{'-split' if split else ''}"
+        )
         out.append(pytest.param((b, h, hkv, L, D), causal, table, kind, bs, padded, split, i, id=f"{table}-{case}"))
     return out
 
 
 def _layout_of(kind: str, L: int, H: int, bs: int, seed: int):
     import torch
-
     from genoformer.kernels import BlockLayout
 
     if kind in ("none", "docs"):
@@ -619,7 +726,7 @@ def _layout_of(kind: str, L: int, H: int, bs: int, seed: int):
 def _kv_lens_of(B: int, L: int, seed: int):
     import torch
 
-    lens = torch.randint(0, L + 1, (B, ), generator=torch.Generator().manual_seed(seed))
+    lens = torch.randint(0, L + 1, (B,), generator=torch.Generator().manual_seed(seed))
     lens[0], lens[-1] = 0, L  # a batch with no key, and one with every key
     return lens.cuda()
 
@@ -657,12 +764,12 @@ def _lse_error(lse, exact_lse) -> tuple[float, float, float]:
 @needs_gluon
 @on_hopper
 @pytest.mark.parametrize("shape, causal, table, kind, bs, padded, split, seed", _masked_cases())
-def test_layouts_key_padding_and_documents_match_float64(request, attn, monkeypatch, shape, causal, table, kind, bs,
-                                                        padded, split, seed):
+def test_layouts_key_padding_and_documents_match_float64(
+    request, attn, monkeypatch, shape, causal, table, kind, bs, padded, split, seed
+):
     """Output and lse of the warp-specialised kernel with a layout, key padding or packed documents
     against float64, and the gradients (through the Triton backward, given the same masks)."""
     import torch
-
     from genoformer.kernels import gluon_flash, gluon_fwd, triton_flash
     from genoformer.kernels.reference import reference_attention
 
@@ -696,20 +803,27 @@ def test_layouts_key_padding_and_documents_match_float64(request, attn, monkeypa
 
 
 # ---------------------------------------------------------------------------- behind dispatch
-@pytest.mark.parametrize("kwargs, says", [
-    (dict(cu_seqlens=True, layout=True), "layout with packed documents"),
-    (dict(layout64=True), "block size is a multiple of 128"),
-    (dict(layout=True), "CUDA tensors"),
-    (dict(kv_lens=True), "CUDA tensors"),
-    (dict(), "CUDA tensors"),
-])
+@pytest.mark.parametrize(
+    "kwargs, says",
+    [
+        (dict(cu_seqlens=True, layout=True), "layout with packed documents"),
+        (dict(layout64=True), "block size is a multiple of 128"),
+        (dict(layout=True), "CUDA tensors"),
+        (dict(kv_lens=True), "CUDA tensors"),
+        (dict(), "CUDA tensors"),
+    ],
+)
 def test_dispatch_gluon_backend_refuses_what_it_cannot_run_with_the_reason(kwargs, says):
     torch = pytest.importorskip("torch")
     from genoformer.kernels import Backend, BlockLayout, attention
 
     q = torch.randn(1, 2, 256, 64, dtype=torch.bfloat16)
-    built = {"kv_lens": torch.tensor([100]), "cu_seqlens": torch.tensor([0, 100, 256], dtype=torch.int32),
-             "layout": BlockLayout.sliding_window(256, 128, 128), "layout64": BlockLayout.sliding_window(256, 64, 64)}
+    built = {
+        "kv_lens": torch.tensor([100]),
+        "cu_seqlens": torch.tensor([0, 100, 256], dtype=torch.int32),
+        "layout": BlockLayout.sliding_window(256, 128, 128),
+        "layout64": BlockLayout.sliding_window(256, 64, 64),
+    }
     with pytest.raises(ValueError, match=f"backend 'gluon' cannot run these inputs: .*{says}"):
         attention(q, q, q, backend=Backend.GLUON, **{name.removesuffix("64"): built[name] for name in kwargs})
 

@@ -24,7 +24,6 @@ import subprocess
 import sys
 
 import pytest
-
 from genoformer.kernels.triton_flash_configs import AMPERE, HOPPER, SMALL_SMEM
 
 FP8_DIMS = (64, 128)
@@ -40,9 +39,14 @@ def _cases() -> list[tuple]:
     from genoformer.kernels.triton_fp8 import fp8_candidates
 
     def fp8(gen, d, cfg, p_fp8=True):
-        return (f"fp8-{gen.name}-d{d}-{cfg.block_m}x{cfg.block_n}-w{cfg.num_warps}s{cfg.num_stages}"
-                f"{'' if p_fp8 else '-pbf16'}", "fp8", gen.name, d,
-                (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages, p_fp8))
+        return (
+            f"fp8-{gen.name}-d{d}-{cfg.block_m}x{cfg.block_n}-w{cfg.num_warps}s{cfg.num_stages}"
+            f"{'' if p_fp8 else '-pbf16'}",
+            "fp8",
+            gen.name,
+            d,
+            (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages, p_fp8),
+        )
 
     out = [fp8(HOPPER, d, fp8_candidates(d)[0]) for d in FP8_DIMS]
     out += [fp8(HOPPER, 128, cfg) for cfg in fp8_candidates(128)[1:]]
@@ -59,49 +63,102 @@ def _cases() -> list[tuple]:
 def _compile_one(case: tuple) -> dict:
     """Child process: compile one case and report its shared memory (or the error)."""
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     from genoformer.kernels.triton_decode import decode_fwd_kernel, decode_merge_kernel
     from genoformer.kernels.triton_flash_configs import tile_dim
     from genoformer.kernels.triton_fp8 import KB, P_SCALE, QB, fp8_fwd_kernel
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
 
     case_id, kind, gen_name, d, details = case
     gen = next(g for g in (HOPPER, AMPERE, SMALL_SMEM) if g.name == gen_name)
     capability = 89 if kind == "fp8" and gen is SMALL_SMEM else gen.compile_capability
-    pointers = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "O": "*bf16", "Q8": "*fp8e4nv", "K8": "*fp8e4nv",
-                "V8T": "*fp8e4nv", "LSE": "*fp32", "PO": "*fp32", "PM": "*fp32", "PL": "*fp32", "QS": "*fp32",
-                "KS": "*fp32", "VS": "*fp32", "MU_V": "*fp32", "ALIBI": "*fp32", "KV_LENS": "*i32", "SEQLENS": "*i32",
-                "LEFTPAD": "*i32", "BATCH_IDX": "*i32", "BLOCK_TABLE": "*i32"}
+    pointers = {
+        "Q": "*bf16",
+        "K": "*bf16",
+        "V": "*bf16",
+        "O": "*bf16",
+        "Q8": "*fp8e4nv",
+        "K8": "*fp8e4nv",
+        "V8T": "*fp8e4nv",
+        "LSE": "*fp32",
+        "PO": "*fp32",
+        "PM": "*fp32",
+        "PL": "*fp32",
+        "QS": "*fp32",
+        "KS": "*fp32",
+        "VS": "*fp32",
+        "MU_V": "*fp32",
+        "ALIBI": "*fp32",
+        "KV_LENS": "*i32",
+        "SEQLENS": "*i32",
+        "LEFTPAD": "*i32",
+        "BATCH_IDX": "*i32",
+        "BLOCK_TABLE": "*i32",
+    }
     floats = ("qk_scale", "softcap")
     if kind == "fp8":
         block_m, block_n, warps, stages, p_fp8 = details
         kernel = fp8_fwd_kernel
-        constexprs = {"D": d, "BLOCK_M": block_m, "BLOCK_N": block_n, "QB_": QB, "KB_": KB, "CAUSAL": True,
-                      "HAS_KV_LENS": True, "P_FP8": p_fp8, "P_SCALE_": P_SCALE, "ROUND_P": False}
+        constexprs = {
+            "D": d,
+            "BLOCK_M": block_m,
+            "BLOCK_N": block_n,
+            "QB_": QB,
+            "KB_": KB,
+            "CAUSAL": True,
+            "HAS_KV_LENS": True,
+            "P_FP8": p_fp8,
+            "P_SCALE_": P_SCALE,
+            "ROUND_P": False,
+        }
     elif kind == "decode":
         block_m, block_n = details
         kernel, warps, stages = decode_fwd_kernel, 4, 2
-        constexprs = {"D": d, "D_TILE": tile_dim(d), "BLOCK_M": block_m, "BLOCK_N": block_n, "LEFT_BOUND": True,
-                      "RIGHT_BOUND": True, "HAS_LEFTPAD": True, "HAS_BATCH_IDX": False, "PAGED": True,
-                      "HAS_ALIBI": True, "SOFTCAP": True, "SPLIT": True, "DOT_F32": False}
+        constexprs = {
+            "D": d,
+            "D_TILE": tile_dim(d),
+            "BLOCK_M": block_m,
+            "BLOCK_N": block_n,
+            "LEFT_BOUND": True,
+            "RIGHT_BOUND": True,
+            "HAS_LEFTPAD": True,
+            "HAS_BATCH_IDX": False,
+            "PAGED": True,
+            "HAS_ALIBI": True,
+            "SOFTCAP": True,
+            "SPLIT": True,
+            "DOT_F32": False,
+        }
     else:
         kernel, warps, stages = decode_merge_kernel, 4, 1
         constexprs = {"D": d, "D_TILE": tile_dim(d), "BLOCK": 16}
-    signature = {name: "constexpr" if name in constexprs else pointers.get(name, "fp32" if name in floats else "i32")
-                 for name in kernel.arg_names}
+    signature = {
+        name: "constexpr" if name in constexprs else pointers.get(name, "fp32" if name in floats else "i32")
+        for name in kernel.arg_names
+    }
     # what a launch with contiguous inputs gives: aligned pointers, strides that are multiples of 16
-    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(kernel.arg_names)
-             if signature[name].startswith("*") or (name.startswith("s") and signature[name] == "i32")}
+    attrs = {
+        (i,): [["tt.divisibility", 16]]
+        for i, name in enumerate(kernel.arg_names)
+        if signature[name].startswith("*") or (name.startswith("s") and signature[name] == "i32")
+    }
     try:
-        compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs),
-                                  target=GPUTarget("cuda", capability, 32),
-                                  options={"num_warps": warps, "num_stages": stages})
+        compiled = triton.compile(
+            ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs),
+            target=GPUTarget("cuda", capability, 32),
+            options={"num_warps": warps, "num_stages": stages},
+        )
     except Exception as error:  # reported to the parent test, which fails with it
         return {"id": case_id, "error": f"{type(error).__name__}: {error}"}
-    fp8_mma = "f8E4M3FN" in compiled.asm["ttgir"] and ("wgmma" in compiled.asm["ptx"] or "mma.sync" in compiled.asm["ptx"])
-    return {"id": case_id, "shared": compiled.metadata.shared, "limit": gen.shared_limit,
-            "fp8_mma": "e4m3" in compiled.asm["ptx"] and fp8_mma}
+    fp8_mma = "f8E4M3FN" in compiled.asm["ttgir"] and (
+        "wgmma" in compiled.asm["ptx"] or "mma.sync" in compiled.asm["ptx"]
+    )
+    return {
+        "id": case_id,
+        "shared": compiled.metadata.shared,
+        "limit": gen.shared_limit,
+        "fp8_mma": "e4m3" in compiled.asm["ptx"] and fp8_mma,
+    }
 
 
 def _compile_all() -> list[dict]:
@@ -128,7 +185,8 @@ def test_inference_kernel_compiles_within_shared_memory(compiled, case):
     assert "error" not in result, f"{case[0]} does not compile: {result.get('error')}"
     assert result["shared"] <= result["limit"], (
         f"{case[0]} needs {result['shared']} B of shared memory, over the {result['limit']} B limit: shrink its "
-        f"tiles or stages (triton_fp8.fp8_candidates, triton_decode.block_sizes)")
+        f"tiles or stages (triton_fp8.fp8_candidates, triton_decode.block_sizes)"
+    )
     if case[1] == "fp8" and case[4][-1]:
         assert result["fp8_mma"], f"{case[0]}: the matmuls did not compile to FP8 (e4m3) tensor-core instructions"
 

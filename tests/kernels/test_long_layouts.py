@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-
 from genoformer.kernels import triton_flash
 from genoformer.kernels import triton_flash_configs as configs
 from genoformer.kernels.layout import BigBird, BlockLayout, GlobalTokens, SlidingWindow, Strided, Union, _padded_lists
 from genoformer.kernels.triton_flash import bwd_tiles, fwd_tiles, grid_fitting, rows_fit_int32, split_plan
+from torch.utils._python_dispatch import TorchDispatchMode
 
 ECOLI = 4_641_652
 """E. coli K-12 MG1655's chromosome, in bases: the whole-chromosome window."""
@@ -59,11 +58,15 @@ class _WidestBuffer(TorchDispatchMode):
         return out
 
 
-@pytest.mark.parametrize("spec", [
-    Union([SlidingWindow(window=2048, block_size=128), GlobalTokens(1, block_size=128)]),
-    Strided(stride=4, max_steps=3, block_size=128),
-    BigBird(window=1024, num_global_blocks=1, num_random_blocks=0, block_size=128),
-], ids=["window+global", "strided", "bigbird-without-random-blocks"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        Union([SlidingWindow(window=2048, block_size=128), GlobalTokens(1, block_size=128)]),
+        Strided(stride=4, max_steps=3, block_size=128),
+        BigBird(window=1024, num_global_blocks=1, num_random_blocks=0, block_size=128),
+    ],
+    ids=["window+global", "strided", "bigbird-without-random-blocks"],
+)
 def test_layout_builders_and_key_lists_keep_to_bool_sized_buffers(spec):
     n = 512  # 64k tokens: index arithmetic over n x n blocks in int64 would take 8 n^2 bytes
     with _WidestBuffer() as widest:
@@ -97,8 +100,13 @@ def test_window_global_lists_at_a_million_tokens():
 
 def test_row_offsets_past_32_bits_are_found_on_views_of_the_model_layout():
     # the model's values are a (B, L, H, D) buffer viewed as (B, H, L, D): row stride H * D
-    for length, heads, head_dim, fits in ((1 << 20, 4, 64, True), (1 << 20, 8, 128, True), (1 << 20, 16, 128, False),
-                                          (ECOLI, 12, 64, False), ((1 << 21) + 1, 16, 64, False)):
+    for length, heads, head_dim, fits in (
+        (1 << 20, 4, 64, True),
+        (1 << 20, 8, 128, True),
+        (1 << 20, 16, 128, False),
+        (ECOLI, 12, 64, False),
+        ((1 << 21) + 1, 16, 64, False),
+    ):
         v_BHLD = torch.empty(1, length, heads, head_dim, device="meta").transpose(1, 2)
         assert rows_fit_int32(v_BHLD) is fits, (length, heads, head_dim)
         assert rows_fit_int32(v_BHLD.contiguous())  # a contiguous copy: row stride D
@@ -107,7 +115,9 @@ def test_row_offsets_past_32_bits_are_found_on_views_of_the_model_layout():
 def test_the_launchers_copy_values_whose_row_offsets_overflow(monkeypatch):
     pytest.importorskip("triton")
     if not triton_flash.INTERPRETED:
-        pytest.skip("runs the Triton kernels on the CPU: start the session with TRITON_INTERPRET=1 (tests/conftest.py does)")
+        pytest.skip(
+            "runs the Triton kernels on the CPU: start the session with TRITON_INTERPRET=1 (tests/conftest.py does)"
+        )
     seen = []
     fwd = triton_flash.flash_fwd
 
@@ -139,13 +149,15 @@ def test_a_whole_chromosome_fits_the_grid_with_larger_tiles():
     assert grid_fitting(hopper, lambda c: (fwd_tiles(c, 1 << 20, 0, 1),), "forward") == hopper
     # a layout of 128-token blocks: 36,263 rows of one or two tiles each
     rows = -(-ECOLI // 128)
-    fitting = grid_fitting(tuple(configs.fit_fwd(c, 128) for c in hopper), lambda c: (fwd_tiles(c, ECOLI, rows, 128),),
-                           "forward")
+    fitting = grid_fitting(
+        tuple(configs.fit_fwd(c, 128) for c in hopper), lambda c: (fwd_tiles(c, ECOLI, rows, 128),), "forward"
+    )
     assert all(fwd_tiles(c, ECOLI, rows, 128) <= triton_flash.MAX_GRID_Y for c in fitting)
     backward = configs.bwd_candidates(configs.HOPPER, 64)
     fitting = grid_fitting(backward, lambda c: bwd_tiles(c, ECOLI, ECOLI, 0, 0, 1), "backward")
-    assert fitting and all(c.heads_outer or max(bwd_tiles(c, ECOLI, ECOLI, 0, 0, 1)) <= triton_flash.MAX_GRID_Y
-                           for c in fitting)
+    assert fitting and all(
+        c.heads_outer or max(bwd_tiles(c, ECOLI, ECOLI, 0, 0, 1)) <= triton_flash.MAX_GRID_Y for c in fitting
+    )
     assert len(fitting) < len(backward)
     with pytest.raises(ValueError, match="cannot launch .* tiles per head"):
         grid_fitting(hopper, lambda c: (fwd_tiles(c, 64 * ECOLI, 0, 1),), "forward")

@@ -15,9 +15,7 @@ import dataclasses
 import fake_flash_attn  # tests/kernels/fake_flash_attn.py: the stand-in packages
 import pytest
 import torch
-
-from genoformer.kernels import Backend, BlockLayout, attention
-from genoformer.kernels import dispatch, flash_attn_backend
+from genoformer.kernels import Backend, BlockLayout, attention, dispatch, flash_attn_backend
 from genoformer.kernels.dispatch import plan_attention, unsupported_reason
 from genoformer.kernels.flash_attn_backend import FlashAttn, flash_attn_attention
 from genoformer.kernels.reference import allowed_mask
@@ -56,9 +54,16 @@ def _exact_lse(q, k, *, scale=None, **conditions) -> torch.Tensor:
     B, Hq, L, D = q.shape
     k64 = k.double().repeat_interleave(Hq // k.shape[1], 1)
     scores = (q.double() @ k64.transpose(-1, -2)) * (D**-0.5 if scale is None else scale)
-    mask = allowed_mask(L, k.shape[2], device=q.device, batch=B, causal=conditions.get("causal", False),
-                        layout=conditions.get("layout"), kv_lens=conditions.get("kv_lens"),
-                        cu_seqlens=conditions.get("cu_seqlens"))
+    mask = allowed_mask(
+        L,
+        k.shape[2],
+        device=q.device,
+        batch=B,
+        causal=conditions.get("causal", False),
+        layout=conditions.get("layout"),
+        kv_lens=conditions.get("kv_lens"),
+        cu_seqlens=conditions.get("cu_seqlens"),
+    )
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     return torch.logsumexp(scores, -1)
@@ -84,8 +89,10 @@ CASES = {
     "causal_odd": ((1, 2, 2, 75, 75), lambda: dict(causal=True, scale=0.3)),
     "cross_padding_empty_batch": ((2, 2, 1, 40, 97), lambda: dict(kv_lens=torch.tensor([97, 0]))),
     "causal_padding": ((2, 4, 2, 50, 50), lambda: dict(causal=True, kv_lens=torch.tensor([50, 21]))),
-    "block_sparse_empty_rows_gqa": ((1, 4, 2, 97, 97),
-                                    lambda: dict(layout=_layout(97, 16, 4, 0.4, 2, empty_rows=[(0, 1), (3, 5)]))),
+    "block_sparse_empty_rows_gqa": (
+        (1, 4, 2, 97, 97),
+        lambda: dict(layout=_layout(97, 16, 4, 0.4, 2, empty_rows=[(0, 1), (3, 5)])),
+    ),
     "block_sparse_causal_shared": ((2, 2, 1, 97, 97), lambda: dict(causal=True, layout=_layout(97, 16, 1, 0.5, 1))),
     "packed_causal": ((2, 2, 1, 48, 48), lambda: dict(causal=True, cu_seqlens=_cu([[5, 43], [1, 39, 8]]))),
     "packed_layout": ((1, 2, 2, 64, 64), lambda: dict(cu_seqlens=_cu([[30, 34]]), layout=_layout(64, 16, 1, 0.6, 4))),
@@ -97,8 +104,13 @@ def _assert_same(got: LseResult, expected: LseResult, atol: float, rtol: float) 
     for name in ("out", "dq", "dk", "dv"):
         value = getattr(got, name)
         assert not value.isnan().any(), f"{name} has NaN"
-        torch.testing.assert_close(value.double(), getattr(expected, name).double(), atol=atol, rtol=rtol,
-                                   msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(
+            value.double(),
+            getattr(expected, name).double(),
+            atol=atol,
+            rtol=rtol,
+            msg=lambda m, name=name: f"{name}: {m}",
+        )
     empty = expected.lse == float("-inf")
     assert torch.equal(got.lse == float("-inf"), empty), "lse is -inf exactly on the rows with no allowed key"
     assert not got.lse.isnan().any(), "lse has NaN"
@@ -118,10 +130,20 @@ def test_reference_lse_is_the_exact_logsumexp_and_its_gradient_the_softmax(case)
     torch.testing.assert_close(got.lse, exact, atol=1e-12, rtol=0)
     scale = kwargs.get("scale", q.shape[-1] ** -0.5)
     finite = exact.isfinite()
-    probs = torch.exp(((q @ k.repeat_interleave(Hq // Hkv, 1).transpose(-1, -2)) * scale)
-                      - torch.where(finite, exact, 0).unsqueeze(-1))
-    mask = allowed_mask(L, S, device="cpu", batch=B, causal=kwargs.get("causal", False), layout=kwargs.get("layout"),
-                        kv_lens=kwargs.get("kv_lens"), cu_seqlens=kwargs.get("cu_seqlens"))
+    probs = torch.exp(
+        ((q @ k.repeat_interleave(Hq // Hkv, 1).transpose(-1, -2)) * scale)
+        - torch.where(finite, exact, 0).unsqueeze(-1)
+    )
+    mask = allowed_mask(
+        L,
+        S,
+        device="cpu",
+        batch=B,
+        causal=kwargs.get("causal", False),
+        layout=kwargs.get("layout"),
+        kv_lens=kwargs.get("kv_lens"),
+        cu_seqlens=kwargs.get("cu_seqlens"),
+    )
     probs = probs if mask is None else probs * mask
     dq = scale * (dlse.unsqueeze(-1) * probs) @ k.repeat_interleave(Hq // Hkv, 1)
     torch.testing.assert_close(got.dq, dq, atol=1e-12, rtol=1e-10)
@@ -192,8 +214,11 @@ def _naive(q, k, v, *, return_lse, causal=False, layout=None, kv_lens=None, cu_s
 
 TRITON_CASES = {
     "causal_gqa_odd": ((1, 4, 2, 75), torch.float16, lambda: dict(causal=True)),
-    "layout_empty_rows": ((1, 2, 1, 96), torch.bfloat16,
-                          lambda: dict(layout=_layout(96, 16, 2, 0.5, 5, empty_rows=[(1, 2)]), scale=0.3)),
+    "layout_empty_rows": (
+        (1, 2, 1, 96),
+        torch.bfloat16,
+        lambda: dict(layout=_layout(96, 16, 2, 0.5, 5, empty_rows=[(1, 2)]), scale=0.3),
+    ),
     "padding_empty_batch": ((2, 2, 1, 40), torch.float16, lambda: dict(kv_lens=torch.tensor([23, 0]))),
     "packed_causal": ((2, 2, 2, 48), torch.bfloat16, lambda: dict(causal=True, cu_seqlens=_cu([[5, 43], [20, 28]]))),
 }
@@ -317,8 +342,16 @@ def test_flash_attn_refuses_lse_under_autograd_and_auto_passes_over_it(fakes):
     entry = dispatch.BACKENDS[Backend.TRITON]
     runs_here = dataclasses.replace(entry, unsupported_reason=lambda *args, **kwargs: None)
     fakes.setitem(dispatch.BACKENDS, Backend.TRITON, runs_here)
-    plan = dict(batch=1, q_heads=2, kv_heads=2, q_len=64, kv_len=64, head_dim=16, dtype=torch.bfloat16,
-                device=torch.device("cpu"))
+    plan = dict(
+        batch=1,
+        q_heads=2,
+        kv_heads=2,
+        q_len=64,
+        kv_len=64,
+        head_dim=16,
+        dtype=torch.bfloat16,
+        device=torch.device("cpu"),
+    )
     assert plan_attention("auto", **plan).backend is Backend.FLASH_ATTN_4
     assert plan_attention("auto", return_lse=True, **plan).backend is Backend.TRITON
     with torch.no_grad():

@@ -11,7 +11,6 @@ import logging
 
 import pytest
 import torch
-
 from genoformer.kernels import Backend, BlockLayout, attention
 from genoformer.kernels import dispatch as attention_module
 from genoformer.kernels.documents import document_bounds
@@ -42,10 +41,12 @@ def test_packed_equals_each_document_alone(attn, backend, case):
     shapes, docs, make_kwargs = PACKED_CASES[case]
     q, k, v, dout = attn.make_qkv(**shapes)
     kwargs = make_kwargs()
-    expected = attn.run_with_grads(attn.per_document, q, k, v, dout, docs=docs,
-                                   causal=kwargs.get("causal", False), layout=kwargs.get("layout"))
-    result = attn.run_with_grads(attention, q, k, v, dout, backend=backend, cu_seqlens=attn.cu_seqlens_of(docs),
-                                 **kwargs)
+    expected = attn.run_with_grads(
+        attn.per_document, q, k, v, dout, docs=docs, causal=kwargs.get("causal", False), layout=kwargs.get("layout")
+    )
+    result = attn.run_with_grads(
+        attention, q, k, v, dout, backend=backend, cu_seqlens=attn.cu_seqlens_of(docs), **kwargs
+    )
     attn.assert_matches_reference(result, expected)
 
 
@@ -53,8 +54,9 @@ def test_one_document_per_row_is_plain_attention(attn):
     q, k, v, dout = attn.make_qkv(B=2, Hq=2, Hkv=2, L=40)
     expected = attn.reference(q, k, v, dout, causal=True)
     for backend in CPU_BACKENDS:
-        result = attn.run_with_grads(attention, q, k, v, dout, causal=True, backend=backend,
-                                     cu_seqlens=attn.cu_seqlens_of([[40], [40]]))
+        result = attn.run_with_grads(
+            attention, q, k, v, dout, causal=True, backend=backend, cu_seqlens=attn.cu_seqlens_of([[40], [40]])
+        )
         attn.assert_matches_reference(result, expected)
 
 

@@ -19,14 +19,14 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-
 from genoformer.kernels import Backend, BlockLayout, attention
 from genoformer.kernels.ring import Sharding, _pairs, merge_partials, ring_attention, shard_positions
 
 
 # ------------------------------------------------------------------------------ sharding
-@pytest.mark.parametrize("seq_len, world, zigzag, granule", [(97, 3, False, 1), (97, 3, True, 1), (200, 2, True, 16),
-                                                              (16 * 7, 3, False, 16)])
+@pytest.mark.parametrize(
+    "seq_len, world, zigzag, granule", [(97, 3, False, 1), (97, 3, True, 1), (200, 2, True, 16), (16 * 7, 3, False, 16)]
+)
 def test_shards_partition_the_sequence_and_unshard_inverts_shard(seq_len, world, zigzag, granule):
     sharding = Sharding(seq_len, world, zigzag=zigzag, granule=granule)
     positions = torch.cat([sharding.positions(r) for r in range(world)])
@@ -57,8 +57,9 @@ def test_pairs_skip_what_causal_and_layouts_leave_empty():
     between two shards leaves their pair out; zigzag balances the causal pairs."""
     q = torch.zeros(1, 2, 33, 16)
     contiguous = Sharding(97, 3)
-    counts = [len(_pairs(q, q, contiguous, 0, owner, causal=True, layout=None, backend=Backend.TORCH))
-              for owner in range(3)]
+    counts = [
+        len(_pairs(q, q, contiguous, 0, owner, causal=True, layout=None, backend=Backend.TORCH)) for owner in range(3)
+    ]
     assert counts == [1, 0, 0]
     assert [p.causal for p in _pairs(q, q, contiguous, 2, 2, causal=True, layout=None, backend=Backend.TORCH)] == [True]
     mask = torch.ones(7, 7, dtype=torch.bool)
@@ -68,9 +69,23 @@ def test_pairs_skip_what_causal_and_layouts_leave_empty():
     q1 = torch.zeros(1, 2, blocks.length(1), 16)
     assert _pairs(q1, q1, blocks, 1, 0, causal=False, layout=layout, backend=Backend.TORCH) == []
     zigzag = Sharding(96, 2, zigzag=True)
-    work = [sum((p.q1 - p.q0) * (p.k1 - p.k0) for owner in range(2)
-                for p in _pairs(torch.zeros(1, 2, 48, 16), torch.zeros(1, 2, 48, 16), zigzag, rank, owner, causal=True,
-                                layout=None, backend=Backend.TORCH)) for rank in range(2)]
+    work = [
+        sum(
+            (p.q1 - p.q0) * (p.k1 - p.k0)
+            for owner in range(2)
+            for p in _pairs(
+                torch.zeros(1, 2, 48, 16),
+                torch.zeros(1, 2, 48, 16),
+                zigzag,
+                rank,
+                owner,
+                causal=True,
+                layout=None,
+                backend=Backend.TORCH,
+            )
+        )
+        for rank in range(2)
+    ]
     assert work[0] == work[1]
 
 
@@ -148,8 +163,14 @@ RING_CASES = {
     "causal_gqa_odd": (97, 4, 2, torch.float64, False, lambda: dict(causal=True, backend="torch")),
     "causal_zigzag_odd": (97, 2, 1, torch.float64, True, lambda: dict(causal=True, backend="sdpa")),
     "bidirectional_odd": (101, 2, 2, torch.float64, False, lambda: dict(backend="reference", scale=0.2)),
-    "block_sparse_causal_zigzag": (200, 2, 1, torch.float64, True,
-                                   lambda: dict(causal=True, backend="torch", layout=_layout(200, 16, 1, 0.4, 3))),
+    "block_sparse_causal_zigzag": (
+        200,
+        2,
+        1,
+        torch.float64,
+        True,
+        lambda: dict(causal=True, backend="torch", layout=_layout(200, 16, 1, 0.4, 3)),
+    ),
     "block_sparse_per_head": (150, 2, 2, torch.float64, False, lambda: dict(layout=_layout(150, 16, 2, 0.3, 4))),
     "causal_zigzag_float32_auto": (90, 2, 2, torch.float32, True, lambda: dict(causal=True)),
 }
@@ -178,8 +199,9 @@ def _ring_worker(rank: int, init_file: str, out_dir: str) -> None:
             mine = [sharding.shard(t, rank, dim=2) for t in (q, k, v, dout, dlse)]
             got = _with_grads(ring_attention, *mine, group=group, sharding=sharding, **kwargs)
             expected = [sharding.shard(t, rank, dim=2) for t in full]
-            errors[f"{world}-{name}"] = {label: _error(a, b)
-                                         for label, a, b in zip(("out", "lse", "dq", "dk", "dv"), got, expected)}
+            errors[f"{world}-{name}"] = {
+                label: _error(a, b) for label, a, b in zip(("out", "lse", "dq", "dk", "dv"), got, expected)
+            }
     with open(os.path.join(out_dir, f"{rank}.json"), "w") as f:
         json.dump(errors, f)
     dist.barrier()

@@ -24,6 +24,8 @@ if not torch.cuda.is_available():
 
 transformers = pytest.importorskip("transformers")
 
+from genoformer.kernels import transformers_attention  # noqa: E402
+from genoformer.kernels.backend import Backend  # noqa: E402
 from transformers import (  # noqa: E402
     AutoModel,
     AutoModelForCausalLM,
@@ -33,29 +35,53 @@ from transformers import (  # noqa: E402
     MistralConfig,
 )
 
-from genoformer.kernels import transformers_attention  # noqa: E402
-from genoformer.kernels.backend import Backend  # noqa: E402
-
 REFERENCE = transformers_attention.register("genoformer_reference", Backend.REFERENCE)
 TRITON = transformers_attention.register("genoformer_triton", Backend.TRITON)
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def llama_config(**overrides):
-    values = dict(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0)
+    values = dict(
+        vocab_size=64,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        pad_token_id=0,
+    )
     return LlamaConfig(**{**values, **overrides})
 
 
 def mistral_config():
-    return MistralConfig(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=1, max_position_embeddings=256, sliding_window=8, pad_token_id=0)
+    return MistralConfig(
+        vocab_size=64,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        sliding_window=8,
+        pad_token_id=0,
+    )
 
 
 def esm_config():
-    return EsmConfig(vocab_size=33, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96,
-                     position_embedding_type="rotary", pad_token_id=1, mask_token_id=32, max_position_embeddings=256,
-                     attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0)
+    return EsmConfig(
+        vocab_size=33,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=96,
+        position_embedding_type="rotary",
+        pad_token_id=1,
+        mask_token_id=32,
+        max_position_embeddings=256,
+        attention_probs_dropout_prob=0.0,
+        hidden_dropout_prob=0.0,
+    )
 
 
 def model_pair(make, config, implementation, dtype=torch.float32):
@@ -84,7 +110,7 @@ def padding_mask(lengths, length, left=False):
     mask = torch.zeros(len(lengths), length, dtype=torch.long)
     for row, n in enumerate(lengths):
         if left:
-            mask[row, length - n:] = 1
+            mask[row, length - n :] = 1
         else:
             mask[row, :n] = 1
     return mask
@@ -144,10 +170,21 @@ def test_training_step_gradients_equal_sdpa(name, caplog):
 
 
 def gemma2_config():
-    return transformers.Gemma2Config(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                                     num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                                     max_position_embeddings=256, sliding_window=8, attn_logit_softcapping=20.0,
-                                     final_logit_softcapping=None, query_pre_attn_scalar=16, pad_token_id=0)
+    return transformers.Gemma2Config(
+        vocab_size=64,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
+        sliding_window=8,
+        attn_logit_softcapping=20.0,
+        final_logit_softcapping=None,
+        query_pre_attn_scalar=16,
+        pad_token_id=0,
+    )
 
 
 def test_softcap_and_alternating_windows_equal_eager():
@@ -238,13 +275,18 @@ def test_from_pretrained_and_fallback_warnings(tmp_path, caplog):
     assert loaded.config._attn_implementation == "genoformer"
     ids = tokens(1, 16, seed=7)
     with torch.no_grad():
-        torch.testing.assert_close(loaded(ids).last_hidden_state, sdpa.model(ids).last_hidden_state,
-                                   rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(
+            loaded(ids).last_hidden_state, sdpa.model(ids).last_hidden_state, rtol=1e-4, atol=1e-5
+        )
         with caplog.at_level(logging.WARNING, logger="genoformer.kernels"):
             custom = torch.ones(1, 1, 16, 16, dtype=torch.bool).tril()
             custom[..., 3] = True  # a key every query sees: no causal pattern
-            torch.testing.assert_close(loaded(ids, attention_mask=custom).last_hidden_state,
-                                       sdpa.model(ids, attention_mask=custom).last_hidden_state, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(
+                loaded(ids, attention_mask=custom).last_hidden_state,
+                sdpa.model(ids, attention_mask=custom).last_hidden_state,
+                rtol=1e-4,
+                atol=1e-5,
+            )
     assert "custom mask pattern" in caplog.text
 
 

@@ -28,9 +28,6 @@ if not torch.cuda.is_available():
 
 pytest.importorskip("triton", reason="triton is not installed: pip install triton")
 
-from triton_judge import DEVICE, assert_close_to_reference  # noqa: E402
-from triton_judge import inputs as _inputs  # noqa: E402
-
 from genoformer.kernels import dispatch  # noqa: E402
 from genoformer.kernels.layout import BlockLayout  # noqa: E402
 from genoformer.kernels.triton_flash import (  # noqa: E402
@@ -40,10 +37,15 @@ from genoformer.kernels.triton_flash import (  # noqa: E402
     triton_attention,
     unsupported_reason,
 )
+from triton_judge import DEVICE, assert_close_to_reference  # noqa: E402
+from triton_judge import inputs as _inputs  # noqa: E402
 
 if DEVICE.type == "cpu" and not INTERPRETED:
-    pytest.skip("genoformer.kernels.triton_flash was imported before TRITON_INTERPRET=1 was set; "
-                "run `pytest tests/kernels/test_triton_attention.py` on its own", allow_module_level=True)
+    pytest.skip(
+        "genoformer.kernels.triton_flash was imported before TRITON_INTERPRET=1 was set; "
+        "run `pytest tests/kernels/test_triton_attention.py` on its own",
+        allow_module_level=True,
+    )
 
 
 def _assert_close_to_reference(attn, q, k, v, dout, dtype, **kwargs):
@@ -63,18 +65,60 @@ def _layout_with_empty_rows(L, bs, heads, seed):
 CPU_CASES = {
     "dense_gqa_odd": (2, 4, 2, 97, 97, 32, torch.float16, lambda: {}),
     "causal_bf16": (1, 2, 2, 130, 130, 64, torch.bfloat16, lambda: {"causal": True}),
-    "causal_padding_empty_batch": (2, 2, 1, 75, 75, 16, torch.float16,
-                                   lambda: {"causal": True, "kv_lens": torch.tensor([40, 0], device=DEVICE)}),
+    "causal_padding_empty_batch": (
+        2,
+        2,
+        1,
+        75,
+        75,
+        16,
+        torch.float16,
+        lambda: {"causal": True, "kv_lens": torch.tensor([40, 0], device=DEVICE)},
+    ),
     "cross_lengths": (1, 2, 1, 60, 100, 32, torch.bfloat16, lambda: {}),
-    "window_causal_ragged": (1, 2, 1, 150, 150, 32, torch.float16,
-                             lambda: {"causal": True, "layout": BlockLayout.sliding_window(150, 32, block_size=32)}),
-    "per_head_random_padding": (1, 2, 1, 120, 120, 64, torch.bfloat16,
-                                lambda: {"layout": BlockLayout.random_blocks(120, 2, 32, seed=3, num_heads=2),
-                                         "kv_lens": torch.tensor([77], device=DEVICE)}),
-    "bigbird_bs64_causal": (1, 2, 2, 160, 160, 16, torch.bfloat16,
-                            lambda: {"causal": True, "layout": BlockLayout.bigbird(160, 64, 1, 1, block_size=64)}),
-    "empty_rows_custom_scale": (1, 2, 1, 96, 96, 32, torch.float16,
-                                lambda: {"layout": _layout_with_empty_rows(96, 16, 2, 5), "scale": 0.3}),
+    "window_causal_ragged": (
+        1,
+        2,
+        1,
+        150,
+        150,
+        32,
+        torch.float16,
+        lambda: {"causal": True, "layout": BlockLayout.sliding_window(150, 32, block_size=32)},
+    ),
+    "per_head_random_padding": (
+        1,
+        2,
+        1,
+        120,
+        120,
+        64,
+        torch.bfloat16,
+        lambda: {
+            "layout": BlockLayout.random_blocks(120, 2, 32, seed=3, num_heads=2),
+            "kv_lens": torch.tensor([77], device=DEVICE),
+        },
+    ),
+    "bigbird_bs64_causal": (
+        1,
+        2,
+        2,
+        160,
+        160,
+        16,
+        torch.bfloat16,
+        lambda: {"causal": True, "layout": BlockLayout.bigbird(160, 64, 1, 1, block_size=64)},
+    ),
+    "empty_rows_custom_scale": (
+        1,
+        2,
+        1,
+        96,
+        96,
+        32,
+        torch.float16,
+        lambda: {"layout": _layout_with_empty_rows(96, 16, 2, 5), "scale": 0.3},
+    ),
 }
 
 
@@ -82,16 +126,50 @@ CPU_CASES = {
 # 160 and 192 -> 256), each with a different mix of the awkward cases above
 PADDED_CPU_CASES = {
     "d24_causal_gqa_odd": (1, 4, 2, 75, 75, 24, torch.float16, lambda: {"causal": True}),
-    "d40_cross_padding": (2, 2, 1, 60, 90, 40, torch.bfloat16,
-                          lambda: {"kv_lens": torch.tensor([90, 33], device=DEVICE)}),
-    "d48_window_causal_ragged": (1, 2, 1, 100, 100, 48, torch.float16,
-                                 lambda: {"causal": True, "layout": BlockLayout.sliding_window(100, 32, block_size=32)}),
+    "d40_cross_padding": (
+        2,
+        2,
+        1,
+        60,
+        90,
+        40,
+        torch.bfloat16,
+        lambda: {"kv_lens": torch.tensor([90, 33], device=DEVICE)},
+    ),
+    "d48_window_causal_ragged": (
+        1,
+        2,
+        1,
+        100,
+        100,
+        48,
+        torch.float16,
+        lambda: {"causal": True, "layout": BlockLayout.sliding_window(100, 32, block_size=32)},
+    ),
     "d80_dense_odd": (1, 2, 2, 97, 97, 80, torch.bfloat16, lambda: {}),
-    "d96_per_head_random_padding": (1, 2, 1, 96, 96, 96, torch.bfloat16,
-                                    lambda: {"layout": BlockLayout.random_blocks(96, 2, 32, seed=4, num_heads=2),
-                                             "kv_lens": torch.tensor([61], device=DEVICE)}),
-    "d112_empty_rows": (1, 2, 1, 80, 80, 112, torch.float16,
-                        lambda: {"layout": _layout_with_empty_rows(80, 16, 2, 6), "causal": True}),
+    "d96_per_head_random_padding": (
+        1,
+        2,
+        1,
+        96,
+        96,
+        96,
+        torch.bfloat16,
+        lambda: {
+            "layout": BlockLayout.random_blocks(96, 2, 32, seed=4, num_heads=2),
+            "kv_lens": torch.tensor([61], device=DEVICE),
+        },
+    ),
+    "d112_empty_rows": (
+        1,
+        2,
+        1,
+        80,
+        80,
+        112,
+        torch.float16,
+        lambda: {"layout": _layout_with_empty_rows(80, 16, 2, 6), "causal": True},
+    ),
     "d160_causal_odd": (1, 2, 1, 70, 70, 160, torch.bfloat16, lambda: {"causal": True}),
     "d192_dense_gqa": (1, 2, 1, 50, 50, 192, torch.float16, lambda: {}),
 }
@@ -106,19 +184,54 @@ def _cu(docs):
 # Packed documents (cu_seqlens): documents shorter than, equal to and across tiles; tiles of the
 # interpreter configuration are 16 or 32 wide, so most tiles here hold a document edge
 PACKED_CPU_CASES = {
-    "packed_causal_gqa": (2, 2, 1, 97, 97, 32, torch.float16,
-                          lambda: {"causal": True, "cu_seqlens": _cu([[30, 1, 66], [97]])}),
-    "packed_bidirectional": (1, 2, 2, 130, 130, 16, torch.bfloat16,
-                             lambda: {"cu_seqlens": _cu([[5, 60, 65]])}),
-    "packed_many_short_causal": (1, 4, 2, 64, 64, 16, torch.float16,
-                                 lambda: {"causal": True, "cu_seqlens": _cu([[1] * 8 + [3, 5, 16, 32]])}),
-    "packed_window_causal": (2, 2, 1, 150, 150, 32, torch.bfloat16,
-                             lambda: {"causal": True, "layout": BlockLayout.sliding_window(150, 32, block_size=32),
-                                      "cu_seqlens": _cu([[40, 70, 40], [3, 147]])}),
-    "packed_bigbird_per_head": (1, 2, 1, 96, 96, 16, torch.float16,
-                                lambda: {"layout": BlockLayout.bigbird(96, 16, 1, 1, block_size=16, seed=2,
-                                                                       num_heads=2),
-                                         "cu_seqlens": _cu([[17, 31, 48]])}),
+    "packed_causal_gqa": (
+        2,
+        2,
+        1,
+        97,
+        97,
+        32,
+        torch.float16,
+        lambda: {"causal": True, "cu_seqlens": _cu([[30, 1, 66], [97]])},
+    ),
+    "packed_bidirectional": (1, 2, 2, 130, 130, 16, torch.bfloat16, lambda: {"cu_seqlens": _cu([[5, 60, 65]])}),
+    "packed_many_short_causal": (
+        1,
+        4,
+        2,
+        64,
+        64,
+        16,
+        torch.float16,
+        lambda: {"causal": True, "cu_seqlens": _cu([[1] * 8 + [3, 5, 16, 32]])},
+    ),
+    "packed_window_causal": (
+        2,
+        2,
+        1,
+        150,
+        150,
+        32,
+        torch.bfloat16,
+        lambda: {
+            "causal": True,
+            "layout": BlockLayout.sliding_window(150, 32, block_size=32),
+            "cu_seqlens": _cu([[40, 70, 40], [3, 147]]),
+        },
+    ),
+    "packed_bigbird_per_head": (
+        1,
+        2,
+        1,
+        96,
+        96,
+        16,
+        torch.float16,
+        lambda: {
+            "layout": BlockLayout.bigbird(96, 16, 1, 1, block_size=16, seed=2, num_heads=2),
+            "cu_seqlens": _cu([[17, 31, 48]]),
+        },
+    ),
 }
 
 
@@ -167,13 +280,15 @@ def test_packed_tiles_never_read_other_documents(attn, causal, layout):
         layout = BlockLayout.sliding_window(L, 64, block_size=32)
     for t in (q, k, v, dout):
         t[:, :, :edge] = float("nan")
-        t[:, :, 3 * edge:] = float("nan")
-    got = attn.run_with_grads(triton_attention, q, k, v, dout, causal=causal, layout=layout,
-                              cu_seqlens=_cu([[edge, 2 * edge, edge]]))
+        t[:, :, 3 * edge :] = float("nan")
+    got = attn.run_with_grads(
+        triton_attention, q, k, v, dout, causal=causal, layout=layout, cu_seqlens=_cu([[edge, 2 * edge, edge]])
+    )
     alone_layout = None if layout is None else BlockLayout.from_block_mask(layout.mask[:, 1:3, 1:3], 64, 64, 32)
     inside = slice(edge, 3 * edge)
-    alone = attn.run_with_grads(triton_attention, *(t[:, :, inside] for t in (q, k, v, dout)), causal=causal,
-                                layout=alone_layout)
+    alone = attn.run_with_grads(
+        triton_attention, *(t[:, :, inside] for t in (q, k, v, dout)), causal=causal, layout=alone_layout
+    )
     for name, value in got.tensors().items():
         # NaN-free, and equal to the document alone up to rounding: the GPU's larger tiles split
         # the packed row's keys at other places than the lone document's, so the sums differ in order
@@ -268,11 +383,26 @@ def _global_in_one_head(L, bs):
 # global block's column and row (13 and 12 blocks long here, against a mean of 4) are split
 SPLIT_CPU_CASES = {
     "global_gqa_ragged": (1, 4, 2, 200, 200, 16, torch.float16, lambda: {"layout": _global_window(200, 16)}),
-    "global_causal_padding": (2, 2, 1, 190, 190, 32, torch.bfloat16,
-                              lambda: {"causal": True, "layout": _global_window(190, 16),
-                                       "kv_lens": torch.tensor([190, 97], device=DEVICE)}),
-    "global_one_head_packed": (1, 2, 2, 192, 192, 16, torch.float16,
-                               lambda: {"layout": _global_in_one_head(192, 16), "cu_seqlens": _cu([[50, 142]])}),
+    "global_causal_padding": (
+        2,
+        2,
+        1,
+        190,
+        190,
+        32,
+        torch.bfloat16,
+        lambda: {"causal": True, "layout": _global_window(190, 16), "kv_lens": torch.tensor([190, 97], device=DEVICE)},
+    ),
+    "global_one_head_packed": (
+        1,
+        2,
+        2,
+        192,
+        192,
+        16,
+        torch.float16,
+        lambda: {"layout": _global_in_one_head(192, 16), "cu_seqlens": _cu([[50, 142]])},
+    ),
     # one head, two rows: the partials' head dim has size 1 (their strides must still be its)
     "global_one_head_batched": (2, 1, 1, 176, 176, 16, torch.bfloat16, lambda: {"layout": _global_window(176, 16)}),
 }
@@ -312,8 +442,12 @@ def test_split_plan_cuts_only_long_lists():
     assert sorted(row for row, *_ in whole) == list(range(1, 128))
     assert all(lo == 0 and hi == counts[0, row] and slot == -1 for row, lo, hi, slot in whole)
     assert [hi for _, _, hi, _ in whole] == sorted((hi for _, _, hi, _ in whole), reverse=True)
-    for layout in (BlockLayout.dense(4096, block_size=128), BlockLayout.dense(4096, block_size=128).with_causal(),
-                   BlockLayout.sliding_window(16384, 512), BlockLayout.strided(16384, 4)):
+    for layout in (
+        BlockLayout.dense(4096, block_size=128),
+        BlockLayout.dense(4096, block_size=128).with_causal(),
+        BlockLayout.sliding_window(16384, 512),
+        BlockLayout.strided(16384, 4),
+    ):
         assert split_plan(layout.q_indices()[0], 1, 8) is None, layout
         assert split_plan(layout.kv_indices()[0], 1, 8) is None, layout
 
@@ -338,8 +472,9 @@ def test_split_plan_pads_heads_with_fewer_items():
 def test_unsupported_inputs_say_why():
     q = torch.randn(1, 2, 64, 32, device=DEVICE, dtype=torch.float16)
     assert unsupported_reason(q, q, q, causal=False, layout=None, kv_lens=None) is None
-    assert "float16 or bfloat16" in unsupported_reason(q.float(), q.float(), q.float(), causal=False,
-                                                       layout=None, kv_lens=None)
+    assert "float16 or bfloat16" in unsupported_reason(
+        q.float(), q.float(), q.float(), causal=False, layout=None, kv_lens=None
+    )
     q300 = torch.randn(1, 2, 64, 300, device=DEVICE, dtype=torch.float16)
     assert "head dim 300" in unsupported_reason(q300, q300, q300, causal=False, layout=None, kv_lens=None)
     k = torch.randn(1, 2, 80, 32, device=DEVICE, dtype=torch.float16)
@@ -437,16 +572,18 @@ def _gpu_cases(head_dims, dtypes_of, kinds=GPU_KINDS):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the full sweep at real tile sizes)")
-@pytest.mark.parametrize(("D", "dtype", "kind"),
-                         list(_gpu_cases((32, 64, 128, 256), lambda D: (torch.float16, torch.bfloat16))))
+@pytest.mark.parametrize(
+    ("D", "dtype", "kind"), list(_gpu_cases((32, 64, 128, 256), lambda D: (torch.float16, torch.bfloat16)))
+)
 def test_gpu_sweep(attn, D, dtype, kind):
     _gpu_case(attn, D, dtype, kind)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the full sweep at real tile sizes)")
-@pytest.mark.parametrize(("D", "dtype", "kind"),
-                         list(_gpu_cases((64, 96, 128), lambda D: (torch.float16, torch.bfloat16), PACKED_GPU_KINDS)))
+@pytest.mark.parametrize(
+    ("D", "dtype", "kind"), list(_gpu_cases((64, 96, 128), lambda D: (torch.float16, torch.bfloat16), PACKED_GPU_KINDS))
+)
 def test_gpu_sweep_packed(attn, D, dtype, kind):
     """Packed documents (cu_seqlens) at the real tile sizes of the GPU's configurations."""
     _gpu_case(attn, D, dtype, kind)
@@ -485,8 +622,9 @@ def test_auto_chooses_triton_for_packed_inputs(monkeypatch):
     monkeypatch.setattr(dispatch, "FASTEST_FIRST", {})  # ours first (flash-attn-4 leads the sm_90 row)
     q = torch.randn(2, 2, 128, 64, device=DEVICE, dtype=torch.bfloat16)
     for layout in (None, BlockLayout.sliding_window(128, 32, block_size=32)):
-        choice = dispatch._choose(q, q, q, causal=True, layout=layout, kv_lens=None, cu_seqlens=_cu([[100, 28], [128]]),
-                                  return_lse=False)
+        choice = dispatch._choose(
+            q, q, q, causal=True, layout=layout, kv_lens=None, cu_seqlens=_cu([[100, 28], [128]]), return_lse=False
+        )
         assert choice is dispatch.Backend.TRITON, layout
 
 
@@ -532,8 +670,9 @@ def test_gpu_split_lists(attn, D, dtype, causal):
     assert triton_flash._split_plan(layout.q_indices(DEVICE)[0], 2) is not None
     assert triton_flash._split_plan(layout.kv_indices(DEVICE)[0], 1) is not None
     q, k, v, dout = _inputs(2, 4, 2, L, L, D, dtype, seed=D)
-    _assert_close_to_reference(attn, q, k, v, dout, dtype, layout=layout, causal=causal,
-                               kv_lens=torch.tensor([L, 3000], device=DEVICE))
+    _assert_close_to_reference(
+        attn, q, k, v, dout, dtype, layout=layout, causal=causal, kv_lens=torch.tensor([L, 3000], device=DEVICE)
+    )
 
 
 # The sm_90 variants of kernels/triton_flash_configs.py, each forced on its own: conditional
@@ -549,18 +688,29 @@ VARIANTS = {
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
-@pytest.mark.parametrize("case", ["causal_window_padding", "bigbird_bidirectional_odd", "packed_causal_gqa",
-                                  "dense_causal_gqa_odd", "dense_padding"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "causal_window_padding",
+        "bigbird_bidirectional_odd",
+        "packed_causal_gqa",
+        "dense_causal_gqa_odd",
+        "dense_padding",
+    ],
+)
 def test_kernel_variants_match_reference(attn, monkeypatch, variant, case):
     import genoformer.kernels.triton_flash as tf
     from genoformer.kernels import triton_flash_configs as configs
 
     if variant == "tma" and not (DEVICE.type == "cuda" and torch.cuda.get_device_capability()[0] >= 9):
-        pytest.skip("tensor descriptors (TMA) need a GPU of compute capability 9 or newer; "
-                    "Triton's interpreter cannot run them")
+        pytest.skip(
+            "tensor descriptors (TMA) need a GPU of compute capability 9 or newer; Triton's interpreter cannot run them"
+        )
     if variant == "dq_stream" and DEVICE.type == "cpu":
-        pytest.skip("dq_stream is a CUDA launch option: on a CPU it launches the plain configuration, "
-                    "which test_matches_reference checks")
+        pytest.skip(
+            "dq_stream is a CUDA launch option: on a CPU it launches the plain configuration, "
+            "which test_matches_reference checks"
+        )
     fwd_fields, bwd_fields = VARIANTS[variant]
     if DEVICE.type == "cpu":
         fwd, bwd = configs.INTERPRETER_FWD, configs.INTERPRETER_BWD
@@ -572,8 +722,14 @@ def test_kernel_variants_match_reference(attn, monkeypatch, variant, case):
     monkeypatch.setattr(tf, "fwd_candidates", lambda device, d, bs, dropout=False: (configs.fit_fwd(fwd, bs),))
     monkeypatch.setattr(tf, "bwd_candidates", lambda device, d, bs: (configs.fit_bwd(bwd, bs),))
     if case == "causal_window_padding":
-        L, kwargs = 150, {"causal": True, "layout": BlockLayout.sliding_window(150, 64, block_size=32),
-                          "kv_lens": torch.tensor([150, 101], device=DEVICE)}
+        L, kwargs = (
+            150,
+            {
+                "causal": True,
+                "layout": BlockLayout.sliding_window(150, 64, block_size=32),
+                "kv_lens": torch.tensor([150, 101], device=DEVICE),
+            },
+        )
         B, Hq, Hkv = 2, 2, 1
     elif case == "bigbird_bidirectional_odd":
         L, kwargs = 160, {"layout": BlockLayout.bigbird(160, 32, 1, 1, block_size=32)}
@@ -608,8 +764,26 @@ def test_dv_late_is_bit_equal(causal):
     L, D = 97, (128 if DEVICE.type == "cuda" else 32)
     q, k, v, dout = (t.to(torch.bfloat16) for t in _inputs(1, 4, 2, L, L, D, torch.bfloat16, seed=7))
     o, lse = tf.flash_fwd(q, k, v, None, None, None, 0, causal, D**-0.5)
-    grads = [tf.flash_bwd(dout, q, k, v, o, lse, None, None, None, None, None, 0, causal, D**-0.5,
-                          config=dataclasses.replace(bwd, dv_late=late)) for late in (False, True)]
+    grads = [
+        tf.flash_bwd(
+            dout,
+            q,
+            k,
+            v,
+            o,
+            lse,
+            None,
+            None,
+            None,
+            None,
+            None,
+            0,
+            causal,
+            D**-0.5,
+            config=dataclasses.replace(bwd, dv_late=late),
+        )
+        for late in (False, True)
+    ]
     for default, late in zip(*grads, strict=True):
         torch.testing.assert_close(late, default, atol=0, rtol=0)
 

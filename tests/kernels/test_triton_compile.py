@@ -54,11 +54,22 @@ import sys
 import time
 
 import pytest
-
 from genoformer.kernels import triton_flash_configs as configs
 
-COMMON = {"BAND_LO": True, "BAND_HI": True, "SPARSE": True, "HAS_KV_LENS": True, "HAS_DOCS": True, "DOT_F32": False,
-          "SPLIT": True, "VARLEN": False, "ALIBI_": False, "SOFTCAP": False, "DROPOUT": False, "TANH_ASM": True}
+COMMON = {
+    "BAND_LO": True,
+    "BAND_HI": True,
+    "SPARSE": True,
+    "HAS_KV_LENS": True,
+    "HAS_DOCS": True,
+    "DOT_F32": False,
+    "SPLIT": True,
+    "VARLEN": False,
+    "ALIBI_": False,
+    "SOFTCAP": False,
+    "DROPOUT": False,
+    "TANH_ASM": True,
+}
 
 PADDED_DIMS = {32: 24, 64: 40, 128: 96, 256: 160}
 """tile width -> a head dim padded to it, compiled too on the generations in PADDED_GENERATIONS"""
@@ -86,33 +97,55 @@ UNSPLIT_DIMS = (64, 128)
 
 def _variant(cfg: configs.FwdConfig | configs.BwdConfig) -> str:
     """The test-id suffix of a configuration's sm_90 variant ("" for a plain configuration)."""
-    return ("-tma" if cfg.tma else "") + (
-        f"-tau{cfg.rescale_tau:g}" if isinstance(cfg, configs.FwdConfig) and cfg.rescale_tau else "") + (
-        "-headsouter" if isinstance(cfg, configs.BwdConfig) and cfg.heads_outer else "") + (
-        "-dvlate" if isinstance(cfg, configs.BwdConfig) and cfg.dv_late else "")
+    return (
+        ("-tma" if cfg.tma else "")
+        + (f"-tau{cfg.rescale_tau:g}" if isinstance(cfg, configs.FwdConfig) and cfg.rescale_tau else "")
+        + ("-headsouter" if isinstance(cfg, configs.BwdConfig) and cfg.heads_outer else "")
+        + ("-dvlate" if isinstance(cfg, configs.BwdConfig) and cfg.dv_late else "")
+    )
 
 
 def _cases() -> list[tuple[str, str, int, str, tuple]]:
     """(test id, generation name, head dim, kernel, config fields) for every selectable config."""
     out = []
     built = [(gen, tile, cfg, "") for gen, tile, cfg in configs.all_configs()]
-    built += [(gen, PADDED_DIMS[tile], cfg, "") for gen, tile, cfg in configs.all_configs()
-              if tile in PADDED_DIMS and gen.name in PADDED_GENERATIONS]
-    built += [(gen, d, cfg, "-dense-packed") for gen in configs.GENERATIONS
-              if gen.name in PADDED_GENERATIONS for d in DENSE_PACKED_DIMS
-              for candidates in (configs.fwd_candidates, configs.bwd_candidates)
-              for i, cfg in enumerate(candidates(gen, d)) if i == 0 or _variant(cfg)]
-    built += [(gen, d, candidates(gen, d)[0], "-unsplit") for gen in configs.GENERATIONS
-              if gen.name in PADDED_GENERATIONS for d in UNSPLIT_DIMS
-              for candidates in (configs.fwd_candidates, configs.bwd_candidates)]
+    built += [
+        (gen, PADDED_DIMS[tile], cfg, "")
+        for gen, tile, cfg in configs.all_configs()
+        if tile in PADDED_DIMS and gen.name in PADDED_GENERATIONS
+    ]
+    built += [
+        (gen, d, cfg, "-dense-packed")
+        for gen in configs.GENERATIONS
+        if gen.name in PADDED_GENERATIONS
+        for d in DENSE_PACKED_DIMS
+        for candidates in (configs.fwd_candidates, configs.bwd_candidates)
+        for i, cfg in enumerate(candidates(gen, d))
+        if i == 0 or _variant(cfg)
+    ]
+    built += [
+        (gen, d, candidates(gen, d)[0], "-unsplit")
+        for gen in configs.GENERATIONS
+        if gen.name in PADDED_GENERATIONS
+        for d in UNSPLIT_DIMS
+        for candidates in (configs.fwd_candidates, configs.bwd_candidates)
+    ]
     mods_dims = configs.TILE_DIMS if ALL_MODS else MODS_DIMS
-    built += [(gen, d, cfg, "-mods") for gen in configs.GENERATIONS if gen.name in PADDED_GENERATIONS
-              for d in mods_dims for candidates in (configs.fwd_candidates, configs.bwd_candidates)
-              for cfg in (candidates(gen, d) if ALL_MODS else candidates(gen, d)[:1])]
-    built += [(gen, d, candidates(gen, d)[0], "-varlen") for gen in configs.GENERATIONS
-              if gen.name in (PADDED_GENERATIONS if ALL_MODS else ("sm_90",))
-              for d in (configs.TILE_DIMS if ALL_MODS else (64,))
-              for candidates in (configs.fwd_candidates, configs.bwd_candidates)]
+    built += [
+        (gen, d, cfg, "-mods")
+        for gen in configs.GENERATIONS
+        if gen.name in PADDED_GENERATIONS
+        for d in mods_dims
+        for candidates in (configs.fwd_candidates, configs.bwd_candidates)
+        for cfg in (candidates(gen, d) if ALL_MODS else candidates(gen, d)[:1])
+    ]
+    built += [
+        (gen, d, candidates(gen, d)[0], "-varlen")
+        for gen in configs.GENERATIONS
+        if gen.name in (PADDED_GENERATIONS if ALL_MODS else ("sm_90",))
+        for d in (configs.TILE_DIMS if ALL_MODS else (64,))
+        for candidates in (configs.fwd_candidates, configs.bwd_candidates)
+    ]
     for gen, d, cfg, packed in built:
         if packed in ("-mods", "-varlen") and isinstance(cfg, configs.FwdConfig):
             cfg = configs.fit_dropout(cfg)  # what the launcher runs with dropout
@@ -122,18 +155,43 @@ def _cases() -> list[tuple[str, str, int, str, tuple]]:
         fields = tuple(cfg.__dict__.values())
         suffix = _variant(cfg) + packed
         if isinstance(cfg, configs.FwdConfig):
-            out.append((f"{gen.name}-d{d}-fwd-{cfg.block_m}x{cfg.block_n}-w{cfg.num_warps}s{cfg.num_stages}{suffix}",
-                        gen.name, d, "fwd", fields))
+            out.append(
+                (
+                    f"{gen.name}-d{d}-fwd-{cfg.block_m}x{cfg.block_n}-w{cfg.num_warps}s{cfg.num_stages}{suffix}",
+                    gen.name,
+                    d,
+                    "fwd",
+                    fields,
+                )
+            )
         else:
-            out.append((f"{gen.name}-d{d}-dkdv-{cfg.block_m1}x{cfg.block_n1}-w{cfg.warps1}s{cfg.stages1}{suffix}",
-                        gen.name, d, "dkdv", fields))
+            out.append(
+                (
+                    f"{gen.name}-d{d}-dkdv-{cfg.block_m1}x{cfg.block_n1}-w{cfg.warps1}s{cfg.stages1}{suffix}",
+                    gen.name,
+                    d,
+                    "dkdv",
+                    fields,
+                )
+            )
             # dv_late changes only the dK/dV kernel: its dQ half is the plain configuration's
             dq_suffix = _variant(dataclasses.replace(cfg, dv_late=False)) + packed
-            out.append((f"{gen.name}-d{d}-dq-{cfg.block_m2}x{cfg.block_n2}-w{cfg.warps2}s{cfg.stages2}{dq_suffix}",
-                        gen.name, d, "dq", fields))
-    out += [(f"{gen.name}-d{d}-{kind}-{configs.SPLIT_SUM_BLOCK}", gen.name, d, kind, ())
-            for gen in configs.GENERATIONS if gen.name in PADDED_GENERATIONS
-            for d in (*configs.TILE_DIMS, *PADDED_DIMS.values()) for kind in ("splitsum", "fwdmerge")]
+            out.append(
+                (
+                    f"{gen.name}-d{d}-dq-{cfg.block_m2}x{cfg.block_n2}-w{cfg.warps2}s{cfg.stages2}{dq_suffix}",
+                    gen.name,
+                    d,
+                    "dq",
+                    fields,
+                )
+            )
+    out += [
+        (f"{gen.name}-d{d}-{kind}-{configs.SPLIT_SUM_BLOCK}", gen.name, d, kind, ())
+        for gen in configs.GENERATIONS
+        if gen.name in PADDED_GENERATIONS
+        for d in (*configs.TILE_DIMS, *PADDED_DIMS.values())
+        for kind in ("splitsum", "fwdmerge")
+    ]
     # a dK/dV or dQ half shared by two candidates is compiled once
     return list({case[0]: case for case in out}.values())
 
@@ -154,11 +212,10 @@ def _launch_attrs(kernel, signature: dict[str, str], head_dim: int) -> dict:
 def _compile_one(case: tuple) -> dict:
     """Child process: compile one case and report its shared memory (or the error)."""
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     from genoformer.kernels.triton_flash_bwd import bwd_dkdv_kernel, bwd_dq_kernel, split_sum_kernel
     from genoformer.kernels.triton_flash_fwd import SCAN, attn_fwd_kernel, fwd_merge_kernel
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
 
     case_id, gen_name, d, kind, fields = case
     gen = next(g for g in configs.GENERATIONS if g.name == gen_name)
@@ -167,8 +224,10 @@ def _compile_one(case: tuple) -> dict:
         constexprs, warps, stages = {"BLOCK": configs.SPLIT_SUM_BLOCK}, 4, 1
     elif kind == "fwd":
         cfg = configs.FwdConfig(*fields)
-        kernel, constexprs = attn_fwd_kernel, {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
-                                               "TMA": cfg.tma, "RESCALE_TAU": cfg.rescale_tau}
+        kernel, constexprs = (
+            attn_fwd_kernel,
+            {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "TMA": cfg.tma, "RESCALE_TAU": cfg.rescale_tau},
+        )
         warps, stages = cfg.num_warps, cfg.num_stages
     else:
         cfg = configs.BwdConfig(*fields)
@@ -183,8 +242,15 @@ def _compile_one(case: tuple) -> dict:
     # ALIGN8 is what the launcher sets for contiguous inputs of these head dims
     variants = {"-dense-packed": DENSE_PACKED, "-unsplit": UNSPLIT, "-mods": MODS, "-varlen": VARLEN_CASE}
     packed = next((variant for suffix, variant in variants.items() if case_id.endswith(suffix)), {})
-    constexprs = {"D": d, "D_TILE": configs.tile_dim(d), "ALIGN8": d % 16 == 8, "SCAN_": SCAN, **COMMON, **packed,
-                  **constexprs}
+    constexprs = {
+        "D": d,
+        "D_TILE": configs.tile_dim(d),
+        "ALIGN8": d % 16 == 8,
+        "SCAN_": SCAN,
+        **COMMON,
+        **packed,
+        **constexprs,
+    }
     constexprs = {name: value for name, value in constexprs.items() if name in kernel.arg_names}
     signature = {}
     for name in kernel.arg_names:
@@ -204,15 +270,24 @@ def _compile_one(case: tuple) -> dict:
             signature[name] = "i32"
     t0 = time.perf_counter()
     try:
-        source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=_launch_attrs(kernel, signature, d))
-        compiled = triton.compile(source,
-                                  target=GPUTarget("cuda", gen.compile_capability, 32),
-                                  options={"num_warps": warps, "num_stages": stages})
+        source = ASTSource(
+            fn=kernel, signature=signature, constexprs=constexprs, attrs=_launch_attrs(kernel, signature, d)
+        )
+        compiled = triton.compile(
+            source,
+            target=GPUTarget("cuda", gen.compile_capability, 32),
+            options={"num_warps": warps, "num_stages": stages},
+        )
     except Exception as error:  # reported to the parent test, which fails with it
         return {"id": case_id, "error": f"{type(error).__name__}: {error}"}
     scalar_copies = re.findall(r"async_copy_global_to_local[^\n]*: tensor<1x!tt\.ptr<i32>", compiled.asm["ttgir"])
-    return {"id": case_id, "shared": compiled.metadata.shared, "limit": gen.shared_limit,
-            "scalar_async_loads": len(scalar_copies), "seconds": round(time.perf_counter() - t0, 2)}
+    return {
+        "id": case_id,
+        "shared": compiled.metadata.shared,
+        "limit": gen.shared_limit,
+        "scalar_async_loads": len(scalar_copies),
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
 
 
 def _compile_all() -> list[dict]:
@@ -239,7 +314,8 @@ def test_config_compiles_within_shared_memory(compiled, case):
     assert "error" not in result, f"{case[0]} does not compile: {result.get('error')}"
     assert result["shared"] <= result["limit"], (
         f"{case[0]} needs {result['shared']} B of shared memory, over the {result['limit']} B limit of its "
-        f"GPU generation: shrink its tiles or stages in kernels/triton_flash_configs.py")
+        f"GPU generation: shrink its tiles or stages in kernels/triton_flash_configs.py"
+    )
 
 
 @pytest.mark.slow
@@ -249,12 +325,24 @@ def test_sparse_loops_keep_their_prefetch(compiled, case):
     assert "error" not in result, f"{case[0]} does not compile: {result.get('error')}"
     assert result["scalar_async_loads"] == 0, (
         f"{case[0]}: Triton pipelined {result['scalar_async_loads']} layout-entry load(s) as cp.async, which "
-        f"serialises the tile loads of the sparse loops: load the entry a step ahead (see tile_start)")
+        f"serialises the tile loads of the sparse loops: load the entry a step ahead (see tile_start)"
+    )
 
 
 def test_padded_head_dims_use_their_tile_configs():
     assert [configs.tile_dim(d) for d in (16, 24, 32, 40, 64, 72, 96, 128, 136, 192, 256)] == [
-        16, 32, 32, 64, 64, 128, 128, 128, 256, 256, 256]
+        16,
+        32,
+        32,
+        64,
+        64,
+        128,
+        128,
+        128,
+        256,
+        256,
+        256,
+    ]
     for gen in configs.GENERATIONS:
         assert configs.fwd_candidates(gen, 96) == configs.fwd_candidates(gen, 128)
         assert configs.bwd_candidates(gen, 40) == configs.bwd_candidates(gen, 64)

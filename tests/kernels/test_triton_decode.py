@@ -31,13 +31,17 @@ from genoformer.kernels.triton_decode import INTERPRETED, decode_fwd, decode_op,
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 if DEVICE.type == "cpu" and not INTERPRETED:
-    pytest.skip("genoformer.kernels.triton_decode was imported before TRITON_INTERPRET=1 was set; "
-                "run `pytest tests/kernels/test_triton_decode.py` on its own", allow_module_level=True)
+    pytest.skip(
+        "genoformer.kernels.triton_decode was imported before TRITON_INTERPRET=1 was set; "
+        "run `pytest tests/kernels/test_triton_decode.py` on its own",
+        allow_module_level=True,
+    )
 LN2 = 0.6931471805599453
 
 
-def _case(B=2, H=4, HKV=2, Lq=1, C=150, D=32, *, paged=None, seed=0, lengths=None, leftpad=None,
-          batch_idx=False, alibi=False):
+def _case(
+    B=2, H=4, HKV=2, Lq=1, C=150, D=32, *, paged=None, seed=0, lengths=None, leftpad=None, batch_idx=False, alibi=False
+):
     """float64 CPU inputs: q (B, H, Lq, D), a cache (Bc, HKV, C, D) or pages, and the options."""
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(B, H, Lq, D, generator=g, dtype=torch.float64)
@@ -81,13 +85,27 @@ def _assert_two_x(q, k, v, seqlens, dtype, **options):
     options.pop("num_splits", None)
     exact, exact_lse = kvcache.kvcache_reference(q, k, v, seqlens, **options)
     low = [t.to(dtype) for t in (q, k, v)]
-    gathered = [kvcache._gathered(t, options.get("batch_idx_B"), options.get("block_table"), q.shape[0])
-                for t in low[1:]]
-    allowed = kvcache.allowed_keys(seqlens, q.shape[2], gathered[0].shape[2], causal=options["causal"],
-                                   window=options.get("window", (-1, -1)), leftpad_B=options.get("leftpad_B"))
-    naive, naive_lse = kvcache._attend(low[0], *gathered, allowed, seqlens_B=seqlens, scale=options["scale"],
-                                       softcap=options.get("softcap", 0.0), alibi_slopes=options.get("alibi_slopes"),
-                                       dtype=dtype)
+    gathered = [
+        kvcache._gathered(t, options.get("batch_idx_B"), options.get("block_table"), q.shape[0]) for t in low[1:]
+    ]
+    allowed = kvcache.allowed_keys(
+        seqlens,
+        q.shape[2],
+        gathered[0].shape[2],
+        causal=options["causal"],
+        window=options.get("window", (-1, -1)),
+        leftpad_B=options.get("leftpad_B"),
+    )
+    naive, naive_lse = kvcache._attend(
+        low[0],
+        *gathered,
+        allowed,
+        seqlens_B=seqlens,
+        scale=options["scale"],
+        softcap=options.get("softcap", 0.0),
+        alibi_slopes=options.get("alibi_slopes"),
+        dtype=dtype,
+    )
     assert out.dtype == dtype and not out.isnan().any()
     err = (out.double() - exact).abs().max().item()
     base = (naive.double() - exact).abs().max().item()
@@ -106,17 +124,24 @@ CPU_CASES = {
     "one_query_gqa4_splits": (dict(B=3, H=8, HKV=2, Lq=1, C=300), dict(causal=True, num_splits=3)),
     "one_query_mha_unsplit": (dict(B=2, H=2, HKV=2, Lq=1, C=97, D=64), dict(causal=False, num_splits=1)),
     "several_queries_causal_gqa": (dict(B=2, H=4, HKV=1, Lq=7, C=130), dict(causal=True, num_splits=2)),
-    "queries_longer_than_keys": (dict(B=2, H=2, HKV=1, Lq=6, C=40, lengths=[3, 40]),
-                                 dict(causal=True, num_splits=2)),
-    "empty_rows": (dict(B=3, H=2, HKV=2, Lq=2, C=64, lengths=[0, 64, 5], leftpad=[0, 64, 0]),
-                   dict(causal=False, num_splits=2)),
-    "window_and_leftpad": (dict(B=2, H=4, HKV=2, Lq=3, C=200, leftpad=[17, 0]),
-                           dict(causal=False, window=(40, 1), num_splits=3)),
-    "causal_window_bf16": (dict(B=1, H=8, HKV=8, Lq=4, C=160, D=48), dict(causal=True, window=(25, -1),
-                                                                       num_splits=2, dtype=torch.bfloat16)),
+    "queries_longer_than_keys": (dict(B=2, H=2, HKV=1, Lq=6, C=40, lengths=[3, 40]), dict(causal=True, num_splits=2)),
+    "empty_rows": (
+        dict(B=3, H=2, HKV=2, Lq=2, C=64, lengths=[0, 64, 5], leftpad=[0, 64, 0]),
+        dict(causal=False, num_splits=2),
+    ),
+    "window_and_leftpad": (
+        dict(B=2, H=4, HKV=2, Lq=3, C=200, leftpad=[17, 0]),
+        dict(causal=False, window=(40, 1), num_splits=3),
+    ),
+    "causal_window_bf16": (
+        dict(B=1, H=8, HKV=8, Lq=4, C=160, D=48),
+        dict(causal=True, window=(25, -1), num_splits=2, dtype=torch.bfloat16),
+    ),
     "paged_gqa8": (dict(B=2, H=8, HKV=1, Lq=1, C=200, paged=32), dict(causal=True, num_splits=3)),
-    "batch_idx_alibi_softcap_bf16": (dict(B=2, H=4, HKV=2, Lq=2, C=120, batch_idx=True, alibi=True),
-                                     dict(causal=True, softcap=4.0, num_splits=2, dtype=torch.bfloat16)),
+    "batch_idx_alibi_softcap_bf16": (
+        dict(B=2, H=4, HKV=2, Lq=2, C=120, batch_idx=True, alibi=True),
+        dict(causal=True, softcap=4.0, num_splits=2, dtype=torch.bfloat16),
+    ),
     "head_dim_24": (dict(B=1, H=2, HKV=1, Lq=1, C=70, D=24), dict(causal=True, num_splits=2)),
 }
 
@@ -133,8 +158,9 @@ def test_decoding_kernel_against_float64(name):
 def test_splits_merge_to_one_program_result():
     """The log-sum-exp merge of 1, 2 and 5 splits gives one result (up to fp32 rounding in the merge)."""
     q, k, v, seqlens, extra = _case(B=2, H=4, HKV=2, Lq=3, C=320, seed=3)
-    results = [_kernel(q, k, v, seqlens, torch.float16, scale=0.2, causal=True, num_splits=s, **extra)
-               for s in (1, 2, 5)]
+    results = [
+        _kernel(q, k, v, seqlens, torch.float16, scale=0.2, causal=True, num_splits=s, **extra) for s in (1, 2, 5)
+    ]
     for out, lse in results[1:]:
         torch.testing.assert_close(out, results[0][0], rtol=0, atol=2e-3)
         torch.testing.assert_close(lse, results[0][1], rtol=0, atol=1e-5)
@@ -145,8 +171,9 @@ def test_refusals_say_what_to_change():
     k = torch.randn(1, 2, 16, 32, dtype=torch.float16, device=DEVICE)
     lens = torch.tensor([16], dtype=torch.int32, device=DEVICE)
     assert "float16 or bfloat16" in unsupported_reason(q.float(), k.float(), k.float())
-    assert "head dim 20" in unsupported_reason(q[..., :20].contiguous(), k[..., :20].contiguous(),
-                                               k[..., :20].contiguous())
+    assert "head dim 20" in unsupported_reason(
+        q[..., :20].contiguous(), k[..., :20].contiguous(), k[..., :20].contiguous()
+    )
     with pytest.raises(ValueError, match="int32 tensor of shape"):
         decode_fwd(q, k, k, lens.long(), scale=0.1, causal=True)
     with pytest.raises(ValueError, match="multiple of HKV"):
@@ -186,16 +213,22 @@ def test_flash_attn_with_kvcache_appends_in_place_and_attends(dtype):
     q, k_cache, v_cache, k_new, v_new = _flash_inputs(Lq=3, Ln=3, dtype=dtype)
     before = k_cache.clone()
     lens = torch.tensor([10, 50], dtype=torch.int32, device=DEVICE)
-    out, lse = kvcache.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=lens, causal=True,
-                                               return_softmax_lse=True)
+    out, lse = kvcache.flash_attn_with_kvcache(
+        q, k_cache, v_cache, k_new, v_new, cache_seqlens=lens, causal=True, return_softmax_lse=True
+    )
     for b, n in enumerate(lens.tolist()):
-        torch.testing.assert_close(k_cache[b, n:n + 3], k_new[b], rtol=0, atol=0)
-        torch.testing.assert_close(v_cache[b, n:n + 3], v_new[b], rtol=0, atol=0)
+        torch.testing.assert_close(k_cache[b, n : n + 3], k_new[b], rtol=0, atol=0)
+        torch.testing.assert_close(v_cache[b, n : n + 3], v_new[b], rtol=0, atol=0)
         torch.testing.assert_close(k_cache[b, :n], before[b, :n], rtol=0, atol=0)
-        torch.testing.assert_close(k_cache[b, n + 3:], before[b, n + 3:], rtol=0, atol=0)
+        torch.testing.assert_close(k_cache[b, n + 3 :], before[b, n + 3 :], rtol=0, atol=0)
     exact, exact_lse = kvcache.kvcache_reference(
-        q.transpose(1, 2).double().cpu(), k_cache.transpose(1, 2).double().cpu(), v_cache.transpose(1, 2).double().cpu(),
-        (lens + 3).cpu(), scale=32 ** -0.5, causal=True)
+        q.transpose(1, 2).double().cpu(),
+        k_cache.transpose(1, 2).double().cpu(),
+        v_cache.transpose(1, 2).double().cpu(),
+        (lens + 3).cpu(),
+        scale=32**-0.5,
+        causal=True,
+    )
     tolerance = 2e-3 if dtype == torch.float16 else 1e-5
     torch.testing.assert_close(out.transpose(1, 2).double().cpu(), exact, rtol=0, atol=tolerance)
     torch.testing.assert_close(lse.double().cpu(), exact_lse, rtol=0, atol=1e-4)
@@ -227,20 +260,36 @@ def test_flash_attn_with_kvcache_rotates_new_keys_and_queries(interleaved, causa
     cos, sin = angles.cos().float().to(DEVICE), angles.sin().float().to(DEVICE)  # rotary_dim 16 of 32
     lens = torch.tensor([5, 30], dtype=torch.int32, device=DEVICE)
     original = k_cache.clone()
-    out = kvcache.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, rotary_cos=cos, rotary_sin=sin,
-                                         cache_seqlens=lens, causal=causal, rotary_interleaved=interleaved)
+    out = kvcache.flash_attn_with_kvcache(
+        q,
+        k_cache,
+        v_cache,
+        k_new,
+        v_new,
+        rotary_cos=cos,
+        rotary_sin=sin,
+        cache_seqlens=lens,
+        causal=causal,
+        rotary_interleaved=interleaved,
+    )
     positions = lens.cpu().long()[:, None] + torch.arange(2)
     k_rot = _rotate_reference(k_new.cpu(), cos.cpu().double(), sin.cpu().double(), positions, interleaved)
     q_positions = positions if causal else lens.cpu().long()[:, None].expand(-1, 2)
     q_rot = _rotate_reference(q.cpu(), cos.cpu().double(), sin.cpu().double(), q_positions, interleaved)
     for b, n in enumerate(lens.tolist()):
-        torch.testing.assert_close(k_cache[b, n:n + 2].double().cpu(), k_rot[b], rtol=0, atol=1e-5)
+        torch.testing.assert_close(k_cache[b, n : n + 2].double().cpu(), k_rot[b], rtol=0, atol=1e-5)
     full_k = original.double().cpu().clone()
     full_v = v_cache.double().cpu()
     for b, n in enumerate(lens.tolist()):
-        full_k[b, n:n + 2] = k_rot[b]
-    exact, _ = kvcache.kvcache_reference(q_rot.transpose(1, 2), full_k.transpose(1, 2), full_v.transpose(1, 2),
-                                         (lens + 2).cpu(), scale=32 ** -0.5, causal=causal)
+        full_k[b, n : n + 2] = k_rot[b]
+    exact, _ = kvcache.kvcache_reference(
+        q_rot.transpose(1, 2),
+        full_k.transpose(1, 2),
+        full_v.transpose(1, 2),
+        (lens + 2).cpu(),
+        scale=32**-0.5,
+        causal=causal,
+    )
     torch.testing.assert_close(out.transpose(1, 2).double().cpu(), exact, rtol=0, atol=1e-4)
 
 
@@ -254,18 +303,36 @@ def test_flash_attn_with_kvcache_rotates_at_cache_positions_with_left_padding():
     lens = torch.tensor([20, 30], dtype=torch.int32, device=DEVICE)
     leftpad = torch.tensor([7, 0], dtype=torch.int32, device=DEVICE)
     original = k_cache.clone()
-    out = kvcache.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, rotary_cos=cos, rotary_sin=sin,
-                                         cache_seqlens=lens, cache_leftpad=leftpad, causal=True,
-                                         window_size=(torch.tensor(9), torch.tensor(3)), rotary_interleaved=False)
+    out = kvcache.flash_attn_with_kvcache(
+        q,
+        k_cache,
+        v_cache,
+        k_new,
+        v_new,
+        rotary_cos=cos,
+        rotary_sin=sin,
+        cache_seqlens=lens,
+        cache_leftpad=leftpad,
+        causal=True,
+        window_size=(torch.tensor(9), torch.tensor(3)),
+        rotary_interleaved=False,
+    )
     positions = lens.cpu().long()[:, None] + torch.arange(2)
     k_rot = _rotate_reference(k_new.cpu(), cos.cpu().double(), sin.cpu().double(), positions, False)
     q_rot = _rotate_reference(q.cpu(), cos.cpu().double(), sin.cpu().double(), positions, False)
     full_k = original.double().cpu().clone()
     for b, n in enumerate(lens.tolist()):
-        full_k[b, n:n + 2] = k_rot[b]
-    exact, _ = kvcache.kvcache_reference(q_rot.transpose(1, 2), full_k.transpose(1, 2),
-                                         v_cache.double().cpu().transpose(1, 2), (lens + 2).cpu(), scale=32 ** -0.5,
-                                         causal=True, window=(9, 3), leftpad_B=leftpad.cpu())
+        full_k[b, n : n + 2] = k_rot[b]
+    exact, _ = kvcache.kvcache_reference(
+        q_rot.transpose(1, 2),
+        full_k.transpose(1, 2),
+        v_cache.double().cpu().transpose(1, 2),
+        (lens + 2).cpu(),
+        scale=32**-0.5,
+        causal=True,
+        window=(9, 3),
+        leftpad_B=leftpad.cpu(),
+    )
     torch.testing.assert_close(out.transpose(1, 2).double().cpu(), exact, rtol=0, atol=1e-4)
 
 
@@ -278,11 +345,12 @@ def test_flash_attn_with_kvcache_paged_and_int_lengths():
     v_pages = torch.zeros_like(k_pages)
     for b in range(2):
         for p in range(4):
-            k_pages[table[b, p]] = k_rows[b, 16 * p:16 * p + 16]
-            v_pages[table[b, p]] = v_rows[b, 16 * p:16 * p + 16]
+            k_pages[table[b, p]] = k_rows[b, 16 * p : 16 * p + 16]
+            v_pages[table[b, p]] = v_rows[b, 16 * p : 16 * p + 16]
     rows = kvcache.flash_attn_with_kvcache(q, k_rows, v_rows, k_new, v_new, cache_seqlens=40, causal=True)
-    paged = kvcache.flash_attn_with_kvcache(q, k_pages, v_pages, k_new, v_new, cache_seqlens=40, block_table=table,
-                                           causal=True)
+    paged = kvcache.flash_attn_with_kvcache(
+        q, k_pages, v_pages, k_new, v_new, cache_seqlens=40, block_table=table, causal=True
+    )
     torch.testing.assert_close(paged, rows, rtol=0, atol=2e-3)
     torch.testing.assert_close(k_pages[table[1, 2], 8], k_new[1, 0], rtol=0, atol=0)  # position 40: page 2, slot 8
 
@@ -300,7 +368,11 @@ def test_flash_attn_with_kvcache_refusals_name_the_parameter():
     for new, lengths in (((k_new, v_new), 16), ((None, None), 17)):  # flash-attn's callers catch a RuntimeError
         with pytest.raises(RuntimeError, match="give block_table more pages per row"):
             kvcache.flash_attn_with_kvcache(q, pages, pages.clone(), *new, cache_seqlens=lengths, block_table=one_page)
-    assert kvcache.flash_attn_with_kvcache(q, pages, pages.clone(), cache_seqlens=16, block_table=one_page).isfinite().all()
+    assert (
+        kvcache.flash_attn_with_kvcache(q, pages, pages.clone(), cache_seqlens=16, block_table=one_page)
+        .isfinite()
+        .all()
+    )
     with pytest.raises(ValueError, match="give both k and v"):
         kvcache.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, cache_seqlens=3)
     table = torch.zeros(2, 4, dtype=torch.int32, device=DEVICE)
@@ -332,4 +404,4 @@ def test_decode_attention_paths_agree():
 def test_gpu_sweep(dtype, D, Lq, H, HKV):
     for seed, C in enumerate((1000, 16384)):
         q, k, v, seqlens, extra = _case(B=3, H=H, HKV=HKV, Lq=Lq, C=C, D=D, seed=seed)
-        _assert_two_x(q, k, v, seqlens, dtype, scale=D ** -0.5, causal=True, num_splits=0, **extra)
+        _assert_two_x(q, k, v, seqlens, dtype, scale=D**-0.5, causal=True, num_splits=0, **extra)

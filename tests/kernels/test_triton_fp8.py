@@ -37,14 +37,18 @@ from genoformer.kernels.triton_fp8 import (  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 if DEVICE.type == "cpu" and not INTERPRETED:
-    pytest.skip("genoformer.kernels.triton_fp8 was imported before TRITON_INTERPRET=1 was set; "
-                "run `pytest tests/kernels/test_triton_fp8.py` on its own", allow_module_level=True)
+    pytest.skip(
+        "genoformer.kernels.triton_fp8 was imported before TRITON_INTERPRET=1 was set; "
+        "run `pytest tests/kernels/test_triton_fp8.py` on its own",
+        allow_module_level=True,
+    )
 
 
 def _inputs(B, H, HKV, L, S, D, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(shape, generator=g, dtype=torch.float64) for shape in
-            ((B, H, L, D), (B, HKV, S, D), (B, HKV, S, D))]
+    return [
+        torch.randn(shape, generator=g, dtype=torch.float64) for shape in ((B, H, L, D), (B, HKV, S, D), (B, HKV, S, D))
+    ]
 
 
 def _assert_same_fp8_arithmetic(got, emulated, v):
@@ -55,7 +59,7 @@ def _assert_same_fp8_arithmetic(got, emulated, v):
     ulp = torch.finfo(got.dtype).eps * emulated.abs().max().item()
     rows = (diff > 2 * ulp).any(-1).double().mean().item()
     assert rows <= 1 / 50, f"{rows:.1%} of the rows differ: more than rounding flips explain"
-    assert diff.max().item() <= 2.0 ** -4 * v.abs().max().item()
+    assert diff.max().item() <= 2.0**-4 * v.abs().max().item()
 
 
 # name -> (B, H, HKV, L, S, D, causal, kv_lens)
@@ -73,11 +77,19 @@ def test_kernel_equals_its_emulation(name, dtype, p_fp8):
     B, H, HKV, L, S, D, causal, lens = CASES[name]
     q, k, v = (t.to(dtype) for t in _inputs(B, H, HKV, L, S, D, seed=len(name)))
     kv_lens = None if lens is None else torch.tensor(lens)
-    got = fp8_fwd(q.to(DEVICE), k.to(DEVICE), v.to(DEVICE), None if kv_lens is None else kv_lens.to(DEVICE), causal,
-                  D ** -0.5, p_fp8=p_fp8).cpu()
+    got = fp8_fwd(
+        q.to(DEVICE),
+        k.to(DEVICE),
+        v.to(DEVICE),
+        None if kv_lens is None else kv_lens.to(DEVICE),
+        causal,
+        D**-0.5,
+        p_fp8=p_fp8,
+    ).cpu()
     block_n = 32 if INTERPRETED else 128  # the interpreter's configuration walks keys 32 at a time
-    emulated = emulated_fp8_attention(q, k, v, causal=causal, kv_lens=kv_lens, scale=D ** -0.5, p_fp8=p_fp8,
-                                      block_n=block_n)
+    emulated = emulated_fp8_attention(
+        q, k, v, causal=causal, kv_lens=kv_lens, scale=D**-0.5, p_fp8=p_fp8, block_n=block_n
+    )
     assert got.dtype == dtype and not got.isnan().any()
     _assert_same_fp8_arithmetic(got, emulated, v)
     if lens is not None and 0 in lens:
@@ -89,7 +101,7 @@ def _fp8_bound(q, k, v, scale):
     2^-4), so each score moves by at most 2 * 2^-4 * |q| |k| * scale (q and k rounded), each p by
     2^-4 relative, and each value by 2^-4 of its block's amax: the output moves by at most
     exp(max score error) - 1 plus 2^-4 of the largest value, twice over for p and v."""
-    eps = 2.0 ** -4
+    eps = 2.0**-4
     score_err = 2 * eps * (q.norm(dim=-1).max() * k.norm(dim=-1).max() * scale).item()
     v_max = v.abs().max().item()
     return (2 * (torch.tensor(score_err).exp().item() - 1) + 2 * eps) * v_max
@@ -103,11 +115,12 @@ def test_emulation_error_within_fp8_rounding(name):
     q, k, v = _inputs(B, H, HKV, L, S, D, seed=3)
     kv_lens = None if lens is None else torch.tensor(lens)
     exact = reference_attention(q, k, v, causal=causal, kv_lens=kv_lens)
-    emulated = emulated_fp8_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=causal, kv_lens=kv_lens,
-                                      scale=D ** -0.5)
+    emulated = emulated_fp8_attention(
+        q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=causal, kv_lens=kv_lens, scale=D**-0.5
+    )
     bf16 = reference_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=causal, kv_lens=kv_lens)
     err = (emulated.double() - exact).abs().max().item()
-    assert err <= _fp8_bound(q, k, v, D ** -0.5)
+    assert err <= _fp8_bound(q, k, v, D**-0.5)
     assert err > (bf16.double() - exact).abs().max().item()
 
 
@@ -121,7 +134,7 @@ def test_quantization_keeps_three_mantissa_bits_per_block():
     back = x8.float() * scales.repeat_interleave(128, -1)[..., None]
     assert (back[:, :, 300:] == 0).all()
     err = (back[:, :, :300] - x).abs()
-    bound = x.abs() * 2.0 ** -4 + scales.repeat_interleave(128, -1)[..., :300, None] * 2.0 ** -9
+    bound = x.abs() * 2.0**-4 + scales.repeat_interleave(128, -1)[..., :300, None] * 2.0**-9
     assert (err <= bound).all()
     amax = x8.float().abs().amax(dim=-1).view(2, 3, 3, 128).amax(-1)
     assert torch.equal(amax[:, :, :2], torch.full((2, 3, 2), E4M3_MAX))
@@ -135,7 +148,7 @@ def test_fp8_backend_through_the_entry_point():
     q, k, v = (t.float() for t in _inputs(1, 2, 1, 40, 40, 16))
     with torch.no_grad():
         got = attention(q, k, v, causal=True, backend="fp8")
-    expected = emulated_fp8_attention(q, k, v, causal=True, kv_lens=None, scale=16 ** -0.5)
+    expected = emulated_fp8_attention(q, k, v, causal=True, kv_lens=None, scale=16**-0.5)
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
     with pytest.raises(ValueError, match="for inference"):
         attention(q.requires_grad_(), k, v, backend="fp8")
@@ -159,11 +172,13 @@ def test_fp8_backend_through_the_entry_point():
 def test_kernel_refuses_what_it_cannot_run():
     q = torch.zeros(1, 2, 16, 64, dtype=torch.bfloat16, device=DEVICE)
     assert unsupported_reason(q, q, q, layout=None, kv_lens=None, cu_seqlens=None, return_lse=False) is None
-    assert "float16 or bfloat16" in unsupported_reason(q.float(), q.float(), q.float(), layout=None, kv_lens=None,
-                                                       cu_seqlens=None, return_lse=False)
+    assert "float16 or bfloat16" in unsupported_reason(
+        q.float(), q.float(), q.float(), layout=None, kv_lens=None, cu_seqlens=None, return_lse=False
+    )
     q48 = torch.zeros(1, 2, 16, 48, dtype=torch.bfloat16, device=DEVICE)
-    assert "head dims" in unsupported_reason(q48, q48, q48, layout=None, kv_lens=None, cu_seqlens=None,
-                                             return_lse=False)
+    assert "head dims" in unsupported_reason(
+        q48, q48, q48, layout=None, kv_lens=None, cu_seqlens=None, return_lse=False
+    )
 
 
 @pytest.mark.gpu
@@ -174,6 +189,6 @@ def test_gpu_kernel_equals_its_emulation_at_length(D, causal):
     if torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("FP8 tensor cores need sm_89 or newer")
     q, k, v = (t.bfloat16().cuda() for t in _inputs(2, 8, 2, 2000, 2000, D, seed=D))
-    got = fp8_fwd(q, k, v, None, causal, D ** -0.5, config=Fp8Config(128, 128, 8, 3))  # keys 128 at a time
-    emulated = emulated_fp8_attention(q, k, v, causal=causal, kv_lens=None, scale=D ** -0.5, block_n=128)
+    got = fp8_fwd(q, k, v, None, causal, D**-0.5, config=Fp8Config(128, 128, 8, 3))  # keys 128 at a time
+    emulated = emulated_fp8_attention(q, k, v, causal=causal, kv_lens=None, scale=D**-0.5, block_n=128)
     _assert_same_fp8_arithmetic(got, emulated, v)

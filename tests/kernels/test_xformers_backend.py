@@ -16,9 +16,7 @@ import logging
 import fake_xformers  # tests/kernels/fake_xformers.py: the stand-in package
 import pytest
 import torch
-
-from genoformer.kernels import Backend, BlockLayout, attention
-from genoformer.kernels import dispatch, flash_attn_backend, xformers_backend
+from genoformer.kernels import Backend, BlockLayout, attention, dispatch, flash_attn_backend, xformers_backend
 from genoformer.kernels.reference import reference_attention
 from genoformer.kernels.xformers_backend import xformers_attention
 
@@ -73,8 +71,19 @@ def test_entry_point_runs_xformers_in_float32(attn, fake_t4):
 
 def _auto(q, **conditions):
     B, H, L, D = q.shape
-    return dispatch.plan_attention("auto", batch=B, q_heads=H, kv_heads=H, q_len=L, kv_len=L, head_dim=D,
-                                   dtype=q.dtype, device=q.device, causal=True, **conditions).backend
+    return dispatch.plan_attention(
+        "auto",
+        batch=B,
+        q_heads=H,
+        kv_heads=H,
+        q_len=L,
+        kv_len=L,
+        head_dim=D,
+        dtype=q.dtype,
+        device=q.device,
+        causal=True,
+        **conditions,
+    ).backend
 
 
 def test_auto_takes_xformers_on_gpus_older_than_ampere(fake_t4, caplog):
@@ -109,7 +118,8 @@ def test_auto_without_xformers_warns_with_the_install_line(monkeypatch, caplog):
 def test_reasons_say_what_to_do(fake_t4):
     q = torch.zeros(1, 2, 64, 16, dtype=torch.float16)
     reason = lambda t, **kw: xformers_backend.unsupported_reason(  # noqa: E731
-        t, t, t, causal=False, layout=kw.pop("layout", None), kv_lens=None, **kw)
+        t, t, t, causal=False, layout=kw.pop("layout", None), kv_lens=None, **kw
+    )
     assert reason(q) is None
     assert "Ampere" in reason(q.bfloat16())
     assert "log-sum-exp" in reason(q, return_lse=True)
@@ -142,8 +152,9 @@ def test_gpu_every_accepted_kernel_test_input_passes_the_two_x_rule(attn):
         run = lambda *a, **kw: attention(*a, backend="xformers", **kw)  # noqa: E731
         got = attn.run_with_grads(run, *low, dout.to(dtype), **kwargs)
         exact = attn.reference(*(t.cpu() for t in (q, k, v, dout)), **kernel_tests._on_cpu(kwargs))
-        naive = attn.run_with_grads(attn.naive_attention, *(t.cpu() for t in low), dout.to(dtype).cpu(),
-                                    **kernel_tests._on_cpu(kwargs))
+        naive = attn.run_with_grads(
+            attn.naive_attention, *(t.cpu() for t in low), dout.to(dtype).cpu(), **kernel_tests._on_cpu(kwargs)
+        )
         for part, ref in exact.tensors().items():
             err = (got.tensors()[part].cpu().double() - ref).abs().max().item()
             base = (naive.tensors()[part].double() - ref).abs().max().item()

@@ -26,12 +26,14 @@ def inputs(B, Hq, Hkv, L, S, D, dtype, seed):
 
 def on_cpu(kwargs: dict) -> dict:
     """kwargs with every tensor (a Varlen's too) moved to the CPU."""
+
     def move(value):
         if isinstance(value, torch.Tensor):
             return value.cpu()
         if isinstance(value, tuple) and hasattr(value, "_fields"):  # a NamedTuple (Varlen)
             return type(value)(*(move(item) for item in value))
         return value
+
     return {name: move(value) for name, value in kwargs.items()}
 
 
@@ -63,5 +65,6 @@ def assert_close_to_reference(attn, fn, q, k, v, dout, dtype, **kwargs):
     errors, got = max_errors(attn, fn, q, k, v, dout, dtype, **kwargs)
     for name, (err, base, floor) in errors.items():
         assert err <= 2 * base + floor, (
-            f"{name}: error {err:.3e} > 2 x same-precision PyTorch error {base:.3e} + {floor:.1e}")
+            f"{name}: error {err:.3e} > 2 x same-precision PyTorch error {base:.3e} + {floor:.1e}"
+        )
     return got

@@ -80,7 +80,7 @@ def test_dlinear_recovers_a_known_linear_answer():
     split = ProtocolSplit.of(len(x))
     model = DLinear.fit([x[None]], [split], horizon=4, lookback=48)
     weights = model.weights_CP1H[0]  # (49, 4): 48 lags (oldest first) and the intercept
-    assert weights[47] == pytest.approx([0.9 ** h for h in (1, 2, 3, 4)], abs=0.03)
+    assert weights[47] == pytest.approx([0.9**h for h in (1, 2, 3, 4)], abs=0.03)
     assert np.abs(weights[:47]).max() < 0.05 and np.abs(weights[48]).max() < 0.05
     best = [1.0, 1 + (1 + 0.81) + (1 + 0.81 + 0.9**4) + (1 + 0.81 + 0.9**4 + 0.9**6)]  # error variance, steps 1..4
     assert model.info["best_step"] > 0 and model.info["validation_mse"] == pytest.approx(best[1] / 4, rel=0.1)
@@ -99,7 +99,9 @@ def test_dlinear_forecasts_a_trend_and_a_season_exactly():
     model = DLinear.fit([z], [split], horizon=24, lookback=96)
     rows = evaluate_protocol(model, [x], lookback=96, horizons=[24], progress=False)
     assert rows[0]["mse"] < 1e-3
-    individual = DLinear.fit([np.concatenate([z, -z])], [split], horizon=24, lookback=96, individual=True, max_steps=200)
+    individual = DLinear.fit(
+        [np.concatenate([z, -z])], [split], horizon=24, lookback=96, individual=True, max_steps=200
+    )
     assert individual.weights_CP1H.shape == (2, 97, 24) and len(individual.info["channels"]) == 2
 
 
@@ -110,7 +112,9 @@ def test_direct_ar_through_moments_matches_a_plain_least_squares_fit():
     windows = np.concatenate([sliding_window_view(channel, 9) for channel in x])
     design = np.concatenate([windows[:, :6], np.ones((len(windows), 1))], axis=1)
     solution = np.linalg.lstsq(design, windows[:, 6:], rcond=None)[0]
-    assert np.allclose(model.coef_PH, solution[:6], atol=1e-5) and np.allclose(model.intercept_H, solution[6], atol=1e-5)
+    assert np.allclose(model.coef_PH, solution[:6], atol=1e-5) and np.allclose(
+        model.intercept_H, solution[6], atol=1e-5
+    )
 
 
 def test_short_gaps_are_filled_for_fitting_and_long_ones_kept():

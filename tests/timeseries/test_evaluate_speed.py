@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from genoformer.data.timeseries.store import TimeSeriesStore, prepare_timeseries_store
 
 from genoformer.core.transformer import TransformerConfig
-from genoformer.data.timeseries.store import TimeSeriesStore, prepare_timeseries_store
 from genoformer.timeseries.baselines import fill_lookback
 from genoformer.timeseries.commands import protocol_results
 from genoformer.timeseries.forecaster import Forecaster
@@ -51,10 +51,20 @@ def reference_rows(forecast, series, *, lookback, horizons, levels=LEVELS):
                     pinball_K[k] += np.where(observed_CH, np.maximum(q * d_CH, (q - 1) * d_CH), 0.0).sum()
                 abs_truth += np.abs(truth_CH[observed_CH]).sum()
         n = count_H.sum()
-        rows.append({"horizon": h, "mse": sq_H.sum() / n, "mae": abs_sum / n, "lookback": lookback,
-                     "windows": windows, "mse_by_step": list(sq_H / count_H), "missing_targets": missing,
-                     "windows_without_targets": empty, "quantile_loss": pinball_K.sum() / (n * len(levels)),
-                     "wql": np.mean(2 * pinball_K / abs_truth)})
+        rows.append(
+            {
+                "horizon": h,
+                "mse": sq_H.sum() / n,
+                "mae": abs_sum / n,
+                "lookback": lookback,
+                "windows": windows,
+                "mse_by_step": list(sq_H / count_H),
+                "missing_targets": missing,
+                "windows_without_targets": empty,
+                "quantile_loss": pinball_K.sum() / (n * len(levels)),
+                "wql": np.mean(2 * pinball_K / abs_truth),
+            }
+        )
     return rows
 
 
@@ -80,8 +90,12 @@ def gappy_series(length, seed):
     runs past it)."""
     rng = np.random.default_rng(seed)
     t = np.arange(length)
-    values_CT = np.stack([np.sin(2 * np.pi * t / 23) + 0.3 * rng.standard_normal(length),
-                          5 + 2 * np.cos(2 * np.pi * t / 41) + rng.standard_normal(length)]).astype(np.float32)
+    values_CT = np.stack(
+        [
+            np.sin(2 * np.pi * t / 23) + 0.3 * rng.standard_normal(length),
+            5 + 2 * np.cos(2 * np.pi * t / 41) + rng.standard_normal(length),
+        ]
+    ).astype(np.float32)
     values_CT[rng.random(values_CT.shape) < 0.05] = np.nan
     test_start = ProtocolSplit.of(length).test_start
     values_CT[:, test_start + 20 : test_start + 60] = np.nan
@@ -94,15 +108,30 @@ def test_the_evaluator_matches_a_window_by_window_reference(batch_size):
     series = [gappy_series(600, 0), gappy_series(437, 1)]
     horizons = [5, 12, 30]
     expected = reference_rows(persistence, series, lookback=16, horizons=horizons)
-    as_numpy = evaluate_protocol(persistence, series, lookback=16, horizons=horizons, quantile_levels=LEVELS,
-                                 batch_size=batch_size, progress=False)
+    as_numpy = evaluate_protocol(
+        persistence,
+        series,
+        lookback=16,
+        horizons=horizons,
+        quantile_levels=LEVELS,
+        batch_size=batch_size,
+        progress=False,
+    )
 
     def on_device(context_NCP, horizon):  # a forecaster on the evaluator's device: tensors in and out
         assert isinstance(context_NCP, torch.Tensor) and context_NCP.is_contiguous()
         return tuple(torch.from_numpy(part) for part in persistence(context_NCP.numpy(), horizon))
 
-    as_tensors = evaluate_protocol(on_device, series, lookback=16, horizons=horizons, quantile_levels=LEVELS,
-                                   batch_size=batch_size, progress=False, device="cpu")
+    as_tensors = evaluate_protocol(
+        on_device,
+        series,
+        lookback=16,
+        horizons=horizons,
+        quantile_levels=LEVELS,
+        batch_size=batch_size,
+        progress=False,
+        device="cpu",
+    )
     assert expected[0]["windows_without_targets"] > 0 and all(row["missing_targets"] > 0 for row in expected)
     assert_rows_match(as_numpy, expected, rel=1e-10)
     assert_rows_match(as_tensors, expected, rel=1e-10)
@@ -110,8 +139,10 @@ def test_the_evaluator_matches_a_window_by_window_reference(batch_size):
 
 def test_forecast_batch_equals_forecast_and_checks_its_input():
     torch.manual_seed(0)
-    model = TimeSeriesTransformer(TransformerConfig(d_model=32, n_layers=2, n_heads=4, max_seq_len=64),
-                                  ForecastConfig(patch_len=8, context=64, horizon=20, quantiles=list(LEVELS)))
+    model = TimeSeriesTransformer(
+        TransformerConfig(d_model=32, n_layers=2, n_heads=4, max_seq_len=64),
+        ForecastConfig(patch_len=8, context=64, horizon=20, quantiles=list(LEVELS)),
+    )
     forecaster = Forecaster(model, device="cpu")
     windows_NCL = torch.randn(5, 2, 80)  # longer than the context: the last 64 samples are used
     windows_NCL[1, 0, 70] = torch.nan
@@ -132,10 +163,14 @@ def test_forecast_batch_equals_forecast_and_checks_its_input():
 def test_a_checkpoint_is_scored_as_its_forecasts_window_by_window(tmp_path):
     values_CT = gappy_series(700, 2)
     np.save(tmp_path / "gappy.npy", values_CT.T)
-    store = TimeSeriesStore(prepare_timeseries_store([tmp_path / "gappy.npy"], tmp_path / "gappy.zarr", sampling_rate=1.0))
+    store = TimeSeriesStore(
+        prepare_timeseries_store([tmp_path / "gappy.npy"], tmp_path / "gappy.zarr", sampling_rate=1.0)
+    )
     torch.manual_seed(0)
-    model = TimeSeriesTransformer(TransformerConfig(d_model=32, n_layers=2, n_heads=4, max_seq_len=64),
-                                  ForecastConfig(patch_len=8, context=64, horizon=24, quantiles=list(LEVELS)))
+    model = TimeSeriesTransformer(
+        TransformerConfig(d_model=32, n_layers=2, n_heads=4, max_seq_len=64),
+        ForecastConfig(patch_len=8, context=64, horizon=24, quantiles=list(LEVELS)),
+    )
     forecaster = Forecaster(model, device="cpu")
 
     def one_window(context_NCP, horizon):

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
 from cli_helpers import fails
-from genoformer.cli import main
 from genoformer.data.timeseries.store import TimeSeriesStore
+
+from genoformer.cli import main
 
 FILES = Path(__file__).resolve().parents[1] / "data" / "timeseries" / "files"
 MONITOR = FILES / "monitor_export.csv"
@@ -30,8 +30,17 @@ def hinted(message: str, pattern: str) -> list[str]:
 
 
 def monitor_args(out: Path) -> list[str]:
-    return ["prepare_timeseries", "--inputs", str(MONITOR), "--out", str(out), "--time_column", "timestamp",
-            "--sampling_rate", "5min"]
+    return [
+        "prepare_timeseries",
+        "--inputs",
+        str(MONITOR),
+        "--out",
+        str(out),
+        "--time_column",
+        "timestamp",
+        "--sampling_rate",
+        "5min",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -68,11 +77,29 @@ def test_resample_aggregates_the_rows_of_each_step(tmp_path):
     csv = tmp_path / "minutes.csv"
     times = pd.date_range("2026-01-05 10:00", periods=60, freq="min")
     keep = np.r_[0:20, 25:60]  # no row in 10:20-10:25
-    pd.DataFrame({"time": times[keep].strftime("%Y-%m-%d %H:%M"), "load": np.arange(60.0)[keep]}).to_csv(csv, index=False)
-    for how, expected in (("mean", [2.0, 7.0, 12.0, 17.0, np.nan, 27.0]), ("max", [4.0, 9.0, 14.0, 19.0, np.nan, 29.0])):
+    pd.DataFrame({"time": times[keep].strftime("%Y-%m-%d %H:%M"), "load": np.arange(60.0)[keep]}).to_csv(
+        csv, index=False
+    )
+    for how, expected in (
+        ("mean", [2.0, 7.0, 12.0, 17.0, np.nan, 27.0]),
+        ("max", [4.0, 9.0, 14.0, 19.0, np.nan, 29.0]),
+    ):
         out = tmp_path / f"{how}.zarr"
-        main(["prepare_timeseries", "--inputs", str(csv), "--out", str(out), "--time_column", "time",
-              "--sampling_rate", "5min", "--resample", how])
+        main(
+            [
+                "prepare_timeseries",
+                "--inputs",
+                str(csv),
+                "--out",
+                str(out),
+                "--time_column",
+                "time",
+                "--sampling_rate",
+                "5min",
+                "--resample",
+                how,
+            ]
+        )
         store = TimeSeriesStore(out)
         assert store.series[0].length == 12 and store.series[0].duplicates == 55 - 11  # rows into 11 steps
         np.testing.assert_array_equal(store.read(0, 0, 6)[0], np.array(expected, np.float32))
@@ -85,16 +112,33 @@ def test_snap_names_a_row_beyond_its_tolerance(tmp_path, capsys):
 
 
 def test_snap_without_a_rate_names_the_rate_to_give(tmp_path, capsys):
-    args = ["prepare_timeseries", "--inputs", str(MONITOR), "--out", str(tmp_path / "m.zarr"), "--time_column",
-            "timestamp", "--snap", "150s"]
+    args = [
+        "prepare_timeseries",
+        "--inputs",
+        str(MONITOR),
+        "--out",
+        str(tmp_path / "m.zarr"),
+        "--time_column",
+        "timestamp",
+        "--snap",
+        "150s",
+    ]
     err = fails(capsys, args)
     main([*args, *hinted(err, r"--sampling_rate \S+")])
     assert TimeSeriesStore(tmp_path / "m.zarr").sampling_rate == pytest.approx(1 / 300)
 
 
 def test_weather_station_preamble_and_hours_to_24(tmp_path, capsys):
-    args = ["prepare_timeseries", "--inputs", str(WEATHER), "--out", str(tmp_path / "w.zarr"),
-            "--time_column", "date,time", "--dayfirst"]
+    args = [
+        "prepare_timeseries",
+        "--inputs",
+        str(WEATHER),
+        "--out",
+        str(tmp_path / "w.zarr"),
+        "--time_column",
+        "date,time",
+        "--dayfirst",
+    ]
     err = fails(capsys, args)
     assert "line 2 looks like the header" in err
     main([*args, *hinted(err, r"--skip_rows \d+")])
@@ -113,8 +157,20 @@ def test_the_command_that_rebuilds_a_store_reads_the_file_as_it_was_read(tmp_pat
     """A damaged store's error names the command that rebuilds it: with the reading options it was
     built with (the line before the header, the 1-24 hours, the jittered times)."""
     weather, monitor = tmp_path / "w.zarr", tmp_path / "m.zarr"
-    main(["prepare_timeseries", "--inputs", str(WEATHER), "--out", str(weather), "--time_column", "date,time",
-          "--dayfirst", "--skip_rows", "1"])
+    main(
+        [
+            "prepare_timeseries",
+            "--inputs",
+            str(WEATHER),
+            "--out",
+            str(weather),
+            "--time_column",
+            "date,time",
+            "--dayfirst",
+            "--skip_rows",
+            "1",
+        ]
+    )
     main([*monitor_args(monitor), "--snap", "150s"])
     for path, options in ((weather, ["--skip_rows 1", "--time_column date,time"]), (monitor, ["--snap 150s"])):
         store = TimeSeriesStore(path)
@@ -128,24 +184,61 @@ def test_the_command_that_rebuilds_a_store_reads_the_file_as_it_was_read(tmp_pat
 
 def test_a_rate_as_a_period_without_a_time_column(tmp_path):
     out = tmp_path / "w.zarr"
-    main(["prepare_timeseries", "--inputs", str(WEATHER), "--out", str(out), "--skip_rows", "1",
-          "--sampling_rate", "1h", "--columns", "temperature_c,humidity_pct"])
+    main(
+        [
+            "prepare_timeseries",
+            "--inputs",
+            str(WEATHER),
+            "--out",
+            str(out),
+            "--skip_rows",
+            "1",
+            "--sampling_rate",
+            "1h",
+            "--columns",
+            "temperature_c,humidity_pct",
+        ]
+    )
     store = TimeSeriesStore(out)
     assert store.sampling_rate == pytest.approx(1 / 3600) and store.channel_names == ["temperature_c", "humidity_pct"]
     assert store.series[0].length == 504
 
 
 def test_a_rate_that_is_neither_a_number_nor_a_period_names_both_forms(tmp_path, capsys):
-    err = fails(capsys, ["prepare_timeseries", "--inputs", str(WEATHER), "--out", str(tmp_path / "w.zarr"),
-                         "--skip_rows", "1", "--sampling_rate", "hourly"])
-    assert "--sampling_rate RATE takes samples per second (360, 0.2) or a period (5min, 1h, 30s, 100ms); got 'hourly'" in err
+    err = fails(
+        capsys,
+        [
+            "prepare_timeseries",
+            "--inputs",
+            str(WEATHER),
+            "--out",
+            str(tmp_path / "w.zarr"),
+            "--skip_rows",
+            "1",
+            "--sampling_rate",
+            "hourly",
+        ],
+    )
+    assert (
+        "--sampling_rate RATE takes samples per second (360, 0.2) or a period (5min, 1h, 30s, 100ms); got 'hourly'"
+        in err
+    )
 
 
 def test_ar_on_a_gappy_series_says_which_option_fixes_it(monitor_store, tmp_path, capsys):
     """The 4-hour signal loss leaves the validation part no window of order + 96 steps: no order
     can be chosen there; one order given needs no choosing."""
-    args = ["evaluate_forecast", "--store", str(monitor_store), "--baseline", "ar", "--horizons", "96",
-            "--out", str(tmp_path / "ar.json")]
+    args = [
+        "evaluate_forecast",
+        "--store",
+        str(monitor_store),
+        "--baseline",
+        "ar",
+        "--horizons",
+        "96",
+        "--out",
+        str(tmp_path / "ar.json"),
+    ]
     err = fails(capsys, args)
     assert "no order can be chosen on the validation part at horizon 96" in err
     main([*args, *hinted(err, r"--ar_orders \S+")])

@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from genoformer.data.splits import SplitSpec
+from genoformer.data.timeseries.datamodule import TimeSeriesDataModule
+from genoformer.data.timeseries.store import prepare_timeseries_store
+from genoformer.kernels.layout import SlidingWindow
 
 from genoformer.cli import main
-from genoformer.data.timeseries.datamodule import TimeSeriesDataModule
-from genoformer.data.splits import SplitSpec
-from genoformer.data.timeseries.store import prepare_timeseries_store
-from genoformer.timeseries.forecaster import Forecaster
-from genoformer.kernels.layout import SlidingWindow
 from genoformer.core.transformer import TransformerConfig
+from genoformer.timeseries.forecaster import Forecaster
 from genoformer.timeseries.model import (
     ForecastConfig,
     TimeSeriesTransformer,
@@ -30,11 +30,25 @@ from genoformer.timeseries.model import (
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def tiny_forecaster(seed: int = 0, *, n_channels: int = 1, channel_independent: bool = True,
-                    quantiles=(0.1, 0.5, 0.9), causal: bool = False, attention=(None,), **forecast) -> Forecaster:
+def tiny_forecaster(
+    seed: int = 0,
+    *,
+    n_channels: int = 1,
+    channel_independent: bool = True,
+    quantiles=(0.1, 0.5, 0.9),
+    causal: bool = False,
+    attention=(None,),
+    **forecast,
+) -> Forecaster:
     torch.manual_seed(seed)
-    values = dict(patch_len=8, context=100, horizon=20, n_channels=n_channels,
-                  channel_independent=channel_independent, quantiles=list(quantiles))
+    values = dict(
+        patch_len=8,
+        context=100,
+        horizon=20,
+        n_channels=n_channels,
+        channel_independent=channel_independent,
+        quantiles=list(quantiles),
+    )
     values.update(forecast)
     model = TimeSeriesTransformer(
         TransformerConfig(d_model=32, n_layers=2, n_heads=4, max_seq_len=64, causal=causal, attention=list(attention)),
@@ -83,7 +97,7 @@ def test_forecast_shapes_univariate_and_multivariate(channel_independent):
     as_torch = uni.forecast(torch.from_numpy(series))
     assert isinstance(as_torch.point, torch.Tensor) and torch.allclose(as_torch.point, torch.from_numpy(result.point))
     # a list of different lengths (longer ones use their tail) gives one batch of forecasts
-    listed = uni.forecast([series, series[:13 + 8], series[-100:]])
+    listed = uni.forecast([series, series[: 13 + 8], series[-100:]])
     assert listed.point.shape == (3, 1, 20)
     assert np.allclose(listed.point[2, 0], result.point, atol=1e-5)  # the tail of 150 is the last 100
 
@@ -116,8 +130,10 @@ def test_bad_inputs_are_clear_errors():
     with pytest.raises(ValueError, match="shorter than one patch"):
         forecaster.embed([good, good[:3]])
     with pytest.raises(ValueError, match="max_seq_len=15 is too short.*at least 16"):
-        TimeSeriesTransformer(TransformerConfig(d_model=32, n_heads=4, max_seq_len=15),
-                              ForecastConfig(patch_len=8, context=100, horizon=20))
+        TimeSeriesTransformer(
+            TransformerConfig(d_model=32, n_heads=4, max_seq_len=15),
+            ForecastConfig(patch_len=8, context=100, horizon=20),
+        )
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="sees none; pass device='cpu'"):
             Forecaster(forecaster.model, device="cuda")
@@ -189,8 +205,9 @@ def _sine_store(tmp_path: Path, length: int = 3000) -> Path:
 
 def test_empty_validation_or_test_split_is_an_error(tmp_path):
     store = _sine_store(tmp_path)
-    module = TimeSeriesDataModule(str(store), context=64, horizon=16, num_workers=0,
-                                  split=SplitSpec(val_fraction=0.1, test_fraction=0.0))
+    module = TimeSeriesDataModule(
+        str(store), context=64, horizon=16, num_workers=0, split=SplitSpec(val_fraction=0.1, test_fraction=0.0)
+    )
     with pytest.raises(ValueError, match="test split .* is empty: set data.init_args.split.test_fraction"):
         module.setup("test")
     module.setup("fit")
@@ -205,11 +222,31 @@ def test_fit_tiny_config_then_forecast_embed_and_evaluate(tmp_path, capsys, monk
     monkeypatch.chdir(REPO_ROOT)  # the config names examples/ecg_mitbih208_360hz.csv
     store = _sine_store(tmp_path, length=8000)
     run = tmp_path / "run"
-    main(["fit", "--config", "configs/timeseries_tiny_cpu.yaml", "--trainer.default_root_dir", str(run),
-          "--data.init_args.store", str(store), "--data.init_args.sources", f"[{tmp_path / 'sine.npy'}]",
-          "--trainer.max_steps", "80", "--trainer.val_check_interval", "40", "--model.init_args.warmup_steps", "5",
-          "--trainer.limit_val_batches", "2", "--trainer.enable_progress_bar", "false",
-          "--data.init_args.batch_size", "16"])
+    main(
+        [
+            "fit",
+            "--config",
+            "configs/timeseries_tiny_cpu.yaml",
+            "--trainer.default_root_dir",
+            str(run),
+            "--data.init_args.store",
+            str(store),
+            "--data.init_args.sources",
+            f"[{tmp_path / 'sine.npy'}]",
+            "--trainer.max_steps",
+            "80",
+            "--trainer.val_check_interval",
+            "40",
+            "--model.init_args.warmup_steps",
+            "5",
+            "--trainer.limit_val_batches",
+            "2",
+            "--trainer.enable_progress_bar",
+            "false",
+            "--data.init_args.batch_size",
+            "16",
+        ]
+    )
     checkpoint = run / "checkpoints" / "last.ckpt"
     assert checkpoint.is_file()
 
@@ -224,31 +261,104 @@ def test_fit_tiny_config_then_forecast_embed_and_evaluate(tmp_path, capsys, monk
     assert forecaster.embed(sine, pooling="none")[0].shape == (1, 44, 64)
 
     out = tmp_path / "model.json"
-    main(["evaluate_forecast", "--store", str(store), "--checkpoint", str(checkpoint), "--out", str(out),
-          "--horizons", "[16, 96]", "--lookback", "256", "--device", "cpu", "--baseline", "[]"])
+    main(
+        [
+            "evaluate_forecast",
+            "--store",
+            str(store),
+            "--checkpoint",
+            str(checkpoint),
+            "--out",
+            str(out),
+            "--horizons",
+            "[16, 96]",
+            "--lookback",
+            "256",
+            "--device",
+            "cpu",
+            "--baseline",
+            "[]",
+        ]
+    )
     rows = json.loads(out.read_text())["results"]
     assert [(row["horizon"], row["lookback"], row["windows"]) for row in rows] == [(16, 256, 1585), (96, 256, 1505)]
     baseline = tmp_path / "ar.json"
-    main(["evaluate_forecast", "--store", str(store), "--baseline", "ar", "--out", str(baseline), "--horizons", "[96]",
-          "--ar_orders", "[4, 64]"])
+    main(
+        [
+            "evaluate_forecast",
+            "--store",
+            str(store),
+            "--baseline",
+            "ar",
+            "--out",
+            str(baseline),
+            "--horizons",
+            "[96]",
+            "--ar_orders",
+            "[4, 64]",
+        ]
+    )
     assert json.loads(baseline.read_text())["results"][0]["mse"] < 0.05  # a noisy sine is linear-predictable
     # an ensemble of the same checkpoint twice scores as the checkpoint alone
     twice = tmp_path / "twice.json"
-    main(["evaluate_forecast", "--store", str(store), "--checkpoint", f"[{checkpoint}, {checkpoint}]", "--out",
-          str(twice), "--horizons", "[16, 96]", "--lookback", "256", "--device", "cpu", "--baseline", "[]"])
+    main(
+        [
+            "evaluate_forecast",
+            "--store",
+            str(store),
+            "--checkpoint",
+            f"[{checkpoint}, {checkpoint}]",
+            "--out",
+            str(twice),
+            "--horizons",
+            "[16, 96]",
+            "--lookback",
+            "256",
+            "--device",
+            "cpu",
+            "--baseline",
+            "[]",
+        ]
+    )
     payload = json.loads(twice.read_text())
     assert payload["methods"]["forecaster"]["members"] == 2 and payload["checkpoint"] == [str(checkpoint)] * 2
     assert [row["mse"] for row in payload["results"]] == pytest.approx([row["mse"] for row in rows], rel=1e-5)
 
     npz = tmp_path / "forecast.npz"
-    main(["forecast", "--checkpoint", str(checkpoint), "--store", str(store), "--at", "5000", "--out", str(npz),
-          "--device", "cpu"])
+    main(
+        [
+            "forecast",
+            "--checkpoint",
+            str(checkpoint),
+            "--store",
+            str(store),
+            "--at",
+            "5000",
+            "--out",
+            str(npz),
+            "--device",
+            "cpu",
+        ]
+    )
     with np.load(npz) as saved:
         assert saved["forecast"].shape == (1, 96) and saved["truth"].shape == (1, 96)
         assert saved["quantiles"].shape == (1, 96, 3) and int(saved["at"]) == 5000
     assert npz.with_suffix(".png").stat().st_size > 1000
-    main(["forecast", "--checkpoint", f"[{checkpoint}, {checkpoint}]", "--store", str(store), "--at", "5000",
-          "--out", str(tmp_path / "ensemble.npz"), "--device", "cpu"])
+    main(
+        [
+            "forecast",
+            "--checkpoint",
+            f"[{checkpoint}, {checkpoint}]",
+            "--store",
+            str(store),
+            "--at",
+            "5000",
+            "--out",
+            str(tmp_path / "ensemble.npz"),
+            "--device",
+            "cpu",
+        ]
+    )
     with np.load(npz) as alone, np.load(tmp_path / "ensemble.npz") as ensemble:
         assert np.allclose(alone["forecast"], ensemble["forecast"], atol=1e-5)
     capsys.readouterr()
@@ -256,21 +366,46 @@ def test_fit_tiny_config_then_forecast_embed_and_evaluate(tmp_path, capsys, monk
 
 def test_command_errors_name_what_to_do(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        main(["evaluate_forecast", "--store", str(tmp_path / "none.zarr"), "--baseline", "ar", "--out", str(tmp_path / "x.json")])
+        main(
+            [
+                "evaluate_forecast",
+                "--store",
+                str(tmp_path / "none.zarr"),
+                "--baseline",
+                "ar",
+                "--out",
+                str(tmp_path / "x.json"),
+            ]
+        )
     assert "genoformer prepare_timeseries" in capsys.readouterr().err
     store = _sine_store(tmp_path)
     with pytest.raises(SystemExit):
         main(["evaluate_forecast", "--store", str(store), "--out", str(tmp_path / "x.json"), "--baseline", "[]"])
-    assert "nothing to score: give --checkpoint CKPT, --baseline seasonal_naive,ar,dlinear or both" in capsys.readouterr().err
+    assert (
+        "nothing to score: give --checkpoint CKPT, --baseline seasonal_naive,ar,dlinear or both"
+        in capsys.readouterr().err
+    )
 
 
 @pytest.mark.parametrize("name, patch_len", [("ecg_8k_gpu.yaml", 16), ("ecg_8k_cpu.yaml", 64)])
 def test_ecg_8k_configs_take_a_training_step_on_the_cpu(tmp_path, name, patch_len):
     from genoformer.training_cli import training_cli
 
-    cli = training_cli(["--config", str(REPO_ROOT / "configs" / name), "--trainer.accelerator", "cpu",
-                        "--trainer.precision", "32-true", "--trainer.default_root_dir", str(tmp_path),
-                        "--data.init_args.store", str(tmp_path / "ecg.zarr")], run=False)
+    cli = training_cli(
+        [
+            "--config",
+            str(REPO_ROOT / "configs" / name),
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.precision",
+            "32-true",
+            "--trainer.default_root_dir",
+            str(tmp_path),
+            "--data.init_args.store",
+            str(tmp_path / "ecg.zarr"),
+        ],
+        run=False,
+    )
     module = cli.model
     module.train()
     forecast = module.forecast_config
@@ -292,22 +427,50 @@ def test_evaluate_forecast_scores_the_horizons_the_model_has_and_names_the_rest(
     from genoformer.timeseries.module import TimeSeriesForecaster
 
     store = _sine_store(tmp_path)
-    module = TimeSeriesForecaster(TransformerConfig(d_model=32, n_layers=1, n_heads=2, max_seq_len=64),
-                                  ForecastConfig(patch_len=8, context=128, horizon=96))
+    module = TimeSeriesForecaster(
+        TransformerConfig(d_model=32, n_layers=1, n_heads=2, max_seq_len=64),
+        ForecastConfig(patch_len=8, context=128, horizon=96),
+    )
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, max_steps=0)
     trainer.strategy.connect(module)
     checkpoint = tmp_path / "h96.ckpt"
     trainer.save_checkpoint(checkpoint)
     out = tmp_path / "h96.json"
-    main(["evaluate_forecast", "--store", str(store), "--checkpoint", str(checkpoint), "--out", str(out), "--device", "cpu",
-          "--baseline", "[]"])
+    main(
+        [
+            "evaluate_forecast",
+            "--store",
+            str(store),
+            "--checkpoint",
+            str(checkpoint),
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            "--baseline",
+            "[]",
+        ]
+    )
     payload = json.loads(out.read_text())
     assert [row["horizon"] for row in payload["results"]] == [96]
     assert payload["protocol"]["skipped_horizons"] == [192, 336, 720]
     assert "skipped horizons 192, 336, 720: the model forecasts at most 96 steps" in capsys.readouterr().out
     with pytest.raises(SystemExit):
-        main(["evaluate_forecast", "--store", str(store), "--checkpoint", str(checkpoint), "--out",
-              str(tmp_path / "long.json"), "--horizons", "[192]", "--device", "cpu"])
+        main(
+            [
+                "evaluate_forecast",
+                "--store",
+                str(store),
+                "--checkpoint",
+                str(checkpoint),
+                "--out",
+                str(tmp_path / "long.json"),
+                "--horizons",
+                "[192]",
+                "--device",
+                "cpu",
+            ]
+        )
     assert "the model forecasts at most 96 steps, shorter than every horizon asked for (192)" in capsys.readouterr().err
 
 
@@ -319,13 +482,27 @@ def test_commands_refuse_to_replace_a_result(tmp_path, capsys):
         main(["evaluate_forecast", "--store", str(store), "--baseline", "seasonal_naive", "--out", str(out)])
     assert f"{out} exists; pass --overwrite" in capsys.readouterr().err
     assert out.read_text() == "{}"
-    main(["evaluate_forecast", "--store", str(store), "--baseline", "seasonal_naive", "--out", str(out),
-          "--horizons", "[96]", "--overwrite"])
+    main(
+        [
+            "evaluate_forecast",
+            "--store",
+            str(store),
+            "--baseline",
+            "seasonal_naive",
+            "--out",
+            str(out),
+            "--horizons",
+            "[96]",
+            "--overwrite",
+        ]
+    )
     assert json.loads(out.read_text())["methods"]["seasonal_naive"]["periods"] == [50]  # the sine's period
 
 
-@pytest.mark.parametrize("model, option", [("GenoformerLM", "--model.transformer.d_model"),
-                                           ("TimeSeriesForecaster", "--model.forecast.patch_len")])
+@pytest.mark.parametrize(
+    "model, option",
+    [("GenoformerLM", "--model.transformer.d_model"), ("TimeSeriesForecaster", "--model.forecast.patch_len")],
+)
 def test_fit_help_names_each_model_options(capsys, model, option):
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--model.help", model])
@@ -348,8 +525,11 @@ def test_time_stretch_slows_a_window_around_the_forecast_origin():
     assert torch.allclose(slow_context[0, 0], expected[:400], atol=2e-3)
     assert torch.allclose(slow_target[0, 0], expected[400:], atol=2e-3)
     with pytest.raises(ValueError, match="time_stretch"):
-        TimeSeriesForecaster(TransformerConfig(d_model=32, n_layers=1, n_heads=4, max_seq_len=64),
-                             ForecastConfig(patch_len=8, context=100, horizon=20), time_stretch=-0.1)
+        TimeSeriesForecaster(
+            TransformerConfig(d_model=32, n_layers=1, n_heads=4, max_seq_len=64),
+            ForecastConfig(patch_len=8, context=100, horizon=20),
+            time_stretch=-0.1,
+        )
 
 
 @pytest.mark.parametrize("length", [8, 13, 50, 100])
@@ -377,8 +557,9 @@ def test_every_token_forecasts_come_from_the_last_token_and_see_only_the_past(ch
         tiny_forecaster(every_token=True, stats_fraction=0.25)
     with pytest.raises(ValueError, match="stats_fraction below 1"):
         tiny_forecaster(every_token=True, causal=True)
-    model = tiny_forecaster(every_token=True, causal=True, stats_fraction=0.25, n_channels=2,
-                            channel_independent=channel_independent).model
+    model = tiny_forecaster(
+        every_token=True, causal=True, stats_fraction=0.25, n_channels=2, channel_independent=channel_independent
+    ).model
     model.eval()
     series = torch.randn(3, 2, 96)
     with torch.no_grad():
@@ -447,8 +628,15 @@ def test_linear_path_least_squares_recovers_an_ar2_process(every_token):
     torch.manual_seed(0)
     model = TimeSeriesTransformer(
         TransformerConfig(d_model=32, n_layers=2, n_heads=4, max_seq_len=64, causal=every_token),
-        ForecastConfig(patch_len=8, context=100, horizon=20, quantiles=[0.1, 0.9], linear_order=16,
-                       every_token=every_token, stats_fraction=0.25 if every_token else 1.0),
+        ForecastConfig(
+            patch_len=8,
+            context=100,
+            horizon=20,
+            quantiles=[0.1, 0.9],
+            linear_order=16,
+            every_token=every_token,
+            stats_fraction=0.25 if every_token else 1.0,
+        ),
     )
     windows_BCN = _ar2_windows(8000 if not every_token else 1000, 100 + 20)
     gram, cross, _, rows = model.linear_normal_equations(windows_BCN[..., :100], windows_BCN[..., 100:])
@@ -480,9 +668,16 @@ def test_a_centered_linear_path_makes_the_model_shift_and_scale_equivariant(ever
         torch.manual_seed(0)
         model = TimeSeriesTransformer(
             TransformerConfig(d_model=32, n_layers=2, n_heads=4, max_seq_len=64, causal=every_token),
-            ForecastConfig(patch_len=8, context=100, horizon=20, quantiles=[0.1, 0.9], linear_order=16,
-                           every_token=every_token, stats_fraction=0.25 if every_token else 1.0,
-                           linear_centered=centered),
+            ForecastConfig(
+                patch_len=8,
+                context=100,
+                horizon=20,
+                quantiles=[0.1, 0.9],
+                linear_order=16,
+                every_token=every_token,
+                stats_fraction=0.25 if every_token else 1.0,
+                linear_centered=centered,
+            ),
         ).eval()
         windows_BCN = _ar2_windows(2000, 120)
         head_BCL = windows_BCN[..., :100]
@@ -514,12 +709,22 @@ def test_linear_path_needs_a_data_module(tmp_path):
 
     from genoformer.timeseries.module import TimeSeriesForecaster
 
-    module = TimeSeriesForecaster(TransformerConfig(d_model=16, n_layers=1, n_heads=2, max_seq_len=16),
-                                  ForecastConfig(patch_len=8, context=64, horizon=16, linear_order=32))
+    module = TimeSeriesForecaster(
+        TransformerConfig(d_model=16, n_layers=1, n_heads=2, max_seq_len=16),
+        ForecastConfig(patch_len=8, context=64, horizon=16, linear_order=32),
+    )
     windows_BCN = _ar2_windows(8, 80)
-    loader = torch.utils.data.DataLoader([{"context": w[:, :64], "target": w[:, 64:]} for w in windows_BCN], batch_size=4)
-    trainer = pl.Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, default_root_dir=tmp_path)
+    loader = torch.utils.data.DataLoader(
+        [{"context": w[:, :64], "target": w[:, 64:]} for w in windows_BCN], batch_size=4
+    )
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        default_root_dir=tmp_path,
+    )
     with pytest.raises(ValueError, match="TimeSeriesDataModule under `data:`"):
         trainer.fit(module, train_dataloaders=loader)
 
@@ -529,11 +734,29 @@ def test_linear_path_is_fitted_when_training_starts_and_kept_on_resume(tmp_path,
     monkeypatch.chdir(REPO_ROOT)
     store = _sine_store(tmp_path, length=6000)
     run = tmp_path / "run"
-    args = ["fit", "--config", "configs/timeseries_tiny_cpu.yaml", "--trainer.default_root_dir", str(run),
-            "--data.init_args.store", str(store), "--data.init_args.sources", f"[{tmp_path / 'sine.npy'}]",
-            "--model.init_args.forecast.linear_order", "128", "--model.init_args.linear_fit_batches", "4",
-            "--trainer.val_check_interval", "4", "--trainer.limit_val_batches", "1",
-            "--trainer.enable_progress_bar", "false", "--data.init_args.batch_size", "8"]
+    args = [
+        "fit",
+        "--config",
+        "configs/timeseries_tiny_cpu.yaml",
+        "--trainer.default_root_dir",
+        str(run),
+        "--data.init_args.store",
+        str(store),
+        "--data.init_args.sources",
+        f"[{tmp_path / 'sine.npy'}]",
+        "--model.init_args.forecast.linear_order",
+        "128",
+        "--model.init_args.linear_fit_batches",
+        "4",
+        "--trainer.val_check_interval",
+        "4",
+        "--trainer.limit_val_batches",
+        "1",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--data.init_args.batch_size",
+        "8",
+    ]
     main([*args, "--trainer.max_steps", "4"])
     first = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["state_dict"]
     assert bool(first["model.linear_fitted"])

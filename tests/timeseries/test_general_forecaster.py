@@ -12,20 +12,21 @@ import itertools
 import numpy as np
 import pytest
 import torch
-
-from genoformer.core.transformer import TransformerConfig
 from genoformer.data.splits import SplitSpec
 from genoformer.data.timeseries.datamodule import TimeSeriesDataModule
 from genoformer.data.timeseries.datasets import TimeSeriesWindowDataset, normalize_by_context
 from genoformer.data.timeseries.store import prepare_timeseries_store
+
+from genoformer.core.transformer import TransformerConfig
 from genoformer.timeseries.model import ForecastConfig, TimeSeriesTransformer, instance_normalize
 
 
 def save_store(tmp_path, name: str, values_N: np.ndarray):
     tmp_path.mkdir(parents=True, exist_ok=True)
     np.save(tmp_path / f"{name}.npy", values_N.astype(np.float32)[:, None])
-    return prepare_timeseries_store([tmp_path / f"{name}.npy"], tmp_path / f"{name}.zarr", sampling_rate=1.0,
-                                    progress=False)
+    return prepare_timeseries_store(
+        [tmp_path / f"{name}.npy"], tmp_path / f"{name}.zarr", sampling_rate=1.0, progress=False
+    )
 
 
 def intermittent(length: int, seed: int = 0) -> np.ndarray:
@@ -61,8 +62,12 @@ def test_the_floor_bounds_the_scale_and_zero_keeps_the_old_rule():
 
 def test_the_floor_is_relative_to_the_store_scale(tmp_path):
     path = save_store(tmp_path, "meter", intermittent(4000))
-    raw, zscored = (TimeSeriesWindowDataset(path, 64, 16, stride=16, normalize=normalize, window_normalize=True,
-                                            window_scale_floor=0.5) for normalize in (False, True))
+    raw, zscored = (
+        TimeSeriesWindowDataset(
+            path, 64, 16, stride=16, normalize=normalize, window_normalize=True, window_scale_floor=0.5
+        )
+        for normalize in (False, True)
+    )
     for index in range(len(raw)):  # the same windows whatever the units the store is read in
         assert torch.allclose(raw[index]["target"], zscored[index]["target"], atol=1e-3)
         assert raw[index]["target"].abs().max() <= 2 * 40.0 / raw.store.std[0] + 1e-3
@@ -74,8 +79,17 @@ def linear_model() -> TimeSeriesTransformer:
     torch.manual_seed(0)
     return TimeSeriesTransformer(
         TransformerConfig(d_model=16, n_layers=1, n_heads=2, max_seq_len=16, causal=True),
-        ForecastConfig(patch_len=8, context=96, horizon=24, quantiles=[0.1, 0.9], every_token=True, stats_fraction=0.25,
-                       linear_order=48, linear_centered=True))
+        ForecastConfig(
+            patch_len=8,
+            context=96,
+            horizon=24,
+            quantiles=[0.1, 0.9],
+            every_token=True,
+            stats_fraction=0.25,
+            linear_order=48,
+            linear_centered=True,
+        ),
+    )
 
 
 def linear_path_mse_on_seasonal(floor: float, tmp_path) -> tuple[float, float]:
@@ -83,9 +97,18 @@ def linear_path_mse_on_seasonal(floor: float, tmp_path) -> tuple[float, float]:
     with `floor`; its MSE on z-scored windows of an unseen seasonal series, and the share of the
     training windows' squared targets that the intermittent store holds."""
     paths = [save_store(tmp_path, "seasonal", seasonal(6000)), save_store(tmp_path, "meter", intermittent(6000))]
-    dm = TimeSeriesDataModule([str(p) for p in paths], context=96, horizon=24, batch_size=64, num_workers=0,
-                              samples_per_epoch=2048, channel_independent=True, window_normalize=True,
-                              window_scale_floor=floor, split=SplitSpec(val_fraction=0.1))
+    dm = TimeSeriesDataModule(
+        [str(p) for p in paths],
+        context=96,
+        horizon=24,
+        batch_size=64,
+        num_workers=0,
+        samples_per_epoch=2048,
+        channel_independent=True,
+        window_normalize=True,
+        window_scale_floor=floor,
+        split=SplitSpec(val_fraction=0.1),
+    )
     dm.setup("fit")
     model = linear_model()
     sums, meter_square, all_square = None, 0.0, 0.0

@@ -12,8 +12,13 @@ import torch
 
 from genoformer.core.transformer import TransformerConfig
 from genoformer.timeseries import baselines
-from genoformer.timeseries.model import (ForecastConfig, TimeSeriesTransformer, fill_short_gaps, fill_unobserved,
-                                         instance_normalize)
+from genoformer.timeseries.model import (
+    ForecastConfig,
+    TimeSeriesTransformer,
+    fill_short_gaps,
+    fill_unobserved,
+    instance_normalize,
+)
 
 
 def ar2_windows(n_windows: int, length: int, seed: int = 0) -> torch.Tensor:
@@ -31,8 +36,15 @@ def linear_model(every_token: bool, seed: int = 0) -> TimeSeriesTransformer:
     torch.manual_seed(seed)
     return TimeSeriesTransformer(
         TransformerConfig(d_model=32, n_layers=2, n_heads=4, max_seq_len=64, causal=every_token),
-        ForecastConfig(patch_len=8, context=96, horizon=16, quantiles=[0.1, 0.9], linear_order=16,
-                       every_token=every_token, stats_fraction=0.25 if every_token else 1.0),
+        ForecastConfig(
+            patch_len=8,
+            context=96,
+            horizon=16,
+            quantiles=[0.1, 0.9],
+            linear_order=16,
+            every_token=every_token,
+            stats_fraction=0.25 if every_token else 1.0,
+        ),
     )
 
 
@@ -51,6 +63,7 @@ def test_scattered_missing_values_leave_the_fit_its_windows(every_token):
     _, _, _, rows = model.linear_normal_equations(context_BCL, target_BCH)
     tokens = 12 - model.forecast_config.trained_tokens(96) if every_token else 1
     assert int(rows) == len(windows_BCN) * tokens
+
 
 def test_rows_whose_lags_reach_a_long_gap_or_the_window_start_are_left_out():
     model = linear_model(every_token=True)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from genoformer.data.splits import SplitSpec
 from genoformer.data.timeseries.datamodule import TimeSeriesDataModule
 from genoformer.data.timeseries.store import TimeSeriesStore, prepare_timeseries_store
+
 from genoformer.timeseries.baselines import DirectAR, fill_short_gaps
 from genoformer.timeseries.module import TimeSeriesForecaster
 from genoformer.timeseries.protocol import ProtocolSplit, zscore_stats
@@ -41,13 +41,23 @@ def fitted(tmp_path_factory):
     values_T = series()
     np.save(folder / "s.npy", values_T.astype(np.float32)[:, None])
     store = prepare_timeseries_store([folder / "s.npy"], folder / "s.zarr", sampling_rate=1.0, progress=False)
-    data = TimeSeriesDataModule(store=str(store), context=64, horizon=200, split=SplitSpec(val_fraction=0.1, test_fraction=0.2))
+    data = TimeSeriesDataModule(
+        store=str(store), context=64, horizon=200, split=SplitSpec(val_fraction=0.1, test_fraction=0.2)
+    )
     torch.manual_seed(0)
     module = TimeSeriesForecaster(
         transformer={"d_model": 16, "n_layers": 1, "n_heads": 2, "max_seq_len": 8, "causal": True},
-        forecast={"patch_len": 16, "context": 64, "horizon": 200, "every_token": True, "stats_fraction": 0.25,
-                  "linear_order": 32, "quantiles": [0.1, 0.9]},
-        linear_orders=ORDERS)
+        forecast={
+            "patch_len": 16,
+            "context": 64,
+            "horizon": 200,
+            "every_token": True,
+            "stats_fraction": 0.25,
+            "linear_order": 32,
+            "quantiles": [0.1, 0.9],
+        },
+        linear_orders=ORDERS,
+    )
     chosen = module.fit_linear_path_as_ar(data.series_with_splits())
     opened = TimeSeriesStore(store)
     return values_T.astype(np.float32), module, chosen, (float(opened.mean[0]), float(opened.std[0]))
@@ -73,23 +83,39 @@ def test_before_training_the_model_forecasts_what_the_ar_baseline_does_band_by_b
     start = 0
     for end, choice in chosen.items():
         ar = DirectAR.fit([zscored_CT[:, : split.train_end]], choice["order"], end)
-        expected_NCH = ar((context_NCP - mean_C[:, None]) / std_C[:, None], end)[..., start:end] * std_C[:, None] + mean_C[:, None]
+        expected_NCH = (
+            ar((context_NCP - mean_C[:, None]) / std_C[:, None], end)[..., start:end] * std_C[:, None] + mean_C[:, None]
+        )
         assert np.abs(model_NCH[..., start:end] - expected_NCH).max() < 1e-3 * std_C[0], end
         start = end
 
 
 def test_orders_beyond_the_path_are_refused():
     with pytest.raises(ValueError, match="no order in"):
-        TimeSeriesForecaster(transformer={"d_model": 16, "n_layers": 1, "n_heads": 2, "max_seq_len": 8, "causal": True},
-                             forecast={"patch_len": 16, "context": 64, "horizon": 24, "every_token": True,
-                                       "stats_fraction": 0.25, "linear_order": 32}, linear_orders=[64, 128])
+        TimeSeriesForecaster(
+            transformer={"d_model": 16, "n_layers": 1, "n_heads": 2, "max_seq_len": 8, "causal": True},
+            forecast={
+                "patch_len": 16,
+                "context": 64,
+                "horizon": 24,
+                "every_token": True,
+                "stats_fraction": 0.25,
+                "linear_order": 32,
+            },
+            linear_orders=[64, 128],
+        )
 
 
 def test_window_normalized_data_cannot_be_fitted_as_ar(tmp_path):
     np.save(tmp_path / "s.npy", series()[:, None].astype(np.float32))
     store = prepare_timeseries_store([tmp_path / "s.npy"], tmp_path / "s.zarr", sampling_rate=1.0, progress=False)
-    data = TimeSeriesDataModule(store=str(store), context=64, horizon=24, window_normalize=True,
-                                split=SplitSpec(val_fraction=0.1, test_fraction=0.2))
+    data = TimeSeriesDataModule(
+        store=str(store),
+        context=64,
+        horizon=24,
+        window_normalize=True,
+        split=SplitSpec(val_fraction=0.1, test_fraction=0.2),
+    )
     with pytest.raises(ValueError, match="linear_fit_batches"):
         data.series_with_splits()
     data = TimeSeriesDataModule(store=str(store), context=64, horizon=24, split=SplitSpec(val_fraction=0.0))

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 from cli_helpers import fails
+from genoformer.data.timeseries.store import TimeSeriesStore
 
 from genoformer.cli import main
 from genoformer.core.transformer import TransformerConfig
-from genoformer.data.timeseries.store import TimeSeriesStore
 from genoformer.timeseries.baselines import DirectAR, SeasonalNaive, fill_lookback
 from genoformer.timeseries.model import ForecastConfig, TimeSeriesTransformer, instance_normalize
 from genoformer.timeseries.module import TimeSeriesForecaster
@@ -23,7 +23,9 @@ from genoformer.timeseries.protocol import ProtocolSplit, evaluate_protocol, zsc
 def tiny(seed=0, **forecast):
     torch.manual_seed(seed)
     values = dict(patch_len=8, context=104, horizon=16, n_channels=1, quantiles=[0.1, 0.9], **forecast)
-    return TimeSeriesTransformer(TransformerConfig(d_model=32, n_layers=2, n_heads=4, max_seq_len=64), ForecastConfig(**values)).eval()
+    return TimeSeriesTransformer(
+        TransformerConfig(d_model=32, n_layers=2, n_heads=4, max_seq_len=64), ForecastConfig(**values)
+    ).eval()
 
 
 def test_masked_normalisation_is_the_plain_one_when_everything_is_observed():
@@ -43,8 +45,9 @@ def test_a_missing_sample_reads_like_padding(linear_order):
     like the left padding of a shorter context: same tokens, same statistics, same forecast."""
     model = tiny(linear_order=linear_order)
     if linear_order:
-        model.set_linear(torch.eye(linear_order + 1, dtype=torch.float64),
-                         torch.randn(linear_order + 1, 16, dtype=torch.float64))
+        model.set_linear(
+            torch.eye(linear_order + 1, dtype=torch.float64), torch.randn(linear_order + 1, 16, dtype=torch.float64)
+        )
     series = torch.sin(torch.arange(104.0) / 5)[None, None] * 3 + 2
     missing = series.clone()
     missing[..., :5] = float("nan")
@@ -59,8 +62,10 @@ def test_a_missing_sample_reads_like_padding(linear_order):
 
 
 def test_losses_leave_missing_targets_out():
-    module = TimeSeriesForecaster(TransformerConfig(d_model=32, n_layers=1, n_heads=4, max_seq_len=64),
-                                  ForecastConfig(patch_len=8, context=64, horizon=16))
+    module = TimeSeriesForecaster(
+        TransformerConfig(d_model=32, n_layers=1, n_heads=4, max_seq_len=64),
+        ForecastConfig(patch_len=8, context=64, horizon=16),
+    )
     module.train()
     context = torch.randn(4, 1, 64)
     context[0, 0, 10:30] = float("nan")
@@ -129,20 +134,37 @@ def test_prepare_and_evaluate_a_csv_with_dates_gaps_and_missing_cells(tmp_path, 
         lines.append(f"{d}/{m}/{y};{clock}:00;{'?' if i % 97 == 0 else f'{value:.4f}'};x")
     csv.write_text("\n".join(lines) + "\n")
     store = tmp_path / "power.zarr"
-    main(["prepare_timeseries", "--inputs", str(csv), "--out", str(store), "--time_column", "[Date,Time]", "--dayfirst"])
+    main(
+        ["prepare_timeseries", "--inputs", str(csv), "--out", str(store), "--time_column", "[Date,Time]", "--dayfirst"]
+    )
     out = capsys.readouterr().out
     assert "gaps: 1 (10 steps, longest 10)" in out and "non-numeric columns left out: ['note']" in out
     info = TimeSeriesStore(store).series[0]
     assert info.length == 3000 and info.missing == [10 + 31] and info.start_time.startswith("2007-01-12T00:00")
     result = tmp_path / "dlinear.json"
-    main(["evaluate_forecast", "--store", str(store), "--baseline", "dlinear", "--horizons", "[60]",
-          "--dlinear_lookback", "120", "--out", str(result)])
+    main(
+        [
+            "evaluate_forecast",
+            "--store",
+            str(store),
+            "--baseline",
+            "dlinear",
+            "--horizons",
+            "[60]",
+            "--dlinear_lookback",
+            "120",
+            "--out",
+            str(result),
+        ]
+    )
     payload = json.loads(result.read_text())
     row = payload["results"][0]
     assert row["horizon"] == 60 and row["lookback"] == 120 and row["mse"] < 0.1 and row["missing_targets"] > 0
     assert payload["methods"]["dlinear"]["fits"]["60"]["best_step"] > 0
-    err = fails(capsys, ["prepare_timeseries", "--inputs", str(csv), "--out", str(tmp_path / "m.zarr"),
-                         "--time_column", "[Date,Time]"])
+    err = fails(
+        capsys,
+        ["prepare_timeseries", "--inputs", str(csv), "--out", str(tmp_path / "m.zarr"), "--time_column", "[Date,Time]"],
+    )
     # read month first, 12/01 is 1 December and 13/01 no date: the error names its line (1,440 rows on, less the gap)
     assert "power.csv: line 1432, time column 'Date+Time': '13/01/2007 00:00:00' is not a time" in err
     assert "--dayfirst" in err
@@ -179,7 +201,7 @@ def test_ar_skips_orders_without_a_validation_window_and_fits_one_order_as_it_is
     t = np.arange(1000)
     x = (np.sin(2 * np.pi * t / 25) + 0.05 * np.random.default_rng(1).normal(size=len(t)))[None]
     for start in (690, 760, 830):  # validation part [700, 900): observed stretches of 60 steps at most
-        x[0, start:start + 10] = np.nan
+        x[0, start : start + 10] = np.nan
     split = ProtocolSplit(1000, 700, 900)
     model, scores = DirectAR.fit_select([x], [split], horizon=20, orders=[4, 60])
     assert model.order == 4 and list(scores) == [4]  # 60 + 20 steps fit in no validation stretch

@@ -43,10 +43,28 @@ def test_evaluator_matches_a_hand_computation():
     errors2 = [z[t - 1] - z[t + h] for t in (16, 17, 18) for h in (0, 1)]
     by_step2 = [np.mean([np.square(z[t - 1] - z[t + h]) for t in (16, 17, 18)]) for h in (0, 1)]
     steps = [row.pop("mse_by_step") for row in rows]
-    assert rows[0] == pytest.approx({"horizon": 1, "mse": np.mean(np.square(errors1)), "mae": np.mean(np.abs(errors1)),
-                                     "lookback": 3, "windows": 4, "missing_targets": 0, "windows_without_targets": 0})
-    assert rows[1] == pytest.approx({"horizon": 2, "mse": np.mean(np.square(errors2)), "mae": np.mean(np.abs(errors2)),
-                                     "lookback": 3, "windows": 3, "missing_targets": 0, "windows_without_targets": 0})
+    assert rows[0] == pytest.approx(
+        {
+            "horizon": 1,
+            "mse": np.mean(np.square(errors1)),
+            "mae": np.mean(np.abs(errors1)),
+            "lookback": 3,
+            "windows": 4,
+            "missing_targets": 0,
+            "windows_without_targets": 0,
+        }
+    )
+    assert rows[1] == pytest.approx(
+        {
+            "horizon": 2,
+            "mse": np.mean(np.square(errors2)),
+            "mae": np.mean(np.abs(errors2)),
+            "lookback": 3,
+            "windows": 3,
+            "missing_targets": 0,
+            "windows_without_targets": 0,
+        }
+    )
     assert steps == [pytest.approx([np.mean(np.square(errors1))]), pytest.approx(by_step2)]
 
 

@@ -30,8 +30,7 @@ def ecg_windows() -> tuple[np.ndarray, np.ndarray]:
     values = np.loadtxt(EXAMPLES / "ecg_mitbih208_360hz.csv", delimiter=",", skiprows=1, usecols=1)
     test_start = int(0.8 * len(values))
     starts = np.linspace(test_start, len(values) - 96, 24).astype(int)
-    return (np.stack([values[s - 1024 : s] for s in starts])[:, None],
-            np.stack([values[s : s + 96] for s in starts]))
+    return (np.stack([values[s - 1024 : s] for s in starts])[:, None], np.stack([values[s : s + 96] for s in starts]))
 
 
 def test_the_shipped_forecaster_is_small_and_named_for_what_it_is(forecaster):

@@ -28,17 +28,30 @@ def dated_store(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("dated")
     times = pd.date_range("2026-05-01", periods=1440, freq="10min")
     level = 20 + 5 * np.sin(2 * np.pi * np.arange(1440) / 144) + np.random.default_rng(0).normal(0, 0.3, 1440)
-    pd.DataFrame({"time": times.strftime("%Y-%m-%d %H:%M"), "level": level.round(3)}).to_csv(folder / "level.csv", index=False)
-    main(["prepare_timeseries", "--inputs", str(folder / "level.csv"), "--out", str(folder / "level.zarr"),
-          "--time_column", "time"])
+    pd.DataFrame({"time": times.strftime("%Y-%m-%d %H:%M"), "level": level.round(3)}).to_csv(
+        folder / "level.csv", index=False
+    )
+    main(
+        [
+            "prepare_timeseries",
+            "--inputs",
+            str(folder / "level.csv"),
+            "--out",
+            str(folder / "level.zarr"),
+            "--time_column",
+            "time",
+        ]
+    )
     return folder / "level.zarr"
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
     """An untrained forecaster of 16 steps (what is compared, not how well)."""
-    module = TimeSeriesForecaster(TransformerConfig(d_model=16, n_layers=1, n_heads=2, max_seq_len=64),
-                                  ForecastConfig(patch_len=8, context=64, horizon=16))
+    module = TimeSeriesForecaster(
+        TransformerConfig(d_model=16, n_layers=1, n_heads=2, max_seq_len=64),
+        ForecastConfig(patch_len=8, context=64, horizon=16),
+    )
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, max_steps=0)
     trainer.strategy.connect(module)
     path = tmp_path_factory.mktemp("model") / "h16.ckpt"
@@ -46,11 +59,27 @@ def checkpoint(tmp_path_factory) -> Path:
     return path
 
 
-def test_evaluate_forecast_prints_and_writes_one_table_of_the_model_and_the_baselines(dated_store, checkpoint,
-                                                                                      tmp_path, capsys):
+def test_evaluate_forecast_prints_and_writes_one_table_of_the_model_and_the_baselines(
+    dated_store, checkpoint, tmp_path, capsys
+):
     out = tmp_path / "results.json"
-    main(["evaluate_forecast", "--store", str(dated_store), "--checkpoint", str(checkpoint), "--out", str(out),
-          "--horizons", "16,32", "--ar_orders", "8,32", "--device", "cpu"])
+    main(
+        [
+            "evaluate_forecast",
+            "--store",
+            str(dated_store),
+            "--checkpoint",
+            str(checkpoint),
+            "--out",
+            str(out),
+            "--horizons",
+            "16,32",
+            "--ar_orders",
+            "8,32",
+            "--device",
+            "cpu",
+        ]
+    )
     printed = capsys.readouterr().out
     table = out.with_suffix(".md").read_text()
     payload = json.loads(out.read_text())
@@ -70,8 +99,21 @@ def test_evaluate_forecast_prints_and_writes_one_table_of_the_model_and_the_base
 
 def test_evaluate_forecast_scores_what_it_is_given(dated_store, tmp_path, capsys):
     out = tmp_path / "ar.json"
-    main(["evaluate_forecast", "--store", str(dated_store), "--baseline", "ar", "--horizons", "16",
-          "--ar_orders", "8", "--out", str(out)])
+    main(
+        [
+            "evaluate_forecast",
+            "--store",
+            str(dated_store),
+            "--baseline",
+            "ar",
+            "--horizons",
+            "16",
+            "--ar_orders",
+            "8",
+            "--out",
+            str(out),
+        ]
+    )
     assert [(row["method"], row["horizon"]) for row in json.loads(out.read_text())["results"]] == [("ar", 16)]
     assert "| AR | " in capsys.readouterr().out
 
@@ -85,24 +127,45 @@ def test_forecast_prints_its_score_and_names_the_origin_that_has_one(dated_store
     main([*args, "--out", str(tmp_path / "test.npz"), *origin])
     printed = capsys.readouterr().out
     at = int(origin[1])
-    score = re.search(rf"score against the 16 samples after {at}: MSE (\S+), MAE (\S+) \(z-scored: MSE (\S+), "
-                      r"MAE (\S+)\)", printed)
+    score = re.search(
+        rf"score against the 16 samples after {at}: MSE (\S+), MAE (\S+) \(z-scored: MSE (\S+), "
+        r"MAE (\S+)\)",
+        printed,
+    )
     assert score, printed
     with np.load(tmp_path / "test.npz") as saved:
         error = saved["forecast"].astype(np.float64) - saved["truth"]
-        assert float(score.group(1)) == pytest.approx(np.mean(error ** 2), rel=1e-3)
-        assert float(saved["score_mse"]) == pytest.approx(np.mean(error ** 2))
+        assert float(score.group(1)) == pytest.approx(np.mean(error**2), rel=1e-3)
+        assert float(saved["score_mse"]) == pytest.approx(np.mean(error**2))
         assert str(saved["start_time"]) == "2026-05-01T00:00:00+00:00"
 
 
 def test_a_forecast_plot_reads_dates_when_the_store_knows_them(dated_store, checkpoint, tmp_path):
-    main(["forecast", "--checkpoint", str(checkpoint), "--store", str(dated_store), "--device", "cpu", "--at", "1000",
-          "--out", str(tmp_path / "f.npz")])
+    main(
+        [
+            "forecast",
+            "--checkpoint",
+            str(checkpoint),
+            "--store",
+            str(dated_store),
+            "--device",
+            "cpu",
+            "--at",
+            "1000",
+            "--out",
+            str(tmp_path / "f.npz"),
+        ]
+    )
     with np.load(tmp_path / "f.npz") as saved:
         arrays = dict(saved)
     axis = forecast_figure(arrays).axes[0].xaxis
     assert isinstance(axis.get_major_formatter(), (dates.AutoDateFormatter, dates.ConciseDateFormatter))
     lo, hi = axis.get_view_interval()  # matplotlib's days since 1970
-    assert pd.Timestamp("2026-05-06") < pd.Timestamp(lo, unit="D") < pd.Timestamp(hi, unit="D") < pd.Timestamp("2026-05-09")
+    assert (
+        pd.Timestamp("2026-05-06")
+        < pd.Timestamp(lo, unit="D")
+        < pd.Timestamp(hi, unit="D")
+        < pd.Timestamp("2026-05-09")
+    )
     arrays.pop("start_time")
     assert forecast_figure(arrays).axes[-1].get_xlabel() == "time (s)"

@@ -13,14 +13,14 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-
-from genoformer.training_cli import training_cli
-from genoformer.core.transformer import TransformerConfig
 from genoformer.data.splits import SplitSpec
 from genoformer.data.timeseries.datamodule import TimeSeriesDataModule
 from genoformer.data.timeseries.store import prepare_timeseries_store
+
+from genoformer.core.transformer import TransformerConfig
 from genoformer.timeseries.model import ForecastConfig
 from genoformer.timeseries.module import TimeSeriesForecaster
+from genoformer.training_cli import training_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONTEXT, HORIZON = 16, 8
@@ -29,8 +29,9 @@ CONTEXT, HORIZON = 16, 8
 def save_store(folder: Path, name: str, values_N: np.ndarray) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     np.save(folder / f"{name}.npy", values_N.astype(np.float32)[:, None])
-    return prepare_timeseries_store([folder / f"{name}.npy"], folder / f"{name}.zarr", sampling_rate=1.0,
-                                    progress=False)
+    return prepare_timeseries_store(
+        [folder / f"{name}.npy"], folder / f"{name}.zarr", sampling_rate=1.0, progress=False
+    )
 
 
 def two_stores(folder: Path) -> list[Path]:
@@ -44,20 +45,35 @@ def two_stores(folder: Path) -> list[Path]:
 
 
 def data_module(stores: list[Path], **options) -> TimeSeriesDataModule:
-    return TimeSeriesDataModule([str(path) for path in stores], context=CONTEXT, horizon=HORIZON, batch_size=7,
-                                num_workers=0, eval_stride=HORIZON, eval_context_before_split=True,
-                                split=SplitSpec(val_fraction=0.1), **options)
+    return TimeSeriesDataModule(
+        [str(path) for path in stores],
+        context=CONTEXT,
+        horizon=HORIZON,
+        batch_size=7,
+        num_workers=0,
+        eval_stride=HORIZON,
+        eval_context_before_split=True,
+        split=SplitSpec(val_fraction=0.1),
+        **options,
+    )
 
 
 def forecaster() -> TimeSeriesForecaster:
     torch.manual_seed(0)
-    return TimeSeriesForecaster(TransformerConfig(d_model=16, n_layers=1, n_heads=2, max_seq_len=8),
-                                ForecastConfig(patch_len=8, context=CONTEXT, horizon=HORIZON))
+    return TimeSeriesForecaster(
+        TransformerConfig(d_model=16, n_layers=1, n_heads=2, max_seq_len=8),
+        ForecastConfig(patch_len=8, context=CONTEXT, horizon=HORIZON),
+    )
 
 
 def validate(module: TimeSeriesForecaster, dm: TimeSeriesDataModule) -> dict[str, float]:
-    trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.validate(module, datamodule=dm)
     return {name: float(value) for name, value in trainer.callback_metrics.items()}
 
@@ -98,8 +114,14 @@ def test_one_store_logs_no_store_metric(tmp_path, channel_independent):
 
 def test_a_store_the_validation_limit_cuts_off_is_named(tmp_path):
     dm = data_module(two_stores(tmp_path))  # the big store's 200 windows come first
-    trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, limit_val_batches=2)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=2,
+    )
     with pytest.warns(UserWarning, match=r"leaves out the stores \['noisy'\]"):
         trainer.validate(forecaster(), datamodule=dm)
     assert "val/mse/noisy" not in trainer.callback_metrics
@@ -108,19 +130,55 @@ def test_a_store_the_validation_limit_cuts_off_is_named(tmp_path):
 
 def test_the_general_config_keeps_its_best_checkpoint_by_the_store_mean(tmp_path):
     stores = two_stores(tmp_path / "stores")
-    cli = training_cli([
-        "--config", str(REPO_ROOT / "configs" / "timeseries_general_gpu.yaml"),
-        "--trainer.accelerator", "cpu", "--trainer.precision", "32-true", "--trainer.default_root_dir", str(tmp_path),
-        "--trainer.max_steps", "2", "--trainer.val_check_interval", "2", "--trainer.enable_progress_bar", "false",
-        "--data.init_args.store", str([str(path) for path in stores]), "--data.init_args.batch_size", "8",
-        "--data.init_args.num_workers", "0", "--data.init_args.samples_per_epoch", "64",
-        "--data.init_args.eval_stride", str(HORIZON),
-        "--model.init_args.forecast.context", "32", "--model.init_args.forecast.horizon", str(HORIZON),
-        "--model.init_args.forecast.patch_len", "8", "--model.init_args.forecast.linear_order", "8",
-        "--model.init_args.linear_fit_batches", "2", "--model.init_args.warmup_steps", "1",
-        "--model.init_args.transformer.d_model", "16", "--model.init_args.transformer.n_layers", "1",
-        "--model.init_args.transformer.n_heads", "2", "--model.init_args.transformer.max_seq_len", "8",
-    ], run=False)
+    cli = training_cli(
+        [
+            "--config",
+            str(REPO_ROOT / "configs" / "timeseries_general_gpu.yaml"),
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.precision",
+            "32-true",
+            "--trainer.default_root_dir",
+            str(tmp_path),
+            "--trainer.max_steps",
+            "2",
+            "--trainer.val_check_interval",
+            "2",
+            "--trainer.enable_progress_bar",
+            "false",
+            "--data.init_args.store",
+            str([str(path) for path in stores]),
+            "--data.init_args.batch_size",
+            "8",
+            "--data.init_args.num_workers",
+            "0",
+            "--data.init_args.samples_per_epoch",
+            "64",
+            "--data.init_args.eval_stride",
+            str(HORIZON),
+            "--model.init_args.forecast.context",
+            "32",
+            "--model.init_args.forecast.horizon",
+            str(HORIZON),
+            "--model.init_args.forecast.patch_len",
+            "8",
+            "--model.init_args.forecast.linear_order",
+            "8",
+            "--model.init_args.linear_fit_batches",
+            "2",
+            "--model.init_args.warmup_steps",
+            "1",
+            "--model.init_args.transformer.d_model",
+            "16",
+            "--model.init_args.transformer.n_layers",
+            "1",
+            "--model.init_args.transformer.n_heads",
+            "2",
+            "--model.init_args.transformer.max_seq_len",
+            "8",
+        ],
+        run=False,
+    )
     best = next(callback for callback in cli.trainer.callbacks if getattr(callback, "monitor", None))
     assert best.monitor == "val/mse_store_mean"
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)

@@ -1,7 +1,16 @@
 import numpy as np
 import pytest
-
-from genoformer.data import BOS, MASK, PAD, VOCAB_SIZE, InvalidBaseError, NotDNAError, decode, encode, reverse_complement
+from genoformer.data import (
+    BOS,
+    MASK,
+    PAD,
+    VOCAB_SIZE,
+    InvalidBaseError,
+    NotDNAError,
+    decode,
+    encode,
+    reverse_complement,
+)
 
 
 def test_codes_match_the_contract():
@@ -21,16 +30,22 @@ PEPTIDE = "MYNSWDRNRVNVNDWKRKHSGGGRSYNKSCTTWHYCKDNTAAHMACVK"
 
 def test_protein_made_of_nucleotide_letters_is_not_dna():
     assert len(PEPTIDE) == 48 and sum(c not in "ACGT" for c in PEPTIDE) == 36
-    with pytest.raises(NotDNAError, match=r"36 of 48 letters are not A, C, G or T \(30 IUPAC ambiguity codes .*, 6 N\): "
-                                          r"not DNA \(a protein\?\)"):
+    with pytest.raises(
+        NotDNAError,
+        match=r"36 of 48 letters are not A, C, G or T \(30 IUPAC ambiguity codes .*, 6 N\): "
+        r"not DNA \(a protein\?\)",
+    ):
         encode(PEPTIDE)
     assert encode("GTGYCAGCMGCCGCGGTAA").tolist()[3] == 4  # a degenerate primer (two ambiguity codes) is DNA
     assert encode("ACGT" * 30 + "N" * 500).size == 620  # so are assembly gaps
 
 
 def test_protein_letters_are_named_as_such():
-    with pytest.raises(InvalidBaseError, match=r"base 3 \(1-based\): invalid character 'E' \(4 of 8 characters are "
-                                               r"not nucleotide codes; 'E' is an amino-acid letter: a protein\?\)"):
+    with pytest.raises(
+        InvalidBaseError,
+        match=r"base 3 \(1-based\): invalid character 'E' \(4 of 8 characters are "
+        r"not nucleotide codes; 'E' is an amino-acid letter: a protein\?\)",
+    ):
         encode("MKELLKEA")
 
 

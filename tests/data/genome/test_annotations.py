@@ -13,7 +13,6 @@ from Bio.Seq import Seq
 from Bio.SeqFeature import CompoundLocation, SeqFeature, SimpleLocation
 from Bio.SeqRecord import SeqRecord
 from data_helpers import random_bases, require_shared, write_fasta
-
 from genoformer.data.genome.alphabet import encode
 from genoformer.data.genome.annotations import (
     ANNOTATION_CLASSES,
@@ -55,8 +54,9 @@ def expected_labels() -> np.ndarray:
 
 
 def write_genbank(path: Path) -> Path:
-    record = SeqRecord(Seq(SEQUENCE), id="ctg1", name="ctg1", description="hand-made",
-                       annotations={"molecule_type": "DNA"})
+    record = SeqRecord(
+        Seq(SEQUENCE), id="ctg1", name="ctg1", description="hand-made", annotations={"molecule_type": "DNA"}
+    )
 
     def feature(location, kind: str, **qualifiers) -> SeqFeature:
         return SeqFeature(location, type=kind, qualifiers={k: [v] for k, v in qualifiers.items()})
@@ -64,11 +64,18 @@ def write_genbank(path: Path) -> Path:
     record.features = [
         feature(SimpleLocation(2, 14, strand=1), "CDS", locus_tag="g1", product="first"),
         feature(SimpleLocation(10, 22, strand=-1), "CDS", locus_tag="g2"),
-        feature(CompoundLocation([SimpleLocation(30, 36, strand=1), SimpleLocation(40, 46, strand=1)]), "CDS",
-                locus_tag="g3", codon_start="2"),
+        feature(
+            CompoundLocation([SimpleLocation(30, 36, strand=1), SimpleLocation(40, 46, strand=1)]),
+            "CDS",
+            locus_tag="g3",
+            codon_start="2",
+        ),
         feature(SimpleLocation(44, 56, strand=-1), "tRNA", locus_tag="g4", product="tRNA-Ala"),
-        feature(CompoundLocation([SimpleLocation(70, 76, strand=-1), SimpleLocation(60, 66, strand=-1)]), "CDS",
-                locus_tag="g5"),
+        feature(
+            CompoundLocation([SimpleLocation(70, 76, strand=-1), SimpleLocation(60, 66, strand=-1)]),
+            "CDS",
+            locus_tag="g5",
+        ),
         feature(SimpleLocation(76, 79, strand=1), "CDS", locus_tag="g6", pseudo=""),
         feature(SimpleLocation(0, 30, strand=1), "gene", locus_tag="g1"),
     ]
@@ -129,17 +136,26 @@ def test_gff3_takes_sequences_from_the_genome_by_header_token(tmp_path):
     with pytest.raises(ValueError, match="has no ##FASTA section; pass genome="):
         read_annotated_genomes(gff, progress=False)
     other = write_fasta(tmp_path / "other.fa", [("chr1", SEQUENCE)])
-    with pytest.raises(ValueError, match=r"1 seqid\(s\) have no sequence in .*other.fa: 'ctg1'; its sequences are "
-                                         r"named 'chr1'"):
+    with pytest.raises(
+        ValueError,
+        match=r"1 seqid\(s\) have no sequence in .*other.fa: 'ctg1'; its sequences are "
+        r"named 'chr1'",
+    ):
         read_annotated_genomes(gff, genome=other, progress=False)
 
 
-@pytest.mark.parametrize("line, message", [
-    ("ctg1\tx\tCDS\t70\t81\t.\t+\t0\tID=long", r"tiny.gff3 line 12: CDS ends at 81 .* past the end of 'ctg1' \(80 bases\)"),
-    ("ctg1\tx\tCDS\t70\t75\t.\t+\t0", r"tiny.gff3 line 12: 8 tab-separated column\(s\)"),
-    ("ctg1\tx\tCDS\t70\t75\t.\t.\t0\tID=x", r"tiny.gff3 line 12: CDS with strand '.'"),
-    ('ctg1\tx\tCDS\t70\t75\t.\t+\t0\tgene_id "x"', r"tiny.gff3 line 12: attribute .* has no '='"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        (
+            "ctg1\tx\tCDS\t70\t81\t.\t+\t0\tID=long",
+            r"tiny.gff3 line 12: CDS ends at 81 .* past the end of 'ctg1' \(80 bases\)",
+        ),
+        ("ctg1\tx\tCDS\t70\t75\t.\t+\t0", r"tiny.gff3 line 12: 8 tab-separated column\(s\)"),
+        ("ctg1\tx\tCDS\t70\t75\t.\t.\t0\tID=x", r"tiny.gff3 line 12: CDS with strand '.'"),
+        ('ctg1\tx\tCDS\t70\t75\t.\t+\t0\tgene_id "x"', r"tiny.gff3 line 12: attribute .* has no '='"),
+    ],
+)
 def test_bad_gff3_lines_are_clear_errors(tmp_path, line, message):
     with pytest.raises(ValueError, match=message):
         read_annotated_genomes(write_gff(tmp_path / "tiny.gff3", GFF_LINES + [line]), progress=False)
@@ -168,7 +184,9 @@ def test_write_gff3_parses_back_identically(tmp_path):
     # after phase 1, the 5 coding bases of the first segment leave a codon 1 base short
     assert [(line[3], line[4], line[7]) for line in g3] == [("31", "36", "1"), ("41", "46", "1")]
     assert "product=a%3Bb" in lines[0][8] and lines[0][5] == "0.5"
-    unnamed = write_gff3(tmp_path / "unnamed.gff3", [Gene("c 1", 3, 9, -1, "CDS", ((3, 5), (7, 9)))], contigs=[("c 1", 20)])
+    unnamed = write_gff3(
+        tmp_path / "unnamed.gff3", [Gene("c 1", 3, 9, -1, "CDS", ((3, 5), (7, 9)))], contigs=[("c 1", 20)]
+    )
     [gene] = read_genes(unnamed)
     assert gene.contig == "c 1" and gene.segments == ((3, 5), (7, 9)) and gene.attributes == (("ID", "c 1.CDS.1"),)
     with pytest.raises(ValueError, match="not in contigs="):
@@ -184,7 +202,9 @@ def contig_of(length: int, name: str, seed: int) -> AnnotatedContig:
 
 
 def test_region_holdout_leaves_no_overlap_and_the_gap():
-    contigs = [contig_of(100_000, "big", 0), contig_of(40_000, "mid", 1)] + [contig_of(3_000, f"s{i}", i) for i in range(10)]
+    contigs = [contig_of(100_000, "big", 0), contig_of(40_000, "mid", 1)] + [
+        contig_of(3_000, f"s{i}", i) for i in range(10)
+    ]
     total = sum(c.codes.size for c in contigs)
     train, held = region_holdout(contigs, 0.2, gap=1000, seed=5)
     assert abs(sum(c.codes.size for c in held) / total - 0.2) < 0.03
@@ -247,8 +267,11 @@ def test_prokka_gff3_with_embedded_fasta_round_trips(tmp_path):
 
 
 def test_ustilago_gff3_with_a_differently_named_genome():
-    contigs = read_annotated_genomes(require_shared(GENOMES / "ustilago_maydis.gff3.gz"),
-                                     genome=require_shared(GENOMES / "ustilago_maydis.fasta.gz"), progress=False)
+    contigs = read_annotated_genomes(
+        require_shared(GENOMES / "ustilago_maydis.gff3.gz"),
+        genome=require_shared(GENOMES / "ustilago_maydis.fasta.gz"),
+        progress=False,
+    )
     genes = [g for c in contigs for g in c.genes]
     assert len(contigs) == 28 and contigs[0].name == "chr01"
     assert len(genes) == 6787 and sum(1 for g in genes if g.segments) == 1877  # 9,778 CDS lines of 6,787 mRNAs

@@ -9,8 +9,6 @@ import numpy as np
 import pytest
 import torch
 from data_helpers import write_fasta
-from torch.utils.data import DataLoader
-
 from genoformer.data import (
     PAD,
     GenomeStore,
@@ -24,6 +22,7 @@ from genoformer.data import (
     split_intervals,
 )
 from genoformer.data.splits import SequenceSource
+from torch.utils.data import DataLoader
 
 
 def test_windows_equal_store_slices_and_are_pure(small_store, small_records):
@@ -33,7 +32,7 @@ def test_windows_equal_store_slices_and_are_pure(small_store, small_records):
     for i in range(50):
         s = ds[(2, i)]
         assert s["tokens"].dtype == torch.uint8 and s["tokens"].shape == (1000,)
-        expected = encode(seqs[names[s["contig"]]][s["start"]:s["start"] + 1000])
+        expected = encode(seqs[names[s["contig"]]][s["start"] : s["start"] + 1000])
         assert np.array_equal(s["tokens"].numpy(), expected)
         again = RandomWindowDataset(small_store, 1000, 50, seed=3)[(2, i)]
         assert torch.equal(again["tokens"], s["tokens"]) and again["start"] == s["start"]
@@ -82,16 +81,21 @@ def test_tiles_cover_every_base_once(small_store):
     covered = {c.index: np.zeros(c.length, dtype=int) for c in store.contigs}
     for i in range(len(ds)):
         s = ds[i]
-        covered[s["contig"]][s["start"]:s["start"] + s["length"]] += 1
-        assert (s["tokens"][s["length"]:] == PAD).all()
-        assert np.array_equal(s["tokens"][:s["length"]].numpy(), store.read(s["contig"], s["start"], s["start"] + s["length"]))
+        covered[s["contig"]][s["start"] : s["start"] + s["length"]] += 1
+        assert (s["tokens"][s["length"] :] == PAD).all()
+        assert np.array_equal(
+            s["tokens"][: s["length"]].numpy(), store.read(s["contig"], s["start"], s["start"] + s["length"])
+        )
     assert all((c == 1).all() for c in covered.values())
 
 
-@pytest.mark.parametrize("spec", [
-    SplitSpec(by="region", val_fraction=0.1, test_fraction=0.1),
-    SplitSpec(by="contigs", val=["chrB"], test=["chrC"]),
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        SplitSpec(by="region", val_fraction=0.1, test_fraction=0.1),
+        SplitSpec(by="contigs", val=["chrB"], test=["chrC"]),
+    ],
+)
 def test_split_windows_never_cross_boundaries(small_store, spec):
     store = GenomeStore(small_store)
     sources = [SequenceSource(c.name, c.length, c.source_name) for c in store.contigs]
@@ -99,13 +103,13 @@ def test_split_windows_never_cross_boundaries(small_store, spec):
     owner = {c.index: np.full(c.length, "", dtype=object) for c in store.contigs}
     for name, ivs in splits.items():
         for iv in ivs:
-            assert (owner[iv.index][iv.start:iv.end] == "").all()
-            owner[iv.index][iv.start:iv.end] = name
+            assert (owner[iv.index][iv.start : iv.end] == "").all()
+            owner[iv.index][iv.start : iv.end] = name
     assert all((o != "").all() for o in owner.values())  # every base in exactly one split
     train = RandomWindowDataset(store, 500, 1, intervals=splits["train"], max_n_fraction=1.0)
     for i in range(500):
         contig, start, _ = train.locate(0, i)
-        assert set(owner[contig][start:start + 500]) == {"train"}
+        assert set(owner[contig][start : start + 500]) == {"train"}
     val = TiledWindowDataset(store, 500, intervals=splits["val"])
     for i in range(len(val)):
         contig, start, end = val.locate(i)
@@ -163,8 +167,13 @@ def test_ddp_ranks_get_disjoint_equal_shares(small_store, world_size):
     for rank in range(world_size):
         sampler = ShardSampler(len(ds), rank=rank, world_size=world_size)
         sampler.set_epoch(1)
-        loader = DataLoader(ds, batch_size=2, sampler=sampler, num_workers=2 if rank == 0 else 0,
-                            multiprocessing_context="fork" if rank == 0 else None)
+        loader = DataLoader(
+            ds,
+            batch_size=2,
+            sampler=sampler,
+            num_workers=2 if rank == 0 else 0,
+            multiprocessing_context="fork" if rank == 0 else None,
+        )
         served = collect(loader)
         assert served == expected_share(ds, 1, range(rank, -(-31 // world_size) * world_size, world_size))
         shares.append(set(served))
@@ -174,9 +183,14 @@ def test_ddp_ranks_get_disjoint_equal_shares(small_store, world_size):
 
 def test_ddp_eval_tiles_split_without_duplicates(small_store):
     ds = TiledWindowDataset(small_store, 1000)
-    shares = [set(collect(DataLoader(ds, batch_size=5, sampler=ShardSampler(len(ds), rank=r, world_size=3,
-                                                                         equal_shares=False))))
-              for r in range(3)]
+    shares = [
+        set(
+            collect(
+                DataLoader(ds, batch_size=5, sampler=ShardSampler(len(ds), rank=r, world_size=3, equal_shares=False))
+            )
+        )
+        for r in range(3)
+    ]
     assert sum(map(len, shares)) == len(ds) and set.union(*shares) == set(range(len(ds)))
 
 
@@ -213,7 +227,9 @@ def test_source_weights_share_windows_by_file_whatever_their_lengths(tmp_path):
     assert abs(by_contig[0] / (by_contig[0] + by_contig[1]) - 29_501 / 39_002) < 0.03
     lengths = [c.length for c in GenomeStore(store).contigs]
     assert all(0 <= start <= lengths[contig] - 500 for contig, start, _ in draws)
-    assert ds.locate(0, 7) == RandomWindowDataset(store, 500, 1, source_weights={"long.fa": 1, "short.fa": 3}).locate(0, 7)
+    assert ds.locate(0, 7) == RandomWindowDataset(store, 500, 1, source_weights={"long.fa": 1, "short.fa": 3}).locate(
+        0, 7
+    )
     with pytest.raises(ValueError, match=r"no weight for \['short.fa'\]"):
         RandomWindowDataset(store, 500, 1, source_weights={"long.fa": 1})
     with pytest.raises(ValueError, match="finite, >= 0"):
@@ -235,8 +251,12 @@ def test_whole_record_windows_are_whole_intervals_weighted_by_length(small_store
         assert s["start"] == 0 and s["tokens"].shape == (len(seqs[name]),)  # the whole record, unpadded
         expected = encode(seqs[name])
         assert np.array_equal(s["tokens"].numpy(), reverse_complement(expected) if s["reverse"] else expected)
-        assert torch.equal(WholeRecordDataset(small_store, 10**7, 200, seed=2, max_n_fraction=1.0,
-                                              reverse_complement=True)[i]["tokens"], s["tokens"])
+        assert torch.equal(
+            WholeRecordDataset(small_store, 10**7, 200, seed=2, max_n_fraction=1.0, reverse_complement=True)[i][
+                "tokens"
+            ],
+            s["tokens"],
+        )
     assert counts["chrA"] > counts["chrB"] > counts["chrC"] > 0  # 50k, 33k and 21k bases
 
 
@@ -244,8 +264,10 @@ def test_whole_record_windows_cut_long_records_and_follow_the_split(small_store,
     from genoformer.data import WholeRecordDataset
 
     names = [c.name for c in GenomeStore(small_store).contigs]
-    intervals = split_intervals([SequenceSource(c.name, c.length, "small.fa.gz") for c in GenomeStore(small_store).contigs],
-                                SplitSpec(by="contigs", val=["chrB"]))
+    intervals = split_intervals(
+        [SequenceSource(c.name, c.length, "small.fa.gz") for c in GenomeStore(small_store).contigs],
+        SplitSpec(by="contigs", val=["chrB"]),
+    )
     ds = WholeRecordDataset(small_store, 30_000, 50, intervals=intervals["train"], max_n_fraction=1.0)
     seqs = dict(small_records)
     for i in range(50):
@@ -254,7 +276,7 @@ def test_whole_record_windows_cut_long_records_and_follow_the_split(small_store,
         assert name != "chrB"
         length = min(len(seqs[name]), 30_000)  # chrA (50k) gives 30k windows, chrC (21k) whole
         assert s["tokens"].shape == (length,)
-        assert np.array_equal(s["tokens"].numpy(), encode(seqs[name][s["start"]:s["start"] + length]))
+        assert np.array_equal(s["tokens"].numpy(), encode(seqs[name][s["start"] : s["start"] + length]))
 
 
 def test_unpadded_tiles_are_as_long_as_their_bases(small_store, small_records):

@@ -15,7 +15,6 @@ import pytest
 import zarr
 from Bio import SeqIO
 from data_helpers import EXAMPLES, random_bases, write_fasta
-
 from genoformer.data import GenomeStore, encode, prepare_genome_store
 from genoformer.data.genome import store as genome_store_module
 from genoformer.data.storage import CorruptStoreError
@@ -265,8 +264,9 @@ def odd_store(tmp_path_factory, small_records) -> Path:
     root = tmp_path_factory.mktemp("odd_store")
     records = small_records + [("tiny", "ACGTN" * 100)]
     fasta = write_fasta(root / "odd.fa", records)
-    return prepare_genome_store([fasta], root / "odd.zarr", chunk_size=1536, shard_chunks=3, compressor="zstd",
-                                progress=False)
+    return prepare_genome_store(
+        [fasta], root / "odd.zarr", chunk_size=1536, shard_chunks=3, compressor="zstd", progress=False
+    )
 
 
 @pytest.mark.parametrize("cache_bytes", [0, 8192, 1 << 20])
@@ -281,8 +281,15 @@ def test_windows_equal_plain_zarr_for_every_cache_size(small_store, odd_store, c
         for contig in store.contigs:
             codes = zarr.open_array(path / "contigs" / str(contig.index), mode="r")[:]
             n = contig.length
-            windows = [(0, n), (0, 1), (n - 1, n), (0, min(cs, n)), (max(n - cs - 7, 0), n),
-                       (min(cs - 3, n - 1), min(cs + 5, n)), (min(cs, n - 1), min(3 * cs + 1, n))]
+            windows = [
+                (0, n),
+                (0, 1),
+                (n - 1, n),
+                (0, min(cs, n)),
+                (max(n - cs - 7, 0), n),
+                (min(cs - 3, n - 1), min(cs + 5, n)),
+                (min(cs, n - 1), min(3 * cs + 1, n)),
+            ]
             for _ in range(30):
                 start = int(rng.integers(n))
                 windows.append((start, min(n, start + int(rng.integers(1, 4 * cs)))))
@@ -367,9 +374,9 @@ def test_every_chunk_carries_its_crc32c(small_store):
     array = zarr.open_array(small_store / "contigs" / "0", mode="r")
     assert [type(c).__name__ for c in array.metadata.codecs[0].codecs] == ["BytesCodec", "BloscCodec", "Crc32cCodec"]
     shard = (small_store / "contigs" / "0" / "c" / "0").read_bytes()
-    index = np.frombuffer(shard[-4 - 16 * 4:-4], dtype="<u8").reshape(-1, 2)
+    index = np.frombuffer(shard[-4 - 16 * 4 : -4], dtype="<u8").reshape(-1, 2)
     for offset, nbytes in index.tolist():
-        chunk = shard[offset:offset + nbytes]
+        chunk = shard[offset : offset + nbytes]
         assert google_crc32c.value(chunk[:-4]) == int.from_bytes(chunk[-4:], "little")
 
 
@@ -381,8 +388,11 @@ def test_a_format_1_store_reads_with_a_warning_and_prepare_upgrades_it(tmp_path,
     path = write_fasta(tmp_path / "a.fa", [("a", random_bases(np.random.default_rng(1), 5000))])
     with monkeypatch.context() as patch:
         patch.setattr(genome_store_module, "GENOME_FORMAT_VERSION", 1)
-        patch.setattr(genome_store_module, "_codecs", lambda name, level: (BloscCodec(cname=name, clevel=level,
-                                                                                        shuffle="bitshuffle", typesize=2),))
+        patch.setattr(
+            genome_store_module,
+            "_codecs",
+            lambda name, level: (BloscCodec(cname=name, clevel=level, shuffle="bitshuffle", typesize=2),),
+        )
         out = prepare_genome_store([path], tmp_path / "old.zarr", progress=False)
     with caplog.at_level("WARNING"):
         old = GenomeStore(out, cache_bytes=0)

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from genoformer.data.genome.alphabet import PAD, decode, encode, reverse_complement
 from genoformer.data.genome.annotations import ANNOTATION_CLASSES, CDS_MINUS, CDS_PLUS, OTHER, STRAND_SWAP
 from genoformer.data.genome.labelled import (
@@ -49,7 +48,7 @@ def write_gff3_genome(path: Path, length: int = 3000, seed: int = 0, name: str =
     sequence = random_dna(np.random.default_rng(seed), length)
     lines = ["##gff-version 3", f"##sequence-region {name} 1 {length}"]
     lines += [f"{name}\ttest\tCDS\t{s}\t{e}\t.\t{strand}\t0\tID=g{i}" for i, (s, e, strand) in enumerate(GENES)]
-    lines += ["##FASTA", f">{name}"] + [sequence[i:i + 60] for i in range(0, length, 60)]
+    lines += ["##FASTA", f">{name}"] + [sequence[i : i + 60] for i in range(0, length, 60)]
     path.write_text("\n".join(lines) + "\n")
     return path, sequence
 
@@ -67,8 +66,9 @@ def test_classify_without_val_holds_out_a_leak_free_share(tmp_path):
     # duplicates and reverse complements of some rows: they must stay on one side
     rows += [(f"dup{i}", rows[i][1], rows[i][2]) for i in range(0, 10, 2)]
     rows += [(f"rc{i}", decode(reverse_complement(encode(rows[i][1]))), rows[i][2]) for i in range(1, 10, 2)]
-    data = LabelledDataModule("classify", [str(write_table(tmp_path / "train.tsv", rows))], val_fraction=0.25,
-                              batch_size=4)
+    data = LabelledDataModule(
+        "classify", [str(write_table(tmp_path / "train.tsv", rows))], val_fraction=0.25, batch_size=4
+    )
     data.setup("fit")
     train, val = data.splits["train"], data.splits["val"]
     assert len(train) + len(val) == len(rows) and len(val) == round(0.25 * len(rows))
@@ -82,9 +82,12 @@ def test_classify_without_val_holds_out_a_leak_free_share(tmp_path):
 
 def test_sequence_batches_keys_and_dtypes(tmp_path):
     rows = classify_rows(12, seed=2)
-    data = LabelledDataModule("classify", [str(write_table(tmp_path / "t.tsv", rows))],
-                              val=[str(write_table(tmp_path / "v.tsv", classify_rows(5, seed=3, prefix="v")))],
-                              batch_size=4)
+    data = LabelledDataModule(
+        "classify",
+        [str(write_table(tmp_path / "t.tsv", rows))],
+        val=[str(write_table(tmp_path / "v.tsv", classify_rows(5, seed=3, prefix="v")))],
+        batch_size=4,
+    )
     data.setup("fit")
     batch = next(iter(data.train_dataloader()))
     assert set(batch) == {"tokens", "length", "targets", "index"}
@@ -117,7 +120,11 @@ def test_a_leaking_val_file_is_an_error_unless_leaks_drop(tmp_path):
     assert "s7" not in dropping.splits["train"].names
     assert len(dropping.splits["val"]) == 6  # held-out sets never change
     # a test file leaking is refused too
-    test = str(write_table(tmp_path / "test.tsv", [("t0", rows[0][1], "a"), ("t1", random_dna(np.random.default_rng(9), 30), "b")]))
+    test = str(
+        write_table(
+            tmp_path / "test.tsv", [("t0", rows[0][1], "a"), ("t1", random_dna(np.random.default_rng(9), 30), "b")]
+        )
+    )
     with pytest.raises(ValueError, match="test sequences also occur"):
         LabelledDataModule("classify", [train], test=[test], batch_size=4).setup("fit")
     with_test = LabelledDataModule("classify", [train], test=[test], batch_size=4, leaks="drop")
@@ -153,8 +160,10 @@ def test_multilabel_classify(tmp_path):
 
 
 def test_pad_sequences_and_pad_windows():
-    samples = [{"tokens": torch.tensor([0, 1, 2], dtype=torch.uint8), "targets": torch.tensor([1, 2, 3]), "start": 5},
-               {"tokens": torch.tensor([3], dtype=torch.uint8), "targets": torch.tensor([4]), "start": 9}]
+    samples = [
+        {"tokens": torch.tensor([0, 1, 2], dtype=torch.uint8), "targets": torch.tensor([1, 2, 3]), "start": 5},
+        {"tokens": torch.tensor([3], dtype=torch.uint8), "targets": torch.tensor([4]), "start": 9},
+    ]
     batch = pad_windows(samples)
     assert batch["tokens"].tolist() == [[0, 1, 2], [3, PAD, PAD]]
     assert batch["targets"].tolist() == [[1, 2, 3], [4, IGNORE, IGNORE]] and batch["targets"].dtype == torch.int64
@@ -163,16 +172,19 @@ def test_pad_sequences_and_pad_windows():
         sample["targets"] = torch.tensor(values)
     values = pad_windows(samples)["targets"]
     assert values.dtype == torch.float32 and torch.isnan(values[1, 1:]).all() and values[1, 0] == 3.5
-    sequences = pad_sequences([{"tokens": torch.tensor([1, 1], dtype=torch.uint8), "targets": torch.tensor(2), "index": 0},
-                               {"tokens": torch.tensor([2], dtype=torch.uint8), "targets": torch.tensor(0), "index": 1}])
+    sequences = pad_sequences(
+        [
+            {"tokens": torch.tensor([1, 1], dtype=torch.uint8), "targets": torch.tensor(2), "index": 0},
+            {"tokens": torch.tensor([2], dtype=torch.uint8), "targets": torch.tensor(0), "index": 1},
+        ]
+    )
     assert sequences["tokens"].tolist() == [[1, 1], [2, PAD]] and sequences["targets"].tolist() == [2, 0]
 
 
 # ------------------------------------------------------------------ per-base tasks
 def test_annotate_from_gff3_with_fasta_holds_out_a_region(tmp_path):
     path, sequence = write_gff3_genome(tmp_path / "genome.gff3")
-    data = LabelledDataModule("annotate", [str(path)], window=256, samples_per_epoch=16, batch_size=4,
-                              val_fraction=0.2)
+    data = LabelledDataModule("annotate", [str(path)], window=256, samples_per_epoch=16, batch_size=4, val_fraction=0.2)
     assert data.per_base
     data.setup("fit")
     assert data.target_space == TargetSpace(TargetKind.BASE_CLASSES, ANNOTATION_CLASSES, strand_swap=STRAND_SWAP)
@@ -200,8 +212,6 @@ def test_annotate_from_gff3_with_fasta_holds_out_a_region(tmp_path):
         for start, n in zip(b["start"].tolist(), b["length"].tolist()):
             covered[start : start + n] += 1
     assert (covered >= 1).all()  # the tiles reach every held-out base
-
-
 
 
 def test_tiled_track_windows_serve_every_base_once():
@@ -234,8 +244,9 @@ def test_regress_per_base_from_a_bedgraph(tmp_path):
     genome.write_text(">chr1\n" + random_dna(rng, 2000) + "\n")
     track = tmp_path / "signal.bedgraph"
     track.write_text("".join(f"chr1\t{s}\t{s + 50}\t{rng.normal(2, 1):.3f}\n" for s in range(0, 2000, 100)))
-    data = LabelledDataModule("regress", [str(track)], genome=str(genome), window=200, samples_per_epoch=8,
-                              batch_size=4, val_fraction=0.2)
+    data = LabelledDataModule(
+        "regress", [str(track)], genome=str(genome), window=200, samples_per_epoch=8, batch_size=4, val_fraction=0.2
+    )
     assert data.per_base
     data.setup("fit")
     space = data.target_space
@@ -251,8 +262,10 @@ def test_regress_per_base_from_a_bedgraph(tmp_path):
 # ------------------------------------------------------------------ exact resume
 def test_random_track_windows_are_a_pure_function_of_epoch_and_index():
     rng = np.random.default_rng(0)
-    tracks = [Track("a", rng.integers(0, 4, 500).astype(np.uint8), rng.integers(0, 5, 500).astype(np.uint8)),
-              Track("b", rng.integers(0, 4, 90).astype(np.uint8), rng.integers(0, 5, 90).astype(np.uint8))]
+    tracks = [
+        Track("a", rng.integers(0, 4, 500).astype(np.uint8), rng.integers(0, 5, 500).astype(np.uint8)),
+        Track("b", rng.integers(0, 4, 90).astype(np.uint8), rng.integers(0, 5, 90).astype(np.uint8)),
+    ]
     one = RandomTrackWindows(tracks, 100, samples_per_epoch=50, seed=3)
     two = RandomTrackWindows(tracks, 100, samples_per_epoch=50, seed=3)
     for key in [(0, 0), (0, 7), (2, 7), (5, 49)]:

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from data_helpers import SHARED_DATA, random_bases, require_shared, write_fasta
-
 from genoformer.data.genome.alphabet import decode, encode, reverse_complement
 from genoformer.data.genome.labels import (
     LabelledSequences,
@@ -37,16 +36,24 @@ def write(path: Path, text: str) -> Path:
 
 def seqs_of(strings: list[str], labels: list[int] | None = None) -> LabelledSequences:
     labels = labels if labels is not None else [0] * len(strings)
-    return LabelledSequences([f"s{i}" for i in range(len(strings))], [encode(s) for s in strings],
-                             np.asarray(labels, dtype=np.int64), TargetKind.SEQUENCE_CLASSES, ["a", "b"], {})
+    return LabelledSequences(
+        [f"s{i}" for i in range(len(strings))],
+        [encode(s) for s in strings],
+        np.asarray(labels, dtype=np.int64),
+        TargetKind.SEQUENCE_CLASSES,
+        ["a", "b"],
+        {},
+    )
 
 
 # --- tables -----------------------------------------------------------------------------------
 
 
 def test_tsv_classes_in_natural_order_with_names_and_extra_columns(tmp_path):
-    path = write(tmp_path / "train.tsv.gz", "name\tsequence\tlabel\tsource\n"
-                 "a\tACGT\t10\tx\nb\tacgn\t2\ty\nc\tGGCC\t1\tz\nd\tTTTT\t2\tw\n")
+    path = write(
+        tmp_path / "train.tsv.gz",
+        "name\tsequence\tlabel\tsource\na\tACGT\t10\tx\nb\tacgn\t2\ty\nc\tGGCC\t1\tz\nd\tTTTT\t2\tw\n",
+    )
     seqs = read_labelled(path, task="classify")
     assert seqs.kind == TargetKind.SEQUENCE_CLASSES and seqs.label_names == ["1", "2", "10"]
     assert seqs.targets.dtype == np.int64 and seqs.targets.tolist() == [2, 1, 0, 1]
@@ -64,7 +71,9 @@ def test_string_classes_sort_and_unnamed_rows_are_seq_i(tmp_path):
 
 
 def test_multilabel_columns_accept_words(tmp_path):
-    path = write(tmp_path / "m.tsv", "sequence\tlabel_open\tlabel_bound\nACGT\t1\ttrue\nGGCC\tno\t0\nTTAA\tyes\tFalse\n")
+    path = write(
+        tmp_path / "m.tsv", "sequence\tlabel_open\tlabel_bound\nACGT\t1\ttrue\nGGCC\tno\t0\nTTAA\tyes\tFalse\n"
+    )
     seqs = read_labelled(path, task="classify")
     assert seqs.kind == TargetKind.SEQUENCE_LABELS and seqs.label_names == ["open", "bound"]
     assert seqs.targets.dtype == np.float32
@@ -83,16 +92,27 @@ def test_regression_targets(tmp_path):
     assert class_balance(single) == "1 target(s) over 2 sequences: label mean 0.75 sd 0.25"
 
 
-@pytest.mark.parametrize("text, task, message", [
-    ("sequence\tlabel\nACGT\ta\n\tb\n", "classify", r"s.tsv row 3: the sequence is empty"),
-    ("sequence\tlabel\nACGT\ta\nACXT\tb\n", "classify", r"s.tsv row 3: the sequence, base 3 \(1-based\): invalid character 'X'"),
-    ("seq\tlabel\nACGT\ta\n", "classify", r"no `sequence` column; found the columns \['seq', 'label'\]"),
-    ("sequence\tclass\nACGT\ta\n", "classify", r"no label column; found the columns \['sequence', 'class'\]"),
-    ("sequence\tlabel\nACGT\ta\nGGCC\ta\n", "classify", r"every label is 'a'; classification needs at least 2 classes"),
-    ("sequence\tlabel\nACGT\t1.5\nGGCC\thigh\n", "regress", r"s.tsv row 3, column 'label': 'high' is not a number"),
-    ("sequence\tlabel_x\nACGT\t1\nGGCC\t2\n", "classify", r"s.tsv row 3, column 'label_x': '2' is not 0/1"),
-    ("sequence\tlabel\nACGT\ta\nGGCC\tb\textra\n", "classify", r"s.tsv row 3: 3 fields but the header has 2"),
-])
+@pytest.mark.parametrize(
+    "text, task, message",
+    [
+        ("sequence\tlabel\nACGT\ta\n\tb\n", "classify", r"s.tsv row 3: the sequence is empty"),
+        (
+            "sequence\tlabel\nACGT\ta\nACXT\tb\n",
+            "classify",
+            r"s.tsv row 3: the sequence, base 3 \(1-based\): invalid character 'X'",
+        ),
+        ("seq\tlabel\nACGT\ta\n", "classify", r"no `sequence` column; found the columns \['seq', 'label'\]"),
+        ("sequence\tclass\nACGT\ta\n", "classify", r"no label column; found the columns \['sequence', 'class'\]"),
+        (
+            "sequence\tlabel\nACGT\ta\nGGCC\ta\n",
+            "classify",
+            r"every label is 'a'; classification needs at least 2 classes",
+        ),
+        ("sequence\tlabel\nACGT\t1.5\nGGCC\thigh\n", "regress", r"s.tsv row 3, column 'label': 'high' is not a number"),
+        ("sequence\tlabel_x\nACGT\t1\nGGCC\t2\n", "classify", r"s.tsv row 3, column 'label_x': '2' is not 0/1"),
+        ("sequence\tlabel\nACGT\ta\nGGCC\tb\textra\n", "classify", r"s.tsv row 3: 3 fields but the header has 2"),
+    ],
+)
 def test_bad_tables_are_clear_errors(tmp_path, text, task, message):
     with pytest.raises(ValueError, match=message):
         read_labelled(write(tmp_path / "s.tsv", text), task=task)
@@ -100,8 +120,11 @@ def test_bad_tables_are_clear_errors(tmp_path, text, task, message):
 
 def test_unknown_class_names_the_row_and_the_training_classes(tmp_path):
     path = write(tmp_path / "val.tsv", "sequence\tlabel\nACGT\tdonor\nGGCC\tacceptor\nTTAA\tx\n")
-    with pytest.raises(ValueError, match=r"label 'x' in .*val.tsv row 4 is not one of the training classes "
-                                         r"\['donor', 'acceptor'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"label 'x' in .*val.tsv row 4 is not one of the training classes "
+        r"\['donor', 'acceptor'\]",
+    ):
         read_labelled(path, task="classify", classes=["donor", "acceptor"])
     # a validation set may lack a class; the training order fixes the indices
     ok = write(tmp_path / "ok.tsv", "sequence\tlabel\nACGT\tacceptor\n")
@@ -128,12 +151,19 @@ def test_fasta_with_a_name_table(tmp_path):
     assert read_labelled([table, fasta], task="classify").names == seqs.names
 
 
-@pytest.mark.parametrize("records, table, message", [
-    ([("r1", "ACGT"), ("r2", "GGCC")], "name\tlabel\nr1\ta\n", r"1 FASTA record\(s\) of .* have no row in .*: 'r2'"),
-    ([("r1", "ACGT")], "name\tlabel\nr1\ta\nr9\tb\n", r"1 name\(s\) in .* are not records of .*: 'r9'"),
-    ([("r1", "ACGT")], "name\tlabel\nr1\ta\nr1\tb\n", r"the `name` column of .* repeats 1 name\(s\): 'r1'"),
-    ([("r1", "ACGT"), ("r1", "GGCC")], "name\tlabel\nr1\ta\n", r"the record name 'r1' appears twice"),
-])
+@pytest.mark.parametrize(
+    "records, table, message",
+    [
+        (
+            [("r1", "ACGT"), ("r2", "GGCC")],
+            "name\tlabel\nr1\ta\n",
+            r"1 FASTA record\(s\) of .* have no row in .*: 'r2'",
+        ),
+        ([("r1", "ACGT")], "name\tlabel\nr1\ta\nr9\tb\n", r"1 name\(s\) in .* are not records of .*: 'r9'"),
+        ([("r1", "ACGT")], "name\tlabel\nr1\ta\nr1\tb\n", r"the `name` column of .* repeats 1 name\(s\): 'r1'"),
+        ([("r1", "ACGT"), ("r1", "GGCC")], "name\tlabel\nr1\ta\n", r"the record name 'r1' appears twice"),
+    ],
+)
 def test_bad_pairings_are_clear_errors(tmp_path, records, table, message):
     fasta = write_fasta(tmp_path / "seqs.fa", records)
     with pytest.raises(ValueError, match=message):
@@ -164,25 +194,35 @@ def genome(tmp_path) -> tuple[Path, str]:
 
 def test_bed_intervals_with_strand(tmp_path, genome):
     path, sequence = genome
-    bed = write(tmp_path / "sites.bed", "track name=x\n# comment\nchr1\t10\t20\tbound\t5\t+\n"
-                "chr1\t30\t45\tfree\t0\t-\nchr2\t0\t8\tbound\t1\t.\n")
+    bed = write(
+        tmp_path / "sites.bed",
+        "track name=x\n# comment\nchr1\t10\t20\tbound\t5\t+\nchr1\t30\t45\tfree\t0\t-\nchr2\t0\t8\tbound\t1\t.\n",
+    )
     seqs = read_labelled(bed, task="classify", genome=path)
     assert seqs.names == ["chr1:10-20(+)", "chr1:30-45(-)", "chr2:0-8"]
     assert decode(seqs.codes[0]) == sequence[10:20]
     assert decode(seqs.codes[1]) == decode(reverse_complement(encode(sequence[30:45])))
     assert seqs.label_names == ["bound", "free"] and seqs.targets.tolist() == [0, 1, 0]
-    assert seqs.columns == {"chrom": ["chr1", "chr1", "chr2"], "start": ["10", "30", "0"], "end": ["20", "45", "8"],
-                            "score": ["5", "0", "1"], "strand": ["+", "-", "."]}
+    assert seqs.columns == {
+        "chrom": ["chr1", "chr1", "chr2"],
+        "start": ["10", "30", "0"],
+        "end": ["20", "45", "8"],
+        "score": ["5", "0", "1"],
+        "strand": ["+", "-", "."],
+    }
     plain = read_unlabelled(write(tmp_path / "plain.bed", "chr1\t0\t5\n"), genome=path)
     assert plain.names == ["chr1:0-5"] and decode(plain.codes[0]) == sequence[:5]
 
 
-@pytest.mark.parametrize("line, message", [
-    ("chrZ\t0\t10\ta", r"sites.bed line 2: chromosome 'chrZ' is not in the genome, which holds 'chr1', 'chr2'"),
-    ("chr2\t30\t50\ta", r"sites.bed line 2: interval chr2:30-50 runs past the end of 'chr2' \(40 bases\)"),
-    ("chr1\t10\t10\ta", r"sites.bed line 2: interval chr1:10-10 is empty"),
-    ("chr1\t10\t20", r"sites.bed line 2: no label"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("chrZ\t0\t10\ta", r"sites.bed line 2: chromosome 'chrZ' is not in the genome, which holds 'chr1', 'chr2'"),
+        ("chr2\t30\t50\ta", r"sites.bed line 2: interval chr2:30-50 runs past the end of 'chr2' \(40 bases\)"),
+        ("chr1\t10\t10\ta", r"sites.bed line 2: interval chr1:10-10 is empty"),
+        ("chr1\t10\t20", r"sites.bed line 2: no label"),
+    ],
+)
 def test_bad_bed_lines_are_clear_errors(tmp_path, genome, line, message):
     bed = write(tmp_path / "sites.bed", f"chr1\t0\t5\tb\n{line}\n")
     with pytest.raises(ValueError, match=message):
@@ -198,21 +238,38 @@ def test_bed_needs_a_genome(tmp_path):
 
 
 def test_class_balance_lines_and_the_imbalance_warning():
-    seqs = LabelledSequences([f"s{i}" for i in range(20)], [encode("ACGT")] * 20,
-                             np.asarray([0] * 19 + [1], dtype=np.int64), TargetKind.SEQUENCE_CLASSES, ["neg", "pos"], {})
+    seqs = LabelledSequences(
+        [f"s{i}" for i in range(20)],
+        [encode("ACGT")] * 20,
+        np.asarray([0] * 19 + [1], dtype=np.int64),
+        TargetKind.SEQUENCE_CLASSES,
+        ["neg", "pos"],
+        {},
+    )
     line = class_balance(seqs)
     assert line.startswith("2 classes: neg 19 (95.0%), pos 1 (5.0%); imbalanced: pos has 5.3% as many sequences as neg")
     assert "imbalanced" not in class_balance(seqs.subset(np.arange(10, 20)))
-    multi = LabelledSequences(["a", "b"], [encode("A"), encode("C")], np.asarray([[1, 0], [1, 1]], np.float32),
-                              TargetKind.SEQUENCE_LABELS, ["x", "y"], {})
-    assert class_balance(multi).startswith("2 labels over 2 sequences, positive: x 2 (100.0%), y 1 (50.0%); imbalanced: x")
+    multi = LabelledSequences(
+        ["a", "b"],
+        [encode("A"), encode("C")],
+        np.asarray([[1, 0], [1, 1]], np.float32),
+        TargetKind.SEQUENCE_LABELS,
+        ["x", "y"],
+        {},
+    )
+    assert class_balance(multi).startswith(
+        "2 labels over 2 sequences, positive: x 2 (100.0%), y 1 (50.0%); imbalanced: x"
+    )
 
 
 def test_leak_check_fires_on_a_reverse_complement():
     train = seqs_of(["ACGTTGCA", "GGGAAACC", "TTTTCCCA"])
     other = seqs_of(["CCCCCCCA", decode(reverse_complement(encode("GGGAAACC")))])
-    with pytest.raises(ValueError, match=r"1 of the 2 val sequences also occur in the training set .* e.g. val 's1' = "
-                                         r"train 's1'; deduplicate the files or split one set with split_leak_free"):
+    with pytest.raises(
+        ValueError,
+        match=r"1 of the 2 val sequences also occur in the training set .* e.g. val 's1' = "
+        r"train 's1'; deduplicate the files or split one set with split_leak_free",
+    ):
         leak_check(train, other, "val")
     leak_check(train, seqs_of(["CCCCCCCA"]), "val")
 

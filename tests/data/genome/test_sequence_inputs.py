@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from data_helpers import write_fasta
-
 from genoformer.data.genome.alphabet import encode
 from genoformer.data.genome.inputs import read_sequences
 
@@ -30,10 +29,13 @@ def test_several_inputs_keep_their_order(tmp_path, small_store):
         list(read_sequences([first, small_store, first]))
 
 
-@pytest.mark.parametrize("records, message", [
-    ([("fine", "ACGT"), ("empty", "")], "record 'empty' is empty"),
-    ([("bad", "ACGTXA")], "record 'bad', base 5 (1-based): invalid character 'X'"),
-])
+@pytest.mark.parametrize(
+    "records, message",
+    [
+        ([("fine", "ACGT"), ("empty", "")], "record 'empty' is empty"),
+        ([("bad", "ACGTXA")], "record 'bad', base 5 (1-based): invalid character 'X'"),
+    ],
+)
 def test_bad_records_are_clear_errors(tmp_path, records, message):
     path = write_fasta(tmp_path / "bad.fa", records)
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")) as error:
@@ -66,8 +68,10 @@ def test_gff3_with_a_fasta_section_reads_its_sequences(tmp_path):
     from genoformer.data.genome.inputs import read_sequences
 
     gff = tmp_path / "prokka.gff3"
-    gff.write_text("##gff-version 3\n##sequence-region c1 1 12\nc1\tProdigal\tCDS\t1\t9\t.\t+\t0\tID=g1\n"
-                   "##FASTA\n>c1 contig one\nACGTAC\nGTACGT\n>c2\nTTTT\n")
+    gff.write_text(
+        "##gff-version 3\n##sequence-region c1 1 12\nc1\tProdigal\tCDS\t1\t9\t.\t+\t0\tID=g1\n"
+        "##FASTA\n>c1 contig one\nACGTAC\nGTACGT\n>c2\nTTTT\n"
+    )
     records = list(read_sequences([str(gff)]))
     assert [(r.name, len(r.codes)) for r in records] == [("c1", 12), ("c2", 4)]
     bare = tmp_path / "genes.gff3"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from genoformer.data.splits import Interval, SplitSpec
 from genoformer.data.timeseries.datamodule import TimeSeriesDataModule
 from genoformer.data.timeseries.datasets import MixedWindowDataset, TimeSeriesWindowDataset, normalize_by_context
@@ -18,8 +17,9 @@ def ramp_store(tmp_path, name, length, channels=1, gaps=(), scale=1.0):
     for lo, hi in gaps:
         values[lo:hi] = np.nan
     np.save(tmp_path / f"{name}.npy", values.astype(np.float32))
-    return prepare_timeseries_store([tmp_path / f"{name}.npy"], tmp_path / f"{name}.zarr", sampling_rate=1.0,
-                                    progress=False)
+    return prepare_timeseries_store(
+        [tmp_path / f"{name}.npy"], tmp_path / f"{name}.zarr", sampling_rate=1.0, progress=False
+    )
 
 
 def test_windows_whose_targets_are_all_missing_are_skipped_and_the_rest_keep_nan(tmp_path):
@@ -62,7 +62,9 @@ def test_mixed_windows_are_single_channels_of_every_store(tmp_path):
     assert all(s["context"].shape == (1, 20) and s["target"].shape == (1, 5) for s in samples)
     share_b = np.mean([s["store"] == 1 for s in samples])
     assert 0.7 < share_b < 0.8  # weights 1 : 3
-    assert {s["channel"] for s in samples if s["store"] == 0} == {0, 1} and {s["channel"] for s in samples if s["store"] == 1} == {0}
+    assert {s["channel"] for s in samples if s["store"] == 0} == {0, 1} and {
+        s["channel"] for s in samples if s["store"] == 1
+    } == {0}
     for s in samples[:50]:  # the channel's own values: channel c of store a holds t + 1000 c, store b 10 t
         t = s["start"] + np.arange(25)
         expected = t + 1000.0 * s["channel"] if s["store"] == 0 else 10.0 * t
@@ -77,9 +79,17 @@ def test_data_module_over_several_stores(tmp_path):
     b = ramp_store(tmp_path, "b", 300, channels=1, scale=10.0)
     with pytest.raises(ValueError, match="different channels.*channel_independent"):
         TimeSeriesDataModule([str(a), str(b)], context=32, horizon=8, num_workers=0).setup("fit")
-    dm = TimeSeriesDataModule([str(a), str(b)], context=32, horizon=8, batch_size=16, num_workers=0,
-                              samples_per_epoch=64, channel_independent=True, window_normalize=True,
-                              split=SplitSpec(val_fraction=0.2))
+    dm = TimeSeriesDataModule(
+        [str(a), str(b)],
+        context=32,
+        horizon=8,
+        batch_size=16,
+        num_workers=0,
+        samples_per_epoch=64,
+        channel_independent=True,
+        window_normalize=True,
+        split=SplitSpec(val_fraction=0.2),
+    )
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))
     assert batch["context"].shape == (16, 1, 32) and set(batch["store"].tolist()) <= {0, 1}
@@ -91,8 +101,9 @@ def test_data_module_over_several_stores(tmp_path):
     state = dm.state_dict()
     assert [s["channel_names"] for s in state["stores"]] == [["ch0", "ch1"], ["ch0"]]
     dm.load_state_dict(state)
-    swapped = TimeSeriesDataModule([str(b), str(a)], context=32, horizon=8, num_workers=0, channel_independent=True,
-                                   window_normalize=True)
+    swapped = TimeSeriesDataModule(
+        [str(b), str(a)], context=32, horizon=8, num_workers=0, channel_independent=True, window_normalize=True
+    )
     with pytest.raises(ValueError, match="does not match the checkpoint"):
         swapped.load_state_dict(state)
     with pytest.raises(ValueError, match="builds one store"):

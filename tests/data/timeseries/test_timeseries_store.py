@@ -9,7 +9,6 @@ import pandas as pd
 import pytest
 import torch
 from data_helpers import ECG_CSV, require_shared
-
 from genoformer.data import Interval, TimeSeriesStore, TimeSeriesWindowDataset, prepare_timeseries_store
 
 
@@ -20,8 +19,9 @@ def write_csv(path, header, rows):
 
 def test_real_ecg_store(tmp_path):
     csv = require_shared(ECG_CSV)
-    store = TimeSeriesStore(prepare_timeseries_store([csv], tmp_path / "ecg.zarr", time_column="t_seconds",
-                                                     progress=False))
+    store = TimeSeriesStore(
+        prepare_timeseries_store([csv], tmp_path / "ecg.zarr", time_column="t_seconds", progress=False)
+    )
     values = np.loadtxt(csv, delimiter=",", skiprows=1, dtype=np.float64)[:, 1].astype(np.float32)
     assert store.channel_names == ["ecg_mV"] and abs(store.sampling_rate - 360) < 0.01
     assert np.array_equal(store.read(0, 0, len(values))[0], values)
@@ -33,8 +33,9 @@ def test_context_and_target_are_consecutive(tmp_path):
     t = np.arange(5000)
     data = np.stack([t, -t], axis=1).astype(np.float32)  # (T, C)
     np.save(tmp_path / "x.npy", data)
-    path = prepare_timeseries_store([tmp_path / "x.npy"], tmp_path / "s.zarr", sampling_rate=100.0,
-                                    chunk_size=512, progress=False)
+    path = prepare_timeseries_store(
+        [tmp_path / "x.npy"], tmp_path / "s.zarr", sampling_rate=100.0, chunk_size=512, progress=False
+    )
     store = TimeSeriesStore(path)
     assert store.channel_names == ["ch0", "ch1"]
     ds = TimeSeriesWindowDataset(path, 300, 50, samples_per_epoch=20, normalize=False)
@@ -55,12 +56,14 @@ def test_missing_values_error_names_row_and_column(tmp_path):
     assert not (tmp_path / "s.zarr").exists()
 
 
-@pytest.mark.parametrize("policy,expected", [("ffill", [1, 1, 1, 4, 4]), ("zero", [0, 1, 0, 4, 0]),
-                                             ("linear", [1, 1, 2.5, 4, 4])])
+@pytest.mark.parametrize(
+    "policy,expected", [("ffill", [1, 1, 1, 4, 4]), ("zero", [0, 1, 0, 4, 0]), ("linear", [1, 1, 2.5, 4, 4])]
+)
 def test_missing_value_fill(tmp_path, policy, expected):
     path = write_csv(tmp_path / "x.csv", ["v"], [["nan"], [1], ["NaN"], [4], ["NA"]])
-    store = TimeSeriesStore(prepare_timeseries_store([path], tmp_path / "s.zarr", sampling_rate=2.0,
-                                                     missing=policy, progress=False))
+    store = TimeSeriesStore(
+        prepare_timeseries_store([path], tmp_path / "s.zarr", sampling_rate=2.0, missing=policy, progress=False)
+    )
     assert store.read(0, 0, 5)[0].tolist() == expected and store.series[0].filled == [3]
     assert store.series[0].missing == [0]
 
@@ -94,35 +97,53 @@ def test_iso_dates_with_jitter_and_gaps(tmp_path):
     assert load[keep].tolist() == [i * 10 for i in keep]
     with pytest.raises(ValueError, match=r"time step 4 \(a gap"):
         prepare_timeseries_store([path], tmp_path / "e.zarr", time_column="when", missing="error", progress=False)
-    given = TimeSeriesStore(prepare_timeseries_store([path], tmp_path / "g.zarr", time_column="when",
-                                                     sampling_rate=1 / 1800, progress=False))  # a given step: 30 min
+    given = TimeSeriesStore(
+        prepare_timeseries_store(
+            [path], tmp_path / "g.zarr", time_column="when", sampling_rate=1 / 1800, progress=False
+        )
+    )  # a given step: 30 min
     assert given.series[0].length == 19 and given.sampling_rate == 1 / 1800
 
 
 def test_day_first_dates_in_separate_date_and_time_columns(tmp_path):
     path = tmp_path / "power.csv.gz"
     text = "Date,Time,power,volts\n" + "".join(
-        f"{d}/01/2007,{h:02d}:{m:02d}:00,{v},{230 + v}\n" for v, (d, h, m) in enumerate(
-            [(12, 23, 58), (12, 23, 59), (13, 0, 0), (13, 0, 1), (13, 0, 3)]))  # 12 January, midnight; one gap
+        f"{d}/01/2007,{h:02d}:{m:02d}:00,{v},{230 + v}\n"
+        for v, (d, h, m) in enumerate([(12, 23, 58), (12, 23, 59), (13, 0, 0), (13, 0, 1), (13, 0, 3)])
+    )  # 12 January, midnight; one gap
     path.write_bytes(gzip.compress(text.replace(",3,233", ",?,?").encode()))
-    store = TimeSeriesStore(prepare_timeseries_store([path], tmp_path / "s.zarr", time_column=["Date", "Time"],
-                                                     dayfirst=True, progress=False))
+    store = TimeSeriesStore(
+        prepare_timeseries_store(
+            [path], tmp_path / "s.zarr", time_column=["Date", "Time"], dayfirst=True, progress=False
+        )
+    )
     info = store.series[0]
     assert store.sampling_rate == pytest.approx(1 / 60) and info.length == 6 and info.name == "power"
     assert info.start_time.startswith("2007-01-12T23:58:00")
     assert info.gaps == {"count": 1, "missing_steps": 1, "longest": 1} and info.missing == [2, 2]
     assert np.isnan(store.read(0, 0, 6)).tolist() == [[False, False, False, True, True, False]] * 2
     # month first, 12 January reads as 1 December and 13 January does not parse: the error names the row
-    with pytest.raises(ValueError, match=r"line 4, time column 'Date\+Time': '13/01/2007 00:00:00' is not a time.*dayfirst=True"):
+    with pytest.raises(
+        ValueError, match=r"line 4, time column 'Date\+Time': '13/01/2007 00:00:00' is not a time.*dayfirst=True"
+    ):
         prepare_timeseries_store([path], tmp_path / "m.zarr", time_column=["Date", "Time"], progress=False)
 
 
 def test_date_parts_in_columns_and_chosen_columns(tmp_path):
     path = tmp_path / "pm.csv"
-    path.write_text("No,year,month,day,hour,pm2.5,TEMP,cbwd\n1,2010,1,1,22,NA,-11,NW\n2,2010,1,1,23,129,-12,NW\n"
-                    "3,2010,1,2,0,148,-11,SE\n")
-    store = TimeSeriesStore(prepare_timeseries_store([path], tmp_path / "s.zarr", time_column=["year", "month", "day", "hour"],
-                                                     columns=["pm2.5", "TEMP"], progress=False))
+    path.write_text(
+        "No,year,month,day,hour,pm2.5,TEMP,cbwd\n1,2010,1,1,22,NA,-11,NW\n2,2010,1,1,23,129,-12,NW\n"
+        "3,2010,1,2,0,148,-11,SE\n"
+    )
+    store = TimeSeriesStore(
+        prepare_timeseries_store(
+            [path],
+            tmp_path / "s.zarr",
+            time_column=["year", "month", "day", "hour"],
+            columns=["pm2.5", "TEMP"],
+            progress=False,
+        )
+    )
     assert store.channel_names == ["pm2.5", "TEMP"] and store.sampling_rate == pytest.approx(1 / 3600)
     assert store.series[0].start_time.startswith("2010-01-01T22:00") and store.series[0].missing == [1, 0]
 
@@ -133,8 +154,11 @@ def test_duplicate_times(tmp_path):
     with pytest.raises(ValueError, match=r"line 4 falls on the same time step.*2 such rows.*duplicates='first'"):
         prepare_timeseries_store([path], tmp_path / "e.zarr", time_column="t", progress=False)
     for policy, expected in (("first", [1, 2, np.nan, 5]), ("last", [1, 4, 8, 5]), ("mean", [1, 3, 8, 5])):
-        store = TimeSeriesStore(prepare_timeseries_store([path], tmp_path / f"{policy}.zarr", time_column="t",
-                                                         duplicates=policy, progress=False))
+        store = TimeSeriesStore(
+            prepare_timeseries_store(
+                [path], tmp_path / f"{policy}.zarr", time_column="t", duplicates=policy, progress=False
+            )
+        )
         assert np.array_equal(store.read(0, 0, 4)[0], np.array(expected, np.float32), equal_nan=True), policy
         assert store.series[0].duplicates == 2 and store.sampling_rate == 1.0
 
@@ -174,8 +198,9 @@ def test_context_may_reach_before_the_interval(tmp_path):
     path = prepare_timeseries_store([tmp_path / "x.npy"], tmp_path / "s.zarr", sampling_rate=1.0, progress=False)
     test_part = [Interval(0, 800, 1000)]
     inside = TimeSeriesWindowDataset(path, 100, 50, intervals=test_part, stride=1, normalize=False)
-    protocol = TimeSeriesWindowDataset(path, 100, 50, intervals=test_part, stride=1, normalize=False,
-                                       context_before_interval=True)
+    protocol = TimeSeriesWindowDataset(
+        path, 100, 50, intervals=test_part, stride=1, normalize=False, context_before_interval=True
+    )
     assert len(inside) == 200 - 150 + 1 and len(protocol) == 200 - 50 + 1
     first, last = protocol[0], protocol[len(protocol) - 1]
     assert first["target"][0, 0] == 800 and first["context"][0, 0] == 700  # context from the earlier part
@@ -184,7 +209,6 @@ def test_context_may_reach_before_the_interval(tmp_path):
 
 def test_stores_of_format_version_1_still_read(tmp_path):
     import zarr
-
     from genoformer.data.storage import METADATA_KEY
 
     np.save(tmp_path / "x.npy", np.arange(50, dtype=np.float32))
@@ -197,14 +221,14 @@ def test_stores_of_format_version_1_still_read(tmp_path):
     store = TimeSeriesStore(path)
     assert store.series[0].gaps["count"] == 0 and not store.series[0].has_missing
     assert TimeSeriesWindowDataset(path, 10, 5, stride=5)[0]["target"][0].tolist() == pytest.approx(
-        ((np.arange(10, 15) - 24.5) / np.std(np.arange(50))).tolist(), rel=1e-5)
+        ((np.arange(10, 15) - 24.5) / np.std(np.arange(50))).tolist(), rel=1e-5
+    )
 
 
 def test_a_store_of_an_older_format_warns_and_prepare_rebuilds_it(tmp_path, caplog):
     """Format 3 keeps a CRC32C per chunk; a store of format 2 (none) is read with a warning that
     says how to rebuild it, and `prepare` with the same inputs rebuilds it."""
     import zarr
-
     from genoformer.data.storage import METADATA_KEY
 
     np.save(tmp_path / "x.npy", np.arange(50, dtype=np.float32))
