@@ -295,9 +295,10 @@ def write_shim(folder: Path, suite_file: Path) -> Path:
 
 def run_pytest(folder: Path, args: list[str], env: dict, timeout: float, log: Path) -> tuple[int | None, float]:
     """pytest on the shim folder's test file in a child process (the shim first on PYTHONPATH), its
-    output to `log`: (return code, or None when the budget stopped it with its workers; seconds)."""
+    output to `log`: (return code, or None when the budget stopped it with its workers; seconds). A
+    calling pytest-xdist worker's variables stay behind: the child would take itself for a worker."""
     env = {
-        **os.environ,
+        **{name: value for name, value in os.environ.items() if not name.startswith("PYTEST_XDIST")},
         **env,
         "PYTHONPATH": os.pathsep.join([str(folder), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
     }

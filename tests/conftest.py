@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import settings
 
 # Without a CUDA GPU the Triton kernels run in Triton's CPU interpreter. The variable is read when
 # a kernel is defined, so it must be set before any test module imports the Triton backend; the
@@ -35,6 +36,11 @@ if "PYTEST_XDIST_WORKER_COUNT" in os.environ and "OMP_NUM_THREADS" not in os.env
 importlib.import_module("lightning.pytorch")
 
 pytest_plugins = ["cpu_times"]
+
+# HYPOTHESIS_PROFILE=ci (set by .ci/run) draws the same examples in every run: a CI run judges the
+# change, not a new draw, and a failure reproduces as it was seen. Elsewhere each run draws anew.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"

@@ -100,7 +100,7 @@ def test_softmask_kept_and_sharded_contigs_read(small_store, small_records):
 @pytest.mark.parametrize("compress", ["plain", "gz", "xz", "bz2"])
 def test_compressed_multi_record_inputs(tmp_path, compress):
     rng = np.random.default_rng(1)
-    records = [("r1 first", random_bases(rng, 3000)), ("r2", random_bases(rng, 777)), ("r3", "acgtRYN" * 10)]
+    records = [("r1 first", random_bases(rng, 3000)), ("r2", random_bases(rng, 777)), ("r3", "acgtacgtRYN" * 10)]
     plain = write_fasta(tmp_path / "x.fa", records, width=70).read_bytes()
     writers = {"plain": lambda b: b, "gz": gzip.compress, "xz": lzma.compress, "bz2": bz2.compress}
     path = tmp_path / f"input.{compress}"  # the name does not say the format: magic bytes do

@@ -24,8 +24,20 @@ COMPRESS = {"": lambda b: b, ".gz": gzip.compress, ".xz": lzma.compress, ".bz2":
 names = st.text(
     alphabet=st.characters(min_codepoint=33, max_codepoint=126, exclude_characters=">"), min_size=1, max_size=12
 )
-sequences = st.text(alphabet="ACGTNacgtnRYKMSWBDHVrykmswbdhv", min_size=1, max_size=300)
-records = st.lists(st.tuples(names, sequences), min_size=1, max_size=4, unique_by=lambda record: record[0])
+
+
+@st.composite
+def sequences(draw) -> str:
+    """DNA in any case with N, and IUPAC ambiguity codes sprinkled in at most a fifth of the letters
+    (more reads as not DNA: data.genome.alphabet.AMBIGUOUS_SHARE_LIMIT)."""
+    dna = list(draw(st.text(alphabet="ACGTNacgtn", min_size=1, max_size=300)))
+    codes = draw(st.text(alphabet="RYKMSWBDHVrykmswbdhv", max_size=len(dna) // 4))
+    for code in codes:
+        dna.insert(draw(st.integers(0, len(dna))), code)
+    return "".join(dna)
+
+
+records = st.lists(st.tuples(names, sequences()), min_size=1, max_size=4, unique_by=lambda record: record[0])
 
 
 def _fasta_bytes(recs: list[tuple[str, str]], width: int, newline: str, description: str) -> bytes:
