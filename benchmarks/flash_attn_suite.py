@@ -348,7 +348,8 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", type=float, default=270.0, help="seconds before pytest is stopped (270)")
     parser.add_argument(
         "--functions",
-        default="",
+        type=lambda text: [name for name in text.split(",") if name],
+        default=[],
         help="only these test functions, comma-separated (e.g. test_flash_attn_kvcache); their "
         "result is named flash_attn_suite_subset",
     )
@@ -395,7 +396,7 @@ def measure(args: argparse.Namespace) -> dict:
             cases = []
         else:
             workers = ["-n", str(args.workers)] if args.workers else []
-            only = ["-k", " or ".join(args.functions.split(","))] if args.functions else []
+            only = ["-k", " or ".join(args.functions)] if args.functions else []
             code, seconds = run_pytest(
                 folder,
                 ["-q", "-rfs", "--tb=line", *workers, *only],
@@ -413,9 +414,7 @@ def measure(args: argparse.Namespace) -> dict:
             else {}
         )
         if args.functions:  # -k's substring match
-            selected = {
-                name: row for name, row in selected.items() if any(part in name for part in args.functions.split(","))
-            }
+            selected = {name: row for name, row in selected.items() if any(part in name for part in args.functions)}
     return {
         "kind": "suite",
         "collected_only": args.smoke,

@@ -477,7 +477,7 @@ def flash_attn_with_kvcache(
         want_lse=return_softmax_lse,
         scale=scale,
         causal=causal,
-        window=tuple(window_size),
+        window=window_size,
         leftpad_B=leftpad_B,
         batch_idx_B=batch_idx_B,
         block_table=block_table,
