@@ -60,21 +60,18 @@ from genoformer.data.genome.annotations import ANNOTATION_CLASSES, CDS_MINUS, CD
 from genoformer.data.genome.labelled import IGNORE
 from genoformer.data.genome.targets import TargetKind, TargetSpace
 from genoformer.genome.heads import (
-    BaseHead,
+    HeadOnTrunk,
     HeadPooling,
-    SequenceHead,
+    HeadSettings,
+    StrandSettings,
+    add_lora,
     flip_within,
     reverse_complement_rows,
-    strand_features,
-    swap_strands,
 )
 
 VALIDATION_MONITOR = "val/loss"
 """The validation metric that early stopping watches and that the recipes' best checkpoint
 (checkpoints/best.ckpt) is chosen by: lower is better."""
-
-LORA_TARGETS = ("wq", "wk", "wv", "wo", "w_gate_up", "w_down")
-"""The projections that get low-rank adapters: every linear layer of every block."""
 
 
 class Adaptation(str, enum.Enum):
@@ -110,8 +107,9 @@ class AdaptationSettings(ArgumentGroup):
         )
 
 
-class FineTuner(TrainingModule):
-    """A pretrained trunk + a fine-tuning head (see the module docstring)."""
+class FineTuner(HeadOnTrunk, TrainingModule):
+    """A pretrained trunk + a fine-tuning head (see the module docstring); its forward pass and
+    predictions are those of the network it trains (genoformer.genome.heads.HeadOnTrunk)."""
 
     kind = ModelKind.GENOME_FINETUNED
 
@@ -191,26 +189,24 @@ class FineTuner(TrainingModule):
             transformer = hparams["transformer"]
             weights = None if from_scratch else checkpoint
         config = dataclasses.replace(TransformerConfig.from_dict(transformer), vocab_size=VOCAB_SIZE)
-        self.model = Transformer(config, self.runtime)
+        trunk = Transformer(config, self.runtime)
         if weights is not None:
-            load_module_weights(self.model, weights)
+            load_module_weights(trunk, weights)
         if not config.tie_embeddings:
-            self.model.head.requires_grad_(False)  # the language-model head is not used
-        self.both_strands = config.causal if both_strands is None else both_strands
-        self.layer = self.model.resolve_layer(layer)
-        self.pooling = HeadPooling(pooling)
+            trunk.head.requires_grad_(False)  # the language-model head is not used
+        self.put_trunk(
+            trunk,
+            HeadSettings(pooling, layer, head_dropout),
+            StrandSettings(both_strands, reverse_complement, test_time_strands),
+        )
         self.adaptation = adapting.adaptation
         if self.adaptation is Adaptation.LINEAR_PROBE:
             self.model.requires_grad_(False)
         elif self.adaptation is Adaptation.LORA:
             add_lora(self.model, lora_rank, 2.0 * lora_rank if lora_alpha is None else lora_alpha)
         self.head_learning_rate = 10.0 * learning_rate if head_learning_rate is None else head_learning_rate
-        self.head_dropout = head_dropout
         self.reverse_complement = reverse_complement
-        self.test_time_strands = test_time_strands
         self.patience = patience
-        self.targets: Optional[TargetSpace] = None
-        self.head: Optional[nn.Module] = None
         self.metrics = nn.ModuleDict()
         self.save_hyperparameters(
             {
@@ -234,27 +230,13 @@ class FineTuner(TrainingModule):
 
     # ------------------------------------------------------------------ the head
     def set_targets(self, targets: TargetSpace) -> None:
-        """Build the head for `targets` (once); a different target space later is an error."""
-        if self.targets is not None:
-            if targets != self.targets:
-                raise ValueError(
-                    f"the model predicts {self.targets.kind.value} {list(self.targets.names)}, the data has "
-                    f"{targets.kind.value} {list(targets.names)}; fine-tune a new model for these labels "
-                    "(a new run directory) instead of resuming this one"
-                )
-            return
-        self.targets = targets
-        width = self.model.config.d_model * (2 if self.both_strands else 1)
-        if targets.kind.per_base:
-            self.head = BaseHead(width, targets.outputs, dropout=self.head_dropout)
-        else:
-            self.head = SequenceHead(
-                width, targets.outputs, self.pooling, both_strands=self.both_strands, dropout=self.head_dropout
-            )
-        self.register_buffer("value_mean", torch.tensor(targets.mean or [0.0] * targets.outputs), persistent=False)
-        self.register_buffer("value_std", torch.tensor(targets.std or [1.0] * targets.outputs), persistent=False)
-        self.hparams["targets"] = targets.to_dict()
-        self.metrics = nn.ModuleDict({split: split_metrics(targets) for split in ("val", "test")})
+        """Build the head for `targets` (once), its metrics, and save the targets with the model; a
+        different target space later is an error."""
+        first = self.targets is None
+        super().set_targets(targets)
+        if first:
+            self.hparams["targets"] = targets.to_dict()
+            self.metrics = nn.ModuleDict({split: split_metrics(targets) for split in ("val", "test")})
 
     def setup(self, stage: str) -> None:
         datamodule = getattr(self.trainer, "datamodule", None)
@@ -275,54 +257,9 @@ class FineTuner(TrainingModule):
 
     # ------------------------------------------------------------------ forward
     def features(self, tokens_BL: torch.Tensor, lengths_B: torch.Tensor) -> torch.Tensor:
-        """Per-base features (B, L, F) the head reads (see genoformer.genome.heads.strand_features)."""
+        """The network's features, without gradients through a frozen trunk (a linear probe)."""
         with torch.set_grad_enabled(torch.is_grad_enabled() and self.adaptation is not Adaptation.LINEAR_PROBE):
-            return strand_features(
-                self.model, tokens_BL.long(), lengths_B, both_strands=self.both_strands, layer=self.layer
-            )
-
-    def _head(self, features_BLF: torch.Tensor, lengths_B: torch.Tensor, other_strand: bool = False) -> torch.Tensor:
-        if self.targets.kind.per_base:
-            return self.head(swap_strands(features_BLF) if other_strand else features_BLF)
-        return self.head(features_BLF, lengths_B, other_strand)
-
-    def forward(self, tokens_BL: torch.Tensor, lengths_B: torch.Tensor) -> torch.Tensor:
-        """Head outputs: (B, K) per sequence, (B, L, K) per base (logits, or standardised values)."""
-        return self._head(self.features(tokens_BL, lengths_B), lengths_B)
-
-    def predict_outputs(self, tokens_BL: torch.Tensor, lengths_B: torch.Tensor) -> torch.Tensor:
-        """Predictions: class probabilities, label probabilities or values in the data's units;
-        (B, K) per sequence, (B, L, K) per base; averaged over both strands with test_time_strands.
-
-        Read on both strands, the features of the reverse complement are those of the sequence
-        with the two halves swapped (and positions reversed), so the second strand costs one more
-        pass of the head only, not of the trunk."""
-        return self._predictions(self.features(tokens_BL, lengths_B), tokens_BL, lengths_B)
-
-    def _predictions(
-        self, features_BLF: torch.Tensor, tokens_BL: torch.Tensor, lengths_B: torch.Tensor
-    ) -> torch.Tensor:
-        """`predict_outputs` from the trunk's features of `tokens_BL`, already computed."""
-        outputs = self._readout(self._head(features_BLF, lengths_B))
-        if not self.test_time_strands:
-            return outputs
-        if self.both_strands:  # per base: already in forward positions
-            reverse = self._readout(self._head(features_BLF, lengths_B, other_strand=True))
-        else:
-            reverse = self._readout(self(reverse_complement_rows(tokens_BL, lengths_B), lengths_B))
-            if self.targets.kind.per_base:
-                reverse = flip_within(reverse, lengths_B)
-        if self.targets.kind.per_base:
-            reverse = reverse[..., list(self.targets.swap())]
-        return 0.5 * (outputs + reverse)
-
-    def _readout(self, outputs: torch.Tensor) -> torch.Tensor:
-        kind = self.targets.kind
-        if kind.classes:
-            return torch.softmax(outputs.float(), dim=-1)
-        if kind is TargetKind.SEQUENCE_LABELS:
-            return torch.sigmoid(outputs.float())
-        return outputs.float() * self.value_std + self.value_mean
+            return super().features(tokens_BL, lengths_B)
 
     # ------------------------------------------------------------------ loss
     def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -510,17 +447,6 @@ def validation_summary(
         )
     lines.append(f"predict with the best checkpoint:\n  {predict.replace('CHECKPOINT', str(best))}")
     return "\n".join(lines)
-
-
-def add_lora(trunk: Transformer, rank: int, alpha: float) -> None:
-    """Low-rank adapters (peft LoRA) on every block projection of `trunk`, in place; everything
-    else in the trunk is frozen. peft is imported here, by the only code that needs it."""
-    from peft import LoraConfig, inject_adapter_in_model
-
-    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=list(LORA_TARGETS))
-    inject_adapter_in_model(config, trunk)
-    for name, param in trunk.named_parameters():
-        param.requires_grad_("lora_" in name)
 
 
 def split_metrics(targets: TargetSpace) -> torchmetrics.MetricCollection:

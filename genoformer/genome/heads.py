@@ -16,21 +16,33 @@ sequence with the halves swapped. A bidirectional (masked-LM) model reads one st
 `flip_within` reverses each row of a right-padded batch within its length (padding stays at the
 end); with `COMPLEMENT` it gives the reverse complement of token rows.
 
+`FineTunedNetwork` is a fine-tuned model as it runs: the trunk, its head and the reading of both
+strands, built from a checkpoint's hyperparameters (what SequencePredictor and GeneAnnotator load),
+without anything of training. Its forward pass and predictions (`HeadOnTrunk`) are the ones
+genoformer.genome.finetune.FineTuner trains and evaluates with.
+
 Shape legend: B batch, L sequence length (padded), E trunk width, F feature width (E or 2E),
 K outputs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Optional
+from collections.abc import Mapping
+from typing import Any, Optional
 
 import torch
 from torch import nn
 
-from genoformer.core.transformer import Transformer
+from genoformer.core.runtime import RuntimeSettings
+from genoformer.core.transformer import Transformer, TransformerConfig
 from genoformer.data.genome.alphabet import COMPLEMENT
+from genoformer.data.genome.targets import TargetKind, TargetSpace
 from genoformer.genome.head_pooling import HeadPooling
+
+LORA_TARGETS = ("wq", "wk", "wv", "wo", "w_gate_up", "w_down")
+"""The projections that get low-rank adapters: every linear layer of every block."""
 
 
 def positions_within(lengths_B: torch.Tensor, seq_len: int) -> torch.Tensor:
@@ -142,3 +154,188 @@ class BaseHead(nn.Module):
     def forward(self, features_BLF: torch.Tensor) -> torch.Tensor:
         """(B, L, K) outputs."""
         return self.net(features_BLF.float())
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadSettings:
+    """What the head reads and how it is built."""
+
+    pooling: HeadPooling = HeadPooling.MEAN
+    """Sequence heads: mean, last (the state that has seen the whole sequence) or attention
+    (learned query); per-base heads read every base."""
+    layer: int = -1
+    """The trunk's hidden state the head reads (-1: the last block)."""
+    dropout: float = 0.1
+    """Dropout before the head (in training)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pooling", HeadPooling(self.pooling))
+
+
+@dataclasses.dataclass(frozen=True)
+class StrandSettings:
+    """How a model reads the two strands of DNA."""
+
+    both: Optional[bool] = None
+    """Read each sequence on both strands and put the two readings side by side (every base then
+    sees the whole sequence under causal attention); None: for causal models."""
+    reverse_complement: bool = True
+    """Train on a random strand of each sequence."""
+    test_time: bool = True
+    """Evaluate and predict with the mean over both strands."""
+
+
+class HeadOnTrunk:
+    """A DNA trunk (`self.model`) with a fine-tuning head (`self.head`, built once the targets are
+    known): the forward pass and the predictions of `FineTunedNetwork` and of
+    genoformer.genome.finetune.FineTuner, which trains one. The class that mixes it in is an
+    nn.Module and calls `put_trunk` first."""
+
+    model: Transformer
+    head: Optional[nn.Module]
+    targets: Optional[TargetSpace]
+    value_mean: torch.Tensor
+    value_std: torch.Tensor
+
+    def put_trunk(self, trunk: Transformer, head: HeadSettings, strands: StrandSettings) -> None:
+        """Take `trunk`, to be read as `head` and `strands` say; no head until `set_targets`."""
+        self.model = trunk
+        self.both_strands = trunk.config.causal if strands.both is None else strands.both
+        self.layer = trunk.resolve_layer(head.layer)
+        self.pooling = head.pooling
+        self.head_dropout = head.dropout
+        self.test_time_strands = strands.test_time
+        self.targets = None
+        self.head = None
+
+    def set_targets(self, targets: TargetSpace) -> None:
+        """Build the head for `targets` (once); a different target space later is an error."""
+        if self.targets is not None:
+            if targets != self.targets:
+                raise ValueError(
+                    f"the model predicts {self.targets.kind.value} {list(self.targets.names)}, the data has "
+                    f"{targets.kind.value} {list(targets.names)}; fine-tune a new model for these labels "
+                    "(a new run directory) instead of resuming this one"
+                )
+            return
+        self.targets = targets
+        width = self.model.config.d_model * (2 if self.both_strands else 1)
+        if targets.kind.per_base:
+            self.head = BaseHead(width, targets.outputs, dropout=self.head_dropout)
+        else:
+            self.head = SequenceHead(
+                width, targets.outputs, self.pooling, both_strands=self.both_strands, dropout=self.head_dropout
+            )
+        self.register_buffer("value_mean", torch.tensor(targets.mean or [0.0] * targets.outputs), persistent=False)
+        self.register_buffer("value_std", torch.tensor(targets.std or [1.0] * targets.outputs), persistent=False)
+
+    def features(self, tokens_BL: torch.Tensor, lengths_B: torch.Tensor) -> torch.Tensor:
+        """Per-base features (B, L, F) the head reads (see `strand_features`)."""
+        return strand_features(
+            self.model, tokens_BL.long(), lengths_B, both_strands=self.both_strands, layer=self.layer
+        )
+
+    def _head(self, features_BLF: torch.Tensor, lengths_B: torch.Tensor, other_strand: bool = False) -> torch.Tensor:
+        if self.targets.kind.per_base:
+            return self.head(swap_strands(features_BLF) if other_strand else features_BLF)
+        return self.head(features_BLF, lengths_B, other_strand)
+
+    def forward(self, tokens_BL: torch.Tensor, lengths_B: torch.Tensor) -> torch.Tensor:
+        """Head outputs: (B, K) per sequence, (B, L, K) per base (logits, or standardised values)."""
+        return self._head(self.features(tokens_BL, lengths_B), lengths_B)
+
+    def predict_outputs(self, tokens_BL: torch.Tensor, lengths_B: torch.Tensor) -> torch.Tensor:
+        """Predictions: class probabilities, label probabilities or values in the data's units;
+        (B, K) per sequence, (B, L, K) per base; averaged over both strands with test_time_strands.
+
+        Read on both strands, the features of the reverse complement are those of the sequence
+        with the two halves swapped (and positions reversed), so the second strand costs one more
+        pass of the head only, not of the trunk."""
+        return self._predictions(self.features(tokens_BL, lengths_B), tokens_BL, lengths_B)
+
+    def _predictions(
+        self, features_BLF: torch.Tensor, tokens_BL: torch.Tensor, lengths_B: torch.Tensor
+    ) -> torch.Tensor:
+        """`predict_outputs` from the trunk's features of `tokens_BL`, already computed."""
+        outputs = self._readout(self._head(features_BLF, lengths_B))
+        if not self.test_time_strands:
+            return outputs
+        if self.both_strands:  # per base: already in forward positions
+            reverse = self._readout(self._head(features_BLF, lengths_B, other_strand=True))
+        else:
+            reverse = self._readout(self(reverse_complement_rows(tokens_BL, lengths_B), lengths_B))
+            if self.targets.kind.per_base:
+                reverse = flip_within(reverse, lengths_B)
+        if self.targets.kind.per_base:
+            reverse = reverse[..., list(self.targets.swap())]
+        return 0.5 * (outputs + reverse)
+
+    def _readout(self, outputs: torch.Tensor) -> torch.Tensor:
+        kind = self.targets.kind
+        if kind.classes:
+            return torch.softmax(outputs.float(), dim=-1)
+        if kind is TargetKind.SEQUENCE_LABELS:
+            return torch.sigmoid(outputs.float())
+        return outputs.float() * self.value_std + self.value_mean
+
+
+class FineTunedNetwork(HeadOnTrunk, nn.Module):
+    """A fine-tuned model's trunk and head, to run (see the module docstring). Its state_dict is
+    that of the FineTuner that trained it: the trunk under "model.", the head under "head."."""
+
+    def __init__(
+        self,
+        transformer: TransformerConfig,
+        targets: TargetSpace,
+        *,
+        head: HeadSettings = HeadSettings(),
+        strands: StrandSettings = StrandSettings(),
+        lora_rank: int = 0,
+        lora_alpha: Optional[float] = None,
+        runtime: Optional[RuntimeSettings] = None,
+    ) -> None:
+        """
+        Args:
+            transformer: the trunk's architecture.
+            targets: what the head predicts.
+            head, strands: how the head reads the trunk.
+            lora_rank, lora_alpha: the low-rank adapters the trunk was fine-tuned with (rank 0: none;
+                alpha None: 2 * rank), see `add_lora`.
+            runtime: how to run (genoformer.core.runtime.RuntimeSettings).
+        """
+        super().__init__()
+        trunk = Transformer(transformer, runtime or RuntimeSettings())
+        if lora_rank:
+            add_lora(trunk, lora_rank, 2.0 * lora_rank if lora_alpha is None else lora_alpha)
+        self.put_trunk(trunk, head, strands)
+        self.set_targets(targets)
+
+    @classmethod
+    def from_hparams(cls, hparams: Mapping[str, Any], runtime: RuntimeSettings) -> FineTunedNetwork:
+        """The network of a fine-tuned checkpoint with these hyperparameters (its weights are not loaded)."""
+        head = {new: hparams[old] for old, new in _HEAD_HPARAMS.items() if old in hparams}
+        strands = {new: hparams[old] for old, new in _STRAND_HPARAMS.items() if old in hparams}
+        return cls(
+            TransformerConfig.from_dict(hparams["transformer"]),
+            TargetSpace.from_dict(hparams["targets"]),
+            head=HeadSettings(**head),
+            strands=StrandSettings(**strands),
+            lora_rank=int(hparams.get("lora_rank") or 0),
+            lora_alpha=hparams.get("lora_alpha"),
+            runtime=runtime,
+        )
+
+
+_HEAD_HPARAMS = {"pooling": "pooling", "layer": "layer", "head_dropout": "dropout"}
+_STRAND_HPARAMS = {"both_strands": "both", "reverse_complement": "reverse_complement", "test_time_strands": "test_time"}
+
+
+def add_lora(trunk: Transformer, rank: int, alpha: float) -> None:
+    """Low-rank adapters (peft LoRA) on every block projection of `trunk`, in place; everything
+    else in the trunk is frozen. peft is imported here, by the only code that needs it."""
+    from peft import LoraConfig, inject_adapter_in_model
+
+    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=list(LORA_TARGETS))
+    inject_adapter_in_model(config, trunk)
+    for name, param in trunk.named_parameters():
+        param.requires_grad_("lora_" in name)

@@ -40,42 +40,43 @@ from genoformer.data.genome.regions import record_regions
 from genoformer.data.genome.targets import TargetSpace
 from genoformer.data.storage import write_text
 from genoformer.data.tiling import Keep, same_length_batches, tile_windows
-from genoformer.genome.finetune import FineTuner
 from genoformer.genome.genecalls import call_genes
+from genoformer.genome.heads import FineTunedNetwork, HeadOnTrunk
 from genoformer.progress import tqdm
 
 
 class FineTunedModel(InferenceModel):
-    """A fine-tuned model (genoformer.genome.finetune.FineTuner, trunk and head) on its inference
-    device, in eval mode: the base of SequencePredictor and GeneAnnotator."""
+    """A fine-tuned model (trunk and head: genoformer.genome.heads.FineTunedNetwork, or the
+    FineTuner training one) on its inference device, in eval mode: the base of SequencePredictor
+    and GeneAnnotator."""
 
     kind = ModelKind.GENOME_FINETUNED
-    prefix = ""  # the whole module: trunk and head
+    prefix = ""  # the whole training module: trunk ("model.") and head ("head.")
     expected: tuple[bool, ...] = (False, True)
     """Which kinds of targets the class serves: per sequence (False) and/or per base (True)."""
 
     def __init__(
         self,
-        module: FineTuner,
+        network: HeadOnTrunk,
         *,
         device: Optional[Union[str, torch.device]] = None,
         autocast_dtype: Optional[torch.dtype] = None,
     ) -> None:
-        if module.targets is None:
+        if network.targets is None:
             raise ValueError("the model has no head: fine-tune it first (genoformer finetune)")
-        if module.targets.kind.per_base not in self.expected:
+        if network.targets.kind.per_base not in self.expected:
             other = (
                 "GeneAnnotator (genoformer annotate)"
-                if module.targets.kind.per_base
+                if network.targets.kind.per_base
                 else "SequencePredictor (genoformer classify)"
             )
-            raise ValueError(f"this model predicts {module.targets.kind.value}; run it with {other}")
+            raise ValueError(f"this model predicts {network.targets.kind.value}; run it with {other}")
         super().__init__(device, autocast_dtype)
-        self.module = self.on_device(module)
+        self.network = self.on_device(network)
 
     @property
     def targets(self) -> TargetSpace:
-        return self.module.targets
+        return self.network.targets
 
     @classmethod
     def check(cls, checkpoint: dict[str, Any], name: str) -> None:
@@ -84,8 +85,8 @@ class FineTunedModel(InferenceModel):
             raise ValueError(f"{name} holds no head (it was saved before its targets were known); fine-tune it again")
 
     @classmethod
-    def build(cls, hparams: dict[str, Any], runtime: RuntimeSettings) -> FineTuner:
-        return FineTuner(**{**hparams, "runtime": runtime})
+    def build(cls, hparams: dict[str, Any], runtime: RuntimeSettings) -> FineTunedNetwork:
+        return FineTunedNetwork.from_hparams(hparams, runtime)
 
     @classmethod
     def from_loaded(cls, loaded: LoadedModel, **options: Any) -> FineTunedModel:
@@ -99,7 +100,7 @@ class FineTunedModel(InferenceModel):
         for i, row in enumerate(rows):
             tokens_BL[i, : len(row)] = row
         with autocast(self.device, self.autocast_dtype):
-            outputs = self.module.predict_outputs(torch.from_numpy(tokens_BL).to(self.device), lengths_B)
+            outputs = self.network.predict_outputs(torch.from_numpy(tokens_BL).to(self.device), lengths_B)
         return outputs.float().cpu().numpy()
 
 
@@ -163,7 +164,7 @@ class SequencePredictor(FineTunedModel):
             names, sequences, columns = [r.name for r in named], [r.codes for r in named], {}
         if not sequences:
             raise ValueError("no sequences to predict: the input is empty")
-        limit = self.module.model.config.max_seq_len
+        limit = self.network.model.config.max_seq_len
         too_long = [name for name, codes in zip(names, sequences) if len(codes) > limit]
         if too_long:
             raise ValueError(
@@ -220,10 +221,11 @@ class GeneAnnotator(FineTunedModel):
         bar: Optional[tqdm] = None,
     ) -> np.ndarray:
         """Per-base probabilities (L, K) of one contig's codes, tiled (see the module docstring)."""
-        window = window or self.module.model.config.max_seq_len
+        limit = self.network.model.config.max_seq_len
+        window = window or limit
         overlap = window // 4 if overlap is None else overlap
-        if not 0 < window <= self.module.model.config.max_seq_len:
-            raise ValueError(f"window must be in [1, max_seq_len={self.module.model.config.max_seq_len}], got {window}")
+        if not 0 < window <= limit:
+            raise ValueError(f"window must be in [1, max_seq_len={limit}], got {window}")
         result = np.zeros((len(codes), self.targets.outputs), dtype=np.float32)
         tiles = [(0, tile) for tile in tile_windows(len(codes), window, overlap, Keep.CENTRE)]
         for batch in same_length_batches(tiles, batch_size):

@@ -62,7 +62,7 @@ def dna(length: int, seed: int) -> str:
 # ------------------------------------------------------------------ sequences
 def test_predict_strings_in_input_order_independent_of_batching(classifier_ckpt):
     predictor = SequencePredictor.from_checkpoint(classifier_ckpt, device="cpu")
-    assert predictor.targets == CLASSES and not predictor.module.training
+    assert predictor.targets == CLASSES and not predictor.network.training
     sequences = [dna(n, seed) for seed, n in enumerate([30, 90, 12, 64, 30])]
     result = predictor.predict(sequences, batch_size=2, progress=False)
     assert result.names == [f"seq{i}" for i in range(5)]
@@ -74,7 +74,7 @@ def test_predict_strings_in_input_order_independent_of_batching(classifier_ckpt)
     assert not np.allclose(result.outputs[0], result.outputs[1], atol=1e-4)
     # the same as the module's own predictions
     with torch.no_grad():
-        direct = predictor.module.predict_outputs(torch.from_numpy(encode(sequences[3]))[None], torch.tensor([64]))
+        direct = predictor.network.predict_outputs(torch.from_numpy(encode(sequences[3]))[None], torch.tensor([64]))
     np.testing.assert_allclose(result.outputs[3], direct[0].numpy(), atol=1e-5)
     assert result.predicted() == [CLASSES.names[int(k)] for k in result.outputs.argmax(1)]
 
@@ -167,7 +167,7 @@ def test_annotate_one_window_equals_the_module_and_is_strand_symmetric(annotator
     assert contig.probabilities.shape == (400, 5) and contig.probabilities.dtype == np.float32
     np.testing.assert_allclose(contig.probabilities.sum(1), 1.0, atol=1e-5)
     with torch.no_grad():
-        direct = annotator.module.predict_outputs(torch.from_numpy(encode(sequence))[None], torch.tensor([400]))[0]
+        direct = annotator.network.predict_outputs(torch.from_numpy(encode(sequence))[None], torch.tensor([400]))[0]
     np.testing.assert_allclose(contig.probabilities, direct.numpy(), atol=1e-5)
     assert all(g.contig == "seq0" and g.kind in ("CDS", "rRNA", "tRNA") for g in contig.genes)
     [reverse] = annotator.predict([decode(reverse_complement(encode(sequence)))], progress=False)
@@ -181,7 +181,7 @@ def test_long_contigs_are_tiled_and_stitched(annotator_ckpt, tmp_path):
     expected = np.zeros_like(stitched)
     for tile in tile_windows(700, 128, 32, Keep.CENTRE):
         with torch.no_grad():
-            window = annotator.module.predict_outputs(
+            window = annotator.network.predict_outputs(
                 torch.from_numpy(codes[tile.start : tile.end])[None], torch.tensor([tile.length])
             )[0].numpy()
         expected[tile.keep_start : tile.keep_end] = window[tile.keep_start - tile.start : tile.keep_end - tile.start]

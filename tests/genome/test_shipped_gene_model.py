@@ -1,15 +1,19 @@
-"""The gene annotator shipped in examples/: its size, kind and name, and that it calls genes that are
-open reading frames on a genome it never saw (the first 12 kb of phage lambda)."""
+"""The gene annotator shipped in examples/: its size, kind and name, that it calls genes that are
+open reading frames on a genome it never saw (the first 12 kb of phage lambda), and that the
+network inference builds from it predicts exactly what the training module that wrote it does."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
-from genoformer.data.genome.alphabet import decode, reverse_complement
+import torch
+from genoformer.data.genome.alphabet import PAD, decode, encode, reverse_complement
 from genoformer.data.genome.inputs import read_sequences
 
 from genoformer.core.checkpoints import ModelKind, checkpoint_kind, read_checkpoint
+from genoformer.genome.finetune import FineTuner
+from genoformer.genome.heads import FineTunedNetwork
 from genoformer.genome.predict import GeneAnnotator
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -38,3 +42,20 @@ def test_shipped_gene_model_calls_open_reading_frames_on_lambda():
             codes[gene.start : gene.end] if gene.strand > 0 else reverse_complement(codes[gene.start : gene.end])
         )
         assert len(bases) % 3 == 0 and bases[-3:] in STOPS and bases[:3] in {"ATG", "GTG", "TTG"}
+
+
+def test_inference_builds_the_network_only_and_predicts_what_the_training_module_does():
+    """GeneAnnotator runs a FineTunedNetwork, not the FineTuner that trained it, and its predictions
+    are the FineTuner's to the bit (on the CPU, float32, both strands averaged)."""
+    annotator = GeneAnnotator.from_checkpoint(MODEL, device="cpu")
+    assert type(annotator.network) is FineTunedNetwork
+    checkpoint = read_checkpoint(MODEL)
+    trainer_side = FineTuner(**checkpoint["hyper_parameters"]).eval()
+    trainer_side.load_state_dict(checkpoint["state_dict"])
+    (record,) = read_sequences(EXAMPLES / "lambda_phage.fasta.gz")
+    padded = np.concatenate([encode("ACGTTGCA" * 30), np.full(60, PAD, dtype=np.uint8)])
+    tokens_BL = torch.from_numpy(np.stack([record.codes[:300], padded]))
+    lengths_B = torch.tensor([300, 240])
+    with torch.inference_mode():
+        expected = trainer_side.predict_outputs(tokens_BL, lengths_B)
+        assert torch.equal(annotator.network.predict_outputs(tokens_BL, lengths_B), expected)
