@@ -51,9 +51,12 @@ cause last (`got 'x'`), so that the tail of a log says what went wrong.
 
 This module imports only what the usage and the argument handling need: a tool command's options
 are read from its function's source (`FunctionIn`, genoformer.signatures), and its module (with
-torch, Lightning) is imported when it runs, so that `genoformer --help`, `genoformer COMMAND --help`
-and an error in a command's options answer in about a second. The training commands build their
-parsers from Lightning's classes and import them first.
+torch, Lightning) is imported when it runs, so that `genoformer --help`, `genoformer COMMAND --help`,
+`--version` and an error in a command's options answer in about a second. A training command's
+`--help`, and the mistakes in its options that need no class to judge, come from LightningCLI's
+parser rebuilt from Lightning's source (genoformer.training_options); everything else runs
+LightningCLI itself (`--help --subclasses` too: the full help, with the classes that each
+class-typed option knows by name).
 """
 
 from __future__ import annotations
@@ -79,8 +82,7 @@ from tqdm.std import tqdm  # the base class: its _instances holds every open bar
 from genoformer.hints import command_line_hints
 from genoformer.parse_errors import ShortErrors
 from genoformer.signatures import Unresolved, light_function
-
-TRAINING_COMMANDS = ("fit", "validate", "test", "predict")
+from genoformer.training_options import TRAINING_COMMANDS, check_options, light_help
 
 _TRAINING_HELP = {
     "fit": "Train a model (e.g. --config configs/quickstart.yaml); --ckpt_path last resumes the run.",
@@ -230,7 +232,7 @@ class ToolParser(ShortErrors, ArgumentParser):
 def _usage() -> str:
     lines = [
         "usage: genoformer COMMAND [options]   (python cli.py COMMAND ... is the same)",
-        "       genoformer --version",
+        "       genoformer --version   (genoformer COMMAND --version is the same)",
         "",
         "Training (LightningCLI; every option can come from a YAML file with --config):",
     ]
@@ -359,15 +361,15 @@ def main(args: Optional[Sequence[str]] = None) -> None:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return
-    if argv[0] in ("-V", "--version"):  # the installed package's version, as stores record it (storage.tool_version)
-        print(f"genoformer {importlib.metadata.version('genoformer')}")
-        return
     command = argv[0]
-    if command not in TOOL_COMMANDS and command not in TRAINING_COMMANDS:
+    if command not in TOOL_COMMANDS and command not in TRAINING_COMMANDS and command not in ("-V", "--version"):
         near = difflib.get_close_matches(command, [*TRAINING_COMMANDS, *TOOL_COMMANDS], n=1)
         guess = f"; did you mean {near[0]!r}?" if near else ""
         print(f"genoformer: unknown command {command!r}{guess}\n\n{_usage()}", file=sys.stderr)
         raise SystemExit(2)
+    if command in ("-V", "--version") or argv[1:] in (["-V"], ["--version"]):  # genoformer [COMMAND] --version
+        print(f"genoformer {importlib.metadata.version('genoformer')}")  # as stores record it (storage.tool_version)
+        return
     _quiet_third_party_notices()
     try:
         if command in TOOL_COMMANDS:
@@ -382,11 +384,18 @@ def main(args: Optional[Sequence[str]] = None) -> None:
                     prog=f"genoformer {command}",
                     allow_abbrev=False,
                 )
+        elif argv[1:] in (["--help"], ["-h"]):  # read from source: no Lightning to import (training_options)
+            print(light_help(command), end="")
+            raise SystemExit(0)
         else:
+            check_options(command, argv[1:])
             from genoformer.training_cli import training_cli
 
+            if argv[1:] == ["--help", "--subclasses"]:  # the help with the known subclasses: imports them all
+                argv, from_command_line = [command, "--help"], False
             # the data code runs inside the data module, whose options take a value even for a flag
-            with command_line_hints(prefix="data.init_args.", bare_flags=False):
+            with command_line_hints(prefix="data.init_args.", bare_flags=False), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
                 training_cli(None if from_command_line else argv)
     except (FileNotFoundError, FileExistsError, ValueError) as error:
         # Bad input (a missing or malformed file, a wrong option value): its message says what to

@@ -24,7 +24,7 @@ from typing import Any, NoReturn, Optional
 from jsonargparse import ArgumentParser
 
 
-def _option_groups(args: Sequence[str]) -> list[list[str]]:
+def option_groups(args: Sequence[str]) -> list[list[str]]:
     """`args` as groups of [option, value] ([option] for a flag, [word] for a leading word such
     as the subcommand); a value is the word after an option that does not start with "--"."""
     groups: list[list[str]] = []
@@ -47,15 +47,15 @@ def _option_name(word: str) -> str:
 
 def options_given(args: Sequence[str]) -> set[str]:
     """The names of the options a command line gives (`--trainer.max_steps`, without values)."""
-    return {_option_name(group[0]) for group in _option_groups(args) if _is_option(group[0])}
+    return {_option_name(group[0]) for group in option_groups(args) if _is_option(group[0])}
 
 
 def command_with(args: Sequence[str], *extra: str, drop: Sequence[str] = ()) -> str:
     """`genoformer ARGS` as a shell command, with the options of `extra` set (each replacing the
     same option where `args` gives it, rather than repeating it) and the options in `drop` left out."""
-    added = _option_groups(extra)
+    added = option_groups(extra)
     replaced = {_option_name(group[0]) for group in added if _is_option(group[0])} | set(drop)
-    kept = [group for group in _option_groups(args) if _option_name(group[0]) not in replaced]
+    kept = [group for group in option_groups(args) if _option_name(group[0]) not in replaced]
     return shlex.join(["genoformer", *(word for group in kept + added for word in group)])
 
 

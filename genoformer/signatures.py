@@ -11,6 +11,12 @@ is imported, from the module that defines it: those live in light modules (genof
 genoformer.core.pooling, ...). It returns a stand-in with the function's signature, type hints
 and docstring that imports and calls the real function when it is called.
 
+`light_class(module, name, methods)` does the same for a class of a package that is never
+imported for it (`SOURCE_ONLY`: Lightning, torch): a stand-in class with the named methods'
+signatures and docstrings, in which every class those packages define that a signature names is
+itself a stand-in (`stand_in_class`: the same name, nothing else), so that `genoformer fit --help`
+reads Lightning's Trainer without importing it.
+
 Where the source does not say (a name bound inside `if`/`try`, or computed at import in a way
 this reader does not follow), `Unresolved` is raised and the caller imports the module instead:
 slower, never wrong. The command-line tests hold every command's stand-in equal to its function.
@@ -22,24 +28,49 @@ import ast
 import builtins
 import functools
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
+
+SOURCE_ONLY = ("lightning", "torch")
+"""Packages whose modules are read from source and never imported (they import torch): a class
+they define is a stand-in (`stand_in_class`) wherever a signature read here names it."""
 
 
 class Unresolved(Exception):
     """The source does not say what a name of the signature is without running the module."""
 
 
+def _source_only(module: str) -> bool:
+    return module.partition(".")[0] in SOURCE_ONLY
+
+
+def _source_file(module: str) -> Optional[str]:
+    """The path of `module`'s source: found as an import would find it, but, for a module of
+    `SOURCE_ONLY`, without importing its parent packages."""
+    if not _source_only(module):
+        spec = importlib.util.find_spec(module)  # imports the parent packages, which are light
+        return None if spec is None else spec.origin
+    search: Optional[list[str]] = None
+    spec = None
+    for part in module.split("."):
+        spec = importlib.machinery.PathFinder.find_spec(part, search)
+        if spec is None:
+            return None
+        search = list(spec.submodule_search_locations or [])
+    return None if spec is None else spec.origin
+
+
 @functools.lru_cache(maxsize=None)
-def _module_tree(module: str) -> tuple[ast.Module, bool]:
+def module_tree(module: str) -> tuple[ast.Module, bool]:
     """The parsed source of `module` and whether it is a package (an __init__.py)."""
-    spec = importlib.util.find_spec(module)  # imports the parent packages, which are light
-    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+    origin = _source_file(module)
+    if origin is None or not origin.endswith(".py"):
         raise Unresolved(f"no Python source for module {module!r}")
-    path = Path(spec.origin)
+    path = Path(origin)
     return ast.parse(path.read_text(encoding="utf-8"), filename=str(path)), path.name == "__init__.py"
 
 
@@ -47,7 +78,7 @@ def _absolute(module: str, node: ast.ImportFrom) -> str:
     """The module an `from ... import` names, relative imports resolved against `module`."""
     if not node.level:
         return node.module or ""
-    _, is_package = _module_tree(module)
+    _, is_package = module_tree(module)
     parts = module.split(".")
     base = parts if is_package else parts[:-1]
     base = base[: len(base) - (node.level - 1)]
@@ -56,7 +87,7 @@ def _absolute(module: str, node: ast.ImportFrom) -> str:
 
 def _binding(module: str, name: str) -> ast.stmt | None:
     """The last top-level statement of `module` that binds `name` (None when none does)."""
-    tree, _ = _module_tree(module)
+    tree, _ = module_tree(module)
     found = None
     for statement in tree.body:
         if isinstance(statement, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and statement.name == name:
@@ -88,18 +119,24 @@ def resolve(module: str, name: str) -> Any:
         if hasattr(builtins, name):
             return getattr(builtins, name)
         raise Unresolved(f"{module} binds no {name!r} at its top level")
+    if _source_only(module):
+        if isinstance(statement, ast.ClassDef):
+            return stand_in_class(module, name)
+        if not isinstance(statement, (ast.ImportFrom, ast.Assign, ast.AnnAssign)):
+            raise Unresolved(f"{module}.{name} is not a class, an alias or an import of one")
     if isinstance(statement, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
         return getattr(importlib.import_module(module), name)  # defined here: the module must be light
     if isinstance(statement, ast.ImportFrom):
         alias = next(alias for alias in statement.names if (alias.asname or alias.name) == name)
         source = _absolute(module, statement)
-        if not source.startswith("genoformer"):
+        if not source.startswith("genoformer") and not _source_only(source):
             return getattr(importlib.import_module(source), alias.name)
         try:
             return resolve(source, alias.name)
         except Unresolved:
-            if importlib.util.find_spec(f"{source}.{alias.name}") is not None:  # a submodule
-                return importlib.import_module(f"{source}.{alias.name}")
+            submodule = f"{source}.{alias.name}"
+            if not _source_only(source) and importlib.util.find_spec(submodule) is not None:
+                return importlib.import_module(submodule)
             raise
     if isinstance(statement, ast.Import):
         alias = next(alias for alias in statement.names if (alias.asname or alias.name.partition(".")[0]) == name)
@@ -117,7 +154,7 @@ def evaluate(module: str, expression: ast.expr) -> Any:
     for name in names - bound_inside:
         namespace[name] = resolve(module, name)
     try:
-        return eval(compile(ast.Expression(expression), f"<{module}>", "eval"), namespace)  # noqa: S307 - source of our own modules
+        return eval(compile(ast.Expression(expression), f"<{module}>", "eval"), namespace)  # noqa: S307 - installed source, as an import would run it
     except (NameError, AttributeError, TypeError) as error:  # an expression that needs the module to run
         raise Unresolved(f"{module}: {ast.unparse(expression)!r}: {error}") from error
 
@@ -131,7 +168,9 @@ def _function_node(module: str, name: str) -> ast.FunctionDef:
     return statement
 
 
-def _parameters(module: str, node: ast.FunctionDef) -> list[inspect.Parameter]:
+def _parameters(module: str, node: ast.FunctionDef, skip: frozenset[str] = frozenset()) -> list[inspect.Parameter]:
+    """The parameters of the function `node` of `module`; those in `skip` without their
+    annotation (not evaluated: it may name what the source does not settle)."""
     arguments = node.args
     positional = arguments.posonlyargs + arguments.args
     defaults: list[Any] = [inspect.Parameter.empty] * (len(positional) - len(arguments.defaults))
@@ -158,7 +197,7 @@ def _parameters(module: str, node: ast.FunctionDef) -> list[inspect.Parameter]:
             kind,
             default=default,
             annotation=inspect.Parameter.empty
-            if argument.annotation is None
+            if argument.annotation is None or argument.arg in skip
             else evaluate(module, argument.annotation),
         )
         for argument, kind, default in listed
@@ -181,3 +220,55 @@ def light_function(module: str, name: str) -> Callable[..., Any]:
     stand_in.__name__ = stand_in.__qualname__ = name
     stand_in.__module__ = __name__  # not `module`: jsonargparse imports a function's module to name it
     return stand_in
+
+
+@functools.lru_cache(maxsize=None)
+def stand_in_class(module: str, name: str) -> type:
+    """The stand-in for the class `name` of `module` (a module of `SOURCE_ONLY`) in a signature
+    read from source: a class of the same name and nothing else. Its import path is private
+    (`genoformer.signatures._StandIn.NAME`), so jsonargparse lists it among no known subclasses."""
+    return type(name, (), {"__module__": __name__, "__qualname__": f"_StandIn.{name}", "__doc__": None})
+
+
+def is_stand_in(value: Any) -> bool:
+    """Whether `value` is a stand-in class (`stand_in_class`, `light_class`)."""
+    return isinstance(value, type) and value.__module__ == __name__ and value.__qualname__.startswith("_StandIn.")
+
+
+def light_class(
+    module: str, name: str, methods: dict[str, frozenset[str]], keeps_signature: tuple[str, ...] = ()
+) -> type:
+    """A stand-in for the class `name` of `module` read from source: a class of that name whose
+    methods `methods` (name -> the parameters to leave unannotated, such as those a command never
+    takes) have the source's signatures (with the return annotation) and docstrings; it runs
+    nothing. Methods decorated by other than the decorators named in `keeps_signature` (wrappers
+    that keep the signature, functools.wraps) are `Unresolved`."""
+    statement = _binding(module, name)
+    if not isinstance(statement, ast.ClassDef):
+        raise Unresolved(f"{module}.{name} is not a class defined in {module}")
+    attributes: dict[str, Any] = {"__module__": __name__, "__qualname__": f"_StandIn.{name}"}
+    attributes["__doc__"] = ast.get_docstring(statement, clean=False)
+    for method, skip in methods.items():
+        nodes = [node for node in statement.body if isinstance(node, ast.FunctionDef) and node.name == method]
+        if not nodes:
+            raise Unresolved(f"{module}.{name} defines no {method}")
+        node = nodes[-1]
+        decorators = [ast.unparse(decorator) for decorator in node.decorator_list]
+        if any(decorator not in keeps_signature for decorator in decorators):
+            raise Unresolved(f"{module}.{name}.{method} is decorated ({', '.join(decorators)})")
+        parameters = _parameters(module, node, skip)
+
+        def stand_in(*args: Any, **kwargs: Any) -> Any:
+            raise TypeError("a stand-in read from source: it runs nothing")
+
+        returns = inspect.Signature.empty if node.returns is None else evaluate(module, node.returns)
+        stand_in.__signature__ = inspect.Signature(parameters, return_annotation=returns)  # type: ignore[attr-defined]
+        stand_in.__annotations__ = {
+            p.name: p.annotation for p in parameters if p.annotation is not inspect.Parameter.empty
+        }
+        stand_in.__doc__ = ast.get_docstring(node, clean=False)
+        stand_in.__name__ = method
+        stand_in.__qualname__ = f"_StandIn.{name}.{method}"
+        stand_in.__module__ = __name__
+        attributes[method] = stand_in
+    return type(name, (), attributes)

@@ -15,7 +15,6 @@ import importlib
 import inspect
 import json
 import os
-import re
 import shlex
 import sys
 import warnings
@@ -24,7 +23,7 @@ from typing import Any, Literal, Optional, Sequence, Union
 
 import torch
 import yaml
-from jsonargparse import ActionYesNo, Namespace, get_loader
+from jsonargparse import Namespace, get_loader
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
@@ -55,8 +54,12 @@ from genoformer.genome.lm import GenoformerLM
 from genoformer.parse_errors import ShortErrors, command_with, options_given
 from genoformer.shipped import INCLUDE_KEY, compose_config, configs_dir, recipe_path
 from genoformer.timeseries.module import TimeSeriesForecaster
-
-EVALUATION_COMMANDS = ("validate", "test", "predict")
+from genoformer.training_options import (
+    EVALUATION_COMMANDS,
+    genoformer_core_options,
+    genoformer_options,
+    with_recipe_paths,
+)
 
 SHIPPED_CLASSES = (
     GenoformerLM,
@@ -68,34 +71,6 @@ SHIPPED_CLASSES = (
 )
 """The shipped training modules and data modules: imported here, so that `--model.help
 TimeSeriesForecaster` and `--data.help GenomeDataModule` find them by their short names."""
-
-_FIT_CKPT_HELP = (
-    "Resume the run in trainer.default_root_dir: last (its newest checkpoint, "
-    "<checkpoints dir>/last.ckpt), best (its best checkpoint by the ModelCheckpoint's monitor) or a "
-    ".ckpt path of a training run. Without it, fit starts a new run and refuses a directory that "
-    "already holds one. To start a new run from a model's weights, use --init_weights."
-)
-_INIT_WEIGHTS_HELP = (
-    "Start a new run from the weights of this checkpoint (a .ckpt of `genoformer fit` or `export`, "
-    "such as examples/genoformer_dna.ckpt): what the model is (its transformer) is the "
-    "checkpoint's, with your --model options where the weights still fit (a longer or shorter "
-    "max_seq_len); how to train it (learning rate, warm-up, weight decay) is your config's; the "
-    "optimizer, schedule and step count start anew. Not read when --ckpt_path resumes a run."
-)
-_EVAL_CKPT_HELP = (
-    "The weights to evaluate: last or best (of the run in trainer.default_root_dir, as for fit) or "
-    "a .ckpt path. Required, unless --untrained."
-)
-_MODEL_TITLE = (
-    "Model (--model CLASS_NAME, then --model.OPTION VALUE); a config without model.class_path trains "
-    "GenoformerLM, the time-series configs TimeSeriesForecaster, the fine-tuning configs FineTuner. "
-    "Their options: genoformer fit --model.help GenoformerLM (or TimeSeriesForecaster, FineTuner)"
-)
-_DATA_TITLE = (
-    "Data module (--data CLASS_NAME, then --data.OPTION VALUE); the shipped ones are GenomeDataModule, "
-    "TimeSeriesDataModule and LabelledDataModule. Their options: genoformer fit --data.help "
-    "GenomeDataModule (or TimeSeriesDataModule, LabelledDataModule)"
-)
 
 
 class RunConfigSaver(SaveConfigCallback):
@@ -177,33 +152,11 @@ class GenoformerCLI(LightningCLI):
     # ------------------------------------------------------------------- parsers and help
     def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs: Any) -> LightningArgumentParser:
         parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
-        for action in parser._actions:
-            if action.dest == "ckpt_path":
-                action.help = _FIT_CKPT_HELP if subcommand == "fit" else _EVAL_CKPT_HELP
-        if subcommand == "fit":
-            parser.add_argument("--init_weights", type=Optional[str], default=None, help=_INIT_WEIGHTS_HELP)
-        if subcommand in EVALUATION_COMMANDS:
-            parser.add_argument(
-                "--untrained",
-                action=ActionYesNo(no_prefix=None),
-                default=False,
-                help="Evaluate the model as initialised, without trained weights (instead of --ckpt_path).",
-            )
-            parser.add_argument(
-                "--overwrite",
-                action=ActionYesNo(no_prefix=None),
-                default=False,
-                help=f"Replace the result of an earlier `genoformer {subcommand}` into the same run directory.",
-            )
+        genoformer_options(parser, subcommand)
         return parser
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        # Group titles come from docstrings; these two read as cut off (a sentence fragment, and
-        # LightningDataModule's docstring up to "The main advantage is").
-        parser.groups["model"].title = _MODEL_TITLE
-        parser.groups["data"].title = _DATA_TITLE
-        # A config without model.class_path trains a GenoformerLM.
-        parser.set_defaults({"model": {"class_path": f"{GenoformerLM.__module__}.{GenoformerLM.__qualname__}"}})
+        genoformer_core_options(parser)
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         """As LightningCLI parses, with the shipped recipes named by name (`--config quickstart`)."""
@@ -730,25 +683,6 @@ def _cpu_twin(config: str) -> Optional[str]:
     except FileNotFoundError:
         return None
     return twin
-
-
-def with_recipe_paths(args: Sequence[str]) -> list[str]:
-    """`args` with each config (--config, -c) that names a shipped recipe rather than a file
-    (`--config quickstart`) replaced by the recipe's file; FileNotFoundError, listing the recipes,
-    for a config that is neither a file nor a recipe (a YAML text given inline stays as it is)."""
-    result = list(args)
-    for index, arg in enumerate(result):
-        if arg in ("--config", "-c") and index + 1 < len(result):
-            result[index + 1] = _config_file(result[index + 1])
-        elif arg.startswith("--config="):
-            result[index] = "--config=" + _config_file(arg.split("=", 1)[1])
-    return result
-
-
-def _config_file(value: str) -> str:
-    if os.path.exists(value) or not re.fullmatch(r"[\w./~+-]+", value):
-        return value
-    return str(recipe_path(value))
 
 
 def _missing_folders(folders: Sequence[Path]) -> list[Path]:

@@ -1,6 +1,7 @@
 """A command's `--help`, an error in its options and `--version` answer without importing torch,
 Lightning or the rest: each command's options are read from its function's source
-(genoformer.signatures), and what the source says is held equal to the function here.
+(genoformer.signatures), and what the source says is held equal to the function here (the
+training commands' parser read from Lightning's source: tests/cli/test_training_help.py).
 
 Wall time is measured by `python -m benchmarks.command_speed`; these tests assert what makes it
 short (no heavy module imported) rather than seconds, which depend on the machine.
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from genoformer.cli import TOOL_COMMANDS, FunctionIn, parsing_function
+from genoformer.cli import TOOL_COMMANDS, TRAINING_COMMANDS, FunctionIn, parsing_function
 from genoformer.signatures import Unresolved, light_function
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -45,8 +46,9 @@ def imported_after(*commands: list[str]) -> dict[str, object]:
 
 
 def test_every_command_help_imports_no_heavy_module():
-    outcome = imported_after(*([name, "--help"] for name in TOOL_COMMANDS), ["--version"], ["--help"])
-    assert outcome["exit"] == [0] * (len(TOOL_COMMANDS) + 2)
+    commands = [*TOOL_COMMANDS, *TRAINING_COMMANDS]
+    outcome = imported_after(*([name, "--help"] for name in commands), ["--version"], ["fit", "--version"], ["--help"])
+    assert outcome["exit"] == [0] * (len(commands) + 3)
     assert outcome["heavy"] == []
 
 
@@ -55,8 +57,11 @@ def test_an_option_error_imports_no_heavy_module():
         ["prepare_timeseries", "--inputs", "a.csv", "--out", "a.zarr", "--skip_rows", "many"],
         ["evaluate", "--checkpoint", "x.ckpt", "--inputs", "a.fa", "--contxt", "5"],
         ["forecast", "--checkpoint", "x.ckpt", "--store", "s.zarr", "--out", "f.npz", "--backend", "cuda"],
+        ["fit", "--config", "quickstart", "--trainer.max_step", "10"],
+        ["validate", "--config", "quickstart", "--ckpt_path", "last", "--trainer.devices", "--untrained"],
+        ["fit", "--config", "no_such_recipe"],
     )
-    assert outcome["exit"] == [2, 2, 2]
+    assert outcome["exit"] == [2] * 6
     assert outcome["heavy"] == []
 
 
