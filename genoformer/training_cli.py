@@ -890,7 +890,7 @@ def finetune(
         str(freeze_backbone).lower(),
         "--model.init_args.from_scratch",
         str(from_scratch).lower(),
-        "--model.init_args.pooling",
+        "--model.init_args.head.pooling",
         HeadPooling(pooling).name,
         "--model.init_args.patience",
         str(patience),

@@ -11,7 +11,9 @@ with these conventions, kept by `genoformer.core.training.TrainingModule` when i
 - `hyper_parameters` describe what the model is, never how it ran (`genoformer.core.runtime`).
 
 Checkpoints written before the tag existed (format version 0) are recognised by their
-hyperparameters once, here (`checkpoint_kind`), and nowhere else.
+hyperparameters once, here (`checkpoint_kind`), and nowhere else; so are hyperparameters that
+older checkpoints saved at the top level and today's save in a group (`REGROUPED`): every read
+moves them where today's code reads them (`regroup_hyperparameters`).
 
 Every read checks the file first (`verify_checkpoint_file`): a .ckpt is a zip container whose
 every record (the pickled values, each tensor's bytes) carries the CRC-32 torch wrote with it,
@@ -93,6 +95,20 @@ _DESCRIPTIONS = {
     ),
 }
 
+REGROUPED = {
+    ModelKind.GENOME_FINETUNED: {
+        "pooling": ("head", "pooling"),
+        "layer": ("head", "layer"),
+        "both_strands": ("head", "both_strands"),
+        "head_dropout": ("head", "dropout"),
+        "reverse_complement": ("strands", "reverse_complement"),
+        "test_time_strands": ("strands", "test_time"),
+    },
+}
+"""Per kind, the hyperparameters its checkpoints once saved at the top level, each with the group
+and field it is saved as today (a fine-tuned model's head and strands:
+genoformer.genome.heads.HeadSettings, StrandSettings)."""
+
 _UNREADABLE_ERRORS = (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, OSError)
 """What torch.load raises for a file that is not a complete checkpoint of plain values and tensors."""
 
@@ -131,6 +147,22 @@ def checkpoint_kind(checkpoint: Mapping[str, Any]) -> ModelKind | None:
     if "objective" in hparams and "transformer" in hparams:
         return ModelKind.GENOME_LM
     return None
+
+
+def regroup_hyperparameters(checkpoint: Any) -> Any:
+    """`checkpoint` (as read) with the hyperparameters that its kind once saved at the top level
+    moved into their groups (`REGROUPED`), in place; a checkpoint of today's layout, or one that is
+    not a tagged genoformer checkpoint, is left as it is."""
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get(TAG_KEY), Mapping):
+        return checkpoint
+    hparams = checkpoint.get("hyper_parameters")
+    moves = {kind.value: renamed for kind, renamed in REGROUPED.items()}.get(checkpoint[TAG_KEY].get("kind"))
+    if not isinstance(hparams, dict) or not moves:
+        return checkpoint
+    for old, (group, field) in moves.items():
+        if old in hparams:
+            hparams[group] = {**(hparams.get(group) or {}), field: hparams.pop(old)}
+    return checkpoint
 
 
 def check_checkpoint_file(path: Union[str, Path]) -> Path:
@@ -198,7 +230,8 @@ def verify_checkpoint_file(path: Union[str, Path]) -> Path:
 
 def read_checkpoint(path: Union[str, Path], *, mmap: bool = False) -> dict:
     """The contents of a checkpoint file (tensors on the CPU; with `mmap`, mapped from the file and
-    read only when used), unpickling plain values only.
+    read only when used), unpickling plain values only, its hyperparameters in today's layout
+    (`regroup_hyperparameters`).
 
     FileNotFoundError for a missing file; `DamagedCheckpointError` for a damaged one
     (`verify_checkpoint_file`); ValueError, in our words, for a file torch cannot read (truncated,
@@ -206,9 +239,10 @@ def read_checkpoint(path: Union[str, Path], *, mmap: bool = False) -> dict:
     """
     path = verify_checkpoint_file(path)
     try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except _UNREADABLE_ERRORS as exc:
         raise _unreadable_error(path) from exc
+    return regroup_hyperparameters(checkpoint)
 
 
 RUN_KEYWORDS = ("best", "last")

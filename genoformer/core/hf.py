@@ -59,6 +59,7 @@ from genoformer.core.checkpoints import (
     canonical_state_dict,
     checkpoint_kind,
     read_checkpoint,
+    regroup_hyperparameters,
 )
 from genoformer.core.transformer import TransformerConfig
 from genoformer.data.genome.alphabet import BASES, IUPAC_AMBIGUOUS, SPECIAL_TOKENS, TOKEN_CODES
@@ -345,14 +346,14 @@ _PROBLEM_TYPES = {
 
 def head_config(config: TransformerConfig, hparams: Mapping[str, Any]) -> dict[str, Any]:
     """config.head of a fine-tuned model: what GenoformerFor*Classification builds."""
-    targets = hparams["targets"]
-    both_strands = hparams.get("both_strands")
-    layer = int(hparams.get("layer", -1)) % (config.n_layers + 1)
+    targets, head = hparams["targets"], hparams.get("head") or {}
+    both_strands = head.get("both_strands")
+    layer = int(head.get("layer", -1)) % (config.n_layers + 1)
     return {
         "kind": targets["kind"],
         "outputs": len(targets["names"]),
         "names": [str(name) for name in targets["names"]],
-        "pooling": str(hparams.get("pooling", "MEAN")).upper(),
+        "pooling": str(head.get("pooling", "MEAN")).upper(),
         "both_strands": config.causal if both_strands is None else bool(both_strands),
         "layer": layer,
         "mean": list(targets.get("mean") or []),
@@ -442,7 +443,10 @@ def model_card(
             )
             rows = [
                 ("targets", f"{targets['kind']}: {', '.join(map(str, targets['names']))}"),
-                ("pooling", str(hparams.get("pooling")).lower() if architecture is _SEQUENCE_HEAD else "per base"),
+                (
+                    "pooling",
+                    head_config(config, hparams)["pooling"].lower() if architecture is _SEQUENCE_HEAD else "per base",
+                ),
                 (
                     "strands",
                     "both (reverse complement read beside the sequence)"
@@ -841,4 +845,5 @@ def read_hf_checkpoint(path: Union[str, Path]) -> tuple[dict, dict]:
     }
     if kind is not ModelKind.FORECASTER:
         checkpoint["alphabet"] = dict(hf_config.get("alphabet") or TOKEN_CODES)
+    regroup_hyperparameters(checkpoint)
     return checkpoint, dict(hparams)

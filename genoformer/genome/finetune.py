@@ -9,9 +9,10 @@ labels or values per sequence, or a class or value per base. How much of the tru
 - low-rank adapters on every attention and MLP projection (`lora_rank` > 0), through peft; the
   trunk's own weights stay as they were.
 
-The head trains at its own learning rate (`head_learning_rate`). Each training sequence is read on
-a random strand (`reverse_complement`: per-base targets flip with it and swap strand classes), and
-evaluation averages the predictions of both strands (`test_time_strands`), so that a prediction
+The head (`head`: how it pools, which layer it reads, whether it reads both strands side by side)
+trains at its own learning rate (`head_learning_rate`). Each training sequence is read on a random
+strand (`strands.reverse_complement`: per-base targets flip with it and swap strand classes), and
+evaluation averages the predictions of both strands (`strands.test_time`), so that a prediction
 does not depend on which strand a file holds.
 
 Training stops early when the validation loss (`VALIDATION_MONITOR`, the metric the recipes' best
@@ -61,7 +62,6 @@ from genoformer.data.genome.labelled import IGNORE
 from genoformer.data.genome.targets import TargetKind, TargetSpace
 from genoformer.genome.heads import (
     HeadOnTrunk,
-    HeadPooling,
     HeadSettings,
     StrandSettings,
     add_lora,
@@ -118,9 +118,8 @@ class FineTuner(HeadOnTrunk, TrainingModule):
         pretrained: Optional[str] = None,
         transformer: Optional[dict[str, Any]] = None,
         targets: Optional[dict[str, Any]] = None,
-        pooling: HeadPooling = HeadPooling.MEAN,
-        both_strands: Optional[bool] = None,
-        layer: int = -1,
+        head: HeadSettings = HeadSettings(),
+        strands: StrandSettings = StrandSettings(),
         freeze_backbone: bool = False,
         lora_rank: int = 0,
         lora_alpha: Optional[float] = None,
@@ -132,9 +131,6 @@ class FineTuner(HeadOnTrunk, TrainingModule):
         warmup_steps: int = 50,
         total_steps: Optional[int] = None,
         min_lr_ratio: float = 0.1,
-        head_dropout: float = 0.1,
-        reverse_complement: bool = True,
-        test_time_strands: bool = True,
         patience: int = 3,
         runtime: Optional[RuntimeSettings] = None,
     ) -> None:
@@ -148,12 +144,11 @@ class FineTuner(HeadOnTrunk, TrainingModule):
                 `pretrained` is not read.
             targets: what the head predicts (`TargetSpace.to_dict()`); None: the data module's
                 (`LabelledDataModule.target_space`) when training starts.
-            pooling: sequence heads: mean, last (the state that has seen the whole sequence) or
-                attention (learned query).
-            both_strands: read each sequence on both strands and put the two readings side by
-                side (every base then sees the whole sequence under causal attention); None: for
-                causal models.
-            layer: the trunk's hidden state the head reads (-1: the last block).
+            head: what the head reads and how it is built: pooling, layer, both_strands, dropout
+                (genoformer.genome.heads.HeadSettings, or a mapping of its fields).
+            strands: how training and evaluation use the two strands: reverse_complement (train
+                on a random strand), test_time (evaluate and predict with the mean over both)
+                (genoformer.genome.heads.StrandSettings, or a mapping of its fields).
             freeze_backbone: train the head only (a linear probe of the frozen trunk).
             lora_rank: rank of low-rank adapters (peft LoRA) on every block projection; 0: none.
                 The trunk's own weights are frozen then.
@@ -166,9 +161,6 @@ class FineTuner(HeadOnTrunk, TrainingModule):
             warmup_steps: linear warmup steps.
             total_steps: steps at which the cosine decay ends; None: the trainer's estimate.
             min_lr_ratio: final learning rate as a share of the peak.
-            head_dropout: dropout before the head.
-            reverse_complement: train on a random strand of each sequence.
-            test_time_strands: evaluate and predict with the mean over both strands.
             patience: early stopping: stop training after this many validations in a row without
                 a lower validation loss; 0: train all the steps.
             runtime: how to run (genoformer.core.runtime.RuntimeSettings); never saved.
@@ -176,6 +168,7 @@ class FineTuner(HeadOnTrunk, TrainingModule):
         super().__init__(runtime)
         adapting = AdaptationSettings.of(locals())
         self.optimization = OptimizerSettings.of(locals())
+        head, strands = HeadSettings.from_mapping(head), StrandSettings.from_mapping(strands)
         if patience < 0:
             raise ValueError(f"patience must be 0 (no early stopping) or a number of validations, got {patience}")
         weights = None
@@ -194,18 +187,14 @@ class FineTuner(HeadOnTrunk, TrainingModule):
             load_module_weights(trunk, weights)
         if not config.tie_embeddings:
             trunk.head.requires_grad_(False)  # the language-model head is not used
-        self.put_trunk(
-            trunk,
-            HeadSettings(pooling, layer, head_dropout),
-            StrandSettings(both_strands, reverse_complement, test_time_strands),
-        )
+        self.put_trunk(trunk, head, strands)
         self.adaptation = adapting.adaptation
         if self.adaptation is Adaptation.LINEAR_PROBE:
             self.model.requires_grad_(False)
         elif self.adaptation is Adaptation.LORA:
             add_lora(self.model, lora_rank, 2.0 * lora_rank if lora_alpha is None else lora_alpha)
         self.head_learning_rate = 10.0 * learning_rate if head_learning_rate is None else head_learning_rate
-        self.reverse_complement = reverse_complement
+        self.reverse_complement = strands.reverse_complement
         self.patience = patience
         self.metrics = nn.ModuleDict()
         self.save_hyperparameters(
@@ -213,15 +202,11 @@ class FineTuner(HeadOnTrunk, TrainingModule):
                 "pretrained": None if pretrained is None else str(pretrained),
                 "transformer": config.to_dict(),
                 "targets": None,
-                "pooling": self.pooling.value,
-                "both_strands": self.both_strands,
-                "layer": layer,
+                "head": dataclasses.replace(head, both_strands=self.both_strands).to_dict(),
+                "strands": strands.to_dict(),
                 **adapting.to_dict(),
                 **self.optimization.to_dict(),
                 "head_learning_rate": head_learning_rate,
-                "head_dropout": head_dropout,
-                "reverse_complement": reverse_complement,
-                "test_time_strands": test_time_strands,
                 "patience": patience,
             }
         )

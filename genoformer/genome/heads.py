@@ -28,9 +28,10 @@ K outputs.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import torch
 from torch import nn
@@ -40,6 +41,9 @@ from genoformer.core.transformer import Transformer, TransformerConfig
 from genoformer.data.genome.alphabet import COMPLEMENT
 from genoformer.data.genome.targets import TargetKind, TargetSpace
 from genoformer.genome.head_pooling import HeadPooling
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 LORA_TARGETS = ("wq", "wk", "wv", "wo", "w_gate_up", "w_down")
 """The projections that get low-rank adapters: every linear layer of every block."""
@@ -157,32 +161,66 @@ class BaseHead(nn.Module):
 
 
 @dataclasses.dataclass(frozen=True)
-class HeadSettings:
-    """What the head reads and how it is built."""
+class SettingsGroup:
+    """Base of a frozen dataclass that groups some of FineTuner's arguments (`model.init_args.head.pooling`,
+    ...) and is saved with the model as a mapping of its fields. A dataclass itself, so that
+    LightningCLI reads its subclasses as groups of options rather than as classes to choose."""
+
+    @classmethod
+    def from_mapping(cls, values: Union[SettingsGroup, Mapping[str, Any], None]) -> Self:
+        """`values` as settings: settings as they are, a mapping of (some of) the fields, None the defaults."""
+        if values is None:
+            return cls()
+        if isinstance(values, cls):
+            return values
+        names = [field.name for field in dataclasses.fields(cls)]
+        unknown = sorted(set(values) - set(names))
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} {unknown}; its fields are {names}")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values, as the hyperparameters hold them (an enum as its value)."""
+        return {
+            name: value.value if isinstance(value, enum.Enum) else value
+            for name, value in dataclasses.asdict(self).items()
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadSettings(SettingsGroup):
+    """What the head reads and how it is built (YAML: `model.init_args.head`).
+
+    Attributes:
+        pooling: Sequence heads: MEAN, LAST (the state that has seen the whole sequence) or
+            ATTENTION (a learned query); a per-base head reads every base.
+        layer: The trunk's hidden state the head reads (-1: the last block).
+        both_strands: Read each sequence on both strands and put the two readings side by side
+            (every base then sees the whole sequence under causal attention); None: for causal models.
+        dropout: Dropout before the head (in training).
+    """
 
     pooling: HeadPooling = HeadPooling.MEAN
-    """Sequence heads: mean, last (the state that has seen the whole sequence) or attention
-    (learned query); per-base heads read every base."""
     layer: int = -1
-    """The trunk's hidden state the head reads (-1: the last block)."""
+    both_strands: Optional[bool] = None
     dropout: float = 0.1
-    """Dropout before the head (in training)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pooling", HeadPooling(self.pooling))
 
 
 @dataclasses.dataclass(frozen=True)
-class StrandSettings:
-    """How a model reads the two strands of DNA."""
+class StrandSettings(SettingsGroup):
+    """How training and prediction use the two strands of DNA (YAML: `model.init_args.strands`).
 
-    both: Optional[bool] = None
-    """Read each sequence on both strands and put the two readings side by side (every base then
-    sees the whole sequence under causal attention); None: for causal models."""
+    Attributes:
+        reverse_complement: Train on a random strand of each sequence (per-base targets flip with
+            it and swap strand classes).
+        test_time: Evaluate and predict with the mean over both strands.
+    """
+
     reverse_complement: bool = True
-    """Train on a random strand of each sequence."""
     test_time: bool = True
-    """Evaluate and predict with the mean over both strands."""
 
 
 class HeadOnTrunk:
@@ -200,7 +238,7 @@ class HeadOnTrunk:
     def put_trunk(self, trunk: Transformer, head: HeadSettings, strands: StrandSettings) -> None:
         """Take `trunk`, to be read as `head` and `strands` say; no head until `set_targets`."""
         self.model = trunk
-        self.both_strands = trunk.config.causal if strands.both is None else strands.both
+        self.both_strands = trunk.config.causal if head.both_strands is None else head.both_strands
         self.layer = trunk.resolve_layer(head.layer)
         self.pooling = head.pooling
         self.head_dropout = head.dropout
@@ -313,21 +351,15 @@ class FineTunedNetwork(HeadOnTrunk, nn.Module):
     @classmethod
     def from_hparams(cls, hparams: Mapping[str, Any], runtime: RuntimeSettings) -> FineTunedNetwork:
         """The network of a fine-tuned checkpoint with these hyperparameters (its weights are not loaded)."""
-        head = {new: hparams[old] for old, new in _HEAD_HPARAMS.items() if old in hparams}
-        strands = {new: hparams[old] for old, new in _STRAND_HPARAMS.items() if old in hparams}
         return cls(
             TransformerConfig.from_dict(hparams["transformer"]),
             TargetSpace.from_dict(hparams["targets"]),
-            head=HeadSettings(**head),
-            strands=StrandSettings(**strands),
+            head=HeadSettings.from_mapping(hparams.get("head")),
+            strands=StrandSettings.from_mapping(hparams.get("strands")),
             lora_rank=int(hparams.get("lora_rank") or 0),
             lora_alpha=hparams.get("lora_alpha"),
             runtime=runtime,
         )
-
-
-_HEAD_HPARAMS = {"pooling": "pooling", "layer": "layer", "head_dropout": "dropout"}
-_STRAND_HPARAMS = {"both_strands": "both", "reverse_complement": "reverse_complement", "test_time_strands": "test_time"}
 
 
 def add_lora(trunk: Transformer, rank: int, alpha: float) -> None:

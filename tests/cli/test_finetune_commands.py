@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import json
 import re
 import shlex
 import shutil
@@ -21,6 +22,7 @@ from genoformer.data.genome.alphabet import decode
 from genoformer.data.genome.annotations import read_genes
 
 from genoformer.cli import main
+from genoformer.core.checkpoints import REGROUPED, ModelKind
 
 GENES = [(101, 400, "+"), (1501, 1800, "-"), (2301, 2610, "+")]  # GFF3: 1-based, inclusive
 QUIET = ["--device", "cpu"]
@@ -532,3 +534,29 @@ def test_finetune_device_gpu_on_a_cpu_suggests_device_cpu(causal_checkpoint, tab
     assert len(command) < 400 and "--device cpu" in command and "genoformer fit" not in err
     main(shlex.split(command)[1:])  # the hint as printed
     assert (run / "checkpoints" / "best.ckpt").is_file()
+
+
+def test_a_checkpoint_of_the_flat_layout_tests_as_saved(classifier, tables, tmp_path):
+    """A checkpoint saved before FineTuner grouped its head and strand arguments (the
+    hyperparameters flat, as the shipped gene annotator's are) rebuilds its model through
+    `genoformer test --ckpt_path` (the command line parsed again with its hyperparameters) and
+    scores what today's layout of the same weights scored. (Inference reads the flat layout in
+    tests/genome/test_shipped_gene_model.py.)"""
+    best = classifier / "checkpoints" / "best.ckpt"
+    checkpoint = torch.load(best, map_location="cpu", weights_only=True)
+    hparams = checkpoint["hyper_parameters"]
+    for old, (group, field) in REGROUPED[ModelKind.GENOME_FINETUNED].items():
+        hparams[old] = hparams[group].pop(field)
+    for group in ("head", "strands"):
+        assert not hparams.pop(group)
+    flat = tmp_path / "flat.ckpt"
+    torch.save(checkpoint, flat)
+    data = [f"--data.init_args.{split}={json.dumps([str(tables[split])])}" for split in ("train", "val", "test")]
+    data.append("--data.init_args.batch_size=4")
+    main(["test", "--config", "finetune_cpu", f"--trainer.default_root_dir={tmp_path}", *data, f"--ckpt_path={flat}"])
+    [scores] = [r for r in read_tsv_csv(tmp_path / "test" / "metrics.csv") if r.get("test/loss")]
+    [expected] = [r for r in read_tsv_csv(classifier / "test" / "metrics.csv") if r.get("test/loss")]
+    # what `finetune --test` measured with best.ckpt (up to the order of float sums)
+    assert {key: float(value) for key, value in scores.items()} == pytest.approx(
+        {key: float(value) for key, value in expected.items()}, rel=1e-5
+    )

@@ -317,3 +317,22 @@ def test_time_series_validate_runs_with_the_command_line_backend(tmp_path):
     assert cli.model.model.runtime.attention_backend is Backend.SDPA
     assert not cli.model.model.runtime.activation_checkpointing
     assert cli.model.forecast_config.horizon == 16  # the architecture came from the checkpoint
+
+
+def test_hyperparameters_of_an_older_layout_are_regrouped_on_read(tmp_path):
+    """A fine-tuned model's flat head and strand hyperparameters move into their groups when the
+    file is read; today's layout and other kinds read as saved."""
+    from genoformer.core.checkpoints import TAG_KEY, read_checkpoint, regroup_hyperparameters
+
+    flat = {"pooling": "LAST", "layer": -1, "both_strands": True, "head_dropout": 0.0, "test_time_strands": False}
+    old = {TAG_KEY: {"kind": "genome_finetuned", "format_version": 1}, "state_dict": {}, "hyper_parameters": flat}
+    torch.save(old, tmp_path / "old.ckpt")
+    hparams = read_checkpoint(tmp_path / "old.ckpt")["hyper_parameters"]
+    assert hparams == {
+        "head": {"pooling": "LAST", "layer": -1, "both_strands": True, "dropout": 0.0},
+        "strands": {"test_time": False},
+    }
+    today = {**old, "hyper_parameters": dict(hparams)}
+    assert regroup_hyperparameters(today)["hyper_parameters"] == hparams
+    language_model = {TAG_KEY: {"kind": "genome_lm", "format_version": 1}, "hyper_parameters": {"layer": 3}}
+    assert regroup_hyperparameters(language_model)["hyper_parameters"] == {"layer": 3}

@@ -53,11 +53,13 @@ def padded_batch(lengths: list[int], seed: int) -> tuple[torch.Tensor, torch.Ten
 
 TUNED = {
     "classes_lora_last": dict(
-        targets=TargetSpace(TargetKind.SEQUENCE_CLASSES, ("no", "yes", "maybe")), lora_rank=2, pooling="last"
+        targets=TargetSpace(TargetKind.SEQUENCE_CLASSES, ("no", "yes", "maybe")), lora_rank=2, head={"pooling": "last"}
     ),
-    "labels_attention": dict(targets=TargetSpace(TargetKind.SEQUENCE_LABELS, ("x", "y")), pooling="attention"),
+    "labels_attention": dict(
+        targets=TargetSpace(TargetKind.SEQUENCE_LABELS, ("x", "y")), head={"pooling": "attention"}
+    ),
     "values_mean": dict(
-        targets=TargetSpace(TargetKind.SEQUENCE_VALUES, ("v", "w"), mean=(3.0, -1.0), std=(2.0, 0.5)), layer=1
+        targets=TargetSpace(TargetKind.SEQUENCE_VALUES, ("v", "w"), mean=(3.0, -1.0), std=(2.0, 0.5)), head={"layer": 1}
     ),
     "genes_per_base": dict(targets=TargetSpace(TargetKind.BASE_CLASSES, ANNOTATION_CLASSES, strand_swap=STRAND_SWAP)),
 }

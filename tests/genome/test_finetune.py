@@ -235,7 +235,7 @@ def test_checkpoint_round_trip(causal_checkpoint, tmp_path):
     module = FineTuner(
         pretrained=str(causal_checkpoint),
         lora_rank=2,
-        pooling="attention",
+        head={"pooling": "attention"},
         targets=TargetSpace(TargetKind.SEQUENCE_VALUES, ("v",), mean=(3.0,), std=(2.0,)).to_dict(),
     )
     with torch.no_grad():

@@ -17,7 +17,9 @@ from genoformer.genome.finetune import FineTuner
 from genoformer.genome.heads import (
     BaseHead,
     HeadPooling,
+    HeadSettings,
     SequenceHead,
+    StrandSettings,
     flip_within,
     positions_within,
     reverse_complement_rows,
@@ -60,10 +62,10 @@ def targets_for(space: TargetSpace, lengths: torch.Tensor, seq_len: int, seed: i
     return values.masked_fill(~keep_BL, float("nan"))
 
 
-def tuner(checkpoint, space: TargetSpace, **options) -> FineTuner:
+def tuner(checkpoint, space: TargetSpace, pooling: HeadPooling = HeadPooling.MEAN, **options) -> FineTuner:
     torch.manual_seed(0)
-    options.setdefault("head_dropout", 0.0)
-    return FineTuner(pretrained=str(checkpoint), targets=space.to_dict(), **options).eval()
+    head = HeadSettings(pooling=pooling, dropout=0.0)
+    return FineTuner(pretrained=str(checkpoint), targets=space.to_dict(), head=head, **options).eval()
 
 
 # ------------------------------------------------------------------ shapes and losses per target kind
@@ -100,7 +102,7 @@ def test_every_head_shapes_and_a_loss_that_falls(causal_checkpoint, name):
 @pytest.mark.parametrize("name", ["values", "base_values"])
 def test_values_are_predicted_in_the_data_units(causal_checkpoint, name):
     space = SPACES[name]
-    module = tuner(causal_checkpoint, space, test_time_strands=False)
+    module = tuner(causal_checkpoint, space, strands=StrandSettings(test_time=False))
     tokens_BL, lengths_B = padded_batch()
     with torch.no_grad():
         standardised = module(tokens_BL, lengths_B)

@@ -200,7 +200,7 @@ def coding_annotator_ckpt(annotator_ckpt, tmp_path_factory) -> Path:
     """The annotator made to say CDS+ almost everywhere (read on one strand, its head's weights
     nearly zero, its bias for CDS+), so that it calls genes on random DNA."""
     checkpoint = torch.load(annotator_ckpt, map_location="cpu", weights_only=False)
-    checkpoint["hyper_parameters"]["test_time_strands"] = False
+    checkpoint["hyper_parameters"]["strands"]["test_time"] = False
     checkpoint["state_dict"]["head.net.3.weight"] *= 0.01
     checkpoint["state_dict"]["head.net.3.bias"][:] = torch.tensor([0.0, 3.0, 0.0, -3.0, -3.0])  # other, CDS+, CDS-, ...
     path = tmp_path_factory.mktemp("coding") / "coding.ckpt"

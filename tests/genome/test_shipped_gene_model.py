@@ -1,9 +1,12 @@
 """The gene annotator shipped in examples/: its size, kind and name, that it calls genes that are
-open reading frames on a genome it never saw (the first 12 kb of phage lambda), and that the
-network inference builds from it predicts exactly what the training module that wrote it does."""
+open reading frames on a genome it never saw (the first 12 kb of phage lambda), that its
+hyperparameters (saved flat, before the head and strand settings were grouped) read in today's
+groups, and that the network inference builds from it predicts exactly what the training module
+that wrote it does."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +14,9 @@ import torch
 from genoformer.data.genome.alphabet import PAD, decode, encode, reverse_complement
 from genoformer.data.genome.inputs import read_sequences
 
-from genoformer.core.checkpoints import ModelKind, checkpoint_kind, read_checkpoint
+from genoformer.core.checkpoints import REGROUPED, ModelKind, checkpoint_kind, read_checkpoint
 from genoformer.genome.finetune import FineTuner
-from genoformer.genome.heads import FineTunedNetwork
+from genoformer.genome.heads import FineTunedNetwork, HeadPooling, HeadSettings, StrandSettings
 from genoformer.genome.predict import GeneAnnotator
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -42,6 +45,23 @@ def test_shipped_gene_model_calls_open_reading_frames_on_lambda():
             codes[gene.start : gene.end] if gene.strand > 0 else reverse_complement(codes[gene.start : gene.end])
         )
         assert len(bases) % 3 == 0 and bases[-3:] in STOPS and bases[:3] in {"ATG", "GTG", "TTG"}
+
+
+def test_its_flat_hyperparameters_read_as_todays_groups():
+    """Every hyperparameter REGROUPED moves lands on a field of the group FineTuner takes, and the
+    shipped file, saved in the flat layout, reads with the values it was trained with."""
+    groups = {"head": HeadSettings, "strands": StrandSettings}
+    for group, field in REGROUPED[ModelKind.GENOME_FINETUNED].values():
+        assert field in {f.name for f in dataclasses.fields(groups[group])}, (group, field)
+    on_disk = torch.load(MODEL, map_location="cpu", weights_only=True)["hyper_parameters"]
+    assert {"pooling", "both_strands", "test_time_strands"} <= set(on_disk) and "head" not in on_disk
+    hparams = read_checkpoint(MODEL)["hyper_parameters"]
+    assert hparams["head"] == {"pooling": "MEAN", "layer": -1, "both_strands": True, "dropout": 0.1}
+    assert hparams["strands"] == {"reverse_complement": True, "test_time": True}
+    assert not set(REGROUPED[ModelKind.GENOME_FINETUNED]) & set(hparams)
+    module = FineTuner(**hparams)
+    assert module.pooling is HeadPooling.MEAN and module.both_strands and module.test_time_strands
+    assert module.hparams["head"] == hparams["head"] and module.hparams["strands"] == hparams["strands"]
 
 
 def test_inference_builds_the_network_only_and_predicts_what_the_training_module_does():
