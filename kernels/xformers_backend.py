@@ -6,8 +6,8 @@ SDPA could run only with a bool mask of B * L * S elements (packed documents and
 and the PyTorch path at O(allowed blocks) memory. Install: ``pip install xformers`` (or the
 extra, ``pip install 'genoformer[xformers]'``); its wheels are built for one torch release each
 (xformers 0.0.35: torch 2.10, CUDA 12.8, sm_75, sm_80 and sm_90: no V100 kernels in the wheel),
-so a mismatched install imports without its CUDA operators, which xformers then reports when
-it runs.
+so a mismatched install imports without its CUDA operators: the checks below then refuse it with
+the versions it was built for (and `auto` takes another backend) rather than fail in the call.
 
 Shape legend:
     B    batch     Hq   query heads     Hkv  key/value heads (Hq % Hkv == 0; GQA when Hkv < Hq)
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import platform
 
 import torch
 from genoformer.kernels.flash_attn_backend import device_capability
@@ -49,12 +50,26 @@ INSTALL = "pip install xformers (or pip install 'genoformer[xformers]')"
 
 @functools.cache
 def import_error() -> str | None:
-    """None when xformers' attention imports here, else the ImportError's message (cached per process)."""
+    """None when xformers' attention imports here with its CUDA operators, else a clause saying why
+    not (cached per process)."""
     try:
         _ops()
     except ImportError as error:
-        return str(error)
-    return None
+        return f"xformers does not import (import xformers.ops failed: {error})"
+    package = importlib.import_module("xformers")
+    if getattr(package, "_has_cpp_library", True):
+        return None
+    failure = getattr(getattr(package, "_cpp_lib", None), "_cpp_library_load_exception", None)
+    built = getattr(failure, "build_info", None)
+    installed = f"xformers {getattr(package, '__version__', '')}".strip()
+    if built is None:
+        cause = str(failure).splitlines()[0] if failure is not None else "its C++/CUDA library did not load"
+        return f"{installed} imports without its CUDA operators ({cause})"
+    return (
+        f"{installed} imports without its CUDA operators: it was built for PyTorch {built.torch_version} "
+        f"and Python {built.python_version}, this is PyTorch {torch.__version__} and Python "
+        f"{platform.python_version()} (install the xformers release built for this PyTorch)"
+    )
 
 
 def _ops():
@@ -79,7 +94,7 @@ def unsupported_reason(
     """None when xformers can run these (valid) inputs here, else a sentence saying why and what to do."""
     error = import_error()
     if error is not None:
-        return f"xformers does not import (import xformers.ops failed: {error}); {INSTALL}."
+        return f"{error}; {INSTALL}, or use backend 'sdpa'."
     capability = device_capability(q.device)
     if capability is None:
         return f"xformers runs on CUDA GPUs only (inputs are on {q.device.type}); use backend 'sdpa' or 'torch'."

@@ -115,6 +115,27 @@ def test_auto_without_xformers_warns_with_the_install_line(monkeypatch, caplog):
     assert "pip install xformers" in warning
 
 
+def test_an_install_built_for_another_torch_is_refused_with_its_versions(fake_t4):
+    """xformers' wheels are built for one PyTorch each; one built for another imports without its
+    CUDA operators (xformers 0.0.35 under PyTorch 2.11 on an H100): the backend refuses it with both
+    versions, and `auto` takes another backend, instead of memory_efficient_attention failing."""
+    import sys
+    import types
+
+    built = types.SimpleNamespace(torch_version="2.10.0+cu128", python_version="3.10.19")
+    package = sys.modules["xformers"]
+    fake_t4.setattr(package, "_has_cpp_library", False, raising=False)
+    fake_t4.setattr(package, "__version__", "0.0.35", raising=False)
+    failure = types.SimpleNamespace(build_info=built)
+    fake_t4.setattr(package, "_cpp_lib", types.SimpleNamespace(_cpp_library_load_exception=failure), raising=False)
+    q = torch.zeros(1, 2, 64, 16, dtype=torch.float16)
+    reason = xformers_backend.unsupported_reason(q, q, q, causal=False, layout=None, kv_lens=None)
+    assert "xformers 0.0.35 imports without its CUDA operators" in reason
+    assert "PyTorch 2.10.0+cu128" in reason and f"this is PyTorch {torch.__version__}" in reason
+    assert reason.endswith("or use backend 'sdpa'.")
+    assert _auto(q) is not Backend.XFORMERS
+
+
 def test_reasons_say_what_to_do(fake_t4):
     q = torch.zeros(1, 2, 64, 16, dtype=torch.float16)
     reason = lambda t, **kw: xformers_backend.unsupported_reason(  # noqa: E731
@@ -138,7 +159,8 @@ def test_gpu_every_accepted_kernel_test_input_passes_the_two_x_rule(attn):
     """The inputs of test_triton_attention's CPU cases (dense, GQA, padding, packed documents,
     layouts) that the real xformers backend accepts here: output and gradients within twice the
     same-precision PyTorch error of the float64 reference."""
-    pytest.importorskip("xformers.ops", reason="xformers is not installed: pip install xformers")
+    if xformers_backend.import_error() is not None:
+        pytest.skip(f"xformers cannot run here: {xformers_backend.import_error()}")
     import test_triton_attention as kernel_tests
 
     cases = {**kernel_tests.CPU_CASES, **kernel_tests.PADDED_CPU_CASES, **kernel_tests.PACKED_CPU_CASES}
