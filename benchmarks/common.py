@@ -1205,9 +1205,10 @@ def _heading(result: dict) -> str:
     return " · ".join(parts + ([f"same-run baseline: {result['baseline']}"] if result.get("baseline") else []))
 
 
-def render(result: dict, level: int = 2, headline_only: bool = False) -> str:
+def render(result: dict, level: int = 2, headline_only: bool = False, causes: Mapping[str, str] | None = None) -> str:
     """A result as markdown: the title, command, device, date and baseline, its tables, the
-    target verdicts and the notes (`headline_only`: the tables meant for BENCHMARKS.md)."""
+    target verdicts and the notes (`headline_only`: the tables meant for BENCHMARKS.md; `causes`:
+    target -> why it is missed, a column beside the verdicts)."""
     summary = result["summary"]
     parts = [f"{'#' * level} {result['title']}", _heading(result)]
     for t in summary["tables"]:
@@ -1216,7 +1217,9 @@ def render(result: dict, level: int = 2, headline_only: bool = False) -> str:
         parts += [t["caption"]] if t.get("caption") else []
         parts.append(markdown_table(t["rows"], t["columns"], t.get("digits", 3)))
     if summary["targets"]:
-        parts.append(markdown_table(summary["targets"], ["target", "measured", "status"]))
+        targets = [{**t, "gap and cause": (causes or {}).get(t["target"])} for t in summary["targets"]]
+        columns = ["target", "measured", "status"] + ["gap and cause"] * bool(causes)
+        parts.append(markdown_table(targets, columns))
     if summary["notes"]:
         parts.append("\n".join(f"- {note}" for note in summary["notes"]))
     return "\n\n".join(p for p in parts if p)

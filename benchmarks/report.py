@@ -7,7 +7,8 @@
 Each result file gives one section: its title, the command, device, date and same-run baseline,
 its headline tables, its target verdicts and notes (benchmarks.common.render). The sections come
 in the order of PAGE while the page keeps within 20 KB; every other result file is named under
-"Also measured" (its tables: --all).
+"Also measured" (its tables: --all). Beside a target that is not met, its cause from
+benchmarks/gaps.yaml.
 What was tried before, and the dated rounds, are in docs/design/benchmark_history.md.
 """
 
@@ -17,26 +18,34 @@ import argparse
 import sys
 from pathlib import Path
 
+import yaml
 from genoformer.data.storage import write_text
 
 from benchmarks.common import REPO_ROOT, RESULTS, read_result, render
 
+GAPS = REPO_ROOT / "benchmarks" / "gaps.yaml"
+"""Why a target is not met: [result name] target = cause."""
+
+
+def causes() -> dict[str, dict[str, str]]:
+    """benchmarks/gaps.yaml: result name -> target -> cause."""
+    return yaml.safe_load(GAPS.read_text())
+
+
 PAGE = (
-    "data",
     "attention",
-    "packed",
-    "head_dims",
-    "sanitize",
-    "train_step",
-    "train",
+    "flash_params",
+    "plugin",
     "million_memory",
+    "million_speed",
     "million_context",
+    "gene_model",
+    "data",
     "flagship",
     "finetune",
     "ecg",
     "timeseries_datasets",
     "hf_export",
-    "generate",
 )
 """The sections of the page, in order; every other result file is named under "Also measured"."""
 
@@ -59,7 +68,7 @@ def page(results: Path) -> str:
     found = {result["name"]: result for result in map(read_result, sorted(Path(results).glob("*.json")))}
     sections, others = [], dict(found)
     for name in (name for name in PAGE if name in found):
-        section = render(found[name], headline_only=True)
+        section = render(found[name], headline_only=True, causes=causes().get(name))
         rest = {n: r for n, r in others.items() if n != name}
         if len(_page(sections + [section], rest).encode()) <= LIMIT_BYTES:
             sections.append(section)
@@ -80,7 +89,11 @@ def _page(sections: list[str], others: dict[str, dict]) -> str:
 
 def everything(results: Path) -> str:
     """Every table of every result file, the page's and the others' (what --all prints)."""
-    return "\n\n".join(render(read_result(path)) for path in sorted(Path(results).glob("*.json")))
+    gaps = causes()
+    return "\n\n".join(
+        render(result, causes=gaps.get(result["name"]))
+        for result in map(read_result, sorted(Path(results).glob("*.json")))
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
