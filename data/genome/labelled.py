@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import typing
 from collections.abc import Sequence
 from typing import Any, Literal, Optional
 
@@ -262,8 +263,8 @@ class LabelledDataModule(ShardedLoaders, L.LightningDataModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        if task not in ("classify", "regress", "annotate"):
-            raise ValueError(f"task must be classify, regress or annotate, got {task!r}")
+        if task not in typing.get_args(Task):
+            raise ValueError(f"task must be one of {', '.join(typing.get_args(Task))}, got {task!r}")
         if not train:
             raise ValueError("no training files: pass --train FILE ... (or data.init_args.train)")
         if not 0.0 < val_fraction < 1.0:
@@ -305,14 +306,13 @@ class LabelledDataModule(ShardedLoaders, L.LightningDataModule):
             raise ValueError("no test files: pass --test FILE ... (or data.init_args.test) to evaluate a test split")
 
     def _read_sequences(self) -> None:
-        task = "regress" if self.task == "regress" else "classify"
-        train = read_labelled(self.train_files, task=task, genome=self.genome)
+        train = read_labelled(self.train_files, task=self.task, genome=self.genome)
         classes = train.label_names if TargetKind(train.kind) is TargetKind.SEQUENCE_CLASSES else None
         held_out = {}
         if self.val_files:
-            held_out["validation"] = read_labelled(self.val_files, task=task, genome=self.genome, classes=classes)
+            held_out["validation"] = read_labelled(self.val_files, task=self.task, genome=self.genome, classes=classes)
         if self.test_files:
-            held_out["test"] = read_labelled(self.test_files, task=task, genome=self.genome, classes=classes)
+            held_out["test"] = read_labelled(self.test_files, task=self.task, genome=self.genome, classes=classes)
         for name, seqs in held_out.items():
             train = self._without_leaks(train, seqs, name)
         if self.val_files:

@@ -34,16 +34,17 @@ import gzip
 import io
 import lzma
 import math
+import typing
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Literal, Union
+from typing import Union
 
 import numpy as np
 from genoformer.data.genome.alphabet import ALLOWED, NotDNAError, encode, reverse_complement
 from genoformer.data.genome.inputs import read_sequences
 from genoformer.data.genome.seqfiles import detect_compression, is_sequence_file_name
-from genoformer.data.genome.targets import TargetKind
+from genoformer.data.genome.targets import TargetKind, Task
 from genoformer.data.inputs import expand_inputs, missing_input_error
 
 PathLike = Union[str, Path]
@@ -640,7 +641,7 @@ def _targets(
 def read_labelled(
     paths: Paths,
     *,
-    task: Literal["classify", "regress"],
+    task: Task,
     genome: PathLike | None = None,
     classes: Sequence[str] | None = None,
 ) -> LabelledSequences:
@@ -659,8 +660,9 @@ def read_labelled(
     Raises FileNotFoundError for a missing input and ValueError naming the file and row for
     missing columns, bad labels, empty or non-DNA sequences, unmatched names and bad intervals.
     """
-    if task not in ("classify", "regress"):
-        raise ValueError(f"task={task!r}: use 'classify' or 'regress'")
+    tasks = [name for name in typing.get_args(Task) if name != "annotate"]  # annotations are read per base
+    if task not in tasks:
+        raise ValueError(f"task={task!r}: use {' or '.join(map(repr, tasks))}")
     parts = _read_parts(paths, genome, labelled=True)
     targets, kind, label_names = _targets(parts, task, classes)
     return LabelledSequences(

@@ -5,22 +5,29 @@ with it). A task becomes a kind by its data: classify gives one class per sequen
 (SEQUENCE_VALUES) or per base from a signal track (BASE_VALUES), annotate gene classes per base
 (BASE_CLASSES).
 
-A new kind of target touches three files: its member here, with what its predictions say in words
-(`TargetSpace.predicted`, `TargetKind.column_prefix`); its loss, output and metrics in
-genoformer/genome/finetune.py (`FineTuner.loss`, `predict_outputs`, `split_metrics`); and the
-reader that gives labelled data of that kind (genoformer.data.genome.labels, or .annotations per
-base)."""
+A new kind of target touches three files: its member here, with what the head's outputs become
+(`TargetKind.readout`) and what its predictions say in words (`TargetSpace.predicted`), and its
+task when it has one of its own (`Task`); its loss and metrics in genoformer/genome/finetune.py
+(`FineTuner.loss`, `split_metrics`); and the reader that gives labelled data of that kind
+(genoformer.data.genome.labels, or .annotations per base). docs/extending.md shows one whole."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-Task = Literal["classify", "regress", "annotate"]
+if TYPE_CHECKING:
+    import torch
+
+Task = Literal[
+    "classify",
+    "regress",
+    "annotate",
+]
 """What `genoformer finetune --task` asks for."""
 
 
@@ -47,9 +54,24 @@ class TargetKind(str, enum.Enum):
         return self in (TargetKind.SEQUENCE_CLASSES, TargetKind.BASE_CLASSES)
 
     @property
+    def probabilities(self) -> bool:
+        """Whether the predictions are probabilities (of classes or labels) rather than values."""
+        return self.classes or self is TargetKind.SEQUENCE_LABELS
+
+    @property
     def column_prefix(self) -> str:
-        """What the output columns of a prediction table are named after a target: y_ for values, p_ for probabilities."""
-        return "y_" if self in (TargetKind.SEQUENCE_VALUES, TargetKind.BASE_VALUES) else "p_"
+        """What the output columns of a prediction table are named after a target: p_ for probabilities, y_ for values."""
+        return "p_" if self.probabilities else "y_"
+
+    def readout(self, outputs: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+        """Predictions (float32) from the head's outputs (..., K): probabilities of the classes
+        (softmax) or of each label (sigmoid), or values in the data's units (the head predicts
+        them standardised by the training data's `mean` and `std`)."""
+        if self.classes:
+            return outputs.float().softmax(dim=-1)
+        if self is TargetKind.SEQUENCE_LABELS:
+            return outputs.float().sigmoid()
+        return outputs.float() * std + mean
 
 
 @dataclasses.dataclass(frozen=True)

@@ -305,9 +305,7 @@ class FineTuner(HeadOnTrunk, TrainingModule):
         elif self.targets.kind is TargetKind.BASE_VALUES:
             metrics.update(predictions.squeeze(-1), targets)
         else:
-            metrics.update(
-                predictions, targets.long() if self.targets.kind is not TargetKind.SEQUENCE_VALUES else targets
-            )
+            metrics.update(predictions, targets.long() if self.targets.kind.probabilities else targets)
         self.log_dict({f"{split}/{name}": metric for name, metric in metrics.items()}, batch_size=tokens_BL.shape[0])
 
     # ------------------------------------------------------------------ optimiser, callbacks, checkpoints

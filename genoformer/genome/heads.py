@@ -39,7 +39,7 @@ from torch import nn
 from genoformer.core.runtime import RuntimeSettings
 from genoformer.core.transformer import Transformer, TransformerConfig
 from genoformer.data.genome.alphabet import COMPLEMENT
-from genoformer.data.genome.targets import TargetKind, TargetSpace
+from genoformer.data.genome.targets import TargetSpace
 from genoformer.genome.head_pooling import HeadPooling
 
 if TYPE_CHECKING:
@@ -309,12 +309,7 @@ class HeadOnTrunk:
         return 0.5 * (outputs + reverse)
 
     def _readout(self, outputs: torch.Tensor) -> torch.Tensor:
-        kind = self.targets.kind
-        if kind.classes:
-            return torch.softmax(outputs.float(), dim=-1)
-        if kind is TargetKind.SEQUENCE_LABELS:
-            return torch.sigmoid(outputs.float())
-        return outputs.float() * self.value_std + self.value_mean
+        return self.targets.kind.readout(outputs, self.value_mean, self.value_std)
 
 
 class FineTunedNetwork(HeadOnTrunk, nn.Module):

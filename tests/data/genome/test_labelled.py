@@ -300,7 +300,7 @@ def test_sequence_dataset_order_is_a_pure_function_of_seed_and_epoch(tmp_path):
 def test_errors(tmp_path):
     rows = classify_rows(6, seed=10)
     train = str(write_table(tmp_path / "t.tsv", rows))
-    with pytest.raises(ValueError, match="task must be classify, regress or annotate"):
+    with pytest.raises(ValueError, match="task must be one of classify, regress, annotate"):
         LabelledDataModule("segment", [train])
     with pytest.raises(ValueError, match="no training files"):
         LabelledDataModule("classify", [])
