@@ -284,7 +284,7 @@ class HeadOnTrunk:
 
     def predict_outputs(self, tokens_BL: torch.Tensor, lengths_B: torch.Tensor) -> torch.Tensor:
         """Predictions: class probabilities, label probabilities or values in the data's units;
-        (B, K) per sequence, (B, L, K) per base; averaged over both strands with test_time_strands.
+        (B, K) per sequence, (B, L, K) per base; averaged over both strands with `strands.test_time`.
 
         Read on both strands, the features of the reverse complement are those of the sequence
         with the two halves swapped (and positions reversed), so the second strand costs one more

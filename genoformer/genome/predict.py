@@ -10,7 +10,7 @@
 
 Both run under the inference policy of genoformer.core.inference (CUDA when there is one, bfloat16
 autocast there, float32 on the CPU) and average both strands when the model was fine-tuned to
-(`test_time_strands`). `GeneAnnotator` cuts long contigs into windows with the shared tiler
+(`strands.test_time`). `GeneAnnotator` cuts long contigs into windows with the shared tiler
 (genoformer.data.tiling): each base takes its probabilities from the window in which it sits
 farthest from an edge.
 

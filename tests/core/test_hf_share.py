@@ -16,7 +16,7 @@ from genoformer.data.genome.targets import TargetKind, TargetSpace
 from genoformer.kernels.layout import BigBird, SlidingWindow
 from model_helpers import random_tokens, tiny_config
 
-from genoformer.core.checkpoints import ModelKind
+from genoformer.core.checkpoints import REGROUPED, TAG_KEY, ModelKind
 from genoformer.core.hf import LAYOUT_FILE, export_hf, merge_lora, modeling_source, read_hf_checkpoint
 from genoformer.core.loading import load_module_weights, read_model_checkpoint
 from genoformer.core.transformer import Transformer, TransformerConfig
@@ -117,6 +117,28 @@ def test_fine_tuned_models_load_into_transformers_and_back(tuned, name):
     # transformers' losses take the labels as genoformer's data gives them
     if module.targets.kind is TargetKind.SEQUENCE_CLASSES:
         assert torch.isfinite(hf(input_ids=tokens_BL, attention_mask=mask_BL, labels=torch.tensor([0, 1, 1])).loss)
+
+
+def test_an_export_of_the_flat_layout_reads_in_todays_groups(tuned, tmp_path):
+    """A directory exported before FineTuner grouped its head and strand arguments (flat
+    hyperparameters in config.json) loads with its head as trained: here LAST pooling, which the
+    default (MEAN) would change."""
+    import shutil
+
+    module, directory = tuned["classes_lora_last"]
+    flat = shutil.copytree(directory, tmp_path / "flat")
+    config = json.loads((flat / "config.json").read_text())
+    hparams = config[TAG_KEY]["hyper_parameters"]
+    for old, (group, field) in REGROUPED[ModelKind.GENOME_FINETUNED].items():
+        hparams[old] = hparams[group].pop(field)
+    del hparams["head"], hparams["strands"]
+    (flat / "config.json").write_text(json.dumps(config))
+    _, read = read_hf_checkpoint(flat)
+    assert read["head"] == module.hparams["head"] and read["head"]["pooling"] == "LAST"
+    tokens_BL, lengths_B, _ = padded_batch([61, 40, 17], seed=5)
+    with torch.no_grad():
+        again = FineTunedModel.load(flat).network.predict_outputs(tokens_BL, lengths_B)
+        torch.testing.assert_close(again, module.predict_outputs(tokens_BL, lengths_B), rtol=0, atol=1e-4)
 
 
 def test_lora_is_merged_into_plain_weights(tuned):
