@@ -73,9 +73,9 @@ def test_inference_builds_the_network_only_and_predicts_what_the_training_module
     trainer_side = FineTuner(**checkpoint["hyper_parameters"]).eval()
     trainer_side.load_state_dict(checkpoint["state_dict"])
     (record,) = read_sequences(EXAMPLES / "lambda_phage.fasta.gz")
-    padded = np.concatenate([encode("ACGTTGCA" * 30), np.full(60, PAD, dtype=np.uint8)])
-    tokens_BL = torch.from_numpy(np.stack([record.codes[:300], padded]))
-    lengths_B = torch.tensor([300, 240])
+    padded = np.concatenate([encode("ACGTTGCA" * 12), np.full(32, PAD, dtype=np.uint8)])
+    tokens_BL = torch.from_numpy(np.stack([record.codes[:128], padded]))
+    lengths_B = torch.tensor([128, 96])
     with torch.inference_mode():
         expected = trainer_side.predict_outputs(tokens_BL, lengths_B)
         assert torch.equal(annotator.network.predict_outputs(tokens_BL, lengths_B), expected)
