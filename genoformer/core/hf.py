@@ -156,6 +156,12 @@ def export_hf(
         dtype = "bfloat16" if stored == {torch.bfloat16} else "float32"
     if kind is ModelKind.GENOME_FINETUNED and hparams.get("targets") is None:
         raise ValueError(f"{checkpoint} holds no head (it was saved before its targets were known); fine-tune it again")
+    if kind is ModelKind.GENOME_FINETUNED and hparams["targets"]["kind"] not in _PROBLEM_TYPES:
+        raise ValueError(
+            f"{checkpoint} predicts {hparams['targets']['kind']}, which the transformers classes of an export "
+            f"(hf_modeling.py) do not read (they read {', '.join(_PROBLEM_TYPES)}); export it as a .ckpt "
+            "(genoformer export without --format hf), which genoformer classify and annotate read"
+        )
     state_dict = canonical_state_dict(state["state_dict"])
     if kind is ModelKind.GENOME_FINETUNED and hparams.get("lora_rank"):
         state_dict = merge_lora(state_dict, hparams["lora_rank"], hparams.get("lora_alpha"))
@@ -341,7 +347,7 @@ _PROBLEM_TYPES = {
     "base_classes": "single_label_classification",
     "base_values": "regression",
 }
-"""transformers' problem_type of each TargetKind value."""
+"""transformers' problem_type of each TargetKind value that the exported classes (hf_modeling.py) read."""
 
 
 def head_config(config: TransformerConfig, hparams: Mapping[str, Any]) -> dict[str, Any]:
