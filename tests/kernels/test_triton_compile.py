@@ -14,8 +14,9 @@ usual case) are built too for the default configurations of ``UNSPLIT_DIMS``, an
 ``split_sum_kernel`` and ``fwd_merge_kernel``, which combine the split lists' partials, at every
 tile width and padded head dim on sm_80 and sm_90.  Dense packed rows take one branch of their own
 (the launch order of their tiles, ``DENSE_PACKED``): each generation's default configurations of
-the common head dims, and the sm_90 variants among their candidates (TMA, conditional rescaling,
-the heads-outer grid, which indexes the tile order by the other grid axis), are built that way too.
+the 128-wide tile (the largest shared memory of the common head dims), and the sm_90 variants
+among its candidates (TMA, conditional rescaling, the heads-outer grid, which indexes the tile
+order by the other grid axis, and dV late in the loop), are built that way too.
 
 The score modifiers (``MODS``: ALiBi, softcap with the GPU's tanh.approx, dropout with its in-kernel
 Philox mask, whose joins pass a (rows, keys) int8 tile through shared memory) are built with the
@@ -27,9 +28,11 @@ that does not fit with a modifier is left out of the tuning (``triton_flash.choo
 default one of each list, which runs untuned, must fit.
 
 Configurations are chosen per tile width (the head dim rounded up to a power of two); each is
-built at its tile width and, on sm_80 and sm_90, again at one padded head dim of that tile
-(``PADDED_DIMS``): the head-dim masks change the loads and stores, not the tiles held in shared
-memory, but they must compile and pipeline in every configuration.
+built at its tile width. On sm_80 and sm_90 each tile width is built again at one padded head dim
+(``PADDED_DIMS``) in its default configurations and, on sm_90, in those that load through tensor
+descriptors (TMA): the head-dim masks change the loads and stores, not the tiles held in shared
+memory, and a tile width's other configurations (block sizes, stages, conditional rescaling, the
+grid's order, dV's place in the loop) mask them with the same code.
 
 Each build also counts the scalar loads that Triton's pipeliner turned into cp.async copies
 (``tensor<1x!tt.ptr<i32>>`` in the TTGIR): a layout entry loaded that way in the step that uses
@@ -72,7 +75,7 @@ COMMON = {
 }
 
 PADDED_DIMS = {32: 24, 64: 40, 128: 96, 256: 160}
-"""tile width -> a head dim padded to it, compiled too on the generations in PADDED_GENERATIONS"""
+"""tile width -> a head dim padded to it, compiled too (default and TMA configurations) on PADDED_GENERATIONS"""
 PADDED_GENERATIONS = ("sm_80", "sm_90")
 
 MODS = {"ALIBI_": True, "SOFTCAP": True, "DROPOUT": True}
@@ -87,12 +90,12 @@ VARLEN_CASE = {"VARLEN": True, "SPARSE": False, "HAS_KV_LENS": False, "HAS_DOCS"
 DENSE_PACKED = {"SPARSE": False, "HAS_KV_LENS": False, "SPLIT": False}
 """constexprs of a dense packed launch, built for the default configs of DENSE_PACKED_DIMS on sm_80, sm_90
 and the sm_90 variants among their candidates"""
-DENSE_PACKED_DIMS = (64, 128)
+DENSE_PACKED_DIMS = (128,)
 
 UNSPLIT = {"SPLIT": False}
 """constexprs of a sparse launch whose layout has no long list, built for the default configs of UNSPLIT_DIMS
 on sm_80 and sm_90"""
-UNSPLIT_DIMS = (64, 128)
+UNSPLIT_DIMS = (128,)
 
 
 def _variant(cfg: configs.FwdConfig | configs.BwdConfig) -> str:
@@ -111,8 +114,12 @@ def _cases() -> list[tuple[str, str, int, str, tuple]]:
     built = [(gen, tile, cfg, "") for gen, tile, cfg in configs.all_configs()]
     built += [
         (gen, PADDED_DIMS[tile], cfg, "")
-        for gen, tile, cfg in configs.all_configs()
-        if tile in PADDED_DIMS and gen.name in PADDED_GENERATIONS
+        for gen in configs.GENERATIONS
+        if gen.name in PADDED_GENERATIONS
+        for tile in PADDED_DIMS
+        for candidates in (configs.fwd_candidates, configs.bwd_candidates)
+        for i, cfg in enumerate(candidates(gen, tile))
+        if i == 0 or cfg.tma
     ]
     built += [
         (gen, d, cfg, "-dense-packed")
