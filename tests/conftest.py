@@ -35,7 +35,7 @@ if "PYTEST_XDIST_WORKER_COUNT" in os.environ and "OMP_NUM_THREADS" not in os.env
 # training command (the `genoformer` command imports Lightning only then).
 importlib.import_module("lightning.pytorch")
 
-pytest_plugins = ["cpu_times"]
+pytest_plugins = ["cpu_times", "interpreter_calls"]
 
 # HYPOTHESIS_PROFILE=ci (set by .ci/run) draws the same examples in every run: a CI run judges the
 # change, not a new draw, and a failure reproduces as it was seen. Elsewhere each run draws anew.
