@@ -20,7 +20,7 @@ SMOKE = {
     "finetune_bench": [],
     "flagship": [],
     "flash_attn_check": ["--backends", "triton"],
-    "flash_params": [],
+    "flash_params": ["--rounds", "1"],
     "generate_bench": [],
     "gluon_bench": [],
     "head_dims": [],
