@@ -7,7 +7,7 @@ sample of its cases on a GPU, or (--count) every case counted by the parameters 
 
 The file is flash-attn's tests/test_flash_attn.py (Dao-AILab/flash-attention), read from
 --suite-file (default .flash_attn_suite/test_flash_attn.py, a folder .git/info/exclude keeps out of
-git: it is read and run, never committed; benchmarks/gpu_flash_params.sh says how to stage it). It
+git: it is read and run, never committed; benchmarks/gpu_kernels.sh says how to stage it). It
 runs against the compatible module through a package `flash_attn` written at run time into a
 temporary folder: the module's functions (flash_attn_with_kvcache is genoformer.kernels.kvcache's),
 flash-attn's bert_padding helpers from it, a rotary embedding in PyTorch for the KV-cache tests'
@@ -365,7 +365,7 @@ def measure(args: argparse.Namespace) -> dict:
     if not args.suite_file.is_file():
         sys.exit(
             f"{args.suite_file} is missing: stage flash-attn's tests/test_flash_attn.py there first (see "
-            f"benchmarks/gpu_flash_params.sh), or pass --suite-file"
+            f"benchmarks/gpu_kernels.sh, flash_params), or pass --suite-file"
         )
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="flash_attn_shim_") as tmp:

@@ -15,7 +15,7 @@ One pipeline, through the `genoformer` commands a user types:
 
     python -m benchmarks.gene_model --train ../shared-extra/genomes/ecoli_draft_prokka.gff3.gz \\
         --test ../shared-extra/genomes/leptospira_kirschneri_h1.gbk.gz --out /tmp/genes
-    bash benchmarks/gpu_gene_model.sh          # the same on the GPU machine, within 8 minutes
+    bash benchmarks/gpu_genome.sh gene_model   # the same on the GPU machine, within 8 minutes
 
 The E. coli draft's annotation is Prodigal's (Prokka), so it trains and the Leptospira genome,
 annotated by NCBI's pipeline, is the test: a test genome annotated by Prodigal would favour

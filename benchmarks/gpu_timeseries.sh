@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The time-series figures on the GPU machine (repository root, OUT set), one phase per device call:
+# The time-series figures on the GPU machine (repository root, OUT set; benchmarks/gpu_setup.sh: the setup), one phase
+# per device call:
 #   bash benchmarks/gpu_timeseries.sh ecg [ECG OPTIONS]   benchmarks/ecg.py: configs/ecg_8k_gpu.yaml trained for
 #       --minutes beside both baselines, evaluated at look-backs 512 to 8,192 -> $OUT/ecg.json; e.g.
 #       bash benchmarks/gpu_timeseries.sh ecg --minutes 5 --num_workers 3 --seeds 8 --ensemble 4 --variants config
@@ -15,23 +16,23 @@
 # Before: the stores, built on the CPU machine by `python -m benchmarks.timeseries_datasets`
 # (runs/timeseries_datasets/stores, about 17 MB), travel with the call (device tool: carry
 # ["runs/timeseries_datasets/stores"]); STORES=/elsewhere reads them from a copy made by an earlier
-# call. The wheels benchmarks/gpu_setup.sh installs (.whl/, about 14 MB; pandas too if the GPU image
+# call. The wheels gpu_setup.sh installs (.whl/, about 14 MB; pandas too if the GPU image
 # lacked it) travel in a call of their own when the tree, the stores and the wheels together pass the
 # tool's 64 MiB: `bash -c 'source benchmarks/gpu_setup.sh'` with carry [".whl"] first, on the same machine.
 # SMOKE=1 runs every step on the CPU at tiny sizes (two steps, a tiny model, three small hourly
 # stores): what was run to check this script without a GPU.
 set -uo pipefail
-PHASE=${1:?usage: bash benchmarks/gpu_timeseries.sh ecg|train|evaluate}
+PHASE=${1:-}
+case "$PHASE" in
+    ecg|train|evaluate) ;;
+    *) echo "usage: bash benchmarks/gpu_timeseries.sh ecg [ECG OPTIONS]|train|evaluate"; exit 2 ;;
+esac
+source benchmarks/gpu_setup.sh || exit 1
+[ "${SMOKE:-0}" = 1 ] || versions
 if [ "$PHASE" = ecg ]; then
-    OUT=${OUT:-$PWD/gpu_out}
-    mkdir -p "$OUT"
-    export PYTHONUNBUFFERED=1
-    source benchmarks/gpu_setup.sh || exit 1
-    nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
-    python3 -m benchmarks.ecg --out "$OUT" "${@:2}" 2>&1 | tee "$OUT/ecg.log" | tail -n 30
+    "$PYTHON" -m benchmarks.ecg --out "$OUT" "${@:2}" 2>&1 | tee "$OUT/ecg.log" | tail -n 30
     exit "${PIPESTATUS[0]}"
 fi
-OUT=${OUT:-$PWD/gpu_out}
 STORES=${STORES:-runs/timeseries_datasets/stores}
 RUN=${RUN:-runs/gpu_timeseries}
 HELD_OUT=${HELD_OUT:-sf_traffic}
@@ -39,8 +40,7 @@ SMOKE=${SMOKE:-0}
 DATASETS=(ecg_mitbih208 ecg_biosignalsplux household_power bike_sharing traffic_volume beijing_pm25 electricity sf_traffic)
 # series no model trains on (benchmarks/timeseries_datasets.py: unseen): the general forecaster zero-shot, where their stores are
 UNSEEN=(solar_power wind_power energy_appliance yosemite_temps)
-mkdir -p "$OUT" "$RUN/logs"
-export PYTHONUNBUFFERED=1
+mkdir -p "$RUN/logs"
 # nine processes at once: numpy's BLAS must not start a thread per core in each (the per-dataset
 # AR fits took 480-505 s each that way on a 16-core host, against 20-50 s with two threads)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-2} MKL_NUM_THREADS=${MKL_NUM_THREADS:-2}
@@ -49,18 +49,14 @@ TIME_CAP=()
 [ -n "${TRAIN_TIME:-}" ] && TIME_CAP=(--trainer.max_time "$TRAIN_TIME")
 if [ "$SMOKE" = 1 ]; then
     DATASETS=(electricity sf_traffic beijing_pm25)  # the general forecaster needs two stores besides the held-out one
-    PYTHON=${PYTHON:-.venv/bin/python}
     TINY=(--trainer.accelerator cpu --trainer.precision 32-true --trainer.max_steps 2 --trainer.val_check_interval 1
           --trainer.limit_val_batches 1 --model.init_args.linear_fit_batches 1 --model.init_args.warmup_steps 1
           --model.init_args.transformer.d_model 16 --model.init_args.transformer.n_layers 1
           --model.init_args.transformer.n_heads 2 --data.init_args.batch_size 4 --data.init_args.num_workers 0)
     DEVICE=(--device cpu)
 else
-    source benchmarks/gpu_setup.sh
-    PYTHON=python3
     TINY=()
     DEVICE=()
-    nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 fi
 "$PYTHON" -c "import pandas" || { echo "pandas is missing: put its wheel in .whl/ (see the header)"; exit 1; }
 for name in "${DATASETS[@]}"; do
@@ -82,9 +78,8 @@ if [ "$PHASE" = train ]; then
     pids+=($!)
     status=0
     for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-    for log in "$RUN"/logs/*.log; do echo "== $log"; tail -n 3 "$log"; done
+    TAIL=3 tails "$RUN"/logs/*.log
     ls -la "$RUN"/*/checkpoints/best*.ckpt
-    exit $status
 elif [ "$PHASE" = evaluate ]; then
     # Every evaluation at once, each capped (EVAL_SECONDS) so that the archive is written inside the
     # call whatever happens: on 2026-12-02 the general model's 415k household-power windows took
@@ -117,7 +112,5 @@ elif [ "$PHASE" = evaluate ]; then
         --overwrite true || status=1
     # the device tool brings back few files: everything travels as one archive
     tar czf "$OUT/timeseries_gpu.tar.gz" -C "$RUN" eval logs $(cd "$RUN" && ls -d */metrics.csv 2>/dev/null)
-    exit $status
-else
-    echo "unknown phase $PHASE: use ecg, train or evaluate"; exit 2
 fi
+exit $status

@@ -1,7 +1,7 @@
 """What the integrity checks cost: `genoformer evaluate` and a training step with them and without.
 
     python -m benchmarks.integrity --out benchmarks/results                # CPU, about 4 CPU-minutes
-    python -m benchmarks.integrity --device cuda --name integrity_gpu --out $OUT   # GPU: benchmarks/gpu_integrity.sh
+    python -m benchmarks.integrity --device cuda --name integrity_gpu --out $OUT   # GPU: gpu_training.sh integrity
 
 The checks (docs/reliability.md): every checkpoint read is verified against its zip CRC-32s, every
 chunk read from a genome store against its CRC32C, and every checkpoint is saved through the one

@@ -1,7 +1,7 @@
 """One GPU, a million tokens: training steps and their memory from 128k to 1M tokens and beyond, a
 whole E. coli chromosome scored and embedded in one window, the small model's speed at 8k against
-plain PyTorch, the scaling table, and whether the context helps (benchmarks/gpu_million.sh runs the
-steps on a GPU; docs/long_context.md).
+plain PyTorch, the scaling table, and whether the context helps (`bash benchmarks/gpu_training.sh million A|B`
+runs the steps on a GPU; docs/long_context.md).
 
     python -m benchmarks.million --step memory --out OUT       A: training steps 128k to 1M (and 2M, 4M)
     python -m benchmarks.million --step speed --out OUT        A: the flagship at 8k and 32k, profiles

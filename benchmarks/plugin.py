@@ -8,7 +8,7 @@ CPU's paths in place of the GPU's kernels).
     python -m benchmarks.plugin --out OUT --device cpu --sections fp8_budget,mutagenesis --positions 20 \\
         --budget-bases 16384 --budget-context 2048 --budget-snvs 100 --window 512   # the CPU's versions
 
-`bash benchmarks/gpu_plugin.sh 1` and `... 2` run every section on a GPU, one process each (a
+`bash benchmarks/gpu_kernels.sh plugin 1` and `... 2` run every section on a GPU, one process each (a
 section that crashes or runs out of time loses only its own file), after the GPU tests of what it
 measures. Each section checks its numbers before it times; a section that fails is recorded with
 its error and the run exits with status 1.

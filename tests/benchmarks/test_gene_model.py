@@ -1,4 +1,4 @@
-"""The gene model pipeline of benchmarks/gpu_gene_model.sh (fit with the genes recipe, export the
+"""The gene model pipeline of benchmarks/gpu_genome.sh gene_model (fit with the genes recipe, export the
 best checkpoint, annotate the held-out genome, pyrodigal, compare_genes) at tiny size on the CPU:
 the tiny causal test model, two small annotated genomes, two steps."""
 

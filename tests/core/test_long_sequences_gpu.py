@@ -1,5 +1,5 @@
 """A million tokens and a whole chromosome on one GPU, checked before benchmarks/million.py times them
-(bash benchmarks/gpu_million.sh A runs this file first): the long recipes' window + global attention
+(bash benchmarks/gpu_training.sh million A runs this file first): the long recipes' window + global attention
 at 1M, 3M and 4.6M tokens against the exact attention of sampled rows (the kernels' 32-bit row
 offsets, CUDA's grid limit and the layouts' block lists at these lengths), its gradients at 1M, and a
 flagship-sized training step at 128k whose chunks and recomputation give the plain step's loss and
