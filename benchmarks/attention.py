@@ -47,7 +47,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import gc
 import importlib
 import time
 from collections.abc import Callable
@@ -79,6 +78,7 @@ from benchmarks.common import (
     fa4,
     flex_block_mask,
     fmt,
+    free_memory,
     length_label,
     median_of_rounds,
     outputs,
@@ -317,9 +317,7 @@ class Run(Attempts):
         }
 
     def release(self) -> None:
-        gc.collect()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        free_memory(self.device)
 
     def matmul_tflops(self) -> dict:
         n = self.sweep.matmul_n

@@ -35,8 +35,9 @@ edit BENCHMARKS.md).
 
 The pieces, for use inside `measure` and `summarize`:
 - timing: `Timer` (do_bench medians on a GPU, a perf_counter loop on a CPU), `time_calls` (each
-  call's ms after a warm-up), `median`, `interleaved_rounds` (measurements in turn, each one's
-  best), `rotating_rounds` (each round starts one measurement later; every round kept),
+  call's ms after a warm-up), `free_memory` (garbage, CUDA's cache and peak, before a case),
+  `median`, `interleaved_rounds` (measurements in turn, each one's best), `rotating_rounds` (each
+  round starts one measurement later; every round kept),
   `Budget` (stop starting new cases when a GPU call's time runs out), `Attempts` (a failure is
   recorded with its traceback and the run goes on), `ClockSampler` (the GPU's SM clock beside
   the timings), `describe_environment` and `command_line`;
@@ -52,8 +53,9 @@ The pieces, for use inside `measure` and `summarize`:
   per part of a step: attention, matmuls, ...), `RepeatedBatch`;
 - statistics: `block_bootstrap` (a confidence interval of a mean difference over blocks);
 - parts: `join` (the data of runs measured in parts, as one: a script's `merge`);
-- commands: `run_logged` (a child process whose output goes to a log, its tail in the error),
-  `pack_parts` (a folder in parts the GPU tool can bring back);
+- commands: `argv` (a command line written as typed, its values filled in whole), `run_logged`
+  (a child process whose output goes to a log, its tail in the error), `pack_parts` (a folder in
+  parts the GPU tool can bring back);
 - results: `table`, `at_most` / `at_least` / `verdict` (MET, NOT MET, NOT MEASURED), `fmt`,
   `ratio`, `markdown_table`, `render`, `write_result` / `read_result`, `write_json_file`.
 
@@ -69,6 +71,7 @@ import csv
 import dataclasses
 import datetime
 import enum
+import gc
 import importlib.metadata
 import importlib.util
 import json
@@ -117,6 +120,7 @@ __all__ = [
     "Timer",
     "TrainStep",
     "allowed_pairs",
+    "argv",
     "at_least",
     "at_most",
     "block_bootstrap",
@@ -131,6 +135,7 @@ __all__ = [
     "fa4",
     "flex_block_mask",
     "fmt",
+    "free_memory",
     "fwd_bwd_ms",
     "interleaved_rounds",
     "join",
@@ -241,6 +246,15 @@ def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work (nothing to wait for on a CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def free_memory(device: torch.device | str | None = None) -> None:
+    """Collect garbage and, on CUDA, empty the allocator's cache and reset its peak statistics
+    (before a case, so that one case's memory is not another's)."""
+    gc.collect()
+    if torch.cuda.is_available() and torch.device(device or "cuda").type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
 
 
 def time_calls(fn: Callable[[], object], device: torch.device, warmup: int, calls: int) -> list[float]:
@@ -1030,6 +1044,13 @@ def pack_parts(folder: Path, dest: Path, part_bytes: int = 15 << 20) -> None:
             (dest / f"{folder.name}.tar.part{index}").write_bytes(chunk)
             index += 1
     tar_path.unlink()
+
+
+def argv(line: str, **values: object) -> list[str]:
+    """A command line as its list of arguments: `line` split at spaces, each word `{name}` replaced
+    whole by `str(values[name])` (a path with spaces stays one argument), e.g.
+    `argv("score --checkpoint {model} --device cpu", model=path)`."""
+    return [str(values[word[1:-1]]) if word[:1] + word[-1:] == "{}" else word for word in line.split()]
 
 
 def run_logged(

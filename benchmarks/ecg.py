@@ -29,7 +29,17 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks.common import REPO_ROOT, Benchmark, Summary, TrainStep, last_logged_step, table, time_calls, verdict
+from benchmarks.common import (
+    REPO_ROOT,
+    Benchmark,
+    Summary,
+    TrainStep,
+    argv,
+    last_logged_step,
+    table,
+    time_calls,
+    verdict,
+)
 
 ECG_CSV = REPO_ROOT / "examples" / "ecg_mitbih208_360hz.csv"
 CONFIG = REPO_ROOT / "configs" / "ecg_8k_gpu.yaml"
@@ -123,40 +133,16 @@ def _measure(args, work: Path, gpus: int) -> dict:
         source = work / "ecg_head.csv"
         source.write_text("".join(ECG_CSV.read_text().splitlines(keepends=True)[:7201]))
         horizons, lookbacks, ar_orders, variants = (16, 48), (256,), (8, 32), ["config"]
-        overrides += [
-            "--data.init_args.sources",
-            f"[{source}]",
-            "--trainer.accelerator",
-            "cpu",
-            "--trainer.precision",
-            "32-true",
-            "--trainer.val_check_interval",
-            "4",
-            "--trainer.limit_val_batches",
-            "2",
-            "--data.init_args.num_workers",
-            "0",
-            "--data.init_args.batch_size",
-            "8",
-            "--data.init_args.eval_stride",
-            "64",
-            "--model.init_args.forecast.context",
-            "256",
-            "--model.init_args.forecast.horizon",
-            "48",
-            "--model.init_args.transformer.d_model",
-            "32",
-            "--model.init_args.transformer.n_layers",
-            "1",
-            "--model.init_args.transformer.max_seq_len",
-            "32",
-            "--model.init_args.warmup_steps",
-            "2",
-            "--model.init_args.forecast.linear_order",
-            "32",
-            "--model.init_args.linear_fit_batches",
-            "2",
-        ]
+        overrides += argv(
+            "--data.init_args.sources {sources} --trainer.accelerator cpu --trainer.precision 32-true "
+            "--trainer.val_check_interval 4 --trainer.limit_val_batches 2 --data.init_args.num_workers 0 "
+            "--data.init_args.batch_size 8 --data.init_args.eval_stride 64 --model.init_args.forecast.context 256 "
+            "--model.init_args.forecast.horizon 48 --model.init_args.transformer.d_model 32 "
+            "--model.init_args.transformer.n_layers 1 --model.init_args.transformer.max_seq_len 32 "
+            "--model.init_args.warmup_steps 2 --model.init_args.forecast.linear_order 32 "
+            "--model.init_args.linear_fit_batches 2",
+            sources=f"[{source}]",
+        )
     horizon_list = f"[{', '.join(map(str, horizons))}]"
     wait_all(
         [

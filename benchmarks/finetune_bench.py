@@ -38,6 +38,7 @@ from benchmarks.common import (
     REPO_ROOT,
     Benchmark,
     Summary,
+    argv,
     at_least,
     at_most,
     command_line,
@@ -200,44 +201,27 @@ def cpu_targets(work: Path, smoke: bool) -> dict:
     write_table(work / "small_val.tsv", *zip(*(line.split("\t") for line in lines[-rows:])))
     started = time.perf_counter()
     genoformer(
-        [
-            "finetune",
-            "--pretrained",
-            str(PRETRAINED),
-            "--task",
-            "classify",
-            "--train",
-            str(work / "small_train.tsv"),
-            "--val",
-            str(work / "small_val.tsv"),
-            "--out",
-            str(work / "small"),
-            "--max_steps",
-            str(steps),
-            "--device",
-            "cpu",
-            "--leaks",
-            "drop",
-            *(["--batch_size", "4"] if smoke else []),
-        ]
+        argv(
+            "finetune --pretrained {model} --task classify --train {train} --val {val} --out {out} "
+            "--max_steps {steps} --device cpu --leaks drop" + (" --batch_size 4" if smoke else ""),
+            model=PRETRAINED,
+            train=work / "small_train.tsv",
+            val=work / "small_val.tsv",
+            out=work / "small",
+            steps=steps,
+        )
     )
     finetune_seconds = time.perf_counter() - started
     (record,) = read_sequences(REPO_ROOT / "examples" / "ecoli_k12_mg1655.fasta.gz")
     (work / "head.fasta").write_text(f">ecoli_head\n{decode(record.codes[:bases])}\n")
     started = time.perf_counter()
     genoformer(
-        [
-            "annotate",
-            "--checkpoint",
-            str(GENE_MODEL),
-            "--inputs",
-            str(work / "head.fasta"),
-            "--out",
-            str(work / "head.gff3"),
-            "--device",
-            "cpu",
-            "--overwrite",
-        ]
+        argv(
+            "annotate --checkpoint {model} --inputs {fasta} --out {gff3} --device cpu --overwrite",
+            model=GENE_MODEL,
+            fasta=work / "head.fasta",
+            gff3=work / "head.gff3",
+        )
     )
     return {
         "torch_threads": torch.get_num_threads(),

@@ -31,7 +31,7 @@ import shutil
 import time
 from pathlib import Path
 
-from benchmarks.common import Benchmark, Summary, at_least, last_logged_step, table
+from benchmarks.common import Benchmark, Summary, argv, at_least, last_logged_step, table
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "configs" / "finetune_genes_gpu.yaml"
@@ -64,35 +64,29 @@ def measure(args: argparse.Namespace) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(run_dir, ignore_errors=True)
     began = time.perf_counter()
+    fit = "fit --config {config} --trainer.default_root_dir {run} --model.init_args.pretrained {model} "
+    fit += "--data.init_args.train {train}" + " --trainer.max_steps {steps}" * bool(args.max_steps)
+    fit += " --trainer.max_time {time}" * bool(args.max_time)
     main(
-        [
-            "fit",
-            "--config",
-            str(args.config),
-            "--trainer.default_root_dir",
-            str(run_dir),
-            "--model.init_args.pretrained",
-            str(args.pretrained),
-            "--data.init_args.train",
-            json.dumps(args.train),
-            *(["--trainer.max_steps", str(args.max_steps)] if args.max_steps else []),
-            *(["--trainer.max_time", args.max_time] if args.max_time else []),
-            *args.fit_option,
-        ]
+        argv(
+            fit,
+            config=args.config,
+            run=run_dir,
+            model=args.pretrained,
+            train=json.dumps(args.train),
+            steps=args.max_steps,
+            time=args.max_time,
+        )
+        + args.fit_option
     )
     train_seconds = time.perf_counter() - began
     model = out / "genoformer_gene_annotator.ckpt"
     main(
-        [
-            "export",
-            "--checkpoint",
-            str(run_dir / "checkpoints" / "best.ckpt"),
-            "--out",
-            str(model),
-            "--dtype",
-            "bfloat16",
-            "--overwrite",
-        ]
+        argv(
+            "export --checkpoint {best} --out {model} --dtype bfloat16 --overwrite",
+            best=run_dir / "checkpoints" / "best.ckpt",
+            model=model,
+        )
     )
     shutil.copyfile(run_dir / "metrics.csv", out / "metrics.csv")
     name = Path(args.test).name.split(".")[0]
@@ -102,33 +96,19 @@ def measure(args: argparse.Namespace) -> dict:
             continue
         gff3 = out / f"{name}_{label}.gff3"
         main(
-            [
-                "annotate",
-                "--checkpoint",
-                str(checkpoint),
-                "--inputs",
-                str(args.test),
-                "--out",
-                str(gff3),
-                "--overwrite",
-                *args.annotate_option,
-            ]
+            argv(
+                "annotate --checkpoint {model} --inputs {test} --out {gff3} --overwrite",
+                model=checkpoint,
+                test=args.test,
+                gff3=gff3,
+            )
+            + args.annotate_option
         )
         predicted.append(str(gff3))
     gff3, pyrodigal_seconds = pyrodigal_gff3(Path(args.test), out / f"{name}_pyrodigal.gff3")
     predicted.append(str(gff3))
-    main(
-        [
-            "compare_genes",
-            "--reference",
-            str(args.test),
-            "--predicted",
-            *predicted,
-            "--out",
-            str(out / "genes_table.tsv"),
-            "--overwrite",
-        ]
-    )
+    table_tsv = str(out / "genes_table.tsv")
+    main(["compare_genes", "--reference", str(args.test), "--predicted", *predicted, "--out", table_tsv, "--overwrite"])
     print(f"training took {train_seconds:.0f} s; results in {out}", flush=True)
     return {
         "train": args.train,

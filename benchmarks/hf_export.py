@@ -24,7 +24,7 @@ import torch
 from genoformer.data.genome.alphabet import decode
 from genoformer.data.genome.inputs import read_sequences
 
-from benchmarks.common import REPO_ROOT, Benchmark, Summary, at_most, table
+from benchmarks.common import REPO_ROOT, Benchmark, Summary, argv, at_most, table
 from genoformer.cli import main as genoformer
 from genoformer.core.hf import export_hf
 from genoformer.genome.scoring import LOG2E
@@ -66,19 +66,13 @@ def measure(args) -> dict:
         for name, source in (("ckpt", SHIPPED), ("hf", directory)):
             start = time.perf_counter()
             genoformer(
-                [
-                    "score",
-                    "--checkpoint",
-                    str(source),
-                    "--inputs",
-                    str(genome),
-                    "--out",
-                    str(work / f"{name}.bw"),
-                    "--device",
-                    "cpu",
-                    "--context",
-                    str(window),
-                ]
+                argv(
+                    "score --checkpoint {source} --inputs {genome} --out {out} --device cpu --context {window}",
+                    source=source,
+                    genome=genome,
+                    out=work / f"{name}.bw",
+                    window=window,
+                )
             )
             data[f"score_seconds_{name}"] = time.perf_counter() - start
             tracks[name] = read_bigwig(work / f"{name}.bw", record.name, record.codes.size)

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import gc
 import importlib.util
 import math
 import os
@@ -63,6 +62,8 @@ from benchmarks.common import (
     command_line,
     describe_environment,
     error_text,
+    free_memory,
+    synchronize,
     table,
     verdict,
     write_result,
@@ -162,13 +163,6 @@ def windows(length: int, batch: int, seed: int = 0, codes: Optional[np.ndarray] 
 
 
 # ------------------------------------------------------------------------------- measurement
-def _free(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-
-
 def _is_oom(error: BaseException) -> bool:
     return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower()
 
@@ -227,7 +221,7 @@ def measure_case(case: Case, device: torch.device, steps: int, smoke: bool) -> d
     began = time.perf_counter()
     model = loss_fn = optimizer = None
     try:
-        _free(device)
+        free_memory(device)
         tokens_BL = windows(case.context, case.batch, seed=1).to(device)
         if case.kind == "genoformer":
             model = build_lm(
@@ -257,18 +251,18 @@ def measure_case(case: Case, device: torch.device, steps: int, smoke: bool) -> d
             return loss.detach()
 
         loss = step()  # warm-up: compiles, builds layouts, tunes
-        _sync(device)
+        synchronize(device)
         record["warmup_s"] = time.perf_counter() - began
         times = []
         optimizer.zero_grad(set_to_none=True)
-        _sync(device)
+        synchronize(device)
         before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         for _ in range(steps):
             t0 = time.perf_counter()
             loss = step()
-            _sync(device)
+            synchronize(device)
             times.append((time.perf_counter() - t0) * 1e3)
         record.update(status="ok", step_ms=float(np.median(times)), loss=float(loss))
         record["tokens_per_s"] = case.tokens / (record["step_ms"] / 1e3)
@@ -285,15 +279,10 @@ def measure_case(case: Case, device: torch.device, steps: int, smoke: bool) -> d
             record["traceback"] = traceback.format_exc()[-3000:]
     finally:
         model = loss_fn = optimizer = None  # freed before the next case (the closures above read them)
-        _free(device)
+        free_memory(device)
         torch._dynamo.reset()
     record["seconds"] = time.perf_counter() - began
     return record
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def save(args: argparse.Namespace, data: dict) -> None:
@@ -505,7 +494,7 @@ def _tiny_checkpoint(out: Path) -> Path:
 
 @contextlib.contextmanager
 def _peak(device: torch.device, record: dict) -> Iterator[None]:
-    _free(device)
+    free_memory(device)
     began = time.perf_counter()
     try:
         yield
@@ -513,7 +502,7 @@ def _peak(device: torch.device, record: dict) -> Iterator[None]:
     except Exception as error:  # noqa: BLE001 - recorded with its cause
         record["status"] = "OOM" if _is_oom(error) else f"error: {error_text(error)}"
         record["traceback"] = traceback.format_exc()[-3000:]
-    _sync(device)
+    synchronize(device)
     record["seconds"] = time.perf_counter() - began
     if device.type == "cuda":
         record["peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
@@ -654,13 +643,13 @@ def profile_steps(step: Callable[[], object], device: torch.device, steps: int =
     kernels (on a CPU: operators) by self time."""
     from torch.profiler import ProfilerActivity, profile
 
-    _sync(device)
+    synchronize(device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         began = time.perf_counter()
         for _ in range(steps):
             step()
-        _sync(device)
+        synchronize(device)
         wall_ms = (time.perf_counter() - began) * 1e3 / steps
     kernels = []
     for event in prof.key_averages():

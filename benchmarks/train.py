@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import fnmatch
-import gc
 import json
 import os
 import signal
@@ -50,11 +49,14 @@ from benchmarks.common import (
     RepeatedBatch,
     Summary,
     TrainStep,
+    argv,
     at_least,
     compile_counts,
     error_text,
+    free_memory,
     median,
     profile_breakdown,
+    ratio,
     reset_compile_counts,
     synchronize,
     table,
@@ -247,9 +249,7 @@ class Worker:
         except Exception as error:  # one failing case must not lose the others
             return {"status": f"error: {error_text(error, 200)}"}
         finally:
-            gc.collect()
-            if self.device.type == "cuda":
-                torch.cuda.empty_cache()
+            free_memory(self.device)
 
     def tokens(self, batch: int, context: int) -> torch.Tensor:
         """(B, L) uint8 random windows of the shipped E. coli genome, on the device."""
@@ -377,36 +377,17 @@ class Worker:
         arguments = (
             fit_arguments(self.arch, context, case.batch, False, case.mode == "compiled" and not self.smoke, fused=True)
             + self.backend_args
-            + [
-                "--trainer.max_steps",
-                str(warmup + steps),
-                "--trainer.limit_val_batches",
-                "0",
-                "--trainer.enable_checkpointing",
-                "false",
-                "--trainer.callbacks",
-                "[]",
-                "--trainer.enable_progress_bar",
-                "false",
-                "--trainer.enable_model_summary",
-                "false",
-                "--model.total_steps",
-                "1000",
-                "--trainer.default_root_dir",
-                str(self.work / f"fit-{case.data}-{case.devices}"),
-                "--data.init_args.store",
-                str(self.work / "fit.zarr"),
-            ]
+            + argv(
+                "--trainer.max_steps {steps} --trainer.limit_val_batches 0 --trainer.enable_checkpointing false "
+                "--trainer.callbacks [] --trainer.enable_progress_bar false --trainer.enable_model_summary false "
+                "--model.total_steps 1000 --trainer.default_root_dir {root} --data.init_args.store {store}",
+                steps=warmup + steps,
+                root=self.work / f"fit-{case.data}-{case.devices}",
+                store=self.work / "fit.zarr",
+            )
         )
         if self.smoke:
-            arguments += [
-                "--trainer.accelerator",
-                "cpu",
-                "--trainer.precision",
-                "32-true",
-                "--data.init_args.num_workers",
-                "1",
-            ]
+            arguments += argv("--trainer.accelerator cpu --trainer.precision 32-true --data.init_args.num_workers 1")
         if case.devices > 1:
             arguments += ["--config", "configs/strategies/ddp.yaml", "--trainer.devices", str(case.devices)]
         torch.manual_seed(0)
@@ -464,17 +445,13 @@ def measure(args) -> dict:
             if left < 20:
                 skipped += [{"name": c.name, "status": "not run: out of the time budget"} for c in cases]
                 continue
-            command = [
-                sys.executable,
-                "-m",
-                "benchmarks.train",
-                "--worker",
-                str(work),
-                "--cases",
-                ",".join(c.name for c in cases),
-                "--attention-backend",
-                args.attention_backend,
-            ] + (["--smoke"] if args.smoke else [])
+            command = argv(
+                "{python} -m benchmarks.train --worker {work} --cases {cases} --attention-backend {backend}",
+                python=sys.executable,
+                work=work,
+                cases=",".join(c.name for c in cases),
+                backend=args.attention_backend,
+            ) + (["--smoke"] if args.smoke else [])
             # its own process group, so that a timeout also ends Lightning's DDP ranks and compile workers
             process = subprocess.Popen(command, cwd=REPO_ROOT, start_new_session=True)
             try:
@@ -610,9 +587,6 @@ def summarize(data: dict) -> Summary:
     def mfu(name: str) -> float | None:
         return 100 * by[name]["mfu"] if name in by else None
 
-    def ratio_of(a: float | None, b: float | None) -> float | None:
-        return a / b if a and b else None
-
     targets = []
     if "genoformer-causal-8k-compiled" in by and len(backends) == 1:
         ddp, real = by.get("ddp-synthetic-8k-x2"), by.get("fit-real-8k")
@@ -622,14 +596,14 @@ def summarize(data: dict) -> Summary:
             at_least("8k compiled MFU >= 45%", mfu("genoformer-causal-8k-compiled"), 45.0, "%"),
             at_least(
                 "8k compiled vs plain PyTorch + compiled Flex >= 1.30x tokens/s",
-                ratio_of(tps("genoformer-causal-8k-compiled"), tps("flex-causal-8k-compiled")),
+                ratio(tps("genoformer-causal-8k-compiled"), tps("flex-causal-8k-compiled")),
                 1.3,
                 "x",
             ),
             at_least("8k eager MFU >= 35%", mfu("genoformer-causal-8k-eager"), 35.0, "%"),
             at_least(
                 "8k eager vs plain PyTorch + SDPA eager > 1.00x tokens/s",
-                ratio_of(tps("genoformer-causal-8k-eager"), tps("sdpa-causal-8k-eager")),
+                ratio(tps("genoformer-causal-8k-eager"), tps("sdpa-causal-8k-eager")),
                 1.0 + 1e-9,
                 "x",
             ),
@@ -642,7 +616,7 @@ def summarize(data: dict) -> Summary:
             ),
             at_least(
                 "2 GPUs (DDP) vs 1 GPU, 8k, Trainer.fit >= 1.85x tokens/s",
-                ratio_of(tps("ddp-synthetic-8k-x2"), one["tokens_per_s"] if one else None),
+                ratio(tps("ddp-synthetic-8k-x2"), one["tokens_per_s"] if one else None),
                 1.85,
                 "x",
             ),

@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-from benchmarks.common import flex_block_mask
+from benchmarks.common import argv, flex_block_mask
 from genoformer.core.transformer import RotaryEmbedding, TransformerConfig, apply_rotary
 from genoformer.genome.lm import GenoformerLM
 from genoformer.shipped import compose_config
@@ -74,28 +74,22 @@ def fit_arguments(
     model's class_path mode takes no null from a single command-line option."""
     pattern = window_pattern() if window else [None]
     nulls = {"model": {"transformer": {"attention": pattern, "n_kv_heads": None}}}
-    return [
-        "--config",
-        str(base_config(context).relative_to(REPO_ROOT)),
-        "--config",
-        json.dumps(nulls),
-        "--model.transformer.d_model",
-        str(arch.d_model),
-        "--model.transformer.n_layers",
-        str(arch.n_layers),
-        "--model.transformer.n_heads",
-        str(arch.n_heads),
-        "--model.transformer.max_seq_len",
-        str(context),
-        "--model.runtime.fused_elementwise",
-        str(fused).lower(),
-        "--model.runtime.activation_checkpointing",
-        str(checkpointing).lower(),
-        "--model.runtime.compile",
-        str(compiled).lower(),
-        "--data.init_args.batch_size",
-        str(batch),
-    ]
+    return argv(
+        "--config {config} --config {nulls} --model.transformer.d_model {width} --model.transformer.n_layers {layers} "
+        "--model.transformer.n_heads {heads} --model.transformer.max_seq_len {context} "
+        "--model.runtime.fused_elementwise {fused} --model.runtime.activation_checkpointing {checkpointing} "
+        "--model.runtime.compile {compiled} --data.init_args.batch_size {batch}",
+        config=base_config(context).relative_to(REPO_ROOT),
+        nulls=json.dumps(nulls),
+        width=arch.d_model,
+        layers=arch.n_layers,
+        heads=arch.n_heads,
+        context=context,
+        fused=str(fused).lower(),
+        checkpointing=str(checkpointing).lower(),
+        compiled=str(compiled).lower(),
+        batch=batch,
+    )
 
 
 def build_genoformer(arguments: list[str]) -> GenoformerLM:
@@ -109,19 +103,13 @@ def build_genoformer(arguments: list[str]) -> GenoformerLM:
     ]
     with tempfile.TemporaryDirectory() as tmp:
         cli = training_cli(
-            [
-                *arguments,
-                "--trainer.accelerator",
-                "cpu",
-                "--trainer.precision",
-                "32-true",
-                "--trainer.default_root_dir",
-                tmp,
-                "--data.init_args.store",
-                f"{tmp}/store.zarr",
-                "--model.total_steps",
-                "1000",
-            ],
+            arguments
+            + argv(
+                "--trainer.accelerator cpu --trainer.precision 32-true --trainer.default_root_dir {tmp} "
+                "--data.init_args.store {store} --model.total_steps 1000",
+                tmp=tmp,
+                store=f"{tmp}/store.zarr",
+            ),
             run=False,
         )
     return cli.model

@@ -26,6 +26,7 @@ from benchmarks.common import (
     Benchmark,
     Summary,
     TrainStep,
+    argv,
     kept_weights,
     logged_messages,
     median,
@@ -41,19 +42,14 @@ def build_module(config: Path, overrides: list[str]):
     """The LightningModule exactly as `genoformer fit --config CONFIG OVERRIDES` builds it."""
     with tempfile.TemporaryDirectory() as tmp:
         return training_cli(
-            [
-                "--config",
-                str(config),
-                "--trainer.accelerator",
-                "cpu",
-                "--trainer.precision",
-                "32-true",
-                "--trainer.default_root_dir",
-                tmp,
-                "--data.init_args.store",
-                f"{tmp}/store.zarr",
-                *overrides,
-            ],
+            argv(
+                "--config {config} --trainer.accelerator cpu --trainer.precision 32-true "
+                "--trainer.default_root_dir {tmp} --data.init_args.store {store}",
+                config=config,
+                tmp=tmp,
+                store=f"{tmp}/store.zarr",
+            )
+            + overrides,
             run=False,
         ).model
 
@@ -77,18 +73,10 @@ def arguments(parser) -> None:
 def measure(args) -> dict:
     device = torch.device(args.device)
     overrides = (
-        [
-            "--model.transformer.d_model",
-            "64",
-            "--model.transformer.n_layers",
-            "2",
-            "--model.transformer.n_heads",
-            "2",
-            "--model.transformer.n_kv_heads",
-            "1",
-            "--model.transformer.max_seq_len",
-            "512",
-        ]
+        argv(
+            "--model.transformer.d_model 64 --model.transformer.n_layers 2 --model.transformer.n_heads 2 "
+            "--model.transformer.n_kv_heads 1 --model.transformer.max_seq_len 512"
+        )
         if args.smoke
         else []
     )
