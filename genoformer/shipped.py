@@ -140,6 +140,15 @@ def is_recipe_name(text: str) -> bool:
 
 
 # ----------------------------------------------------------------------- composed config files
+class QuotedStrings(yaml.SafeDumper):
+    """Writes every string quoted, so that it reads back as a string (`"1e-3"`, `"00:15:00"`)."""
+
+
+QuotedStrings.add_representer(
+    str, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style='"')
+)
+
+
 INCLUDE_KEY = "include"
 """The top-level key of a config file that names the fragments it builds on."""
 

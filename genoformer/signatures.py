@@ -31,6 +31,9 @@ import importlib
 import importlib.machinery
 import importlib.util
 import inspect
+import re
+import sys
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
@@ -38,6 +41,10 @@ from typing import Any, Optional
 SOURCE_ONLY = ("lightning", "torch")
 """Packages whose modules are read from source and never imported (they import torch): a class
 they define is a stand-in (`stand_in_class`) wherever a signature read here names it."""
+
+
+IMPORTS_TORCH = (*SOURCE_ONLY, "torchmetrics", "triton")
+"""Packages that import torch: a genoformer module that imports one at its top level is `heavy`."""
 
 
 class Unresolved(Exception):
@@ -111,9 +118,10 @@ def _binding(module: str, name: str) -> ast.stmt | None:
 
 
 @functools.lru_cache(maxsize=None)
-def resolve(module: str, name: str) -> Any:
+def resolve(module: str, name: str, light: bool = False) -> Any:
     """The value `name` has in `module` once imported, found from the sources (see the module
-    docstring); `Unresolved` when they do not say."""
+    docstring); `Unresolved` when they do not say. `light`: a class of a module that imports
+    torch or Lightning is its light copy (`light_module`) rather than imported."""
     statement = _binding(module, name)
     if statement is None:
         if hasattr(builtins, name):
@@ -124,35 +132,47 @@ def resolve(module: str, name: str) -> Any:
             return stand_in_class(module, name)
         if not isinstance(statement, (ast.ImportFrom, ast.Assign, ast.AnnAssign)):
             raise Unresolved(f"{module}.{name} is not a class, an alias or an import of one")
+    if light and heavy(module):
+        if isinstance(statement, ast.ClassDef):
+            return light_module_class(module, statement)
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            raise Unresolved(f"{module}.{name} is a function of a module that imports torch")
     if isinstance(statement, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
         return getattr(importlib.import_module(module), name)  # defined here: the module must be light
     if isinstance(statement, ast.ImportFrom):
         alias = next(alias for alias in statement.names if (alias.asname or alias.name) == name)
         source = _absolute(module, statement)
+        if light and heavy(source) and not _source_only(source) and not source.startswith("genoformer"):
+            raise Unresolved(f"{module}.{name} comes from {source}, which imports torch")
         if not source.startswith("genoformer") and not _source_only(source):
             return getattr(importlib.import_module(source), alias.name)
+        if (source, alias.name) == (module, name):
+            raise Unresolved(f"{module} imports {name} from itself")
         try:
-            return resolve(source, alias.name)
+            return resolve(source, alias.name, light)
         except Unresolved:
             submodule = f"{source}.{alias.name}"
-            if not _source_only(source) and importlib.util.find_spec(submodule) is not None:
+            if not _source_only(source) and not (light and heavy(submodule)) and _is_module(submodule):
                 return importlib.import_module(submodule)
             raise
     if isinstance(statement, ast.Import):
         alias = next(alias for alias in statement.names if (alias.asname or alias.name.partition(".")[0]) == name)
+        imported_name = alias.name if alias.asname else alias.name.partition(".")[0]
+        if light and (_source_only(imported_name) or heavy(imported_name)):
+            return SourceNamespace(imported_name)
         imported = importlib.import_module(alias.name)
         return imported if alias.asname else importlib.import_module(alias.name.partition(".")[0])
-    return evaluate(module, statement.value)
+    return evaluate(module, statement.value, light)
 
 
-def evaluate(module: str, expression: ast.expr) -> Any:
-    """The value of `expression` written at the top level of `module`."""
+def evaluate(module: str, expression: ast.expr, light: bool = False) -> Any:
+    """The value of `expression` written at the top level of `module` (`light`: as `resolve`)."""
     names = {node.id for node in ast.walk(expression) if isinstance(node, ast.Name)}
     targets = [node.target for node in ast.walk(expression) if isinstance(node, ast.comprehension)]
     bound_inside = {node.id for target in targets for node in ast.walk(target) if isinstance(node, ast.Name)}
     namespace = {"__builtins__": builtins}
     for name in names - bound_inside:
-        namespace[name] = resolve(module, name)
+        namespace[name] = resolve(module, name, light)
     try:
         return eval(compile(ast.Expression(expression), f"<{module}>", "eval"), namespace)  # noqa: S307 - installed source, as an import would run it
     except (NameError, AttributeError, TypeError) as error:  # an expression that needs the module to run
@@ -272,3 +292,202 @@ def light_class(
         stand_in.__module__ = __name__
         attributes[method] = stand_in
     return type(name, (), attributes)
+
+
+# ----------------------------------------------------------------------- light modules
+@functools.lru_cache(maxsize=None)
+def heavy(module: str, _seen: tuple[str, ...] = ()) -> bool:
+    """Whether importing `module` imports torch: it is one of `IMPORTS_TORCH`, or a genoformer
+    module whose top-level imports (not those under `if TYPE_CHECKING:`) reach one."""
+    if module.partition(".")[0] in IMPORTS_TORCH:
+        return True
+    if not module.startswith("genoformer") or module in _seen:
+        return False
+    try:
+        tree, _ = module_tree(module)
+    except (Unresolved, ModuleNotFoundError):
+        return False
+    parents = [".".join(module.split(".")[:end]) for end in range(2, module.count(".") + 1)]
+    imported = list(parents)
+    for statement in tree.body:
+        if isinstance(statement, ast.Import):
+            imported += [alias.name for alias in statement.names]
+        elif isinstance(statement, ast.ImportFrom):
+            source = _absolute(module, statement)
+            imported.append(source)
+            imported += [
+                f"{source}.{alias.name}"
+                for alias in statement.names
+                if source.startswith("genoformer") and _is_module(f"{source}.{alias.name}")
+            ]
+    return any(heavy(name, (*_seen, module)) for name in imported)
+
+
+def _is_module(name: str) -> bool:
+    """Whether `name` is a genoformer module, found without importing a module that imports torch
+    (its parent must be a package, and a light one)."""
+    parent = name.rpartition(".")[0]
+    try:
+        if not module_tree(parent)[1] or heavy(parent):
+            return False
+        return importlib.util.find_spec(name) is not None
+    except (Unresolved, ImportError, ValueError):
+        return False
+
+
+class SourceNamespace:
+    """A module that imports torch (`import lightning as L`) as a light class body sees it: its
+    attributes are resolved from source (`resolve(..., light=True)`), nothing is imported."""
+
+    def __init__(self, module: str) -> None:
+        self.module = module
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return resolve(self.module, name, True)
+        except Unresolved as error:
+            raise AttributeError(str(error)) from error
+
+
+_KEPT_METHODS = re.compile(r"_\w+_")
+"""The methods a light class keeps: dunder and sunder ones (__init__, __post_init__, _missing_)."""
+
+
+@functools.lru_cache(maxsize=None)
+def light_module(module: str) -> types.ModuleType:
+    """The light copy of `module` (a genoformer module that imports torch): an empty module of the
+    same name and file, into which `light_module_class` puts its classes as they are asked for,
+    and whose other names are resolved from source on access (PEP 562 `__getattr__`)."""
+    copy = types.ModuleType(module)
+    copy.__file__ = _source_file(module)
+    copy.__light_copy__ = True  # type: ignore[attr-defined]
+    _, is_package = module_tree(module)
+    copy.__package__ = module if is_package else module.rpartition(".")[0]
+
+    def attribute(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            value = resolve(module, name, True)
+        except Unresolved as error:
+            raise AttributeError(f"module {module!r} has no attribute {name!r} read from source") from error
+        setattr(copy, name, value)
+        return value
+
+    copy.__getattr__ = attribute  # type: ignore[method-assign]
+    sys.modules.setdefault(module, copy)  # where dataclasses and jsonargparse look a class's module up
+    return copy
+
+
+class LightModules:
+    """While open, the genoformer modules that import torch are their light copies (`light_module`)
+    to `import` (a meta path finder) and in sys.modules, where those already imported step aside;
+    closing removes every copy and puts them back, so that a later import runs the real module."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Optional[importlib.machinery.ModuleSpec]:
+        if not name.startswith("genoformer.") or name in self.finding:
+            return None
+        self.finding.add(name)  # heavy() finds the module's source through the other finders
+        try:
+            real = importlib.util.find_spec(name)
+            if real is None or not heavy(name):
+                return None
+            spec = importlib.util.spec_from_loader(name, self, origin=real.origin)
+            spec.submodule_search_locations = real.submodule_search_locations
+            return spec
+        finally:
+            self.finding.discard(name)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        return light_module(spec.name)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass
+
+    def __init__(self) -> None:
+        self.finding: set[str] = set()
+        self.imported: dict[str, types.ModuleType] = {}
+
+    def __enter__(self) -> LightModules:
+        self.imported = {  # those already imported step aside until closed
+            name: module for name, module in sys.modules.items() if name.startswith("genoformer.") and heavy(name)
+        }
+        for name in self.imported:
+            del sys.modules[name]
+        sys.meta_path.insert(0, self)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        sys.meta_path.remove(self)
+        for name, module in list(sys.modules.items()):
+            if isinstance(module, types.ModuleType) and vars(module).get("__light_copy__"):
+                del sys.modules[name]
+        sys.modules.update(self.imported)
+        light_module.cache_clear()
+        stand_in_class.cache_clear()  # the classes of the next opening subclass new stand-ins
+        resolve.cache_clear()
+
+
+def _signature_only(node: ast.FunctionDef) -> ast.FunctionDef:
+    """A copy of the function `node` whose body is its docstring: a parser reads the signature of
+    `__init__` and never runs it, so the names of its body need not be resolved."""
+    copy = ast.FunctionDef(**{field: getattr(node, field) for field in node._fields})
+    docstring = ast.get_docstring(node, clean=False)
+    copy.body = [ast.Expr(ast.Constant(docstring)) if docstring is not None else ast.Pass()]
+    return ast.copy_location(copy, node)
+
+
+def light_module_class(module: str, statement: ast.ClassDef) -> type:
+    """The class `statement` of `module` (which imports torch) built from its source into
+    `light_module(module)`: its decorators, bases, class-level assignments (fields, enum members)
+    and dunder and sunder methods, with every name they use resolved from source; its other
+    methods left out. What a parser reads of it (signature, fields, docstrings, members) is the
+    class's; it runs nothing else. `Unresolved` when a name it needs is not settled by the source."""
+    copy = light_module(module)
+    if statement.name in vars(copy):
+        return vars(copy)[statement.name]
+    body = [
+        node
+        for node in statement.body
+        if isinstance(node, (ast.Expr, ast.Assign, ast.AnnAssign, ast.Pass))
+        or (isinstance(node, ast.FunctionDef) and _KEPT_METHODS.fullmatch(node.name))
+    ]
+    body = [
+        _signature_only(node) if isinstance(node, ast.FunctionDef) and node.name == "__init__" else node
+        for node in body
+    ]
+    reduced = ast.ClassDef(
+        name=statement.name,
+        bases=statement.bases,
+        keywords=statement.keywords,
+        body=body or [ast.Pass()],
+        decorator_list=statement.decorator_list,
+        **({"type_params": []} if "type_params" in ast.ClassDef._fields else {}),
+    )
+    ast.copy_location(reduced, statement)
+    tree = ast.fix_missing_locations(
+        ast.Module(body=[ast.ImportFrom("__future__", [ast.alias("annotations")], 0), reduced], type_ignores=[])
+    )
+    names = {node.id for node in ast.walk(reduced) if isinstance(node, ast.Name)}
+    for node in ast.walk(reduced):  # the names of annotations, which stay text until read
+        annotation = getattr(node, "annotation", None)
+        for text in [annotation] + ([node.returns] if isinstance(node, ast.FunctionDef) else []):
+            if text is not None:
+                names |= {name.id for name in ast.walk(text) if isinstance(name, ast.Name)}
+    namespace = vars(copy)
+    needed = {  # what building the class runs: its bases, decorators and class-level values
+        node.id
+        for part in (*statement.bases, *statement.decorator_list, *statement.keywords, *body)
+        if not isinstance(part, (ast.FunctionDef, ast.Expr, ast.Pass))
+        and not (isinstance(part, ast.AnnAssign) and part.value is None)
+        for node in ast.walk(part.value if isinstance(part, (ast.Assign, ast.AnnAssign)) and part.value else part)
+        if isinstance(node, ast.Name)
+    }
+    for name in sorted(names - set(namespace) - {statement.name}):
+        try:
+            namespace[name] = resolve(module, name, True)
+        except Unresolved:
+            if name in needed:
+                raise
+    exec(compile(tree, copy.__file__ or f"<{module}>", "exec"), namespace)  # noqa: S102 - installed source, as an import would run it
+    return namespace[statement.name]

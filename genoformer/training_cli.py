@@ -52,7 +52,7 @@ from genoformer.genome.finetune import VALIDATION_MONITOR, FineTuner, read_valid
 from genoformer.genome.head_pooling import HeadPooling
 from genoformer.genome.lm import GenoformerLM
 from genoformer.parse_errors import ShortErrors, command_with, options_given
-from genoformer.shipped import INCLUDE_KEY, compose_config, configs_dir, recipe_path
+from genoformer.shipped import INCLUDE_KEY, QuotedStrings, compose_config, configs_dir, recipe_path
 from genoformer.timeseries.module import TimeSeriesForecaster
 from genoformer.training_options import (
     EVALUATION_COMMANDS,
@@ -720,15 +720,6 @@ def _includes_fragments(path: Any) -> bool:
     return isinstance(content, dict) and INCLUDE_KEY in content
 
 
-class _QuotedStrings(yaml.SafeDumper):
-    """Writes every string quoted, so that it reads back as a string (`"1e-3"`, `"00:15:00"`)."""
-
-
-_QuotedStrings.add_representer(
-    str, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style='"')
-)
-
-
 class ComposingArgumentParser(ShortErrors, LightningArgumentParser):
     """LightningCLI's parser, reading a config file that has `include:` as its composed config
     (other files as jsonargparse reads them), with short parse errors (`genoformer.parse_errors.ShortErrors`).
@@ -746,7 +737,7 @@ class ComposingArgumentParser(ShortErrors, LightningArgumentParser):
         self._refuse_unknown_sections(path)
         if not _includes_fragments(path):
             return super().parse_path(path, ext_vars=ext_vars, env=env, defaults=defaults, **kwargs)
-        composed = yaml.dump(compose_config(path), Dumper=_QuotedStrings, sort_keys=False)
+        composed = yaml.dump(compose_config(path), Dumper=QuotedStrings, sort_keys=False)
         return self.parse_string(
             composed, path=os.path.basename(path), ext_vars=ext_vars, env=env, defaults=defaults, **kwargs
         )

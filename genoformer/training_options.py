@@ -19,14 +19,15 @@ import os
 import re
 import typing
 from collections.abc import Sequence
-from typing import Any, Optional, Union
+from typing import Any, NoReturn, Optional, Union
 
 import docstring_parser
+import yaml
 from jsonargparse import ActionConfigFile, ActionYesNo, ArgumentParser, Namespace
 
-from genoformer.parse_errors import ShortErrors, option_groups
-from genoformer.shipped import recipe_path
-from genoformer.signatures import Unresolved, is_stand_in, light_class, module_tree, stand_in_class
+from genoformer.parse_errors import ShortErrors, one_line_error, option_groups
+from genoformer.shipped import QuotedStrings, compose_config, recipe_path
+from genoformer.signatures import LightModules, Unresolved, is_stand_in, light_class, module_tree, resolve
 
 TRAINING_COMMANDS = ("fit", "validate", "test", "predict")
 EVALUATION_COMMANDS = ("validate", "test", "predict")
@@ -36,6 +37,16 @@ DEFAULT_MODEL = "genoformer.genome.lm.GenoformerLM"
 
 TRAINER_SOURCE = ("lightning.pytorch.trainer.trainer", "Trainer")
 CLI_SOURCE = ("lightning.pytorch.cli", "LightningCLI")
+SHIPPED_CLASSES = (
+    "genoformer.genome.lm.GenoformerLM",
+    "genoformer.timeseries.module.TimeSeriesForecaster",
+    "genoformer.genome.finetune.FineTuner",
+    "genoformer.data.genome.datamodule.GenomeDataModule",
+    "genoformer.data.timeseries.datamodule.TimeSeriesDataModule",
+    "genoformer.data.genome.labelled.LabelledDataModule",
+)
+"""The shipped training modules and data modules, which `--model.help TimeSeriesForecaster` and
+`--data.help GenomeDataModule` name by their short names (genoformer.training_cli imports them)."""
 
 
 _FIT_CKPT_HELP = (
@@ -111,14 +122,30 @@ def genoformer_options(parser: ArgumentParser, subcommand: str) -> None:
 
 
 # ----------------------------------------------------------------------- the parser from source
+class _CannotJudge(Exception):
+    """The parser from source met what only the real classes settle: the real parser decides."""
+
+
 class LightTrainingParser(ShortErrors, ArgumentParser):
     """A training command's parser built from source (jsonargparse's, with short errors, and
     LightningArgumentParser's settings)."""
+
+    cannot_judge = False
+    """Whether an error that names a stand-in (a class that only the real parser knows) leaves
+    the command line to the real parser (`check_options`) instead of exiting."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("env_prefix", "PL")
         kwargs.setdefault("default_env", False)
         super().__init__(*args, **kwargs)
+
+    def error(self, message: str, ex: Optional[Exception] = None) -> NoReturn:
+        if self.cannot_judge and self.exit_on_error:
+            prog = self.prog.replace(" [options]", "")
+            line = one_line_error(self, message, prog, self.accepts_bare_flags)
+            if "_StandIn" in line or "genoformer.signatures" in line:
+                raise _CannotJudge(line)
+        super().error(message, ex)
 
 
 def _cli_method(name: str) -> ast.FunctionDef:
@@ -176,9 +203,7 @@ def light_parser(subcommand: str) -> ArgumentParser:
     )
     parser.add_class_arguments(trainer, "trainer", fail_untyped=False, instantiate=False, sub_configs=True)
     for key, base in (("model", "LightningModule"), ("data", "LightningDataModule")):
-        parser.add_subclass_arguments(
-            stand_in_class("lightning.pytorch.core", base), key, fail_untyped=False, required=True
-        )
+        parser.add_subclass_arguments(resolve("lightning.pytorch.core", base), key, fail_untyped=False, required=True)
     genoformer_core_options(parser, import_default=False)
     parser.add_method_arguments(trainer, subcommand, skip=subcommand_skips()[subcommand])
     genoformer_options(parser, subcommand)
@@ -215,15 +240,16 @@ def light_help(subcommand: str) -> str:
 
 def _judged(parser: ArgumentParser, option: str) -> bool:
     """Whether the parser from source judges `option` (a word of the command line) as the real
-    parser would: not a config file (read by the real parser, with its includes), not --model or
-    --data and their options (their classes are imported), not an option that takes a class."""
+    parser would: not help, not an option of the trainer that takes a class of Lightning (a
+    stand-in here). The model and data module are judged (`check_options` has made sure that
+    their classes are genoformer's, read from source)."""
     name = option.split("=", 1)[0]
     if not name.startswith("-"):
         return True  # a stray word: an error in either parser
-    if name in ("-c", "--config", "--trainer") or name.endswith(".help"):
+    if name == "--trainer" or name.endswith(".help"):
         return False
     if any(name == f"--{key}" or name.startswith(f"--{key}.") for key in ("model", "data")):
-        return False
+        return True
     action = parser._option_string_actions.get(name.rstrip("+"))
     return action is None or not _takes_a_class(getattr(action, "_typehint", None))
 
@@ -232,19 +258,105 @@ def _takes_a_class(typehint: Any) -> bool:
     return is_stand_in(typehint) or any(_takes_a_class(arm) for arm in typing.get_args(typehint))
 
 
-def check_options(subcommand: str, args: Sequence[str]) -> None:
+def _light_config(parser: ArgumentParser, path: str) -> str:
+    """Config file `path` composed (its `include:` fragments merged in) as YAML text, without the
+    trainer's options that take a class (callbacks, logger, ...: stand-ins here); the path as it
+    is when it is not a file or not a mapping (the parser reports it)."""
+    if not os.path.isfile(path):
+        return path
+    content = compose_config(path)
+    if not isinstance(content, dict):
+        return path
+    if any(_names_a_file(content.get(key)) for key in ("trainer", "model", "data")):
+        raise _CannotJudge(f"{path} names another config file, read relative to it")
+    trainer = content.get("trainer")
+    if isinstance(trainer, dict):
+        for key in list(trainer):
+            action = parser._option_string_actions.get(f"--trainer.{key}")
+            if action is not None and _takes_a_class(getattr(action, "_typehint", None)):
+                del trainer[key]
+    return yaml.dump(content, Dumper=QuotedStrings, sort_keys=False)
+
+
+def _names_a_file(value: Any) -> bool:
+    """Whether a config section is, or holds, the path of another config file."""
+    if isinstance(value, dict):
+        return any(_names_a_file(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_names_a_file(v) for v in value)
+    return isinstance(value, str) and value.endswith((".yaml", ".yml", ".json"))
+
+
+def _class_paths(value: Any) -> list[str]:
+    """The class_path values anywhere in a config section."""
+    if isinstance(value, dict):
+        return [v for k, v in value.items() if k == "class_path" and isinstance(v, str)] + [
+            path for v in value.values() for path in _class_paths(v)
+        ]
+    if isinstance(value, list):
+        return [path for v in value for path in _class_paths(v)]
+    return []
+
+
+def _genoformer_classes(groups: list[list[str]], configs: list[Any]) -> bool:
+    """Whether every class the model and data module name (on the command line and in the config
+    files) is genoformer's: a genoformer path or a shipped class's short name, which the light
+    modules can read; another class is only known to the real parser."""
+    named = [
+        group[1]
+        for group in groups
+        if len(group) == 2 and (group[0] in ("--model", "--data") or group[0].endswith(".class_path"))
+    ]
+    named += [
+        group[0].split("=", 1)[1]
+        for group in groups
+        if "=" in group[0]
+        and (group[0].split("=")[0] in ("--model", "--data") or group[0].split("=")[0].endswith(".class_path"))
+    ]
+    for content in configs:
+        if isinstance(content, dict):
+            named += [path for key in ("model", "data") for path in _class_paths(content.get(key))]
+    short = {path.rpartition(".")[2] for path in SHIPPED_CLASSES}
+    return all(path.startswith("genoformer.") or path in short for path in named)
+
+
+def check_options(subcommand: str, args: Sequence[str]) -> bool:
     """Exit with the one-line error of the real parser (status 2) for a mistake in `args` (what
     follows `genoformer SUBCOMMAND`) that the parser from source can judge: a config that is
-    neither a file nor a shipped recipe, an unknown option, a value of the wrong type for an
-    option of the trainer or of the subcommand. Returns when it finds none (the real parser then
-    reads everything). Leaves out command lines it could misjudge: help, --print_config, and
-    `${...}` interpolation, which may refer to what it does not read."""
+    neither a file nor a shipped recipe, an unknown option or config key, a value of the wrong
+    type, of the trainer, of the subcommand, or of the model and data module where they are
+    genoformer's (read from source through `genoformer.signatures.LightModules`). Returns when it
+    finds none: True when it read the whole command line, False when it left some or all of it
+    to the real parser, which then reads everything. Leaves out command lines it could
+    misjudge: help, --print_config, `${...}` interpolation typed on the command line, a class
+    that is not genoformer's, and anything the sources do not settle."""
     if any(arg in ("-h", "--help") or arg.startswith("--print_config") or "${" in arg for arg in args):
-        return
+        return False
     try:
-        with_recipe_paths(args)
+        typed = with_recipe_paths(args)
     except FileNotFoundError as error:  # as the real parser reports it, from the top-level parser
         LightTrainingParser(prog="genoformer").error(f"--config: {error}")
-    parser = light_parser(subcommand)
-    judged = [word for group in option_groups(args) if _judged(parser, group[0]) for word in group]
-    parser.parse_args(judged, defaults=False, _skip_validation=True)
+    try:
+        with LightModules():
+            for class_path in SHIPPED_CLASSES:  # known by their short names, as once imported
+                resolve(*class_path.rsplit(".", 1), True)
+            parser = light_parser(subcommand)
+            parser.cannot_judge = True
+            groups = [  # --config=FILE as --config FILE
+                ["--config", group[0].split("=", 1)[1]] if group[0].startswith("--config=") else group
+                for group in option_groups(typed)
+            ]
+            configs = [group[1] for group in groups if group[0] in ("-c", "--config") and len(group) == 2]
+            if not _genoformer_classes(groups, [compose_config(path) for path in configs if os.path.isfile(path)]):
+                return False
+            groups = [
+                [group[0], _light_config(parser, group[1])]
+                if group[0] in ("-c", "--config") and len(group) == 2
+                else group
+                for group in groups
+            ]
+            judged = [word for group in groups if _judged(parser, group[0]) for word in group]
+            parser.parse_args(judged, defaults=False, _skip_validation=True)
+    except (_CannotJudge, Unresolved, RecursionError):
+        return False
+    return len(judged) == sum(len(group) for group in groups)

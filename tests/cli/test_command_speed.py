@@ -60,8 +60,11 @@ def test_an_option_error_imports_no_heavy_module():
         ["fit", "--config", "quickstart", "--trainer.max_step", "10"],
         ["validate", "--config", "quickstart", "--ckpt_path", "last", "--trainer.devices", "--untrained"],
         ["fit", "--config", "no_such_recipe"],
+        ["fit", "--config", "quickstart", "--model.transformer.d_modle", "64"],
+        ["fit", "--config", "timeseries_tiny_cpu", "--data.batch_sise", "4"],
+        ["test", "--config", "finetune_cpu", "--model.head.pooling", "max", "--ckpt_path", "last"],
     )
-    assert outcome["exit"] == [2] * 6
+    assert outcome["exit"] == [2] * 9
     assert outcome["heavy"] == []
 
 

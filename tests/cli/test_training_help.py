@@ -110,18 +110,79 @@ def test_an_option_error_from_source_is_the_full_one(args, capsys):
     assert light == (code, err) and code == 2 and len(err.splitlines()) == 1
 
 
+MODEL_AND_DATA_ERRORS = {
+    "misspelt nested key": ["fit", "--config", "quickstart", "--model.transformer.d_modle", "64"],
+    "misspelt group": ["fit", "--config", "quickstart", "--model.transfomer.d_model", "64"],
+    "wrong type": ["fit", "--config", "quickstart", "--model.init_args.learning_rate", "fast"],
+    "wrong nested type": ["fit", "--config", "quickstart", "--model.transformer.n_layers", "2.5"],
+    "bad enum": ["fit", "--config", "quickstart", "--model.objective", "bert"],
+    "bad Literal": ["fit", "--config", "quickstart", "--data.multiprocessing_context", "thread"],
+    "misspelt data option": ["fit", "--config", "quickstart", "--data.batch_sise", "4"],
+    "unknown data class": ["fit", "--config", "quickstart", "--data", "genoformer.data.genome.datamodule.NoSuch"],
+    "time series": ["fit", "--config", "timeseries_tiny_cpu", "--model.forecast.horizn", "96"],
+    "fine-tuning group": ["fit", "--config", "finetune_cpu", "--model.head.pooling", "max"],
+    "other module": [
+        "fit",
+        "--config",
+        "quickstart",
+        "--model",
+        "TimeSeriesForecaster",
+        "--model.forecast.horizon",
+        "x",
+    ],
+    "config= form": ["fit", f"--config={QUICKSTART}", "--data.window", "long"],
+    "runtime": ["validate", "--config", "quickstart", "--model.runtime.compile", "maybe", "--ckpt_path", "last"],
+}
+CONFIG_ERRORS = {  # a recipe with one line changed: (line of quickstart.yaml, its replacement)
+    "misspelt key": ("    d_model: 128", "    d_modle: 128"),
+    "wrong type": ("  learning_rate: 2.0e-3", "  learning_rate: fast"),
+    "bad enum": ("  objective: CAUSAL_LM", "  objective: BERT"),
+    "misspelt data key": ("    batch_size: 1", "    batch_sise: 1"),
+    "unknown class_path": (
+        "  class_path: genoformer.data.genome.datamodule.GenomeDataModule",
+        "  class_path: genoformer.data.genome.datamodule.GenomeDataModul",
+    ),
+}
+
+
+def _same_error(args: list[str], capsys) -> str:
+    """The one-line error of the parser from source, held equal (text and exit status) to the real one's."""
+    with pytest.raises(SystemExit) as exit_info:
+        check_options(args[0], args[1:])
+    light = (exit_info.value.code, capsys.readouterr().err)
+    code, _, err = _full(args, capsys)
+    assert light == (code, err) and code == 2 and len(err.splitlines()) == 1
+    return err
+
+
+@pytest.mark.parametrize("args", MODEL_AND_DATA_ERRORS.values(), ids=MODEL_AND_DATA_ERRORS.keys())
+def test_a_model_or_data_option_error_from_source_is_the_full_one(args, capsys):
+    _same_error(args, capsys)
+
+
+@pytest.mark.parametrize(("line", "mistake"), CONFIG_ERRORS.values(), ids=CONFIG_ERRORS.keys())
+def test_a_mistake_in_a_config_file_from_source_is_the_full_one(line, mistake, tmp_path, capsys):
+    text = QUICKSTART.read_text()
+    assert text.count(line + "\n") == 1
+    config = tmp_path / "quickstart.yaml"
+    config.write_text(
+        text.replace(line + "\n", mistake + "\n").replace("include: base/", f"include: {QUICKSTART.parent}/base/")
+    )
+    _same_error(["fit", "--config", str(config)], capsys)
+
+
 @pytest.mark.parametrize(
     "args",
     [
-        ["--config", str(QUICKSTART), "--trainer.max_steps", "3"],
-        ["--config", "quickstart", "--model.init_args.no_such_option", "1", "--data.batch_sise", "4"],
+        ["--config", "quickstart", "--model", "my_models.Model", "--model.init_args.width", "8"],
+        ["--config", "quickstart", "--model", "model.yaml"],
         ["--trainer.callbacks+", "EarlyStopping", "--trainer.logger", "false", "--print_config"],
         ["--trainer.max_steps", "${oops}"],
         ["--config", str(QUICKSTART), "--help"],
     ],
 )
 def test_what_the_source_cannot_judge_goes_to_the_full_parser(args):
-    assert check_options("fit", args) is None  # the model's and data's options, classes, config files
+    assert check_options("fit", args) is False  # a class not genoformer's, help, interpolation typed
 
 
 def _seconds(args: list[str]) -> tuple[float, subprocess.CompletedProcess]:
