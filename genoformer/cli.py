@@ -82,7 +82,7 @@ from tqdm.std import tqdm  # the base class: its _instances holds every open bar
 from genoformer.hints import command_line_hints
 from genoformer.parse_errors import ShortErrors
 from genoformer.signatures import Unresolved, light_function
-from genoformer.training_options import TRAINING_COMMANDS, check_options, light_help
+from genoformer.training_options import TRAINING_COMMANDS, check_options, light_class_help, light_help
 
 _TRAINING_HELP = {
     "fit": "Train a model (e.g. --config configs/quickstart.yaml); --ckpt_path last resumes the run.",
@@ -388,6 +388,7 @@ def main(args: Optional[Sequence[str]] = None) -> None:
             print(light_help(command), end="")
             raise SystemExit(0)
         else:
+            light_class_help(command, argv[1:])  # --model.help GenoformerLM: read from source too
             check_options(command, argv[1:])
             from genoformer.training_cli import training_cli
 

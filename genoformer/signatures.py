@@ -349,8 +349,12 @@ class SourceNamespace:
             raise AttributeError(str(error)) from error
 
 
-_KEPT_METHODS = re.compile(r"_\w+_")
-"""The methods a light class keeps: dunder and sunder ones (__init__, __post_init__, _missing_)."""
+_RUN_METHODS = re.compile(r"_\w+_")
+"""The methods a light class keeps whole, which a parser may run (__post_init__, _missing_);
+__init__ and the others are kept as their signatures."""
+_KEPT_DECORATORS = ("property", "classmethod", "staticmethod", "abstractmethod", "cached_property")
+"""The decorators a method kept as its signature keeps (what the class is made of: whether it is
+abstract, which attributes are properties); others wrap what is never run here."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -404,6 +408,20 @@ class LightModules:
     def exec_module(self, module: types.ModuleType) -> None:
         pass
 
+    def build_every_class(self) -> None:
+        """Build every class of the light copies made so far, so that each class they define is
+        among its bases' subclasses (what a help lists as a type's known subclasses), as once
+        the real modules are imported; a class whose source does not settle it is left out."""
+        for name, module in list(sys.modules.items()):
+            if isinstance(module, types.ModuleType) and vars(module).get("__light_copy__"):
+                tree, _ = module_tree(name)
+                for statement in tree.body:
+                    if isinstance(statement, ast.ClassDef):
+                        try:
+                            resolve(name, statement.name, True)
+                        except Unresolved:
+                            continue
+
     def __init__(self) -> None:
         self.finding: set[str] = set()
         self.imported: dict[str, types.ModuleType] = {}
@@ -419,43 +437,59 @@ class LightModules:
 
     def __exit__(self, *exc_info: Any) -> None:
         sys.meta_path.remove(self)
-        for name, module in list(sys.modules.items()):
-            if isinstance(module, types.ModuleType) and vars(module).get("__light_copy__"):
-                del sys.modules[name]
+        copies = [name for name, module in list(sys.modules.items()) if _is_light_copy(module)]
+        for name in copies:
+            del sys.modules[name]
         sys.modules.update(self.imported)
+        for name in copies:  # the import system set each copy as its package's attribute
+            package, _, attribute = name.rpartition(".")
+            if package in sys.modules and _is_light_copy(vars(sys.modules[package]).get(attribute)):
+                if name in self.imported:
+                    setattr(sys.modules[package], attribute, self.imported[name])
+                else:
+                    delattr(sys.modules[package], attribute)
         light_module.cache_clear()
         stand_in_class.cache_clear()  # the classes of the next opening subclass new stand-ins
         resolve.cache_clear()
 
 
+def _is_light_copy(value: Any) -> bool:
+    return isinstance(value, types.ModuleType) and bool(vars(value).get("__light_copy__"))
+
+
 def _signature_only(node: ast.FunctionDef) -> ast.FunctionDef:
-    """A copy of the function `node` whose body is its docstring: a parser reads the signature of
-    `__init__` and never runs it, so the names of its body need not be resolved."""
+    """A copy of the method `node` whose body is its docstring, without decorators other than
+    `_KEPT_DECORATORS` and, but for __init__, without default values: a parser reads the
+    signature of __init__ (and whether a method is abstract, a property) and runs none of them,
+    so the names they use need not be resolved."""
     copy = ast.FunctionDef(**{field: getattr(node, field) for field in node._fields})
     docstring = ast.get_docstring(node, clean=False)
     copy.body = [ast.Expr(ast.Constant(docstring)) if docstring is not None else ast.Pass()]
+    copy.decorator_list = [
+        decorator for decorator in node.decorator_list if ast.unparse(decorator).rpartition(".")[2] in _KEPT_DECORATORS
+    ]
+    if node.name != "__init__":
+        copy.args = ast.arguments(**{field: getattr(node.args, field) for field in node.args._fields})
+        copy.args.defaults = []
+        copy.args.kw_defaults = [None] * len(node.args.kwonlyargs)
     return ast.copy_location(copy, node)
 
 
 def light_module_class(module: str, statement: ast.ClassDef) -> type:
     """The class `statement` of `module` (which imports torch) built from its source into
-    `light_module(module)`: its decorators, bases, class-level assignments (fields, enum members)
-    and dunder and sunder methods, with every name they use resolved from source; its other
-    methods left out. What a parser reads of it (signature, fields, docstrings, members) is the
-    class's; it runs nothing else. `Unresolved` when a name it needs is not settled by the source."""
+    `light_module(module)`: its decorators, bases, class-level assignments (fields, enum members),
+    dunder and sunder methods, and its other methods (and __init__) as their signatures, with every
+    name they use resolved from source. What a parser reads of it (signature, fields, docstrings,
+    members, abstract or not) is the class's; it runs nothing else. `Unresolved` when a name it needs is not settled by the source."""
     copy = light_module(module)
     if statement.name in vars(copy):
         return vars(copy)[statement.name]
     body = [
-        node
+        node if node.name != "__init__" and _RUN_METHODS.fullmatch(node.name) else _signature_only(node)
         for node in statement.body
-        if isinstance(node, (ast.Expr, ast.Assign, ast.AnnAssign, ast.Pass))
-        or (isinstance(node, ast.FunctionDef) and _KEPT_METHODS.fullmatch(node.name))
+        if isinstance(node, ast.FunctionDef)
     ]
-    body = [
-        _signature_only(node) if isinstance(node, ast.FunctionDef) and node.name == "__init__" else node
-        for node in body
-    ]
+    body = [node for node in statement.body if isinstance(node, (ast.Expr, ast.Assign, ast.AnnAssign, ast.Pass))] + body
     reduced = ast.ClassDef(
         name=statement.name,
         bases=statement.bases,
@@ -489,5 +523,8 @@ def light_module_class(module: str, statement: ast.ClassDef) -> type:
         except Unresolved:
             if name in needed:
                 raise
-    exec(compile(tree, copy.__file__ or f"<{module}>", "exec"), namespace)  # noqa: S102 - installed source, as an import would run it
+    try:
+        exec(compile(tree, copy.__file__ or f"<{module}>", "exec"), namespace)  # noqa: S102 - installed source, as an import would run it
+    except (NameError, AttributeError, TypeError) as error:  # a base or decorator the source does not settle
+        raise Unresolved(f"{module}.{statement.name}: {error}") from error
     return namespace[statement.name]

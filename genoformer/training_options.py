@@ -122,6 +122,28 @@ def genoformer_options(parser: ArgumentParser, subcommand: str) -> None:
 
 
 # ----------------------------------------------------------------------- the parser from source
+def light_class_help(subcommand: str, args: Sequence[str]) -> None:
+    """Answer `genoformer SUBCOMMAND --model.help CLASS` (or --data.help) as the real parser does,
+    for one of genoformer's classes read from source (`genoformer.signatures.LightModules`): the
+    help and exit status 0, or its one-line error and status 2. Returns, printing nothing, for any
+    other command line or class (the real parser answers it)."""
+    if len(args) != 2 or args[0] not in ("--model.help", "--data.help"):
+        return
+    short = {path.rpartition(".")[2] for path in SHIPPED_CLASSES}
+    if args[1] not in short and not args[1].startswith("genoformer."):
+        return
+    with LightModules() as modules:
+        try:
+            for class_path in SHIPPED_CLASSES:
+                resolve(*class_path.rsplit(".", 1), True)
+            modules.build_every_class()
+            parser = light_parser(subcommand)
+            parser.cannot_judge = True
+            parser.parse_args(list(args))  # prints the help, or the error, and exits
+        except (_CannotJudge, Unresolved, RecursionError):
+            return
+
+
 class _CannotJudge(Exception):
     """The parser from source met what only the real classes settle: the real parser decides."""
 

@@ -23,6 +23,7 @@ from genoformer.training_options import (
     TRAINER_SOURCE,
     TRAINING_COMMANDS,
     check_options,
+    light_class_help,
     light_help,
 )
 
@@ -208,3 +209,19 @@ def test_help_and_an_option_error_answer_within_seconds(command):
     seconds, result = _seconds([command, "--no_such_option", "1"])
     assert result.returncode == 2 and result.stderr.strip().endswith("unknown option --no_such_option")
     assert seconds < SECONDS, f"genoformer {command} --no_such_option took {seconds:.1f} s"
+
+
+CLASS_HELP = [
+    *(["fit", "--model.help", name] for name in ("GenoformerLM", "TimeSeriesForecaster", "FineTuner")),
+    *(["fit", "--data.help", name] for name in ("GenomeDataModule", "TimeSeriesDataModule", "LabelledDataModule")),
+    ["validate", "--model.help", "genoformer.genome.lm.GenoformerLM"],
+    ["fit", "--model.help", "GenomeDataModule"],
+]
+
+
+@pytest.mark.parametrize("args", CLASS_HELP, ids=[" ".join(args) for args in CLASS_HELP])
+def test_the_help_of_a_genoformer_class_from_source_is_the_full_one(args, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        light_class_help(args[0], args[1:])
+    captured = capsys.readouterr()
+    assert (exit_info.value.code, captured.out, captured.err) == _full(args, capsys)
