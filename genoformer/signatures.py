@@ -459,7 +459,7 @@ def _is_light_copy(value: Any) -> bool:
 
 def _signature_only(node: ast.FunctionDef) -> ast.FunctionDef:
     """A copy of the method `node` whose body is its docstring, without decorators other than
-    `_KEPT_DECORATORS` and, but for __init__, without default values: a parser reads the
+    `_KEPT_DECORATORS` and, but for __init__, without annotations and defaults: a parser reads the
     signature of __init__ (and whether a method is abstract, a property) and runs none of them,
     so the names they use need not be resolved."""
     copy = ast.FunctionDef(**{field: getattr(node, field) for field in node._fields})
@@ -468,10 +468,17 @@ def _signature_only(node: ast.FunctionDef) -> ast.FunctionDef:
     copy.decorator_list = [
         decorator for decorator in node.decorator_list if ast.unparse(decorator).rpartition(".")[2] in _KEPT_DECORATORS
     ]
-    if node.name != "__init__":
-        copy.args = ast.arguments(**{field: getattr(node.args, field) for field in node.args._fields})
-        copy.args.defaults = []
-        copy.args.kw_defaults = [None] * len(node.args.kwonlyargs)
+    if node.name != "__init__":  # its parameters' names only
+        copy.args = ast.arguments(
+            posonlyargs=[ast.arg(arg.arg) for arg in node.args.posonlyargs],
+            args=[ast.arg(arg.arg) for arg in node.args.args],
+            vararg=node.args.vararg and ast.arg(node.args.vararg.arg),
+            kwonlyargs=[ast.arg(arg.arg) for arg in node.args.kwonlyargs],
+            kw_defaults=[None] * len(node.args.kwonlyargs),
+            kwarg=node.args.kwarg and ast.arg(node.args.kwarg.arg),
+            defaults=[],
+        )
+        copy.returns = None
     return ast.copy_location(copy, node)
 
 
