@@ -17,6 +17,12 @@ signatures and docstrings, in which every class those packages define that a sig
 itself a stand-in (`stand_in_class`: the same name, nothing else), so that `genoformer fit --help`
 reads Lightning's Trainer without importing it.
 
+`LightModules` goes one step further for a training command's model and data module, whose
+modules import torch: while it is open, importing such a genoformer module gives its light copy
+(`light_module`), whose classes are built from their source (`light_module_class`: bases,
+decorators, fields, enum members and methods' signatures, nothing else run), so that the parser
+reads GenoformerLM's, TransformerConfig's and GenomeDataModule's options as the real ones are.
+
 Where the source does not say (a name bound inside `if`/`try`, or computed at import in a way
 this reader does not follow), `Unresolved` is raised and the caller imports the module instead:
 slower, never wrong. The command-line tests hold every command's stand-in equal to its function.
