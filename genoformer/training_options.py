@@ -322,8 +322,9 @@ def _class_paths(value: Any) -> list[str]:
 
 def _genoformer_classes(groups: list[list[str]], configs: list[Any]) -> bool:
     """Whether every class the model and data module name (on the command line and in the config
-    files) is genoformer's: a genoformer path or a shipped class's short name, which the light
-    modules can read; another class is only known to the real parser."""
+    files, also inside a value such as `[{class_path: ...}]`) is genoformer's: a genoformer path or
+    a shipped class's short name, which the light modules can read; another class is only known
+    to the real parser."""
     named = [
         group[1]
         for group in groups
@@ -335,6 +336,7 @@ def _genoformer_classes(groups: list[list[str]], configs: list[Any]) -> bool:
         if "=" in group[0]
         and (group[0].split("=")[0] in ("--model", "--data") or group[0].split("=")[0].endswith(".class_path"))
     ]
+    named += [path for group in groups for word in group[1:] for path in re.findall(r"class_path\W+([\w.]+)", word)]
     for content in configs:
         if isinstance(content, dict):
             named += [path for key in ("model", "data") for path in _class_paths(content.get(key))]

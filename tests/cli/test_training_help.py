@@ -177,6 +177,7 @@ def test_a_mistake_in_a_config_file_from_source_is_the_full_one(line, mistake, t
     [
         ["--config", "quickstart", "--model", "my_models.Model", "--model.init_args.width", "8"],
         ["--config", "quickstart", "--model", "model.yaml"],
+        ["--config", "quickstart", "--model.transformer.attention", "[{class_path: Strided, init_args: {stride: 2}}]"],
         ["--trainer.callbacks+", "EarlyStopping", "--trainer.logger", "false", "--print_config"],
         ["--trainer.max_steps", "${oops}"],
         ["--config", str(QUICKSTART), "--help"],
