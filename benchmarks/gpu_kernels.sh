@@ -5,7 +5,8 @@
 #   bash benchmarks/gpu_kernels.sh tests       every installed backend against float64, flash-attn-4 at its
 #                                              trusted head dims (tests/kernels/test_backends_gpu.py), and our
 #                                              kernels' GPU sweep (tests/kernels/test_triton_attention.py), side
-#                                              by side; the sm_80 / sm_90 cross-compile test under this Triton
+#                                              by side; the sm_80 / sm_90 cross-compile test under this Triton,
+#                                              of every candidate configuration (GENOFORMER_COMPILE=all)
 #   bash benchmarks/gpu_kernels.sh headdims    flash-attn-4 and our kernels at every head dim 16..256, output
 #                                              and gradients against float64 (benchmarks/flash_attn_check.py
 #                                              ): its result names the FLASH_ATTN_4_HEAD_DIMS row to paste
@@ -84,7 +85,7 @@ tests() {
     stamp "every installed backend; our kernels' sweep; the cross-compile test"
     timeout 540 "${PYTEST[@]}" -q -n 6 tests/kernels/test_backends_gpu.py > "$R/gpu_tests_backends.log" 2>&1 &
     timeout 540 "${PYTEST[@]}" -q -n 6 tests/kernels/test_triton_attention.py > "$R/gpu_tests_triton.log" 2>&1 &
-    timeout 540 "${PYTEST[@]}" -q tests/kernels/test_triton_compile.py > "$R/compile.log" 2>&1 &
+    GENOFORMER_COMPILE=all timeout 540 "${PYTEST[@]}" -q tests/kernels/test_triton_compile.py > "$R/compile.log" 2>&1 &
     wait
 }
 

@@ -8,8 +8,11 @@ below are keyed by that tile width: a padded head dim uses the configurations of
 registers and shared memory it needs (see docs/design/kernels.md for the costs).
 
 Every configuration listed here can be chosen at run time, so every one must compile for its
-generation within that generation's shared-memory limit; ``tests/kernels/test_triton_compile.py``
-cross-compiles each of them on the CPU and checks ``compiled.metadata.shared``.
+generation within that generation's shared-memory limit (the first of each list runs untuned; a
+later one that does not run is left out of the tuning with a warning);
+``tests/kernels/test_triton_compile.py`` cross-compiles them on the CPU and checks
+``compiled.metadata.shared``: in CI the first of each list and the sm_90 variants, with
+GENOFORMER_COMPILE=all (``bash benchmarks/gpu_kernels.sh tests``) every one.
 
 Tile names (the same in the kernels):
   fwd : BLOCK_M query rows x BLOCK_N key rows per step, one program per (batch*head, query tile).

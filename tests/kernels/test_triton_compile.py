@@ -1,5 +1,10 @@
-"""Every launch configuration the Triton launcher can choose compiles for its GPU generation
-within that generation's shared-memory limit (cross-compiled on the CPU: no GPU needed).
+"""The launch configurations of the Triton launcher compile for their GPU generation within that
+generation's shared-memory limit (cross-compiled on the CPU: no GPU needed): in CI each list's
+default, which runs untuned and must fit, and every sm_90 variant among the candidates (TMA,
+conditional rescaling, the heads-outer grid, dV late in the loop: code of their own); with
+GENOFORMER_COMPILE=all every configuration the launcher can pick (the GPU scripts' check: minutes
+of compiling). A later candidate that does not compile or launch is left out of the tuning with a
+warning (``triton_flash.choose_config``): a slower run, not a failed one.
 
 ``triton.compile(ASTSource(...), target=GPUTarget("cuda", cc, 32))`` runs the whole pipeline down
 to a cubin with the ptxas that ships with Triton; ``compiled.metadata.shared`` is the bytes of
@@ -10,29 +15,31 @@ of the shared memory the launch needs (64 KB instead of 224 KB for the sm_90 D=1
 Each kernel is built in its largest variant (a diagonal band on both sides, block-sparse, key
 padding, packed documents, ragged query tail, long lists split across programs): the other variants
 drop code and use no more shared memory.  Sparse launches without split lists (``SPLIT=False``, the
-usual case) are built too for the default configurations of ``UNSPLIT_DIMS``, and
+usual case) are built too for the default configurations of ``UNSPLIT_DIMS`` (the 128-wide tile;
+64 too with GENOFORMER_COMPILE=all), and
 ``split_sum_kernel`` and ``fwd_merge_kernel``, which combine the split lists' partials, at every
 tile width and padded head dim on sm_80 and sm_90.  Dense packed rows take one branch of their own
 (the launch order of their tiles, ``DENSE_PACKED``): each generation's default configurations of
-the 128-wide tile (the largest shared memory of the common head dims), and the sm_90 variants
+the 128-wide tile (the largest shared memory of the common head dims; 64 too with
+GENOFORMER_COMPILE=all), and the sm_90 variants
 among its candidates (TMA, conditional rescaling, the heads-outer grid, which indexes the tile
 order by the other grid axis, and dV late in the loop), are built that way too.
 
 The score modifiers (``MODS``: ALiBi, softcap with the GPU's tanh.approx, dropout with its in-kernel
 Philox mask, whose joins pass a (rows, keys) int8 tile through shared memory) are built with the
-largest variant for the default configurations of ``MODS_DIMS`` on sm_80 and sm_90, variable-length
+largest variant for the default configurations of ``MODS_DIMS`` on sm_80 and sm_90 (the 128-wide
+tile: the largest tiles, so the most shared memory with the dropout tile), variable-length
 batches (``VARLEN_CASE``, which excludes layouts, key padding and documents) for sm_90's at 64;
-GENOFORMER_COMPILE_MODS=all builds them for every configuration the launcher can pick, at every tile
-width (minutes of compiling: the GPU scripts' check, not CI's).  A configuration the tuner times
-that does not fit with a modifier is left out of the tuning (``triton_flash.choose_config``); the
-default one of each list, which runs untuned, must fit.
+GENOFORMER_COMPILE=all builds them for every configuration the launcher can pick, at every tile
+width.
 
 Configurations are chosen per tile width (the head dim rounded up to a power of two); each is
 built at its tile width. On sm_80 and sm_90 each tile width is built again at one padded head dim
 (``PADDED_DIMS``) in its default configurations and, on sm_90, in those that load through tensor
-descriptors (TMA): the head-dim masks change the loads and stores, not the tiles held in shared
-memory, and a tile width's other configurations (block sizes, stages, conditional rescaling, the
-grid's order, dV's place in the loop) mask them with the same code.
+descriptors (TMA), and in all of them with GENOFORMER_COMPILE=all: the head-dim masks change the
+loads and stores, not the tiles held in shared memory, and a tile width's other configurations
+(block sizes, stages, conditional rescaling, the grid's order, dV's place in the loop) mask them
+with the same code.
 
 Each build also counts the scalar loads that Triton's pipeliner turned into cp.async copies
 (``tensor<1x!tt.ptr<i32>>`` in the TTGIR): a layout entry loaded that way in the step that uses
@@ -80,9 +87,9 @@ PADDED_GENERATIONS = ("sm_80", "sm_90")
 
 MODS = {"ALIBI_": True, "SOFTCAP": True, "DROPOUT": True}
 """constexprs of the score modifiers, all on (added to the largest variant)"""
-MODS_DIMS = (64, 128)
-ALL_MODS = os.environ.get("GENOFORMER_COMPILE_MODS") == "all"
-"""GENOFORMER_COMPILE_MODS=all: the modifiers for every selectable configuration of every tile width"""
+MODS_DIMS = (128,)
+ALL = os.environ.get("GENOFORMER_COMPILE") == "all"
+"""GENOFORMER_COMPILE=all: every selectable configuration of every tile width, plain and with the modifiers"""
 
 VARLEN_CASE = {"VARLEN": True, "SPARSE": False, "HAS_KV_LENS": False, "HAS_DOCS": False, "SPLIT": False, **MODS}
 """constexprs of a varlen launch (every score modifier on)"""
@@ -90,12 +97,12 @@ VARLEN_CASE = {"VARLEN": True, "SPARSE": False, "HAS_KV_LENS": False, "HAS_DOCS"
 DENSE_PACKED = {"SPARSE": False, "HAS_KV_LENS": False, "SPLIT": False}
 """constexprs of a dense packed launch, built for the default configs of DENSE_PACKED_DIMS on sm_80, sm_90
 and the sm_90 variants among their candidates"""
-DENSE_PACKED_DIMS = (128,)
+DENSE_PACKED_DIMS = (64, 128) if ALL else (128,)
 
 UNSPLIT = {"SPLIT": False}
 """constexprs of a sparse launch whose layout has no long list, built for the default configs of UNSPLIT_DIMS
 on sm_80 and sm_90"""
-UNSPLIT_DIMS = (128,)
+UNSPLIT_DIMS = (64, 128) if ALL else (128,)
 
 
 def _variant(cfg: configs.FwdConfig | configs.BwdConfig) -> str:
@@ -109,9 +116,13 @@ def _variant(cfg: configs.FwdConfig | configs.BwdConfig) -> str:
 
 
 def _cases() -> list[tuple[str, str, int, str, tuple]]:
-    """(test id, generation name, head dim, kernel, config fields) for every selectable config."""
+    """(test id, generation name, head dim, kernel, config fields) of the builds (see the module's docstring)."""
     out = []
-    built = [(gen, tile, cfg, "") for gen, tile, cfg in configs.all_configs()]
+    built = [
+        (gen, tile, cfg, "")
+        for gen, tile, cfg in configs.all_configs()
+        if ALL or _variant(cfg) or cfg in (configs.fwd_candidates(gen, tile)[0], configs.bwd_candidates(gen, tile)[0])
+    ]
     built += [
         (gen, PADDED_DIMS[tile], cfg, "")
         for gen in configs.GENERATIONS
@@ -119,7 +130,7 @@ def _cases() -> list[tuple[str, str, int, str, tuple]]:
         for tile in PADDED_DIMS
         for candidates in (configs.fwd_candidates, configs.bwd_candidates)
         for i, cfg in enumerate(candidates(gen, tile))
-        if i == 0 or cfg.tma
+        if ALL or i == 0 or cfg.tma
     ]
     built += [
         (gen, d, cfg, "-dense-packed")
@@ -137,20 +148,20 @@ def _cases() -> list[tuple[str, str, int, str, tuple]]:
         for d in UNSPLIT_DIMS
         for candidates in (configs.fwd_candidates, configs.bwd_candidates)
     ]
-    mods_dims = configs.TILE_DIMS if ALL_MODS else MODS_DIMS
+    mods_dims = configs.TILE_DIMS if ALL else MODS_DIMS
     built += [
         (gen, d, cfg, "-mods")
         for gen in configs.GENERATIONS
         if gen.name in PADDED_GENERATIONS
         for d in mods_dims
         for candidates in (configs.fwd_candidates, configs.bwd_candidates)
-        for cfg in (candidates(gen, d) if ALL_MODS else candidates(gen, d)[:1])
+        for cfg in (candidates(gen, d) if ALL else candidates(gen, d)[:1])
     ]
     built += [
         (gen, d, candidates(gen, d)[0], "-varlen")
         for gen in configs.GENERATIONS
-        if gen.name in (PADDED_GENERATIONS if ALL_MODS else ("sm_90",))
-        for d in (configs.TILE_DIMS if ALL_MODS else (64,))
+        if gen.name in (PADDED_GENERATIONS if ALL else ("sm_90",))
+        for d in (configs.TILE_DIMS if ALL else (64,))
         for candidates in (configs.fwd_candidates, configs.bwd_candidates)
     ]
     for gen, d, cfg, packed in built:
