@@ -23,6 +23,7 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
@@ -114,11 +115,25 @@ def compile_all(compile_one: Callable[[tuple], dict], cases: Iterable[tuple]) ->
         return list(pool.map(compile_one, cases))
 
 
-def compile_report(script: str) -> dict[str, dict]:
+def compile_report(script: str, timeout: float = 600) -> dict[str, dict]:
     """The report the test file ``script`` prints when run as a script (its compile_all), run in a
-    child process without TRITON_INTERPRET, by case id; the calling test fails if the child does."""
+    child process without TRITON_INTERPRET, by case id; the calling test fails if the child does.
+    The child runs in a session of its own: at `timeout` seconds the whole session is killed, the
+    child's pool of compile workers with it (killing the child alone left them compiling)."""
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("triton is not installed: pip install triton")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True, timeout=600)
+    argv = [sys.executable, script]
+    with subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    ) as child:
+        try:
+            stdout, stderr = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.communicate()
+            pytest.fail(f"the compile child process ran past {timeout:.0f} s: killed with its workers")
+    proc = subprocess.CompletedProcess(argv, child.returncode, stdout, stderr)
     if proc.returncode != 0:
         pytest.fail(f"the compile child process failed:\n{proc.stderr[-4000:]}")
     return {r["id"]: r for r in json.loads(proc.stdout.strip().splitlines()[-1])}

@@ -17,14 +17,12 @@ the test session may have set for the interpreter tests.
 from __future__ import annotations
 
 import concurrent.futures
-import importlib.util
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 from genoformer.kernels.triton_flash_configs import AMPERE, HOPPER, SMALL_SMEM
+from gluon_harness import compile_report
 
 FP8_DIMS = (64, 128)
 DECODE_DIMS = (64, 128)
@@ -169,13 +167,7 @@ def _compile_all() -> list[dict]:
 
 @pytest.fixture(scope="session")
 def compiled() -> dict[str, dict]:
-    if importlib.util.find_spec("triton") is None:
-        pytest.skip("triton is not installed: pip install triton")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=1200)
-    if proc.returncode != 0:
-        pytest.fail(f"the compile child process failed:\n{proc.stderr[-4000:]}")
-    return {r["id"]: r for r in json.loads(proc.stdout.strip().splitlines()[-1])}
+    return compile_report(__file__, timeout=1200)
 
 
 @pytest.mark.slow

@@ -55,16 +55,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import importlib.util
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 
 import pytest
 from genoformer.kernels import triton_flash_configs as configs
+from gluon_harness import compile_report
 
 COMMON = {
     "BAND_LO": True,
@@ -316,13 +314,7 @@ def _compile_all() -> list[dict]:
 
 @pytest.fixture(scope="session")
 def compiled() -> dict[str, dict]:
-    if importlib.util.find_spec("triton") is None:
-        pytest.skip("triton is not installed: pip install triton")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=1200)
-    if proc.returncode != 0:
-        pytest.fail(f"the compile child process failed:\n{proc.stderr[-4000:]}")
-    return {r["id"]: r for r in json.loads(proc.stdout.strip().splitlines()[-1])}
+    return compile_report(__file__, timeout=1200)
 
 
 @pytest.mark.slow
