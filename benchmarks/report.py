@@ -66,9 +66,9 @@ def page(results: Path) -> str:
     """The whole BENCHMARKS.md of the result files in `results`: PAGE's sections, in order, as long
     as the page stays within LIMIT_BYTES; every other result file named under "Also measured"."""
     found = {result["name"]: result for result in map(read_result, sorted(Path(results).glob("*.json")))}
-    sections, others = [], dict(found)
+    sections, others, gaps = [], dict(found), causes()
     for name in (name for name in PAGE if name in found):
-        section = render(found[name], headline_only=True, causes=causes().get(name))
+        section = render(found[name], headline_only=True, causes=gaps.get(name))
         rest = {n: r for n, r in others.items() if n != name}
         if len(_page(sections + [section], rest).encode()) <= LIMIT_BYTES:
             sections.append(section)

@@ -123,9 +123,13 @@ def compile_report(script: str, timeout: float = 600) -> dict[str, dict]:
     if importlib.util.find_spec("triton") is None:
         pytest.skip("triton is not installed: pip install triton")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    argv = [sys.executable, script]
     with subprocess.Popen(
-        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        [sys.executable, script],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     ) as child:
         try:
             stdout, stderr = child.communicate(timeout=timeout)
@@ -133,10 +137,9 @@ def compile_report(script: str, timeout: float = 600) -> dict[str, dict]:
             os.killpg(child.pid, signal.SIGKILL)
             child.communicate()
             pytest.fail(f"the compile child process ran past {timeout:.0f} s: killed with its workers")
-    proc = subprocess.CompletedProcess(argv, child.returncode, stdout, stderr)
-    if proc.returncode != 0:
-        pytest.fail(f"the compile child process failed:\n{proc.stderr[-4000:]}")
-    return {r["id"]: r for r in json.loads(proc.stdout.strip().splitlines()[-1])}
+    if child.returncode != 0:
+        pytest.fail(f"the compile child process failed:\n{stderr[-4000:]}")
+    return {r["id"]: r for r in json.loads(stdout.strip().splitlines()[-1])}
 
 
 # --------------------------------------------------------------------------------------------

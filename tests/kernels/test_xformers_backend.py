@@ -12,6 +12,8 @@ Shape legend: q (B, Hq, L, D), k and v (B, Hkv, S, D).
 from __future__ import annotations
 
 import logging
+import sys
+import types
 
 import fake_xformers  # tests/kernels/fake_xformers.py: the stand-in package
 import pytest
@@ -100,7 +102,7 @@ def test_auto_takes_xformers_on_gpus_older_than_ampere(fake_t4, caplog):
 
 def test_auto_without_xformers_warns_with_the_install_line(monkeypatch, caplog):
     xformers_backend.import_error.cache_clear()
-    monkeypatch.setitem(__import__("sys").modules, "xformers", None)  # import xformers fails
+    monkeypatch.setitem(sys.modules, "xformers", None)  # import xformers fails
     monkeypatch.setattr(xformers_backend, "device_capability", lambda device: (7, 0))
     monkeypatch.setattr(flash_attn_backend, "device_capability", lambda device: (7, 0))
     monkeypatch.setattr(dispatch, "_logged_choices", set())
@@ -119,9 +121,6 @@ def test_an_install_built_for_another_torch_is_refused_with_its_versions(fake_t4
     """xformers' wheels are built for one PyTorch each; one built for another imports without its
     CUDA operators (xformers 0.0.35 under PyTorch 2.11 on an H100): the backend refuses it with both
     versions, and `auto` takes another backend, instead of memory_efficient_attention failing."""
-    import sys
-    import types
-
     built = types.SimpleNamespace(torch_version="2.10.0+cu128", python_version="3.10.19")
     package = sys.modules["xformers"]
     fake_t4.setattr(package, "_has_cpp_library", False, raising=False)
